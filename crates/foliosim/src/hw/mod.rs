@@ -1,0 +1,4 @@
+//! The simulated machine: memory nodes, per-CPU TLBs, the cost profile.
+
+pub mod profile;
+pub mod tlb;

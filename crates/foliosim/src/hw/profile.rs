@@ -1,0 +1,224 @@
+//! Machine profiles: every cost constant the simulator charges lives here,
+//! loaded from `profiles/*.toml`, where each value carries a comment naming
+//! its source. Nothing else in the crate may hold a nanosecond figure.
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Profile {
+    pub name: String,
+    pub description: String,
+    pub cpu: CpuSpec,
+    pub nodes: Vec<NodeSpec>,
+    pub tlb: TlbSpec,
+    pub cost: CostSpec,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CpuSpec {
+    /// Logical CPUs.
+    pub nr_cpus: u32,
+    pub sockets: u32,
+    /// Base page size in KiB (4 on x86-64 and the arm64 seeds; 64 on Power).
+    #[serde(default = "default_page_kib")]
+    pub page_size_kib: u32,
+    pub freq_ghz: f64,
+}
+
+fn default_page_kib() -> u32 {
+    4
+}
+
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum MemKind {
+    Dram,
+    Cxl,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodeSpec {
+    pub kind: MemKind,
+    /// Memory on this node in MiB.
+    pub mem_mib: u64,
+    /// Whether this node has CPUs (CXL expanders do not). CPUs are spread
+    /// evenly over the nodes that have them, in node order.
+    pub has_cpus: bool,
+    /// Load-to-use latency of a cache-missing access, ns.
+    pub latency_ns: f64,
+    /// Sustained read bandwidth seen by one CPU, GB/s.
+    pub read_bw_gbps: f64,
+    /// Bandwidth of clearing a page (clear_page), GB/s.
+    pub zero_bw_gbps: f64,
+    /// Bandwidth of copying a page within/into this node (copy_page, copy_to_user), GB/s.
+    pub copy_bw_gbps: f64,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlbSpec {
+    pub l1d_entries: u32,
+    pub l1d_ways: u32,
+    pub l1i_entries: u32,
+    pub l1i_ways: u32,
+    /// L1 dTLB entries for 2 MiB pages.
+    pub l1d_2m_entries: u32,
+    pub l1d_2m_ways: u32,
+    /// Shared (unified) second-level TLB, per CPU.
+    pub stlb_entries: u32,
+    pub stlb_ways: u32,
+    /// STLB also holds 2 MiB entries.
+    pub stlb_holds_2m: bool,
+    /// Extra latency of an L1 miss that hits the STLB, ns.
+    pub stlb_hit_ns: f64,
+    /// Page walk on an STLB miss with page-table lines in cache, ns.
+    pub walk_ns: f64,
+    /// arm64 contiguous-PTE hint honoured (16 x 4 KiB -> one entry).
+    #[serde(default)]
+    pub contpte: bool,
+    /// HPA-style coalescing of aligned groups of 2^order PTEs (0 = none).
+    #[serde(default)]
+    pub coalesce_order: u32,
+}
+
+/// Software and hardware costs of kernel paths, in nanoseconds unless named otherwise.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CostSpec {
+    // --- entry/exit
+    pub trap_ns: f64,
+    pub syscall_ns: f64,
+    /// A user-mode memory access that hits the TLB (loop overhead included).
+    pub user_access_ns: f64,
+    // --- fault path (software part, excluding alloc, zeroing, PTE, rmap, LRU)
+    pub fault_base_ns: f64,
+    pub vma_lookup_ns: f64,
+    pub pte_set_ns: f64,
+    pub pte_clear_ns: f64,
+    pub rmap_ns: f64,
+    pub memcg_charge_ns: f64,
+    pub lru_add_ns: f64,
+    /// Per folio moved while holding lru_lock (batch drain, isolation).
+    pub lru_lock_per_folio_ns: f64,
+    /// Per-CPU LRU batch size (folio_batch, PAGEVEC_SIZE = 15 in 6.x).
+    pub lru_batch: u32,
+    // --- page allocator
+    pub alloc_pcp_ns: f64,
+    pub free_pcp_ns: f64,
+    /// Per block taken from or given to the buddy lists under zone->lock.
+    pub buddy_op_ns: f64,
+    // --- page tables
+    pub pgtable_alloc_ns: f64,
+    pub pgtable_free_ns: f64,
+    // --- VMA / syscalls
+    pub mmap_ns: f64,
+    pub munmap_ns: f64,
+    pub vma_split_ns: f64,
+    pub vma_merge_ns: f64,
+    pub mprotect_ns: f64,
+    pub madvise_ns: f64,
+    pub brk_ns: f64,
+    pub fork_base_ns: f64,
+    pub exit_base_ns: f64,
+    // --- page cache and files
+    pub pagecache_lookup_ns: f64,
+    pub pagecache_insert_ns: f64,
+    /// Shared-file write fault on a disk file system (page_mkwrite, block reservation).
+    pub page_mkwrite_ns: f64,
+    /// Reading a page that is not cached from the disk-like file system, ns.
+    pub disk_read_ns: f64,
+    pub file_op_ns: f64,
+    // --- TLB maintenance
+    pub tlb_flush_one_ns: f64,
+    pub tlb_flush_all_ns: f64,
+    /// Sender cost per target CPU of a shootdown IPI.
+    pub ipi_send_ns: f64,
+    /// Receiver: interrupt entry/exit plus the flush itself.
+    pub ipi_recv_ns: f64,
+    /// Round trip until the slowest acknowledgement arrives (beyond sending).
+    pub ipi_ack_ns: f64,
+    /// Above this many pages a ranged flush becomes a full flush (x86 tlb_single_page_flush_ceiling = 33).
+    pub tlb_flush_ceiling: u32,
+    // --- coherence and scheduling
+    pub cacheline_local_ns: f64,
+    pub cacheline_same_socket_ns: f64,
+    pub cacheline_cross_socket_ns: f64,
+    pub spin_limit_ns: f64,
+    pub context_switch_ns: f64,
+}
+
+/// Profiles shipped with foliosim, embedded at build time.
+pub const BUILTIN: &[(&str, &str)] = &[
+    ("generic-x86", include_str!("../../../../profiles/generic-x86.toml")),
+    ("ampere-altra-160", include_str!("../../../../profiles/ampere-altra-160.toml")),
+    ("e5-2630v3-guest-32g", include_str!("../../../../profiles/e5-2630v3-guest-32g.toml")),
+    ("cxl-1tb", include_str!("../../../../profiles/cxl-1tb.toml")),
+    ("luf-llama-tiered", include_str!("../../../../profiles/luf-llama-tiered.toml")),
+];
+
+pub fn builtin(name: &str) -> Option<&'static str> {
+    BUILTIN.iter().find(|(n, _)| *n == name).map(|(_, t)| *t)
+}
+
+impl Profile {
+    pub fn total_mem_mib(&self) -> u64 {
+        self.nodes.iter().map(|n| n.mem_mib).sum()
+    }
+
+    /// Time to stream `bytes` at `gbps` GB/s, in ns.
+    #[inline]
+    pub fn bw_ns(bytes: u64, gbps: f64) -> f64 {
+        bytes as f64 / gbps
+    }
+
+    /// Semantic checks serde cannot express. Returns (key, reason).
+    pub fn validate(&self) -> Result<(), (String, String)> {
+        if self.cpu.nr_cpus == 0 || self.cpu.nr_cpus > 4096 {
+            return Err(("cpu.nr_cpus".into(), format!("must be 1..=4096, got {}", self.cpu.nr_cpus)));
+        }
+        if self.cpu.sockets == 0 || self.cpu.nr_cpus % self.cpu.sockets != 0 {
+            return Err(("cpu.sockets".into(), "must divide cpu.nr_cpus".into()));
+        }
+        if self.cpu.page_size_kib != 4 {
+            return Err(("cpu.page_size_kib".into(), "only 4 KiB base pages are modelled so far".into()));
+        }
+        if self.nodes.is_empty() {
+            return Err(("nodes".into(), "a machine needs at least one memory node".into()));
+        }
+        if !self.nodes.iter().any(|n| n.has_cpus) {
+            return Err(("nodes".into(), "at least one node must have CPUs".into()));
+        }
+        if self.nodes.len() > 64 {
+            return Err(("nodes".into(), "at most 64 nodes".into()));
+        }
+        for (i, n) in self.nodes.iter().enumerate() {
+            if n.mem_mib < 64 {
+                return Err((format!("nodes[{i}].mem_mib"), "a node needs at least 64 MiB".into()));
+            }
+            if n.mem_mib > 64 * 1024 * 1024 {
+                return Err((format!("nodes[{i}].mem_mib"), "more than 64 TiB on one node".into()));
+            }
+            for (k, v) in [("latency_ns", n.latency_ns), ("read_bw_gbps", n.read_bw_gbps), ("zero_bw_gbps", n.zero_bw_gbps), ("copy_bw_gbps", n.copy_bw_gbps)] {
+                if !(v > 0.0 && v.is_finite()) {
+                    return Err((format!("nodes[{i}].{k}"), "must be a positive number".into()));
+                }
+            }
+        }
+        if self.total_mem_mib() > 16 * 1024 * 1024 {
+            return Err(("nodes".into(), "more than 16 TiB in total is not supported (32-bit PFNs)".into()));
+        }
+        let t = &self.tlb;
+        for (k, e, w) in [("l1d", t.l1d_entries, t.l1d_ways), ("l1i", t.l1i_entries, t.l1i_ways), ("l1d_2m", t.l1d_2m_entries, t.l1d_2m_ways), ("stlb", t.stlb_entries, t.stlb_ways)] {
+            if w == 0 || e == 0 || e % w != 0 || !(e / w).is_power_of_two() {
+                return Err((format!("tlb.{k}_entries"), format!("{e} entries / {w} ways must give a power-of-two number of sets")));
+            }
+        }
+        if self.cost.lru_batch == 0 {
+            return Err(("cost.lru_batch".into(), "must be at least 1".into()));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,1 @@
+//! Per-CPU TLBs. STUB

@@ -1,0 +1,19 @@
+//! The kernel model, one file per Linux file where one exists.
+
+pub mod mem_map;
+pub mod page_alloc;
+pub mod vmstat;
+
+/// Page frame number. 32 bits cover 16 TiB of 4 KiB frames.
+pub type Pfn = u32;
+
+pub const PAGE_SHIFT: u32 = 12;
+pub const PAGE_SIZE: u64 = 1 << PAGE_SHIFT;
+/// Orders 0..=MAX_PAGE_ORDER are managed by the buddy allocator (6.12 naming).
+pub const MAX_PAGE_ORDER: u32 = 10;
+pub const NR_PAGE_ORDERS: usize = MAX_PAGE_ORDER as usize + 1;
+/// 2 MiB on x86-64 and arm64 with 4 KiB pages.
+pub const PMD_ORDER: u32 = 9;
+pub const PTRS_PER_PTE: usize = 512;
+/// pageblock_order = PMD order on x86-64 (HUGETLB_PAGE_ORDER).
+pub const PAGEBLOCK_ORDER: u32 = PMD_ORDER;

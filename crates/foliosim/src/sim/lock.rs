@@ -1,0 +1,243 @@
+//! Modelled locks and shared cache lines, as timelines in simulated time.
+//!
+//! Every lock here is acquired by a step at its current time `now`; it returns
+//! when the caller actually holds it (>= now). Waiting is therefore charged as
+//! real simulated time. Hand-off between CPUs pays a cache-line transfer, and
+//! the lock word itself is a cache line whose RMWs serialise.
+
+use super::Ns;
+
+/// Cost of moving a cache line between CPUs, from the machine profile.
+#[derive(Clone, Copy, Debug)]
+pub struct LineCost {
+    /// Atomic RMW on a line already owned by this CPU.
+    pub local_rmw: Ns,
+    /// Transfer from another CPU on the same socket.
+    pub same_socket: Ns,
+    /// Transfer from a CPU on another socket.
+    pub cross_socket: Ns,
+    /// CPUs per socket, to tell the two apart.
+    pub cpus_per_socket: u32,
+}
+
+impl LineCost {
+    #[inline]
+    pub fn transfer(&self, from: u32, to: u32) -> Ns {
+        if from == to || from == u32::MAX {
+            self.local_rmw
+        } else if from / self.cpus_per_socket == to / self.cpus_per_socket {
+            self.same_socket
+        } else {
+            self.cross_socket
+        }
+    }
+}
+
+/// A shared, written cache line (a counter, a lock word, a refcount). RMWs
+/// on it serialise: each one waits for the previous to finish and pays a
+/// transfer if another CPU owned the line.
+#[derive(Clone, Debug)]
+pub struct CacheLine {
+    pub owner: u32,
+    pub free_at: Ns,
+    /// Total time callers spent waiting for the line (for reports).
+    pub wait_ns: Ns,
+    pub bounces: u64,
+}
+
+impl Default for CacheLine {
+    fn default() -> Self {
+        CacheLine { owner: u32::MAX, free_at: 0, wait_ns: 0, bounces: 0 }
+    }
+}
+
+impl CacheLine {
+    /// Perform one atomic RMW at `now` from `cpu`; returns completion time.
+    #[inline]
+    pub fn rmw(&mut self, now: Ns, cpu: u32, lc: &LineCost) -> Ns {
+        let start = now.max(self.free_at);
+        self.wait_ns += start - now;
+        let c = lc.transfer(self.owner, cpu);
+        if self.owner != cpu && self.owner != u32::MAX {
+            self.bounces += 1;
+        }
+        self.owner = cpu;
+        self.free_at = start + c;
+        self.free_at
+    }
+}
+
+/// A queued spinlock (FIFO, like qspinlock). The holder's critical section is
+/// known when it takes the lock, so acquisition reserves `[start, start+hold)`.
+#[derive(Clone, Debug, Default)]
+pub struct SpinLock {
+    pub line: CacheLine,
+    pub free_at: Ns,
+    pub acquisitions: u64,
+    pub contended: u64,
+    pub wait_ns: Ns,
+}
+
+impl SpinLock {
+    /// Take the lock at `now`, hold it for `hold`; returns the release time.
+    #[inline]
+    pub fn lock_for(&mut self, now: Ns, cpu: u32, hold: Ns, lc: &LineCost) -> Ns {
+        let got = self.line.rmw(now, cpu, lc).max(self.free_at);
+        let start = got;
+        if start > now + lc.local_rmw {
+            self.contended += 1;
+        }
+        self.wait_ns += start.saturating_sub(now + lc.local_rmw);
+        self.acquisitions += 1;
+        self.free_at = start + hold;
+        self.free_at
+    }
+
+    /// Acquire at `now` and return the time the caller holds it. The caller
+    /// must later call `unlock_at`. Used when the critical section's length
+    /// is only known after doing the work.
+    #[inline]
+    pub fn lock(&mut self, now: Ns, cpu: u32, lc: &LineCost) -> Ns {
+        let got = self.line.rmw(now, cpu, lc).max(self.free_at);
+        if got > now + lc.local_rmw {
+            self.contended += 1;
+        }
+        self.wait_ns += got.saturating_sub(now + lc.local_rmw);
+        self.acquisitions += 1;
+        self.free_at = Ns::MAX;
+        got
+    }
+
+    #[inline]
+    pub fn unlock_at(&mut self, t: Ns) {
+        self.free_at = t;
+    }
+}
+
+/// Reader/writer semaphore (mmap_lock). Readers share; a writer excludes all.
+/// FIFO fairness as in the kernel's rwsem: a reader arriving while a writer is
+/// waiting or holding queues behind that writer. Waiting beyond a short spin
+/// sleeps, which costs a context switch and a wake-up on the waiter's CPU.
+#[derive(Clone, Debug, Default)]
+pub struct RwSem {
+    /// The count word: every down/up is an RMW on it.
+    pub line: CacheLine,
+    /// End of the latest reader's hold.
+    pub readers_until: Ns,
+    /// End of the latest (held or queued) writer's hold.
+    pub writer_until: Ns,
+    /// Start of the latest writer's hold: readers arriving before it share
+    /// with the readers ahead of it.
+    pub writer_from: Ns,
+    pub read_acquisitions: u64,
+    pub write_acquisitions: u64,
+    pub read_wait_ns: Ns,
+    pub write_wait_ns: Ns,
+    pub sleeps: u64,
+}
+
+/// Costs of sleeping on a semaphore.
+#[derive(Clone, Copy, Debug)]
+pub struct SleepCost {
+    /// Waits shorter than this are spent spinning (optimistic spinning).
+    pub spin_limit: Ns,
+    /// Context switch out plus wake-up latency when a waiter slept.
+    pub sleep_wake: Ns,
+}
+
+impl RwSem {
+    /// down_read at `now`, holding for `hold`. Returns (acquired_at, released_at).
+    #[inline]
+    pub fn read_for(&mut self, now: Ns, cpu: u32, hold: Ns, lc: &LineCost, sc: &SleepCost) -> (Ns, Ns) {
+        let t = self.line.rmw(now, cpu, lc);
+        let mut start = t;
+        // A writer holds or is queued at or before our arrival: wait for it.
+        // Steps run in time order, so any writer still holding or queued was
+        // requested before us.
+        if self.writer_until > t {
+            start = self.writer_until;
+        }
+        start = self.wait_cost(now, start, sc);
+        self.read_wait_ns += start - now;
+        self.read_acquisitions += 1;
+        let end = start + hold;
+        // up_read is another RMW on the count line.
+        let end = self.line.rmw(end, cpu, lc);
+        self.readers_until = self.readers_until.max(end);
+        (start, end)
+    }
+
+    /// down_write at `now`, holding for `hold`. Returns (acquired_at, released_at).
+    #[inline]
+    pub fn write_for(&mut self, now: Ns, cpu: u32, hold: Ns, lc: &LineCost, sc: &SleepCost) -> (Ns, Ns) {
+        let t = self.line.rmw(now, cpu, lc);
+        let start = t.max(self.readers_until).max(self.writer_until);
+        let start = self.wait_cost(now, start, sc);
+        self.write_wait_ns += start - now;
+        self.write_acquisitions += 1;
+        self.writer_from = start;
+        let end = self.line.rmw(start + hold, cpu, lc);
+        self.writer_until = end;
+        (start, end)
+    }
+
+    /// Write section followed by a downgrade to read (munmap since 4.20):
+    /// `hold_w` exclusive, then `hold_r` shared. Returns (acquired, downgraded, released).
+    pub fn write_downgrade_for(&mut self, now: Ns, cpu: u32, hold_w: Ns, hold_r: Ns, lc: &LineCost, sc: &SleepCost) -> (Ns, Ns, Ns) {
+        let (start, down) = self.write_for(now, cpu, hold_w, lc, sc);
+        let end = self.line.rmw(down + hold_r, cpu, lc);
+        self.readers_until = self.readers_until.max(end);
+        (start, down, end)
+    }
+
+    #[inline]
+    fn wait_cost(&mut self, now: Ns, start: Ns, sc: &SleepCost) -> Ns {
+        if start > now + sc.spin_limit {
+            self.sleeps += 1;
+            start + sc.sleep_wake
+        } else {
+            start
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    const LC: LineCost = LineCost { local_rmw: 5, same_socket: 50, cross_socket: 150, cpus_per_socket: 4 };
+    const SC: SleepCost = SleepCost { spin_limit: 100, sleep_wake: 3000 };
+
+    #[test]
+    fn rmw_on_one_line_serialises() {
+        let mut l = CacheLine::default();
+        let a = l.rmw(0, 0, &LC);
+        let b = l.rmw(0, 1, &LC);
+        let c = l.rmw(0, 5, &LC);
+        assert_eq!(a, 5);
+        assert_eq!(b, 5 + 50);
+        assert_eq!(c, 55 + 150);
+    }
+
+    #[test]
+    fn spinlock_is_fifo_and_exclusive() {
+        let mut s = SpinLock::default();
+        let e1 = s.lock_for(0, 0, 100, &LC);
+        let e2 = s.lock_for(10, 1, 100, &LC);
+        assert!(e2 >= e1 + 100);
+        assert_eq!(s.contended, 1);
+    }
+
+    #[test]
+    fn readers_share_writer_excludes_and_blocks_later_readers() {
+        let mut r = RwSem::default();
+        let (s1, e1) = r.read_for(0, 0, 1000, &LC, &SC);
+        let (s2, _e2) = r.read_for(10, 1, 1000, &LC, &SC);
+        assert!(s2 < e1, "second reader shares with the first");
+        assert!(s1 < 100);
+        let (ws, we) = r.write_for(20, 2, 500, &LC, &SC);
+        assert!(ws >= e1, "writer waits for readers");
+        let (s3, _) = r.read_for(30, 3, 10, &LC, &SC);
+        assert!(s3 >= we, "reader behind a queued writer waits for it");
+        assert!(r.sleeps >= 2);
+    }
+}

@@ -1,0 +1,181 @@
+//! Workloads: generators of user-level operations, all behind one trait.
+//!
+//! A workload never touches kernel state. It creates tasks and files in
+//! `setup`, then answers `next_op` for a task with the next system call or
+//! memory access that task makes, given the result of its previous one.
+//! Trace replay is one more implementation of the same trait.
+
+use crate::sim::Ns;
+use std::collections::BTreeMap;
+
+pub mod params;
+
+pub type TaskId = u32;
+pub type Fd = i32;
+pub type FileId = u32;
+
+/// Kind of a user memory access.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Access {
+    Load,
+    Store,
+    Ifetch,
+}
+
+pub mod prot {
+    pub const NONE: u32 = 0;
+    pub const READ: u32 = 1;
+    pub const WRITE: u32 = 2;
+    pub const EXEC: u32 = 4;
+}
+
+pub mod map {
+    pub const SHARED: u32 = 0x01;
+    pub const PRIVATE: u32 = 0x02;
+    pub const FIXED: u32 = 0x10;
+    pub const ANONYMOUS: u32 = 0x20;
+    pub const POPULATE: u32 = 0x8000;
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Advice {
+    DontNeed,
+    Free,
+    HugePage,
+    NoHugePage,
+    WillNeed,
+    Cold,
+    PageOut,
+}
+
+/// Linux errno values returned to workloads.
+pub mod errno {
+    pub const ENOENT: i64 = 2;
+    pub const EBADF: i64 = 9;
+    pub const ENOMEM: i64 = 12;
+    pub const EACCES: i64 = 13;
+    pub const EFAULT: i64 = 14;
+    pub const EINVAL: i64 = 22;
+}
+
+/// Type of file system a file lives on (will-it-scale's /tmp may be either).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FsKind {
+    /// shmem: page cache only, swap-backed, no page_mkwrite.
+    Tmpfs,
+    /// A disk file system (ext4-like): reads of uncached blocks cost I/O,
+    /// shared write faults call page_mkwrite, holes read as zeroes.
+    Disk,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op {
+    Mmap { addr: u64, len: u64, prot: u32, flags: u32, fd: Fd, off: u64 },
+    Munmap { addr: u64, len: u64 },
+    Mprotect { addr: u64, len: u64, prot: u32 },
+    Mremap { addr: u64, old_len: u64, new_len: u64, may_move: bool },
+    Madvise { addr: u64, len: u64, advice: Advice },
+    /// Set the program break; `addr` 0 queries it.
+    Brk { addr: u64 },
+    /// One user memory access (faults are taken as needed).
+    Access { addr: u64, kind: Access },
+    /// A user loop: `count` accesses starting at `addr`, `stride` bytes apart.
+    AccessRange { addr: u64, stride: u64, count: u64, kind: Access },
+    Open { file: FileId },
+    Read { fd: Fd, len: u64 },
+    Write { fd: Fd, len: u64 },
+    Lseek { fd: Fd, off: u64 },
+    Ftruncate { fd: Fd, len: u64 },
+    Close { fd: Fd },
+    /// fork(): the parent gets the child's task id, the child starts with Ret::Val(0).
+    Fork,
+    Exit,
+    /// Pure user-mode computation.
+    Compute { ns: Ns },
+}
+
+/// Result of the previous operation, as the syscall would return it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ret {
+    /// The task's first operation.
+    Start,
+    Val(i64),
+    Err(i64),
+}
+
+impl Ret {
+    pub fn val(self) -> i64 {
+        match self {
+            Ret::Val(v) => v,
+            _ => 0,
+        }
+    }
+    pub fn is_err(self) -> bool {
+        matches!(self, Ret::Err(_))
+    }
+}
+
+/// What a workload may do while setting up.
+pub trait SetupEnv {
+    fn nr_cpus(&self) -> u32;
+    /// Total memory of the machine, bytes.
+    fn mem_bytes(&self) -> u64;
+    /// Create a file; if `populate`, its page cache is filled as if written
+    /// with zeroes (no simulated time). Returns its id for `Op::Open`.
+    fn create_file(&mut self, fs: FsKind, size: u64, populate: bool) -> Result<FileId, String>;
+    /// A new process (own mm) on `cpu` (None: let the scheduler place it).
+    fn spawn_process(&mut self, cpu: Option<u32>) -> Result<TaskId, String>;
+    /// A new thread sharing `of`'s mm.
+    fn spawn_thread(&mut self, of: TaskId, cpu: Option<u32>) -> Result<TaskId, String>;
+    /// Seed for the workload's own random stream.
+    fn seed(&self) -> u64;
+}
+
+/// Description of a workload parameter, for `foliosim list`.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct ParamSpec {
+    pub name: &'static str,
+    pub default: String,
+    pub help: &'static str,
+}
+
+pub trait Workload: Send {
+    fn name(&self) -> &str;
+    fn setup(&mut self, env: &mut dyn SetupEnv) -> Result<(), String>;
+    /// The next operation of `task`. Add to `ops` whatever this workload
+    /// counts as an operation (will-it-scale's per-task counter).
+    fn next_op(&mut self, task: TaskId, last: Ret, ops: &mut u64) -> Op;
+    /// A fork created `child` from `parent`.
+    fn on_fork(&mut self, _parent: TaskId, _child: TaskId) {}
+    /// Bytes of memory this workload needs at its peak (for an early, clear
+    /// error when the machine cannot hold it). None = unknown.
+    fn peak_bytes(&self) -> Option<u64> {
+        None
+    }
+}
+
+/// A registered workload: name, help, parameters and constructor.
+pub struct WorkloadInfo {
+    pub name: &'static str,
+    pub help: &'static str,
+    pub params: fn() -> Vec<ParamSpec>,
+    pub build: fn(&mut params::Params) -> Result<Box<dyn Workload>, String>,
+}
+
+/// Every workload foliosim knows, by name.
+pub fn registry() -> Vec<WorkloadInfo> {
+    let mut v = Vec::new();
+    v.extend(registered());
+    v
+}
+
+// Filled by the workload modules.
+fn registered() -> Vec<WorkloadInfo> {
+    Vec::new()
+}
+
+pub fn find(name: &str) -> Option<WorkloadInfo> {
+    registry().into_iter().find(|w| w.name == name)
+}
+
+pub type RawParams = BTreeMap<String, toml::Value>;
