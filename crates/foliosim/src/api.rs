@@ -1,0 +1,86 @@
+//! The library's front door, used by the Python bindings and the tests.
+//! (INTERFACE — bodies are being written; signatures are stable.)
+
+use serde::Serialize;
+
+/// A config error that names where it happened. Display gives the one-line
+/// message the CLI prints: `FILE:LINE: KEY: REASON` (LINE omitted if unknown).
+#[derive(Clone, Debug, Serialize)]
+pub struct ConfigError {
+    pub file: String,
+    pub line: Option<usize>,
+    pub key: String,
+    pub reason: String,
+}
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.line {
+            Some(l) => write!(f, "{}:{}: {}: {}", self.file, l, self.key, self.reason),
+            None => write!(f, "{}: {}: {}", self.file, self.key, self.reason),
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// Progress of a run, reported about every 100 ms of host time.
+#[derive(Clone, Debug, Serialize)]
+pub struct Progress {
+    /// Simulated seconds done and in total.
+    pub sim_s: f64,
+    pub sim_total_s: f64,
+}
+
+/// Validate and normalise a TOML config; returns the normalised config as JSON
+/// (all defaults filled in), which `run_json` accepts.
+pub fn load_toml(_text: &str, _file: &str) -> Result<String, ConfigError> {
+    todo!()
+}
+
+/// Same, for a config given as JSON (a Python dict serialised).
+pub fn load_json(_text: &str, _origin: &str) -> Result<String, ConfigError> {
+    todo!()
+}
+
+/// Run one simulation. `progress` is called periodically; returning false
+/// stops the run early (Ctrl-C), and the result says `"interrupted": true`.
+/// Returns the result as a JSON object string:
+/// {"config": {...}, "interrupted": bool, "sim_time_s": f, "host_time_s": f,
+///  "summary": {"ops_per_s": f, "ops_total": i, "tasks": i, ...},
+///  "vmstat": {"pgfault": i, ...}, "time_ns": {"user": i, "sys": i, "fault": i, "mmap": i, ...},
+///  "per_task": [{"task": i, "cpu": i, "ops": i, "user_ns": i, "sys_ns": i}],
+///  "timeseries": {"t_s": [..], "ops": [..], "<vmstat name>": [..], ...},
+///  "locks": {"mmap_lock_wait_ns": i, ...},
+///  "checker": {"enabled": bool, "audits": i, "violations": [str]}}
+pub fn run_json(_config_json: &str, _progress: &mut dyn FnMut(&Progress) -> bool) -> Result<String, ConfigError> {
+    todo!()
+}
+
+/// Everything `foliosim list` shows, as JSON:
+/// {"workloads": [{"name", "help", "params": [{"name","default","help"}]}],
+///  "profiles": [{"name","description","nr_cpus","mem_mib"}],
+///  "knobs": [{"key","default","help","values"}],
+///  "counters": [{"name","help","gauge"}],
+///  "experiments": [{"name","help"}]}
+pub fn catalog_json() -> String {
+    todo!()
+}
+
+/// A registered reproduction: runs and returns
+/// {"name": .., "title": .., "rows": [{"label","metric","unit","seed","simulated"}], "notes": [..]}
+pub fn reproduce_json(_name: &str, _progress: &mut dyn FnMut(&Progress) -> bool) -> Result<String, ConfigError> {
+    todo!()
+}
+
+/// Names of registered reproductions (empty until mechanisms register theirs).
+pub fn experiments() -> Vec<(String, String)> {
+    Vec::new()
+}
+
+/// Speed benchmarks of the simulator itself. `which` is one of
+/// "anon_faults", "tlb_hits", "pf1_threads64", "big_machine"; returns JSON
+/// with the figure(s) measured, e.g. {"anon_faults_per_host_s": f}.
+pub fn bench_json(_which: &str) -> Result<String, String> {
+    todo!()
+}
