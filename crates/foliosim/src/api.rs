@@ -34,13 +34,17 @@ pub struct Progress {
 
 /// Validate and normalise a TOML config; returns the normalised config as JSON
 /// (all defaults filled in), which `run_json` accepts.
-pub fn load_toml(_text: &str, _file: &str) -> Result<String, ConfigError> {
-    todo!()
+pub fn load_toml(text: &str, file: &str) -> Result<String, ConfigError> {
+    crate::config::from_toml(text, file).map(|c| c.normalized.to_string())
 }
 
 /// Same, for a config given as JSON (a Python dict serialised).
-pub fn load_json(_text: &str, _origin: &str) -> Result<String, ConfigError> {
-    todo!()
+pub fn load_json(text: &str, origin: &str) -> Result<String, ConfigError> {
+    crate::config::from_json(text, origin).map(|c| c.normalized.to_string())
+}
+
+fn run_error(e: String) -> ConfigError {
+    ConfigError { file: "(run)".into(), line: None, key: "workload".into(), reason: e }
 }
 
 /// Run one simulation. `progress` is called periodically; returning false
@@ -53,8 +57,10 @@ pub fn load_json(_text: &str, _origin: &str) -> Result<String, ConfigError> {
 ///  "timeseries": {"t_s": [..], "ops": [..], "<vmstat name>": [..], ...},
 ///  "locks": {"mmap_lock_wait_ns": i, ...},
 ///  "checker": {"enabled": bool, "audits": i, "violations": [str]}}
-pub fn run_json(_config_json: &str, _progress: &mut dyn FnMut(&Progress) -> bool) -> Result<String, ConfigError> {
-    todo!()
+pub fn run_json(config_json: &str, progress: &mut dyn FnMut(&Progress) -> bool) -> Result<String, ConfigError> {
+    let cfg = crate::config::from_json(config_json, "(config)")?;
+    let out = crate::run::simulate(&cfg, progress).map_err(run_error)?;
+    Ok(crate::run::result_json(&cfg, &out).to_string())
 }
 
 /// Everything `foliosim list` shows, as JSON:
@@ -64,23 +70,23 @@ pub fn run_json(_config_json: &str, _progress: &mut dyn FnMut(&Progress) -> bool
 ///  "counters": [{"name","help","gauge"}],
 ///  "experiments": [{"name","help"}]}
 pub fn catalog_json() -> String {
-    todo!()
+    crate::catalog::catalog().to_string()
 }
 
 /// A registered reproduction: runs and returns
 /// {"name": .., "title": .., "rows": [{"label","metric","unit","seed","simulated"}], "notes": [..]}
-pub fn reproduce_json(_name: &str, _progress: &mut dyn FnMut(&Progress) -> bool) -> Result<String, ConfigError> {
-    todo!()
+pub fn reproduce_json(name: &str, progress: &mut dyn FnMut(&Progress) -> bool) -> Result<String, ConfigError> {
+    crate::reproduce::run(name, progress).map(|v| v.to_string())
 }
 
-/// Names of registered reproductions (empty until mechanisms register theirs).
+/// Names and one-line descriptions of registered reproductions.
 pub fn experiments() -> Vec<(String, String)> {
-    Vec::new()
+    crate::reproduce::registry().into_iter().map(|e| (e.name.to_string(), e.title.to_string())).collect()
 }
 
 /// Speed benchmarks of the simulator itself. `which` is one of
 /// "anon_faults", "tlb_hits", "pf1_threads64", "big_machine"; returns JSON
 /// with the figure(s) measured, e.g. {"anon_faults_per_host_s": f}.
-pub fn bench_json(_which: &str) -> Result<String, String> {
-    todo!()
+pub fn bench_json(which: &str) -> Result<String, String> {
+    crate::bench::run(which).map(|v| v.to_string())
 }

@@ -2,7 +2,14 @@
 //! subsystem. See DESIGN.md in the shared folder for the architecture.
 
 pub mod api;
+pub mod bench;
+pub mod catalog;
+pub mod check;
+pub mod config;
 pub mod hw;
+pub mod kernel;
 pub mod mm;
+pub mod reproduce;
+pub mod run;
 pub mod sim;
 pub mod workload;

@@ -1,7 +1,15 @@
 //! The kernel model, one file per Linux file where one exists.
 
+pub mod filemap;
+pub mod fork;
 pub mod mem_map;
+pub mod memory;
+pub mod mmap;
+pub mod mmu_gather;
 pub mod page_alloc;
+pub mod pgtable;
+pub mod swap;
+pub mod vmscan;
 pub mod vmstat;
 
 /// Page frame number. 32 bits cover 16 TiB of 4 KiB frames.

@@ -26,7 +26,7 @@ stats! {
     NrInactiveFile = "nr_inactive_file" : "pages on the inactive file LRU",
     NrActiveFile = "nr_active_file" : "pages on the active file LRU",
     NrPageTablePages = "nr_page_table_pages" : "page-table pages (all levels)",
-    NrZeroPageMapped = "nr_zero_page_mapped" : "PTEs mapping the shared zero page (foliosim)",
+    NrZeroPageMapped = "foliosim_zero_page_ptes" : "PTEs mapping the shared zero page",
     // events
     Pgfault = "pgfault" : "page faults of any kind",
     Pgmajfault = "pgmajfault" : "faults that needed I/O",

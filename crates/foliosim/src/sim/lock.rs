@@ -181,6 +181,56 @@ impl RwSem {
         (start, end)
     }
 
+    /// down_read at `now`; returns when held. Pair with `up_read` in the same step.
+    #[inline]
+    pub fn down_read(&mut self, now: Ns, cpu: u32, lc: &LineCost, sc: &SleepCost) -> Ns {
+        let t = self.line.rmw(now, cpu, lc);
+        let start = if self.writer_until > t { self.writer_until } else { t };
+        let start = self.wait_cost(now, start, sc);
+        self.read_wait_ns += start - now;
+        self.read_acquisitions += 1;
+        start
+    }
+
+    /// up_read at `t`; returns when the release RMW completed.
+    #[inline]
+    pub fn up_read(&mut self, t: Ns, cpu: u32, lc: &LineCost) -> Ns {
+        let end = self.line.rmw(t, cpu, lc);
+        self.readers_until = self.readers_until.max(end);
+        end
+    }
+
+    /// down_write at `now`; returns when held. Pair with `up_write` (or
+    /// `downgrade_write` + `up_read`) in the same step.
+    #[inline]
+    pub fn down_write(&mut self, now: Ns, cpu: u32, lc: &LineCost, sc: &SleepCost) -> Ns {
+        let t = self.line.rmw(now, cpu, lc);
+        let start = t.max(self.readers_until).max(self.writer_until);
+        let start = self.wait_cost(now, start, sc);
+        self.write_wait_ns += start - now;
+        self.write_acquisitions += 1;
+        self.writer_from = start;
+        // Reserve until released: later readers in this step's future queue behind.
+        self.writer_until = Ns::MAX;
+        start
+    }
+
+    #[inline]
+    pub fn up_write(&mut self, t: Ns, cpu: u32, lc: &LineCost) -> Ns {
+        let end = self.line.rmw(t, cpu, lc);
+        self.writer_until = end;
+        end
+    }
+
+    /// downgrade_write at `t`: readers may enter from now; the caller now
+    /// holds it for read and must `up_read`.
+    #[inline]
+    pub fn downgrade_write(&mut self, t: Ns, cpu: u32, lc: &LineCost) -> Ns {
+        let end = self.line.rmw(t, cpu, lc);
+        self.writer_until = end;
+        end
+    }
+
     /// Write section followed by a downgrade to read (munmap since 4.20):
     /// `hold_w` exclusive, then `hold_r` shared. Returns (acquired, downgraded, released).
     pub fn write_downgrade_for(&mut self, now: Ns, cpu: u32, hold_w: Ns, hold_r: Ns, lc: &LineCost, sc: &SleepCost) -> (Ns, Ns, Ns) {
@@ -239,5 +289,17 @@ mod tests {
         let (s3, _) = r.read_for(30, 3, 10, &LC, &SC);
         assert!(s3 >= we, "reader behind a queued writer waits for it");
         assert!(r.sleeps >= 2);
+    }
+
+    #[test]
+    fn split_api_matches_reservations() {
+        let mut r = RwSem::default();
+        let a = r.down_read(0, 0, &LC, &SC);
+        let a_end = r.up_read(a + 1000, 0, &LC);
+        let w = r.down_write(10, 1, &LC, &SC);
+        assert!(w >= a_end);
+        let w_end = r.up_write(w + 500, 1, &LC);
+        let b = r.down_read(20, 2, &LC, &SC);
+        assert!(b >= w_end);
     }
 }

@@ -1,0 +1,171 @@
+//! The simulated kernel: one struct holding the machine and all mm state.
+//! Its methods are spread over the files of `mm/` (memory.rs holds the
+//! fault paths, mmu_gather.rs the TLB flushing, ...) like Linux's functions
+//! over its files; `kernel/syscalls.rs` dispatches a workload's operations.
+
+pub mod costs;
+pub mod knobs;
+pub mod syscalls;
+pub mod task;
+
+use crate::check::Checker;
+use crate::hw::profile::Profile;
+use crate::hw::tlb::Tlb;
+use crate::mm::filemap::Inode;
+use crate::mm::mem_map::{pg, MemMap};
+use crate::mm::mmap::Mm;
+use crate::mm::page_alloc::{AllocParams, MigrateType, PageAlloc, ZoneSpec};
+use crate::mm::swap::LruVec;
+use crate::mm::vmstat::{Stat, VmStat};
+use crate::mm::Pfn;
+use crate::sim::lock::{LineCost, SleepCost};
+use crate::sim::Ns;
+use costs::Costs;
+use knobs::Knobs;
+use task::Task;
+
+/// One simulated CPU.
+pub struct Cpu {
+    pub tlb: Tlb,
+    /// Interrupt work (IPIs received) not yet charged to whatever runs here.
+    pub irq_debt: Ns,
+    /// The per-CPU LRU-add batch (folio_batch), holding one reference each.
+    pub lru_add: Vec<Pfn>,
+    /// Busy until (when several tasks share this CPU).
+    pub free_at: Ns,
+    pub node: u32,
+}
+
+/// One memory node (pg_data_t).
+pub struct Node {
+    pub id: u32,
+    pub start_pfn: Pfn,
+    pub nr_pages: u64,
+    pub lruvec: LruVec,
+    pub zero_4k: Ns,
+    pub copy_4k: Ns,
+    pub read_4k: Ns,
+    pub has_cpus: bool,
+}
+
+pub struct Kernel {
+    pub prof: Profile,
+    pub c: Costs,
+    pub lc: LineCost,
+    pub sc: SleepCost,
+    pub knobs: Knobs,
+    pub cpus: Vec<Cpu>,
+    pub nodes: Vec<Node>,
+    pub pa: PageAlloc,
+    pub mem_map: MemMap,
+    pub mms: Vec<Mm>,
+    pub tasks: Vec<Task>,
+    pub inodes: Vec<Inode>,
+    pub stat: VmStat,
+    pub check: Checker,
+    pub zero_pfn: Pfn,
+    pub next_anon_vma: u32,
+}
+
+impl Kernel {
+    /// Boot a machine described by `prof` with `knobs`.
+    pub fn boot(prof: Profile, knobs: Knobs, check: bool) -> Result<Kernel, String> {
+        let c = Costs::from_profile(&prof);
+        let nr_cpus = prof.cpu.nr_cpus;
+        let lc = LineCost {
+            local_rmw: c.line_local,
+            same_socket: c.line_same,
+            cross_socket: c.line_cross,
+            cpus_per_socket: (nr_cpus / prof.cpu.sockets).max(1),
+        };
+        let sc = SleepCost { spin_limit: c.spin_limit, sleep_wake: c.context_switch };
+        // Nodes get consecutive PFN ranges; CPUs are spread over nodes with CPUs.
+        let cpu_nodes: Vec<u32> = prof.nodes.iter().enumerate().filter(|(_, n)| n.has_cpus).map(|(i, _)| i as u32).collect();
+        let per = (nr_cpus as usize).div_ceil(cpu_nodes.len());
+        let cpu_node = |cpu: u32| cpu_nodes[(cpu as usize / per).min(cpu_nodes.len() - 1)];
+        let mut zones = Vec::new();
+        let mut nodes = Vec::new();
+        let mut start: u64 = 0;
+        for (i, n) in prof.nodes.iter().enumerate() {
+            let pages = n.mem_mib << (20 - 12);
+            let local_cpus: Vec<u32> = (0..nr_cpus).filter(|&c| cpu_node(c) == i as u32).collect();
+            zones.push(ZoneSpec { nid: i as u32, start_pfn: start as Pfn, nr_pages: pages, local_cpus });
+            nodes.push(Node {
+                id: i as u32,
+                start_pfn: start as Pfn,
+                nr_pages: pages,
+                lruvec: LruVec::default(),
+                zero_4k: c.node_zero_4k[i],
+                copy_4k: c.node_copy_4k[i],
+                read_4k: c.node_read_4k[i],
+                has_cpus: n.has_cpus,
+            });
+            start += pages;
+        }
+        let params = AllocParams {
+            nr_cpus,
+            min_free_kbytes: knobs.min_free_kbytes,
+            watermark_scale_factor: knobs.watermark_scale_factor,
+            percpu_pagelist_high_fraction: knobs.percpu_pagelist_high_fraction,
+            alloc_pcp_ns: c.alloc_pcp,
+            free_pcp_ns: c.free_pcp,
+            buddy_op_ns: c.buddy_op,
+            line: lc,
+        };
+        let pa = PageAlloc::new(zones, params);
+        let cpus = (0..nr_cpus)
+            .map(|i| Cpu { tlb: Tlb::new(&prof.tlb), irq_debt: 0, lru_add: Vec::with_capacity(c.lru_batch), free_at: 0, node: cpu_node(i) })
+            .collect();
+        let mut k = Kernel {
+            mem_map: MemMap::new(start),
+            c,
+            lc,
+            sc,
+            knobs,
+            cpus,
+            nodes,
+            pa,
+            mms: Vec::new(),
+            tasks: Vec::new(),
+            inodes: Vec::new(),
+            stat: VmStat::default(),
+            check: Checker::new(check),
+            zero_pfn: 0,
+            next_anon_vma: 1,
+            prof,
+        };
+        // The shared zero page: allocated once, never freed, never refcounted by mappings.
+        let zp = k.pa.alloc_pages(0, 0, 0, 0, MigrateType::Unmovable, &mut k.stat).ok_or("no memory for the zero page")?;
+        k.zero_pfn = zp.pfn;
+        let p = k.mem_map.get_mut(zp.pfn);
+        p.flags = pg::ZERO_PAGE | pg::ALLOCATED | pg::HEAD;
+        p.refcount = 1;
+        p.nid = zp.nid as u8;
+        k.stat.add(Stat::NrFreePages, 0);
+        Ok(k)
+    }
+
+    pub fn nr_cpus(&self) -> u32 {
+        self.cpus.len() as u32
+    }
+
+    pub fn mem_bytes(&self) -> u64 {
+        self.nodes.iter().map(|n| n.nr_pages << 12).sum()
+    }
+
+    #[inline]
+    pub fn pfn_to_nid(&self, pfn: Pfn) -> u32 {
+        for n in &self.nodes {
+            if pfn >= n.start_pfn && (pfn as u64) < n.start_pfn as u64 + n.nr_pages {
+                return n.id;
+            }
+        }
+        0
+    }
+
+    pub fn new_mm(&mut self) -> u32 {
+        let id = self.mms.len() as u32;
+        self.mms.push(Mm::new(id, self.nr_cpus()));
+        id
+    }
+}

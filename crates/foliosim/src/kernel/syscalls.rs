@@ -1,0 +1,563 @@
+//! System calls and user memory accesses: what a workload's operations do.
+
+use super::Kernel;
+use crate::hw::tlb::TlbLookup;
+use crate::mm::memory::{access_permitted, Fault};
+use crate::mm::mmap::{vm, OpenFile, Vma};
+use crate::mm::mmu_gather::MmuGather;
+use crate::mm::pgtable::{pte_index, Pte};
+use crate::mm::vmstat::{Entry, Stat};
+use crate::sim::Ns;
+use crate::workload::{errno, map, prot, Access, Advice, Op, Ret};
+
+const MAX_RANGE_STEP: u64 = 4096;
+
+impl Kernel {
+    /// Run one operation of task `tid`, starting at its clock. Returns the
+    /// result, or None when the operation continues in a later step (the
+    /// rest is left in `task.pending`).
+    pub fn exec(&mut self, tid: u32, op: Op) -> Option<Ret> {
+        match op {
+            Op::Access { addr, kind } => Some(self.user_access(tid, addr, kind)),
+            Op::AccessRange { addr, stride, count, kind } => self.access_range(tid, addr, stride, count, kind),
+            Op::Compute { ns } => {
+                let tk = &mut self.tasks[tid as usize];
+                tk.clock += ns;
+                tk.user_ns += ns;
+                Some(Ret::Val(0))
+            }
+            Op::Mmap { addr, len, prot, flags, fd, off } => Some(self.sys(tid, Entry::Mmap, |k, t, cpu, mm| k.do_mmap(t, cpu, mm, addr, len, prot, flags, fd, off))),
+            Op::Munmap { addr, len } => Some(self.sys(tid, Entry::Munmap, |k, t, cpu, mm| k.do_munmap(t, cpu, mm, addr, len))),
+            Op::Mprotect { addr, len, prot } => Some(self.sys(tid, Entry::Mprotect, |k, t, cpu, mm| k.do_mprotect(t, cpu, mm, addr, len, prot))),
+            Op::Mremap { addr, old_len, new_len, may_move } => Some(self.sys(tid, Entry::Mremap, |k, t, cpu, mm| k.do_mremap(t, cpu, mm, addr, old_len, new_len, may_move))),
+            Op::Madvise { addr, len, advice } => Some(self.sys(tid, Entry::Madvise, |k, t, cpu, mm| k.do_madvise(t, cpu, mm, addr, len, advice))),
+            Op::Brk { addr } => Some(self.sys(tid, Entry::Brk, |k, t, cpu, mm| k.do_brk(t, cpu, mm, addr))),
+            Op::Open { file } => Some(self.sys(tid, Entry::Open, |k, t, _cpu, mm| {
+                if file as usize >= k.inodes.len() {
+                    return (Ret::Err(errno::ENOENT), t);
+                }
+                let fd = k.mms[mm as usize].alloc_fd(OpenFile { inode: file, pos: 0 });
+                (Ret::Val(fd as i64), t + k.c.file_op)
+            })),
+            Op::Close { fd } => Some(self.sys(tid, Entry::Close, |k, t, _cpu, mm| match k.mms[mm as usize].fd(fd) {
+                None => (Ret::Err(errno::EBADF), t),
+                Some(_) => {
+                    k.mms[mm as usize].fds[(fd - 3) as usize] = None;
+                    (Ret::Val(0), t + k.c.file_op)
+                }
+            })),
+            Op::Lseek { fd, off } => Some(self.sys(tid, Entry::Lseek, |k, t, _cpu, mm| match k.mms[mm as usize].fd(fd) {
+                None => (Ret::Err(errno::EBADF), t),
+                Some(f) => {
+                    f.pos = off;
+                    (Ret::Val(off as i64), t)
+                }
+            })),
+            Op::Read { fd, len } => Some(self.sys(tid, Entry::Read, |k, t, cpu, mm| {
+                let Some(f) = k.mms[mm as usize].fd(fd).copied() else { return (Ret::Err(errno::EBADF), t) };
+                k.stat.inc(Stat::FileRead);
+                match k.filemap_read(t + k.c.file_op, cpu, f.inode, f.pos, len) {
+                    None => (Ret::Err(errno::ENOMEM), t),
+                    Some((n, t)) => {
+                        k.mms[mm as usize].fd(fd).unwrap().pos += n;
+                        (Ret::Val(n as i64), t)
+                    }
+                }
+            })),
+            Op::Write { fd, len } => Some(self.sys(tid, Entry::Write, |k, t, cpu, mm| {
+                let Some(f) = k.mms[mm as usize].fd(fd).copied() else { return (Ret::Err(errno::EBADF), t) };
+                k.stat.inc(Stat::FileWrite);
+                match k.filemap_write(t + k.c.file_op, cpu, f.inode, f.pos, len) {
+                    None => (Ret::Err(errno::ENOMEM), t),
+                    Some((n, t)) => {
+                        k.mms[mm as usize].fd(fd).unwrap().pos += n;
+                        (Ret::Val(n as i64), t)
+                    }
+                }
+            })),
+            Op::Ftruncate { fd, len } => Some(self.sys(tid, Entry::Ftruncate, |k, t, cpu, mm| {
+                let Some(f) = k.mms[mm as usize].fd(fd).copied() else { return (Ret::Err(errno::EBADF), t) };
+                let ino = f.inode;
+                let t = if len < k.inodes[ino as usize].size { k.truncate_pagecache(t, cpu, ino, len) } else { t };
+                k.inodes[ino as usize].size = len;
+                (Ret::Val(0), t + k.c.file_op)
+            })),
+            Op::Fork => Some(self.do_fork(tid)),
+            Op::Exit => {
+                self.do_exit(tid);
+                Some(Ret::Val(0))
+            }
+        }
+    }
+
+    /// Run a system call body between syscall entry and exit, charging its
+    /// time to `entry`.
+    fn sys(&mut self, tid: u32, entry: Entry, f: impl FnOnce(&mut Kernel, Ns, u32, u32) -> (Ret, Ns)) -> Ret {
+        let (t0, cpu, mm) = {
+            let tk = &self.tasks[tid as usize];
+            (tk.clock, tk.cpu, tk.mm)
+        };
+        let (r, t) = f(self, t0 + self.c.syscall / 2, cpu, mm);
+        let t = t + self.c.syscall / 2;
+        let tk = &mut self.tasks[tid as usize];
+        tk.entry_ns[entry as usize] += t - t0;
+        tk.sys_ns += t - t0;
+        tk.clock = t;
+        r
+    }
+
+    /// One user access: TLB lookup, page walk on a miss, fault if the walk
+    /// finds no usable PTE, then retry.
+    pub fn user_access(&mut self, tid: u32, addr: u64, kind: Access) -> Ret {
+        let (mm, cpu) = {
+            let tk = &self.tasks[tid as usize];
+            (tk.mm, tk.cpu)
+        };
+        let va = addr & !4095;
+        let mut cost = self.c.user_access;
+        self.stat.inc(Stat::TlbAccesses);
+        let lk = self.cpus[cpu as usize].tlb.lookup(mm, va, kind);
+        let hit = match lk {
+            TlbLookup::L1Hit(e) => Some(e),
+            TlbLookup::StlbHit(e) => {
+                self.stat.inc(Stat::StlbHits);
+                cost += self.c.stlb_hit;
+                Some(e)
+            }
+            TlbLookup::Miss => None,
+        };
+        if let Some(e) = hit {
+            if self.check.enabled {
+                self.check.on_tlb_hit(&self.mms[mm as usize], &self.mem_map, cpu, va, &e, kind);
+            }
+            if kind != Access::Store || (e.writable() && e.dirty()) {
+                let tk = &mut self.tasks[tid as usize];
+                tk.clock += cost;
+                tk.user_ns += cost;
+                return Ret::Val(0);
+            }
+            // Store through a read-only or clean entry: the CPU re-walks.
+        } else {
+            self.stat.inc(match kind {
+                Access::Load => Stat::DtlbLoadMisses,
+                Access::Store => Stat::DtlbStoreMisses,
+                Access::Ifetch => Stat::ItlbMisses,
+            });
+        }
+        cost += self.c.walk;
+        {
+            let tk = &mut self.tasks[tid as usize];
+            tk.clock += cost;
+            tk.user_ns += cost;
+        }
+        for _ in 0..3 {
+            let pte = self.mms[mm as usize].pt.pte(va);
+            if pte_allows(pte, kind) {
+                // Hardware sets accessed/dirty bits on the walk.
+                let bits = Pte::YOUNG | if kind == Access::Store { Pte::DIRTY } else { 0 };
+                let pte = pte.with(bits);
+                if let Some(tbl) = self.mms[mm as usize].pt.table_mut(va) {
+                    tbl.ptes[pte_index(va)] = pte;
+                }
+                let epoch = self.mem_map.get(pte.pfn()).alloc_epoch;
+                self.cpus[cpu as usize].tlb.fill(mm, va, crate::hw::tlb::TlbEntry::from_pte(mm, va, pte.pfn(), 0, pte.write(), pte.dirty(), pte.exec(), epoch), kind);
+                return Ret::Val(0);
+            }
+            match self.handle_mm_fault(tid, addr, kind) {
+                Fault::Done => continue,
+                Fault::Segv => return Ret::Err(errno::EFAULT),
+                Fault::Oom => return Ret::Err(errno::ENOMEM),
+            }
+        }
+        Ret::Err(errno::EFAULT)
+    }
+
+    /// A user loop over many addresses. Runs until the first access that
+    /// faulted (so that other CPUs interleave at fault granularity) or a
+    /// bounded number of accesses, leaving the rest pending.
+    fn access_range(&mut self, tid: u32, addr: u64, stride: u64, count: u64, kind: Access) -> Option<Ret> {
+        let mut a = addr;
+        let mut n = count;
+        let faults0 = self.stat.get(Stat::Pgfault);
+        let mut done = 0;
+        while n > 0 {
+            let r = self.user_access(tid, a, kind);
+            if r.is_err() {
+                return Some(r);
+            }
+            a += stride;
+            n -= 1;
+            done += 1;
+            if self.stat.get(Stat::Pgfault) != faults0 || done >= MAX_RANGE_STEP {
+                break;
+            }
+        }
+        if n == 0 {
+            return Some(Ret::Val(count as i64));
+        }
+        self.tasks[tid as usize].pending = Some(Op::AccessRange { addr: a, stride, count: n, kind });
+        None
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn do_mmap(&mut self, t: Ns, cpu: u32, mm: u32, addr: u64, len: u64, prot_: u32, flags: u32, fd: i32, off: u64) -> (Ret, Ns) {
+        if len == 0 || off % 4096 != 0 || (flags & (map::SHARED | map::PRIVATE)) == 0 {
+            return (Ret::Err(errno::EINVAL), t);
+        }
+        let len = len.div_ceil(4096) * 4096;
+        let file = if flags & map::ANONYMOUS != 0 {
+            0
+        } else {
+            match self.mms[mm as usize].fd(fd) {
+                Some(f) => f.inode + 1,
+                None => return (Ret::Err(errno::EBADF), t),
+            }
+        };
+        let t = self.mms[mm as usize].mmap_lock.down_write(t, cpu, &self.lc, &self.sc);
+        let mut t = t + self.c.mmap;
+        let m = &mut self.mms[mm as usize];
+        let start = if flags & map::FIXED != 0 {
+            if addr % 4096 != 0 {
+                let t = m.mmap_lock.up_write(t, cpu, &self.lc);
+                return (Ret::Err(errno::EINVAL), t);
+            }
+            addr
+        } else {
+            match m.get_unmapped_area(len, 4096) {
+                Some(a) => a,
+                None => {
+                    let t = m.mmap_lock.up_write(t, cpu, &self.lc);
+                    return (Ret::Err(errno::ENOMEM), t);
+                }
+            }
+        };
+        if flags & map::FIXED != 0 && !self.mms[mm as usize].range_free(start, start + len) {
+            // MAP_FIXED replaces what was there.
+            t = self.unmap_region_locked(t, cpu, mm, start, start + len);
+        }
+        let mut vflags = 0;
+        if prot_ & prot::READ != 0 {
+            vflags |= vm::READ;
+        }
+        if prot_ & prot::WRITE != 0 {
+            vflags |= vm::WRITE | vm::MAYWRITE;
+        }
+        if prot_ & prot::EXEC != 0 {
+            vflags |= vm::EXEC;
+        }
+        if flags & map::SHARED != 0 {
+            vflags |= vm::SHARED;
+        }
+        let pgoff = if file == 0 { start >> 12 } else { off >> 12 };
+        let vma = Vma { start, end: start + len, flags: vflags, file, pgoff, anon_vma: 0, seq: 0 };
+        let merged = self.mms[mm as usize].insert_vma(vma);
+        if merged > 0 {
+            self.stat.add(Stat::VmaMerge, merged as i64);
+            t += self.c.vma_merge * merged as Ns;
+        }
+        if file != 0 {
+            self.inodes[(file - 1) as usize].i_mmap += 1;
+        }
+        self.stat.inc(Stat::Mmap);
+        let mut t = self.mms[mm as usize].mmap_lock.up_write(t, cpu, &self.lc);
+        if flags & map::POPULATE != 0 {
+            let kind = if prot_ & prot::WRITE != 0 { Access::Store } else { Access::Load };
+            let mut a = start;
+            while a < start + len {
+                let tid = self.tasks.iter().position(|x| x.mm == mm && x.cpu == cpu && !x.exited).unwrap_or(0) as u32;
+                self.tasks[tid as usize].clock = t;
+                self.user_access(tid, a, kind);
+                t = self.tasks[tid as usize].clock;
+                a += 4096;
+            }
+        }
+        (Ret::Val(start as i64), t)
+    }
+
+    /// Detach and zap [start, end) with mmap_lock already held for write.
+    fn unmap_region_locked(&mut self, t: Ns, cpu: u32, mm: u32, start: u64, end: u64) -> Ns {
+        let (gone, splits) = self.mms[mm as usize].detach_range(start, end);
+        let mut t = t + self.c.vma_split * splits as Ns;
+        self.stat.add(Stat::VmaSplit, splits as i64);
+        t = self.lru_add_drain_cpu(t, cpu);
+        let mut tlb = MmuGather::new(mm, false);
+        for v in &gone {
+            t = self.zap_page_range(t, cpu, mm, v.start, v.end, &mut tlb);
+            if v.file != 0 {
+                self.inodes[(v.file - 1) as usize].i_mmap -= 1;
+            }
+        }
+        if let (Some(f), Some(l)) = (gone.first(), gone.last()) {
+            self.free_pgtables(mm, f.start, l.end, &mut tlb);
+        }
+        self.tlb_finish_mmu(t, cpu, tlb)
+    }
+
+    fn do_munmap(&mut self, t: Ns, cpu: u32, mm: u32, addr: u64, len: u64) -> (Ret, Ns) {
+        if addr % 4096 != 0 || len == 0 {
+            return (Ret::Err(errno::EINVAL), t);
+        }
+        let end = addr + len.div_ceil(4096) * 4096;
+        self.stat.inc(Stat::Munmap);
+        // Detach under the write lock, then downgrade for the zap, the
+        // page-table free and the shootdown (since 4.20).
+        let lc = self.lc;
+        let t = self.mms[mm as usize].mmap_lock.down_write(t, cpu, &lc, &self.sc);
+        let (gone, splits) = self.mms[mm as usize].detach_range(addr, end);
+        let t = t + self.c.munmap + self.c.vma_split * splits as Ns;
+        self.stat.add(Stat::VmaSplit, splits as i64);
+        let mut t = self.mms[mm as usize].mmap_lock.downgrade_write(t, cpu, &lc);
+        t = self.lru_add_drain_cpu(t, cpu);
+        let mut tlb = MmuGather::new(mm, false);
+        for v in &gone {
+            t = self.zap_page_range(t, cpu, mm, v.start, v.end, &mut tlb);
+            if v.file != 0 {
+                self.inodes[(v.file - 1) as usize].i_mmap -= 1;
+            }
+        }
+        if let (Some(f), Some(l)) = (gone.first(), gone.last()) {
+            self.free_pgtables(mm, f.start, l.end, &mut tlb);
+        }
+        let t = self.tlb_finish_mmu(t, cpu, tlb);
+        let t = self.mms[mm as usize].mmap_lock.up_read(t, cpu, &lc);
+        (Ret::Val(0), t)
+    }
+
+    fn do_mprotect(&mut self, t: Ns, cpu: u32, mm: u32, addr: u64, len: u64, prot_: u32) -> (Ret, Ns) {
+        if addr % 4096 != 0 {
+            return (Ret::Err(errno::EINVAL), t);
+        }
+        let end = addr + len.div_ceil(4096) * 4096;
+        let lc = self.lc;
+        let t = self.mms[mm as usize].mmap_lock.down_write(t, cpu, &lc, &self.sc);
+        let mut t = t + self.c.mprotect;
+        // Every page of the range must be mapped.
+        let covered: u64 = self.mms[mm as usize].vmas.values().filter(|v| v.end > addr && v.start < end).map(|v| v.end.min(end) - v.start.max(addr)).sum();
+        if covered != end - addr {
+            let t = self.mms[mm as usize].mmap_lock.up_write(t, cpu, &lc);
+            return (Ret::Err(errno::ENOMEM), t);
+        }
+        let m = &mut self.mms[mm as usize];
+        let splits = m.split_at(addr) as u32 + m.split_at(end) as u32;
+        self.stat.add(Stat::VmaSplit, splits as i64);
+        t += self.c.vma_split * splits as Ns;
+        let keys: Vec<u64> = m.vmas.range(addr..end).map(|(&k, _)| k).collect();
+        let mut tighten = false;
+        for &k in &keys {
+            let v = m.vmas.get_mut(&k).unwrap();
+            let mut f = v.flags & !(vm::READ | vm::WRITE | vm::EXEC);
+            if prot_ & prot::READ != 0 {
+                f |= vm::READ;
+            }
+            if prot_ & prot::WRITE != 0 {
+                f |= vm::WRITE | vm::MAYWRITE;
+            }
+            if prot_ & prot::EXEC != 0 {
+                f |= vm::EXEC;
+            }
+            if v.flags & !f & (vm::WRITE | vm::READ | vm::EXEC) != 0 {
+                tighten = true;
+            }
+            v.flags = f;
+            v.seq = v.seq.wrapping_add(1);
+        }
+        // change_protection: removing write (or all) access rewrites PTEs and flushes.
+        if tighten {
+            let mut changed = false;
+            let mut va = addr;
+            while va < end {
+                if let Some(tbl) = self.mms[mm as usize].pt.table_mut(va) {
+                    let slot = &mut tbl.ptes[pte_index(va)];
+                    if slot.present() && (slot.write() || prot_ & prot::READ == 0) {
+                        *slot = if prot_ & prot::WRITE == 0 { slot.without(Pte::WRITE) } else { *slot };
+                        changed = true;
+                        t += self.c.pte_set;
+                    }
+                }
+                va += 4096;
+            }
+            if prot_ == prot::NONE {
+                // PROT_NONE: zap-like removal is modelled as write-protect plus
+                // VMA permission; accesses fault on the VMA check.
+            }
+            if changed {
+                t = self.flush_tlb_mm_range(t, cpu, mm, addr, end, false);
+            }
+        }
+        for k in keys {
+            let merged = self.mms[mm as usize].merge_around(k);
+            self.stat.add(Stat::VmaMerge, merged as i64);
+        }
+        let t = self.mms[mm as usize].mmap_lock.up_write(t, cpu, &lc);
+        (Ret::Val(0), t)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn do_mremap(&mut self, t: Ns, cpu: u32, mm: u32, addr: u64, old_len: u64, new_len: u64, may_move: bool) -> (Ret, Ns) {
+        let old_len = old_len.div_ceil(4096) * 4096;
+        let new_len = new_len.div_ceil(4096) * 4096;
+        if addr % 4096 != 0 || new_len == 0 {
+            return (Ret::Err(errno::EINVAL), t);
+        }
+        let Some(v) = self.mms[mm as usize].vma_lookup(addr).cloned() else { return (Ret::Err(errno::EFAULT), t) };
+        if addr + old_len > v.end {
+            return (Ret::Err(errno::EFAULT), t);
+        }
+        if new_len <= old_len {
+            let (r, t) = if new_len < old_len { self.do_munmap(t, cpu, mm, addr + new_len, old_len - new_len) } else { (Ret::Val(0), t) };
+            return (if r.is_err() { r } else { Ret::Val(addr as i64) }, t);
+        }
+        let lc = self.lc;
+        let t = self.mms[mm as usize].mmap_lock.down_write(t, cpu, &lc, &self.sc);
+        let mut t = t + self.c.mprotect;
+        // Grow in place when the VMA ends at addr+old_len and the space after is free.
+        if addr + old_len == v.end && self.mms[mm as usize].range_free(v.end, addr + new_len) {
+            let m = &mut self.mms[mm as usize];
+            let vv = m.vmas.get_mut(&v.start).unwrap();
+            vv.end = addr + new_len;
+            vv.seq = vv.seq.wrapping_add(1);
+            let t = m.mmap_lock.up_write(t, cpu, &lc);
+            return (Ret::Val(addr as i64), t);
+        }
+        if !may_move {
+            let t = self.mms[mm as usize].mmap_lock.up_write(t, cpu, &lc);
+            return (Ret::Err(errno::ENOMEM), t);
+        }
+        // move_vma: new range, move the PTEs, flush the old range.
+        let Some(new) = self.mms[mm as usize].get_unmapped_area(new_len, 4096) else {
+            let t = self.mms[mm as usize].mmap_lock.up_write(t, cpu, &lc);
+            return (Ret::Err(errno::ENOMEM), t);
+        };
+        let m = &mut self.mms[mm as usize];
+        let splits = m.split_at(addr) as u32 + m.split_at(addr + old_len) as u32;
+        t += self.c.vma_split * splits as Ns;
+        let old = m.vmas.remove(&addr).unwrap();
+        let moved = Vma { start: new, end: new + new_len, pgoff: if old.file == 0 { old.pgoff } else { old.pgoff }, seq: 0, ..old.clone() };
+        let mut entries = Vec::new();
+        let mut va = addr;
+        while va < addr + old_len {
+            if let Some(tbl) = m.pt.table_mut(va) {
+                let slot = &mut tbl.ptes[pte_index(va)];
+                if slot.present() {
+                    entries.push((va - addr, *slot));
+                    *slot = Pte::NONE;
+                    tbl.nr_present -= 1;
+                }
+            }
+            va += 4096;
+        }
+        m.vmas.insert(new, moved);
+        for (off, pte) in entries {
+            match self.pte_alloc_for_move(t, cpu, mm, new + off) {
+                Some(t1) => t = t1,
+                None => break,
+            }
+            let tbl = self.mms[mm as usize].pt.table_mut(new + off).unwrap();
+            tbl.ptes[pte_index(new + off)] = pte;
+            tbl.nr_present += 1;
+            t += self.c.pte_set;
+        }
+        t = self.flush_tlb_mm_range(t, cpu, mm, addr, addr + old_len, false);
+        let mut tlb = MmuGather::new(mm, false);
+        self.free_pgtables(mm, addr, addr + old_len, &mut tlb);
+        t = self.tlb_finish_mmu(t, cpu, tlb);
+        let t = self.mms[mm as usize].mmap_lock.up_write(t, cpu, &lc);
+        (Ret::Val(new as i64), t)
+    }
+
+    fn do_madvise(&mut self, t: Ns, cpu: u32, mm: u32, addr: u64, len: u64, advice: Advice) -> (Ret, Ns) {
+        if addr % 4096 != 0 {
+            return (Ret::Err(errno::EINVAL), t);
+        }
+        let end = addr + len.div_ceil(4096) * 4096;
+        let lc = self.lc;
+        match advice {
+            Advice::DontNeed | Advice::Free => {
+                // MADV_DONTNEED zaps under mmap_lock for read; without swap,
+                // MADV_FREE behaves like DONTNEED here (no lazyfree reclaim yet).
+                let t = self.mms[mm as usize].mmap_lock.down_read(t, cpu, &lc, &self.sc);
+                let mut t = t + self.c.madvise;
+                let ranges: Vec<(u64, u64)> = self.mms[mm as usize].vmas.values().filter(|v| v.end > addr && v.start < end).map(|v| (v.start.max(addr), v.end.min(end))).collect();
+                if ranges.iter().map(|r| r.1 - r.0).sum::<u64>() != end - addr {
+                    let t = self.mms[mm as usize].mmap_lock.up_read(t, cpu, &lc);
+                    return (Ret::Err(errno::ENOMEM), t);
+                }
+                t = self.lru_add_drain_cpu(t, cpu);
+                let mut tlb = MmuGather::new(mm, false);
+                for (s, e) in ranges {
+                    t = self.zap_page_range(t, cpu, mm, s, e, &mut tlb);
+                }
+                t = self.tlb_finish_mmu(t, cpu, tlb);
+                let t = self.mms[mm as usize].mmap_lock.up_read(t, cpu, &lc);
+                (Ret::Val(0), t)
+            }
+            Advice::HugePage | Advice::NoHugePage => {
+                let t = self.mms[mm as usize].mmap_lock.down_write(t, cpu, &lc, &self.sc);
+                let m = &mut self.mms[mm as usize];
+                let splits = m.split_at(addr) as u32 + m.split_at(end) as u32;
+                for v in m.vmas.range_mut(addr..end).map(|(_, v)| v) {
+                    if advice == Advice::HugePage {
+                        v.flags = (v.flags | vm::HUGEPAGE) & !vm::NOHUGEPAGE;
+                    } else {
+                        v.flags = (v.flags | vm::NOHUGEPAGE) & !vm::HUGEPAGE;
+                    }
+                }
+                let t = t + self.c.madvise + self.c.vma_split * splits as Ns;
+                let t = self.mms[mm as usize].mmap_lock.up_write(t, cpu, &lc);
+                (Ret::Val(0), t)
+            }
+            Advice::WillNeed | Advice::Cold | Advice::PageOut => (Ret::Val(0), t + self.c.madvise),
+        }
+    }
+
+    fn do_brk(&mut self, t: Ns, cpu: u32, mm: u32, addr: u64) -> (Ret, Ns) {
+        let cur = self.mms[mm as usize].brk;
+        let start = self.mms[mm as usize].brk_start;
+        if addr == 0 || addr < start {
+            return (Ret::Val(cur as i64), t);
+        }
+        let lc = self.lc;
+        let new_end = addr.div_ceil(4096) * 4096;
+        let old_end = cur.div_ceil(4096) * 4096;
+        let t = self.mms[mm as usize].mmap_lock.down_write(t, cpu, &lc, &self.sc);
+        let mut t = t + self.c.brk;
+        if new_end > old_end {
+            if !self.mms[mm as usize].range_free(old_end, new_end) {
+                let t = self.mms[mm as usize].mmap_lock.up_write(t, cpu, &lc);
+                return (Ret::Val(cur as i64), t);
+            }
+            let v = Vma { start: old_end, end: new_end, flags: vm::READ | vm::WRITE | vm::MAYWRITE | vm::BRK, file: 0, pgoff: old_end >> 12, anon_vma: 0, seq: 0 };
+            self.mms[mm as usize].insert_vma(v);
+        } else if new_end < old_end {
+            t = self.unmap_region_locked(t, cpu, mm, new_end, old_end);
+        }
+        self.mms[mm as usize].brk = addr;
+        let t = self.mms[mm as usize].mmap_lock.up_write(t, cpu, &lc);
+        (Ret::Val(addr as i64), t)
+    }
+
+    fn pte_alloc_for_move(&mut self, t: Ns, cpu: u32, mm: u32, va: u64) -> Option<Ns> {
+        // Reuse the fault path's table allocation.
+        let (a, b, c) = self.mms[mm as usize].pt.missing(va);
+        if !(a || b || c) {
+            return Some(t);
+        }
+        self.pte_alloc_pub(t, cpu, mm, va)
+    }
+}
+
+/// Would the hardware walk succeed for this access with this PTE?
+#[inline]
+fn pte_allows(pte: Pte, kind: Access) -> bool {
+    pte.present()
+        && match kind {
+            Access::Store => pte.write(),
+            Access::Ifetch => pte.exec(),
+            Access::Load => true,
+        }
+}
+
+#[allow(dead_code)]
+fn _uses(_: &dyn Fn(&crate::mm::mmap::Vma, Access) -> bool) {
+    let _ = access_permitted;
+}

@@ -1,0 +1,29 @@
+//! A simulated task (thread or process) as the kernel sees it.
+
+use crate::mm::vmstat::NR_ENTRIES;
+use crate::sim::Ns;
+use crate::workload::{Op, Ret};
+
+pub struct Task {
+    pub id: u32,
+    pub mm: u32,
+    pub cpu: u32,
+    /// The task's own simulated clock: when its next step starts.
+    pub clock: Ns,
+    /// Operations counted by the workload (will-it-scale's counter).
+    pub ops: u64,
+    pub user_ns: Ns,
+    pub sys_ns: Ns,
+    pub entry_ns: [Ns; NR_ENTRIES],
+    /// Result of the previous operation, handed to the workload.
+    pub last: Ret,
+    /// An operation in progress across steps (e.g. the rest of an access range).
+    pub pending: Option<Op>,
+    pub exited: bool,
+}
+
+impl Task {
+    pub fn new(id: u32, mm: u32, cpu: u32, clock: Ns) -> Task {
+        Task { id, mm, cpu, clock, ops: 0, user_ns: 0, sys_ns: 0, entry_ns: [0; NR_ENTRIES], last: Ret::Start, pending: None, exited: false }
+    }
+}

@@ -1,0 +1,219 @@
+//! The page cache and file I/O (mm/filemap.c, mm/shmem.c in part):
+//! lookup, read-in of missing folios, read()/write(), folio_mark_accessed.
+
+use super::mem_map::pg;
+use super::page_alloc::MigrateType;
+use super::vmstat::Stat;
+use super::Pfn;
+use crate::kernel::Kernel;
+use crate::sim::lock::CacheLine;
+use crate::sim::Ns;
+use crate::workload::FsKind;
+use rustc_hash::FxHashMap;
+
+/// Cache lines standing for the hot `struct folio` words of a file's
+/// folios (refcount, flags), hashed by page index. Readers of one file on
+/// many CPUs bounce these lines, which is what limits read2.
+const FOLIO_LINES: usize = 1024;
+
+pub struct Inode {
+    pub id: u32,
+    pub fs: FsKind,
+    pub size: u64,
+    /// Page index -> folio head (the xarray).
+    pub pages: FxHashMap<u64, Pfn>,
+    /// Pages [0, data_pages) have blocks on disk; beyond is a hole.
+    pub data_pages: u64,
+    /// VMAs mapping this file (i_mmap), counted.
+    pub i_mmap: u32,
+    pub lines: Vec<CacheLine>,
+}
+
+impl Inode {
+    pub fn new(id: u32, fs: FsKind, size: u64) -> Inode {
+        Inode { id, fs, size, pages: FxHashMap::default(), data_pages: 0, i_mmap: 0, lines: vec![CacheLine::default(); FOLIO_LINES] }
+    }
+}
+
+/// How a page-cache lookup went.
+pub enum CacheHit {
+    Hit(Pfn),
+    /// Allocated and read in (or zero-filled for a hole).
+    Filled(Pfn),
+}
+
+impl Kernel {
+    /// Find the folio at `index` of inode `ino`, reading it in if missing
+    /// (filemap_get_folio + filemap_add_folio + read_folio; shmem allocates
+    /// a zeroed folio). Returns (head pfn, done time) or None on OOM.
+    pub fn filemap_get_folio(&mut self, t: Ns, cpu: u32, ino: u32, index: u64) -> Option<(CacheHit, Ns)> {
+        let t = t + self.c.pc_lookup;
+        if let Some(&pfn) = self.inodes[ino as usize].pages.get(&index) {
+            return Some((CacheHit::Hit(pfn), t));
+        }
+        let nid = self.cpus[cpu as usize].node;
+        let (pfn, mut t) = self.alloc_folio(t, cpu, 0, nid, MigrateType::Movable)?;
+        let fs = self.inodes[ino as usize].fs;
+        let on_disk = index < self.inodes[ino as usize].data_pages;
+        let pnid = self.mem_map.get(pfn).nid as usize;
+        if fs == FsKind::Disk && on_disk {
+            t += self.c.disk_read;
+            self.stat.inc(Stat::Pgmajfault);
+            self.stat.add(Stat::Pgpgin, 4);
+        } else {
+            // A hole, or a new shmem page: cleared.
+            t += self.nodes[pnid].zero_4k;
+        }
+        {
+            let p = self.mem_map.get_mut(pfn);
+            p.flags |= pg::UPTODATE | if fs == FsKind::Tmpfs { pg::SWAPBACKED | pg::SHMEM } else { 0 };
+            p.mapping = ino + 1;
+            p.index = index;
+        }
+        self.inodes[ino as usize].pages.insert(index, pfn);
+        self.stat.inc(Stat::NrFilePages);
+        if fs == FsKind::Tmpfs {
+            self.stat.inc(Stat::NrShmem);
+        }
+        t += self.c.pc_insert;
+        // The cache's own reference is the allocation's initial one.
+        let t = self.folio_add_lru(t, cpu, pfn);
+        Some((CacheHit::Filled(pfn), t))
+    }
+
+    /// folio_mark_accessed, classic (two-list) LRU: the first access sets
+    /// PG_referenced; a second one on an inactive folio activates it.
+    pub fn folio_mark_accessed(&mut self, t: Ns, cpu: u32, pfn: Pfn) -> Ns {
+        let flags = self.mem_map.get(pfn).flags;
+        if flags & pg::REFERENCED == 0 {
+            self.mem_map.get_mut(pfn).flags |= pg::REFERENCED;
+            return t;
+        }
+        if flags & (pg::ACTIVE | pg::UNEVICTABLE) != 0 {
+            return t;
+        }
+        let mut t = t;
+        if flags & pg::LRU != 0 {
+            // folio_activate: move to the active list under lru_lock.
+            let nid = self.mem_map.get(pfn).nid as usize;
+            t = self.nodes[nid].lruvec.lru_lock.lock_for(t, cpu, self.c.lru_lock_per_folio, &self.lc);
+            self.lruvec_del_folio(pfn);
+            self.mem_map.get_mut(pfn).flags |= pg::ACTIVE;
+            self.lruvec_add_folio(pfn);
+            self.stat.add(Stat::Pgactivate, 1 << self.mem_map.get(pfn).order);
+        } else {
+            // Still in a per-CPU batch: it will be added to the active list.
+            self.mem_map.get_mut(pfn).flags |= pg::ACTIVE;
+        }
+        self.mem_map.get_mut(pfn).flags &= !pg::REFERENCED;
+        t
+    }
+
+    /// read(): copy `len` bytes at the file position through the page cache
+    /// (filemap_read). Returns (bytes read, done time), None on OOM.
+    pub fn filemap_read(&mut self, t: Ns, cpu: u32, ino: u32, pos: u64, len: u64) -> Option<(u64, Ns)> {
+        let size = self.inodes[ino as usize].size;
+        if pos >= size || len == 0 {
+            return Some((0, t));
+        }
+        let end = (pos + len).min(size);
+        let mut t = t;
+        let mut idx = pos >> 12;
+        while idx << 12 < end {
+            let (hit, t1) = self.filemap_get_folio(t, cpu, ino, idx)?;
+            let pfn = match hit {
+                CacheHit::Hit(p) | CacheHit::Filled(p) => p,
+            };
+            // folio_get / folio_put around the copy: RMWs on the folio's line.
+            let li = (idx as usize) % FOLIO_LINES;
+            t = self.inodes[ino as usize].lines[li].rmw(t1, cpu, &self.lc);
+            t = self.folio_mark_accessed(t, cpu, pfn);
+            let chunk = ((idx + 1) << 12).min(end) - (idx << 12).max(pos);
+            let nid = self.mem_map.get(pfn).nid as usize;
+            t += self.nodes[nid].read_4k * chunk / 4096;
+            t = self.inodes[ino as usize].lines[li].rmw(t, cpu, &self.lc);
+            idx += 1;
+        }
+        Some((end - pos, t))
+    }
+
+    /// write(): copy into the page cache, extending the file; pages become
+    /// dirty (no writeback is modelled: dirty pages stay until truncation).
+    pub fn filemap_write(&mut self, t: Ns, cpu: u32, ino: u32, pos: u64, len: u64) -> Option<(u64, Ns)> {
+        let end = pos + len;
+        let mut t = t;
+        let mut idx = pos >> 12;
+        while idx << 12 < end {
+            let (hit, t1) = self.filemap_get_folio(t, cpu, ino, idx)?;
+            let pfn = match hit {
+                CacheHit::Hit(p) | CacheHit::Filled(p) => p,
+            };
+            t = t1;
+            let nid = self.mem_map.get(pfn).nid as usize;
+            let chunk = ((idx + 1) << 12).min(end) - (idx << 12).max(pos);
+            t += self.nodes[nid].copy_4k * chunk / 4096;
+            t = self.folio_mark_accessed(t, cpu, pfn);
+            self.folio_mark_dirty(pfn);
+            idx += 1;
+        }
+        let inode = &mut self.inodes[ino as usize];
+        inode.size = inode.size.max(end);
+        inode.data_pages = inode.data_pages.max(end.div_ceil(4096));
+        Some((len, t))
+    }
+
+    pub fn folio_mark_dirty(&mut self, pfn: Pfn) {
+        let p = self.mem_map.get_mut(pfn);
+        if p.flags & pg::DIRTY == 0 {
+            p.flags |= pg::DIRTY;
+            self.stat.inc(Stat::NrDirty);
+        }
+    }
+
+    /// Populate a file's cache at setup time, as if written with zeroes
+    /// long before the measurement (no simulated time is charged).
+    pub fn populate_file(&mut self, ino: u32) -> Result<(), String> {
+        let pages = self.inodes[ino as usize].size.div_ceil(4096);
+        self.inodes[ino as usize].data_pages = pages;
+        for idx in 0..pages {
+            if self.filemap_get_folio(0, 0, ino, idx).is_none() {
+                return Err("the machine has no memory for the file's page cache".into());
+            }
+        }
+        self.lru_add_drain_cpu(0, 0);
+        Ok(())
+    }
+
+    /// Drop the page cache beyond `new_size` (truncate_inode_pages_range):
+    /// unmapped folios are freed; mapped ones stay until unmapped.
+    pub fn truncate_pagecache(&mut self, t: Ns, cpu: u32, ino: u32, new_size: u64) -> Ns {
+        let first = new_size.div_ceil(4096);
+        let mut victims: Vec<(u64, Pfn)> = self.inodes[ino as usize].pages.iter().filter(|(&i, _)| i >= first).map(|(&i, &p)| (i, p)).collect();
+        victims.sort_unstable();
+        let mut put = Vec::with_capacity(victims.len());
+        for (i, pfn) in victims {
+            self.inodes[ino as usize].pages.remove(&i);
+            self.page_cache_delete(pfn);
+            put.push(pfn);
+        }
+        let inode = &mut self.inodes[ino as usize];
+        inode.size = new_size;
+        inode.data_pages = inode.data_pages.min(first);
+        self.release_folios(t, cpu, &put)
+    }
+
+    /// Forget a folio's page-cache identity (its cache reference is dropped by the caller).
+    pub fn page_cache_delete(&mut self, pfn: Pfn) {
+        let p = self.mem_map.get_mut(pfn);
+        let (dirty, shmem) = (p.flags & pg::DIRTY != 0, p.flags & pg::SHMEM != 0);
+        p.flags &= !(pg::DIRTY | pg::UPTODATE);
+        p.mapping = 0;
+        self.stat.add(Stat::NrFilePages, -1);
+        if dirty {
+            self.stat.add(Stat::NrDirty, -1);
+        }
+        if shmem {
+            self.stat.add(Stat::NrShmem, -1);
+        }
+    }
+}

@@ -1,0 +1,158 @@
+//! fork (kernel/fork.c dup_mmap, mm/memory.c copy_page_range) and exit
+//! (exit_mmap).
+
+use super::mem_map::pg;
+use super::mmap::Mm;
+use super::mmu_gather::MmuGather;
+use super::pgtable::{pte_index, Pte};
+use super::vmstat::{Entry, Stat};
+use crate::kernel::task::Task;
+use crate::kernel::Kernel;
+use crate::workload::{errno, Ret};
+
+impl Kernel {
+    /// fork(): a new process whose mm copies the parent's. Private anonymous
+    /// pages become shared copy-on-write: write-protected in both, mapcount
+    /// raised, AnonExclusive cleared. File VMAs without anon pages are not
+    /// copied; their PTEs are refilled by faults (as copy_page_range skips them).
+    pub fn do_fork(&mut self, tid: u32) -> Ret {
+        let (pmm, cpu, t0) = {
+            let tk = &self.tasks[tid as usize];
+            (tk.mm, tk.cpu, tk.clock)
+        };
+        let lc = self.lc;
+        let mut t = self.mms[pmm as usize].mmap_lock.down_write(t0 + self.c.syscall / 2, cpu, &lc, &self.sc);
+        t += self.c.fork_base;
+        let cmm = self.new_mm();
+        let vmas: Vec<_> = self.mms[pmm as usize].vmas.values().cloned().collect();
+        {
+            let (brk_start, brk, fds) = {
+                let p = &self.mms[pmm as usize];
+                (p.brk_start, p.brk, p.fds.clone())
+            };
+            let c: &mut Mm = &mut self.mms[cmm as usize];
+            c.brk_start = brk_start;
+            c.brk = brk;
+            c.fds = fds;
+            for v in &vmas {
+                let mut v = v.clone();
+                v.seq = 0;
+                c.vmas.insert(v.start, v);
+            }
+        }
+        let mut wrprotected = false;
+        for v in &vmas {
+            if v.file != 0 {
+                self.inodes[(v.file - 1) as usize].i_mmap += 1;
+            }
+            if v.anon_vma == 0 {
+                continue; // copy_page_range: nothing a fault could not refill
+            }
+            let mut va = v.start;
+            while va < v.end {
+                let next_tbl = ((va >> 21) + 1) << 21;
+                let pte = match self.mms[pmm as usize].pt.table(va) {
+                    None => {
+                        va = next_tbl;
+                        continue;
+                    }
+                    Some(tbl) => tbl.ptes[pte_index(va)],
+                };
+                if pte.present() {
+                    let mut pte = pte;
+                    if !v.is_shared() && pte.write() {
+                        pte = pte.without(Pte::WRITE);
+                        self.mms[pmm as usize].pt.table_mut(va).unwrap().ptes[pte_index(va)] = pte;
+                        wrprotected = true;
+                    }
+                    match self.pte_alloc_pub(t, cpu, cmm, va) {
+                        Some(t1) => t = t1,
+                        None => return self.fork_fail(tid, cmm, t0, t),
+                    }
+                    let tbl = self.mms[cmm as usize].pt.table_mut(va).unwrap();
+                    tbl.ptes[pte_index(va)] = pte;
+                    tbl.nr_present += 1;
+                    t += self.c.pte_set + self.c.rmap;
+                    if pte.special() {
+                        self.stat.inc(Stat::NrZeroPageMapped);
+                    } else {
+                        let pfn = pte.pfn();
+                        let p = self.mem_map.get_mut(pfn);
+                        p.refcount += 1;
+                        p.mapcount += 1;
+                        if p.flags & pg::ANON != 0 {
+                            p.flags &= !pg::ANON_EXCLUSIVE;
+                            self.mms[cmm as usize].rss_anon += 1;
+                        } else {
+                            self.mms[cmm as usize].rss_file += 1;
+                        }
+                    }
+                }
+                va += 4096;
+            }
+        }
+        if wrprotected {
+            // The parent's writable translations must go before anyone writes.
+            t = self.flush_tlb_mm_range(t, cpu, pmm, 0, u64::MAX & !4095, false);
+        }
+        let t = self.mms[pmm as usize].mmap_lock.up_write(t, cpu, &lc) + self.c.syscall / 2;
+        // The child runs on the parent's CPU until the scheduler moves it.
+        let child = self.tasks.len() as u32;
+        let mut ct = Task::new(child, cmm, cpu, t);
+        ct.last = Ret::Val(0);
+        self.tasks.push(ct);
+        self.mms[cmm as usize].cpumask_set(cpu);
+        self.stat.inc(Stat::Fork);
+        let tk = &mut self.tasks[tid as usize];
+        tk.entry_ns[Entry::Fork as usize] += t - t0;
+        tk.sys_ns += t - t0;
+        tk.clock = t;
+        Ret::Val(child as i64)
+    }
+
+    fn fork_fail(&mut self, tid: u32, cmm: u32, t0: u64, t: u64) -> Ret {
+        self.exit_mmap(t, self.tasks[tid as usize].cpu, cmm);
+        let tk = &mut self.tasks[tid as usize];
+        tk.clock = t;
+        tk.sys_ns += t - t0;
+        Ret::Err(errno::ENOMEM)
+    }
+
+    /// exit(): the task leaves; the last user of an mm tears it down.
+    pub fn do_exit(&mut self, tid: u32) {
+        let (mm, cpu, t0) = {
+            let tk = &self.tasks[tid as usize];
+            (tk.mm, tk.cpu, tk.clock)
+        };
+        let mut t = t0 + self.c.exit_base;
+        self.mms[mm as usize].users -= 1;
+        if self.mms[mm as usize].users == 0 {
+            t = self.exit_mmap(t, cpu, mm);
+        }
+        self.stat.inc(Stat::Exit);
+        let tk = &mut self.tasks[tid as usize];
+        tk.entry_ns[Entry::Exit as usize] += t - t0;
+        tk.sys_ns += t - t0;
+        tk.clock = t;
+        tk.exited = true;
+    }
+
+    /// exit_mmap: zap everything, free all page tables, forget the mm.
+    pub fn exit_mmap(&mut self, t: u64, cpu: u32, mm: u32) -> u64 {
+        let mut t = self.lru_add_drain_cpu(t, cpu);
+        let vmas: Vec<_> = std::mem::take(&mut self.mms[mm as usize].vmas).into_values().collect();
+        let mut tlb = MmuGather::new(mm, true);
+        for v in &vmas {
+            t = self.zap_page_range(t, cpu, mm, v.start, v.end, &mut tlb);
+            if v.file != 0 {
+                self.inodes[(v.file - 1) as usize].i_mmap -= 1;
+            }
+        }
+        self.free_pgtables(mm, 0, super::mmap::TASK_SIZE, &mut tlb);
+        t = self.tlb_finish_mmu(t, cpu, tlb);
+        let m = &mut self.mms[mm as usize];
+        m.alive = false;
+        m.fds.clear();
+        t
+    }
+}

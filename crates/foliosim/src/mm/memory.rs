@@ -1,0 +1,618 @@
+//! Page faults and unmapping (mm/memory.c): handle_mm_fault and its paths
+//! for 4 KiB pages — do_anonymous_page (zero page on read), do_read_fault
+//! with fault-around, do_cow_fault, do_shared_fault, do_wp_page (reuse,
+//! wp_page_copy, wp_page_shared) — and zap_pte_range.
+
+use super::mem_map::pg;
+use super::mmap::{vm, Vma};
+use super::mmu_gather::MmuGather;
+use super::page_alloc::MigrateType;
+use super::pgtable::{pte_index, Pte, PteTable, PGDIR_SHIFT, PMD_SHIFT, PUD_SHIFT};
+use super::vmstat::Stat;
+use super::Pfn;
+use crate::kernel::knobs::Mutant;
+use crate::kernel::Kernel;
+use crate::sim::Ns;
+use crate::workload::{Access, FsKind};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    Done,
+    /// SIGSEGV: no VMA or the VMA forbids the access.
+    Segv,
+    /// Out of memory with nothing reclaimable.
+    Oom,
+}
+
+impl Kernel {
+    /// Allocate and prepare a folio (folio_alloc + prep_new_page). On
+    /// failure, reclaims (direct reclaim) and retries; None = OOM.
+    pub fn alloc_folio(&mut self, t: Ns, cpu: u32, order: u32, nid: u32, mt: MigrateType) -> Option<(Pfn, Ns)> {
+        let mut t = t;
+        let mut tries = 0;
+        loop {
+            if let Some(a) = self.pa.alloc_pages(t, cpu, order, nid, mt, &mut self.stat) {
+                t = a.done;
+                for i in 0..(1u32 << order) {
+                    let p = self.mem_map.get_mut(a.pfn + i);
+                    p.flags = pg::ALLOCATED | if i == 0 { pg::HEAD } else { pg::TAIL };
+                    p.order = order as u8;
+                    p.nid = a.nid as u8;
+                    p.refcount = if i == 0 { 1 } else { 0 };
+                    p.mapcount = 0;
+                    p.mapping = 0;
+                    p.index = 0;
+                    p.private = 0;
+                    p.lru_prev = 0;
+                    p.lru_next = 0;
+                    p.alloc_epoch = p.alloc_epoch.wrapping_add(1);
+                }
+                self.check.on_alloc(&self.mem_map, &self.pa, a.pfn, order);
+                if self.knobs.mutant == Mutant::DoubleAlloc && tries == 0 && order == 0 {
+                    // Broken variant: the frame also stays free, so the
+                    // allocator will hand it out again.
+                    self.pa.free_pages(t, cpu, a.pfn, 0, &mut self.stat);
+                }
+                return Some((a.pfn, t));
+            }
+            tries += 1;
+            if tries > 3 {
+                self.stat.inc(Stat::Oom);
+                return None;
+            }
+            self.stat.inc(Stat::AllocstallNormal);
+            let (freed, t1) = self.try_to_free_pages(t, cpu, 32 << order);
+            t = t1;
+            if freed == 0 {
+                // Flush per-CPU lists that might hold what we need.
+                self.pa.drain_all_pages();
+            }
+        }
+    }
+
+    /// Make sure the page-table levels above `va` exist (for mremap).
+    pub(crate) fn pte_alloc_pub(&mut self, t: Ns, cpu: u32, mm: u32, va: u64) -> Option<Ns> {
+        self.pte_alloc(t, cpu, mm, va)
+    }
+
+    /// Make sure the page-table levels above `va` exist, allocating them.
+    fn pte_alloc(&mut self, t: Ns, cpu: u32, mm: u32, va: u64) -> Option<Ns> {
+        let (pud, pmd, pte) = self.mms[mm as usize].pt.missing(va);
+        if !(pud || pmd || pte) {
+            return Some(t);
+        }
+        let mut t = t;
+        let nid = self.cpus[cpu as usize].node;
+        for (need, level) in [(pud, 0), (pmd, 1), (pte, 2)] {
+            if !need {
+                continue;
+            }
+            let (pfn, t1) = self.alloc_folio(t, cpu, 0, nid, MigrateType::Unmovable)?;
+            t = t1 + self.c.pgtable_alloc;
+            self.mem_map.get_mut(pfn).flags |= pg::PGTABLE;
+            self.stat.inc(Stat::NrPageTablePages);
+            let pt = &mut self.mms[mm as usize].pt;
+            match level {
+                0 => {
+                    pt.pud_tables.insert(va >> PGDIR_SHIFT, (pfn, 0));
+                }
+                1 => {
+                    pt.pmd_tables.insert(va >> PUD_SHIFT, (pfn, 0));
+                    pt.pud_tables.get_mut(&(va >> PGDIR_SHIFT)).unwrap().1 += 1;
+                }
+                _ => {
+                    pt.pte_tables.insert(
+                        va >> PMD_SHIFT,
+                        Box::new(PteTable { ptes: [Pte::NONE; 512], nr_present: 0, pfn, ptl: Default::default() }),
+                    );
+                    pt.pmd_tables.get_mut(&(va >> PUD_SHIFT)).unwrap().1 += 1;
+                }
+            }
+        }
+        Some(t)
+    }
+
+    /// handle_mm_fault for a user access by task `tid` at `addr`, entered
+    /// from the trap. Charges the task's clock; takes mmap_lock for read.
+    pub fn handle_mm_fault(&mut self, tid: u32, addr: u64, kind: Access) -> Fault {
+        let (mm, cpu, t0) = {
+            let tk = &self.tasks[tid as usize];
+            (tk.mm, tk.cpu, tk.clock)
+        };
+        self.stat.inc(Stat::Pgfault);
+        let t = t0 + self.c.trap / 2;
+        let t = self.mms[mm as usize].mmap_lock.down_read(t, cpu, &self.lc, &self.sc);
+        let t = t + self.c.vma_lookup;
+        let (res, t) = match self.mms[mm as usize].vma_lookup(addr).cloned() {
+            None => (Fault::Segv, t),
+            Some(vma) if !access_permitted(&vma, kind) => (Fault::Segv, t),
+            Some(vma) => self.handle_pte_fault(t + self.c.fault_base, cpu, mm, &vma, addr & !4095, kind),
+        };
+        let t = self.mms[mm as usize].mmap_lock.up_read(t, cpu, &self.lc);
+        let t = t + self.c.trap / 2;
+        if res == Fault::Segv {
+            self.stat.inc(Stat::Segv);
+        }
+        let tk = &mut self.tasks[tid as usize];
+        tk.entry_ns[crate::mm::vmstat::Entry::Fault as usize] += t - t0;
+        tk.sys_ns += t - t0;
+        tk.clock = t;
+        res
+    }
+
+    fn handle_pte_fault(&mut self, t: Ns, cpu: u32, mm: u32, vma: &Vma, addr: u64, kind: Access) -> (Fault, Ns) {
+        let t = match self.pte_alloc(t, cpu, mm, addr) {
+            Some(t) => t,
+            None => return (Fault::Oom, t),
+        };
+        let pte = self.mms[mm as usize].pt.pte(addr);
+        let write = kind == Access::Store;
+        if pte.is_none() {
+            return if vma.is_anon() {
+                self.do_anonymous_page(t, cpu, mm, vma, addr, write)
+            } else if !write {
+                self.do_read_fault(t, cpu, mm, vma, addr)
+            } else if !vma.is_shared() {
+                self.do_cow_fault(t, cpu, mm, vma, addr)
+            } else {
+                self.do_shared_fault(t, cpu, mm, vma, addr)
+            };
+        }
+        if write && !pte.write() {
+            return self.do_wp_page(t, cpu, mm, vma, addr, pte);
+        }
+        // Another CPU fixed it, or only young/dirty needed setting.
+        self.stat.inc(Stat::FaultSpurious);
+        let bits = Pte::YOUNG | if write { Pte::DIRTY } else { 0 };
+        let tbl = self.mms[mm as usize].pt.table_mut(addr).unwrap();
+        tbl.ptes[pte_index(addr)] = pte.with(bits);
+        (Fault::Done, t)
+    }
+
+    /// Install `pte` at `addr` under the table's PTL, holding it for `hold`.
+    /// Returns false (and installs nothing) if the slot is no longer `expect`.
+    fn set_pte_locked(&mut self, t: Ns, cpu: u32, mm: u32, addr: u64, expect: Pte, pte: Pte, hold: Ns) -> (bool, Ns) {
+        let lc = self.lc;
+        let tbl = self.mms[mm as usize].pt.table_mut(addr).expect("pte table exists");
+        let start = tbl.ptl.lock(t, cpu, &lc);
+        let end = start + hold;
+        tbl.ptl.unlock_at(end);
+        let slot = &mut tbl.ptes[pte_index(addr)];
+        if *slot != expect {
+            return (false, end);
+        }
+        if expect.is_none() && !pte.is_none() {
+            tbl.nr_present += 1;
+        }
+        *slot = pte;
+        (true, end)
+    }
+
+    /// Account a new mapping of page `pfn` (rmap add).
+    fn page_add_rmap(&mut self, mm: u32, pfn: Pfn, anon: bool) {
+        let p = self.mem_map.get_mut(pfn);
+        p.mapcount += 1;
+        let first = p.mapcount == 1;
+        if anon {
+            self.mms[mm as usize].rss_anon += 1;
+            if first {
+                self.stat.inc(Stat::NrAnonPages);
+            }
+        } else {
+            self.mms[mm as usize].rss_file += 1;
+            if first {
+                self.stat.inc(Stat::NrMapped);
+            }
+        }
+    }
+
+    /// Account the removal of a mapping (folio_remove_rmap_pte).
+    pub(crate) fn page_remove_rmap(&mut self, mm: u32, pfn: Pfn) {
+        if self.knobs.mutant == Mutant::LeakMapcount {
+            return;
+        }
+        let p = self.mem_map.get_mut(pfn);
+        p.mapcount -= 1;
+        let last = p.mapcount == 0;
+        if p.flags & pg::ANON != 0 {
+            self.mms[mm as usize].rss_anon -= 1;
+            if last {
+                self.stat.add(Stat::NrAnonPages, -1);
+            }
+        } else {
+            self.mms[mm as usize].rss_file -= 1;
+            if last {
+                self.stat.add(Stat::NrMapped, -1);
+            }
+        }
+    }
+
+    fn anon_vma_prepare(&mut self, mm: u32, vma: &Vma) -> u32 {
+        if vma.anon_vma != 0 {
+            return vma.anon_vma;
+        }
+        let id = self.next_anon_vma;
+        self.next_anon_vma += 1;
+        if let Some(v) = self.mms[mm as usize].vmas.get_mut(&vma.start) {
+            v.anon_vma = id;
+        }
+        id
+    }
+
+    /// A fresh anonymous folio for `addr`, zeroed, charged, rmap'd as new.
+    fn alloc_anon_page(&mut self, t: Ns, cpu: u32, mm: u32, vma: &Vma, addr: u64, zero: bool) -> Option<(Pfn, Ns)> {
+        let nid = self.cpus[cpu as usize].node;
+        let (pfn, t) = self.alloc_folio(t, cpu, 0, nid, MigrateType::Movable)?;
+        let pnid = self.mem_map.get(pfn).nid as usize;
+        let t = t + if zero { self.nodes[pnid].zero_4k } else { 0 } + self.c.memcg;
+        let av = self.anon_vma_prepare(mm, vma);
+        let p = self.mem_map.get_mut(pfn);
+        p.flags |= pg::ANON | pg::SWAPBACKED | pg::ANON_EXCLUSIVE | pg::UPTODATE;
+        p.mapping = av;
+        p.index = vma.linear_page_index(addr);
+        // The allocation reference becomes the mapping's reference.
+        Some((pfn, t))
+    }
+
+    /// do_anonymous_page: a read maps the shared zero page; a write
+    /// allocates and zeroes a page (path A of the large-folio series).
+    fn do_anonymous_page(&mut self, t: Ns, cpu: u32, mm: u32, vma: &Vma, addr: u64, write: bool) -> (Fault, Ns) {
+        if !write {
+            let pte = Pte::new(self.zero_pfn, Pte::SPECIAL | Pte::YOUNG);
+            let (ok, t) = self.set_pte_locked(t, cpu, mm, addr, Pte::NONE, pte, self.c.pte_set);
+            if ok {
+                self.stat.inc(Stat::FaultZeroPage);
+                self.stat.inc(Stat::NrZeroPageMapped);
+            }
+            return (Fault::Done, t);
+        }
+        let Some((pfn, t)) = self.alloc_anon_page(t, cpu, mm, vma, addr, true) else {
+            return (Fault::Oom, t);
+        };
+        let pte = Pte::new(pfn, Pte::WRITE | Pte::DIRTY | Pte::YOUNG | exec_bit(vma));
+        let hold = self.c.pte_set + self.c.rmap;
+        let (ok, t) = self.set_pte_locked(t, cpu, mm, addr, Pte::NONE, pte, hold);
+        if !ok {
+            // Lost a race: give the page back.
+            let t = self.release_folios(t, cpu, &[pfn]);
+            return (Fault::Done, t);
+        }
+        self.page_add_rmap(mm, pfn, true);
+        self.stat.inc(Stat::FaultAnon);
+        let t = self.folio_add_lru(t, cpu, pfn);
+        (Fault::Done, t)
+    }
+
+    /// The page-cache folio backing file VMA `vma` at `addr`.
+    fn file_folio(&mut self, t: Ns, cpu: u32, vma: &Vma, addr: u64) -> Option<(Pfn, Ns)> {
+        let ino = vma.file - 1;
+        let idx = vma.linear_page_index(addr);
+        let (hit, t) = self.filemap_get_folio(t, cpu, ino, idx)?;
+        let pfn = match hit {
+            super::filemap::CacheHit::Hit(p) | super::filemap::CacheHit::Filled(p) => p,
+        };
+        Some((pfn, t))
+    }
+
+    fn beyond_eof(&self, vma: &Vma, addr: u64) -> bool {
+        let ino = &self.inodes[(vma.file - 1) as usize];
+        vma.linear_page_index(addr) >= ino.size.div_ceil(4096)
+    }
+
+    /// do_read_fault: map the cached page read-only, plus up to
+    /// fault_around_bytes of neighbours already in the cache (do_fault_around).
+    fn do_read_fault(&mut self, t: Ns, cpu: u32, mm: u32, vma: &Vma, addr: u64) -> (Fault, Ns) {
+        if self.beyond_eof(vma, addr) {
+            return (Fault::Segv, t); // SIGBUS in Linux
+        }
+        self.stat.inc(Stat::FaultFileRead);
+        let mut t = t;
+        let around = self.knobs.fault_around_bytes;
+        if around > 4096 {
+            t = self.do_fault_around(t, cpu, mm, vma, addr, around);
+            if !self.mms[mm as usize].pt.pte(addr).is_none() {
+                return (Fault::Done, t);
+            }
+        }
+        let Some((pfn, t)) = self.file_folio(t, cpu, vma, addr) else {
+            return (Fault::Oom, t);
+        };
+        let pte = Pte::new(pfn, Pte::YOUNG | exec_bit(vma));
+        let (ok, t) = self.set_pte_locked(t, cpu, mm, addr, Pte::NONE, pte, self.c.pte_set + self.c.rmap);
+        if ok {
+            self.mem_map.get_mut(pfn).refcount += 1;
+            self.page_add_rmap(mm, pfn, false);
+        }
+        (Fault::Done, t)
+    }
+
+    /// filemap_map_pages over the aligned window around `addr`: maps cached,
+    /// uptodate pages into empty PTEs of the same table, without I/O.
+    fn do_fault_around(&mut self, t: Ns, cpu: u32, mm: u32, vma: &Vma, addr: u64, bytes: u64) -> Ns {
+        let nr = bytes / 4096;
+        let start = (addr & !(bytes - 1)).max(vma.start).max(addr & !((1 << PMD_SHIFT) - 1));
+        let end = ((addr & !(bytes - 1)) + nr * 4096).min(vma.end).min((addr | ((1 << PMD_SHIFT) - 1)) + 1);
+        let ino = (vma.file - 1) as usize;
+        let eof = self.inodes[ino].size.div_ceil(4096);
+        let mut mapped = Vec::new();
+        let mut va = start;
+        while va < end {
+            let idx = vma.linear_page_index(va);
+            if idx < eof && self.mms[mm as usize].pt.pte(va).is_none() {
+                if let Some(&pfn) = self.inodes[ino].pages.get(&idx) {
+                    if self.mem_map.get(pfn).flags & pg::UPTODATE != 0 {
+                        mapped.push((va, pfn));
+                    }
+                }
+            }
+            va += 4096;
+        }
+        if mapped.is_empty() {
+            return t + self.c.pc_lookup;
+        }
+        let lc = self.lc;
+        let hold = (self.c.pc_lookup + self.c.pte_set + self.c.rmap) * mapped.len() as Ns;
+        let tbl = self.mms[mm as usize].pt.table_mut(addr).unwrap();
+        let s = tbl.ptl.lock(t, cpu, &lc);
+        tbl.ptl.unlock_at(s + hold);
+        let x = exec_bit(vma);
+        for &(va, pfn) in &mapped {
+            let tbl = self.mms[mm as usize].pt.table_mut(addr).unwrap();
+            tbl.ptes[pte_index(va)] = Pte::new(pfn, x);
+            tbl.nr_present += 1;
+            self.mem_map.get_mut(pfn).refcount += 1;
+            self.page_add_rmap(mm, pfn, false);
+        }
+        let n = mapped.iter().filter(|(va, _)| *va != addr).count();
+        self.stat.add(Stat::FaultAroundPages, n as i64);
+        s + hold
+    }
+
+    /// do_cow_fault: write to a private file mapping with no PTE: copy the
+    /// cached page into a new anonymous page.
+    fn do_cow_fault(&mut self, t: Ns, cpu: u32, mm: u32, vma: &Vma, addr: u64) -> (Fault, Ns) {
+        if self.beyond_eof(vma, addr) {
+            return (Fault::Segv, t);
+        }
+        let Some((src, t)) = self.file_folio(t, cpu, vma, addr) else {
+            return (Fault::Oom, t);
+        };
+        let Some((pfn, t)) = self.alloc_anon_page(t, cpu, mm, vma, addr, false) else {
+            return (Fault::Oom, t);
+        };
+        let snid = self.mem_map.get(src).nid as usize;
+        let t = t + self.nodes[snid].copy_4k;
+        self.stat.inc(Stat::FaultCow);
+        let pte = Pte::new(pfn, Pte::WRITE | Pte::DIRTY | Pte::YOUNG | exec_bit(vma));
+        let (ok, t) = self.set_pte_locked(t, cpu, mm, addr, Pte::NONE, pte, self.c.pte_set + self.c.rmap);
+        if !ok {
+            let t = self.release_folios(t, cpu, &[pfn]);
+            return (Fault::Done, t);
+        }
+        self.page_add_rmap(mm, pfn, true);
+        let t = self.folio_add_lru(t, cpu, pfn);
+        (Fault::Done, t)
+    }
+
+    /// do_shared_fault: write to a shared file mapping with no PTE: map the
+    /// cached page writable and dirty it (page_mkwrite on a disk fs).
+    fn do_shared_fault(&mut self, t: Ns, cpu: u32, mm: u32, vma: &Vma, addr: u64) -> (Fault, Ns) {
+        if self.beyond_eof(vma, addr) {
+            return (Fault::Segv, t);
+        }
+        let Some((pfn, mut t)) = self.file_folio(t, cpu, vma, addr) else {
+            return (Fault::Oom, t);
+        };
+        if self.inodes[(vma.file - 1) as usize].fs == FsKind::Disk {
+            t += self.c.page_mkwrite;
+        }
+        self.stat.inc(Stat::FaultFileShared);
+        let pte = Pte::new(pfn, Pte::WRITE | Pte::DIRTY | Pte::YOUNG | exec_bit(vma));
+        let (ok, t) = self.set_pte_locked(t, cpu, mm, addr, Pte::NONE, pte, self.c.pte_set + self.c.rmap);
+        if ok {
+            self.mem_map.get_mut(pfn).refcount += 1;
+            self.page_add_rmap(mm, pfn, false);
+            self.folio_mark_dirty(pfn);
+            let ino = (vma.file - 1) as usize;
+            let idx = vma.linear_page_index(addr);
+            self.inodes[ino].data_pages = self.inodes[ino].data_pages.max(idx + 1);
+        }
+        (Fault::Done, t)
+    }
+
+    /// do_wp_page: a write to a present, read-only PTE.
+    fn do_wp_page(&mut self, t: Ns, cpu: u32, mm: u32, vma: &Vma, addr: u64, pte: Pte) -> (Fault, Ns) {
+        if pte.special() {
+            // The zero page: copy = allocate a zeroed page (wp_page_copy).
+            let Some((pfn, t)) = self.alloc_anon_page(t, cpu, mm, vma, addr, true) else {
+                return (Fault::Oom, t);
+            };
+            return self.wp_replace(t, cpu, mm, vma, addr, pte, pfn, None);
+        }
+        let old = pte.pfn();
+        let flags = self.mem_map.get(old).flags;
+        if vma.is_shared() {
+            // wp_page_shared: page_mkwrite, then make it writable and dirty.
+            let mut t = t;
+            if vma.file != 0 && self.inodes[(vma.file - 1) as usize].fs == FsKind::Disk {
+                t += self.c.page_mkwrite;
+            }
+            let new = pte.with(Pte::WRITE | Pte::DIRTY | Pte::YOUNG);
+            let (ok, t) = self.set_pte_locked(t, cpu, mm, addr, pte, new, self.c.pte_set);
+            if ok {
+                // A permission upgrade needs no flush: a stale read-only
+                // entry only causes a spurious fault that re-walks.
+                self.folio_mark_dirty(old);
+                self.stat.inc(Stat::FaultFileShared);
+            }
+            return (Fault::Done, t);
+        }
+        if flags & pg::ANON != 0 {
+            // wp_can_reuse_anon_folio: exclusive, or the only reference left.
+            let p = self.mem_map.get(old);
+            let mut t = t;
+            if p.refcount > p.mapcount {
+                // A per-CPU LRU batch may hold the extra reference: drain it, as the kernel does.
+                t = self.lru_add_drain_cpu(t, cpu);
+            }
+            let p = self.mem_map.get(old);
+            if p.flags & pg::ANON_EXCLUSIVE != 0 || (p.mapcount == 1 && p.refcount == 1) {
+                self.mem_map.get_mut(old).flags |= pg::ANON_EXCLUSIVE;
+                let new = pte.with(Pte::WRITE | Pte::DIRTY | Pte::YOUNG);
+                let (ok, t) = self.set_pte_locked(t, cpu, mm, addr, pte, new, self.c.pte_set);
+                if ok {
+                    self.stat.inc(Stat::Pgreuse);
+                }
+                return (Fault::Done, t);
+            }
+            let Some((pfn, t)) = self.alloc_anon_page(t, cpu, mm, vma, addr, false) else {
+                return (Fault::Oom, t);
+            };
+            let snid = self.mem_map.get(old).nid as usize;
+            let t = t + self.nodes[snid].copy_4k;
+            return self.wp_replace(t, cpu, mm, vma, addr, pte, pfn, Some(old));
+        }
+        // A file page in a private mapping: copy it.
+        let Some((pfn, t)) = self.alloc_anon_page(t, cpu, mm, vma, addr, false) else {
+            return (Fault::Oom, t);
+        };
+        let snid = self.mem_map.get(old).nid as usize;
+        let t = t + self.nodes[snid].copy_4k;
+        self.wp_replace(t, cpu, mm, vma, addr, pte, pfn, Some(old))
+    }
+
+    /// Second half of wp_page_copy: swap the PTE to the new page, flush the
+    /// old translation, drop the old page's mapping.
+    #[allow(clippy::too_many_arguments)]
+    fn wp_replace(&mut self, t: Ns, cpu: u32, mm: u32, vma: &Vma, addr: u64, old_pte: Pte, pfn: Pfn, old: Option<Pfn>) -> (Fault, Ns) {
+        let pte = Pte::new(pfn, Pte::WRITE | Pte::DIRTY | Pte::YOUNG | exec_bit(vma));
+        let (ok, t) = self.set_pte_locked(t, cpu, mm, addr, old_pte, pte, self.c.pte_set + 2 * self.c.rmap);
+        if !ok {
+            let t = self.release_folios(t, cpu, &[pfn]);
+            return (Fault::Done, t);
+        }
+        // ptep_clear_flush: the old translation must leave every TLB before
+        // the old page can be freed or written by someone else.
+        let t = self.flush_tlb_page(t, cpu, mm, addr);
+        self.page_add_rmap(mm, pfn, true);
+        self.stat.inc(Stat::FaultCow);
+        let mut t = self.folio_add_lru(t, cpu, pfn);
+        match old {
+            Some(o) => {
+                self.page_remove_rmap(mm, o);
+                t = self.release_folios(t, cpu, &[o]);
+            }
+            None => self.stat.add(Stat::NrZeroPageMapped, -1),
+        }
+        (Fault::Done, t)
+    }
+
+    /// zap_pte_range over [start, end) of `mm`: clear PTEs, drop rmap and
+    /// rss, and queue the pages on the gather for freeing after the flush.
+    pub fn zap_page_range(&mut self, t: Ns, cpu: u32, mm: u32, start: u64, end: u64, tlb: &mut MmuGather) -> Ns {
+        let mut t = t;
+        let mut va = start;
+        let lc = self.lc;
+        while va < end {
+            let tbl_end = ((va >> PMD_SHIFT) + 1) << PMD_SHIFT;
+            let stop = tbl_end.min(end);
+            let Some(tbl) = self.mms[mm as usize].pt.table_mut(va) else {
+                va = stop;
+                continue;
+            };
+            if tbl.nr_present == 0 {
+                va = stop;
+                continue;
+            }
+            // Collect under the PTL, then account outside the borrow.
+            let s = tbl.ptl.lock(t, cpu, &lc);
+            let mut cleared: Vec<(u64, Pte)> = Vec::new();
+            let mut a = va;
+            while a < stop {
+                let slot = &mut tbl.ptes[pte_index(a)];
+                if slot.present() {
+                    cleared.push((a, *slot));
+                    *slot = Pte::NONE;
+                }
+                a += 4096;
+            }
+            tbl.nr_present -= cleared.len() as u16;
+            let hold = (self.c.pte_clear + self.c.rmap) * cleared.len() as Ns;
+            tbl.ptl.unlock_at(s + hold);
+            t = s + hold;
+            for (a, pte) in cleared {
+                tlb.add_range(a);
+                if pte.special() {
+                    self.stat.add(Stat::NrZeroPageMapped, -1);
+                    continue;
+                }
+                let pfn = pte.pfn();
+                if pte.dirty() && self.mem_map.get(pfn).flags & pg::ANON == 0 {
+                    self.folio_mark_dirty(pfn);
+                }
+                self.page_remove_rmap(mm, pfn);
+                tlb.pages.push(pfn);
+            }
+            va = stop;
+        }
+        t
+    }
+
+    /// free_pgtables: free PTE tables in [start, end) that no VMA uses any
+    /// more (floor/ceiling rule: only whole 2 MiB ranges free of VMAs), and
+    /// upper levels that became empty. The frames are freed after the flush.
+    pub fn free_pgtables(&mut self, mm: u32, start: u64, end: u64, tlb: &mut MmuGather) {
+        let first = start >> PMD_SHIFT;
+        let last = (end - 1) >> PMD_SHIFT;
+        let keys: Vec<u64> = if last - first < 4096 {
+            (first..=last).filter(|k| self.mms[mm as usize].pt.pte_tables.contains_key(k)).collect()
+        } else {
+            let mut v: Vec<u64> = self.mms[mm as usize].pt.pte_tables.keys().copied().filter(|&k| k >= first && k <= last).collect();
+            v.sort_unstable();
+            v
+        };
+        for k in keys {
+            let lo = k << PMD_SHIFT;
+            let hi = lo + (1 << PMD_SHIFT);
+            let m = &mut self.mms[mm as usize];
+            if !m.range_free(lo, hi) || m.pt.pte_tables[&k].nr_present != 0 {
+                continue;
+            }
+            let tbl = m.pt.pte_tables.remove(&k).unwrap();
+            tlb.tables.push(tbl.pfn);
+            let pmdk = lo >> PUD_SHIFT;
+            let e = m.pt.pmd_tables.get_mut(&pmdk).unwrap();
+            e.1 -= 1;
+            if e.1 == 0 && m.range_free(pmdk << PUD_SHIFT, (pmdk + 1) << PUD_SHIFT) {
+                let (pfn, _) = m.pt.pmd_tables.remove(&pmdk).unwrap();
+                tlb.tables.push(pfn);
+                let pudk = lo >> PGDIR_SHIFT;
+                let e = m.pt.pud_tables.get_mut(&pudk).unwrap();
+                e.1 -= 1;
+                if e.1 == 0 && m.range_free(pudk << PGDIR_SHIFT, (pudk + 1) << PGDIR_SHIFT) {
+                    let (pfn, _) = m.pt.pud_tables.remove(&pudk).unwrap();
+                    tlb.tables.push(pfn);
+                }
+            }
+        }
+    }
+}
+
+/// Does the VMA allow this access (the check in lock_mm_and_find_vma / access_error)?
+#[inline]
+pub fn access_permitted(vma: &Vma, kind: Access) -> bool {
+    match kind {
+        Access::Load => vma.flags & vm::READ != 0,
+        Access::Store => vma.flags & vm::WRITE != 0,
+        Access::Ifetch => vma.flags & vm::EXEC != 0,
+    }
+}
+
+#[inline]
+fn exec_bit(vma: &Vma) -> u64 {
+    if vma.flags & vm::EXEC != 0 {
+        Pte::EXEC
+    } else {
+        0
+    }
+}

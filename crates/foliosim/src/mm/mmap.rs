@@ -1,0 +1,295 @@
+//! Address spaces and VMAs (mm/mmap.c, mm/vma.c): lookup, placement,
+//! merge, split. The tree is a BTreeMap keyed by vm_start, standing in for
+//! the maple tree; its costs are charged from the profile by the callers.
+
+use super::pgtable::PageTable;
+use crate::sim::lock::RwSem;
+use std::collections::BTreeMap;
+
+pub mod vm {
+    pub const READ: u64 = 1 << 0;
+    pub const WRITE: u64 = 1 << 1;
+    pub const EXEC: u64 = 1 << 2;
+    pub const SHARED: u64 = 1 << 3;
+    pub const MAYWRITE: u64 = 1 << 5;
+    pub const GROWSDOWN: u64 = 1 << 8;
+    pub const HUGEPAGE: u64 = 1 << 29;
+    pub const NOHUGEPAGE: u64 = 1 << 30;
+    /// The heap VMA made by brk.
+    pub const BRK: u64 = 1 << 40;
+}
+
+pub const TASK_SIZE: u64 = 1 << 47;
+/// Top of the mmap area (below a 128 MiB stack gap), as with ASLR off.
+pub const MMAP_BASE: u64 = TASK_SIZE - (128 << 20) - (1 << 30);
+pub const MMAP_MIN_ADDR: u64 = 1 << 16;
+/// Start of the heap (brk) with ASLR off, after a small text+data image.
+pub const BRK_START: u64 = 0x0060_0000;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Vma {
+    pub start: u64,
+    pub end: u64,
+    pub flags: u64,
+    /// Inode id + 1 of a file mapping; 0 = anonymous.
+    pub file: u32,
+    /// File offset of `start`, in pages (for anon: start >> PAGE_SHIFT, as Linux sets vm_pgoff).
+    pub pgoff: u64,
+    /// anon_vma id, assigned at the first anonymous fault (anon_vma_prepare); 0 = none.
+    pub anon_vma: u32,
+    /// vm_sequence (speculative faults): bumped by writers that change what a fault depends on.
+    pub seq: u32,
+}
+
+impl Vma {
+    #[inline]
+    pub fn contains(&self, addr: u64) -> bool {
+        self.start <= addr && addr < self.end
+    }
+    pub fn is_anon(&self) -> bool {
+        self.file == 0
+    }
+    pub fn is_shared(&self) -> bool {
+        self.flags & vm::SHARED != 0
+    }
+    pub fn len(&self) -> u64 {
+        self.end - self.start
+    }
+    /// Page offset in the file (or anon linear index) of `addr`.
+    #[inline]
+    pub fn linear_page_index(&self, addr: u64) -> u64 {
+        ((addr - self.start) >> 12) + self.pgoff
+    }
+    /// Can `next`, starting at our end, merge into us?
+    fn can_merge_with(&self, next: &Vma) -> bool {
+        self.end == next.start
+            && self.flags == next.flags
+            && self.file == next.file
+            && (self.file == 0 || self.pgoff + (self.len() >> 12) == next.pgoff)
+            && (self.anon_vma == 0 || next.anon_vma == 0 || self.anon_vma == next.anon_vma)
+            && self.flags & vm::BRK == next.flags & vm::BRK
+    }
+}
+
+/// An open file description (fd table entry).
+#[derive(Clone, Copy, Debug)]
+pub struct OpenFile {
+    pub inode: u32,
+    pub pos: u64,
+}
+
+pub struct Mm {
+    pub id: u32,
+    pub vmas: BTreeMap<u64, Vma>,
+    pub pt: PageTable,
+    pub mmap_lock: RwSem,
+    pub brk_start: u64,
+    pub brk: u64,
+    /// mm_cpumask: CPUs that may hold TLB entries of this mm (x86 does not clear bits eagerly).
+    pub cpumask: Vec<u64>,
+    /// Threads using this mm.
+    pub users: u32,
+    pub rss_anon: i64,
+    pub rss_file: i64,
+    /// The fd table (shared by the threads of a process, copied by fork).
+    pub fds: Vec<Option<OpenFile>>,
+    pub alive: bool,
+}
+
+/// Outcome of inserting a new mapping.
+pub struct Placed {
+    pub start: u64,
+    pub merged: u32,
+}
+
+impl Mm {
+    pub fn new(id: u32, nr_cpus: u32) -> Self {
+        Mm {
+            id,
+            vmas: BTreeMap::new(),
+            pt: PageTable::default(),
+            mmap_lock: RwSem::default(),
+            brk_start: BRK_START,
+            brk: BRK_START,
+            cpumask: vec![0; (nr_cpus as usize).div_ceil(64)],
+            users: 1,
+            rss_anon: 0,
+            rss_file: 0,
+            fds: Vec::new(),
+            alive: true,
+        }
+    }
+
+    #[inline]
+    pub fn cpumask_set(&mut self, cpu: u32) {
+        self.cpumask[(cpu / 64) as usize] |= 1 << (cpu % 64);
+    }
+
+    pub fn cpumask_iter(&self) -> impl Iterator<Item = u32> + '_ {
+        self.cpumask.iter().enumerate().flat_map(|(w, &bits)| {
+            (0..64u32).filter(move |b| bits & (1u64 << b) != 0).map(move |b| w as u32 * 64 + b)
+        })
+    }
+
+    /// The VMA containing `addr` (vma_lookup).
+    #[inline]
+    pub fn vma_lookup(&self, addr: u64) -> Option<&Vma> {
+        self.vmas.range(..=addr).next_back().map(|(_, v)| v).filter(|v| v.contains(addr))
+    }
+
+    #[inline]
+    pub fn vma_lookup_mut(&mut self, addr: u64) -> Option<&mut Vma> {
+        self.vmas.range_mut(..=addr).next_back().map(|(_, v)| v).filter(|v| v.contains(addr))
+    }
+
+    /// Top-down search for a free range of `len` bytes (with ASLR off),
+    /// aligned to `align`, below the mmap base.
+    pub fn get_unmapped_area(&self, len: u64, align: u64) -> Option<u64> {
+        let mut gap_end = MMAP_BASE;
+        let floor = self.brk.max(MMAP_MIN_ADDR);
+        let fits = |lo: u64, hi: u64| -> Option<u64> {
+            if hi < len || hi - len < lo {
+                return None;
+            }
+            let a = (hi - len) & !(align - 1);
+            (a >= lo).then_some(a)
+        };
+        for (_, v) in self.vmas.range(..MMAP_BASE).rev() {
+            if v.end <= gap_end {
+                if let Some(a) = fits(v.end.max(floor), gap_end) {
+                    return Some(a);
+                }
+            }
+            gap_end = gap_end.min(v.start);
+            if gap_end <= floor {
+                return None;
+            }
+        }
+        fits(floor, gap_end)
+    }
+
+    /// Is [start, end) free of VMAs?
+    pub fn range_free(&self, start: u64, end: u64) -> bool {
+        self.vmas.range(..end).next_back().is_none_or(|(_, v)| v.end <= start)
+    }
+
+    /// Insert a VMA over a free range, merging with compatible neighbours
+    /// (vma_merge_new_range). Returns the number of merges done.
+    pub fn insert_vma(&mut self, mut new: Vma) -> u32 {
+        let mut merged = 0;
+        if let Some((&pk, prev)) = self.vmas.range(..new.start).next_back() {
+            if prev.can_merge_with(&new) {
+                let prev = self.vmas.remove(&pk).unwrap();
+                new.start = prev.start;
+                new.pgoff = prev.pgoff;
+                new.anon_vma = new.anon_vma.max(prev.anon_vma);
+                new.seq = prev.seq.wrapping_add(1);
+                merged += 1;
+            }
+        }
+        if let Some(next) = self.vmas.get(&new.end) {
+            if new.can_merge_with(next) {
+                let next = self.vmas.remove(&new.end).unwrap();
+                new.end = next.end;
+                new.anon_vma = new.anon_vma.max(next.anon_vma);
+                new.seq = new.seq.wrapping_add(1);
+                merged += 1;
+            }
+        }
+        self.vmas.insert(new.start, new);
+        merged
+    }
+
+    /// Split VMAs so that `addr` is a boundary (__split_vma). Returns true if a split happened.
+    pub fn split_at(&mut self, addr: u64) -> bool {
+        let key = match self.vmas.range(..addr).next_back() {
+            Some((&k, v)) if v.end > addr => k,
+            _ => return false,
+        };
+        let v = self.vmas.get_mut(&key).unwrap();
+        let mut tail = v.clone();
+        v.end = addr;
+        v.seq = v.seq.wrapping_add(1);
+        tail.pgoff += (addr - tail.start) >> 12;
+        tail.start = addr;
+        tail.seq = 0;
+        self.vmas.insert(addr, tail);
+        true
+    }
+
+    /// Detach every VMA inside [start, end), splitting at the edges first.
+    /// Returns the detached VMAs (in address order) and the number of splits.
+    pub fn detach_range(&mut self, start: u64, end: u64) -> (Vec<Vma>, u32) {
+        let mut splits = 0;
+        splits += self.split_at(start) as u32;
+        splits += self.split_at(end) as u32;
+        let keys: Vec<u64> = self.vmas.range(start..end).map(|(&k, _)| k).collect();
+        let v = keys.into_iter().map(|k| self.vmas.remove(&k).unwrap()).collect();
+        (v, splits)
+    }
+
+    /// Try to merge the VMA starting at `key` with its neighbours (after mprotect).
+    pub fn merge_around(&mut self, key: u64) -> u32 {
+        match self.vmas.remove(&key) {
+            Some(v) => self.insert_vma(v),
+            None => 0,
+        }
+    }
+
+    pub fn alloc_fd(&mut self, of: OpenFile) -> i32 {
+        if let Some(i) = self.fds.iter().position(|f| f.is_none()) {
+            self.fds[i] = Some(of);
+            i as i32 + 3
+        } else {
+            self.fds.push(Some(of));
+            self.fds.len() as i32 + 2
+        }
+    }
+
+    pub fn fd(&mut self, fd: i32) -> Option<&mut OpenFile> {
+        if fd < 3 {
+            return None;
+        }
+        self.fds.get_mut((fd - 3) as usize).and_then(|f| f.as_mut())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn anon(start: u64, end: u64) -> Vma {
+        Vma { start, end, flags: vm::READ | vm::WRITE, file: 0, pgoff: start >> 12, anon_vma: 0, seq: 0 }
+    }
+
+    #[test]
+    fn top_down_placement_reuses_freed_hole() {
+        let mut mm = Mm::new(1, 4);
+        let a = mm.get_unmapped_area(1 << 20, 4096).unwrap();
+        assert_eq!(a, MMAP_BASE - (1 << 20));
+        mm.insert_vma(Vma { flags: vm::READ, ..anon(a, a + (1 << 20)) });
+        let b = mm.get_unmapped_area(1 << 20, 4096).unwrap();
+        assert_eq!(b, a - (1 << 20));
+        mm.detach_range(a, a + (1 << 20));
+        assert_eq!(mm.get_unmapped_area(1 << 20, 4096).unwrap(), a);
+    }
+
+    #[test]
+    fn merge_and_split() {
+        let mut mm = Mm::new(1, 4);
+        assert_eq!(mm.insert_vma(anon(0x10000, 0x20000)), 0);
+        assert_eq!(mm.insert_vma(anon(0x20000, 0x30000)), 1);
+        assert_eq!(mm.vmas.len(), 1);
+        let (gone, splits) = mm.detach_range(0x18000, 0x19000);
+        assert_eq!(splits, 2);
+        assert_eq!(gone.len(), 1);
+        assert_eq!(mm.vmas.len(), 2);
+        assert!(mm.vma_lookup(0x18000).is_none());
+        assert_eq!(mm.vma_lookup(0x19000).unwrap().pgoff, 0x19);
+        // Filling the hole merges all three back into one.
+        assert_eq!(mm.insert_vma(anon(0x18000, 0x19000)), 2);
+        assert_eq!(mm.vmas.len(), 1);
+        assert!(mm.range_free(0x30000, 0x40000));
+        assert!(!mm.range_free(0x2f000, 0x40000));
+    }
+}

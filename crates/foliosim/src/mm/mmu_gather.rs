@@ -1,0 +1,133 @@
+//! mmu_gather and TLB flushing (mm/mmu_gather.c, arch/x86/mm/tlb.c):
+//! unmapped pages are freed only after every TLB that may cache them was
+//! flushed; remote CPUs in mm_cpumask are shot down with IPIs.
+
+use super::mem_map::pg;
+use super::vmstat::{Entry, Stat};
+use super::Pfn;
+use crate::kernel::knobs::Mutant;
+use crate::kernel::Kernel;
+use crate::sim::Ns;
+
+pub struct MmuGather {
+    pub mm: u32,
+    /// Range of user addresses whose translations must be flushed.
+    pub start: u64,
+    pub end: u64,
+    /// Folio references to drop after the flush.
+    pub pages: Vec<Pfn>,
+    /// Page-table frames to free after the flush.
+    pub tables: Vec<Pfn>,
+    /// The whole mm is going away (exit_mmap): no remote shootdown needed.
+    pub fullmm: bool,
+}
+
+impl MmuGather {
+    pub fn new(mm: u32, fullmm: bool) -> Self {
+        MmuGather { mm, start: u64::MAX, end: 0, pages: Vec::new(), tables: Vec::new(), fullmm }
+    }
+
+    #[inline]
+    pub fn add_range(&mut self, va: u64) {
+        self.start = self.start.min(va);
+        self.end = self.end.max(va + 4096);
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.end == 0 && self.tables.is_empty()
+    }
+}
+
+impl Kernel {
+    /// flush_tlb_mm_range: flush [start, end) of `mm` on every CPU that may
+    /// cache it. Ranged up to the flush ceiling, full beyond. Returns when
+    /// the initiator has all acknowledgements.
+    pub fn flush_tlb_mm_range(&mut self, t: Ns, cpu: u32, mm: u32, start: u64, end: u64, freed_tables: bool) -> Ns {
+        let pages = (end - start) / 4096;
+        let full = pages > self.c.flush_ceiling;
+        let mut t = t;
+        let asid = mm;
+        // Local flush, if this CPU runs the mm.
+        let targets: Vec<u32> = self.mms[mm as usize].cpumask_iter().collect();
+        if targets.contains(&cpu) {
+            if full {
+                self.cpus[cpu as usize].tlb.flush_asid(asid);
+                self.stat.inc(Stat::NrTlbLocalFlushAll);
+                t += self.c.flush_all;
+            } else {
+                self.cpus[cpu as usize].tlb.flush_range(asid, start, end);
+                self.stat.add(Stat::NrTlbLocalFlushOne, pages as i64);
+                t += self.c.flush_one * pages;
+            }
+        }
+        if self.knobs.mutant == Mutant::SkipShootdown {
+            return t;
+        }
+        let remote: Vec<u32> = targets.into_iter().filter(|&c| c != cpu).collect();
+        let _ = freed_tables; // lazy-TLB CPUs are not modelled: every mm_cpumask CPU is a target
+        if remote.is_empty() {
+            return t;
+        }
+        self.stat.inc(Stat::NrTlbRemoteFlush);
+        self.stat.add(Stat::NrTlbRemoteFlushReceived, remote.len() as i64);
+        let recv = self.c.ipi_recv + if full { self.c.flush_all } else { self.c.flush_one * pages };
+        for &c in &remote {
+            let tlb = &mut self.cpus[c as usize].tlb;
+            if full {
+                tlb.flush_asid(asid);
+            } else {
+                tlb.flush_range(asid, start, end);
+            }
+            self.cpus[c as usize].irq_debt += recv;
+        }
+        t + self.c.ipi_send * remote.len() as Ns + self.c.ipi_ack
+    }
+
+    /// flush_tlb_page (ptep_clear_flush).
+    pub fn flush_tlb_page(&mut self, t: Ns, cpu: u32, mm: u32, va: u64) -> Ns {
+        self.flush_tlb_mm_range(t, cpu, mm, va, va + 4096, false)
+    }
+
+    /// tlb_finish_mmu: flush what was gathered, then free pages and tables.
+    pub fn tlb_finish_mmu(&mut self, t: Ns, cpu: u32, mut tlb: MmuGather) -> Ns {
+        let mut t = t;
+        if tlb.fullmm {
+            // exit_mmap: the mm is dead everywhere; drop its entries on all
+            // CPUs that ran it without IPIs (they switch away lazily).
+            let targets: Vec<u32> = self.mms[tlb.mm as usize].cpumask_iter().collect();
+            for c in targets {
+                self.cpus[c as usize].tlb.flush_asid(tlb.mm);
+            }
+            self.stat.inc(Stat::NrTlbLocalFlushAll);
+            t += self.c.flush_all;
+        } else if tlb.end > tlb.start {
+            t = self.flush_tlb_mm_range(t, cpu, tlb.mm, tlb.start, tlb.end, !tlb.tables.is_empty());
+        }
+        let pages = std::mem::take(&mut tlb.pages);
+        for chunk in pages.chunks(31) {
+            // release_pages works in folio_batch-sized chunks (PAGEVEC/31).
+            t = self.release_folios(t, cpu, chunk);
+        }
+        for pfn in tlb.tables {
+            t += self.c.pgtable_free;
+            let p = self.mem_map.get_mut(pfn);
+            p.flags &= !pg::PGTABLE;
+            p.refcount = 0;
+            self.stat.add(Stat::NrPageTablePages, -1);
+            t = self.free_folio(t, cpu, pfn);
+        }
+        t
+    }
+
+    /// Charge pending interrupt work on `cpu` to task `tid` (IPIs received).
+    pub fn charge_irq(&mut self, tid: u32) {
+        let cpu = self.tasks[tid as usize].cpu as usize;
+        let d = std::mem::take(&mut self.cpus[cpu].irq_debt);
+        if d > 0 {
+            let tk = &mut self.tasks[tid as usize];
+            tk.clock += d;
+            tk.sys_ns += d;
+            tk.entry_ns[Entry::Irq as usize] += d;
+        }
+    }
+}

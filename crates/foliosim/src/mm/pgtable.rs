@@ -1,0 +1,135 @@
+//! Page tables of one mm: 4 levels (PGD/PUD/PMD/PTE) on x86-64 and arm64.
+//!
+//! PTE tables are the only level whose entries foliosim stores; they are
+//! kept in a hash keyed by the PMD index (va >> 21) so a walk is one lookup.
+//! Upper-level tables are counted (each is a real page from the allocator)
+//! but hold no entries of their own. Each PTE table carries its split PTL.
+
+use super::Pfn;
+use crate::sim::lock::SpinLock;
+use rustc_hash::FxHashMap;
+
+pub const PMD_SHIFT: u32 = 21;
+pub const PUD_SHIFT: u32 = 30;
+pub const PGDIR_SHIFT: u32 = 39;
+
+/// A page-table entry, packed into a u64 like the hardware's.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Pte(pub u64);
+
+impl Pte {
+    pub const NONE: Pte = Pte(0);
+    pub const PRESENT: u64 = 1 << 0;
+    pub const WRITE: u64 = 1 << 1;
+    pub const DIRTY: u64 = 1 << 2;
+    pub const YOUNG: u64 = 1 << 3;
+    /// pte_special: the shared zero page (no struct page refcounting).
+    pub const SPECIAL: u64 = 1 << 4;
+    /// PROT_NONE mapping kept present for NUMA hinting.
+    pub const PROTNONE: u64 = 1 << 5;
+    /// arm64 contiguous hint.
+    pub const CONT: u64 = 1 << 6;
+    pub const EXEC: u64 = 1 << 7;
+    const PFN_SHIFT: u32 = 12;
+
+    #[inline]
+    pub fn new(pfn: Pfn, bits: u64) -> Pte {
+        Pte(((pfn as u64) << Self::PFN_SHIFT) | bits | Self::PRESENT)
+    }
+    #[inline]
+    pub fn is_none(self) -> bool {
+        self.0 == 0
+    }
+    #[inline]
+    pub fn present(self) -> bool {
+        self.0 & Self::PRESENT != 0
+    }
+    #[inline]
+    pub fn write(self) -> bool {
+        self.0 & Self::WRITE != 0
+    }
+    #[inline]
+    pub fn dirty(self) -> bool {
+        self.0 & Self::DIRTY != 0
+    }
+    #[inline]
+    pub fn special(self) -> bool {
+        self.0 & Self::SPECIAL != 0
+    }
+    #[inline]
+    pub fn exec(self) -> bool {
+        self.0 & Self::EXEC != 0
+    }
+    #[inline]
+    pub fn pfn(self) -> Pfn {
+        (self.0 >> Self::PFN_SHIFT) as Pfn
+    }
+    #[inline]
+    pub fn with(self, bits: u64) -> Pte {
+        Pte(self.0 | bits)
+    }
+    #[inline]
+    pub fn without(self, bits: u64) -> Pte {
+        Pte(self.0 & !bits)
+    }
+}
+
+pub struct PteTable {
+    pub ptes: [Pte; 512],
+    /// Present PTEs in this table.
+    pub nr_present: u16,
+    /// The frame backing this table.
+    pub pfn: Pfn,
+    /// Split page-table lock.
+    pub ptl: SpinLock,
+}
+
+#[derive(Default)]
+pub struct PageTable {
+    pub pte_tables: FxHashMap<u64, Box<PteTable>>,
+    /// PMD tables by va >> PUD_SHIFT, with the frame backing each and the number of PTE tables below.
+    pub pmd_tables: FxHashMap<u64, (Pfn, u32)>,
+    /// PUD tables by va >> PGDIR_SHIFT.
+    pub pud_tables: FxHashMap<u64, (Pfn, u32)>,
+    /// The PGD frame.
+    pub pgd: Pfn,
+}
+
+#[inline]
+pub fn pte_index(va: u64) -> usize {
+    ((va >> 12) & 511) as usize
+}
+
+impl PageTable {
+    #[inline]
+    pub fn pte(&self, va: u64) -> Pte {
+        match self.pte_tables.get(&(va >> PMD_SHIFT)) {
+            Some(t) => t.ptes[pte_index(va)],
+            None => Pte::NONE,
+        }
+    }
+
+    #[inline]
+    pub fn table(&self, va: u64) -> Option<&PteTable> {
+        self.pte_tables.get(&(va >> PMD_SHIFT)).map(|b| &**b)
+    }
+
+    #[inline]
+    pub fn table_mut(&mut self, va: u64) -> Option<&mut PteTable> {
+        self.pte_tables.get_mut(&(va >> PMD_SHIFT)).map(|b| &mut **b)
+    }
+
+    /// Number of page-table pages held (all levels, PGD included).
+    pub fn nr_pages(&self) -> u64 {
+        1 + self.pud_tables.len() as u64 + self.pmd_tables.len() as u64 + self.pte_tables.len() as u64
+    }
+
+    /// Levels missing for `va`: (need_pud, need_pmd, need_pte).
+    pub fn missing(&self, va: u64) -> (bool, bool, bool) {
+        (
+            !self.pud_tables.contains_key(&(va >> PGDIR_SHIFT)),
+            !self.pmd_tables.contains_key(&(va >> PUD_SHIFT)),
+            !self.pte_tables.contains_key(&(va >> PMD_SHIFT)),
+        )
+    }
+}

@@ -1,0 +1,240 @@
+//! LRU lists and the per-CPU LRU-add batch (mm/swap.c), folio release.
+
+use super::mem_map::{pg, MemMap};
+use super::vmstat::Stat;
+use super::Pfn;
+use crate::kernel::Kernel;
+use crate::sim::lock::SpinLock;
+use crate::sim::Ns;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(usize)]
+pub enum Lru {
+    InactiveAnon = 0,
+    ActiveAnon = 1,
+    InactiveFile = 2,
+    ActiveFile = 3,
+    Unevictable = 4,
+}
+pub const NR_LRU_LISTS: usize = 5;
+const LRU_STAT: [Stat; 4] = [Stat::NrInactiveAnon, Stat::NrActiveAnon, Stat::NrInactiveFile, Stat::NrActiveFile];
+
+/// An intrusive list over mem_map, linked through Page::lru_prev/lru_next (PFN + 1).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ListHead {
+    pub head: u32,
+    pub tail: u32,
+    /// Folios on the list.
+    pub len: u64,
+    /// Base pages on the list.
+    pub pages: u64,
+}
+
+impl ListHead {
+    pub fn add_head(&mut self, mm: &mut MemMap, pfn: Pfn) {
+        let old = self.head;
+        {
+            let p = mm.get_mut(pfn);
+            p.lru_prev = 0;
+            p.lru_next = old;
+        }
+        if old != 0 {
+            mm.get_mut(old - 1).lru_prev = pfn + 1;
+        } else {
+            self.tail = pfn + 1;
+        }
+        self.head = pfn + 1;
+        self.len += 1;
+        self.pages += 1 << mm.get(pfn).order;
+    }
+
+    pub fn add_tail(&mut self, mm: &mut MemMap, pfn: Pfn) {
+        let old = self.tail;
+        {
+            let p = mm.get_mut(pfn);
+            p.lru_next = 0;
+            p.lru_prev = old;
+        }
+        if old != 0 {
+            mm.get_mut(old - 1).lru_next = pfn + 1;
+        } else {
+            self.head = pfn + 1;
+        }
+        self.tail = pfn + 1;
+        self.len += 1;
+        self.pages += 1 << mm.get(pfn).order;
+    }
+
+    pub fn del(&mut self, mm: &mut MemMap, pfn: Pfn) {
+        let (prev, next, order) = {
+            let p = mm.get(pfn);
+            (p.lru_prev, p.lru_next, p.order)
+        };
+        if prev != 0 {
+            mm.get_mut(prev - 1).lru_next = next;
+        } else {
+            self.head = next;
+        }
+        if next != 0 {
+            mm.get_mut(next - 1).lru_prev = prev;
+        } else {
+            self.tail = prev;
+        }
+        let p = mm.get_mut(pfn);
+        p.lru_prev = 0;
+        p.lru_next = 0;
+        self.len -= 1;
+        self.pages -= 1 << order;
+    }
+
+    /// Iterate heads from the tail (oldest first), as reclaim scans.
+    pub fn iter_from_tail<'a>(&self, mm: &'a MemMap) -> impl Iterator<Item = Pfn> + 'a {
+        let mut cur = self.tail;
+        std::iter::from_fn(move || {
+            if cur == 0 {
+                return None;
+            }
+            let pfn = cur - 1;
+            cur = mm.get(pfn).lru_prev;
+            Some(pfn)
+        })
+    }
+}
+
+/// Per-node LRU lists with their lock (lruvec + lru_lock).
+#[derive(Default)]
+pub struct LruVec {
+    pub lists: [ListHead; NR_LRU_LISTS],
+    pub lru_lock: SpinLock,
+}
+
+/// Which LRU list a folio belongs on, from its flags.
+pub fn folio_lru_list(flags: u32) -> Lru {
+    if flags & pg::UNEVICTABLE != 0 {
+        return Lru::Unevictable;
+    }
+    let file = flags & pg::SWAPBACKED == 0;
+    let active = flags & pg::ACTIVE != 0;
+    match (file, active) {
+        (false, false) => Lru::InactiveAnon,
+        (false, true) => Lru::ActiveAnon,
+        (true, false) => Lru::InactiveFile,
+        (true, true) => Lru::ActiveFile,
+    }
+}
+
+impl Kernel {
+    /// lruvec_add_folio: caller holds the node's lru_lock (in simulated time).
+    pub fn lruvec_add_folio(&mut self, pfn: Pfn) {
+        let (flags, nid, order) = {
+            let p = self.mem_map.get(pfn);
+            (p.flags, p.nid as usize, p.order)
+        };
+        let lru = folio_lru_list(flags);
+        self.nodes[nid].lruvec.lists[lru as usize].add_head(&mut self.mem_map, pfn);
+        self.mem_map.get_mut(pfn).flags |= pg::LRU;
+        if (lru as usize) < 4 {
+            self.stat.add(LRU_STAT[lru as usize], 1 << order);
+        }
+    }
+
+    pub fn lruvec_del_folio(&mut self, pfn: Pfn) {
+        let (flags, nid, order) = {
+            let p = self.mem_map.get(pfn);
+            (p.flags, p.nid as usize, p.order)
+        };
+        let lru = folio_lru_list(flags);
+        self.nodes[nid].lruvec.lists[lru as usize].del(&mut self.mem_map, pfn);
+        self.mem_map.get_mut(pfn).flags &= !pg::LRU;
+        if (lru as usize) < 4 {
+            self.stat.add(LRU_STAT[lru as usize], -(1 << order));
+        }
+    }
+
+    /// folio_add_lru: queue a new folio on this CPU's batch (taking a
+    /// reference); a full batch, or any large folio, drains at once.
+    pub fn folio_add_lru(&mut self, t: Ns, cpu: u32, pfn: Pfn) -> Ns {
+        self.mem_map.get_mut(pfn).refcount += 1;
+        let large = self.mem_map.get(pfn).order > 0;
+        let b = &mut self.cpus[cpu as usize].lru_add;
+        b.push(pfn);
+        let t = t + self.c.lru_add;
+        if b.len() >= self.c.lru_batch || large {
+            self.lru_add_drain_cpu(t, cpu)
+        } else {
+            t
+        }
+    }
+
+    /// Move this CPU's batch onto the LRU lists, one lru_lock section per
+    /// node, then drop the batch's references (which may free folios).
+    pub fn lru_add_drain_cpu(&mut self, t: Ns, cpu: u32) -> Ns {
+        if self.cpus[cpu as usize].lru_add.is_empty() {
+            return t;
+        }
+        let batch = std::mem::take(&mut self.cpus[cpu as usize].lru_add);
+        let mut t = t;
+        let mut i = 0;
+        while i < batch.len() {
+            let nid = self.mem_map.get(batch[i]).nid as usize;
+            let j = i + batch[i..].iter().take_while(|&&p| self.mem_map.get(p).nid as usize == nid).count();
+            let hold = self.c.lru_lock_per_folio * (j - i) as Ns;
+            t = self.nodes[nid].lruvec.lru_lock.lock_for(t, cpu, hold, &self.lc);
+            for &p in &batch[i..j] {
+                self.lruvec_add_folio(p);
+            }
+            i = j;
+        }
+        let mut batch = batch;
+        let drained: Vec<Pfn> = batch.drain(..).collect();
+        self.cpus[cpu as usize].lru_add = batch;
+        self.release_folios(t, cpu, &drained)
+    }
+
+    /// Drop one reference from each folio (folios_put / release_pages):
+    /// folios reaching zero leave the LRU under one lru_lock section per node
+    /// and return to the allocator.
+    pub fn release_folios(&mut self, t: Ns, cpu: u32, folios: &[Pfn]) -> Ns {
+        let mut t = t;
+        let mut dead: Vec<Pfn> = Vec::new();
+        for &p in folios {
+            let pg = self.mem_map.get_mut(p);
+            pg.refcount -= 1;
+            debug_assert!(pg.refcount >= 0, "folio {p} refcount underflow");
+            if pg.refcount == 0 {
+                dead.push(p);
+            }
+        }
+        if dead.is_empty() {
+            return t;
+        }
+        let on_lru: Vec<Pfn> = dead.iter().copied().filter(|&p| self.mem_map.get(p).flags & pg::LRU != 0).collect();
+        if !on_lru.is_empty() {
+            let nid = self.mem_map.get(on_lru[0]).nid as usize;
+            let hold = self.c.lru_lock_per_folio * on_lru.len() as Ns;
+            t = self.nodes[nid].lruvec.lru_lock.lock_for(t, cpu, hold, &self.lc);
+            for &p in &on_lru {
+                self.lruvec_del_folio(p);
+            }
+        }
+        for &p in &dead {
+            t = self.free_folio(t, cpu, p);
+        }
+        t
+    }
+
+    /// Return a folio whose last reference is gone to the page allocator.
+    pub fn free_folio(&mut self, t: Ns, cpu: u32, pfn: Pfn) -> Ns {
+        let order = self.mem_map.get(pfn).order as u32;
+        for i in 0..(1u32 << order) {
+            let p = self.mem_map.get_mut(pfn + i);
+            debug_assert!(p.mapcount == 0, "freeing mapped page {}", pfn + i);
+            p.flags = 0;
+            p.mapping = 0;
+            p.index = 0;
+            p.private = 0;
+        }
+        self.check.on_free(pfn, order);
+        self.pa.free_pages(t, cpu, pfn, order, &mut self.stat)
+    }
+}

@@ -1,0 +1,323 @@
+//! The simulation driver: boots the kernel, lets the workload set up, runs
+//! task steps in simulated-time order, samples counters, collects results.
+
+use crate::api::Progress;
+use crate::check;
+use crate::config::Config;
+use crate::kernel::task::Task;
+use crate::kernel::Kernel;
+use crate::mm::filemap::Inode;
+use crate::mm::vmstat::{Stat, ENTRY_NAMES, NR_STATS, STAT_NAMES};
+use crate::sim::{Ns, NSEC_PER_SEC};
+use crate::workload::{self, params::Params, FileId, FsKind, Op, Ret, SetupEnv, TaskId, Workload};
+use serde_json::{json, Map, Value};
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::time::Instant;
+
+struct Env<'a> {
+    k: &'a mut Kernel,
+    seed: u64,
+    next_cpu: u32,
+}
+
+impl SetupEnv for Env<'_> {
+    fn nr_cpus(&self) -> u32 {
+        self.k.nr_cpus()
+    }
+    fn mem_bytes(&self) -> u64 {
+        self.k.mem_bytes()
+    }
+    fn create_file(&mut self, fs: FsKind, size: u64, populate: bool) -> Result<FileId, String> {
+        let id = self.k.inodes.len() as u32;
+        self.k.inodes.push(Inode::new(id, fs, size));
+        if populate {
+            self.k.populate_file(id)?;
+        }
+        Ok(id)
+    }
+    fn spawn_process(&mut self, cpu: Option<u32>) -> Result<TaskId, String> {
+        let cpu = self.pick_cpu(cpu)?;
+        let mm = self.k.new_mm();
+        Ok(self.add_task(mm, cpu))
+    }
+    fn spawn_thread(&mut self, of: TaskId, cpu: Option<u32>) -> Result<TaskId, String> {
+        let cpu = self.pick_cpu(cpu)?;
+        let mm = self.k.tasks.get(of as usize).ok_or_else(|| format!("spawn_thread: no task {of}"))?.mm;
+        self.k.mms[mm as usize].users += 1;
+        Ok(self.add_task(mm, cpu))
+    }
+    fn seed(&self) -> u64 {
+        self.seed
+    }
+}
+
+impl Env<'_> {
+    fn pick_cpu(&mut self, cpu: Option<u32>) -> Result<u32, String> {
+        let n = self.k.nr_cpus();
+        match cpu {
+            Some(c) if c < n => Ok(c),
+            Some(c) => Err(format!("cpu {c} does not exist (the machine has {n})")),
+            None => {
+                let c = self.next_cpu % n;
+                self.next_cpu += 1;
+                Ok(c)
+            }
+        }
+    }
+    fn add_task(&mut self, mm: u32, cpu: u32) -> TaskId {
+        let id = self.k.tasks.len() as u32;
+        self.k.tasks.push(Task::new(id, mm, cpu, 0));
+        self.k.mms[mm as usize].cpumask_set(cpu);
+        id
+    }
+}
+
+/// Everything a finished (or interrupted) run produced.
+pub struct Outcome {
+    pub kernel: Kernel,
+    pub interrupted: bool,
+    pub sim_end: Ns,
+    pub host_s: f64,
+    pub samples_t: Vec<f64>,
+    pub samples_ops: Vec<u64>,
+    pub samples_stat: Vec<[i64; NR_STATS]>,
+    pub ops_at_warmup: Vec<u64>,
+    pub warmup_ns: Ns,
+    pub measured_ns: Ns,
+}
+
+/// The run queue: (time, sequence, task). The sequence number makes ties
+/// FIFO, so tasks sharing a CPU take turns.
+struct Queue {
+    heap: BinaryHeap<Reverse<(Ns, u64, u32)>>,
+    seq: u64,
+}
+
+impl Queue {
+    fn push(&mut self, t: Ns, tid: u32) {
+        self.seq += 1;
+        self.heap.push(Reverse((t, self.seq, tid)));
+    }
+}
+
+pub fn build_workload(cfg: &Config) -> Result<Box<dyn Workload>, String> {
+    let info = workload::find(&cfg.workload).ok_or_else(|| format!("unknown workload {}", cfg.workload))?;
+    (info.build)(&mut Params::new(cfg.workload_params.clone()))
+}
+
+/// Run `cfg` to completion (or until `progress` returns false).
+pub fn simulate(cfg: &Config, progress: &mut dyn FnMut(&Progress) -> bool) -> Result<Outcome, String> {
+    let host0 = Instant::now();
+    let mut k = Kernel::boot(cfg.profile.clone(), cfg.knobs.clone(), cfg.run.check)?;
+    let mut wl = build_workload(cfg)?;
+    {
+        let mut env = Env { k: &mut k, seed: cfg.seed, next_cpu: 0 };
+        wl.setup(&mut env)?;
+    }
+    if k.tasks.is_empty() {
+        return Err("the workload created no tasks".into());
+    }
+    let warmup_ns = (cfg.run.warmup_s * NSEC_PER_SEC as f64) as Ns;
+    let measured_ns = (cfg.run.duration_s * NSEC_PER_SEC as f64) as Ns;
+    let end = warmup_ns + measured_ns;
+    let sample_every = ((cfg.run.sample_ms * 1e6) as Ns).max(1);
+    let audit_every = ((cfg.run.audit_interval_ms * 1e6) as Ns).max(1);
+    let mut q = Queue { heap: BinaryHeap::new(), seq: 0 };
+    for t in &k.tasks {
+        q.push(t.clock, t.id);
+    }
+    let mut out_t = vec![0.0];
+    let mut out_ops = vec![0u64];
+    let mut out_stat = vec![k.stat.v];
+    let mut next_sample = sample_every;
+    let mut next_audit = audit_every;
+    let mut ops_at_warmup: Option<Vec<u64>> = if warmup_ns == 0 { Some(vec![0; k.tasks.len()]) } else { None };
+    let mut interrupted = false;
+    let mut steps: u64 = 0;
+    let mut last_progress = Instant::now();
+    let mut now: Ns = 0;
+    'outer: while let Some(Reverse((t, _, tid))) = q.heap.pop() {
+        if t >= end {
+            break;
+        }
+        now = t;
+        // Everything before a boundary has run: record it.
+        if ops_at_warmup.is_none() && t >= warmup_ns {
+            ops_at_warmup = Some(k.tasks.iter().map(|x| x.ops).collect());
+        }
+        while t >= next_sample {
+            out_t.push(next_sample as f64 / NSEC_PER_SEC as f64);
+            out_ops.push(k.tasks.iter().map(|x| x.ops).sum());
+            out_stat.push(k.stat.v);
+            next_sample += sample_every;
+        }
+        if k.check.enabled && t >= next_audit {
+            check::audit(&mut k);
+            next_audit = t + audit_every;
+        }
+        let cpu = k.tasks[tid as usize].cpu as usize;
+        if k.cpus[cpu].free_at > t {
+            // Another task holds this CPU: queue behind it.
+            q.push(k.cpus[cpu].free_at, tid);
+            continue;
+        }
+        k.tasks[tid as usize].clock = t;
+        // Run steps of this task while it is still the earliest.
+        loop {
+            k.charge_irq(tid);
+            step(&mut k, wl.as_mut(), tid, &mut q);
+            steps += 1;
+            let tk = &k.tasks[tid as usize];
+            k.cpus[cpu].free_at = tk.clock;
+            if tk.exited {
+                break;
+            }
+            let c = tk.clock;
+            let earliest = q.heap.peek().map_or(Ns::MAX, |Reverse((t, _, _))| *t);
+            if c < earliest && c < next_sample && c < end && c < next_audit && ops_at_warmup.is_some() && steps & 0xfff != 0 {
+                continue;
+            }
+            q.push(c, tid);
+            break;
+        }
+        if steps & 0xfff == 0 && last_progress.elapsed().as_millis() >= 100 {
+            last_progress = Instant::now();
+            if !progress(&Progress { sim_s: now as f64 / 1e9, sim_total_s: end as f64 / 1e9 }) {
+                interrupted = true;
+                break 'outer;
+            }
+        }
+    }
+    let sim_end = if interrupted { now } else { end };
+    while !interrupted && next_sample <= end {
+        out_t.push(next_sample as f64 / NSEC_PER_SEC as f64);
+        out_ops.push(k.tasks.iter().map(|x| x.ops).sum());
+        out_stat.push(k.stat.v);
+        next_sample += sample_every;
+    }
+    if k.check.enabled {
+        check::audit(&mut k);
+    }
+    progress(&Progress { sim_s: sim_end as f64 / 1e9, sim_total_s: end as f64 / 1e9 });
+    Ok(Outcome {
+        ops_at_warmup: ops_at_warmup.unwrap_or_else(|| vec![0; k.tasks.len()]),
+        kernel: k,
+        interrupted,
+        sim_end,
+        host_s: host0.elapsed().as_secs_f64(),
+        samples_t: out_t,
+        samples_ops: out_ops,
+        samples_stat: out_stat,
+        warmup_ns,
+        measured_ns,
+    })
+}
+
+/// One step of task `tid`: the rest of a pending operation, or the
+/// workload's next one.
+fn step(k: &mut Kernel, wl: &mut dyn Workload, tid: u32, q: &mut Queue) {
+    let op = match k.tasks[tid as usize].pending.take() {
+        Some(op) => op,
+        None => {
+            let last = k.tasks[tid as usize].last;
+            let mut ops = k.tasks[tid as usize].ops;
+            let op = wl.next_op(tid, last, &mut ops);
+            k.tasks[tid as usize].ops = ops;
+            op
+        }
+    };
+    if let Some(r) = k.exec(tid, op) {
+        k.tasks[tid as usize].last = r;
+        if let (Op::Fork, Ret::Val(child)) = (op, r) {
+            let child = child as u32;
+            wl.on_fork(tid, child);
+            q.push(k.tasks[child as usize].clock, child);
+        }
+    }
+}
+
+/// The result object (see `api::run_json` for its shape).
+pub fn result_json(cfg: &Config, o: &Outcome) -> Value {
+    let k = &o.kernel;
+    let mut vmstat = Map::new();
+    for (name, v) in k.stat.iter() {
+        vmstat.insert(name.to_string(), v.into());
+    }
+    let mut time = Map::new();
+    let user: Ns = k.tasks.iter().map(|t| t.user_ns).sum();
+    let sys: Ns = k.tasks.iter().map(|t| t.sys_ns).sum();
+    time.insert("user".into(), user.into());
+    time.insert("sys".into(), sys.into());
+    for (i, n) in ENTRY_NAMES.iter().enumerate() {
+        time.insert((*n).into(), k.tasks.iter().map(|t| t.entry_ns[i]).sum::<Ns>().into());
+    }
+    let measured_s = if o.interrupted { (o.sim_end.saturating_sub(o.warmup_ns)) as f64 / 1e9 } else { o.measured_ns as f64 / 1e9 };
+    let per_task: Vec<Value> = k
+        .tasks
+        .iter()
+        .map(|t| {
+            let base = o.ops_at_warmup.get(t.id as usize).copied().unwrap_or(0);
+            json!({"task": t.id, "cpu": t.cpu, "mm": t.mm, "ops": t.ops, "ops_measured": t.ops - base.min(t.ops), "user_ns": t.user_ns, "sys_ns": t.sys_ns, "exited": t.exited})
+        })
+        .collect();
+    let ops_total: u64 = k.tasks.iter().map(|t| t.ops).sum();
+    let ops_measured: u64 = k.tasks.iter().map(|t| t.ops - o.ops_at_warmup.get(t.id as usize).copied().unwrap_or(0).min(t.ops)).sum();
+    let ops_per_s = if measured_s > 0.0 { ops_measured as f64 / measured_s } else { 0.0 };
+    let mut ts = Map::new();
+    ts.insert("t_s".into(), o.samples_t.clone().into());
+    ts.insert("ops".into(), o.samples_ops.clone().into());
+    for (i, name) in STAT_NAMES.iter().enumerate() {
+        ts.insert((*name).into(), o.samples_stat.iter().map(|s| s[i]).collect::<Vec<_>>().into());
+    }
+    let mut mmap_wait = 0;
+    let mut mmap_sleeps = 0;
+    let mut mmap_bounces = 0;
+    for m in &k.mms {
+        mmap_wait += m.mmap_lock.read_wait_ns + m.mmap_lock.write_wait_ns;
+        mmap_sleeps += m.mmap_lock.sleeps;
+        mmap_bounces += m.mmap_lock.line.bounces;
+    }
+    let lru_wait: Ns = k.nodes.iter().map(|n| n.lruvec.lru_lock.wait_ns).sum();
+    let zone = k.pa.lock_stats();
+    json!({
+        "config": cfg.normalized,
+        "interrupted": o.interrupted,
+        "sim_time_s": o.sim_end as f64 / 1e9,
+        "host_time_s": o.host_s,
+        "summary": {
+            "workload": cfg.workload,
+            "profile": cfg.profile_name,
+            "tasks": k.tasks.len(),
+            "nr_cpus": k.nr_cpus(),
+            "ops_total": ops_total,
+            "ops_measured": ops_measured,
+            "measured_s": measured_s,
+            "ops_per_s": ops_per_s,
+            "ops_per_s_per_task": if k.tasks.is_empty() { 0.0 } else { ops_per_s / k.tasks.len() as f64 },
+        },
+        "vmstat": vmstat,
+        "time_ns": time,
+        "per_task": per_task,
+        "timeseries": ts,
+        "locks": {
+            "mmap_lock_wait_ns": mmap_wait,
+            "mmap_lock_sleeps": mmap_sleeps,
+            "mmap_lock_line_bounces": mmap_bounces,
+            "lru_lock_wait_ns": lru_wait,
+            "zone_lock_acquisitions": zone.0,
+            "zone_lock_contended": zone.1,
+            "zone_lock_wait_ns": zone.2,
+        },
+        "memory": {
+            "mem_map_bytes": k.mem_map.footprint_bytes(),
+            "nr_free_pages": k.stat.get(Stat::NrFreePages),
+        },
+        "checker": {
+            "enabled": k.check.enabled,
+            "audits": k.check.audits,
+            "tlb_checks": k.check.tlb_checks,
+            "violations": k.check.violations,
+        },
+    })
+}
