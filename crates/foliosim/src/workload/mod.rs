@@ -8,7 +8,11 @@
 use crate::sim::Ns;
 use std::collections::BTreeMap;
 
+pub mod common;
+pub mod file_reader;
+pub mod memhog;
 pub mod params;
+pub mod will_it_scale;
 
 pub type TaskId = u32;
 pub type Fd = i32;
@@ -171,7 +175,10 @@ pub fn registry() -> Vec<WorkloadInfo> {
 
 // Filled by the workload modules.
 fn registered() -> Vec<WorkloadInfo> {
-    Vec::new()
+    let mut v = will_it_scale::infos();
+    v.push(memhog::info());
+    v.push(file_reader::info());
+    v
 }
 
 pub fn find(name: &str) -> Option<WorkloadInfo> {
