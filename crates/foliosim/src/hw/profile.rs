@@ -222,3 +222,32 @@ impl Profile {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_builtin_profile_parses_and_validates() {
+        for (name, text) in BUILTIN {
+            let p: Profile = toml::from_str(text).unwrap_or_else(|e| panic!("profile {name}: {e}"));
+            assert_eq!(&p.name, name, "profile {name}: `name` must match its BUILTIN key");
+            assert!(!p.description.contains("PLACEHOLDER"), "profile {name} is still a placeholder");
+            if let Err((k, why)) = p.validate() {
+                panic!("profile {name}: {k}: {why}");
+            }
+            // Every TLB geometry must also build a TLB.
+            let _ = crate::hw::tlb::Tlb::new(&p.tlb);
+        }
+        assert!(builtin("generic-x86").is_some());
+        assert!(builtin("no-such-machine").is_none());
+    }
+
+    #[test]
+    fn builtin_names_are_unique() {
+        let mut names: Vec<_> = BUILTIN.iter().map(|(n, _)| *n).collect();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), BUILTIN.len());
+    }
+}
