@@ -108,9 +108,14 @@ pub fn build_workload(cfg: &Config) -> Result<Box<dyn Workload>, String> {
 
 /// Run `cfg` to completion (or until `progress` returns false).
 pub fn simulate(cfg: &Config, progress: &mut dyn FnMut(&Progress) -> bool) -> Result<Outcome, String> {
+    let wl = build_workload(cfg)?;
+    simulate_with(cfg, wl, progress)
+}
+
+/// Run `cfg` with a workload object supplied by the caller (tests, trace replay).
+pub fn simulate_with(cfg: &Config, mut wl: Box<dyn Workload>, progress: &mut dyn FnMut(&Progress) -> bool) -> Result<Outcome, String> {
     let host0 = Instant::now();
     let mut k = Kernel::boot(cfg.profile.clone(), cfg.knobs.clone(), cfg.run.check)?;
-    let mut wl = build_workload(cfg)?;
     {
         let mut env = Env { k: &mut k, seed: cfg.seed, next_cpu: 0 };
         wl.setup(&mut env)?;

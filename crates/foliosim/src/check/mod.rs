@@ -42,7 +42,7 @@ impl Checker {
     pub fn on_tlb_hit(&mut self, mm: &Mm, mem_map: &MemMap, cpu: u32, va: u64, e: &TlbEntry, kind: Access) {
         self.tlb_checks += 1;
         let pte = mm.pt.pte(va);
-        let pfn = e.pfn_for(va);
+        let pfn = e.pfn_of(va);
         let current = pte.present() && pte.pfn() == pfn;
         if current && (kind != Access::Store || pte.write()) {
             return;

@@ -160,7 +160,12 @@ impl Kernel {
                     tbl.ptes[pte_index(va)] = pte;
                 }
                 let epoch = self.mem_map.get(pte.pfn()).alloc_epoch;
-                self.cpus[cpu as usize].tlb.fill(mm, va, crate::hw::tlb::TlbEntry::from_pte(mm, va, pte.pfn(), 0, pte.write(), pte.dirty(), pte.exec(), epoch), kind);
+                use crate::hw::tlb::{flags, size, TlbEntry};
+                let f = flags::USER
+                    | if pte.write() { flags::WRITE } else { 0 }
+                    | if pte.dirty() { flags::DIRTY } else { 0 }
+                    | if pte.exec() { flags::EXEC } else { 0 };
+                self.cpus[cpu as usize].tlb.fill(kind, TlbEntry::new(mm, va, pte.pfn(), size::PTE, f, epoch));
                 return Ret::Val(0);
             }
             match self.handle_mm_fault(tid, addr, kind) {

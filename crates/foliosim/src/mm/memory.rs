@@ -174,9 +174,7 @@ impl Kernel {
     fn set_pte_locked(&mut self, t: Ns, cpu: u32, mm: u32, addr: u64, expect: Pte, pte: Pte, hold: Ns) -> (bool, Ns) {
         let lc = self.lc;
         let tbl = self.mms[mm as usize].pt.table_mut(addr).expect("pte table exists");
-        let start = tbl.ptl.lock(t, cpu, &lc);
-        let end = start + hold;
-        tbl.ptl.unlock_at(end);
+        let (_, end) = tbl.ptl.lock_span(t, cpu, hold, &lc);
         let slot = &mut tbl.ptes[pte_index(addr)];
         if *slot != expect {
             return (false, end);
@@ -353,8 +351,7 @@ impl Kernel {
         let lc = self.lc;
         let hold = (self.c.pc_lookup + self.c.pte_set + self.c.rmap) * mapped.len() as Ns;
         let tbl = self.mms[mm as usize].pt.table_mut(addr).unwrap();
-        let s = tbl.ptl.lock(t, cpu, &lc);
-        tbl.ptl.unlock_at(s + hold);
+        let (s, _) = tbl.ptl.lock_span(t, cpu, hold, &lc);
         let x = exec_bit(vma);
         for &(va, pfn) in &mapped {
             let tbl = self.mms[mm as usize].pt.table_mut(addr).unwrap();
@@ -524,8 +521,7 @@ impl Kernel {
                 va = stop;
                 continue;
             }
-            // Collect under the PTL, then account outside the borrow.
-            let s = tbl.ptl.lock(t, cpu, &lc);
+            // Clear under the PTL, then account outside the borrow.
             let mut cleared: Vec<(u64, Pte)> = Vec::new();
             let mut a = va;
             while a < stop {
@@ -538,8 +534,7 @@ impl Kernel {
             }
             tbl.nr_present -= cleared.len() as u16;
             let hold = (self.c.pte_clear + self.c.rmap) * cleared.len() as Ns;
-            tbl.ptl.unlock_at(s + hold);
-            t = s + hold;
+            t = tbl.ptl.lock_for(t, cpu, hold, &lc);
             for (a, pte) in cleared {
                 tlb.add_range(a);
                 if pte.special() {

@@ -33,46 +33,103 @@ impl LineCost {
     }
 }
 
+/// Reservations of a resource in simulated time: non-overlapping busy
+/// intervals, sorted. Steps run in start-time order but a step may reserve
+/// a resource later than another step's earlier request (a release at the
+/// end of a long hold); a request takes the earliest gap at or after its
+/// time, so it neither jumps a reservation it overlaps nor waits behind one
+/// that starts after it is done.
+#[derive(Clone, Debug, Default)]
+pub struct Timeline {
+    iv: std::collections::VecDeque<(Ns, Ns, u32)>,
+}
+
+/// Reservations older than this before a request are forgotten; no step
+/// reaches that far back.
+const HORIZON: Ns = 50_000_000;
+const MAX_INTERVALS: usize = 4096;
+
+impl Timeline {
+    /// Reserve the earliest slot at or after `t` for `cpu`; `len(prev)`
+    /// gives the slot's length given the previous holder. Returns (start, end).
+    #[inline]
+    pub fn reserve(&mut self, t: Ns, cpu: u32, len: impl Fn(u32) -> Ns) -> (Ns, Ns) {
+        while self.iv.len() > MAX_INTERVALS || self.iv.front().is_some_and(|f| f.1 + HORIZON < t) {
+            self.iv.pop_front();
+        }
+        // Fast path: after everything reserved so far.
+        if let Some(&(_, e, owner)) = self.iv.back() {
+            if e <= t {
+                let end = t + len(owner);
+                self.iv.push_back((t, end, cpu));
+                return (t, end);
+            }
+        } else {
+            let end = t + len(u32::MAX);
+            self.iv.push_back((t, end, cpu));
+            return (t, end);
+        }
+        // First interval that ends after t.
+        let mut i = self.iv.partition_point(|iv| iv.1 <= t);
+        let mut s = t;
+        let mut owner = if i > 0 { self.iv[i - 1].2 } else { u32::MAX };
+        loop {
+            if i == self.iv.len() {
+                break;
+            }
+            let (is, ie, io) = self.iv[i];
+            if is <= s || s + len(owner) > is {
+                s = s.max(ie);
+                owner = io;
+                i += 1;
+                continue;
+            }
+            break;
+        }
+        let end = s + len(owner);
+        self.iv.insert(i, (s, end, cpu));
+        (s, end)
+    }
+
+    /// End of the latest reservation.
+    pub fn busy_until(&self) -> Ns {
+        self.iv.back().map_or(0, |x| x.1)
+    }
+}
+
 /// A shared, written cache line (a counter, a lock word, a refcount). RMWs
-/// on it serialise: each one waits for the previous to finish and pays a
-/// transfer if another CPU owned the line.
-#[derive(Clone, Debug)]
+/// on it serialise: each one waits for the line and pays a transfer if
+/// another CPU owned it.
+#[derive(Clone, Debug, Default)]
 pub struct CacheLine {
-    pub owner: u32,
-    pub free_at: Ns,
+    tl: Timeline,
     /// Total time callers spent waiting for the line (for reports).
     pub wait_ns: Ns,
     pub bounces: u64,
-}
-
-impl Default for CacheLine {
-    fn default() -> Self {
-        CacheLine { owner: u32::MAX, free_at: 0, wait_ns: 0, bounces: 0 }
-    }
 }
 
 impl CacheLine {
     /// Perform one atomic RMW at `now` from `cpu`; returns completion time.
     #[inline]
     pub fn rmw(&mut self, now: Ns, cpu: u32, lc: &LineCost) -> Ns {
-        let start = now.max(self.free_at);
-        self.wait_ns += start - now;
-        let c = lc.transfer(self.owner, cpu);
-        if self.owner != cpu && self.owner != u32::MAX {
-            self.bounces += 1;
-        }
-        self.owner = cpu;
-        self.free_at = start + c;
-        self.free_at
+        let mut bounced = false;
+        let (s, e) = self.tl.reserve(now, cpu, |prev| {
+            let c = lc.transfer(prev, cpu);
+            bounced = prev != cpu && prev != u32::MAX;
+            c
+        });
+        self.bounces += bounced as u64;
+        self.wait_ns += s - now;
+        e
     }
 }
 
 /// A queued spinlock (FIFO, like qspinlock). The holder's critical section is
-/// known when it takes the lock, so acquisition reserves `[start, start+hold)`.
+/// known when it takes the lock, so acquisition reserves the lock-word
+/// transfer plus the hold.
 #[derive(Clone, Debug, Default)]
 pub struct SpinLock {
-    pub line: CacheLine,
-    pub free_at: Ns,
+    tl: Timeline,
     pub acquisitions: u64,
     pub contended: u64,
     pub wait_ns: Ns,
@@ -82,35 +139,21 @@ impl SpinLock {
     /// Take the lock at `now`, hold it for `hold`; returns the release time.
     #[inline]
     pub fn lock_for(&mut self, now: Ns, cpu: u32, hold: Ns, lc: &LineCost) -> Ns {
-        let got = self.line.rmw(now, cpu, lc).max(self.free_at);
-        let start = got;
-        if start > now + lc.local_rmw {
+        let (s, e) = self.tl.reserve(now, cpu, |prev| lc.transfer(prev, cpu) + hold);
+        if s > now {
             self.contended += 1;
+            self.wait_ns += s - now;
         }
-        self.wait_ns += start.saturating_sub(now + lc.local_rmw);
         self.acquisitions += 1;
-        self.free_at = start + hold;
-        self.free_at
+        e
     }
 
-    /// Acquire at `now` and return the time the caller holds it. The caller
-    /// must later call `unlock_at`. Used when the critical section's length
-    /// is only known after doing the work.
+    /// As `lock_for`, returning when the critical section starts (after
+    /// the lock word arrived) and when it ends.
     #[inline]
-    pub fn lock(&mut self, now: Ns, cpu: u32, lc: &LineCost) -> Ns {
-        let got = self.line.rmw(now, cpu, lc).max(self.free_at);
-        if got > now + lc.local_rmw {
-            self.contended += 1;
-        }
-        self.wait_ns += got.saturating_sub(now + lc.local_rmw);
-        self.acquisitions += 1;
-        self.free_at = Ns::MAX;
-        got
-    }
-
-    #[inline]
-    pub fn unlock_at(&mut self, t: Ns) {
-        self.free_at = t;
+    pub fn lock_span(&mut self, now: Ns, cpu: u32, hold: Ns, lc: &LineCost) -> (Ns, Ns) {
+        let e = self.lock_for(now, cpu, hold, lc);
+        (e - hold, e)
     }
 }
 
@@ -266,6 +309,21 @@ mod tests {
         assert_eq!(a, 5);
         assert_eq!(b, 5 + 50);
         assert_eq!(c, 55 + 150);
+        assert_eq!(l.bounces, 2);
+    }
+
+    #[test]
+    fn a_future_reservation_does_not_block_an_earlier_request() {
+        let mut l = CacheLine::default();
+        l.rmw(1000, 0, &LC);
+        // An RMW at t=10 fits before the one reserved at t=1000.
+        assert_eq!(l.rmw(10, 1, &LC), 10 + 150);
+        // One overlapping the reservation waits for it.
+        assert!(l.rmw(990, 2, &LC) >= 1005);
+        let mut s = SpinLock::default();
+        s.lock_for(1000, 0, 100, &LC);
+        assert!(s.lock_for(0, 1, 100, &LC) <= 300);
+        assert!(s.lock_for(950, 1, 100, &LC) >= 1105);
     }
 
     #[test]
