@@ -1,0 +1,58 @@
+# `make demo`: set up .venv/, build foliosim (release) into it, run the default
+# experiment. `make test`: set up the same, then every test (cargo + pytest).
+# Needs only Rust (cargo; cargo-nextest if present), Python 3.11 with pip, gcc
+# and make; Python packages come from PyPI into .venv/.
+
+SHELL := bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := demo
+
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+VPY := $(VENV)/bin/python
+STAMP := $(VENV)/.deps-stamp
+PY_DEPS := 'maturin>=1.5,<2' 'pandas>=2.0' 'pyarrow>=14' 'pytest>=7' 'hypothesis>=6'
+PIP_FLAGS := --quiet --disable-pip-version-check --no-input
+
+.PHONY: demo test venv develop cargo-test pytest bench clean
+
+demo: develop
+	$(VENV)/bin/foliosim run configs/default.toml
+
+# Both suites run even if the first fails; the exit code says if either did.
+test: develop
+	rc=0; $(MAKE) --no-print-directory cargo-test || rc=1; \
+	$(MAKE) --no-print-directory pytest || rc=1; exit $$rc
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(VPY) || $(PYTHON) -m venv $(VENV)
+	$(VPY) -m pip install $(PIP_FLAGS) $(PY_DEPS)
+	touch $@
+
+# Builds the extension in release mode and installs the package (editable:
+# python/ is used in place) with its console script .venv/bin/foliosim.
+develop: $(STAMP)
+	VIRTUAL_ENV=$(abspath $(VENV)) PATH=$(abspath $(VENV))/bin:$$PATH \
+		$(VENV)/bin/maturin develop --release
+	test -x $(VENV)/bin/foliosim
+
+# The binding crate has no Rust tests (it cannot link without an interpreter);
+# pytest covers it, so it is left out here rather than built a second time.
+cargo-test:
+	if cargo nextest --version >/dev/null 2>&1; then \
+		cargo nextest run --workspace --exclude foliosim-py --no-tests=warn; \
+	else \
+		cargo test --workspace --exclude foliosim-py; \
+	fi
+
+pytest: $(STAMP)
+	$(VPY) -m pytest -q tests/python
+
+bench: develop
+	$(VENV)/bin/foliosim bench
+
+clean:
+	rm -rf $(VENV) results python/foliosim/_core*.so
+	cargo clean

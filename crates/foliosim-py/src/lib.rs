@@ -1,0 +1,208 @@
+//! `foliosim._core`: the private compiled module behind the `foliosim` Python
+//! package. Thin: every function forwards to `foliosim::api` and passes JSON
+//! strings across; the Python side owns parsing, pandas and the CLI.
+//!
+//! Runs release the GIL (`Python::detach`); the progress closure re-attaches
+//! about every 100 ms to check signals (Ctrl-C) and call the Python callback.
+
+use foliosim::api;
+use pyo3::create_exception;
+use pyo3::exceptions::{PyKeyboardInterrupt, PyRuntimeError, PyValueError};
+use pyo3::panic::PanicException;
+use pyo3::prelude::*;
+use std::cell::{Cell, RefCell};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+create_exception!(
+    foliosim,
+    ConfigError,
+    PyValueError,
+    "Invalid foliosim input. str(err) is the one-line message `FILE:LINE: KEY: REASON`; \
+     the attributes file, line (int or None), key and reason hold its parts."
+);
+
+// ---- panics ----------------------------------------------------------------
+// A panic in the core must not print a Rust backtrace into the CLI's one-line
+// error contract. Calls into the core run inside `guarded`, which catches the
+// panic and turns it into a PanicException whose message has the location;
+// the panic hook stays quiet for those (unless FOLIOSIM_DEBUG is set) and
+// defers to the previous hook for any other panic in the process.
+
+thread_local! {
+    static IN_GUARD: Cell<u32> = const { Cell::new(0) };
+    static LAST_PANIC: RefCell<Option<String>> = const { RefCell::new(None) };
+}
+
+fn debug_enabled() -> bool {
+    std::env::var_os("FOLIOSIM_DEBUG").is_some_and(|v| !v.is_empty() && v != "0")
+}
+
+fn install_panic_hook() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let prev = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if IN_GUARD.with(|g| g.get()) == 0 || debug_enabled() {
+                prev(info);
+            }
+            let payload = info
+                .payload()
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| info.payload().downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown panic".to_string());
+            let at = info.location().map(|l| format!(" at {}:{}", l.file(), l.line())).unwrap_or_default();
+            LAST_PANIC.with(|p| *p.borrow_mut() = Some(format!("panicked{at}: {payload}")));
+        }));
+    });
+}
+
+/// Runs `f`, turning a panic into `Err(message)` (message: where and what).
+fn guarded<T>(f: impl FnOnce() -> T) -> Result<T, String> {
+    IN_GUARD.with(|g| g.set(g.get() + 1));
+    let r = catch_unwind(AssertUnwindSafe(f));
+    IN_GUARD.with(|g| g.set(g.get() - 1));
+    r.map_err(|_| {
+        LAST_PANIC
+            .with(|p| p.borrow_mut().take())
+            .unwrap_or_else(|| "panicked".to_string())
+    })
+}
+
+fn panic_error(msg: String) -> PyErr {
+    PanicException::new_err(format!("foliosim core {msg}"))
+}
+
+fn config_error(py: Python<'_>, e: api::ConfigError) -> PyErr {
+    let err = ConfigError::new_err(e.to_string());
+    let value = err.value(py);
+    // Setting attributes on a fresh exception instance cannot fail in practice;
+    // if it did, the message alone still carries everything.
+    let _ = value.setattr("file", e.file.as_str());
+    let _ = value.setattr("line", e.line);
+    let _ = value.setattr("key", e.key.as_str());
+    let _ = value.setattr("reason", e.reason.as_str());
+    err
+}
+
+/// Runs `f` with the GIL released, handing it a progress closure that checks
+/// signals and calls `callback(sim_s, sim_total_s)` (if given).
+///
+/// A KeyboardInterrupt (from the signal check or raised by the callback) or a
+/// callback returning False stops the run: `f` then returns its partial,
+/// `"interrupted": true` result, which is returned normally. Any other
+/// exception raised by the callback stops the run and is re-raised.
+fn with_progress<F>(py: Python<'_>, callback: Option<Py<PyAny>>, f: F) -> PyResult<String>
+where
+    F: FnOnce(&mut dyn FnMut(&api::Progress) -> bool) -> Result<String, api::ConfigError> + Send,
+{
+    let mut pending: Option<PyErr> = None;
+    let out = {
+        let pending = &mut pending;
+        let callback = &callback;
+        py.detach(move || {
+            let mut cb = |p: &api::Progress| -> bool {
+                Python::attach(|py| {
+                    if let Err(e) = py.check_signals() {
+                        if !e.is_instance_of::<PyKeyboardInterrupt>(py) {
+                            *pending = Some(e);
+                        }
+                        return false;
+                    }
+                    let Some(cb) = callback else { return true };
+                    match cb.call1(py, (p.sim_s, p.sim_total_s)) {
+                        // None (no return statement) means "go on".
+                        Ok(r) => r.is_none(py) || r.is_truthy(py).unwrap_or(true),
+                        Err(e) => {
+                            if !e.is_instance_of::<PyKeyboardInterrupt>(py) {
+                                *pending = Some(e);
+                            }
+                            false
+                        }
+                    }
+                })
+            };
+            guarded(|| f(&mut cb))
+        })
+    };
+    if let Some(e) = pending {
+        return Err(e);
+    }
+    out.map_err(panic_error)?.map_err(|e| config_error(py, e))
+}
+
+/// Validate and normalise a TOML config; returns the normalised config as JSON.
+#[pyfunction]
+#[pyo3(signature = (text, filename = "<string>"))]
+fn load_toml(py: Python<'_>, text: &str, filename: &str) -> PyResult<String> {
+    let (text, filename) = (text.to_owned(), filename.to_owned());
+    py.detach(move || guarded(|| api::load_toml(&text, &filename)))
+        .map_err(panic_error)?
+        .map_err(|e| config_error(py, e))
+}
+
+/// Same, for a config given as JSON text (a dict serialised).
+#[pyfunction]
+#[pyo3(signature = (text, origin = "<dict>"))]
+fn load_json(py: Python<'_>, text: &str, origin: &str) -> PyResult<String> {
+    let (text, origin) = (text.to_owned(), origin.to_owned());
+    py.detach(move || guarded(|| api::load_json(&text, &origin)))
+        .map_err(panic_error)?
+        .map_err(|e| config_error(py, e))
+}
+
+/// Run one simulation of a (normalised or not) JSON config; returns the
+/// result as JSON. `progress(sim_s, sim_total_s)` is called about every
+/// 100 ms; returning False stops the run early.
+#[pyfunction]
+#[pyo3(signature = (config_json, progress = None))]
+fn run_json(py: Python<'_>, config_json: &str, progress: Option<Py<PyAny>>) -> PyResult<String> {
+    let config_json = config_json.to_owned();
+    with_progress(py, progress, move |cb| api::run_json(&config_json, cb))
+}
+
+/// Everything `foliosim list` shows, as JSON.
+#[pyfunction]
+fn catalog_json(py: Python<'_>) -> PyResult<String> {
+    py.detach(|| guarded(api::catalog_json)).map_err(panic_error)
+}
+
+/// Registered reproductions as (name, help) pairs.
+#[pyfunction]
+fn experiments() -> PyResult<Vec<(String, String)>> {
+    guarded(api::experiments).map_err(panic_error)
+}
+
+/// Run a registered reproduction; returns its JSON.
+#[pyfunction]
+#[pyo3(signature = (name, progress = None))]
+fn reproduce_json(py: Python<'_>, name: &str, progress: Option<Py<PyAny>>) -> PyResult<String> {
+    let name = name.to_owned();
+    with_progress(py, progress, move |cb| api::reproduce_json(&name, cb))
+}
+
+/// One speed benchmark of the simulator: "anon_faults", "tlb_hits",
+/// "pf1_threads64" or "big_machine". Returns JSON with the figures measured.
+#[pyfunction]
+fn bench_json(py: Python<'_>, which: &str) -> PyResult<String> {
+    let which = which.to_owned();
+    py.detach(move || guarded(|| api::bench_json(&which)))
+        .map_err(panic_error)?
+        .map_err(PyRuntimeError::new_err)
+}
+
+#[pymodule]
+fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    install_panic_hook();
+    m.add("ConfigError", py.get_type::<ConfigError>())?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add_function(wrap_pyfunction!(load_toml, m)?)?;
+    m.add_function(wrap_pyfunction!(load_json, m)?)?;
+    m.add_function(wrap_pyfunction!(run_json, m)?)?;
+    m.add_function(wrap_pyfunction!(catalog_json, m)?)?;
+    m.add_function(wrap_pyfunction!(experiments, m)?)?;
+    m.add_function(wrap_pyfunction!(reproduce_json, m)?)?;
+    m.add_function(wrap_pyfunction!(bench_json, m)?)?;
+    Ok(())
+}

@@ -1,0 +1,51 @@
+"""Typed stub of the compiled module ``foliosim._core`` (crates/foliosim-py).
+
+Everything passes JSON text across; ``foliosim`` (the Python package) parses it.
+Runs release the GIL. A progress callback is called as
+``progress(sim_s, sim_total_s)`` about every 100 ms of host time; returning
+``False`` (or Ctrl-C, which the binding checks for at the same pace) stops
+the run, which then returns its partial result with ``"interrupted": true``.
+"""
+
+from typing import Callable, Optional
+
+__version__: str
+
+ProgressCallback = Callable[[float, float], Optional[bool]]
+
+class ConfigError(ValueError):
+    """Bad input. ``str(err)`` is the one-line ``FILE:LINE: KEY: REASON``."""
+
+    file: str
+    line: Optional[int]
+    key: str
+    reason: str
+
+def load_toml(text: str, filename: str = "<string>") -> str:
+    """Validate and normalise a TOML config; the normalised config as JSON.
+
+    Raises ConfigError.
+    """
+
+def load_json(text: str, origin: str = "<dict>") -> str:
+    """Same as load_toml for a config given as JSON text. Raises ConfigError."""
+
+def run_json(config_json: str, progress: Optional[ProgressCallback] = None) -> str:
+    """Run one simulation; the result as a JSON object string.
+
+    Keys: config, interrupted, sim_time_s, host_time_s, summary, vmstat,
+    time_ns, per_task, timeseries, locks, checker. Raises ConfigError.
+    """
+
+def catalog_json() -> str:
+    """Workloads, profiles, knobs, counters and experiments as JSON."""
+
+def experiments() -> list[tuple[str, str]]:
+    """Registered reproductions as (name, help)."""
+
+def reproduce_json(name: str, progress: Optional[ProgressCallback] = None) -> str:
+    """Run a reproduction: {"name","title","rows":[...],"notes":[...]} as JSON."""
+
+def bench_json(which: str) -> str:
+    """One speed benchmark ("anon_faults", "tlb_hits", "pf1_threads64",
+    "big_machine"); JSON with the figures measured. Raises RuntimeError."""

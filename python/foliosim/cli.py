@@ -1,0 +1,389 @@
+"""The `foliosim` command line (console script `foliosim = foliosim.cli:main`).
+
+Bad input is one line on stderr, `foliosim: error: FILE:LINE: KEY: REASON`,
+exit code 2; an unexpected internal error is one line too, exit 1 (set
+FOLIOSIM_DEBUG=1 for the traceback). Ctrl-C during a run keeps what was
+computed: the partial result is written, a note printed, exit code 130.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import resource
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Callable, NoReturn, Optional, Sequence
+
+from . import _core
+from ._core import ConfigError
+from . import config as _config
+from .progress import ProgressBar
+from .result import Result, write_text_atomic
+
+EXIT_OK, EXIT_INTERNAL, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+# name, JSON key, target description, pass test
+BENCH_TARGETS: list[tuple[str, str, str, Callable[[float], bool]]] = [
+    ("anon_faults", "anon_faults_per_host_s", ">= 5 M anon faults per host s", lambda v: v >= 5e6),
+    ("tlb_hits", "tlb_hit_accesses_per_host_s", ">= 50 M TLB-hit accesses per host s", lambda v: v >= 50e6),
+    ("pf1_threads64", "pf1_threads64_host_s", "page_fault1, 64 threads, 5 sim s: < 30 host s", lambda v: v < 30.0),
+    ("big_machine", "peak_rss_1tib_gib", "peak RSS, 1 TiB machine, 128 GiB page cache: < 6 GiB", lambda v: v < 6.0),
+]
+
+
+def _one_line(s: object) -> str:
+    return " ".join(str(s).split())
+
+
+def _err(msg: str) -> None:
+    print(f"foliosim: error: {_one_line(msg)}", file=sys.stderr)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse whose usage errors are one line (exit 2)."""
+
+    def error(self, message: str) -> NoReturn:
+        _err(f"{message} (see `{self.prog} --help`)")
+        raise SystemExit(EXIT_USAGE)
+
+
+def _show_progress(args: argparse.Namespace) -> bool:
+    return not getattr(args, "quiet", False) and sys.stderr.isatty()
+
+
+# --------------------------------------------------------------------- run --
+def _fmt_int(v: Any) -> str:
+    if isinstance(v, bool):
+        return str(v).lower()
+    if isinstance(v, int):
+        return f"{v:,}"
+    if isinstance(v, float):
+        if math.isfinite(v) and abs(v) >= 1000:
+            return f"{v:,.0f}"
+        return f"{v:.4g}"
+    return str(v)
+
+
+def format_summary(r: Result, out_dir: Optional[Path] = None) -> str:
+    raw, cfg = r.raw, r.config
+    wl, run = cfg.get("workload") or {}, cfg.get("run") or {}
+    lines: list[str] = []
+    head = [str(wl.get("name", "?"))]
+    if "mode" in wl:
+        head.append(str(wl["mode"]))
+    if "tasks" in wl:
+        head.append(f"{wl['tasks']} tasks")
+    head.append(str((cfg.get("machine") or {}).get("profile", "?")))
+    if "seed" in cfg:
+        head.append(f"seed {cfg['seed']}")
+    lines.append("foliosim: " + ", ".join(head))
+    warm = f" (warmup {run['warmup_s']:g} s)" if isinstance(run.get("warmup_s"), (int, float)) else ""
+    status = "  [INTERRUPTED]" if r.interrupted else ""
+    lines.append(f"simulated {r.sim_time_s:.3f} s{warm} in {r.host_time_s:.2f} host s{status}")
+    lines.append("")
+
+    summ = r.summary
+    w = 28
+    order = ["ops_per_s", "ops_total", "tasks"] + [k for k in summ if k not in ("ops_per_s", "ops_total", "tasks")]
+    for k in order:
+        if k in summ and not isinstance(summ[k], (dict, list)):
+            lines.append(f"{k.replace('_per_s', '/s'):<{w}} {_fmt_int(summ[k]):>18}")
+    lines.append("")
+
+    vm = r.vmstat
+    shown = {k: v for k, v in vm.items() if v} or vm
+    if shown:
+        lines.append(f"{'counter (/proc/vmstat)':<{w}} {'value':>18}")
+        for k, v in shown.items():
+            lines.append(f"{k:<{w}} {_fmt_int(v):>18}")
+        if len(shown) < len(vm):
+            lines.append(f"({len(vm) - len(shown)} counters are zero; all are in result.json)")
+        lines.append("")
+
+    tn = raw.get("time_ns") or {}
+    total = sum(v for v in tn.values() if isinstance(v, (int, float))) or 0
+    if tn:
+        lines.append(f"{'time by kernel entry':<{w}} {'sim s':>18} {'share':>7}")
+        for k, v in tn.items():
+            share = f"{100.0 * v / total:6.1f}%" if total else "      -"
+            lines.append(f"{k:<{w}} {v / 1e9:>18.6f} {share}")
+        lines.append("")
+
+    locks = raw.get("locks") or {}
+    for k, v in locks.items():
+        lines.append(f"{k:<{w}} {_fmt_int(v):>18}")
+    if locks:
+        lines.append("")
+
+    chk = raw.get("checker") or {}
+    if chk.get("enabled"):
+        viol = chk.get("violations") or []
+        lines.append(f"checker: {chk.get('audits', 0)} audits, {len(viol)} violations")
+        for v in viol[:10]:
+            lines.append(f"  {_one_line(v)}")
+    else:
+        lines.append("checker: off (--check turns it on)")
+    if out_dir is not None:
+        lines.append(f"results: {out_dir}/")
+    return "\n".join(lines)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    overrides = list(args.overrides or [])
+    if args.check:
+        overrides.append("run.check=true")
+    cfg_json = _config.load_file(args.config, overrides)
+    label = json.loads(cfg_json).get("workload", {}).get("name", "run")
+    with ProgressBar(str(label), enabled=_show_progress(args)) as bar:
+        raw = _core.run_json(cfg_json, bar)
+    result = Result(raw)
+    out = Path(args.out) if args.out else Path("results") / (Path(args.config).stem or "run")
+    result.save(out)
+    if args.json:
+        sys.stdout.write(json.dumps(result.raw) + "\n")
+    else:
+        print(format_summary(result, out))
+    sys.stdout.flush()
+    if result.interrupted:
+        print(f"foliosim: interrupted at {result.sim_time_s:.3f} simulated s; partial results written to {out}/",
+              file=sys.stderr)
+        return EXIT_INTERRUPTED
+    viol = (result.raw.get("checker") or {}).get("violations") or []
+    if viol:
+        print(f"foliosim: checker: {len(viol)} invariant violation(s), first: {_one_line(viol[0])}", file=sys.stderr)
+        return EXIT_INTERNAL
+    return EXIT_OK
+
+
+# -------------------------------------------------------------------- list --
+def cmd_list(args: argparse.Namespace) -> int:
+    cat = json.loads(_core.catalog_json())
+    if args.json:
+        sys.stdout.write(json.dumps(cat) + "\n")
+        return EXIT_OK
+    out: list[str] = []
+    out.append("Workloads ([workload] name = ..., parameters in the same table):")
+    for w in cat.get("workloads", []):
+        out.append(f"  {w.get('name')}: {_one_line(w.get('help', ''))}")
+        for p in w.get("params", []):
+            out.append(f"      {p.get('name')} = {p.get('default')}  {_one_line(p.get('help', ''))}")
+    out.append("")
+    out.append("Machine profiles ([machine] profile = ...):")
+    for p in cat.get("profiles", []):
+        out.append(f"  {p.get('name')}: {p.get('nr_cpus')} CPUs, {p.get('mem_mib')} MiB. {_one_line(p.get('description', ''))}")
+    out.append("")
+    out.append("Knobs ([knobs] \"KEY\" = VALUE; default shown):")
+    for k in cat.get("knobs", []):
+        vals = k.get("values")
+        vs = f"  [{', '.join(map(str, vals))}]" if vals else ""
+        out.append(f"  {k.get('key')} = {k.get('default')}{vs}  {_one_line(k.get('help', ''))}")
+    out.append("")
+    out.append("Counters (/proc/vmstat names):")
+    for c in cat.get("counters", []):
+        g = " (gauge)" if c.get("gauge") else ""
+        out.append(f"  {c.get('name')}{g}: {_one_line(c.get('help', ''))}")
+    out.append("")
+    exps = cat.get("experiments", [])
+    out.append("Experiments (foliosim reproduce NAME):")
+    if not exps:
+        out.append("  (none registered yet)")
+    for e in exps:
+        out.append(f"  {e.get('name')}: {_one_line(e.get('help', ''))}")
+    print("\n".join(out))
+    return EXIT_OK
+
+
+# --------------------------------------------------------------- reproduce --
+def format_reproduction(rep: dict[str, Any]) -> str:
+    rows = rep.get("rows", [])
+    cols = ["label", "metric", "unit", "seed", "simulated"]
+    cells = [[_fmt_int(r.get(c, "")) if c in ("seed", "simulated") else str(r.get(c, "")) for c in cols] for r in rows]
+    widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(cols)]
+    lines = [f"{rep.get('name')}: {rep.get('title', '')}".rstrip(": ")]
+    lines.append("  ".join(c.ljust(wd) for c, wd in zip(cols, widths)))
+    for row in cells:
+        lines.append("  ".join(v.ljust(wd) for v, wd in zip(row, widths)))
+    for n in rep.get("notes", []) or []:
+        lines.append(f"note: {_one_line(n)}")
+    return "\n".join(lines)
+
+
+def cmd_reproduce(args: argparse.Namespace) -> int:
+    registry = dict(_core.experiments())
+    if args.name == "all":
+        names = list(registry)
+        if not names:
+            if args.json:
+                sys.stdout.write("[]\n")
+            else:
+                print("foliosim: no experiments are registered yet; they are added as mechanisms land")
+            return EXIT_OK
+    elif args.name in registry:
+        names = [args.name]
+    else:
+        known = ", ".join(sorted(registry)) or "none registered yet"
+        _err(f"unknown experiment {args.name!r} (known: {known})")
+        return EXIT_USAGE
+    out_dir = Path(args.out) if args.out else Path("results") / "reproduce"
+    reports: list[dict[str, Any]] = []
+    interrupted = False
+    for name in names:
+        with ProgressBar(name, enabled=_show_progress(args)) as bar:
+            rep = json.loads(_core.reproduce_json(name, bar))
+        write_text_atomic(out_dir / f"{name}.json", json.dumps(rep, indent=1) + "\n")
+        reports.append(rep)
+        if not args.json:
+            print(format_reproduction(rep))
+            print()
+        if rep.get("interrupted"):
+            interrupted = True
+            break
+    if args.json:
+        sys.stdout.write(json.dumps(reports if args.name == "all" else reports[0]) + "\n")
+    if interrupted:
+        print(f"foliosim: interrupted; partial results written to {out_dir}/", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    return EXIT_OK
+
+
+# ------------------------------------------------------------------- bench --
+def _figure(data: dict[str, Any], key: str) -> Optional[float]:
+    if isinstance(data.get(key), (int, float)):
+        return float(data[key])
+    nums = [v for v in data.values() if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    return float(nums[0]) if len(nums) == 1 else None
+
+
+def _bench_big() -> tuple[dict[str, Any], float]:
+    """Runs big_machine in a child process; returns its JSON and peak RSS (GiB)."""
+    proc = subprocess.run([sys.executable, "-m", "foliosim._bench_big"], stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True)
+    # ru_maxrss: the largest RSS of any waited-for child, in KiB on Linux.
+    peak_gib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / (1024.0 * 1024.0)
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or [f"exit code {proc.returncode}"])[-1]
+        raise RuntimeError(f"big_machine subprocess failed: {last}")
+    return json.loads(proc.stdout), peak_gib
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    results: dict[str, Any] = {}
+    details: dict[str, Any] = {}
+    verdicts: dict[str, Optional[bool]] = {}
+    errors: dict[str, str] = {}
+    for name, key, target, ok in BENCH_TARGETS:
+        if _show_progress(args):
+            print(f"foliosim bench: {name} ...", file=sys.stderr, flush=True)
+        try:
+            if name == "big_machine":
+                data, value = _bench_big()
+            else:
+                data = json.loads(_core.bench_json(name))
+                value = _figure(data, key)
+            details[name] = data
+        except (RuntimeError, ValueError) as e:
+            errors[name] = _one_line(e)
+            value = None
+        results[key] = value
+        verdicts[key] = None if value is None else bool(ok(value))
+        if not args.json:
+            shown = "error" if value is None else (f"{value:,.3f}" if value < 1000 else f"{value:,.0f}")
+            verdict = "ERROR" if value is None else ("PASS" if verdicts[key] else "FAIL")
+            print(f"{key:<30} {shown:>16}  {verdict:<5}  target {target}")
+            if name in errors:
+                print(f"    {errors[name]}")
+            sys.stdout.flush()
+    all_pass = all(v is True for v in verdicts.values())
+    if args.json:
+        obj = dict(results)
+        obj["targets"] = {key: target for _, key, target, _ in BENCH_TARGETS}
+        obj["pass"] = verdicts
+        obj["all_pass"] = all_pass
+        obj["errors"] = errors
+        obj["details"] = details
+        sys.stdout.write(json.dumps(obj) + "\n")
+    else:
+        print("all targets met" if all_pass else "some targets not met")
+    if errors:
+        return EXIT_INTERNAL
+    if args.strict and not all_pass:
+        return EXIT_INTERNAL
+    return EXIT_OK
+
+
+# -------------------------------------------------------------------- main --
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="foliosim", description="Deterministic simulator of the Linux memory-management subsystem.")
+    p.add_argument("--version", action="version", version=f"foliosim {_core.__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+
+    r = sub.add_parser("run", help="run one simulation and print a vmstat-like summary")
+    r.add_argument("config", metavar="CONFIG.toml", help="the config file")
+    r.add_argument("--json", action="store_true", help="print the result as one JSON object")
+    r.add_argument("--check", action="store_true", help="turn on the invariant checker (run.check = true)")
+    r.add_argument("--out", metavar="DIR", help="where to write result.json and the Parquet files "
+                   "(default results/<config stem>/)")
+    r.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
+    r.add_argument("--set", dest="overrides", action="append", metavar="KEY=VALUE", default=[],
+                   help="override a config key, VALUE a TOML literal, e.g. --set workload.tasks=8 "
+                        "--set 'knobs.\"vm.min_free_kbytes\"=131072' (repeatable)")
+    r.set_defaults(func=cmd_run)
+
+    li = sub.add_parser("list", help="workloads, profiles, knobs, counters and experiments")
+    li.add_argument("--json", action="store_true", help="print the catalog as one JSON object")
+    li.set_defaults(func=cmd_list)
+
+    rp = sub.add_parser("reproduce", help="rerun a seed's experiment beside its published figures")
+    rp.add_argument("name", metavar="NAME|all")
+    rp.add_argument("--json", action="store_true", help="print JSON (a list for `all`)")
+    rp.add_argument("--out", metavar="DIR", help="where to write NAME.json (default results/reproduce/)")
+    rp.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
+    rp.set_defaults(func=cmd_reproduce)
+
+    b = sub.add_parser("bench", help="speed benchmarks of the simulator against its targets")
+    b.add_argument("--json", action="store_true", help="print one JSON object")
+    b.add_argument("--quiet", "-q", action="store_true", help="no progress lines on stderr")
+    b.add_argument("--strict", action="store_true", help="exit 1 if a target is not met")
+    b.set_defaults(func=cmd_bench)
+    return p
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    debug = os.environ.get("FOLIOSIM_DEBUG", "") not in ("", "0")
+    try:
+        args = build_parser().parse_args(argv)
+        return int(args.func(args))
+    except SystemExit as e:
+        return e.code if isinstance(e.code, int) else (0 if e.code is None else EXIT_USAGE)
+    except ConfigError as e:
+        if debug:
+            raise
+        _err(str(e))
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("foliosim: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # `foliosim list | head`: not an error. Silence the final flush too.
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        except OSError:
+            pass
+        return EXIT_OK
+    except BaseException as e:  # noqa: BLE001 -- includes pyo3's PanicException
+        if debug:
+            raise
+        msg = _one_line(e) or type(e).__name__
+        print(f"foliosim: internal error: {type(e).__name__}: {msg} (FOLIOSIM_DEBUG=1 shows the traceback)",
+              file=sys.stderr)
+        return EXIT_INTERNAL
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,157 @@
+"""Loading configs: a TOML file, a TOML string or a dict, with --set overrides.
+
+Python never validates: it only gets text to the Rust side, which checks
+everything and answers with a normalised config as JSON (or a ConfigError
+whose message names the file, line and key).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tomllib
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Union
+
+from . import _core
+from ._core import ConfigError
+
+ConfigLike = Union[str, os.PathLike, Mapping[str, Any]]
+
+__all__ = ["ConfigError", "ConfigLike", "load", "load_file", "parse_override", "apply_overrides"]
+
+
+def _error(file: str, key: str, reason: str, line: int | None = None) -> ConfigError:
+    where = f"{file}:{line}" if line is not None else file
+    err = ConfigError(f"{where}: {key}: {reason}")
+    err.file, err.line, err.key, err.reason = file, line, key, reason
+    return err
+
+
+def _one_line(s: str) -> str:
+    return " ".join(str(s).split())
+
+
+def read_text(path: str | os.PathLike) -> str:
+    """Read a config file; a missing or unreadable file is a ConfigError."""
+    name = os.fspath(path)
+    try:
+        with open(name, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise _error(name, "file", _one_line(e.strerror or str(e))) from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data[: e.start].count(b"\n") + 1
+        raise _error(name, "file", "not valid UTF-8", line) from None
+
+
+def _tomllib_error(file: str, e: tomllib.TOMLDecodeError) -> ConfigError:
+    msg = str(e)
+    m = re.search(r"\(at line (\d+), column \d+\)", msg)
+    line = int(m.group(1)) if m else None
+    reason = _one_line(re.sub(r"\s*\(at (line \d+, column \d+|end of document)\)", "", msg))
+    return _error(file, "(syntax)", reason, line)
+
+
+def parse_override(arg: str) -> dict[str, Any]:
+    """`KEY=VALUE` (KEY a TOML dotted key, VALUE a TOML literal; a bare word
+    that is not one is taken as a string) -> a nested dict."""
+    key, sep, value = arg.partition("=")
+    key, value = key.strip(), value.strip()
+    if not sep or not key:
+        raise _error("--set", arg, "expected KEY=VALUE")
+    try:
+        return tomllib.loads(f"{key} = {value}")
+    except tomllib.TOMLDecodeError:
+        pass
+    try:
+        return tomllib.loads(f"{key} = {json.dumps(value, ensure_ascii=False)}")
+    except tomllib.TOMLDecodeError:
+        raise _error("--set", key, f"not a valid TOML key or value: {value!r}") from None
+
+
+def _merge(base: dict[str, Any], over: Mapping[str, Any], path: str) -> None:
+    for k, v in over.items():
+        if isinstance(v, Mapping) and isinstance(base.get(k), dict):
+            _merge(base[k], v, f"{path}{k}.")
+        else:
+            base[k] = v
+
+
+def apply_overrides(cfg: dict[str, Any], overrides: Iterable[str]) -> dict[str, Any]:
+    """Apply `KEY=VALUE` overrides to a config dict (in place; returned)."""
+    for arg in overrides:
+        _merge(cfg, parse_override(arg), "")
+    return cfg
+
+
+def _dumps(cfg: Mapping[str, Any], origin: str) -> str:
+    try:
+        return json.dumps(cfg, default=_json_default, allow_nan=False)
+    except (TypeError, ValueError) as e:
+        raise _error(origin, "(config)", _one_line(e)) from None
+
+
+def _json_default(o: Any) -> Any:
+    if isinstance(o, os.PathLike):
+        return os.fspath(o)
+    if hasattr(o, "isoformat"):  # TOML dates and times
+        return o.isoformat()
+    if hasattr(o, "item"):  # numpy scalars
+        return o.item()
+    raise TypeError(f"{type(o).__name__} is not a config value")
+
+
+def load_file(path: str | os.PathLike, overrides: Iterable[str] = ()) -> str:
+    """A config file (plus overrides) -> the normalised config JSON."""
+    name = os.fspath(path)
+    return load_text(read_text(name), name, overrides)
+
+
+def load_text(text: str, name: str = "<string>", overrides: Iterable[str] = ()) -> str:
+    """TOML text (plus overrides) -> the normalised config JSON."""
+    overrides = list(overrides)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise _error(name, "file", "not valid UTF-8", text[: e.start].count("\n") + 1) from None
+    # The file alone first: its errors then carry the file's line numbers.
+    norm = _core.load_toml(text, name)
+    if not overrides:
+        return norm
+    try:
+        cfg = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:  # Rust accepted it; be safe anyway
+        raise _tomllib_error(name, e) from None
+    apply_overrides(cfg, overrides)
+    return _core.load_json(_dumps(cfg, name), f"{name} (--set)")
+
+
+def load(config: ConfigLike, overrides: Iterable[str] = ()) -> str:
+    """Any config form -> the normalised config JSON (raises ConfigError).
+
+    A str is TOML text if it contains a newline or an `=`, otherwise a path.
+    """
+    if isinstance(config, Mapping):
+        cfg = json.loads(_dumps(config, "<dict>"))
+        apply_overrides(cfg, overrides)
+        return _core.load_json(_dumps(cfg, "<dict>"), "<dict>")
+    if isinstance(config, os.PathLike):
+        return load_file(config, overrides)
+    if isinstance(config, bytes):
+        config = config.decode("utf-8")
+    if isinstance(config, str):
+        if "\n" in config or "=" in config or config.strip() == "":
+            return load_text(config, "<string>", overrides)
+        return load_file(config, overrides)
+    raise TypeError(f"config must be a path, a TOML string or a dict, not {type(config).__name__}")
+
+
+def stem_of(config: ConfigLike) -> str:
+    """Name used for the default output folder."""
+    if isinstance(config, os.PathLike) or (isinstance(config, str) and "\n" not in config and "=" not in config):
+        return Path(os.fspath(config)).stem or "run"
+    return "run"

@@ -1,0 +1,130 @@
+"""The result of one run, and writing it atomically."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import pandas as pd
+
+__all__ = ["Result", "atomic_write", "HOST_TIME_KEYS", "deterministic_view"]
+
+#: Fields that measure the host, not the simulation (``host_time_s``, and any
+#: other ``host_*`` key at any depth): they differ between two runs of the same
+#: config and are left out when comparing runs.
+HOST_TIME_KEYS = ("host_time_s",)
+
+
+def deterministic_view(raw: Any) -> Any:
+    """`raw` without the host-time fields (for determinism checks)."""
+    if isinstance(raw, dict):
+        return {k: deterministic_view(v) for k, v in raw.items()
+                if not (k in HOST_TIME_KEYS or k.startswith("host_"))}
+    if isinstance(raw, list):
+        return [deterministic_view(v) for v in raw]
+    return raw
+
+
+@contextlib.contextmanager
+def atomic_write(path: str | os.PathLike) -> Iterator[str]:
+    """Yields a temporary path in the same folder as `path`; on success it is
+    fsynced and renamed over `path` (os.replace), on failure removed."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # Same folder (os.replace must not cross file systems); the mode follows
+    # the umask like any new file (mkstemp would make it 0600).
+    tmp = str(path.parent / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+    try:
+        yield tmp
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def write_text_atomic(path: str | os.PathLike, text: str) -> None:
+    with atomic_write(path) as tmp:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+
+
+class Result:
+    """One simulation's result.
+
+    - ``raw``: the parsed JSON the simulator returned (see ``run_json``).
+    - ``summary``: dict (ops_per_s, ops_total, tasks, ...).
+    - ``counters``: DataFrame with columns ``name``, ``value`` (/proc/vmstat names).
+    - ``timeseries``: DataFrame, one row per simulated second (column ``t_s``).
+    """
+
+    def __init__(self, raw: dict[str, Any] | str):
+        self.raw: dict[str, Any] = json.loads(raw) if isinstance(raw, str) else raw
+
+    # -- views -------------------------------------------------------------
+    @property
+    def summary(self) -> dict[str, Any]:
+        return dict(self.raw.get("summary") or {})
+
+    @property
+    def config(self) -> dict[str, Any]:
+        return dict(self.raw.get("config") or {})
+
+    @property
+    def interrupted(self) -> bool:
+        return bool(self.raw.get("interrupted", False))
+
+    @property
+    def sim_time_s(self) -> float:
+        return float(self.raw.get("sim_time_s", 0.0))
+
+    @property
+    def host_time_s(self) -> float:
+        return float(self.raw.get("host_time_s", 0.0))
+
+    @property
+    def vmstat(self) -> dict[str, Any]:
+        return dict(self.raw.get("vmstat") or {})
+
+    @property
+    def counters(self) -> pd.DataFrame:
+        vm = self.raw.get("vmstat") or {}
+        return pd.DataFrame({"name": list(vm.keys()), "value": list(vm.values())})
+
+    @property
+    def timeseries(self) -> pd.DataFrame:
+        ts = self.raw.get("timeseries") or {}
+        return pd.DataFrame({k: pd.Series(v) for k, v in ts.items()})
+
+    # -- output ------------------------------------------------------------
+    def to_json(self, indent: int | None = None) -> str:
+        return json.dumps(self.raw, indent=indent)
+
+    def save(self, directory: str | os.PathLike) -> Path:
+        """Write result.json, vmstat.parquet and timeseries.parquet into
+        `directory` (created if needed), each atomically."""
+        d = Path(directory)
+        d.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(d / "result.json", self.to_json(indent=1) + "\n")
+        _parquet_atomic(d / "vmstat.parquet", self.counters.to_parquet)
+        _parquet_atomic(d / "timeseries.parquet", self.timeseries.to_parquet)
+        return d
+
+    def __repr__(self) -> str:
+        s = self.summary
+        wl = (self.config.get("workload") or {}).get("name", "?")
+        flag = " interrupted" if self.interrupted else ""
+        return (f"<foliosim.Result {wl}: {s.get('ops_per_s', float('nan')):.4g} ops/s, "
+                f"{self.sim_time_s:g} sim s{flag}>")
+
+
+def _parquet_atomic(path: Path, writer: Callable[..., Any]) -> None:
+    with atomic_write(path) as tmp:
+        writer(tmp, index=False, engine="pyarrow")

@@ -1,0 +1,70 @@
+"""Shared helpers. Tests are written against the documented contracts of
+`foliosim._core` (crates/foliosim/src/api.rs), never against particular
+simulated numbers, and use tiny configs so the suite takes seconds."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+TINY = """\
+seed = 7
+
+[machine]
+profile = "generic-x86"
+
+[workload]
+name = "page_fault1"
+mode = "processes"
+tasks = 2
+size_mib = 4
+
+[run]
+warmup_s = 0.0
+duration_s = 0.05
+check = false
+"""
+
+TINY_DICT = {
+    "seed": 7,
+    "machine": {"profile": "generic-x86"},
+    "workload": {"name": "page_fault1", "mode": "processes", "tasks": 2, "size_mib": 4},
+    "run": {"warmup_s": 0.0, "duration_s": 0.05, "check": False},
+}
+
+RESULT_KEYS = {"config", "interrupted", "sim_time_s", "host_time_s", "summary", "vmstat",
+               "time_ns", "per_task", "timeseries", "locks", "checker"}
+
+
+def run_cli(*args: str, cwd: Path | None = None, env: dict | None = None,
+            timeout: float = 120) -> subprocess.CompletedProcess:
+    """`foliosim ARGS` in a subprocess (stdin closed, stderr not a tty)."""
+    e = dict(os.environ)
+    e.pop("FOLIOSIM_DEBUG", None)
+    if env:
+        e.update(env)
+    return subprocess.run([sys.executable, "-m", "foliosim", *args], cwd=cwd, env=e,
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture
+def tiny_config(tmp_path: Path) -> Path:
+    p = tmp_path / "tiny.toml"
+    p.write_text(TINY)
+    return p
+
+
+def stderr_lines(proc: subprocess.CompletedProcess) -> list[str]:
+    return [l for l in proc.stderr.splitlines() if l.strip()]
+
+
+def one_json(stdout: str):
+    """stdout must be exactly one JSON value (json.loads rejects trailing data)."""
+    return json.loads(stdout)

@@ -1,0 +1,181 @@
+"""The CLI: list, run (JSON, results on disk, determinism, --set, --check),
+reproduce, bench (its reporting, with the benchmarks themselves stubbed)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from foliosim import _core, cli
+from foliosim.result import deterministic_view
+
+from conftest import RESULT_KEYS, one_json, run_cli, stderr_lines
+
+
+def test_console_script_installed():
+    script = Path(sys.executable).parent / "foliosim"
+    assert script.exists(), "pip/maturin should install the console script next to python"
+
+
+def test_list_human():
+    proc = run_cli("list")
+    assert proc.returncode == 0, proc.stderr
+    for section in ("Workloads", "Machine profiles", "Knobs", "Counters", "Experiments"):
+        assert section in proc.stdout
+
+
+def test_list_json():
+    proc = run_cli("list", "--json")
+    assert proc.returncode == 0, proc.stderr
+    cat = one_json(proc.stdout)
+    assert {"workloads", "profiles", "knobs", "counters", "experiments"} <= set(cat)
+    names = {w["name"] for w in cat["workloads"]}
+    assert "page_fault1" in names
+    assert any(p["name"] == "generic-x86" for p in cat["profiles"])
+    for k in cat["knobs"]:
+        assert {"key", "default", "help"} <= set(k)
+    for c in cat["counters"]:
+        assert {"name", "help", "gauge"} <= set(c)
+
+
+def run_json(config: Path, *extra: str, cwd: Path | None = None) -> dict:
+    proc = run_cli("run", str(config), "--json", *extra, cwd=cwd)
+    assert proc.returncode == 0, proc.stderr
+    return one_json(proc.stdout)
+
+
+def test_run_json_shape(tiny_config, tmp_path):
+    res = run_json(tiny_config, "--out", str(tmp_path / "out"))
+    assert RESULT_KEYS <= set(res)
+    assert res["interrupted"] is False
+    assert res["sim_time_s"] > 0
+    assert {"ops_per_s", "ops_total", "tasks"} <= set(res["summary"])
+    assert "pgfault" in res["vmstat"]
+    assert isinstance(res["per_task"], list) and res["per_task"]
+    assert {"task", "cpu", "ops", "user_ns", "sys_ns"} <= set(res["per_task"][0])
+    assert "t_s" in res["timeseries"]
+    assert {"enabled", "audits", "violations"} <= set(res["checker"])
+    assert res["checker"]["enabled"] is False
+    assert res["config"]["workload"]["name"] == "page_fault1"
+
+
+def test_run_human_summary(tiny_config, tmp_path):
+    proc = run_cli("run", str(tiny_config), "--out", str(tmp_path / "o"))
+    assert proc.returncode == 0, proc.stderr
+    assert "ops/s" in proc.stdout and "pgfault" in proc.stdout
+    assert "time by kernel entry" in proc.stdout
+    assert proc.stderr == ""  # no progress bar when stderr is not a terminal
+
+
+def test_determinism(tiny_config, tmp_path):
+    a = run_json(tiny_config, "--out", str(tmp_path / "a"))
+    b = run_json(tiny_config, "--out", str(tmp_path / "b"))
+    dump = lambda r: json.dumps(deterministic_view(r), sort_keys=True)
+    assert dump(a) == dump(b)
+    fa = json.loads((tmp_path / "a" / "result.json").read_text())
+    fb = json.loads((tmp_path / "b" / "result.json").read_text())
+    assert dump(fa) == dump(fb) == dump(a)
+    for name in ("vmstat.parquet", "timeseries.parquet"):
+        pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "a" / name), pd.read_parquet(tmp_path / "b" / name))
+
+
+def test_seed_is_part_of_the_config(tiny_config, tmp_path):
+    res = run_json(tiny_config, "--set", "seed=8", "--out", str(tmp_path / "s"))
+    assert res["config"]["seed"] == 8
+
+
+def test_results_written_atomically(tiny_config, tmp_path):
+    out = tmp_path / "out"
+    for _ in range(2):  # the second run replaces the first's files
+        run_json(tiny_config, "--out", str(out))
+        assert sorted(os.listdir(out)) == ["result.json", "timeseries.parquet", "vmstat.parquet"]
+    raw = json.loads((out / "result.json").read_text())
+    assert RESULT_KEYS <= set(raw)
+    vm = pd.read_parquet(out / "vmstat.parquet")
+    assert list(vm.columns) == ["name", "value"]
+    assert set(vm["name"]) == set(raw["vmstat"])
+    ts = pd.read_parquet(out / "timeseries.parquet")
+    assert "t_s" in ts.columns and len(ts) == len(raw["timeseries"]["t_s"])
+
+
+def test_default_out_dir(tiny_config, tmp_path):
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    run_json(tiny_config, cwd=cwd)
+    assert (cwd / "results" / "tiny" / "result.json").exists()
+
+
+def test_set_overrides(tiny_config, tmp_path):
+    res = run_json(tiny_config, "--set", "workload.tasks=3",
+                   "--set", 'knobs."kernel/mm/transparent_hugepage/enabled"="never"',
+                   "--out", str(tmp_path / "o"))
+    assert res["config"]["workload"]["tasks"] == 3
+    assert res["summary"]["tasks"] == 3
+    assert res["config"]["knobs"]["kernel/mm/transparent_hugepage/enabled"] == "never"
+
+
+def test_check_flag(tiny_config, tmp_path):
+    proc = run_cli("run", str(tiny_config), "--json", "--check", "--out", str(tmp_path / "o"))
+    assert proc.returncode in (0, 1), proc.stderr  # 1 = the checker found a violation
+    res = one_json(proc.stdout)
+    assert res["config"]["run"]["check"] is True
+    assert res["checker"]["enabled"] is True
+
+
+def test_reproduce_unknown_name():
+    proc = run_cli("reproduce", "no-such-experiment")
+    assert proc.returncode == 2
+    lines = stderr_lines(proc)
+    assert len(lines) == 1 and "no-such-experiment" in lines[0]
+
+
+@pytest.mark.skipif(bool(_core.experiments()), reason="experiments are registered: `all` is slow")
+def test_reproduce_all_empty_registry():
+    proc = run_cli("reproduce", "all")
+    assert proc.returncode == 0, proc.stderr
+    assert "no experiments" in proc.stdout
+    proc = run_cli("reproduce", "all", "--json")
+    assert proc.returncode == 0
+    assert one_json(proc.stdout) == []
+
+
+def test_bench_reporting(monkeypatch, capsys):
+    """The real benchmarks take minutes; here they are stubbed to check the
+    report: keys, targets, PASS/FAIL."""
+    figures = {"anon_faults": {"anon_faults_per_host_s": 6e6},
+               "tlb_hits": {"tlb_hit_accesses_per_host_s": 1e7},
+               "pf1_threads64": {"pf1_threads64_host_s": 12.0}}
+    monkeypatch.setattr(cli._core, "bench_json", lambda which: json.dumps(figures[which]))
+    monkeypatch.setattr(cli, "_bench_big", lambda: ({"host_s": 1.0}, 2.5))
+    assert cli.main(["bench", "--json"]) == 0
+    obj = json.loads(capsys.readouterr().out)
+    for k in ("anon_faults_per_host_s", "tlb_hit_accesses_per_host_s", "pf1_threads64_host_s", "peak_rss_1tib_gib"):
+        assert isinstance(obj[k], float)
+    assert obj["pass"] == {"anon_faults_per_host_s": True, "tlb_hit_accesses_per_host_s": False,
+                           "pf1_threads64_host_s": True, "peak_rss_1tib_gib": True}
+    assert cli.main(["bench", "--strict"]) == 1
+    out = capsys.readouterr().out
+    assert "PASS" in out and "FAIL" in out
+
+
+def test_bench_big_measures_child_rss(monkeypatch):
+    """The big_machine figure is the peak RSS of a child process."""
+    import subprocess
+
+    real_run = subprocess.run
+
+    def fake_run(cmd, **kw):
+        assert cmd[1:] == ["-m", "foliosim._bench_big"]
+        # a child that holds ~64 MiB and prints JSON, as _bench_big does
+        code = "b = bytearray(64 << 20); b[::4096] = b'x' * len(b[::4096]); print('{\"ok\": 1}')"
+        return real_run([sys.executable, "-c", code], **kw)
+
+    monkeypatch.setattr(cli.subprocess, "run", fake_run)
+    data, peak_gib = cli._bench_big()
+    assert data == {"ok": 1}
+    assert 0.05 < peak_gib < 6
