@@ -2,6 +2,7 @@
 
 pub mod mem_map;
 pub mod page_alloc;
+pub mod shuffle;
 pub mod vmstat;
 
 /// Page frame number. 32 bits cover 16 TiB of 4 KiB frames.
