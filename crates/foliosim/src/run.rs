@@ -115,7 +115,7 @@ pub fn simulate(cfg: &Config, progress: &mut dyn FnMut(&Progress) -> bool) -> Re
 /// Run `cfg` with a workload object supplied by the caller (tests, trace replay).
 pub fn simulate_with(cfg: &Config, mut wl: Box<dyn Workload>, progress: &mut dyn FnMut(&Progress) -> bool) -> Result<Outcome, String> {
     let host0 = Instant::now();
-    let mut k = Kernel::boot(cfg.profile.clone(), cfg.knobs.clone(), cfg.run.check)?;
+    let mut k = Kernel::boot(cfg.profile.clone(), cfg.knobs.clone(), cfg.run.check, cfg.seed)?;
     {
         let mut env = Env { k: &mut k, seed: cfg.seed, next_cpu: 0 };
         wl.setup(&mut env)?;
@@ -284,7 +284,7 @@ pub fn result_json(cfg: &Config, o: &Outcome) -> Value {
         mmap_bounces += m.mmap_lock.line.bounces;
     }
     let lru_wait: Ns = k.nodes.iter().map(|n| n.lruvec.lru_lock.wait_ns).sum();
-    let zone = k.pa.lock_stats();
+    let zone = k.pa.nids().iter().map(|&n| k.pa.zone_lock_stats(n)).fold((0u64, 0u64, 0u64), |a, z| (a.0 + z.acquisitions, a.1 + z.contended, a.2 + z.wait_ns));
     json!({
         "config": cfg.normalized,
         "interrupted": o.interrupted,

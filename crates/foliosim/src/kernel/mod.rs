@@ -16,7 +16,7 @@ use crate::mm::mem_map::{pg, MemMap};
 use crate::mm::mmap::Mm;
 use crate::mm::page_alloc::{AllocParams, MigrateType, PageAlloc, ZoneSpec};
 use crate::mm::swap::LruVec;
-use crate::mm::vmstat::{Stat, VmStat};
+use crate::mm::vmstat::VmStat;
 use crate::mm::Pfn;
 use crate::sim::lock::{LineCost, SleepCost};
 use crate::sim::Ns;
@@ -69,7 +69,7 @@ pub struct Kernel {
 
 impl Kernel {
     /// Boot a machine described by `prof` with `knobs`.
-    pub fn boot(prof: Profile, knobs: Knobs, check: bool) -> Result<Kernel, String> {
+    pub fn boot(prof: Profile, knobs: Knobs, check: bool, seed: u64) -> Result<Kernel, String> {
         let c = Costs::from_profile(&prof);
         let nr_cpus = prof.cpu.nr_cpus;
         let lc = LineCost {
@@ -111,6 +111,9 @@ impl Kernel {
             free_pcp_ns: c.free_pcp,
             buddy_op_ns: c.buddy_op,
             line: lc,
+            merge_likely_tail: true,
+            shuffle: knobs.shuffle,
+            shuffle_seed: seed,
         };
         let pa = PageAlloc::new(zones, params);
         let cpus = (0..nr_cpus)
@@ -134,6 +137,7 @@ impl Kernel {
             next_anon_vma: 1,
             prof,
         };
+        k.pa.init_vmstat(&mut k.stat);
         // The shared zero page: allocated once, never freed, never refcounted by mappings.
         let zp = k.pa.alloc_pages(0, 0, 0, 0, MigrateType::Unmovable, &mut k.stat).ok_or("no memory for the zero page")?;
         k.zero_pfn = zp.pfn;
@@ -141,7 +145,6 @@ impl Kernel {
         p.flags = pg::ZERO_PAGE | pg::ALLOCATED | pg::HEAD;
         p.refcount = 1;
         p.nid = zp.nid as u8;
-        k.stat.add(Stat::NrFreePages, 0);
         Ok(k)
     }
 

@@ -65,7 +65,7 @@ impl Kernel {
             t = t1;
             if freed == 0 {
                 // Flush per-CPU lists that might hold what we need.
-                self.pa.drain_all_pages();
+                t = self.pa.drain_all_pages(t);
             }
         }
     }

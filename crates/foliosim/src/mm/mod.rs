@@ -8,6 +8,7 @@ pub mod mmap;
 pub mod mmu_gather;
 pub mod page_alloc;
 pub mod pgtable;
+pub mod shuffle;
 pub mod swap;
 pub mod vmscan;
 pub mod vmstat;

@@ -1,9 +1,34 @@
 //! The zoned buddy allocator with per-CPU page lists (mm/page_alloc.c).
 //!
-//! INTERFACE STUB — being implemented. See the doc comment of each item.
+//! One ZONE_NORMAL per node. Free memory has no per-frame state: a free
+//! block is a node of an intrusive doubly linked list kept in a hash map
+//! keyed by its first PFN, one list per (order, migratetype) as in
+//! `zone->free_area[order].free_list[mt]`. The only per-range state is one
+//! byte per pageblock (its migratetype), as `pageblock_flags`.
+//!
+//! Simulated time: every entry point takes `now` and returns when it is
+//! done. pcp hits cost `alloc_pcp_ns` / `free_pcp_ns`; work under
+//! `zone->lock` costs `buddy_op_ns` per free-list insertion or removal and is
+//! serialised across CPUs by the zone's `SpinLock` timeline.
+//!
+//! Differences from 6.12 worth knowing (see also the item docs):
+//! * pcp `high` is static (`high_min`): the dynamic tuning between
+//!   `high_min` and `high_max` (ZONE_BELOW_HIGH, decay_pcp_high) and the
+//!   high-order `free_high` shortcut are not modelled. `alloc_factor` and
+//!   `free_count`, which scale refill and drain sizes, are.
+//! * No highatomic reserves, CMA, watermark boosting, lowmem_reserve (a
+//!   single zone per node has none), compaction capture or guard pages.
+//! * Fallback claims a pageblock when at least half of it is free; the
+//!   kernel also counts "alike" allocated pages, which need per-page
+//!   mobility we do not keep.
 
+use std::collections::VecDeque;
+
+use rustc_hash::FxHashMap;
+
+use super::shuffle::ShuffleState;
 use super::vmstat::{Stat, VmStat};
-use super::{Pfn, NR_PAGE_ORDERS};
+use super::{Pfn, MAX_PAGE_ORDER, NR_PAGE_ORDERS, PAGEBLOCK_ORDER, PAGE_SHIFT, PMD_ORDER};
 use crate::sim::lock::{LineCost, SpinLock};
 use crate::sim::Ns;
 
@@ -17,8 +42,39 @@ pub enum MigrateType {
     Isolate = 4,
 }
 pub const MIGRATE_TYPES: usize = 5;
+/// Migratetypes that have pcp lists and fall back to each other.
+pub const MIGRATE_PCPTYPES: usize = 3;
+
+impl MigrateType {
+    pub const ALL: [MigrateType; MIGRATE_TYPES] =
+        [MigrateType::Unmovable, MigrateType::Movable, MigrateType::Reclaimable, MigrateType::HighAtomic, MigrateType::Isolate];
+
+    #[inline]
+    pub fn from_u8(v: u8) -> MigrateType {
+        Self::ALL[v as usize]
+    }
+
+    /// Pageblocks of these types may merge with each other above
+    /// pageblock_order (migratetype_is_mergeable).
+    #[inline]
+    pub fn is_mergeable(self) -> bool {
+        (self as usize) < MIGRATE_PCPTYPES
+    }
+}
+
+/// Where to steal from when a migratetype's own lists are empty, in order.
+const FALLBACKS: [[MigrateType; 2]; MIGRATE_PCPTYPES] = [
+    [MigrateType::Reclaimable, MigrateType::Movable],
+    [MigrateType::Reclaimable, MigrateType::Unmovable],
+    [MigrateType::Unmovable, MigrateType::Movable],
+];
 
 /// Where a freed block goes on its free list.
+///
+/// For [`PageAlloc::putback_isolated`], `Tail` is FPI_TO_TAIL (6.12
+/// behaviour) and `Head` means "ordinary placement rules" (head unless the
+/// merge-likely or shuffle heuristics pick the tail), which is what v17 of
+/// free page reporting did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FpiPlace {
     Head,
@@ -27,7 +83,7 @@ pub enum FpiPlace {
 
 /// A free block on a buddy free list. Free memory has no `struct Page`
 /// state in foliosim: this node is all there is.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct FreeBlock {
     pub prev: Pfn, // PFN + 1 of the previous block on the same list, 0 = none
     pub next: Pfn,
@@ -53,6 +109,13 @@ pub struct AllocParams {
     pub free_pcp_ns: Ns,
     pub buddy_op_ns: Ns,
     pub line: LineCost,
+    /// The "buddy merge likely" tail placement of __free_one_page (on in
+    /// every kernel since 4.x; a switch so its effect can be measured).
+    pub merge_likely_tail: bool,
+    /// page_alloc.shuffle=1 (CONFIG_SHUFFLE_PAGE_ALLOCATOR).
+    pub shuffle: bool,
+    /// Run seed for the shuffle stream.
+    pub shuffle_seed: u64,
 }
 
 pub struct ZoneSpec {
@@ -70,16 +133,772 @@ pub struct Alloc {
     pub nid: u32,
     /// Simulated time when the allocator returned.
     pub done: Ns,
+    /// LUF generation the block carried while free (0 = none): whoever
+    /// hands the pages out must make sure that generation is flushed.
+    pub ugen: u16,
 }
 
+/// A block taken off the free lists by [`PageAlloc::isolate_free_block`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IsolatedBlock {
+    pub pfn: Pfn,
+    pub order: u32,
+    /// The list it was taken from.
+    pub mt: MigrateType,
+    /// Whether it was PG_reported when isolated (the flag itself is gone).
+    pub was_reported: bool,
+    pub ugen: u16,
+}
+
+/// Where a free extent lives, for [`PageAlloc::free_extents`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FreeWhere {
+    Buddy { mt: MigrateType, reported: bool },
+    Pcp { cpu: u32 },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FreeExtent {
+    pub pfn: Pfn,
+    pub order: u32,
+    pub ugen: u16,
+    pub at: FreeWhere,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ZoneLockStats {
+    pub acquisitions: u64,
+    pub contended: u64,
+    pub wait_ns: Ns,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(usize)]
+pub enum Wmark {
+    Min = 0,
+    Low = 1,
+    High = 2,
+}
+
+/// Deliberately broken variants, so tests can show the checker catches them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AllocMutant {
+    /// Removing a block from a free list forgets to decrement nr_free.
+    SkipNrFreeDec,
+    /// __free_one_page never merges with a free buddy.
+    NoMerge,
+}
+
+/// Orders 0..=PAGE_ALLOC_COSTLY_ORDER and PMD_ORDER are cached per CPU.
+pub const PAGE_ALLOC_COSTLY_ORDER: u32 = 3;
+pub const NR_LOWORDER_PCP_LISTS: usize = MIGRATE_PCPTYPES * (PAGE_ALLOC_COSTLY_ORDER as usize + 1);
+/// Plus two PMD_ORDER lists: movable and everything else.
+pub const NR_PCP_LISTS: usize = NR_LOWORDER_PCP_LISTS + 2;
+/// CONFIG_PCP_BATCH_SCALE_MAX default.
+pub const PCP_BATCH_SCALE_MAX: u32 = 5;
+
+#[inline]
+pub fn pcp_allowed_order(order: u32) -> bool {
+    order <= PAGE_ALLOC_COSTLY_ORDER || order == PMD_ORDER
+}
+
+#[inline]
+fn order_to_pindex(mt: usize, order: u32) -> usize {
+    if order > PAGE_ALLOC_COSTLY_ORDER {
+        NR_LOWORDER_PCP_LISTS + (mt == MigrateType::Movable as usize) as usize
+    } else {
+        MIGRATE_PCPTYPES * order as usize + mt
+    }
+}
+
+#[inline]
+fn pindex_to_order(pindex: usize) -> u32 {
+    if pindex >= NR_LOWORDER_PCP_LISTS {
+        PMD_ORDER
+    } else {
+        (pindex / MIGRATE_PCPTYPES) as u32
+    }
+}
+
+/// True if LUF generation `a` is older than `b` (16-bit wrap-around; 0 is
+/// "none" and never compares as a generation).
+#[inline]
+pub fn ugen_before(a: u16, b: u16) -> bool {
+    (b.wrapping_sub(a) as i16) > 0
+}
+
+/// The later of two LUF generations, ignoring 0 ("none").
+#[inline]
+pub fn ugen_latest(a: u16, b: u16) -> u16 {
+    if a == 0 {
+        b
+    } else if b == 0 || ugen_before(b, a) {
+        a
+    } else {
+        b
+    }
+}
+
+/// The kernel's boot-time vm.min_free_kbytes for `lowmem_pages` of memory:
+/// 4 * sqrt(lowmem in KiB), clamped to [128 KiB, 256 MiB].
+pub fn default_min_free_kbytes(lowmem_pages: u64) -> u64 {
+    let kbytes = lowmem_pages * (super::PAGE_SIZE >> 10);
+    int_sqrt(kbytes * 16).clamp(128, 262_144)
+}
+
+fn int_sqrt(x: u64) -> u64 {
+    let mut r = (x as f64).sqrt() as u64;
+    // f64 rounding can be one off either way for large x.
+    while r > 0 && r.checked_mul(r).is_none_or(|sq| sq > x) {
+        r -= 1;
+    }
+    while (r + 1).checked_mul(r + 1).is_some_and(|sq| sq <= x) {
+        r += 1;
+    }
+    r
+}
+
+fn rounddown_pow_of_two(x: u64) -> u64 {
+    if x == 0 {
+        0
+    } else {
+        1 << (63 - x.leading_zeros())
+    }
+}
+
+/// pcp batch: ~0.1% of the zone or 1 MiB, whichever is smaller, /4, then
+/// forced to 2^n - 1 (power-of-two batches alias badly in caches).
+pub fn zone_batchsize(managed: u64) -> u32 {
+    let mut batch = (managed >> 10).min((1 << 20) >> PAGE_SHIFT) / 4;
+    if batch < 1 {
+        batch = 1;
+    }
+    let batch = rounddown_pow_of_two(batch + batch / 2) - 1;
+    batch.max(1) as u32
+}
+
+/// Free-list head/tail per migratetype for one order, encoded PFN + 1.
+#[derive(Clone, Copy, Debug, Default)]
+struct FreeArea {
+    head: [Pfn; MIGRATE_TYPES],
+    tail: [Pfn; MIGRATE_TYPES],
+    /// Blocks of this order on all its lists (the kernel keeps one count).
+    nr_free: u64,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct PcpEntry {
+    pfn: Pfn,
+    ugen: u16,
+}
+
+#[derive(Clone, Debug, Default)]
+struct PerCpuPages {
+    /// Base pages on all lists.
+    count: u64,
+    /// Pages freed recently without allocation in between: grows drains.
+    free_count: u64,
+    /// Consecutive refills without frees: grows order-0 refills.
+    alloc_factor: u32,
+    lists: [VecDeque<PcpEntry>; NR_PCP_LISTS],
+}
+
+/// Flags for __free_one_page.
+#[derive(Clone, Copy, Debug, Default)]
+struct Fpi {
+    to_tail: bool,
+    skip_report_notify: bool,
+}
+
+/// Placement policy and global (not per-zone) state of __free_one_page.
+#[derive(Clone, Debug)]
+struct Placement {
+    merge_likely: bool,
+    shuffle: Option<ShuffleState>,
+    report_order: Option<u32>,
+    report_notify: bool,
+    mutant: Option<AllocMutant>,
+}
+
+struct Zone {
+    nid: u32,
+    start_pfn: Pfn,
+    /// Exclusive.
+    end_pfn: u64,
+    managed: u64,
+    nr_local_cpus: u32,
+    free_area: [FreeArea; NR_PAGE_ORDERS],
+    blocks: FxHashMap<Pfn, FreeBlock>,
+    /// Migratetype per pageblock, indexed from `pb_base`.
+    pageblock_mt: Vec<u8>,
+    pb_base: u64,
+    /// Base pages on the buddy lists (the kernel's zone NR_FREE_PAGES,
+    /// which is what watermarks are checked against).
+    free_pages: u64,
+    /// Base pages on every CPU's pcp lists for this zone.
+    pcp_pages: u64,
+    /// Order of every block on any CPU's pcp list, by first PFN, so that
+    /// "is this frame free?" does not have to scan every CPU's lists.
+    pcp_index: FxHashMap<Pfn, u8>,
+    /// Taken off the lists by isolate_free_block and not yet put back.
+    isolated_pages: u64,
+    /// Handed out by alloc_pages and not yet freed.
+    allocated_pages: i64,
+    reported_pages: u64,
+    wmark: [u64; 3],
+    batch: u32,
+    high: u32,
+    lock: SpinLock,
+    /// Free-list insertions + removals, the unit of zone->lock hold time.
+    ops: u64,
+    mutant: Option<AllocMutant>,
+}
+
+impl Zone {
+    #[inline]
+    fn contains(&self, pfn: Pfn) -> bool {
+        pfn >= self.start_pfn && (pfn as u64) < self.end_pfn
+    }
+
+    #[inline]
+    fn pb_index(&self, pfn: Pfn) -> usize {
+        ((pfn as u64 >> PAGEBLOCK_ORDER) - self.pb_base) as usize
+    }
+
+    #[inline]
+    fn pageblock_mt(&self, pfn: Pfn) -> MigrateType {
+        MigrateType::from_u8(self.pageblock_mt[self.pb_index(pfn)])
+    }
+
+    /// Set the migratetype of every pageblock the block overlaps.
+    fn change_pageblock_range(&mut self, pfn: Pfn, order: u32, mt: MigrateType) {
+        let first = self.pb_index(pfn);
+        let n = if order > PAGEBLOCK_ORDER { 1usize << (order - PAGEBLOCK_ORDER) } else { 1 };
+        for b in &mut self.pageblock_mt[first..first + n] {
+            *b = mt as u8;
+        }
+    }
+
+    fn add_to_free_list(&mut self, pfn: Pfn, order: u32, mt: MigrateType, tail: bool, ugen: u16) {
+        let link = pfn + 1;
+        let mti = mt as usize;
+        let area = &mut self.free_area[order as usize];
+        let mut blk = FreeBlock { prev: 0, next: 0, order: order as u8, mt: mt as u8, reported: false, ugen };
+        if tail {
+            let t = area.tail[mti];
+            blk.prev = t;
+            if t != 0 {
+                self.blocks.get_mut(&(t - 1)).expect("free list tail").next = link;
+            } else {
+                area.head[mti] = link;
+            }
+            area.tail[mti] = link;
+        } else {
+            let h = area.head[mti];
+            blk.next = h;
+            if h != 0 {
+                self.blocks.get_mut(&(h - 1)).expect("free list head").prev = link;
+            } else {
+                area.tail[mti] = link;
+            }
+            area.head[mti] = link;
+        }
+        let old = self.blocks.insert(pfn, blk);
+        debug_assert!(old.is_none(), "pfn {pfn:#x} already free");
+        area.nr_free += 1;
+        self.free_pages += 1 << order;
+        self.ops += 1;
+    }
+
+    /// Unlink a free block (del_page_from_free_list). PG_reported goes with
+    /// it: the returned copy still shows what the flag was.
+    fn del_from_free_list(&mut self, pfn: Pfn) -> FreeBlock {
+        let blk = self.blocks.remove(&pfn).expect("not a free block");
+        let mti = blk.mt as usize;
+        let area = &mut self.free_area[blk.order as usize];
+        if blk.prev != 0 {
+            self.blocks.get_mut(&(blk.prev - 1)).expect("prev").next = blk.next;
+        } else {
+            area.head[mti] = blk.next;
+        }
+        if blk.next != 0 {
+            self.blocks.get_mut(&(blk.next - 1)).expect("next").prev = blk.prev;
+        } else {
+            area.tail[mti] = blk.prev;
+        }
+        if self.mutant != Some(AllocMutant::SkipNrFreeDec) {
+            area.nr_free -= 1;
+        }
+        self.free_pages -= 1 << blk.order;
+        if blk.reported {
+            self.reported_pages -= 1 << blk.order;
+        }
+        self.ops += 1;
+        blk
+    }
+
+    /// Move a free block to the tail of another migratetype's list,
+    /// keeping its flags (move_to_free_list).
+    fn move_to_free_list(&mut self, pfn: Pfn, mt: MigrateType) {
+        let blk = self.del_from_free_list(pfn);
+        self.add_to_free_list(pfn, blk.order as u32, mt, true, blk.ugen);
+        if blk.reported {
+            self.blocks.get_mut(&pfn).unwrap().reported = true;
+            self.reported_pages += 1 << blk.order;
+        }
+    }
+
+    /// Move every free block inside the pageblock holding `pfn` to `mt` and
+    /// retype the pageblock. Returns the free pages found, or None if the
+    /// pageblock straddles the zone boundary (cannot be claimed whole).
+    fn move_freepages_block(&mut self, pfn: Pfn, mt: MigrateType) -> Option<u64> {
+        let start = (pfn as u64) & !((1u64 << PAGEBLOCK_ORDER) - 1);
+        let end = start + (1 << PAGEBLOCK_ORDER);
+        if start < self.start_pfn as u64 || end > self.end_pfn {
+            return None;
+        }
+        let mut moved = 0;
+        let mut p = start;
+        while p < end {
+            match self.blocks.get(&(p as Pfn)) {
+                Some(b) => {
+                    let o = b.order as u32;
+                    if b.mt != mt as u8 {
+                        self.move_to_free_list(p as Pfn, mt);
+                    }
+                    moved += 1u64 << o;
+                    p += 1 << o;
+                }
+                None => p += 1,
+            }
+        }
+        self.change_pageblock_range(start as Pfn, 0, mt);
+        Some(moved)
+    }
+
+    /// Free pages in the pageblock holding `pfn`, or None if it straddles
+    /// the zone boundary.
+    fn pageblock_free_pages(&self, pfn: Pfn) -> Option<u64> {
+        let start = (pfn as u64) & !((1u64 << PAGEBLOCK_ORDER) - 1);
+        let end = start + (1 << PAGEBLOCK_ORDER);
+        if start < self.start_pfn as u64 || end > self.end_pfn {
+            return None;
+        }
+        let (mut free, mut p) = (0, start);
+        while p < end {
+            match self.blocks.get(&(p as Pfn)) {
+                Some(b) => {
+                    free += 1u64 << b.order;
+                    p += 1 << b.order;
+                }
+                None => p += 1,
+            }
+        }
+        Some(free)
+    }
+
+    /// Whether `pfn` is inside a block on a buddy or pcp list.
+    fn is_free(&self, pfn: Pfn) -> bool {
+        (0..=MAX_PAGE_ORDER).any(|o| self.free_buddy(pfn & !((1 << o) - 1), o).is_some())
+            || [0, 1, 2, 3, PMD_ORDER].iter().any(|&o| self.pcp_index.get(&(pfn & !((1 << o) - 1))) == Some(&(o as u8)))
+    }
+
+    /// The buddy of `pfn` at `order` if it is a free block of exactly that
+    /// order (page_is_buddy; the map is per zone, so "same zone" is implied).
+    #[inline]
+    fn free_buddy(&self, buddy_pfn: Pfn, order: u32) -> Option<&FreeBlock> {
+        self.blocks.get(&buddy_pfn).filter(|b| b.order as u32 == order)
+    }
+
+    /// The block could not merge because its buddy at `order` is in use,
+    /// but the other half of the next-larger block is entirely free: if the
+    /// buddy comes back soon this cascades two orders up, so keep the block
+    /// away from the allocating end of the list.
+    fn buddy_merge_likely(&self, pfn: Pfn, buddy_pfn: Pfn, order: u32) -> bool {
+        if order >= MAX_PAGE_ORDER - 1 {
+            return false;
+        }
+        let parent = buddy_pfn & pfn;
+        let parent_buddy = parent ^ (1 << (order + 1));
+        self.free_buddy(parent_buddy, order + 1).is_some()
+    }
+
+    /// __free_one_page: merge with free buddies, then insert. Returns the
+    /// final block.
+    fn free_one_page(&mut self, pl: &mut Placement, mut pfn: Pfn, mut order: u32, mt: MigrateType, fpi: Fpi, mut ugen: u16) -> (Pfn, u32) {
+        debug_assert!(pfn & ((1 << order) - 1) == 0, "unaligned free {pfn:#x} order {order}");
+        debug_assert!(self.contains(pfn) && (pfn as u64 + (1 << order)) <= self.end_pfn);
+        let mut buddy_pfn = pfn ^ (1 << order);
+        while order < MAX_PAGE_ORDER && pl.mutant != Some(AllocMutant::NoMerge) {
+            buddy_pfn = pfn ^ (1 << order);
+            let Some(b) = self.free_buddy(buddy_pfn, order) else { break };
+            let buddy_mt = MigrateType::from_u8(b.mt);
+            // Above pageblock_order two blocks may belong to pageblocks of
+            // different types; only normal types may be joined.
+            if order >= PAGEBLOCK_ORDER && buddy_mt != mt && !(mt.is_mergeable() && buddy_mt.is_mergeable()) {
+                break;
+            }
+            let b = self.del_from_free_list(buddy_pfn);
+            // The merged block must not be reused before the later of the
+            // two deferred flushes has happened.
+            ugen = ugen_latest(ugen, b.ugen);
+            if buddy_mt != mt {
+                // Match the buddy's pageblocks so a later expand() puts the
+                // pieces on the right lists.
+                self.change_pageblock_range(buddy_pfn, order, mt);
+            }
+            pfn &= buddy_pfn;
+            order += 1;
+        }
+        let to_tail = if fpi.to_tail {
+            true
+        } else if let (Some(sh), true) = (pl.shuffle.as_mut(), ShuffleState::is_shuffle_order(order)) {
+            sh.pick_tail()
+        } else if pl.merge_likely {
+            self.buddy_merge_likely(pfn, buddy_pfn, order)
+        } else {
+            false
+        };
+        self.add_to_free_list(pfn, order, mt, to_tail, ugen);
+        if !fpi.skip_report_notify && pl.report_order.is_some_and(|ro| order >= ro) {
+            pl.report_notify = true;
+        }
+        (pfn, order)
+    }
+
+    /// Split a block of order `high` down to `low`, returning the upper
+    /// halves to the free lists (at the head, as 6.12 does). They inherit
+    /// the parent's generation, since their TLB entries may be just as
+    /// stale, and lose PG_reported.
+    #[inline]
+    fn expand(&mut self, pfn: Pfn, low: u32, mut high: u32, mt: MigrateType, ugen: u16) {
+        while high > low {
+            high -= 1;
+            self.add_to_free_list(pfn + (1 << high), high, mt, false, ugen);
+        }
+    }
+
+    fn rmqueue_smallest(&mut self, order: u32, mt: MigrateType) -> Option<(Pfn, u16)> {
+        for cur in order..=MAX_PAGE_ORDER {
+            let h = self.free_area[cur as usize].head[mt as usize];
+            if h == 0 {
+                continue;
+            }
+            let pfn = h - 1;
+            let b = self.del_from_free_list(pfn);
+            self.expand(pfn, order, cur, mt, b.ugen);
+            return Some((pfn, b.ugen));
+        }
+        None
+    }
+
+    fn find_suitable_fallback(&self, order: u32, start_mt: MigrateType) -> Option<MigrateType> {
+        let area = &self.free_area[order as usize];
+        if area.nr_free == 0 {
+            return None;
+        }
+        FALLBACKS[start_mt as usize].iter().copied().find(|f| area.head[*f as usize] != 0)
+    }
+
+    fn can_steal_fallback(order: u32, start_mt: MigrateType) -> bool {
+        order >= PAGEBLOCK_ORDER / 2 || start_mt != MigrateType::Movable
+    }
+
+    /// Take the largest block of a fallback type and make its pageblock(s)
+    /// ours, so the next allocations of this type find memory of their own.
+    fn rmqueue_claim(&mut self, order: u32, start_mt: MigrateType) -> Option<(Pfn, u16)> {
+        for cur in (order..=MAX_PAGE_ORDER).rev() {
+            let Some(fmt) = self.find_suitable_fallback(cur, start_mt) else { continue };
+            if !Self::can_steal_fallback(cur, start_mt) {
+                break;
+            }
+            let pfn = self.free_area[cur as usize].head[fmt as usize] - 1;
+            if cur >= PAGEBLOCK_ORDER {
+                let b = self.del_from_free_list(pfn);
+                self.change_pageblock_range(pfn, cur, start_mt);
+                self.expand(pfn, order, cur, start_mt, b.ugen);
+                return Some((pfn, b.ugen));
+            }
+            if self.pageblock_free_pages(pfn).is_some_and(|f| f >= 1 << (PAGEBLOCK_ORDER - 1)) {
+                self.move_freepages_block(pfn, start_mt);
+                return self.rmqueue_smallest(order, start_mt);
+            }
+        }
+        None
+    }
+
+    /// Take one block of a fallback type without touching pageblocks.
+    fn rmqueue_steal(&mut self, order: u32, start_mt: MigrateType) -> Option<(Pfn, u16)> {
+        for cur in order..=MAX_PAGE_ORDER {
+            let Some(fmt) = self.find_suitable_fallback(cur, start_mt) else { continue };
+            let pfn = self.free_area[cur as usize].head[fmt as usize] - 1;
+            let b = self.del_from_free_list(pfn);
+            self.expand(pfn, order, cur, fmt, b.ugen);
+            return Some((pfn, b.ugen));
+        }
+        None
+    }
+
+    fn rmqueue(&mut self, order: u32, mt: MigrateType) -> Option<(Pfn, u16)> {
+        if let Some(r) = self.rmqueue_smallest(order, mt) {
+            return Some(r);
+        }
+        if !mt.is_mergeable() {
+            return None;
+        }
+        self.rmqueue_claim(order, mt).or_else(|| self.rmqueue_steal(order, mt))
+    }
+
+    /// __zone_watermark_ok without reserves: enough free base pages above
+    /// `mark`, and for order > 0 at least one block big enough on a normal list.
+    fn watermark_ok(&self, order: u32, mark: u64) -> bool {
+        let free = self.free_pages as i64 - ((1i64 << order) - 1);
+        if free <= mark as i64 {
+            return false;
+        }
+        if order == 0 {
+            return true;
+        }
+        self.free_area[order as usize..]
+            .iter()
+            .any(|a| a.nr_free != 0 && a.head[..MIGRATE_PCPTYPES].iter().any(|h| *h != 0))
+    }
+
+    /// Drain up to `count` pages from one CPU's lists to the buddy, round
+    /// robin over the lists starting at `pindex`, oldest (tail) first.
+    fn free_pcppages_bulk(&mut self, pl: &mut Placement, pcp: &mut PerCpuPages, count: u64, pindex: usize) {
+        let mut count = count.min(pcp.count) as i64;
+        let mut pi = pindex + NR_PCP_LISTS - 1;
+        while count > 0 {
+            loop {
+                pi = (pi + 1) % NR_PCP_LISTS;
+                if !pcp.lists[pi].is_empty() {
+                    break;
+                }
+            }
+            let order = pindex_to_order(pi);
+            let nr = 1u64 << order;
+            while let Some(e) = pcp.lists[pi].pop_back() {
+                count -= nr as i64;
+                pcp.count -= nr;
+                self.pcp_pages -= nr;
+                self.pcp_index.remove(&e.pfn);
+                // The pageblock may have changed type while the page sat on
+                // the pcp list: the buddy list follows the pageblock.
+                let mt = self.pageblock_mt(e.pfn);
+                self.free_one_page(pl, e.pfn, order, mt, Fpi::default(), e.ugen);
+                if count <= 0 {
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// pcp->high when the lists are full enough that background reclaim would
+/// not start early: the zone's low watermark (or managed/fraction) split
+/// over the node's CPUs, at least 4 batches.
+fn zone_highsize(z: &Zone, batch: u32, nr_cpus: u32, high_fraction: u64) -> u32 {
+    let total = z.managed.checked_div(high_fraction).unwrap_or(z.wmark[Wmark::Low as usize]);
+    let split = if z.nr_local_cpus > 0 { z.nr_local_cpus } else { nr_cpus.max(1) };
+    let high = total / split as u64;
+    high.max(batch as u64 * 4).min(u32::MAX as u64) as u32
+}
+
+/// The zoned buddy allocator with per-CPU page lists.
 pub struct PageAlloc {
-    // implementation-defined
+    p: AllocParams,
+    zones: Vec<Zone>,
+    /// Zone index per node id.
+    zone_of_nid: Vec<Option<usize>>,
+    /// Zone indices to try, per node id.
+    zonelists: Vec<Vec<usize>>,
+    /// `cpu * zones.len() + zone`.
+    pcp: Vec<PerCpuPages>,
+    pl: Placement,
 }
 
 impl PageAlloc {
-    pub fn new(_zones: Vec<ZoneSpec>, _p: AllocParams) -> Self {
-        todo!()
+    pub fn new(zones: Vec<ZoneSpec>, p: AllocParams) -> Self {
+        let mut specs = zones;
+        specs.retain(|z| z.nr_pages > 0);
+        specs.sort_by_key(|z| z.start_pfn);
+        for w in specs.windows(2) {
+            assert!(
+                w[0].start_pfn as u64 + w[0].nr_pages <= w[1].start_pfn as u64,
+                "zones of nodes {} and {} overlap",
+                w[0].nid,
+                w[1].nid
+            );
+        }
+        let mut pl = Placement {
+            merge_likely: p.merge_likely_tail,
+            shuffle: p.shuffle.then(|| ShuffleState::new(p.shuffle_seed)),
+            report_order: None,
+            report_notify: false,
+            mutant: None,
+        };
+        let mut zones = Vec::with_capacity(specs.len());
+        for s in &specs {
+            let end = s.start_pfn as u64 + s.nr_pages;
+            assert!(end <= u32::MAX as u64, "node {} ends beyond the 32-bit PFN space", s.nid);
+            let pb_base = s.start_pfn as u64 >> PAGEBLOCK_ORDER;
+            let pb_last = (end - 1) >> PAGEBLOCK_ORDER;
+            let mut z = Zone {
+                nid: s.nid,
+                start_pfn: s.start_pfn,
+                end_pfn: end,
+                managed: s.nr_pages,
+                nr_local_cpus: s.local_cpus.len() as u32,
+                free_area: [FreeArea::default(); NR_PAGE_ORDERS],
+                blocks: FxHashMap::default(),
+                // Boot marks every pageblock MOVABLE.
+                pageblock_mt: vec![MigrateType::Movable as u8; (pb_last - pb_base + 1) as usize],
+                pb_base,
+                free_pages: 0,
+                pcp_pages: 0,
+                pcp_index: FxHashMap::default(),
+                isolated_pages: 0,
+                allocated_pages: 0,
+                reported_pages: 0,
+                wmark: [0; 3],
+                batch: 1,
+                high: 4,
+                lock: SpinLock::default(),
+                ops: 0,
+                mutant: None,
+            };
+            // Boot frees memory in the largest aligned blocks, each to the
+            // tail, so the lists come out in ascending PFN order.
+            let mut blocks = Vec::new();
+            let mut pfn = s.start_pfn as u64;
+            while pfn < end {
+                let mut order = (pfn.trailing_zeros()).min(MAX_PAGE_ORDER);
+                while pfn + (1 << order) > end {
+                    order -= 1;
+                }
+                blocks.push((pfn as Pfn, order));
+                pfn += 1 << order;
+            }
+            if let Some(sh) = pl.shuffle.as_mut() {
+                sh.permute(&mut blocks);
+            }
+            for (pfn, order) in blocks {
+                z.add_to_free_list(pfn, order, MigrateType::Movable, true, 0);
+            }
+            z.ops = 0;
+            zones.push(z);
+        }
+
+        let max_nid = specs.iter().map(|s| s.nid as usize).max().map_or(0, |m| m + 1);
+        let mut zone_of_nid = vec![None; max_nid];
+        for (i, z) in zones.iter().enumerate() {
+            assert!(zone_of_nid[z.nid as usize].is_none(), "two zones for node {}", z.nid);
+            zone_of_nid[z.nid as usize] = Some(i);
+        }
+        let nr_cpus = p.nr_cpus.max(1) as usize;
+        let pcp = vec![PerCpuPages::default(); nr_cpus * zones.len()];
+        let mut pa = PageAlloc { p, zones, zone_of_nid, zonelists: Vec::new(), pcp, pl };
+        pa.build_zonelists(max_nid);
+        pa.setup_per_zone_wmarks();
+        pa
     }
+
+    /// Zonelists for nodes 0..n (memoryless nodes included: their lists
+    /// start at the nearest node with memory).
+    fn build_zonelists(&mut self, n: usize) {
+        let zones = &self.zones;
+        self.zonelists = (0..n as u32)
+            .map(|nid| {
+                let mut l: Vec<usize> = (0..zones.len()).collect();
+                l.sort_by_key(|&i| {
+                    let z = &zones[i];
+                    (z.nid != nid, z.nr_local_cpus == 0, z.nid.abs_diff(nid), z.nid)
+                });
+                l
+            })
+            .collect();
+    }
+
+    /// __setup_per_zone_wmarks + zone_pcp_update: vm.min_free_kbytes spread
+    /// over zones by size, gaps scaled by watermark_scale_factor, then the
+    /// pcp batch and high that depend on them.
+    fn setup_per_zone_wmarks(&mut self) {
+        let lowmem: u64 = self.zones.iter().map(|z| z.managed).sum();
+        let mfk = self.min_free_kbytes();
+        let pages_min = mfk >> (PAGE_SHIFT - 10);
+        let wsf = self.p.watermark_scale_factor;
+        for z in &mut self.zones {
+            let min = (pages_min as u128 * z.managed as u128 / lowmem.max(1) as u128) as u64;
+            let gap = (min >> 2).max((z.managed as u128 * wsf as u128 / 10_000) as u64);
+            z.wmark = [min, min + gap, min + 2 * gap];
+            z.batch = zone_batchsize(z.managed);
+            z.high = zone_highsize(z, z.batch, self.p.nr_cpus, self.p.percpu_pagelist_high_fraction);
+        }
+    }
+
+    /// The effective vm.min_free_kbytes.
+    pub fn min_free_kbytes(&self) -> u64 {
+        let lowmem: u64 = self.zones.iter().map(|z| z.managed).sum();
+        self.p.min_free_kbytes.unwrap_or_else(|| default_min_free_kbytes(lowmem))
+    }
+
+    /// Writing vm.min_free_kbytes (None = back to the default formula).
+    pub fn set_min_free_kbytes(&mut self, v: Option<u64>) {
+        self.p.min_free_kbytes = v;
+        self.setup_per_zone_wmarks();
+    }
+
+    /// Writing vm.watermark_scale_factor.
+    pub fn set_watermark_scale_factor(&mut self, v: u64) {
+        self.p.watermark_scale_factor = v;
+        self.setup_per_zone_wmarks();
+    }
+
+    pub fn params(&self) -> &AllocParams {
+        &self.p
+    }
+
+    /// Install (or clear) a deliberately broken variant.
+    pub fn set_mutant(&mut self, m: Option<AllocMutant>) {
+        self.pl.mutant = m;
+        for z in &mut self.zones {
+            z.mutant = m;
+        }
+    }
+
+    #[inline]
+    fn zone_idx(&self, nid: u32) -> usize {
+        self.zone_of_nid.get(nid as usize).copied().flatten().unwrap_or_else(|| panic!("no memory on node {nid}"))
+    }
+
+    #[inline]
+    fn zone_idx_of_pfn(&self, pfn: Pfn) -> Option<usize> {
+        self.zones.iter().position(|z| z.contains(pfn))
+    }
+
+    /// Node ids that have memory, ascending by PFN.
+    pub fn nids(&self) -> Vec<u32> {
+        self.zones.iter().map(|z| z.nid).collect()
+    }
+
+    /// The order in which allocations for `nid` try the nodes.
+    pub fn zonelist(&self, nid: u32) -> Vec<u32> {
+        match self.zonelists.get(nid as usize) {
+            Some(l) => l.iter().map(|&i| self.zones[i].nid).collect(),
+            None => {
+                let mut l: Vec<&Zone> = self.zones.iter().collect();
+                l.sort_by_key(|z| (z.nr_local_cpus == 0, z.nid.abs_diff(nid), z.nid));
+                l.iter().map(|z| z.nid).collect()
+            }
+        }
+    }
+
+    /// Node whose zone holds `pfn`.
+    pub fn pfn_to_nid(&self, pfn: Pfn) -> Option<u32> {
+        self.zone_idx_of_pfn(pfn).map(|i| self.zones[i].nid)
+    }
+
     /// Allocate 2^order contiguous pages, naturally aligned, trying zones in
     /// zonelist order starting at `nid` (then the others by increasing node
     /// distance, here: increasing |nid difference|, CPU-less nodes last),
@@ -88,23 +907,568 @@ impl PageAlloc {
     /// under zone->lock); others take zone->lock directly. Counts
     /// pgalloc_normal (base pages), updates nr_free_pages. None = below min
     /// everywhere (caller reclaims and retries).
-    pub fn alloc_pages(&mut self, _now: Ns, _cpu: u32, _order: u32, _nid: u32, _mt: MigrateType, _stat: &mut VmStat) -> Option<Alloc> {
-        todo!()
+    ///
+    /// Watermarks are checked against buddy free pages only, as the kernel
+    /// does: pages parked on pcp lists do not count, so a caller that gets
+    /// None may `drain_all_pages` and retry, as direct reclaim does.
+    pub fn alloc_pages(&mut self, now: Ns, cpu: u32, order: u32, nid: u32, mt: MigrateType, stat: &mut VmStat) -> Option<Alloc> {
+        assert!(order <= MAX_PAGE_ORDER, "order {order} too large");
+        if nid as usize >= self.zonelists.len() {
+            self.build_zonelists(nid as usize + 1);
+        }
+        for wm in [Wmark::Low, Wmark::Min] {
+            for k in 0..self.zonelists[nid as usize].len() {
+                let zi = self.zonelists[nid as usize][k];
+                let z = &self.zones[zi];
+                if !z.watermark_ok(order, z.wmark[wm as usize]) {
+                    continue;
+                }
+                if let Some((pfn, ugen, done)) = self.rmqueue(now, cpu, zi, order, mt) {
+                    let z = &mut self.zones[zi];
+                    z.allocated_pages += 1 << order;
+                    stat.add(Stat::PgallocNormal, 1 << order);
+                    stat.add(Stat::NrFreePages, -(1 << order));
+                    return Some(Alloc { pfn, nid: z.nid, done, ugen });
+                }
+            }
+        }
+        None
     }
+
+    fn rmqueue(&mut self, now: Ns, cpu: u32, zi: usize, order: u32, mt: MigrateType) -> Option<(Pfn, u16, Ns)> {
+        let nz = self.zones.len();
+        let z = &mut self.zones[zi];
+        let lc = self.p.line;
+        if pcp_allowed_order(order) && mt.is_mergeable() {
+            let pcp = &mut self.pcp[cpu as usize * nz + zi];
+            pcp.free_count >>= 1;
+            let pindex = order_to_pindex(mt as usize, order);
+            let mut t = now;
+            if pcp.lists[pindex].is_empty() {
+                let n = nr_pcp_alloc(pcp, z.batch, z.high, order);
+                let ops0 = z.ops;
+                let mut got = 0;
+                for _ in 0..n {
+                    let Some((pfn, ugen)) = z.rmqueue(order, mt) else { break };
+                    // Blocks come out in PFN order; appending keeps the list so.
+                    pcp.lists[pindex].push_back(PcpEntry { pfn, ugen });
+                    z.pcp_index.insert(pfn, order as u8);
+                    got += 1;
+                }
+                pcp.count += got << order;
+                z.pcp_pages += got << order;
+                t = z.lock.lock_for(now, cpu, (z.ops - ops0) * self.p.buddy_op_ns, &lc);
+            }
+            if let Some(e) = pcp.lists[pindex].pop_front() {
+                pcp.count -= 1 << order;
+                z.pcp_pages -= 1 << order;
+                z.pcp_index.remove(&e.pfn);
+                return Some((e.pfn, e.ugen, t + self.p.alloc_pcp_ns));
+            }
+            // The refill found nothing: the buddy path below cannot do better.
+            return None;
+        }
+        let ops0 = z.ops;
+        let r = z.rmqueue(order, mt);
+        let t = z.lock.lock_for(now, cpu, (z.ops - ops0) * self.p.buddy_op_ns, &lc);
+        r.map(|(pfn, ugen)| (pfn, ugen, t))
+    }
+
     /// Free 2^order pages at `pfn` (aligned). Through pcp where the order is
-    /// pcp-cached (drain `batch` from the tail to buddy when count > high),
-    /// else straight to buddy with merging. Counts pgfree. Returns done time.
-    pub fn free_pages(&mut self, _now: Ns, _cpu: u32, _pfn: Pfn, _order: u32, _stat: &mut VmStat) -> Ns {
-        todo!()
+    /// pcp-cached (drain from the list tails to buddy once count >= high:
+    /// `batch` pages, more after a run of frees, as nr_pcp_free), else
+    /// straight to buddy with merging. Counts pgfree. Returns done time.
+    pub fn free_pages(&mut self, now: Ns, cpu: u32, pfn: Pfn, order: u32, stat: &mut VmStat) -> Ns {
+        self.free_pages_ugen(now, cpu, pfn, order, 0, stat)
     }
+
+    /// `free_pages` for pages whose TLB flush was deferred (LUF): the block
+    /// carries generation `ugen` through pcp and buddy until reallocated.
+    ///
+    /// pcp: the page goes to the head of its list; once the CPU holds `high`
+    /// or more pages, `nr_pcp_free` pages (at least `batch`, more after a run
+    /// of frees) go back to the buddy from the list tails.
+    pub fn free_pages_ugen(&mut self, now: Ns, cpu: u32, pfn: Pfn, order: u32, ugen: u16, stat: &mut VmStat) -> Ns {
+        assert!(order <= MAX_PAGE_ORDER && pfn & ((1 << order) - 1) == 0, "bad free {pfn:#x} order {order}");
+        let zi = self.zone_idx_of_pfn(pfn).unwrap_or_else(|| panic!("free of pfn {pfn:#x} outside every zone"));
+        let nz = self.zones.len();
+        let z = &mut self.zones[zi];
+        debug_assert!((pfn as u64 + (1 << order)) <= z.end_pfn);
+        debug_assert!(!z.is_free(pfn), "double free of pfn {pfn:#x}");
+        z.allocated_pages -= 1 << order;
+        stat.add(Stat::Pgfree, 1 << order);
+        stat.add(Stat::NrFreePages, 1 << order);
+        let lc = self.p.line;
+        let mt = z.pageblock_mt(pfn);
+        if pcp_allowed_order(order) && mt != MigrateType::Isolate {
+            // Highatomic pages sit on the movable pcp lists, as in the kernel.
+            let pmt = if mt.is_mergeable() { mt } else { MigrateType::Movable };
+            let pcp = &mut self.pcp[cpu as usize * nz + zi];
+            pcp.alloc_factor >>= 1;
+            let pindex = order_to_pindex(pmt as usize, order);
+            pcp.lists[pindex].push_front(PcpEntry { pfn, ugen });
+            pcp.count += 1 << order;
+            z.pcp_pages += 1 << order;
+            z.pcp_index.insert(pfn, order as u8);
+            let batch = z.batch as u64;
+            if pcp.free_count < batch << PCP_BATCH_SCALE_MAX {
+                pcp.free_count += 1 << order;
+            }
+            let t = now + self.p.free_pcp_ns;
+            let high = z.high as u64;
+            if pcp.count >= high {
+                let n = nr_pcp_free(pcp, batch, high);
+                let ops0 = z.ops;
+                z.free_pcppages_bulk(&mut self.pl, pcp, n, pindex);
+                return z.lock.lock_for(t, cpu, (z.ops - ops0) * self.p.buddy_op_ns, &lc);
+            }
+            return t;
+        }
+        let ops0 = z.ops;
+        z.free_one_page(&mut self.pl, pfn, order, mt, Fpi::default(), ugen);
+        z.lock.lock_for(now, cpu, (z.ops - ops0) * self.p.buddy_op_ns, &lc)
+    }
+
+    /// Return every page on `cpu`'s pcp lists to the buddy (drain_pages).
+    pub fn drain_pages(&mut self, now: Ns, cpu: u32) -> Ns {
+        let nz = self.zones.len();
+        let lc = self.p.line;
+        let mut t = now;
+        for zi in 0..nz {
+            let pcp = &mut self.pcp[cpu as usize * nz + zi];
+            if pcp.count == 0 {
+                continue;
+            }
+            let z = &mut self.zones[zi];
+            let ops0 = z.ops;
+            let n = pcp.count;
+            z.free_pcppages_bulk(&mut self.pl, pcp, n, 0);
+            t = z.lock.lock_for(t, cpu, (z.ops - ops0) * self.p.buddy_op_ns, &lc);
+        }
+        t
+    }
+
+    /// Drain every CPU's lists. Each CPU drains its own (the kernel queues
+    /// work on each), all starting at `now`; returns when the last is done.
+    pub fn drain_all_pages(&mut self, now: Ns) -> Ns {
+        let mut done = now;
+        for cpu in 0..self.p.nr_cpus.max(1) {
+            done = done.max(self.drain_pages(now, cpu));
+        }
+        done
+    }
+
+    /// Free base pages in buddy and pcp lists, all zones (= nr_free_pages).
     pub fn nr_free(&self) -> u64 {
-        todo!()
+        self.zones.iter().map(|z| z.free_pages + z.pcp_pages).sum()
     }
+
+    /// Add the boot-time free memory to the nr_free_pages gauge. Call once
+    /// on a fresh VmStat; afterwards the allocator keeps it exact.
+    pub fn init_vmstat(&self, stat: &mut VmStat) {
+        stat.add(Stat::NrFreePages, self.nr_free() as i64);
+    }
+
+    /// Buddy free pages of a node's zone (its NR_FREE_PAGES, what watermarks
+    /// are checked against; pcp pages are not included).
+    pub fn zone_free_pages(&self, nid: u32) -> u64 {
+        self.zones[self.zone_idx(nid)].free_pages
+    }
+
+    /// Pages on all CPUs' pcp lists for a node's zone.
+    pub fn zone_pcp_pages(&self, nid: u32) -> u64 {
+        self.zones[self.zone_idx(nid)].pcp_pages
+    }
+
+    pub fn zone_managed_pages(&self, nid: u32) -> u64 {
+        self.zones[self.zone_idx(nid)].managed
+    }
+
+    /// PG_reported base pages on a node's free lists.
+    pub fn zone_reported_pages(&self, nid: u32) -> u64 {
+        self.zones[self.zone_idx(nid)].reported_pages
+    }
+
+    /// Pages isolated by `isolate_free_block` and not yet put back.
+    pub fn zone_isolated_pages(&self, nid: u32) -> u64 {
+        self.zones[self.zone_idx(nid)].isolated_pages
+    }
+
+    /// (min, low, high) in pages.
+    pub fn zone_watermarks(&self, nid: u32) -> (u64, u64, u64) {
+        let w = self.zones[self.zone_idx(nid)].wmark;
+        (w[0], w[1], w[2])
+    }
+
+    /// zone_watermark_ok against buddy free pages.
+    pub fn zone_watermark_ok(&self, nid: u32, order: u32, mark: u64) -> bool {
+        self.zones[self.zone_idx(nid)].watermark_ok(order, mark)
+    }
+
+    /// (batch, high) of the zone's pcp lists.
+    pub fn zone_pcp_batch_high(&self, nid: u32) -> (u32, u32) {
+        let z = &self.zones[self.zone_idx(nid)];
+        (z.batch, z.high)
+    }
+
+    /// Base pages on one CPU's pcp lists for a node.
+    pub fn pcp_count(&self, cpu: u32, nid: u32) -> u64 {
+        self.pcp[cpu as usize * self.zones.len() + self.zone_idx(nid)].count
+    }
+
+    /// nr_free of free_area[order] (blocks, all migratetypes).
+    pub fn zone_nr_free(&self, nid: u32, order: u32) -> u64 {
+        self.zones[self.zone_idx(nid)].free_area[order as usize].nr_free
+    }
+
+    pub fn pageblock_migratetype(&self, pfn: Pfn) -> Option<MigrateType> {
+        self.zone_idx_of_pfn(pfn).map(|i| self.zones[i].pageblock_mt(pfn))
+    }
+
+    pub fn zone_lock_stats(&self, nid: u32) -> ZoneLockStats {
+        let l = &self.zones[self.zone_idx(nid)].lock;
+        ZoneLockStats { acquisitions: l.acquisitions, contended: l.contended, wait_ns: l.wait_ns }
+    }
+
+    /// zone->lock, for mechanisms (page reporting) that work on the free
+    /// lists under it: they take it with `lock_for`, charging their own
+    /// hold time, around calls to the primitives below.
+    pub fn zone_lock(&mut self, nid: u32) -> &mut SpinLock {
+        let zi = self.zone_idx(nid);
+        &mut self.zones[zi].lock
+    }
+
+    /// The free block starting at `pfn`, if there is one on a buddy list.
+    pub fn free_block(&self, pfn: Pfn) -> Option<FreeBlock> {
+        let zi = self.zone_idx_of_pfn(pfn)?;
+        self.zones[zi].blocks.get(&pfn).copied()
+    }
+
+    /// First block of a free list.
+    pub fn free_list_head(&self, nid: u32, order: u32, mt: MigrateType) -> Option<Pfn> {
+        let h = self.zones[self.zone_idx(nid)].free_area[order as usize].head[mt as usize];
+        h.checked_sub(1)
+    }
+
+    /// Walk a free list head to tail.
+    pub fn free_list(&self, nid: u32, order: u32, mt: MigrateType) -> impl Iterator<Item = (Pfn, FreeBlock)> + '_ {
+        let z = &self.zones[self.zone_idx(nid)];
+        let mut cur = z.free_area[order as usize].head[mt as usize];
+        std::iter::from_fn(move || {
+            let pfn = cur.checked_sub(1)?;
+            let b = *z.blocks.get(&pfn)?;
+            cur = b.next;
+            Some((pfn, b))
+        })
+    }
+
+    /// Make `pfn` the head of its list, moving the blocks in front of it to
+    /// the tail in their order (list_rotate_to_front), so a walk can resume
+    /// there next time.
+    pub fn free_list_rotate_to_front(&mut self, pfn: Pfn) {
+        let zi = self.zone_idx_of_pfn(pfn).expect("pfn outside every zone");
+        let z = &mut self.zones[zi];
+        let b = *z.blocks.get(&pfn).expect("not a free block");
+        if b.prev == 0 {
+            return;
+        }
+        let area = &mut z.free_area[b.order as usize];
+        let mti = b.mt as usize;
+        let (old_head, old_tail, new_tail) = (area.head[mti], area.tail[mti], b.prev);
+        z.blocks.get_mut(&(old_tail - 1)).unwrap().next = old_head;
+        z.blocks.get_mut(&(old_head - 1)).unwrap().prev = old_tail;
+        z.blocks.get_mut(&(new_tail - 1)).unwrap().next = 0;
+        z.blocks.get_mut(&pfn).unwrap().prev = 0;
+        area.head[mti] = pfn + 1;
+        area.tail[mti] = new_tail;
+    }
+
+    /// __isolate_free_page: take the free block starting at `pfn` off its
+    /// list; its pages stop counting as free. Refused (None) if `pfn` is not
+    /// the start of a free buddy block, or if taking it would leave the zone
+    /// at or below min + 2^order. Caller holds zone->lock.
+    pub fn isolate_free_block(&mut self, pfn: Pfn, stat: &mut VmStat) -> Option<IsolatedBlock> {
+        let zi = self.zone_idx_of_pfn(pfn)?;
+        let z = &mut self.zones[zi];
+        let b = *z.blocks.get(&pfn)?;
+        let order = b.order as u32;
+        let pb_mt = z.pageblock_mt(pfn);
+        if pb_mt != MigrateType::Isolate && !z.watermark_ok(0, z.wmark[Wmark::Min as usize] + (1 << order)) {
+            return None;
+        }
+        z.del_from_free_list(pfn);
+        z.isolated_pages += 1 << order;
+        stat.add(Stat::NrFreePages, -(1 << order));
+        // Half a pageblock or more is going to a device that cares nothing
+        // for mobility; mark it movable so it comes back there.
+        if order >= PAGEBLOCK_ORDER - 1 {
+            let mut p = pfn as u64;
+            let end = pfn as u64 + (1 << order);
+            while p < end {
+                let m = z.pageblock_mt(p as Pfn);
+                if m.is_mergeable() && m != MigrateType::Movable {
+                    z.move_freepages_block(p as Pfn, MigrateType::Movable);
+                }
+                p += 1 << PAGEBLOCK_ORDER;
+            }
+        }
+        Some(IsolatedBlock { pfn, order, mt: MigrateType::from_u8(b.mt), was_reported: b.reported, ugen: b.ugen })
+    }
+
+    /// Return an isolated block (__putback_isolated_page). `Tail` puts it
+    /// at the tail (6.12), `Head` uses the ordinary placement (5.7). With
+    /// `reported`, the block is flagged PG_reported if it is still a free
+    /// block of the same order afterwards (it did not merge), as the
+    /// reporting drain does. Does not notify page reporting. Caller holds
+    /// zone->lock.
+    pub fn putback_isolated(&mut self, pfn: Pfn, order: u32, place: FpiPlace, reported: bool, stat: &mut VmStat) {
+        self.putback_isolated_ugen(pfn, order, place, reported, 0, stat)
+    }
+
+    /// `putback_isolated` carrying a LUF generation.
+    pub fn putback_isolated_ugen(&mut self, pfn: Pfn, order: u32, place: FpiPlace, reported: bool, ugen: u16, stat: &mut VmStat) {
+        let zi = self.zone_idx_of_pfn(pfn).expect("putback outside every zone");
+        let z = &mut self.zones[zi];
+        assert!(z.isolated_pages >= 1 << order, "putback of pages never isolated");
+        z.isolated_pages -= 1 << order;
+        stat.add(Stat::NrFreePages, 1 << order);
+        let mt = z.pageblock_mt(pfn);
+        let fpi = Fpi { to_tail: place == FpiPlace::Tail, skip_report_notify: true };
+        z.free_one_page(&mut self.pl, pfn, order, mt, fpi, ugen);
+        if reported {
+            if let Some(b) = z.blocks.get_mut(&pfn).filter(|b| b.order as u32 == order) {
+                b.reported = true;
+                z.reported_pages += 1 << order;
+            }
+        }
+    }
+
+    /// page_reporting_order: frees that end at this order or above raise
+    /// the notification (None = reporting off).
+    pub fn set_page_reporting_order(&mut self, order: Option<u32>) {
+        self.pl.report_order = order;
+    }
+
+    /// Whether a free reached the reporting order since the last call
+    /// (page_reporting_notify_free); clears it.
+    pub fn take_page_reporting_notify(&mut self) -> bool {
+        std::mem::take(&mut self.pl.report_notify)
+    }
+
+    /// Whether `pfn` lies in a free block on a buddy list or a pcp list
+    /// (at most 16 hash probes).
+    pub fn is_free(&self, pfn: Pfn) -> bool {
+        self.zone_idx_of_pfn(pfn).is_some_and(|zi| self.zones[zi].is_free(pfn))
+    }
+
+    /// Every free block, buddy and pcp, sorted by PFN.
+    pub fn free_extents(&self) -> Vec<FreeExtent> {
+        let nz = self.zones.len();
+        let mut v = Vec::new();
+        for (zi, z) in self.zones.iter().enumerate() {
+            for (&pfn, b) in &z.blocks {
+                v.push(FreeExtent {
+                    pfn,
+                    order: b.order as u32,
+                    ugen: b.ugen,
+                    at: FreeWhere::Buddy { mt: MigrateType::from_u8(b.mt), reported: b.reported },
+                });
+            }
+            for cpu in 0..self.pcp.len() / nz {
+                for (pi, l) in self.pcp[cpu * nz + zi].lists.iter().enumerate() {
+                    for e in l {
+                        let at = FreeWhere::Pcp { cpu: cpu as u32 };
+                        v.push(FreeExtent { pfn: e.pfn, order: pindex_to_order(pi), ugen: e.ugen, at });
+                    }
+                }
+            }
+        }
+        v.sort_unstable_by_key(|e| (e.pfn, e.order));
+        v
+    }
+
+    /// The nr_free_pages gauge must equal the true free count.
+    pub fn check_vmstat(&self, stat: &VmStat) -> Result<(), String> {
+        let g = stat.get(Stat::NrFreePages);
+        if g != self.nr_free() as i64 {
+            return Err(format!("nr_free_pages gauge {g} != free pages {}", self.nr_free()));
+        }
+        Ok(())
+    }
+
     /// Full audit; Err describes the first violated invariant.
     pub fn check(&self) -> Result<(), String> {
-        todo!()
+        let nz = self.zones.len();
+        for (zi, z) in self.zones.iter().enumerate() {
+            let nid = z.nid;
+            let mut seen = 0usize;
+            let mut free_pages = 0u64;
+            let mut reported = 0u64;
+            for order in 0..=MAX_PAGE_ORDER {
+                let area = &z.free_area[order as usize];
+                let mut blocks_here = 0u64;
+                for mt in MigrateType::ALL {
+                    let mut prev = 0;
+                    let mut cur = area.head[mt as usize];
+                    while cur != 0 {
+                        let pfn = cur - 1;
+                        let Some(b) = z.blocks.get(&pfn) else {
+                            return Err(format!("node {nid} order {order} {mt:?}: list links to {pfn:#x}, not a free block"));
+                        };
+                        if b.prev != prev {
+                            return Err(format!("node {nid}: block {pfn:#x} prev {:#x} != {prev:#x}", b.prev));
+                        }
+                        if b.order as u32 != order || b.mt != mt as u8 {
+                            return Err(format!(
+                                "node {nid}: block {pfn:#x} (order {} mt {}) on list order {order} {mt:?}",
+                                b.order, b.mt
+                            ));
+                        }
+                        if pfn & ((1 << order) - 1) != 0 {
+                            return Err(format!("node {nid}: block {pfn:#x} not aligned to order {order}"));
+                        }
+                        if !z.contains(pfn) || pfn as u64 + (1 << order) > z.end_pfn {
+                            return Err(format!("node {nid}: block {pfn:#x} order {order} outside the zone"));
+                        }
+                        // A block's list must follow its pageblock(s).
+                        let n = if order > PAGEBLOCK_ORDER { 1 << (order - PAGEBLOCK_ORDER) } else { 1 };
+                        let first = z.pb_index(pfn);
+                        if z.pageblock_mt[first..first + n].iter().any(|m| *m != b.mt) {
+                            return Err(format!("node {nid}: block {pfn:#x} on {mt:?} list, pageblock type differs"));
+                        }
+                        if order < MAX_PAGE_ORDER {
+                            if let Some(bb) = z.free_buddy(pfn ^ (1 << order), order) {
+                                let bmt = MigrateType::from_u8(bb.mt);
+                                let refused = order >= PAGEBLOCK_ORDER && bmt != mt && !(bmt.is_mergeable() && mt.is_mergeable());
+                                if !refused {
+                                    return Err(format!("node {nid}: free buddies {pfn:#x} and {:#x} of order {order} not merged", pfn ^ (1 << order)));
+                                }
+                            }
+                        }
+                        seen += 1;
+                        blocks_here += 1;
+                        if seen > z.blocks.len() {
+                            return Err(format!("node {nid}: free list cycle at {pfn:#x}"));
+                        }
+                        free_pages += 1 << order;
+                        if b.reported {
+                            reported += 1 << order;
+                        }
+                        prev = cur;
+                        cur = b.next;
+                    }
+                    if area.tail[mt as usize] != prev {
+                        return Err(format!("node {nid} order {order} {mt:?}: tail {:#x} != last {prev:#x}", area.tail[mt as usize]));
+                    }
+                }
+                if blocks_here != area.nr_free {
+                    return Err(format!("node {nid} order {order}: nr_free {} but {blocks_here} blocks listed", area.nr_free));
+                }
+            }
+            if seen != z.blocks.len() {
+                return Err(format!("node {nid}: {} free blocks but {seen} on lists", z.blocks.len()));
+            }
+            if free_pages != z.free_pages {
+                return Err(format!("node {nid}: free_pages {} but lists hold {free_pages}", z.free_pages));
+            }
+            if reported != z.reported_pages {
+                return Err(format!("node {nid}: reported_pages {} but lists hold {reported}", z.reported_pages));
+            }
+            let mut pcp_pages = 0;
+            let mut pcp_entries = 0;
+            for cpu in 0..self.pcp.len() / nz {
+                let pcp = &self.pcp[cpu * nz + zi];
+                let mut count = 0;
+                for (pi, l) in pcp.lists.iter().enumerate() {
+                    let order = pindex_to_order(pi);
+                    for e in l {
+                        if e.pfn & ((1 << order) - 1) != 0 || !z.contains(e.pfn) || e.pfn as u64 + (1 << order) > z.end_pfn {
+                            return Err(format!("node {nid} cpu {cpu}: pcp page {:#x} order {order} misplaced", e.pfn));
+                        }
+                        if z.pcp_index.get(&e.pfn) != Some(&(order as u8)) {
+                            return Err(format!("node {nid} cpu {cpu}: pcp page {:#x} order {order} missing from the pcp index", e.pfn));
+                        }
+                        count += 1u64 << order;
+                        pcp_entries += 1;
+                    }
+                }
+                if count != pcp.count {
+                    return Err(format!("node {nid} cpu {cpu}: pcp count {} but lists hold {count}", pcp.count));
+                }
+                pcp_pages += count;
+            }
+            if pcp_entries != z.pcp_index.len() {
+                return Err(format!("node {nid}: pcp index holds {} blocks, lists {pcp_entries}", z.pcp_index.len()));
+            }
+            if pcp_pages != z.pcp_pages {
+                return Err(format!("node {nid}: pcp_pages {} but lists hold {pcp_pages}", z.pcp_pages));
+            }
+            let total = (z.free_pages + z.pcp_pages + z.isolated_pages) as i64 + z.allocated_pages;
+            if z.allocated_pages < 0 || total != z.managed as i64 {
+                return Err(format!(
+                    "node {nid}: free {} + pcp {} + isolated {} + allocated {} != managed {}",
+                    z.free_pages, z.pcp_pages, z.isolated_pages, z.allocated_pages, z.managed
+                ));
+            }
+        }
+        let ext = self.free_extents();
+        for w in ext.windows(2) {
+            if w[0].pfn as u64 + (1u64 << w[0].order) > w[1].pfn as u64 {
+                return Err(format!("free blocks overlap: {:?} and {:?}", w[0], w[1]));
+            }
+        }
+        Ok(())
+    }
+
+    /// Test hook: a pcp list entry sitting on two lists at once.
+    #[cfg(test)]
+    fn corrupt_duplicate_pcp_entry(&mut self, cpu: u32, nid: u32) -> bool {
+        let zi = self.zone_idx(nid);
+        let nz = self.zones.len();
+        let pcp = &mut self.pcp[cpu as usize * nz + zi];
+        for pi in 0..NR_PCP_LISTS {
+            if let Some(e) = pcp.lists[pi].front().copied() {
+                pcp.lists[pi].push_back(e);
+                pcp.count += 1 << pindex_to_order(pi);
+                self.zones[zi].pcp_pages += 1 << pindex_to_order(pi);
+                return true;
+            }
+        }
+        false
     }
 }
 
-#[allow(dead_code)]
-fn _unused(_: Stat, _: SpinLock, _: [u8; NR_PAGE_ORDERS], _: FpiPlace) {}
+/// Blocks to take from the buddy when a pcp list is empty (nr_pcp_alloc
+/// with high_min == high_max): `batch` pages, doubled for every order-0
+/// refill without a free in between, capped so the list stays under high.
+fn nr_pcp_alloc(pcp: &mut PerCpuPages, batch: u32, high: u32, order: u32) -> u64 {
+    let (base, high) = (batch as i64, high as i64);
+    if high < base {
+        return 1;
+    }
+    let mut b = if order == 0 { base << pcp.alloc_factor } else { base };
+    if order == 0 {
+        let max_nr = (high - pcp.count as i64 - base).max(base);
+        if b <= max_nr && pcp.alloc_factor < PCP_BATCH_SCALE_MAX {
+            pcp.alloc_factor += 1;
+        }
+        b = b.min(max_nr);
+    }
+    if b > 1 {
+        b = (b >> order).max(2);
+    }
+    b as u64
+}
+
+/// Pages to drain when a pcp list overflows: at least `batch`, and more
+/// after a run of frees (free_count), always leaving `batch` behind.
+fn nr_pcp_free(pcp: &PerCpuPages, batch: u64, high: u64) -> u64 {
+    if high < batch {
+        return 1;
+    }
+    let max_nr = (high - batch).max(batch);
+    pcp.free_count.clamp(batch, max_nr)
+}
+
+#[cfg(test)]
+mod tests;

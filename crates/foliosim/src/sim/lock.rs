@@ -53,7 +53,7 @@ impl Timeline {
     /// Reserve the earliest slot at or after `t` for `cpu`; `len(prev)`
     /// gives the slot's length given the previous holder. Returns (start, end).
     #[inline]
-    pub fn reserve(&mut self, t: Ns, cpu: u32, len: impl Fn(u32) -> Ns) -> (Ns, Ns) {
+    pub fn reserve(&mut self, t: Ns, cpu: u32, mut len: impl FnMut(u32) -> Ns) -> (Ns, Ns) {
         while self.iv.len() > MAX_INTERVALS || self.iv.front().is_some_and(|f| f.1 + HORIZON < t) {
             self.iv.pop_front();
         }
