@@ -169,10 +169,12 @@ fn checker_catches_a_leaked_mapcount() {
 }
 
 #[test]
-fn checker_catches_a_double_allocation() {
-    let t = small("page_fault1", "processes", 1, "size_mib = 4").replace("[run]", "[knobs]\n\"debug.mutant\" = \"double_alloc\"\n[run]");
-    let o = sim(&t);
-    assert!(!o.kernel.check.violations.is_empty(), "a frame handed out twice must be caught");
+fn checker_catches_broken_buddy_accounting() {
+    for m in ["buddy_skip_nr_free_dec", "buddy_no_merge"] {
+        let t = small("page_fault1", "processes", 2, "size_mib = 4").replace("[run]", &format!("[knobs]\n\"debug.mutant\" = \"{m}\"\n[run]"));
+        let o = sim(&t);
+        assert!(o.kernel.check.violations.iter().any(|v| v.contains("page allocator") || v.contains("nr_free")), "{m} must be caught: {:?}", o.kernel.check.violations);
+    }
 }
 
 /// fork: the child's writes copy, the parent's later writes reuse its pages

@@ -36,11 +36,13 @@ pub enum Mutant {
     SkipShootdown,
     /// Zap forgets to drop the mapcount of the pages it unmaps.
     LeakMapcount,
-    /// The buddy allocator hands out a block but also leaves it on the free list.
-    DoubleAlloc,
+    /// The buddy allocator forgets to decrement nr_free when it takes a block.
+    BuddySkipNrFreeDec,
+    /// The buddy allocator never merges a freed block with its buddy.
+    BuddyNoMerge,
 }
 
-pub const MUTANTS: &[&str] = &["none", "skip_shootdown", "leak_mapcount", "double_alloc"];
+pub const MUTANTS: &[&str] = &["none", "skip_shootdown", "leak_mapcount", "buddy_skip_nr_free_dec", "buddy_no_merge"];
 
 pub fn registry() -> Vec<KnobSpec> {
     use KnobDefault::*;
@@ -94,7 +96,8 @@ impl Knobs {
                 self.mutant = match s.as_str() {
                     "skip_shootdown" => Mutant::SkipShootdown,
                     "leak_mapcount" => Mutant::LeakMapcount,
-                    "double_alloc" => Mutant::DoubleAlloc,
+                    "buddy_skip_nr_free_dec" => Mutant::BuddySkipNrFreeDec,
+                    "buddy_no_merge" => Mutant::BuddyNoMerge,
                     _ => Mutant::None,
                 }
             }

@@ -14,7 +14,7 @@ use crate::hw::tlb::Tlb;
 use crate::mm::filemap::Inode;
 use crate::mm::mem_map::{pg, MemMap};
 use crate::mm::mmap::Mm;
-use crate::mm::page_alloc::{AllocParams, MigrateType, PageAlloc, ZoneSpec};
+use crate::mm::page_alloc::{AllocMutant, AllocParams, MigrateType, PageAlloc, ZoneSpec};
 use crate::mm::swap::LruVec;
 use crate::mm::vmstat::VmStat;
 use crate::mm::Pfn;
@@ -115,7 +115,12 @@ impl Kernel {
             shuffle: knobs.shuffle,
             shuffle_seed: seed,
         };
-        let pa = PageAlloc::new(zones, params);
+        let mut pa = PageAlloc::new(zones, params);
+        pa.set_mutant(match knobs.mutant {
+            knobs::Mutant::BuddySkipNrFreeDec => Some(AllocMutant::SkipNrFreeDec),
+            knobs::Mutant::BuddyNoMerge => Some(AllocMutant::NoMerge),
+            _ => None,
+        });
         let cpus = (0..nr_cpus)
             .map(|i| Cpu { tlb: Tlb::new(&prof.tlb), irq_debt: 0, lru_add: Vec::with_capacity(c.lru_batch), free_at: 0, node: cpu_node(i) })
             .collect();

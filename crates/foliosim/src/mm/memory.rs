@@ -48,11 +48,6 @@ impl Kernel {
                     p.alloc_epoch = p.alloc_epoch.wrapping_add(1);
                 }
                 self.check.on_alloc(&self.mem_map, &self.pa, a.pfn, order);
-                if self.knobs.mutant == Mutant::DoubleAlloc && tries == 0 && order == 0 {
-                    // Broken variant: the frame also stays free, so the
-                    // allocator will hand it out again.
-                    self.pa.free_pages(t, cpu, a.pfn, 0, &mut self.stat);
-                }
                 return Some((a.pfn, t));
             }
             tries += 1;

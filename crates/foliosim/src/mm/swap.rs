@@ -200,7 +200,11 @@ impl Kernel {
         for &p in folios {
             let pg = self.mem_map.get_mut(p);
             pg.refcount -= 1;
-            debug_assert!(pg.refcount >= 0, "folio {p} refcount underflow");
+            if pg.refcount < 0 {
+                pg.refcount = 0;
+                self.check.report(format!("folio {p}: refcount underflow (put without a reference)"));
+                continue;
+            }
             if pg.refcount == 0 {
                 dead.push(p);
             }
@@ -228,7 +232,12 @@ impl Kernel {
         let order = self.mem_map.get(pfn).order as u32;
         for i in 0..(1u32 << order) {
             let p = self.mem_map.get_mut(pfn + i);
-            debug_assert!(p.mapcount == 0, "freeing mapped page {}", pfn + i);
+            if p.mapcount != 0 {
+                let m = p.mapcount;
+                self.check.report(format!("frame {}: freed while its mapcount is {m}", pfn + i));
+            }
+            let p = self.mem_map.get_mut(pfn + i);
+            p.mapcount = 0;
             p.flags = 0;
             p.mapping = 0;
             p.index = 0;

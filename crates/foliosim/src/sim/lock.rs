@@ -316,8 +316,9 @@ mod tests {
     fn a_future_reservation_does_not_block_an_earlier_request() {
         let mut l = CacheLine::default();
         l.rmw(1000, 0, &LC);
-        // An RMW at t=10 fits before the one reserved at t=1000.
-        assert_eq!(l.rmw(10, 1, &LC), 10 + 150);
+        // An RMW at t=10 fits before the one reserved at t=1000 (no owner
+        // before it: a local RMW).
+        assert_eq!(l.rmw(10, 1, &LC), 10 + 5);
         // One overlapping the reservation waits for it.
         assert!(l.rmw(990, 2, &LC) >= 1005);
         let mut s = SpinLock::default();
