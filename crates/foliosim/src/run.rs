@@ -95,10 +95,17 @@ struct Queue {
 }
 
 impl Queue {
-    fn push(&mut self, t: Ns, tid: u32) {
+    fn push(&mut self, t: Ns, tid: u32) -> u64 {
         self.seq += 1;
         self.heap.push(Reverse((t, self.seq, tid)));
+        self.seq
     }
+}
+
+/// Queue `tid` at `t`, superseding any earlier entry of it.
+fn enqueue(k: &mut Kernel, q: &mut Queue, t: Ns, tid: u32) {
+    let s = q.push(t, tid);
+    k.tasks[tid as usize].qseq = s;
 }
 
 pub fn build_workload(cfg: &Config) -> Result<Box<dyn Workload>, String> {
@@ -113,9 +120,21 @@ pub fn simulate(cfg: &Config, progress: &mut dyn FnMut(&Progress) -> bool) -> Re
 }
 
 /// Run `cfg` with a workload object supplied by the caller (tests, trace replay).
-pub fn simulate_with(cfg: &Config, mut wl: Box<dyn Workload>, progress: &mut dyn FnMut(&Progress) -> bool) -> Result<Outcome, String> {
+pub fn simulate_with(cfg: &Config, wl: Box<dyn Workload>, progress: &mut dyn FnMut(&Progress) -> bool) -> Result<Outcome, String> {
+    simulate_hooked(cfg, wl, &mut |_| {}, progress)
+}
+
+/// As `simulate_with`, calling `boot_hook` on the booted kernel before the
+/// workload sets up (tests use it to add kernel threads or state).
+pub fn simulate_hooked(
+    cfg: &Config,
+    mut wl: Box<dyn Workload>,
+    boot_hook: &mut dyn FnMut(&mut Kernel),
+    progress: &mut dyn FnMut(&Progress) -> bool,
+) -> Result<Outcome, String> {
     let host0 = Instant::now();
     let mut k = Kernel::boot(cfg.profile.clone(), cfg.knobs.clone(), cfg.run.check, cfg.seed)?;
+    boot_hook(&mut k);
     {
         let mut env = Env { k: &mut k, seed: cfg.seed, next_cpu: 0 };
         wl.setup(&mut env)?;
@@ -129,8 +148,14 @@ pub fn simulate_with(cfg: &Config, mut wl: Box<dyn Workload>, progress: &mut dyn
     let sample_every = ((cfg.run.sample_ms * 1e6) as Ns).max(1);
     let audit_every = ((cfg.run.audit_interval_ms * 1e6) as Ns).max(1);
     let mut q = Queue { heap: BinaryHeap::new(), seq: 0 };
-    for t in &k.tasks {
-        q.push(t.clock, t.id);
+    for i in 0..k.tasks.len() {
+        if k.tasks[i].kthread.is_none() {
+            let t = k.tasks[i].clock;
+            enqueue(&mut k, &mut q, t, i as u32);
+        }
+    }
+    for (t, tid) in std::mem::take(&mut k.wakeups) {
+        enqueue(&mut k, &mut q, t, tid);
     }
     let mut out_t = vec![0.0];
     let mut out_ops = vec![0u64];
@@ -142,9 +167,17 @@ pub fn simulate_with(cfg: &Config, mut wl: Box<dyn Workload>, progress: &mut dyn
     let mut steps: u64 = 0;
     let mut last_progress = Instant::now();
     let mut now: Ns = 0;
-    'outer: while let Some(Reverse((t, _, tid))) = q.heap.pop() {
+    'outer: while let Some(Reverse((t, seq, tid))) = q.heap.pop() {
+        if seq != k.tasks[tid as usize].qseq {
+            continue; // superseded by a later wake-up
+        }
         if t >= end {
             break;
+        }
+        if k.tasks[tid as usize].sleeping {
+            // Its timer fired (or it was woken): runnable again.
+            k.tasks[tid as usize].sleeping = false;
+            k.tasks[tid as usize].timer = false;
         }
         now = t;
         // Everything before a boundary has run: record it.
@@ -162,9 +195,21 @@ pub fn simulate_with(cfg: &Config, mut wl: Box<dyn Workload>, progress: &mut dyn
             next_audit = t + audit_every;
         }
         let cpu = k.tasks[tid as usize].cpu as usize;
-        if k.cpus[cpu].free_at > t {
-            // Another task holds this CPU: queue behind it.
-            q.push(k.cpus[cpu].free_at, tid);
+        if k.cpus[cpu].curr == u32::MAX {
+            k.cpus[cpu].curr = tid;
+            k.cpus[cpu].slice_end = t + SCHED_SLICE;
+        } else if k.cpus[cpu].curr != tid {
+            if k.tasks[tid as usize].kthread.is_some() {
+                // A woken kernel thread preempts at the current task's next
+                // step boundary (wakeup preemption).
+                k.cpus[cpu].rq.push_front(tid);
+                k.cpus[cpu].slice_end = 0;
+                k.tasks[tid as usize].qseq = 0;
+            } else {
+                // The CPU is busy: wait in its run queue for the current task's slice to end.
+                k.cpus[cpu].rq.push_back(tid);
+                k.tasks[tid as usize].qseq = 0;
+            }
             continue;
         }
         k.tasks[tid as usize].clock = t;
@@ -173,17 +218,33 @@ pub fn simulate_with(cfg: &Config, mut wl: Box<dyn Workload>, progress: &mut dyn
             k.charge_irq(tid);
             step(&mut k, wl.as_mut(), tid, &mut q);
             steps += 1;
+            for (t, w) in std::mem::take(&mut k.wakeups) {
+                enqueue(&mut k, &mut q, t, w);
+            }
             let tk = &k.tasks[tid as usize];
-            k.cpus[cpu].free_at = tk.clock;
-            if tk.exited {
+            let c = tk.clock;
+            if tk.exited || tk.sleeping {
+                // (A sleeping kernel thread's wake-up entry is already queued.)
+                k.cpus[cpu].curr = u32::MAX;
+                switch_to_next(&mut k, cpu, c, &mut q);
                 break;
             }
-            let c = tk.clock;
+            if c >= k.cpus[cpu].slice_end && !k.cpus[cpu].rq.is_empty() {
+                // Time slice over and others wait: go to the back of the queue.
+                k.cpus[cpu].rq.push_back(tid);
+                k.tasks[tid as usize].qseq = 0;
+                k.cpus[cpu].curr = u32::MAX;
+                switch_to_next(&mut k, cpu, c, &mut q);
+                break;
+            }
+            if c >= k.cpus[cpu].slice_end {
+                k.cpus[cpu].slice_end = c + SCHED_SLICE;
+            }
             let earliest = q.heap.peek().map_or(Ns::MAX, |Reverse((t, _, _))| *t);
             if c < earliest && c < next_sample && c < end && c < next_audit && ops_at_warmup.is_some() && steps & 0xfff != 0 {
                 continue;
             }
-            q.push(c, tid);
+            enqueue(&mut k, &mut q, c, tid);
             break;
         }
         if steps & 0xfff == 0 && last_progress.elapsed().as_millis() >= 100 {
@@ -219,9 +280,34 @@ pub fn simulate_with(cfg: &Config, mut wl: Box<dyn Workload>, progress: &mut dyn
     })
 }
 
+/// Length of a time slice when tasks share a CPU: EEVDF's base slice
+/// (0.75 ms) scaled by 1 + log2(CPUs) capped at 8 CPUs, as Linux 6.6+ does.
+const SCHED_SLICE: Ns = 3_000_000;
+
+/// Give `cpu`, free since `t`, to the next task in its run queue.
+fn switch_to_next(k: &mut Kernel, cpu: usize, t: Ns, q: &mut Queue) {
+    while let Some(n) = k.cpus[cpu].rq.pop_front() {
+        let tk = &mut k.tasks[n as usize];
+        if tk.exited || tk.sleeping {
+            continue;
+        }
+        // The incoming task waited; it starts after a context switch.
+        let start = tk.clock.max(t) + k.c.context_switch;
+        tk.clock = start;
+        k.cpus[cpu].curr = n;
+        k.cpus[cpu].slice_end = start + SCHED_SLICE;
+        enqueue(k, q, start, n);
+        return;
+    }
+}
+
 /// One step of task `tid`: the rest of a pending operation, or the
 /// workload's next one.
 fn step(k: &mut Kernel, wl: &mut dyn Workload, tid: u32, q: &mut Queue) {
+    if k.tasks[tid as usize].kthread.is_some() {
+        k.kthread_step(tid);
+        return;
+    }
     let op = match k.tasks[tid as usize].pending.take() {
         Some(op) => op,
         None => {
@@ -237,7 +323,8 @@ fn step(k: &mut Kernel, wl: &mut dyn Workload, tid: u32, q: &mut Queue) {
         if let (Op::Fork, Ret::Val(child)) = (op, r) {
             let child = child as u32;
             wl.on_fork(tid, child);
-            q.push(k.tasks[child as usize].clock, child);
+            let t = k.tasks[child as usize].clock;
+            enqueue(k, q, t, child);
         }
     }
 }

@@ -5,6 +5,7 @@
 
 pub mod costs;
 pub mod knobs;
+pub mod kthread;
 pub mod syscalls;
 pub mod task;
 
@@ -31,8 +32,12 @@ pub struct Cpu {
     pub irq_debt: Ns,
     /// The per-CPU LRU-add batch (folio_batch), holding one reference each.
     pub lru_add: Vec<Pfn>,
-    /// Busy until (when several tasks share this CPU).
-    pub free_at: Ns,
+    /// The task that owns this CPU now (u32::MAX: idle).
+    pub curr: u32,
+    /// Runnable tasks waiting for this CPU, in order.
+    pub rq: std::collections::VecDeque<u32>,
+    /// When the current task's time slice ends.
+    pub slice_end: Ns,
     pub node: u32,
 }
 
@@ -65,6 +70,10 @@ pub struct Kernel {
     pub check: Checker,
     pub zero_pfn: Pfn,
     pub next_anon_vma: u32,
+    /// Kernel-thread bodies, indexed by `Task::kthread`.
+    pub kthreads: Vec<Option<Box<dyn kthread::Kthread>>>,
+    /// Tasks made runnable by the kernel during a step, for the driver's run queue.
+    pub wakeups: Vec<(Ns, u32)>,
 }
 
 impl Kernel {
@@ -122,7 +131,7 @@ impl Kernel {
             _ => None,
         });
         let cpus = (0..nr_cpus)
-            .map(|i| Cpu { tlb: Tlb::new(&prof.tlb), irq_debt: 0, lru_add: Vec::with_capacity(c.lru_batch), free_at: 0, node: cpu_node(i) })
+            .map(|i| Cpu { tlb: Tlb::new(&prof.tlb), irq_debt: 0, lru_add: Vec::with_capacity(c.lru_batch), curr: u32::MAX, rq: Default::default(), slice_end: 0, node: cpu_node(i) })
             .collect();
         let mut k = Kernel {
             mem_map: MemMap::new(start),
@@ -140,6 +149,8 @@ impl Kernel {
             check: Checker::new(check),
             zero_pfn: 0,
             next_anon_vma: 1,
+            kthreads: Vec::new(),
+            wakeups: Vec::new(),
             prof,
         };
         k.pa.init_vmstat(&mut k.stat);

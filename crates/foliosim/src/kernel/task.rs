@@ -20,10 +20,18 @@ pub struct Task {
     /// An operation in progress across steps (e.g. the rest of an access range).
     pub pending: Option<Op>,
     pub exited: bool,
+    /// Index of this task's body in `Kernel::kthreads` if it is a kernel thread.
+    pub kthread: Option<u32>,
+    /// A kernel thread waiting to be woken, or for its timer.
+    pub sleeping: bool,
+    /// The sleep ends at `clock` by itself (a timer), unless woken earlier.
+    pub timer: bool,
+    /// Sequence number of this task's one valid run-queue entry (older ones are stale).
+    pub qseq: u64,
 }
 
 impl Task {
     pub fn new(id: u32, mm: u32, cpu: u32, clock: Ns) -> Task {
-        Task { id, mm, cpu, clock, ops: 0, user_ns: 0, sys_ns: 0, entry_ns: [0; NR_ENTRIES], last: Ret::Start, pending: None, exited: false }
+        Task { id, mm, cpu, clock, ops: 0, user_ns: 0, sys_ns: 0, entry_ns: [0; NR_ENTRIES], last: Ret::Start, pending: None, exited: false, kthread: None, sleeping: false, timer: false, qseq: 0 }
     }
 }

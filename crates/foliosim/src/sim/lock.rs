@@ -230,7 +230,8 @@ impl RwSem {
         let t = self.line.rmw(now, cpu, lc);
         let start = if self.writer_until > t { self.writer_until } else { t };
         let start = self.wait_cost(now, start, sc);
-        self.read_wait_ns += start - now;
+        // Waiting is what goes beyond the uncontended atomic.
+        self.read_wait_ns += start.saturating_sub(now + lc.local_rmw);
         self.read_acquisitions += 1;
         start
     }
@@ -250,7 +251,7 @@ impl RwSem {
         let t = self.line.rmw(now, cpu, lc);
         let start = t.max(self.readers_until).max(self.writer_until);
         let start = self.wait_cost(now, start, sc);
-        self.write_wait_ns += start - now;
+        self.write_wait_ns += start.saturating_sub(now + lc.local_rmw);
         self.write_acquisitions += 1;
         self.writer_from = start;
         // Reserve until released: later readers in this step's future queue behind.
