@@ -12,10 +12,12 @@
 //! serialised across CPUs by the zone's `SpinLock` timeline.
 //!
 //! Differences from 6.12 worth knowing (see also the item docs):
-//! * pcp `high` is static (`high_min`): the dynamic tuning between
-//!   `high_min` and `high_max` (ZONE_BELOW_HIGH, decay_pcp_high) and the
-//!   high-order `free_high` shortcut are not modelled. `alloc_factor` and
-//!   `free_count`, which scale refill and drain sizes, are.
+//! * pcp `high` tunes itself between `high_min` and `high_max` as in 6.12
+//!   (grows on refills and on free runs, shrinks while the zone is below its
+//!   high watermark, ZONE_BELOW_HIGH); the periodic decay_pcp_high, the
+//!   ZONE_RECLAIM_ACTIVE clamp and the high-order `free_high` shortcut are
+//!   not modelled. `alloc_factor` and `free_count`, which scale refill and
+//!   drain sizes, are.
 //! * No highatomic reserves, CMA, watermark boosting, lowmem_reserve (a
 //!   single zone per node has none), compaction capture or guard pages.
 //! * Fallback claims a pageblock when at least half of it is free; the
@@ -300,6 +302,8 @@ struct PerCpuPages {
     free_count: u64,
     /// Consecutive refills without frees: grows order-0 refills.
     alloc_factor: u32,
+    /// Current pcp->high, between the zone's high_min and high_max (0: not yet set).
+    high: u32,
     lists: [VecDeque<PcpEntry>; NR_PCP_LISTS],
 }
 
@@ -347,7 +351,12 @@ struct Zone {
     reported_pages: u64,
     wmark: [u64; 3],
     batch: u32,
+    /// pcp high_min: the static size (zone_highsize from the low watermark).
     high: u32,
+    /// pcp high_max: the most a pcp may grow to (managed / 8 per CPU).
+    high_max: u32,
+    /// ZONE_BELOW_HIGH: free pages fell under the high watermark.
+    below_high: bool,
     lock: SpinLock,
     /// Free-list insertions + removals, the unit of zone->lock hold time.
     ops: u64,
@@ -695,6 +704,10 @@ impl Zone {
     }
 }
 
+/// The smallest percpu_pagelist_high_fraction; without one set, pcp high
+/// may grow to what this fraction gives (high_max).
+const MIN_PERCPU_PAGELIST_HIGH_FRACTION: u64 = 8;
+
 /// pcp->high when the lists are full enough that background reclaim would
 /// not start early: the zone's low watermark (or managed/fraction) split
 /// over the node's CPUs, at least 4 batches.
@@ -764,6 +777,8 @@ impl PageAlloc {
                 wmark: [0; 3],
                 batch: 1,
                 high: 4,
+                high_max: 4,
+                below_high: false,
                 lock: SpinLock::default(),
                 ops: 0,
                 mutant: None,
@@ -834,6 +849,11 @@ impl PageAlloc {
             z.wmark = [min, min + gap, min + 2 * gap];
             z.batch = zone_batchsize(z.managed);
             z.high = zone_highsize(z, z.batch, self.p.nr_cpus, self.p.percpu_pagelist_high_fraction);
+            z.high_max = if self.p.percpu_pagelist_high_fraction != 0 {
+                z.high
+            } else {
+                zone_highsize(z, z.batch, self.p.nr_cpus, MIN_PERCPU_PAGELIST_HIGH_FRACTION)
+            };
         }
     }
 
@@ -919,7 +939,11 @@ impl PageAlloc {
         for wm in [Wmark::Low, Wmark::Min] {
             for k in 0..self.zonelists[nid as usize].len() {
                 let zi = self.zonelists[nid as usize][k];
-                let z = &self.zones[zi];
+                let z = &mut self.zones[zi];
+                // Detect ZONE_BELOW_HIGH here rather than in the hotter free path.
+                if !z.below_high && !z.watermark_ok(order, z.wmark[Wmark::High as usize]) {
+                    z.below_high = true;
+                }
                 if !z.watermark_ok(order, z.wmark[wm as usize]) {
                     continue;
                 }
@@ -945,7 +969,7 @@ impl PageAlloc {
             let pindex = order_to_pindex(mt as usize, order);
             let mut t = now;
             if pcp.lists[pindex].is_empty() {
-                let n = nr_pcp_alloc(pcp, z.batch, z.high, order);
+                let n = nr_pcp_alloc(pcp, z.batch, z.high, z.high_max, z.below_high, order);
                 let ops0 = z.ops;
                 let mut got = 0;
                 for _ in 0..n {
@@ -1015,11 +1039,14 @@ impl PageAlloc {
                 pcp.free_count += 1 << order;
             }
             let t = now + self.p.free_pcp_ns;
-            let high = z.high as u64;
+            let high = nr_pcp_high(pcp, z.batch, z.high, z.high_max, z.below_high) as u64;
             if pcp.count >= high {
                 let n = nr_pcp_free(pcp, batch, high);
                 let ops0 = z.ops;
                 z.free_pcppages_bulk(&mut self.pl, pcp, n, pindex);
+                if z.below_high && z.watermark_ok(0, z.wmark[Wmark::High as usize]) {
+                    z.below_high = false;
+                }
                 return z.lock.lock_for(t, cpu, (z.ops - ops0) * self.p.buddy_op_ns, &lc);
             }
             return t;
@@ -1438,13 +1465,49 @@ impl PageAlloc {
     }
 }
 
-/// Blocks to take from the buddy when a pcp list is empty (nr_pcp_alloc
-/// with high_min == high_max): `batch` pages, doubled for every order-0
-/// refill without a free in between, capped so the list stays under high.
-fn nr_pcp_alloc(pcp: &mut PerCpuPages, batch: u32, high: u32, order: u32) -> u64 {
-    let (base, high) = (batch as i64, high as i64);
+/// The current pcp->high clamped to [high_min, high_max].
+fn pcp_high(pcp: &mut PerCpuPages, high_min: u32, high_max: u32) -> u32 {
+    let h = if pcp.high == 0 { high_min } else { pcp.high };
+    pcp.high = h.clamp(high_min, high_max.max(high_min));
+    pcp.high
+}
+
+/// The high mark a free compares against (nr_pcp_high, free_high false):
+/// while the zone is below its high watermark the pcp shrinks by a free
+/// run; when full it grows enough to hold the pages about to be freed.
+fn nr_pcp_high(pcp: &mut PerCpuPages, batch: u32, high_min: u32, high_max: u32, below_high: bool) -> u32 {
+    let high = pcp_high(pcp, high_min, high_max);
+    if high == 0 || high_min == high_max {
+        return high;
+    }
+    if below_high {
+        let free_count = pcp.free_count.max(batch as u64) as u32;
+        pcp.high = high.saturating_sub(free_count).max(high_min);
+        return (pcp.count as u32).max(high_min);
+    }
+    if pcp.count >= high as u64 {
+        let need = pcp.free_count as u32 + batch;
+        if pcp.high < need {
+            pcp.high = need.clamp(high_min, high_max);
+        }
+    }
+    high
+}
+
+/// Blocks to take from the buddy when a pcp list is empty (nr_pcp_alloc):
+/// `batch` pages, doubled for every order-0 refill without a free in
+/// between, capped so the list stays under high; a refill also lets high
+/// grow by the batch unless the zone is below its high watermark.
+fn nr_pcp_alloc(pcp: &mut PerCpuPages, batch: u32, high_min: u32, high_max: u32, below_high: bool, order: u32) -> u64 {
+    let mut high = pcp_high(pcp, high_min, high_max) as i64;
+    let base = batch as i64;
     if high < base {
         return 1;
+    }
+    let grow = if order == 0 { base << pcp.alloc_factor } else { base };
+    if high_min != high_max && !below_high {
+        pcp.high = (high + grow).min(high_max as i64) as u32;
+        high = pcp.high as i64;
     }
     let mut b = if order == 0 { base << pcp.alloc_factor } else { base };
     if order == 0 {

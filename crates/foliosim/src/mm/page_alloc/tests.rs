@@ -756,3 +756,42 @@ proptest! {
         prop_assert_eq!(st.get(Stat::PgallocNormal), st.get(Stat::Pgfree));
     }
 }
+
+#[test]
+fn pcp_high_grows_on_free_runs_and_shrinks_below_the_high_watermark() {
+    // 4 GiB node, 2 CPUs: high_min = 1548, high_max = managed/8/2.
+    let (mut pa, mut st) = one_zone(0, 1 << 20, 2);
+    let (batch, high_min) = pa.zone_pcp_batch_high(0);
+    // page_fault1's pattern on one CPU: allocate a run, free it, repeat.
+    // Refills raise pcp->high toward high_max, so the frees that follow stay
+    // on the pcp instead of going back to the buddy.
+    let mut peak = 0;
+    for _ in 0..3 {
+        let pfns: Vec<Pfn> = (0..20_000).map(|_| pa.alloc_pages(0, 0, 0, 0, MigrateType::Movable, &mut st).unwrap().pfn).collect();
+        for &pfn in &pfns {
+            pa.free_pages(0, 0, pfn, 0, &mut st);
+            peak = peak.max(pa.pcp_count(0, 0));
+        }
+    }
+    // With a static high the list could never exceed high_min + a batch.
+    assert!(peak > 4 * high_min as u64, "pcp peaked at {peak}, high_min {high_min}");
+    pa.check().unwrap();
+    pa.check_vmstat(&st).unwrap();
+    // Now fill the zone until it is below its high watermark: frees must
+    // shrink the pcp back toward high_min.
+    let (_, _, high_wm) = pa.zone_watermarks(0);
+    let mut held = Vec::new();
+    while pa.zone_free_pages(0) > high_wm / 2 {
+        match pa.alloc_pages(0, 1, 0, 0, MigrateType::Movable, &mut st) {
+            Some(a) => held.push(a.pfn),
+            None => break,
+        }
+    }
+    // CPU 0's pcp is still large from the runs above; the next free, with the
+    // zone below its high watermark, must drain it instead of growing it.
+    let c0 = pa.pcp_count(0, 0);
+    assert!(c0 > 4 * high_min as u64);
+    pa.free_pages(0, 0, held[0], 0, &mut st);
+    assert!(pa.pcp_count(0, 0) + batch as u64 - 1 <= c0, "below the high watermark a free must drain: {c0} -> {}", pa.pcp_count(0, 0));
+    pa.check().unwrap();
+}
