@@ -275,11 +275,22 @@ impl Assoc {
 
     /// Insert (or overwrite the same key), evicting the set's LRU entry.
     fn insert(&mut self, e: TlbEntry) {
+        self.insert_inner(e, true)
+    }
+
+    /// `insert` for an entry known to be absent (after a full miss).
+    fn insert_absent(&mut self, e: TlbEntry) {
+        debug_assert!(self.find(e.asid, e.vpn >> e.size, e.size as u32).is_none());
+        self.insert_inner(e, false)
+    }
+
+    #[inline(always)]
+    fn insert_inner(&mut self, e: TlbEntry, may_exist: bool) {
         let s = e.size as u32;
         let tag = e.vpn >> s;
         let h = key_hash(e.asid, tag, s);
         let base = (tag as usize & self.set_mask) * self.ways;
-        let slot = match self.find(e.asid, tag, s) {
+        let slot = match if may_exist { self.find(e.asid, tag, s) } else { None } {
             Some(i) => {
                 self.drop_slot(i);
                 i
@@ -445,6 +456,21 @@ impl Tlb {
     }
 
     #[inline]
+    /// `fill` right after `lookup` returned Miss for this address: the entry
+    /// is in no structure, so no search for an old copy is needed.
+    #[inline]
+    pub fn fill_after_miss(&mut self, kind: Access, e: TlbEntry) {
+        self.stats.fills += 1;
+        match kind {
+            Access::Ifetch => self.l1i.insert_absent(e),
+            Access::Load | Access::Store if e.size >= size::PMD => self.l1d_2m.insert_absent(e),
+            Access::Load | Access::Store => self.l1d.insert_absent(e),
+        }
+        if e.size < size::PMD || self.stlb_holds_2m {
+            self.stlb.insert_absent(e);
+        }
+    }
+
     fn l1_fill(&mut self, kind: Access, e: TlbEntry) {
         match kind {
             Access::Ifetch => self.l1i.insert(e),

@@ -74,6 +74,8 @@ pub struct Kernel {
     pub kthreads: Vec<Option<Box<dyn kthread::Kthread>>>,
     /// Tasks made runnable by the kernel during a step, for the driver's run queue.
     pub wakeups: Vec<(Ns, u32)>,
+    /// Reused buffer of folios whose last reference went (release_folios).
+    pub scratch_dead: Vec<Pfn>,
 }
 
 impl Kernel {
@@ -125,6 +127,7 @@ impl Kernel {
             shuffle_seed: seed,
         };
         let mut pa = PageAlloc::new(zones, params);
+        pa.set_track_pcp(check);
         pa.set_mutant(match knobs.mutant {
             knobs::Mutant::BuddySkipNrFreeDec => Some(AllocMutant::SkipNrFreeDec),
             knobs::Mutant::BuddyNoMerge => Some(AllocMutant::NoMerge),
@@ -151,6 +154,7 @@ impl Kernel {
             next_anon_vma: 1,
             kthreads: Vec::new(),
             wakeups: Vec::new(),
+            scratch_dead: Vec::new(),
             prof,
         };
         k.pa.init_vmstat(&mut k.stat);

@@ -113,10 +113,20 @@ impl Kernel {
             let tk = &self.tasks[tid as usize];
             (tk.mm, tk.cpu)
         };
+        let lk = self.cpus[cpu as usize].tlb.lookup(mm, addr & !4095, kind);
+        self.user_access_after(tid, addr, kind, lk)
+    }
+
+    /// The rest of a user access whose TLB lookup gave `lk`.
+    fn user_access_after(&mut self, tid: u32, addr: u64, kind: Access, lk: TlbLookup) -> Ret {
+        let (mm, cpu) = {
+            let tk = &self.tasks[tid as usize];
+            (tk.mm, tk.cpu)
+        };
         let va = addr & !4095;
         let mut cost = self.c.user_access;
         self.stat.inc(Stat::TlbAccesses);
-        let lk = self.cpus[cpu as usize].tlb.lookup(mm, va, kind);
+        let missed = matches!(lk, TlbLookup::Miss);
         let hit = match lk {
             TlbLookup::L1Hit(e) => Some(e),
             TlbLookup::StlbHit(e) => {
@@ -165,7 +175,12 @@ impl Kernel {
                     | if pte.write() { flags::WRITE } else { 0 }
                     | if pte.dirty() { flags::DIRTY } else { 0 }
                     | if pte.exec() { flags::EXEC } else { 0 };
-                self.cpus[cpu as usize].tlb.fill(kind, TlbEntry::new(mm, va, pte.pfn(), size::PTE, f, epoch));
+                let e = TlbEntry::new(mm, va, pte.pfn(), size::PTE, f, epoch);
+                if missed {
+                    self.cpus[cpu as usize].tlb.fill_after_miss(kind, e);
+                } else {
+                    self.cpus[cpu as usize].tlb.fill(kind, e);
+                }
                 return Ret::Val(0);
             }
             match self.handle_mm_fault(tid, addr, kind) {
@@ -185,6 +200,65 @@ impl Kernel {
         let mut n = count;
         let faults0 = self.stat.get(Stat::Pgfault);
         let mut done = 0;
+        // Fast path: accesses that hit the TLB with the permission they need
+        // change nothing but the clock and the counters; run them in a tight
+        // loop. (Not with the checker on: it inspects every hit.)
+        let mut pending_lk = None;
+        if !self.check.enabled {
+            let (mm, cpu) = (self.tasks[tid as usize].mm, self.tasks[tid as usize].cpu);
+            let tlb = &mut self.cpus[cpu as usize].tlb;
+            let (mut hits, mut stlb) = (0u64, 0u64);
+            while n > 0 && done < MAX_RANGE_STEP {
+                let lk = tlb.lookup(mm, a & !4095, kind);
+                let e = match lk {
+                    TlbLookup::L1Hit(e) => e,
+                    TlbLookup::StlbHit(e) => {
+                        stlb += 1;
+                        e
+                    }
+                    TlbLookup::Miss => {
+                        pending_lk = Some(lk);
+                        break;
+                    }
+                };
+                if kind == Access::Store && !(e.writable() && e.dirty()) {
+                    // A store needing a re-walk: the slow path, with this lookup.
+                    if matches!(lk, TlbLookup::StlbHit(_)) {
+                        stlb -= 1;
+                    }
+                    pending_lk = Some(lk);
+                    break;
+                }
+                hits += 1;
+                a += stride;
+                n -= 1;
+                done += 1;
+            }
+            if hits > 0 {
+                self.stat.add(Stat::TlbAccesses, hits as i64);
+                self.stat.add(Stat::StlbHits, stlb as i64);
+                let c = self.c.user_access * hits + self.c.stlb_hit * stlb;
+                let tk = &mut self.tasks[tid as usize];
+                tk.clock += c;
+                tk.user_ns += c;
+            }
+        }
+        if let Some(lk) = pending_lk {
+            let r = self.user_access_after(tid, a, kind, lk);
+            if r.is_err() {
+                return Some(r);
+            }
+            a += stride;
+            n -= 1;
+            done += 1;
+            if self.stat.get(Stat::Pgfault) != faults0 {
+                if n == 0 {
+                    return Some(Ret::Val(count as i64));
+                }
+                self.tasks[tid as usize].pending = Some(Op::AccessRange { addr: a, stride, count: n, kind });
+                return None;
+            }
+        }
         while n > 0 {
             let r = self.user_access(tid, a, kind);
             if r.is_err() {

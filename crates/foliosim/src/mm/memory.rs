@@ -517,7 +517,8 @@ impl Kernel {
                 continue;
             }
             // Clear under the PTL, then account outside the borrow.
-            let mut cleared: Vec<(u64, Pte)> = Vec::new();
+            let mut cleared = std::mem::take(&mut tlb.scratch);
+            cleared.clear();
             let mut a = va;
             while a < stop {
                 let slot = &mut tbl.ptes[pte_index(a)];
@@ -530,7 +531,7 @@ impl Kernel {
             tbl.nr_present -= cleared.len() as u16;
             let hold = (self.c.pte_clear + self.c.rmap) * cleared.len() as Ns;
             t = tbl.ptl.lock_for(t, cpu, hold, &lc);
-            for (a, pte) in cleared {
+            for &(a, pte) in &cleared {
                 tlb.add_range(a);
                 if pte.special() {
                     self.stat.add(Stat::NrZeroPageMapped, -1);
@@ -543,6 +544,7 @@ impl Kernel {
                 self.page_remove_rmap(mm, pfn);
                 tlb.pages.push(pfn);
             }
+            tlb.scratch = cleared;
             va = stop;
         }
         t

@@ -20,11 +20,13 @@ pub struct MmuGather {
     pub tables: Vec<Pfn>,
     /// The whole mm is going away (exit_mmap): no remote shootdown needed.
     pub fullmm: bool,
+    /// Reused buffer of PTEs cleared in one table.
+    pub scratch: Vec<(u64, super::pgtable::Pte)>,
 }
 
 impl MmuGather {
     pub fn new(mm: u32, fullmm: bool) -> Self {
-        MmuGather { mm, start: u64::MAX, end: 0, pages: Vec::new(), tables: Vec::new(), fullmm }
+        MmuGather { mm, start: u64::MAX, end: 0, pages: Vec::new(), tables: Vec::new(), fullmm, scratch: Vec::new() }
     }
 
     #[inline]

@@ -344,6 +344,8 @@ struct Zone {
     /// Order of every block on any CPU's pcp list, by first PFN, so that
     /// "is this frame free?" does not have to scan every CPU's lists.
     pcp_index: FxHashMap<Pfn, u8>,
+    /// Maintain `pcp_index` (for `is_free` and the audit); off when no checker runs, for speed.
+    track_pcp: bool,
     /// Taken off the lists by isolate_free_block and not yet put back.
     isolated_pages: u64,
     /// Handed out by alloc_pages and not yet freed.
@@ -691,7 +693,9 @@ impl Zone {
                 count -= nr as i64;
                 pcp.count -= nr;
                 self.pcp_pages -= nr;
-                self.pcp_index.remove(&e.pfn);
+                if self.track_pcp {
+                    self.pcp_index.remove(&e.pfn);
+                }
                 // The pageblock may have changed type while the page sat on
                 // the pcp list: the buddy list follows the pageblock.
                 let mt = self.pageblock_mt(e.pfn);
@@ -771,6 +775,7 @@ impl PageAlloc {
                 free_pages: 0,
                 pcp_pages: 0,
                 pcp_index: FxHashMap::default(),
+                track_pcp: true,
                 isolated_pages: 0,
                 allocated_pages: 0,
                 reported_pages: 0,
@@ -976,7 +981,9 @@ impl PageAlloc {
                     let Some((pfn, ugen)) = z.rmqueue(order, mt) else { break };
                     // Blocks come out in PFN order; appending keeps the list so.
                     pcp.lists[pindex].push_back(PcpEntry { pfn, ugen });
-                    z.pcp_index.insert(pfn, order as u8);
+                    if z.track_pcp {
+                        z.pcp_index.insert(pfn, order as u8);
+                    }
                     got += 1;
                 }
                 pcp.count += got << order;
@@ -986,7 +993,9 @@ impl PageAlloc {
             if let Some(e) = pcp.lists[pindex].pop_front() {
                 pcp.count -= 1 << order;
                 z.pcp_pages -= 1 << order;
-                z.pcp_index.remove(&e.pfn);
+                if z.track_pcp {
+                    z.pcp_index.remove(&e.pfn);
+                }
                 return Some((e.pfn, e.ugen, t + self.p.alloc_pcp_ns));
             }
             // The refill found nothing: the buddy path below cannot do better.
@@ -1033,7 +1042,9 @@ impl PageAlloc {
             pcp.lists[pindex].push_front(PcpEntry { pfn, ugen });
             pcp.count += 1 << order;
             z.pcp_pages += 1 << order;
-            z.pcp_index.insert(pfn, order as u8);
+            if z.track_pcp {
+                z.pcp_index.insert(pfn, order as u8);
+            }
             let batch = z.batch as u64;
             if pcp.free_count < batch << PCP_BATCH_SCALE_MAX {
                 pcp.free_count += 1 << order;
@@ -1285,7 +1296,43 @@ impl PageAlloc {
     /// Whether `pfn` lies in a free block on a buddy list or a pcp list
     /// (at most 16 hash probes).
     pub fn is_free(&self, pfn: Pfn) -> bool {
-        self.zone_idx_of_pfn(pfn).is_some_and(|zi| self.zones[zi].is_free(pfn))
+        let Some(zi) = self.zone_idx_of_pfn(pfn) else { return false };
+        let z = &self.zones[zi];
+        if z.track_pcp {
+            return z.is_free(pfn);
+        }
+        // Without the pcp index, look through the lists (slow; checker off).
+        let nz = self.zones.len();
+        (0..=MAX_PAGE_ORDER).any(|o| z.free_buddy(pfn & !((1 << o) - 1), o).is_some())
+            || self.pcp.iter().skip(zi).step_by(nz).any(|pcp| {
+                pcp.lists.iter().enumerate().any(|(pi, l)| {
+                    let o = pindex_to_order(pi);
+                    l.iter().any(|e| e.pfn == pfn & !((1 << o) - 1))
+                })
+            })
+    }
+
+    /// Keep the index that makes `is_free` fast on pcp pages (the invariant
+    /// checker needs it; plain runs turn it off to save two hash operations
+    /// per pcp allocation and free).
+    pub fn set_track_pcp(&mut self, on: bool) {
+        for z in &mut self.zones {
+            z.track_pcp = on;
+            if !on {
+                z.pcp_index.clear();
+            }
+        }
+        if on {
+            let nz = self.zones.len();
+            for (i, pcp) in self.pcp.iter().enumerate() {
+                let z = &mut self.zones[i % nz];
+                for (pi, l) in pcp.lists.iter().enumerate() {
+                    for e in l {
+                        z.pcp_index.insert(e.pfn, pindex_to_order(pi) as u8);
+                    }
+                }
+            }
+        }
     }
 
     /// Every free block, buddy and pcp, sorted by PFN.
@@ -1412,7 +1459,7 @@ impl PageAlloc {
                         if e.pfn & ((1 << order) - 1) != 0 || !z.contains(e.pfn) || e.pfn as u64 + (1 << order) > z.end_pfn {
                             return Err(format!("node {nid} cpu {cpu}: pcp page {:#x} order {order} misplaced", e.pfn));
                         }
-                        if z.pcp_index.get(&e.pfn) != Some(&(order as u8)) {
+                        if z.track_pcp && z.pcp_index.get(&e.pfn) != Some(&(order as u8)) {
                             return Err(format!("node {nid} cpu {cpu}: pcp page {:#x} order {order} missing from the pcp index", e.pfn));
                         }
                         count += 1u64 << order;
@@ -1424,7 +1471,7 @@ impl PageAlloc {
                 }
                 pcp_pages += count;
             }
-            if pcp_entries != z.pcp_index.len() {
+            if z.track_pcp && pcp_entries != z.pcp_index.len() {
                 return Err(format!("node {nid}: pcp index holds {} blocks, lists {pcp_entries}", z.pcp_index.len()));
             }
             if pcp_pages != z.pcp_pages {

@@ -125,7 +125,11 @@ impl PageTable {
     }
 
     /// Levels missing for `va`: (need_pud, need_pmd, need_pte).
+    #[inline]
     pub fn missing(&self, va: u64) -> (bool, bool, bool) {
+        if self.pte_tables.contains_key(&(va >> PMD_SHIFT)) {
+            return (false, false, false);
+        }
         (
             !self.pud_tables.contains_key(&(va >> PGDIR_SHIFT)),
             !self.pmd_tables.contains_key(&(va >> PUD_SHIFT)),

@@ -185,10 +185,14 @@ impl Kernel {
             }
             i = j;
         }
+        let t = self.release_folios(t, cpu, &batch);
+        // Hand the (now empty) buffer back so the batch never reallocates.
         let mut batch = batch;
-        let drained: Vec<Pfn> = batch.drain(..).collect();
-        self.cpus[cpu as usize].lru_add = batch;
-        self.release_folios(t, cpu, &drained)
+        batch.clear();
+        if self.cpus[cpu as usize].lru_add.is_empty() {
+            self.cpus[cpu as usize].lru_add = batch;
+        }
+        t
     }
 
     /// Drop one reference from each folio (folios_put / release_pages):
@@ -196,7 +200,8 @@ impl Kernel {
     /// and return to the allocator.
     pub fn release_folios(&mut self, t: Ns, cpu: u32, folios: &[Pfn]) -> Ns {
         let mut t = t;
-        let mut dead: Vec<Pfn> = Vec::new();
+        let mut dead = std::mem::take(&mut self.scratch_dead);
+        dead.clear();
         for &p in folios {
             let pg = self.mem_map.get_mut(p);
             pg.refcount -= 1;
@@ -210,20 +215,31 @@ impl Kernel {
             }
         }
         if dead.is_empty() {
+            self.scratch_dead = dead;
             return t;
         }
-        let on_lru: Vec<Pfn> = dead.iter().copied().filter(|&p| self.mem_map.get(p).flags & pg::LRU != 0).collect();
-        if !on_lru.is_empty() {
-            let nid = self.mem_map.get(on_lru[0]).nid as usize;
-            let hold = self.c.lru_lock_per_folio * on_lru.len() as Ns;
+        let mut on_lru = 0;
+        let mut nid = 0;
+        for &p in &dead {
+            let pg = self.mem_map.get(p);
+            if pg.flags & pg::LRU != 0 {
+                on_lru += 1;
+                nid = pg.nid as usize;
+            }
+        }
+        if on_lru > 0 {
+            let hold = self.c.lru_lock_per_folio * on_lru as Ns;
             t = self.nodes[nid].lruvec.lru_lock.lock_for(t, cpu, hold, &self.lc);
-            for &p in &on_lru {
-                self.lruvec_del_folio(p);
+            for &p in &dead {
+                if self.mem_map.get(p).flags & pg::LRU != 0 {
+                    self.lruvec_del_folio(p);
+                }
             }
         }
         for &p in &dead {
             t = self.free_folio(t, cpu, p);
         }
+        self.scratch_dead = dead;
         t
     }
 

@@ -44,10 +44,13 @@ pub struct Timeline {
     iv: std::collections::VecDeque<(Ns, Ns, u32)>,
 }
 
-/// Reservations older than this before a request are forgotten; no step
-/// reaches that far back.
-const HORIZON: Ns = 50_000_000;
-const MAX_INTERVALS: usize = 4096;
+/// Reservations ending this long before a request are forgotten: a request
+/// can only precede the latest reservation by about one step's length, and
+/// steps (a fault, a syscall) are microseconds. The cap bounds memory per
+/// lock and keeps the search cache-resident; a request that would have
+/// fitted before a forgotten interval is simply served at its time.
+const HORIZON: Ns = 2_000_000;
+const MAX_INTERVALS: usize = 256;
 
 impl Timeline {
     /// Reserve the earliest slot at or after `t` for `cpu`; `len(prev)`
