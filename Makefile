@@ -11,7 +11,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.deps-stamp
-PY_DEPS := 'maturin>=1.5,<2' 'pandas>=2.0' 'pyarrow>=14' 'pytest>=7' 'hypothesis>=6'
+PY_DEPS := 'maturin>=1.5,<2' 'pandas>=2.0' 'pyarrow>=14' 'matplotlib>=3.7' 'pytest>=7' 'hypothesis>=6'
 PIP_FLAGS := --quiet --disable-pip-version-check --no-input
 
 .PHONY: demo test venv develop cargo-test pytest bench clean

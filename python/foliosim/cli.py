@@ -198,10 +198,26 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 # --------------------------------------------------------------- reproduce --
+def version_string() -> str:
+    """The package version, plus the git commit when run from a checkout
+    (so that a report names exactly what made it)."""
+    v = str(_core.__version__)
+    src = Path(__file__).resolve().parent
+    try:
+        proc = subprocess.run(["git", "-C", str(src), "describe", "--always", "--dirty", "--abbrev=12"],
+                              stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return v
+    commit = proc.stdout.strip()
+    return f"{v} (git {commit})" if proc.returncode == 0 and commit else v
+
+
+
 def format_reproduction(rep: dict[str, Any]) -> str:
     rows = rep.get("rows", [])
     cols = ["label", "metric", "unit", "seed", "simulated"]
-    cells = [[_fmt_int(r.get(c, "")) if c in ("seed", "simulated") else str(r.get(c, "")) for c in cols] for r in rows]
+    cells = [[("—" if r.get(c) is None else _fmt_int(r.get(c))) if c in ("seed", "simulated") else str(r.get(c, ""))
+              for c in cols] for r in rows]
     widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(cols)]
     lines = [f"{rep.get('name')}: {rep.get('title', '')}".rstrip(": ")]
     lines.append("  ".join(c.ljust(wd) for c, wd in zip(cols, widths)))
@@ -229,6 +245,10 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         _err(f"unknown experiment {args.name!r} (known: {known})")
         return EXIT_USAGE
     out_dir = Path(args.out) if args.out else Path("results") / "reproduce"
+    for flag, d in (("--out", out_dir), ("--report", Path(args.report) if args.report else None)):
+        if d is not None and d.exists() and not d.is_dir():
+            _err(f"{flag} {d}: exists and is not a directory")
+            return EXIT_USAGE
     reports: list[dict[str, Any]] = []
     interrupted = False
     for name in names:
@@ -244,6 +264,13 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
             break
     if args.json:
         sys.stdout.write(json.dumps(reports if args.name == "all" else reports[0]) + "\n")
+    if args.report:
+        from . import report as _report
+
+        profiles = {p.get("name"): p for p in json.loads(_core.catalog_json()).get("profiles", [])}
+        page = _report.write_report(reports, Path(args.report), version=version_string(), profiles=profiles,
+                                    command=f"foliosim reproduce {args.name} --report {args.report}")
+        print(f"foliosim: report written to {page}", file=sys.stderr if args.json else sys.stdout)
     if interrupted:
         print(f"foliosim: interrupted; partial results written to {out_dir}/", file=sys.stderr)
         return EXIT_INTERRUPTED
@@ -342,6 +369,9 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("name", metavar="NAME|all")
     rp.add_argument("--json", action="store_true", help="print JSON (a list for `all`)")
     rp.add_argument("--out", metavar="DIR", help="where to write NAME.json (default results/reproduce/)")
+    rp.add_argument("--report", metavar="DIR", help="also write DIR/report.html (one self-contained page: "
+                    "tables, plots, configs, profile, version, seed), a DIR/NAME.png plot per experiment and "
+                    "its configs as DIR/NAME/LABEL.toml")
     rp.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     rp.set_defaults(func=cmd_reproduce)
 
