@@ -277,6 +277,50 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# ------------------------------------------------------------------- sweep --
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from . import sweep as _sweep
+
+    if args.jobs is not None and args.jobs < 1:
+        _err(f"--jobs {args.jobs}: must be at least 1")
+        return EXIT_USAGE
+    spec = _sweep.load_spec(args.spec)
+    out = Path(args.out) if args.out else Path("results") / "sweeps" / (Path(args.spec).stem or "sweep")
+    with ProgressBar(Path(args.spec).stem, enabled=_show_progress(args), unit="points") as bar:
+        s = _sweep.run_sweep(spec, out, jobs=args.jobs, ray=args.ray, progress=bar)
+    if args.json:
+        sys.stdout.write(json.dumps(s.as_dict()) + "\n")
+    else:
+        dup = f" ({s.duplicates} duplicate{'s' if s.duplicates != 1 else ''} dropped)" if s.duplicates else ""
+        print(f"foliosim sweep: {s.points} points{dup}: {s.already_done} already done, {s.ran} run "
+              f"on {s.runner} in {s.host_s:.1f} host s")
+        print(f"results: {s.out}/ (one Parquet row per run; pandas.read_parquet({str(s.out)!r}))")
+    sys.stdout.flush()
+    if s.interrupted:
+        print(f"foliosim: interrupted; {s.already_done + s.ran} of {s.points} points are in {s.out}/; "
+              "run the same command again to resume", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    if s.failed:
+        more = f" (and {len(s.failed) - 1} more)" if len(s.failed) > 1 else ""
+        _err(f"{args.spec}: {s.failed[0]}{more}")
+        return EXIT_USAGE
+    return EXIT_OK
+
+
+# ----------------------------------------------------------------- compare --
+def cmd_compare(args: argparse.Namespace) -> int:
+    from . import compare as _compare
+
+    a, b = _compare.load(args.a), _compare.load(args.b)
+    lines = _compare.diff(a, b, all_lines=args.all)
+    if args.json:
+        obj = {"a": a.describe(), "b": b.describe(), "lines": [l.as_dict() for l in lines]}
+        sys.stdout.write(json.dumps(obj) + "\n")
+    else:
+        print(_compare.format_diff(a, b, lines, args.limit))
+    return EXIT_OK
+
+
 # ------------------------------------------------------------------- bench --
 def _figure(data: dict[str, Any], key: str) -> Optional[float]:
     if isinstance(data.get(key), (int, float)):
@@ -374,6 +418,27 @@ def build_parser() -> argparse.ArgumentParser:
                     "its configs as DIR/NAME/LABEL.toml")
     rp.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     rp.set_defaults(func=cmd_reproduce)
+
+    sw = sub.add_parser("sweep", help="run a grid of configs (local process pool, or Ray with --ray)")
+    sw.add_argument("spec", metavar="SPEC.toml", help="the sweep spec: base config, [grid] and [[zip]] "
+                    "(see docs/tutorial.md)")
+    sw.add_argument("--out", metavar="DIR", help="the Parquet dataset, one row per run; a rerun resumes "
+                    "(default results/sweeps/<spec stem>/)")
+    sw.add_argument("--jobs", "-j", type=int, metavar="N", help="local pool size (default: CPUs; 1 runs in "
+                    "this process)")
+    sw.add_argument("--ray", metavar="ADDRESS", help="run on a Ray cluster (`local` starts one here, `auto` "
+                    "finds a running one); needs pip install 'foliosim[ray]'")
+    sw.add_argument("--json", action="store_true", help="print a JSON summary")
+    sw.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
+    sw.set_defaults(func=cmd_sweep)
+
+    c = sub.add_parser("compare", help="two result sets side by side, most changed counters first")
+    c.add_argument("a", metavar="A", help="a run folder or result.json, a sweep folder, or a reproduction JSON")
+    c.add_argument("b", metavar="B", help="the same, compared with A")
+    c.add_argument("--limit", "-n", type=int, default=30, metavar="N", help="lines shown (default 30; 0: all)")
+    c.add_argument("--all", action="store_true", help="also list unchanged counters")
+    c.add_argument("--json", action="store_true", help="print one JSON object")
+    c.set_defaults(func=cmd_compare)
 
     b = sub.add_parser("bench", help="speed benchmarks of the simulator against its targets")
     b.add_argument("--json", action="store_true", help="print one JSON object")
