@@ -1,7 +1,10 @@
 # `make demo`: set up .venv/, build foliosim (release) into it, run the default
 # experiment. `make test`: set up the same, then every test (cargo + pytest).
 # Needs only Rust (cargo; cargo-nextest if present), Python 3.11 with pip, gcc
-# and make; Python packages come from PyPI into .venv/.
+# and make; Python packages come from PyPI into .venv/. `make test` also adds
+# Ray (the optional extra, for the Ray sweep test) and, when run as root,
+# Debian's chromium (for the report test); without them those tests skip and
+# say why. FOLIOSIM_NO_APT=1 skips the apt-get step.
 
 SHELL := bash
 .SHELLFLAGS := -euo pipefail -c
@@ -11,16 +14,18 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.deps-stamp
-PY_DEPS := 'maturin>=1.5,<2' 'pandas>=2.0' 'pyarrow>=14' 'pytest>=7' 'hypothesis>=6'
+PY_DEPS := 'maturin>=1.5,<2' 'pandas>=2.0' 'pyarrow>=14' 'matplotlib>=3.7' 'pytest>=7' 'hypothesis>=6'
 PIP_FLAGS := --quiet --disable-pip-version-check --no-input
 
-.PHONY: demo test venv develop cargo-test pytest bench clean
+RAY_STAMP := $(VENV)/.ray-stamp
+
+.PHONY: demo test venv develop cargo-test pytest bench clean browser ray docs-tables
 
 demo: develop
 	$(VENV)/bin/foliosim run configs/default.toml
 
 # Both suites run even if the first fails; the exit code says if either did.
-test: develop
+test: develop browser ray
 	rc=0; $(MAKE) --no-print-directory cargo-test || rc=1; \
 	$(MAKE) --no-print-directory pytest || rc=1; exit $$rc
 
@@ -46,6 +51,30 @@ cargo-test:
 	else \
 		cargo test --workspace --exclude foliosim-py; \
 	fi
+
+# Headless Chromium for the report test (Debian's package), when missing.
+browser:
+	if command -v chromium >/dev/null 2>&1 || [ -n "$${FOLIOSIM_NO_APT:-}" ]; then :; \
+	elif [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then \
+		echo "make: chromium is not installed and apt-get needs root: the browser test will skip"; \
+	else \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+			chromium >/dev/null) || echo "make: apt-get install chromium failed: the browser test will skip"; \
+	fi
+
+# Ray, the optional extra `foliosim[ray]`, for the Ray sweep test.
+ray: $(RAY_STAMP)
+
+$(RAY_STAMP): $(STAMP)
+	if $(VPY) -m pip install $(PIP_FLAGS) 'ray>=2.9'; then touch $@; \
+	else echo "make: pip install ray failed: the Ray test will skip"; fi
+
+# The seed-vs-simulated tables in README.md and docs/mechanisms/*.md, from
+# `foliosim reproduce all --json` (so they never drift from the simulator).
+docs-tables: develop
+	mkdir -p results/reproduce
+	$(VENV)/bin/foliosim reproduce all --json --quiet --out results/reproduce > results/reproduce/all.json
+	$(VPY) -m foliosim.doctables results/reproduce/all.json README.md docs/mechanisms/*.md
 
 pytest: $(STAMP)
 	$(VPY) -m pytest -q tests/python

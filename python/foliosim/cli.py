@@ -198,10 +198,26 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 # --------------------------------------------------------------- reproduce --
+def version_string() -> str:
+    """The package version, plus the git commit when run from a checkout
+    (so that a report names exactly what made it)."""
+    v = str(_core.__version__)
+    src = Path(__file__).resolve().parent
+    try:
+        proc = subprocess.run(["git", "-C", str(src), "describe", "--always", "--dirty", "--abbrev=12"],
+                              stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return v
+    commit = proc.stdout.strip()
+    return f"{v} (git {commit})" if proc.returncode == 0 and commit else v
+
+
+
 def format_reproduction(rep: dict[str, Any]) -> str:
     rows = rep.get("rows", [])
     cols = ["label", "metric", "unit", "seed", "simulated"]
-    cells = [[_fmt_int(r.get(c, "")) if c in ("seed", "simulated") else str(r.get(c, "")) for c in cols] for r in rows]
+    cells = [[("—" if r.get(c) is None else _fmt_int(r.get(c))) if c in ("seed", "simulated") else str(r.get(c, ""))
+              for c in cols] for r in rows]
     widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(cols)]
     lines = [f"{rep.get('name')}: {rep.get('title', '')}".rstrip(": ")]
     lines.append("  ".join(c.ljust(wd) for c, wd in zip(cols, widths)))
@@ -229,6 +245,10 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         _err(f"unknown experiment {args.name!r} (known: {known})")
         return EXIT_USAGE
     out_dir = Path(args.out) if args.out else Path("results") / "reproduce"
+    for flag, d in (("--out", out_dir), ("--report", Path(args.report) if args.report else None)):
+        if d is not None and d.exists() and not d.is_dir():
+            _err(f"{flag} {d}: exists and is not a directory")
+            return EXIT_USAGE
     reports: list[dict[str, Any]] = []
     interrupted = False
     for name in names:
@@ -244,9 +264,60 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
             break
     if args.json:
         sys.stdout.write(json.dumps(reports if args.name == "all" else reports[0]) + "\n")
+    if args.report:
+        from . import report as _report
+
+        profiles = {p.get("name"): p for p in json.loads(_core.catalog_json()).get("profiles", [])}
+        page = _report.write_report(reports, Path(args.report), version=version_string(), profiles=profiles,
+                                    command=f"foliosim reproduce {args.name} --report {args.report}")
+        print(f"foliosim: report written to {page}", file=sys.stderr if args.json else sys.stdout)
     if interrupted:
         print(f"foliosim: interrupted; partial results written to {out_dir}/", file=sys.stderr)
         return EXIT_INTERRUPTED
+    return EXIT_OK
+
+
+# ------------------------------------------------------------------- sweep --
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from . import sweep as _sweep
+
+    if args.jobs is not None and args.jobs < 1:
+        _err(f"--jobs {args.jobs}: must be at least 1")
+        return EXIT_USAGE
+    spec = _sweep.load_spec(args.spec)
+    out = Path(args.out) if args.out else Path("results") / "sweeps" / (Path(args.spec).stem or "sweep")
+    with ProgressBar(Path(args.spec).stem, enabled=_show_progress(args), unit="points") as bar:
+        s = _sweep.run_sweep(spec, out, jobs=args.jobs, ray=args.ray, progress=bar)
+    if args.json:
+        sys.stdout.write(json.dumps(s.as_dict()) + "\n")
+    else:
+        dup = f" ({s.duplicates} duplicate{'s' if s.duplicates != 1 else ''} dropped)" if s.duplicates else ""
+        print(f"foliosim sweep: {s.points} points{dup}: {s.already_done} already done, {s.ran} run "
+              f"on {s.runner} in {s.host_s:.1f} host s")
+        print(f"results: {s.out}/ (one Parquet row per run; pandas.read_parquet({str(s.out)!r}))")
+    sys.stdout.flush()
+    if s.interrupted:
+        print(f"foliosim: interrupted; {s.already_done + s.ran} of {s.points} points are in {s.out}/; "
+              "run the same command again to resume", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    if s.failed:
+        more = f" (and {len(s.failed) - 1} more)" if len(s.failed) > 1 else ""
+        _err(f"{args.spec}: {s.failed[0]}{more}")
+        return EXIT_USAGE
+    return EXIT_OK
+
+
+# ----------------------------------------------------------------- compare --
+def cmd_compare(args: argparse.Namespace) -> int:
+    from . import compare as _compare
+
+    a, b = _compare.load(args.a), _compare.load(args.b)
+    lines = _compare.diff(a, b, all_lines=args.all)
+    if args.json:
+        obj = {"a": a.describe(), "b": b.describe(), "lines": [l.as_dict() for l in lines]}
+        sys.stdout.write(json.dumps(obj) + "\n")
+    else:
+        print(_compare.format_diff(a, b, lines, args.limit))
     return EXIT_OK
 
 
@@ -342,8 +413,32 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("name", metavar="NAME|all")
     rp.add_argument("--json", action="store_true", help="print JSON (a list for `all`)")
     rp.add_argument("--out", metavar="DIR", help="where to write NAME.json (default results/reproduce/)")
+    rp.add_argument("--report", metavar="DIR", help="also write DIR/report.html (one self-contained page: "
+                    "tables, plots, configs, profile, version, seed), a DIR/NAME.png plot per experiment and "
+                    "its configs as DIR/NAME/LABEL.toml")
     rp.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     rp.set_defaults(func=cmd_reproduce)
+
+    sw = sub.add_parser("sweep", help="run a grid of configs (local process pool, or Ray with --ray)")
+    sw.add_argument("spec", metavar="SPEC.toml", help="the sweep spec: base config, [grid] and [[zip]] "
+                    "(see docs/tutorial.md)")
+    sw.add_argument("--out", metavar="DIR", help="the Parquet dataset, one row per run; a rerun resumes "
+                    "(default results/sweeps/<spec stem>/)")
+    sw.add_argument("--jobs", "-j", type=int, metavar="N", help="local pool size (default: CPUs; 1 runs in "
+                    "this process)")
+    sw.add_argument("--ray", metavar="ADDRESS", help="run on a Ray cluster (`local` starts one here, `auto` "
+                    "finds a running one); needs pip install 'foliosim[ray]'")
+    sw.add_argument("--json", action="store_true", help="print a JSON summary")
+    sw.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
+    sw.set_defaults(func=cmd_sweep)
+
+    c = sub.add_parser("compare", help="two result sets side by side, most changed counters first")
+    c.add_argument("a", metavar="A", help="a run folder or result.json, a sweep folder, or a reproduction JSON")
+    c.add_argument("b", metavar="B", help="the same, compared with A")
+    c.add_argument("--limit", "-n", type=int, default=30, metavar="N", help="lines shown (default 30; 0: all)")
+    c.add_argument("--all", action="store_true", help="also list unchanged counters")
+    c.add_argument("--json", action="store_true", help="print one JSON object")
+    c.set_defaults(func=cmd_compare)
 
     b = sub.add_parser("bench", help="speed benchmarks of the simulator against its targets")
     b.add_argument("--json", action="store_true", help="print one JSON object")

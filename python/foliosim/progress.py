@@ -29,12 +29,13 @@ class ProgressBar:
     the line is cleared at the end."""
 
     def __init__(self, label: str = "", *, enabled: Optional[bool] = None,
-                 stream: Optional[TextIO] = None, delay_s: float = 2.0):
+                 stream: Optional[TextIO] = None, delay_s: float = 2.0, unit: str = "sim s"):
         self.stream = stream if stream is not None else sys.stderr
         if enabled is None:
             enabled = bool(getattr(self.stream, "isatty", lambda: False)())
         self.enabled = enabled
         self.label = label
+        self.unit = unit
         self.delay_s = delay_s
         self.start = time.monotonic()
         self.shown = False
@@ -50,8 +51,9 @@ class ProgressBar:
         self._last = now
         frac = min(max(sim_s / sim_total_s, 0.0), 1.0) if sim_total_s > 0 else 0.0
         eta = elapsed * (1 - frac) / frac if frac > 0 else float("nan")
+        prec = 2 if self.unit == "sim s" else 0
         width = shutil.get_terminal_size((80, 24)).columns
-        tail = f" {frac * 100:3.0f}% {sim_s:.2f}/{sim_total_s:.2f} sim s  {_fmt_s(elapsed)} elapsed, eta {_fmt_s(eta)}"
+        tail = f" {frac * 100:3.0f}% {sim_s:.{prec}f}/{sim_total_s:.{prec}f} {self.unit}  {_fmt_s(elapsed)} elapsed, eta {_fmt_s(eta)}"
         head = f"{self.label} " if self.label else ""
         bar_w = max(10, min(40, width - len(head) - len(tail) - 3))
         filled = int(round(frac * bar_w))

@@ -1,0 +1,167 @@
+"""`foliosim compare A B`: two result sets side by side, like `perf diff`.
+
+A result set is any of: a `foliosim run` output folder (or its result.json),
+a sweep output folder (Parquet dataset; its runs are averaged), or a
+reproduction JSON (NAME.json of `foliosim reproduce`; its rows' simulated
+values). Numbers are flattened to names such as ``vmstat.pgfault``,
+``summary.ops_per_s``, ``time_ns.fault``; the lines are ordered by how much
+they changed (relative change; a counter that appears from zero first).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+from ._core import ConfigError
+
+__all__ = ["ResultSet", "load", "diff", "format_diff"]
+
+# Columns of a sweep dataset that are not measurements.
+_NOT_MEASURED = {"index", "point", "config", "interrupted", "host_time_s", "checker.enabled"}
+
+
+def _error(path: str, reason: str) -> ConfigError:
+    e = ConfigError(f"{path}: result set: {reason}")
+    e.file, e.line, e.key, e.reason = path, None, "result set", reason
+    return e
+
+
+@dataclass
+class ResultSet:
+    path: str
+    kind: str  # "run", "sweep", "reproduce"
+    runs: int
+    values: dict[str, float]
+
+    def describe(self) -> str:
+        n = f"{self.runs} run{'s' if self.runs != 1 else ''}"
+        return f"{self.path} ({self.kind}, {n}{', mean' if self.runs > 1 else ''})"
+
+
+def _flat_numbers(raw: dict[str, Any]) -> dict[str, float]:
+    from .sweep import flatten_result
+
+    out: dict[str, float] = {}
+    for k, v in flatten_result(raw).items():
+        if k in _NOT_MEASURED or isinstance(v, bool) or not isinstance(v, (int, float)):
+            continue
+        out[k] = float(v)
+    return out
+
+
+def _from_reproduction(rep: dict[str, Any]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for r in rep.get("rows") or []:
+        v = r.get("simulated")
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            out[f"{r.get('label', '')}: {r.get('metric', '')}"] = float(v)
+    return out
+
+
+def load(path: str | os.PathLike) -> ResultSet:
+    """Read a result set (see the module doc); ConfigError if it is none."""
+    p = Path(path)
+    name = os.fspath(path)
+    if p.is_dir():
+        if (p / "result.json").is_file():
+            p = p / "result.json"
+        elif any(p.glob("part-*.parquet")):
+            from .sweep import read_results
+
+            try:
+                df = read_results(p)
+            except Exception as e:  # noqa: BLE001 -- pyarrow errors vary
+                raise _error(name, f"unreadable sweep dataset: {' '.join(str(e).split())}") from None
+            cols = [c for c in df.columns if c not in _NOT_MEASURED and "." in c
+                    and c.split(".", 1)[0] in ("summary", "vmstat", "time_ns", "locks", "memory", "checker")
+                    or c == "sim_time_s"]
+            values: dict[str, float] = {}
+            for c in cols:
+                s = df[c]
+                if s.dtype.kind in "iuf":
+                    values[c] = float(s.mean())
+            return ResultSet(name, "sweep", len(df), values)
+        else:
+            raise _error(name, "no result.json and no part-*.parquet in this folder")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as e:
+        raise _error(name, e.strerror or str(e)) from None
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise _error(f"{name}:{e.lineno}", f"not JSON: {e.msg}") from None
+    if isinstance(obj, dict) and "vmstat" in obj:
+        return ResultSet(name, "run", 1, _flat_numbers(obj))
+    if isinstance(obj, dict) and "rows" in obj:
+        return ResultSet(name, "reproduce", 1, _from_reproduction(obj))
+    if isinstance(obj, list) and all(isinstance(x, dict) and "rows" in x for x in obj):
+        vals: dict[str, float] = {}
+        for rep in obj:
+            vals.update({f"{rep.get('name')}: {k}": v for k, v in _from_reproduction(rep).items()})
+        return ResultSet(name, "reproduce", len(obj), vals)
+    raise _error(name, "neither a run result (vmstat), a reproduction (rows) nor a sweep folder")
+
+
+@dataclass
+class Line:
+    name: str
+    a: Optional[float]
+    b: Optional[float]
+    delta: float
+    pct: Optional[float]  # None: from zero (or missing) to non-zero
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "a": self.a, "b": self.b, "delta": self.delta, "pct": self.pct}
+
+
+def diff(a: ResultSet, b: ResultSet, *, all_lines: bool = False) -> list[Line]:
+    """Lines for every name in either set, most changed first: those that
+    appear from zero (pct None), then by |relative change|, then by name.
+    Unchanged ones only with `all_lines`."""
+    out: list[Line] = []
+    for name in sorted(set(a.values) | set(b.values)):
+        va, vb = a.values.get(name), b.values.get(name)
+        x, y = va or 0.0, vb or 0.0
+        d = y - x
+        if d == 0 and not all_lines:
+            continue
+        pct = 100.0 * d / abs(x) if x != 0 else (0.0 if d == 0 else None)
+        out.append(Line(name, va, vb, d, pct))
+
+    def key(l: Line) -> tuple[int, float, str]:
+        return (0 if l.pct is None else 1, -abs(l.pct or 0.0) if l.pct is not None else -abs(l.delta), l.name)
+
+    return sorted(out, key=key)
+
+
+def _fmt(v: Optional[float]) -> str:
+    if v is None:
+        return "-"
+    if math.isfinite(v) and v == int(v) and abs(v) < 1e15:
+        return f"{int(v):,}"
+    if abs(v) >= 1000:
+        return f"{v:,.0f}"
+    return f"{v:.4g}"
+
+
+def format_diff(a: ResultSet, b: ResultSet, lines: list[Line], limit: Optional[int]) -> str:
+    shown = lines if limit is None or limit <= 0 else lines[:limit]
+    out = [f"# A: {a.describe()}", f"# B: {b.describe()}", "#"]
+    if not lines:
+        out.append("# no differences")
+        return "\n".join(out)
+    wa = max([len("A")] + [len(_fmt(l.a)) for l in shown])
+    wb = max([len("B")] + [len(_fmt(l.b)) for l in shown])
+    out.append(f"# {'Delta %':>9}  {'A':>{wa}}  {'B':>{wb}}  Counter")
+    for l in shown:
+        pct = "new" if l.pct is None else f"{l.pct:+.2f}%"
+        out.append(f"  {pct:>9}  {_fmt(l.a):>{wa}}  {_fmt(l.b):>{wb}}  {l.name}")
+    if len(shown) < len(lines):
+        out.append(f"# {len(lines) - len(shown)} more changed (--limit 0 shows all)")
+    return "\n".join(out)
