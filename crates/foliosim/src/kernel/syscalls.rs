@@ -53,28 +53,8 @@ impl Kernel {
                     (Ret::Val(off as i64), t)
                 }
             })),
-            Op::Read { fd, len } => Some(self.sys(tid, Entry::Read, |k, t, cpu, mm| {
-                let Some(f) = k.mms[mm as usize].fd(fd).copied() else { return (Ret::Err(errno::EBADF), t) };
-                k.stat.inc(Stat::FileRead);
-                match k.filemap_read(t + k.c.file_op, cpu, f.inode, f.pos, len) {
-                    None => (Ret::Err(errno::ENOMEM), t),
-                    Some((n, t)) => {
-                        k.mms[mm as usize].fd(fd).unwrap().pos += n;
-                        (Ret::Val(n as i64), t)
-                    }
-                }
-            })),
-            Op::Write { fd, len } => Some(self.sys(tid, Entry::Write, |k, t, cpu, mm| {
-                let Some(f) = k.mms[mm as usize].fd(fd).copied() else { return (Ret::Err(errno::EBADF), t) };
-                k.stat.inc(Stat::FileWrite);
-                match k.filemap_write(t + k.c.file_op, cpu, f.inode, f.pos, len) {
-                    None => (Ret::Err(errno::ENOMEM), t),
-                    Some((n, t)) => {
-                        k.mms[mm as usize].fd(fd).unwrap().pos += n;
-                        (Ret::Val(n as i64), t)
-                    }
-                }
-            })),
+            Op::Read { fd, len } => Some(self.sys(tid, Entry::Read, |k, t, cpu, mm| k.file_rw(t, cpu, mm, fd, len, false))),
+            Op::Write { fd, len } => Some(self.sys(tid, Entry::Write, |k, t, cpu, mm| k.file_rw(t, cpu, mm, fd, len, true))),
             Op::Ftruncate { fd, len } => Some(self.sys(tid, Entry::Ftruncate, |k, t, cpu, mm| {
                 let Some(f) = k.mms[mm as usize].fd(fd).copied() else { return (Ret::Err(errno::EBADF), t) };
                 let ino = f.inode;
@@ -86,6 +66,21 @@ impl Kernel {
             Op::Exit => {
                 self.do_exit(tid);
                 Some(Ret::Val(0))
+            }
+        }
+    }
+
+    /// read()/write() at the file position of `fd`, advancing it.
+    fn file_rw(&mut self, t: Ns, cpu: u32, mm: u32, fd: i32, len: u64, write: bool) -> (Ret, Ns) {
+        let Some(f) = self.mms[mm as usize].fd(fd).copied() else { return (Ret::Err(errno::EBADF), t) };
+        self.stat.inc(if write { Stat::FileWrite } else { Stat::FileRead });
+        let t0 = t + self.c.file_op;
+        let r = if write { self.filemap_write(t0, cpu, f.inode, f.pos, len) } else { self.filemap_read(t0, cpu, f.inode, f.pos, len) };
+        match r {
+            None => (Ret::Err(errno::ENOMEM), t),
+            Some((n, t)) => {
+                self.mms[mm as usize].fd(fd).unwrap().pos += n;
+                (Ret::Val(n as i64), t)
             }
         }
     }
