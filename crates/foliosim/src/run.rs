@@ -318,7 +318,10 @@ fn step(k: &mut Kernel, wl: &mut dyn Workload, tid: u32, q: &mut Queue) {
             op
         }
     };
-    if let Some(r) = k.exec(tid, op) {
+    let r = k.exec(tid, op);
+    // page_reporting_notify_free for the frees this step made.
+    k.page_reporting_poll(tid);
+    if let Some(r) = r {
         k.tasks[tid as usize].last = r;
         if let (Op::Fork, Ret::Val(child)) = (op, r) {
             let child = child as u32;
