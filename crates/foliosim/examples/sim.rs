@@ -31,5 +31,13 @@ fn main() {
         }
     }
     println!("violations: {}", j["checker"]["violations"]);
+    // SERIES=name,name prints those time series (per-sample deltas for events).
+    if let Ok(names) = std::env::var("SERIES") {
+        let ts = &j["timeseries"];
+        println!("t_s {}", ts["t_s"]);
+        for n in names.split(',') {
+            println!("{n} {}", ts[n]);
+        }
+    }
     eprintln!("host time {:.2} s, sim {:.2} s", t0.elapsed().as_secs_f64(), j["sim_time_s"]);
 }
