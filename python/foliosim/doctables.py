@@ -33,15 +33,16 @@ def table(reps: Sequence[dict[str, Any]], globs: Sequence[str]) -> str:
     if not chosen:
         return ("_No experiment registered yet: filled by `foliosim reproduce` "
                 f"(`make docs-tables`) from experiments named {', '.join(f'`{g}`' for g in globs)}._")
-    out = ["| experiment | label | metric | seed | simulated | difference |", "| --- | --- | --- | ---: | ---: | ---: |"]
+    out = ["| experiment | label | metric | seed | simulated | difference | note |", "| --- | --- | --- | ---: | ---: | ---: | --- |"]
     for rep in chosen:
         for r in rep.get("rows") or []:
             d, p = difference(r.get("seed"), r.get("simulated"))
             diff = "—" if d is None else (f"{fmt(d)} ({p:+.1f}%)" if p is not None else fmt(d))
             unit = f" {r.get('unit')}" if r.get("unit") else ""
             seed = "—" if r.get("seed") is None else f"{fmt(r.get('seed'))}{unit}"
+            note = str(r.get("note") or "").replace("|", "/").replace("\n", " ")
             out.append(f"| `{rep.get('name')}` | {r.get('label', '')} | {r.get('metric', '')} | {seed} | "
-                       f"{fmt(r.get('simulated'))}{unit} | {diff} |")
+                       f"{fmt(r.get('simulated'))}{unit} | {diff} | {note} |")
     return "\n".join(out)
 
 

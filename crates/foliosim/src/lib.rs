@@ -12,4 +12,5 @@ pub mod mm;
 pub mod reproduce;
 pub mod run;
 pub mod sim;
+pub mod virt;
 pub mod workload;

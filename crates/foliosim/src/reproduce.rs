@@ -25,11 +25,16 @@ pub struct Experiment {
 }
 
 pub fn registry() -> Vec<Experiment> {
-    vec![Experiment {
+    let mut v = vec![Experiment {
         name: "core-pf1-scaling",
         title: "will-it-scale page_fault1, processes, 1/2/4/8 tasks on generic-x86 (core scaling curve)",
         run: core_pf1_scaling,
-    }]
+    }];
+    // spec/003: free page reporting (virt/experiments.rs).
+    v.push(Experiment { name: "fpr-overhead", title: "free page reporting v17: page_fault1/page_fault2 overhead per configuration (seed table)", run: crate::virt::experiments::overhead });
+    v.push(Experiment { name: "fpr-host-memory", title: "free page reporting: host memory over time, memhog then page fault test, reporting on/off", run: crate::virt::experiments::host_memory });
+    v.push(Experiment { name: "fpr-overcommit", title: "free page reporting: N guests on an overcommitted host, host swap with/without reporting (new study)", run: crate::virt::experiments::overcommit });
+    v
 }
 
 pub fn run(name: &str, progress: &mut dyn FnMut(&Progress) -> bool) -> Result<Value, ConfigError> {

@@ -318,7 +318,10 @@ fn step(k: &mut Kernel, wl: &mut dyn Workload, tid: u32, q: &mut Queue) {
             op
         }
     };
-    if let Some(r) = k.exec(tid, op) {
+    let r = k.exec(tid, op);
+    // page_reporting_notify_free for the frees this step made.
+    k.page_reporting_poll(tid);
+    if let Some(r) = r {
         k.tasks[tid as usize].last = r;
         if let (Op::Fork, Ret::Val(child)) = (op, r) {
             let child = child as u32;
@@ -353,6 +356,7 @@ pub fn result_json(cfg: &Config, o: &Outcome) -> Value {
             json!({"task": t.id, "cpu": t.cpu, "mm": t.mm, "ops": t.ops, "ops_measured": t.ops - base.min(t.ops), "user_ns": t.user_ns, "sys_ns": t.sys_ns, "exited": t.exited})
         })
         .collect();
+    let nr_user = k.tasks.iter().filter(|t| t.kthread.is_none()).count();
     let ops_total: u64 = k.tasks.iter().map(|t| t.ops).sum();
     let ops_measured: u64 = k.tasks.iter().map(|t| t.ops - o.ops_at_warmup.get(t.id as usize).copied().unwrap_or(0).min(t.ops)).sum();
     let ops_per_s = if measured_s > 0.0 { ops_measured as f64 / measured_s } else { 0.0 };
@@ -380,13 +384,14 @@ pub fn result_json(cfg: &Config, o: &Outcome) -> Value {
         "summary": {
             "workload": cfg.workload,
             "profile": cfg.profile_name,
-            "tasks": k.tasks.len(),
+            "tasks": nr_user,
+            "kernel_threads": k.tasks.len() - nr_user,
             "nr_cpus": k.nr_cpus(),
             "ops_total": ops_total,
             "ops_measured": ops_measured,
             "measured_s": measured_s,
             "ops_per_s": ops_per_s,
-            "ops_per_s_per_task": if k.tasks.is_empty() { 0.0 } else { ops_per_s / k.tasks.len() as f64 },
+            "ops_per_s_per_task": if nr_user == 0 { 0.0 } else { ops_per_s / nr_user as f64 },
         },
         "vmstat": vmstat,
         "time_ns": time,

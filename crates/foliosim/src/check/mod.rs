@@ -71,6 +71,67 @@ impl Checker {
     }
 
     pub fn on_free(&mut self, _pfn: Pfn, _order: u32) {}
+
+    /// Free page reporting: a block handed out by the allocator must not
+    /// carry PG_reported any more, and before the guest writes it every
+    /// frame must have host memory behind it again (the host fault path
+    /// ran for whatever the host had discarded).
+    pub fn on_guest_handout(&mut self, pa: &PageAlloc, host: &crate::virt::Host, pfn: Pfn, order: u32) {
+        if pa.allocated_page_reported(pfn) {
+            self.report(format!("frame {pfn} (order {order}) handed out with PG_reported still set"));
+        }
+        if !host.range_ready(pfn, 1 << order) {
+            self.report(format!("frames {pfn}+{} handed out while the host has no page behind them (host fault path skipped)", 1u64 << order));
+        }
+    }
+}
+
+/// Free page reporting and the host (part of `audit`).
+fn audit_page_reporting(k: &Kernel, found: &mut Vec<String>) {
+    if let Some(h) = &k.host {
+        if let Err(e) = h.check() {
+            found.push(e);
+        }
+    }
+    let reported = k.pa.reported_blocks();
+    let mut flagged = 0u64;
+    for &(pfn, order) in &reported {
+        flagged += 1 << order;
+        if let Some(pr) = &k.prdev {
+            if order < pr.order {
+                found.push(format!("block {pfn} of order {order} is PG_reported below page_reporting_order {}", pr.order));
+            }
+        } else {
+            found.push(format!("block {pfn} is PG_reported but no reporting device is registered"));
+        }
+        // Reported => handed to the host and untouched since: the host
+        // must not be holding a live page for any of it.
+        if let Some(h) = &k.host {
+            if !h.range_given_back(pfn, 1 << order) {
+                found.push(format!("block {pfn} of order {order} is PG_reported but the host backs it (flag kept across an allocation or a merge)"));
+            }
+        }
+    }
+    let nids = k.pa.nids();
+    let zone_reported: u64 = nids.iter().map(|&n| k.pa.zone_reported_pages(n)).sum();
+    if zone_reported != flagged {
+        found.push(format!("reported_pages {zone_reported} but {flagged} pages are flagged"));
+    }
+    let isolated: u64 = nids.iter().map(|&n| k.pa.zone_isolated_pages(n)).sum();
+    let in_sg: u64 = k.prdev.as_ref().map_or(0, |p| p.sg.iter().map(|b| 1u64 << b.order).sum());
+    if isolated != in_sg {
+        found.push(format!("{isolated} pages isolated from the free lists but the reporting scatterlist holds {in_sg}"));
+    }
+    if let Some(pr) = &k.prdev {
+        if pr.sg.len() > crate::mm::page_reporting::PAGE_REPORTING_CAPACITY {
+            found.push(format!("scatterlist holds {} blocks", pr.sg.len()));
+        }
+        for b in &pr.sg {
+            if k.pa.is_free(b.pfn) || k.pa.free_block(b.pfn).is_some() {
+                found.push(format!("block {} is both isolated for reporting and on a free list", b.pfn));
+            }
+        }
+    }
 }
 
 /// Full audit of the kernel state; records every violation found.
@@ -79,6 +140,7 @@ pub fn audit(k: &mut Kernel) {
     if let Err(e) = k.pa.check() {
         found.push(format!("page allocator: {e}"));
     }
+    audit_page_reporting(k, &mut found);
     // Mappings per frame, from the page tables.
     let mut maps: FxHashMap<Pfn, i32> = FxHashMap::default();
     let mut zero_ptes: i64 = 0;

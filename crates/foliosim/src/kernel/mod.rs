@@ -76,6 +76,11 @@ pub struct Kernel {
     pub wakeups: Vec<(Ns, u32)>,
     /// Reused buffer of folios whose last reference went (release_folios).
     pub scratch_dead: Vec<Pfn>,
+    /// The hypervisor backing this machine's memory, when it is modelled
+    /// as a VM guest (virt/).
+    pub host: Option<crate::virt::Host>,
+    /// The registered free-page-reporting device (mm/page_reporting.rs).
+    pub prdev: Option<crate::mm::page_reporting::PageReportingDev>,
 }
 
 impl Kernel {
@@ -131,6 +136,7 @@ impl Kernel {
         pa.set_mutant(match knobs.mutant {
             knobs::Mutant::BuddySkipNrFreeDec => Some(AllocMutant::SkipNrFreeDec),
             knobs::Mutant::BuddyNoMerge => Some(AllocMutant::NoMerge),
+            knobs::Mutant::FprKeepReportedOnAlloc => Some(AllocMutant::KeepReportedOnAlloc),
             _ => None,
         });
         let cpus = (0..nr_cpus)
@@ -155,6 +161,8 @@ impl Kernel {
             kthreads: Vec::new(),
             wakeups: Vec::new(),
             scratch_dead: Vec::new(),
+            host: None,
+            prdev: None,
             prof,
         };
         k.pa.init_vmstat(&mut k.stat);
@@ -165,7 +173,27 @@ impl Kernel {
         p.flags = pg::ZERO_PAGE | pg::ALLOCATED | pg::HEAD;
         p.refcount = 1;
         p.nid = zp.nid as u8;
+        k.boot_virt(start);
         Ok(k)
+    }
+
+    /// The machine as a VM guest: a host under its memory (when a host
+    /// knob or page reporting asks for one) and the virtio-balloon device
+    /// with free page reporting.
+    fn boot_virt(&mut self, nr_frames: u64) {
+        let kn = &self.knobs;
+        let want_host = kn.page_reporting || kn.host_mem_mib > 0 || kn.host_prealloc || kn.host_thp || kn.host_discard_free;
+        if want_host {
+            use crate::virt::host::{Discard, Host, HostCosts};
+            let discard = if kn.host_discard_free { Discard::Free } else { Discard::DontNeed };
+            let limit = (kn.host_mem_mib > 0).then_some(kn.host_mem_mib << (20 - 12));
+            let h = Host::new(nr_frames, HostCosts::from_profile(&self.prof), discard, kn.host_thp, limit, kn.host_prealloc);
+            h.sync_gauges(&mut self.stat);
+            self.host = Some(h);
+        }
+        if self.knobs.page_reporting {
+            self.page_reporting_register(0);
+        }
     }
 
     pub fn nr_cpus(&self) -> u32 {

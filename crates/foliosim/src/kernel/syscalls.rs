@@ -135,6 +135,10 @@ impl Kernel {
             if self.check.enabled {
                 self.check.on_tlb_hit(&self.mms[mm as usize], &self.mem_map, cpu, va, &e, kind);
             }
+            if let Some(h) = self.host.as_mut() {
+                // A page the host swapped out is read back on access.
+                cost += h.access(e.pfn_of(va), &mut self.stat);
+            }
             if kind != Access::Store || (e.writable() && e.dirty()) {
                 let tk = &mut self.tasks[tid as usize];
                 tk.clock += cost;
@@ -163,6 +167,12 @@ impl Kernel {
                 let pte = pte.with(bits);
                 if let Some(tbl) = self.mms[mm as usize].pt.table_mut(va) {
                     tbl.ptes[pte_index(va)] = pte;
+                }
+                if let Some(h) = self.host.as_mut() {
+                    let c = h.access(pte.pfn(), &mut self.stat);
+                    let tk = &mut self.tasks[tid as usize];
+                    tk.clock += c;
+                    tk.user_ns += c;
                 }
                 let epoch = self.mem_map.get(pte.pfn()).alloc_epoch;
                 use crate::hw::tlb::{flags, size, TlbEntry};

@@ -48,6 +48,15 @@ impl Kernel {
                     p.alloc_epoch = p.alloc_epoch.wrapping_add(1);
                 }
                 self.check.on_alloc(&self.mem_map, &self.pa, a.pfn, order);
+                // The caller's clearing, copy or fill is the guest's first
+                // write to these frames: a host that dropped their backing
+                // (a reported page) faults it back in now.
+                if let Some(h) = self.host.as_mut() {
+                    t += h.touch(a.pfn, 1 << order, &mut self.stat);
+                    if self.check.enabled {
+                        self.check.on_guest_handout(&self.pa, h, a.pfn, order);
+                    }
+                }
                 return Some((a.pfn, t));
             }
             tries += 1;

@@ -7,6 +7,7 @@ pub mod memory;
 pub mod mmap;
 pub mod mmu_gather;
 pub mod page_alloc;
+pub mod page_reporting;
 pub mod pgtable;
 pub mod shuffle;
 pub mod swap;

@@ -189,6 +189,10 @@ pub enum AllocMutant {
     SkipNrFreeDec,
     /// __free_one_page never merges with a free buddy.
     NoMerge,
+    /// Taking a free block for an allocation forgets to clear PG_reported:
+    /// the flag stays on the head page, and comes back with it when the
+    /// page is a free block head again.
+    KeepReportedOnAlloc,
 }
 
 /// Orders 0..=PAGE_ALLOC_COSTLY_ORDER and PMD_ORDER are cached per CPU.
@@ -363,6 +367,9 @@ struct Zone {
     /// Free-list insertions + removals, the unit of zone->lock hold time.
     ops: u64,
     mutant: Option<AllocMutant>,
+    /// Only with `AllocMutant::KeepReportedOnAlloc`: head pages that left
+    /// the free lists by allocation with PG_reported still set.
+    stale_reported: rustc_hash::FxHashSet<Pfn>,
 }
 
 impl Zone {
@@ -414,6 +421,11 @@ impl Zone {
             }
             area.head[mti] = link;
         }
+        if self.mutant == Some(AllocMutant::KeepReportedOnAlloc) && self.stale_reported.remove(&pfn) {
+            // The flag nobody cleared is still on the page.
+            blk.reported = true;
+            self.reported_pages += 1 << order;
+        }
         let old = self.blocks.insert(pfn, blk);
         debug_assert!(old.is_none(), "pfn {pfn:#x} already free");
         area.nr_free += 1;
@@ -446,6 +458,16 @@ impl Zone {
         }
         self.ops += 1;
         blk
+    }
+
+    /// Unlink a free block that is being allocated (the del_page_from_free_list
+    /// of __rmqueue_smallest and the fallbacks), which clears PG_reported.
+    fn take_for_alloc(&mut self, pfn: Pfn) -> FreeBlock {
+        let b = self.del_from_free_list(pfn);
+        if b.reported && self.mutant == Some(AllocMutant::KeepReportedOnAlloc) {
+            self.stale_reported.insert(pfn);
+        }
+        b
     }
 
     /// Move a free block to the tail of another migratetype's list,
@@ -596,7 +618,7 @@ impl Zone {
                 continue;
             }
             let pfn = h - 1;
-            let b = self.del_from_free_list(pfn);
+            let b = self.take_for_alloc(pfn);
             self.expand(pfn, order, cur, mt, b.ugen);
             return Some((pfn, b.ugen));
         }
@@ -625,7 +647,7 @@ impl Zone {
             }
             let pfn = self.free_area[cur as usize].head[fmt as usize] - 1;
             if cur >= PAGEBLOCK_ORDER {
-                let b = self.del_from_free_list(pfn);
+                let b = self.take_for_alloc(pfn);
                 self.change_pageblock_range(pfn, cur, start_mt);
                 self.expand(pfn, order, cur, start_mt, b.ugen);
                 return Some((pfn, b.ugen));
@@ -643,7 +665,7 @@ impl Zone {
         for cur in order..=MAX_PAGE_ORDER {
             let Some(fmt) = self.find_suitable_fallback(cur, start_mt) else { continue };
             let pfn = self.free_area[cur as usize].head[fmt as usize] - 1;
-            let b = self.del_from_free_list(pfn);
+            let b = self.take_for_alloc(pfn);
             self.expand(pfn, order, cur, fmt, b.ugen);
             return Some((pfn, b.ugen));
         }
@@ -787,6 +809,7 @@ impl PageAlloc {
                 lock: SpinLock::default(),
                 ops: 0,
                 mutant: None,
+                stale_reported: Default::default(),
             };
             // Boot frees memory in the largest aligned blocks, each to the
             // tail, so the lists come out in ascending PFN order.
@@ -1180,6 +1203,25 @@ impl PageAlloc {
     pub fn free_block(&self, pfn: Pfn) -> Option<FreeBlock> {
         let zi = self.zone_idx_of_pfn(pfn)?;
         self.zones[zi].blocks.get(&pfn).copied()
+    }
+
+    /// Free-list insertions and removals done under a node's zone->lock
+    /// so far (the unit of its hold time, `buddy_op_ns` each).
+    pub fn zone_list_ops(&self, nid: u32) -> u64 {
+        self.zones[self.zone_idx(nid)].ops
+    }
+
+    /// Buddy free blocks flagged PG_reported, (pfn, order), sorted.
+    pub fn reported_blocks(&self) -> Vec<(Pfn, u32)> {
+        let mut v: Vec<(Pfn, u32)> = self.zones.iter().flat_map(|z| z.blocks.iter().filter(|(_, b)| b.reported).map(|(&p, b)| (p, b.order as u32))).collect();
+        v.sort_unstable();
+        v
+    }
+
+    /// Whether the allocated page at `pfn` still carries PG_reported (only
+    /// possible with the `KeepReportedOnAlloc` mutant).
+    pub fn allocated_page_reported(&self, pfn: Pfn) -> bool {
+        self.zone_idx_of_pfn(pfn).is_some_and(|zi| self.zones[zi].stale_reported.contains(&pfn) && !self.zones[zi].blocks.contains_key(&pfn))
     }
 
     /// First block of a free list.

@@ -27,6 +27,13 @@ stats! {
     NrActiveFile = "nr_active_file" : "pages on the active file LRU",
     NrPageTablePages = "nr_page_table_pages" : "page-table pages (all levels)",
     NrZeroPageMapped = "foliosim_zero_page_ptes" : "PTEs mapping the shared zero page",
+    // free page reporting and the hypervisor host (gauges)
+    NrPageReportingIsolated = "foliosim_page_reporting_isolated_pages" : "base pages isolated by the page-reporting worker (in its scatterlist)",
+    NrReportedPages = "foliosim_page_reporting_flagged_pages" : "base pages in PG_reported blocks on the free lists",
+    HostRss = "foliosim_host_rss_pages" : "guest-physical 4 KiB pages backed by host memory (MADV_FREE'd ones included until reclaimed)",
+    HostLazyfree = "foliosim_host_lazyfree_pages" : "backed guest pages the host holds as MADV_FREE (LazyFree)",
+    HostSwap = "foliosim_host_swap_pages" : "guest pages the host has swapped out",
+    HostMemFree = "foliosim_host_memfree_pages" : "host.mem_mib minus the guest's host RSS (0 without a limit)",
     // events
     Pgfault = "pgfault" : "page faults of any kind",
     Pgmajfault = "pgmajfault" : "faults that needed I/O",
@@ -71,6 +78,24 @@ stats! {
     FileWrite = "foliosim_file_write" : "write() calls",
     Fork = "foliosim_fork" : "fork calls",
     Exit = "foliosim_exit" : "task exits",
+    // free page reporting (mm/page_reporting.c)
+    PageReportingPasses = "foliosim_page_reporting_passes" : "runs of page_reporting_process",
+    PageReportingCalls = "foliosim_page_reporting_report_calls" : "calls of the device's report() (one scatterlist each)",
+    PageReportingReportedPages = "foliosim_page_reporting_reported_pages" : "base pages handed to the host by report()",
+    PageReportingBudgetExhausted = "foliosim_page_reporting_budget_exhausted" : "free lists left early because the per-pass budget ran out",
+    PageReportingZoneSkipped = "foliosim_page_reporting_zone_skipped" : "zones skipped by the low + 32 << order watermark gate",
+    PageReportingIsolateFailed = "foliosim_page_reporting_isolate_failed" : "blocks __isolate_free_page refused (min watermark)",
+    PageReportingRequests = "foliosim_page_reporting_requests" : "page_reporting_notify_free calls that found the worker idle and scheduled it",
+    // the hypervisor host (foliosim virt/)
+    HostFaults = "foliosim_host_faults" : "host page faults that zero-filled a discarded guest page (EPT violation + fault + clear)",
+    HostThpFaults = "foliosim_host_thp_faults" : "host faults that backed a whole 2 MiB range with a THP",
+    HostZeroedPages = "foliosim_host_zeroed_pages" : "4 KiB units the host zeroed on refault",
+    HostLazyfreeReuse = "foliosim_host_lazyfree_reuse" : "guest touches of MADV_FREE'd pages the host still had (EPT refault, no zeroing)",
+    HostFaultAllocs = "foliosim_host_fault_allocs" : "guest allocations whose pages needed the host fault path",
+    HostDiscardedPages = "foliosim_host_discarded_pages" : "guest 4 KiB pages dropped (MADV_DONTNEED) or marked lazy (MADV_FREE) by reports",
+    HostLazyfreeReclaimed = "foliosim_host_lazyfree_reclaimed" : "MADV_FREE'd pages the host dropped under its memory limit",
+    HostPswpout = "foliosim_host_pswpout" : "guest pages swapped out by the host under its memory limit",
+    HostPswpin = "foliosim_host_pswpin" : "guest pages swapped back in by the host (refaults)",
 }
 
 pub const FIRST_EVENT: usize = Stat::Pgfault as usize;

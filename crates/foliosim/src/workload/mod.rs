@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 pub mod common;
 pub mod file_reader;
 pub mod memhog;
+pub mod memhog_then;
 pub mod params;
 pub mod will_it_scale;
 
@@ -177,6 +178,7 @@ pub fn registry() -> Vec<WorkloadInfo> {
 fn registered() -> Vec<WorkloadInfo> {
     let mut v = will_it_scale::infos();
     v.push(memhog::info());
+    v.push(memhog_then::info());
     v.push(file_reader::info());
     v
 }

@@ -50,6 +50,11 @@ impl Params {
         }
     }
 
+    /// The raw parameters (for workloads that hand some on to another).
+    pub fn raw(&self) -> &RawParams {
+        &self.raw
+    }
+
     /// Call after reading every parameter: unknown keys are an error.
     pub fn finish(&self) -> Result<(), String> {
         for k in self.raw.keys() {

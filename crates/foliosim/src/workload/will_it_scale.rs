@@ -158,6 +158,11 @@ impl Test {
         }
     }
 
+    /// The parameter list of this testcase (for workloads wrapping it).
+    pub fn specs_pub(self) -> Vec<ParamSpec> {
+        self.specs()
+    }
+
     fn from_index(i: usize) -> Test {
         ALL[i]
     }

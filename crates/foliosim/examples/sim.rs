@@ -1,0 +1,43 @@
+//! Run one config file (TOML) and print the result JSON summary, or a
+//! reproduction by name: `cargo run --release --example sim -- FILE.toml`
+//! or `-- --reproduce NAME`. A developer convenience beside the Python CLI.
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(|s| s.as_str()) == Some("--reproduce") {
+        let name = args.get(1).expect("--reproduce NAME");
+        let t0 = std::time::Instant::now();
+        match foliosim::api::reproduce_json(name, &mut |_| true) {
+            Ok(j) => println!("{j}"),
+            Err(e) => {
+                eprintln!("{e}");
+                std::process::exit(2);
+            }
+        }
+        eprintln!("host time {:.1} s", t0.elapsed().as_secs_f64());
+        return;
+    }
+    let file = args.first().expect("config file");
+    let text = std::fs::read_to_string(file).expect("read config");
+    let cfg = foliosim::config::from_toml(&text, file).unwrap_or_else(|e| panic!("{e}"));
+    let t0 = std::time::Instant::now();
+    let out = foliosim::run::simulate(&cfg, &mut |_| true).expect("simulate");
+    let j = foliosim::run::result_json(&cfg, &out);
+    println!("{}", serde_json::to_string_pretty(&j["summary"]).unwrap());
+    let keep = ["pgfault", "nr_free_pages", "pgalloc_normal"];
+    for (k, v) in j["vmstat"].as_object().unwrap() {
+        if keep.contains(&k.as_str()) || k.contains("report") || k.contains("host") {
+            println!("{k} = {v}");
+        }
+    }
+    println!("violations: {}", j["checker"]["violations"]);
+    // SERIES=name,name prints those time series (per-sample deltas for events).
+    if let Ok(names) = std::env::var("SERIES") {
+        let ts = &j["timeseries"];
+        println!("t_s {}", ts["t_s"]);
+        for n in names.split(',') {
+            println!("{n} {}", ts[n]);
+        }
+    }
+    eprintln!("host time {:.2} s, sim {:.2} s", t0.elapsed().as_secs_f64(), j["sim_time_s"]);
+}
