@@ -197,6 +197,8 @@ impl Kernel {
                 self.stat.inc(Stat::NrMapped);
             }
         }
+        let m = &mut self.mms[mm as usize];
+        m.hiwater_rss = m.hiwater_rss.max(m.rss_anon + m.rss_file);
     }
 
     /// Account the removal of a mapping (folio_remove_rmap_pte).

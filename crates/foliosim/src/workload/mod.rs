@@ -12,6 +12,10 @@ pub mod common;
 pub mod file_reader;
 pub mod memhog;
 pub mod params;
+pub mod sparse_touch;
+pub mod trace;
+pub mod trace_format;
+pub mod trace_record;
 pub mod will_it_scale;
 
 pub type TaskId = u32;
@@ -178,6 +182,8 @@ fn registered() -> Vec<WorkloadInfo> {
     let mut v = will_it_scale::infos();
     v.push(memhog::info());
     v.push(file_reader::info());
+    v.push(sparse_touch::info());
+    v.push(trace::info());
     v
 }
 
