@@ -79,16 +79,69 @@ static void on_snap(int sig)
 	__atomic_store_n(&s->snapped[k], 1, __ATOMIC_RELEASE);
 }
 
-static long self_rss_kib(void)
+/* VmRSS or VmHWM of a process from /proc/PID/status (kernels since 6.16
+ * report the exact sum of the per-CPU RSS counters there; statm and
+ * ru_maxrss may be off by the per-CPU batches). */
+static long status_kib(const char *pid, const char *key)
 {
-	long pages = 0, rss = 0;
-	FILE *f = fopen("/proc/self/statm", "r");
+	char path[64], line[256];
+	long v = -1;
+	size_t kl = strlen(key);
+	snprintf(path, sizeof(path), "/proc/%s/status", pid);
+	FILE *f = fopen(path, "r");
 	if (!f)
 		return -1;
-	if (fscanf(f, "%ld %ld", &pages, &rss) != 2)
-		rss = -1;
+	while (fgets(line, sizeof(line), f))
+		if (!strncmp(line, key, kl) && line[kl] == ':')
+			v = atol(line + kl + 1);
 	fclose(f);
-	return rss < 0 ? -1 : rss * (sysconf(_SC_PAGESIZE) / 1024);
+	return v;
+}
+
+/* Exact RSS: smaps_rollup walks the page tables ("Rss:"), unlike the
+ * per-CPU-batched counters behind statm, VmRSS and VmHWM. */
+static long rollup_rss_kib(const char *pid)
+{
+	char path[64], line[256];
+	long v = -1, x;
+	snprintf(path, sizeof(path), "/proc/%s/smaps_rollup", pid);
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "Rss: %ld kB", &x) == 1)
+			v = x;
+	fclose(f);
+	return v;
+}
+
+/* Touch every page of the task's readable file mappings (its binary and
+ * libraries): otherwise the first calls into them after the baseline map
+ * text by fault-around (16 pages a fault) and that would count as the
+ * testcase's RSS. */
+static void prefault_file_mappings(void)
+{
+	char line[512];
+	FILE *f = fopen("/proc/self/maps", "r");
+	if (!f)
+		return;
+	while (fgets(line, sizeof(line), f)) {
+		unsigned long lo, hi;
+		char perms[8], path[256] = "";
+		if (sscanf(line, "%lx-%lx %7s %*s %*s %*s %255s", &lo, &hi, perms, path) < 3)
+			continue;
+		if (perms[0] != 'r' || path[0] != '/')
+			continue;
+		for (unsigned long a = lo; a < hi; a += 4096)
+			(void)*(volatile const char *)a;
+	}
+	fclose(f);
+}
+
+static long self_rss_kib(void)
+{
+	long ex = rollup_rss_kib("self");
+	return ex >= 0 ? ex : status_kib("self", "VmRSS");
 }
 
 /* /proc/vmstat: the counters we report. */
@@ -234,6 +287,17 @@ int main(int argc, char **argv)
 			close(go[1]);
 			if (testcase_task_setup)
 				testcase_task_setup(i);
+			/* Initialise libc's malloc arena before the baseline RSS so
+			 * that it is not counted as the testcase's memory. */
+			free(malloc(1));
+			prefault_file_mappings();
+			/* A forked child's VmHWM starts at the parent's RSS at fork:
+			 * reset it (clear_refs 5) so the peak is this task's own. */
+			int cr = open("/proc/self/clear_refs", O_WRONLY);
+			if (cr >= 0) {
+				if (write(cr, "5", 1) != 1) { /* older kernels: peak keeps the fork-time RSS */ }
+				close(cr);
+			}
 			slot_of(i)->base_rss_kib = self_rss_kib();
 			__atomic_store_n(&slot_of(i)->ready, 1, __ATOMIC_RELEASE);
 			if (read(go[0], &b, 1) != 1)
@@ -261,7 +325,22 @@ int main(int argc, char **argv)
 		kill(pids[i], SIGUSR1);
 	double t0 = now_s();
 	wait_snapped(tasks, 0);
-	sleep_s(seconds);
+	/* Sample each task's exact VmRSS every millisecond while measuring. */
+	static long sampled[MAX_TASKS];
+	char pidstr[MAX_TASKS][16];
+	for (unsigned long i = 0; i < tasks; i++)
+		snprintf(pidstr[i], sizeof(pidstr[i]), "%d", (int)pids[i]);
+	while (now_s() - t0 < seconds) {
+		for (unsigned long i = 0; i < tasks; i++) {
+			long v = rollup_rss_kib(pidstr[i]);
+			if (v < 0)
+				v = status_kib(pidstr[i], "VmRSS");
+			if (v > sampled[i])
+				sampled[i] = v;
+		}
+		double left = seconds - (now_s() - t0);
+		sleep_s(left < 0.001 ? (left > 0 ? left : 0) : 0.001);
+	}
 	for (unsigned long i = 0; i < tasks; i++)
 		kill(pids[i], SIGUSR2);
 	double t1 = now_s();
@@ -269,8 +348,15 @@ int main(int argc, char **argv)
 	read_vmstat(vm1);
 	read_mthp(m1);
 
-	long maxrss = 0, base = 0;
+	long maxrss = 0, base = 0, maxhwm = 0, maxsampled = 0;
+	long slack = 32L * sysconf(_SC_NPROCESSORS_ONLN) * (sysconf(_SC_PAGESIZE) / 1024);
 	int failed = 0;
+	long hwm[MAX_TASKS];
+	for (unsigned long i = 0; i < tasks; i++) {
+		char pid[32];
+		snprintf(pid, sizeof(pid), "%d", (int)pids[i]);
+		hwm[i] = status_kib(pid, "VmHWM");
+	}
 	for (unsigned long i = 0; i < tasks; i++) {
 		struct rusage ru;
 		int st;
@@ -279,8 +365,18 @@ int main(int argc, char **argv)
 			harness_die("wait4");
 		if (!(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL))
 			failed = 1; /* the task died on its own: an assertion or a crash */
-		if (ru.ru_maxrss > maxrss)
-			maxrss = ru.ru_maxrss;
+		/* VmHWM is exact only to the per-CPU RSS counter batches (32
+		 * pages per CPU); the sampled VmRSS is exact but may miss a short
+		 * peak. Take the sample unless VmHWM is above it by more than
+		 * that slack. */
+		long h = hwm[i] >= 0 ? hwm[i] : ru.ru_maxrss;
+		long peak = h - sampled[i] > slack ? h : sampled[i];
+		if (h > maxhwm)
+			maxhwm = h;
+		if (sampled[i] > maxsampled)
+			maxsampled = sampled[i];
+		if (peak > maxrss)
+			maxrss = peak;
 		if (slot_of(i)->base_rss_kib > base)
 			base = slot_of(i)->base_rss_kib;
 	}
@@ -305,9 +401,10 @@ int main(int argc, char **argv)
 	double dt = t1 - t0;
 	printf("{\"test\":\"%s\",\"description\":\"%s\",\"mode\":\"processes\",\"tasks\":%lu,\"seconds\":%.6f,"
 	       "\"ops\":%llu,\"ops_per_s\":%.3f,\"minflt\":%lld,\"majflt\":%lld,\"faults_per_op\":%.6g,"
-	       "\"utime_s\":%.6f,\"stime_s\":%.6f,\"peak_rss_kib\":%ld,\"base_rss_kib\":%ld,\"rss_kib\":%ld,",
+	       "\"utime_s\":%.6f,\"stime_s\":%.6f,\"peak_rss_kib\":%ld,\"base_rss_kib\":%ld,\"rss_kib\":%ld,"
+	       "\"vmhwm_kib\":%ld,\"sampled_rss_kib\":%ld,\"rss_counter_slack_kib\":%ld,",
 	       testcase_name, testcase_description, tasks, dt, ops, ops / dt, minflt, majflt,
-	       ops ? (double)minflt / (double)ops : 0.0, ut, st, maxrss, base, maxrss - base);
+	       ops ? (double)minflt / (double)ops : 0.0, ut, st, maxrss, base, maxrss - base, maxhwm, maxsampled, slack);
 	printf("\"vmstat\":{");
 	for (size_t i = 0; i < NVM; i++)
 		printf("%s\"%s\":%lld", i ? "," : "", vm_names[i], (long long)(vm1[i] - vm0[i]));
