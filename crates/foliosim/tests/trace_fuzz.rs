@@ -172,3 +172,26 @@ fn trace_reader_never_panics() {
     eprintln!("trace fuzz: {iters} inputs, {ok} accepted, {err} rejected, 0 crashes");
     assert!(err > 0, "mutations must produce rejected inputs");
 }
+
+/// The valgrind-log converter must take any text: random mutations of a
+/// realistic log, never a panic.
+#[test]
+fn valgrind_log_converter_never_panics() {
+    use foliosim::workload::trace_record::from_valgrind_log;
+    let log = "SYSCALL[7,1](12) sys_brk ( 0x0 ) --> [pre-success] Success(0x4035000) \nI  04020c9c,5\n\
+SYSCALL[7,1](257) sys_openat ( 4294967196, 0x4034bb0(/lib/libz.so), 524288 ) --> [async] ... \n\
+SYSCALL[7,1](257) ... [async] --> Success(0x4) \n\
+SYSCALL[7,1](9) sys_mmap ( 0x0, 16400, 1, 2050, 4, 0 ) --> [pre-success] Success(0x4837000) \n L 04837010,8\n S 04837020,8\n M 04900ffc,8\n\
+SYSCALL[7,1](25) sys_mremap ( 0x4837000, 16400, 32768, 1 ) --> [pre-success] Success(0x5000000) \n\
+SYSCALL[7,1](102) sys_getuid ( )[sync] --> Success(0x0) \nSYSCALL[7,1](11) sys_munmap ( 0x5000000, 32768 )[sync] --> Success(0x0) \n";
+    let iters: u64 = std::env::var("FOLIOSIM_FUZZ_ITERS").ok().and_then(|s| s.parse().ok()).unwrap_or(20_000) / 4;
+    let mut r = Rng(0xfeed);
+    for _ in 0..iters {
+        let b = mutate(&mut r, log.as_bytes().to_vec());
+        let res = from_valgrind_log(&b[..], Vec::new(), "{}", Box::new(|_| None));
+        if let Ok((bytes, _)) = res {
+            // Whatever it accepted must read back.
+            TraceReader::new(&bytes[..]).unwrap().read_all().unwrap();
+        }
+    }
+}

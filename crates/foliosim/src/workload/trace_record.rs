@@ -242,10 +242,7 @@ impl<W: Write> Conv<W> {
         }
         // sys_NAME ( a, b, c ) --> ...
         let (Some(open), Some(close)) = (rest.find(" ( "), rest.rfind(" )")) else { return Ok(()) };
-        if close < open {
-            return Ok(());
-        }
-        let args: Vec<String> = rest[open + 3..close].split(", ").map(|s| s.to_string()).collect();
+        let args: Vec<String> = if close >= open + 3 { rest[open + 3..close].split(", ").map(|s| s.to_string()).collect() } else { Vec::new() };
         let tail = &rest[close..];
         if tail.contains("[async]") && !tail.contains("Success(") && !tail.contains("Failure(") {
             self.pending.insert(tid.to_string(), (nr, args));
@@ -331,6 +328,8 @@ SYSCALL[7,1](9) sys_mmap ( 0x0, 8192, 3, 34, 4294967295, 0 ) --> [pre-success] S
 SYSCALL[7,1](12) sys_brk ( 0x4056000 ) --> [pre-success] Success(0x4056000) 
  S 04035008,4
 SYSCALL[7,1](11) sys_munmap ( 0x4900000, 8192 )[sync] --> Success(0x0) 
+SYSCALL[7,1](102) sys_getuid ( )[sync] --> Success(0x0) 
+SYSCALL[7,1](9) sys_mmap ( 0x0 
 SYSCALL[7,1](21) sys_access ( 0x402a2a0(/etc/ld.so.preload), 4 )[sync] --> Failure(0x2) 
 SYSCALL[7,1](9) sys_mmap ( 0x0, 8192, 3, 34, 4294967295, 0 ) --> [pre-success] Failure(0xc) 
 ";
