@@ -52,6 +52,8 @@ def read_knob(path: Path) -> str:
 def mthp_sizes_kib() -> list[int]:
     out = []
     for d in THP.glob("hugepages-*kB"):
+        if not (d / "enabled").exists():
+            continue  # e.g. hugepages-8kB on x86 (no anonymous knob)
         try:
             out.append(int(d.name[len("hugepages-"):-2]))
         except ValueError:

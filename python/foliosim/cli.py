@@ -367,6 +367,9 @@ def _host_cmd(name: str) -> Callable[[argparse.Namespace], int]:
         except HostError as e:
             _err(str(e))
             return EXIT_USAGE
+        except OSError as e:
+            _err(f"{name}: {e}")
+            return EXIT_USAGE
     return run
 
 
@@ -383,6 +386,8 @@ def _add_host_commands(sub: Any) -> None:
     v.add_argument("--quick", action="store_true", help="short runs (CI)")
     v.add_argument("--profile", metavar="FILE", help="calibrated profile (default results/calibrate/host.toml, measured if missing)")
     v.add_argument("--out", metavar="DIR", help="where to write validate.json and validate.md (default results/validate/)")
+    v.add_argument("--tmpdir", metavar="DIR", help="where the file-backed tests keep their files (default /dev/shm if tmpfs, else /tmp)")
+    v.add_argument("--settings", metavar="LIST", help="comma-separated subset of 4K,16K,32K,64K,2M,64K+2M (4K is always included)")
     v.add_argument("--quiet", "-q", action="store_true")
     v.set_defaults(func=_host_cmd("validate"))
 

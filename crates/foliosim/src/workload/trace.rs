@@ -60,8 +60,9 @@ pub struct TraceReplay {
 
 impl TraceReplay {
     pub fn new(p: &mut Params) -> Result<Self, String> {
-        let path = p.string("path")?.ok_or_else(|| "path: required (the trace file written by `foliosim record`)".to_string())?;
+        let path = p.string("path")?;
         p.finish()?;
+        let path = path.ok_or_else(|| "path: required (the trace file written by `foliosim record`)".to_string())?;
         let all = tf::read_file(std::path::Path::new(&path)).map_err(|e| format!("path: {e}"))?;
         Ok(Self::from_records(path, all))
     }
