@@ -71,7 +71,7 @@ FUZZ_ITERS ?= 1000000
 fuzz:
 	FOLIOSIM_FUZZ_ITERS=$(FUZZ_ITERS) cargo test -p foliosim --test trace_fuzz -- --nocapture
 	if cargo fuzz --version >/dev/null 2>&1; then \
-		cd fuzz && RUSTC_BOOTSTRAP=1 cargo fuzz run trace_reader -- -max_total_time=$(FUZZ_SECONDS); \
+		cd fuzz && mkdir -p corpus/trace_reader && RUSTC_BOOTSTRAP=1 cargo fuzz run trace_reader corpus/trace_reader seeds -- -max_total_time=$(FUZZ_SECONDS); \
 	else echo "cargo-fuzz not installed (cargo install cargo-fuzz): ran the deterministic harness only"; fi
 
 # Real kernel vs model under every THP setting (root; skips otherwise).
