@@ -19,13 +19,13 @@ PIP_FLAGS := --quiet --disable-pip-version-check --no-input
 
 RAY_STAMP := $(VENV)/.ray-stamp
 
-.PHONY: demo test venv develop cargo-test pytest bench clean browser ray docs-tables
+.PHONY: demo test venv develop cargo-test pytest bench clean browser ray docs-tables validation fuzz validate
 
 demo: develop
 	$(VENV)/bin/foliosim run configs/default.toml
 
 # Both suites run even if the first fails; the exit code says if either did.
-test: develop browser ray
+test: develop browser ray validation
 	rc=0; $(MAKE) --no-print-directory cargo-test || rc=1; \
 	$(MAKE) --no-print-directory pytest || rc=1; exit $$rc
 
@@ -78,6 +78,34 @@ docs-tables: develop
 
 pytest: $(STAMP)
 	$(VPY) -m pytest -q tests/python
+
+# Real-kernel microbenchmarks (C), used by calibrate/validate/record. The
+# recorder needs valgrind (and the examples sqlite3): installed from Debian's
+# packages when missing and we may (root with apt-get); otherwise the tests
+# that need them skip and say why.
+validation:
+	$(MAKE) --no-print-directory -C validation
+	@if ! command -v valgrind >/dev/null || ! command -v sqlite3 >/dev/null; then \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+			DEBIAN_FRONTEND=noninteractive apt-get install -y -qq valgrind sqlite3 >/dev/null || \
+				echo "note: could not install valgrind/sqlite3; record tests will skip"; \
+		else echo "note: valgrind/sqlite3 missing and not root; record tests will skip"; fi; \
+	fi
+
+# The trace reader fuzzer. cargo-fuzz (libFuzzer) when it is installed and
+# builds on this toolchain (stable + RUSTC_BOOTSTRAP=1), for FUZZ_SECONDS;
+# the deterministic harness (tests/trace_fuzz.rs) with many inputs either way.
+FUZZ_SECONDS ?= 60
+FUZZ_ITERS ?= 1000000
+fuzz:
+	FOLIOSIM_FUZZ_ITERS=$(FUZZ_ITERS) cargo test -p foliosim --test trace_fuzz -- --nocapture
+	if cargo fuzz --version >/dev/null 2>&1; then \
+		cd fuzz && mkdir -p corpus/trace_reader && RUSTC_BOOTSTRAP=1 cargo fuzz run trace_reader corpus/trace_reader seeds -- -max_total_time=$(FUZZ_SECONDS); \
+	else echo "cargo-fuzz not installed (cargo install cargo-fuzz): ran the deterministic harness only"; fi
+
+# Real kernel vs model under every THP setting (root; skips otherwise).
+validate: develop validation
+	$(VENV)/bin/foliosim validate
 
 bench: develop
 	$(VENV)/bin/foliosim bench

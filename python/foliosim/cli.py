@@ -445,7 +445,55 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--quiet", "-q", action="store_true", help="no progress lines on stderr")
     b.add_argument("--strict", action="store_true", help="exit 1 if a target is not met")
     b.set_defaults(func=cmd_bench)
+
+    _add_host_commands(sub)
     return p
+
+
+# ------------------------------------------- calibrate / validate / record --
+def _host_cmd(name: str) -> Callable[[argparse.Namespace], int]:
+    """Dispatch to foliosim.{calibrate,validate,record}; HostError -> one line, exit 2."""
+    def run(args: argparse.Namespace) -> int:
+        import importlib
+        from ._host import HostError
+        mod = importlib.import_module(f"foliosim.{name}")
+        try:
+            return int(getattr(mod, f"cmd_{name}")(args))
+        except HostError as e:
+            _err(str(e))
+            return EXIT_USAGE
+        except OSError as e:
+            _err(f"{name}: {e}")
+            return EXIT_USAGE
+    return run
+
+
+def _add_host_commands(sub: Any) -> None:
+    c = sub.add_parser("calibrate", help="measure this host and write a machine profile")
+    c.add_argument("--out", default="host.toml", metavar="FILE", help="profile to write (default host.toml)")
+    c.add_argument("--name", help="profile name (default: the file's stem)")
+    c.add_argument("--json", action="store_true", help="also print the raw measurements as JSON")
+    c.add_argument("--quiet", "-q", action="store_true")
+    c.set_defaults(func=_host_cmd("calibrate"))
+
+    v = sub.add_parser("validate", help="compare the model with this kernel under several THP settings (root)")
+    v.add_argument("--json", action="store_true", help='print {"rows": [...], "max_rel_error": {...}} or {"skipped": reason}')
+    v.add_argument("--quick", action="store_true", help="short runs (CI)")
+    v.add_argument("--profile", metavar="FILE", help="calibrated profile (default results/calibrate/host.toml, measured if missing)")
+    v.add_argument("--out", metavar="DIR", help="where to write validate.json and validate.md (default results/validate/)")
+    v.add_argument("--tmpdir", metavar="DIR", help="where the file-backed tests keep their files (default /dev/shm if tmpfs, else /tmp)")
+    v.add_argument("--settings", metavar="LIST", help="comma-separated subset of 4K,16K,32K,64K,2M,64K+2M (4K is always included)")
+    v.add_argument("--quiet", "-q", action="store_true")
+    v.set_defaults(func=_host_cmd("validate"))
+
+    r = sub.add_parser("record", help="record a program's memory behaviour into a trace: foliosim record -- CMD ARGS")
+    r.add_argument("--out", "-o", metavar="FILE", help="trace file (default CMD.fstrace)")
+    r.add_argument("--validate", action="store_true", help="then compare native minor faults and RSS with the replay")
+    r.add_argument("--profile", metavar="FILE", help="profile for --validate (default results/calibrate/host.toml)")
+    r.add_argument("--json", action="store_true")
+    r.add_argument("--quiet", "-q", action="store_true")
+    r.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD ARGS")
+    r.set_defaults(func=_host_cmd("record"))
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

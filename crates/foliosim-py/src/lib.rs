@@ -191,6 +191,25 @@ fn bench_json(py: Python<'_>, which: &str) -> PyResult<String> {
         .map_err(PyRuntimeError::new_err)
 }
 
+/// Convert a valgrind lackey+syscall log (file or FIFO) into a foliosim
+/// trace at `out_path`; returns statistics as JSON. Errors are ValueError.
+#[pyfunction]
+fn trace_from_valgrind_log(py: Python<'_>, log_path: &str, out_path: &str, meta_json: &str) -> PyResult<String> {
+    let (l, o, m) = (log_path.to_string(), out_path.to_string(), meta_json.to_string());
+    py.detach(move || guarded(|| foliosim::workload::trace_record::convert_files_json(&l, &o, &m)))
+        .map_err(panic_error)?
+        .map_err(pyo3::exceptions::PyValueError::new_err)
+}
+
+/// Read and check a whole trace; returns {"records", "accesses", "files", "regions", "meta"} as JSON.
+#[pyfunction]
+fn trace_info(py: Python<'_>, path: &str) -> PyResult<String> {
+    let p = path.to_string();
+    py.detach(move || guarded(|| foliosim::workload::trace_format::summary_json(std::path::Path::new(&p))))
+        .map_err(panic_error)?
+        .map_err(pyo3::exceptions::PyValueError::new_err)
+}
+
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
@@ -204,5 +223,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(experiments, m)?)?;
     m.add_function(wrap_pyfunction!(reproduce_json, m)?)?;
     m.add_function(wrap_pyfunction!(bench_json, m)?)?;
+    m.add_function(wrap_pyfunction!(trace_from_valgrind_log, m)?)?;
+    m.add_function(wrap_pyfunction!(trace_info, m)?)?;
     Ok(())
 }

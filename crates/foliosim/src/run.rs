@@ -409,6 +409,9 @@ pub fn result_json(cfg: &Config, o: &Outcome) -> Value {
         "memory": {
             "mem_map_bytes": k.mem_map.footprint_bytes(),
             "nr_free_pages": k.stat.get(Stat::NrFreePages),
+            // VmHWM: the largest peak RSS of any mm, and each mm's (KiB).
+            "peak_rss_kib": k.mms.iter().map(|m| m.hiwater_rss.max(0) as u64 * 4).max().unwrap_or(0),
+            "peak_rss_kib_by_mm": k.mms.iter().map(|m| m.hiwater_rss.max(0) as u64 * 4).collect::<Vec<_>>(),
         },
         "checker": {
             "enabled": k.check.enabled,

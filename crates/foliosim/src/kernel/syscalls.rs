@@ -446,13 +446,30 @@ impl Kernel {
             v.seq = v.seq.wrapping_add(1);
         }
         // change_protection: removing write (or all) access rewrites PTEs and flushes.
+        // The exec bit follows the new protection either way (x86 NX comes
+        // from vm_page_prot), or instruction fetches would fault forever.
+        let want_x = prot_ & prot::EXEC != 0;
+        {
+            let mut va = addr;
+            while va < end {
+                if let Some(tbl) = self.mms[mm as usize].pt.table_mut(va) {
+                    let slot = &mut tbl.ptes[pte_index(va)];
+                    if slot.present() && slot.exec() != want_x {
+                        *slot = if want_x { slot.with(Pte::EXEC) } else { slot.without(Pte::EXEC) };
+                        t += self.c.pte_set;
+                        tighten |= !want_x;
+                    }
+                }
+                va += 4096;
+            }
+        }
         if tighten {
             let mut changed = false;
             let mut va = addr;
             while va < end {
                 if let Some(tbl) = self.mms[mm as usize].pt.table_mut(va) {
                     let slot = &mut tbl.ptes[pte_index(va)];
-                    if slot.present() && (slot.write() || prot_ & prot::READ == 0) {
+                    if slot.present() && (slot.write() || prot_ & prot::READ == 0 || !want_x) {
                         *slot = if prot_ & prot::WRITE == 0 { slot.without(Pte::WRITE) } else { *slot };
                         changed = true;
                         t += self.c.pte_set;

@@ -206,6 +206,8 @@ impl Kernel {
                 self.stat.inc(Stat::NrMapped);
             }
         }
+        let m = &mut self.mms[mm as usize];
+        m.hiwater_rss = m.hiwater_rss.max(m.rss_anon + m.rss_file);
     }
 
     /// Account the removal of a mapping (folio_remove_rmap_pte).
@@ -260,7 +262,7 @@ impl Kernel {
     /// allocates and zeroes a page (path A of the large-folio series).
     fn do_anonymous_page(&mut self, t: Ns, cpu: u32, mm: u32, vma: &Vma, addr: u64, write: bool) -> (Fault, Ns) {
         if !write {
-            let pte = Pte::new(self.zero_pfn, Pte::SPECIAL | Pte::YOUNG);
+            let pte = Pte::new(self.zero_pfn, Pte::SPECIAL | Pte::YOUNG | exec_bit(vma));
             let (ok, t) = self.set_pte_locked(t, cpu, mm, addr, Pte::NONE, pte, self.c.pte_set);
             if ok {
                 self.stat.inc(Stat::FaultZeroPage);

@@ -91,6 +91,8 @@ pub struct Mm {
     pub users: u32,
     pub rss_anon: i64,
     pub rss_file: i64,
+    /// Peak of rss_anon + rss_file in pages (Linux's mm->hiwater_rss, VmHWM).
+    pub hiwater_rss: i64,
     /// The fd table (shared by the threads of a process, copied by fork).
     pub fds: Vec<Option<OpenFile>>,
     pub alive: bool,
@@ -115,6 +117,7 @@ impl Mm {
             users: 1,
             rss_anon: 0,
             rss_file: 0,
+            hiwater_rss: 0,
             fds: Vec::new(),
             alive: true,
         }

@@ -420,10 +420,10 @@ mod tests {
     fn registry_param_specs_are_accepted() {
         let reg = super::super::registry();
         let mut names: Vec<_> = reg.iter().map(|w| w.name).collect();
-        assert_eq!(names.len(), 14);
+        assert_eq!(names.len(), 16);
         names.sort();
         names.dedup();
-        assert_eq!(names.len(), 14);
+        assert_eq!(names.len(), 16);
         for w in &reg {
             assert!(!w.help.is_empty());
             let mut kv = Vec::new();
@@ -433,6 +433,14 @@ mod tests {
                     Err(_) => s(&spec.default),
                 };
                 kv.push((spec.name, v));
+            }
+            if (w.params)().iter().any(|p| p.default == "(required)") {
+                // e.g. trace's path: no default to build with, and its absence is the error.
+                let e = build(w.name, &[]).err().unwrap();
+                assert!(e.contains("required"), "{e}");
+                let e = build(w.name, &[("bogus_key", i(1))]).err().unwrap();
+                assert!(e.starts_with("bogus_key"), "{e}");
+                continue;
             }
             let built = build(w.name, &kv).unwrap_or_else(|e| panic!("{}: {e}", w.name));
             assert_eq!(built.name(), w.name);

@@ -13,6 +13,10 @@ pub mod file_reader;
 pub mod memhog;
 pub mod memhog_then;
 pub mod params;
+pub mod sparse_touch;
+pub mod trace;
+pub mod trace_format;
+pub mod trace_record;
 pub mod will_it_scale;
 
 pub type TaskId = u32;
@@ -180,6 +184,8 @@ fn registered() -> Vec<WorkloadInfo> {
     v.push(memhog::info());
     v.push(memhog_then::info());
     v.push(file_reader::info());
+    v.push(sparse_touch::info());
+    v.push(trace::info());
     v
 }
 

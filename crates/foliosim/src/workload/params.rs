@@ -55,6 +55,15 @@ impl Params {
         &self.raw
     }
 
+    /// A string parameter; None when absent.
+    pub fn string(&mut self, key: &str) -> Result<Option<String>, String> {
+        match self.take(key) {
+            None => Ok(None),
+            Some(toml::Value::String(s)) => Ok(Some(s)),
+            Some(v) => Err(format!("{key}: expected a string, got {v}")),
+        }
+    }
+
     /// Call after reading every parameter: unknown keys are an error.
     pub fn finish(&self) -> Result<(), String> {
         for k in self.raw.keys() {

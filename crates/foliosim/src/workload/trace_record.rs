@@ -1,0 +1,363 @@
+//! Converting a valgrind log into a foliosim trace (used by `foliosim record`).
+//!
+//! The log comes from `valgrind --tool=lackey --trace-mem=yes
+//! --trace-syscalls=yes`: lackey's memory accesses (`I  addr,size`,
+//! ` L addr,size`, ` S addr,size`, ` M addr,size`) and the core's trace of the
+//! client's system calls, in program order, in one stream. The syscalls are
+//! taken from valgrind rather than from strace because under valgrind the
+//! client's mappings are placed by valgrind: only its own trace has the
+//! addresses the accesses use.
+//!
+//! Accesses are collapsed per page run: consecutive accesses to one 4 KiB
+//! page become one record with a repeat count, except that a store after
+//! loads/fetches of the same page starts a new record (a write to a page
+//! mapped read-only, e.g. the zero page, faults again). `M` (modify) is a
+//! store. Pages touched outside every recorded mapping become `Region`s.
+
+use super::trace_format::{Record, TraceWriter, K_IFETCH, K_LOAD, K_STORE};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::io::{BufRead, Write};
+
+#[derive(Debug, Default, serde::Serialize)]
+pub struct RecordStats {
+    pub records: u64,
+    pub accesses: u64,
+    pub access_records: u64,
+    pub syscalls: u64,
+    pub files: u64,
+    pub regions: u64,
+    pub region_pages: u64,
+    pub log_lines: u64,
+}
+
+struct Conv<W: Write> {
+    w: TraceWriter<W>,
+    st: RecordStats,
+    run: Option<(u8, u64, u64)>,
+    /// Known recorded ranges: start -> end.
+    known: BTreeMap<u64, u64>,
+    brk: Option<(u64, u64)>,
+    implicit: BTreeSet<u64>,
+    files: HashMap<String, u32>,
+    fd_path: HashMap<i64, String>,
+    /// Per thread: a syscall whose result comes on a later line.
+    pending: HashMap<String, (u32, Vec<String>)>,
+    file_size: Box<dyn Fn(&str) -> Option<u64>>,
+}
+
+fn num(s: &str) -> Option<u64> {
+    let s = s.trim();
+    let s = s.split('(').next()?.trim();
+    if let Some(h) = s.strip_prefix("0x") {
+        u64::from_str_radix(h, 16).ok()
+    } else if let Some(n) = s.strip_prefix('-') {
+        n.parse::<u64>().ok().map(|v| v.wrapping_neg())
+    } else {
+        s.parse().ok()
+    }
+}
+
+/// `0x4034bb0(/path/to/file)` -> `/path/to/file`.
+fn path_arg(s: &str) -> Option<String> {
+    let a = s.find('(')?;
+    let b = s.rfind(')')?;
+    (b > a + 1).then(|| s[a + 1..b].to_string())
+}
+
+impl<W: Write> Conv<W> {
+    fn put(&mut self, r: Record) -> Result<(), String> {
+        self.st.records += 1;
+        self.w.write(&r).map_err(|e| format!("cannot write the trace: {e}"))
+    }
+
+    fn flush_run(&mut self) -> Result<(), String> {
+        if let Some((kind, page, repeat)) = self.run.take() {
+            self.st.access_records += 1;
+            self.put(Record::Access { kind, page, repeat })?;
+        }
+        Ok(())
+    }
+
+    fn covered(&self, page: u64) -> bool {
+        let a = page << 12;
+        if let Some((b, e)) = self.brk {
+            if a >= b && a < e.div_ceil(4096) * 4096 {
+                return true;
+            }
+        }
+        matches!(self.known.range(..=a).next_back(), Some((_, &e)) if a < e)
+    }
+
+    fn forget(&mut self, a: u64, len: u64) {
+        let end = a.saturating_add(len.div_ceil(4096) * 4096);
+        let hit: Vec<(u64, u64)> = self.known.range(..end).filter(|(_, &e)| e > a).map(|(&s, &e)| (s, e)).collect();
+        for (s, e) in hit {
+            self.known.remove(&s);
+            if s < a {
+                self.known.insert(s, a);
+            }
+            if e > end {
+                self.known.insert(end, e);
+            }
+        }
+    }
+
+    fn know(&mut self, a: u64, len: u64) {
+        self.forget(a, len);
+        self.known.insert(a, a.saturating_add(len.div_ceil(4096) * 4096));
+    }
+
+    fn access(&mut self, kind: u8, addr: u64, size: u64) -> Result<(), String> {
+        let first = addr >> 12;
+        let last = addr.saturating_add(size.max(1) - 1) >> 12;
+        for page in first..=last.min(first + 1) {
+            self.st.accesses += 1;
+            if !self.covered(page) {
+                self.implicit.insert(page);
+            }
+            match &mut self.run {
+                Some((k, p, rep)) if *p == page && (kind != K_STORE || *k == K_STORE) => *rep += 1,
+                _ => {
+                    self.flush_run()?;
+                    self.run = Some((kind, page, 0));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn file_index(&mut self, path: &str, need: u64) -> Result<u32, String> {
+        if let Some(&i) = self.files.get(path) {
+            return Ok(i);
+        }
+        let i = self.files.len() as u32;
+        self.files.insert(path.to_string(), i);
+        let size = (self.file_size)(path).unwrap_or(0).max(need);
+        self.st.files += 1;
+        self.put(Record::File { size, path: path.to_string() })?;
+        Ok(i)
+    }
+
+    /// A completed syscall `nr` with its argument strings and result.
+    fn syscall(&mut self, nr: u32, args: &[String], ret: Result<u64, u64>) -> Result<(), String> {
+        let a = |i: usize| args.get(i).and_then(|s| num(s)).unwrap_or(0);
+        let Ok(ret) = ret else { return Ok(()) };
+        match nr {
+            // open, openat: remember the fd's path
+            2 | 257 => {
+                let p = if nr == 2 { args.first() } else { args.get(1) };
+                if let Some(p) = p.and_then(|s| path_arg(s)) {
+                    self.fd_path.insert(ret as i64, p);
+                }
+                return Ok(());
+            }
+            3 => {
+                self.fd_path.remove(&(a(0) as i64));
+                return Ok(());
+            }
+            _ => {}
+        }
+        if !matches!(nr, 9 | 11 | 10 | 12 | 25 | 28) {
+            return Ok(());
+        }
+        self.flush_run()?;
+        self.st.syscalls += 1;
+        match nr {
+            9 => {
+                let (addr, len, prot, flags, fd, off) = (a(0), a(1), a(2) as u32, a(3) as u32, a(4) as i64 as i32, a(5));
+                let file = if flags & 0x20 == 0 {
+                    let path = self.fd_path.get(&(fd as i64)).cloned().unwrap_or_else(|| format!("fd:{fd}"));
+                    Some(self.file_index(&path, off + len)?)
+                } else {
+                    None
+                };
+                self.know(ret, len);
+                self.put(Record::Mmap { addr, len, prot, flags, file, off, ret })
+            }
+            11 => {
+                self.forget(a(0), a(1));
+                self.put(Record::Munmap { addr: a(0), len: a(1) })
+            }
+            10 => self.put(Record::Mprotect { addr: a(0), len: a(1), prot: a(2) as u32 }),
+            28 => self.put(Record::Madvise { addr: a(0), len: a(1), advice: a(2) as u32 }),
+            12 => {
+                match self.brk {
+                    None => self.brk = Some((ret, ret)),
+                    Some((b, _)) => self.brk = Some((b, ret.max(b))),
+                }
+                self.put(Record::Brk { addr: a(0), ret })
+            }
+            25 => {
+                self.forget(a(0), a(1));
+                self.know(ret, a(2));
+                self.put(Record::Mremap { addr: a(0), old_len: a(1), new_len: a(2), flags: a(3) as u32, ret })
+            }
+            _ => Ok(()),
+        }
+    }
+
+    fn line(&mut self, l: &str) -> Result<(), String> {
+        self.st.log_lines += 1;
+        let b = l.as_bytes();
+        if b.len() > 3 && (b[0] == b'I' || b[0] == b' ') && !l.starts_with("==") {
+            let kind = match (b[0], b[1]) {
+                (b'I', b' ') => K_IFETCH,
+                (b' ', b'L') => K_LOAD,
+                (b' ', b'S') | (b' ', b'M') => K_STORE,
+                _ => return Ok(()),
+            };
+            let rest = l[2..].trim();
+            let (addr, size) = rest.split_once(',').unwrap_or((rest, "1"));
+            if let (Ok(a), Ok(s)) = (u64::from_str_radix(addr.trim(), 16), size.trim().parse::<u64>()) {
+                self.access(kind, a, s)?;
+            }
+            return Ok(());
+        }
+        let Some(rest) = l.strip_prefix("SYSCALL[") else { return Ok(()) };
+        let Some((tid, rest)) = rest.split_once(']') else { return Ok(()) };
+        let Some(rest) = rest.strip_prefix('(') else { return Ok(()) };
+        let Some((nr, rest)) = rest.split_once(')') else { return Ok(()) };
+        let Ok(nr) = nr.parse::<u32>() else { return Ok(()) };
+        let rest = rest.trim_start();
+        let result = |s: &str| -> Option<Result<u64, u64>> {
+            let (_, r) = s.rsplit_once("-->")?;
+            let r = r.trim();
+            let r = r.rsplit(' ').next().unwrap_or(r);
+            if let Some(v) = r.strip_prefix("Success(").and_then(|v| v.strip_suffix(')')) {
+                return num(v).map(Ok);
+            }
+            if let Some(v) = r.strip_prefix("Failure(").and_then(|v| v.strip_suffix(')')) {
+                return num(v).map(Err);
+            }
+            None
+        };
+        if let Some(r) = rest.strip_prefix("...") {
+            // The completion of an async syscall.
+            if let (Some((pnr, args)), Some(res)) = (self.pending.remove(tid), result(r)) {
+                if pnr == nr {
+                    return self.syscall(nr, &args, res);
+                }
+            }
+            return Ok(());
+        }
+        // sys_NAME ( a, b, c ) --> ...
+        let (Some(open), Some(close)) = (rest.find(" ( "), rest.rfind(" )")) else { return Ok(()) };
+        let args: Vec<String> = if close >= open + 3 { rest[open + 3..close].split(", ").map(|s| s.to_string()).collect() } else { Vec::new() };
+        let tail = &rest[close..];
+        if tail.contains("[async]") && !tail.contains("Success(") && !tail.contains("Failure(") {
+            self.pending.insert(tid.to_string(), (nr, args));
+            return Ok(());
+        }
+        match result(tail) {
+            Some(res) => self.syscall(nr, &args, res),
+            None => Ok(()),
+        }
+    }
+
+    fn finish(mut self) -> Result<(W, RecordStats), String> {
+        self.flush_run()?;
+        // Implicit regions: runs of contiguous pages.
+        let pages: Vec<u64> = self.implicit.iter().copied().collect();
+        let mut i = 0;
+        while i < pages.len() {
+            let mut j = i;
+            while j + 1 < pages.len() && pages[j + 1] == pages[j] + 1 {
+                j += 1;
+            }
+            self.st.regions += 1;
+            self.st.region_pages += (j - i + 1) as u64;
+            self.put(Record::Region { addr: pages[i] << 12, len: ((j - i + 1) as u64) << 12 })?;
+            i = j + 1;
+        }
+        let w = self.w.finish().map_err(|e| format!("cannot write the trace: {e}"))?;
+        Ok((w, self.st))
+    }
+}
+
+/// Convert a valgrind lackey+syscall log into a trace written to `out`.
+/// `file_size(path)` gives the size of a mapped file (None: unknown).
+pub fn from_valgrind_log<R: BufRead, W: Write>(mut log: R, out: W, meta_json: &str, file_size: Box<dyn Fn(&str) -> Option<u64>>) -> Result<(W, RecordStats), String> {
+    let w = TraceWriter::new(out).map_err(|e| format!("cannot write the trace: {e}"))?;
+    let mut c = Conv { w, st: RecordStats::default(), run: None, known: BTreeMap::new(), brk: None, implicit: BTreeSet::new(), files: HashMap::new(), fd_path: HashMap::new(), pending: HashMap::new(), file_size };
+    c.put(Record::Meta { json: meta_json.to_string() })?;
+    let mut buf = Vec::with_capacity(256);
+    loop {
+        buf.clear();
+        let n = log.read_until(b'\n', &mut buf).map_err(|e| format!("cannot read the valgrind log: {e}"))?;
+        if n == 0 {
+            break;
+        }
+        let l = String::from_utf8_lossy(&buf);
+        c.line(l.trim_end_matches(['\n', '\r']))?;
+    }
+    c.finish()
+}
+
+/// Convert the log at `log_path` (a file or FIFO) into the trace `out_path`.
+pub fn convert_files(log_path: &str, out_path: &str, meta_json: &str) -> Result<RecordStats, String> {
+    let f = std::fs::File::open(log_path).map_err(|e| format!("{log_path}: {e}"))?;
+    let o = std::fs::File::create(out_path).map_err(|e| format!("{out_path}: {e}"))?;
+    let (o, st) = from_valgrind_log(std::io::BufReader::with_capacity(1 << 20, f), std::io::BufWriter::new(o), meta_json, Box::new(|p| std::fs::metadata(p).ok().map(|m| m.len())))?;
+    let f = o.into_inner().map_err(|e| format!("{out_path}: {e}"))?;
+    f.sync_all().map_err(|e| format!("{out_path}: {e}"))?;
+    Ok(st)
+}
+
+/// `convert_files`, statistics as JSON.
+pub fn convert_files_json(log_path: &str, out_path: &str, meta_json: &str) -> Result<String, String> {
+    convert_files(log_path, out_path, meta_json).map(|st| serde_json::to_string(&st).unwrap_or_default())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::trace_format::TraceReader;
+    use super::*;
+
+    const LOG: &str = "\
+==1== Lackey, an example Valgrind tool
+SYSCALL[7,1](12) sys_brk ( 0x0 ) --> [pre-success] Success(0x4035000) 
+I  04020c9c,5
+SYSCALL[7,1](257) sys_openat ( 4294967196, 0x4034bb0(/lib/libz.so), 524288 ) --> [async] ... 
+SYSCALL[7,1](257) ... [async] --> Success(0x4) 
+SYSCALL[7,1](9) sys_mmap ( 0x0, 16400, 1, 2050, 4, 0 ) --> [pre-success] Success(0x4837000) 
+SYSCALL[7,1](9) sys_mmap ( 0x0, 8192, 3, 34, 4294967295, 0 ) --> [pre-success] Success(0x4900000) 
+ L 04837010,8
+ L 04837018,8
+ S 04837020,8
+ M 04900ffc,8
+SYSCALL[7,1](12) sys_brk ( 0x4056000 ) --> [pre-success] Success(0x4056000) 
+ S 04035008,4
+SYSCALL[7,1](11) sys_munmap ( 0x4900000, 8192 )[sync] --> Success(0x0) 
+SYSCALL[7,1](102) sys_getuid ( )[sync] --> Success(0x0) 
+SYSCALL[7,1](9) sys_mmap ( 0x0 
+SYSCALL[7,1](21) sys_access ( 0x402a2a0(/etc/ld.so.preload), 4 )[sync] --> Failure(0x2) 
+SYSCALL[7,1](9) sys_mmap ( 0x0, 8192, 3, 34, 4294967295, 0 ) --> [pre-success] Failure(0xc) 
+";
+
+    #[test]
+    fn converts_syscalls_accesses_and_regions() {
+        let (bytes, st) = from_valgrind_log(LOG.as_bytes(), Vec::new(), "{}", Box::new(|p| (p == "/lib/libz.so").then_some(20000))).unwrap();
+        let rs = TraceReader::new(&bytes[..]).unwrap().read_all().unwrap();
+        let want = vec![
+            Record::Meta { json: "{}".into() },
+            Record::Brk { addr: 0, ret: 0x4035000 },
+            Record::Access { kind: K_IFETCH, page: 0x4020, repeat: 0 },
+            Record::File { size: 20000, path: "/lib/libz.so".into() },
+            Record::Mmap { addr: 0, len: 16400, prot: 1, flags: 2050, file: Some(0), off: 0, ret: 0x4837000 },
+            Record::Mmap { addr: 0, len: 8192, prot: 3, flags: 34, file: None, off: 0, ret: 0x4900000 },
+            // two loads collapse; the store to the same page starts a new record
+            Record::Access { kind: K_LOAD, page: 0x4837, repeat: 1 },
+            Record::Access { kind: K_STORE, page: 0x4837, repeat: 0 },
+            // an 8-byte modify crossing a page boundary touches both pages
+            Record::Access { kind: K_STORE, page: 0x4900, repeat: 0 },
+            Record::Access { kind: K_STORE, page: 0x4901, repeat: 0 },
+            Record::Brk { addr: 0x4056000, ret: 0x4056000 },
+            Record::Access { kind: K_STORE, page: 0x4035, repeat: 0 },
+            Record::Munmap { addr: 0x4900000, len: 8192 },
+            // ld.so's page (no recorded mapping) becomes a Region
+            Record::Region { addr: 0x4020000, len: 4096 },
+        ];
+        assert_eq!(rs, want);
+        assert_eq!((st.syscalls, st.files, st.regions, st.accesses), (5, 1, 1, 7));
+    }
+}

@@ -1,0 +1,150 @@
+"""Helpers for the commands that touch the real host (calibrate, validate,
+record): locating and building validation/, the THP knobs under
+/sys/kernel/mm/transparent_hugepage/ (always restored), small utilities."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator, Optional
+
+THP = Path("/sys/kernel/mm/transparent_hugepage")
+
+
+class HostError(Exception):
+    """A one-line, user-facing error (exit 2)."""
+
+
+def repo_root() -> Path:
+    return Path(__file__).resolve().parents[2]
+
+
+def validation_dir() -> Path:
+    d = repo_root() / "validation"
+    if not (d / "Makefile").is_file():
+        raise HostError(f"{d}: validation sources not found (run from a foliosim checkout)")
+    return d
+
+
+def build_validation(quiet: bool = True) -> Path:
+    """`make -C validation` (incremental); returns the bin/ directory."""
+    d = validation_dir()
+    r = subprocess.run(["make", "-s", "-C", str(d)], stdin=subprocess.DEVNULL, capture_output=True, text=True)
+    if r.returncode != 0:
+        last = (r.stderr.strip().splitlines() or ["make failed"])[-1]
+        raise HostError(f"building validation/ failed: {last}")
+    return d / "bin"
+
+
+def read_knob(path: Path) -> str:
+    """The selected value of a sysfs knob: `always [madvise] never` -> madvise."""
+    text = path.read_text().strip()
+    for tok in text.split():
+        if tok.startswith("[") and tok.endswith("]"):
+            return tok[1:-1]
+    return text
+
+
+def mthp_sizes_kib() -> list[int]:
+    out = []
+    for d in THP.glob("hugepages-*kB"):
+        if not (d / "enabled").exists():
+            continue  # e.g. hugepages-8kB on x86 (no anonymous knob)
+        try:
+            out.append(int(d.name[len("hugepages-"):-2]))
+        except ValueError:
+            pass
+    return sorted(out)
+
+
+def knobs_available() -> Optional[str]:
+    """None if the mTHP knobs can be changed here, else the reason."""
+    if not (THP / "enabled").exists():
+        return f"{THP}/enabled is missing (kernel without THP)"
+    if not mthp_sizes_kib():
+        return f"{THP}/hugepages-*kB/ is missing (kernel without multi-size THP, < 6.8)"
+    if os.geteuid() != 0:
+        return "not root: changing the THP knobs needs root"
+    if not os.access(THP / "enabled", os.W_OK):
+        return f"{THP}/enabled is not writable"
+    return None
+
+
+def knobs_for(sizes_kib: list[int]) -> dict[Path, str]:
+    """sysfs writes that enable exactly `sizes_kib` for anonymous memory
+    (always), every other size and the top-level knob never."""
+    pmd = 2048
+    want: dict[Path, str] = {THP / "enabled": "always" if pmd in sizes_kib else "never"}
+    for s in mthp_sizes_kib():
+        want[THP / f"hugepages-{s}kB" / "enabled"] = "always" if s in sizes_kib else "never"
+    return want
+
+
+@contextmanager
+def thp_settings(want: dict[Path, str]) -> Iterator[None]:
+    """Apply knob values; restore every one changed on exit, also on error,
+    Ctrl-C or SIGTERM."""
+    saved: list[tuple[Path, str]] = []
+
+    def on_term(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    old_term = signal.signal(signal.SIGTERM, on_term) if _main_thread() else None
+    try:
+        for path, value in want.items():
+            cur = read_knob(path)
+            if cur != value:
+                saved.append((path, cur))
+                path.write_text(value)
+        yield
+    finally:
+        errors = []
+        for path, value in reversed(saved):
+            try:
+                path.write_text(value)
+            except OSError as e:  # keep restoring the others
+                errors.append(f"{path}: {e}")
+        if old_term is not None:
+            signal.signal(signal.SIGTERM, old_term)
+        if errors:
+            print(f"foliosim: warning: could not restore {'; '.join(errors)}", file=sys.stderr)
+
+
+def _main_thread() -> bool:
+    import threading
+    return threading.current_thread() is threading.main_thread()
+
+
+def tmp_fs_kind(path: str) -> str:
+    """'tmpfs' if `path` lives on tmpfs/shmem, else 'disk'."""
+    best, fstype = "", "unknown"
+    real = os.path.realpath(path)
+    try:
+        with open("/proc/mounts") as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) >= 3:
+                    mnt = parts[1]
+                    if (real == mnt or real.startswith(mnt.rstrip("/") + "/")) and len(mnt) >= len(best):
+                        best, fstype = mnt, parts[2]
+    except OSError:
+        pass
+    return "tmpfs" if fstype in ("tmpfs", "shmem") else "disk"
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
+    try:
+        with open(tmp, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()

@@ -1,0 +1,189 @@
+"""`foliosim record -- CMD ARGS`: record a program's memory behaviour into a
+trace (docs/trace-format.md) that the `trace` workload replays.
+
+valgrind (Debian package `valgrind`) runs the program under lackey with
+`--trace-mem=yes --trace-syscalls=yes`; its log streams through a FIFO into
+the converter in foliosim's core, which writes the trace to a temporary file
+renamed into place only when the program exited 0 and the trace is complete.
+`--validate` then runs the program natively and compares its minor faults and
+peak RSS with the replay's."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any, Optional
+
+from ._host import HostError
+
+
+def _valgrind() -> str:
+    v = shutil.which("valgrind")
+    if not v:
+        raise HostError("valgrind not found: install it (Debian: apt-get install valgrind)")
+    return v
+
+
+def record(cmd: list[str], out: Path, quiet: bool = False) -> dict[str, Any]:
+    from . import _core
+    if not cmd:
+        raise HostError("nothing to record: give a command after `--`")
+    if shutil.which(cmd[0]) is None:
+        raise HostError(f"{cmd[0]}: command not found")
+    vg = _valgrind()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp_out = out.with_name(f".{out.name}.tmp.{os.getpid()}")
+    vgver = subprocess.run([vg, "--version"], capture_output=True, text=True).stdout.strip()
+    meta = json.dumps({"argv": cmd, "cwd": os.getcwd(), "recorder": "valgrind lackey --trace-mem=yes --trace-syscalls=yes",
+                       "valgrind": vgver, "page_size": os.sysconf("SC_PAGE_SIZE")})
+    with tempfile.TemporaryDirectory(prefix="foliosim-record-") as td:
+        fifo = os.path.join(td, "valgrind.log")
+        os.mkfifo(fifo)
+        result: dict[str, Any] = {}
+
+        def convert() -> None:
+            try:
+                result["stats"] = json.loads(_core.trace_from_valgrind_log(fifo, str(tmp_out), meta))
+            except BaseException as e:  # noqa: BLE001 -- includes a core panic
+                result["error"] = " ".join(str(e).split())
+
+        th = threading.Thread(target=convert, daemon=True)
+        th.start()
+        proc = subprocess.Popen([vg, "--tool=lackey", "--trace-mem=yes", "--trace-syscalls=yes",
+                                 "--trace-children=no", f"--log-file={fifo}", *cmd])
+        try:
+            rc = proc.wait()
+        except KeyboardInterrupt:
+            proc.kill()
+            proc.wait()
+            _unblock(fifo, th)
+            _rm(tmp_out)
+            raise
+        _unblock(fifo, th)
+        th.join()
+    if rc != 0:
+        _rm(tmp_out)
+        raise HostError(f"{' '.join(cmd)} exited with status {rc} while recording; no trace written")
+    if "error" in result:
+        _rm(tmp_out)
+        raise HostError(f"recording failed: {result['error']}")
+    # Check the whole file before it gets its final name.
+    try:
+        info = json.loads(_core.trace_info(str(tmp_out)))
+    except ValueError as e:
+        _rm(tmp_out)
+        raise HostError(f"recording produced a bad trace: {e}")
+    os.replace(tmp_out, out)
+    return {"trace": str(out), "bytes": out.stat().st_size, **result["stats"], "info": info}
+
+
+def _unblock(fifo: str, th: threading.Thread) -> None:
+    """If valgrind died before opening the FIFO, the reader still waits in
+    open(): open the write end once so it sees EOF."""
+    th.join(timeout=0.5)
+    if th.is_alive():
+        try:
+            fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+            os.close(fd)
+        except OSError:
+            pass
+
+
+def _rm(p: Path) -> None:
+    try:
+        p.unlink()
+    except FileNotFoundError:
+        pass
+
+
+def run_native(cmd: list[str], runs: int = 3) -> dict[str, Any]:
+    """Minor faults and peak RSS of the program run natively, median of `runs`
+    (validation/bin/runstat: fork, reset the peak RSS, exec, wait4)."""
+    from ._host import build_validation
+    runstat = build_validation() / "runstat"
+    flts, rss = [], []
+    for _ in range(runs):
+        r = subprocess.run([str(runstat), *cmd], stdin=subprocess.DEVNULL, capture_output=True, text=True)
+        if r.returncode != 0:
+            raise HostError(f"{' '.join(cmd)} exited with status {r.returncode}")
+        d = json.loads(r.stdout)
+        flts.append(d["minflt"])
+        rss.append(d["peak_rss_kib"])
+    return {"minflt": statistics.median(flts), "peak_rss_kib": statistics.median(rss), "runs": runs}
+
+
+def replay(trace: str, profile: str, knobs: Optional[dict[str, str]] = None) -> dict[str, Any]:
+    from . import run as _run
+    cfg = {"seed": 1, "machine": {"profile": profile}, "workload": {"name": "trace", "path": str(Path(trace).resolve())},
+           "run": {"warmup_s": 0.0, "duration_s": 600.0}, "knobs": knobs or {}}
+    r = _run(cfg).raw
+    return {"pgfault": r["vmstat"].get("pgfault", 0), "peak_rss_kib": r.get("memory", {}).get("peak_rss_kib", 0),
+            "ops": r["summary"]["ops_total"], "sim_s": r.get("sim_time_s"), "host_s": r.get("host_time_s")}
+
+
+def compare(cmd: list[str], trace: str, profile: str) -> list[dict[str, Any]]:
+    """Rows for 4 KiB (predicted) and 64 KiB mTHP (real; predicted only if modelled)."""
+    from ._host import knobs_available, knobs_for, thp_settings
+    from .validate import NOT_MODELLED, model_can_express, sim_knobs
+    from . import catalog
+    rows = []
+    settings = [("4K", [])]
+    if knobs_available() is None:
+        settings.append(("64K", [64]))
+    for label, sizes in settings:
+        with thp_settings(knobs_for(sizes)) if knobs_available() is None else _null():
+            real = run_native(cmd)
+        knobs = sim_knobs(sizes)
+        why = model_can_express(knobs, catalog())
+        pred = None if why else replay(trace, profile, knobs)
+        row: dict[str, Any] = {"program": " ".join(cmd), "setting": label, "real": real, "predicted": pred, "note": why or ""}
+        if pred:
+            row["rel_error"] = {"minflt": abs(pred["pgfault"] - real["minflt"]) / max(real["minflt"], 1),
+                                "rss": abs(pred["peak_rss_kib"] - real["peak_rss_kib"]) / max(real["peak_rss_kib"], 1)}
+        rows.append(row)
+    return rows
+
+
+class _null:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *a: object) -> None:
+        return None
+
+
+def cmd_record(args: argparse.Namespace) -> int:
+    cmd = list(args.cmd or [])
+    if cmd and cmd[0] == "--":
+        cmd = cmd[1:]
+    out = Path(args.out) if args.out else Path(f"{Path(cmd[0]).name if cmd else 'trace'}.fstrace")
+    st = record(cmd, out, quiet=args.quiet)
+    info = st["info"]
+    print(f"foliosim record: {st['trace']}: {info['accesses']:,} accesses in {st['access_records']:,} page runs, "
+          f"{info['syscalls']} memory syscalls, {info['files']} files, {info['regions']} implicit regions, {st['bytes']:,} bytes",
+          file=sys.stderr)
+    if args.validate:
+        from .validate import ensure_profile
+        profile = ensure_profile(args.profile)
+        rows = compare(cmd, str(out), profile)
+        for r in rows:
+            p = r["predicted"]
+            if p:
+                e = r["rel_error"]
+                print(f"{r['setting']:<4} minor faults real {r['real']['minflt']:.0f} predicted {p['pgfault']} ({100 * e['minflt']:.1f}%), "
+                      f"peak RSS KiB real {r['real']['peak_rss_kib']:.0f} predicted {p['peak_rss_kib']} ({100 * e['rss']:.1f}%)")
+            else:
+                print(f"{r['setting']:<4} minor faults real {r['real']['minflt']:.0f} predicted —, peak RSS KiB real {r['real']['peak_rss_kib']:.0f} predicted —  ({r['note']})")
+        if args.json:
+            sys.stdout.write(json.dumps({"record": st, "rows": rows}) + "\n")
+    elif args.json:
+        sys.stdout.write(json.dumps(st) + "\n")
+    return 0

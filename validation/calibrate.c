@@ -1,0 +1,257 @@
+/* Host calibration microbenchmarks for `foliosim calibrate`. Prints one JSON
+ * object; every figure is the median of REPS repetitions, in ns or GB/s.
+ * Regions that must use 4 KiB pages are madvise(MADV_NOHUGEPAGE)d (which
+ * disables every anonymous THP size for the VMA); the 2 MiB latency run uses
+ * MADV_HUGEPAGE on a 2 MiB-aligned region and reports the fraction of it that
+ * was really backed by PMD mappings (AnonHugePages in /proc/self/smaps). */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#define REPS 5
+#define PG 4096UL
+#define MiB (1024UL * 1024)
+
+static double now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
+}
+
+static int cmpd(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n)
+{
+	qsort(v, (size_t)n, sizeof(double), cmpd);
+	return v[n / 2];
+}
+
+static void *map_region(size_t len, int advice, size_t align)
+{
+	size_t over = len + align;
+	char *p = mmap(NULL, over, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (p == MAP_FAILED) {
+		fprintf(stderr, "calibrate: mmap: %s\n", strerror(errno));
+		exit(1);
+	}
+	char *a = align ? (char *)(((uintptr_t)p + align - 1) & ~(uintptr_t)(align - 1)) : p;
+	if (advice >= 0)
+		madvise(a, len, advice);
+	return a;
+}
+
+static volatile uint64_t sink;
+
+static double syscall_ns(void)
+{
+	double v[REPS];
+	for (int r = 0; r < REPS; r++) {
+		long n = 200000;
+		double t = now();
+		for (long i = 0; i < n; i++)
+			syscall(SYS_getppid);
+		v[r] = (now() - t) / (double)n;
+	}
+	return median(v, REPS);
+}
+
+/* First-touch faults over a fresh 4 KiB-page region: write (do_anonymous_page:
+ * alloc + clear + map) or read (maps the shared zero page). */
+static double fault_ns(int write)
+{
+	double v[REPS];
+	size_t len = 256 * MiB;
+	for (int r = 0; r < REPS; r++) {
+		volatile char *p = map_region(len, MADV_NOHUGEPAGE, 0);
+		double t = now();
+		for (size_t i = 0; i < len; i += PG) {
+			if (write)
+				p[i] = 1;
+			else
+				sink += p[i];
+		}
+		v[r] = (now() - t) / (double)(len / PG);
+		munmap((void *)p, len);
+	}
+	return median(v, REPS);
+}
+
+/* memset / memcpy / sum in 4 KiB chunks over 256 MiB (beyond the caches). */
+static double bw_gbps(int kind)
+{
+	double v[REPS];
+	size_t len = 256 * MiB;
+	char *a = map_region(len, MADV_NOHUGEPAGE, 0), *b = map_region(len, MADV_NOHUGEPAGE, 0);
+	memset(a, 1, len);
+	memset(b, 2, len);
+	for (int r = 0; r < REPS; r++) {
+		double t = now();
+		if (kind == 0)
+			for (size_t i = 0; i < len; i += PG)
+				memset(a + i, 0, PG);
+		else if (kind == 1)
+			for (size_t i = 0; i < len; i += PG)
+				memcpy(a + i, b + i, PG);
+		else {
+			uint64_t s = 0;
+			const uint64_t *q = (const uint64_t *)b;
+			for (size_t i = 0; i < len / 8; i++)
+				s += q[i];
+			sink += s;
+		}
+		double dt = now() - t;
+		__asm__ volatile("" : : "r"(a), "r"(b) : "memory");
+		v[r] = (double)len / dt; /* bytes per ns = GB/s */
+	}
+	munmap(a, len);
+	munmap(b, len);
+	return median(v, REPS);
+}
+
+static long anon_huge_kib(void)
+{
+	FILE *f = fopen("/proc/self/smaps_rollup", "r");
+	char line[256];
+	long kib = 0, x;
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "AnonHugePages: %ld kB", &x) == 1)
+			kib = x;
+	fclose(f);
+	return kib;
+}
+
+/* Dependent loads over a random cyclic permutation of one cache line per
+ * 4 KiB page of a 1 GiB region: every load misses the caches, and with 4 KiB
+ * pages also the STLB (262144 pages >> STLB entries); with 2 MiB pages 512
+ * entries cover the region, so the difference is the page-walk cost. */
+static double chase_ns(int huge, double *huge_frac)
+{
+	size_t len = 1024 * MiB, n = len / PG;
+	char *p = map_region(len, huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE, 2 * MiB);
+	long before = anon_huge_kib();
+	size_t *perm = malloc(n * sizeof(size_t));
+	for (size_t i = 0; i < n; i++)
+		perm[i] = i;
+	uint64_t seed = 88172645463325252ULL;
+	for (size_t i = n - 1; i > 0; i--) {
+		seed ^= seed << 13; seed ^= seed >> 7; seed ^= seed << 17;
+		size_t j = seed % (i + 1), t = perm[i];
+		perm[i] = perm[j];
+		perm[j] = t;
+	}
+	/* a different line offset in each page so cache sets spread */
+	for (size_t i = 0; i < n; i++) {
+		size_t cur = perm[i], nxt = perm[(i + 1) % n];
+		*(char **)(p + cur * PG + (cur % 64) * 64) = p + nxt * PG + (nxt % 64) * 64;
+	}
+	free(perm);
+	if (huge_frac)
+		*huge_frac = before >= 0 ? (double)(anon_huge_kib() - before) * 1024.0 / (double)len : -1;
+	double v[REPS];
+	char **q = (char **)(p + (perm ? 0 : 0));
+	q = (char **)(p + 0 * PG + 0);
+	long steps = 2000000;
+	for (int r = 0; r < REPS; r++) {
+		double t = now();
+		for (long i = 0; i < steps; i++)
+			q = (char **)*q;
+		v[r] = (now() - t) / (double)steps;
+	}
+	sink += (uintptr_t)q;
+	munmap(p, len);
+	return median(v, REPS);
+}
+
+/* MADV_DONTNEED: per page of a large populated range, and per one-page call
+ * (the tlb_flush2 pattern: zap, free, flush one page). */
+static double dontneed_ns(int single)
+{
+	double v[REPS];
+	size_t len = 128 * MiB;
+	for (int r = 0; r < REPS; r++) {
+		char *p = map_region(len, MADV_NOHUGEPAGE, 0);
+		memset(p, 1, len);
+		double t;
+		if (single) {
+			size_t n = 16384;
+			t = now();
+			for (size_t i = 0; i < n; i++)
+				madvise(p + i * PG, PG, MADV_DONTNEED);
+			v[r] = (now() - t) / (double)n;
+		} else {
+			t = now();
+			madvise(p, len, MADV_DONTNEED);
+			v[r] = (now() - t) / (double)(len / PG);
+		}
+		munmap(p, len);
+	}
+	return median(v, REPS);
+}
+
+static void mmap_munmap_ns(double *m, double *u)
+{
+	double vm[REPS], vu[REPS];
+	size_t len = 128 * MiB;
+	int n = 20000;
+	void **addrs = malloc((size_t)n * sizeof(void *));
+	for (int r = 0; r < REPS; r++) {
+		/* one at a time, as mmap1 does: the VMA tree stays small */
+		double tm = 0, tu = 0;
+		for (int i = 0; i < n; i++) {
+			double t = now();
+			addrs[i] = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+			double t2 = now();
+			munmap(addrs[i], len);
+			tu += now() - t2;
+			tm += t2 - t;
+		}
+		vm[r] = tm / n;
+		vu[r] = tu / n;
+	}
+	free(addrs);
+	/* subtract the clock_gettime pair overhead */
+	double vc[REPS];
+	for (int r = 0; r < REPS; r++) {
+		double t = now(), x = 0;
+		for (int i = 0; i < n; i++)
+			x += now();
+		vc[r] = (now() - t) / n;
+		sink += (uint64_t)x;
+	}
+	double c = median(vc, REPS);
+	*m = median(vm, REPS) - c;
+	*u = median(vu, REPS) - c;
+}
+
+int main(void)
+{
+	double huge_frac = 0, mm, mu;
+	double sc = syscall_ns();
+	double fw = fault_ns(1), fr = fault_ns(0);
+	double zb = bw_gbps(0), cb = bw_gbps(1), rb = bw_gbps(2);
+	double l4 = chase_ns(0, NULL), l2 = chase_ns(1, &huge_frac);
+	double dn = dontneed_ns(0), d1 = dontneed_ns(1);
+	mmap_munmap_ns(&mm, &mu);
+	printf("{\"reps\":%d,\"syscall_ns\":%.2f,\"anon_write_fault_ns\":%.2f,\"zero_page_read_fault_ns\":%.2f,"
+	       "\"zero_bw_gbps\":%.3f,\"copy_bw_gbps\":%.3f,\"read_bw_gbps\":%.3f,"
+	       "\"latency_4k_ns\":%.2f,\"latency_2m_ns\":%.2f,\"huge_fraction\":%.3f,"
+	       "\"dontneed_per_page_ns\":%.2f,\"dontneed_one_page_call_ns\":%.2f,"
+	       "\"mmap_ns\":%.2f,\"munmap_ns\":%.2f}\n",
+	       REPS, sc, fw, fr, zb, cb, rb, l4, l2, huge_frac, dn, d1, mm, mu);
+	return 0;
+}

@@ -1,0 +1,26 @@
+/* will-it-scale page_fault3: per-task sparse 128 MiB temp file mapped
+ * MAP_SHARED, store one byte per page (page-cache folio dirtied, no copy),
+ * munmap; one op per page touched. */
+#include "harness.h"
+#include <sys/mman.h>
+#include <unistd.h>
+#define MEMSIZE (128UL * 1024 * 1024)
+const char *testcase_name = "page_fault3";
+const char *testcase_description = "Separate file shared mapping page fault";
+static int fd;
+void testcase_task_setup(unsigned long nr) { (void)nr; fd = harness_tmpfile(MEMSIZE, 0); }
+void testcase(unsigned long long *iterations, unsigned long nr)
+{
+	unsigned long pg = (unsigned long)getpagesize();
+	(void)nr;
+	for (;;) {
+		char *c = mmap(NULL, MEMSIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+		if (c == MAP_FAILED)
+			harness_die("mmap");
+		for (unsigned long i = 0; i < MEMSIZE; i += pg) {
+			c[i] = 0;
+			(*iterations)++;
+		}
+		munmap(c, MEMSIZE);
+	}
+}
