@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
+from .tomlout import _value
 from ._host import HostError, build_validation, knobs_available, knobs_for, mthp_sizes_kib, read_knob, thp_settings, THP, write_text_atomic
 
 try:
@@ -162,6 +163,11 @@ def make_profile(m: dict[str, Any], name: str = "host") -> str:
         L.append(f"walk_ns = {gt['walk_ns']}    # [generic-x86] 2 MiB pages unavailable or no measurable difference")
     L.append(f"contpte = {'true' if gt.get('contpte') else 'false'}")
     L.append(f"coalesce_order = {gt.get('coalesce_order', 0)}")
+    written_tlb = {"l1d_entries", "l1d_ways", "l1i_entries", "l1i_ways", "l1d_2m_entries", "l1d_2m_ways", "stlb_entries",
+                   "stlb_ways", "stlb_holds_2m", "stlb_hit_ns", "walk_ns", "contpte", "coalesce_order"}
+    for k, v in gt.items():
+        if k not in written_tlb:
+            L.append(f"{k} = {_value(v)}    # [generic-x86]")
     L.append("")
     L.append("[cost]")
     measured = {
@@ -184,6 +190,16 @@ def make_profile(m: dict[str, Any], name: str = "host") -> str:
             L.append(f"{k} = {v}    # [generic-x86]")
         else:
             L.append(f"{k} = {v}    # [generic-x86]")
+    L.append("")
+    # Sections this command does not measure (e.g. the hypervisor host's
+    # costs) come over whole from generic-x86, so the profile always loads.
+    for sec, tbl in g.items():
+        if sec in ("name", "description", "cpu", "nodes", "tlb", "cost") or not isinstance(tbl, dict):
+            continue
+        L.append(f"[{sec}]")
+        for k, v in tbl.items():
+            L.append(f"{k} = {_value(v)}    # [generic-x86]")
+        L.append("")
     return "\n".join(L) + "\n"
 
 
