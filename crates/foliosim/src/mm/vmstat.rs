@@ -27,6 +27,8 @@ stats! {
     NrActiveFile = "nr_active_file" : "pages on the active file LRU",
     NrPageTablePages = "nr_page_table_pages" : "page-table pages (all levels)",
     NrZeroPageMapped = "foliosim_zero_page_ptes" : "PTEs mapping the shared zero page",
+    NrAnonLarge = "foliosim_nr_anon_large_pages" : "pages in large (order >= 2) anonymous folios that are allocated",
+    SplitQueueLen = "foliosim_split_queue_len" : "folios on the deferred-split queues (split_queue_len summed over nodes)",
     // events
     Pgfault = "pgfault" : "page faults of any kind",
     Pgmajfault = "pgmajfault" : "faults that needed I/O",
@@ -71,6 +73,18 @@ stats! {
     FileWrite = "foliosim_file_write" : "write() calls",
     Fork = "foliosim_fork" : "fork calls",
     Exit = "foliosim_exit" : "task exits",
+    // large anonymous folios (spec/000)
+    ThpFaultAlloc = "thp_fault_alloc" : "PMD-size THPs allocated on a fault",
+    ThpFaultFallback = "thp_fault_fallback" : "PMD-size THP faults that fell back to smaller pages",
+    ThpDeferredSplitPage = "thp_deferred_split_page" : "large folios queued for deferred split",
+    MthpFaultAlloc = "foliosim_mthp_fault_alloc" : "large (order 2..8) anonymous folios allocated on a fault, all sizes",
+    MthpFaultFallback = "foliosim_mthp_fault_fallback" : "large anonymous folio allocations that failed and fell back to a lower order",
+    MthpRaceRetry = "foliosim_mthp_race_retry" : "large folios freed because a PTE of the block was filled before the PTL was taken",
+    FaultAnonPages = "foliosim_fault_anon_pages" : "pages mapped by do_anonymous_page and zero-page write faults (pages per fault = this / faults)",
+    ZeroedBytes = "foliosim_zeroed_bytes" : "bytes cleared for new anonymous folios",
+    TlbFillContpte = "foliosim_tlb_fill_contpte" : "TLB fills of a 64 KiB contpte entry",
+    TlbFillHpa = "foliosim_tlb_fill_hpa" : "TLB fills of an HPA-coalesced order-2 entry",
+    TlbFillPmd = "foliosim_tlb_fill_pmd" : "TLB fills of a 2 MiB entry",
 }
 
 pub const FIRST_EVENT: usize = Stat::Pgfault as usize;
