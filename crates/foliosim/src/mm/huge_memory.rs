@@ -436,7 +436,8 @@ impl Kernel {
             let p = self.mem_map.get_mut(pfn + i);
             p.flags |= pg::ANON | pg::SWAPBACKED | pg::ANON_EXCLUSIVE | pg::UPTODATE;
             p.mapping = av;
-            p.index = vma.linear_page_index(base + i as u64 * 4096);
+            let va = (base + i as u64 * 4096).max(vma.start); // clamped: only a broken variant maps outside
+            p.index = vma.linear_page_index(va);
         }
         self.mem_map.get_mut(pfn).refcount += n as i32 - 1;
         let bits = Pte::WRITE | Pte::DIRTY | Pte::YOUNG | if vma.flags & vm::EXEC != 0 { Pte::EXEC } else { 0 } | if pmd { Pte::HUGE } else { 0 };
