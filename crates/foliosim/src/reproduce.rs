@@ -18,6 +18,8 @@ use crate::hw::profile;
 use crate::run::{self, Outcome};
 use serde_json::{json, Value};
 
+mod mthp;
+
 pub struct Experiment {
     pub name: &'static str,
     pub title: &'static str,
@@ -29,6 +31,11 @@ pub fn registry() -> Vec<Experiment> {
         name: "core-pf1-scaling",
         title: "will-it-scale page_fault1, processes, 1/2/4/8 tasks on generic-x86 (core scaling curve)",
         run: core_pf1_scaling,
+    },
+    Experiment {
+        name: "mthp-will-it-scale",
+        title: "will-it-scale one task, process mode: baseline vs order-4 large anon folios (spec/000 §4.5)",
+        run: mthp::mthp_will_it_scale,
     }]
 }
 

@@ -1,0 +1,114 @@
+//! Reproductions of spec/000 (variable-order large anonymous folios, RFC v2):
+//! will-it-scale one task (§4.5), the sparse-touch memory pathology, and
+//! the order sweep. Every figure comes out of the mechanism; the seed's
+//! published numbers are printed beside ours, never fitted.
+
+use super::{profile_json, run_point};
+use crate::api::{ConfigError, Progress};
+use crate::run;
+use serde_json::{json, Value};
+
+const PROFILE: &str = "ampere-altra-160";
+const SEED: u64 = 1;
+/// The seed's machine: Altra, 4 KiB pages, RFC v2 kernels without contpte.
+/// One task runs, so 4 CPUs stand in for 160 (the others would idle).
+const MACHINE: &str = "[machine]\nprofile = \"ampere-altra-160\"\nnr_cpus = 4\nnode_mem_mib = [4096, 4096]\ntlb_contpte = false\n";
+const RFC_KNOBS: &str = "\"anon_folio.mode\" = \"rfc-v2\"\n";
+
+fn wis_config(test: &str, knobs: &str) -> String {
+    let (warm, dur) = match test {
+        "malloc1" | "mmap1" | "tlb_flush1" | "tlb_flush2" => (0.002, 0.02),
+        _ => (0.002, 0.03),
+    };
+    format!(
+        "seed = {SEED}\n{MACHINE}[workload]\nname = \"{test}\"\nmode = \"processes\"\ntasks = 1\n[run]\nwarmup_s = {warm}\nduration_s = {dur}\n[knobs]\n{knobs}"
+    )
+}
+
+/// (test, seed baseline ops/s, seed anonfolio ops/s, attributable, note when not).
+const WIS: [(&str, f64, f64, bool, &str); 10] = [
+    ("page_fault1", 624_061.0, 3_185_678.0, true, ""),
+    ("malloc1", 96_214.0, 50_890.0, true, ""),
+    ("mmap1", 410_253.0, 375_746.0, true, ""),
+    ("tlb_flush2", 266_763.0, 322_320.0, true, ""),
+    ("page_fault2", 416_483.0, 557_448.0, false, "private file CoW stays order 0 (spec §2.8): not attributable to this mechanism; the seed's gain is unexplained (R7)"),
+    ("page_fault3", 724_566.0, 1_152_726.0, false, "shared file faults are untouched by this mechanism: not attributable (R7)"),
+    ("read1", 1_806_908.0, 1_905_752.0, false, "read() is untouched by this mechanism: not attributable, within the seed's noise (R7)"),
+    ("read2", 587_722.0, 1_942_062.0, false, "read() is untouched by this mechanism: not attributable; the seed's +230% is unexplained (R7)"),
+    ("tlb_flush1", 143_910.0, 152_097.0, false, "anon CoW pages in a file VMA stay order 0: not attributable (R7)"),
+    ("context_switch1", 328_744.0, 351_150.0, false, "context_switch1 is not modelled (no pipe workload); not attributable to this mechanism either (R7)"),
+];
+
+pub(super) fn mthp_will_it_scale(progress: &mut dyn FnMut(&Progress) -> bool) -> Result<Value, ConfigError> {
+    const NAME: &str = "mthp-will-it-scale";
+    let mut rows = Vec::new();
+    let mut configs = Vec::new();
+    let mut notes: Vec<String> = vec![
+        "will-it-scale, one task, process mode, Ampere Altra profile (contpte off: the RFC v2 kernels had none); baseline = anon_folio.mode off, anonfolio = rfc-v2 (max order 4, all patches on).".into(),
+    ];
+    let runnable: Vec<_> = WIS.iter().filter(|w| w.0 != "context_switch1").collect();
+    let n = runnable.len() * 2;
+    let mut i = 0;
+    let mut interrupted = false;
+    let (mut xs, mut ys_seed, mut ys_sim) = (Vec::new(), Vec::new(), Vec::new());
+    for &(test, sb, sa, attributable, why) in WIS.iter() {
+        let seed_change = (sa / sb - 1.0) * 100.0;
+        if test == "context_switch1" {
+            rows.push(json!({"label": test, "metric": "ops/s change, order-4 vs baseline", "unit": "%", "seed": seed_change, "simulated": null, "note": why}));
+            notes.push(format!("{test}: {why}"));
+            continue;
+        }
+        let mut ops = [0.0f64; 2];
+        for (j, knobs) in ["", RFC_KNOBS].iter().enumerate() {
+            let toml = wis_config(test, knobs);
+            let (cfg, out) = run_point(NAME, &toml, i, n, progress)?;
+            i += 1;
+            let res = run::result_json(&cfg, &out);
+            ops[j] = res["summary"]["ops_per_s"].as_f64().unwrap_or(0.0);
+            configs.push(json!({"label": format!("{test} {}", if j == 0 { "baseline" } else { "anonfolio" }), "config": cfg.normalized}));
+            interrupted |= out.interrupted;
+        }
+        let sim_change = if ops[0] > 0.0 { (ops[1] / ops[0] - 1.0) * 100.0 } else { 0.0 };
+        let differs = (sim_change - seed_change).abs() > 0.25 * seed_change.abs().max(1.0);
+        let note = if !attributable {
+            why.to_string()
+        } else if differs {
+            match test {
+                "page_fault1" => "the model amortises trap, allocation, LRU and free over 16 pages; per-page costs (zeroing at the profile's bandwidth, PTE, rmap, zap) bound the gain".to_string(),
+                "malloc1" => "one header store per 128 MiB malloc now zeroes and maps 64 KiB and takes the zone lock twice; the remaining gap is allocator/free-path cold-cache cost the model does not have (spec R4)".to_string(),
+                "mmap1" => "mmap1 never faults; only the 64 KiB alignment of patch 16 can act, and the model charges no cost for an aligned gap search (the thread has no explanation, spec R5)".to_string(),
+                "tlb_flush2" => "the model gains more than the seed: 15 of 16 write faults are saved and the offsets it has (64 KiB zeroing, the deferred-split lock on the first DONTNEED of each folio and on its free) cost less than those faults; whatever else slowed the seed's madvise path is not modelled".to_string(),
+                _ => String::new(),
+            }
+        } else {
+            String::new()
+        };
+        if !note.is_empty() {
+            notes.push(format!("{test}: {note}"));
+        }
+        let base_note = if (ops[0] / sb - 1.0).abs() > 0.25 {
+            "absolute level only: the Altra profile's software costs are mostly generic-x86 assumptions (spec Appendix 2); not a reproduction target"
+        } else {
+            ""
+        };
+        rows.push(json!({"label": test, "metric": "baseline ops/s", "unit": "ops/s", "seed": sb, "simulated": ops[0], "note": base_note}));
+        rows.push(json!({"label": test, "metric": "ops/s change, order-4 vs baseline", "unit": "%", "seed": seed_change, "simulated": sim_change, "note": note}));
+        xs.push(test);
+        ys_seed.push(seed_change);
+        ys_sim.push(sim_change);
+        if interrupted {
+            break;
+        }
+    }
+    notes.push("Baseline ops/s rows are the model's absolute calibration on this profile; the seed's machine details beyond 'Altra, 160 CPUs' are not published (spec Appendix 2), so only the change rows are the reproduction.".into());
+    Ok(json!({
+        "name": NAME,
+        "title": "will-it-scale one task, process mode: baseline vs order-4 large anon folios (spec/000 §4.5)",
+        "rows": rows,
+        "notes": notes,
+        "seed": SEED,
+        "profile": profile_json(PROFILE),
+        "configs": configs,
+        "interrupted": interrupted,
+    }))
+}
