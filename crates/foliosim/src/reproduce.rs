@@ -36,6 +36,16 @@ pub fn registry() -> Vec<Experiment> {
         name: "mthp-will-it-scale",
         title: "will-it-scale one task, process mode: baseline vs order-4 large anon folios (spec/000 §4.5)",
         run: mthp::mthp_will_it_scale,
+    },
+    Experiment {
+        name: "mthp-memory",
+        title: "Memory cost of large anon folios: the sparse-touch pathology (spec/000 P-1)",
+        run: mthp::mthp_memory,
+    },
+    Experiment {
+        name: "mthp-orders",
+        title: "will-it-scale page_fault1 and malloc1 over the max anon folio order 0..9 (spec/000 §4.7)",
+        run: mthp::mthp_orders,
     }]
 }
 

@@ -112,3 +112,129 @@ pub(super) fn mthp_will_it_scale(progress: &mut dyn FnMut(&Progress) -> bool) ->
         "interrupted": interrupted,
     }))
 }
+
+// ---- mthp-memory ---------------------------------------------------------------
+
+fn sparse_config(stride_kib: u64, knobs: &str) -> String {
+    format!(
+        "seed = {SEED}\n{MACHINE}[workload]\nname = \"sparse_touch\"\ntasks = 1\nsize_mib = 64\nstride_kib = {stride_kib}\nhold_ms = 1000\n[run]\nwarmup_s = 0.0\nduration_s = 0.01\n[knobs]\n{knobs}"
+    )
+}
+
+/// Anonymous memory mapped at the end of the run (the touched region is
+/// held), MiB, and the touches made.
+fn anon_mib(out: &run::Outcome) -> f64 {
+    out.kernel.stat.get(crate::mm::vmstat::Stat::NrAnonPages) as f64 * 4096.0 / (1 << 20) as f64
+}
+
+pub(super) fn mthp_memory(progress: &mut dyn FnMut(&Progress) -> bool) -> Result<Value, ConfigError> {
+    const NAME: &str = "mthp-memory";
+    const STRIDES: [u64; 6] = [4, 8, 16, 32, 64, 128];
+    let n = STRIDES.len() * 2;
+    let mut rows = Vec::new();
+    let mut configs = Vec::new();
+    let mut interrupted = false;
+    let (mut xs, mut ys) = (Vec::new(), Vec::new());
+    let mut i = 0;
+    for &stride in STRIDES.iter() {
+        let mut mib = [0.0f64; 2];
+        for (j, knobs) in ["", RFC_KNOBS].iter().enumerate() {
+            let (cfg, out) = run_point(NAME, &sparse_config(stride, knobs), i, n, progress)?;
+            i += 1;
+            mib[j] = anon_mib(&out);
+            interrupted |= out.interrupted;
+            configs.push(json!({"label": format!("stride {stride} KiB {}", if j == 0 { "baseline" } else { "anonfolio" }), "config": cfg.normalized}));
+        }
+        let mult = if mib[0] > 0.0 { mib[1] / mib[0] } else { 0.0 };
+        xs.push(stride);
+        ys.push(mult);
+        if stride == 64 {
+            rows.push(json!({"label": "sparse touch 64 MiB, 1 byte / 64 KiB", "metric": "anon memory, order 0", "unit": "MiB", "seed": 4.0, "simulated": mib[0]}));
+            rows.push(json!({"label": "sparse touch 64 MiB, 1 byte / 64 KiB", "metric": "anon memory, order 4", "unit": "MiB", "seed": 64.0, "simulated": mib[1]}));
+            rows.push(json!({"label": "sparse touch 64 MiB, 1 byte / 64 KiB", "metric": "memory multiplier", "unit": "x", "seed": 16.0, "simulated": mult}));
+        }
+        if interrupted {
+            break;
+        }
+    }
+    rows.push(json!({"label": "kernel build -j8 in 4 GB", "metric": "used memory at the low watermark, change", "unit": "%", "seed": 2.1, "simulated": null,
+                     "note": "needs the kernel-build workload, not built yet (issue #3 remainder)"}));
+    Ok(json!({
+        "name": NAME,
+        "title": "Memory cost of large anon folios: the sparse-touch pathology (spec/000 P-1, §4.6-4.7)",
+        "rows": rows,
+        "notes": [
+            "sparse_touch maps 64 MiB and writes one byte per stride; memory is the anonymous pages mapped while the region is held (nr_anon_pages).",
+            "Every 64 KiB block is empty and inside the VMA (rfc-v2 aligns the mmap to 64 KiB), so each touch allocates a whole order-4 folio: the multiplier is min(stride, 64 KiB) / 4 KiB.",
+            "kernel build -j8 memory (+2.1% low watermark, spec §4.6): not reproduced yet; the kernel-build workload is an issue #3 remainder.",
+        ],
+        "series": [
+            {"name": "order-4 / order-0 memory", "x": xs, "y": ys, "xlabel": "touch stride (KiB)", "ylabel": "memory multiplier (x)"},
+        ],
+        "seed": SEED,
+        "profile": profile_json(PROFILE),
+        "configs": configs,
+        "interrupted": interrupted,
+    }))
+}
+
+// ---- mthp-orders ---------------------------------------------------------------
+
+pub(super) fn mthp_orders(progress: &mut dyn FnMut(&Progress) -> bool) -> Result<Value, ConfigError> {
+    const NAME: &str = "mthp-orders";
+    // Order 0 = baseline; order 1 is never allocated (THP metadata needs 3 pages).
+    const ORDERS: [u32; 9] = [0, 2, 3, 4, 5, 6, 7, 8, 9];
+    const TESTS: [&str; 2] = ["page_fault1", "malloc1"];
+    let n = ORDERS.len() * TESTS.len();
+    let mut rows = Vec::new();
+    let mut configs = Vec::new();
+    let mut series = Vec::new();
+    let mut interrupted = false;
+    let mut i = 0;
+    for test in TESTS {
+        let (mut xs, mut ys) = (Vec::new(), Vec::new());
+        let mut base = 0.0;
+        for &order in ORDERS.iter() {
+            let knobs = if order == 0 { String::new() } else { format!("{RFC_KNOBS}\"anon_folio.max_order\" = {order}\n") };
+            let (cfg, out) = run_point(NAME, &wis_config(test, &knobs), i, n, progress)?;
+            i += 1;
+            let ops = run::result_json(&cfg, &out)["summary"]["ops_per_s"].as_f64().unwrap_or(0.0);
+            if order == 0 {
+                base = ops;
+            }
+            let rel = if base > 0.0 { ops / base } else { 0.0 };
+            configs.push(json!({"label": format!("{test} order {order}"), "config": cfg.normalized}));
+            let seed = match (test, order) {
+                ("page_fault1", 4) => json!(3_185_678.0 / 624_061.0),
+                ("malloc1", 4) => json!(50_890.0 / 96_214.0),
+                _ => Value::Null,
+            };
+            rows.push(json!({"label": format!("{test}, max order {order}"), "metric": "ops/s relative to order 0", "unit": "x", "seed": seed, "simulated": rel}));
+            xs.push(order);
+            ys.push(rel);
+            interrupted |= out.interrupted;
+            if interrupted {
+                break;
+            }
+        }
+        series.push(json!({"name": test, "x": xs, "y": ys, "xlabel": "max anon folio order (rfc-v2)", "ylabel": "ops/s relative to order 0"}));
+        if interrupted {
+            break;
+        }
+    }
+    Ok(json!({
+        "name": NAME,
+        "title": "will-it-scale page_fault1 and malloc1 over the max anon folio order 0..9 (spec/000 §4.7 order knee, R3, R4)",
+        "rows": rows,
+        "notes": [
+            "rfc-v2 with anon_folio.max_order = k (order 9 here is PTE-mapped, as the RFC's cap allows); order 0 is the baseline kernel. The seed publishes only order 4 and says the gain flattens around order 4 (§4.7).",
+            "page_fault1 can never exceed 16x at order 4 (R3); per-page costs (zeroing, PTE, rmap, zap) bound it as the order grows. malloc1 loses more at every larger order: one header store zeroes and maps the whole folio (R4).",
+            "The kernel-build sweep of the issue needs the kernel-build workload (remaining).",
+        ],
+        "series": series,
+        "seed": SEED,
+        "profile": profile_json(PROFILE),
+        "configs": configs,
+        "interrupted": interrupted,
+    }))
+}

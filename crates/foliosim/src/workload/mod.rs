@@ -12,6 +12,7 @@ pub mod common;
 pub mod file_reader;
 pub mod memhog;
 pub mod params;
+pub mod sparse_touch;
 pub mod will_it_scale;
 
 pub type TaskId = u32;
@@ -178,6 +179,7 @@ fn registered() -> Vec<WorkloadInfo> {
     let mut v = will_it_scale::infos();
     v.push(memhog::info());
     v.push(file_reader::info());
+    v.push(sparse_touch::info());
     v
 }
 
