@@ -5,7 +5,8 @@
 
 In each FILE, the text between ``<!-- reproduce: GLOB[, GLOB...] -->`` and
 ``<!-- /reproduce -->`` is replaced by a Markdown table of every row of the
-experiments whose name matches a GLOB (fnmatch; ``*`` for all). A file is
+experiments whose name matches a GLOB (fnmatch; ``*`` for all). A row's
+``note``, when present, follows its difference. A file is
 rewritten (atomically) only if its text changes. Exit 2 with one line on bad
 input (unreadable JSON, an unclosed marker).
 """
@@ -38,6 +39,8 @@ def table(reps: Sequence[dict[str, Any]], globs: Sequence[str]) -> str:
         for r in rep.get("rows") or []:
             d, p = difference(r.get("seed"), r.get("simulated"))
             diff = "—" if d is None else (f"{fmt(d)} ({p:+.1f}%)" if p is not None else fmt(d))
+            if r.get("note"):
+                diff += f" — {r['note']}"
             unit = f" {r.get('unit')}" if r.get("unit") else ""
             seed = "—" if r.get("seed") is None else f"{fmt(r.get('seed'))}{unit}"
             out.append(f"| `{rep.get('name')}` | {r.get('label', '')} | {r.get('metric', '')} | {seed} | "

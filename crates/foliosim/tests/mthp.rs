@@ -225,6 +225,7 @@ fn range_reuse_after_the_child_exits() {
     // the folio's 16 references are the parent's 16 PTEs, so the parent's
     // write at 0x3000 reuses the whole run 0..0x10000 in one fault.
     assert_eq!(stat(&o, "foliosim_fault_cow"), 1);
+    assert_eq!(o.kernel.mthp.path_c[4], 1, "the child's CoW copies the whole maybe-shared 64 KiB block (path C)");
     let reuse = stat(&o, "pgreuse");
     assert_eq!(reuse, 16, "the parent reuses all 16 pages in one fault, got {reuse}");
     assert_eq!(o.kernel.mthp.path_d_pages[4], 1);
@@ -236,6 +237,22 @@ fn range_reuse_after_the_child_exits() {
     let o = run_script(&base_cfg("\"anon_folio.mode\" = \"upstream\"\n\"kernel/mm/transparent_hugepage/hugepages-64kB/enabled\" = \"always\"", "generic-x86"), parent, vec![store_rel(0x1000)]);
     assert!(o.kernel.check.violations.is_empty(), "{:?}", o.kernel.check.violations);
     assert!(stat(&o, "foliosim_fault_cow") >= 15, "6.12 copies a non-exclusive large folio page by page");
+}
+
+/// Path C off (patch 14 reverted): the child's CoW copies one page.
+#[test]
+fn cow_copy_large_can_be_switched_off() {
+    let parent: Vec<Step> = vec![mmap_any(1 << 20), store_rel(0), Box::new(|_| Op::Fork), Box::new(|_| Op::Compute { ns: 5_000_000 })];
+    let child: Vec<Step> = vec![store_rel(0x1000), store_rel(0x2000)];
+    let o = run_script(&base_cfg(&format!("{RFC}\n\"anon_folio.cow_copy_large\" = false"), "generic-x86"), parent, child);
+    assert!(o.kernel.check.violations.is_empty(), "{:?}", o.kernel.check.violations);
+    assert_eq!(o.kernel.mthp.path_c[4], 0);
+    assert_eq!(stat(&o, "foliosim_fault_cow"), 2);
+    let parent: Vec<Step> = vec![mmap_any(1 << 20), store_rel(0), Box::new(|_| Op::Fork), Box::new(|_| Op::Compute { ns: 5_000_000 })];
+    let child: Vec<Step> = vec![store_rel(0x1000), store_rel(0x2000)];
+    let o = run_script(&base_cfg(RFC, "generic-x86"), parent, child);
+    assert!(o.kernel.check.violations.is_empty(), "{:?}", o.kernel.check.violations);
+    assert_eq!(stat(&o, "foliosim_fault_cow"), 1, "one large copy serves both child writes");
 }
 
 #[test]
@@ -353,4 +370,13 @@ fn print_reproduction() {
         println!("note: {}", n.as_str().unwrap());
     }
     println!("host time {:.1} s", t0.elapsed().as_secs_f64());
+}
+
+/// Writes `[reproduce all]` JSON to $FOLIOSIM_JSON (for the docs tables without the Python build).
+#[test]
+#[ignore]
+fn dump_all_reproductions() {
+    let path = std::env::var("FOLIOSIM_JSON").unwrap_or_else(|_| "/tmp/reproduce-all.json".into());
+    let all: Vec<_> = foliosim::reproduce::registry().iter().map(|e| foliosim::reproduce::run(e.name, &mut |_| true).unwrap()).collect();
+    std::fs::write(&path, serde_json::to_string_pretty(&all).unwrap()).unwrap();
 }

@@ -18,9 +18,7 @@
 //!   are charged once, as for one PMD entry.
 //! - Order 1 is never allocated (THP metadata needs three struct pages).
 //!
-//! Not modelled yet (issue #3 remainders): large CoW copy (path C: every CoW
-//! copies one page into an order-0 folio, as upstream 6.12 does), the
-//! deferred-split shrinker (queued folios stay whole until freed), memcg
+//! Not modelled yet (issue #3 remainders): the deferred-split shrinker (queued folios stay whole until freed), memcg
 //! charge failures, contpte fold/unfold costs.
 
 use super::mem_map::pg;
@@ -54,6 +52,9 @@ pub trait AnonOrderPolicy: Send {
     /// A write fault reuses the contiguous read-only run of a folio that
     /// only this mapping references (RFC patches 9-10).
     fn reuse_range(&self) -> bool;
+    /// CoW of a non-exclusive large folio copies into a large folio (RFC
+    /// patches 11-14) instead of one page.
+    fn cow_copy_large(&self) -> bool;
     /// Zap removes a folio's PTEs in one rmap call (RFC patch 17, upstream
     /// folio_pte_batch): a whole unmap does not queue it for deferred split.
     fn batch_zap(&self) -> bool;
@@ -99,6 +100,9 @@ impl AnonOrderPolicy for Off {
     fn reuse_range(&self) -> bool {
         false
     }
+    fn cow_copy_large(&self) -> bool {
+        false
+    }
     fn batch_zap(&self) -> bool {
         true
     }
@@ -132,6 +136,9 @@ impl AnonOrderPolicy for RfcV2 {
     }
     fn reuse_range(&self) -> bool {
         self.k.cow_reuse_range
+    }
+    fn cow_copy_large(&self) -> bool {
+        self.k.cow_copy_large
     }
     fn batch_zap(&self) -> bool {
         self.k.batch_zap
@@ -178,6 +185,9 @@ impl AnonOrderPolicy for Upstream {
     fn reuse_range(&self) -> bool {
         false
     }
+    fn cow_copy_large(&self) -> bool {
+        false
+    }
     fn batch_zap(&self) -> bool {
         true
     }
@@ -220,6 +230,8 @@ pub struct MthpStats {
     pub path_a: [u64; 10],
     /// Zero-page write (path B) installs by order.
     pub path_b: [u64; 10],
+    /// CoW copy (path C) by order of the copy.
+    pub path_c: [u64; 10],
     /// Reuse (path D) by pages reused (capped at 512 -> index log2).
     pub path_d_pages: [u64; 10],
 }
@@ -242,6 +254,7 @@ impl MthpStats {
             "per_size": m,
             "path_a_by_order": self.path_a,
             "path_b_by_order": self.path_b,
+            "path_c_by_order": self.path_c,
             "reuse_by_log2_pages": self.path_d_pages,
         })
     }
@@ -627,6 +640,109 @@ impl Kernel {
             self.stat.add(Stat::SplitQueueLen, -1);
         }
         t
+    }
+
+    /// Path C (RFC patches 11-14, with the exclusivity check added after
+    /// review): copy the naturally aligned block around `addr` of the
+    /// largest order <= min(source order, max) whose source PTEs are all
+    /// present, read-only, contiguous from the faulting page, inside the
+    /// source folio and the VMA, and maybe-shared. None: copy one page.
+    pub(crate) fn wp_page_copy_large(&mut self, t: Ns, cpu: u32, mm: u32, vma: &Vma, addr: u64, pte: Pte) -> Option<(Fault, Ns)> {
+        let old = pte.pfn();
+        let ohead = self.mem_map.folio_head(old);
+        let oorder = self.mem_map.get(ohead).order as u32;
+        let (pte_mask, _) = self.anon_policy.fault_orders(vma);
+        let cap = oorder.min(31 - pte_mask.max(1).leading_zeros());
+        if cap < 2 {
+            return None;
+        }
+        let off = (old - ohead) as u64;
+        let fva = addr.saturating_sub(off * 4096); // clamp instead of wrapping (spec §2.13)
+        let fstart = fva.max(vma.start);
+        let fend = fva.saturating_add(4096 << oorder).min(vma.end);
+        let check_exclusive = self.knobs.mutant != Mutant::MthpCowExclusive;
+        let block_ok = |k: &Kernel, order: u32| -> bool {
+            let size = 4096u64 << order;
+            let base = addr & !(size - 1);
+            if base < fstart || base + size > fend {
+                return false;
+            }
+            let Some(tbl) = k.mms[mm as usize].pt.table(addr) else { return false };
+            (0..1u64 << order).all(|i| {
+                let va = base + i * 4096;
+                let p = tbl.ptes[pte_index(va)];
+                let want = (old as i64 + ((va as i64 - addr as i64) >> 12)) as Pfn;
+                p.present() && !p.write() && !p.special() && p.0 & Pte::PROTNONE == 0 && p.pfn() == want
+                    && (!check_exclusive || k.mem_map.get(want).flags & pg::ANON_EXCLUSIVE == 0)
+            })
+        };
+        let Some(order) = (2..=cap).rev().filter(|k| pte_mask & (1 << k) != 0).find(|&k| block_ok(self, k)) else { return None };
+        let nid = self.cpus[cpu as usize].node;
+        let mut t = t;
+        let mut got = None;
+        for k in (2..=order).rev().filter(|k| pte_mask & (1 << k) != 0) {
+            match self.pa.alloc_pages(t, cpu, k, nid, MigrateType::Movable, &mut self.stat) {
+                Some(a) => {
+                    got = Some((a.pfn, a.done, a.nid, k));
+                    break;
+                }
+                None => {
+                    t += self.c.buddy_op;
+                    self.mthp.anon_fault_fallback[k as usize] += 1;
+                    self.stat.inc(Stat::MthpFaultFallback);
+                }
+            }
+        }
+        let (pfn, t1, anid, k) = got?;
+        self.prep_new_folio(pfn, k, anid);
+        self.check.on_alloc(&self.mem_map, &self.pa, pfn, k);
+        let n = 1u64 << k;
+        let base = addr & !((4096 << k) - 1);
+        let first_old = (old as i64 - ((addr - base) >> 12) as i64) as Pfn;
+        let snid = self.mem_map.get(old).nid as usize;
+        let t = t1 + self.nodes[snid].copy_4k * n + self.c.memcg;
+        let av = self.anon_vma_prepare(mm, vma);
+        // Re-check under the PTL; a lost race falls back to the one-page copy.
+        if !block_ok(self, k) {
+            self.stat.inc(Stat::MthpRaceRetry);
+            let t = self.release_folios(t, cpu, &[pfn]);
+            return Some((Fault::Done, t));
+        }
+        let lc = self.lc;
+        let hold = (self.c.pte_set + self.c.pte_clear) * n + 2 * self.c.rmap;
+        let tbl = self.mms[mm as usize].pt.table_mut(addr).unwrap();
+        let mut t = tbl.ptl.lock_for(t, cpu, hold, &lc);
+        for i in 0..n as Pfn {
+            let p = self.mem_map.get_mut(pfn + i);
+            p.flags |= pg::ANON | pg::SWAPBACKED | pg::ANON_EXCLUSIVE | pg::UPTODATE;
+            p.mapping = av;
+            p.index = vma.linear_page_index(base + i as u64 * 4096);
+        }
+        self.mem_map.get_mut(pfn).refcount += n as i32 - 1;
+        let bits = Pte::WRITE | Pte::DIRTY | Pte::YOUNG | if vma.flags & vm::EXEC != 0 { Pte::EXEC } else { 0 };
+        for i in 0..n {
+            let va = base + i * 4096;
+            let o = first_old + i as Pfn;
+            let f = self.mem_map.get(o).flags;
+            if self.check.enabled && f & pg::ANON_EXCLUSIVE != 0 {
+                self.check.report(format!("mm {mm} va {va:#x}: CoW copy replaces page {o}, which is still AnonExclusive (I-12)"));
+            }
+            let tbl = self.mms[mm as usize].pt.table_mut(addr).unwrap();
+            tbl.ptes[pte_index(va)] = Pte::new(pfn + i as Pfn, bits);
+            // ptep_clear_flush per page: RFC v2 has no batched clear-and-flush.
+            t = self.flush_tlb_page(t, cpu, mm, va);
+            self.page_add_rmap(mm, pfn + i as Pfn, true);
+        }
+        self.stat.add(Stat::NrAnonLarge, n as i64);
+        self.stat.inc(Stat::FaultCow);
+        self.stat.inc(Stat::MthpFaultAlloc);
+        self.mthp.anon_fault_alloc[k as usize] += 1;
+        self.mthp.path_c[k as usize] += 1;
+        let mut t = self.folio_add_lru(t, cpu, pfn);
+        t = self.folio_remove_rmap_ptes(t, cpu, mm, first_old, n as u32, true);
+        let refs = vec![ohead; n as usize];
+        t = self.release_folios(t, cpu, &refs);
+        Some((Fault::Done, t))
     }
 
     /// The size code of the TLB entry a walk that found `pte` at `va` fills:

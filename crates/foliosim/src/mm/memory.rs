@@ -495,9 +495,12 @@ impl Kernel {
                 }
                 return (Fault::Done, t);
             }
-            // TODO(issue #3, RFC patches 11-14): copy a non-exclusive large
-            // folio into a large folio (path C); every CoW copies one page
-            // into an order-0 folio here, as upstream 6.12 does.
+            // Path C (RFC patches 11-14): a large copy where the block allows.
+            if self.mem_map.get(head).order >= 2 && self.anon_policy.cow_copy_large() {
+                if let Some(r) = self.wp_page_copy_large(t, cpu, mm, vma, addr, pte) {
+                    return r;
+                }
+            }
             let Some((pfn, t)) = self.alloc_anon_page(t, cpu, mm, vma, addr, false) else {
                 return (Fault::Oom, t);
             };
