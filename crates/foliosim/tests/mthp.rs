@@ -380,3 +380,26 @@ fn dump_all_reproductions() {
     let all: Vec<_> = foliosim::reproduce::registry().iter().map(|e| foliosim::reproduce::run(e.name, &mut |_| true).unwrap()).collect();
     std::fs::write(&path, serde_json::to_string_pretty(&all).unwrap()).unwrap();
 }
+
+/// The deferred-split queue lock is one per node (one memcg): with many
+/// CPUs unmapping parts of large folios it is contended. 6.3 takes it on
+/// every large-folio free, even of a never-queued folio; Yin's lockless
+/// check (upstream) does not.
+#[test]
+fn split_queue_lock_contention_is_visible_with_many_cpus() {
+    let run_it = |w: &str, extra: &str| {
+        let size = if w == "page_fault1" { "size_mib = 8" } else { "" };
+        let c = cfg(&format!(
+            "[machine]\nprofile = \"ampere-altra-160\"\nnr_cpus = 32\nnode_mem_mib = [1024, 1024]\ntlb_contpte = false\n[workload]\nname = \"{w}\"\nmode = \"processes\"\ntasks = 32\n{size}\n[run]\nwarmup_s = 0.0\nduration_s = 0.004\ncheck = false\n[knobs]\n{RFC}\n{extra}\n"
+        ));
+        let o = run::simulate(&c, &mut |_| true).unwrap();
+        let j = run::result_json(&c, &o);
+        (j["locks"]["split_queue_lock_acquisitions"].as_u64().unwrap(), j["locks"]["split_queue_lock_contended"].as_u64().unwrap(), j["locks"]["split_queue_lock_wait_ns"].as_u64().unwrap())
+    };
+    let (acq, cont, wait) = run_it("tlb_flush2", "");
+    assert!(acq > 0 && cont > 0 && wait > 0, "tlb_flush2: acquisitions {acq} contended {cont} wait {wait}");
+    let (acq, _, _) = run_it("page_fault1", "");
+    assert!(acq > 0, "6.3: every large-folio free takes split_queue_lock");
+    let (acq2, _, _) = run_it("page_fault1", "\"anon_folio.free_listempty_check\" = true");
+    assert_eq!(acq2, 0, "never-queued folios are freed without the lock");
+}
