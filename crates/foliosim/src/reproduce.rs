@@ -46,6 +46,11 @@ pub fn registry() -> Vec<Experiment> {
         name: "mthp-orders",
         title: "will-it-scale page_fault1 and malloc1 over the max anon folio order 0..9 (spec/000 §4.7)",
         run: mthp::mthp_orders,
+    },
+    Experiment {
+        name: "mthp-tlb-reach",
+        title: "TLB reach of large anon folios: dTLB misses with 4 KiB, HPA and contpte entries",
+        run: mthp::mthp_tlb_reach,
     }]
 }
 
