@@ -51,6 +51,11 @@ pub fn registry() -> Vec<Experiment> {
         name: "mthp-tlb-reach",
         title: "TLB reach of large anon folios: dTLB misses with 4 KiB, HPA and contpte entries",
         run: mthp::mthp_tlb_reach,
+    },
+    Experiment {
+        name: "mthp-kernel-build",
+        title: "Kernel-build-like workload at -j8 and -j160: real/user/sys, baseline vs order-4 (spec/000 §4.2, §4.4)",
+        run: mthp::mthp_kernel_build,
     }]
 }
 

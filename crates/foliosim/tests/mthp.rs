@@ -86,9 +86,6 @@ fn load_at(addr: u64) -> Step {
 fn store_rel(off: u64) -> Step {
     Box::new(move |b| Op::Access { addr: b + off, kind: Access::Store })
 }
-fn load_rel(off: u64) -> Step {
-    Box::new(move |b| Op::Access { addr: b + off, kind: Access::Load })
-}
 
 fn run_script(c: &config::Config, steps: Vec<Step>, child: Vec<Step>) -> Outcome {
     run::simulate_with(c, Script::new(steps, child), &mut |_| true).unwrap()
@@ -402,4 +399,31 @@ fn split_queue_lock_contention_is_visible_with_many_cpus() {
     assert!(acq > 0, "6.3: every large-folio free takes split_queue_lock");
     let (acq2, _, _) = run_it("page_fault1", "\"anon_folio.free_listempty_check\" = true");
     assert_eq!(acq2, 0, "never-queued folios are freed without the lock");
+}
+
+fn kbuild(knobs: &str, tasks: u32, jobs: u32, check: bool) -> (Outcome, serde_json::Value) {
+    let c = cfg(&format!(
+        "[machine]\nprofile = \"ampere-altra-160\"\nnr_cpus = 8\nnode_mem_mib = [2048, 2048]\ntlb_contpte = false\n[workload]\nname = \"kbuild\"\ntasks = {tasks}\njobs = {jobs}\ncompute_us = 200\n[run]\nwarmup_s = 0.0\nduration_s = 10.0\ncheck = {check}\naudit_interval_ms = 1.0\n[knobs]\n{knobs}\n"
+    ));
+    let o = run::simulate(&c, &mut |_| true).unwrap();
+    let j = run::result_json(&c, &o);
+    (o, j)
+}
+
+/// The kernel-build-like workload runs clean with large folios; its fault
+/// paths produce a mix of orders (no order 1) and less system time.
+#[test]
+fn kbuild_runs_clean_and_mixes_orders() {
+    let (base, _) = kbuild("", 4, 3, true);
+    let (rfc, _) = kbuild(RFC, 4, 3, true);
+    for o in [&base, &rfc] {
+        assert!(o.kernel.check.violations.is_empty(), "{:?}", o.kernel.check.violations);
+        assert!(o.kernel.tasks.iter().take(4).all(|t| t.exited && t.ops == 3), "every slot ran its jobs");
+    }
+    let m = &rfc.kernel.mthp;
+    assert!(m.path_a[4] > 0 && m.path_a[0] + m.path_a[2] + m.path_a[3] > 0, "path A orders {:?}", m.path_a);
+    assert_eq!(m.path_a[1] + m.path_b[1] + m.path_c[1], 0, "never order 1");
+    assert!(m.path_b[2..].iter().sum::<u64>() > 0, "stack read-then-write gives large zero-page writes: {:?}", m.path_b);
+    let sys = |o: &Outcome| o.kernel.tasks.iter().map(|t| t.sys_ns).sum::<u64>();
+    assert!(sys(&rfc) < sys(&base), "sys {} vs {}", sys(&rfc), sys(&base));
 }

@@ -290,3 +290,92 @@ pub(super) fn mthp_tlb_reach(progress: &mut dyn FnMut(&Progress) -> bool) -> Res
         "interrupted": interrupted,
     }))
 }
+
+// ---- mthp-kernel-build ------------------------------------------------------------
+
+fn kbuild_config(jobs_n: u32, jobs_each: u32, knobs: &str) -> String {
+    format!(
+        "seed = {SEED}\n[machine]\nprofile = \"ampere-altra-160\"\nnode_mem_mib = [8192, 8192]\ntlb_contpte = false\n[workload]\nname = \"kbuild\"\ntasks = {jobs_n}\njobs = {jobs_each}\n[run]\nwarmup_s = 0.0\nduration_s = 100.0\n[knobs]\n{knobs}"
+    )
+}
+
+/// (real, user, sys) in seconds: real = when the last slot exited.
+fn times(out: &run::Outcome) -> (f64, f64, f64) {
+    let ws: Vec<_> = out.kernel.tasks.iter().filter(|t| t.kthread.is_none()).collect();
+    let real = ws.iter().map(|t| t.clock).max().unwrap_or(0) as f64 / 1e9;
+    let user = ws.iter().map(|t| t.user_ns).sum::<u64>() as f64 / 1e9;
+    let sys = ws.iter().map(|t| t.sys_ns).sum::<u64>() as f64 / 1e9;
+    (real, user, sys)
+}
+
+pub(super) fn mthp_kernel_build(progress: &mut dyn FnMut(&Progress) -> bool) -> Result<Value, ConfigError> {
+    const NAME: &str = "mthp-kernel-build";
+    // (-jN, jobs per slot, seed real/user/sys change %)
+    const CASES: [(u32, u32, [f64; 3]); 2] = [(8, 24, [-8.1, -2.5, -33.3]), (160, 2, [-10.2, 5.0, -22.3])];
+    let n = CASES.len() * 2;
+    let mut rows = Vec::new();
+    let mut configs = Vec::new();
+    let mut interrupted = false;
+    let mut i = 0;
+    let mut hist = None;
+    for &(jn, each, seed) in CASES.iter() {
+        let mut t = [(0.0, 0.0, 0.0); 2];
+        let mut split_wait = 0u64;
+        for (j, knobs) in ["", RFC_KNOBS].iter().enumerate() {
+            let (cfg, out) = run_point(NAME, &kbuild_config(jn, each, knobs), i, n, progress)?;
+            i += 1;
+            t[j] = times(&out);
+            interrupted |= out.interrupted;
+            if j == 1 {
+                split_wait = out.kernel.split_queues.iter().map(|q| q.lock.wait_ns).sum();
+                if jn == 8 {
+                    hist = Some(out.kernel.mthp.clone());
+                }
+            }
+            configs.push(json!({"label": format!("-j{jn} {}", if j == 0 { "baseline" } else { "anonfolio" }), "config": cfg.normalized}));
+        }
+        let ch = |a: f64, b: f64| if a > 0.0 { (b / a - 1.0) * 100.0 } else { 0.0 };
+        let sim = [ch(t[0].0, t[1].0), ch(t[0].1, t[1].1), ch(t[0].2, t[1].2)];
+        for (k, what) in ["real", "user", "sys"].iter().enumerate() {
+            let differs = (sim[k] - seed[k]).abs() > 0.25 * seed[k].abs().max(1.0);
+            let note = match (*what, differs) {
+                (_, false) => String::new(),
+                ("real", _) => "real is set by the slots' serial job chains here; the seed's build has serial phases (link, final image) and I/O the workload does not model".into(),
+                ("user", _) => "user time is the workload's fixed compute_us plus TLB walks; the seed's user change (cache/TLB effects of the compiler itself) is not modelled (P-5)".into(),
+                _ => format!("the model gains more: kbuild's kernel time is mostly anon faults and unmap, while a real build's also holds many file syscalls (openat, read, write, newfstatat, execve) this mechanism leaves alone; split_queue_lock wait {:.3} ms", split_wait as f64 / 1e6),
+            };
+            rows.push(json!({"label": format!("kernel build -j{jn}"), "metric": format!("{what} time change, order-4 vs baseline"), "unit": "%", "seed": seed[k], "simulated": sim[k], "note": note}));
+        }
+        if interrupted {
+            break;
+        }
+    }
+    if let Some(h) = hist {
+        let faults: u64 = h.path_a.iter().sum();
+        let pages: u64 = h.path_a.iter().enumerate().map(|(o, &n)| n << o).sum();
+        let f = faults.max(1) as f64;
+        let note = |sim: f64, seed: f64| if (sim - seed).abs() > 0.25 * seed { "shape only (spec §4.9 comes from the reworked series compiling v6.3-rc3): the workload's VMA sizes set the order mix" } else { "" };
+        let ppf = pages as f64 / f;
+        let o4 = 100.0 * h.path_a[4] as f64 / f;
+        let o0 = 100.0 * h.path_a[0] as f64 / f;
+        rows.push(json!({"label": "kernel build -j8, path A", "metric": "pages per fault", "unit": "", "seed": 9.7, "simulated": ppf, "note": note(ppf, 9.7)}));
+        rows.push(json!({"label": "kernel build -j8, path A", "metric": "share of faults at order 4", "unit": "%", "seed": 54.8, "simulated": o4, "note": note(o4, 54.8)}));
+        rows.push(json!({"label": "kernel build -j8, path A", "metric": "share of faults at order 0", "unit": "%", "seed": 35.1, "simulated": o0, "note": note(o0, 35.1)}));
+    }
+    Ok(json!({
+        "name": NAME,
+        "title": "Kernel-build-like workload at -j8 and -j160 on Altra: real/user/sys, baseline vs order-4 (spec/000 §4.2, §4.4, §4.9)",
+        "rows": rows,
+        "notes": [
+            "kbuild: make slots (-jN) each running short compiler jobs (fork, text fetch from a shared binary, a brk heap grown in glibc's 132 KiB steps, small anon maps, a stack read then written, a source read, 5 ms of user work, unmap all); exec is modelled by the job's fresh mappings, no real wait(). A simplification of a kernel build: shape, not replay (spec R1).",
+            "brk growth in 132 KiB steps leaves the page after each step's end in a block that crossed the old end, so the RFC's first_bad rule gives order 0/2 around every step: that, not a tuned constant, sets the order mix.",
+            "Not modelled: the kernel-build memory watermarks (spec §4.6, +2.1% at the low watermark) need page-cache-dominated memory and 0.5 s sampling of MemFree/MemAvailable.",
+            "The -j160 run has 160 slots on 160 CPUs with one memcg: split_queue_lock, the LRU lock and the zone lock (order-4 folios bypass the PCP) are shared; extra kernel time comes only from modelled contention.",
+            "Altra profile with contpte off (RFC v2 kernels).",
+        ],
+        "seed": SEED,
+        "profile": profile_json(PROFILE),
+        "configs": configs,
+        "interrupted": interrupted,
+    }))
+}

@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 
 pub mod common;
 pub mod file_reader;
+pub mod kbuild;
 pub mod memhog;
 pub mod params;
 pub mod sparse_touch;
@@ -180,6 +181,7 @@ fn registered() -> Vec<WorkloadInfo> {
     v.push(memhog::info());
     v.push(file_reader::info());
     v.push(sparse_touch::info());
+    v.push(kbuild::info());
     v
 }
 
