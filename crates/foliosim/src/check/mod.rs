@@ -47,7 +47,10 @@ impl Checker {
         if current && (kind != Access::Store || pte.write()) {
             return;
         }
-        if mem_map.get(pfn).alloc_epoch != e.epoch {
+        // A large entry (HPA, contpte, PMD) carries the epoch of its first
+        // frame: the frames of one folio were not allocated with equal epochs.
+        let epoch_pfn = if e.size > 0 { e.pfn } else { pfn };
+        if mem_map.get(epoch_pfn).alloc_epoch != e.epoch {
             self.report(format!(
                 "cpu {cpu} mm {} va {va:#x}: {kind:?} through a stale TLB entry reached frame {pfn}, reallocated since the entry was filled (missing TLB flush)",
                 mm.id

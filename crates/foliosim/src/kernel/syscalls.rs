@@ -177,6 +177,7 @@ impl Kernel {
                     | if pte.exec() { flags::EXEC } else { 0 };
                 // Large entries: PMD THP, contpte, HPA (mm/huge_memory.rs).
                 let sz = if pte.0 & Pte::HUGE != 0 || self.prof.tlb.contpte || self.prof.tlb.coalesce_order != 0 { self.tlb_fill_size(mm, va, pte) } else { size::PTE };
+                let epoch = if sz > 0 { self.mem_map.get(pte.pfn() & !((1u32 << sz) - 1)).alloc_epoch } else { epoch };
                 let e = TlbEntry::new(mm, va, pte.pfn(), sz, f, epoch);
                 if missed {
                     self.cpus[cpu as usize].tlb.fill_after_miss(kind, e);
