@@ -56,6 +56,11 @@ pub fn registry() -> Vec<Experiment> {
         name: "mthp-kernel-build",
         title: "Kernel-build-like workload at -j8 and -j160: real/user/sys, baseline vs order-4 (spec/000 §4.2, §4.4)",
         run: mthp::mthp_kernel_build,
+    },
+    Experiment {
+        name: "mthp-patches",
+        title: "Per-patch breakdown of the kernel-build gain, -j8 (spec/000 §4.8)",
+        run: mthp::mthp_patches,
     }]
 }
 
