@@ -489,3 +489,27 @@ fn checker_sees_stale_contpte_entries() {
     let o = shared_region("skip_shootdown");
     assert!(o.kernel.check.violations.iter().any(|v| v.contains("stale")), "a skipped shootdown of contpte entries must be caught: {:?}", o.kernel.check.violations);
 }
+
+/// The deferred-split shrinker (run by reclaim) splits partly mapped folios
+/// to order 0 and frees the unmapped halves; the audit stays clean.
+#[test]
+fn deferred_split_shrinker_frees_unmapped_pages() {
+    let mut steps: Vec<Step> = vec![mmap_any(1 << 20), Box::new(|b| Op::AccessRange { addr: b, stride: 4096, count: 256, kind: Access::Store })];
+    for blk in 0..16u64 {
+        steps.push(Box::new(move |b| Op::Madvise { addr: b + blk * 0x10000, len: 0x8000, advice: Advice::DontNeed }));
+    }
+    let mut o = run_script(&base_cfg(RFC, "generic-x86"), steps, vec![]);
+    assert!(o.kernel.check.violations.is_empty(), "{:?}", o.kernel.check.violations);
+    assert_eq!(stat(&o, "foliosim_split_queue_len"), 16);
+    assert_eq!(stat(&o, "foliosim_nr_anon_large_pages"), 256, "the unmapped halves are still allocated");
+    let free0 = stat(&o, "nr_free_pages");
+    let (freed, _) = o.kernel.try_to_free_pages(o.sim_end, 0, 1);
+    assert_eq!(freed, 128, "16 folios x 8 unmapped pages");
+    assert_eq!(stat(&o, "nr_free_pages") - free0, 128);
+    assert_eq!(stat(&o, "thp_split_page"), 16);
+    assert_eq!(stat(&o, "foliosim_split_queue_len"), 0);
+    assert_eq!(stat(&o, "foliosim_nr_anon_large_pages"), 0);
+    assert_eq!(stat(&o, "nr_anon_pages"), 128);
+    foliosim::check::audit(&mut o.kernel);
+    assert!(o.kernel.check.violations.is_empty(), "{:?}", o.kernel.check.violations);
+}

@@ -226,6 +226,8 @@ pub struct MthpStats {
     pub anon_fault_alloc: [u64; 10],
     pub anon_fault_fallback: [u64; 10],
     pub split_deferred: [u64; 10],
+    /// Folios split by the shrinker, by their order before the split.
+    pub split: [u64; 10],
     /// do_anonymous_page (path A) installs by order.
     pub path_a: [u64; 10],
     /// Zero-page write (path B) installs by order.
@@ -247,6 +249,7 @@ impl MthpStats {
                     "anon_fault_alloc": self.anon_fault_alloc[order],
                     "anon_fault_fallback": self.anon_fault_fallback[order],
                     "split_deferred": self.split_deferred[order],
+                    "split": self.split[order],
                 }),
             );
         }
@@ -743,6 +746,72 @@ impl Kernel {
         let refs = vec![ohead; n as usize];
         t = self.release_folios(t, cpu, &refs);
         Some((Fault::Done, t))
+    }
+
+    /// deferred_split_scan (the shrinker, run from reclaim): split up to
+    /// `nr` queued folios to order 0; their unmapped pages are freed. A
+    /// folio with references beyond its PTEs (a pin, an LRU batch) is left
+    /// queued, as split_folio fails on it. Returns (pages freed, time).
+    pub fn deferred_split_scan(&mut self, t: Ns, cpu: u32, nr: usize) -> (u64, Ns) {
+        let mut t = t;
+        let mut freed = 0u64;
+        let lc = self.lc;
+        for nid in 0..self.split_queues.len() {
+            if self.split_queues[nid].list.is_empty() {
+                continue;
+            }
+            // Take a batch off the queue under the lock (the private list).
+            let batch: Vec<Pfn> = self.split_queues[nid].list.iter().copied().take(nr).collect();
+            t = self.split_queues[nid].lock.lock_for(t, cpu, self.c.split_queue * batch.len() as Ns, &lc);
+            for &head in &batch {
+                let p = self.mem_map.get(head);
+                let order = p.order as u32;
+                let n = 1u32 << order;
+                let maps: i32 = (0..n).map(|i| self.mem_map.get(head + i).mapcount).sum();
+                if p.refcount != maps {
+                    self.stat.inc(Stat::ThpSplitPageFailed);
+                    continue;
+                }
+                self.split_queues[nid].list.remove(&head);
+                self.mem_map.get_mut(head).flags &= !pg::DEFERRED_SPLIT;
+                self.stat.add(Stat::SplitQueueLen, -1);
+                // __split_huge_page: off the LRU as one folio, back as 4 KiB ones.
+                let on_lru = self.mem_map.get(head).flags & pg::LRU != 0;
+                let hold = self.c.lru_lock_per_folio * (1 + n as Ns);
+                t = self.nodes[nid].lruvec.lru_lock.lock_for(t, cpu, hold, &lc);
+                if on_lru {
+                    self.lruvec_del_folio(head);
+                }
+                let keep = pg::ALLOCATED | pg::ANON | pg::SWAPBACKED | pg::UPTODATE | pg::ANON_EXCLUSIVE | pg::ACTIVE | pg::REFERENCED | pg::DIRTY;
+                let hflags = self.mem_map.get(head).flags;
+                let mut dead = Vec::new();
+                for i in 0..n {
+                    let pg_ = self.mem_map.get_mut(head + i);
+                    let own_excl = pg_.flags & pg::ANON_EXCLUSIVE;
+                    pg_.flags = (hflags & keep & !pg::ANON_EXCLUSIVE) | own_excl | pg::HEAD;
+                    pg_.order = 0;
+                    pg_.refcount = pg_.mapcount; // one reference per PTE
+                    pg_.lru_prev = 0;
+                    pg_.lru_next = 0;
+                    if pg_.mapcount == 0 {
+                        pg_.refcount = 0;
+                        dead.push(head + i);
+                    } else if on_lru {
+                        self.lruvec_add_folio(head + i);
+                    }
+                }
+                // Per-page struct page fix-ups (__split_huge_page_tail).
+                t += self.c.rmap * n as Ns;
+                self.stat.add(Stat::NrAnonLarge, -(n as i64));
+                self.stat.inc(Stat::ThpSplitPage);
+                self.mthp.split[order as usize] += 1;
+                for pfn in dead {
+                    t = self.free_folio(t, cpu, pfn);
+                    freed += 1;
+                }
+            }
+        }
+        (freed, t)
     }
 
     /// The size code of the TLB entry a walk that found `pte` at `va` fills:

@@ -77,6 +77,8 @@ stats! {
     ThpFaultAlloc = "thp_fault_alloc" : "PMD-size THPs allocated on a fault",
     ThpFaultFallback = "thp_fault_fallback" : "PMD-size THP faults that fell back to smaller pages",
     ThpDeferredSplitPage = "thp_deferred_split_page" : "large folios queued for deferred split",
+    ThpSplitPage = "thp_split_page" : "large folios split to order 0 (by the deferred-split shrinker)",
+    ThpSplitPageFailed = "thp_split_page_failed" : "large folios the shrinker could not split (extra references)",
     MthpFaultAlloc = "foliosim_mthp_fault_alloc" : "large (order 2..8) anonymous folios allocated on a fault, all sizes",
     MthpFaultFallback = "foliosim_mthp_fault_fallback" : "large anonymous folio allocations that failed and fell back to a lower order",
     MthpRaceRetry = "foliosim_mthp_race_retry" : "large folios freed because a PTE of the block was filled before the PTL was taken",
