@@ -52,6 +52,11 @@ pub trait AnonOrderPolicy: Send {
     /// A write fault reuses the contiguous read-only run of a folio that
     /// only this mapping references (RFC patches 9-10).
     fn reuse_range(&self) -> bool;
+    /// A write to a non-exclusive page of a large folio may reuse it when
+    /// the folio's only reference is this PTE (6.3, RFC); 6.12 never does.
+    fn reuse_large_by_refcount(&self) -> bool {
+        true
+    }
     /// CoW of a non-exclusive large folio copies into a large folio (RFC
     /// patches 11-14) instead of one page.
     fn cow_copy_large(&self) -> bool;
@@ -164,6 +169,9 @@ struct Upstream {
 impl AnonOrderPolicy for Upstream {
     fn name(&self) -> &'static str {
         "upstream"
+    }
+    fn reuse_large_by_refcount(&self) -> bool {
+        false
     }
     fn fault_orders(&self, vma: &Vma) -> (u32, bool) {
         // thp_vma_allowable_orders: always | madvise (VM_HUGEPAGE) | inherit

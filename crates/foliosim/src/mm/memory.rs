@@ -483,7 +483,10 @@ impl Kernel {
                 t = self.lru_add_drain_cpu(t, cpu);
             }
             let p = self.mem_map.get(old);
-            let only_ref = p.mapcount == 1 && self.mem_map.get(head).refcount == 1;
+            // 6.12 never reuses a non-exclusive page of a large folio
+            // (wp_can_reuse_anon_folio); 6.3 (and the RFC) test the refcount.
+            let large_no_reuse = self.mem_map.get(head).order > 0 && !self.anon_policy.reuse_large_by_refcount();
+            let only_ref = !large_no_reuse && p.mapcount == 1 && self.mem_map.get(head).refcount == 1;
             let exclusive = p.flags & pg::ANON_EXCLUSIVE != 0 && self.knobs.mutant != Mutant::MthpCowExclusive;
             if exclusive || only_ref {
                 self.mem_map.get_mut(old).flags |= pg::ANON_EXCLUSIVE;
