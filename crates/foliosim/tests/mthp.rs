@@ -513,3 +513,12 @@ fn deferred_split_shrinker_frees_unmapped_pages() {
     foliosim::check::audit(&mut o.kernel);
     assert!(o.kernel.check.violations.is_empty(), "{:?}", o.kernel.check.violations);
 }
+
+#[test]
+fn large_folio_runs_are_deterministic() {
+    let (_, mut a) = kbuild(RFC, 4, 2, false);
+    let (_, mut b) = kbuild(RFC, 4, 2, false);
+    a.as_object_mut().unwrap().remove("host_time_s");
+    b.as_object_mut().unwrap().remove("host_time_s");
+    assert_eq!(serde_json::to_string(&a).unwrap(), serde_json::to_string(&b).unwrap());
+}
