@@ -5,7 +5,8 @@
 
 In each FILE, the text between ``<!-- reproduce: GLOB[, GLOB...] -->`` and
 ``<!-- /reproduce -->`` is replaced by a Markdown table of every row of the
-experiments whose name matches a GLOB (fnmatch; ``*`` for all). A file is
+experiments whose name matches a GLOB (fnmatch; ``*`` for all). A row's
+``note``, when present, goes in the last column. A file is
 rewritten (atomically) only if its text changes. Exit 2 with one line on bad
 input (unreadable JSON, an unclosed marker).
 """

@@ -37,7 +37,7 @@ WORKLOADS: list[tuple[str, dict[str, Any], str]] = [
     ("mmap1", {}, "VMA creation/removal (no faults)"),
     ("tlb_flush2", {}, "anon fault + MADV_DONTNEED zap + zero-page read fault"),
     ("read1", {"tmp_fs": "@tmp"}, "page-cache read path (no faults)"),
-    ("sparse_touch", {}, "anonymous fault per 64 KiB touched (RSS = folio size per touch)"),
+    ("sparse_touch", {"size_mib": 128, "hold_ms": 0, "cycles": 0}, "anonymous fault per 64 KiB touched (RSS = folio size per touch)"),
 ]
 
 METRICS = ("faults_per_op", "rss", "ops_ratio")

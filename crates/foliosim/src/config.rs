@@ -234,6 +234,26 @@ fn from_table(mut root: toml::Table, ctx: &Ctx) -> Result<Config, ConfigError> {
             }
         }
     }
+    // TLB coalescing overrides (spec/000: the RFC v2 kernels had no contpte).
+    let mut tlb_overrides: Vec<(&str, serde_json::Value)> = Vec::new();
+    if let Some(v) = m.remove("tlb_contpte") {
+        match v {
+            toml::Value::Boolean(b) => {
+                prof.tlb.contpte = b;
+                tlb_overrides.push(("tlb_contpte", b.into()));
+            }
+            v => return Err(ctx.err("machine", "tlb_contpte", format!("expected a boolean, got {}", v.type_str()))),
+        }
+    }
+    if let Some(v) = m.remove("tlb_coalesce_order") {
+        match v {
+            toml::Value::Integer(n) if n == 0 || n == 2 => {
+                prof.tlb.coalesce_order = n as u32;
+                tlb_overrides.push(("tlb_coalesce_order", n.into()));
+            }
+            v => return Err(ctx.err("machine", "tlb_coalesce_order", format!("expected 0 (none) or 2 (HPA), got {v}"))),
+        }
+    }
     no_leftovers(ctx, &m, "machine")?;
     prof.validate().map_err(|(k, r)| ctx.err("machine", "", format!("{k}: {r}")))?;
     // --- run
@@ -301,6 +321,9 @@ fn from_table(mut root: toml::Table, ctx: &Ctx) -> Result<Config, ConfigError> {
     machine_json.insert("profile".into(), profile_name.clone().into());
     machine_json.insert("nr_cpus".into(), prof.cpu.nr_cpus.into());
     machine_json.insert("node_mem_mib".into(), prof.nodes.iter().map(|n| n.mem_mib).collect::<Vec<_>>().into());
+    for (k, v) in tlb_overrides {
+        machine_json.insert(k.into(), v);
+    }
     let normalized = serde_json::json!({
         "seed": seed,
         "machine": machine_json,

@@ -18,6 +18,8 @@ use crate::hw::profile;
 use crate::run::{self, Outcome};
 use serde_json::{json, Value};
 
+mod mthp;
+
 pub struct Experiment {
     pub name: &'static str,
     pub title: &'static str,
@@ -29,7 +31,38 @@ pub fn registry() -> Vec<Experiment> {
         name: "core-pf1-scaling",
         title: "will-it-scale page_fault1, processes, 1/2/4/8 tasks on generic-x86 (core scaling curve)",
         run: core_pf1_scaling,
-    }];
+    },
+    Experiment {
+        name: "mthp-will-it-scale",
+        title: "will-it-scale one task, process mode: baseline vs order-4 large anon folios (spec/000 §4.5)",
+        run: mthp::mthp_will_it_scale,
+    },
+    Experiment {
+        name: "mthp-memory",
+        title: "Memory cost of large anon folios: the sparse-touch pathology (spec/000 P-1)",
+        run: mthp::mthp_memory,
+    },
+    Experiment {
+        name: "mthp-orders",
+        title: "will-it-scale page_fault1 and malloc1 over the max anon folio order 0..9 (spec/000 §4.7)",
+        run: mthp::mthp_orders,
+    },
+    Experiment {
+        name: "mthp-tlb-reach",
+        title: "TLB reach of large anon folios: dTLB misses with 4 KiB, HPA and contpte entries",
+        run: mthp::mthp_tlb_reach,
+    },
+    Experiment {
+        name: "mthp-kernel-build",
+        title: "Kernel-build-like workload at -j8 and -j160: real/user/sys, baseline vs order-4 (spec/000 §4.2, §4.4)",
+        run: mthp::mthp_kernel_build,
+    },
+    Experiment {
+        name: "mthp-patches",
+        title: "Per-patch breakdown of the kernel-build gain, -j8 (spec/000 §4.8)",
+        run: mthp::mthp_patches,
+    }
+    ];
     // spec/003: free page reporting (virt/experiments.rs).
     v.push(Experiment { name: "fpr-overhead", title: "free page reporting v17: page_fault1/page_fault2 overhead per configuration (seed table)", run: crate::virt::experiments::overhead });
     v.push(Experiment { name: "fpr-host-memory", title: "free page reporting: host memory over time, memhog then page fault test, reporting on/off", run: crate::virt::experiments::host_memory });

@@ -394,6 +394,7 @@ pub fn result_json(cfg: &Config, o: &Outcome) -> Value {
             "ops_per_s_per_task": if nr_user == 0 { 0.0 } else { ops_per_s / nr_user as f64 },
         },
         "vmstat": vmstat,
+        "mthp": k.mthp.to_json(),
         "time_ns": time,
         "per_task": per_task,
         "timeseries": ts,
@@ -405,6 +406,9 @@ pub fn result_json(cfg: &Config, o: &Outcome) -> Value {
             "zone_lock_acquisitions": zone.0,
             "zone_lock_contended": zone.1,
             "zone_lock_wait_ns": zone.2,
+            "split_queue_lock_acquisitions": k.split_queues.iter().map(|q| q.lock.acquisitions).sum::<u64>(),
+            "split_queue_lock_contended": k.split_queues.iter().map(|q| q.lock.contended).sum::<u64>(),
+            "split_queue_lock_wait_ns": k.split_queues.iter().map(|q| q.lock.wait_ns).sum::<u64>(),
         },
         "memory": {
             "mem_map_bytes": k.mem_map.footprint_bytes(),

@@ -47,7 +47,10 @@ impl Checker {
         if current && (kind != Access::Store || pte.write()) {
             return;
         }
-        if mem_map.get(pfn).alloc_epoch != e.epoch {
+        // A large entry (HPA, contpte, PMD) carries the epoch of its first
+        // frame: the frames of one folio were not allocated with equal epochs.
+        let epoch_pfn = if e.size > 0 { e.pfn } else { pfn };
+        if mem_map.get(epoch_pfn).alloc_epoch != e.epoch {
             self.report(format!(
                 "cpu {cpu} mm {} va {va:#x}: {kind:?} through a stale TLB entry reached frame {pfn}, reallocated since the entry was filled (missing TLB flush)",
                 mm.id
@@ -161,6 +164,10 @@ pub fn audit(k: &mut Kernel) {
                     Some(v) if pte.write() && v.flags & crate::mm::mmap::vm::WRITE == 0 => {
                         found.push(format!("mm {} va {va:#x}: writable PTE in a read-only VMA", mm.id))
                     }
+                    Some(v) if pte.write() && !pte.special() && v.flags & crate::mm::mmap::vm::SHARED == 0 && {
+                        let f = k.mem_map.get(pte.pfn()).flags;
+                        f & pg::ANON != 0 && f & pg::ANON_EXCLUSIVE == 0
+                    } => found.push(format!("mm {} va {va:#x}: writable PTE maps anon page {} that is not AnonExclusive (I-11)", mm.id, pte.pfn())),
                     _ => {}
                 }
                 if pte.special() {
@@ -194,8 +201,20 @@ pub fn audit(k: &mut Kernel) {
             cached.insert(p, ());
         }
     }
+    // One folio reference per PTE mapping any of its pages (spec/000 §2.0),
+    // and per-folio mapped-page counts for the deferred-split rules.
+    let mut folio_maps: FxHashMap<Pfn, i32> = FxHashMap::default();
+    let mut folio_mapped_pages: FxHashMap<Pfn, u32> = FxHashMap::default();
+    for (&pfn, &m) in &maps {
+        let head = k.mem_map.folio_head(pfn);
+        *folio_maps.entry(head).or_default() += m;
+        if m > 0 {
+            *folio_mapped_pages.entry(head).or_default() += 1;
+        }
+    }
     let mut anon = 0i64;
     let mut mapped_file = 0i64;
+    let mut flagged = 0i64;
     k.mem_map.for_each_present(|pfn, p| {
         if p.flags & pg::ALLOCATED == 0 {
             if p.mapcount != 0 {
@@ -211,7 +230,16 @@ pub fn audit(k: &mut Kernel) {
             found.push(format!("frame {pfn}: mapcount {} but {m} PTEs map it", p.mapcount));
         }
         if p.flags & pg::HEAD != 0 {
-            let expect = m + batch_refs.get(&pfn).copied().unwrap_or(0) + cached.contains_key(&pfn) as i32;
+            let fm = folio_maps.get(&pfn).copied().unwrap_or(0);
+            if p.flags & pg::DEFERRED_SPLIT != 0 {
+                flagged += 1;
+            }
+            let nr = 1u32 << p.order;
+            let mapped = folio_mapped_pages.get(&pfn).copied().unwrap_or(0);
+            if p.order >= 2 && p.flags & pg::ANON != 0 && mapped > 0 && mapped < nr && p.flags & pg::DEFERRED_SPLIT == 0 {
+                found.push(format!("folio {pfn} (order {}): {mapped} of {nr} pages mapped but not on the deferred-split queue (I-16)", p.order));
+            }
+            let expect = fm + batch_refs.get(&pfn).copied().unwrap_or(0) + cached.contains_key(&pfn) as i32;
             if p.refcount != expect {
                 found.push(format!("frame {pfn}: refcount {} but {expect} references exist (mappings, cache, LRU batch)", p.refcount));
             }
@@ -224,7 +252,23 @@ pub fn audit(k: &mut Kernel) {
             }
         }
     });
+    // Deferred-split queues (spec/000 I-15).
+    let mut queued = 0i64;
+    for (nid, q) in k.split_queues.iter().enumerate() {
+        for &h in &q.list {
+            queued += 1;
+            let p = k.mem_map.get(h);
+            if p.flags & pg::ALLOCATED == 0 || p.flags & pg::HEAD == 0 {
+                found.push(format!("split queue {nid}: folio {h} is queued but free (I-15)"));
+            } else if p.flags & pg::DEFERRED_SPLIT == 0 || p.order < 2 || p.flags & pg::ANON == 0 || p.nid as usize != nid {
+                found.push(format!("split queue {nid}: folio {h} (order {}, flags {:#x}) should not be on this queue (I-15)", p.order, p.flags));
+            }
+        }
+    }
     use crate::mm::vmstat::Stat;
+    if queued != flagged || k.stat.get(Stat::SplitQueueLen) != queued {
+        found.push(format!("deferred split: {queued} folios queued, {flagged} flagged, split_queue_len {} (I-15)", k.stat.get(Stat::SplitQueueLen)));
+    }
     if k.stat.get(Stat::NrAnonPages) != anon {
         found.push(format!("nr_anon_pages {} but {anon} anonymous pages are mapped", k.stat.get(Stat::NrAnonPages)));
     }

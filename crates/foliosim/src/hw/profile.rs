@@ -84,6 +84,10 @@ pub struct NodeSpec {
     pub read_bw_gbps: f64,
     /// Bandwidth of clearing a page (clear_page), GB/s.
     pub zero_bw_gbps: f64,
+    /// Fixed cost of one clear_page/clear_huge_page call (the CPU's
+    /// write-streaming warm-up): clearing one 2^k-page folio costs this once
+    /// plus its bytes at zero_bw_gbps.
+    pub zero_call_ns: f64,
     /// Bandwidth of copying a page within/into this node (copy_page, copy_to_user), GB/s.
     pub copy_bw_gbps: f64,
 }
@@ -179,6 +183,8 @@ pub struct CostSpec {
     pub cacheline_cross_socket_ns: f64,
     pub spin_limit_ns: f64,
     pub context_switch_ns: f64,
+    /// list_add/list_del of one folio on the deferred-split queue, held under split_queue_lock.
+    pub split_queue_ns: f64,
 }
 
 /// Profiles shipped with foliosim, embedded at build time.

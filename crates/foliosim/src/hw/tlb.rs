@@ -458,7 +458,6 @@ impl Tlb {
     #[inline]
     /// `fill` right after `lookup` returned Miss for this address: the entry
     /// is in no structure, so no search for an old copy is needed.
-    #[inline]
     pub fn fill_after_miss(&mut self, kind: Access, e: TlbEntry) {
         self.stats.fills += 1;
         match kind {

@@ -49,6 +49,9 @@ pub struct Costs {
     pub context_switch: Ns,
     pub stlb_hit: Ns,
     pub walk: Ns,
+    pub split_queue: Ns,
+    /// Per node: the fixed cost of one clear call (see NodeSpec::zero_call_ns).
+    pub node_zero_call: Vec<Ns>,
     /// Per node: clearing, copying and reading (copy_to_user) 4 KiB.
     pub node_zero_4k: Vec<Ns>,
     pub node_copy_4k: Vec<Ns>,
@@ -103,7 +106,9 @@ impl Costs {
             context_switch: ns(c.context_switch_ns),
             stlb_hit: ns(p.tlb.stlb_hit_ns),
             walk: ns(p.tlb.walk_ns),
-            node_zero_4k: p.nodes.iter().map(|n| ns(Profile::bw_ns(4096, n.zero_bw_gbps))).collect(),
+            split_queue: ns(c.split_queue_ns),
+            node_zero_call: p.nodes.iter().map(|n| ns(n.zero_call_ns)).collect(),
+            node_zero_4k: p.nodes.iter().map(|n| ns(n.zero_call_ns + Profile::bw_ns(4096, n.zero_bw_gbps))).collect(),
             node_copy_4k: p.nodes.iter().map(|n| ns(Profile::bw_ns(4096, n.copy_bw_gbps))).collect(),
             node_read_4k: p.nodes.iter().map(|n| ns(Profile::bw_ns(4096, n.read_bw_gbps) + n.latency_ns)).collect(),
         }

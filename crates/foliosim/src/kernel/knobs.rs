@@ -43,9 +43,99 @@ pub enum Mutant {
     /// Taking a free block for an allocation forgets to clear PG_reported
     /// (free page reporting): the flag stays on the page.
     FprKeepReportedOnAlloc,
+    /// Large anon folios: the order choice ignores the VMA bounds (spec/000 I-5).
+    MthpSkipVmaBound,
+    /// Large anon folios: no pte_none scan and no re-check under the PTL, so
+    /// a fresh folio may overwrite populated PTEs (spec/000 I-7).
+    MthpSkipPteRecheck,
+    /// wp fault: copy even when the page is AnonExclusive (spec/000 I-12).
+    MthpCowExclusive,
+    /// Freeing a large folio forgets to take it off the deferred-split queue (I-15).
+    MthpSkipUnqueue,
 }
 
-pub const MUTANTS: &[&str] = &["none", "skip_shootdown", "leak_mapcount", "buddy_skip_nr_free_dec", "buddy_no_merge", "fpr_keep_reported_on_alloc"];
+pub const MUTANTS: &[&str] = &["none", "skip_shootdown", "leak_mapcount", "buddy_skip_nr_free_dec", "buddy_no_merge", "mthp_skip_vma_bound", "mthp_skip_pte_recheck", "mthp_cow_exclusive", "mthp_skip_unqueue", "fpr_keep_reported_on_alloc"];
+
+/// Policy for large anonymous folios (`anon_folio.mode`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum AnonFolioMode {
+    /// Order 0 only, except PMD THP (the baseline kernel).
+    Off,
+    /// The RFC v2 series as posted (spec/000 §2): orders up to `anon_folio.max_order`.
+    RfcV2,
+    /// Linux 6.8+ multi-size THP (spec/000 §8): per-size sysfs controls.
+    Upstream,
+}
+
+/// A THP sysfs `enabled` value (top level: always/madvise/never; per size also inherit).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum ThpEnabled {
+    Always,
+    Inherit,
+    Madvise,
+    Never,
+}
+
+impl ThpEnabled {
+    pub fn parse(s: &str) -> ThpEnabled {
+        match s {
+            "always" => ThpEnabled::Always,
+            "inherit" => ThpEnabled::Inherit,
+            "madvise" => ThpEnabled::Madvise,
+            _ => ThpEnabled::Never,
+        }
+    }
+}
+
+/// The per-size directories `hugepages-<size>kB` (orders 2..=9 at 4 KiB pages).
+pub const MTHP_SIZE_KEYS: [&str; 8] = [
+    "kernel/mm/transparent_hugepage/hugepages-16kB/enabled",
+    "kernel/mm/transparent_hugepage/hugepages-32kB/enabled",
+    "kernel/mm/transparent_hugepage/hugepages-64kB/enabled",
+    "kernel/mm/transparent_hugepage/hugepages-128kB/enabled",
+    "kernel/mm/transparent_hugepage/hugepages-256kB/enabled",
+    "kernel/mm/transparent_hugepage/hugepages-512kB/enabled",
+    "kernel/mm/transparent_hugepage/hugepages-1024kB/enabled",
+    "kernel/mm/transparent_hugepage/hugepages-2048kB/enabled",
+];
+
+/// The large-anon-folio knobs.
+#[derive(Clone, Debug, Serialize)]
+pub struct AnonFolioKnobs {
+    pub mode: AnonFolioMode,
+    /// RFC v2: ANON_FOLIO_ORDER_MAX.
+    pub max_order: u32,
+    /// RFC v2 per-patch switches (spec/000 §3.2).
+    pub zero_page_large: bool,
+    pub cow_reuse_range: bool,
+    pub cow_copy_large: bool,
+    pub mmap_align_unhinted: bool,
+    pub batch_zap: bool,
+    pub free_listempty_check: bool,
+    /// `kernel/mm/transparent_hugepage/enabled`.
+    pub thp_enabled: ThpEnabled,
+    /// `hugepages-<16 << i>kB/enabled`, i = order - 2.
+    pub per_size: [ThpEnabled; 8],
+}
+
+impl Default for AnonFolioKnobs {
+    fn default() -> Self {
+        let mut per_size = [ThpEnabled::Never; 8];
+        per_size[7] = ThpEnabled::Inherit; // the PMD size inherits (6.8+ default)
+        AnonFolioKnobs {
+            mode: AnonFolioMode::Off,
+            max_order: 4,
+            zero_page_large: true,
+            cow_reuse_range: true,
+            cow_copy_large: true,
+            mmap_align_unhinted: true,
+            batch_zap: true,
+            free_listempty_check: false,
+            thp_enabled: ThpEnabled::Never,
+            per_size,
+        }
+    }
+}
 
 pub fn registry() -> Vec<KnobSpec> {
     use KnobDefault::*;
@@ -54,7 +144,7 @@ pub fn registry() -> Vec<KnobSpec> {
         KnobSpec { key: "vm.watermark_scale_factor", default: Int(10), help: "distance between min/low/high watermarks in 1/10000 of zone memory", values: None, range: Some((1, 3000)) },
         KnobSpec { key: "vm.percpu_pagelist_high_fraction", default: Int(0), help: "per-CPU page list high mark as a fraction of zone memory (0: derived from the low watermark)", values: None, range: Some((0, 1 << 20)) },
         KnobSpec { key: "debug/fault_around_bytes", default: Int(65536), help: "bytes of cached file pages mapped around a read fault (do_fault_around); 4096 disables", values: None, range: Some((4096, 1 << 21)) },
-        KnobSpec { key: "kernel/mm/transparent_hugepage/enabled", default: Str("never"), help: "PMD-size THP for anonymous memory (the core models 4 KiB pages only; large folios arrive with the mTHP mechanism)", values: Some(&["never"]), range: None },
+        KnobSpec { key: "kernel/mm/transparent_hugepage/enabled", default: Str("never"), help: "THP for anonymous memory: the PMD size, and every hugepages-<size>kB set to inherit (modelled as 512 PTEs of one order-9 folio plus a 2 MiB TLB entry)", values: Some(&["always", "madvise", "never"]), range: None },
         KnobSpec { key: "fault_locking", default: Str("mmap_lock"), help: "how page faults synchronise with mmap/munmap: the classic mmap_lock read side", values: Some(&["mmap_lock"]), range: None },
         KnobSpec { key: "page_alloc.shuffle", default: Bool(false), help: "randomise the order of free memory at boot and on large frees (shuffle_pick_tail)", values: None, range: None },
         KnobSpec { key: "page_reporting.enabled", default: Bool(false), help: "a virtio-balloon device with VIRTIO_BALLOON_F_REPORTING registers for free page reporting (mm/page_reporting.c); off = the series applied but the feature not offered", values: None, range: None },
@@ -64,6 +154,22 @@ pub fn registry() -> Vec<KnobSpec> {
         KnobSpec { key: "host.thp", default: Bool(false), help: "the host backs guest memory with 2 MiB transparent huge pages where a whole aligned 2 MiB range is unbacked", values: None, range: None },
         KnobSpec { key: "host.mem_mib", default: Int(0), help: "host memory available to this guest, MiB (0: no limit); beyond it the host reclaims (MADV_FREE'd pages first, then swaps guest pages out)", values: None, range: Some((0, 1 << 34)) },
         KnobSpec { key: "host.prealloc", default: Bool(false), help: "all guest memory is backed at boot (QEMU -mem-prealloc, or the state after the guest touched all of it)", values: None, range: None },
+        KnobSpec { key: "anon_folio.mode", default: Str("off"), help: "large anonymous folios: off (order 0 + PMD THP), rfc-v2 (the 2023 series: orders up to anon_folio.max_order, large zero-page write, range reuse, 64 KiB mmap alignment), upstream (6.8+ multi-size THP, per-size hugepages-<size>kB/enabled)", values: Some(&["off", "rfc-v2", "upstream"]), range: None },
+        KnobSpec { key: "anon_folio.max_order", default: Int(4), help: "rfc-v2: ANON_FOLIO_ORDER_MAX, the largest order of a fresh anonymous folio (4 = 64 KiB)", values: None, range: Some((2, 9)) },
+        KnobSpec { key: "anon_folio.zero_page_large", default: Bool(true), help: "rfc-v2 patch 15: a write to the zero page allocates a large folio", values: None, range: None },
+        KnobSpec { key: "anon_folio.cow_reuse_range", default: Bool(true), help: "rfc-v2 patches 9-10: a write fault reuses the whole contiguous run of a folio that only this mapping references", values: None, range: None },
+        KnobSpec { key: "anon_folio.cow_copy_large", default: Bool(true), help: "rfc-v2 patches 11-14: CoW of a non-exclusive large folio copies the largest aligned maybe-shared block (<= source order) into a large folio", values: None, range: None },
+        KnobSpec { key: "anon_folio.mmap_align_unhinted", default: Bool(true), help: "rfc-v2 patch 16: unhinted mmaps are aligned to 2^max_order pages", values: None, range: None },
+        KnobSpec { key: "anon_folio.batch_zap", default: Bool(true), help: "rfc-v2 patch 17: zap a large anon folio's PTEs in one batch (one rmap removal; a whole unmap does not queue it for deferred split)", values: None, range: None },
+        KnobSpec { key: "anon_folio.free_listempty_check", default: Bool(false), help: "rfc-v2: check the deferred-split list without split_queue_lock when freeing a large folio (Yin's patch; always on upstream)", values: None, range: None },
+        KnobSpec { key: MTHP_SIZE_KEYS[0], default: Str("never"), help: "upstream mTHP: 16 KiB anonymous folios (order 2)", values: Some(&["always", "inherit", "madvise", "never"]), range: None },
+        KnobSpec { key: MTHP_SIZE_KEYS[1], default: Str("never"), help: "upstream mTHP: 32 KiB anonymous folios (order 3)", values: Some(&["always", "inherit", "madvise", "never"]), range: None },
+        KnobSpec { key: MTHP_SIZE_KEYS[2], default: Str("never"), help: "upstream mTHP: 64 KiB anonymous folios (order 4)", values: Some(&["always", "inherit", "madvise", "never"]), range: None },
+        KnobSpec { key: MTHP_SIZE_KEYS[3], default: Str("never"), help: "upstream mTHP: 128 KiB anonymous folios (order 5)", values: Some(&["always", "inherit", "madvise", "never"]), range: None },
+        KnobSpec { key: MTHP_SIZE_KEYS[4], default: Str("never"), help: "upstream mTHP: 256 KiB anonymous folios (order 6)", values: Some(&["always", "inherit", "madvise", "never"]), range: None },
+        KnobSpec { key: MTHP_SIZE_KEYS[5], default: Str("never"), help: "upstream mTHP: 512 KiB anonymous folios (order 7)", values: Some(&["always", "inherit", "madvise", "never"]), range: None },
+        KnobSpec { key: MTHP_SIZE_KEYS[6], default: Str("never"), help: "upstream mTHP: 1 MiB anonymous folios (order 8)", values: Some(&["always", "inherit", "madvise", "never"]), range: None },
+        KnobSpec { key: MTHP_SIZE_KEYS[7], default: Str("inherit"), help: "upstream: PMD-size (2 MiB) THP, mapped as 512 PTEs of one order-9 folio plus a 2 MiB TLB entry", values: Some(&["always", "inherit", "madvise", "never"]), range: None },
         KnobSpec { key: "debug.mutant", default: Str("none"), help: "a deliberately broken mechanism, to show the invariant checker catches it (tests only)", values: Some(MUTANTS), range: None },
     ]
 }
@@ -89,11 +195,12 @@ pub struct Knobs {
     /// host.mem_mib (0: unlimited).
     pub host_mem_mib: u64,
     pub host_prealloc: bool,
+    pub anon_folio: AnonFolioKnobs,
 }
 
 impl Default for Knobs {
     fn default() -> Self {
-        Knobs { min_free_kbytes: None, watermark_scale_factor: 10, percpu_pagelist_high_fraction: 0, fault_around_bytes: 65536, shuffle: false, mutant: Mutant::None, page_reporting: false, page_reporting_order: None, reported_putback_tail: true, host_discard_free: false, host_thp: false, host_mem_mib: 0, host_prealloc: false }
+        Knobs { min_free_kbytes: None, watermark_scale_factor: 10, percpu_pagelist_high_fraction: 0, fault_around_bytes: 65536, shuffle: false, mutant: Mutant::None, page_reporting: false, page_reporting_order: None, reported_putback_tail: true, host_discard_free: false, host_thp: false, host_mem_mib: 0, host_prealloc: false, anon_folio: AnonFolioKnobs::default() }
     }
 }
 
@@ -128,8 +235,31 @@ impl Knobs {
                     "buddy_skip_nr_free_dec" => Mutant::BuddySkipNrFreeDec,
                     "buddy_no_merge" => Mutant::BuddyNoMerge,
                     "fpr_keep_reported_on_alloc" => Mutant::FprKeepReportedOnAlloc,
+                    "mthp_skip_vma_bound" => Mutant::MthpSkipVmaBound,
+                    "mthp_skip_pte_recheck" => Mutant::MthpSkipPteRecheck,
+                    "mthp_cow_exclusive" => Mutant::MthpCowExclusive,
+                    "mthp_skip_unqueue" => Mutant::MthpSkipUnqueue,
                     _ => Mutant::None,
                 }
+            }
+            ("anon_folio.mode", KnobValue::Str(s)) => {
+                self.anon_folio.mode = match s.as_str() {
+                    "rfc-v2" => AnonFolioMode::RfcV2,
+                    "upstream" => AnonFolioMode::Upstream,
+                    _ => AnonFolioMode::Off,
+                }
+            }
+            ("anon_folio.max_order", KnobValue::Int(i)) => self.anon_folio.max_order = *i as u32,
+            ("anon_folio.zero_page_large", KnobValue::Bool(b)) => self.anon_folio.zero_page_large = *b,
+            ("anon_folio.cow_reuse_range", KnobValue::Bool(b)) => self.anon_folio.cow_reuse_range = *b,
+            ("anon_folio.cow_copy_large", KnobValue::Bool(b)) => self.anon_folio.cow_copy_large = *b,
+            ("anon_folio.mmap_align_unhinted", KnobValue::Bool(b)) => self.anon_folio.mmap_align_unhinted = *b,
+            ("anon_folio.batch_zap", KnobValue::Bool(b)) => self.anon_folio.batch_zap = *b,
+            ("anon_folio.free_listempty_check", KnobValue::Bool(b)) => self.anon_folio.free_listempty_check = *b,
+            ("kernel/mm/transparent_hugepage/enabled", KnobValue::Str(s)) => self.anon_folio.thp_enabled = ThpEnabled::parse(s),
+            (k, KnobValue::Str(s)) if MTHP_SIZE_KEYS.contains(&k) => {
+                let i = MTHP_SIZE_KEYS.iter().position(|x| *x == k).unwrap();
+                self.anon_folio.per_size[i] = ThpEnabled::parse(s);
             }
             _ => {}
         }

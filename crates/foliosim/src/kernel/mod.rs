@@ -47,7 +47,11 @@ pub struct Node {
     pub start_pfn: Pfn,
     pub nr_pages: u64,
     pub lruvec: LruVec,
+    /// Clearing one 4 KiB page (one clear call).
     pub zero_4k: Ns,
+    /// The fixed part of one clear call; a 2^k-page folio costs
+    /// zero_call + 2^k * (zero_4k - zero_call).
+    pub zero_call: Ns,
     pub copy_4k: Ns,
     pub read_4k: Ns,
     pub has_cpus: bool,
@@ -81,6 +85,11 @@ pub struct Kernel {
     pub host: Option<crate::virt::Host>,
     /// The registered free-page-reporting device (mm/page_reporting.rs).
     pub prdev: Option<crate::mm::page_reporting::PageReportingDev>,
+    /// Large anonymous folios: the order policy, the deferred-split queues
+    /// (one per node: no memcg) and the per-size stats.
+    pub anon_policy: Box<dyn crate::mm::huge_memory::AnonOrderPolicy>,
+    pub split_queues: Vec<crate::mm::huge_memory::SplitQueue>,
+    pub mthp: crate::mm::huge_memory::MthpStats,
 }
 
 impl Kernel {
@@ -112,6 +121,7 @@ impl Kernel {
                 nr_pages: pages,
                 lruvec: LruVec::default(),
                 zero_4k: c.node_zero_4k[i],
+                zero_call: c.node_zero_call[i],
                 copy_4k: c.node_copy_4k[i],
                 read_4k: c.node_read_4k[i],
                 has_cpus: n.has_cpus,
@@ -142,6 +152,7 @@ impl Kernel {
         let cpus = (0..nr_cpus)
             .map(|i| Cpu { tlb: Tlb::new(&prof.tlb), irq_debt: 0, lru_add: Vec::with_capacity(c.lru_batch), curr: u32::MAX, rq: Default::default(), slice_end: 0, node: cpu_node(i) })
             .collect();
+        let anon_policy = crate::mm::huge_memory::policy(&knobs.anon_folio);
         let mut k = Kernel {
             mem_map: MemMap::new(start),
             c,
@@ -163,8 +174,12 @@ impl Kernel {
             scratch_dead: Vec::new(),
             host: None,
             prdev: None,
+            anon_policy,
+            split_queues: Vec::new(),
+            mthp: Default::default(),
             prof,
         };
+        k.split_queues = (0..k.nodes.len()).map(|_| Default::default()).collect();
         k.pa.init_vmstat(&mut k.stat);
         // The shared zero page: allocated once, never freed, never refcounted by mappings.
         let zp = k.pa.alloc_pages(0, 0, 0, 0, MigrateType::Unmovable, &mut k.stat).ok_or("no memory for the zero page")?;

@@ -180,7 +180,10 @@ impl Kernel {
                     | if pte.write() { flags::WRITE } else { 0 }
                     | if pte.dirty() { flags::DIRTY } else { 0 }
                     | if pte.exec() { flags::EXEC } else { 0 };
-                let e = TlbEntry::new(mm, va, pte.pfn(), size::PTE, f, epoch);
+                // Large entries: PMD THP, contpte, HPA (mm/huge_memory.rs).
+                let sz = if pte.0 & Pte::HUGE != 0 || self.prof.tlb.contpte || self.prof.tlb.coalesce_order != 0 { self.tlb_fill_size(mm, va, pte) } else { size::PTE };
+                let epoch = if sz > 0 { self.mem_map.get(pte.pfn() & !((1u32 << sz) - 1)).alloc_epoch } else { epoch };
+                let e = TlbEntry::new(mm, va, pte.pfn(), sz, f, epoch);
                 if missed {
                     self.cpus[cpu as usize].tlb.fill_after_miss(kind, e);
                 } else {
@@ -307,7 +310,10 @@ impl Kernel {
             }
             addr
         } else {
-            match m.get_unmapped_area(len, 4096) {
+            // thp_get_unmapped_area-style alignment of unhinted maps (the policy's).
+            let align = if addr == 0 { self.anon_policy.mmap_align(len, file == 0) } else { 4096 };
+            let m = &mut self.mms[mm as usize];
+            match m.get_unmapped_area(len, align) {
                 Some(a) => a,
                 None => {
                     let t = m.mmap_lock.up_write(t, cpu, &self.lc);
@@ -445,6 +451,13 @@ impl Kernel {
             v.flags = f;
             v.seq = v.seq.wrapping_add(1);
         }
+        // A PMD-mapped THP only partly covered is split first (split_huge_pmd).
+        if addr % (1 << 21) != 0 {
+            self.split_huge_pmd_at(mm, addr);
+        }
+        if end % (1 << 21) != 0 {
+            self.split_huge_pmd_at(mm, end - 1);
+        }
         // change_protection: removing write (or all) access rewrites PTEs and flushes.
         // The exec bit follows the new protection either way (x86 NX comes
         // from vm_page_prot), or instruction fetches would fault forever.
@@ -554,7 +567,7 @@ impl Kernel {
                 None => break,
             }
             let tbl = self.mms[mm as usize].pt.table_mut(new + off).unwrap();
-            tbl.ptes[pte_index(new + off)] = pte;
+            tbl.ptes[pte_index(new + off)] = pte.without(Pte::HUGE); // moved PTE by PTE: no PMD mapping
             tbl.nr_present += 1;
             t += self.c.pte_set;
         }

@@ -77,8 +77,10 @@ impl Kernel {
                         self.stat.inc(Stat::NrZeroPageMapped);
                     } else {
                         let pfn = pte.pfn();
+                        // One folio reference per PTE, on the head (spec/000 §2.0).
+                        let head = self.mem_map.folio_head(pfn);
+                        self.mem_map.get_mut(head).refcount += 1;
                         let p = self.mem_map.get_mut(pfn);
-                        p.refcount += 1;
                         p.mapcount += 1;
                         if p.flags & pg::ANON != 0 {
                             p.flags &= !pg::ANON_EXCLUSIVE;

@@ -33,20 +33,7 @@ impl Kernel {
         loop {
             if let Some(a) = self.pa.alloc_pages(t, cpu, order, nid, mt, &mut self.stat) {
                 t = a.done;
-                for i in 0..(1u32 << order) {
-                    let p = self.mem_map.get_mut(a.pfn + i);
-                    p.flags = pg::ALLOCATED | if i == 0 { pg::HEAD } else { pg::TAIL };
-                    p.order = order as u8;
-                    p.nid = a.nid as u8;
-                    p.refcount = if i == 0 { 1 } else { 0 };
-                    p.mapcount = 0;
-                    p.mapping = 0;
-                    p.index = 0;
-                    p.private = 0;
-                    p.lru_prev = 0;
-                    p.lru_next = 0;
-                    p.alloc_epoch = p.alloc_epoch.wrapping_add(1);
-                }
+                self.prep_new_folio(a.pfn, order, a.nid);
                 self.check.on_alloc(&self.mem_map, &self.pa, a.pfn, order);
                 // The caller's clearing, copy or fill is the guest's first
                 // write to these frames: a host that dropped their backing
@@ -71,6 +58,25 @@ impl Kernel {
                 // Flush per-CPU lists that might hold what we need.
                 t = self.pa.drain_all_pages(t);
             }
+        }
+    }
+
+    /// prep_new_page: per-page state of a fresh folio (HEAD/TAIL, order on
+    /// every page, the allocation's reference on the head).
+    pub(crate) fn prep_new_folio(&mut self, pfn: Pfn, order: u32, nid: u32) {
+        for i in 0..(1u32 << order) {
+            let p = self.mem_map.get_mut(pfn + i);
+            p.flags = pg::ALLOCATED | if i == 0 { pg::HEAD } else { pg::TAIL };
+            p.order = order as u8;
+            p.nid = nid as u8;
+            p.refcount = if i == 0 { 1 } else { 0 };
+            p.mapcount = 0;
+            p.mapping = 0;
+            p.index = 0;
+            p.private = 0;
+            p.lru_prev = 0;
+            p.lru_next = 0;
+            p.alloc_epoch = p.alloc_epoch.wrapping_add(1);
         }
     }
 
@@ -191,7 +197,7 @@ impl Kernel {
     }
 
     /// Account a new mapping of page `pfn` (rmap add).
-    fn page_add_rmap(&mut self, mm: u32, pfn: Pfn, anon: bool) {
+    pub(crate) fn page_add_rmap(&mut self, mm: u32, pfn: Pfn, anon: bool) {
         let p = self.mem_map.get_mut(pfn);
         p.mapcount += 1;
         let first = p.mapcount == 1;
@@ -231,7 +237,7 @@ impl Kernel {
         }
     }
 
-    fn anon_vma_prepare(&mut self, mm: u32, vma: &Vma) -> u32 {
+    pub(crate) fn anon_vma_prepare(&mut self, mm: u32, vma: &Vma) -> u32 {
         if vma.anon_vma != 0 {
             return vma.anon_vma;
         }
@@ -270,6 +276,11 @@ impl Kernel {
             }
             return (Fault::Done, t);
         }
+        // Large folios (spec/000 path A); Err: order 0 from here.
+        let t = match self.do_anonymous_large(t, cpu, mm, vma, addr, Pte::NONE) {
+            Ok(r) => return r,
+            Err(t) => t,
+        };
         let Some((pfn, t)) = self.alloc_anon_page(t, cpu, mm, vma, addr, true) else {
             return (Fault::Oom, t);
         };
@@ -283,6 +294,9 @@ impl Kernel {
         }
         self.page_add_rmap(mm, pfn, true);
         self.stat.inc(Stat::FaultAnon);
+        self.stat.inc(Stat::FaultAnonPages);
+        self.stat.add(Stat::ZeroedBytes, 4096);
+        self.mthp.path_a[0] += 1;
         let t = self.folio_add_lru(t, cpu, pfn);
         (Fault::Done, t)
     }
@@ -425,8 +439,22 @@ impl Kernel {
 
     /// do_wp_page: a write to a present, read-only PTE.
     fn do_wp_page(&mut self, t: Ns, cpu: u32, mm: u32, vma: &Vma, addr: u64, pte: Pte) -> (Fault, Ns) {
+        let pte = if pte.0 & Pte::HUGE != 0 {
+            // A write to a read-only PMD-mapped THP: split the PMD mapping
+            // and continue at PTE level (do_huge_pmd_wp_page's fallback).
+            self.split_huge_pmd_at(mm, addr);
+            pte.without(Pte::HUGE)
+        } else {
+            pte
+        };
         if pte.special() {
-            // The zero page: copy = allocate a zeroed page (wp_page_copy).
+            // The zero page: copy = allocate a zeroed page (wp_page_copy);
+            // large under the RFC's patch 15 (spec/000 path B).
+            let t = match self.do_anonymous_large(t, cpu, mm, vma, addr, pte) {
+                Ok(r) => return r,
+                Err(t) => t,
+            };
+            self.mthp.path_b[0] += 1;
             let Some((pfn, t)) = self.alloc_anon_page(t, cpu, mm, vma, addr, true) else {
                 return (Fault::Oom, t);
             };
@@ -451,22 +479,41 @@ impl Kernel {
             return (Fault::Done, t);
         }
         if flags & pg::ANON != 0 {
+            let head = self.mem_map.folio_head(old);
+            if self.mem_map.get(head).order > 0 && self.anon_policy.reuse_range() {
+                // RFC patches 9-10: reuse the whole contiguous run (path D).
+                if let Some(r) = self.wp_reuse_range(t, cpu, mm, vma, addr, pte) {
+                    return r;
+                }
+            }
             // wp_can_reuse_anon_folio: exclusive, or the only reference left.
             let p = self.mem_map.get(old);
             let mut t = t;
-            if p.refcount > p.mapcount {
+            if self.mem_map.get(head).refcount > p.mapcount {
                 // A per-CPU LRU batch may hold the extra reference: drain it, as the kernel does.
                 t = self.lru_add_drain_cpu(t, cpu);
             }
             let p = self.mem_map.get(old);
-            if p.flags & pg::ANON_EXCLUSIVE != 0 || (p.mapcount == 1 && p.refcount == 1) {
+            // 6.12 never reuses a non-exclusive page of a large folio
+            // (wp_can_reuse_anon_folio); 6.3 (and the RFC) test the refcount.
+            let large_no_reuse = self.mem_map.get(head).order > 0 && !self.anon_policy.reuse_large_by_refcount();
+            let only_ref = !large_no_reuse && p.mapcount == 1 && self.mem_map.get(head).refcount == 1;
+            let exclusive = p.flags & pg::ANON_EXCLUSIVE != 0 && self.knobs.mutant != Mutant::MthpCowExclusive;
+            if exclusive || only_ref {
                 self.mem_map.get_mut(old).flags |= pg::ANON_EXCLUSIVE;
                 let new = pte.with(Pte::WRITE | Pte::DIRTY | Pte::YOUNG);
                 let (ok, t) = self.set_pte_locked(t, cpu, mm, addr, pte, new, self.c.pte_set);
                 if ok {
                     self.stat.inc(Stat::Pgreuse);
+                    self.mthp.path_d_pages[0] += 1;
                 }
                 return (Fault::Done, t);
+            }
+            // Path C (RFC patches 11-14): a large copy where the block allows.
+            if self.mem_map.get(head).order >= 2 && self.anon_policy.cow_copy_large() {
+                if let Some(r) = self.wp_page_copy_large(t, cpu, mm, vma, addr, pte) {
+                    return r;
+                }
             }
             let Some((pfn, t)) = self.alloc_anon_page(t, cpu, mm, vma, addr, false) else {
                 return (Fault::Oom, t);
@@ -489,6 +536,17 @@ impl Kernel {
     #[allow(clippy::too_many_arguments)]
     fn wp_replace(&mut self, t: Ns, cpu: u32, mm: u32, vma: &Vma, addr: u64, old_pte: Pte, pfn: Pfn, old: Option<Pfn>) -> (Fault, Ns) {
         let pte = Pte::new(pfn, Pte::WRITE | Pte::DIRTY | Pte::YOUNG | exec_bit(vma));
+        if let Some(o) = old {
+            // spec/000 I-12: never CoW-replace a page still marked exclusive.
+            let f = self.mem_map.get(o).flags;
+            if self.check.enabled && f & pg::ANON != 0 && f & pg::ANON_EXCLUSIVE != 0 {
+                self.check.report(format!("mm {mm} va {addr:#x}: CoW copy replaces page {o}, which is still AnonExclusive (I-12)"));
+            }
+        }
+        if old_pte.0 & Pte::HUGE != 0 {
+            self.split_huge_pmd_at(mm, addr);
+        }
+        let old_pte = self.mms[mm as usize].pt.pte(addr);
         let (ok, t) = self.set_pte_locked(t, cpu, mm, addr, old_pte, pte, self.c.pte_set + 2 * self.c.rmap);
         if !ok {
             let t = self.release_folios(t, cpu, &[pfn]);
@@ -502,8 +560,9 @@ impl Kernel {
         let mut t = self.folio_add_lru(t, cpu, pfn);
         match old {
             Some(o) => {
-                self.page_remove_rmap(mm, o);
-                t = self.release_folios(t, cpu, &[o]);
+                t = self.folio_remove_rmap_ptes(t, cpu, mm, o, 1, true);
+                let head = self.mem_map.folio_head(o);
+                t = self.release_folios(t, cpu, &[head]);
             }
             None => self.stat.add(Stat::NrZeroPageMapped, -1),
         }
@@ -540,20 +599,67 @@ impl Kernel {
                 a += 4096;
             }
             tbl.nr_present -= cleared.len() as u16;
-            let hold = (self.c.pte_clear + self.c.rmap) * cleared.len() as Ns;
-            t = tbl.ptl.lock_for(t, cpu, hold, &lc);
-            for &(a, pte) in &cleared {
-                tlb.add_range(a);
+            // Batch zap (spec/000 §2.11): consecutive PTEs mapping
+            // consecutive pages of one large anon folio are one rmap call.
+            let batch = self.anon_policy.batch_zap();
+            let mut runs = 0u64;
+            let mut prev: Option<(Pfn, Pfn)> = None; // (head, last pfn)
+            for &(_, pte) in &cleared {
                 if pte.special() {
-                    self.stat.add(Stat::NrZeroPageMapped, -1);
+                    prev = None;
+                    runs += 1;
                     continue;
                 }
                 let pfn = pte.pfn();
+                let head = self.mem_map.folio_head(pfn);
+                let cont = batch && matches!(prev, Some((h, l)) if h == head && l + 1 == pfn);
+                if !cont {
+                    runs += 1;
+                }
+                prev = Some((head, pfn));
+            }
+            let hold = self.c.pte_clear * cleared.len() as Ns + self.c.rmap * runs;
+            t = tbl.ptl.lock_for(t, cpu, hold, &lc);
+            let mut i = 0;
+            while i < cleared.len() {
+                let (a, pte) = cleared[i];
+                tlb.add_range(a);
+                if pte.special() {
+                    self.stat.add(Stat::NrZeroPageMapped, -1);
+                    i += 1;
+                    continue;
+                }
+                let pfn = pte.pfn();
+                let head = self.mem_map.folio_head(pfn);
+                let mut n = 1;
+                if self.mem_map.get(head).order > 0 {
+                    let fend = head + (1 << self.mem_map.get(head).order);
+                    while i + n < cleared.len() {
+                        let (a2, p2) = cleared[i + n];
+                        if !p2.present() || p2.special() || p2.pfn() != pfn + n as Pfn || a2 != a + 4096 * n as u64 || p2.pfn() >= fend {
+                            break;
+                        }
+                        tlb.add_range(a2);
+                        n += 1;
+                    }
+                }
+                if pte.0 & Pte::HUGE != 0 && n < 512 {
+                    self.split_huge_pmd_at(mm, a);
+                }
                 if pte.dirty() && self.mem_map.get(pfn).flags & pg::ANON == 0 {
                     self.folio_mark_dirty(pfn);
                 }
-                self.page_remove_rmap(mm, pfn);
-                tlb.pages.push(pfn);
+                if batch {
+                    t = self.folio_remove_rmap_ptes(t, cpu, mm, pfn, n as u32, true);
+                } else {
+                    for j in 0..n as Pfn {
+                        t = self.folio_remove_rmap_ptes(t, cpu, mm, pfn + j, 1, false);
+                    }
+                }
+                for _ in 0..n {
+                    tlb.pages.push(head); // one reference per PTE
+                }
+                i += n;
             }
             tlb.scratch = cleared;
             va = stop;

@@ -2,6 +2,7 @@
 
 pub mod filemap;
 pub mod fork;
+pub mod huge_memory;
 pub mod mem_map;
 pub mod memory;
 pub mod mmap;

@@ -30,6 +30,9 @@ impl Pte {
     /// arm64 contiguous hint.
     pub const CONT: u64 = 1 << 6;
     pub const EXEC: u64 = 1 << 7;
+    /// One of the 512 PTEs standing for a PMD mapping of an order-9 folio
+    /// (foliosim models a PMD entry as its 512 PTEs; the TLB caches 2 MiB).
+    pub const HUGE: u64 = 1 << 8;
     const PFN_SHIFT: u32 = 12;
 
     #[inline]

@@ -246,6 +246,8 @@ impl Kernel {
     /// Return a folio whose last reference is gone to the page allocator.
     pub fn free_folio(&mut self, t: Ns, cpu: u32, pfn: Pfn) -> Ns {
         let order = self.mem_map.get(pfn).order as u32;
+        // Large folios leave the deferred-split queue first (free_transhuge_page).
+        let t = if order >= 2 { self.free_large_folio(t, cpu, pfn) } else { t };
         for i in 0..(1u32 << order) {
             let p = self.mem_map.get_mut(pfn + i);
             if p.mapcount != 0 {

@@ -16,7 +16,10 @@ impl Kernel {
     /// try_to_free_pages: reclaim up to `want` base pages. Returns (freed, time).
     pub fn try_to_free_pages(&mut self, t: Ns, cpu: u32, want: u64) -> (u64, Ns) {
         let mut t = self.lru_add_drain_cpu(t, cpu);
-        let mut freed = 0;
+        // shrink_slab's deferred-split shrinker: unmapped pages of partly
+        // mapped large folios (SHRINK_BATCH = 128 folios).
+        let (mut freed, t1) = self.deferred_split_scan(t, cpu, 128);
+        t = t1;
         for nid in 0..self.nodes.len() {
             for _ in 0..64 {
                 if freed >= want {

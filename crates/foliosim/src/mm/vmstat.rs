@@ -34,6 +34,8 @@ stats! {
     HostLazyfree = "foliosim_host_lazyfree_pages" : "backed guest pages the host holds as MADV_FREE (LazyFree)",
     HostSwap = "foliosim_host_swap_pages" : "guest pages the host has swapped out",
     HostMemFree = "foliosim_host_memfree_pages" : "host.mem_mib minus the guest's host RSS (0 without a limit)",
+    NrAnonLarge = "foliosim_nr_anon_large_pages" : "pages in large (order >= 2) anonymous folios that are allocated",
+    SplitQueueLen = "foliosim_split_queue_len" : "folios on the deferred-split queues (split_queue_len summed over nodes)",
     // events
     Pgfault = "pgfault" : "page faults of any kind",
     Pgmajfault = "pgmajfault" : "faults that needed I/O",
@@ -96,6 +98,20 @@ stats! {
     HostLazyfreeReclaimed = "foliosim_host_lazyfree_reclaimed" : "MADV_FREE'd pages the host dropped under its memory limit",
     HostPswpout = "foliosim_host_pswpout" : "guest pages swapped out by the host under its memory limit",
     HostPswpin = "foliosim_host_pswpin" : "guest pages swapped back in by the host (refaults)",
+    // large anonymous folios (spec/000)
+    ThpFaultAlloc = "thp_fault_alloc" : "PMD-size THPs allocated on a fault",
+    ThpFaultFallback = "thp_fault_fallback" : "PMD-size THP faults that fell back to smaller pages",
+    ThpDeferredSplitPage = "thp_deferred_split_page" : "large folios queued for deferred split",
+    ThpSplitPage = "thp_split_page" : "large folios split to order 0 (by the deferred-split shrinker)",
+    ThpSplitPageFailed = "thp_split_page_failed" : "large folios the shrinker could not split (extra references)",
+    MthpFaultAlloc = "foliosim_mthp_fault_alloc" : "large (order 2..8) anonymous folios allocated on a fault, all sizes",
+    MthpFaultFallback = "foliosim_mthp_fault_fallback" : "large anonymous folio allocations that failed and fell back to a lower order",
+    MthpRaceRetry = "foliosim_mthp_race_retry" : "large folios freed because a PTE of the block was filled before the PTL was taken",
+    FaultAnonPages = "foliosim_fault_anon_pages" : "pages mapped by do_anonymous_page and zero-page write faults (pages per fault = this / faults)",
+    ZeroedBytes = "foliosim_zeroed_bytes" : "bytes cleared for new anonymous folios",
+    TlbFillContpte = "foliosim_tlb_fill_contpte" : "TLB fills of a 64 KiB contpte entry",
+    TlbFillHpa = "foliosim_tlb_fill_hpa" : "TLB fills of an HPA-coalesced order-2 entry",
+    TlbFillPmd = "foliosim_tlb_fill_pmd" : "TLB fills of a 2 MiB entry",
 }
 
 pub const FIRST_EVENT: usize = Stat::Pgfault as usize;

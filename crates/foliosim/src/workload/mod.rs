@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 
 pub mod common;
 pub mod file_reader;
+pub mod kbuild;
 pub mod memhog;
 pub mod memhog_then;
 pub mod params;
@@ -186,6 +187,7 @@ fn registered() -> Vec<WorkloadInfo> {
     v.push(file_reader::info());
     v.push(sparse_touch::info());
     v.push(trace::info());
+    v.push(kbuild::info());
     v
 }
 
