@@ -308,6 +308,19 @@ fn step(k: &mut Kernel, wl: &mut dyn Workload, tid: u32, q: &mut Queue) {
         k.kthread_step(tid);
         return;
     }
+    if k.tasks[tid as usize].fault_cont.is_some() {
+        // Step 2 of a speculative fault; then the access re-executes.
+        use crate::mm::memory::Fault;
+        match k.spf_fault_finish(tid) {
+            Fault::Done | Fault::Pending => {}
+            f @ (Fault::Segv | Fault::Oom) => {
+                let e = if f == Fault::Oom { crate::workload::errno::ENOMEM } else { crate::workload::errno::EFAULT };
+                k.tasks[tid as usize].pending = None;
+                k.tasks[tid as usize].last = Ret::Err(e);
+                return;
+            }
+        }
+    }
     let op = match k.tasks[tid as usize].pending.take() {
         Some(op) => op,
         None => {

@@ -40,9 +40,22 @@ pub enum Mutant {
     BuddySkipNrFreeDec,
     /// The buddy allocator never merges a freed block with its buddy.
     BuddyNoMerge,
+    /// The speculative fault skips the final vm_sequence check under the PTL.
+    SpfSkipSeqCheck,
 }
 
-pub const MUTANTS: &[&str] = &["none", "skip_shootdown", "leak_mapcount", "buddy_skip_nr_free_dec", "buddy_no_merge"];
+/// How page faults synchronise with writers of the VMA tree (`fault_locking`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum FaultLocking {
+    /// Every fault takes mmap_lock for read.
+    MmapLock,
+    /// Linux 6.4+ per-VMA locks (lock_vma_under_rcu), mmap_lock on failure.
+    PerVma,
+    /// The speculative page fault series (SPF v12), mmap_lock on abort.
+    Spf,
+}
+
+pub const MUTANTS: &[&str] = &["none", "skip_shootdown", "leak_mapcount", "buddy_skip_nr_free_dec", "buddy_no_merge", "spf_skip_seq_check"];
 
 pub fn registry() -> Vec<KnobSpec> {
     use KnobDefault::*;
@@ -52,7 +65,7 @@ pub fn registry() -> Vec<KnobSpec> {
         KnobSpec { key: "vm.percpu_pagelist_high_fraction", default: Int(0), help: "per-CPU page list high mark as a fraction of zone memory (0: derived from the low watermark)", values: None, range: Some((0, 1 << 20)) },
         KnobSpec { key: "debug/fault_around_bytes", default: Int(65536), help: "bytes of cached file pages mapped around a read fault (do_fault_around); 4096 disables", values: None, range: Some((4096, 1 << 21)) },
         KnobSpec { key: "kernel/mm/transparent_hugepage/enabled", default: Str("never"), help: "PMD-size THP for anonymous memory (the core models 4 KiB pages only; large folios arrive with the mTHP mechanism)", values: Some(&["never"]), range: None },
-        KnobSpec { key: "fault_locking", default: Str("mmap_lock"), help: "how page faults synchronise with mmap/munmap: the classic mmap_lock read side", values: Some(&["mmap_lock"]), range: None },
+        KnobSpec { key: "fault_locking", default: Str("mmap_lock"), help: "how page faults synchronise with mmap/munmap: mmap_lock (every fault takes mmap_lock for read), per_vma (6.4+ lock_vma_under_rcu, fallback to mmap_lock), spf (speculative page faults v12: RCU lookup, vm_sequence snapshot validated under the PTL, retry through mmap_lock)", values: Some(&["mmap_lock", "per_vma", "spf"]), range: None },
         KnobSpec { key: "page_alloc.shuffle", default: Bool(false), help: "randomise the order of free memory at boot and on large frees (shuffle_pick_tail)", values: None, range: None },
         KnobSpec { key: "debug.mutant", default: Str("none"), help: "a deliberately broken mechanism, to show the invariant checker catches it (tests only)", values: Some(MUTANTS), range: None },
     ]
@@ -67,11 +80,12 @@ pub struct Knobs {
     pub fault_around_bytes: u64,
     pub shuffle: bool,
     pub mutant: Mutant,
+    pub fault_locking: FaultLocking,
 }
 
 impl Default for Knobs {
     fn default() -> Self {
-        Knobs { min_free_kbytes: None, watermark_scale_factor: 10, percpu_pagelist_high_fraction: 0, fault_around_bytes: 65536, shuffle: false, mutant: Mutant::None }
+        Knobs { min_free_kbytes: None, watermark_scale_factor: 10, percpu_pagelist_high_fraction: 0, fault_around_bytes: 65536, shuffle: false, mutant: Mutant::None, fault_locking: FaultLocking::MmapLock }
     }
 }
 
@@ -92,12 +106,20 @@ impl Knobs {
             ("vm.percpu_pagelist_high_fraction", KnobValue::Int(i)) => self.percpu_pagelist_high_fraction = *i as u64,
             ("debug/fault_around_bytes", KnobValue::Int(i)) => self.fault_around_bytes = *i as u64,
             ("page_alloc.shuffle", KnobValue::Bool(b)) => self.shuffle = *b,
+            ("fault_locking", KnobValue::Str(s)) => {
+                self.fault_locking = match s.as_str() {
+                    "per_vma" => FaultLocking::PerVma,
+                    "spf" => FaultLocking::Spf,
+                    _ => FaultLocking::MmapLock,
+                }
+            }
             ("debug.mutant", KnobValue::Str(s)) => {
                 self.mutant = match s.as_str() {
                     "skip_shootdown" => Mutant::SkipShootdown,
                     "leak_mapcount" => Mutant::LeakMapcount,
                     "buddy_skip_nr_free_dec" => Mutant::BuddySkipNrFreeDec,
                     "buddy_no_merge" => Mutant::BuddyNoMerge,
+                    "spf_skip_seq_check" => Mutant::SpfSkipSeqCheck,
                     _ => Mutant::None,
                 }
             }

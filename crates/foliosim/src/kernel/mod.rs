@@ -70,6 +70,9 @@ pub struct Kernel {
     pub check: Checker,
     pub zero_pfn: Pfn,
     pub next_anon_vma: u32,
+    /// A fault being taken on the kernel's behalf (MAP_POPULATE), not from
+    /// a user-mode trap: the fast fault-locking paths are not tried.
+    pub fault_kernel_mode: bool,
     /// Kernel-thread bodies, indexed by `Task::kthread`.
     pub kthreads: Vec<Option<Box<dyn kthread::Kthread>>>,
     /// Tasks made runnable by the kernel during a step, for the driver's run queue.
@@ -152,6 +155,7 @@ impl Kernel {
             check: Checker::new(check),
             zero_pfn: 0,
             next_anon_vma: 1,
+            fault_kernel_mode: false,
             kthreads: Vec::new(),
             wakeups: Vec::new(),
             scratch_dead: Vec::new(),

@@ -37,6 +37,7 @@ impl Kernel {
             for v in &vmas {
                 let mut v = v.clone();
                 v.seq = 0;
+                v.vm_lock = Default::default();
                 c.vmas.insert(v.start, v);
             }
         }

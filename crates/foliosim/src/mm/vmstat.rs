@@ -71,6 +71,32 @@ stats! {
     FileWrite = "foliosim_file_write" : "write() calls",
     Fork = "foliosim_fork" : "fork calls",
     Exit = "foliosim_exit" : "task exits",
+    // per-VMA locks (CONFIG_PER_VMA_LOCK_STATS names)
+    VmaLockSuccess = "vma_lock_success" : "faults handled under a per-VMA read lock (incl. access errors)",
+    VmaLockAbort = "vma_lock_abort" : "lock_vma_under_rcu failures: no VMA, VMA write-locked in the current mmap write cycle, or bounds",
+    VmaLockRetry = "vma_lock_retry" : "faults that returned RETRY under the VMA lock and were redone under mmap_lock",
+    VmaLockMiss = "vma_lock_miss" : "lock_vma_under_rcu found a detached VMA and walked again",
+    // speculative page faults (SPF v12; Linux names where the series had them)
+    SpeculativePgfault = "speculative_pgfault" : "faults completed speculatively (vmstat of the series)",
+    PerfSpf = "foliosim_perf_spf" : "perf software event spf: speculative faults whose result was final (success or signal)",
+    SpfAttempt = "foliosim_spf_attempt" : "speculative fault attempts (the gate passed)",
+    SpfVmaChanged = "spf_vma_changed" : "tracepoint pagefault:spf_vma_changed (seq odd or moved, bounds)",
+    SpfVmaNotsup = "spf_vma_notsup" : "tracepoint pagefault:spf_vma_notsup (file/stack VMA, no anon_vma, missing page table)",
+    SpfVmaAccess = "spf_vma_access" : "tracepoint pagefault:spf_vma_access (access not permitted: SIGSEGV)",
+    SpfNotAttemptedSingleThread = "foliosim_spf_not_attempted_single_thread" : "faults of single-threaded mms (mm_users == 1): SPF not tried",
+    SpfNotAttemptedKernelMode = "foliosim_spf_not_attempted_kernel_mode" : "faults not from user mode (populate): SPF not tried",
+    SpfAbortNoVma = "foliosim_spf_abort_no_vma" : "find_vma_rcu found no VMA",
+    SpfAbortSeqOdd = "foliosim_spf_abort_seq_odd" : "vm_sequence odd at the snapshot (a writer section open)",
+    SpfAbortVmOpsFault = "foliosim_spf_abort_vm_ops_fault" : "VMA has vm_ops->fault (file, shmem)",
+    SpfAbortNoAnonVma = "foliosim_spf_abort_no_anon_vma" : "anonymous VMA without anon_vma (first fault)",
+    SpfAbortStack = "foliosim_spf_abort_stack" : "VM_GROWSDOWN/UP VMA",
+    SpfAbortPtPud = "foliosim_spf_abort_pt_pud" : "page walk: PUD table missing",
+    SpfAbortPtPmdNone = "foliosim_spf_abort_pt_pmd_none" : "page walk: PMD none (no PTE table)",
+    SpfAbortPtlChangedBeforeLock = "foliosim_spf_abort_ptl_changed_before_lock" : "pte_map_lock: VMA changed before the PTL was taken",
+    SpfAbortPtlChangedAfterLock = "foliosim_spf_abort_ptl_changed_after_lock" : "pte_map_lock: VMA changed while the PTL was taken",
+    SpfSigsegvPerm = "foliosim_spf_sigsegv_perm" : "speculative faults ending in SIGSEGV (no permission)",
+    SpfWastedNs = "foliosim_spf_wasted_ns" : "simulated ns spent in aborted speculative attempts",
+    SpfWastedPages = "foliosim_spf_wasted_pages" : "pages allocated and freed by aborted speculative attempts",
 }
 
 pub const FIRST_EVENT: usize = Stat::Pgfault as usize;

@@ -239,6 +239,18 @@ impl RwSem {
         start
     }
 
+    /// down_read_trylock at `now`: one RMW on the count (a failed cmpxchg
+    /// costs the same); fails if a writer holds or waits. Returns when held.
+    #[inline]
+    pub fn down_read_trylock(&mut self, now: Ns, cpu: u32, lc: &LineCost) -> Option<Ns> {
+        let t = self.line.rmw(now, cpu, lc);
+        if self.writer_until > t {
+            return None;
+        }
+        self.read_acquisitions += 1;
+        Some(t)
+    }
+
     /// up_read at `t`; returns when the release RMW completed.
     #[inline]
     pub fn up_read(&mut self, t: Ns, cpu: u32, lc: &LineCost) -> Ns {

@@ -1,0 +1,247 @@
+//! Speculative page faults (the SPF v12 series, Dufour 2019; spec §2.5–2.7):
+//! handle an anonymous fault without mmap_lock, from a snapshot of the VMA
+//! validated under the PTL, and redo it under mmap_lock when validation fails.
+//!
+//! Two steps, so that other CPUs act in between (spec §2.14 (e)–(g)):
+//! 1. `spf_fault_begin`: find_vma_rcu and the VMA reference, the vm_sequence
+//!    snapshot (S2), the VMA-kind checks (S3–S10), the IRQ-off walk (S12;
+//!    page tables must exist), and for a write fault on a none PTE the page
+//!    allocation and zeroing. The step ends (`Task::fault_cont`).
+//! 2. `spf_fault_finish`: pte_map_lock — vma_has_changed (the VMA detached,
+//!    its vm_sequence moved, or a writer section open), PTL — then install;
+//!    on failure, free what was allocated (wasted work) and run the classic
+//!    fault under mmap_lock.
+//!
+//! Writers (kernel/syscalls.rs) open a VMA's section with
+//! `vma_start_write_range` under mmap_lock for write; the section lasts
+//! until the cycle's unlock or downgrade (`Mm::vma_write_locked_at`).
+
+use super::memory::{exec_bit, Fault};
+use super::mmap::{vm, Vma};
+use super::mmap_lock::FastFault;
+use super::pgtable::Pte;
+use super::vmstat::Stat;
+use super::Pfn;
+use crate::kernel::knobs::Mutant;
+use crate::kernel::Kernel;
+use crate::sim::Ns;
+use crate::workload::Access;
+
+/// A speculative fault between its two steps (the parts of struct vm_fault
+/// the series adds: the sequence snapshot, the flags snapshot, orig_pte).
+#[derive(Clone, Debug)]
+pub struct SpfPending {
+    pub addr: u64,
+    pub kind: Access,
+    /// The VMA as snapshotted (its `seq` is vmf->sequence).
+    pub vma: Vma,
+    pub orig_pte: Pte,
+    /// The page allocated and zeroed for a write to a none PTE.
+    pub page: Option<Pfn>,
+    /// When the attempt began (for wasted-time accounting) and the trap entry.
+    pub t_begin: Ns,
+    pub t_trap: Ns,
+}
+
+impl Kernel {
+    /// Step 1 of a speculative fault (the gate, S1–S13, allocation).
+    pub(crate) fn spf_fault_begin(&mut self, tid: u32, t: Ns, cpu: u32, mm: u32, addr: u64, kind: Access) -> FastFault {
+        // G2: not a user-mode fault, or a single-threaded mm.
+        if self.fault_kernel_mode {
+            self.stat.inc(Stat::SpfNotAttemptedKernelMode);
+            return FastFault::Fallback(t);
+        }
+        if self.mms[mm as usize].users <= 1 {
+            self.stat.inc(Stat::SpfNotAttemptedSingleThread);
+            return FastFault::Fallback(t);
+        }
+        self.stat.inc(Stat::SpfAttempt);
+        let lc = self.lc;
+        let t_begin = t;
+        // S1: find_vma_rcu (tree walk under RCU; mm_seq read on the tree line).
+        let t = t + self.c.vma_lookup;
+        let m = &mut self.mms[mm as usize];
+        let Some(key) = m.vma_lookup(addr).map(|v| v.start) else {
+            self.stat.inc(Stat::SpfAbortNoVma);
+            return self.spf_abort(t_begin, t, None);
+        };
+        // The reference (vm_ref_count) is an RMW on the VMA's first line.
+        let t = m.vmas.get_mut(&key).unwrap().vm_lock.ref_line.rmw(t, cpu, &lc);
+        let vma = m.vmas[&key].clone();
+        // S2: the count is odd while a writer section is open.
+        if m.vma_write_locked_at(&vma, t) {
+            self.stat.inc(Stat::SpfAbortSeqOdd);
+            self.stat.inc(Stat::SpfVmaChanged);
+            return self.spf_abort_put(t_begin, t, cpu, mm, key, None);
+        }
+        // S3: vm_ops->fault (every file-backed VMA, shmem).
+        if !vma.is_anon() {
+            self.stat.inc(Stat::SpfAbortVmOpsFault);
+            self.stat.inc(Stat::SpfVmaNotsup);
+            return self.spf_abort_put(t_begin, t, cpu, mm, key, None);
+        }
+        // S4: first fault of a fresh anonymous VMA.
+        if vma.anon_vma == 0 {
+            self.stat.inc(Stat::SpfAbortNoAnonVma);
+            self.stat.inc(Stat::SpfVmaNotsup);
+            return self.spf_abort_put(t_begin, t, cpu, mm, key, None);
+        }
+        // S7: stacks.
+        if vma.flags & vm::GROWSDOWN != 0 {
+            self.stat.inc(Stat::SpfAbortStack);
+            self.stat.inc(Stat::SpfVmaNotsup);
+            return self.spf_abort_put(t_begin, t, cpu, mm, key, None);
+        }
+        // S10: no permission: SIGSEGV, final (x86/arm64).
+        if !super::memory::access_permitted(&vma, kind) {
+            self.stat.inc(Stat::SpfVmaAccess);
+            self.stat.inc(Stat::SpfSigsegvPerm);
+            self.stat.inc(Stat::PerfSpf);
+            let t = self.mms[mm as usize].vmas.get_mut(&key).unwrap().vm_lock.ref_line.rmw(t, cpu, &lc);
+            return FastFault::Done(Fault::Segv, t);
+        }
+        // S12: the IRQ-off walk; SPF never allocates page tables (§2.8).
+        let t = t + self.c.walk;
+        let (pud, pmd, pte) = self.mms[mm as usize].pt.missing(addr);
+        if pud || pmd || pte {
+            self.stat.inc(if pud || pmd { Stat::SpfAbortPtPud } else { Stat::SpfAbortPtPmdNone });
+            self.stat.inc(Stat::SpfVmaNotsup);
+            return self.spf_abort_put(t_begin, t, cpu, mm, key, None);
+        }
+        let orig_pte = self.mms[mm as usize].pt.pte(addr);
+        // S13: nothing can move within this step; the re-check is a read.
+        // D2 write fault: allocate and zero the page before pte_map_lock
+        // (preemption point (f): the long part of the window).
+        let mut t = t + self.c.fault_base;
+        let mut page = None;
+        if orig_pte.is_none() && kind == Access::Store {
+            match self.alloc_anon_page(t, cpu, mm, &vma, addr & !4095, true) {
+                Some((pfn, t1)) => {
+                    page = Some(pfn);
+                    t = t1;
+                }
+                None => return self.spf_abort_put(t_begin, t, cpu, mm, key, None),
+            }
+        }
+        let t_trap = self.tasks[tid as usize].clock;
+        self.tasks[tid as usize].fault_cont = Some(SpfPending { addr: addr & !4095, kind, vma, orig_pte, page, t_begin, t_trap });
+        FastFault::Pending(t)
+    }
+
+    /// Step 2 of a pending speculative fault of task `tid`, at its clock:
+    /// pte_map_lock's validation, then install or abort and redo classically.
+    /// Returns the fault's outcome.
+    pub fn spf_fault_finish(&mut self, tid: u32) -> Fault {
+        let Some(p) = self.tasks[tid as usize].fault_cont.take() else { return Fault::Done };
+        let (mm, cpu, t0) = {
+            let tk = &self.tasks[tid as usize];
+            (tk.mm, tk.cpu, tk.clock)
+        };
+        let lc = self.lc;
+        let key = p.vma.start;
+        // vma_has_changed: the VMA instance is gone from the tree (detached,
+        // or replaced: values of vm_sequence name instances), its count
+        // moved, or a writer's section is open at this time.
+        let m = &self.mms[mm as usize];
+        let changed = match m.vmas.get(&key) {
+            None => true,
+            Some(v) => v.seq != p.vma.seq || m.vma_write_locked_at(v, t0),
+        };
+        let skip = self.knobs.mutant == Mutant::SpfSkipSeqCheck;
+        if changed && !skip {
+            self.stat.inc(Stat::SpfAbortPtlChangedBeforeLock);
+            self.stat.inc(Stat::SpfVmaChanged);
+            let t = self.spf_put_ref(t0, cpu, mm, key);
+            let t = self.spf_free_wasted(t, cpu, &p, p.page);
+            return self.spf_fallback(tid, &p, t);
+        }
+        // The page tables the walk saw must still be there: with the check
+        // skipped, a munmap may have freed them (a use after free).
+        if self.mms[mm as usize].pt.table(p.addr).is_none() {
+            self.check.report(format!("mm {mm} va {:#x}: speculative fault dereferenced a freed page table (I4)", p.addr));
+            let t = self.spf_put_ref(t0, cpu, mm, key);
+            let t = self.spf_free_wasted(t, cpu, &p, p.page);
+            return self.spf_fallback(tid, &p, t);
+        }
+        if self.check.enabled && !self.mms[mm as usize].vmas.contains_key(&key) {
+            self.check.report(format!("mm {mm} va {:#x}: speculative fault used VMA [{:#x},{:#x}) after it was detached (I3)", p.addr, key, p.vma.end));
+        }
+        let addr = p.addr;
+        let (res, t) = match p.page {
+            Some(pfn) => {
+                // D2 write: install the prepared page if the PTE is still none.
+                self.check_fault_install(mm, addr, &p.vma);
+                let pte = Pte::new(pfn, Pte::WRITE | Pte::DIRTY | Pte::YOUNG | exec_bit(&p.vma));
+                let hold = self.c.pte_set + self.c.rmap;
+                let (ok, t) = self.set_pte_locked(t0, cpu, mm, addr, Pte::NONE, pte, hold);
+                if ok {
+                    self.page_add_rmap(mm, pfn, true);
+                    self.stat.inc(Stat::FaultAnon);
+                    (Fault::Done, self.folio_add_lru(t, cpu, pfn))
+                } else {
+                    // Another fault won: not an abort, the page goes back.
+                    (Fault::Done, self.release_folios(t, cpu, &[pfn]))
+                }
+            }
+            None => {
+                // Zero-page reads and present PTEs (write-protect, CoW,
+                // young/dirty update): run the PTE-level fault on the
+                // validated snapshot; it takes the PTL and compares the PTE.
+                self.check_fault_install(mm, addr, &p.vma);
+                self.handle_pte_fault(t0, cpu, mm, &p.vma, addr, p.kind)
+            }
+        };
+        let t = self.spf_put_ref(t, cpu, mm, key);
+        let _ = lc;
+        self.stat.inc(Stat::SpeculativePgfault);
+        self.stat.inc(Stat::PerfSpf);
+        self.fault_return(tid, t0, t, res);
+        res
+    }
+
+    /// Drop the VMA reference (an RMW on its line; the VMA may be gone:
+    /// the RCU-deferred free keeps the line valid, charged the same).
+    fn spf_put_ref(&mut self, t: Ns, cpu: u32, mm: u32, key: u64) -> Ns {
+        let lc = self.lc;
+        match self.mms[mm as usize].vmas.get_mut(&key) {
+            Some(v) => v.vm_lock.ref_line.rmw(t, cpu, &lc),
+            None => t + lc.same_socket,
+        }
+    }
+
+    fn spf_free_wasted(&mut self, t: Ns, cpu: u32, p: &SpfPending, page: Option<Pfn>) -> Ns {
+        let t = match page {
+            Some(pfn) => {
+                // Undo alloc_anon_page: the page was never mapped.
+                self.stat.inc(Stat::SpfWastedPages);
+                self.release_folios(t, cpu, &[pfn])
+            }
+            None => t,
+        };
+        self.stat.add(Stat::SpfWastedNs, (t - p.t_begin) as i64);
+        t
+    }
+
+    /// The classic fault after an abort in step 2, then the return to user.
+    fn spf_fallback(&mut self, tid: u32, p: &SpfPending, t: Ns) -> Fault {
+        let (mm, cpu, t0) = {
+            let tk = &self.tasks[tid as usize];
+            (tk.mm, tk.cpu, tk.clock)
+        };
+        let (res, t) = self.fault_under_mmap_lock(t, cpu, mm, p.addr, p.kind);
+        self.fault_return(tid, t0, t, res);
+        res
+    }
+
+    fn spf_abort_put(&mut self, t_begin: Ns, t: Ns, cpu: u32, mm: u32, key: u64, page: Option<Pfn>) -> FastFault {
+        let t = self.spf_put_ref(t, cpu, mm, key);
+        debug_assert!(page.is_none());
+        self.spf_abort(t_begin, t, page)
+    }
+
+    fn spf_abort(&mut self, t_begin: Ns, t: Ns, _page: Option<Pfn>) -> FastFault {
+        self.stat.add(Stat::SpfWastedNs, (t - t_begin) as i64);
+        FastFault::Fallback(t)
+    }
+}
+
