@@ -9,6 +9,7 @@ use crate::sim::Ns;
 use std::collections::BTreeMap;
 
 pub mod common;
+pub mod ebizzy;
 pub mod file_reader;
 pub mod memhog;
 pub mod params;
@@ -178,6 +179,7 @@ fn registered() -> Vec<WorkloadInfo> {
     let mut v = will_it_scale::infos();
     v.push(memhog::info());
     v.push(file_reader::info());
+    v.extend(ebizzy::infos());
     v
 }
 
