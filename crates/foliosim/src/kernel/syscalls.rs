@@ -603,6 +603,7 @@ impl Kernel {
                     if let Some(k) = m.vma_lookup(s).map(|v| v.start) {
                         let seq = m.fresh_seq();
                         m.vmas.get_mut(&k).unwrap().seq = seq;
+                        m.seq_bumps_read_side += 1;
                     }
                 }
                 let mut tlb = MmuGather::new(mm, false);

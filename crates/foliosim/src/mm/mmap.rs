@@ -127,6 +127,10 @@ pub struct Mm {
     /// downgrade). A VMA marked in cycle `mm_lock_seq` is write-locked for
     /// faults before this time. Ns::MAX while the cycle is open.
     pub write_cycle_end: Ns,
+    /// When the current (or last) write cycle acquired mmap_lock.
+    pub write_cycle_start: Ns,
+    /// vm_sequence bumps made outside write cycles (MADV_DONTNEED's zap).
+    pub seq_bumps_read_side: u64,
     /// Source of vm_sequence values.
     pub next_seq: u32,
 }
@@ -154,7 +158,9 @@ impl Mm {
             alive: true,
             mm_lock_seq: 0,
             write_cycle_end: 0,
+            write_cycle_start: 0,
             next_seq: 1,
+            seq_bumps_read_side: 0,
         }
     }
 

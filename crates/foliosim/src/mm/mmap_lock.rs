@@ -38,6 +38,7 @@ impl Kernel {
         let t = m.mmap_lock.down_write(t, cpu, &self.lc, &self.sc);
         m.mm_lock_seq += 1;
         m.write_cycle_end = Ns::MAX;
+        m.write_cycle_start = t;
         t
     }
 

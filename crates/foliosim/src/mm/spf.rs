@@ -41,6 +41,9 @@ pub struct SpfPending {
     /// When the attempt began (for wasted-time accounting) and the trap entry.
     pub t_begin: Ns,
     pub t_trap: Ns,
+    /// mm_lock_seq and the read-side bump count at the snapshot.
+    pub cycle: u64,
+    pub read_bumps: u64,
 }
 
 impl Kernel {
@@ -124,7 +127,8 @@ impl Kernel {
             }
         }
         let t_trap = self.tasks[tid as usize].clock;
-        self.tasks[tid as usize].fault_cont = Some(SpfPending { addr: addr & !4095, kind, vma, orig_pte, page, t_begin, t_trap });
+        let (cycle, read_bumps) = (self.mms[mm as usize].mm_lock_seq, self.mms[mm as usize].seq_bumps_read_side);
+        self.tasks[tid as usize].fault_cont = Some(SpfPending { addr: addr & !4095, kind, vma, orig_pte, page, t_begin, t_trap, cycle, read_bumps });
         FastFault::Pending(t)
     }
 
@@ -148,6 +152,13 @@ impl Kernel {
             Some(v) => v.seq != p.vma.seq || m.vma_write_locked_at(v, t0),
         };
         let skip = self.knobs.mutant == Mutant::SpfSkipSeqCheck;
+        // Writer steps are atomic: the one write cycle since the snapshot
+        // may have run its step already although it acquires mmap_lock only
+        // after this validation. Then, in time, this fault validated first:
+        // it completes, and the writer's changes apply to its PTE.
+        if changed && !skip && m.mm_lock_seq == p.cycle + 1 && m.write_cycle_start > t0 && m.seq_bumps_read_side == p.read_bumps {
+            return self.spf_finish_before_writer(tid, p, t0);
+        }
         if changed && !skip {
             self.stat.inc(Stat::SpfAbortPtlChangedBeforeLock);
             self.stat.inc(Stat::SpfVmaChanged);
@@ -193,6 +204,41 @@ impl Kernel {
         };
         let t = self.spf_put_ref(t, cpu, mm, key);
         let _ = lc;
+        self.stat.inc(Stat::SpeculativePgfault);
+        self.stat.inc(Stat::PerfSpf);
+        self.fault_return(tid, t0, t, res);
+        res
+    }
+
+    /// A fault that validated before the queued writer acquired mmap_lock:
+    /// install what the fault made, as the writer's changes leave it — kept
+    /// (read-only if the writer removed write) where a VMA with the same
+    /// anon_vma still covers the address, zapped (the page freed) where none
+    /// does. A fault that had nothing prepared runs on the current VMA.
+    fn spf_finish_before_writer(&mut self, tid: u32, p: SpfPending, t0: Ns) -> Fault {
+        let (mm, cpu) = (self.tasks[tid as usize].mm, self.tasks[tid as usize].cpu);
+        self.stat.inc(Stat::SpfBeforeWriter);
+        let key = p.vma.start;
+        let cur = self.mms[mm as usize].vma_lookup(p.addr).cloned().filter(|v| v.is_anon() && v.anon_vma == p.vma.anon_vma && self.mms[mm as usize].pt.table(p.addr).is_some());
+        let (res, t) = match (p.page, cur) {
+            (Some(pfn), Some(v)) if v.flags & vm::READ != 0 => {
+                let w = if v.flags & vm::WRITE != 0 { Pte::WRITE } else { 0 };
+                let pte = Pte::new(pfn, w | Pte::DIRTY | Pte::YOUNG | exec_bit(&v));
+                let hold = self.c.pte_set + self.c.rmap;
+                let (ok, t) = self.set_pte_locked(t0, cpu, mm, p.addr, Pte::NONE, pte, hold);
+                if ok {
+                    self.page_add_rmap(mm, pfn, true);
+                    self.stat.inc(Stat::FaultAnon);
+                    (Fault::Done, self.folio_add_lru(t, cpu, pfn))
+                } else {
+                    (Fault::Done, self.release_folios(t, cpu, &[pfn]))
+                }
+            }
+            (Some(pfn), _) => (Fault::Done, self.release_folios(t0, cpu, &[pfn])),
+            (None, Some(v)) if super::memory::access_permitted(&v, p.kind) => self.handle_pte_fault(t0, cpu, mm, &v, p.addr, p.kind),
+            (None, _) => (Fault::Done, t0),
+        };
+        let t = self.spf_put_ref(t, cpu, mm, key);
         self.stat.inc(Stat::SpeculativePgfault);
         self.stat.inc(Stat::PerfSpf);
         self.fault_return(tid, t0, t, res);
