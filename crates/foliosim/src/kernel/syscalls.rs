@@ -378,6 +378,7 @@ impl Kernel {
     /// Detach and zap [start, end) with mmap_lock already held for write.
     fn unmap_region_locked(&mut self, t: Ns, cpu: u32, mm: u32, start: u64, end: u64) -> Ns {
         let t = self.vma_start_write_range(t, cpu, mm, start, end);
+        self.mms[mm as usize].log_unmap(start, end);
         let (gone, splits) = self.mms[mm as usize].detach_range(start, end);
         let mut t = t + self.c.vma_split * splits as Ns;
         self.stat.add(Stat::VmaSplit, splits as i64);
@@ -406,6 +407,7 @@ impl Kernel {
         let lc = self.lc;
         let t = self.mmap_write_lock(t, cpu, mm);
         let t = self.vma_start_write_range(t, cpu, mm, addr, end);
+        self.mms[mm as usize].log_unmap(addr, end);
         let (gone, splits) = self.mms[mm as usize].detach_range(addr, end);
         let t = t + self.c.munmap + self.c.vma_split * splits as Ns;
         self.stat.add(Stat::VmaSplit, splits as i64);
@@ -539,6 +541,7 @@ impl Kernel {
         // move_vma: the source is write-locked; the destination is new and
         // marked before it becomes visible (copy_vma).
         t = self.vma_start_write_range(t, cpu, mm, addr, addr + old_len);
+        self.mms[mm as usize].log_unmap(addr, addr + old_len);
         let m = &mut self.mms[mm as usize];
         let splits = m.split_at(addr) as u32 + m.split_at(addr + old_len) as u32;
         t += self.c.vma_split * splits as Ns;

@@ -129,6 +129,10 @@ pub struct Mm {
     pub write_cycle_end: Ns,
     /// When the current (or last) write cycle acquired mmap_lock.
     pub write_cycle_start: Ns,
+    /// Recent write cycles: (mm_lock_seq, when it acquired mmap_lock, ranges
+    /// it unmapped). Speculative faults use it to place their validation
+    /// against writers whose atomic steps already ran (mm/spf.rs).
+    pub cycle_log: std::collections::VecDeque<(u64, Ns, Vec<(u64, u64)>)>,
     /// vm_sequence bumps made outside write cycles (MADV_DONTNEED's zap).
     pub seq_bumps_read_side: u64,
     /// Source of vm_sequence values.
@@ -161,6 +165,14 @@ impl Mm {
             write_cycle_start: 0,
             next_seq: 1,
             seq_bumps_read_side: 0,
+            cycle_log: Default::default(),
+        }
+    }
+
+    /// Record that the current write cycle unmapped [start, end).
+    pub fn log_unmap(&mut self, start: u64, end: u64) {
+        if let Some(c) = self.cycle_log.back_mut() {
+            c.2.push((start, end));
         }
     }
 

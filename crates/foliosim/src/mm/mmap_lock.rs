@@ -39,6 +39,10 @@ impl Kernel {
         m.mm_lock_seq += 1;
         m.write_cycle_end = Ns::MAX;
         m.write_cycle_start = t;
+        if m.cycle_log.len() >= 256 {
+            m.cycle_log.pop_front();
+        }
+        m.cycle_log.push_back((m.mm_lock_seq, t, Vec::new()));
         t
     }
 

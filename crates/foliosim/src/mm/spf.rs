@@ -12,9 +12,9 @@
 //!    on failure, free what was allocated (wasted work) and run the classic
 //!    fault under mmap_lock.
 //!
-//! Writers (kernel/syscalls.rs) open a VMA's section with
-//! `vma_start_write_range` under mmap_lock for write; the section lasts
-//! until the cycle's unlock or downgrade (`Mm::vma_write_locked_at`).
+//! Writers (kernel/syscalls.rs) change a VMA's vm_sequence (a fresh value,
+//! `Mm::vma_mark_modified`) in `vma_start_write_range` and in every split,
+//! merge or field change, inside their atomic step.
 
 use super::memory::{exec_bit, Fault};
 use super::mmap::{vm, Vma};
@@ -71,8 +71,13 @@ impl Kernel {
         // The reference (vm_ref_count) is an RMW on the VMA's first line.
         let t = m.vmas.get_mut(&key).unwrap().vm_lock.ref_line.rmw(t, cpu, &lc);
         let vma = m.vmas[&key].clone();
-        // S2: the count is odd while a writer section is open.
-        if m.vma_write_locked_at(&vma, t) {
+        // S2: the count is odd while a writer is inside its section (around
+        // the field writes of __vma_adjust, mprotect_fixup, the zap). Those
+        // sections are within the writer's atomic step, so a fault never
+        // sees one open: this abort stays at 0 (the seq moving is caught at
+        // pte_map_lock instead). (Per-VMA locks differ: their mark lasts
+        // until mmap_write_unlock, see mmap_lock.rs.)
+        if false {
             self.stat.inc(Stat::SpfAbortSeqOdd);
             self.stat.inc(Stat::SpfVmaChanged);
             return self.spf_abort_put(t_begin, t, cpu, mm, key, None);
@@ -149,15 +154,21 @@ impl Kernel {
         let m = &self.mms[mm as usize];
         let changed = match m.vmas.get(&key) {
             None => true,
-            Some(v) => v.seq != p.vma.seq || m.vma_write_locked_at(v, t0),
+            Some(v) => v.seq != p.vma.seq,
         };
         let skip = self.knobs.mutant == Mutant::SpfSkipSeqCheck;
-        // Writer steps are atomic: the one write cycle since the snapshot
-        // may have run its step already although it acquires mmap_lock only
-        // after this validation. Then, in time, this fault validated first:
-        // it completes, and the writer's changes apply to its PTE.
-        if changed && !skip && m.mm_lock_seq == p.cycle + 1 && m.write_cycle_start > t0 && m.seq_bumps_read_side == p.read_bumps {
-            return self.spf_finish_before_writer(tid, p, t0);
+        // Writer steps are atomic: the write cycles since the snapshot may
+        // have run their steps already although the first of them acquires
+        // mmap_lock only after this validation. Then, in time, this fault
+        // validated first: it completes, and the writers' changes apply to
+        // its PTE (zapped if one of them unmapped the address).
+        if changed && !skip && m.seq_bumps_read_side == p.read_bumps {
+            if let Some(i) = m.cycle_log.iter().position(|c| c.0 == p.cycle + 1) {
+                if m.cycle_log[i].1 > t0 {
+                    let zapped = m.cycle_log.iter().skip(i).any(|c| c.2.iter().any(|r| r.0 <= p.addr && p.addr < r.1));
+                    return self.spf_finish_before_writer(tid, p, t0, zapped);
+                }
+            }
         }
         if changed && !skip {
             self.stat.inc(Stat::SpfAbortPtlChangedBeforeLock);
@@ -215,11 +226,11 @@ impl Kernel {
     /// (read-only if the writer removed write) where a VMA with the same
     /// anon_vma still covers the address, zapped (the page freed) where none
     /// does. A fault that had nothing prepared runs on the current VMA.
-    fn spf_finish_before_writer(&mut self, tid: u32, p: SpfPending, t0: Ns) -> Fault {
+    fn spf_finish_before_writer(&mut self, tid: u32, p: SpfPending, t0: Ns, zapped: bool) -> Fault {
         let (mm, cpu) = (self.tasks[tid as usize].mm, self.tasks[tid as usize].cpu);
         self.stat.inc(Stat::SpfBeforeWriter);
         let key = p.vma.start;
-        let cur = self.mms[mm as usize].vma_lookup(p.addr).cloned().filter(|v| v.is_anon() && v.anon_vma == p.vma.anon_vma && self.mms[mm as usize].pt.table(p.addr).is_some());
+        let cur = self.mms[mm as usize].vma_lookup(p.addr).cloned().filter(|v| !zapped && v.is_anon() && v.anon_vma == p.vma.anon_vma && self.mms[mm as usize].pt.table(p.addr).is_some());
         let (res, t) = match (p.page, cur) {
             (Some(pfn), Some(v)) if v.flags & vm::READ != 0 => {
                 let w = if v.flags & vm::WRITE != 0 { Pte::WRITE } else { 0 };
