@@ -185,3 +185,19 @@ fn ebizzy_spf_and_per_vma_beat_mmap_lock_with_many_threads() {
     assert!(r[2] > r[0], "spf must beat mmap_lock on ebizzy: {r:?}");
     assert!(r[1] > r[0], "per_vma must beat mmap_lock on ebizzy: {r:?}");
 }
+
+/// Speed probe: `SPF_DUR=5 cargo test -p foliosim --test spf speed -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn speed_page_fault2_160_threads() {
+    let dur: f64 = std::env::var("SPF_DUR").ok().and_then(|s| s.parse().ok()).unwrap_or(0.05);
+    for policy in ["mmap_lock", "spf", "per_vma"] {
+        let c = cfg(&format!(
+            "[machine]\nprofile = \"ampere-altra-160\"\n[workload]\nname = \"page_fault2\"\nmode = \"threads\"\ntasks = 160\nsize_mib = 8\n[run]\nwarmup_s = 0.0\nduration_s = {dur}\n[knobs]\nfault_locking = \"{policy}\"\n"
+        ));
+        let t = std::time::Instant::now();
+        let o = run::simulate(&c, &mut |_| true).unwrap();
+        let ops: u64 = o.kernel.tasks.iter().map(|t| t.ops).sum();
+        eprintln!("{policy}: {dur} s simulated in {:.1} s host, {:.0} ops/s", t.elapsed().as_secs_f64(), ops as f64 / dur);
+    }
+}
