@@ -225,7 +225,7 @@ fn spf_ebizzy(progress: &mut dyn FnMut(&Progress) -> bool) -> Result<Value, Conf
             "Simulated records/s are over 20 ms of simulated time after 2 ms of warm-up (the seed ran 10 s, 100 runs).",
             "records/s (BASE and SPF) are ~3.3x the seed's: the generic-x86 profile's per-iteration costs (mmap, munmap, zap, shootdown, 128 faults) are those of a 2020s server, not the seed's 2019 24-CPU box; the SPF/BASE ratio, set by mechanism, is within 8%.",
             "spf_vma_changed/faults is 0.1% against the seed's 8%: writer steps are atomic, so the vm_sequence write section (__vma_adjust) has no duration, and a fault only aborts if a writer that already holds mmap_lock changes its VMA inside its ~1 us window; ~9% of faults instead validate while a writer is still queued for mmap_lock (foliosim_spf_before_writer), which the kernel would count as successes too. The seed's 8% suggests real write sections and fault windows are longer than modelled.",
-            "per_vma/BASE (1.27, no seed figure) is below SPF's 1.84: a per-VMA fault whose time falls after a writer's (atomic) step but before that writer acquired mmap_lock sees the VMA marked and falls back to mmap_lock (conservative), where the kernel would run it before the writer; the spec expects a gain similar to SPF's.",
+            "per_vma/BASE has no seed figure (per-VMA locks are 2023); the model gives a gain close to SPF's, as the spec expects (faults on the merged VMA wait only while a writer holds its mark).",
             "spf_vma_notsup/faults is 0.05% against 0.007%: both are near zero as the seed's mechanism predicts (merged VMAs keep their anon_vma and page tables); the remainder is the first fault per fresh PTE table.",
         ],
         "series": series,

@@ -185,11 +185,16 @@ impl Mm {
 
     /// Is `v` write-locked by a writer (marked in a write cycle still open)
     /// as seen by a fault at time `t`? Steps are atomic, so a writer whose
-    /// cycle began before `t` has already made all its changes; the cycle's
-    /// end time says whether, at `t`, it was still in progress.
+    /// step began before `t` has already made all its changes; the cycle's
+    /// start and end times say whether, at `t`, it held mmap_lock.
+    ///
+    /// A fault before the cycle acquired mmap_lock (its step ran first, the
+    /// writer was still queued) finds the VMA not yet marked, as in the
+    /// kernel, and runs on the state the writer left (a merge or split keeps
+    /// its address covered; an unmapped one misses the lookup).
     #[inline]
     pub fn vma_write_locked_at(&self, v: &Vma, t: Ns) -> bool {
-        v.vm_lock.lock_seq == self.mm_lock_seq && self.mm_lock_seq != 0 && t < self.write_cycle_end
+        v.vm_lock.lock_seq == self.mm_lock_seq && self.mm_lock_seq != 0 && t < self.write_cycle_end && t >= self.write_cycle_start
     }
 
     /// Mark the VMA at `key` as modified in this write cycle (the state part
