@@ -66,7 +66,7 @@ impl Kernel {
         let m = &mut self.mms[mm as usize];
         let Some(key) = m.vma_lookup(addr).map(|v| v.start) else {
             self.stat.inc(Stat::SpfAbortNoVma);
-            return self.spf_abort(t_begin, t, None);
+            return self.spf_abort(t_begin, t);
         };
         // The reference (vm_ref_count) is an RMW on the VMA's first line.
         let t = m.vmas.get_mut(&key).unwrap().vm_lock.ref_line.rmw(t, cpu, &lc);
@@ -80,25 +80,25 @@ impl Kernel {
         if false {
             self.stat.inc(Stat::SpfAbortSeqOdd);
             self.stat.inc(Stat::SpfVmaChanged);
-            return self.spf_abort_put(t_begin, t, cpu, mm, key, None);
+            return self.spf_abort_put(t_begin, t, cpu, mm, key);
         }
         // S3: vm_ops->fault (every file-backed VMA, shmem).
         if !vma.is_anon() {
             self.stat.inc(Stat::SpfAbortVmOpsFault);
             self.stat.inc(Stat::SpfVmaNotsup);
-            return self.spf_abort_put(t_begin, t, cpu, mm, key, None);
+            return self.spf_abort_put(t_begin, t, cpu, mm, key);
         }
         // S4: first fault of a fresh anonymous VMA.
         if vma.anon_vma == 0 {
             self.stat.inc(Stat::SpfAbortNoAnonVma);
             self.stat.inc(Stat::SpfVmaNotsup);
-            return self.spf_abort_put(t_begin, t, cpu, mm, key, None);
+            return self.spf_abort_put(t_begin, t, cpu, mm, key);
         }
         // S7: stacks.
         if vma.flags & vm::GROWSDOWN != 0 {
             self.stat.inc(Stat::SpfAbortStack);
             self.stat.inc(Stat::SpfVmaNotsup);
-            return self.spf_abort_put(t_begin, t, cpu, mm, key, None);
+            return self.spf_abort_put(t_begin, t, cpu, mm, key);
         }
         // S10: no permission: SIGSEGV, final (x86/arm64).
         if !super::memory::access_permitted(&vma, kind) {
@@ -114,7 +114,7 @@ impl Kernel {
         if pud || pmd || pte {
             self.stat.inc(if pud || pmd { Stat::SpfAbortPtPud } else { Stat::SpfAbortPtPmdNone });
             self.stat.inc(Stat::SpfVmaNotsup);
-            return self.spf_abort_put(t_begin, t, cpu, mm, key, None);
+            return self.spf_abort_put(t_begin, t, cpu, mm, key);
         }
         let orig_pte = self.mms[mm as usize].pt.pte(addr);
         // S13: nothing can move within this step; the re-check is a read.
@@ -128,7 +128,7 @@ impl Kernel {
                     page = Some(pfn);
                     t = t1;
                 }
-                None => return self.spf_abort_put(t_begin, t, cpu, mm, key, None),
+                None => return self.spf_abort_put(t_begin, t, cpu, mm, key),
             }
         }
         let t_trap = self.tasks[tid as usize].clock;
@@ -146,7 +146,6 @@ impl Kernel {
             let tk = &self.tasks[tid as usize];
             (tk.mm, tk.cpu, tk.clock)
         };
-        let lc = self.lc;
         let key = p.vma.start;
         // vma_has_changed: the VMA instance is gone from the tree (detached,
         // or replaced: values of vm_sequence name instances), its count
@@ -214,7 +213,6 @@ impl Kernel {
             }
         };
         let t = self.spf_put_ref(t, cpu, mm, key);
-        let _ = lc;
         self.stat.inc(Stat::SpeculativePgfault);
         self.stat.inc(Stat::PerfSpf);
         self.fault_return(tid, t0, t, res);
@@ -290,15 +288,136 @@ impl Kernel {
         res
     }
 
-    fn spf_abort_put(&mut self, t_begin: Ns, t: Ns, cpu: u32, mm: u32, key: u64, page: Option<Pfn>) -> FastFault {
+    /// Abort in step 1 after the VMA reference was taken: drop it.
+    fn spf_abort_put(&mut self, t_begin: Ns, t: Ns, cpu: u32, mm: u32, key: u64) -> FastFault {
         let t = self.spf_put_ref(t, cpu, mm, key);
-        debug_assert!(page.is_none());
-        self.spf_abort(t_begin, t, page)
+        self.spf_abort(t_begin, t)
     }
 
-    fn spf_abort(&mut self, t_begin: Ns, t: Ns, _page: Option<Pfn>) -> FastFault {
+    /// Abort in step 1: the time so far is wasted; the classic path follows.
+    fn spf_abort(&mut self, t_begin: Ns, t: Ns) -> FastFault {
         self.stat.add(Stat::SpfWastedNs, (t - t_begin) as i64);
         FastFault::Fallback(t)
     }
 }
 
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernel::task::Task;
+    use crate::workload::{map, prot, Op, Ret};
+
+    /// A kernel with one process of two threads (tasks 0 and 1 on CPUs 0
+    /// and 1) and a 64 KiB anonymous region whose first page task 0 has
+    /// faulted in (so the anon_vma and the PTE table exist).
+    fn setup(policy: &str) -> (Kernel, u64) {
+        let cfg = crate::config::from_toml(
+            &format!("[machine]\nprofile = \"generic-x86\"\nnode_mem_mib = [256, 256]\nnr_cpus = 4\n[workload]\nname = \"mmap1\"\n[knobs]\nfault_locking = \"{policy}\"\n"),
+            "<test>",
+        )
+        .unwrap();
+        let mut k = Kernel::boot(cfg.profile.clone(), cfg.knobs.clone(), true, 1).unwrap();
+        let mm = k.new_mm();
+        k.tasks.push(Task::new(0, mm, 0, 0));
+        k.tasks.push(Task::new(1, mm, 1, 0));
+        k.mms[mm as usize].users = 2;
+        let Some(Ret::Val(a)) = k.exec(0, Op::Mmap { addr: 0, len: 16 << 12, prot: prot::READ | prot::WRITE, flags: map::PRIVATE | map::ANONYMOUS, fd: -1, off: 0 }) else { panic!() };
+        let a = a as u64;
+        assert_eq!(k.exec(0, Op::Access { addr: a, kind: Access::Store }), Some(Ret::Val(0)));
+        assert!(k.tasks[0].fault_cont.is_none(), "the first fault (no anon_vma) is classic");
+        (k, a)
+    }
+
+    fn st(k: &Kernel, s: Stat) -> i64 {
+        k.stat.get(s)
+    }
+
+    /// Step 1 of a store to page 1 by task 0, then `writer` by task 1 starting
+    /// `dt` ns relative to task 0's clock, then step 2.
+    fn race(writer: Op, dt: i64) -> (Kernel, u64) {
+        let (mut k, a) = setup("spf");
+        let op = Op::Access { addr: a + 4096, kind: Access::Store };
+        assert_eq!(k.exec(0, op), None, "the speculative fault ends its step after the snapshot");
+        assert!(k.tasks[0].fault_cont.as_ref().unwrap().page.is_some(), "the page is allocated in step 1");
+        k.tasks[1].clock = (k.tasks[0].clock as i64 + dt) as Ns;
+        assert!(k.exec(1, writer).is_some());
+        k.spf_fault_finish(0);
+        (k, a)
+    }
+
+    #[test]
+    fn mprotect_acquiring_between_the_steps_aborts_the_fault() {
+        // The writer takes mmap_lock well before task 0 validates.
+        let (k, a) = race(Op::Mprotect { addr: 0, len: 0, prot: 0 }, 0);
+        // (a no-op writer: zero length changes nothing, no abort)
+        assert_eq!(st(&k, Stat::SpfAbortPtlChangedBeforeLock), 0);
+        assert_eq!(st(&k, Stat::SpeculativePgfault), 1);
+        assert!(k.mms[0].pt.pte(a + 4096).write());
+        let (k, a) = race(Op::Mprotect { addr: a, len: 16 << 12, prot: prot::READ }, -2000);
+        assert_eq!(st(&k, Stat::SpfAbortPtlChangedBeforeLock), 1, "vm_sequence moved: abort at pte_map_lock");
+        assert_eq!(st(&k, Stat::SpfWastedPages), 1, "the prepared page is freed");
+        assert_eq!(st(&k, Stat::SpeculativePgfault), 0);
+        assert!(k.mms[0].pt.pte(a + 4096).is_none(), "the classic retry finds a read-only VMA: no PTE");
+        assert_eq!(st(&k, Stat::Segv), 1);
+        assert!(k.check.violations.is_empty(), "{:?}", k.check.violations);
+    }
+
+    #[test]
+    fn munmap_acquiring_after_the_validation_zaps_the_completed_fault() {
+        // The writer's step runs first (its step starts earlier) but it
+        // acquires mmap_lock after task 0 validated: the fault completes and
+        // the munmap's zap takes the page.
+        let (mut k, a) = setup("spf");
+        assert_eq!(k.exec(0, Op::Access { addr: a + 4096, kind: Access::Store }), None);
+        let t0 = k.tasks[0].clock;
+        // Hold mmap_lock for read on another CPU so that the munmap must wait past t0.
+        let cpu = 2;
+        let (lc, sc) = (k.lc, k.sc);
+        let r = k.mms[0].mmap_lock.down_read(t0 - 100, cpu, &lc, &sc);
+        k.mms[0].mmap_lock.up_read(r + 5000, cpu, &lc);
+        k.tasks[1].clock = t0 - 50;
+        assert_eq!(k.exec(1, Op::Munmap { addr: a, len: 16 << 12 }), Some(Ret::Val(0)));
+        assert!(k.mms[0].write_cycle_start > t0);
+        k.spf_fault_finish(0);
+        assert_eq!(st(&k, Stat::SpfBeforeWriter), 1);
+        assert_eq!(st(&k, Stat::SpfAbortPtlChangedBeforeLock), 0);
+        assert!(k.mms[0].vma_lookup(a).is_none());
+        crate::check::audit(&mut k);
+        assert!(k.check.violations.is_empty(), "{:?}", k.check.violations);
+    }
+
+    #[test]
+    fn mutant_without_the_final_check_installs_into_a_read_only_vma() {
+        let (mut k, a) = setup("spf");
+        k.knobs.mutant = Mutant::SpfSkipSeqCheck;
+        assert_eq!(k.exec(0, Op::Access { addr: a + 4096, kind: Access::Store }), None);
+        k.tasks[1].clock = k.tasks[0].clock - 2000;
+        k.exec(1, Op::Mprotect { addr: a, len: 16 << 12, prot: prot::READ });
+        k.spf_fault_finish(0);
+        assert!(k.check.violations.iter().any(|v| v.contains("I1")), "{:?}", k.check.violations);
+    }
+
+    #[test]
+    fn per_vma_writer_waits_for_the_fault_holding_the_vma_and_later_faults_fall_back() {
+        let (mut k, a) = setup("per_vma");
+        let c0 = k.tasks[0].clock;
+        assert_eq!(k.exec(0, Op::Access { addr: a + 4096, kind: Access::Store }), Some(Ret::Val(0)));
+        assert_eq!(st(&k, Stat::VmaLockSuccess), 2);
+        // A writer arriving while the fault holds the VMA's read lock waits for it.
+        k.tasks[1].clock = c0 + 10;
+        assert_eq!(k.exec(1, Op::Mprotect { addr: a, len: 16 << 12, prot: prot::READ | prot::WRITE }), Some(Ret::Val(0)));
+        let v = k.mms[0].vma_lookup(a).unwrap();
+        assert!(v.vm_lock.sem.write_wait_ns > 0, "vma_start_write must wait for the in-flight fault");
+        assert_eq!(v.vm_lock.lock_seq, k.mms[0].mm_lock_seq);
+        // A fault while the writer holds mmap_lock sees the mark and falls back.
+        let (ws, we) = (k.mms[0].write_cycle_start, k.mms[0].write_cycle_end);
+        assert!(we > ws);
+        k.tasks[0].clock = ws + (we - ws) / 2;
+        assert_eq!(k.exec(0, Op::Access { addr: a + 2 * 4096, kind: Access::Store }), Some(Ret::Val(0)));
+        assert_eq!(st(&k, Stat::VmaLockAbort), 1);
+        assert!(k.tasks[0].clock > we, "the fallback waits for the writer on mmap_lock");
+        crate::check::audit(&mut k);
+        assert!(k.check.violations.is_empty(), "{:?}", k.check.violations);
+    }
+}
