@@ -244,9 +244,11 @@ fn spf_will_it_scale(progress: &mut dyn FnMut(&Progress) -> bool) -> Result<Valu
     const NAME: &str = "spf-will-it-scale";
     const PROFILE: &str = "generic-x86";
     const SEED: u64 = 1;
+    // "spf0": the SPF kernel with vm.speculative_page_fault = 0 (§4.7, §4.8).
     let toml = |cpus: u32, w: &str, mode: &str, tasks: u32, policy: &str| {
+        let (policy, sysctl) = if policy == "spf0" { ("spf", 0) } else { (policy, 1) };
         format!(
-            "seed = {SEED}\n[machine]\nprofile = \"{PROFILE}\"\nnr_cpus = {cpus}\n[workload]\nname = \"{w}\"\nmode = \"{mode}\"\ntasks = {tasks}\nsize_mib = 8\n[run]\nwarmup_s = 0.001\nduration_s = 0.004\n[knobs]\nfault_locking = \"{policy}\"\n"
+            "seed = {SEED}\n[machine]\nprofile = \"{PROFILE}\"\nnr_cpus = {cpus}\n[workload]\nname = \"{w}\"\nmode = \"{mode}\"\ntasks = {tasks}\nsize_mib = 8\n[run]\nwarmup_s = 0.001\nduration_s = 0.004\n[knobs]\nfault_locking = \"{policy}\"\n\"vm.speculative_page_fault\" = {sysctl}\n"
         )
     };
     // (cpus, workload, mode, seed change %)
@@ -258,24 +260,29 @@ fn spf_will_it_scale(progress: &mut dyn FnMut(&Progress) -> bool) -> Result<Valu
         (72, "page_fault2", "processes", None, "72-CPU x86"),
         (72, "page_fault3", "processes", None, "72-CPU x86"),
     ];
-    let n = cases.len() * 2 + 6;
+    let n = cases.len() * 2 + 8;
     let mut k = 0;
     let mut rows = Vec::new();
     let mut configs = Vec::new();
     let mut interrupted = false;
     for (cpus, w, mode, seed, label) in cases {
-        let b = spf_point(NAME, &toml(cpus, w, mode, cpus, "mmap_lock"), k, n, progress)?;
+        // §4.7 compares the SPF kernel's sysctl 0 and 1; §4.6 base and head.
+        let base = if label.contains("4.7") { "spf0" } else { "mmap_lock" };
+        let b = spf_point(NAME, &toml(cpus, w, mode, cpus, base), k, n, progress)?;
         let s = spf_point(NAME, &toml(cpus, w, mode, cpus, "spf"), k + 1, n, progress)?;
         k += 2;
         interrupted |= b.interrupted || s.interrupted;
         let lab = format!("{label}, {w} {mode} x{cpus}");
         configs.push(json!({"label": format!("{lab}, mmap_lock"), "config": b.config}));
         configs.push(json!({"label": format!("{lab}, spf"), "config": s.config}));
-        rows.push(json!({"label": lab, "metric": "SPF vs base ops/s change", "unit": "%", "seed": seed, "simulated": 100.0 * (ratio(s.ops, b.ops) - 1.0)}));
+        rows.push(json!({"label": lab.clone(), "metric": "SPF vs base ops/s change", "unit": "%", "seed": seed, "simulated": 100.0 * (ratio(s.ops, b.ops) - 1.0)}));
         if cpus == 72 && mode == "threads" {
             let s48 = if w == "page_fault2" { -10.0 } else { -12.4 };
-            rows.push(json!({"label": format!("72-CPU x86 (§4.8, sysctl 1 vs 0), {w} {mode} x{cpus}"), "metric": "SPF vs base ops/s change", "unit": "%", "seed": s48, "simulated": 100.0 * (ratio(s.ops, b.ops) - 1.0)}));
-            rows.push(json!({"label": lab, "metric": "SPF attempts aborted notsup / faults", "unit": "%", "seed": null,
+            let off = spf_point(NAME, &toml(cpus, w, mode, cpus, "spf0"), k, n, progress)?;
+            k += 1;
+            configs.push(json!({"label": format!("{lab}, spf sysctl 0"), "config": off.config}));
+            rows.push(json!({"label": format!("72-CPU x86 (§4.8, sysctl 1 vs 0), {w} {mode} x{cpus}"), "metric": "SPF on vs off ops/s change", "unit": "%", "seed": s48, "simulated": 100.0 * (ratio(s.ops, off.ops) - 1.0)}));
+            rows.push(json!({"label": lab.clone(), "metric": "SPF attempts aborted notsup / faults", "unit": "%", "seed": null,
                              "simulated": 100.0 * ratio(st(&s, "spf_vma_notsup"), st(&s, "pgfault"))}));
         }
     }

@@ -49,6 +49,11 @@ pub struct SpfPending {
 impl Kernel {
     /// Step 1 of a speculative fault (the gate, S1–S13, allocation).
     pub(crate) fn spf_fault_begin(&mut self, tid: u32, t: Ns, cpu: u32, mm: u32, addr: u64, kind: Access) -> FastFault {
+        // G1: the sysctl.
+        if !self.knobs.speculative_page_fault {
+            self.stat.inc(Stat::SpfNotAttemptedSysctl);
+            return FastFault::Fallback(t);
+        }
         // G2: not a user-mode fault, or a single-threaded mm.
         if self.fault_kernel_mode {
             self.stat.inc(Stat::SpfNotAttemptedKernelMode);

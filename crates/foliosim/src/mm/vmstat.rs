@@ -83,6 +83,7 @@ stats! {
     SpfVmaChanged = "spf_vma_changed" : "tracepoint pagefault:spf_vma_changed (seq odd or moved, bounds)",
     SpfVmaNotsup = "spf_vma_notsup" : "tracepoint pagefault:spf_vma_notsup (file/stack VMA, no anon_vma, missing page table)",
     SpfVmaAccess = "spf_vma_access" : "tracepoint pagefault:spf_vma_access (access not permitted: SIGSEGV)",
+    SpfNotAttemptedSysctl = "foliosim_spf_not_attempted_sysctl" : "faults with vm.speculative_page_fault = 0: SPF not tried",
     SpfNotAttemptedSingleThread = "foliosim_spf_not_attempted_single_thread" : "faults of single-threaded mms (mm_users == 1): SPF not tried",
     SpfNotAttemptedKernelMode = "foliosim_spf_not_attempted_kernel_mode" : "faults not from user mode (populate): SPF not tried",
     SpfAbortNoVma = "foliosim_spf_abort_no_vma" : "find_vma_rcu found no VMA",
