@@ -201,3 +201,17 @@ fn speed_page_fault2_160_threads() {
         eprintln!("{policy}: {dur} s simulated in {:.1} s host, {:.0} ops/s", t.elapsed().as_secs_f64(), ops as f64 / dur);
     }
 }
+
+#[test]
+fn fault_trace_records_events_on_request() {
+    let c = cfg("[machine]\nprofile = \"generic-x86\"\nnode_mem_mib = [256, 256]\nnr_cpus = 4\n[workload]\nname = \"ebizzy\"\nthreads = 4\n[run]\nwarmup_s = 0.0\nduration_s = 0.002\ncheck = true\n[knobs]\nfault_locking = \"spf\"\n\"debug.fault_trace\" = 500\n");
+    let o = run::simulate(&c, &mut |_| true).unwrap();
+    let j = run::result_json(&c, &o);
+    let tr = j["fault_trace"].as_array().expect("fault_trace present");
+    assert_eq!(tr.len(), 500, "capped at the knob's value");
+    assert!(tr.iter().any(|e| e[3] == "speculative_pgfault"));
+    assert!(tr.iter().any(|e| e[3] == "foliosim_spf_attempt"));
+    // Off by default: no key.
+    let (o, _) = policy_run("ebizzy", "threads = 2", "spf", 4, 0.001);
+    assert!(o.kernel.fault_trace.is_empty());
+}

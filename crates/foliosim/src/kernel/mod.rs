@@ -73,6 +73,10 @@ pub struct Kernel {
     /// A fault being taken on the kernel's behalf (MAP_POPULATE), not from
     /// a user-mode trap: the fast fault-locking paths are not tried.
     pub fault_kernel_mode: bool,
+    /// Fault-locking events recorded with `debug.fault_trace` > 0.
+    pub fault_trace: Vec<crate::mm::mmap_lock::FaultTraceEvent>,
+    /// (time, cpu, address) of the fault being handled, for the trace.
+    pub fault_trace_ctx: (Ns, u32, u64),
     /// Kernel-thread bodies, indexed by `Task::kthread`.
     pub kthreads: Vec<Option<Box<dyn kthread::Kthread>>>,
     /// Tasks made runnable by the kernel during a step, for the driver's run queue.
@@ -156,6 +160,8 @@ impl Kernel {
             zero_pfn: 0,
             next_anon_vma: 1,
             fault_kernel_mode: false,
+            fault_trace: Vec::new(),
+            fault_trace_ctx: (0, 0, 0),
             kthreads: Vec::new(),
             wakeups: Vec::new(),
             scratch_dead: Vec::new(),

@@ -29,7 +29,21 @@ pub enum FastFault {
     Fallback(Ns),
 }
 
+/// One record of the fault-locking trace (`debug.fault_trace`): when the
+/// fault's step began, its CPU and address, and the event (a counter's name).
+pub type FaultTraceEvent = (Ns, u32, u64, &'static str);
+
 impl Kernel {
+    /// Count a fault-locking event and, with `debug.fault_trace` > 0, record
+    /// it against the fault in progress (`fault_trace_ctx`).
+    pub(crate) fn fault_event(&mut self, s: Stat) {
+        self.stat.inc(s);
+        if self.fault_trace.len() < self.knobs.fault_trace {
+            let (t, cpu, addr) = self.fault_trace_ctx;
+            self.fault_trace.push((t, cpu, addr, s.name()));
+        }
+    }
+
     /// mmap_write_lock: take mmap_lock for write and open a write cycle
     /// (mm_lock_seq moves; the per-VMA marks of this cycle count until the
     /// unlock or downgrade).
@@ -92,6 +106,7 @@ impl Kernel {
 
     /// The fast path of the configured policy, entered from the trap at `t`.
     pub(crate) fn fault_lock_fast(&mut self, tid: u32, t: Ns, cpu: u32, mm: u32, addr: u64, kind: Access) -> FastFault {
+        self.fault_trace_ctx = (t, cpu, addr);
         match self.knobs.fault_locking {
             FaultLocking::MmapLock => FastFault::Fallback(t),
             FaultLocking::PerVma => {
@@ -127,17 +142,17 @@ impl Kernel {
         let t = t + self.c.vma_lookup;
         let m = &mut self.mms[mm as usize];
         let Some(key) = m.vma_lookup(addr).map(|v| v.start) else {
-            self.stat.inc(Stat::VmaLockAbort);
+            self.fault_event(Stat::VmaLockAbort);
             return FastFault::Fallback(t);
         };
         // vma_start_read: (a) vm_lock_seq == mm_lock_seq -> write-locked.
         if m.vma_write_locked_at(&m.vmas[&key], t) {
-            self.stat.inc(Stat::VmaLockAbort);
+            self.fault_event(Stat::VmaLockAbort);
             return FastFault::Fallback(t);
         }
         // (b) down_read_trylock on vm_lock: an RMW on the VMA's lock line.
         let Some(t) = m.vmas.get_mut(&key).unwrap().vm_lock.sem.down_read_trylock(t, cpu, &lc) else {
-            self.stat.inc(Stat::VmaLockAbort);
+            self.fault_event(Stat::VmaLockAbort);
             return FastFault::Fallback(t + lc.local_rmw);
         };
         let vma = m.vmas[&key].clone();
@@ -145,7 +160,7 @@ impl Kernel {
         if !super::memory::access_permitted(&vma, kind) {
             // An access error under the VMA lock is a SIGSEGV, counted as a success.
             let t = unlock(self, t);
-            self.stat.inc(Stat::VmaLockSuccess);
+            self.fault_event(Stat::VmaLockSuccess);
             return FastFault::Done(Fault::Segv, t);
         }
         // vmf_anon_prepare: a first anonymous fault needs mmap_lock to attach
@@ -155,7 +170,7 @@ impl Kernel {
             match ml.down_read_trylock(t, cpu, &lc) {
                 None => {
                     let t = unlock(self, t + lc.local_rmw);
-                    self.stat.inc(Stat::VmaLockRetry);
+                    self.fault_event(Stat::VmaLockRetry);
                     return FastFault::Fallback(t);
                 }
                 Some(t1) => {
@@ -163,7 +178,7 @@ impl Kernel {
                     let (res, t2) = self.handle_pte_fault(t1 + self.c.fault_base, cpu, mm, &vma, addr & !4095, kind);
                     let t2 = self.mms[mm as usize].mmap_lock.up_read(t2, cpu, &lc);
                     let t2 = unlock(self, t2);
-                    self.stat.inc(Stat::VmaLockSuccess);
+                    self.fault_event(Stat::VmaLockSuccess);
                     self.check_fault_install(mm, addr, &vma);
                     return FastFault::Done(res, t2);
                 }
@@ -172,7 +187,7 @@ impl Kernel {
         let (res, t) = self.handle_pte_fault(t + self.c.fault_base, cpu, mm, &vma, addr & !4095, kind);
         self.check_fault_install(mm, addr, &vma);
         let t = unlock(self, t);
-        self.stat.inc(Stat::VmaLockSuccess);
+        self.fault_event(Stat::VmaLockSuccess);
         FastFault::Done(res, t)
     }
 

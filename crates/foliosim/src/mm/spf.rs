@@ -51,26 +51,26 @@ impl Kernel {
     pub(crate) fn spf_fault_begin(&mut self, tid: u32, t: Ns, cpu: u32, mm: u32, addr: u64, kind: Access) -> FastFault {
         // G1: the sysctl.
         if !self.knobs.speculative_page_fault {
-            self.stat.inc(Stat::SpfNotAttemptedSysctl);
+            self.fault_event(Stat::SpfNotAttemptedSysctl);
             return FastFault::Fallback(t);
         }
         // G2: not a user-mode fault, or a single-threaded mm.
         if self.fault_kernel_mode {
-            self.stat.inc(Stat::SpfNotAttemptedKernelMode);
+            self.fault_event(Stat::SpfNotAttemptedKernelMode);
             return FastFault::Fallback(t);
         }
         if self.mms[mm as usize].users <= 1 {
-            self.stat.inc(Stat::SpfNotAttemptedSingleThread);
+            self.fault_event(Stat::SpfNotAttemptedSingleThread);
             return FastFault::Fallback(t);
         }
-        self.stat.inc(Stat::SpfAttempt);
+        self.fault_event(Stat::SpfAttempt);
         let lc = self.lc;
         let t_begin = t;
         // S1: find_vma_rcu (tree walk under RCU; mm_seq read on the tree line).
         let t = t + self.c.vma_lookup;
         let m = &mut self.mms[mm as usize];
         let Some(key) = m.vma_lookup(addr).map(|v| v.start) else {
-            self.stat.inc(Stat::SpfAbortNoVma);
+            self.fault_event(Stat::SpfAbortNoVma);
             return self.spf_abort(t_begin, t);
         };
         // The reference (vm_ref_count) is an RMW on the VMA's first line.
@@ -83,33 +83,33 @@ impl Kernel {
         // pte_map_lock instead). (Per-VMA locks differ: their mark lasts
         // until mmap_write_unlock, see mmap_lock.rs.)
         if false {
-            self.stat.inc(Stat::SpfAbortSeqOdd);
-            self.stat.inc(Stat::SpfVmaChanged);
+            self.fault_event(Stat::SpfAbortSeqOdd);
+            self.fault_event(Stat::SpfVmaChanged);
             return self.spf_abort_put(t_begin, t, cpu, mm, key);
         }
         // S3: vm_ops->fault (every file-backed VMA, shmem).
         if !vma.is_anon() {
-            self.stat.inc(Stat::SpfAbortVmOpsFault);
-            self.stat.inc(Stat::SpfVmaNotsup);
+            self.fault_event(Stat::SpfAbortVmOpsFault);
+            self.fault_event(Stat::SpfVmaNotsup);
             return self.spf_abort_put(t_begin, t, cpu, mm, key);
         }
         // S4: first fault of a fresh anonymous VMA.
         if vma.anon_vma == 0 {
-            self.stat.inc(Stat::SpfAbortNoAnonVma);
-            self.stat.inc(Stat::SpfVmaNotsup);
+            self.fault_event(Stat::SpfAbortNoAnonVma);
+            self.fault_event(Stat::SpfVmaNotsup);
             return self.spf_abort_put(t_begin, t, cpu, mm, key);
         }
         // S7: stacks.
         if vma.flags & vm::GROWSDOWN != 0 {
-            self.stat.inc(Stat::SpfAbortStack);
-            self.stat.inc(Stat::SpfVmaNotsup);
+            self.fault_event(Stat::SpfAbortStack);
+            self.fault_event(Stat::SpfVmaNotsup);
             return self.spf_abort_put(t_begin, t, cpu, mm, key);
         }
         // S10: no permission: SIGSEGV, final (x86/arm64).
         if !super::memory::access_permitted(&vma, kind) {
-            self.stat.inc(Stat::SpfVmaAccess);
-            self.stat.inc(Stat::SpfSigsegvPerm);
-            self.stat.inc(Stat::PerfSpf);
+            self.fault_event(Stat::SpfVmaAccess);
+            self.fault_event(Stat::SpfSigsegvPerm);
+            self.fault_event(Stat::PerfSpf);
             let t = self.mms[mm as usize].vmas.get_mut(&key).unwrap().vm_lock.ref_line.rmw(t, cpu, &lc);
             return FastFault::Done(Fault::Segv, t);
         }
@@ -118,7 +118,7 @@ impl Kernel {
         let (pud, pmd, pte) = self.mms[mm as usize].pt.missing(addr);
         if pud || pmd || pte {
             self.stat.inc(if pud || pmd { Stat::SpfAbortPtPud } else { Stat::SpfAbortPtPmdNone });
-            self.stat.inc(Stat::SpfVmaNotsup);
+            self.fault_event(Stat::SpfVmaNotsup);
             return self.spf_abort_put(t_begin, t, cpu, mm, key);
         }
         let orig_pte = self.mms[mm as usize].pt.pte(addr);
@@ -175,8 +175,8 @@ impl Kernel {
             }
         }
         if changed && !skip {
-            self.stat.inc(Stat::SpfAbortPtlChangedBeforeLock);
-            self.stat.inc(Stat::SpfVmaChanged);
+            self.fault_event(Stat::SpfAbortPtlChangedBeforeLock);
+            self.fault_event(Stat::SpfVmaChanged);
             let t = self.spf_put_ref(t0, cpu, mm, key);
             let t = self.spf_free_wasted(t, cpu, &p, p.page);
             return self.spf_fallback(tid, &p, t);
@@ -218,8 +218,8 @@ impl Kernel {
             }
         };
         let t = self.spf_put_ref(t, cpu, mm, key);
-        self.stat.inc(Stat::SpeculativePgfault);
-        self.stat.inc(Stat::PerfSpf);
+        self.fault_event(Stat::SpeculativePgfault);
+        self.fault_event(Stat::PerfSpf);
         self.fault_return(tid, t0, t, res);
         res
     }
@@ -231,7 +231,7 @@ impl Kernel {
     /// does. A fault that had nothing prepared runs on the current VMA.
     fn spf_finish_before_writer(&mut self, tid: u32, p: SpfPending, t0: Ns, zapped: bool) -> Fault {
         let (mm, cpu) = (self.tasks[tid as usize].mm, self.tasks[tid as usize].cpu);
-        self.stat.inc(Stat::SpfBeforeWriter);
+        self.fault_event(Stat::SpfBeforeWriter);
         let key = p.vma.start;
         let cur = self.mms[mm as usize].vma_lookup(p.addr).cloned().filter(|v| !zapped && v.is_anon() && v.anon_vma == p.vma.anon_vma && self.mms[mm as usize].pt.table(p.addr).is_some());
         let (res, t) = match (p.page, cur) {
@@ -253,8 +253,8 @@ impl Kernel {
             (None, _) => (Fault::Done, t0),
         };
         let t = self.spf_put_ref(t, cpu, mm, key);
-        self.stat.inc(Stat::SpeculativePgfault);
-        self.stat.inc(Stat::PerfSpf);
+        self.fault_event(Stat::SpeculativePgfault);
+        self.fault_event(Stat::PerfSpf);
         self.fault_return(tid, t0, t, res);
         res
     }
@@ -273,7 +273,7 @@ impl Kernel {
         let t = match page {
             Some(pfn) => {
                 // Undo alloc_anon_page: the page was never mapped.
-                self.stat.inc(Stat::SpfWastedPages);
+                self.fault_event(Stat::SpfWastedPages);
                 self.release_folios(t, cpu, &[pfn])
             }
             None => t,
