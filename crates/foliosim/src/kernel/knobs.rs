@@ -67,6 +67,7 @@ pub fn registry() -> Vec<KnobSpec> {
         KnobSpec { key: "kernel/mm/transparent_hugepage/enabled", default: Str("never"), help: "PMD-size THP for anonymous memory (the core models 4 KiB pages only; large folios arrive with the mTHP mechanism)", values: Some(&["never"]), range: None },
         KnobSpec { key: "fault_locking", default: Str("mmap_lock"), help: "how page faults synchronise with mmap/munmap: mmap_lock (every fault takes mmap_lock for read), per_vma (6.4+ lock_vma_under_rcu, fallback to mmap_lock), spf (speculative page faults v12: RCU lookup, vm_sequence snapshot validated under the PTL, retry through mmap_lock)", values: Some(&["mmap_lock", "per_vma", "spf"]), range: None },
         KnobSpec { key: "vm.speculative_page_fault", default: Int(1), help: "with fault_locking = \"spf\": 0 disables the speculative attempt (gate G1 of the series' sysctl; the writer bookkeeping stays)", values: None, range: Some((i64::MIN, i64::MAX)) },
+        KnobSpec { key: "mmap_lock.rwsem_semantics", default: Str("5.3+"), help: "mmap_lock's rwsem: \"5.3+\" readers spin briefly before sleeping (reader optimistic spinning, 5.3); \"5.1\" readers sleep as soon as they wait for a writer (the SPF seed's kernels)", values: Some(&["5.3+", "5.1"]), range: None },
         KnobSpec { key: "page_alloc.shuffle", default: Bool(false), help: "randomise the order of free memory at boot and on large frees (shuffle_pick_tail)", values: None, range: None },
         KnobSpec { key: "debug.fault_trace", default: Int(0), help: "record up to this many fault-locking events (SPF attempts, aborts by reason, per-VMA lock outcomes) as [time_ns, cpu, address, event] in the result's fault_trace", values: None, range: Some((0, 10_000_000)) },
         KnobSpec { key: "debug.mutant", default: Str("none"), help: "a deliberately broken mechanism, to show the invariant checker catches it (tests only)", values: Some(MUTANTS), range: None },
@@ -85,13 +86,15 @@ pub struct Knobs {
     pub fault_locking: FaultLocking,
     /// debug.fault_trace: how many fault-locking events to record.
     pub fault_trace: usize,
+    /// mmap_lock.rwsem_semantics = "5.1": readers do not spin.
+    pub rwsem_51: bool,
     /// vm.speculative_page_fault != 0.
     pub speculative_page_fault: bool,
 }
 
 impl Default for Knobs {
     fn default() -> Self {
-        Knobs { min_free_kbytes: None, watermark_scale_factor: 10, percpu_pagelist_high_fraction: 0, fault_around_bytes: 65536, shuffle: false, mutant: Mutant::None, fault_locking: FaultLocking::MmapLock, speculative_page_fault: true, fault_trace: 0 }
+        Knobs { min_free_kbytes: None, watermark_scale_factor: 10, percpu_pagelist_high_fraction: 0, fault_around_bytes: 65536, shuffle: false, mutant: Mutant::None, fault_locking: FaultLocking::MmapLock, speculative_page_fault: true, fault_trace: 0, rwsem_51: false }
     }
 }
 
@@ -112,6 +115,7 @@ impl Knobs {
             ("vm.percpu_pagelist_high_fraction", KnobValue::Int(i)) => self.percpu_pagelist_high_fraction = *i as u64,
             ("debug/fault_around_bytes", KnobValue::Int(i)) => self.fault_around_bytes = *i as u64,
             ("page_alloc.shuffle", KnobValue::Bool(b)) => self.shuffle = *b,
+            ("mmap_lock.rwsem_semantics", KnobValue::Str(s)) => self.rwsem_51 = s == "5.1",
             ("debug.fault_trace", KnobValue::Int(i)) => self.fault_trace = *i as usize,
             ("vm.speculative_page_fault", KnobValue::Int(i)) => self.speculative_page_fault = *i != 0,
             ("fault_locking", KnobValue::Str(s)) => {

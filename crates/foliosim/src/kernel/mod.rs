@@ -199,6 +199,7 @@ impl Kernel {
     pub fn new_mm(&mut self) -> u32 {
         let id = self.mms.len() as u32;
         self.mms.push(Mm::new(id, self.nr_cpus()));
+        self.mms[id as usize].mmap_lock.reader_no_spin = self.knobs.rwsem_51;
         id
     }
 }
