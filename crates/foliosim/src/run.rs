@@ -308,6 +308,19 @@ fn step(k: &mut Kernel, wl: &mut dyn Workload, tid: u32, q: &mut Queue) {
         k.kthread_step(tid);
         return;
     }
+    if k.tasks[tid as usize].fault_cont.is_some() {
+        // Step 2 of a speculative fault; then the access re-executes.
+        use crate::mm::memory::Fault;
+        match k.spf_fault_finish(tid) {
+            Fault::Done | Fault::Pending => {}
+            f @ (Fault::Segv | Fault::Oom) => {
+                let e = if f == Fault::Oom { crate::workload::errno::ENOMEM } else { crate::workload::errno::EFAULT };
+                k.tasks[tid as usize].pending = None;
+                k.tasks[tid as usize].last = Ret::Err(e);
+                return;
+            }
+        }
+    }
     let op = match k.tasks[tid as usize].pending.take() {
         Some(op) => op,
         None => {
@@ -376,7 +389,7 @@ pub fn result_json(cfg: &Config, o: &Outcome) -> Value {
     }
     let lru_wait: Ns = k.nodes.iter().map(|n| n.lruvec.lru_lock.wait_ns).sum();
     let zone = k.pa.nids().iter().map(|&n| k.pa.zone_lock_stats(n)).fold((0u64, 0u64, 0u64), |a, z| (a.0 + z.acquisitions, a.1 + z.contended, a.2 + z.wait_ns));
-    json!({
+    let mut v = json!({
         "config": cfg.normalized,
         "interrupted": o.interrupted,
         "sim_time_s": o.sim_end as f64 / 1e9,
@@ -423,5 +436,10 @@ pub fn result_json(cfg: &Config, o: &Outcome) -> Value {
             "tlb_checks": k.check.tlb_checks,
             "violations": k.check.violations,
         },
-    })
+    });
+    if !k.fault_trace.is_empty() {
+        // [time_ns, cpu, address, event] per fault-locking event (debug.fault_trace).
+        v["fault_trace"] = k.fault_trace.iter().map(|&(t, c, a, e)| json!([t, c, a, e])).collect::<Vec<_>>().into();
+    }
+    v
 }

@@ -195,6 +195,12 @@ pub fn audit(k: &mut Kernel) {
             *batch_refs.entry(p).or_default() += 1;
         }
     }
+    // A speculative fault between its steps holds its prepared page.
+    for tk in &k.tasks {
+        if let Some(p) = tk.fault_cont.as_ref().and_then(|c| c.page) {
+            *batch_refs.entry(p).or_default() += 1;
+        }
+    }
     let mut cached: FxHashMap<Pfn, ()> = FxHashMap::default();
     for ino in &k.inodes {
         for &p in ino.pages.values() {

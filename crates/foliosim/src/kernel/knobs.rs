@@ -52,9 +52,22 @@ pub enum Mutant {
     MthpCowExclusive,
     /// Freeing a large folio forgets to take it off the deferred-split queue (I-15).
     MthpSkipUnqueue,
+    /// The speculative fault skips the final vm_sequence check under the PTL.
+    SpfSkipSeqCheck,
 }
 
-pub const MUTANTS: &[&str] = &["none", "skip_shootdown", "leak_mapcount", "buddy_skip_nr_free_dec", "buddy_no_merge", "mthp_skip_vma_bound", "mthp_skip_pte_recheck", "mthp_cow_exclusive", "mthp_skip_unqueue", "fpr_keep_reported_on_alloc"];
+/// How page faults synchronise with writers of the VMA tree (`fault_locking`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum FaultLocking {
+    /// Every fault takes mmap_lock for read.
+    MmapLock,
+    /// Linux 6.4+ per-VMA locks (lock_vma_under_rcu), mmap_lock on failure.
+    PerVma,
+    /// The speculative page fault series (SPF v12), mmap_lock on abort.
+    Spf,
+}
+
+pub const MUTANTS: &[&str] = &["none", "skip_shootdown", "leak_mapcount", "buddy_skip_nr_free_dec", "buddy_no_merge", "mthp_skip_vma_bound", "mthp_skip_pte_recheck", "mthp_cow_exclusive", "mthp_skip_unqueue", "fpr_keep_reported_on_alloc", "spf_skip_seq_check"];
 
 /// Policy for large anonymous folios (`anon_folio.mode`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -145,7 +158,9 @@ pub fn registry() -> Vec<KnobSpec> {
         KnobSpec { key: "vm.percpu_pagelist_high_fraction", default: Int(0), help: "per-CPU page list high mark as a fraction of zone memory (0: derived from the low watermark)", values: None, range: Some((0, 1 << 20)) },
         KnobSpec { key: "debug/fault_around_bytes", default: Int(65536), help: "bytes of cached file pages mapped around a read fault (do_fault_around); 4096 disables", values: None, range: Some((4096, 1 << 21)) },
         KnobSpec { key: "kernel/mm/transparent_hugepage/enabled", default: Str("never"), help: "THP for anonymous memory: the PMD size, and every hugepages-<size>kB set to inherit (modelled as 512 PTEs of one order-9 folio plus a 2 MiB TLB entry)", values: Some(&["always", "madvise", "never"]), range: None },
-        KnobSpec { key: "fault_locking", default: Str("mmap_lock"), help: "how page faults synchronise with mmap/munmap: the classic mmap_lock read side", values: Some(&["mmap_lock"]), range: None },
+        KnobSpec { key: "fault_locking", default: Str("mmap_lock"), help: "how page faults synchronise with mmap/munmap: mmap_lock (every fault takes mmap_lock for read), per_vma (6.4+ lock_vma_under_rcu, fallback to mmap_lock), spf (speculative page faults v12: RCU lookup, vm_sequence snapshot validated under the PTL, retry through mmap_lock)", values: Some(&["mmap_lock", "per_vma", "spf"]), range: None },
+        KnobSpec { key: "vm.speculative_page_fault", default: Int(1), help: "with fault_locking = \"spf\": 0 disables the speculative attempt (gate G1 of the series' sysctl; the writer bookkeeping stays)", values: None, range: Some((i64::MIN, i64::MAX)) },
+        KnobSpec { key: "mmap_lock.rwsem_semantics", default: Str("5.3+"), help: "mmap_lock's rwsem: \"5.3+\" readers spin briefly before sleeping (reader optimistic spinning, 5.3); \"5.1\" readers sleep as soon as they wait for a writer (the SPF seed's kernels)", values: Some(&["5.3+", "5.1"]), range: None },
         KnobSpec { key: "page_alloc.shuffle", default: Bool(false), help: "randomise the order of free memory at boot and on large frees (shuffle_pick_tail)", values: None, range: None },
         KnobSpec { key: "page_reporting.enabled", default: Bool(false), help: "a virtio-balloon device with VIRTIO_BALLOON_F_REPORTING registers for free page reporting (mm/page_reporting.c); off = the series applied but the feature not offered", values: None, range: None },
         KnobSpec { key: "page_reporting.page_reporting_order", default: Int(-1), help: "lowest buddy order reported to the host (module parameter; -1: the driver's choice, pageblock_order = 9 on x86-64)", values: None, range: Some((-1, 10)) },
@@ -170,6 +185,7 @@ pub fn registry() -> Vec<KnobSpec> {
         KnobSpec { key: MTHP_SIZE_KEYS[5], default: Str("never"), help: "upstream mTHP: 512 KiB anonymous folios (order 7)", values: Some(&["always", "inherit", "madvise", "never"]), range: None },
         KnobSpec { key: MTHP_SIZE_KEYS[6], default: Str("never"), help: "upstream mTHP: 1 MiB anonymous folios (order 8)", values: Some(&["always", "inherit", "madvise", "never"]), range: None },
         KnobSpec { key: MTHP_SIZE_KEYS[7], default: Str("inherit"), help: "upstream: PMD-size (2 MiB) THP, mapped as 512 PTEs of one order-9 folio plus a 2 MiB TLB entry", values: Some(&["always", "inherit", "madvise", "never"]), range: None },
+        KnobSpec { key: "debug.fault_trace", default: Int(0), help: "record up to this many fault-locking events (SPF attempts, aborts by reason, per-VMA lock outcomes) as [time_ns, cpu, address, event] in the result's fault_trace", values: None, range: Some((0, 10_000_000)) },
         KnobSpec { key: "debug.mutant", default: Str("none"), help: "a deliberately broken mechanism, to show the invariant checker catches it (tests only)", values: Some(MUTANTS), range: None },
     ]
 }
@@ -196,11 +212,18 @@ pub struct Knobs {
     pub host_mem_mib: u64,
     pub host_prealloc: bool,
     pub anon_folio: AnonFolioKnobs,
+    pub fault_locking: FaultLocking,
+    /// debug.fault_trace: how many fault-locking events to record.
+    pub fault_trace: usize,
+    /// mmap_lock.rwsem_semantics = "5.1": readers do not spin.
+    pub rwsem_51: bool,
+    /// vm.speculative_page_fault != 0.
+    pub speculative_page_fault: bool,
 }
 
 impl Default for Knobs {
     fn default() -> Self {
-        Knobs { min_free_kbytes: None, watermark_scale_factor: 10, percpu_pagelist_high_fraction: 0, fault_around_bytes: 65536, shuffle: false, mutant: Mutant::None, page_reporting: false, page_reporting_order: None, reported_putback_tail: true, host_discard_free: false, host_thp: false, host_mem_mib: 0, host_prealloc: false, anon_folio: AnonFolioKnobs::default() }
+        Knobs { min_free_kbytes: None, watermark_scale_factor: 10, percpu_pagelist_high_fraction: 0, fault_around_bytes: 65536, shuffle: false, mutant: Mutant::None, page_reporting: false, page_reporting_order: None, reported_putback_tail: true, host_discard_free: false, host_thp: false, host_mem_mib: 0, host_prealloc: false, anon_folio: AnonFolioKnobs::default(), fault_locking: FaultLocking::MmapLock, speculative_page_fault: true, fault_trace: 0, rwsem_51: false }
     }
 }
 
@@ -228,6 +251,16 @@ impl Knobs {
             ("host.thp", KnobValue::Bool(b)) => self.host_thp = *b,
             ("host.mem_mib", KnobValue::Int(i)) => self.host_mem_mib = *i as u64,
             ("host.prealloc", KnobValue::Bool(b)) => self.host_prealloc = *b,
+            ("mmap_lock.rwsem_semantics", KnobValue::Str(s)) => self.rwsem_51 = s == "5.1",
+            ("debug.fault_trace", KnobValue::Int(i)) => self.fault_trace = *i as usize,
+            ("vm.speculative_page_fault", KnobValue::Int(i)) => self.speculative_page_fault = *i != 0,
+            ("fault_locking", KnobValue::Str(s)) => {
+                self.fault_locking = match s.as_str() {
+                    "per_vma" => FaultLocking::PerVma,
+                    "spf" => FaultLocking::Spf,
+                    _ => FaultLocking::MmapLock,
+                }
+            }
             ("debug.mutant", KnobValue::Str(s)) => {
                 self.mutant = match s.as_str() {
                     "skip_shootdown" => Mutant::SkipShootdown,
@@ -239,6 +272,7 @@ impl Knobs {
                     "mthp_skip_pte_recheck" => Mutant::MthpSkipPteRecheck,
                     "mthp_cow_exclusive" => Mutant::MthpCowExclusive,
                     "mthp_skip_unqueue" => Mutant::MthpSkipUnqueue,
+                    "spf_skip_seq_check" => Mutant::SpfSkipSeqCheck,
                     _ => Mutant::None,
                 }
             }

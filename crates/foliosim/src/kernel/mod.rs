@@ -74,6 +74,13 @@ pub struct Kernel {
     pub check: Checker,
     pub zero_pfn: Pfn,
     pub next_anon_vma: u32,
+    /// A fault being taken on the kernel's behalf (MAP_POPULATE), not from
+    /// a user-mode trap: the fast fault-locking paths are not tried.
+    pub fault_kernel_mode: bool,
+    /// Fault-locking events recorded with `debug.fault_trace` > 0.
+    pub fault_trace: Vec<crate::mm::mmap_lock::FaultTraceEvent>,
+    /// (time, cpu, address) of the fault being handled, for the trace.
+    pub fault_trace_ctx: (Ns, u32, u64),
     /// Kernel-thread bodies, indexed by `Task::kthread`.
     pub kthreads: Vec<Option<Box<dyn kthread::Kthread>>>,
     /// Tasks made runnable by the kernel during a step, for the driver's run queue.
@@ -169,6 +176,9 @@ impl Kernel {
             check: Checker::new(check),
             zero_pfn: 0,
             next_anon_vma: 1,
+            fault_kernel_mode: false,
+            fault_trace: Vec::new(),
+            fault_trace_ctx: (0, 0, 0),
             kthreads: Vec::new(),
             wakeups: Vec::new(),
             scratch_dead: Vec::new(),
@@ -232,6 +242,7 @@ impl Kernel {
     pub fn new_mm(&mut self) -> u32 {
         let id = self.mms.len() as u32;
         self.mms.push(Mm::new(id, self.nr_cpus()));
+        self.mms[id as usize].mmap_lock.reader_no_spin = self.knobs.rwsem_51;
         id
     }
 }

@@ -18,7 +18,16 @@ impl Kernel {
     /// rest is left in `task.pending`).
     pub fn exec(&mut self, tid: u32, op: Op) -> Option<Ret> {
         match op {
-            Op::Access { addr, kind } => Some(self.user_access(tid, addr, kind)),
+            Op::Access { addr, kind } => {
+                let r = self.user_access(tid, addr, kind);
+                if self.tasks[tid as usize].fault_cont.is_some() {
+                    // A speculative fault continues next step; the access is
+                    // re-executed after it returns.
+                    self.tasks[tid as usize].pending = Some(op);
+                    return None;
+                }
+                Some(r)
+            }
             Op::AccessRange { addr, stride, count, kind } => self.access_range(tid, addr, stride, count, kind),
             Op::Compute { ns } => {
                 let tk = &mut self.tasks[tid as usize];
@@ -195,6 +204,7 @@ impl Kernel {
                 Fault::Done => continue,
                 Fault::Segv => return Ret::Err(errno::EFAULT),
                 Fault::Oom => return Ret::Err(errno::ENOMEM),
+                Fault::Pending => return Ret::Val(0),
             }
         }
         Ret::Err(errno::EFAULT)
@@ -253,6 +263,10 @@ impl Kernel {
         }
         if let Some(lk) = pending_lk {
             let r = self.user_access_after(tid, a, kind, lk);
+            if self.tasks[tid as usize].fault_cont.is_some() {
+                self.tasks[tid as usize].pending = Some(Op::AccessRange { addr: a, stride, count: n, kind });
+                return None;
+            }
             if r.is_err() {
                 return Some(r);
             }
@@ -269,6 +283,10 @@ impl Kernel {
         }
         while n > 0 {
             let r = self.user_access(tid, a, kind);
+            if self.tasks[tid as usize].fault_cont.is_some() {
+                self.tasks[tid as usize].pending = Some(Op::AccessRange { addr: a, stride, count: n, kind });
+                return None;
+            }
             if r.is_err() {
                 return Some(r);
             }
@@ -300,12 +318,11 @@ impl Kernel {
                 None => return (Ret::Err(errno::EBADF), t),
             }
         };
-        let t = self.mms[mm as usize].mmap_lock.down_write(t, cpu, &self.lc, &self.sc);
+        let t = self.mmap_write_lock(t, cpu, mm);
         let mut t = t + self.c.mmap;
-        let m = &mut self.mms[mm as usize];
         let start = if flags & map::FIXED != 0 {
             if addr % 4096 != 0 {
-                let t = m.mmap_lock.up_write(t, cpu, &self.lc);
+                let t = self.mmap_write_unlock(t, cpu, mm);
                 return (Ret::Err(errno::EINVAL), t);
             }
             addr
@@ -316,7 +333,7 @@ impl Kernel {
             match m.get_unmapped_area(len, align) {
                 Some(a) => a,
                 None => {
-                    let t = m.mmap_lock.up_write(t, cpu, &self.lc);
+                    let t = self.mmap_write_unlock(t, cpu, mm);
                     return (Ret::Err(errno::ENOMEM), t);
                 }
             }
@@ -339,7 +356,9 @@ impl Kernel {
             vflags |= vm::SHARED;
         }
         let pgoff = if file == 0 { start >> 12 } else { off >> 12 };
-        let vma = Vma { start, end: start + len, flags: vflags, file, pgoff, anon_vma: 0, seq: 0 };
+        let vma = Vma { start, end: start + len, flags: vflags, file, pgoff, anon_vma: 0, seq: 0, vm_lock: Default::default() };
+        // vma_merge_new_range write-locks the neighbours it may extend.
+        t = self.vma_start_write_range(t, cpu, mm, start, start + len);
         let merged = self.mms[mm as usize].insert_vma(vma);
         if merged > 0 {
             self.stat.add(Stat::VmaMerge, merged as i64);
@@ -349,10 +368,11 @@ impl Kernel {
             self.inodes[(file - 1) as usize].i_mmap += 1;
         }
         self.stat.inc(Stat::Mmap);
-        let mut t = self.mms[mm as usize].mmap_lock.up_write(t, cpu, &self.lc);
+        let mut t = self.mmap_write_unlock(t, cpu, mm);
         if flags & map::POPULATE != 0 {
             let kind = if prot_ & prot::WRITE != 0 { Access::Store } else { Access::Load };
             let mut a = start;
+            self.fault_kernel_mode = true;
             while a < start + len {
                 let tid = self.tasks.iter().position(|x| x.mm == mm && x.cpu == cpu && !x.exited).unwrap_or(0) as u32;
                 self.tasks[tid as usize].clock = t;
@@ -360,12 +380,15 @@ impl Kernel {
                 t = self.tasks[tid as usize].clock;
                 a += 4096;
             }
+            self.fault_kernel_mode = false;
         }
         (Ret::Val(start as i64), t)
     }
 
     /// Detach and zap [start, end) with mmap_lock already held for write.
     fn unmap_region_locked(&mut self, t: Ns, cpu: u32, mm: u32, start: u64, end: u64) -> Ns {
+        let t = self.vma_start_write_range(t, cpu, mm, start, end);
+        self.mms[mm as usize].log_unmap(start, end);
         let (gone, splits) = self.mms[mm as usize].detach_range(start, end);
         let mut t = t + self.c.vma_split * splits as Ns;
         self.stat.add(Stat::VmaSplit, splits as i64);
@@ -392,11 +415,13 @@ impl Kernel {
         // Detach under the write lock, then downgrade for the zap, the
         // page-table free and the shootdown (since 4.20).
         let lc = self.lc;
-        let t = self.mms[mm as usize].mmap_lock.down_write(t, cpu, &lc, &self.sc);
+        let t = self.mmap_write_lock(t, cpu, mm);
+        let t = self.vma_start_write_range(t, cpu, mm, addr, end);
+        self.mms[mm as usize].log_unmap(addr, end);
         let (gone, splits) = self.mms[mm as usize].detach_range(addr, end);
         let t = t + self.c.munmap + self.c.vma_split * splits as Ns;
         self.stat.add(Stat::VmaSplit, splits as i64);
-        let mut t = self.mms[mm as usize].mmap_lock.downgrade_write(t, cpu, &lc);
+        let mut t = self.mmap_write_downgrade(t, cpu, mm);
         t = self.lru_add_drain_cpu(t, cpu);
         let mut tlb = MmuGather::new(mm, false);
         for v in &gone {
@@ -418,15 +443,17 @@ impl Kernel {
             return (Ret::Err(errno::EINVAL), t);
         }
         let end = addr + len.div_ceil(4096) * 4096;
-        let lc = self.lc;
-        let t = self.mms[mm as usize].mmap_lock.down_write(t, cpu, &lc, &self.sc);
+        let _lc = self.lc;
+        let t = self.mmap_write_lock(t, cpu, mm);
         let mut t = t + self.c.mprotect;
         // Every page of the range must be mapped.
         let covered: u64 = self.mms[mm as usize].vmas.values().filter(|v| v.end > addr && v.start < end).map(|v| v.end.min(end) - v.start.max(addr)).sum();
         if covered != end - addr {
-            let t = self.mms[mm as usize].mmap_lock.up_write(t, cpu, &lc);
+            let t = self.mmap_write_unlock(t, cpu, mm);
             return (Ret::Err(errno::ENOMEM), t);
         }
+        // mprotect_fixup: vma_start_write on each VMA it splits or changes.
+        t = self.vma_start_write_range(t, cpu, mm, addr, end);
         let m = &mut self.mms[mm as usize];
         let splits = m.split_at(addr) as u32 + m.split_at(end) as u32;
         self.stat.add(Stat::VmaSplit, splits as i64);
@@ -449,7 +476,9 @@ impl Kernel {
                 tighten = true;
             }
             v.flags = f;
-            v.seq = v.seq.wrapping_add(1);
+        }
+        for &k in &keys {
+            m.vma_mark_modified(k);
         }
         // A PMD-mapped THP only partly covered is split first (split_huge_pmd).
         if addr % (1 << 21) != 0 {
@@ -502,7 +531,7 @@ impl Kernel {
             let merged = self.mms[mm as usize].merge_around(k);
             self.stat.add(Stat::VmaMerge, merged as i64);
         }
-        let t = self.mms[mm as usize].mmap_lock.up_write(t, cpu, &lc);
+        let t = self.mmap_write_unlock(t, cpu, mm);
         (Ret::Val(0), t)
     }
 
@@ -521,32 +550,39 @@ impl Kernel {
             let (r, t) = if new_len < old_len { self.do_munmap(t, cpu, mm, addr + new_len, old_len - new_len) } else { (Ret::Val(0), t) };
             return (if r.is_err() { r } else { Ret::Val(addr as i64) }, t);
         }
-        let lc = self.lc;
-        let t = self.mms[mm as usize].mmap_lock.down_write(t, cpu, &lc, &self.sc);
+        let _lc = self.lc;
+        let t = self.mmap_write_lock(t, cpu, mm);
         let mut t = t + self.c.mprotect;
         // Grow in place when the VMA ends at addr+old_len and the space after is free.
         if addr + old_len == v.end && self.mms[mm as usize].range_free(v.end, addr + new_len) {
+            let t = self.vma_start_write_range(t, cpu, mm, v.start, v.end);
             let m = &mut self.mms[mm as usize];
             let vv = m.vmas.get_mut(&v.start).unwrap();
             vv.end = addr + new_len;
-            vv.seq = vv.seq.wrapping_add(1);
-            let t = m.mmap_lock.up_write(t, cpu, &lc);
+            m.vma_mark_modified(v.start);
+            let t = self.mmap_write_unlock(t, cpu, mm);
             return (Ret::Val(addr as i64), t);
         }
         if !may_move {
-            let t = self.mms[mm as usize].mmap_lock.up_write(t, cpu, &lc);
+            let t = self.mmap_write_unlock(t, cpu, mm);
             return (Ret::Err(errno::ENOMEM), t);
         }
         // move_vma: new range, move the PTEs, flush the old range.
         let Some(new) = self.mms[mm as usize].get_unmapped_area(new_len, 4096) else {
-            let t = self.mms[mm as usize].mmap_lock.up_write(t, cpu, &lc);
+            let t = self.mmap_write_unlock(t, cpu, mm);
             return (Ret::Err(errno::ENOMEM), t);
         };
+        // move_vma: the source is write-locked; the destination is new and
+        // marked before it becomes visible (copy_vma).
+        t = self.vma_start_write_range(t, cpu, mm, addr, addr + old_len);
+        self.mms[mm as usize].log_unmap(addr, addr + old_len);
         let m = &mut self.mms[mm as usize];
         let splits = m.split_at(addr) as u32 + m.split_at(addr + old_len) as u32;
         t += self.c.vma_split * splits as Ns;
         let old = m.vmas.remove(&addr).unwrap();
-        let moved = Vma { start: new, end: new + new_len, pgoff: if old.file == 0 { old.pgoff } else { old.pgoff }, seq: 0, ..old.clone() };
+        let (seq, cyc) = (m.fresh_seq(), m.mm_lock_seq);
+        let mut moved = Vma { start: new, end: new + new_len, pgoff: if old.file == 0 { old.pgoff } else { old.pgoff }, seq, vm_lock: Default::default(), ..old.clone() };
+        moved.vm_lock.lock_seq = cyc;
         let mut entries = Vec::new();
         let mut va = addr;
         while va < addr + old_len {
@@ -575,7 +611,7 @@ impl Kernel {
         let mut tlb = MmuGather::new(mm, false);
         self.free_pgtables(mm, addr, addr + old_len, &mut tlb);
         t = self.tlb_finish_mmu(t, cpu, tlb);
-        let t = self.mms[mm as usize].mmap_lock.up_write(t, cpu, &lc);
+        let t = self.mmap_write_unlock(t, cpu, mm);
         (Ret::Val(new as i64), t)
     }
 
@@ -597,6 +633,16 @@ impl Kernel {
                     return (Ret::Err(errno::ENOMEM), t);
                 }
                 t = self.lru_add_drain_cpu(t, cpu);
+                // SPF: unmap_page_range opens each zapped VMA's vm_sequence
+                // section (a new value; no write cycle under the read lock).
+                for &(s, _) in &ranges {
+                    let m = &mut self.mms[mm as usize];
+                    if let Some(k) = m.vma_lookup(s).map(|v| v.start) {
+                        let seq = m.fresh_seq();
+                        m.vmas.get_mut(&k).unwrap().seq = seq;
+                        m.seq_bumps_read_side += 1;
+                    }
+                }
                 let mut tlb = MmuGather::new(mm, false);
                 for (s, e) in ranges {
                     t = self.zap_page_range(t, cpu, mm, s, e, &mut tlb);
@@ -606,7 +652,8 @@ impl Kernel {
                 (Ret::Val(0), t)
             }
             Advice::HugePage | Advice::NoHugePage => {
-                let t = self.mms[mm as usize].mmap_lock.down_write(t, cpu, &lc, &self.sc);
+                let t = self.mmap_write_lock(t, cpu, mm);
+                let t = self.vma_start_write_range(t, cpu, mm, addr, end);
                 let m = &mut self.mms[mm as usize];
                 let splits = m.split_at(addr) as u32 + m.split_at(end) as u32;
                 for v in m.vmas.range_mut(addr..end).map(|(_, v)| v) {
@@ -616,8 +663,12 @@ impl Kernel {
                         v.flags = (v.flags | vm::NOHUGEPAGE) & !vm::HUGEPAGE;
                     }
                 }
+                let keys: Vec<u64> = m.vmas.range(addr..end).map(|(&k, _)| k).collect();
+                for k in keys {
+                    m.vma_mark_modified(k);
+                }
                 let t = t + self.c.madvise + self.c.vma_split * splits as Ns;
-                let t = self.mms[mm as usize].mmap_lock.up_write(t, cpu, &lc);
+                let t = self.mmap_write_unlock(t, cpu, mm);
                 (Ret::Val(0), t)
             }
             Advice::WillNeed | Advice::Cold | Advice::PageOut => (Ret::Val(0), t + self.c.madvise),
@@ -630,23 +681,24 @@ impl Kernel {
         if addr == 0 || addr < start {
             return (Ret::Val(cur as i64), t);
         }
-        let lc = self.lc;
+        let _lc = self.lc;
         let new_end = addr.div_ceil(4096) * 4096;
         let old_end = cur.div_ceil(4096) * 4096;
-        let t = self.mms[mm as usize].mmap_lock.down_write(t, cpu, &lc, &self.sc);
+        let t = self.mmap_write_lock(t, cpu, mm);
         let mut t = t + self.c.brk;
         if new_end > old_end {
             if !self.mms[mm as usize].range_free(old_end, new_end) {
-                let t = self.mms[mm as usize].mmap_lock.up_write(t, cpu, &lc);
+                let t = self.mmap_write_unlock(t, cpu, mm);
                 return (Ret::Val(cur as i64), t);
             }
-            let v = Vma { start: old_end, end: new_end, flags: vm::READ | vm::WRITE | vm::MAYWRITE | vm::BRK, file: 0, pgoff: old_end >> 12, anon_vma: 0, seq: 0 };
+            let v = Vma { start: old_end, end: new_end, flags: vm::READ | vm::WRITE | vm::MAYWRITE | vm::BRK, file: 0, pgoff: old_end >> 12, anon_vma: 0, seq: 0, vm_lock: Default::default() };
+            t = self.vma_start_write_range(t, cpu, mm, old_end, new_end);
             self.mms[mm as usize].insert_vma(v);
         } else if new_end < old_end {
             t = self.unmap_region_locked(t, cpu, mm, new_end, old_end);
         }
         self.mms[mm as usize].brk = addr;
-        let t = self.mms[mm as usize].mmap_lock.up_write(t, cpu, &lc);
+        let t = self.mmap_write_unlock(t, cpu, mm);
         (Ret::Val(addr as i64), t)
     }
 

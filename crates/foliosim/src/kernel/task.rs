@@ -20,6 +20,8 @@ pub struct Task {
     /// An operation in progress across steps (e.g. the rest of an access range).
     pub pending: Option<Op>,
     pub exited: bool,
+    /// A speculative fault waiting for its second step (validation and install).
+    pub fault_cont: Option<crate::mm::spf::SpfPending>,
     /// Index of this task's body in `Kernel::kthreads` if it is a kernel thread.
     pub kthread: Option<u32>,
     /// A kernel thread waiting to be woken, or for its timer.
@@ -32,6 +34,6 @@ pub struct Task {
 
 impl Task {
     pub fn new(id: u32, mm: u32, cpu: u32, clock: Ns) -> Task {
-        Task { id, mm, cpu, clock, ops: 0, user_ns: 0, sys_ns: 0, entry_ns: [0; NR_ENTRIES], last: Ret::Start, pending: None, exited: false, kthread: None, sleeping: false, timer: false, qseq: 0 }
+        Task { id, mm, cpu, clock, ops: 0, user_ns: 0, sys_ns: 0, entry_ns: [0; NR_ENTRIES], last: Ret::Start, pending: None, exited: false, fault_cont: None, kthread: None, sleeping: false, timer: false, qseq: 0 }
     }
 }

@@ -20,8 +20,11 @@ impl Kernel {
             let tk = &self.tasks[tid as usize];
             (tk.mm, tk.cpu, tk.clock)
         };
-        let lc = self.lc;
-        let mut t = self.mms[pmm as usize].mmap_lock.down_write(t0 + self.c.syscall / 2, cpu, &lc, &self.sc);
+        let _lc = self.lc;
+        let mut t = self.mmap_write_lock(t0 + self.c.syscall / 2, cpu, pmm);
+        // dup_mmap: vma_start_write on every parent VMA (the 6.4 fix; SPF
+        // patch 18 marks them too): their PTEs are write-protected below.
+        t = self.vma_start_write_range(t, cpu, pmm, 0, u64::MAX);
         t += self.c.fork_base;
         let cmm = self.new_mm();
         let vmas: Vec<_> = self.mms[pmm as usize].vmas.values().cloned().collect();
@@ -37,6 +40,7 @@ impl Kernel {
             for v in &vmas {
                 let mut v = v.clone();
                 v.seq = 0;
+                v.vm_lock = Default::default();
                 c.vmas.insert(v.start, v);
             }
         }
@@ -97,7 +101,7 @@ impl Kernel {
             // The parent's writable translations must go before anyone writes.
             t = self.flush_tlb_mm_range(t, cpu, pmm, 0, u64::MAX & !4095, false);
         }
-        let t = self.mms[pmm as usize].mmap_lock.up_write(t, cpu, &lc) + self.c.syscall / 2;
+        let t = self.mmap_write_unlock(t, cpu, pmm) + self.c.syscall / 2;
         // The child runs on the parent's CPU until the scheduler moves it.
         let child = self.tasks.len() as u32;
         let mut ct = Task::new(child, cmm, cpu, t);

@@ -22,6 +22,9 @@ pub enum Fault {
     Segv,
     /// Out of memory with nothing reclaimable.
     Oom,
+    /// A speculative fault ended its step after its snapshot and continues
+    /// in the task's next step (`Task::fault_cont`).
+    Pending,
 }
 
 impl Kernel {
@@ -123,7 +126,9 @@ impl Kernel {
     }
 
     /// handle_mm_fault for a user access by task `tid` at `addr`, entered
-    /// from the trap. Charges the task's clock; takes mmap_lock for read.
+    /// from the trap. Charges the task's clock. The fault-locking policy
+    /// (mm/mmap_lock.rs) tries its fast path first; the classic path takes
+    /// mmap_lock for read.
     pub fn handle_mm_fault(&mut self, tid: u32, addr: u64, kind: Access) -> Fault {
         let (mm, cpu, t0) = {
             let tk = &self.tasks[tid as usize];
@@ -131,14 +136,23 @@ impl Kernel {
         };
         self.stat.inc(Stat::Pgfault);
         let t = t0 + self.c.trap / 2;
-        let t = self.mms[mm as usize].mmap_lock.down_read(t, cpu, &self.lc, &self.sc);
-        let t = t + self.c.vma_lookup;
-        let (res, t) = match self.mms[mm as usize].vma_lookup(addr).cloned() {
-            None => (Fault::Segv, t),
-            Some(vma) if !access_permitted(&vma, kind) => (Fault::Segv, t),
-            Some(vma) => self.handle_pte_fault(t + self.c.fault_base, cpu, mm, &vma, addr & !4095, kind),
+        let (res, t) = match self.fault_lock_fast(tid, t, cpu, mm, addr, kind) {
+            super::mmap_lock::FastFault::Done(r, t) => (r, t),
+            super::mmap_lock::FastFault::Fallback(t) => self.fault_under_mmap_lock(t, cpu, mm, addr, kind),
+            super::mmap_lock::FastFault::Pending(t) => {
+                let tk = &mut self.tasks[tid as usize];
+                tk.entry_ns[crate::mm::vmstat::Entry::Fault as usize] += t - t0;
+                tk.sys_ns += t - t0;
+                tk.clock = t;
+                return Fault::Pending;
+            }
         };
-        let t = self.mms[mm as usize].mmap_lock.up_read(t, cpu, &self.lc);
+        self.fault_return(tid, t0, t, res);
+        res
+    }
+
+    /// Return from the fault to user mode at `t` (the fault began at `t0`).
+    pub(crate) fn fault_return(&mut self, tid: u32, t0: Ns, t: Ns, res: Fault) {
         let t = t + self.c.trap / 2;
         if res == Fault::Segv {
             self.stat.inc(Stat::Segv);
@@ -147,10 +161,9 @@ impl Kernel {
         tk.entry_ns[crate::mm::vmstat::Entry::Fault as usize] += t - t0;
         tk.sys_ns += t - t0;
         tk.clock = t;
-        res
     }
 
-    fn handle_pte_fault(&mut self, t: Ns, cpu: u32, mm: u32, vma: &Vma, addr: u64, kind: Access) -> (Fault, Ns) {
+    pub(crate) fn handle_pte_fault(&mut self, t: Ns, cpu: u32, mm: u32, vma: &Vma, addr: u64, kind: Access) -> (Fault, Ns) {
         let t = match self.pte_alloc(t, cpu, mm, addr) {
             Some(t) => t,
             None => return (Fault::Oom, t),
@@ -181,7 +194,7 @@ impl Kernel {
 
     /// Install `pte` at `addr` under the table's PTL, holding it for `hold`.
     /// Returns false (and installs nothing) if the slot is no longer `expect`.
-    fn set_pte_locked(&mut self, t: Ns, cpu: u32, mm: u32, addr: u64, expect: Pte, pte: Pte, hold: Ns) -> (bool, Ns) {
+    pub(crate) fn set_pte_locked(&mut self, t: Ns, cpu: u32, mm: u32, addr: u64, expect: Pte, pte: Pte, hold: Ns) -> (bool, Ns) {
         let lc = self.lc;
         let tbl = self.mms[mm as usize].pt.table_mut(addr).expect("pte table exists");
         let (_, end) = tbl.ptl.lock_span(t, cpu, hold, &lc);
@@ -250,7 +263,7 @@ impl Kernel {
     }
 
     /// A fresh anonymous folio for `addr`, zeroed, charged, rmap'd as new.
-    fn alloc_anon_page(&mut self, t: Ns, cpu: u32, mm: u32, vma: &Vma, addr: u64, zero: bool) -> Option<(Pfn, Ns)> {
+    pub(crate) fn alloc_anon_page(&mut self, t: Ns, cpu: u32, mm: u32, vma: &Vma, addr: u64, zero: bool) -> Option<(Pfn, Ns)> {
         let nid = self.cpus[cpu as usize].node;
         let (pfn, t) = self.alloc_folio(t, cpu, 0, nid, MigrateType::Movable)?;
         let pnid = self.mem_map.get(pfn).nid as usize;
@@ -718,7 +731,7 @@ pub fn access_permitted(vma: &Vma, kind: Access) -> bool {
 }
 
 #[inline]
-fn exec_bit(vma: &Vma) -> u64 {
+pub(crate) fn exec_bit(vma: &Vma) -> u64 {
     if vma.flags & vm::EXEC != 0 {
         Pte::EXEC
     } else {

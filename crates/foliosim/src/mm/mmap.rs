@@ -3,7 +3,8 @@
 //! the maple tree; its costs are charged from the profile by the callers.
 
 use super::pgtable::PageTable;
-use crate::sim::lock::RwSem;
+use crate::sim::lock::{CacheLine, RwSem};
+use crate::sim::Ns;
 use std::collections::BTreeMap;
 
 pub mod vm {
@@ -37,9 +38,35 @@ pub struct Vma {
     pub pgoff: u64,
     /// anon_vma id, assigned at the first anonymous fault (anon_vma_prepare); 0 = none.
     pub anon_vma: u32,
-    /// vm_sequence (speculative faults): bumped by writers that change what a fault depends on.
+    /// vm_sequence (speculative faults): changed by writers that change what a fault depends on.
+    /// Values come from the mm's counter (`Mm::fresh_seq`), so a value also
+    /// names one VMA instance: a VMA freed and another created at the same
+    /// address never share one (this stands in for SPF's pinned pointer and
+    /// its "node cleared" test).
     pub seq: u32,
+    /// The per-VMA lock state (per-VMA locks and SPF).
+    pub vm_lock: VmaLock,
 }
+
+/// Per-VMA synchronisation state. Not part of a VMA's identity: equality
+/// ignores it.
+#[derive(Clone, Debug, Default)]
+pub struct VmaLock {
+    /// vm_lock (6.4+): the rwsem faults take for read; its count is one line.
+    pub sem: RwSem,
+    /// vm_lock_seq: the mm write cycle (`Mm::mm_lock_seq`) in which a writer
+    /// marked this VMA with vma_start_write (0: never).
+    pub lock_seq: u64,
+    /// SPF: the line holding vm_ref_count (with vm_start/vm_end, line A).
+    pub ref_line: CacheLine,
+}
+
+impl PartialEq for VmaLock {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+impl Eq for VmaLock {}
 
 impl Vma {
     #[inline]
@@ -96,6 +123,22 @@ pub struct Mm {
     /// The fd table (shared by the threads of a process, copied by fork).
     pub fds: Vec<Option<OpenFile>>,
     pub alive: bool,
+    /// mm_lock_seq: counts mmap write cycles; the current (or last) cycle's number.
+    pub mm_lock_seq: u64,
+    /// When the current (or last) write cycle ended (mmap_write_unlock or
+    /// downgrade). A VMA marked in cycle `mm_lock_seq` is write-locked for
+    /// faults before this time. Ns::MAX while the cycle is open.
+    pub write_cycle_end: Ns,
+    /// When the current (or last) write cycle acquired mmap_lock.
+    pub write_cycle_start: Ns,
+    /// Recent write cycles: (mm_lock_seq, when it acquired mmap_lock, ranges
+    /// it unmapped). Speculative faults use it to place their validation
+    /// against writers whose atomic steps already ran (mm/spf.rs).
+    pub cycle_log: std::collections::VecDeque<(u64, Ns, Vec<(u64, u64)>)>,
+    /// vm_sequence bumps made outside write cycles (MADV_DONTNEED's zap).
+    pub seq_bumps_read_side: u64,
+    /// Source of vm_sequence values.
+    pub next_seq: u32,
 }
 
 /// Outcome of inserting a new mapping.
@@ -120,6 +163,51 @@ impl Mm {
             hiwater_rss: 0,
             fds: Vec::new(),
             alive: true,
+            mm_lock_seq: 0,
+            write_cycle_end: 0,
+            write_cycle_start: 0,
+            next_seq: 1,
+            seq_bumps_read_side: 0,
+            cycle_log: Default::default(),
+        }
+    }
+
+    /// Record that the current write cycle unmapped [start, end).
+    pub fn log_unmap(&mut self, start: u64, end: u64) {
+        if let Some(c) = self.cycle_log.back_mut() {
+            c.2.push((start, end));
+        }
+    }
+
+    /// A vm_sequence value never used before in this mm.
+    #[inline]
+    pub fn fresh_seq(&mut self) -> u32 {
+        self.next_seq = self.next_seq.wrapping_add(2);
+        self.next_seq
+    }
+
+    /// Is `v` write-locked by a writer (marked in a write cycle still open)
+    /// as seen by a fault at time `t`? Steps are atomic, so a writer whose
+    /// step began before `t` has already made all its changes; the cycle's
+    /// start and end times say whether, at `t`, it held mmap_lock.
+    ///
+    /// A fault before the cycle acquired mmap_lock (its step ran first, the
+    /// writer was still queued) finds the VMA not yet marked, as in the
+    /// kernel, and runs on the state the writer left (a merge or split keeps
+    /// its address covered; an unmapped one misses the lookup).
+    #[inline]
+    pub fn vma_write_locked_at(&self, v: &Vma, t: Ns) -> bool {
+        v.vm_lock.lock_seq == self.mm_lock_seq && self.mm_lock_seq != 0 && t < self.write_cycle_end && t >= self.write_cycle_start
+    }
+
+    /// Mark the VMA at `key` as modified in this write cycle (the state part
+    /// of vma_start_write and of the SPF write_seqcount_begin/end pair).
+    pub fn vma_mark_modified(&mut self, key: u64) {
+        let seq = self.fresh_seq();
+        let cyc = self.mm_lock_seq;
+        if let Some(v) = self.vmas.get_mut(&key) {
+            v.seq = seq;
+            v.vm_lock.lock_seq = cyc;
         }
     }
 
@@ -180,13 +268,15 @@ impl Mm {
     /// (vma_merge_new_range). Returns the number of merges done.
     pub fn insert_vma(&mut self, mut new: Vma) -> u32 {
         let mut merged = 0;
+        // A new (or grown) VMA is a new vm_sequence value, made in this cycle.
+        new.seq = self.fresh_seq();
+        new.vm_lock.lock_seq = self.mm_lock_seq;
         if let Some((&pk, prev)) = self.vmas.range(..new.start).next_back() {
             if prev.can_merge_with(&new) {
                 let prev = self.vmas.remove(&pk).unwrap();
                 new.start = prev.start;
                 new.pgoff = prev.pgoff;
                 new.anon_vma = new.anon_vma.max(prev.anon_vma);
-                new.seq = prev.seq.wrapping_add(1);
                 merged += 1;
             }
         }
@@ -195,7 +285,6 @@ impl Mm {
                 let next = self.vmas.remove(&new.end).unwrap();
                 new.end = next.end;
                 new.anon_vma = new.anon_vma.max(next.anon_vma);
-                new.seq = new.seq.wrapping_add(1);
                 merged += 1;
             }
         }
@@ -209,13 +298,16 @@ impl Mm {
             Some((&k, v)) if v.end > addr => k,
             _ => return false,
         };
+        let (s1, s2, cyc) = (self.fresh_seq(), self.fresh_seq(), self.mm_lock_seq);
         let v = self.vmas.get_mut(&key).unwrap();
         let mut tail = v.clone();
         v.end = addr;
-        v.seq = v.seq.wrapping_add(1);
+        v.seq = s1;
+        v.vm_lock.lock_seq = cyc;
         tail.pgoff += (addr - tail.start) >> 12;
         tail.start = addr;
-        tail.seq = 0;
+        tail.seq = s2;
+        tail.vm_lock = VmaLock { lock_seq: cyc, ..Default::default() };
         self.vmas.insert(addr, tail);
         true
     }
@@ -262,7 +354,7 @@ mod tests {
     use super::*;
 
     fn anon(start: u64, end: u64) -> Vma {
-        Vma { start, end, flags: vm::READ | vm::WRITE, file: 0, pgoff: start >> 12, anon_vma: 0, seq: 0 }
+        Vma { start, end, flags: vm::READ | vm::WRITE, file: 0, pgoff: start >> 12, anon_vma: 0, seq: 0, vm_lock: Default::default() }
     }
 
     #[test]

@@ -180,6 +180,9 @@ pub struct RwSem {
     pub read_wait_ns: Ns,
     pub write_wait_ns: Ns,
     pub sleeps: u64,
+    /// Readers never spin: any wait for a writer sleeps (rwsem before 5.3,
+    /// when reader optimistic spinning arrived). Default false (5.3+).
+    pub reader_no_spin: bool,
 }
 
 /// Costs of sleeping on a semaphore.
@@ -203,7 +206,7 @@ impl RwSem {
         if self.writer_until > t {
             start = self.writer_until;
         }
-        start = self.wait_cost(now, start, sc);
+        start = self.reader_wait_cost(t, now, start, sc);
         self.read_wait_ns += start - now;
         self.read_acquisitions += 1;
         let end = start + hold;
@@ -232,11 +235,23 @@ impl RwSem {
     pub fn down_read(&mut self, now: Ns, cpu: u32, lc: &LineCost, sc: &SleepCost) -> Ns {
         let t = self.line.rmw(now, cpu, lc);
         let start = if self.writer_until > t { self.writer_until } else { t };
-        let start = self.wait_cost(now, start, sc);
+        let start = self.reader_wait_cost(t, now, start, sc);
         // Waiting is what goes beyond the uncontended atomic.
         self.read_wait_ns += start.saturating_sub(now + lc.local_rmw);
         self.read_acquisitions += 1;
         start
+    }
+
+    /// down_read_trylock at `now`: one RMW on the count (a failed cmpxchg
+    /// costs the same); fails if a writer holds or waits. Returns when held.
+    #[inline]
+    pub fn down_read_trylock(&mut self, now: Ns, cpu: u32, lc: &LineCost) -> Option<Ns> {
+        let t = self.line.rmw(now, cpu, lc);
+        if self.writer_until > t {
+            return None;
+        }
+        self.read_acquisitions += 1;
+        Some(t)
     }
 
     /// up_read at `t`; returns when the release RMW completed.
@@ -285,6 +300,17 @@ impl RwSem {
         let end = self.line.rmw(down + hold_r, cpu, lc);
         self.readers_until = self.readers_until.max(end);
         (start, down, end)
+    }
+
+    /// A reader's wait: as `wait_cost`, but without spinning when
+    /// `reader_no_spin` (it sleeps as soon as it must wait for a writer).
+    #[inline]
+    fn reader_wait_cost(&mut self, t: Ns, now: Ns, start: Ns, sc: &SleepCost) -> Ns {
+        if self.reader_no_spin && start > t {
+            self.sleeps += 1;
+            return start + sc.sleep_wake;
+        }
+        self.wait_cost(now, start, sc)
     }
 
     #[inline]
@@ -352,6 +378,21 @@ mod tests {
         let (s3, _) = r.read_for(30, 3, 10, &LC, &SC);
         assert!(s3 >= we, "reader behind a queued writer waits for it");
         assert!(r.sleeps >= 2);
+    }
+
+    #[test]
+    fn readers_sleep_without_spinning_under_5_1_semantics() {
+        for no_spin in [false, true] {
+            let mut r = RwSem { reader_no_spin: no_spin, ..Default::default() };
+            let w = r.down_write(0, 0, &LC, &SC);
+            let end = r.up_write(w + 280, 0, &LC);
+            // A reader arriving near the end of the write section waits < spin_limit.
+            let s = r.down_read(200, 1, &LC, &SC);
+            assert!(end - 200 < SC.spin_limit);
+            assert_eq!(r.sleeps, no_spin as u64, "no_spin = {no_spin}");
+            assert!(s >= end);
+            assert_eq!(s >= end + SC.sleep_wake, no_spin);
+        }
     }
 
     #[test]

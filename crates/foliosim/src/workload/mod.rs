@@ -9,6 +9,7 @@ use crate::sim::Ns;
 use std::collections::BTreeMap;
 
 pub mod common;
+pub mod ebizzy;
 pub mod file_reader;
 pub mod kbuild;
 pub mod memhog;
@@ -188,6 +189,7 @@ fn registered() -> Vec<WorkloadInfo> {
     v.push(sparse_touch::info());
     v.push(trace::info());
     v.push(kbuild::info());
+    v.extend(ebizzy::infos());
     v
 }
 

@@ -1,0 +1,217 @@
+//! How faults synchronise with the writers of an address space
+//! (`fault_locking`): the mmap_lock write side every writer goes through
+//! (include/linux/mmap_lock.h), the per-VMA write marks (vma_start_write),
+//! and the fault-side policies: the classic mmap_lock read side, per-VMA
+//! locks (lock_vma_under_rcu, mm/memory.c, 6.4+) and speculative faults
+//! (mm/spf.rs).
+//!
+//! Time model. Writer steps are atomic: a write cycle's changes all land in
+//! the step that takes mmap_lock for write. What a fault running later in
+//! simulated time must still see is *when* that cycle ended: `Mm::
+//! write_cycle_end`. A VMA marked in the cycle (`vm_lock.lock_seq ==
+//! mm_lock_seq`) is write-locked for any fault before that time, exactly as
+//! vm_lock_seq == mm_lock_seq until mmap_write_unlock bumps mm_lock_seq.
+
+use super::memory::Fault;
+use super::vmstat::Stat;
+use crate::kernel::knobs::FaultLocking;
+use crate::kernel::Kernel;
+use crate::sim::Ns;
+use crate::workload::Access;
+
+/// What the fast path of a fault-locking policy did.
+pub enum FastFault {
+    /// Finished (success or signal) at the given time.
+    Done(Fault, Ns),
+    /// The fault continues in a later step (`Task::fault_cont`); the step ends here.
+    Pending(Ns),
+    /// Not handled: take mmap_lock for read and run the classic fault from here.
+    Fallback(Ns),
+}
+
+/// One record of the fault-locking trace (`debug.fault_trace`): when the
+/// fault's step began, its CPU and address, and the event (a counter's name).
+pub type FaultTraceEvent = (Ns, u32, u64, &'static str);
+
+impl Kernel {
+    /// Count a fault-locking event and, with `debug.fault_trace` > 0, record
+    /// it against the fault in progress (`fault_trace_ctx`).
+    pub(crate) fn fault_event(&mut self, s: Stat) {
+        self.stat.inc(s);
+        if self.fault_trace.len() < self.knobs.fault_trace {
+            let (t, cpu, addr) = self.fault_trace_ctx;
+            self.fault_trace.push((t, cpu, addr, s.name()));
+        }
+    }
+
+    /// mmap_write_lock: take mmap_lock for write and open a write cycle
+    /// (mm_lock_seq moves; the per-VMA marks of this cycle count until the
+    /// unlock or downgrade).
+    pub fn mmap_write_lock(&mut self, t: Ns, cpu: u32, mm: u32) -> Ns {
+        let m = &mut self.mms[mm as usize];
+        let t = m.mmap_lock.down_write(t, cpu, &self.lc, &self.sc);
+        m.mm_lock_seq += 1;
+        m.write_cycle_end = Ns::MAX;
+        m.write_cycle_start = t;
+        if m.cycle_log.len() >= 256 {
+            m.cycle_log.pop_front();
+        }
+        m.cycle_log.push_back((m.mm_lock_seq, t, Vec::new()));
+        t
+    }
+
+    /// mmap_write_unlock: release and end the cycle (vma_end_write_all).
+    pub fn mmap_write_unlock(&mut self, t: Ns, cpu: u32, mm: u32) -> Ns {
+        let m = &mut self.mms[mm as usize];
+        let t = m.mmap_lock.up_write(t, cpu, &self.lc);
+        m.write_cycle_end = t;
+        t
+    }
+
+    /// mmap_write_downgrade: readers may enter; the cycle's VMA marks end.
+    pub fn mmap_write_downgrade(&mut self, t: Ns, cpu: u32, mm: u32) -> Ns {
+        let m = &mut self.mms[mm as usize];
+        let t = m.mmap_lock.downgrade_write(t, cpu, &self.lc);
+        m.write_cycle_end = t;
+        t
+    }
+
+    /// vma_start_write on every VMA overlapping or touching [lo, hi] (the
+    /// ones a split, merge, detach or change in that range modifies), before
+    /// the writer modifies them. Under per-VMA locks this waits for the
+    /// faults holding each VMA for read (down_write on its vm_lock); under
+    /// SPF it opens the VMA's vm_sequence write section (the section's end is
+    /// the cycle's end). Every policy marks the state (cheap; the classic
+    /// policy never reads it). Mmap_lock must be held for write.
+    pub fn vma_start_write_range(&mut self, t: Ns, cpu: u32, mm: u32, lo: u64, hi: u64) -> Ns {
+        let per_vma = self.knobs.fault_locking == FaultLocking::PerVma;
+        let (lc, sc) = (self.lc, self.sc);
+        let m = &mut self.mms[mm as usize];
+        let cyc = m.mm_lock_seq;
+        let keys: Vec<u64> = m.vmas.range(..=hi).rev().take_while(|(_, v)| v.end >= lo).map(|(&k, _)| k).collect();
+        let mut t = t;
+        for k in keys {
+            let v = m.vmas.get_mut(&k).unwrap();
+            if v.vm_lock.lock_seq == cyc {
+                continue; // already marked in this cycle
+            }
+            if per_vma {
+                let s = v.vm_lock.sem.down_write(t, cpu, &lc, &sc);
+                t = v.vm_lock.sem.up_write(s, cpu, &lc);
+            }
+            m.vma_mark_modified(k);
+        }
+        t
+    }
+
+    /// The fast path of the configured policy, entered from the trap at `t`.
+    pub(crate) fn fault_lock_fast(&mut self, tid: u32, t: Ns, cpu: u32, mm: u32, addr: u64, kind: Access) -> FastFault {
+        self.fault_trace_ctx = (t, cpu, addr);
+        match self.knobs.fault_locking {
+            FaultLocking::MmapLock => FastFault::Fallback(t),
+            FaultLocking::PerVma => {
+                if self.fault_kernel_mode {
+                    return FastFault::Fallback(t);
+                }
+                self.fault_per_vma(t, cpu, mm, addr, kind)
+            }
+            FaultLocking::Spf => self.spf_fault_begin(tid, t, cpu, mm, addr, kind),
+        }
+    }
+
+    /// The classic fault under mmap_lock for read.
+    pub(crate) fn fault_under_mmap_lock(&mut self, t: Ns, cpu: u32, mm: u32, addr: u64, kind: Access) -> (Fault, Ns) {
+        let t = self.mms[mm as usize].mmap_lock.down_read(t, cpu, &self.lc, &self.sc);
+        let t = t + self.c.vma_lookup;
+        let (res, t) = match self.mms[mm as usize].vma_lookup(addr).cloned() {
+            None => (Fault::Segv, t),
+            Some(vma) if !super::memory::access_permitted(&vma, kind) => (Fault::Segv, t),
+            Some(vma) => self.handle_pte_fault(t + self.c.fault_base, cpu, mm, &vma, addr & !4095, kind),
+        };
+        let t = self.mms[mm as usize].mmap_lock.up_read(t, cpu, &self.lc);
+        (res, t)
+    }
+
+    /// lock_vma_under_rcu + handle_mm_fault(FAULT_FLAG_VMA_LOCK) + vma_end_read
+    /// (6.12). One step: the VMA read lock is held over the whole fault, so
+    /// a writer whose step comes later waits for it in vma_start_write, and
+    /// a fault after a writer's mark fails the vm_lock_seq test.
+    fn fault_per_vma(&mut self, t: Ns, cpu: u32, mm: u32, addr: u64, kind: Access) -> FastFault {
+        let lc = self.lc;
+        // RCU maple-tree walk.
+        let t = t + self.c.vma_lookup;
+        let m = &mut self.mms[mm as usize];
+        let Some(key) = m.vma_lookup(addr).map(|v| v.start) else {
+            self.fault_event(Stat::VmaLockAbort);
+            return FastFault::Fallback(t);
+        };
+        // vma_start_read: (a) vm_lock_seq == mm_lock_seq -> write-locked.
+        if m.vma_write_locked_at(&m.vmas[&key], t) {
+            self.fault_event(Stat::VmaLockAbort);
+            return FastFault::Fallback(t);
+        }
+        // (b) down_read_trylock on vm_lock: an RMW on the VMA's lock line.
+        let Some(t) = m.vmas.get_mut(&key).unwrap().vm_lock.sem.down_read_trylock(t, cpu, &lc) else {
+            self.fault_event(Stat::VmaLockAbort);
+            return FastFault::Fallback(t + lc.local_rmw);
+        };
+        let vma = m.vmas[&key].clone();
+        let unlock = |k: &mut Kernel, t: Ns| -> Ns { k.mms[mm as usize].vmas.get_mut(&key).map_or(t, |v| v.vm_lock.sem.up_read(t, cpu, &lc)) };
+        if !super::memory::access_permitted(&vma, kind) {
+            // An access error under the VMA lock is a SIGSEGV, counted as a success.
+            let t = unlock(self, t);
+            self.fault_event(Stat::VmaLockSuccess);
+            return FastFault::Done(Fault::Segv, t);
+        }
+        // vmf_anon_prepare: a first anonymous fault needs mmap_lock to attach
+        // the anon_vma; it only trylocks it, else RETRY.
+        if vma.is_anon() && vma.anon_vma == 0 {
+            let ml = &mut self.mms[mm as usize].mmap_lock;
+            match ml.down_read_trylock(t, cpu, &lc) {
+                None => {
+                    let t = unlock(self, t + lc.local_rmw);
+                    self.fault_event(Stat::VmaLockRetry);
+                    return FastFault::Fallback(t);
+                }
+                Some(t1) => {
+                    // anon_vma_prepare happens inside the fault; release after it.
+                    let (res, t2) = self.handle_pte_fault(t1 + self.c.fault_base, cpu, mm, &vma, addr & !4095, kind);
+                    let t2 = self.mms[mm as usize].mmap_lock.up_read(t2, cpu, &lc);
+                    let t2 = unlock(self, t2);
+                    self.fault_event(Stat::VmaLockSuccess);
+                    self.check_fault_install(mm, addr, &vma);
+                    return FastFault::Done(res, t2);
+                }
+            }
+        }
+        let (res, t) = self.handle_pte_fault(t + self.c.fault_base, cpu, mm, &vma, addr & !4095, kind);
+        self.check_fault_install(mm, addr, &vma);
+        let t = unlock(self, t);
+        self.fault_event(Stat::VmaLockSuccess);
+        FastFault::Done(res, t)
+    }
+
+    /// I1 (spec §7.2) for faults outside mmap_lock, on ground truth: the
+    /// VMA now covering `addr` has the range, flags and anon_vma the fault
+    /// used (anon_vma may have been set by this very fault).
+    pub(crate) fn check_fault_install(&mut self, mm: u32, addr: u64, used: &super::mmap::Vma) {
+        if !self.check.enabled {
+            return;
+        }
+        let now = self.mms[mm as usize].vma_lookup(addr).cloned();
+        let ok = match &now {
+            None => false,
+            Some(v) => v.start == used.start && v.end == used.end && v.flags == used.flags && v.pgoff == used.pgoff && (used.anon_vma == 0 || v.anon_vma == used.anon_vma),
+        };
+        if !ok {
+            self.check.report(format!(
+                "mm {mm} va {addr:#x}: fault installed a PTE using VMA [{:#x},{:#x}) flags {:#x} anon_vma {}, but the VMA there is now {:?} (I1: range, protection or anon_vma changed since the snapshot)",
+                used.start,
+                used.end,
+                used.flags,
+                used.anon_vma,
+                now.map(|v| (v.start, v.end, v.flags, v.anon_vma))
+            ));
+        }
+    }
+}

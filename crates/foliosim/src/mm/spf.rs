@@ -1,0 +1,428 @@
+//! Speculative page faults (the SPF v12 series, Dufour 2019; spec §2.5–2.7):
+//! handle an anonymous fault without mmap_lock, from a snapshot of the VMA
+//! validated under the PTL, and redo it under mmap_lock when validation fails.
+//!
+//! Two steps, so that other CPUs act in between (spec §2.14 (e)–(g)):
+//! 1. `spf_fault_begin`: find_vma_rcu and the VMA reference, the vm_sequence
+//!    snapshot (S2), the VMA-kind checks (S3–S10), the IRQ-off walk (S12;
+//!    page tables must exist), and for a write fault on a none PTE the page
+//!    allocation and zeroing. The step ends (`Task::fault_cont`).
+//! 2. `spf_fault_finish`: pte_map_lock — vma_has_changed (the VMA detached,
+//!    its vm_sequence moved, or a writer section open), PTL — then install;
+//!    on failure, free what was allocated (wasted work) and run the classic
+//!    fault under mmap_lock.
+//!
+//! Writers (kernel/syscalls.rs) change a VMA's vm_sequence (a fresh value,
+//! `Mm::vma_mark_modified`) in `vma_start_write_range` and in every split,
+//! merge or field change, inside their atomic step.
+
+use super::memory::{exec_bit, Fault};
+use super::mmap::{vm, Vma};
+use super::mmap_lock::FastFault;
+use super::pgtable::Pte;
+use super::vmstat::Stat;
+use super::Pfn;
+use crate::kernel::knobs::Mutant;
+use crate::kernel::Kernel;
+use crate::sim::Ns;
+use crate::workload::Access;
+
+/// A speculative fault between its two steps (the parts of struct vm_fault
+/// the series adds: the sequence snapshot, the flags snapshot, orig_pte).
+#[derive(Clone, Debug)]
+pub struct SpfPending {
+    pub addr: u64,
+    pub kind: Access,
+    /// The VMA as snapshotted (its `seq` is vmf->sequence).
+    pub vma: Vma,
+    pub orig_pte: Pte,
+    /// The page allocated and zeroed for a write to a none PTE.
+    pub page: Option<Pfn>,
+    /// When the attempt began (for wasted-time accounting) and the trap entry.
+    pub t_begin: Ns,
+    pub t_trap: Ns,
+    /// mm_lock_seq and the read-side bump count at the snapshot.
+    pub cycle: u64,
+    pub read_bumps: u64,
+}
+
+impl Kernel {
+    /// Step 1 of a speculative fault (the gate, S1–S13, allocation).
+    pub(crate) fn spf_fault_begin(&mut self, tid: u32, t: Ns, cpu: u32, mm: u32, addr: u64, kind: Access) -> FastFault {
+        // G1: the sysctl.
+        if !self.knobs.speculative_page_fault {
+            self.fault_event(Stat::SpfNotAttemptedSysctl);
+            return FastFault::Fallback(t);
+        }
+        // G2: not a user-mode fault, or a single-threaded mm.
+        if self.fault_kernel_mode {
+            self.fault_event(Stat::SpfNotAttemptedKernelMode);
+            return FastFault::Fallback(t);
+        }
+        if self.mms[mm as usize].users <= 1 {
+            self.fault_event(Stat::SpfNotAttemptedSingleThread);
+            return FastFault::Fallback(t);
+        }
+        self.fault_event(Stat::SpfAttempt);
+        let lc = self.lc;
+        let t_begin = t;
+        // S1: find_vma_rcu (tree walk under RCU; mm_seq read on the tree line).
+        let t = t + self.c.vma_lookup;
+        let m = &mut self.mms[mm as usize];
+        let Some(key) = m.vma_lookup(addr).map(|v| v.start) else {
+            self.fault_event(Stat::SpfAbortNoVma);
+            return self.spf_abort(t_begin, t);
+        };
+        // The reference (vm_ref_count) is an RMW on the VMA's first line.
+        let t = m.vmas.get_mut(&key).unwrap().vm_lock.ref_line.rmw(t, cpu, &lc);
+        let vma = m.vmas[&key].clone();
+        // S2: the count is odd while a writer is inside its section (around
+        // the field writes of __vma_adjust, mprotect_fixup, the zap). Those
+        // sections are within the writer's atomic step, so a fault never
+        // sees one open: this abort stays at 0 (the seq moving is caught at
+        // pte_map_lock instead). (Per-VMA locks differ: their mark lasts
+        // until mmap_write_unlock, see mmap_lock.rs.)
+        if false {
+            self.fault_event(Stat::SpfAbortSeqOdd);
+            self.fault_event(Stat::SpfVmaChanged);
+            return self.spf_abort_put(t_begin, t, cpu, mm, key);
+        }
+        // S3: vm_ops->fault (every file-backed VMA, shmem).
+        if !vma.is_anon() {
+            self.fault_event(Stat::SpfAbortVmOpsFault);
+            self.fault_event(Stat::SpfVmaNotsup);
+            return self.spf_abort_put(t_begin, t, cpu, mm, key);
+        }
+        // S4: first fault of a fresh anonymous VMA.
+        if vma.anon_vma == 0 {
+            self.fault_event(Stat::SpfAbortNoAnonVma);
+            self.fault_event(Stat::SpfVmaNotsup);
+            return self.spf_abort_put(t_begin, t, cpu, mm, key);
+        }
+        // S7: stacks.
+        if vma.flags & vm::GROWSDOWN != 0 {
+            self.fault_event(Stat::SpfAbortStack);
+            self.fault_event(Stat::SpfVmaNotsup);
+            return self.spf_abort_put(t_begin, t, cpu, mm, key);
+        }
+        // S10: no permission: SIGSEGV, final (x86/arm64).
+        if !super::memory::access_permitted(&vma, kind) {
+            self.fault_event(Stat::SpfVmaAccess);
+            self.fault_event(Stat::SpfSigsegvPerm);
+            self.fault_event(Stat::PerfSpf);
+            let t = self.mms[mm as usize].vmas.get_mut(&key).unwrap().vm_lock.ref_line.rmw(t, cpu, &lc);
+            return FastFault::Done(Fault::Segv, t);
+        }
+        // S12: the IRQ-off walk; SPF never allocates page tables (§2.8).
+        let t = t + self.c.walk;
+        let (pud, pmd, pte) = self.mms[mm as usize].pt.missing(addr);
+        if pud || pmd || pte {
+            self.stat.inc(if pud || pmd { Stat::SpfAbortPtPud } else { Stat::SpfAbortPtPmdNone });
+            self.fault_event(Stat::SpfVmaNotsup);
+            return self.spf_abort_put(t_begin, t, cpu, mm, key);
+        }
+        let orig_pte = self.mms[mm as usize].pt.pte(addr);
+        // S13: nothing can move within this step; the re-check is a read.
+        // D2 write fault: allocate and zero the page before pte_map_lock
+        // (preemption point (f): the long part of the window).
+        let mut t = t + self.c.fault_base;
+        let mut page = None;
+        if orig_pte.is_none() && kind == Access::Store {
+            match self.alloc_anon_page(t, cpu, mm, &vma, addr & !4095, true) {
+                Some((pfn, t1)) => {
+                    page = Some(pfn);
+                    t = t1;
+                }
+                None => return self.spf_abort_put(t_begin, t, cpu, mm, key),
+            }
+        }
+        let t_trap = self.tasks[tid as usize].clock;
+        let (cycle, read_bumps) = (self.mms[mm as usize].mm_lock_seq, self.mms[mm as usize].seq_bumps_read_side);
+        self.tasks[tid as usize].fault_cont = Some(SpfPending { addr: addr & !4095, kind, vma, orig_pte, page, t_begin, t_trap, cycle, read_bumps });
+        FastFault::Pending(t)
+    }
+
+    /// Step 2 of a pending speculative fault of task `tid`, at its clock:
+    /// pte_map_lock's validation, then install or abort and redo classically.
+    /// Returns the fault's outcome.
+    pub fn spf_fault_finish(&mut self, tid: u32) -> Fault {
+        let Some(p) = self.tasks[tid as usize].fault_cont.take() else { return Fault::Done };
+        let (mm, cpu, t0) = {
+            let tk = &self.tasks[tid as usize];
+            (tk.mm, tk.cpu, tk.clock)
+        };
+        let key = p.vma.start;
+        // vma_has_changed: the VMA instance is gone from the tree (detached,
+        // or replaced: values of vm_sequence name instances), its count
+        // moved, or a writer's section is open at this time.
+        let m = &self.mms[mm as usize];
+        let changed = match m.vmas.get(&key) {
+            None => true,
+            Some(v) => v.seq != p.vma.seq,
+        };
+        let skip = self.knobs.mutant == Mutant::SpfSkipSeqCheck;
+        // Writer steps are atomic: the write cycles since the snapshot may
+        // have run their steps already although the first of them acquires
+        // mmap_lock only after this validation. Then, in time, this fault
+        // validated first: it completes, and the writers' changes apply to
+        // its PTE (zapped if one of them unmapped the address).
+        if changed && !skip && m.seq_bumps_read_side == p.read_bumps {
+            if let Some(i) = m.cycle_log.iter().position(|c| c.0 == p.cycle + 1) {
+                if m.cycle_log[i].1 > t0 {
+                    let zapped = m.cycle_log.iter().skip(i).any(|c| c.2.iter().any(|r| r.0 <= p.addr && p.addr < r.1));
+                    return self.spf_finish_before_writer(tid, p, t0, zapped);
+                }
+            }
+        }
+        if changed && !skip {
+            self.fault_event(Stat::SpfAbortPtlChangedBeforeLock);
+            self.fault_event(Stat::SpfVmaChanged);
+            let t = self.spf_put_ref(t0, cpu, mm, key);
+            let t = self.spf_free_wasted(t, cpu, &p, p.page);
+            return self.spf_fallback(tid, &p, t);
+        }
+        // The page tables the walk saw must still be there: with the check
+        // skipped, a munmap may have freed them (a use after free).
+        if self.mms[mm as usize].pt.table(p.addr).is_none() {
+            self.check.report(format!("mm {mm} va {:#x}: speculative fault dereferenced a freed page table (I4)", p.addr));
+            let t = self.spf_put_ref(t0, cpu, mm, key);
+            let t = self.spf_free_wasted(t, cpu, &p, p.page);
+            return self.spf_fallback(tid, &p, t);
+        }
+        if self.check.enabled && !self.mms[mm as usize].vmas.contains_key(&key) {
+            self.check.report(format!("mm {mm} va {:#x}: speculative fault used VMA [{:#x},{:#x}) after it was detached (I3)", p.addr, key, p.vma.end));
+        }
+        let addr = p.addr;
+        let (res, t) = match p.page {
+            Some(pfn) => {
+                // D2 write: install the prepared page if the PTE is still none.
+                self.check_fault_install(mm, addr, &p.vma);
+                let pte = Pte::new(pfn, Pte::WRITE | Pte::DIRTY | Pte::YOUNG | exec_bit(&p.vma));
+                let hold = self.c.pte_set + self.c.rmap;
+                let (ok, t) = self.set_pte_locked(t0, cpu, mm, addr, Pte::NONE, pte, hold);
+                if ok {
+                    self.page_add_rmap(mm, pfn, true);
+                    self.stat.inc(Stat::FaultAnon);
+                    (Fault::Done, self.folio_add_lru(t, cpu, pfn))
+                } else {
+                    // Another fault won: not an abort, the page goes back.
+                    (Fault::Done, self.release_folios(t, cpu, &[pfn]))
+                }
+            }
+            None => {
+                // Zero-page reads and present PTEs (write-protect, CoW,
+                // young/dirty update): run the PTE-level fault on the
+                // validated snapshot; it takes the PTL and compares the PTE.
+                self.check_fault_install(mm, addr, &p.vma);
+                self.handle_pte_fault(t0, cpu, mm, &p.vma, addr, p.kind)
+            }
+        };
+        let t = self.spf_put_ref(t, cpu, mm, key);
+        self.fault_event(Stat::SpeculativePgfault);
+        self.fault_event(Stat::PerfSpf);
+        self.fault_return(tid, t0, t, res);
+        res
+    }
+
+    /// A fault that validated before the queued writer acquired mmap_lock:
+    /// install what the fault made, as the writer's changes leave it — kept
+    /// (read-only if the writer removed write) where a VMA with the same
+    /// anon_vma still covers the address, zapped (the page freed) where none
+    /// does. A fault that had nothing prepared runs on the current VMA.
+    fn spf_finish_before_writer(&mut self, tid: u32, p: SpfPending, t0: Ns, zapped: bool) -> Fault {
+        let (mm, cpu) = (self.tasks[tid as usize].mm, self.tasks[tid as usize].cpu);
+        self.fault_event(Stat::SpfBeforeWriter);
+        let key = p.vma.start;
+        let cur = self.mms[mm as usize].vma_lookup(p.addr).cloned().filter(|v| !zapped && v.is_anon() && v.anon_vma == p.vma.anon_vma && self.mms[mm as usize].pt.table(p.addr).is_some());
+        let (res, t) = match (p.page, cur) {
+            (Some(pfn), Some(v)) if v.flags & vm::READ != 0 => {
+                let w = if v.flags & vm::WRITE != 0 { Pte::WRITE } else { 0 };
+                let pte = Pte::new(pfn, w | Pte::DIRTY | Pte::YOUNG | exec_bit(&v));
+                let hold = self.c.pte_set + self.c.rmap;
+                let (ok, t) = self.set_pte_locked(t0, cpu, mm, p.addr, Pte::NONE, pte, hold);
+                if ok {
+                    self.page_add_rmap(mm, pfn, true);
+                    self.stat.inc(Stat::FaultAnon);
+                    (Fault::Done, self.folio_add_lru(t, cpu, pfn))
+                } else {
+                    (Fault::Done, self.release_folios(t, cpu, &[pfn]))
+                }
+            }
+            (Some(pfn), _) => (Fault::Done, self.release_folios(t0, cpu, &[pfn])),
+            (None, Some(v)) if super::memory::access_permitted(&v, p.kind) => self.handle_pte_fault(t0, cpu, mm, &v, p.addr, p.kind),
+            (None, _) => (Fault::Done, t0),
+        };
+        let t = self.spf_put_ref(t, cpu, mm, key);
+        self.fault_event(Stat::SpeculativePgfault);
+        self.fault_event(Stat::PerfSpf);
+        self.fault_return(tid, t0, t, res);
+        res
+    }
+
+    /// Drop the VMA reference (an RMW on its line; the VMA may be gone:
+    /// the RCU-deferred free keeps the line valid, charged the same).
+    fn spf_put_ref(&mut self, t: Ns, cpu: u32, mm: u32, key: u64) -> Ns {
+        let lc = self.lc;
+        match self.mms[mm as usize].vmas.get_mut(&key) {
+            Some(v) => v.vm_lock.ref_line.rmw(t, cpu, &lc),
+            None => t + lc.same_socket,
+        }
+    }
+
+    fn spf_free_wasted(&mut self, t: Ns, cpu: u32, p: &SpfPending, page: Option<Pfn>) -> Ns {
+        let t = match page {
+            Some(pfn) => {
+                // Undo alloc_anon_page: the page was never mapped.
+                self.fault_event(Stat::SpfWastedPages);
+                self.release_folios(t, cpu, &[pfn])
+            }
+            None => t,
+        };
+        self.stat.add(Stat::SpfWastedNs, (t - p.t_begin) as i64);
+        t
+    }
+
+    /// The classic fault after an abort in step 2, then the return to user.
+    fn spf_fallback(&mut self, tid: u32, p: &SpfPending, t: Ns) -> Fault {
+        let (mm, cpu, t0) = {
+            let tk = &self.tasks[tid as usize];
+            (tk.mm, tk.cpu, tk.clock)
+        };
+        let (res, t) = self.fault_under_mmap_lock(t, cpu, mm, p.addr, p.kind);
+        self.fault_return(tid, t0, t, res);
+        res
+    }
+
+    /// Abort in step 1 after the VMA reference was taken: drop it.
+    fn spf_abort_put(&mut self, t_begin: Ns, t: Ns, cpu: u32, mm: u32, key: u64) -> FastFault {
+        let t = self.spf_put_ref(t, cpu, mm, key);
+        self.spf_abort(t_begin, t)
+    }
+
+    /// Abort in step 1: the time so far is wasted; the classic path follows.
+    fn spf_abort(&mut self, t_begin: Ns, t: Ns) -> FastFault {
+        self.stat.add(Stat::SpfWastedNs, (t - t_begin) as i64);
+        FastFault::Fallback(t)
+    }
+}
+
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernel::task::Task;
+    use crate::workload::{map, prot, Op, Ret};
+
+    /// A kernel with one process of two threads (tasks 0 and 1 on CPUs 0
+    /// and 1) and a 64 KiB anonymous region whose first page task 0 has
+    /// faulted in (so the anon_vma and the PTE table exist).
+    fn setup(policy: &str) -> (Kernel, u64) {
+        let cfg = crate::config::from_toml(
+            &format!("[machine]\nprofile = \"generic-x86\"\nnode_mem_mib = [256, 256]\nnr_cpus = 4\n[workload]\nname = \"mmap1\"\n[knobs]\nfault_locking = \"{policy}\"\n"),
+            "<test>",
+        )
+        .unwrap();
+        let mut k = Kernel::boot(cfg.profile.clone(), cfg.knobs.clone(), true, 1).unwrap();
+        let mm = k.new_mm();
+        k.tasks.push(Task::new(0, mm, 0, 0));
+        k.tasks.push(Task::new(1, mm, 1, 0));
+        k.mms[mm as usize].users = 2;
+        let Some(Ret::Val(a)) = k.exec(0, Op::Mmap { addr: 0, len: 16 << 12, prot: prot::READ | prot::WRITE, flags: map::PRIVATE | map::ANONYMOUS, fd: -1, off: 0 }) else { panic!() };
+        let a = a as u64;
+        assert_eq!(k.exec(0, Op::Access { addr: a, kind: Access::Store }), Some(Ret::Val(0)));
+        assert!(k.tasks[0].fault_cont.is_none(), "the first fault (no anon_vma) is classic");
+        (k, a)
+    }
+
+    fn st(k: &Kernel, s: Stat) -> i64 {
+        k.stat.get(s)
+    }
+
+    /// Step 1 of a store to page 1 by task 0, then `writer` by task 1 starting
+    /// `dt` ns relative to task 0's clock, then step 2.
+    fn race(writer: Op, dt: i64) -> (Kernel, u64) {
+        let (mut k, a) = setup("spf");
+        let op = Op::Access { addr: a + 4096, kind: Access::Store };
+        assert_eq!(k.exec(0, op), None, "the speculative fault ends its step after the snapshot");
+        assert!(k.tasks[0].fault_cont.as_ref().unwrap().page.is_some(), "the page is allocated in step 1");
+        k.tasks[1].clock = (k.tasks[0].clock as i64 + dt) as Ns;
+        assert!(k.exec(1, writer).is_some());
+        k.spf_fault_finish(0);
+        (k, a)
+    }
+
+    #[test]
+    fn mprotect_acquiring_between_the_steps_aborts_the_fault() {
+        // The writer takes mmap_lock well before task 0 validates.
+        let (k, a) = race(Op::Mprotect { addr: 0, len: 0, prot: 0 }, 0);
+        // (a no-op writer: zero length changes nothing, no abort)
+        assert_eq!(st(&k, Stat::SpfAbortPtlChangedBeforeLock), 0);
+        assert_eq!(st(&k, Stat::SpeculativePgfault), 1);
+        assert!(k.mms[0].pt.pte(a + 4096).write());
+        let (k, a) = race(Op::Mprotect { addr: a, len: 16 << 12, prot: prot::READ }, -2000);
+        assert_eq!(st(&k, Stat::SpfAbortPtlChangedBeforeLock), 1, "vm_sequence moved: abort at pte_map_lock");
+        assert_eq!(st(&k, Stat::SpfWastedPages), 1, "the prepared page is freed");
+        assert_eq!(st(&k, Stat::SpeculativePgfault), 0);
+        assert!(k.mms[0].pt.pte(a + 4096).is_none(), "the classic retry finds a read-only VMA: no PTE");
+        assert_eq!(st(&k, Stat::Segv), 1);
+        assert!(k.check.violations.is_empty(), "{:?}", k.check.violations);
+    }
+
+    #[test]
+    fn munmap_acquiring_after_the_validation_zaps_the_completed_fault() {
+        // The writer's step runs first (its step starts earlier) but it
+        // acquires mmap_lock after task 0 validated: the fault completes and
+        // the munmap's zap takes the page.
+        let (mut k, a) = setup("spf");
+        assert_eq!(k.exec(0, Op::Access { addr: a + 4096, kind: Access::Store }), None);
+        let t0 = k.tasks[0].clock;
+        // Hold mmap_lock for read on another CPU so that the munmap must wait past t0.
+        let cpu = 2;
+        let (lc, sc) = (k.lc, k.sc);
+        let r = k.mms[0].mmap_lock.down_read(t0 - 100, cpu, &lc, &sc);
+        k.mms[0].mmap_lock.up_read(r + 5000, cpu, &lc);
+        k.tasks[1].clock = t0 - 50;
+        assert_eq!(k.exec(1, Op::Munmap { addr: a, len: 16 << 12 }), Some(Ret::Val(0)));
+        assert!(k.mms[0].write_cycle_start > t0);
+        k.spf_fault_finish(0);
+        assert_eq!(st(&k, Stat::SpfBeforeWriter), 1);
+        assert_eq!(st(&k, Stat::SpfAbortPtlChangedBeforeLock), 0);
+        assert!(k.mms[0].vma_lookup(a).is_none());
+        crate::check::audit(&mut k);
+        assert!(k.check.violations.is_empty(), "{:?}", k.check.violations);
+    }
+
+    #[test]
+    fn mutant_without_the_final_check_installs_into_a_read_only_vma() {
+        let (mut k, a) = setup("spf");
+        k.knobs.mutant = Mutant::SpfSkipSeqCheck;
+        assert_eq!(k.exec(0, Op::Access { addr: a + 4096, kind: Access::Store }), None);
+        k.tasks[1].clock = k.tasks[0].clock - 2000;
+        k.exec(1, Op::Mprotect { addr: a, len: 16 << 12, prot: prot::READ });
+        k.spf_fault_finish(0);
+        assert!(k.check.violations.iter().any(|v| v.contains("I1")), "{:?}", k.check.violations);
+    }
+
+    #[test]
+    fn per_vma_writer_waits_for_the_fault_holding_the_vma_and_later_faults_fall_back() {
+        let (mut k, a) = setup("per_vma");
+        let c0 = k.tasks[0].clock;
+        assert_eq!(k.exec(0, Op::Access { addr: a + 4096, kind: Access::Store }), Some(Ret::Val(0)));
+        assert_eq!(st(&k, Stat::VmaLockSuccess), 2);
+        // A writer arriving while the fault holds the VMA's read lock waits for it.
+        k.tasks[1].clock = c0 + 10;
+        assert_eq!(k.exec(1, Op::Mprotect { addr: a, len: 16 << 12, prot: prot::READ | prot::WRITE }), Some(Ret::Val(0)));
+        let v = k.mms[0].vma_lookup(a).unwrap();
+        assert!(v.vm_lock.sem.write_wait_ns > 0, "vma_start_write must wait for the in-flight fault");
+        assert_eq!(v.vm_lock.lock_seq, k.mms[0].mm_lock_seq);
+        // A fault while the writer holds mmap_lock sees the mark and falls back.
+        let (ws, we) = (k.mms[0].write_cycle_start, k.mms[0].write_cycle_end);
+        assert!(we > ws);
+        k.tasks[0].clock = ws + (we - ws) / 2;
+        assert_eq!(k.exec(0, Op::Access { addr: a + 2 * 4096, kind: Access::Store }), Some(Ret::Val(0)));
+        assert_eq!(st(&k, Stat::VmaLockAbort), 1);
+        assert!(k.tasks[0].clock > we, "the fallback waits for the writer on mmap_lock");
+        crate::check::audit(&mut k);
+        assert!(k.check.violations.is_empty(), "{:?}", k.check.violations);
+    }
+}
