@@ -150,6 +150,10 @@ def make_profile(m: dict[str, Any], name: str = "host") -> str:
         L.append(f"read_bw_gbps = {_f(m['read_bw_gbps'])}    # one core summing 256 MiB sequentially")
         L.append(f"zero_bw_gbps = {_f(m['zero_bw_gbps'])}    # memset of 256 MiB in 4 KiB chunks (clear_page stand-in)")
         L.append(f"copy_bw_gbps = {_f(m['copy_bw_gbps'])}    # memcpy of 256 MiB in 4 KiB chunks (copy_page stand-in)")
+        written_node = {"kind", "mem_mib", "has_cpus", "latency_ns", "read_bw_gbps", "zero_bw_gbps", "copy_bw_gbps"}
+        for k, v in g["nodes"][0].items():
+            if k not in written_node:
+                L.append(f"{k} = {_value(v)}    # [generic-x86]")
     L.append("")
     L.append("[tlb]")
     L.append("# Geometry: [generic-x86] (cpuid leaf 0x18 is not parsed).")

@@ -275,6 +275,13 @@ fn from_table(mut root: toml::Table, ctx: &Ctx) -> Result<Config, ConfigError> {
         kn.set(&k, &val);
         knob_values.insert(k, val);
     }
+    // Setting a per-size mTHP knob means the 6.8+ kernel those knobs belong
+    // to, unless the model switch says otherwise.
+    if !knob_values.contains_key("anon_folio.mode") && knobs::MTHP_SIZE_KEYS[..7].iter().any(|k| knob_values.contains_key(*k)) {
+        let v = KnobValue::Str("upstream".into());
+        kn.set("anon_folio.mode", &v);
+        knob_values.insert("anon_folio.mode".into(), v);
+    }
     // --- workload
     let mut w = take_table(ctx, &mut root, "workload")?;
     let name = match w.remove("name") {
@@ -351,5 +358,17 @@ mod tests {
         assert_eq!(e.line, Some(1));
         let e = from_toml("[workload]\nname = \"nope\"\n", "f.toml").unwrap_err();
         assert_eq!(e.key, "workload.name");
+    }
+
+    #[test]
+    fn a_per_size_mthp_knob_selects_the_upstream_policy() {
+        let base = "[workload]\nname = \"page_fault1\"\n[knobs]\n";
+        let c = from_toml(&format!("{base}\"kernel/mm/transparent_hugepage/hugepages-64kB/enabled\" = \"always\"\n"), "c.toml").unwrap();
+        assert_eq!(c.knobs.anon_folio.mode, crate::kernel::knobs::AnonFolioMode::Upstream);
+        assert_eq!(c.normalized["knobs"]["anon_folio.mode"], "upstream");
+        let c = from_toml(&format!("{base}\"kernel/mm/transparent_hugepage/hugepages-64kB/enabled\" = \"always\"\n\"anon_folio.mode\" = \"rfc-v2\"\n"), "c.toml").unwrap();
+        assert_eq!(c.knobs.anon_folio.mode, crate::kernel::knobs::AnonFolioMode::RfcV2, "an explicit mode wins");
+        let c = from_toml(base, "c.toml").unwrap();
+        assert_eq!(c.knobs.anon_folio.mode, crate::kernel::knobs::AnonFolioMode::Off);
     }
 }
