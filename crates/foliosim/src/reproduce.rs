@@ -25,11 +25,17 @@ pub struct Experiment {
 }
 
 pub fn registry() -> Vec<Experiment> {
-    vec![Experiment {
-        name: "core-pf1-scaling",
-        title: "will-it-scale page_fault1, processes, 1/2/4/8 tasks on generic-x86 (core scaling curve)",
-        run: core_pf1_scaling,
-    }]
+    vec![
+        Experiment {
+            name: "core-pf1-scaling",
+            title: "will-it-scale page_fault1, processes, 1/2/4/8 tasks on generic-x86 (core scaling curve)",
+            run: core_pf1_scaling,
+        },
+        Experiment { name: "promo-table", title: "page-cache promotion: the five configurations of spec/002 (full scale)", run: crate::reproduce_promo::promo_table },
+        Experiment { name: "promo-convergence", title: "page-cache promotion: time per cycle while promotion runs (full scale)", run: crate::reproduce_promo::promo_convergence },
+        Experiment { name: "promo-order", title: "page-cache promotion: list_add_tail vs list_add (full scale)", run: crate::reproduce_promo::promo_order },
+        Experiment { name: "promo-uncapped", title: "page-cache promotion: per-task cap removed vs capped (full scale)", run: crate::reproduce_promo::promo_uncapped },
+    ]
 }
 
 pub fn run(name: &str, progress: &mut dyn FnMut(&Progress) -> bool) -> Result<Value, ConfigError> {
@@ -59,7 +65,7 @@ fn run_point(
 }
 
 /// The machine profile as shipped (`{"name","toml"}`), for the report.
-fn profile_json(name: &str) -> Value {
+pub(crate) fn profile_json(name: &str) -> Value {
     json!({"name": name, "toml": profile::builtin(name)})
 }
 

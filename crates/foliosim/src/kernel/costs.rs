@@ -49,6 +49,13 @@ pub struct Costs {
     pub context_switch: Ns,
     pub stlb_hit: Ns,
     pub walk: Ns,
+    pub promotion_candidate: Ns,
+    pub numa_migrate_check: Ns,
+    pub migrate_folio: Ns,
+    /// read() copies stream: a page physically following the previous one
+    /// costs copy_4k; any other page also pays one memory latency.
+    pub read_stream: bool,
+    pub node_latency: Vec<Ns>,
     /// Per node: clearing, copying and reading (copy_to_user) 4 KiB.
     pub node_zero_4k: Vec<Ns>,
     pub node_copy_4k: Vec<Ns>,
@@ -103,6 +110,11 @@ impl Costs {
             context_switch: ns(c.context_switch_ns),
             stlb_hit: ns(p.tlb.stlb_hit_ns),
             walk: ns(p.tlb.walk_ns),
+            promotion_candidate: ns(c.promotion_candidate_ns),
+            numa_migrate_check: ns(c.numa_migrate_check_ns),
+            migrate_folio: ns(c.migrate_folio_ns),
+            read_stream: c.pagecache_read_stream,
+            node_latency: p.nodes.iter().map(|n| ns(n.latency_ns)).collect(),
             node_zero_4k: p.nodes.iter().map(|n| ns(Profile::bw_ns(4096, n.zero_bw_gbps))).collect(),
             node_copy_4k: p.nodes.iter().map(|n| ns(Profile::bw_ns(4096, n.copy_bw_gbps))).collect(),
             node_read_4k: p.nodes.iter().map(|n| ns(Profile::bw_ns(4096, n.read_bw_gbps) + n.latency_ns)).collect(),

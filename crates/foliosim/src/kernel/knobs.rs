@@ -40,9 +40,15 @@ pub enum Mutant {
     BuddySkipNrFreeDec,
     /// The buddy allocator never merges a freed block with its buddy.
     BuddyNoMerge,
+    /// Page-cache promotion never runs its task work on return to user
+    /// space: isolated folios stay off the LRU (leak) until the task exits.
+    PromoSkipTaskWork,
+    /// Page-cache promotion isolates even when the target node is below
+    /// its high watermark (no migrate_balanced_pgdat check).
+    PromoIgnoreWatermark,
 }
 
-pub const MUTANTS: &[&str] = &["none", "skip_shootdown", "leak_mapcount", "buddy_skip_nr_free_dec", "buddy_no_merge"];
+pub const MUTANTS: &[&str] = &["none", "skip_shootdown", "leak_mapcount", "buddy_skip_nr_free_dec", "buddy_no_merge", "promo_skip_task_work", "promo_ignore_watermark"];
 
 pub fn registry() -> Vec<KnobSpec> {
     use KnobDefault::*;
@@ -54,6 +60,11 @@ pub fn registry() -> Vec<KnobSpec> {
         KnobSpec { key: "kernel/mm/transparent_hugepage/enabled", default: Str("never"), help: "PMD-size THP for anonymous memory (the core models 4 KiB pages only; large folios arrive with the mTHP mechanism)", values: Some(&["never"]), range: None },
         KnobSpec { key: "fault_locking", default: Str("mmap_lock"), help: "how page faults synchronise with mmap/munmap: the classic mmap_lock read side", values: Some(&["mmap_lock"]), range: None },
         KnobSpec { key: "page_alloc.shuffle", default: Bool(false), help: "randomise the order of free memory at boot and on large frees (shuffle_pick_tail)", values: None, range: None },
+        KnobSpec { key: "kernel/mm/numa/demotion_enabled", default: Bool(false), help: "reclaim migrates folios to the next lower memory tier instead of dropping them", values: None, range: None },
+        KnobSpec { key: "kernel/mm/numa/pagecache_promotion_enabled", default: Bool(false), help: "promote unmapped page-cache folios from lower tiers when folio_mark_accessed finds them hot (RFC v3, needs kernel.numa_balancing = 2)", values: None, range: None },
+        KnobSpec { key: "kernel.numa_balancing", default: Int(0), help: "NUMA balancing: 0 off, 1 normal, 2 memory tiering, 3 both", values: None, range: Some((0, 3)) },
+        KnobSpec { key: "kernel.numa_balancing_promote_rate_limit_MBps", default: Int(65536), help: "promotion rate limit, MB/s; the page-cache promotion list cap compares pages with this value", values: None, range: Some((0, 1 << 40)) },
+        KnobSpec { key: "promotion_list_order", default: Str("tail"), help: "foliosim model switch: promotion_candidate appends with list_add_tail (v3, \"tail\") or list_add (the development build, \"head\")", values: Some(&["tail", "head"]), range: None },
         KnobSpec { key: "debug.mutant", default: Str("none"), help: "a deliberately broken mechanism, to show the invariant checker catches it (tests only)", values: Some(MUTANTS), range: None },
     ]
 }
@@ -67,11 +78,17 @@ pub struct Knobs {
     pub fault_around_bytes: u64,
     pub shuffle: bool,
     pub mutant: Mutant,
+    pub demotion_enabled: bool,
+    pub pagecache_promotion_enabled: bool,
+    pub numa_balancing: u8,
+    pub promote_rate_limit_mbps: u64,
+    /// list_add (head) instead of list_add_tail for the promotion list.
+    pub promo_list_head: bool,
 }
 
 impl Default for Knobs {
     fn default() -> Self {
-        Knobs { min_free_kbytes: None, watermark_scale_factor: 10, percpu_pagelist_high_fraction: 0, fault_around_bytes: 65536, shuffle: false, mutant: Mutant::None }
+        Knobs { min_free_kbytes: None, watermark_scale_factor: 10, percpu_pagelist_high_fraction: 0, fault_around_bytes: 65536, shuffle: false, mutant: Mutant::None, demotion_enabled: false, pagecache_promotion_enabled: false, numa_balancing: 0, promote_rate_limit_mbps: 65536, promo_list_head: false }
     }
 }
 
@@ -92,12 +109,19 @@ impl Knobs {
             ("vm.percpu_pagelist_high_fraction", KnobValue::Int(i)) => self.percpu_pagelist_high_fraction = *i as u64,
             ("debug/fault_around_bytes", KnobValue::Int(i)) => self.fault_around_bytes = *i as u64,
             ("page_alloc.shuffle", KnobValue::Bool(b)) => self.shuffle = *b,
+            ("kernel/mm/numa/demotion_enabled", KnobValue::Bool(b)) => self.demotion_enabled = *b,
+            ("kernel/mm/numa/pagecache_promotion_enabled", KnobValue::Bool(b)) => self.pagecache_promotion_enabled = *b,
+            ("kernel.numa_balancing", KnobValue::Int(i)) => self.numa_balancing = *i as u8,
+            ("kernel.numa_balancing_promote_rate_limit_MBps", KnobValue::Int(i)) => self.promote_rate_limit_mbps = *i as u64,
+            ("promotion_list_order", KnobValue::Str(s)) => self.promo_list_head = s == "head",
             ("debug.mutant", KnobValue::Str(s)) => {
                 self.mutant = match s.as_str() {
                     "skip_shootdown" => Mutant::SkipShootdown,
                     "leak_mapcount" => Mutant::LeakMapcount,
                     "buddy_skip_nr_free_dec" => Mutant::BuddySkipNrFreeDec,
                     "buddy_no_merge" => Mutant::BuddyNoMerge,
+                    "promo_skip_task_work" => Mutant::PromoSkipTaskWork,
+                    "promo_ignore_watermark" => Mutant::PromoIgnoreWatermark,
                     _ => Mutant::None,
                 }
             }

@@ -76,6 +76,8 @@ pub struct Kernel {
     pub wakeups: Vec<(Ns, u32)>,
     /// Reused buffer of folios whose last reference went (release_folios).
     pub scratch_dead: Vec<Pfn>,
+    /// Memory tiers, promotion lists, kswapd threads (mm/memory_tiers.rs).
+    pub tier: crate::mm::memory_tiers::TierState,
 }
 
 impl Kernel {
@@ -155,12 +157,16 @@ impl Kernel {
             kthreads: Vec::new(),
             wakeups: Vec::new(),
             scratch_dead: Vec::new(),
+            tier: crate::mm::memory_tiers::TierState::new(&prof),
             prof,
         };
         k.pa.init_vmstat(&mut k.stat);
         // The shared zero page: allocated once, never freed, never refcounted by mappings.
         let zp = k.pa.alloc_pages(0, 0, 0, 0, MigrateType::Unmovable, &mut k.stat).ok_or("no memory for the zero page")?;
         k.zero_pfn = zp.pfn;
+        if k.knobs.demotion_enabled || k.knobs.numa_balancing & crate::mm::memory_tiers::NUMA_BALANCING_MEMORY_TIERING != 0 {
+            k.spawn_kswapds();
+        }
         let p = k.mem_map.get_mut(zp.pfn);
         p.flags = pg::ZERO_PAGE | pg::ALLOCATED | pg::HEAD;
         p.refcount = 1;

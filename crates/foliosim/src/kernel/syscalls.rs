@@ -56,10 +56,18 @@ impl Kernel {
             Op::Read { fd, len } => Some(self.sys(tid, Entry::Read, |k, t, cpu, mm| {
                 let Some(f) = k.mms[mm as usize].fd(fd).copied() else { return (Ret::Err(errno::EBADF), t) };
                 k.stat.inc(Stat::FileRead);
+                // rw_verify_area: one read() moves at most MAX_RW_COUNT.
+                let len = len.min(crate::mm::filemap::MAX_RW_COUNT);
                 match k.filemap_read(t + k.c.file_op, cpu, f.inode, f.pos, len) {
-                    None => (Ret::Err(errno::ENOMEM), t),
+                    None => (Ret::Err(errno::ENOMEM), k.task_numa_promotion_work(t, tid)),
                     Some((n, t)) => {
                         k.mms[mm as usize].fd(fd).unwrap().pos += n;
+                        // Task work queued during the call runs on the way
+                        // back to user space, charged to this task.
+                        let t = k.task_numa_promotion_work(t, tid);
+                        if n == 0 {
+                            k.tier.eof_times.push(t);
+                        }
                         (Ret::Val(n as i64), t)
                     }
                 }
@@ -84,6 +92,11 @@ impl Kernel {
             })),
             Op::Fork => Some(self.do_fork(tid)),
             Op::Exit => {
+                // exit_task_work: pending promotion work runs (or puts back) first.
+                self.tasks[tid as usize].exited = true;
+                let t = self.task_numa_promotion_work(self.tasks[tid as usize].clock, tid);
+                self.tasks[tid as usize].exited = false;
+                self.tasks[tid as usize].clock = t;
                 self.do_exit(tid);
                 Some(Ret::Val(0))
             }

@@ -16,6 +16,9 @@ use rustc_hash::FxHashMap;
 /// many CPUs bounce these lines, which is what limits read2.
 const FOLIO_LINES: usize = 1024;
 
+/// MAX_RW_COUNT = INT_MAX & PAGE_MASK: the most one read() or write() moves.
+pub const MAX_RW_COUNT: u64 = (i32::MAX as u64) & !4095;
+
 pub struct Inode {
     pub id: u32,
     pub fs: FsKind,
@@ -47,11 +50,17 @@ impl Kernel {
     /// (filemap_get_folio + filemap_add_folio + read_folio; shmem allocates
     /// a zeroed folio). Returns (head pfn, done time) or None on OOM.
     pub fn filemap_get_folio(&mut self, t: Ns, cpu: u32, ino: u32, index: u64) -> Option<(CacheHit, Ns)> {
+        let nid = self.cpus[cpu as usize].node;
+        self.filemap_get_folio_nid(t, cpu, ino, index, nid)
+    }
+
+    /// filemap_get_folio allocating a missing folio on `nid` first (the
+    /// task's memory policy: local node, or an mbind'ed one).
+    pub fn filemap_get_folio_nid(&mut self, t: Ns, cpu: u32, ino: u32, index: u64, nid: u32) -> Option<(CacheHit, Ns)> {
         let t = t + self.c.pc_lookup;
         if let Some(&pfn) = self.inodes[ino as usize].pages.get(&index) {
             return Some((CacheHit::Hit(pfn), t));
         }
-        let nid = self.cpus[cpu as usize].node;
         let (pfn, mut t) = self.alloc_folio(t, cpu, 0, nid, MigrateType::Movable)?;
         let fs = self.inodes[ino as usize].fs;
         let on_disk = index < self.inodes[ino as usize].data_pages;
@@ -89,7 +98,19 @@ impl Kernel {
             self.mem_map.get_mut(pfn).flags |= pg::REFERENCED;
             return t;
         }
-        if flags & (pg::ACTIVE | pg::UNEVICTABLE) != 0 {
+        if flags & pg::UNEVICTABLE != 0 {
+            return t;
+        }
+        if flags & pg::ACTIVE != 0 {
+            // Referenced and active (RFC v3): a promotion candidate if the
+            // folio is not flagged isolated and tiering mode and the sysfs
+            // knob are on (the checks inlined into folio_mark_accessed).
+            if flags & pg::ISOLATED == 0 && super::memory_tiers::pagecache_promotion_on(&self.knobs) {
+                let tid = self.cpus[cpu as usize].curr;
+                if tid != u32::MAX {
+                    return self.promotion_candidate(t, cpu, tid, pfn);
+                }
+            }
             return t;
         }
         let mut t = t;
@@ -119,6 +140,8 @@ impl Kernel {
         let end = (pos + len).min(size);
         let mut t = t;
         let mut idx = pos >> 12;
+        // The previous page copied, for the prefetch-stream model.
+        let mut prev: Pfn = Pfn::MAX;
         while idx << 12 < end {
             let (hit, t1) = self.filemap_get_folio(t, cpu, ino, idx)?;
             let pfn = match hit {
@@ -130,7 +153,16 @@ impl Kernel {
             t = self.folio_mark_accessed(t, cpu, pfn);
             let chunk = ((idx + 1) << 12).min(end) - (idx << 12).max(pos);
             let nid = self.mem_map.get(pfn).nid as usize;
-            t += self.nodes[nid].read_4k * chunk / 4096;
+            if self.c.read_stream {
+                // copy_to_user streams at copy bandwidth while the source
+                // pages ascend physically; a jump restarts the hardware
+                // prefetcher: one demand miss at the page boundary.
+                let jump = prev == Pfn::MAX || pfn != prev.wrapping_add(1);
+                t += self.nodes[nid].copy_4k * chunk / 4096 + if jump { self.c.node_latency[nid] } else { 0 };
+                prev = pfn;
+            } else {
+                t += self.nodes[nid].read_4k * chunk / 4096;
+            }
             t = self.inodes[ino as usize].lines[li].rmw(t, cpu, &self.lc);
             idx += 1;
         }
@@ -173,10 +205,17 @@ impl Kernel {
     /// Populate a file's cache at setup time, as if written with zeroes
     /// long before the measurement (no simulated time is charged).
     pub fn populate_file(&mut self, ino: u32) -> Result<(), String> {
+        let nid = self.cpus[0].node;
+        self.populate_file_on(ino, nid)
+    }
+
+    /// populate_file with the folios allocated on node `nid` first (as
+    /// after mbind to that node), falling back along its zonelist.
+    pub fn populate_file_on(&mut self, ino: u32, nid: u32) -> Result<(), String> {
         let pages = self.inodes[ino as usize].size.div_ceil(4096);
         self.inodes[ino as usize].data_pages = pages;
         for idx in 0..pages {
-            if self.filemap_get_folio(0, 0, ino, idx).is_none() {
+            if self.filemap_get_folio_nid(0, 0, ino, idx, nid).is_none() {
                 return Err("the machine has no memory for the file's page cache".into());
             }
         }

@@ -48,6 +48,8 @@ impl Kernel {
                     p.alloc_epoch = p.alloc_epoch.wrapping_add(1);
                 }
                 self.check.on_alloc(&self.mem_map, &self.pa, a.pfn, order);
+                // The slow path's wakeup_kswapd, when a zone went below low.
+                self.kswapd_check_low(t, a.nid);
                 return Some((a.pfn, t));
             }
             tries += 1;

@@ -2,8 +2,11 @@
 
 pub mod filemap;
 pub mod fork;
+pub mod kswapd;
 pub mod mem_map;
 pub mod memory;
+pub mod memory_tiers;
+pub mod migrate;
 pub mod mmap;
 pub mod mmu_gather;
 pub mod page_alloc;

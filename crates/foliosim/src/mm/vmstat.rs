@@ -27,6 +27,7 @@ stats! {
     NrActiveFile = "nr_active_file" : "pages on the active file LRU",
     NrPageTablePages = "nr_page_table_pages" : "page-table pages (all levels)",
     NrZeroPageMapped = "foliosim_zero_page_ptes" : "PTEs mapping the shared zero page",
+    NrIsolatedFile = "nr_isolated_file" : "file pages isolated from the LRU (promotion lists, reclaim, migration)",
     // events
     Pgfault = "pgfault" : "page faults of any kind",
     Pgmajfault = "pgmajfault" : "faults that needed I/O",
@@ -71,6 +72,16 @@ stats! {
     FileWrite = "foliosim_file_write" : "write() calls",
     Fork = "foliosim_fork" : "fork calls",
     Exit = "foliosim_exit" : "task exits",
+    // tiering: promotion, demotion, migration
+    PgpromoteSuccess = "pgpromote_success" : "pages promoted to a top-tier node",
+    PgpromoteCandidate = "pgpromote_candidate" : "pages that passed the hot threshold and were charged to the promotion rate limit",
+    NumaHintPageCache = "numa_hint_page_cache" : "page-cache promotion hints (numa_migrate_check without a fault)",
+    NumaHintPageCacheLocal = "numa_hint_page_cache_local" : "page-cache promotion hints on folios already on this CPU's node",
+    NumaPagesMigrated = "numa_pages_migrated" : "pages migrated by NUMA balancing or page-cache promotion",
+    PgmigrateSuccess = "pgmigrate_success" : "pages migrated",
+    PgmigrateFail = "pgmigrate_fail" : "pages whose migration failed",
+    PgdemoteKswapd = "pgdemote_kswapd" : "pages demoted to a lower tier by kswapd",
+    PgdemoteDirect = "pgdemote_direct" : "pages demoted to a lower tier by direct reclaim",
 }
 
 pub const FIRST_EVENT: usize = Stat::Pgfault as usize;
