@@ -5,6 +5,20 @@
 fn main() {
     let name = std::env::args().nth(1).unwrap_or_else(|| "promo-table".into());
     let t0 = std::time::Instant::now();
+    if name.ends_with(".toml") {
+        // A config file: print the time of each pass over the file.
+        let text = std::fs::read_to_string(&name).expect("read config");
+        let cfg = foliosim::config::from_toml(&text, &name).unwrap_or_else(|e| panic!("{e}"));
+        let out = foliosim::run::simulate(&cfg, &mut |_| true).expect("simulate");
+        let mut prev = 0;
+        for t in &out.kernel.tier.eof_times {
+            println!("pass {:.3} s", (t - prev) as f64 / 1e9);
+            prev = *t;
+        }
+        println!("pgpromote_success {}", out.kernel.stat.get(foliosim::mm::vmstat::Stat::PgpromoteSuccess));
+        eprintln!("host time: {:.1} s", t0.elapsed().as_secs_f64());
+        return;
+    }
     match foliosim::reproduce::run(&name, &mut |_| true) {
         Ok(v) => {
             println!("{}", serde_json::to_string_pretty(&v).unwrap());

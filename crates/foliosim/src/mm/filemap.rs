@@ -9,7 +9,6 @@ use crate::kernel::Kernel;
 use crate::sim::lock::CacheLine;
 use crate::sim::Ns;
 use crate::workload::FsKind;
-use rustc_hash::FxHashMap;
 
 /// Cache lines standing for the hot `struct folio` words of a file's
 /// folios (refcount, flags), hashed by page index. Readers of one file on
@@ -24,7 +23,7 @@ pub struct Inode {
     pub fs: FsKind,
     pub size: u64,
     /// Page index -> folio head (the xarray).
-    pub pages: FxHashMap<u64, Pfn>,
+    pub pages: super::xarray::XArray,
     /// Pages [0, data_pages) have blocks on disk; beyond is a hole.
     pub data_pages: u64,
     /// VMAs mapping this file (i_mmap), counted.
@@ -34,7 +33,7 @@ pub struct Inode {
 
 impl Inode {
     pub fn new(id: u32, fs: FsKind, size: u64) -> Inode {
-        Inode { id, fs, size, pages: FxHashMap::default(), data_pages: 0, i_mmap: 0, lines: vec![CacheLine::default(); FOLIO_LINES] }
+        Inode { id, fs, size, pages: Default::default(), data_pages: 0, i_mmap: 0, lines: vec![CacheLine::default(); FOLIO_LINES] }
     }
 }
 
@@ -227,7 +226,7 @@ impl Kernel {
     /// unmapped folios are freed; mapped ones stay until unmapped.
     pub fn truncate_pagecache(&mut self, t: Ns, cpu: u32, ino: u32, new_size: u64) -> Ns {
         let first = new_size.div_ceil(4096);
-        let mut victims: Vec<(u64, Pfn)> = self.inodes[ino as usize].pages.iter().filter(|(&i, _)| i >= first).map(|(&i, &p)| (i, p)).collect();
+        let mut victims: Vec<(u64, Pfn)> = self.inodes[ino as usize].pages.iter().filter(|&(i, _)| i >= first).collect();
         victims.sort_unstable();
         let mut put = Vec::with_capacity(victims.len());
         for (i, pfn) in victims {

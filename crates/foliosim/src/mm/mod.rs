@@ -15,6 +15,7 @@ pub mod shuffle;
 pub mod swap;
 pub mod vmscan;
 pub mod vmstat;
+pub mod xarray;
 
 /// Page frame number. 32 bits cover 16 TiB of 4 KiB frames.
 pub type Pfn = u32;
