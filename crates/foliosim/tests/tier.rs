@@ -135,3 +135,37 @@ fn no_promotion_into_a_node_below_its_watermark() {
     let m = sim(&format!("{t}\"debug.mutant\" = \"promo_ignore_watermark\"\n"));
     assert!(m.kernel.check.violations.iter().any(|s| s.contains("below its high watermark")), "{:?}", m.kernel.check.violations);
 }
+
+#[test]
+fn a_hot_cache_reaches_the_hook_on_the_first_pass() {
+    // populate_hot: folios referenced + active (as after earlier passes).
+    let t = tiered(5, ON).replace("populate_node = 1\n", "populate_node = 1\npopulate_hot = true\n");
+    let o = sim(&t);
+    assert!(o.kernel.check.violations.is_empty(), "{:?}", o.kernel.check.violations);
+    let ct = cycle_times(&o);
+    assert_eq!(stat(&o, "pgpromote_success"), 16384);
+    // Passes 1-4 promote a quarter each; pass 5 reads from DRAM only.
+    assert!(ct[0] > ct[4] * 1.3, "{ct:?}");
+    assert!(ct[3] > ct[4] * 1.2, "{ct:?}");
+}
+
+#[test]
+fn kswapd_demotes_to_cxl_when_enabled_and_drops_otherwise() {
+    // A 320 MiB file populated on a 256 MiB DRAM node spills onto CXL and
+    // leaves DRAM below its low watermark: kswapd reclaims DRAM.
+    let base = "[machine]\nprofile = \"cxl-1tb\"\nnr_cpus = 2\nnode_mem_mib = [256, 512]\n[workload]\nname = \"file_reader\"\nfs = \"disk\"\nfile_mib = 320\npopulate = true\nchunk_kib = 4096\ncycles = 1\n[run]\nwarmup_s = 0.0\nduration_s = 5.0\ncheck = true\naudit_interval_ms = 5.0\n[knobs]\n";
+    let on = sim(&format!("{base}\"kernel/mm/numa/demotion_enabled\" = true\n"));
+    assert!(on.kernel.check.violations.is_empty(), "{:?}", on.kernel.check.violations);
+    assert!(stat(&on, "pgdemote_kswapd") > 0);
+    assert!(stat(&on, "pgsteal_kswapd") >= stat(&on, "pgdemote_kswapd"));
+    assert!(stat(&on, "pgscan_kswapd") >= stat(&on, "pgsteal_kswapd"));
+    // Demoted, not dropped: the whole file is still cached.
+    assert_eq!(stat(&on, "nr_file_pages"), 320 * 256);
+    let (_, low, _) = on.kernel.pa.zone_watermarks(0);
+    assert!(on.kernel.pa.zone_free_pages(0) >= low);
+    // Without demotion kswapd only runs in tiering mode; there it drops.
+    let off = sim(&format!("{base}\"kernel.numa_balancing\" = 2\n"));
+    assert!(off.kernel.check.violations.is_empty(), "{:?}", off.kernel.check.violations);
+    assert_eq!(stat(&off, "pgdemote_kswapd"), 0);
+    assert!(stat(&off, "pgsteal_kswapd") > 0);
+}

@@ -222,6 +222,20 @@ impl Kernel {
         Ok(())
     }
 
+    /// Leave a populated file's folios as several earlier read() passes
+    /// would: referenced and active, on the active file list (setup only).
+    pub fn mark_file_hot(&mut self, ino: u32) {
+        let folios: Vec<Pfn> = self.inodes[ino as usize].pages.values().copied().collect();
+        for pfn in folios {
+            if self.mem_map.get(pfn).flags & pg::LRU == 0 {
+                continue;
+            }
+            self.lruvec_del_folio(pfn);
+            self.mem_map.get_mut(pfn).flags |= pg::ACTIVE | pg::REFERENCED;
+            self.lruvec_add_folio(pfn);
+        }
+    }
+
     /// Drop the page cache beyond `new_size` (truncate_inode_pages_range):
     /// unmapped folios are freed; mapped ones stay until unmapped.
     pub fn truncate_pagecache(&mut self, t: Ns, cpu: u32, ino: u32, new_size: u64) -> Ns {
