@@ -19,14 +19,17 @@ fn main() {
         eprintln!("host time: {:.1} s", t0.elapsed().as_secs_f64());
         return;
     }
-    match foliosim::reproduce::run(&name, &mut |_| true) {
-        Ok(v) => {
-            println!("{}", serde_json::to_string_pretty(&v).unwrap());
-            eprintln!("host time: {:.1} s", t0.elapsed().as_secs_f64());
-        }
-        Err(e) => {
-            eprintln!("{e}");
-            std::process::exit(1);
+    // Several experiments separated by commas share cached runs.
+    let mut all = Vec::new();
+    for n in name.split(',') {
+        match foliosim::reproduce::run(n, &mut |_| true) {
+            Ok(v) => all.push(v),
+            Err(e) => {
+                eprintln!("{e}");
+                std::process::exit(1);
+            }
         }
     }
+    println!("{}", serde_json::to_string_pretty(&all).unwrap());
+    eprintln!("host time: {:.1} s", t0.elapsed().as_secs_f64());
 }

@@ -144,6 +144,7 @@ pub fn promo_table(progress: &mut dyn FnMut(&Progress) -> bool) -> Result<Value,
         "notes": [
             format!("Full scale: 768 GiB DRAM + 256 GiB CXL, a 128 GiB file read with 2 GiB read() calls. Host time for the five runs: {host:.1} s (run once per process; cached)."),
             "Promo On equals DRAM Base here: the NUMA-balancing PTE scanner (task_numa_work) is not modelled yet, so tiering mode alone costs nothing; the seed's +2.35 % is that scanner's work.",
+            "TopTier Chk and Post-Promotion vs DRAM Base come out at about half the seed's: only the call into promotion_candidate (5 ns, assumed) is added; the rest of the seed's overhead is the same missing scanner.",
             "Every run starts with the file's folios referenced and active (the state earlier passes leave), so folio_mark_accessed reaches the hook from the first pass; every configuration is measured in that steady state.",
             "Post-Promotion is the 10th cycle of the promotion run; promotion finished after 8 cycles.",
             "DRAM and CXL read costs come from copy_bw_gbps of the profile, which was derived from the seed's own DRAM and CXL baselines (spec/002 §3.6): configs 1 and 4 check the read model, not an independent prediction.",
