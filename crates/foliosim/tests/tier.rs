@@ -3,6 +3,7 @@
 
 use foliosim::config;
 use foliosim::run::{self, Outcome};
+use foliosim::workload::{FsKind, Op, Ret, SetupEnv, TaskId, Workload};
 
 fn sim(toml: &str) -> Outcome {
     let c = config::from_toml(toml, "<test>").unwrap_or_else(|e| panic!("{e}"));
@@ -168,4 +169,68 @@ fn kswapd_demotes_to_cxl_when_enabled_and_drops_otherwise() {
     assert!(off.kernel.check.violations.is_empty(), "{:?}", off.kernel.check.violations);
     assert_eq!(stat(&off, "pgdemote_kswapd"), 0);
     assert!(stat(&off, "pgsteal_kswapd") > 0);
+}
+
+#[test]
+fn direct_reclaim_demotes_before_dropping() {
+    // A cold 400 MiB disk file read through 128 MiB DRAM + 128 MiB CXL:
+    // the cache fills both nodes and allocations enter direct reclaim.
+    let base = "[machine]\nprofile = \"cxl-1tb\"\nnr_cpus = 2\nnode_mem_mib = [128, 128]\n[workload]\nname = \"file_reader\"\nfs = \"disk\"\nfile_mib = 400\nchunk_kib = 1024\ncycles = 1\n[run]\nwarmup_s = 0.0\nduration_s = 5.0\ncheck = true\naudit_interval_ms = 5.0\n[knobs]\n";
+    let on = sim(&format!("{base}\"kernel/mm/numa/demotion_enabled\" = true\n"));
+    assert!(on.kernel.check.violations.is_empty(), "{:?}", on.kernel.check.violations);
+    eprintln!("direct: steal {} demote {} kswapd demote {} fail {}", stat(&on, "pgsteal_direct"), stat(&on, "pgdemote_direct"), stat(&on, "pgdemote_kswapd"), stat(&on, "pgmigrate_fail"));
+    assert!(stat(&on, "pgdemote_direct") + stat(&on, "pgdemote_kswapd") > 0);
+    assert_eq!(stat(&on, "nr_isolated_file"), 0);
+    let off = sim(base);
+    assert!(off.kernel.check.violations.is_empty(), "{:?}", off.kernel.check.violations);
+    assert_eq!(stat(&off, "pgdemote_direct"), 0);
+    assert!(stat(&off, "pgsteal_direct") > 0);
+}
+
+/// Write 4 KiB at the start of a hot 1 MiB file on CXL (dirtying page 0),
+/// then read the whole file twice: every clean folio is promoted, the
+/// dirty one is refused at isolation.
+struct DirtyThenRead {
+    file: u32,
+    step: u32,
+    fd: i32,
+}
+
+impl Workload for DirtyThenRead {
+    fn name(&self) -> &str {
+        "dirty_then_read"
+    }
+    fn setup(&mut self, env: &mut dyn SetupEnv) -> Result<(), String> {
+        self.file = env.create_file_on(FsKind::Disk, 1 << 20, true, Some(1), true)?;
+        env.spawn_process(Some(0))?;
+        Ok(())
+    }
+    fn next_op(&mut self, _task: TaskId, last: Ret, ops: &mut u64) -> Op {
+        self.step += 1;
+        *ops += 1;
+        match self.step {
+            1 => Op::Open { file: self.file },
+            2 => {
+                self.fd = last.val() as i32;
+                Op::Write { fd: self.fd, len: 4096 }
+            }
+            3 | 5 => Op::Lseek { fd: self.fd, off: 0 },
+            4 | 6 => Op::Read { fd: self.fd, len: 1 << 20 },
+            _ => Op::Exit,
+        }
+    }
+}
+
+#[test]
+fn dirty_folios_are_never_isolated_for_promotion() {
+    let toml = format!("[machine]\nprofile = \"cxl-1tb\"\nnr_cpus = 2\nnode_mem_mib = [1024, 512]\n[workload]\nname = \"file_reader\"\n[run]\nwarmup_s = 0.0\nduration_s = 1.0\ncheck = true\naudit_interval_ms = 0.001\n[knobs]\n{ON}");
+    let c = config::from_toml(&toml, "<test>").unwrap();
+    let o = run::simulate_with(&c, Box::new(DirtyThenRead { file: 0, step: 0, fd: -1 }), &mut |_| true).unwrap();
+    let k = &o.kernel;
+    assert!(k.check.violations.is_empty(), "{:?}", k.check.violations);
+    let pages = &k.inodes[0].pages;
+    assert_eq!(k.mem_map.get(pages[&0]).nid, 1, "the dirty folio stayed on CXL");
+    assert!((1..256u64).all(|i| k.mem_map.get(pages[&i]).nid == 0), "clean folios were promoted");
+    assert_eq!(stat(&o, "pgpromote_success"), 255);
+    assert_eq!(stat(&o, "nr_isolated_file"), 0);
 }

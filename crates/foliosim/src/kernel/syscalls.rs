@@ -59,12 +59,9 @@ impl Kernel {
                 // rw_verify_area: one read() moves at most MAX_RW_COUNT.
                 let len = len.min(crate::mm::filemap::MAX_RW_COUNT);
                 match k.filemap_read(t + k.c.file_op, cpu, f.inode, f.pos, len) {
-                    None => (Ret::Err(errno::ENOMEM), k.task_numa_promotion_work(t, tid)),
+                    None => (Ret::Err(errno::ENOMEM), t),
                     Some((n, t)) => {
                         k.mms[mm as usize].fd(fd).unwrap().pos += n;
-                        // Task work queued during the call runs on the way
-                        // back to user space, charged to this task.
-                        let t = k.task_numa_promotion_work(t, tid);
                         if n == 0 {
                             k.tier.eof_times.push(t);
                         }
@@ -111,6 +108,9 @@ impl Kernel {
             (tk.clock, tk.cpu, tk.mm)
         };
         let (r, t) = f(self, t0 + self.c.syscall / 2, cpu, mm);
+        // Task work queued during the call (page-cache promotion) runs on
+        // the way back to user space, charged to this task and call.
+        let t = self.task_numa_promotion_work(t, tid);
         let t = t + self.c.syscall / 2;
         let tk = &mut self.tasks[tid as usize];
         tk.entry_ns[entry as usize] += t - t0;

@@ -183,8 +183,10 @@ impl Kernel {
             let nid = self.mem_map.get(pfn).nid as usize;
             let chunk = ((idx + 1) << 12).min(end) - (idx << 12).max(pos);
             t += self.nodes[nid].copy_4k * chunk / 4096;
-            t = self.folio_mark_accessed(t, cpu, pfn);
+            // write_end dirties the folio; the access mark sees it dirty
+            // (so page-cache promotion refuses a folio being written).
             self.folio_mark_dirty(pfn);
+            t = self.folio_mark_accessed(t, cpu, pfn);
             idx += 1;
         }
         let inode = &mut self.inodes[ino as usize];
