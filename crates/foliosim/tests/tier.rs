@@ -234,3 +234,18 @@ fn dirty_folios_are_never_isolated_for_promotion() {
     assert_eq!(stat(&o, "pgpromote_success"), 255);
     assert_eq!(stat(&o, "nr_isolated_file"), 0);
 }
+
+#[test]
+fn small_reads_promote_the_whole_file_in_one_pass() {
+    // The cap is per return to user space: 64 KiB reads (16 pages) never
+    // reach 1024 pages, so the first hot pass promotes everything, while
+    // 16 MiB reads promote 4 x 1024 pages per pass.
+    let small = tiered(2, ON).replace("chunk_kib = 16384", "chunk_kib = 64").replace("populate_node = 1\n", "populate_node = 1\npopulate_hot = true\n");
+    let o = sim(&small);
+    assert!(o.kernel.check.violations.is_empty(), "{:?}", o.kernel.check.violations);
+    assert_eq!(stat(&o, "pgpromote_success"), 16384);
+    let ct = cycle_times(&o);
+    assert!(ct[0] > ct[1] * 2.0, "{ct:?}");
+    let big = sim(&tiered(1, ON).replace("populate_node = 1\n", "populate_node = 1\npopulate_hot = true\n"));
+    assert_eq!(stat(&big, "pgpromote_success"), 4 * 1024);
+}

@@ -292,6 +292,11 @@ impl Kernel {
             l.folios.push_back(pfn);
         }
         l.count += nr;
+        let count = l.count;
+        // Cap bound (spec/002 §5.6): the list overshoots by at most one folio.
+        if self.check.enabled && count > cap + nr - 1 && cap > 0 {
+            self.check.report(format!("task {tid}: promo_count {count} exceeds the cap {cap} by more than one folio"));
+        }
         t
     }
 
