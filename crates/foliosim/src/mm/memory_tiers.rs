@@ -342,8 +342,7 @@ impl Kernel {
         let dst = self.cpus[cpu as usize].node;
         let isolated_before = self.stat.get(Stat::NrIsolatedFile);
         let nr_list: i64 = list.iter().map(|&p| 1i64 << self.mem_map.get(p).order).sum();
-        let (moved, t) = self.migrate_misplaced_folio_batch(t, cpu, &list, dst);
-        let _ = moved;
+        let (_, t) = self.migrate_misplaced_folio_batch(t, cpu, &list, dst);
         if self.check.enabled && self.stat.get(Stat::NrIsolatedFile) != isolated_before - nr_list {
             self.check.report(format!("task {tid}: nr_isolated_file {} after the promotion batch, expected {}", self.stat.get(Stat::NrIsolatedFile), isolated_before - nr_list));
         }

@@ -21,19 +21,17 @@ const MIGRATE_FLAGS: u32 = pg::REFERENCED | pg::ACTIVE | pg::WORKINGSET | pg::UP
 
 impl Kernel {
     /// Allocate a destination folio on `nid` only, without reclaim
-    /// (alloc_misplaced_dst_folio / alloc_demote_folio). None on failure.
-    pub fn alloc_migration_target(&mut self, t: Ns, cpu: u32, order: u32, nid: u32) -> Option<(Pfn, Ns)> {
+    /// (alloc_misplaced_dst_folio / alloc_demote_folio). Err(time) on failure.
+    pub fn alloc_migration_target(&mut self, t: Ns, cpu: u32, order: u32, nid: u32) -> Result<(Pfn, Ns), Ns> {
         // __GFP_THISNODE and no reclaim: the zone must pass its min mark.
         let (min, _, _) = self.pa.zone_watermarks(nid);
         if !self.pa.zone_watermark_ok(nid, order, min) {
-            return None;
+            return Err(t);
         }
-        let a = self.pa.alloc_pages(t, cpu, order, nid, MigrateType::Movable, &mut self.stat)?;
+        let Some(a) = self.pa.alloc_pages(t, cpu, order, nid, MigrateType::Movable, &mut self.stat) else { return Err(t) };
         if a.nid != nid {
             // Fell back along the zonelist: THISNODE forbids it.
-            let t = self.pa.free_pages(a.done, cpu, a.pfn, order, &mut self.stat);
-            let _ = t;
-            return None;
+            return Err(self.pa.free_pages(a.done, cpu, a.pfn, order, &mut self.stat));
         }
         for i in 0..(1u32 << order) {
             let p = self.mem_map.get_mut(a.pfn + i);
@@ -50,7 +48,7 @@ impl Kernel {
             p.alloc_epoch = p.alloc_epoch.wrapping_add(1);
         }
         self.check.on_alloc(&self.mem_map, &self.pa, a.pfn, order);
-        Some((a.pfn, a.done))
+        Ok((a.pfn, a.done))
     }
 
     /// Migrate one isolated, unmapped page-cache folio to `dst`. On
@@ -66,7 +64,7 @@ impl Kernel {
         if mapcount != 0 || mapping == 0 || flags & pg::ANON != 0 {
             return Err(t);
         }
-        let Some((new, mut t)) = self.alloc_migration_target(t, cpu, order, dst) else { return Err(t) };
+        let (new, mut t) = self.alloc_migration_target(t, cpu, order, dst)?;
         // Lock, freeze the reference count, copy, switch the xarray entry.
         let nr = 1u64 << order;
         t += self.c.migrate_folio;
