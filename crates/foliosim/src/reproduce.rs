@@ -87,6 +87,11 @@ pub fn registry() -> Vec<Experiment> {
     v.push(Experiment { name: "fpr-overhead", title: "free page reporting v17: page_fault1/page_fault2 overhead per configuration (seed table)", run: crate::virt::experiments::overhead });
     v.push(Experiment { name: "fpr-host-memory", title: "free page reporting: host memory over time, memhog then page fault test, reporting on/off", run: crate::virt::experiments::host_memory });
     v.push(Experiment { name: "fpr-overcommit", title: "free page reporting: N guests on an overcommitted host, host swap with/without reporting (new study)", run: crate::virt::experiments::overcommit });
+    // spec/002: page-cache promotion (reproduce_promo.rs).
+    v.push(Experiment { name: "promo-table", title: "page-cache promotion: the five configurations of spec/002 (full scale)", run: crate::reproduce_promo::promo_table });
+    v.push(Experiment { name: "promo-convergence", title: "page-cache promotion: time per cycle while promotion runs (full scale)", run: crate::reproduce_promo::promo_convergence });
+    v.push(Experiment { name: "promo-order", title: "page-cache promotion: list_add_tail vs list_add (full scale)", run: crate::reproduce_promo::promo_order });
+    v.push(Experiment { name: "promo-uncapped", title: "page-cache promotion: per-task cap removed vs capped (full scale)", run: crate::reproduce_promo::promo_uncapped });
     v
 }
 
@@ -117,7 +122,7 @@ fn run_point(
 }
 
 /// The machine profile as shipped (`{"name","toml"}`), for the report.
-fn profile_json(name: &str) -> Value {
+pub(crate) fn profile_json(name: &str) -> Value {
     json!({"name": name, "toml": profile::builtin(name)})
 }
 

@@ -36,6 +36,21 @@ impl SetupEnv for Env<'_> {
         }
         Ok(id)
     }
+    fn create_file_on(&mut self, fs: FsKind, size: u64, populate: bool, node: Option<u32>, hot: bool) -> Result<FileId, String> {
+        let nid = node.unwrap_or(self.k.cpus[0].node);
+        if nid as usize >= self.k.nodes.len() {
+            return Err(format!("populate_node: no node {nid} (the machine has {})", self.k.nodes.len()));
+        }
+        let id = self.k.inodes.len() as u32;
+        self.k.inodes.push(Inode::new(id, fs, size));
+        if populate {
+            self.k.populate_file_on(id, nid)?;
+            if hot {
+                self.k.mark_file_hot(id);
+            }
+        }
+        Ok(id)
+    }
     fn spawn_process(&mut self, cpu: Option<u32>) -> Result<TaskId, String> {
         let cpu = self.pick_cpu(cpu)?;
         let mm = self.k.new_mm();

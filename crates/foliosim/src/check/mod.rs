@@ -201,6 +201,12 @@ pub fn audit(k: &mut Kernel) {
             *batch_refs.entry(p).or_default() += 1;
         }
     }
+    // Folios isolated on a promotion list hold the isolation reference.
+    for l in &k.tier.promo {
+        for &p in &l.folios {
+            *batch_refs.entry(p).or_default() += 1;
+        }
+    }
     let mut cached: FxHashMap<Pfn, ()> = FxHashMap::default();
     for ino in &k.inodes {
         for &p in ino.pages.values() {
@@ -287,6 +293,7 @@ pub fn audit(k: &mut Kernel) {
     if k.stat.get(Stat::NrFreePages) as u64 != k.pa.nr_free() {
         found.push(format!("nr_free_pages {} but the allocator holds {}", k.stat.get(Stat::NrFreePages), k.pa.nr_free()));
     }
+    k.tier_audit(&mut found);
     k.check.audits += 1;
     for f in found {
         k.check.report(f);

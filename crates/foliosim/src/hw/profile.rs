@@ -166,6 +166,19 @@ pub struct CostSpec {
     /// Reading a page that is not cached from the disk-like file system, ns.
     pub disk_read_ns: f64,
     pub file_op_ns: f64,
+    /// read() from the page cache as a prefetch stream: copy at copy_bw
+    /// while consecutive file pages are physically consecutive, plus one
+    /// memory latency at every other page boundary (false: every page
+    /// costs read_bw + latency, the older model).
+    pub pagecache_read_stream: bool,
+    // --- tiering: promotion and migration
+    /// The out-of-line call into promotion_candidate and its first tests.
+    pub promotion_candidate_ns: f64,
+    /// numa_migrate_check + mpol_misplaced + should_numa_migrate_memory.
+    pub numa_migrate_check_ns: f64,
+    /// Per-folio fixed part of migrate_pages beyond allocation, copy,
+    /// xarray store and LRU work: lock, refcount freeze, flag and memcg copy.
+    pub migrate_folio_ns: f64,
     // --- TLB maintenance
     pub tlb_flush_one_ns: f64,
     pub tlb_flush_all_ns: f64,

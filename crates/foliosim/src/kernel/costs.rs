@@ -52,6 +52,13 @@ pub struct Costs {
     pub split_queue: Ns,
     /// Per node: the fixed cost of one clear call (see NodeSpec::zero_call_ns).
     pub node_zero_call: Vec<Ns>,
+    pub promotion_candidate: Ns,
+    pub numa_migrate_check: Ns,
+    pub migrate_folio: Ns,
+    /// read() copies stream: a page physically following the previous one
+    /// costs copy_4k; any other page also pays one memory latency.
+    pub read_stream: bool,
+    pub node_latency: Vec<Ns>,
     /// Per node: clearing, copying and reading (copy_to_user) 4 KiB.
     pub node_zero_4k: Vec<Ns>,
     pub node_copy_4k: Vec<Ns>,
@@ -109,6 +116,11 @@ impl Costs {
             split_queue: ns(c.split_queue_ns),
             node_zero_call: p.nodes.iter().map(|n| ns(n.zero_call_ns)).collect(),
             node_zero_4k: p.nodes.iter().map(|n| ns(n.zero_call_ns + Profile::bw_ns(4096, n.zero_bw_gbps))).collect(),
+            promotion_candidate: ns(c.promotion_candidate_ns),
+            numa_migrate_check: ns(c.numa_migrate_check_ns),
+            migrate_folio: ns(c.migrate_folio_ns),
+            read_stream: c.pagecache_read_stream,
+            node_latency: p.nodes.iter().map(|n| ns(n.latency_ns)).collect(),
             node_copy_4k: p.nodes.iter().map(|n| ns(Profile::bw_ns(4096, n.copy_bw_gbps))).collect(),
             node_read_4k: p.nodes.iter().map(|n| ns(Profile::bw_ns(4096, n.read_bw_gbps) + n.latency_ns)).collect(),
         }

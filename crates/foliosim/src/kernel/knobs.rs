@@ -54,6 +54,12 @@ pub enum Mutant {
     MthpSkipUnqueue,
     /// The speculative fault skips the final vm_sequence check under the PTL.
     SpfSkipSeqCheck,
+    /// Page-cache promotion never runs its task work on return to user
+    /// space: isolated folios stay off the LRU (leak) until the task exits.
+    PromoSkipTaskWork,
+    /// Page-cache promotion isolates even when the target node is below
+    /// its high watermark (no migrate_balanced_pgdat check).
+    PromoIgnoreWatermark,
 }
 
 /// How page faults synchronise with writers of the VMA tree (`fault_locking`).
@@ -67,7 +73,7 @@ pub enum FaultLocking {
     Spf,
 }
 
-pub const MUTANTS: &[&str] = &["none", "skip_shootdown", "leak_mapcount", "buddy_skip_nr_free_dec", "buddy_no_merge", "mthp_skip_vma_bound", "mthp_skip_pte_recheck", "mthp_cow_exclusive", "mthp_skip_unqueue", "fpr_keep_reported_on_alloc", "spf_skip_seq_check"];
+pub const MUTANTS: &[&str] = &["none", "skip_shootdown", "leak_mapcount", "buddy_skip_nr_free_dec", "buddy_no_merge", "mthp_skip_vma_bound", "mthp_skip_pte_recheck", "mthp_cow_exclusive", "mthp_skip_unqueue", "fpr_keep_reported_on_alloc", "spf_skip_seq_check", "promo_skip_task_work", "promo_ignore_watermark"];
 
 /// Policy for large anonymous folios (`anon_folio.mode`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -186,6 +192,11 @@ pub fn registry() -> Vec<KnobSpec> {
         KnobSpec { key: MTHP_SIZE_KEYS[6], default: Str("never"), help: "upstream mTHP: 1 MiB anonymous folios (order 8)", values: Some(&["always", "inherit", "madvise", "never"]), range: None },
         KnobSpec { key: MTHP_SIZE_KEYS[7], default: Str("inherit"), help: "upstream: PMD-size (2 MiB) THP, mapped as 512 PTEs of one order-9 folio plus a 2 MiB TLB entry", values: Some(&["always", "inherit", "madvise", "never"]), range: None },
         KnobSpec { key: "debug.fault_trace", default: Int(0), help: "record up to this many fault-locking events (SPF attempts, aborts by reason, per-VMA lock outcomes) as [time_ns, cpu, address, event] in the result's fault_trace", values: None, range: Some((0, 10_000_000)) },
+        KnobSpec { key: "kernel/mm/numa/demotion_enabled", default: Bool(false), help: "reclaim migrates folios to the next lower memory tier instead of dropping them", values: None, range: None },
+        KnobSpec { key: "kernel/mm/numa/pagecache_promotion_enabled", default: Bool(false), help: "promote unmapped page-cache folios from lower tiers when folio_mark_accessed finds them hot (RFC v3, needs kernel.numa_balancing = 2)", values: None, range: None },
+        KnobSpec { key: "kernel.numa_balancing", default: Int(0), help: "NUMA balancing: 0 off, 1 normal, 2 memory tiering, 3 both", values: None, range: Some((0, 3)) },
+        KnobSpec { key: "kernel.numa_balancing_promote_rate_limit_MBps", default: Int(65536), help: "promotion rate limit, MB/s; the page-cache promotion list cap compares pages with this value", values: None, range: Some((0, 1 << 40)) },
+        KnobSpec { key: "promotion_list_order", default: Str("tail"), help: "foliosim model switch: promotion_candidate appends with list_add_tail (v3, \"tail\") or list_add (the development build, \"head\")", values: Some(&["tail", "head"]), range: None },
         KnobSpec { key: "debug.mutant", default: Str("none"), help: "a deliberately broken mechanism, to show the invariant checker catches it (tests only)", values: Some(MUTANTS), range: None },
     ]
 }
@@ -219,11 +230,17 @@ pub struct Knobs {
     pub rwsem_51: bool,
     /// vm.speculative_page_fault != 0.
     pub speculative_page_fault: bool,
+    pub demotion_enabled: bool,
+    pub pagecache_promotion_enabled: bool,
+    pub numa_balancing: u8,
+    pub promote_rate_limit_mbps: u64,
+    /// list_add (head) instead of list_add_tail for the promotion list.
+    pub promo_list_head: bool,
 }
 
 impl Default for Knobs {
     fn default() -> Self {
-        Knobs { min_free_kbytes: None, watermark_scale_factor: 10, percpu_pagelist_high_fraction: 0, fault_around_bytes: 65536, shuffle: false, mutant: Mutant::None, page_reporting: false, page_reporting_order: None, reported_putback_tail: true, host_discard_free: false, host_thp: false, host_mem_mib: 0, host_prealloc: false, anon_folio: AnonFolioKnobs::default(), fault_locking: FaultLocking::MmapLock, speculative_page_fault: true, fault_trace: 0, rwsem_51: false }
+        Knobs { min_free_kbytes: None, watermark_scale_factor: 10, percpu_pagelist_high_fraction: 0, fault_around_bytes: 65536, shuffle: false, mutant: Mutant::None, page_reporting: false, page_reporting_order: None, reported_putback_tail: true, host_discard_free: false, host_thp: false, host_mem_mib: 0, host_prealloc: false, anon_folio: AnonFolioKnobs::default(), fault_locking: FaultLocking::MmapLock, speculative_page_fault: true, fault_trace: 0, rwsem_51: false, demotion_enabled: false, pagecache_promotion_enabled: false, numa_balancing: 0, promote_rate_limit_mbps: 65536, promo_list_head: false }
     }
 }
 
@@ -261,6 +278,11 @@ impl Knobs {
                     _ => FaultLocking::MmapLock,
                 }
             }
+            ("kernel/mm/numa/demotion_enabled", KnobValue::Bool(b)) => self.demotion_enabled = *b,
+            ("kernel/mm/numa/pagecache_promotion_enabled", KnobValue::Bool(b)) => self.pagecache_promotion_enabled = *b,
+            ("kernel.numa_balancing", KnobValue::Int(i)) => self.numa_balancing = *i as u8,
+            ("kernel.numa_balancing_promote_rate_limit_MBps", KnobValue::Int(i)) => self.promote_rate_limit_mbps = *i as u64,
+            ("promotion_list_order", KnobValue::Str(s)) => self.promo_list_head = s == "head",
             ("debug.mutant", KnobValue::Str(s)) => {
                 self.mutant = match s.as_str() {
                     "skip_shootdown" => Mutant::SkipShootdown,
@@ -273,6 +295,8 @@ impl Knobs {
                     "mthp_cow_exclusive" => Mutant::MthpCowExclusive,
                     "mthp_skip_unqueue" => Mutant::MthpSkipUnqueue,
                     "spf_skip_seq_check" => Mutant::SpfSkipSeqCheck,
+                    "promo_skip_task_work" => Mutant::PromoSkipTaskWork,
+                    "promo_ignore_watermark" => Mutant::PromoIgnoreWatermark,
                     _ => Mutant::None,
                 }
             }

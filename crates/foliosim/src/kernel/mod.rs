@@ -97,6 +97,8 @@ pub struct Kernel {
     pub anon_policy: Box<dyn crate::mm::huge_memory::AnonOrderPolicy>,
     pub split_queues: Vec<crate::mm::huge_memory::SplitQueue>,
     pub mthp: crate::mm::huge_memory::MthpStats,
+    /// Memory tiers, promotion lists, kswapd threads (mm/memory_tiers.rs).
+    pub tier: crate::mm::memory_tiers::TierState,
 }
 
 impl Kernel {
@@ -187,6 +189,7 @@ impl Kernel {
             anon_policy,
             split_queues: Vec::new(),
             mthp: Default::default(),
+            tier: crate::mm::memory_tiers::TierState::new(&prof),
             prof,
         };
         k.split_queues = (0..k.nodes.len()).map(|_| Default::default()).collect();
@@ -194,6 +197,9 @@ impl Kernel {
         // The shared zero page: allocated once, never freed, never refcounted by mappings.
         let zp = k.pa.alloc_pages(0, 0, 0, 0, MigrateType::Unmovable, &mut k.stat).ok_or("no memory for the zero page")?;
         k.zero_pfn = zp.pfn;
+        if k.knobs.demotion_enabled || k.knobs.numa_balancing & crate::mm::memory_tiers::NUMA_BALANCING_MEMORY_TIERING != 0 {
+            k.spawn_kswapds();
+        }
         let p = k.mem_map.get_mut(zp.pfn);
         p.flags = pg::ZERO_PAGE | pg::ALLOCATED | pg::HEAD;
         p.refcount = 1;

@@ -73,6 +73,11 @@ impl Kernel {
             })),
             Op::Fork => Some(self.do_fork(tid)),
             Op::Exit => {
+                // exit_task_work: pending promotion work runs (or puts back) first.
+                self.tasks[tid as usize].exited = true;
+                let t = self.task_numa_promotion_work(self.tasks[tid as usize].clock, tid);
+                self.tasks[tid as usize].exited = false;
+                self.tasks[tid as usize].clock = t;
                 self.do_exit(tid);
                 Some(Ret::Val(0))
             }
@@ -84,11 +89,17 @@ impl Kernel {
         let Some(f) = self.mms[mm as usize].fd(fd).copied() else { return (Ret::Err(errno::EBADF), t) };
         self.stat.inc(if write { Stat::FileWrite } else { Stat::FileRead });
         let t0 = t + self.c.file_op;
+        // rw_verify_area: one call moves at most MAX_RW_COUNT.
+        let len = len.min(crate::mm::filemap::MAX_RW_COUNT);
         let r = if write { self.filemap_write(t0, cpu, f.inode, f.pos, len) } else { self.filemap_read(t0, cpu, f.inode, f.pos, len) };
         match r {
             None => (Ret::Err(errno::ENOMEM), t),
             Some((n, t)) => {
                 self.mms[mm as usize].fd(fd).unwrap().pos += n;
+                if n == 0 && !write {
+                    // End of a read cycle (the promotion experiments time these).
+                    self.tier.eof_times.push(t);
+                }
                 (Ret::Val(n as i64), t)
             }
         }
@@ -102,6 +113,9 @@ impl Kernel {
             (tk.clock, tk.cpu, tk.mm)
         };
         let (r, t) = f(self, t0 + self.c.syscall / 2, cpu, mm);
+        // Task work queued during the call (page-cache promotion) runs on
+        // the way back to user space, charged to this task and call.
+        let t = self.task_numa_promotion_work(t, tid);
         let t = t + self.c.syscall / 2;
         let tk = &mut self.tasks[tid as usize];
         tk.entry_ns[entry as usize] += t - t0;

@@ -9,19 +9,21 @@ use crate::kernel::Kernel;
 use crate::sim::lock::CacheLine;
 use crate::sim::Ns;
 use crate::workload::FsKind;
-use rustc_hash::FxHashMap;
 
 /// Cache lines standing for the hot `struct folio` words of a file's
 /// folios (refcount, flags), hashed by page index. Readers of one file on
 /// many CPUs bounce these lines, which is what limits read2.
 const FOLIO_LINES: usize = 1024;
 
+/// MAX_RW_COUNT = INT_MAX & PAGE_MASK: the most one read() or write() moves.
+pub const MAX_RW_COUNT: u64 = (i32::MAX as u64) & !4095;
+
 pub struct Inode {
     pub id: u32,
     pub fs: FsKind,
     pub size: u64,
     /// Page index -> folio head (the xarray).
-    pub pages: FxHashMap<u64, Pfn>,
+    pub pages: super::xarray::XArray,
     /// Pages [0, data_pages) have blocks on disk; beyond is a hole.
     pub data_pages: u64,
     /// VMAs mapping this file (i_mmap), counted.
@@ -31,7 +33,7 @@ pub struct Inode {
 
 impl Inode {
     pub fn new(id: u32, fs: FsKind, size: u64) -> Inode {
-        Inode { id, fs, size, pages: FxHashMap::default(), data_pages: 0, i_mmap: 0, lines: vec![CacheLine::default(); FOLIO_LINES] }
+        Inode { id, fs, size, pages: Default::default(), data_pages: 0, i_mmap: 0, lines: vec![CacheLine::default(); FOLIO_LINES] }
     }
 }
 
@@ -47,11 +49,17 @@ impl Kernel {
     /// (filemap_get_folio + filemap_add_folio + read_folio; shmem allocates
     /// a zeroed folio). Returns (head pfn, done time) or None on OOM.
     pub fn filemap_get_folio(&mut self, t: Ns, cpu: u32, ino: u32, index: u64) -> Option<(CacheHit, Ns)> {
+        let nid = self.cpus[cpu as usize].node;
+        self.filemap_get_folio_nid(t, cpu, ino, index, nid)
+    }
+
+    /// filemap_get_folio allocating a missing folio on `nid` first (the
+    /// task's memory policy: local node, or an mbind'ed one).
+    pub fn filemap_get_folio_nid(&mut self, t: Ns, cpu: u32, ino: u32, index: u64, nid: u32) -> Option<(CacheHit, Ns)> {
         let t = t + self.c.pc_lookup;
         if let Some(&pfn) = self.inodes[ino as usize].pages.get(&index) {
             return Some((CacheHit::Hit(pfn), t));
         }
-        let nid = self.cpus[cpu as usize].node;
         let (pfn, mut t) = self.alloc_folio(t, cpu, 0, nid, MigrateType::Movable)?;
         let fs = self.inodes[ino as usize].fs;
         let on_disk = index < self.inodes[ino as usize].data_pages;
@@ -89,7 +97,19 @@ impl Kernel {
             self.mem_map.get_mut(pfn).flags |= pg::REFERENCED;
             return t;
         }
-        if flags & (pg::ACTIVE | pg::UNEVICTABLE) != 0 {
+        if flags & pg::UNEVICTABLE != 0 {
+            return t;
+        }
+        if flags & pg::ACTIVE != 0 {
+            // Referenced and active (RFC v3): a promotion candidate if the
+            // folio is not flagged isolated and tiering mode and the sysfs
+            // knob are on (the checks inlined into folio_mark_accessed).
+            if flags & pg::ISOLATED == 0 && super::memory_tiers::pagecache_promotion_on(&self.knobs) {
+                let tid = self.cpus[cpu as usize].curr;
+                if tid != u32::MAX {
+                    return self.promotion_candidate(t, cpu, tid, pfn);
+                }
+            }
             return t;
         }
         let mut t = t;
@@ -119,6 +139,8 @@ impl Kernel {
         let end = (pos + len).min(size);
         let mut t = t;
         let mut idx = pos >> 12;
+        // The previous page copied, for the prefetch-stream model.
+        let mut prev: Pfn = Pfn::MAX;
         while idx << 12 < end {
             let (hit, t1) = self.filemap_get_folio(t, cpu, ino, idx)?;
             let pfn = match hit {
@@ -130,7 +152,16 @@ impl Kernel {
             t = self.folio_mark_accessed(t, cpu, pfn);
             let chunk = ((idx + 1) << 12).min(end) - (idx << 12).max(pos);
             let nid = self.mem_map.get(pfn).nid as usize;
-            t += self.nodes[nid].read_4k * chunk / 4096;
+            if self.c.read_stream {
+                // copy_to_user streams at copy bandwidth while the source
+                // pages ascend physically; a jump restarts the hardware
+                // prefetcher: one demand miss at the page boundary.
+                let jump = prev == Pfn::MAX || pfn != prev.wrapping_add(1);
+                t += self.nodes[nid].copy_4k * chunk / 4096 + if jump { self.c.node_latency[nid] } else { 0 };
+                prev = pfn;
+            } else {
+                t += self.nodes[nid].read_4k * chunk / 4096;
+            }
             t = self.inodes[ino as usize].lines[li].rmw(t, cpu, &self.lc);
             idx += 1;
         }
@@ -152,8 +183,10 @@ impl Kernel {
             let nid = self.mem_map.get(pfn).nid as usize;
             let chunk = ((idx + 1) << 12).min(end) - (idx << 12).max(pos);
             t += self.nodes[nid].copy_4k * chunk / 4096;
-            t = self.folio_mark_accessed(t, cpu, pfn);
+            // write_end dirties the folio; the access mark sees it dirty
+            // (so page-cache promotion refuses a folio being written).
             self.folio_mark_dirty(pfn);
+            t = self.folio_mark_accessed(t, cpu, pfn);
             idx += 1;
         }
         let inode = &mut self.inodes[ino as usize];
@@ -173,10 +206,17 @@ impl Kernel {
     /// Populate a file's cache at setup time, as if written with zeroes
     /// long before the measurement (no simulated time is charged).
     pub fn populate_file(&mut self, ino: u32) -> Result<(), String> {
+        let nid = self.cpus[0].node;
+        self.populate_file_on(ino, nid)
+    }
+
+    /// populate_file with the folios allocated on node `nid` first (as
+    /// after mbind to that node), falling back along its zonelist.
+    pub fn populate_file_on(&mut self, ino: u32, nid: u32) -> Result<(), String> {
         let pages = self.inodes[ino as usize].size.div_ceil(4096);
         self.inodes[ino as usize].data_pages = pages;
         for idx in 0..pages {
-            if self.filemap_get_folio(0, 0, ino, idx).is_none() {
+            if self.filemap_get_folio_nid(0, 0, ino, idx, nid).is_none() {
                 return Err("the machine has no memory for the file's page cache".into());
             }
         }
@@ -184,11 +224,25 @@ impl Kernel {
         Ok(())
     }
 
+    /// Leave a populated file's folios as several earlier read() passes
+    /// would: referenced and active, on the active file list (setup only).
+    pub fn mark_file_hot(&mut self, ino: u32) {
+        let folios: Vec<Pfn> = self.inodes[ino as usize].pages.values().copied().collect();
+        for pfn in folios {
+            if self.mem_map.get(pfn).flags & pg::LRU == 0 {
+                continue;
+            }
+            self.lruvec_del_folio(pfn);
+            self.mem_map.get_mut(pfn).flags |= pg::ACTIVE | pg::REFERENCED;
+            self.lruvec_add_folio(pfn);
+        }
+    }
+
     /// Drop the page cache beyond `new_size` (truncate_inode_pages_range):
     /// unmapped folios are freed; mapped ones stay until unmapped.
     pub fn truncate_pagecache(&mut self, t: Ns, cpu: u32, ino: u32, new_size: u64) -> Ns {
         let first = new_size.div_ceil(4096);
-        let mut victims: Vec<(u64, Pfn)> = self.inodes[ino as usize].pages.iter().filter(|(&i, _)| i >= first).map(|(&i, &p)| (i, p)).collect();
+        let mut victims: Vec<(u64, Pfn)> = self.inodes[ino as usize].pages.iter().filter(|&(i, _)| i >= first).collect();
         victims.sort_unstable();
         let mut put = Vec::with_capacity(victims.len());
         for (i, pfn) in victims {

@@ -47,6 +47,8 @@ impl Kernel {
                         self.check.on_guest_handout(&self.pa, h, a.pfn, order);
                     }
                 }
+                // The slow path's wakeup_kswapd, when a zone went below low.
+                self.kswapd_check_low(t, a.nid);
                 return Some((a.pfn, t));
             }
             tries += 1;

@@ -3,8 +3,11 @@
 pub mod filemap;
 pub mod fork;
 pub mod huge_memory;
+pub mod kswapd;
 pub mod mem_map;
 pub mod memory;
+pub mod memory_tiers;
+pub mod migrate;
 pub mod mmap;
 pub mod mmap_lock;
 pub mod mmu_gather;
@@ -16,6 +19,7 @@ pub mod spf;
 pub mod swap;
 pub mod vmscan;
 pub mod vmstat;
+pub mod xarray;
 
 /// Page frame number. 32 bits cover 16 TiB of 4 KiB frames.
 pub type Pfn = u32;

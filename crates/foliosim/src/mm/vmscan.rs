@@ -46,6 +46,10 @@ impl Kernel {
         self.stat.add(Stat::PgscanDirect, cand.len() as i64);
         let mut freed = 0;
         let mut victims = Vec::new();
+        // Demotion (shrink_folio_list's demote_folio_list): with a lower
+        // tier below this node, evicted folios are migrated there first.
+        let demote_to = self.next_demotion_node(nid as u32);
+        let mut demote = Vec::new();
         for pfn in cand {
             let p = self.mem_map.get(pfn);
             let reclaimable = p.mapcount == 0 && p.flags & (pg::DIRTY | pg::SHMEM | pg::ANON) == 0 && p.refcount == 1;
@@ -55,12 +59,45 @@ impl Kernel {
                 self.lruvec_add_folio(pfn);
                 continue;
             }
+            if demote_to.is_some() {
+                let nr = 1i64 << p.order;
+                self.lruvec_del_folio(pfn);
+                let pm = self.mem_map.get_mut(pfn);
+                pm.flags |= pg::ISOLATED;
+                pm.refcount += 1;
+                self.stat.add(Stat::NrIsolatedFile, nr);
+                demote.push(pfn);
+                continue;
+            }
             let ino = p.mapping - 1;
             let idx = p.index;
             self.inodes[ino as usize].pages.remove(&idx);
             self.page_cache_delete(pfn);
             victims.push(pfn);
             freed += 1 << self.mem_map.get(pfn).order;
+        }
+        if let Some(dst) = demote_to {
+            if !demote.is_empty() {
+                let (moved, failed, t1) = self.migrate_pages(t, cpu, &demote, dst);
+                t = t1;
+                self.stat.add(Stat::PgdemoteDirect, moved as i64);
+                freed += moved;
+                // Could not demote: drop them as plain reclaim would.
+                for pfn in failed {
+                    let (ino, idx, order) = {
+                        let p = self.mem_map.get(pfn);
+                        (p.mapping - 1, p.index, p.order)
+                    };
+                    self.inodes[ino as usize].pages.remove(&idx);
+                    self.page_cache_delete(pfn);
+                    let pm = self.mem_map.get_mut(pfn);
+                    pm.flags &= !pg::ISOLATED;
+                    pm.refcount -= 1;
+                    self.stat.add(Stat::NrIsolatedFile, -(1i64 << order));
+                    victims.push(pfn);
+                    freed += 1 << order;
+                }
+            }
         }
         self.stat.add(Stat::PgstealDirect, freed as i64);
         t = self.release_folios(t, cpu, &victims);

@@ -36,6 +36,7 @@ stats! {
     HostMemFree = "foliosim_host_memfree_pages" : "host.mem_mib minus the guest's host RSS (0 without a limit)",
     NrAnonLarge = "foliosim_nr_anon_large_pages" : "pages in large (order >= 2) anonymous folios that are allocated",
     SplitQueueLen = "foliosim_split_queue_len" : "folios on the deferred-split queues (split_queue_len summed over nodes)",
+    NrIsolatedFile = "nr_isolated_file" : "file pages isolated from the LRU (promotion lists, reclaim, migration)",
     // events
     Pgfault = "pgfault" : "page faults of any kind",
     Pgmajfault = "pgmajfault" : "faults that needed I/O",
@@ -140,6 +141,16 @@ stats! {
     SpfSigsegvPerm = "foliosim_spf_sigsegv_perm" : "speculative faults ending in SIGSEGV (no permission)",
     SpfWastedNs = "foliosim_spf_wasted_ns" : "simulated ns spent in aborted speculative attempts",
     SpfWastedPages = "foliosim_spf_wasted_pages" : "pages allocated and freed by aborted speculative attempts",
+    // tiering: promotion, demotion, migration
+    PgpromoteSuccess = "pgpromote_success" : "pages promoted to a top-tier node",
+    PgpromoteCandidate = "pgpromote_candidate" : "pages that passed the hot threshold and were charged to the promotion rate limit",
+    NumaHintPageCache = "numa_hint_page_cache" : "page-cache promotion hints (numa_migrate_check without a fault)",
+    NumaHintPageCacheLocal = "numa_hint_page_cache_local" : "page-cache promotion hints on folios already on this CPU's node",
+    NumaPagesMigrated = "numa_pages_migrated" : "pages migrated by NUMA balancing or page-cache promotion",
+    PgmigrateSuccess = "pgmigrate_success" : "pages migrated",
+    PgmigrateFail = "pgmigrate_fail" : "pages whose migration failed",
+    PgdemoteKswapd = "pgdemote_kswapd" : "pages demoted to a lower tier by kswapd",
+    PgdemoteDirect = "pgdemote_direct" : "pages demoted to a lower tier by direct reclaim",
 }
 
 pub const FIRST_EVENT: usize = Stat::Pgfault as usize;

@@ -12,7 +12,7 @@ use super::params::Params;
 use super::{Fd, FileId, FsKind, Op, ParamSpec, Ret, SetupEnv, TaskId, Workload, WorkloadInfo};
 
 const MAX_FILE_MIB: u64 = 1 << 24;
-const MAX_CHUNK_KIB: u64 = 1 << 20;
+const MAX_CHUNK_KIB: u64 = 1 << 22;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Phase {
@@ -38,6 +38,10 @@ pub struct FileReader {
     fs: FsKind,
     size: u64,
     populate: bool,
+    /// Node the populated cache is placed on first (None: the local node).
+    populate_node: Option<u32>,
+    /// The populated folios start referenced + active.
+    populate_hot: bool,
     chunk: u64,
     /// 0 = forever.
     cycles: u64,
@@ -52,10 +56,16 @@ impl FileReader {
         let fs = read_fs(p, "fs", "disk")?;
         let size = read_size(p, "file_mib", 256, MIB, MAX_FILE_MIB)?;
         let populate = p.bool("populate", false)?;
+        let pn = p.f64("populate_node", -1.0)? as i64;
+        if !(-1..=63).contains(&pn) {
+            return Err("populate_node: must be -1 (local) or a node id".into());
+        }
+        let populate_node = (pn >= 0).then_some(pn as u32);
+        let populate_hot = p.bool("populate_hot", false)?;
         let chunk = read_size(p, "chunk_kib", 128, KIB, MAX_CHUNK_KIB)?;
         let cycles = p.u64("cycles", 1)?;
         p.finish()?;
-        Ok(FileReader { cfg, fs, size, populate, chunk, cycles, file: 0, tasks: TaskMap::default(), st: Vec::new() })
+        Ok(FileReader { cfg, fs, size, populate, populate_node, populate_hot, chunk, cycles, file: 0, tasks: TaskMap::default(), st: Vec::new() })
     }
 
     fn specs() -> Vec<ParamSpec> {
@@ -71,6 +81,16 @@ impl FileReader {
                 name: "populate",
                 default: "false".into(),
                 help: "start with the file's page cache filled (warm cache)",
+            },
+            ParamSpec {
+                name: "populate_node",
+                default: "-1".into(),
+                help: "node the populated cache is placed on first, as after mbind (-1: the reader's local node)",
+            },
+            ParamSpec {
+                name: "populate_hot",
+                default: "false".into(),
+                help: "populated folios start referenced and active, as after several earlier passes (classic LRU state)",
             },
             ParamSpec { name: "chunk_kib", default: "128".into(), help: "bytes per read() call, KiB" },
             ParamSpec {
@@ -95,7 +115,7 @@ impl Workload for FileReader {
     }
 
     fn setup(&mut self, env: &mut dyn SetupEnv) -> Result<(), String> {
-        self.file = env.create_file(self.fs, self.size, self.populate)?;
+        self.file = env.create_file_on(self.fs, self.size, self.populate, self.populate_node, self.populate_hot)?;
         let ids = self.cfg.spawn(env)?;
         self.tasks = TaskMap::new(&ids)?;
         self.st = vec![TaskState { phase: Phase::Start, fd: -1, bytes: 0, pass: 0 }; ids.len()];

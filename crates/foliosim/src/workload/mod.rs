@@ -134,6 +134,15 @@ pub trait SetupEnv {
     /// Create a file; if `populate`, its page cache is filled as if written
     /// with zeroes (no simulated time). Returns its id for `Op::Open`.
     fn create_file(&mut self, fs: FsKind, size: u64, populate: bool) -> Result<FileId, String>;
+    /// create_file with the populated cache placed on node `node` first
+    /// (as a reader bound there with mbind would leave it); `hot`: the
+    /// folios start referenced and active, as after several earlier reads.
+    fn create_file_on(&mut self, fs: FsKind, size: u64, populate: bool, node: Option<u32>, hot: bool) -> Result<FileId, String> {
+        match node {
+            None if !hot => self.create_file(fs, size, populate),
+            _ => Err("this environment cannot place a file on a node".into()),
+        }
+    }
     /// A new process (own mm) on `cpu` (None: let the scheduler place it).
     fn spawn_process(&mut self, cpu: Option<u32>) -> Result<TaskId, String>;
     /// A new thread sharing `of`'s mm.

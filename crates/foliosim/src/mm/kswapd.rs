@@ -1,0 +1,170 @@
+//! kswapd (mm/vmscan.c balance_pgdat) with demotion: one kernel thread per
+//! node, woken when a zone of the node falls below its low watermark (or
+//! by promotion finding the target unbalanced); it reclaims clean, unmapped
+//! page-cache folios from the tail of the inactive file list until the
+//! node is back above its high watermark (the promo watermark in
+//! memory-tiering mode). With demotion enabled a folio chosen for eviction
+//! is first migrated to the node's demotion target; only if that fails is
+//! it dropped.
+
+use super::mem_map::pg;
+use super::memory_tiers::NUMA_BALANCING_MEMORY_TIERING;
+use super::swap::Lru;
+use super::vmstat::Stat;
+use crate::kernel::kthread::{Kthread, KthreadNext};
+use crate::kernel::Kernel;
+use crate::sim::Ns;
+
+const SWAP_CLUSTER_MAX: usize = 32;
+
+pub struct Kswapd {
+    pub nid: u32,
+}
+
+impl Kernel {
+    /// The free-page level kswapd reclaims a node up to.
+    pub fn kswapd_target(&self, nid: u32) -> u64 {
+        if self.knobs.numa_balancing & NUMA_BALANCING_MEMORY_TIERING != 0 {
+            self.wmark_promo(nid)
+        } else {
+            self.pa.zone_watermarks(nid).2
+        }
+    }
+
+    /// wakeup_kswapd: wake the node's kswapd if it exists and the node is
+    /// short of its target.
+    pub fn wakeup_kswapd(&mut self, t: Ns, nid: u32) {
+        if let Some(Some(tid)) = self.tier.kswapd.get(nid as usize).copied() {
+            if self.pa.zone_free_pages(nid) < self.kswapd_target(nid) {
+                self.wake_up(tid, t);
+            }
+        }
+    }
+
+    /// Wake kswapd when an allocation left a zone below its low watermark
+    /// (the check of the allocator slow path).
+    #[inline]
+    pub fn kswapd_check_low(&mut self, t: Ns, nid: u32) {
+        if self.tier.kswapd.get(nid as usize).copied().flatten().is_some() {
+            let (_, low, _) = self.pa.zone_watermarks(nid);
+            if self.pa.zone_free_pages(nid) < low {
+                self.wakeup_kswapd(t, nid);
+            }
+        }
+    }
+
+    /// Spawn one kswapd per node (boot, when demotion or tiering is on).
+    pub fn spawn_kswapds(&mut self) {
+        for nid in 0..self.nodes.len() as u32 {
+            // Bound to the first CPU of the node, or CPU 0 for CPU-less nodes.
+            let cpu = (0..self.nr_cpus()).find(|&c| self.cpus[c as usize].node == nid).unwrap_or(0);
+            let tid = self.spawn_kthread(cpu, None, Box::new(Kswapd { nid }));
+            self.tier.kswapd[nid as usize] = Some(tid);
+        }
+    }
+
+    /// One shrink_folio_list round on `nid`'s inactive file list. Returns
+    /// (pages freed on this node, folios scanned, time).
+    pub fn kswapd_shrink_node(&mut self, t: Ns, cpu: u32, nid: usize) -> (u64, usize, Ns) {
+        let mut cand: Vec<u32> = self.nodes[nid].lruvec.lists[Lru::InactiveFile as usize].iter_from_tail(&self.mem_map).take(SWAP_CLUSTER_MAX).collect();
+        let mut t = t;
+        if cand.is_empty() {
+            // shrink_active_list: age the oldest active folios.
+            let act: Vec<u32> = self.nodes[nid].lruvec.lists[Lru::ActiveFile as usize].iter_from_tail(&self.mem_map).take(SWAP_CLUSTER_MAX).collect();
+            if act.is_empty() {
+                return (0, 0, t);
+            }
+            t = self.nodes[nid].lruvec.lru_lock.lock_for(t, cpu, self.c.lru_lock_per_folio * act.len() as Ns, &self.lc);
+            self.stat.add(Stat::Pgrefill, act.len() as i64);
+            for pfn in act {
+                self.lruvec_del_folio(pfn);
+                self.mem_map.get_mut(pfn).flags &= !(pg::ACTIVE | pg::REFERENCED);
+                self.lruvec_add_folio(pfn);
+                self.stat.inc(Stat::Pgdeactivate);
+            }
+            cand = self.nodes[nid].lruvec.lists[Lru::InactiveFile as usize].iter_from_tail(&self.mem_map).take(SWAP_CLUSTER_MAX).collect();
+        }
+        t = self.nodes[nid].lruvec.lru_lock.lock_for(t, cpu, self.c.lru_lock_per_folio * cand.len() as Ns, &self.lc);
+        self.stat.add(Stat::PgscanKswapd, cand.len() as i64);
+        let target = self.next_demotion_node(nid as u32);
+        let mut freed = 0;
+        let mut demote = Vec::new();
+        let mut victims = Vec::new();
+        for &pfn in &cand {
+            let p = self.mem_map.get(pfn);
+            let reclaimable = p.mapcount == 0 && p.flags & (pg::DIRTY | pg::SHMEM | pg::ANON) == 0 && p.refcount == 1;
+            if !reclaimable {
+                self.lruvec_del_folio(pfn);
+                self.lruvec_add_folio(pfn);
+                continue;
+            }
+            let nr = 1u64 << p.order;
+            // Isolate (off the LRU, +1 reference).
+            self.lruvec_del_folio(pfn);
+            let pm = self.mem_map.get_mut(pfn);
+            pm.flags |= pg::ISOLATED;
+            pm.refcount += 1;
+            self.stat.add(Stat::NrIsolatedFile, nr as i64);
+            freed += nr;
+            if target.is_some() {
+                demote.push(pfn);
+            } else {
+                victims.push(pfn);
+            }
+        }
+        if let Some(dst) = target {
+            let (moved, failed, t1) = self.migrate_pages(t, cpu, &demote, dst);
+            t = t1;
+            self.stat.add(Stat::PgdemoteKswapd, moved as i64);
+            // Demotion failed: fall back to dropping the folio.
+            victims.extend(failed);
+        }
+        for &pfn in &victims {
+            let (ino, idx, order) = {
+                let p = self.mem_map.get(pfn);
+                (p.mapping - 1, p.index, p.order)
+            };
+            self.inodes[ino as usize].pages.remove(&idx);
+            self.page_cache_delete(pfn);
+            let pm = self.mem_map.get_mut(pfn);
+            pm.flags &= !pg::ISOLATED;
+            pm.refcount -= 1; // the isolation reference; the cache's goes below
+            self.stat.add(Stat::NrIsolatedFile, -(1i64 << order));
+        }
+        t = self.release_folios(t, cpu, &victims);
+        self.stat.add(Stat::PgstealKswapd, freed as i64);
+        (freed, cand.len(), t)
+    }
+}
+
+impl Kthread for Kswapd {
+    fn name(&self) -> &str {
+        "kswapd"
+    }
+
+    fn run(&mut self, k: &mut Kernel, tid: u32) -> KthreadNext {
+        let t0 = k.tasks[tid as usize].clock;
+        let cpu = k.tasks[tid as usize].cpu;
+        let mut t = t0;
+        let target = k.kswapd_target(self.nid);
+        // One batch of rounds per run, so user tasks interleave.
+        for _ in 0..64 {
+            if k.pa.zone_free_pages(self.nid) >= target {
+                break;
+            }
+            let (_, scanned, t1) = k.kswapd_shrink_node(t, cpu, self.nid as usize);
+            t = t1;
+            if scanned == 0 {
+                break;
+            }
+        }
+        let tk = &mut k.tasks[tid as usize];
+        tk.sys_ns += t - t0;
+        tk.clock = t;
+        if k.pa.zone_free_pages(self.nid) < target && t > t0 {
+            KthreadNext::At(t)
+        } else {
+            KthreadNext::Sleep
+        }
+    }
+}
