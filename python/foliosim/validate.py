@@ -230,8 +230,11 @@ def format_table(rep: dict[str, Any], markdown: bool = False) -> str:
         ok = mx[m] is None or mx[m] <= TARGETS[m]
         lines.append(f"{m:<14} mean error {_fmt(mn[m], True):>7}  max error {_fmt(mx[m], True):>7}  target {100 * TARGETS[m]:.0f}%  {'met' if ok else 'MISSED'}"
                      + ("" if not markdown else "  "))
-    lines.append(f"{rep['rows_predicted']} rows predicted, {rep['rows_not_modelled']} rows measured but not modelled yet ({NOT_MODELLED}); "
-                 f"profile {rep['profile']}; files in {rep.get('tmpdir')} ({rep['tmp_fs']}); {rep['seconds_per_run']} s per real run")
+    # The --json report leaves out the run details; count from the rows then.
+    predicted = rep.get("rows_predicted", sum(1 for r in rep["rows"] if r.get("predicted") is not None))
+    not_modelled = rep.get("rows_not_modelled", sum(1 for r in rep["rows"] if r.get("real") and r.get("predicted") is None))
+    lines.append(f"{predicted} rows predicted, {not_modelled} rows measured but not modelled yet ({NOT_MODELLED}); "
+                 f"profile {rep.get('profile')}; files in {rep.get('tmpdir', '?')} ({rep.get('tmp_fs', '?')}); {rep.get('seconds_per_run', '?')} s per real run")
     return "\n".join(lines)
 
 
