@@ -13,11 +13,18 @@ pub struct ConfigError {
     pub reason: String,
 }
 
+/// Keys and values come from user input: escape control characters so the
+/// message stays on one line whatever the input holds.
+fn one_line(s: &str) -> String {
+    s.chars().map(|c| if c.is_control() { c.escape_default().to_string() } else { c.to_string() }).collect()
+}
+
 impl std::fmt::Display for ConfigError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (file, key, reason) = (one_line(&self.file), one_line(&self.key), one_line(&self.reason));
         match self.line {
-            Some(l) => write!(f, "{}:{}: {}: {}", self.file, l, self.key, self.reason),
-            None => write!(f, "{}: {}: {}", self.file, self.key, self.reason),
+            Some(l) => write!(f, "{file}:{l}: {key}: {reason}"),
+            None => write!(f, "{file}: {key}: {reason}"),
         }
     }
 }

@@ -361,6 +361,14 @@ mod tests {
     }
 
     #[test]
+    fn errors_stay_on_one_line_whatever_the_key_holds() {
+        let e = from_json(r#"{"machine": {"\r": false}}"#, "<dict>").unwrap_err();
+        let msg = e.to_string();
+        assert!(!msg.contains('\r') && !msg.contains('\n'), "{msg:?}");
+        assert!(msg.contains("machine.\\r"), "{msg:?}");
+    }
+
+    #[test]
     fn a_per_size_mthp_knob_selects_the_upstream_policy() {
         let base = "[workload]\nname = \"page_fault1\"\n[knobs]\n";
         let c = from_toml(&format!("{base}\"kernel/mm/transparent_hugepage/hugepages-64kB/enabled\" = \"always\"\n"), "c.toml").unwrap();
