@@ -374,24 +374,9 @@ impl Kernel {
             if order == 0 {
                 return Err(t);
             }
-            let mut got = None;
-            for k in (2..=order).rev().filter(|k| mask & (1 << k) != 0) {
-                // GFP_HIGHUSER_MOVABLE | __GFP_NORETRY: one attempt, no reclaim.
-                match self.pa.alloc_pages(t, cpu, k, nid, MigrateType::Movable, &mut self.stat) {
-                    Some(a) => {
-                        got = Some((a.pfn, a.done, a.nid, k));
-                        break;
-                    }
-                    None => {
-                        t += self.c.buddy_op;
-                        self.mthp.anon_fault_fallback[k as usize] += 1;
-                        self.stat.inc(Stat::MthpFaultFallback);
-                    }
-                }
-            }
-            let Some((pfn, t1, anid, k)) = got else { return Err(t) };
-            self.prep_new_folio(pfn, k, anid);
-            self.check.on_alloc(&self.mem_map, &self.pa, pfn, k);
+            let (got, t2) = self.alloc_large_folio(t, cpu, nid, order, mask);
+            t = t2;
+            let Some((pfn, t1, k)) = got else { return Err(t) };
             match self.anon_folio_install(t1, cpu, mm, vma, addr, expect, pfn, k, false) {
                 Install::Done(t) => return Ok((Fault::Done, t)),
                 Install::Race(t2) => {
@@ -404,6 +389,30 @@ impl Kernel {
                 }
             }
         }
+    }
+
+    /// Allocate a fresh anonymous folio of the largest order <= `order`
+    /// allowed by `mask` (orders >= 2), one attempt per order without
+    /// reclaim (GFP_HIGHUSER_MOVABLE | __GFP_NORETRY), counting each
+    /// fallback; the folio is prepared. Returns ((pfn, done, order) or
+    /// None, time spent).
+    fn alloc_large_folio(&mut self, t: Ns, cpu: u32, nid: u32, order: u32, mask: u32) -> (Option<(Pfn, Ns, u32)>, Ns) {
+        let mut t = t;
+        for k in (2..=order).rev().filter(|k| mask & (1 << k) != 0) {
+            match self.pa.alloc_pages(t, cpu, k, nid, MigrateType::Movable, &mut self.stat) {
+                Some(a) => {
+                    self.prep_new_folio(a.pfn, k, a.nid);
+                    self.check.on_alloc(&self.mem_map, &self.pa, a.pfn, k);
+                    return (Some((a.pfn, a.done, k)), t);
+                }
+                None => {
+                    t += self.c.buddy_op;
+                    self.mthp.anon_fault_fallback[k as usize] += 1;
+                    self.stat.inc(Stat::MthpFaultFallback);
+                }
+            }
+        }
+        (None, t)
     }
 
     /// Zero, charge, and map folio `pfn` of `order` at its aligned block
@@ -689,24 +698,7 @@ impl Kernel {
         };
         let Some(order) = (2..=cap).rev().filter(|k| pte_mask & (1 << k) != 0).find(|&k| block_ok(self, k)) else { return None };
         let nid = self.cpus[cpu as usize].node;
-        let mut t = t;
-        let mut got = None;
-        for k in (2..=order).rev().filter(|k| pte_mask & (1 << k) != 0) {
-            match self.pa.alloc_pages(t, cpu, k, nid, MigrateType::Movable, &mut self.stat) {
-                Some(a) => {
-                    got = Some((a.pfn, a.done, a.nid, k));
-                    break;
-                }
-                None => {
-                    t += self.c.buddy_op;
-                    self.mthp.anon_fault_fallback[k as usize] += 1;
-                    self.stat.inc(Stat::MthpFaultFallback);
-                }
-            }
-        }
-        let (pfn, t1, anid, k) = got?;
-        self.prep_new_folio(pfn, k, anid);
-        self.check.on_alloc(&self.mem_map, &self.pa, pfn, k);
+        let (pfn, t1, k) = self.alloc_large_folio(t, cpu, nid, order, pte_mask).0?;
         let n = 1u64 << k;
         let base = addr & !((4096 << k) - 1);
         let first_old = (old as i64 - ((addr - base) >> 12) as i64) as Pfn;
