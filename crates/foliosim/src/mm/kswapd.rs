@@ -98,14 +98,7 @@ impl Kernel {
                 self.lruvec_add_folio(pfn);
                 continue;
             }
-            let nr = 1u64 << p.order;
-            // Isolate (off the LRU, +1 reference).
-            self.lruvec_del_folio(pfn);
-            let pm = self.mem_map.get_mut(pfn);
-            pm.flags |= pg::ISOLATED;
-            pm.refcount += 1;
-            self.stat.add(Stat::NrIsolatedFile, nr as i64);
-            freed += nr;
+            freed += self.folio_isolate_lru(pfn);
             if target.is_some() {
                 demote.push(pfn);
             } else {
@@ -120,16 +113,7 @@ impl Kernel {
             victims.extend(failed);
         }
         for &pfn in &victims {
-            let (ino, idx, order) = {
-                let p = self.mem_map.get(pfn);
-                (p.mapping - 1, p.index, p.order)
-            };
-            self.inodes[ino as usize].pages.remove(&idx);
-            self.page_cache_delete(pfn);
-            let pm = self.mem_map.get_mut(pfn);
-            pm.flags &= !pg::ISOLATED;
-            pm.refcount -= 1; // the isolation reference; the cache's goes below
-            self.stat.add(Stat::NrIsolatedFile, -(1i64 << order));
+            self.drop_isolated_cache_folio(pfn);
         }
         t = self.release_folios(t, cpu, &victims);
         self.stat.add(Stat::PgstealKswapd, freed as i64);

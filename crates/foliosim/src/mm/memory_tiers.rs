@@ -268,13 +268,7 @@ impl Kernel {
             self.check.report(format!("folio {pfn}: isolated for promotion while node {here} is below its high watermark + {nr}"));
         }
         t = self.nodes[nid as usize].lruvec.lru_lock.lock_for(t, cpu, self.c.lru_lock_per_folio, &self.lc);
-        self.lruvec_del_folio(pfn);
-        {
-            let p = self.mem_map.get_mut(pfn);
-            p.flags |= pg::ISOLATED;
-            p.refcount += 1;
-        }
-        self.stat.add(Stat::NrIsolatedFile, nr as i64);
+        self.folio_isolate_lru(pfn);
         // 6. Queue the work on the empty -> non-empty transition.
         let exiting = self.tasks[tid as usize].exited;
         if exiting {

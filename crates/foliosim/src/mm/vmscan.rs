@@ -6,6 +6,7 @@
 use super::mem_map::pg;
 use super::swap::Lru;
 use super::vmstat::Stat;
+use super::Pfn;
 use crate::kernel::Kernel;
 use crate::sim::Ns;
 
@@ -13,6 +14,35 @@ use crate::sim::Ns;
 const SWAP_CLUSTER_MAX: usize = 32;
 
 impl Kernel {
+    /// folio_isolate_lru, with the caller holding lru_lock: the folio
+    /// leaves its LRU and the isolation holds a reference. Returns its pages.
+    pub(crate) fn folio_isolate_lru(&mut self, pfn: Pfn) -> u64 {
+        let nr = 1u64 << self.mem_map.get(pfn).order;
+        self.lruvec_del_folio(pfn);
+        let pm = self.mem_map.get_mut(pfn);
+        pm.flags |= pg::ISOLATED;
+        pm.refcount += 1;
+        self.stat.add(Stat::NrIsolatedFile, nr as i64);
+        nr
+    }
+
+    /// Evict an isolated, clean page-cache folio: out of the cache, and the
+    /// isolation reference dropped (the cache's own goes with the caller's
+    /// release_folios). Returns its pages.
+    pub(crate) fn drop_isolated_cache_folio(&mut self, pfn: Pfn) -> u64 {
+        let (ino, idx, order) = {
+            let p = self.mem_map.get(pfn);
+            (p.mapping - 1, p.index, p.order)
+        };
+        self.inodes[ino as usize].pages.remove(&idx);
+        self.page_cache_delete(pfn);
+        let pm = self.mem_map.get_mut(pfn);
+        pm.flags &= !pg::ISOLATED;
+        pm.refcount -= 1;
+        self.stat.add(Stat::NrIsolatedFile, -(1i64 << order));
+        1 << order
+    }
+
     /// try_to_free_pages: reclaim up to `want` base pages. Returns (freed, time).
     pub fn try_to_free_pages(&mut self, t: Ns, cpu: u32, want: u64) -> (u64, Ns) {
         let mut t = self.lru_add_drain_cpu(t, cpu);
@@ -60,12 +90,7 @@ impl Kernel {
                 continue;
             }
             if demote_to.is_some() {
-                let nr = 1i64 << p.order;
-                self.lruvec_del_folio(pfn);
-                let pm = self.mem_map.get_mut(pfn);
-                pm.flags |= pg::ISOLATED;
-                pm.refcount += 1;
-                self.stat.add(Stat::NrIsolatedFile, nr);
+                self.folio_isolate_lru(pfn);
                 demote.push(pfn);
                 continue;
             }
@@ -84,18 +109,8 @@ impl Kernel {
                 freed += moved;
                 // Could not demote: drop them as plain reclaim would.
                 for pfn in failed {
-                    let (ino, idx, order) = {
-                        let p = self.mem_map.get(pfn);
-                        (p.mapping - 1, p.index, p.order)
-                    };
-                    self.inodes[ino as usize].pages.remove(&idx);
-                    self.page_cache_delete(pfn);
-                    let pm = self.mem_map.get_mut(pfn);
-                    pm.flags &= !pg::ISOLATED;
-                    pm.refcount -= 1;
-                    self.stat.add(Stat::NrIsolatedFile, -(1i64 << order));
+                    freed += self.drop_isolated_cache_folio(pfn);
                     victims.push(pfn);
-                    freed += 1 << order;
                 }
             }
         }
