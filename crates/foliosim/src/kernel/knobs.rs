@@ -60,6 +60,76 @@ pub enum Mutant {
     /// Page-cache promotion isolates even when the target node is below
     /// its high watermark (no migrate_balanced_pgdat check).
     PromoIgnoreWatermark,
+    /// LUF mutants (spec/004 §6.4); the name says what is broken.
+    Luf(LufMutant),
+}
+
+/// Broken variants of lazy unmap flush, each one a defect of spec/004
+/// §2.15 or a mutant of §6.4.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum LufMutant {
+    /// M1: prep_new_page does not check the page's generation.
+    SkipAllocFlush,
+    /// M2 / D1: pcp -> buddy stores the order where the generation goes.
+    D1OrderAsUgen,
+    /// M3: a buddy merge keeps the older generation.
+    MergeKeepsOlder,
+    /// M4 / D2: split remainders get generation 0.
+    D2SplitDrops,
+    /// M5 / D3: pcp refill zeroes the pages' generations.
+    D3RefillDrops,
+    /// M6: no check when compaction, page reporting or offlining isolate free pages.
+    SkipIsolationCheck,
+    /// M7: accept deferrals while an ordinary flush is in progress.
+    NoOnFlushingRefusal,
+    /// M8: check_luf_flush returns while another LUF flush runs.
+    NoWait,
+    /// M9: publish luf_gen_done before the IPI round completes.
+    EarlyDone,
+    /// M10: defer folios that had a writable PTE.
+    DeferWritable,
+    /// M11 / D6: no check for a pending write-protect flush.
+    D6NoWpPendingCheck,
+    /// M12: no forced flush in do_wp_page / writable-PTE installs / do_mmap.
+    NoWpHooks,
+    /// M13: init_on_free poisons frames whose flush is still pending.
+    PoisonPending,
+    /// M14: generations compared as signed values without wrap-around.
+    SignedCompare,
+}
+
+/// (debug.mutant value, mutant) for the LUF mutants.
+pub const LUF_MUTANTS: &[(&str, LufMutant)] = &[
+    ("luf_skip_alloc_flush", LufMutant::SkipAllocFlush),
+    ("luf_d1_order_as_ugen", LufMutant::D1OrderAsUgen),
+    ("luf_merge_keeps_older", LufMutant::MergeKeepsOlder),
+    ("luf_d2_split_drops", LufMutant::D2SplitDrops),
+    ("luf_d3_refill_drops", LufMutant::D3RefillDrops),
+    ("luf_skip_isolation_check", LufMutant::SkipIsolationCheck),
+    ("luf_no_on_flushing_refusal", LufMutant::NoOnFlushingRefusal),
+    ("luf_no_wait", LufMutant::NoWait),
+    ("luf_early_done", LufMutant::EarlyDone),
+    ("luf_defer_writable", LufMutant::DeferWritable),
+    ("luf_d6_no_wp_pending_check", LufMutant::D6NoWpPendingCheck),
+    ("luf_no_wp_hooks", LufMutant::NoWpHooks),
+    ("luf_poison_pending", LufMutant::PoisonPending),
+    ("luf_signed_compare", LufMutant::SignedCompare),
+];
+
+/// Lazy unmap flush (spec/004): `luf.*` knobs.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct LufKnobs {
+    pub enabled: bool,
+    /// "zone": one pending set per zone (RFC v12-like) instead of one global set (v10).
+    pub per_zone: bool,
+    /// The v11 forced-flush set: writable-PTE installs in faults, file writes, init_on_free.
+    pub v11_hooks: bool,
+}
+
+impl Default for LufKnobs {
+    fn default() -> Self {
+        LufKnobs { enabled: false, per_zone: false, v11_hooks: false }
+    }
 }
 
 /// How page faults synchronise with writers of the VMA tree (`fault_locking`).
@@ -73,7 +143,7 @@ pub enum FaultLocking {
     Spf,
 }
 
-pub const MUTANTS: &[&str] = &["none", "skip_shootdown", "leak_mapcount", "buddy_skip_nr_free_dec", "buddy_no_merge", "mthp_skip_vma_bound", "mthp_skip_pte_recheck", "mthp_cow_exclusive", "mthp_skip_unqueue", "fpr_keep_reported_on_alloc", "spf_skip_seq_check", "promo_skip_task_work", "promo_ignore_watermark"];
+pub const MUTANTS: &[&str] = &["none", "skip_shootdown", "leak_mapcount", "buddy_skip_nr_free_dec", "buddy_no_merge", "mthp_skip_vma_bound", "mthp_skip_pte_recheck", "mthp_cow_exclusive", "mthp_skip_unqueue", "fpr_keep_reported_on_alloc", "spf_skip_seq_check", "promo_skip_task_work", "promo_ignore_watermark", "luf_skip_alloc_flush", "luf_d1_order_as_ugen", "luf_merge_keeps_older", "luf_d2_split_drops", "luf_d3_refill_drops", "luf_skip_isolation_check", "luf_no_on_flushing_refusal", "luf_no_wait", "luf_early_done", "luf_defer_writable", "luf_d6_no_wp_pending_check", "luf_no_wp_hooks", "luf_poison_pending", "luf_signed_compare"];
 
 /// Policy for large anonymous folios (`anon_folio.mode`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -197,6 +267,10 @@ pub fn registry() -> Vec<KnobSpec> {
         KnobSpec { key: "kernel.numa_balancing", default: Int(0), help: "NUMA balancing: 0 off, 1 normal, 2 memory tiering, 3 both", values: None, range: Some((0, 3)) },
         KnobSpec { key: "kernel.numa_balancing_promote_rate_limit_MBps", default: Int(65536), help: "promotion rate limit, MB/s; the page-cache promotion list cap compares pages with this value", values: None, range: Some((0, 1 << 40)) },
         KnobSpec { key: "promotion_list_order", default: Str("tail"), help: "foliosim model switch: promotion_candidate appends with list_add_tail (v3, \"tail\") or list_add (the development build, \"head\")", values: Some(&["tail", "head"]), range: None },
+        KnobSpec { key: "luf.enabled", default: Bool(false), help: "lazy unmap flush (spec/004, RFC series, never merged): defer the TLB shootdown of read-only order-0 folios unmapped by reclaim or async migration until the frame leaves the page allocator again", values: None, range: None },
+        KnobSpec { key: "luf.granularity", default: Str("global"), help: "LUF pending set: one global cpumask and generation (v10) or one per zone (RFC v12-like)", values: Some(&["global", "zone"]), range: None },
+        KnobSpec { key: "luf.v11_hooks", default: Bool(false), help: "LUF v11 forced flushes as well as v10's: a fault installing a writable PTE, file write(), init_on_free", values: None, range: None },
+        KnobSpec { key: "init_on_free", default: Bool(false), help: "boot parameter init_on_free=1: freed pages are zeroed (their contents change while free)", values: None, range: None },
         KnobSpec { key: "debug.mutant", default: Str("none"), help: "a deliberately broken mechanism, to show the invariant checker catches it (tests only)", values: Some(MUTANTS), range: None },
     ]
 }
@@ -236,11 +310,14 @@ pub struct Knobs {
     pub promote_rate_limit_mbps: u64,
     /// list_add (head) instead of list_add_tail for the promotion list.
     pub promo_list_head: bool,
+    pub luf: LufKnobs,
+    /// init_on_free=1.
+    pub init_on_free: bool,
 }
 
 impl Default for Knobs {
     fn default() -> Self {
-        Knobs { min_free_kbytes: None, watermark_scale_factor: 10, percpu_pagelist_high_fraction: 0, fault_around_bytes: 65536, shuffle: false, mutant: Mutant::None, page_reporting: false, page_reporting_order: None, reported_putback_tail: true, host_discard_free: false, host_thp: false, host_mem_mib: 0, host_prealloc: false, anon_folio: AnonFolioKnobs::default(), fault_locking: FaultLocking::MmapLock, speculative_page_fault: true, fault_trace: 0, rwsem_51: false, demotion_enabled: false, pagecache_promotion_enabled: false, numa_balancing: 0, promote_rate_limit_mbps: 65536, promo_list_head: false }
+        Knobs { min_free_kbytes: None, watermark_scale_factor: 10, percpu_pagelist_high_fraction: 0, fault_around_bytes: 65536, shuffle: false, mutant: Mutant::None, page_reporting: false, page_reporting_order: None, reported_putback_tail: true, host_discard_free: false, host_thp: false, host_mem_mib: 0, host_prealloc: false, anon_folio: AnonFolioKnobs::default(), fault_locking: FaultLocking::MmapLock, speculative_page_fault: true, fault_trace: 0, rwsem_51: false, demotion_enabled: false, pagecache_promotion_enabled: false, numa_balancing: 0, promote_rate_limit_mbps: 65536, promo_list_head: false, luf: LufKnobs::default(), init_on_free: false }
     }
 }
 
@@ -283,7 +360,15 @@ impl Knobs {
             ("kernel.numa_balancing", KnobValue::Int(i)) => self.numa_balancing = *i as u8,
             ("kernel.numa_balancing_promote_rate_limit_MBps", KnobValue::Int(i)) => self.promote_rate_limit_mbps = *i as u64,
             ("promotion_list_order", KnobValue::Str(s)) => self.promo_list_head = s == "head",
+            ("luf.enabled", KnobValue::Bool(b)) => self.luf.enabled = *b,
+            ("luf.granularity", KnobValue::Str(s)) => self.luf.per_zone = s == "zone",
+            ("luf.v11_hooks", KnobValue::Bool(b)) => self.luf.v11_hooks = *b,
+            ("init_on_free", KnobValue::Bool(b)) => self.init_on_free = *b,
             ("debug.mutant", KnobValue::Str(s)) => {
+                if let Some((_, m)) = LUF_MUTANTS.iter().find(|(n, _)| n == s) {
+                    self.mutant = Mutant::Luf(*m);
+                    return;
+                }
                 self.mutant = match s.as_str() {
                     "skip_shootdown" => Mutant::SkipShootdown,
                     "leak_mapcount" => Mutant::LeakMapcount,
