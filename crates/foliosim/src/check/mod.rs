@@ -14,6 +14,8 @@ use crate::mm::Pfn;
 use crate::workload::Access;
 use rustc_hash::FxHashMap;
 
+pub mod luf;
+
 /// Keep the first violations only: one broken rule tends to repeat.
 const MAX_VIOLATIONS: usize = 32;
 
@@ -23,6 +25,11 @@ pub struct Checker {
     pub violations: Vec<String>,
     pub audits: u64,
     pub tlb_checks: u64,
+    /// Deferred-flush ground truth (check/luf.rs): frame -> CPUs that may
+    /// still cache a translation to it cleared without a flush.
+    pub stale: FxHashMap<Pfn, Vec<luf::StaleRec>>,
+    /// Data versions of the pages some stale entry still shows.
+    pub data_ver: FxHashMap<luf::Ident, u64>,
 }
 
 impl Checker {

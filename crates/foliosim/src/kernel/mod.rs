@@ -39,6 +39,9 @@ pub struct Cpu {
     /// When the current task's time slice ends.
     pub slice_end: Ns,
     pub node: u32,
+    /// Batched-flush IPIs in flight to this CPU: (when the handler runs,
+    /// mm whose entries it drops). Applied before the CPU's next TLB use.
+    pub landing: Vec<(Ns, u32)>,
 }
 
 /// One memory node (pg_data_t).
@@ -99,6 +102,9 @@ pub struct Kernel {
     pub mthp: crate::mm::huge_memory::MthpStats,
     /// Memory tiers, promotion lists, kswapd threads (mm/memory_tiers.rs).
     pub tier: crate::mm::memory_tiers::TierState,
+    /// Lazy unmap flush pending sets (mm/luf.rs) and luf_lock.
+    pub luf: crate::mm::luf::Luf,
+    pub luf_lock: crate::sim::lock::SpinLock,
 }
 
 impl Kernel {
@@ -159,7 +165,7 @@ impl Kernel {
             _ => None,
         });
         let cpus = (0..nr_cpus)
-            .map(|i| Cpu { tlb: Tlb::new(&prof.tlb), irq_debt: 0, lru_add: Vec::with_capacity(c.lru_batch), curr: u32::MAX, rq: Default::default(), slice_end: 0, node: cpu_node(i) })
+            .map(|i| Cpu { tlb: Tlb::new(&prof.tlb), irq_debt: 0, lru_add: Vec::with_capacity(c.lru_batch), curr: u32::MAX, rq: Default::default(), slice_end: 0, node: cpu_node(i), landing: Vec::new() })
             .collect();
         let anon_policy = crate::mm::huge_memory::policy(&knobs.anon_folio);
         let mut k = Kernel {
@@ -190,6 +196,8 @@ impl Kernel {
             split_queues: Vec::new(),
             mthp: Default::default(),
             tier: crate::mm::memory_tiers::TierState::new(&prof),
+            luf: Default::default(),
+            luf_lock: Default::default(),
             prof,
         };
         k.split_queues = (0..k.nodes.len()).map(|_| Default::default()).collect();

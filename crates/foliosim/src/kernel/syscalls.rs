@@ -131,6 +131,9 @@ impl Kernel {
             let tk = &self.tasks[tid as usize];
             (tk.mm, tk.cpu)
         };
+        if !self.cpus[cpu as usize].landing.is_empty() {
+            self.tlb_apply_landed(cpu, self.tasks[tid as usize].clock);
+        }
         let lk = self.cpus[cpu as usize].tlb.lookup(mm, addr & !4095, kind);
         self.user_access_after(tid, addr, kind, lk)
     }
@@ -238,6 +241,9 @@ impl Kernel {
         let mut pending_lk = None;
         if !self.check.enabled {
             let (mm, cpu) = (self.tasks[tid as usize].mm, self.tasks[tid as usize].cpu);
+            if !self.cpus[cpu as usize].landing.is_empty() {
+                self.tlb_apply_landed(cpu, self.tasks[tid as usize].clock);
+            }
             let tlb = &mut self.cpus[cpu as usize].tlb;
             let (mut hits, mut stlb) = (0u64, 0u64);
             while n > 0 && done < MAX_RANGE_STEP {

@@ -30,10 +30,12 @@ pub struct Task {
     pub timer: bool,
     /// Sequence number of this task's one valid run-queue entry (older ones are stale).
     pub qseq: u64,
+    /// Unmap batches and LUF state (mm/rmap.rs).
+    pub ubc: crate::mm::rmap::TaskUbc,
 }
 
 impl Task {
     pub fn new(id: u32, mm: u32, cpu: u32, clock: Ns) -> Task {
-        Task { id, mm, cpu, clock, ops: 0, user_ns: 0, sys_ns: 0, entry_ns: [0; NR_ENTRIES], last: Ret::Start, pending: None, exited: false, fault_cont: None, kthread: None, sleeping: false, timer: false, qseq: 0 }
+        Task { id, mm, cpu, clock, ops: 0, user_ns: 0, sys_ns: 0, entry_ns: [0; NR_ENTRIES], last: Ret::Start, pending: None, exited: false, fault_cont: None, kthread: None, sleeping: false, timer: false, qseq: 0, ubc: Default::default() }
     }
 }

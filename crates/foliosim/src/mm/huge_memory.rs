@@ -354,6 +354,9 @@ impl Kernel {
                 match self.pa.alloc_pages(t, cpu, PMD_ORDER, nid, MigrateType::Movable, &mut self.stat) {
                     Some(a) => {
                         let pfn = a.pfn;
+                        let done = self.luf_alloc_exit(a.done, cpu, a.nid, a.ugen);
+                        self.check_alloc_exit(done, pfn, PMD_ORDER, "THP");
+                        let a = crate::mm::page_alloc::Alloc { done, ..a };
                         self.prep_new_folio(pfn, PMD_ORDER, a.nid);
                         self.check.on_alloc(&self.mem_map, &self.pa, pfn, PMD_ORDER);
                         match self.anon_folio_install(a.done, cpu, mm, vma, addr, expect, pfn, PMD_ORDER, true) {
@@ -401,6 +404,9 @@ impl Kernel {
         for k in (2..=order).rev().filter(|k| mask & (1 << k) != 0) {
             match self.pa.alloc_pages(t, cpu, k, nid, MigrateType::Movable, &mut self.stat) {
                 Some(a) => {
+                    let done = self.luf_alloc_exit(a.done, cpu, a.nid, a.ugen);
+                    self.check_alloc_exit(done, a.pfn, k, "mTHP");
+                    let a = crate::mm::page_alloc::Alloc { done, ..a };
                     self.prep_new_folio(a.pfn, k, a.nid);
                     self.check.on_alloc(&self.mem_map, &self.pa, a.pfn, k);
                     return (Some((a.pfn, a.done, k)), t);

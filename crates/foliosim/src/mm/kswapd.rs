@@ -86,36 +86,8 @@ impl Kernel {
         }
         t = self.nodes[nid].lruvec.lru_lock.lock_for(t, cpu, self.c.lru_lock_per_folio * cand.len() as Ns, &self.lc);
         self.stat.add(Stat::PgscanKswapd, cand.len() as i64);
-        let target = self.next_demotion_node(nid as u32);
-        let mut freed = 0;
-        let mut demote = Vec::new();
-        let mut victims = Vec::new();
-        for &pfn in &cand {
-            let p = self.mem_map.get(pfn);
-            let reclaimable = p.mapcount == 0 && p.flags & (pg::DIRTY | pg::SHMEM | pg::ANON) == 0 && p.refcount == 1;
-            if !reclaimable {
-                self.lruvec_del_folio(pfn);
-                self.lruvec_add_folio(pfn);
-                continue;
-            }
-            freed += self.folio_isolate_lru(pfn);
-            if target.is_some() {
-                demote.push(pfn);
-            } else {
-                victims.push(pfn);
-            }
-        }
-        if let Some(dst) = target {
-            let (moved, failed, t1) = self.migrate_pages(t, cpu, &demote, dst);
-            t = t1;
-            self.stat.add(Stat::PgdemoteKswapd, moved as i64);
-            // Demotion failed: fall back to dropping the folio.
-            victims.extend(failed);
-        }
-        for &pfn in &victims {
-            self.drop_isolated_cache_folio(pfn);
-        }
-        t = self.release_folios(t, cpu, &victims);
+        let (freed, demoted, t, _) = self.shrink_folio_list(t, cpu, nid, &cand);
+        self.stat.add(Stat::PgdemoteKswapd, demoted as i64);
         self.stat.add(Stat::PgstealKswapd, freed as i64);
         (freed, cand.len(), t)
     }

@@ -35,7 +35,8 @@ impl Kernel {
         let mut tries = 0;
         loop {
             if let Some(a) = self.pa.alloc_pages(t, cpu, order, nid, mt, &mut self.stat) {
-                t = a.done;
+                t = self.luf_alloc_exit(a.done, cpu, a.nid, a.ugen);
+                self.check_alloc_exit(t, a.pfn, order, "alloc_pages");
                 self.prep_new_folio(a.pfn, order, a.nid);
                 self.check.on_alloc(&self.mem_map, &self.pa, a.pfn, order);
                 // The caller's clearing, copy or fill is the guest's first

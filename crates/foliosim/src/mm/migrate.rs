@@ -33,6 +33,9 @@ impl Kernel {
             // Fell back along the zonelist: THISNODE forbids it.
             return Err(self.pa.free_pages(a.done, cpu, a.pfn, order, &mut self.stat));
         }
+        let done = self.luf_alloc_exit(a.done, cpu, a.nid, a.ugen);
+        self.check_alloc_exit(done, a.pfn, order, "migration target");
+        let a = crate::mm::page_alloc::Alloc { done, ..a };
         for i in 0..(1u32 << order) {
             let p = self.mem_map.get_mut(a.pfn + i);
             p.flags = pg::ALLOCATED | if i == 0 { pg::HEAD } else { pg::TAIL };
@@ -51,19 +54,20 @@ impl Kernel {
         Ok((a.pfn, a.done))
     }
 
-    /// Migrate one isolated, unmapped page-cache folio to `dst`. On
-    /// success the old folio is freed and the new one is on the LRU
-    /// (through this CPU's LRU-add batch). Returns the new PFN.
-    pub fn migrate_folio(&mut self, t: Ns, cpu: u32, src: Pfn, dst: u32) -> Result<(Pfn, Ns), Ns> {
-        let (order, mapping, index, mapcount, snid, flags, private) = {
+    /// Move one isolated folio whose mappings (if any) are migration
+    /// entries to `dst`: copy it, switch its page-cache entry or anon
+    /// identity, point the migration entries at the copy, free the old
+    /// folio (carrying LUF generation `ugen`). Returns the new PFN; on
+    /// failure the caller restores the mappings.
+    fn migrate_folio_move(&mut self, t: Ns, cpu: u32, src: Pfn, dst: u32, ugen: u16) -> Result<(Pfn, Ns), Ns> {
+        let (order, mapping, index, snid, flags, private) = {
             let p = self.mem_map.get(src);
-            (p.order as u32, p.mapping, p.index, p.mapcount, p.nid as usize, p.flags, p.private)
+            (p.order as u32, p.mapping, p.index, p.nid as usize, p.flags, p.private)
         };
-        // Mapped folios would need try_to_unmap and remove_migration_ptes:
-        // not modelled, so they fail and are put back.
-        if mapcount != 0 || mapping == 0 || flags & pg::ANON != 0 {
+        if mapping == 0 {
             return Err(t);
         }
+        let anon = flags & pg::ANON != 0;
         let (new, mut t) = self.alloc_migration_target(t, cpu, order, dst)?;
         // Lock, freeze the reference count, copy, switch the xarray entry.
         let nr = 1u64 << order;
@@ -71,7 +75,7 @@ impl Kernel {
         t += self.nodes[snid].copy_4k.max(self.nodes[dst as usize].copy_4k) * nr;
         {
             let p = self.mem_map.get_mut(new);
-            p.flags |= flags & MIGRATE_FLAGS;
+            p.flags |= flags & (MIGRATE_FLAGS | pg::ANON | pg::ANON_EXCLUSIVE);
             p.mapping = mapping;
             p.index = index;
             p.private = private;
@@ -81,40 +85,91 @@ impl Kernel {
             let p = self.mem_map.get_mut(new + i);
             p.mapping = m;
             p.index = ix;
+            if anon {
+                p.flags |= pg::ANON;
+            }
         }
-        self.inodes[(mapping - 1) as usize].pages.insert(index, new);
-        t += self.c.pc_insert;
-        // The old folio: its cache and isolation references go; no longer
-        // in the page cache.
+        if !anon {
+            self.inodes[(mapping - 1) as usize].pages.insert(index, new);
+            t += self.c.pc_insert;
+        }
+        t = self.remove_migration_ptes(t, cpu, src, new);
+        if anon {
+            // The allocation's reference: an anon folio lives on its mappings.
+            self.mem_map.get_mut(new).refcount -= 1;
+        }
+        // The old folio: its cache and isolation references go.
         {
             let p = self.mem_map.get_mut(src);
             p.flags &= !(pg::ISOLATED | pg::DIRTY);
             p.mapping = 0;
             p.refcount = 0;
         }
-        self.stat.add(Stat::NrIsolatedFile, -(nr as i64));
-        t = self.free_folio(t, cpu, src);
+        self.stat.add(if anon { Stat::NrIsolatedAnon } else { Stat::NrIsolatedFile }, -(nr as i64));
+        t = self.free_folio_ugen(t, cpu, src, ugen);
         // The new folio joins the destination's LRU.
         t = self.folio_add_lru(t, cpu, new);
         self.stat.add(Stat::PgmigrateSuccess, nr as i64);
         Ok((new, t))
     }
 
-    /// migrate_pages: migrate the list in order. Returns (pages moved,
-    /// folios that failed and are still isolated, time).
+    /// migrate_pages_batch in async mode: unmap every folio of the list
+    /// (one batched TLB flush for all, LUF'd ones handed over first), then
+    /// move them in order. Returns (pages moved, folios that failed and are
+    /// still isolated, time).
     pub fn migrate_pages(&mut self, t: Ns, cpu: u32, list: &[Pfn], dst: u32) -> (u64, Vec<Pfn>, Ns) {
         let mut t = t;
+        let tid = self.cpus[cpu as usize].curr.min(self.tasks.len().saturating_sub(1) as u32);
         let mut moved = 0;
         let mut failed = Vec::new();
-        for &pfn in list {
+        // Unmap: mapped folios get migration entries.
+        let mut luf = vec![false; list.len()];
+        let mut ok = vec![true; list.len()];
+        let mut snid = None;
+        for (i, &pfn) in list.iter().enumerate() {
+            snid.get_or_insert(self.mem_map.get(pfn).nid as u32);
+            if self.mem_map.get(pfn).mapcount == 0 && self.folio_mapcount(pfn) == 0 {
+                continue;
+            }
+            if self.tasks.is_empty() {
+                ok[i] = false;
+                continue;
+            }
+            let (unmapped, l, t1) = self.try_to_migrate(t, cpu, tid, pfn, true);
+            t = t1;
+            luf[i] = l;
+            if !unmapped {
+                t = self.remove_migration_ptes(t, cpu, pfn, pfn);
+                ok[i] = false;
+            }
+        }
+        let mut g = 0;
+        if !self.tasks.is_empty() {
+            if luf.iter().any(|&l| l) {
+                let (g1, t1) = self.try_to_unmap_luf(t, cpu, tid, snid.unwrap_or(0));
+                g = g1;
+                t = t1;
+                if g != 0 {
+                    self.stat.add(Stat::LufDeferred, luf.iter().filter(|&&l| l).count() as i64);
+                }
+            }
+            t = self.try_to_unmap_flush(t, cpu, tid);
+        }
+        // Move.
+        for (i, &pfn) in list.iter().enumerate() {
             let nr = 1u64 << self.mem_map.get(pfn).order;
-            match self.migrate_folio(t, cpu, pfn, dst) {
+            let res = if ok[i] { self.migrate_folio_move(t, cpu, pfn, dst, if luf[i] { g } else { 0 }) } else { Err(t) };
+            match res {
                 Ok((_, t1)) => {
                     t = t1;
                     moved += nr;
                 }
                 Err(t1) => {
                     t = t1;
+                    if ok[i] {
+                        // Could not allocate: map the old folio back.
+                        t = self.remove_migration_ptes(t, cpu, pfn, pfn);
+                    }
                     self.stat.add(Stat::PgmigrateFail, nr as i64);
                     failed.push(pfn);
                 }

@@ -139,6 +139,15 @@ pub struct Mm {
     pub seq_bumps_read_side: u64,
     /// Source of vm_sequence values.
     pub next_seq: u32,
+    /// mm->tlb_flush_pending: write-protect flushes begun, not finished.
+    pub tlb_flush_pending: u32,
+    /// mm->tlb_flush_batched: batched unmaps set pending / seen flushed.
+    pub tlb_flush_batched_pending: u32,
+    pub tlb_flush_batched_flushed: u32,
+    /// x86 tlb_gen: bumped by every batched unmap of this mm.
+    pub tlb_gen: u64,
+    /// Per CPU: the tlb_gen its TLB is up to date with (lazily sized).
+    pub cpu_tlb_gen: Vec<u64>,
 }
 
 /// Outcome of inserting a new mapping.
@@ -169,6 +178,11 @@ impl Mm {
             next_seq: 1,
             seq_bumps_read_side: 0,
             cycle_log: Default::default(),
+            tlb_flush_pending: 0,
+            tlb_flush_batched_pending: 0,
+            tlb_flush_batched_flushed: 0,
+            tlb_gen: 0,
+            cpu_tlb_gen: Vec::new(),
         }
     }
 

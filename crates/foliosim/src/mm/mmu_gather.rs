@@ -52,8 +52,10 @@ impl Kernel {
         // Local flush, if this CPU runs the mm.
         let targets: Vec<u32> = self.mms[mm as usize].cpumask_iter().collect();
         if targets.contains(&cpu) {
+            self.stat.inc(Stat::TlbFlushEvents);
             if full {
                 self.cpus[cpu as usize].tlb.flush_asid(asid);
+                self.mm_caught_up(mm, cpu);
                 self.stat.inc(Stat::NrTlbLocalFlushAll);
                 t += self.c.flush_all;
             } else {
@@ -72,17 +74,109 @@ impl Kernel {
         }
         self.stat.inc(Stat::NrTlbRemoteFlush);
         self.stat.add(Stat::NrTlbRemoteFlushReceived, remote.len() as i64);
+        self.stat.add(Stat::TlbFlushEvents, remote.len() as i64);
         let recv = self.c.ipi_recv + if full { self.c.flush_all } else { self.c.flush_one * pages };
         for &c in &remote {
             let tlb = &mut self.cpus[c as usize].tlb;
             if full {
                 tlb.flush_asid(asid);
+                let m = &mut self.mms[mm as usize];
+                if let Some(g) = m.cpu_tlb_gen.get_mut(c as usize) {
+                    *g = m.tlb_gen;
+                }
             } else {
                 tlb.flush_range(asid, start, end);
             }
             self.cpus[c as usize].irq_debt += recv;
         }
         t + self.c.ipi_send * remote.len() as Ns + self.c.ipi_ack
+    }
+
+    /// arch_tlbbatch_flush (x86): one IPI round to every CPU of the batch.
+    /// A target drops, in full, the entries of each address space whose
+    /// TLB generation moved since it last caught up (its loaded mm at once,
+    /// the others when it switches back to them: the same entries). The
+    /// remote handlers run as the IPIs arrive, so their flushes land over
+    /// [t, end) in simulated time; the initiator returns at `end`, when
+    /// every acknowledgement is back.
+    pub fn arch_tlbbatch_flush(&mut self, t: Ns, cpu: u32, b: &super::rmap::TlbBatch) -> Ns {
+        self.stat.inc(Stat::TlbBatchedFlush);
+        let targets: Vec<u32> = b.cpus_iter().collect();
+        let mut t_local = t;
+        let mut sent = 0u64;
+        let recv = self.c.ipi_recv + self.c.flush_all;
+        for &c in &targets {
+            // Address spaces this CPU must catch up with.
+            let stale: Vec<u32> = self
+                .mms
+                .iter()
+                .filter(|m| m.alive && m.cpu_tlb_gen.len() > c as usize && m.cpu_tlb_gen[c as usize] < m.tlb_gen && m.cpumask.get((c / 64) as usize).is_some_and(|w| w & (1 << (c % 64)) != 0))
+                .map(|m| m.id)
+                .collect();
+            for &m in &stale {
+                let g = self.mms[m as usize].tlb_gen;
+                self.mms[m as usize].cpu_tlb_gen[c as usize] = g;
+            }
+            self.stat.inc(Stat::TlbFlushEvents);
+            if c == cpu {
+                for m in stale {
+                    self.cpus[c as usize].tlb.flush_asid(m);
+                }
+                self.stat.inc(Stat::NrTlbLocalFlushAll);
+                t_local += self.c.flush_all;
+                continue;
+            }
+            sent += 1;
+            let at = t + self.c.ipi_send * sent;
+            for m in stale {
+                self.cpus[c as usize].landing.push((at, m));
+            }
+            self.cpus[c as usize].irq_debt += recv;
+        }
+        if sent == 0 {
+            return t_local;
+        }
+        self.stat.inc(Stat::NrTlbRemoteFlush);
+        self.stat.add(Stat::NrTlbRemoteFlushReceived, sent as i64);
+        t_local.max(t + self.c.ipi_send * sent + self.c.ipi_ack)
+    }
+
+    /// A full flush of `mm` on `cpu`: it owes that mm nothing any more.
+    fn mm_caught_up(&mut self, mm: u32, cpu: u32) {
+        let m = &mut self.mms[mm as usize];
+        if let Some(g) = m.cpu_tlb_gen.get_mut(cpu as usize) {
+            *g = m.tlb_gen;
+        }
+    }
+
+    /// Run the flush handlers of IPIs that reached `cpu` by `t`.
+    #[inline]
+    pub fn tlb_apply_landed(&mut self, cpu: u32, t: Ns) {
+        let c = &mut self.cpus[cpu as usize];
+        if c.landing.is_empty() || c.landing.iter().all(|l| l.0 > t) {
+            return;
+        }
+        let mut keep = Vec::new();
+        for (at, m) in std::mem::take(&mut c.landing) {
+            if at <= t {
+                c.tlb.flush_asid(m);
+            } else {
+                keep.push((at, m));
+            }
+        }
+        c.landing = keep;
+    }
+
+    /// Ground truth for the checker: does `cpu` at time `t` still cache a
+    /// translation of (mm, va) to `pfn` (no flush has reached it)?
+    pub fn tlb_live_entry(&self, cpu: u32, mm: u32, va: u64, pfn: Pfn, t: Ns) -> bool {
+        let c = &self.cpus[cpu as usize];
+        if c.landing.iter().any(|&(at, m)| m == mm && at <= t) {
+            return false;
+        }
+        let mut live = false;
+        c.tlb.entries_covering(mm, va, |_, e| live |= e.pfn_of(va) == pfn);
+        live
     }
 
     /// flush_tlb_page (ptep_clear_flush).

@@ -193,6 +193,15 @@ pub enum AllocMutant {
     /// the flag stays on the head page, and comes back with it when the
     /// page is a free block head again.
     KeepReportedOnAlloc,
+    /// LUF D1: pcp -> buddy stores the order where the generation goes.
+    LufD1OrderAsUgen,
+    /// LUF M3: a merge keeps the older generation.
+    LufMergeKeepsOlder,
+    /// LUF D2: split remainders go back with generation 0.
+    LufD2SplitDrops,
+    /// LUF D3: a pcp refill zeroes the pages' generations; the refiller
+    /// alone carries the latest of them.
+    LufD3RefillDrops,
 }
 
 /// Orders 0..=PAGE_ALLOC_COSTLY_ORDER and PMD_ORDER are cached per CPU.
@@ -231,6 +240,17 @@ fn pindex_to_order(pindex: usize) -> u32 {
 #[inline]
 pub fn ugen_before(a: u16, b: u16) -> bool {
     (b.wrapping_sub(a) as i16) > 0
+}
+
+/// The earlier of two generations (the M3 mutant's merge).
+fn older_ugen(a: u16, b: u16) -> u16 {
+    if a == 0 || b == 0 {
+        a.max(b)
+    } else if ugen_before(a, b) {
+        a
+    } else {
+        b
+    }
 }
 
 /// The later of two LUF generations, ignoring 0 ("none").
@@ -574,7 +594,7 @@ impl Zone {
             let b = self.del_from_free_list(buddy_pfn);
             // The merged block must not be reused before the later of the
             // two deferred flushes has happened.
-            ugen = ugen_latest(ugen, b.ugen);
+            ugen = if pl.mutant == Some(AllocMutant::LufMergeKeepsOlder) { older_ugen(ugen, b.ugen) } else { ugen_latest(ugen, b.ugen) };
             if buddy_mt != mt {
                 // Match the buddy's pageblocks so a later expand() puts the
                 // pieces on the right lists.
@@ -605,6 +625,7 @@ impl Zone {
     /// stale, and lose PG_reported.
     #[inline]
     fn expand(&mut self, pfn: Pfn, low: u32, mut high: u32, mt: MigrateType, ugen: u16) {
+        let ugen = if self.mutant == Some(AllocMutant::LufD2SplitDrops) { 0 } else { ugen };
         while high > low {
             high -= 1;
             self.add_to_free_list(pfn + (1 << high), high, mt, false, ugen);
@@ -721,7 +742,8 @@ impl Zone {
                 // The pageblock may have changed type while the page sat on
                 // the pcp list: the buddy list follows the pageblock.
                 let mt = self.pageblock_mt(e.pfn);
-                self.free_one_page(pl, e.pfn, order, mt, Fpi::default(), e.ugen);
+                let ugen = if pl.mutant == Some(AllocMutant::LufD1OrderAsUgen) { order as u16 } else { e.ugen };
+                self.free_one_page(pl, e.pfn, order, mt, Fpi::default(), ugen);
                 if count <= 0 {
                     break;
                 }
@@ -996,12 +1018,18 @@ impl PageAlloc {
             pcp.free_count >>= 1;
             let pindex = order_to_pindex(mt as usize, order);
             let mut t = now;
+            let mut refilled = 0;
             if pcp.lists[pindex].is_empty() {
                 let n = nr_pcp_alloc(pcp, z.batch, z.high, z.high_max, z.below_high, order);
                 let ops0 = z.ops;
                 let mut got = 0;
+                let d3 = z.mutant == Some(AllocMutant::LufD3RefillDrops);
+                let mut refill_ugen = 0;
                 for _ in 0..n {
                     let Some((pfn, ugen)) = z.rmqueue(order, mt) else { break };
+                    // D3: the generation moves to the refiller alone.
+                    refill_ugen = ugen_latest(refill_ugen, ugen);
+                    let ugen = if d3 { 0 } else { ugen };
                     // Blocks come out in PFN order; appending keeps the list so.
                     pcp.lists[pindex].push_back(PcpEntry { pfn, ugen });
                     if z.track_pcp {
@@ -1009,6 +1037,7 @@ impl PageAlloc {
                     }
                     got += 1;
                 }
+                refilled = refill_ugen;
                 pcp.count += got << order;
                 z.pcp_pages += got << order;
                 t = z.lock.lock_for(now, cpu, (z.ops - ops0) * self.p.buddy_op_ns, &lc);
@@ -1019,7 +1048,8 @@ impl PageAlloc {
                 if z.track_pcp {
                     z.pcp_index.remove(&e.pfn);
                 }
-                return Some((e.pfn, e.ugen, t + self.p.alloc_pcp_ns));
+                let ugen = if z.mutant == Some(AllocMutant::LufD3RefillDrops) { ugen_latest(e.ugen, refilled) } else { e.ugen };
+                return Some((e.pfn, ugen, t + self.p.alloc_pcp_ns));
             }
             // The refill found nothing: the buddy path below cannot do better.
             return None;

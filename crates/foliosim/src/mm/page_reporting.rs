@@ -138,7 +138,18 @@ impl Kernel {
 
     /// prdev->report(): hand the scatterlist to the device. Returns when
     /// the host has returned the buffer.
-    fn page_reporting_report(&mut self, now: Ns) -> Ns {
+    fn page_reporting_report(&mut self, now: Ns, cpu: u32) -> Ns {
+        // Isolated pages are an exit from the allocator: flush what LUF
+        // deferred before the host discards their contents.
+        let mut now = now;
+        let owed: Vec<(Pfn, u32, u16)> = self.prdev.as_ref().expect("registered").sg.iter().map(|b| (b.pfn, b.order, b.ugen)).collect();
+        for &(pfn, order, ugen) in &owed {
+            if ugen != 0 && self.knobs.mutant != crate::kernel::knobs::Mutant::Luf(crate::kernel::knobs::LufMutant::SkipIsolationCheck) {
+                let nid = self.pfn_to_nid(pfn);
+                now = self.luf_alloc_exit(now, cpu, nid, ugen);
+            }
+            self.check_content_change(now, pfn, order, "page reporting discard");
+        }
         let pr = self.prdev.as_ref().expect("registered");
         let sg: Vec<(Pfn, u32)> = pr.sg.iter().rev().map(|b| (b.pfn, b.order)).collect();
         self.stat.inc(Stat::PageReportingCalls);
@@ -334,7 +345,7 @@ impl Kthread for PageReportingWork {
                 let walk = if mt == MigrateType::Isolate { Walk::Done } else { Self::cycle(k, nid, pass.order, mt, &mut pass, &mut t, cpu) };
                 match walk {
                     Walk::Report => {
-                        let done = k.page_reporting_report(t);
+                        let done = k.page_reporting_report(t, cpu);
                         pass.after_report = Some(true);
                         self.pass = Some(pass);
                         break KthreadNext::At(done);
@@ -352,7 +363,7 @@ impl Kthread for PageReportingWork {
             }
             // Every list walked: report the leftover, or go to the next zone.
             if !k.prdev.as_ref().unwrap().sg.is_empty() {
-                let done = k.page_reporting_report(t);
+                let done = k.page_reporting_report(t, cpu);
                 pass.after_report = Some(false);
                 self.pass = Some(pass);
                 break KthreadNext::At(done);

@@ -33,6 +33,9 @@ impl Pte {
     /// One of the 512 PTEs standing for a PMD mapping of an order-9 folio
     /// (foliosim models a PMD entry as its 512 PTEs; the TLB caches 2 MiB).
     pub const HUGE: u64 = 1 << 8;
+    /// A migration entry (not present): the PFN is the folio under
+    /// migration; WRITE/DIRTY/EXEC say what the restored PTE gets back.
+    pub const MIGRATION: u64 = 1 << 9;
     const PFN_SHIFT: u32 = 12;
 
     #[inline]

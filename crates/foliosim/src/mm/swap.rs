@@ -199,6 +199,12 @@ impl Kernel {
     /// folios reaching zero leave the LRU under one lru_lock section per node
     /// and return to the allocator.
     pub fn release_folios(&mut self, t: Ns, cpu: u32, folios: &[Pfn]) -> Ns {
+        self.release_folios_ugen(t, cpu, folios, 0)
+    }
+
+    /// free_unref_folios(..., ugen): `release_folios` for folios whose TLB
+    /// flush LUF deferred under generation `ugen`.
+    pub fn release_folios_ugen(&mut self, t: Ns, cpu: u32, folios: &[Pfn], ugen: u16) -> Ns {
         let mut t = t;
         let mut dead = std::mem::take(&mut self.scratch_dead);
         dead.clear();
@@ -237,7 +243,7 @@ impl Kernel {
             }
         }
         for &p in &dead {
-            t = self.free_folio(t, cpu, p);
+            t = self.free_folio_ugen(t, cpu, p, ugen);
         }
         self.scratch_dead = dead;
         t
@@ -245,6 +251,11 @@ impl Kernel {
 
     /// Return a folio whose last reference is gone to the page allocator.
     pub fn free_folio(&mut self, t: Ns, cpu: u32, pfn: Pfn) -> Ns {
+        self.free_folio_ugen(t, cpu, pfn, 0)
+    }
+
+    /// `free_folio` carrying LUF generation `ugen` into pcp/buddy.
+    pub fn free_folio_ugen(&mut self, t: Ns, cpu: u32, pfn: Pfn, ugen: u16) -> Ns {
         let order = self.mem_map.get(pfn).order as u32;
         // Large folios leave the deferred-split queue first (free_transhuge_page).
         let t = if order >= 2 { self.free_large_folio(t, cpu, pfn) } else { t };
@@ -262,6 +273,22 @@ impl Kernel {
             p.private = 0;
         }
         self.check.on_free(pfn, order);
-        self.pa.free_pages(t, cpu, pfn, order, &mut self.stat)
+        let mut t = t;
+        let mut ugen = ugen;
+        if self.knobs.init_on_free {
+            // The free frame is zeroed: its contents change. LUF v11 flushes
+            // what it deferred first.
+            if ugen != 0 && self.knobs.luf.v11_hooks && self.knobs.mutant != crate::kernel::knobs::Mutant::Luf(crate::kernel::knobs::LufMutant::PoisonPending) {
+                let nid = self.pfn_to_nid(pfn);
+                let tid = self.cpus[cpu as usize].curr.min(self.tasks.len().saturating_sub(1) as u32);
+                t = self.check_luf_flush(t, cpu, tid, nid, ugen);
+                self.stat.inc(Stat::LufForcedOther);
+                ugen = 0;
+            }
+            self.check_content_change(t, pfn, order, "init_on_free");
+            t += self.nodes[self.mem_map.get(pfn).nid as usize].zero_4k << order;
+        }
+        self.check_free_flushed(t, pfn, order, ugen);
+        self.pa.free_pages_ugen(t, cpu, pfn, order, ugen, &mut self.stat)
     }
 }

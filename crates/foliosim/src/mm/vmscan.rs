@@ -22,7 +22,8 @@ impl Kernel {
         let pm = self.mem_map.get_mut(pfn);
         pm.flags |= pg::ISOLATED;
         pm.refcount += 1;
-        self.stat.add(Stat::NrIsolatedFile, nr as i64);
+        let anon = pm.flags & pg::ANON != 0;
+        self.stat.add(if anon { Stat::NrIsolatedAnon } else { Stat::NrIsolatedFile }, nr as i64);
         nr
     }
 
@@ -72,51 +73,148 @@ impl Kernel {
             return (0, t, 0);
         }
         let hold = self.c.lru_lock_per_folio * cand.len() as Ns;
-        let mut t = self.nodes[nid].lruvec.lru_lock.lock_for(t, cpu, hold, &self.lc);
+        let t = self.nodes[nid].lruvec.lru_lock.lock_for(t, cpu, hold, &self.lc);
         self.stat.add(Stat::PgscanDirect, cand.len() as i64);
+        let (freed, demoted, t, n) = self.shrink_folio_list(t, cpu, nid, &cand);
+        self.stat.add(Stat::PgdemoteDirect, demoted as i64);
+        self.stat.add(Stat::PgstealDirect, freed as i64);
+        (freed, t, n.max(1))
+    }
+
+    /// folio_referenced + folio_check_references for a mapped file folio:
+    /// test and clear the young bits of its PTEs (x86 does not flush for
+    /// that). True if the folio stays: activated (exec, or referenced
+    /// twice) or given one more trip with PG_referenced.
+    fn folio_check_references(&mut self, pfn: Pfn) -> bool {
+        let mut maps = Vec::new();
+        self.rmap_walk(pfn, &mut maps);
+        let mut young = 0;
+        let mut exec = false;
+        for mp in &maps {
+            if let Some(tbl) = self.mms[mp.mm as usize].pt.table_mut(mp.va) {
+                let slot = &mut tbl.ptes[super::pgtable::pte_index(mp.va)];
+                if slot.0 & super::pgtable::Pte::YOUNG != 0 {
+                    young += 1;
+                    exec |= slot.exec();
+                    *slot = slot.without(super::pgtable::Pte::YOUNG);
+                }
+            }
+        }
+        if young == 0 {
+            return false;
+        }
+        let p = self.mem_map.get_mut(pfn);
+        if p.flags & pg::REFERENCED != 0 || young > 1 || exec {
+            p.flags |= pg::ACTIVE;
+            self.stat.inc(Stat::Pgactivate);
+        } else {
+            p.flags |= pg::REFERENCED;
+        }
+        true
+    }
+
+    /// shrink_folio_list over `cand` (file folios from the tail of the
+    /// inactive list, lru_lock already charged): rotate what cannot go,
+    /// demote or evict the rest. Mapped folios are unmapped with
+    /// TTU_BATCH_FLUSH; one flush retires the batch before anything is
+    /// freed, except what lazy unmap flush defers (freed with its
+    /// generation). Returns (pages freed here, pages demoted, time, folios
+    /// taken).
+    pub(crate) fn shrink_folio_list(&mut self, t: Ns, cpu: u32, nid: usize, cand: &[Pfn]) -> (u64, u64, Ns, usize) {
+        let mut t = t;
+        let tid = self.cpus[cpu as usize].curr.min(self.tasks.len().saturating_sub(1) as u32);
+        let can_unmap = !self.tasks.is_empty();
+        let demote_to = self.next_demotion_node(nid as u32);
         let mut freed = 0;
         let mut victims = Vec::new();
-        // Demotion (shrink_folio_list's demote_folio_list): with a lower
-        // tier below this node, evicted folios are migrated there first.
-        let demote_to = self.next_demotion_node(nid as u32);
+        let mut victims_luf = Vec::new();
         let mut demote = Vec::new();
-        for pfn in cand {
+        let mut taken = 0;
+        for &pfn in cand {
             let p = self.mem_map.get(pfn);
-            let reclaimable = p.mapcount == 0 && p.flags & (pg::DIRTY | pg::SHMEM | pg::ANON) == 0 && p.refcount == 1;
-            if !reclaimable {
-                // Rotate: give it another trip around the list.
+            let mapped = self.folio_mapcount(pfn);
+            let evictable = p.flags & (pg::DIRTY | pg::SHMEM | pg::ANON) == 0 && p.refcount == 1 + mapped && (mapped == 0 || can_unmap);
+            if !evictable || (mapped > 0 && self.folio_check_references(pfn)) {
+                // Rotate (or activate): another trip around the lists.
                 self.lruvec_del_folio(pfn);
                 self.lruvec_add_folio(pfn);
                 continue;
             }
+            self.folio_isolate_lru(pfn);
+            taken += 1;
             if demote_to.is_some() {
-                self.folio_isolate_lru(pfn);
                 demote.push(pfn);
                 continue;
             }
-            let ino = p.mapping - 1;
-            let idx = p.index;
-            self.inodes[ino as usize].pages.remove(&idx);
-            self.page_cache_delete(pfn);
+            if mapped > 0 {
+                let (unmapped, luf, t1) = self.try_to_unmap(t, cpu, tid, pfn, true);
+                t = t1;
+                if !unmapped || self.mem_map.get(pfn).flags & pg::DIRTY != 0 {
+                    // Still mapped, or dirtied through a PTE: no writeback
+                    // is modelled, so it goes back.
+                    self.folio_putback_lru(pfn);
+                    continue;
+                }
+                freed += self.drop_isolated_cache_folio(pfn);
+                if luf { victims_luf.push(pfn) } else { victims.push(pfn) }
+                continue;
+            }
+            freed += self.drop_isolated_cache_folio(pfn);
             victims.push(pfn);
-            freed += 1 << self.mem_map.get(pfn).order;
         }
+        let mut demoted = 0;
         if let Some(dst) = demote_to {
             if !demote.is_empty() {
                 let (moved, failed, t1) = self.migrate_pages(t, cpu, &demote, dst);
                 t = t1;
-                self.stat.add(Stat::PgdemoteDirect, moved as i64);
+                demoted = moved;
                 freed += moved;
                 // Could not demote: drop them as plain reclaim would.
                 for pfn in failed {
+                    if self.folio_mapcount(pfn) > 0 {
+                        let (unmapped, luf, t1) = self.try_to_unmap(t, cpu, tid, pfn, true);
+                        t = t1;
+                        if !unmapped || self.mem_map.get(pfn).flags & pg::DIRTY != 0 {
+                            self.folio_putback_lru(pfn);
+                            continue;
+                        }
+                        freed += self.drop_isolated_cache_folio(pfn);
+                        if luf { victims_luf.push(pfn) } else { victims.push(pfn) }
+                        continue;
+                    }
                     freed += self.drop_isolated_cache_folio(pfn);
                     victims.push(pfn);
                 }
             }
         }
-        self.stat.add(Stat::PgstealDirect, freed as i64);
+        // LUF'd folios: hand their CPUs over (or give up into the ordinary
+        // batch), then one flush for the rest.
+        let mut g = 0;
+        if can_unmap {
+            if !victims_luf.is_empty() {
+                let (g1, t1) = self.try_to_unmap_luf(t, cpu, tid, nid as u32);
+                g = g1;
+                t = t1;
+                if g != 0 {
+                    self.stat.add(Stat::LufDeferred, victims_luf.len() as i64);
+                }
+            }
+            t = self.try_to_unmap_flush(t, cpu, tid);
+        }
         t = self.release_folios(t, cpu, &victims);
-        (freed, t, victims.len().max(1))
+        t = self.release_folios_ugen(t, cpu, &victims_luf, g);
+        (freed, demoted, t, taken)
+    }
+
+    /// folio_putback_lru: an isolated folio that could not go returns to its list.
+    pub(crate) fn folio_putback_lru(&mut self, pfn: Pfn) {
+        let nr = 1i64 << self.mem_map.get(pfn).order;
+        let p = self.mem_map.get_mut(pfn);
+        p.flags &= !pg::ISOLATED;
+        p.refcount -= 1;
+        let anon = p.flags & pg::ANON != 0;
+        self.stat.add(if anon { Stat::NrIsolatedAnon } else { Stat::NrIsolatedFile }, -nr);
+        self.lruvec_add_folio(pfn);
     }
 
     /// shrink_active_list for file pages: move the oldest active folios to

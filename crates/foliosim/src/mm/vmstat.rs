@@ -37,6 +37,7 @@ stats! {
     NrAnonLarge = "foliosim_nr_anon_large_pages" : "pages in large (order >= 2) anonymous folios that are allocated",
     SplitQueueLen = "foliosim_split_queue_len" : "folios on the deferred-split queues (split_queue_len summed over nodes)",
     NrIsolatedFile = "nr_isolated_file" : "file pages isolated from the LRU (promotion lists, reclaim, migration)",
+    NrIsolatedAnon = "nr_isolated_anon" : "anonymous pages isolated from the LRU (migration)",
     // events
     Pgfault = "pgfault" : "page faults of any kind",
     Pgmajfault = "pgmajfault" : "faults that needed I/O",
@@ -113,6 +114,19 @@ stats! {
     TlbFillContpte = "foliosim_tlb_fill_contpte" : "TLB fills of a 64 KiB contpte entry",
     TlbFillHpa = "foliosim_tlb_fill_hpa" : "TLB fills of an HPA-coalesced order-2 entry",
     TlbFillPmd = "foliosim_tlb_fill_pmd" : "TLB fills of a 2 MiB entry",
+    // lazy unmap flush (spec/004; v10 adds no counters, so these are foliosim's)
+    LufDeferred = "foliosim_luf_deferred" : "folios whose TLB flush LUF deferred to the page's next exit from the allocator",
+    LufGiveupFlushing = "foliosim_luf_giveup_flushing" : "try_to_unmap_luf gave up: an ordinary or LUF flush was in progress",
+    LufFlush = "foliosim_luf_flush" : "LUF flushes (check_luf_flush IPI rounds), all triggers",
+    LufFlushCpus = "foliosim_luf_flush_cpus" : "CPUs targeted by LUF flushes (divide by foliosim_luf_flush)",
+    LufAllocPending = "foliosim_luf_alloc_pending" : "allocator exits that met a page with a LUF generation",
+    LufForcedWp = "foliosim_luf_forced_wp" : "forced luf_flush: write-protect fault (do_wp_page)",
+    LufForcedMmap = "foliosim_luf_forced_mmap" : "forced luf_flush: mmap with PROT_WRITE",
+    LufForcedFault = "foliosim_luf_forced_fault" : "forced luf_flush: a fault installed a writable PTE (v11)",
+    LufForcedWrite = "foliosim_luf_forced_write" : "forced luf_flush: file write (v11)",
+    LufForcedOther = "foliosim_luf_forced_other" : "forced luf_flush: init_on_free, memory failure",
+    TlbBatchedFlush = "foliosim_tlb_batched_flush" : "try_to_unmap_flush / LUF IPI rounds (x86 arch_tlbbatch_flush)",
+    TlbFlushEvents = "foliosim_tlb_flush_events" : "tracepoint tlb:tlb_flush: every local flush and every remote flush received",
     // per-VMA locks (CONFIG_PER_VMA_LOCK_STATS names)
     VmaLockSuccess = "vma_lock_success" : "faults handled under a per-VMA read lock (incl. access errors)",
     VmaLockAbort = "vma_lock_abort" : "lock_vma_under_rcu failures: no VMA, VMA write-locked in the current mmap write cycle, or bounds",

@@ -1,0 +1,433 @@
+//! Reverse mapping and the batched unmap flush (mm/rmap.c).
+//!
+//! Reclaim and async migration unmap a folio from every address space
+//! that maps it (`try_to_unmap`, `try_to_migrate`). With TTU_BATCH_FLUSH
+//! and an mm live on other CPUs, the TLB flush is not done per PTE: the
+//! mm's CPUs are gathered in the task's `tlbflush_unmap_batch` and one IPI
+//! round (`try_to_unmap_flush`) retires the whole batch before the folios
+//! are freed or written back.
+//!
+//! Lazy unmap flush (spec/004, mm/luf.rs) splits that batch in three: PTEs
+//! that were writable go to `ubc` as before; read-only ones of the current
+//! folio collect in `ro` and, if the whole folio qualified, move to `luf`,
+//! whose flush may wait until the frames leave the allocator again.
+//!
+//! The i_mmap interval tree and the anon_vma chains are not modelled: the
+//! walk visits the VMAs of every live address space that map the folio's
+//! file or anon_vma. Workloads that reclaim mapped memory have few.
+
+use super::mem_map::pg;
+use super::mmap::Mm;
+use super::pgtable::{pte_index, Pte};
+use super::vmstat::Stat;
+use super::Pfn;
+use crate::kernel::knobs::{LufMutant, Mutant};
+use crate::kernel::Kernel;
+use crate::sim::Ns;
+
+/// struct tlbflush_unmap_batch: the CPUs (x86 cpumask) and address spaces
+/// whose TLB generation moved, waiting for one flush.
+#[derive(Clone, Debug, Default)]
+pub struct TlbBatch {
+    pub cpus: Vec<u64>,
+    /// mms whose TLB generation was bumped (x86 inc_mm_tlb_gen): a target
+    /// CPU flushes their entries in full.
+    pub mms: Vec<u32>,
+    pub flush_required: bool,
+    /// A dirty PTE was cleared: flush before writeback IO.
+    pub writable: bool,
+}
+
+impl TlbBatch {
+    /// arch_tlbbatch_add_pending (x86): OR in mm_cpumask and bump the mm's generation.
+    pub fn add_mm(&mut self, mm: &Mm) {
+        if self.cpus.len() < mm.cpumask.len() {
+            self.cpus.resize(mm.cpumask.len(), 0);
+        }
+        for (w, &b) in self.cpus.iter_mut().zip(&mm.cpumask) {
+            *w |= b;
+        }
+        if !self.mms.contains(&mm.id) {
+            self.mms.push(mm.id);
+        }
+        self.flush_required = true;
+    }
+
+    /// arch_tlbbatch_fold: move `other` into this batch, leaving it empty.
+    pub fn fold(&mut self, other: &mut TlbBatch) {
+        if !other.flush_required {
+            return;
+        }
+        if self.cpus.len() < other.cpus.len() {
+            self.cpus.resize(other.cpus.len(), 0);
+        }
+        for (w, &b) in self.cpus.iter_mut().zip(&other.cpus) {
+            *w |= b;
+        }
+        for &m in &other.mms {
+            if !self.mms.contains(&m) {
+                self.mms.push(m);
+            }
+        }
+        self.flush_required = true;
+        self.writable |= other.writable;
+        other.clear();
+    }
+
+    /// arch_tlbbatch_clear.
+    pub fn clear(&mut self) {
+        self.cpus.iter_mut().for_each(|w| *w = 0);
+        self.mms.clear();
+        self.flush_required = false;
+        self.writable = false;
+    }
+
+    /// arch_tlbbatch_done: drop the CPUs of a finished flush; true if none is left.
+    pub fn done(&mut self, flushed: &[u64]) -> bool {
+        for (w, &b) in self.cpus.iter_mut().zip(flushed) {
+            *w &= !b;
+        }
+        let empty = self.cpus.iter().all(|&w| w == 0);
+        if empty {
+            self.clear();
+        }
+        empty
+    }
+
+    pub fn has_cpu(&self, cpu: u32) -> bool {
+        self.cpus.get((cpu / 64) as usize).is_some_and(|w| w & (1 << (cpu % 64)) != 0)
+    }
+
+    pub fn cpus_iter(&self) -> impl Iterator<Item = u32> + '_ {
+        self.cpus.iter().enumerate().flat_map(|(w, &bits)| (0..64u32).filter(move |b| bits & (1u64 << b) != 0).map(move |b| w as u32 * 64 + b))
+    }
+}
+
+/// A task's unmap batches (current->tlb_ubc, tlb_ubc_ro, tlb_ubc_luf) and
+/// its LUF state.
+#[derive(Clone, Debug, Default)]
+pub struct TaskUbc {
+    pub ubc: TlbBatch,
+    /// Read-only PTEs of the folio being unmapped.
+    pub ro: TlbBatch,
+    /// CPUs of LUF-able folios not yet handed to the global pending set.
+    pub luf: TlbBatch,
+    /// The current folio's walk met only read-only PTEs so far.
+    pub can_luf: bool,
+    /// Latest generation of the free pages this task took out of the
+    /// allocator and has not checked yet (current->luf_ugen).
+    pub ugen: u16,
+}
+
+/// One mapping of a page found by the rmap walk.
+#[derive(Clone, Copy, Debug)]
+pub struct Mapping {
+    pub mm: u32,
+    pub va: u64,
+    pub pfn: Pfn,
+}
+
+impl Kernel {
+    /// rmap_walk: every PTE that maps a page of the folio at `head`
+    /// (present, PROT_NONE hinting, or a migration entry).
+    pub fn rmap_walk(&self, head: Pfn, out: &mut Vec<Mapping>) {
+        out.clear();
+        let (flags, mapping, index, order) = {
+            let p = self.mem_map.get(head);
+            (p.flags, p.mapping, p.index, p.order)
+        };
+        if mapping == 0 || self.mem_map.get(head).mapcount == 0 && order == 0 {
+            return;
+        }
+        let anon = flags & pg::ANON != 0;
+        let nr = 1u64 << order;
+        for m in self.mms.iter().filter(|m| m.alive) {
+            for v in m.vmas.values() {
+                let ours = if anon { v.anon_vma == mapping } else { v.file == mapping };
+                if !ours {
+                    continue;
+                }
+                let vpages = (v.end - v.start) >> 12;
+                for i in 0..nr {
+                    let idx = index + i;
+                    if idx < v.pgoff || idx >= v.pgoff + vpages {
+                        continue;
+                    }
+                    let va = v.start + ((idx - v.pgoff) << 12);
+                    let pte = m.pt.pte(va);
+                    let pfn = head + i as Pfn;
+                    if (pte.present() || pte.0 & Pte::MIGRATION != 0) && pte.pfn() == pfn && !pte.special() {
+                        out.push(Mapping { mm: m.id, va, pfn });
+                    }
+                }
+            }
+        }
+    }
+
+    /// pte_accessible: a PROT_NONE hinting PTE cannot be in any TLB unless
+    /// a flush of that mm is still pending.
+    fn pte_accessible(&self, mm: u32, pte: Pte) -> bool {
+        pte.present() && (pte.0 & Pte::PROTNONE == 0 || self.mms[mm as usize].tlb_flush_pending > 0)
+    }
+
+    /// arch_tlbbatch_should_defer (x86): batch only if another CPU may
+    /// cache this mm.
+    fn should_defer_flush(&self, mm: u32, cpu: u32) -> bool {
+        self.mms[mm as usize].cpumask_iter().any(|c| c != cpu)
+    }
+
+    /// set_tlb_ubc_flush_pending, with LUF's split of read-only PTEs.
+    pub fn set_tlb_ubc_flush_pending(&mut self, tid: u32, mm: u32, pte: Pte) {
+        if !self.pte_accessible(mm, pte) {
+            return;
+        }
+        let m = &self.mms[mm as usize];
+        let luf = self.knobs.luf.enabled;
+        let defer_writable = self.knobs.mutant == Mutant::Luf(LufMutant::DeferWritable);
+        let u = &mut self.tasks[tid as usize].ubc;
+        let b = if luf && (!pte.write() || defer_writable) {
+            &mut u.ro
+        } else {
+            u.can_luf = false;
+            &mut u.ubc
+        };
+        b.add_mm(m);
+        if pte.dirty() {
+            b.writable = true;
+        }
+        let nr_cpus = self.cpus.len();
+        let m = &mut self.mms[mm as usize];
+        m.tlb_flush_batched_pending += 1;
+        // inc_mm_tlb_gen: every CPU of the mm now owes it a full flush.
+        m.tlb_gen += 1;
+        if m.cpu_tlb_gen.len() < nr_cpus {
+            m.cpu_tlb_gen.resize(nr_cpus, 0);
+        }
+    }
+
+    /// Clear one PTE on the batched path (the body of try_to_unmap_one /
+    /// try_to_migrate_one): defer the flush if the mm is live elsewhere,
+    /// else flush now. Returns the old PTE.
+    fn ttu_clear_pte(&mut self, t: &mut Ns, cpu: u32, tid: u32, mp: Mapping, batch: bool, replace: Pte) -> Pte {
+        let lc = self.lc;
+        let hold = self.c.pte_clear + self.c.rmap;
+        let Some(tbl) = self.mms[mp.mm as usize].pt.table_mut(mp.va) else { return Pte::NONE };
+        *t = tbl.ptl.lock_for(*t, cpu, hold, &lc);
+        let slot = &mut tbl.ptes[pte_index(mp.va)];
+        let old = *slot;
+        *slot = replace;
+        if replace.is_none() && old.present() {
+            tbl.nr_present -= 1;
+        }
+        if self.check.enabled {
+            self.check_record_stale(*t, mp, old);
+        }
+        if batch && self.should_defer_flush(mp.mm, cpu) {
+            self.set_tlb_ubc_flush_pending(tid, mp.mm, old);
+        } else if self.pte_accessible(mp.mm, old) {
+            *t = self.flush_tlb_page(*t, cpu, mp.mm, mp.va);
+            self.tasks[tid as usize].ubc.can_luf = false;
+        }
+        old
+    }
+
+    /// Start a folio's rmap walk (LUF: assume it qualifies until a writable PTE shows up).
+    fn ttu_begin(&mut self, tid: u32) {
+        self.tasks[tid as usize].ubc.can_luf = true;
+    }
+
+    /// End a folio's walk: its read-only CPUs go to the LUF batch if the
+    /// folio may be lazily flushed (order 0, every PTE read-only, no
+    /// write-protect flush pending), else to the ordinary batch. Returns
+    /// whether the folio was LUF'd.
+    fn ttu_end(&mut self, tid: u32, head: Pfn, wp_pending: bool) -> bool {
+        let small = self.mem_map.get(head).order == 0;
+        let d6 = self.knobs.mutant == Mutant::Luf(LufMutant::D6NoWpPendingCheck);
+        let u = &mut self.tasks[tid as usize].ubc;
+        if small && u.can_luf && u.ro.flush_required && (!wp_pending || d6) {
+            let mut ro = std::mem::take(&mut u.ro);
+            u.luf.fold(&mut ro);
+            u.ro = ro;
+            true
+        } else {
+            let mut ro = std::mem::take(&mut u.ro);
+            u.ubc.fold(&mut ro);
+            u.ro = ro;
+            false
+        }
+    }
+
+    /// try_to_unmap with TTU_BATCH_FLUSH when `batch`: clear every PTE of
+    /// the folio, moving dirty bits to the folio. Returns (folio now
+    /// unmapped, LUF-able, time).
+    pub fn try_to_unmap(&mut self, t: Ns, cpu: u32, tid: u32, head: Pfn, batch: bool) -> (bool, bool, Ns) {
+        let mut maps = Vec::new();
+        self.rmap_walk(head, &mut maps);
+        let mut t = t + self.c.rmap;
+        self.ttu_begin(tid);
+        let mut wp_pending = false;
+        for &mp in &maps {
+            wp_pending |= self.mms[mp.mm as usize].tlb_flush_pending > 0;
+            let old = self.ttu_clear_pte(&mut t, cpu, tid, mp, batch, Pte::NONE);
+            if !old.present() {
+                continue;
+            }
+            if old.dirty() {
+                self.folio_mark_dirty(head);
+            }
+            self.page_remove_rmap(mp.mm, mp.pfn);
+            // The mapping's reference.
+            self.mem_map.get_mut(head).refcount -= 1;
+        }
+        let luf = self.ttu_end(tid, head, wp_pending);
+        (self.folio_mapcount(head) == 0, luf, t)
+    }
+
+    /// try_to_migrate with TTU_BATCH_FLUSH when `batch` (async mode):
+    /// every PTE becomes a migration entry to `head`, remembering whether
+    /// it was writable. Returns (all replaced, LUF-able, time).
+    pub fn try_to_migrate(&mut self, t: Ns, cpu: u32, tid: u32, head: Pfn, batch: bool) -> (bool, bool, Ns) {
+        let mut maps = Vec::new();
+        self.rmap_walk(head, &mut maps);
+        let mut t = t + self.c.rmap;
+        self.ttu_begin(tid);
+        let mut wp_pending = false;
+        for &mp in &maps {
+            let cur = self.mms[mp.mm as usize].pt.pte(mp.va);
+            if !cur.present() {
+                continue;
+            }
+            wp_pending |= self.mms[mp.mm as usize].tlb_flush_pending > 0;
+            // make_readable/writable_migration_entry: a PROT_NONE hinting
+            // PTE has no write bit, so the page comes back read-only.
+            let keep = cur.0 & (Pte::WRITE | Pte::EXEC | Pte::DIRTY);
+            let entry = Pte((cur.0 & !0xfff) | keep | Pte::MIGRATION);
+            let old = self.ttu_clear_pte(&mut t, cpu, tid, mp, batch, entry);
+            if old.dirty() {
+                self.folio_mark_dirty(head);
+            }
+            self.page_remove_rmap(mp.mm, mp.pfn);
+            self.mem_map.get_mut(head).refcount -= 1;
+        }
+        let luf = self.ttu_end(tid, head, wp_pending);
+        (self.folio_mapcount(head) == 0, luf, t)
+    }
+
+    /// remove_migration_ptes: point the migration entries of `src` at
+    /// `dst` (or back at `src` when the move failed), with the permissions
+    /// each entry kept.
+    pub fn remove_migration_ptes(&mut self, t: Ns, cpu: u32, src: Pfn, dst: Pfn) -> Ns {
+        let (mapping, index, order, anon) = {
+            let p = self.mem_map.get(src);
+            (p.mapping, p.index, p.order, p.flags & pg::ANON != 0)
+        };
+        let mut t = t;
+        let lc = self.lc;
+        let nr = 1u64 << order;
+        let mut found = Vec::new();
+        for m in self.mms.iter().filter(|m| m.alive) {
+            for v in m.vmas.values() {
+                let ours = if anon { v.anon_vma == mapping } else { v.file == mapping };
+                if !ours || mapping == 0 {
+                    continue;
+                }
+                let vpages = (v.end - v.start) >> 12;
+                for i in 0..nr {
+                    let idx = index + i;
+                    if idx < v.pgoff || idx >= v.pgoff + vpages {
+                        continue;
+                    }
+                    let va = v.start + ((idx - v.pgoff) << 12);
+                    let pte = m.pt.pte(va);
+                    if pte.0 & Pte::MIGRATION != 0 && pte.pfn() == src + i as Pfn {
+                        found.push((m.id, va, i as Pfn, pte));
+                    }
+                }
+            }
+        }
+        for (mm, va, i, entry) in found {
+            let bits = entry.0 & (Pte::WRITE | Pte::EXEC | Pte::DIRTY) | Pte::YOUNG;
+            let pte = Pte::new(dst + i, bits);
+            let hold = self.c.pte_set + self.c.rmap;
+            let tbl = self.mms[mm as usize].pt.table_mut(va).expect("migration entry in a table");
+            t = tbl.ptl.lock_for(t, cpu, hold, &lc);
+            tbl.ptes[pte_index(va)] = pte;
+            self.page_add_rmap(mm, dst + i, anon);
+            self.mem_map.get_mut(dst).refcount += 1;
+        }
+        t
+    }
+
+    /// Pages of the folio still mapped (folio_mapcount).
+    pub fn folio_mapcount(&self, head: Pfn) -> i32 {
+        let order = self.mem_map.get(head).order;
+        (0..(1u32 << order)).map(|i| self.mem_map.get(head + i).mapcount).sum()
+    }
+
+    /// try_to_unmap_flush: one IPI round for everything this task batched,
+    /// LUF'd CPUs it has not handed over included. CPUs it flushed leave
+    /// the global LUF set (luf.rs).
+    pub fn try_to_unmap_flush(&mut self, t: Ns, cpu: u32, tid: u32) -> Ns {
+        let mut b = std::mem::take(&mut self.tasks[tid as usize].ubc.ubc);
+        {
+            let u = &mut self.tasks[tid as usize].ubc;
+            let mut l = std::mem::take(&mut u.luf);
+            b.fold(&mut l);
+            u.luf = l;
+        }
+        if !b.flush_required {
+            self.tasks[tid as usize].ubc.ubc = b;
+            return t;
+        }
+        let start = t;
+        let end = self.arch_tlbbatch_flush(t, cpu, &b);
+        if self.knobs.luf.enabled {
+            self.luf_retire_flushed(start, end, &b.cpus);
+        }
+        b.clear();
+        self.tasks[tid as usize].ubc.ubc = b;
+        end
+    }
+
+    /// try_to_unmap_flush_dirty: before writeback IO, flush if any batch
+    /// (the LUF one included) saw a dirty PTE.
+    pub fn try_to_unmap_flush_dirty(&mut self, t: Ns, cpu: u32, tid: u32) -> Ns {
+        let u = &self.tasks[tid as usize].ubc;
+        if u.ubc.writable || u.luf.writable {
+            return self.try_to_unmap_flush(t, cpu, tid);
+        }
+        t
+    }
+
+    /// flush_tlb_batched_pending: reclaim batched unmaps in this mm since
+    /// the last check, so a zap or mprotect flushes the whole mm first.
+    pub fn flush_tlb_batched_pending(&mut self, t: Ns, cpu: u32, mm: u32) -> Ns {
+        let m = &mut self.mms[mm as usize];
+        if m.tlb_flush_batched_pending == m.tlb_flush_batched_flushed {
+            return t;
+        }
+        m.tlb_flush_batched_flushed = m.tlb_flush_batched_pending;
+        self.flush_tlb_mm_range(t, cpu, mm, 0, u64::MAX, false)
+    }
+
+    /// Invalidate a stale-entry record set for the checker: which CPUs
+    /// still cache the PTE just cleared (ground truth, independent of the
+    /// batches above).
+    fn check_record_stale(&mut self, t: Ns, mp: Mapping, old: Pte) {
+        if !old.present() {
+            return;
+        }
+        let cpus: Vec<u32> = self.mms[mp.mm as usize].cpumask_iter().collect();
+        for c in cpus {
+            if self.tlb_live_entry(c, mp.mm, mp.va, mp.pfn, t) {
+                let (mapping, index) = {
+                    let p = self.mem_map.get(self.mem_map.folio_head(mp.pfn));
+                    (p.mapping, p.index + (mp.pfn - self.mem_map.folio_head(mp.pfn)) as u64)
+                };
+                let anon = self.mem_map.get(self.mem_map.folio_head(mp.pfn)).flags & pg::ANON != 0;
+                self.check.luf_record_stale(c, mp.mm, mp.va, mp.pfn, t, (anon, mapping, index), old.write());
+            }
+        }
+        let _ = Stat::NrTlbRemoteFlush;
+    }
+}
