@@ -116,6 +116,41 @@ impl Kernel {
         }
     }
 
+    /// I7 (white-box): every free frame some CPU still caches must carry a
+    /// generation whose flush has not completed, so that its next exit
+    /// from the allocator flushes. Checked when a block has just left the
+    /// allocator and before its generation is acted on: after pcp refills,
+    /// splits and drains.
+    pub fn check_free_generations(&mut self, t: Ns) {
+        if !self.check.enabled || self.check.stale.is_empty() || !self.knobs.luf.enabled {
+            return;
+        }
+        let free = self.pa.free_extents();
+        let mut pfns: Vec<Pfn> = self.check.stale.keys().copied().collect();
+        pfns.sort_unstable();
+        for pfn in pfns {
+            let i = free.partition_point(|e| e.pfn <= pfn);
+            let Some(e) = i.checked_sub(1).map(|i| &free[i]) else { continue };
+            if pfn >= e.pfn + (1 << e.order) {
+                continue;
+            }
+            let set = if self.knobs.luf.per_zone { self.pfn_to_nid(pfn) as usize } else { 0 };
+            let done = self.luf.sets.get(set).map_or(0, |s| s.done_seen(t));
+            let pending = e.ugen != 0 && crate::mm::page_alloc::ugen_before(done, e.ugen);
+            if pending {
+                continue;
+            }
+            let live = self.live_stale(pfn, t);
+            if let Some(r) = live.first() {
+                self.check.report(format!(
+                    "I7: free frame {pfn} carries generation {} (flushed up to {done}) while cpu {} still caches mm {} va {:#x} -> it: its next allocation will not flush",
+                    e.ugen, r.cpu, r.mm, r.va
+                ));
+                self.check.stale.remove(&pfn);
+            }
+        }
+    }
+
     /// I3: the contents of a free frame change (init_on_free, poisoning).
     pub fn check_content_change(&mut self, t: Ns, pfn: Pfn, order: u32, why: &str) {
         if !self.check.enabled || self.check.stale.is_empty() {

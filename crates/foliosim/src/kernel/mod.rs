@@ -162,6 +162,10 @@ impl Kernel {
             knobs::Mutant::BuddySkipNrFreeDec => Some(AllocMutant::SkipNrFreeDec),
             knobs::Mutant::BuddyNoMerge => Some(AllocMutant::NoMerge),
             knobs::Mutant::FprKeepReportedOnAlloc => Some(AllocMutant::KeepReportedOnAlloc),
+            knobs::Mutant::Luf(knobs::LufMutant::D1OrderAsUgen) => Some(AllocMutant::LufD1OrderAsUgen),
+            knobs::Mutant::Luf(knobs::LufMutant::MergeKeepsOlder) => Some(AllocMutant::LufMergeKeepsOlder),
+            knobs::Mutant::Luf(knobs::LufMutant::D2SplitDrops) => Some(AllocMutant::LufD2SplitDrops),
+            knobs::Mutant::Luf(knobs::LufMutant::D3RefillDrops) => Some(AllocMutant::LufD3RefillDrops),
             _ => None,
         });
         let cpus = (0..nr_cpus)

@@ -91,6 +91,13 @@ impl Kernel {
         let t0 = t + self.c.file_op;
         // rw_verify_area: one call moves at most MAX_RW_COUNT.
         let len = len.min(crate::mm::filemap::MAX_RW_COUNT);
+        // LUF v11: file_end_write flushes every deferral.
+        let t0 = if write && self.knobs.luf.v11_hooks && self.luf_hooks_on() { self.luf_flush(t0, cpu, self.cpus[cpu as usize].curr, crate::mm::luf::ForcedBy::FileWrite) } else { t0 };
+        if write && self.check.enabled {
+            for i in f.pos >> 12..(f.pos + len).div_ceil(4096) {
+                self.check.bump_data((false, f.inode + 1, i));
+            }
+        }
         let r = if write { self.filemap_write(t0, cpu, f.inode, f.pos, len) } else { self.filemap_read(t0, cpu, f.inode, f.pos, len) };
         match r {
             None => (Ret::Err(errno::ENOMEM), t),
@@ -160,6 +167,11 @@ impl Kernel {
         if let Some(e) = hit {
             if self.check.enabled {
                 self.check.on_tlb_hit(&self.mms[mm as usize], &self.mem_map, cpu, va, &e, kind);
+                self.check_stale_hit(cpu, mm, va, &e, kind);
+                if kind == Access::Store && e.writable() && e.dirty() && !self.check.data_ver.is_empty() {
+                    let id = self.page_ident(e.pfn_of(va));
+                    self.check.bump_data(id);
+                }
             }
             if let Some(h) = self.host.as_mut() {
                 // A page the host swapped out is read back on access.
@@ -191,6 +203,10 @@ impl Kernel {
                 // Hardware sets accessed/dirty bits on the walk.
                 let bits = Pte::YOUNG | if kind == Access::Store { Pte::DIRTY } else { 0 };
                 let pte = pte.with(bits);
+                if kind == Access::Store && self.check.enabled && !self.check.data_ver.is_empty() {
+                    let id = self.page_ident(pte.pfn());
+                    self.check.bump_data(id);
+                }
                 if let Some(tbl) = self.mms[mm as usize].pt.table_mut(va) {
                     tbl.ptes[pte_index(va)] = pte;
                 }
@@ -330,6 +346,8 @@ impl Kernel {
             return (Ret::Err(errno::EINVAL), t);
         }
         let len = len.div_ceil(4096) * 4096;
+        // LUF v10: a writable mapping gives up every deferral.
+        let t = if prot_ & prot::WRITE != 0 && self.luf_hooks_on() { self.luf_flush(t, cpu, self.cpus[cpu as usize].curr, crate::mm::luf::ForcedBy::MmapWrite) } else { t };
         let file = if flags & map::ANONYMOUS != 0 {
             0
         } else {
@@ -511,6 +529,8 @@ impl Kernel {
         // The exec bit follows the new protection either way (x86 NX comes
         // from vm_page_prot), or instruction fetches would fault forever.
         let want_x = prot_ & prot::EXEC != 0;
+        // change_pte_range: reclaim's batched unmaps in this mm are flushed first.
+        t = self.flush_tlb_batched_pending(t, cpu, mm);
         {
             let mut va = addr;
             while va < end {

@@ -66,7 +66,7 @@ impl Default for LufSet {
 
 impl LufSet {
     /// luf_gen_done as a reader at `t` sees it (READ_ONCE).
-    fn done_seen(&self, t: Ns) -> u16 {
+    pub fn done_seen(&self, t: Ns) -> u16 {
         if t >= self.done_at {
             self.gen_done
         } else {
@@ -113,6 +113,12 @@ pub enum ForcedBy {
 }
 
 impl Kernel {
+    /// Forced-flush hooks are compiled in (LUF on, not the M12 mutant).
+    #[inline]
+    pub fn luf_hooks_on(&self) -> bool {
+        self.knobs.luf.enabled && self.knobs.mutant != Mutant::Luf(LufMutant::NoWpHooks)
+    }
+
     /// The pending set a page of node `nid` belongs to.
     fn luf_set_idx(&self, nid: u32) -> usize {
         if self.knobs.luf.per_zone {
@@ -190,8 +196,10 @@ impl Kernel {
             if ugen_next(set.done_seen(t)) != u {
                 return t;
             }
-            if let Some((s, e)) = set.luf_flushing {
-                if s <= t && t < e {
+            if let Some((_, e)) = set.luf_flushing {
+                // A LUF flush not finished at `t` (steps run in host order,
+                // so one that starts later in simulated time counts too).
+                if t < e {
                     // Someone else is flushing `u`: wait for it.
                     if self.knobs.mutant == Mutant::Luf(LufMutant::NoWait) {
                         return t;
@@ -252,6 +260,7 @@ impl Kernel {
             ForcedBy::FileWrite => Stat::LufForcedWrite,
             ForcedBy::InitOnFree | ForcedBy::MemoryFailure => Stat::LufForcedOther,
         });
+        let tid = tid.min(self.tasks.len().saturating_sub(1) as u32);
         let mut t = t;
         for si in 0..self.luf.sets.len() {
             let g = self.luf.sets[si].gen;

@@ -35,6 +35,7 @@ impl Kernel {
         let mut tries = 0;
         loop {
             if let Some(a) = self.pa.alloc_pages(t, cpu, order, nid, mt, &mut self.stat) {
+                self.check_free_generations(a.done);
                 t = self.luf_alloc_exit(a.done, cpu, a.nid, a.ugen);
                 self.check_alloc_exit(t, a.pfn, order, "alloc_pages");
                 self.prep_new_folio(a.pfn, order, a.nid);
@@ -198,6 +199,8 @@ impl Kernel {
     /// Install `pte` at `addr` under the table's PTL, holding it for `hold`.
     /// Returns false (and installs nothing) if the slot is no longer `expect`.
     pub(crate) fn set_pte_locked(&mut self, t: Ns, cpu: u32, mm: u32, addr: u64, expect: Pte, pte: Pte, hold: Ns) -> (bool, Ns) {
+        // LUF v11: a fault installing a writable PTE flushes every deferral.
+        let t = if pte.write() && self.knobs.luf.v11_hooks && self.luf_hooks_on() { self.luf_flush(t, cpu, self.cpus[cpu as usize].curr, crate::mm::luf::ForcedBy::FaultWritable) } else { t };
         let lc = self.lc;
         let tbl = self.mms[mm as usize].pt.table_mut(addr).expect("pte table exists");
         let (_, end) = tbl.ptl.lock_span(t, cpu, hold, &lc);
@@ -463,6 +466,9 @@ impl Kernel {
         } else {
             pte
         };
+        // LUF v10: a write fault on a folio gives up every deferral first
+        // (the folio may be one a stale entry still shows).
+        let t = if !pte.special() && self.luf_hooks_on() { self.luf_flush(t, cpu, self.cpus[cpu as usize].curr, crate::mm::luf::ForcedBy::WpFault) } else { t };
         if pte.special() {
             // The zero page: copy = allocate a zeroed page (wp_page_copy);
             // large under the RFC's patch 15 (spec/000 path B).
@@ -602,6 +608,13 @@ impl Kernel {
                 va = stop;
                 continue;
             }
+            if self.mms[mm as usize].tlb_flush_batched_pending != self.mms[mm as usize].tlb_flush_batched_flushed {
+                t = self.flush_tlb_batched_pending(t, cpu, mm);
+            }
+            let Some(tbl) = self.mms[mm as usize].pt.table_mut(va) else {
+                va = stop;
+                continue;
+            };
             // Clear under the PTL, then account outside the borrow.
             let mut cleared = std::mem::take(&mut tlb.scratch);
             cleared.clear();

@@ -127,7 +127,8 @@ impl Kernel {
                 continue;
             }
             sent += 1;
-            let at = t + self.c.ipi_send * sent;
+            // The handler's flush is done when its IRQ work is.
+            let at = t + self.c.ipi_send * sent + self.c.ipi_recv;
             for m in stale {
                 self.cpus[c as usize].landing.push((at, m));
             }
@@ -170,12 +171,21 @@ impl Kernel {
     /// Ground truth for the checker: does `cpu` at time `t` still cache a
     /// translation of (mm, va) to `pfn` (no flush has reached it)?
     pub fn tlb_live_entry(&self, cpu: u32, mm: u32, va: u64, pfn: Pfn, t: Ns) -> bool {
+        self.tlb_live_entry_w(cpu, mm, va, pfn, t).is_some()
+    }
+
+    /// `tlb_live_entry`, saying whether a live entry is writable.
+    pub fn tlb_live_entry_w(&self, cpu: u32, mm: u32, va: u64, pfn: Pfn, t: Ns) -> Option<bool> {
         let c = &self.cpus[cpu as usize];
         if c.landing.iter().any(|&(at, m)| m == mm && at <= t) {
-            return false;
+            return None;
         }
-        let mut live = false;
-        c.tlb.entries_covering(mm, va, |_, e| live |= e.pfn_of(va) == pfn);
+        let mut live = None;
+        c.tlb.entries_covering(mm, va, |_, e| {
+            if e.pfn_of(va) == pfn {
+                live = Some(live.unwrap_or(false) | e.writable());
+            }
+        });
         live
     }
 

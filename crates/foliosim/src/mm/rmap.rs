@@ -358,6 +358,32 @@ impl Kernel {
         t
     }
 
+    /// change_protection write-protecting [start, end) of `mm` with its TLB
+    /// flush deferred (uffd-wp, or an mmu_gather that flushes after several
+    /// tables): the PTEs are read-only while CPUs may still hold writable
+    /// entries, and mm->tlb_flush_pending says so until
+    /// `wp_range_flush` runs.
+    pub fn wp_range_deferred(&mut self, mm: u32, start: u64, end: u64) {
+        self.mms[mm as usize].tlb_flush_pending += 1;
+        let mut va = start;
+        while va < end {
+            if let Some(tbl) = self.mms[mm as usize].pt.table_mut(va) {
+                let slot = &mut tbl.ptes[pte_index(va)];
+                if slot.present() {
+                    *slot = slot.without(Pte::WRITE);
+                }
+            }
+            va += 4096;
+        }
+    }
+
+    /// The deferred flush of `wp_range_deferred`.
+    pub fn wp_range_flush(&mut self, t: Ns, cpu: u32, mm: u32, start: u64, end: u64) -> Ns {
+        let t = self.flush_tlb_mm_range(t, cpu, mm, start, end, false);
+        self.mms[mm as usize].tlb_flush_pending -= 1;
+        t
+    }
+
     /// Pages of the folio still mapped (folio_mapcount).
     pub fn folio_mapcount(&self, head: Pfn) -> i32 {
         let order = self.mem_map.get(head).order;
@@ -419,13 +445,13 @@ impl Kernel {
         }
         let cpus: Vec<u32> = self.mms[mp.mm as usize].cpumask_iter().collect();
         for c in cpus {
-            if self.tlb_live_entry(c, mp.mm, mp.va, mp.pfn, t) {
+            if let Some(w) = self.tlb_live_entry_w(c, mp.mm, mp.va, mp.pfn, t) {
                 let (mapping, index) = {
                     let p = self.mem_map.get(self.mem_map.folio_head(mp.pfn));
                     (p.mapping, p.index + (mp.pfn - self.mem_map.folio_head(mp.pfn)) as u64)
                 };
                 let anon = self.mem_map.get(self.mem_map.folio_head(mp.pfn)).flags & pg::ANON != 0;
-                self.check.luf_record_stale(c, mp.mm, mp.va, mp.pfn, t, (anon, mapping, index), old.write());
+                self.check.luf_record_stale(c, mp.mm, mp.va, mp.pfn, t, (anon, mapping, index), w);
             }
         }
         let _ = Stat::NrTlbRemoteFlush;

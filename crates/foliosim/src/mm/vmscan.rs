@@ -120,7 +120,7 @@ impl Kernel {
     /// freed, except what lazy unmap flush defers (freed with its
     /// generation). Returns (pages freed here, pages demoted, time, folios
     /// taken).
-    pub(crate) fn shrink_folio_list(&mut self, t: Ns, cpu: u32, nid: usize, cand: &[Pfn]) -> (u64, u64, Ns, usize) {
+    pub fn shrink_folio_list(&mut self, t: Ns, cpu: u32, nid: usize, cand: &[Pfn]) -> (u64, u64, Ns, usize) {
         let mut t = t;
         let tid = self.cpus[cpu as usize].curr.min(self.tasks.len().saturating_sub(1) as u32);
         let can_unmap = !self.tasks.is_empty();

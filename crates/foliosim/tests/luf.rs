@@ -1,0 +1,622 @@
+//! Lazy unmap flush (spec/004): the scenarios of §6.3 driven directly on a
+//! kernel, with interleavings placed in simulated time, and the mutants of
+//! §6.4 each caught by the deferred-flush ground truth (check/luf.rs).
+//!
+//! A scenario is a list of steps, each a task doing something at a chosen
+//! simulated time; seeds vary which CPUs take part and the delays between
+//! steps. LUF as specified must pass every scenario under every seed; each
+//! mutant must be caught under at least one seed.
+
+use foliosim::config;
+use foliosim::kernel::task::Task;
+use foliosim::kernel::Kernel;
+use foliosim::mm::filemap::Inode;
+use foliosim::sim::Ns;
+use foliosim::workload::{map, prot, Access, FsKind, Op, Ret};
+
+const PAGES: u64 = 64;
+
+struct H {
+    k: Kernel,
+    rng: u64,
+    /// Per allocating task: (its anonymous arena, pages used so far).
+    arena: std::collections::HashMap<u32, (u64, u64)>,
+}
+
+impl H {
+    fn boot(knobs: &str, seed: u64) -> H {
+        let text = format!("seed = {seed}\n[machine]\nprofile = \"generic-x86\"\nnr_cpus = 16\nnode_mem_mib = [64, 64]\n[workload]\nname = \"mmap1\"\n[run]\nduration_s = 0.01\ncheck = true\n[knobs]\n{knobs}\n");
+        let c = config::from_toml(&text, "luf-test").unwrap();
+        H { k: Kernel::boot(c.profile, c.knobs, true, seed).unwrap(), rng: seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1, arena: Default::default() }
+    }
+
+    /// A small xorshift: the scenario's own choices, separate from the kernel's RNG.
+    fn rand(&mut self, n: u64) -> u64 {
+        self.rng ^= self.rng << 13;
+        self.rng ^= self.rng >> 7;
+        self.rng ^= self.rng << 17;
+        self.rng % n
+    }
+
+    fn process(&mut self, cpu: u32) -> u32 {
+        let mm = self.k.new_mm();
+        self.task(mm, cpu)
+    }
+
+    fn thread(&mut self, of: u32, cpu: u32) -> u32 {
+        let mm = self.k.tasks[of as usize].mm;
+        self.k.mms[mm as usize].users += 1;
+        self.task(mm, cpu)
+    }
+
+    fn task(&mut self, mm: u32, cpu: u32) -> u32 {
+        let id = self.k.tasks.len() as u32;
+        self.k.tasks.push(Task::new(id, mm, cpu, 0));
+        self.k.mms[mm as usize].cpumask_set(cpu);
+        id
+    }
+
+    fn file(&mut self, pages: u64) -> u32 {
+        let id = self.k.inodes.len() as u32;
+        self.k.inodes.push(Inode::new(id, FsKind::Disk, pages << 12));
+        self.k.inodes[id as usize].data_pages = pages;
+        id
+    }
+
+    /// Run `op` as task `tid`, starting no earlier than `at`. Returns the
+    /// result and the time the task is done.
+    fn run(&mut self, tid: u32, at: Ns, op: Op) -> (Ret, Ns) {
+        let cpu = self.k.tasks[tid as usize].cpu;
+        let tk = &mut self.k.tasks[tid as usize];
+        tk.clock = tk.clock.max(at);
+        self.k.cpus[cpu as usize].curr = tid;
+        let mut r = self.k.exec(tid, op);
+        while r.is_none() {
+            let op = self.k.tasks[tid as usize].pending.take().expect("a pending op");
+            r = self.k.exec(tid, op);
+        }
+        (r.unwrap(), self.k.tasks[tid as usize].clock)
+    }
+
+    fn val(&mut self, tid: u32, at: Ns, op: Op) -> (i64, Ns) {
+        match self.run(tid, at, op) {
+            (Ret::Val(v), t) => (v, t),
+            (r, _) => panic!("{r:?}"),
+        }
+    }
+
+    /// Map file `ino` into `tid`'s mm with `prot_`, shared.
+    fn map_file(&mut self, tid: u32, at: Ns, ino: u32, prot_: u32) -> (u64, Ns) {
+        let (fd, t) = self.val(tid, at, Op::Open { file: ino });
+        let (a, t) = self.val(tid, t, Op::Mmap { addr: 0, len: PAGES << 12, prot: prot_, flags: map::SHARED, fd: fd as i32, off: 0 });
+        (a as u64, t)
+    }
+
+    fn read_all(&mut self, tid: u32, at: Ns, base: u64) -> Ns {
+        self.run(tid, at, Op::AccessRange { addr: base, stride: 4096, count: PAGES, kind: Access::Load }).1
+    }
+
+    /// Direct reclaim by `tid` until `want` pages are freed.
+    fn reclaim(&mut self, tid: u32, at: Ns, want: u64) -> (u64, Ns) {
+        let cpu = self.k.tasks[tid as usize].cpu;
+        self.k.cpus[cpu as usize].curr = tid;
+        let mut t = at;
+        for c in 0..self.k.nr_cpus() {
+            t = self.k.lru_add_drain_cpu(t, c);
+        }
+        let mut freed = 0;
+        for _ in 0..4 {
+            let (f, t1) = self.k.try_to_free_pages(t, cpu, want - freed);
+            freed += f;
+            t = t1;
+            if freed >= want {
+                break;
+            }
+        }
+        (freed, t)
+    }
+
+    /// A process that will allocate: its anonymous arena is mapped now,
+    /// at the start (a PROT_WRITE mmap is a LUF v10 forced flush, which
+    /// would hide the allocation-time flush the scenarios are about).
+    fn allocator(&mut self, cpu: u32) -> u32 {
+        let tid = self.process(cpu);
+        let (a, _) = self.val(tid, 0, Op::Mmap { addr: 0, len: 16 * PAGES << 12, prot: prot::READ | prot::WRITE, flags: map::PRIVATE | map::ANONYMOUS, fd: -1, off: 0 });
+        self.arena.insert(tid, (a as u64, 0));
+        tid
+    }
+
+    /// `tid` writes `pages` fresh pages of its arena: allocations that may
+    /// take the reclaimed frames.
+    fn alloc_write(&mut self, tid: u32, at: Ns, pages: u64) -> Ns {
+        let (a, used) = self.arena[&tid];
+        assert!(used + pages <= 16 * PAGES, "arena of task {tid} used up");
+        self.arena.insert(tid, (a, used + pages));
+        self.run(tid, at, Op::AccessRange { addr: a + (used << 12), stride: 4096, count: pages, kind: Access::Store }).1
+    }
+
+    fn stat(&self, name: &str) -> i64 {
+        foliosim::mm::vmstat::Stat::from_name(name).map_or(0, |s| self.k.stat.get(s))
+    }
+
+    fn violations(&self) -> Vec<String> {
+        self.k.check.violations.clone()
+    }
+}
+
+/// Common start: process A with three threads on CPUs 0..2 reads a
+/// read-only shared file mapping (every CPU caches its translations);
+/// process C on CPU 3 reclaims it. Returns (harness, A's tids, base, time).
+fn readers_then_reclaim(knobs: &str, seed: u64, alloc_cpus: &[u32]) -> (H, Vec<u32>, u64, Ns, Vec<u32>) {
+    let mut h = H::boot(knobs, seed);
+    let ds: Vec<u32> = alloc_cpus.iter().map(|&c| h.allocator(c)).collect();
+    let f = h.file(PAGES);
+    let a0 = h.process(0);
+    let a1 = h.thread(a0, 1);
+    let a2 = h.thread(a0, 2);
+    let c = h.process(3);
+    let (base, mut t) = h.map_file(a0, 0, f, prot::READ);
+    for &tid in &[a0, a1, a2] {
+        let r = h.rand(1000);
+        t = h.read_all(tid, t + r, base);
+    }
+    let (freed, t) = h.reclaim(c, t + 1000, PAGES);
+    assert!(freed >= PAGES, "reclaim freed {freed}");
+    (h, vec![a0, a1, a2], base, t, ds)
+}
+
+/// Scenario 1: basic reuse. D allocates the reclaimed frames and writes
+/// them; then A's threads read through whatever they still cache.
+fn scenario_basic(knobs: &str, seed: u64) -> H {
+    let (mut h, a, base, t, ds) = readers_then_reclaim(knobs, seed, &[3]);
+    let d = ds[0];
+    let r = h.rand(2000);
+    let t = h.alloc_write(d, t + r, 2 * PAGES);
+    for &tid in &a {
+        let r = h.rand(3000);
+        h.read_all(tid, t + r, base);
+    }
+    h
+}
+
+/// Scenario 2: the reclaimer's pcp list drains to buddy; another CPU
+/// allocates from buddy.
+fn scenario_drain(knobs: &str, seed: u64) -> H {
+    let cpu = 4 + (seed % 4) as u32;
+    let (mut h, a, base, t, ds) = readers_then_reclaim(knobs, seed, &[cpu]);
+    let t = h.k.pa.drain_pages(t, 3);
+    let d = ds[0];
+    let r = h.rand(2000);
+    let t = h.alloc_write(d, t + r, 4 * PAGES);
+    for &tid in &a {
+        let r = h.rand(3000);
+        h.read_all(tid, t + r, base);
+    }
+    h
+}
+
+/// Scenario 3: two generations in buddy next to each other. File 1 and
+/// file 2 are read alternately, so their frames interleave; epoch 1
+/// (file 1) is reclaimed, drained and flushed; epoch 2 (file 2) stays
+/// pending; draining it merges every epoch-2 frame with an epoch-1 buddy.
+fn scenario_merge(knobs: &str, seed: u64) -> H {
+    let mut h = H::boot(knobs, seed);
+    let c = h.process(3);
+    let d = h.allocator(4 + (seed % 4) as u32);
+    let f1 = h.file(PAGES);
+    let f2 = h.file(PAGES);
+    let a0 = h.process(0);
+    let a1 = h.thread(a0, 1);
+    let (b1, t) = h.map_file(a0, 0, f1, prot::READ);
+    let (b2, mut t) = h.map_file(a0, t, f2, prot::READ);
+    for &tid in &[a0, a1] {
+        for i in 0..PAGES {
+            t = h.run(tid, t, Op::Access { addr: b1 + (i << 12), kind: Access::Load }).1;
+            t = h.run(tid, t, Op::Access { addr: b2 + (i << 12), kind: Access::Load }).1;
+        }
+    }
+    let mm = h.k.tasks[a0 as usize].mm;
+    age(&mut h, mm, b1);
+    age(&mut h, mm, b2);
+    for cpu in 0..h.k.nr_cpus() {
+        t = h.k.lru_add_drain_cpu(t, cpu);
+    }
+    let p1: Vec<u32> = (0..PAGES).map(|i| *h.k.inodes[f1 as usize].pages.get(&i).unwrap()).collect();
+    let p2: Vec<u32> = (0..PAGES).map(|i| *h.k.inodes[f2 as usize].pages.get(&i).unwrap()).collect();
+    h.k.cpus[3].curr = c;
+    let (_, _, t, _) = h.k.shrink_folio_list(t + 100, 3, 0, &p1);
+    let t = h.k.pa.drain_pages(t, 3);
+    let t = h.k.luf_flush(t, 3, c, foliosim::mm::luf::ForcedBy::MemoryFailure);
+    // That full flush dropped every entry of A: read file 2 again.
+    let mut t = t + 10_000;
+    for &tid in &[a0, a1] {
+        t = h.read_all(tid, t, b2);
+    }
+    age(&mut h, mm, b2);
+    let (_, _, t, _) = h.k.shrink_folio_list(t + 100, 3, 0, &p2);
+    let t = h.k.pa.drain_pages(t, 3);
+    let r = h.rand(1000);
+    let t = h.alloc_write(d, t + r, 8 * PAGES);
+    for &tid in &[a0, a1] {
+        let r = h.rand(1000);
+        h.read_all(tid, t + r, b2);
+    }
+    h
+}
+
+/// Scenarios 4, 5 and 8: two allocators meet pending frames at nearly
+/// the same time: the first starts the LUF flush, the second must wait
+/// for it. The frames sit in buddy (split race), on the refiller's pcp
+/// list (refill race), or on two reclaimers' pcp lists (concurrent flush).
+fn scenario_race(knobs: &str, seed: u64, variant: u32) -> H {
+    let mut h = H::boot(knobs, seed);
+    let (cpu1, cpu2) = match variant {
+        4 => (4, 5),
+        5 => (5, 5),
+        _ => (3, 7),
+    };
+    let d1 = h.allocator(cpu1);
+    let d2 = h.allocator(cpu2);
+    let f = h.file(PAGES);
+    let a0 = h.process(0);
+    let a1 = h.thread(a0, 1);
+    let a2 = h.thread(a0, 2);
+    let c = h.process(3);
+    let c2 = h.process(7);
+    let (base, mut t) = h.map_file(a0, 0, f, prot::READ);
+    for &tid in &[a0, a1, a2] {
+        t = h.read_all(tid, t, base);
+    }
+    let t = match variant {
+        // Split race: everything in buddy.
+        4 => {
+            let (_, t) = h.reclaim(c, t + 100, PAGES);
+            h.k.pa.drain_pages(t, 3)
+        }
+        // pcp refill: in buddy, then a refill by CPU 5 pulls them onto its list.
+        5 => {
+            let (_, t) = h.reclaim(c, t + 100, PAGES);
+            h.k.pa.drain_pages(t, 3)
+        }
+        // Two reclaimers, same epoch, frames on two pcp lists.
+        _ => {
+            let (_, t) = h.reclaim(c, t + 100, PAGES / 2);
+            let (_, t) = h.reclaim(c2, t + 10, PAGES / 2);
+            t
+        }
+    };
+    let t0 = t + 1000;
+    let d = h.rand(200) + 1;
+    if variant == 5 {
+        // d2's page tables exist already: its allocations in the race are quick.
+        let _ = h.alloc_write(d2, 0, 1);
+        // The refiller allocates until its refill meets the pending frames
+        // and it starts the LUF flush; the other task on that CPU (an
+        // interrupt, in the kernel's terms) allocates during that flush.
+        let mut t1 = t0;
+        for _ in 0..4 * PAGES {
+            let f0 = h.stat("foliosim_luf_flush");
+            let start = t1;
+            t1 = h.alloc_write(d1, t1, 1);
+            if h.stat("foliosim_luf_flush") > f0 {
+                let r = h.rand(100);
+                let mut t2 = start + r;
+                for _ in 0..PAGES {
+                    t2 = h.alloc_write(d2, t2, 1);
+                }
+                break;
+            }
+        }
+        for &tid in &[a0, a1, a2] {
+            let r = h.rand(1000);
+            h.read_all(tid, t1 + 100_000 + r, base);
+        }
+        return h;
+    }
+    let mut t1 = h.alloc_write(d1, t0, 1);
+    let mut t2 = h.alloc_write(d2, t0 + d, 1);
+    for _ in 0..2 * PAGES {
+        t1 = h.alloc_write(d1, t1, 1);
+        t2 = h.alloc_write(d2, t2, 1);
+    }
+    let end = t1.max(t2);
+    for &tid in &[a0, a1, a2] {
+        let r = h.rand(1000);
+        h.read_all(tid, end + r, base);
+    }
+    h
+}
+
+/// Clean a file's folios and PTEs (as writeback would), keeping the
+/// PTEs writable: reclaim may then take them, through the ordinary batch.
+fn writeback(h: &mut H, ino: u32, mm: u32, base: u64) {
+    let pfns: Vec<u32> = h.k.inodes[ino as usize].pages.values().copied().collect();
+    for pfn in pfns {
+        h.k.mem_map.get_mut(pfn).flags &= !foliosim::mm::mem_map::pg::DIRTY;
+    }
+    for i in 0..PAGES {
+        let va = base + (i << 12);
+        if let Some(tbl) = h.k.mms[mm as usize].pt.table_mut(va) {
+            let s = &mut tbl.ptes[((va >> 12) & 511) as usize];
+            *s = s.without(foliosim::mm::pgtable::Pte::DIRTY);
+        }
+    }
+}
+
+/// Clear the young bits of `tid`'s PTEs over `base` (an aging pass).
+fn age(h: &mut H, mm: u32, base: u64) {
+    for i in 0..PAGES {
+        let va = base + (i << 12);
+        if let Some(tbl) = h.k.mms[mm as usize].pt.table_mut(va) {
+            let s = &mut tbl.ptes[((va >> 12) & 511) as usize];
+            *s = s.without(foliosim::mm::pgtable::Pte::YOUNG);
+        }
+    }
+}
+
+/// Scenario 7: C's ordinary batched flush (A's writable PTEs) is in
+/// flight when C2's reclaim of B's read-only pages defers; C's end must
+/// not retire the CPUs C2 added.
+fn scenario_ordinary_flush(knobs: &str, seed: u64) -> H {
+    let mut h = H::boot(knobs, seed);
+    let fa = h.file(PAGES);
+    let fb = h.file(PAGES);
+    let a0 = h.process(0);
+    let a1 = h.thread(a0, 1);
+    let b0 = h.process(0);
+    let b1 = h.thread(b0, 1);
+    let c = h.process(3);
+    let c2 = h.process(4);
+    let d1 = h.allocator(5);
+    let (ba, t) = h.map_file(a0, 0, fa, prot::READ | prot::WRITE);
+    let (bb, mut t) = h.map_file(b0, t, fb, prot::READ);
+    for &tid in &[a0, a1] {
+        t = h.run(tid, t, Op::AccessRange { addr: ba, stride: 4096, count: PAGES, kind: Access::Store }).1;
+    }
+    let (mm_a, mm_b) = (h.k.tasks[a0 as usize].mm, h.k.tasks[b0 as usize].mm);
+    writeback(&mut h, fa, mm_a, ba);
+    for &tid in &[b0, b1] {
+        t = h.read_all(tid, t, bb);
+    }
+    age(&mut h, mm_a, ba);
+    age(&mut h, mm_b, bb);
+    for cpu in 0..h.k.nr_cpus() {
+        t = h.k.lru_add_drain_cpu(t, cpu);
+    }
+    let pa: Vec<u32> = (0..32).map(|i| *h.k.inodes[fa as usize].pages.get(&i).unwrap()).collect();
+    let pb: Vec<u32> = (0..32).map(|i| *h.k.inodes[fb as usize].pages.get(&i).unwrap()).collect();
+    // C shrinks A's folios (ordinary flush); C2 B's, a little later.
+    let t0 = t + 100;
+    h.k.cpus[3].curr = c;
+    let (_, _, t1, _) = h.k.shrink_folio_list(t0, 3, 0, &pa);
+    let d = h.rand(300) + 1;
+    h.k.cpus[4].curr = c2;
+    let (_, _, t2, _) = h.k.shrink_folio_list(t0 + d, 4, 0, &pb);
+    let t3 = h.alloc_write(d1, t1.max(t2) + 10, 4 * PAGES);
+    for &tid in &[b0, b1] {
+        let r = h.rand(1000);
+        h.read_all(tid, t3 + r, bb);
+    }
+    h
+}
+
+/// Scenarios 9/10: the same file mapped read-only (ptr1) and read-write
+/// (ptr2); ptr1 is read on two CPUs, the page is LUF'd, a third CPU
+/// writes through ptr2 (a fresh page-cache page, a writable PTE), then
+/// ptr1 is read again through the stale entries.
+fn scenario_rw_alias(knobs: &str, seed: u64) -> H {
+    let mut h = H::boot(knobs, seed);
+    let f = h.file(PAGES);
+    let a0 = h.process(0);
+    let a1 = h.thread(a0, 1);
+    // On the other node: its page-cache allocations never meet a LUF'd
+    // frame, so only the write hooks can flush for it.
+    let w = h.process(8);
+    let c = h.process(3);
+    let (p1, t) = h.map_file(a0, 0, f, prot::READ);
+    let (p2, mut t) = h.map_file(w, t, f, prot::READ | prot::WRITE);
+    for &tid in &[a0, a1] {
+        t = h.read_all(tid, t, p1);
+    }
+    let (_, t) = h.reclaim(c, t + 100, PAGES);
+    let (_, t) = h.run(w, t, Op::AccessRange { addr: p2, stride: 4096, count: PAGES, kind: Access::Store });
+    for &tid in &[a0, a1] {
+        let r = h.rand(1000);
+        h.read_all(tid, t + r, p1);
+    }
+    h
+}
+
+/// Scenario 14: a write-protect flush is still pending (uffd-wp style)
+/// when reclaim finds the PTEs read-only; CPUs still hold W=1 entries.
+fn scenario_wp_pending(knobs: &str, seed: u64) -> H {
+    let mut h = H::boot(knobs, seed);
+    let f = h.file(PAGES);
+    let a0 = h.process(0);
+    let a1 = h.thread(a0, 1);
+    let c = h.process(3);
+    let (p, mut t) = h.map_file(a0, 0, f, prot::READ | prot::WRITE);
+    for &tid in &[a0, a1] {
+        // Writable, dirty entries on both CPUs.
+        t = h.run(tid, t, Op::AccessRange { addr: p, stride: 4096, count: PAGES, kind: Access::Store }).1;
+    }
+    let mm = h.k.tasks[a0 as usize].mm;
+    h.k.wp_range_deferred(mm, p, p + (PAGES << 12));
+    writeback(&mut h, f, mm, p);
+    let (_, t) = h.reclaim(c, t + 100, PAGES);
+    let _ = h.k.wp_range_flush(t, 0, mm, p, p + (PAGES << 12));
+    h
+}
+
+/// Scenario 16: init_on_free zeroes frames as they are freed.
+fn scenario_init_on_free(knobs: &str, seed: u64) -> H {
+    let (h, _, _, _, _) = readers_then_reclaim(&format!("{knobs}\n\"init_on_free\" = true"), seed, &[]);
+    h
+}
+
+/// Scenario 18: the pending generation is the first past a signed 16-bit
+/// wrap (as after 32,768 LUF flushes; the counters are set there directly).
+fn scenario_wrap(knobs: &str, seed: u64) -> H {
+    let mut h = H::boot(knobs, seed);
+    let d = h.allocator(3);
+    h.k.luf.sets = vec![foliosim::mm::luf::LufSet { gen: 0x7fff, gen_next: 0x8000, gen_done: 0x7fff, done_prev: 0x7fff, ..Default::default() }];
+    let f = h.file(PAGES);
+    let a0 = h.process(0);
+    let a1 = h.thread(a0, 1);
+    let c = h.process(3);
+    let (base, mut t) = h.map_file(a0, 0, f, prot::READ);
+    for &tid in &[a0, a1] {
+        t = h.read_all(tid, t, base);
+    }
+    let (_, t) = h.reclaim(c, t + 100, PAGES);
+    let t = h.alloc_write(d, t + 100, 2 * PAGES);
+    for &tid in &[a0, a1] {
+        h.read_all(tid, t + 100, base);
+    }
+    h
+}
+
+const LUF: &str = "\"luf.enabled\" = true";
+const LUF11: &str = "\"luf.enabled\" = true\n\"luf.v11_hooks\" = true";
+const SEEDS: u64 = 12;
+
+fn all_scenarios(knobs: &str, seed: u64) -> Vec<(&'static str, H)> {
+    vec![
+        ("basic", scenario_basic(knobs, seed)),
+        ("drain", scenario_drain(knobs, seed)),
+        ("merge", scenario_merge(knobs, seed)),
+        ("split race", scenario_race(knobs, seed, 4)),
+        ("refill race", scenario_race(knobs, seed, 5)),
+        ("concurrent flush", scenario_race(knobs, seed, 8)),
+        ("ordinary flush", scenario_ordinary_flush(knobs, seed)),
+        ("rw alias", scenario_rw_alias(knobs, seed)),
+        ("wp pending", scenario_wp_pending(knobs, seed)),
+        ("wrap", scenario_wrap(knobs, seed)),
+    ]
+}
+
+#[test]
+fn luf_as_specified_passes_every_scenario() {
+    for seed in 1..=SEEDS {
+        for (name, h) in all_scenarios(LUF11, seed) {
+            assert!(h.violations().is_empty(), "seed {seed}, scenario {name}: {:?}", h.violations());
+        }
+        let h = scenario_init_on_free(LUF11, seed);
+        assert!(h.violations().is_empty(), "seed {seed}, init_on_free: {:?}", h.violations());
+    }
+}
+
+#[test]
+fn baseline_passes_every_scenario() {
+    for seed in 1..=4 {
+        for (name, h) in all_scenarios("", seed) {
+            assert!(h.violations().is_empty(), "seed {seed}, scenario {name}: {:?}", h.violations());
+            assert_eq!(h.stat("foliosim_luf_deferred"), 0);
+        }
+    }
+}
+
+#[test]
+fn luf_defers_and_one_flush_retires_an_epoch() {
+    let h = scenario_basic(LUF, 1);
+    assert!(h.violations().is_empty(), "{:?}", h.violations());
+    assert_eq!(h.stat("foliosim_luf_deferred"), PAGES as i64, "every read-only order-0 folio is LUF'd");
+    assert!(h.stat("foliosim_luf_flush") >= 1);
+    assert!(h.stat("foliosim_luf_alloc_pending") >= 1);
+    // Without LUF the same reclaim flushes at unmap time instead.
+    let b = scenario_basic("", 1);
+    assert!(b.stat("foliosim_tlb_batched_flush") >= 1);
+    assert_eq!(b.stat("foliosim_luf_flush"), 0);
+}
+
+/// v10 has no hook for a fault that installs a writable PTE: the checker
+/// finds Dave Hansen's ptr1/ptr2 problem; v11's hook closes it.
+#[test]
+fn v10_misses_the_rw_alias_and_v11_catches_it() {
+    let caught = (1..=4).any(|s| scenario_rw_alias(LUF, s).violations().iter().any(|v| v.starts_with("I6")));
+    assert!(caught, "v10 leaves ptr1 reading stale data after ptr2 writes");
+    for s in 1..=4 {
+        let h = scenario_rw_alias(LUF11, s);
+        assert!(h.violations().is_empty(), "{:?}", h.violations());
+    }
+}
+
+fn caught(mutant: &str, base: &str, f: impl Fn(&str, u64) -> H) -> bool {
+    let knobs = format!("{base}\n\"debug.mutant\" = \"{mutant}\"");
+    (1..=SEEDS).any(|s| !f(&knobs, s).violations().is_empty())
+}
+
+#[test]
+fn m1_skip_alloc_flush_is_caught() {
+    assert!(caught("luf_skip_alloc_flush", LUF, scenario_basic));
+}
+
+#[test]
+fn m2_d1_order_as_generation_is_caught() {
+    assert!(caught("luf_d1_order_as_ugen", LUF, scenario_drain));
+}
+
+#[test]
+fn m3_merge_keeps_older_is_caught() {
+    assert!(caught("luf_merge_keeps_older", LUF, scenario_merge));
+}
+
+#[test]
+fn m4_d2_split_drops_generation_is_caught() {
+    assert!(caught("luf_d2_split_drops", LUF, |k, s| scenario_race(k, s, 4)));
+}
+
+#[test]
+fn m5_d3_refill_drops_generation_is_caught() {
+    assert!(caught("luf_d3_refill_drops", LUF, |k, s| scenario_race(k, s, 5)));
+}
+
+#[test]
+fn m7_no_on_flushing_refusal_is_caught() {
+    assert!(caught("luf_no_on_flushing_refusal", LUF, scenario_ordinary_flush));
+}
+
+#[test]
+fn m8_no_wait_is_caught() {
+    assert!(caught("luf_no_wait", LUF, |k, s| scenario_race(k, s, 8)));
+}
+
+#[test]
+fn m9_early_done_is_caught() {
+    assert!(caught("luf_early_done", LUF, |k, s| scenario_race(k, s, 8)));
+}
+
+#[test]
+fn m10_defer_writable_is_caught() {
+    assert!(caught("luf_defer_writable", LUF, scenario_wp_pending) || caught("luf_defer_writable", LUF, scenario_ordinary_flush));
+}
+
+#[test]
+fn m11_d6_no_wp_pending_check_is_caught() {
+    assert!(caught("luf_d6_no_wp_pending_check", LUF, scenario_wp_pending));
+}
+
+#[test]
+fn m12_no_write_hooks_is_caught() {
+    assert!(caught("luf_no_wp_hooks", LUF11, scenario_rw_alias));
+}
+
+#[test]
+fn m13_poison_pending_is_caught() {
+    assert!(caught("luf_poison_pending", LUF11, scenario_init_on_free));
+}
+
+#[test]
+fn m14_signed_compare_is_caught() {
+    assert!(caught("luf_signed_compare", LUF, scenario_wrap));
+}
+
+#[test]
+fn scenarios_are_deterministic() {
+    let a = scenario_race(LUF, 3, 8);
+    let b = scenario_race(LUF, 3, 8);
+    let sa: Vec<_> = a.k.stat.iter().collect();
+    let sb: Vec<_> = b.k.stat.iter().collect();
+    assert_eq!(sa, sb);
+}
+
