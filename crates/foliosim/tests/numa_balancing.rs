@@ -34,11 +34,13 @@ struct Params {
     /// Hot passes before the (optional) final write pass.
     iters: u32,
     write_at_end: bool,
+    /// The hot passes leave the data region alone (another thread reads it).
+    skip_data: bool,
 }
 
 impl Default for Params {
     fn default() -> Self {
-        Params { filler_mib: 256, data_mib: 8, file_mib: 8, cold_mib: 0, cold_every: 0, compute_ns: 20_000_000, iters: 150, write_at_end: false }
+        Params { filler_mib: 256, data_mib: 8, file_mib: 8, cold_mib: 0, cold_every: 0, compute_ns: 20_000_000, iters: 150, write_at_end: false, skip_data: false }
     }
 }
 
@@ -100,7 +102,9 @@ impl Workload for Tiered {
         // Phase 3: hot passes, a cold pass now and then, computation between.
         if self.iter < p.iters {
             self.iter += 1;
-            self.script.push(Self::range(DATA, p.data_mib, Access::Load));
+            if !p.skip_data {
+                self.script.push(Self::range(DATA, p.data_mib, Access::Load));
+            }
             self.script.push(Self::range(FMAP, p.file_mib, Access::Load));
             if p.cold_every > 0 && self.iter % p.cold_every == 0 {
                 self.script.push(Self::range(COLD, p.cold_mib, Access::Load));
@@ -380,4 +384,62 @@ fn hinting_ptes_survive_mprotect_fork_cow_munmap_and_exit() {
     let data = region(&o, DATA, 7);
     assert!(on_node(&data, 0) >= data.len() - 32, "{}", on_node(&data, 0));
     assert!(data.iter().all(|(p, _)| p.present() && p.write()));
+}
+
+/// `Tiered` (on CPU 0, often back in user space, so it runs the scans)
+/// plus a second thread of the same mm on CPU 1 that alone reads the data
+/// region, every 50 ms once it is there.
+struct TwoThreads {
+    main: Tiered,
+    main_tid: TaskId,
+    iter: u32,
+}
+
+impl Workload for TwoThreads {
+    fn name(&self) -> &str {
+        "numa_two_threads"
+    }
+    fn setup(&mut self, env: &mut dyn SetupEnv) -> Result<(), String> {
+        self.main.file = env.create_file_on(FsKind::Disk, self.main.p.file_mib * MIB, true, Some(1), false)?;
+        self.main_tid = env.spawn_process(Some(0))?;
+        env.spawn_thread(self.main_tid, Some(1))?;
+        Ok(())
+    }
+    fn next_op(&mut self, task: TaskId, last: Ret, ops: &mut u64) -> Op {
+        if task == self.main_tid {
+            return self.main.next_op(task, last, ops);
+        }
+        *ops += 1;
+        self.iter += 1;
+        match self.iter {
+            1 => Op::Compute { ns: 500_000_000 },
+            i if i % 2 == 0 => Tiered::range(DATA, self.main.p.data_mib, Access::Load),
+            _ => Op::Compute { ns: 50_000_000 },
+        }
+    }
+}
+
+fn two_threads(knobs: &str) -> Outcome {
+    let toml = format!("[machine]\nprofile = \"cxl-1tb\"\nnr_cpus = 2\nnode_mem_mib = [256, 512]\n[workload]\nname = \"file_reader\"\n[run]\nwarmup_s = 0.0\nduration_s = 2.5\ncheck = true\naudit_interval_ms = 50.0\n[knobs]\n{TIERING}{knobs}");
+    let c = config::from_toml(&toml, "<test>").unwrap();
+    let p = Params { file_mib: 1, compute_ns: 1_000_000, iters: 100_000, skip_data: true, ..Params::default() };
+    let w = TwoThreads { main: Tiered::new(p), main_tid: 0, iter: 0 };
+    run::simulate_with(&c, Box::new(w), &mut |_| true).unwrap()
+}
+
+#[test]
+fn threads_of_the_mm_share_the_scan_and_the_checker_catches_a_missing_flush() {
+    let o = two_threads("");
+    no_violations(&o);
+    let data = region(&o, DATA, 8);
+    assert!(on_node(&data, 0) >= data.len() - 32);
+    // One scan per period for the mm, whichever thread gets there first:
+    // the first scan updates data and file PTEs once each.
+    assert!(stat(&o, "numa_pte_updates") >= 2048 + 256 - 64);
+    assert!(stat(&o, "nr_tlb_remote_flush") > 0);
+    // Without the shootdown of change_prot_numa's flush the other CPU keeps
+    // reaching pages through translations of hinting PTEs.
+    let m = two_threads("\"debug.mutant\" = \"skip_shootdown\"\n");
+    let v = &m.kernel.check.violations;
+    assert!(v.iter().any(|s| s.contains("PROT_NONE hinting PTE")), "{v:?}");
 }
