@@ -74,7 +74,7 @@ impl Workload for Tiered {
         env.spawn_process(Some(0))?;
         Ok(())
     }
-    fn next_op(&mut self, _task: TaskId, last: Ret, ops: &mut u64) -> Op {
+    fn next_op(&mut self, task: TaskId, last: Ret, ops: &mut u64) -> Op {
         *ops += 1;
         let p = self.p.clone();
         if self.script.is_empty() {
@@ -97,7 +97,7 @@ impl Workload for Tiered {
             self.script.push(Self::range(FMAP, p.file_mib, Access::Load));
             // Phase 2: the filler goes, DRAM has room.
             self.script.push(Op::Munmap { addr: FILLER, len: p.filler_mib * MIB });
-            return self.next_op(_task, last, &mut 0);
+            return self.next_op(task, last, &mut 0);
         }
         // Phase 3: hot passes, a cold pass now and then, computation between.
         if self.iter < p.iters {
@@ -106,7 +106,7 @@ impl Workload for Tiered {
                 self.script.push(Self::range(DATA, p.data_mib, Access::Load));
             }
             self.script.push(Self::range(FMAP, p.file_mib, Access::Load));
-            if p.cold_every > 0 && self.iter % p.cold_every == 0 {
+            if p.cold_every > 0 && self.iter.is_multiple_of(p.cold_every) {
                 self.script.push(Self::range(COLD, p.cold_mib, Access::Load));
             }
             self.script.push(Op::Compute { ns: p.compute_ns });
