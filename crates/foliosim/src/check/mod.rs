@@ -51,6 +51,12 @@ impl Checker {
         let pte = mm.pt.pte(va);
         let pfn = e.pfn_of(va);
         let current = pte.present() && pte.pfn() == pfn;
+        if current && pte.0 & crate::mm::pgtable::Pte::PROTNONE != 0 && mm.tlb_flush_pending == 0 {
+            // change_prot_numa flushes before it returns: no CPU may still
+            // reach a page through a translation of a hinting PTE.
+            self.report(format!("cpu {cpu} mm {} va {va:#x}: {kind:?} through a TLB entry for a PROT_NONE hinting PTE (missing flush after change_prot_numa)", mm.id));
+            return;
+        }
         if current && (kind != Access::Store || pte.write()) {
             return;
         }
@@ -166,6 +172,9 @@ pub fn audit(k: &mut Kernel) {
                 }
                 present += 1;
                 let va = (key << PMD_SHIFT) | ((i as u64) << 12);
+                if pte.0 & crate::mm::pgtable::Pte::PROTNONE != 0 && (pte.write() || pte.special()) {
+                    found.push(format!("mm {} va {va:#x}: PROT_NONE hinting PTE {:#x} is writable or maps the zero page", mm.id, pte.0));
+                }
                 match mm.vma_lookup(va) {
                     None => found.push(format!("mm {} va {va:#x}: PTE outside any VMA", mm.id)),
                     Some(v) if pte.write() && v.flags & crate::mm::mmap::vm::WRITE == 0 => {

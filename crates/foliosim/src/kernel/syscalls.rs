@@ -17,6 +17,11 @@ impl Kernel {
     /// result, or None when the operation continues in a later step (the
     /// rest is left in `task.pending`).
     pub fn exec(&mut self, tid: u32, op: Op) -> Option<Ret> {
+        // task_numa_work runs as task work on the return to user space
+        // that precedes this step, when the mm's scan is due.
+        if self.knobs.numa_balancing != 0 {
+            self.task_numa_work(tid);
+        }
         match op {
             Op::Access { addr, kind } => {
                 let r = self.user_access(tid, addr, kind);
@@ -752,10 +757,13 @@ impl Kernel {
     }
 }
 
-/// Would the hardware walk succeed for this access with this PTE?
+/// Would the hardware walk succeed for this access with this PTE? A
+/// PROT_NONE hinting PTE is present but grants nothing: the walk faults
+/// and the TLB is never filled from it.
 #[inline]
 fn pte_allows(pte: Pte, kind: Access) -> bool {
     pte.present()
+        && pte.0 & Pte::PROTNONE == 0
         && match kind {
             Access::Store => pte.write(),
             Access::Ifetch => pte.exec(),

@@ -185,6 +185,11 @@ impl Kernel {
                 self.do_shared_fault(t, cpu, mm, vma, addr)
             };
         }
+        if pte.present() && pte.0 & Pte::PROTNONE != 0 {
+            // A NUMA hinting PTE (mm/numa_balancing.rs): the VMA allows the
+            // access, the PTE does not.
+            return self.do_numa_page(t, cpu, mm, vma, addr, pte);
+        }
         if write && !pte.write() {
             return self.do_wp_page(t, cpu, mm, vma, addr, pte);
         }

@@ -26,8 +26,6 @@ pub const MEMTIER_ADISTANCE_DRAM: u32 = (4 << MEMTIER_CHUNK_BITS) + (1 << (MEMTI
 /// NUMA_BALANCING_MEMORY_TIERING bit of kernel.numa_balancing.
 pub const NUMA_BALANCING_NORMAL: u8 = 1;
 pub const NUMA_BALANCING_MEMORY_TIERING: u8 = 2;
-/// Default hot threshold (sysctl_numa_balancing_hot_threshold, 1000 ms).
-const HOT_THRESHOLD_MS: u64 = 1000;
 
 /// The tiers of the machine, computed once at boot (no hotplug).
 #[derive(Clone, Debug)]
@@ -172,8 +170,12 @@ impl Kernel {
     }
 
     /// should_numa_migrate_memory, tiering branch, for a folio on a slow
-    /// node and a top-tier target (kernel/sched/fair.c).
-    fn should_promote(&mut self, t: Ns, pfn: Pfn, dst: u32, nr: u64) -> bool {
+    /// node and a top-tier target (kernel/sched/fair.c): pgdat_free_space_enough,
+    /// numa_promotion_adjust_threshold, the hint-fault latency against the
+    /// hot threshold (kernel.numa_balancing_hot_threshold_ms) and
+    /// numa_promotion_rate_limit. Shared by page-cache promotion and the
+    /// NUMA hinting fault (mm/numa_balancing.rs).
+    pub(crate) fn should_promote(&mut self, t: Ns, pfn: Pfn, dst: u32, nr: u64) -> bool {
         if self.nodes[dst as usize].nr_pages == 0 {
             return false;
         }
@@ -188,21 +190,22 @@ impl Kernel {
         }
         let latency = (now_ms as u16).wrapping_sub(last as u16) as u64;
         let rate_pages = self.knobs.promote_rate_limit_mbps << (20 - 12);
+        let hot_threshold_ms = self.knobs.numa_hot_threshold_ms;
         // Adjust the threshold once per scan_period_max (60 s).
         let nb = &mut self.tier.nbp[dst as usize];
         if nb.threshold_ms == 0 {
-            nb.threshold_ms = HOT_THRESHOLD_MS;
+            nb.threshold_ms = hot_threshold_ms;
             nb.th_period_start = now_ms;
             nb.th_nr_cand = 0;
         }
         const PERIOD_MS: u64 = 60_000;
         if now_ms >= nb.th_period_start + PERIOD_MS {
-            let step = 2 * HOT_THRESHOLD_MS / 16;
+            let step = 2 * hot_threshold_ms / 16;
             let ref_cand = rate_pages * PERIOD_MS / 1000;
             if nb.th_nr_cand > ref_cand * 11 / 10 {
                 nb.threshold_ms = nb.threshold_ms.saturating_sub(step).max(step);
             } else if nb.th_nr_cand < ref_cand * 9 / 10 {
-                nb.threshold_ms = (nb.threshold_ms + step).min(2 * HOT_THRESHOLD_MS);
+                nb.threshold_ms = (nb.threshold_ms + step).min(2 * hot_threshold_ms);
             }
             nb.th_period_start = now_ms;
             nb.th_nr_cand = 0;
@@ -296,14 +299,14 @@ impl Kernel {
 
     /// Return an isolated folio to its LRU (putback_movable_pages for one folio).
     pub fn putback_folio(&mut self, t: Ns, cpu: u32, pfn: Pfn) -> Ns {
-        let (nid, order) = {
+        let (nid, order, anon) = {
             let p = self.mem_map.get(pfn);
-            (p.nid as usize, p.order)
+            (p.nid as usize, p.order, p.flags & pg::ANON != 0)
         };
         let t = self.nodes[nid].lruvec.lru_lock.lock_for(t, cpu, self.c.lru_lock_per_folio, &self.lc);
         self.mem_map.get_mut(pfn).flags &= !pg::ISOLATED;
         self.lruvec_add_folio(pfn);
-        self.stat.add(Stat::NrIsolatedFile, -(1i64 << order));
+        self.stat.add(if anon { Stat::NrIsolatedAnon } else { Stat::NrIsolatedFile }, -(1i64 << order));
         self.release_folios(t, cpu, &[pfn])
     }
 

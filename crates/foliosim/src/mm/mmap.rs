@@ -148,6 +148,12 @@ pub struct Mm {
     pub tlb_gen: u64,
     /// Per CPU: the tlb_gen its TLB is up to date with (lazily sized).
     pub cpu_tlb_gen: Vec<u64>,
+    /// NUMA balancing: when task_numa_work may next scan this mm
+    /// (mm->numa_next_scan; 0 = never scanned yet), where the scan resumes
+    /// (mm->numa_scan_offset) and how many full passes were made (numa_scan_seq).
+    pub numa_next_scan: Ns,
+    pub numa_scan_offset: u64,
+    pub numa_scan_seq: u32,
 }
 
 /// Outcome of inserting a new mapping.
@@ -183,6 +189,9 @@ impl Mm {
             tlb_flush_batched_flushed: 0,
             tlb_gen: 0,
             cpu_tlb_gen: Vec::new(),
+            numa_next_scan: 0,
+            numa_scan_offset: 0,
+            numa_scan_seq: 0,
         }
     }
 

@@ -12,6 +12,7 @@ pub mod migrate;
 pub mod mmap;
 pub mod mmap_lock;
 pub mod mmu_gather;
+pub mod numa_balancing;
 pub mod page_alloc;
 pub mod page_reporting;
 pub mod pgtable;

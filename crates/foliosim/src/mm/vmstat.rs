@@ -165,6 +165,10 @@ stats! {
     PgmigrateFail = "pgmigrate_fail" : "pages whose migration failed",
     PgdemoteKswapd = "pgdemote_kswapd" : "pages demoted to a lower tier by kswapd",
     PgdemoteDirect = "pgdemote_direct" : "pages demoted to a lower tier by direct reclaim",
+    // NUMA balancing (memory-tiering mode)
+    NumaPteUpdates = "numa_pte_updates" : "PTEs made PROT_NONE for NUMA hinting by task_numa_work",
+    NumaHintFaults = "numa_hint_faults" : "NUMA hinting faults (accesses to PROT_NONE hinting PTEs)",
+    NumaHintFaultsLocal = "numa_hint_faults_local" : "NUMA hinting faults on pages already on the faulting CPU's node",
 }
 
 pub const FIRST_EVENT: usize = Stat::Pgfault as usize;
