@@ -124,6 +124,11 @@ pub(crate) struct LlamaScale {
 /// full pass over the models; the first pass is cold).
 pub(crate) const LLAMA_FULL: LlamaScale = LlamaScale { div: 512, processes: 3, threads: 15, tokens: 24, max_s: 600.0 };
 
+/// Weight pages a complete run streams: processes x tokens x model pages.
+fn llama_pages(s: &LlamaScale) -> u64 {
+    s.processes as u64 * s.tokens * ((SEED_MODEL_MIB / s.div) << 20) / 4096
+}
+
 fn llama_toml(s: &LlamaScale, luf: bool) -> String {
     let (dram, cxl, model) = (SEED_DRAM_MIB / s.div, SEED_CXL_MIB / s.div, SEED_MODEL_MIB / s.div);
     format!(
@@ -133,8 +138,8 @@ fn llama_toml(s: &LlamaScale, luf: bool) -> String {
 }
 
 const LLAMA_METRICS: [Metric; 6] = [
-    Metric { label: "tlb:tlb_flush events (= nr_tlb_remote_flush_received + nr_tlb_local_flush_all + nr_tlb_local_flush_one: the tracepoint fires on every CPU that flushes)", unit: "events", seed_change: -94.90, get: tlb_flush_events },
-    Metric { label: "TLB shootdown IPIs (nr_tlb_remote_flush_received, the /proc/interrupts TLB sum)", unit: "IPIs", seed_change: -95.45, get: |p| st(p, Stat::NrTlbRemoteFlushReceived) },
+    Metric { label: "tlb:tlb_flush events (shootdowns received + local flushes, see notes)", unit: "events", seed_change: -94.90, get: tlb_flush_events },
+    Metric { label: "TLB shootdown IPIs (nr_tlb_remote_flush_received)", unit: "IPIs", seed_change: -95.45, get: |p| st(p, Stat::NrTlbRemoteFlushReceived) },
     Metric { label: "iTLB-load-misses (foliosim_itlb_misses)", unit: "misses", seed_change: -80.42, get: |p| st(p, Stat::ItlbMisses) },
     Metric { label: "dTLB-load-misses (foliosim_dtlb_load_misses)", unit: "misses", seed_change: -24.31, get: |p| st(p, Stat::DtlbLoadMisses) },
     Metric { label: "dTLB-store-misses (foliosim_dtlb_store_misses)", unit: "misses", seed_change: -57.32, get: |p| st(p, Stat::DtlbStoreMisses) },
@@ -170,7 +175,7 @@ pub(crate) fn llama_experiment(s: &LlamaScale, progress: &mut dyn FnMut(&Progres
             rows.push(json!({"label": label, "metric": format!("LUF off ({scale})"), "unit": "count", "seed": null, "simulated": get(&off), "note": ""}));
             rows.push(json!({"label": label, "metric": format!("LUF on ({scale})"), "unit": "count", "seed": null, "simulated": get(on), "note": ""}));
         }
-        let want = (s.processes as u64 * s.tokens * (SEED_MODEL_MIB / s.div) << 20) / 4096;
+        let want = llama_pages(s);
         for (p, which) in [(&off, "off"), (on, "on")] {
             rows.push(json!({"label": "weight pages streamed / processes x tokens x model pages", "metric": format!("LUF {which} ({scale})"), "unit": "%", "seed": null, "simulated": 100.0 * p.ops as f64 / want as f64, "note": ""}));
         }
@@ -183,9 +188,10 @@ pub(crate) fn llama_experiment(s: &LlamaScale, progress: &mut dyn FnMut(&Progres
         ),
         "Run configuration as in the seed (spec/004 §3.1): kernel.numa_balancing = 2 (tiering), demotion_enabled = true, no swap (foliosim models no swap device: anonymous memory is never reclaimed), model files cold at start (the seed dropped caches before each run). LUF off = the same kernel with luf.enabled = false.".into(),
         "tlb:tlb_flush is read as the tracepoint's meaning on x86 (flush_tlb_func traces every received shootdown and every local flush), i.e. nr_tlb_remote_flush_received + nr_tlb_local_flush_all + nr_tlb_local_flush_one; spec/004 §3.5 shows it is dominated by received shootdowns. nr_tlb_remote_flush (rounds) is listed separately.".into(),
+        "Threads are pinned (thread i of all 45 on CPU i), so each process's mm_cpumask holds its own 15 CPUs and a shootdown reaches 14 others; in the seed threads migrate and a flush reaches ~63 CPUs (spec/004 §1.2, §5.1). This scales the IPI counts and their per-CPU spread, not the LUF on/off ratio.".into(),
         "Absolute counts are those of the scaled run and are not comparable with the seed's; only the change rows are. Per-CPU shootdown counts (the seed's /proc/interrupts table, §3.4) need a per-CPU counter the model does not keep yet.".into(),
     ];
-    let llama_want = (s.processes as u64 * s.tokens * (SEED_MODEL_MIB / s.div) << 20) / 4096;
+    let llama_want = llama_pages(s);
     if [Some(&off), on.as_ref()].into_iter().flatten().any(|p| !p.finished || p.ops < llama_want) {
         notes.push(format!("Not all the work was done: some threads did not finish their {} tokens within {} simulated s or exited on an error (a failed fault, e.g. ENOMEM when memory is full of mapped page cache the model cannot reclaim); see the \"weight pages streamed\" rows. Runtime counts such a thread's exit, or the end of the run.", s.tokens, s.max_s));
     }

@@ -108,15 +108,15 @@ impl Llama {
         }
         let tokens = read_size(p, "tokens", 24, 1, 1 << 32)?;
         let chunk = read_size(p, "chunk_kib", 256, KIB, 1 << 20)?;
-        if chunk % PAGE != 0 {
+        if !chunk.is_multiple_of(PAGE) {
             return Err(format!("chunk_kib: must be a multiple of 4, got {}", chunk / KIB));
         }
         let loads_per_page = p.u64("loads_per_page", 1)?;
-        if !(1..=64).contains(&loads_per_page) || PAGE % loads_per_page != 0 {
+        if !(1..=64).contains(&loads_per_page) || !PAGE.is_multiple_of(loads_per_page) {
             return Err(format!("loads_per_page: must divide 4096 and be between 1 and 64, got {loads_per_page}"));
         }
         let code = read_size(p, "code_kib", 64, KIB, 1 << 20)?;
-        if code % PAGE != 0 {
+        if !code.is_multiple_of(PAGE) {
             return Err(format!("code_kib: must be a multiple of 4, got {}", code / KIB));
         }
         let kv = read_size(p, "kv_mib", 4, MIB, 1 << 20)?;

@@ -85,11 +85,11 @@ impl XsBench {
             return Err(format!("loads_per_lookup: must be between 1 and 4096 and at most one per 8 bytes of the tables, got {loads}"));
         }
         let code = read_size(p, "code_kib", 32, KIB, 1 << 20)?;
-        if code % PAGE != 0 {
+        if !code.is_multiple_of(PAGE) {
             return Err(format!("code_kib: must be a multiple of 4, got {}", code / KIB));
         }
         let stack = read_size(p, "stack_kib", 16, KIB, 1 << 20)?;
-        if stack % PAGE != 0 {
+        if !stack.is_multiple_of(PAGE) {
             return Err(format!("stack_kib: must be a multiple of 4, got {}", stack / KIB));
         }
         let compute = p.u64("compute_ns", 0)?;
