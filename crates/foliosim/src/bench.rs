@@ -52,6 +52,13 @@ pub fn run(which: &str) -> Result<Value, String> {
             let v = crate::reproduce::run("promo-table", &mut |_| true).map_err(|e| e.to_string())?;
             Ok(json!({"promo_table_host_s": t0.elapsed().as_secs_f64(), "rows": v["rows"]}))
         }
-        _ => Err(format!("unknown benchmark \"{which}\" (anon_faults, tlb_hits, pf1_threads64, big_machine, promo_table)")),
+        "luf_llama" => {
+            // spec/004's llama experiment, scaled 1/512, LUF off and on
+            // (issue 7 target: under 2 minutes of host time for both).
+            let t0 = Instant::now();
+            let v = crate::reproduce::run("luf-llama", &mut |_| true).map_err(|e| e.to_string())?;
+            Ok(json!({"luf_llama_host_s": t0.elapsed().as_secs_f64(), "rows": v["rows"]}))
+        }
+        _ => Err(format!("unknown benchmark \"{which}\" (anon_faults, tlb_hits, pf1_threads64, big_machine, promo_table, luf_llama)")),
     }
 }

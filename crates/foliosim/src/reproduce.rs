@@ -18,6 +18,7 @@ use crate::hw::profile;
 use crate::run::{self, Outcome};
 use serde_json::{json, Value};
 
+mod luf;
 mod mthp;
 
 pub struct Experiment {
@@ -92,6 +93,9 @@ pub fn registry() -> Vec<Experiment> {
     v.push(Experiment { name: "promo-convergence", title: "page-cache promotion: time per cycle while promotion runs (full scale)", run: crate::reproduce_promo::promo_convergence });
     v.push(Experiment { name: "promo-order", title: "page-cache promotion: list_add_tail vs list_add (full scale)", run: crate::reproduce_promo::promo_order });
     v.push(Experiment { name: "promo-uncapped", title: "page-cache promotion: per-task cap removed vs capped (full scale)", run: crate::reproduce_promo::promo_uncapped });
+    // spec/004: lazy unmap flush (reproduce/luf.rs), scaled down.
+    v.push(Experiment { name: "luf-llama", title: "LUF: llama.cpp-like inference on tiered DRAM + CXL, LUF off vs on (spec/004 §3.2, memory scaled 1/512)", run: luf::luf_llama });
+    v.push(Experiment { name: "luf-xsbench", title: "LUF: XSBench-like lookups on a 1 GiB DRAM + far-memory VM, LUF off vs on (spec/004 §3.7, memory scaled 1/16)", run: luf::luf_xsbench });
     v
 }
 

@@ -207,6 +207,7 @@ pub const BUILTIN: &[(&str, &str)] = &[
     ("e5-2630v3-guest-32g", include_str!("../../../../profiles/e5-2630v3-guest-32g.toml")),
     ("cxl-1tb", include_str!("../../../../profiles/cxl-1tb.toml")),
     ("luf-llama-tiered", include_str!("../../../../profiles/luf-llama-tiered.toml")),
+    ("luf-xsbench-qemu", include_str!("../../../../profiles/luf-xsbench-qemu.toml")),
 ];
 
 pub fn builtin(name: &str) -> Option<&'static str> {

@@ -420,10 +420,10 @@ mod tests {
     fn registry_param_specs_are_accepted() {
         let reg = super::super::registry();
         let mut names: Vec<_> = reg.iter().map(|w| w.name).collect();
-        assert_eq!(names.len(), 19);
+        assert_eq!(names.len(), 21);
         names.sort();
         names.dedup();
-        assert_eq!(names.len(), 19);
+        assert_eq!(names.len(), 21);
         for w in &reg {
             assert!(!w.help.is_empty());
             let mut kv = Vec::new();

@@ -12,6 +12,7 @@ pub mod common;
 pub mod ebizzy;
 pub mod file_reader;
 pub mod kbuild;
+pub mod llama;
 pub mod memhog;
 pub mod memhog_then;
 pub mod params;
@@ -20,6 +21,7 @@ pub mod trace;
 pub mod trace_format;
 pub mod trace_record;
 pub mod will_it_scale;
+pub mod xsbench;
 
 pub type TaskId = u32;
 pub type Fd = i32;
@@ -199,6 +201,8 @@ fn registered() -> Vec<WorkloadInfo> {
     v.push(trace::info());
     v.push(kbuild::info());
     v.extend(ebizzy::infos());
+    v.push(llama::info());
+    v.push(xsbench::info());
     v
 }
 

@@ -1,0 +1,43 @@
+"""The LUF scaffolding (spec/004) as the CLI and the Python API see it:
+the llama and xsbench workloads, the two LUF profiles and the luf-*
+experiments come from the Rust registries."""
+
+from __future__ import annotations
+
+import pytest
+
+import foliosim
+
+from conftest import one_json, run_cli
+
+
+def test_list_shows_luf_workloads_profiles_and_experiments():
+    proc = run_cli("list", "--json")
+    assert proc.returncode == 0, proc.stderr
+    cat = one_json(proc.stdout)
+    assert {"llama", "xsbench"} <= {w["name"] for w in cat["workloads"]}
+    assert {"luf-llama-tiered", "luf-xsbench-qemu"} <= {p["name"] for p in cat["profiles"]}
+    assert {"luf-llama", "luf-xsbench"} <= {e["name"] for e in cat["experiments"]}
+
+
+def test_xsbench_runs_from_python():
+    cfg = {
+        "machine": {"profile": "luf-xsbench-qemu", "node_mem_mib": [64, 128]},
+        "workload": {"name": "xsbench", "threads": 2, "grid_mib": 8, "lookups": 100, "loads_per_lookup": 4},
+        "run": {"warmup_s": 0.0, "duration_s": 1.0},
+    }
+    a = foliosim.run(cfg)
+    assert a.summary["ops_total"] == 100
+    b = foliosim.run(cfg)
+    assert a.raw["vmstat"] == b.raw["vmstat"]
+
+
+@pytest.mark.parametrize("workload,key", [
+    ({"name": "llama", "threads": 0}, "workload.threads"),
+    ({"name": "llama", "loads_per_page": 3}, "workload.loads_per_page"),
+    ({"name": "xsbench", "grid_mib": 0}, "workload.grid_mib"),
+])
+def test_bad_luf_workload_parameters_name_the_key(workload, key):
+    with pytest.raises(foliosim.ConfigError) as e:
+        foliosim.run({"workload": workload})
+    assert key in str(e.value)
