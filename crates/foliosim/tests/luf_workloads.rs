@@ -64,7 +64,7 @@ fn llama_is_deterministic_and_reclaims_with_ifetch_and_stores() {
 /// the model does not have yet: today the models fill memory with mapped
 /// folios, faults fail with ENOMEM and the threads exit early.
 #[test]
-#[ignore = "needs reclaim/demotion of mapped page-cache folios (spec/004 §5.2), not in mm/ yet"]
+
 fn llama_streams_all_tokens_while_memory_is_overcommitted() {
     let o = sim(&llama(4, 2, TIERING, true));
     let want = 3 * 2 * (140 << 20) / 4096;

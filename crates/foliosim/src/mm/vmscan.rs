@@ -84,8 +84,9 @@ impl Kernel {
     /// folio_referenced + folio_check_references for a mapped file folio:
     /// test and clear the young bits of its PTEs (x86 does not flush for
     /// that). True if the folio stays: activated (exec, or referenced
-    /// twice) or given one more trip with PG_referenced.
-    fn folio_check_references(&mut self, pfn: Pfn) -> bool {
+    /// twice) or given one more trip with PG_referenced. The caller moves
+    /// it between lists, so the flags change only once it is off its list.
+    fn folio_check_references(&mut self, pfn: Pfn) -> Option<u32> {
         let mut maps = Vec::new();
         self.rmap_walk(pfn, &mut maps);
         let mut young = 0;
@@ -101,16 +102,14 @@ impl Kernel {
             }
         }
         if young == 0 {
-            return false;
+            return None;
         }
-        let p = self.mem_map.get_mut(pfn);
-        if p.flags & pg::REFERENCED != 0 || young > 1 || exec {
-            p.flags |= pg::ACTIVE;
+        if self.mem_map.get(pfn).flags & pg::REFERENCED != 0 || young > 1 || exec {
             self.stat.inc(Stat::Pgactivate);
+            Some(pg::ACTIVE)
         } else {
-            p.flags |= pg::REFERENCED;
+            Some(pg::REFERENCED)
         }
-        true
     }
 
     /// shrink_folio_list over `cand` (file folios from the tail of the
@@ -134,9 +133,11 @@ impl Kernel {
             let p = self.mem_map.get(pfn);
             let mapped = self.folio_mapcount(pfn);
             let evictable = p.flags & (pg::DIRTY | pg::SHMEM | pg::ANON) == 0 && p.refcount == 1 + mapped && (mapped == 0 || can_unmap);
-            if !evictable || (mapped > 0 && self.folio_check_references(pfn)) {
+            let keep = if evictable && mapped > 0 { self.folio_check_references(pfn) } else { None };
+            if !evictable || keep.is_some() {
                 // Rotate (or activate): another trip around the lists.
                 self.lruvec_del_folio(pfn);
+                self.mem_map.get_mut(pfn).flags |= keep.unwrap_or(0);
                 self.lruvec_add_folio(pfn);
                 continue;
             }
