@@ -25,8 +25,10 @@ fn main() {
     let j = foliosim::run::result_json(&cfg, &out);
     println!("{}", serde_json::to_string_pretty(&j["summary"]).unwrap());
     let keep = ["pgfault", "nr_free_pages", "pgalloc_normal"];
+    // GREP=a,b prints the counters whose names contain one of these.
+    let extra: Vec<String> = std::env::var("GREP").map(|g| g.split(',').map(str::to_string).collect()).unwrap_or_default();
     for (k, v) in j["vmstat"].as_object().unwrap() {
-        if keep.contains(&k.as_str()) || k.contains("report") || k.contains("host") {
+        if keep.contains(&k.as_str()) || k.contains("report") || k.contains("host") || extra.iter().any(|e| k.contains(e.as_str())) {
             println!("{k} = {v}");
         }
     }

@@ -271,6 +271,7 @@ pub fn registry() -> Vec<KnobSpec> {
         KnobSpec { key: "luf.granularity", default: Str("global"), help: "LUF pending set: one global cpumask and generation (v10) or one per zone (RFC v12-like)", values: Some(&["global", "zone"]), range: None },
         KnobSpec { key: "luf.v11_hooks", default: Bool(false), help: "LUF v11 forced flushes as well as v10's: a fault installing a writable PTE, file write(), init_on_free", values: None, range: None },
         KnobSpec { key: "init_on_free", default: Bool(false), help: "boot parameter init_on_free=1: freed pages are zeroed (their contents change while free)", values: None, range: None },
+        KnobSpec { key: "kernel.numa_balancing_scan_delay_ms", default: Int(1000), help: "NUMA balancing: the first scan of an mm waits this long, ms (debugfs sched/numa_balancing/scan_delay_ms)", values: None, range: Some((0, 1 << 32)) },
         KnobSpec { key: "kernel.numa_balancing_scan_period_min_ms", default: Int(1000), help: "NUMA balancing: task_numa_work rescans an mm this often, ms (sysctl before 5.13, debugfs sched/numa_balancing/scan_period_min_ms since; foliosim keeps the period at this minimum: no adaptive scan period)", values: None, range: Some((1, 1 << 32)) },
         KnobSpec { key: "kernel.numa_balancing_scan_size_mb", default: Int(256), help: "NUMA balancing: MB of PTEs made PROT_NONE per task_numa_work pass (up to 8x that of address space walked)", values: None, range: Some((1, 1 << 32)) },
         KnobSpec { key: "kernel.numa_balancing_hot_threshold_ms", default: Int(1000), help: "NUMA balancing memory tiering: a lower-tier page whose hint fault came less than this after its scan is hot (debugfs sched/numa_balancing/hot_threshold_ms)", values: None, range: Some((1, 1 << 32)) },
@@ -313,6 +314,8 @@ pub struct Knobs {
     pub promote_rate_limit_mbps: u64,
     /// kernel.numa_balancing_scan_period_min_ms.
     pub numa_scan_period_min_ms: u64,
+    /// kernel.numa_balancing_scan_delay_ms.
+    pub numa_scan_delay_ms: u64,
     /// kernel.numa_balancing_scan_size_mb.
     pub numa_scan_size_mb: u64,
     /// kernel.numa_balancing_hot_threshold_ms.
@@ -326,7 +329,7 @@ pub struct Knobs {
 
 impl Default for Knobs {
     fn default() -> Self {
-        Knobs { min_free_kbytes: None, watermark_scale_factor: 10, percpu_pagelist_high_fraction: 0, fault_around_bytes: 65536, shuffle: false, mutant: Mutant::None, page_reporting: false, page_reporting_order: None, reported_putback_tail: true, host_discard_free: false, host_thp: false, host_mem_mib: 0, host_prealloc: false, anon_folio: AnonFolioKnobs::default(), fault_locking: FaultLocking::MmapLock, speculative_page_fault: true, fault_trace: 0, rwsem_51: false, demotion_enabled: false, pagecache_promotion_enabled: false, numa_balancing: 0, promote_rate_limit_mbps: 65536, numa_scan_period_min_ms: 1000, numa_scan_size_mb: 256, numa_hot_threshold_ms: 1000, promo_list_head: false, luf: LufKnobs::default(), init_on_free: false }
+        Knobs { min_free_kbytes: None, watermark_scale_factor: 10, percpu_pagelist_high_fraction: 0, fault_around_bytes: 65536, shuffle: false, mutant: Mutant::None, page_reporting: false, page_reporting_order: None, reported_putback_tail: true, host_discard_free: false, host_thp: false, host_mem_mib: 0, host_prealloc: false, anon_folio: AnonFolioKnobs::default(), fault_locking: FaultLocking::MmapLock, speculative_page_fault: true, fault_trace: 0, rwsem_51: false, demotion_enabled: false, pagecache_promotion_enabled: false, numa_balancing: 0, promote_rate_limit_mbps: 65536, numa_scan_period_min_ms: 1000, numa_scan_delay_ms: 1000, numa_scan_size_mb: 256, numa_hot_threshold_ms: 1000, promo_list_head: false, luf: LufKnobs::default(), init_on_free: false }
     }
 }
 
@@ -369,6 +372,7 @@ impl Knobs {
             ("kernel.numa_balancing", KnobValue::Int(i)) => self.numa_balancing = *i as u8,
             ("kernel.numa_balancing_promote_rate_limit_MBps", KnobValue::Int(i)) => self.promote_rate_limit_mbps = *i as u64,
             ("kernel.numa_balancing_scan_period_min_ms", KnobValue::Int(i)) => self.numa_scan_period_min_ms = *i as u64,
+            ("kernel.numa_balancing_scan_delay_ms", KnobValue::Int(i)) => self.numa_scan_delay_ms = *i as u64,
             ("kernel.numa_balancing_scan_size_mb", KnobValue::Int(i)) => self.numa_scan_size_mb = *i as u64,
             ("kernel.numa_balancing_hot_threshold_ms", KnobValue::Int(i)) => self.numa_hot_threshold_ms = *i as u64,
             ("promotion_list_order", KnobValue::Str(s)) => self.promo_list_head = s == "head",

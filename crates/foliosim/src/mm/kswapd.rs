@@ -71,9 +71,6 @@ impl Kernel {
         if cand.is_empty() {
             // shrink_active_list: age the oldest active folios.
             let act: Vec<u32> = self.nodes[nid].lruvec.lists[Lru::ActiveFile as usize].iter_from_tail(&self.mem_map).take(SWAP_CLUSTER_MAX).collect();
-            if act.is_empty() {
-                return (0, 0, t);
-            }
             t = self.nodes[nid].lruvec.lru_lock.lock_for(t, cpu, self.c.lru_lock_per_folio * act.len() as Ns, &self.lc);
             self.stat.add(Stat::Pgrefill, act.len() as i64);
             for pfn in act {
@@ -83,6 +80,10 @@ impl Kernel {
                 self.stat.inc(Stat::Pgdeactivate);
             }
             cand = self.nodes[nid].lruvec.lists[Lru::InactiveFile as usize].iter_from_tail(&self.mem_map).take(SWAP_CLUSTER_MAX).collect();
+        }
+        cand.extend(self.anon_demotion_candidates(nid));
+        if cand.is_empty() {
+            return (0, 0, t);
         }
         t = self.nodes[nid].lruvec.lru_lock.lock_for(t, cpu, self.c.lru_lock_per_folio * cand.len() as Ns, &self.lc);
         self.stat.add(Stat::PgscanKswapd, cand.len() as i64);

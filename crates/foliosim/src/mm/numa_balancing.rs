@@ -42,8 +42,6 @@ use super::vmstat::Stat;
 use crate::kernel::Kernel;
 use crate::sim::Ns;
 
-/// sysctl_numa_balancing_scan_delay: the first scan of an mm waits this long.
-pub const NUMA_SCAN_DELAY_MS: u64 = 1000;
 const HPAGE_SIZE: u64 = 1 << PMD_SHIFT;
 
 impl Kernel {
@@ -62,9 +60,10 @@ impl Kernel {
         if kthread || exited || !self.mms[mm as usize].alive {
             return;
         }
+        let delay_ms = self.knobs.numa_scan_delay_ms;
         let m = &mut self.mms[mm as usize];
         if m.numa_next_scan == 0 {
-            m.numa_next_scan = now + NUMA_SCAN_DELAY_MS * 1_000_000;
+            m.numa_next_scan = now + delay_ms * 1_000_000;
         }
         if now < m.numa_next_scan {
             return;

@@ -67,7 +67,31 @@ impl Kernel {
         (freed, t)
     }
 
+    /// With a demotion target, anonymous folios can leave the node even
+    /// without swap (can_demote): the tail of the inactive anon list, the
+    /// oldest active ones moved there first when it is empty.
+    pub(crate) fn anon_demotion_candidates(&mut self, nid: usize) -> Vec<Pfn> {
+        if self.next_demotion_node(nid as u32).is_none() {
+            return Vec::new();
+        }
+        let take = |k: &Self, l: Lru| -> Vec<Pfn> { k.nodes[nid].lruvec.lists[l as usize].iter_from_tail(&k.mem_map).take(SWAP_CLUSTER_MAX).collect() };
+        let cand = take(self, Lru::InactiveAnon);
+        if !cand.is_empty() {
+            return cand;
+        }
+        for pfn in take(self, Lru::ActiveAnon) {
+            self.lruvec_del_folio(pfn);
+            self.mem_map.get_mut(pfn).flags &= !(pg::ACTIVE | pg::REFERENCED);
+            self.lruvec_add_folio(pfn);
+            self.stat.inc(Stat::Pgdeactivate);
+        }
+        take(self, Lru::InactiveAnon)
+    }
+
     fn shrink_inactive_file(&mut self, t: Ns, cpu: u32, nid: usize) -> (u64, Ns, usize) {
+        // Direct reclaim takes page cache only; anonymous memory is demoted
+        // by kswapd (a simplification: the kernel's direct reclaim may
+        // demote anon folios too).
         let cand: Vec<u32> = self.nodes[nid].lruvec.lists[Lru::InactiveFile as usize].iter_from_tail(&self.mem_map).take(SWAP_CLUSTER_MAX).collect();
         if cand.is_empty() {
             return (0, t, 0);
@@ -132,7 +156,13 @@ impl Kernel {
         for &pfn in cand {
             let p = self.mem_map.get(pfn);
             let mapped = self.folio_mapcount(pfn);
-            let evictable = p.flags & (pg::DIRTY | pg::SHMEM | pg::ANON) == 0 && p.refcount == 1 + mapped && (mapped == 0 || can_unmap);
+            let anon = p.flags & pg::ANON != 0;
+            // Anonymous folios only leave by demotion (no swap device).
+            let evictable = if anon {
+                demote_to.is_some() && p.refcount == mapped && can_unmap
+            } else {
+                p.flags & (pg::DIRTY | pg::SHMEM) == 0 && p.refcount == 1 + mapped && (mapped == 0 || can_unmap)
+            };
             let keep = if evictable && mapped > 0 { self.folio_check_references(pfn) } else { None };
             if !evictable || keep.is_some() {
                 // Rotate (or activate): another trip around the lists.
@@ -172,6 +202,10 @@ impl Kernel {
                 freed += moved;
                 // Could not demote: drop them as plain reclaim would.
                 for pfn in failed {
+                    if self.mem_map.get(pfn).flags & pg::ANON != 0 {
+                        self.folio_putback_lru(pfn);
+                        continue;
+                    }
                     if self.folio_mapcount(pfn) > 0 {
                         let (unmapped, luf, t1) = self.try_to_unmap(t, cpu, tid, pfn, true);
                         t = t1;

@@ -243,13 +243,20 @@ pub(crate) struct XsScale {
 /// What `luf-xsbench` runs: 1/16 of the memory (64 MiB DRAM, 1 GiB far,
 /// 352 MiB of tables), 14 threads on 16 CPUs, 1/1000 of the seed's lookups
 /// (1.7 M, about 1 simulated second).
+/// The run is 1/1000 of the seed's lookups, so NUMA balancing's clock
+/// (scan delay, scan period, hot threshold: 1 s each by default) is
+/// compressed by the same factor, and the scan size follows the memory
+/// scale: the scans per lookup and the share of the tables each one
+/// covers stay the seed's.
+const XS_TIME_DIV: u64 = 1000;
+
 pub(crate) const XS_FULL: XsScale = XsScale { div: 16, threads: 14, lookups: 1_700_000, max_s: 600.0 };
 
 fn xs_toml(s: &XsScale, luf: bool) -> String {
     let (dram, far, grid) = (XS_SEED_DRAM_MIB / s.div, XS_SEED_FAR_MIB / s.div, XS_SEED_GRID_MIB / s.div);
     format!(
-        "seed = {SEED}\n[machine]\nprofile = \"{XS_PROFILE}\"\nnode_mem_mib = [{dram}, {far}]\n[workload]\nname = \"xsbench\"\nthreads = {}\ngrid_mib = {grid}\nlookups = {}\nloads_per_lookup = {XS_LOADS}\ncompute_ns = {XS_COMPUTE_NS}\n[run]\nwarmup_s = 0.0\nduration_s = {}\n[knobs]\n{TIERING}\"luf.enabled\" = {luf}\n",
-        s.threads, s.lookups, s.max_s
+        "seed = {SEED}\n[machine]\nprofile = \"{XS_PROFILE}\"\nnode_mem_mib = [{dram}, {far}]\n[workload]\nname = \"xsbench\"\nthreads = {}\ngrid_mib = {grid}\nlookups = {}\nloads_per_lookup = {XS_LOADS}\ncompute_ns = {XS_COMPUTE_NS}\n[run]\nwarmup_s = 0.0\nduration_s = {}\n[knobs]\n{TIERING}\"luf.enabled\" = {luf}\n\"kernel.numa_balancing_scan_delay_ms\" = {}\n\"kernel.numa_balancing_scan_period_min_ms\" = {}\n\"kernel.numa_balancing_hot_threshold_ms\" = {}\n\"kernel.numa_balancing_scan_size_mb\" = {}\n",
+        s.threads, s.lookups, s.max_s, (1000 / XS_TIME_DIV).max(1), (1000 / XS_TIME_DIV).max(1), (1000 / XS_TIME_DIV).max(1), (256 / s.div).max(1)
     )
 }
 
