@@ -251,16 +251,64 @@ impl Assoc {
     #[inline(always)]
     fn find_h(&self, h: u32, asid: u32, tag: u64, s: u32) -> Option<usize> {
         let base = self.set_base(tag);
-        let hs = &self.hash[base..base + self.ways];
-        for (i, &x) in hs.iter().enumerate() {
-            if x == h {
-                let e = &self.slot[base + i].ent;
-                if e.asid == asid && e.size as u32 == s && e.vpn >> s == tag {
+        // The profiles' common associativities get a fixed-length scan the
+        // compiler unrolls (and vectorises) instead of a counted loop.
+        match self.ways {
+            4 => self.find_in::<4>(base, h, asid, tag, s),
+            8 => self.find_in::<8>(base, h, asid, tag, s),
+            16 => self.find_in::<16>(base, h, asid, tag, s),
+            _ => self.find_in::<0>(base, h, asid, tag, s),
+        }
+    }
+
+    /// `find_h` in the set at `base`, `W` ways (0: `self.ways`).
+    #[inline(always)]
+    fn find_in<const W: usize>(&self, base: usize, h: u32, asid: u32, tag: u64, s: u32) -> Option<usize> {
+        let ways = if W == 0 { self.ways } else { W };
+        let hs = &self.hash[base..base + ways];
+        let verify = |i: usize| {
+            let e = &self.slot[base + i].ent;
+            e.asid == asid && e.size as u32 == s && e.vpn >> s == tag
+        };
+        if W == 0 {
+            for (i, &x) in hs.iter().enumerate() {
+                if x == h && verify(i) {
                     return Some(base + i);
                 }
             }
+            return None;
+        }
+        // Filter matches as a bitmask, lowest way first (as the loop above).
+        let mut m = 0u32;
+        for (i, &x) in hs.iter().enumerate() {
+            m |= ((x == h) as u32) << i;
+        }
+        while m != 0 {
+            let i = m.trailing_zeros() as usize;
+            if verify(i) {
+                return Some(base + i);
+            }
+            m &= m - 1;
         }
         None
+    }
+
+    /// Way of the set `set` to fill: the first empty way, else the least
+    /// recently used one. Empty slots have stamp 0 and valid stamps are
+    /// distinct, so that is the first minimum.
+    #[inline(always)]
+    fn victim<const W: usize>(set: &[Slot]) -> usize {
+        let n = if W == 0 { set.len() } else { W };
+        let set = &set[..n];
+        let mut victim = 0;
+        let mut oldest = set[0].stamp;
+        for (i, sl) in set.iter().enumerate().skip(1) {
+            if sl.stamp < oldest {
+                oldest = sl.stamp;
+                victim = i;
+            }
+        }
+        victim
     }
 
     #[inline(always)]
@@ -273,6 +321,14 @@ impl Assoc {
     #[inline(always)]
     fn probe(&mut self, asid: u32, vpn: u64, h0: u32) -> Option<TlbEntry> {
         let mut mask = self.size_mask;
+        if mask == 1 {
+            // Only 4 KiB entries (the usual case): no walk over the sizes.
+            let i = self.find_h(h0, asid, vpn, 0)?;
+            self.clock += 1;
+            let sl = &mut self.slot[i];
+            sl.stamp = self.clock;
+            return Some(sl.ent);
+        }
         while mask != 0 {
             let s = mask.trailing_zeros();
             mask &= mask - 1;
@@ -327,20 +383,12 @@ impl Assoc {
         let set = &mut self.slot[base..base + ways];
         let w = match existing {
             Some(i) => i - base,
-            None => {
-                // First empty way, else least recently used: empty slots
-                // have stamp 0 and valid stamps are distinct, so the first
-                // minimum is that slot.
-                let mut victim = 0;
-                let mut oldest = set[0].stamp;
-                for (i, sl) in set.iter().enumerate().skip(1) {
-                    if sl.stamp < oldest {
-                        oldest = sl.stamp;
-                        victim = i;
-                    }
-                }
-                victim
-            }
+            None => match ways {
+                4 => Self::victim::<4>(set),
+                8 => Self::victim::<8>(set),
+                16 => Self::victim::<16>(set),
+                _ => Self::victim::<0>(set),
+            },
         };
         let sl = &mut set[w];
         if sl.stamp != 0 {
@@ -534,7 +582,9 @@ impl Tlb {
 
     /// Translate `va` of address space `asid` for an access of `kind`.
     /// Updates LRU state and statistics; an STLB hit refills the L1.
-    #[inline]
+    /// Inlined into the access loops: a call would return the entry through
+    /// memory.
+    #[inline(always)]
     pub fn lookup(&mut self, asid: u32, va: u64, kind: Access) -> TlbLookup {
         let k = kind as usize;
         let vpn = va >> PAGE_SHIFT;
