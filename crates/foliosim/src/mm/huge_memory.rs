@@ -284,6 +284,10 @@ impl Kernel {
     /// faulting slot, which must equal `expect` (calc_anon_folio_order_alloc,
     /// with its first_bad shortcut; runs without the PTL). 0 if none.
     pub(crate) fn anon_fault_order(&self, mm: u32, vma: &Vma, addr: u64, expect: Pte, mask: u32) -> u32 {
+        if mask & PTE_ORDERS == 0 && mask & (1 << PMD_ORDER) == 0 {
+            // No order to try (every 4 KiB-only fault): skip the table lookup.
+            return 0;
+        }
         let Some(tbl) = self.mms[mm as usize].pt.table(addr) else { return 0 };
         let skip_bound = self.knobs.mutant == Mutant::MthpSkipVmaBound;
         let skip_scan = self.knobs.mutant == Mutant::MthpSkipPteRecheck;
