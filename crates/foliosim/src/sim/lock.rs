@@ -59,29 +59,44 @@ const MAX_INTERVALS: usize = 256;
 impl Timeline {
     /// Reserve the earliest slot at or after `t` for `cpu`; `len(prev)`
     /// gives the slot's length given the previous holder. Returns (start, end).
-    #[inline]
+    /// The common case (after everything reserved so far) is inlined into
+    /// every lock operation; the gap search is out of line.
+    #[inline(always)]
     pub fn reserve(&mut self, t: Ns, cpu: u32, mut len: impl FnMut(u32) -> Ns) -> (Ns, Ns) {
         while self.iv.len() - self.head > MAX_INTERVALS || (self.head < self.iv.len() && self.iv[self.head].1 + HORIZON < t) {
             self.head += 1;
         }
         if self.head >= 64 && 2 * self.head >= self.iv.len() {
-            // Amortised: at least as many live moves as forgotten entries.
-            self.iv.drain(..self.head);
-            self.head = 0;
+            self.compact();
         }
         // Fast path: after everything reserved so far.
         if self.head < self.iv.len() {
             let (_, e, owner) = self.iv[self.iv.len() - 1];
-            if e <= t {
-                let end = t + len(owner);
-                self.iv.push((t, end, cpu));
-                return (t, end);
+            if e > t {
+                return self.reserve_in_gap(t, cpu, &mut len);
             }
+            let end = t + len(owner);
+            self.iv.push((t, end, cpu));
+            (t, end)
         } else {
             let end = t + len(u32::MAX);
             self.iv.push((t, end, cpu));
-            return (t, end);
+            (t, end)
         }
+    }
+
+    /// Drop the forgotten reservations' storage. Amortised: it moves at
+    /// most as many live entries as forgotten ones.
+    #[cold]
+    #[inline(never)]
+    fn compact(&mut self) {
+        self.iv.drain(..self.head);
+        self.head = 0;
+    }
+
+    /// `reserve` when `t` is before the end of the latest reservation.
+    #[inline(never)]
+    fn reserve_in_gap(&mut self, t: Ns, cpu: u32, len: &mut dyn FnMut(u32) -> Ns) -> (Ns, Ns) {
         let head = self.head;
         let live = &self.iv[head..];
         // First interval that ends after t.
