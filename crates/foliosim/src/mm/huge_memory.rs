@@ -350,7 +350,7 @@ impl Kernel {
             return Err(t);
         }
         let (mask, pmd) = self.anon_policy.fault_orders(vma);
-        if !(pmd && !zero) && mask & PTE_ORDERS == 0 {
+        if (!pmd || zero) && mask & PTE_ORDERS == 0 {
             // No large order allowed (every fault with mTHP off): the order-0
             // path, without entering the large-folio machinery below.
             return Err(t);
