@@ -189,17 +189,31 @@ fn key_hash(asid: u32, tag: u64, size: u32) -> u32 {
     ((x.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as u32) | 1
 }
 
-/// One set-associative structure with LRU replacement. Struct-of-arrays:
-/// the probe scans the `hash` filter of one set, then verifies the entry.
+/// The hash of an entry's own key.
+#[inline(always)]
+fn entry_hash(e: &TlbEntry) -> u32 {
+    key_hash(e.asid, e.vpn >> e.size, e.size as u32)
+}
+
+/// Everything of a slot but its filter hash: the probe scans the dense
+/// hash array and touches a slot only on a filter match.
+#[derive(Clone, Copy, Debug)]
+struct Slot {
+    /// LRU stamp; 0 exactly for an empty slot (the clock starts at 1), so
+    /// "first empty way, else least recently used" is one argmin.
+    stamp: u64,
+    ent: TlbEntry,
+}
+
+/// One set-associative structure with LRU replacement: a filter-hash array
+/// and a slot array, a set being `ways` consecutive indices of each.
 #[derive(Clone, Debug)]
 struct Assoc {
     ways: usize,
     set_mask: usize,
     /// 0 = empty slot.
     hash: Vec<u32>,
-    asid: Vec<u32>,
-    stamp: Vec<u64>,
-    ent: Vec<TlbEntry>,
+    slot: Vec<Slot>,
     clock: u64,
     /// Bit s set iff at least one valid entry has size s.
     size_mask: u32,
@@ -219,9 +233,7 @@ impl Assoc {
             ways: ways as usize,
             set_mask: sets - 1,
             hash: vec![0; n],
-            asid: vec![0; n],
-            stamp: vec![0; n],
-            ent: vec![EMPTY; n],
+            slot: vec![Slot { stamp: 0, ent: EMPTY }; n],
             clock: 0,
             size_mask: 0,
             size_count: [0; size::MAX as usize + 1],
@@ -229,33 +241,103 @@ impl Assoc {
         }
     }
 
-    /// Slot of the entry with exactly this key, if present.
+    /// First slot of the set `tag` maps to.
     #[inline(always)]
-    fn find(&self, asid: u32, tag: u64, s: u32) -> Option<usize> {
-        let h = key_hash(asid, tag, s);
-        let base = (tag as usize & self.set_mask) * self.ways;
-        let hs = &self.hash[base..base + self.ways];
-        for (i, &x) in hs.iter().enumerate() {
-            if x == h {
-                let e = &self.ent[base + i];
-                if e.asid == asid && e.size as u32 == s && e.vpn >> s == tag {
+    fn set_base(&self, tag: u64) -> usize {
+        (tag as usize & self.set_mask) * self.ways
+    }
+
+    /// Slot of the entry with exactly this key (`h` its hash), if present.
+    #[inline(always)]
+    fn find_h(&self, h: u32, asid: u32, tag: u64, s: u32) -> Option<usize> {
+        let base = self.set_base(tag);
+        // The profiles' common associativities get a fixed-length scan the
+        // compiler unrolls (and vectorises) instead of a counted loop.
+        match self.ways {
+            4 => self.find_in::<4>(base, h, asid, tag, s),
+            8 => self.find_in::<8>(base, h, asid, tag, s),
+            16 => self.find_in::<16>(base, h, asid, tag, s),
+            _ => self.find_in::<0>(base, h, asid, tag, s),
+        }
+    }
+
+    /// `find_h` in the set at `base`, `W` ways (0: `self.ways`).
+    #[inline(always)]
+    fn find_in<const W: usize>(&self, base: usize, h: u32, asid: u32, tag: u64, s: u32) -> Option<usize> {
+        let ways = if W == 0 { self.ways } else { W };
+        let hs = &self.hash[base..base + ways];
+        let verify = |i: usize| {
+            let e = &self.slot[base + i].ent;
+            e.asid == asid && e.size as u32 == s && e.vpn >> s == tag
+        };
+        if W == 0 {
+            for (i, &x) in hs.iter().enumerate() {
+                if x == h && verify(i) {
                     return Some(base + i);
                 }
             }
+            return None;
+        }
+        // Filter matches as a bitmask, lowest way first (as the loop above).
+        let mut m = 0u32;
+        for (i, &x) in hs.iter().enumerate() {
+            m |= ((x == h) as u32) << i;
+        }
+        while m != 0 {
+            let i = m.trailing_zeros() as usize;
+            if verify(i) {
+                return Some(base + i);
+            }
+            m &= m - 1;
         }
         None
     }
 
+    /// Way of the set `set` to fill: the first empty way, else the least
+    /// recently used one. Empty slots have stamp 0 and valid stamps are
+    /// distinct, so that is the first minimum.
     #[inline(always)]
-    fn probe(&mut self, asid: u32, vpn: u64) -> Option<TlbEntry> {
+    fn victim<const W: usize>(set: &[Slot]) -> usize {
+        let n = if W == 0 { set.len() } else { W };
+        let set = &set[..n];
+        let mut victim = 0;
+        let mut oldest = set[0].stamp;
+        for (i, sl) in set.iter().enumerate().skip(1) {
+            if sl.stamp < oldest {
+                oldest = sl.stamp;
+                victim = i;
+            }
+        }
+        victim
+    }
+
+    #[inline(always)]
+    fn find(&self, asid: u32, tag: u64, s: u32) -> Option<usize> {
+        self.find_h(key_hash(asid, tag, s), asid, tag, s)
+    }
+
+    /// Look `vpn` up in every size present; `h0` is the size-0 key hash,
+    /// which the caller computes once for all structures it probes.
+    #[inline(always)]
+    fn probe(&mut self, asid: u32, vpn: u64, h0: u32) -> Option<TlbEntry> {
         let mut mask = self.size_mask;
+        if mask == 1 {
+            // Only 4 KiB entries (the usual case): no walk over the sizes.
+            let i = self.find_h(h0, asid, vpn, 0)?;
+            self.clock += 1;
+            let sl = &mut self.slot[i];
+            sl.stamp = self.clock;
+            return Some(sl.ent);
+        }
         while mask != 0 {
             let s = mask.trailing_zeros();
             mask &= mask - 1;
-            if let Some(i) = self.find(asid, vpn >> s, s) {
+            let h = if s == 0 { h0 } else { key_hash(asid, vpn >> s, s) };
+            if let Some(i) = self.find_h(h, asid, vpn >> s, s) {
                 self.clock += 1;
-                self.stamp[i] = self.clock;
-                return Some(self.ent[i]);
+                let sl = &mut self.slot[i];
+                sl.stamp = self.clock;
+                return Some(sl.ent);
             }
         }
         None
@@ -265,7 +347,8 @@ impl Assoc {
     fn drop_slot(&mut self, i: usize) {
         debug_assert!(self.hash[i] != 0);
         self.hash[i] = 0;
-        let s = self.ent[i].size as usize;
+        self.slot[i].stamp = 0;
+        let s = self.slot[i].ent.size as usize;
         self.size_count[s] -= 1;
         if self.size_count[s] == 0 {
             self.size_mask &= !(1 << s);
@@ -275,51 +358,51 @@ impl Assoc {
 
     /// Insert (or overwrite the same key), evicting the set's LRU entry.
     fn insert(&mut self, e: TlbEntry) {
-        self.insert_inner(e, true)
+        let h = entry_hash(&e);
+        let existing = self.find_h(h, e.asid, e.vpn >> e.size, e.size as u32);
+        self.insert_at(e, h, existing)
     }
 
-    /// `insert` for an entry known to be absent (after a full miss).
-    fn insert_absent(&mut self, e: TlbEntry) {
+    /// `insert` for an entry known to be absent (after a miss); `h` is
+    /// `entry_hash(&e)`.
+    #[inline(always)]
+    fn insert_absent(&mut self, e: TlbEntry, h: u32) {
+        debug_assert!(h == entry_hash(&e));
         debug_assert!(self.find(e.asid, e.vpn >> e.size, e.size as u32).is_none());
-        self.insert_inner(e, false)
+        self.insert_at(e, h, None)
     }
 
     #[inline(always)]
-    fn insert_inner(&mut self, e: TlbEntry, may_exist: bool) {
+    fn insert_at(&mut self, e: TlbEntry, h: u32, existing: Option<usize>) {
         let s = e.size as u32;
-        let tag = e.vpn >> s;
-        let h = key_hash(e.asid, tag, s);
-        let base = (tag as usize & self.set_mask) * self.ways;
-        let slot = match if may_exist { self.find(e.asid, tag, s) } else { None } {
-            Some(i) => {
-                self.drop_slot(i);
-                i
-            }
-            None => {
-                // First empty way, else least recently used.
-                let mut victim = base;
-                let mut oldest = u64::MAX;
-                for i in base..base + self.ways {
-                    if self.hash[i] == 0 {
-                        victim = i;
-                        break;
-                    }
-                    if self.stamp[i] < oldest {
-                        oldest = self.stamp[i];
-                        victim = i;
-                    }
-                }
-                if self.hash[victim] != 0 {
-                    self.drop_slot(victim);
-                }
-                victim
-            }
+        let base = self.set_base(e.vpn >> s);
+        // Work on the set's own slices: one bounds check per array instead
+        // of one per element.
+        let ways = self.ways;
+        let hs = &mut self.hash[base..base + ways];
+        let set = &mut self.slot[base..base + ways];
+        let w = match existing {
+            Some(i) => i - base,
+            None => match ways {
+                4 => Self::victim::<4>(set),
+                8 => Self::victim::<8>(set),
+                16 => Self::victim::<16>(set),
+                _ => Self::victim::<0>(set),
+            },
         };
-        self.hash[slot] = h;
-        self.asid[slot] = e.asid;
-        self.ent[slot] = e;
+        let sl = &mut set[w];
+        if sl.stamp != 0 {
+            // Evict (or replace the same key): drop_slot's accounting.
+            let old = sl.ent.size as usize;
+            self.size_count[old] -= 1;
+            if self.size_count[old] == 0 {
+                self.size_mask &= !(1 << old);
+            }
+            self.nr_valid -= 1;
+        }
+        hs[w] = h;
         self.clock += 1;
-        self.stamp[slot] = self.clock;
+        *sl = Slot { stamp: self.clock, ent: e };
         self.size_count[s as usize] += 1;
         self.size_mask |= 1 << s;
         self.nr_valid += 1;
@@ -353,9 +436,9 @@ impl Assoc {
             }
         } else {
             for i in 0..self.hash.len() {
-                if self.hash[i] != 0 && self.asid[i] == asid {
-                    let e = &self.ent[i];
-                    if e.vpn <= last && e.vpn + (1u64 << e.size) > first {
+                if self.hash[i] != 0 {
+                    let e = &self.slot[i].ent;
+                    if e.asid == asid && e.vpn <= last && e.vpn + (1u64 << e.size) > first {
                         self.drop_slot(i);
                         dropped += 1;
                     }
@@ -371,7 +454,7 @@ impl Assoc {
         }
         let mut dropped = 0;
         for i in 0..self.hash.len() {
-            if self.asid[i] == asid && self.hash[i] != 0 {
+            if self.hash[i] != 0 && self.slot[i].ent.asid == asid {
                 self.drop_slot(i);
                 dropped += 1;
             }
@@ -383,6 +466,9 @@ impl Assoc {
         let n = self.nr_valid;
         if n != 0 {
             self.hash.fill(0);
+            for sl in &mut self.slot {
+                sl.stamp = 0;
+            }
             self.size_count = [0; size::MAX as usize + 1];
             self.size_mask = 0;
             self.nr_valid = 0;
@@ -396,7 +482,7 @@ impl Assoc {
         }
         for i in 0..self.hash.len() {
             if self.hash[i] != 0 {
-                f(&self.ent[i]);
+                f(&self.slot[i].ent);
             }
         }
     }
@@ -407,7 +493,7 @@ impl Assoc {
             let s = mask.trailing_zeros();
             mask &= mask - 1;
             if let Some(i) = self.find(asid, vpn >> s, s) {
-                f(&self.ent[i]);
+                f(&self.slot[i].ent);
             }
         }
     }
@@ -439,14 +525,14 @@ impl Tlb {
     }
 
     #[inline(always)]
-    fn l1_probe(&mut self, asid: u32, vpn: u64, kind: Access) -> Option<TlbEntry> {
+    fn l1_probe(&mut self, asid: u32, vpn: u64, h0: u32, kind: Access) -> Option<TlbEntry> {
         match kind {
-            Access::Ifetch => self.l1i.probe(asid, vpn),
-            Access::Load | Access::Store => match self.l1d.probe(asid, vpn) {
+            Access::Ifetch => self.l1i.probe(asid, vpn, h0),
+            Access::Load | Access::Store => match self.l1d.probe(asid, vpn, h0) {
                 Some(e) => Some(e),
                 None => {
                     if self.l1d_2m.size_mask != 0 {
-                        self.l1d_2m.probe(asid, vpn)
+                        self.l1d_2m.probe(asid, vpn, h0)
                     } else {
                         None
                     }
@@ -460,13 +546,24 @@ impl Tlb {
     /// is in no structure, so no search for an old copy is needed.
     pub fn fill_after_miss(&mut self, kind: Access, e: TlbEntry) {
         self.stats.fills += 1;
-        match kind {
-            Access::Ifetch => self.l1i.insert_absent(e),
-            Access::Load | Access::Store if e.size >= size::PMD => self.l1d_2m.insert_absent(e),
-            Access::Load | Access::Store => self.l1d.insert_absent(e),
-        }
+        let h = entry_hash(&e);
+        self.l1_fill_absent(kind, e, h);
         if e.size < size::PMD || self.stlb_holds_2m {
-            self.stlb.insert_absent(e);
+            self.stlb.insert_absent(e, h);
+        }
+    }
+
+    #[inline(always)]
+    fn l1_fill_absent(&mut self, kind: Access, e: TlbEntry, h: u32) {
+        match kind {
+            Access::Ifetch => self.l1i.insert_absent(e, h),
+            Access::Load | Access::Store => {
+                if e.size >= size::PMD {
+                    self.l1d_2m.insert_absent(e, h)
+                } else {
+                    self.l1d.insert_absent(e, h)
+                }
+            }
         }
     }
 
@@ -485,18 +582,25 @@ impl Tlb {
 
     /// Translate `va` of address space `asid` for an access of `kind`.
     /// Updates LRU state and statistics; an STLB hit refills the L1.
-    #[inline]
+    /// Inlined into the access loops: a call would return the entry through
+    /// memory.
+    #[inline(always)]
     pub fn lookup(&mut self, asid: u32, va: u64, kind: Access) -> TlbLookup {
         let k = kind as usize;
         let vpn = va >> PAGE_SHIFT;
+        // Every structure probes the 4 KiB key first: hash it once.
+        let h0 = key_hash(asid, vpn, 0);
         self.stats.lookups[k] += 1;
-        if let Some(e) = self.l1_probe(asid, vpn, kind) {
+        if let Some(e) = self.l1_probe(asid, vpn, h0, kind) {
             return TlbLookup::L1Hit(e);
         }
         self.stats.l1_misses[k] += 1;
-        if let Some(e) = self.stlb.probe(asid, vpn) {
+        if let Some(e) = self.stlb.probe(asid, vpn, h0) {
             self.stats.stlb_hits[k] += 1;
-            self.l1_fill(kind, e);
+            // The L1 probe just missed every size at this vpn, so no L1
+            // entry has e's key: skip the search for an old copy.
+            let h = if e.size == 0 { h0 } else { entry_hash(&e) };
+            self.l1_fill_absent(kind, e, h);
             return TlbLookup::StlbHit(e);
         }
         self.stats.walks[k] += 1;

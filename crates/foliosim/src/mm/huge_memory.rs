@@ -284,6 +284,10 @@ impl Kernel {
     /// faulting slot, which must equal `expect` (calc_anon_folio_order_alloc,
     /// with its first_bad shortcut; runs without the PTL). 0 if none.
     pub(crate) fn anon_fault_order(&self, mm: u32, vma: &Vma, addr: u64, expect: Pte, mask: u32) -> u32 {
+        if mask & PTE_ORDERS == 0 && mask & (1 << PMD_ORDER) == 0 {
+            // No order to try (every 4 KiB-only fault): skip the table lookup.
+            return 0;
+        }
         let Some(tbl) = self.mms[mm as usize].pt.table(addr) else { return 0 };
         let skip_bound = self.knobs.mutant == Mutant::MthpSkipVmaBound;
         let skip_scan = self.knobs.mutant == Mutant::MthpSkipPteRecheck;
@@ -339,12 +343,26 @@ impl Kernel {
     /// folios: PMD THP first where allowed, then the largest allowed order
     /// with an all-none aligned block, falling back order by order on
     /// allocation failure. `Err(t)`: use the order-0 path from `t`.
+    #[inline]
     pub(crate) fn do_anonymous_large(&mut self, t: Ns, cpu: u32, mm: u32, vma: &Vma, addr: u64, expect: Pte) -> Result<(Fault, Ns), Ns> {
         let zero = expect.present();
         if zero && !self.anon_policy.zero_page_large() {
             return Err(t);
         }
-        let (mut mask, pmd) = self.anon_policy.fault_orders(vma);
+        let (mask, pmd) = self.anon_policy.fault_orders(vma);
+        if (!pmd || zero) && mask & PTE_ORDERS == 0 {
+            // No large order allowed (every fault with mTHP off): the order-0
+            // path, without entering the large-folio machinery below.
+            return Err(t);
+        }
+        self.do_anonymous_large_orders(t, cpu, mm, vma, addr, expect, mask, pmd)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    #[inline(never)]
+    fn do_anonymous_large_orders(&mut self, t: Ns, cpu: u32, mm: u32, vma: &Vma, addr: u64, expect: Pte, mask: u32, pmd: bool) -> Result<(Fault, Ns), Ns> {
+        let zero = expect.present();
+        let mut mask = mask;
         let nid = self.cpus[cpu as usize].node;
         let mut t = t;
         // do_huge_pmd_anonymous_page: unchanged, tried first (spec §2.1).

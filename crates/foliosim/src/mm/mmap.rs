@@ -69,6 +69,14 @@ impl PartialEq for VmaLock {
 impl Eq for VmaLock {}
 
 impl Vma {
+    /// The copy a fault works from. Faults read only the VMA's own fields;
+    /// a plain clone would also copy the lock's timelines (heap-allocated
+    /// deques), one allocation per fault for state the copy never uses.
+    #[inline]
+    pub fn fault_copy(&self) -> Vma {
+        Vma { vm_lock: VmaLock { lock_seq: self.vm_lock.lock_seq, ..Default::default() }, ..*self }
+    }
+
     #[inline]
     pub fn contains(&self, addr: u64) -> bool {
         self.start <= addr && addr < self.end

@@ -123,7 +123,7 @@ impl Kernel {
     pub(crate) fn fault_under_mmap_lock(&mut self, t: Ns, cpu: u32, mm: u32, addr: u64, kind: Access) -> (Fault, Ns) {
         let t = self.mms[mm as usize].mmap_lock.down_read(t, cpu, &self.lc, &self.sc);
         let t = t + self.c.vma_lookup;
-        let (res, t) = match self.mms[mm as usize].vma_lookup(addr).cloned() {
+        let (res, t) = match self.mms[mm as usize].vma_lookup(addr).map(super::mmap::Vma::fault_copy) {
             None => (Fault::Segv, t),
             Some(vma) if !super::memory::access_permitted(&vma, kind) => (Fault::Segv, t),
             Some(vma) => self.handle_pte_fault(t + self.c.fault_base, cpu, mm, &vma, addr & !4095, kind),
@@ -155,7 +155,7 @@ impl Kernel {
             self.fault_event(Stat::VmaLockAbort);
             return FastFault::Fallback(t + lc.local_rmw);
         };
-        let vma = m.vmas[&key].clone();
+        let vma = m.vmas[&key].fault_copy();
         let unlock = |k: &mut Kernel, t: Ns| -> Ns { k.mms[mm as usize].vmas.get_mut(&key).map_or(t, |v| v.vm_lock.sem.up_read(t, cpu, &lc)) };
         if !super::memory::access_permitted(&vma, kind) {
             // An access error under the VMA lock is a SIGSEGV, counted as a success.

@@ -8,6 +8,7 @@
 use super::Pfn;
 use crate::sim::lock::SpinLock;
 use rustc_hash::FxHashMap;
+use std::cell::Cell;
 
 pub const PMD_SHIFT: u32 = 21;
 pub const PUD_SHIFT: u32 = 30;
@@ -90,9 +91,118 @@ pub struct PteTable {
     pub ptl: SpinLock,
 }
 
+/// The PTE tables of one mm by PMD index (va >> PMD_SHIFT), with the map
+/// API the kernel code uses. A fault or a walk looks the same table up
+/// several times in a row (pte_alloc, the fault, the install under the
+/// PTL, the re-walk), so the last table found is remembered: a repeat is
+/// one compare instead of a hash probe. Tables live in a slab; the map
+/// gives a key's slab index.
+pub struct PteTables {
+    index: FxHashMap<u64, u32>,
+    slab: Vec<Box<PteTable>>,
+    /// Key of each slab entry (to re-index the one `swap_remove` moves).
+    keys: Vec<u64>,
+    /// (key, slab index) of the last lookup that found a table; key
+    /// `NO_KEY` when unset. Reset by every insert and remove.
+    last: Cell<(u64, u32)>,
+}
+
+/// Not a PMD index of any user address (va >> 21 < 2^43).
+const NO_KEY: u64 = u64::MAX;
+
+impl Default for PteTables {
+    fn default() -> PteTables {
+        PteTables { index: FxHashMap::default(), slab: Vec::new(), keys: Vec::new(), last: Cell::new((NO_KEY, 0)) }
+    }
+}
+
+// The map API hands out `&Box<PteTable>` as the FxHashMap it replaces did.
+#[allow(clippy::borrowed_box)]
+impl PteTables {
+    #[inline(always)]
+    fn slot(&self, k: u64) -> Option<usize> {
+        let (lk, li) = self.last.get();
+        if lk == k {
+            return Some(li as usize);
+        }
+        let i = *self.index.get(&k)?;
+        self.last.set((k, i));
+        Some(i as usize)
+    }
+
+    #[inline]
+    pub fn get(&self, k: &u64) -> Option<&Box<PteTable>> {
+        self.slot(*k).map(|i| &self.slab[i])
+    }
+
+    #[inline]
+    pub fn get_mut(&mut self, k: &u64) -> Option<&mut Box<PteTable>> {
+        self.slot(*k).map(|i| &mut self.slab[i])
+    }
+
+    #[inline]
+    pub fn contains_key(&self, k: &u64) -> bool {
+        self.slot(*k).is_some()
+    }
+
+    /// Insert (or replace) the table at `k`; returns the old one.
+    pub fn insert(&mut self, k: u64, t: Box<PteTable>) -> Option<Box<PteTable>> {
+        self.last.set((NO_KEY, 0));
+        match self.index.get(&k) {
+            Some(&i) => Some(std::mem::replace(&mut self.slab[i as usize], t)),
+            None => {
+                self.index.insert(k, self.slab.len() as u32);
+                self.slab.push(t);
+                self.keys.push(k);
+                None
+            }
+        }
+    }
+
+    pub fn remove(&mut self, k: &u64) -> Option<Box<PteTable>> {
+        self.last.set((NO_KEY, 0));
+        let i = self.index.remove(k)? as usize;
+        let t = self.slab.swap_remove(i);
+        self.keys.swap_remove(i);
+        if i < self.slab.len() {
+            *self.index.get_mut(&self.keys[i]).expect("moved table indexed") = i as u32;
+        }
+        Some(t)
+    }
+
+    /// Keys in the map's (arbitrary) order; callers sort where order matters.
+    pub fn keys(&self) -> impl Iterator<Item = &u64> + '_ {
+        self.index.keys()
+    }
+
+    /// (key, table) pairs in the map's (arbitrary) order.
+    pub fn iter(&self) -> impl Iterator<Item = (&u64, &Box<PteTable>)> + '_ {
+        self.index.iter().map(|(k, &i)| (k, &self.slab[i as usize]))
+    }
+
+    pub fn values(&self) -> impl Iterator<Item = &Box<PteTable>> + '_ {
+        self.iter().map(|(_, t)| t)
+    }
+
+    pub fn len(&self) -> usize {
+        self.slab.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.slab.is_empty()
+    }
+}
+
+impl std::ops::Index<&u64> for PteTables {
+    type Output = Box<PteTable>;
+    fn index(&self, k: &u64) -> &Box<PteTable> {
+        self.get(k).expect("no PTE table at key")
+    }
+}
+
 #[derive(Default)]
 pub struct PageTable {
-    pub pte_tables: FxHashMap<u64, Box<PteTable>>,
+    pub pte_tables: PteTables,
     /// PMD tables by va >> PUD_SHIFT, with the frame backing each and the number of PTE tables below.
     pub pmd_tables: FxHashMap<u64, (Pfn, u32)>,
     /// PUD tables by va >> PGDIR_SHIFT.

@@ -75,7 +75,7 @@ impl Kernel {
         };
         // The reference (vm_ref_count) is an RMW on the VMA's first line.
         let t = m.vmas.get_mut(&key).unwrap().vm_lock.ref_line.rmw(t, cpu, &lc);
-        let vma = m.vmas[&key].clone();
+        let vma = m.vmas[&key].fault_copy();
         // S2: the count is odd while a writer is inside its section (around
         // the field writes of __vma_adjust, mprotect_fixup, the zap). Those
         // sections are within the writer's atomic step, so a fault never

@@ -41,7 +41,11 @@ impl LineCost {
 /// that starts after it is done.
 #[derive(Clone, Debug, Default)]
 pub struct Timeline {
-    iv: std::collections::VecDeque<(Ns, Ns, u32)>,
+    /// The live reservations are `iv[head..]`. Forgetting the oldest only
+    /// advances `head` (the storage is compacted now and then): cheaper on
+    /// this hot path than a ring buffer's index wrapping.
+    iv: Vec<(Ns, Ns, u32)>,
+    head: usize,
 }
 
 /// Reservations ending this long before a request are forgotten: a request
@@ -55,32 +59,55 @@ const MAX_INTERVALS: usize = 256;
 impl Timeline {
     /// Reserve the earliest slot at or after `t` for `cpu`; `len(prev)`
     /// gives the slot's length given the previous holder. Returns (start, end).
-    #[inline]
+    /// The common case (after everything reserved so far) is inlined into
+    /// every lock operation; the gap search is out of line.
+    #[inline(always)]
     pub fn reserve(&mut self, t: Ns, cpu: u32, mut len: impl FnMut(u32) -> Ns) -> (Ns, Ns) {
-        while self.iv.len() > MAX_INTERVALS || self.iv.front().is_some_and(|f| f.1 + HORIZON < t) {
-            self.iv.pop_front();
+        while self.iv.len() - self.head > MAX_INTERVALS || (self.head < self.iv.len() && self.iv[self.head].1 + HORIZON < t) {
+            self.head += 1;
+        }
+        if self.head >= 64 && 2 * self.head >= self.iv.len() {
+            self.compact();
         }
         // Fast path: after everything reserved so far.
-        if let Some(&(_, e, owner)) = self.iv.back() {
-            if e <= t {
-                let end = t + len(owner);
-                self.iv.push_back((t, end, cpu));
-                return (t, end);
+        if self.head < self.iv.len() {
+            let (_, e, owner) = self.iv[self.iv.len() - 1];
+            if e > t {
+                return self.reserve_in_gap(t, cpu, &mut len);
             }
+            let end = t + len(owner);
+            self.iv.push((t, end, cpu));
+            (t, end)
         } else {
             let end = t + len(u32::MAX);
-            self.iv.push_back((t, end, cpu));
-            return (t, end);
+            self.iv.push((t, end, cpu));
+            (t, end)
         }
+    }
+
+    /// Drop the forgotten reservations' storage. Amortised: it moves at
+    /// most as many live entries as forgotten ones.
+    #[cold]
+    #[inline(never)]
+    fn compact(&mut self) {
+        self.iv.drain(..self.head);
+        self.head = 0;
+    }
+
+    /// `reserve` when `t` is before the end of the latest reservation.
+    #[inline(never)]
+    fn reserve_in_gap(&mut self, t: Ns, cpu: u32, len: &mut dyn FnMut(u32) -> Ns) -> (Ns, Ns) {
+        let head = self.head;
+        let live = &self.iv[head..];
         // First interval that ends after t.
-        let mut i = self.iv.partition_point(|iv| iv.1 <= t);
+        let mut i = live.partition_point(|iv| iv.1 <= t);
         let mut s = t;
-        let mut owner = if i > 0 { self.iv[i - 1].2 } else { u32::MAX };
+        let mut owner = if i > 0 { live[i - 1].2 } else { u32::MAX };
         loop {
-            if i == self.iv.len() {
+            if i == live.len() {
                 break;
             }
-            let (is, ie, io) = self.iv[i];
+            let (is, ie, io) = live[i];
             if is <= s || s + len(owner) > is {
                 s = s.max(ie);
                 owner = io;
@@ -90,13 +117,13 @@ impl Timeline {
             break;
         }
         let end = s + len(owner);
-        self.iv.insert(i, (s, end, cpu));
+        self.iv.insert(head + i, (s, end, cpu));
         (s, end)
     }
 
     /// End of the latest reservation.
     pub fn busy_until(&self) -> Ns {
-        self.iv.back().map_or(0, |x| x.1)
+        self.iv[self.head..].last().map_or(0, |x| x.1)
     }
 }
 
