@@ -25,7 +25,10 @@ struct H {
 
 impl H {
     fn boot(knobs: &str, seed: u64) -> H {
-        let text = format!("seed = {seed}\n[machine]\nprofile = \"generic-x86\"\nnr_cpus = 16\nnode_mem_mib = [64, 64]\n[workload]\nname = \"mmap1\"\n[run]\nduration_s = 0.01\ncheck = true\n[knobs]\n{knobs}\n");
+        // Page reporting skips a zone unless 32 pageblocks stay free above
+        // its low watermark: give node 0 room for that.
+        let node0 = if knobs.contains("page_reporting.enabled") { 256 } else { 64 };
+        let text = format!("seed = {seed}\n[machine]\nprofile = \"generic-x86\"\nnr_cpus = 16\nnode_mem_mib = [{node0}, 64]\n[workload]\nname = \"mmap1\"\n[run]\nduration_s = 0.01\ncheck = true\n[knobs]\n{knobs}\n");
         let c = config::from_toml(&text, "luf-test").unwrap();
         H { k: Kernel::boot(c.profile, c.knobs, true, seed).unwrap(), rng: seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1, arena: Default::default() }
     }
@@ -476,6 +479,32 @@ fn scenario_wrap(knobs: &str, seed: u64) -> H {
     h
 }
 
+/// Scenario 6 (page reporting exit): LUF'd frames drain to buddy, merge
+/// into reportable blocks, and the free-page-reporting worker isolates
+/// them and hands them to the host, which discards their contents.
+fn scenario_reporting(knobs: &str, seed: u64) -> H {
+    let (mut h, a, base, t, _) = readers_then_reclaim(&format!("{knobs}\n\"page_reporting.enabled\" = true\n\"page_reporting.page_reporting_order\" = 5"), seed, &[]);
+    let worker = h.k.prdev.as_ref().expect("reporting device").tid;
+    let t = h.k.pa.drain_pages(t, 3);
+    let c = h.k.tasks[a[0] as usize].cpu;
+    let _ = c;
+    // A free reached the reporting order: the request, then the worker runs.
+    if h.k.pa.take_page_reporting_notify() {
+        h.k.tasks[worker as usize].clock = t;
+    }
+    let r = h.rand(1000);
+    h.k.tasks[worker as usize].clock = h.k.tasks[worker as usize].clock.max(t + r);
+    for _ in 0..8 {
+        h.k.cpus[h.k.tasks[worker as usize].cpu as usize].curr = worker;
+        h.k.kthread_step(worker);
+    }
+    let t = h.k.tasks[worker as usize].clock;
+    for &tid in &a {
+        h.read_all(tid, t + 10, base);
+    }
+    h
+}
+
 const LUF: &str = "\"luf.enabled\" = true";
 const LUF11: &str = "\"luf.enabled\" = true\n\"luf.v11_hooks\" = true";
 const SEEDS: u64 = 12;
@@ -503,6 +532,9 @@ fn luf_as_specified_passes_every_scenario() {
         }
         let h = scenario_init_on_free(LUF11, seed);
         assert!(h.violations().is_empty(), "seed {seed}, init_on_free: {:?}", h.violations());
+        let h = scenario_reporting(LUF, seed);
+        assert!(h.violations().is_empty(), "seed {seed}, page reporting: {:?}", h.violations());
+        assert!(h.stat("foliosim_page_reporting_reported_pages") > 0, "the worker reported blocks");
     }
 }
 
@@ -572,6 +604,11 @@ fn m5_d3_refill_drops_generation_is_caught() {
 }
 
 #[test]
+fn m6_skip_isolation_check_is_caught() {
+    assert!(caught("luf_skip_isolation_check", LUF, scenario_reporting));
+}
+
+#[test]
 fn m7_no_on_flushing_refusal_is_caught() {
     assert!(caught("luf_no_on_flushing_refusal", LUF, scenario_ordinary_flush));
 }
@@ -619,4 +656,5 @@ fn scenarios_are_deterministic() {
     let sb: Vec<_> = b.k.stat.iter().collect();
     assert_eq!(sa, sb);
 }
+
 
