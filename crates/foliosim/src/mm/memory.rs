@@ -27,12 +27,16 @@ pub enum Fault {
     Pending,
 }
 
+/// mm/internal.h: reclaim rounds without progress before the allocator gives up.
+const MAX_RECLAIM_RETRIES: u32 = 16;
+
 impl Kernel {
     /// Allocate and prepare a folio (folio_alloc + prep_new_page). On
     /// failure, reclaims (direct reclaim) and retries; None = OOM.
     pub fn alloc_folio(&mut self, t: Ns, cpu: u32, order: u32, nid: u32, mt: MigrateType) -> Option<(Pfn, Ns)> {
         let mut t = t;
         let mut tries = 0;
+        let mut rounds = 0;
         loop {
             if let Some(a) = self.pa.alloc_pages(t, cpu, order, nid, mt, &mut self.stat) {
                 self.check_free_generations(a.done);
@@ -53,14 +57,17 @@ impl Kernel {
                 self.kswapd_check_low(t, a.nid);
                 return Some((a.pfn, t));
             }
-            tries += 1;
-            if tries > 3 {
+            // should_reclaim_retry: give up after MAX_RECLAIM_RETRIES
+            // rounds of reclaim that freed nothing.
+            rounds += 1;
+            if tries >= MAX_RECLAIM_RETRIES || rounds > 4 * MAX_RECLAIM_RETRIES {
                 self.stat.inc(Stat::Oom);
                 return None;
             }
             self.stat.inc(Stat::AllocstallNormal);
             let (freed, t1) = self.try_to_free_pages(t, cpu, 32 << order);
             t = t1;
+            tries += if freed == 0 { 1 } else { 0 };
             if freed == 0 {
                 // Flush per-CPU lists that might hold what we need.
                 t = self.pa.drain_all_pages(t);

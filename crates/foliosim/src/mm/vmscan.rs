@@ -71,7 +71,12 @@ impl Kernel {
     /// without swap (can_demote): the tail of the inactive anon list, the
     /// oldest active ones moved there first when it is empty.
     pub(crate) fn anon_demotion_candidates(&mut self, nid: usize) -> Vec<Pfn> {
-        if self.next_demotion_node(nid as u32).is_none() {
+        let Some(dst) = self.next_demotion_node(nid as u32) else { return Vec::new() };
+        // Demotion targets are allocated without reclaim above the min
+        // mark (alloc_migration_target): while the lower tier has no room
+        // above its high mark, scanning anon would only fail and rotate.
+        let (_, _, high) = self.pa.zone_watermarks(dst);
+        if !self.pa.zone_watermark_ok(dst, 0, high) {
             return Vec::new();
         }
         let take = |k: &Self, l: Lru| -> Vec<Pfn> { k.nodes[nid].lruvec.lists[l as usize].iter_from_tail(&k.mem_map).take(SWAP_CLUSTER_MAX).collect() };
