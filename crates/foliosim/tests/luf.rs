@@ -505,6 +505,60 @@ fn scenario_reporting(knobs: &str, seed: u64) -> H {
     h
 }
 
+/// Scenario 11: after the LUF, another process write()s the file; A
+/// reads again through its stale entries.
+fn scenario_file_write(knobs: &str, seed: u64) -> H {
+    let (mut h, a, base, t, ds) = readers_then_reclaim(knobs, seed, &[8]);
+    let w = ds[0];
+    let (fd, t) = h.val(w, t + 100, Op::Open { file: 0 });
+    let (_, t) = h.val(w, t, Op::Write { fd: fd as i32, len: PAGES << 12 });
+    for &tid in &a {
+        let r = h.rand(1000);
+        h.read_all(tid, t + r, base);
+    }
+    h
+}
+
+/// Scenario 12: munmap then mmap(MAP_FIXED) of another file at the same
+/// address: the PTE table is still there, so munmap's zap flushes the mm
+/// (flush_tlb_batched_pending) before the new mapping is read.
+fn scenario_map_fixed(knobs: &str, seed: u64) -> H {
+    let (mut h, a, base, t, _) = readers_then_reclaim(knobs, seed, &[]);
+    let g = h.file(PAGES);
+    let (_, t) = h.val(a[0], t + 100, Op::Munmap { addr: base, len: PAGES << 12 });
+    let (fd, t) = h.val(a[0], t, Op::Open { file: g });
+    let (_, t) = h.val(a[0], t, Op::Mmap { addr: base, len: PAGES << 12, prot: prot::READ, flags: map::SHARED | map::FIXED, fd: fd as i32, off: 0 });
+    for &tid in &a {
+        let r = h.rand(1000);
+        h.read_all(tid, t + r, base);
+    }
+    h
+}
+
+/// Scenario 13: mprotect(PROT_WRITE) over the LUF'd range, then stores.
+fn scenario_mprotect_write(knobs: &str, seed: u64) -> H {
+    let (mut h, a, base, t, _) = readers_then_reclaim(knobs, seed, &[]);
+    let (_, t) = h.val(a[0], t + 100, Op::Mprotect { addr: base, len: PAGES << 12, prot: prot::READ | prot::WRITE });
+    let (_, t) = h.run(a[0], t, Op::AccessRange { addr: base, stride: 4096, count: PAGES, kind: Access::Store });
+    for &tid in &a[1..] {
+        let r = h.rand(1000);
+        h.read_all(tid, t + r, base);
+    }
+    h
+}
+
+/// Scenario 21: the reading process exits while its flushes are pending;
+/// the next process gets the frames.
+fn scenario_exit_reuse(knobs: &str, seed: u64) -> H {
+    let (mut h, a, _, t, ds) = readers_then_reclaim(knobs, seed, &[3]);
+    let mut t = t + 100;
+    for &tid in a.iter().rev() {
+        t = h.run(tid, t, Op::Exit).1;
+    }
+    let _ = h.alloc_write(ds[0], t + 100, 2 * PAGES);
+    h
+}
+
 const LUF: &str = "\"luf.enabled\" = true";
 const LUF11: &str = "\"luf.enabled\" = true\n\"luf.v11_hooks\" = true";
 const SEEDS: u64 = 12;
@@ -521,6 +575,9 @@ fn all_scenarios(knobs: &str, seed: u64) -> Vec<(&'static str, H)> {
         ("rw alias", scenario_rw_alias(knobs, seed)),
         ("wp pending", scenario_wp_pending(knobs, seed)),
         ("wrap", scenario_wrap(knobs, seed)),
+        ("map fixed", scenario_map_fixed(knobs, seed)),
+        ("mprotect write", scenario_mprotect_write(knobs, seed)),
+        ("exit and reuse", scenario_exit_reuse(knobs, seed)),
     ]
 }
 
@@ -532,6 +589,8 @@ fn luf_as_specified_passes_every_scenario() {
         }
         let h = scenario_init_on_free(LUF11, seed);
         assert!(h.violations().is_empty(), "seed {seed}, init_on_free: {:?}", h.violations());
+        let h = scenario_file_write(LUF11, seed);
+        assert!(h.violations().is_empty(), "seed {seed}, write(): {:?}", h.violations());
         let h = scenario_reporting(LUF, seed);
         assert!(h.violations().is_empty(), "seed {seed}, page reporting: {:?}", h.violations());
         assert!(h.stat("foliosim_page_reporting_reported_pages") > 0, "the worker reported blocks");
@@ -571,6 +630,13 @@ fn v10_misses_the_rw_alias_and_v11_catches_it() {
         let h = scenario_rw_alias(LUF11, s);
         assert!(h.violations().is_empty(), "{:?}", h.violations());
     }
+}
+
+/// Scenario 11 under v10: no hook on write(), so the stale readers see the
+/// old data (I6b); v11's file_end_write hook closes it.
+#[test]
+fn v10_misses_a_file_write_and_v11_catches_it() {
+    assert!((1..=4).any(|s| scenario_file_write(LUF, s).violations().iter().any(|v| v.starts_with("I6b"))));
 }
 
 fn caught(mutant: &str, base: &str, f: impl Fn(&str, u64) -> H) -> bool {

@@ -612,16 +612,20 @@ impl Kernel {
         while va < end {
             let tbl_end = ((va >> PMD_SHIFT) + 1) << PMD_SHIFT;
             let stop = tbl_end.min(end);
-            let Some(tbl) = self.mms[mm as usize].pt.table_mut(va) else {
+            let Some(empty) = self.mms[mm as usize].pt.table(va).map(|tb| tb.nr_present == 0) else {
                 va = stop;
                 continue;
             };
-            if tbl.nr_present == 0 {
+            // zap_pte_range flushes reclaim's batched unmaps of this mm
+            // first, whenever the table exists, even if its PTEs are all
+            // none by now (they may be none because reclaim cleared them).
+            let batched = self.mms[mm as usize].tlb_flush_batched_pending != self.mms[mm as usize].tlb_flush_batched_flushed;
+            if batched {
+                t = self.flush_tlb_batched_pending(t, cpu, mm);
+            }
+            if empty {
                 va = stop;
                 continue;
-            }
-            if self.mms[mm as usize].tlb_flush_batched_pending != self.mms[mm as usize].tlb_flush_batched_flushed {
-                t = self.flush_tlb_batched_pending(t, cpu, mm);
             }
             let Some(tbl) = self.mms[mm as usize].pt.table_mut(va) else {
                 va = stop;
