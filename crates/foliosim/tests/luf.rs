@@ -559,6 +559,19 @@ fn scenario_exit_reuse(knobs: &str, seed: u64) -> H {
     h
 }
 
+/// Scenario 17: an allocation with IRQs disabled on the reclaimer's CPU,
+/// whose pcp list holds the LUF'd frames.
+fn scenario_atomic(knobs: &str, seed: u64) -> H {
+    let (mut h, a, base, t, _) = readers_then_reclaim(knobs, seed, &[]);
+    let r = h.rand(1000);
+    let got = h.k.alloc_page_atomic(t + r, 3, 0);
+    let t = got.map_or(t + r, |(_, t)| t);
+    for &tid in &a {
+        h.read_all(tid, t + 10, base);
+    }
+    h
+}
+
 const LUF: &str = "\"luf.enabled\" = true";
 const LUF11: &str = "\"luf.enabled\" = true\n\"luf.v11_hooks\" = true";
 const SEEDS: u64 = 12;
@@ -591,6 +604,8 @@ fn luf_as_specified_passes_every_scenario() {
         assert!(h.violations().is_empty(), "seed {seed}, init_on_free: {:?}", h.violations());
         let h = scenario_file_write(LUF11, seed);
         assert!(h.violations().is_empty(), "seed {seed}, write(): {:?}", h.violations());
+        let h = scenario_atomic(LUF, seed);
+        assert!(h.violations().is_empty(), "seed {seed}, atomic allocation: {:?}", h.violations());
         let h = scenario_reporting(LUF, seed);
         assert!(h.violations().is_empty(), "seed {seed}, page reporting: {:?}", h.violations());
         assert!(h.stat("foliosim_page_reporting_reported_pages") > 0, "the worker reported blocks");
@@ -672,6 +687,11 @@ fn m5_d3_refill_drops_generation_is_caught() {
 #[test]
 fn m6_skip_isolation_check_is_caught() {
     assert!(caught("luf_skip_isolation_check", LUF, scenario_reporting));
+}
+
+#[test]
+fn d5_irq_off_flush_is_caught() {
+    assert!(caught("luf_d5_irq_off_flush", LUF, scenario_atomic));
 }
 
 #[test]

@@ -96,6 +96,9 @@ pub enum LufMutant {
     PoisonPending,
     /// M14: generations compared as signed values without wrap-around.
     SignedCompare,
+    /// D5: an allocation with IRQs disabled meets a pending generation and
+    /// starts the shootdown there (v10), instead of passing such pages by.
+    D5IrqOffFlush,
 }
 
 /// (debug.mutant value, mutant) for the LUF mutants.
@@ -114,6 +117,7 @@ pub const LUF_MUTANTS: &[(&str, LufMutant)] = &[
     ("luf_no_wp_hooks", LufMutant::NoWpHooks),
     ("luf_poison_pending", LufMutant::PoisonPending),
     ("luf_signed_compare", LufMutant::SignedCompare),
+    ("luf_d5_irq_off_flush", LufMutant::D5IrqOffFlush),
 ];
 
 /// Lazy unmap flush (spec/004): `luf.*` knobs.
@@ -143,7 +147,7 @@ pub enum FaultLocking {
     Spf,
 }
 
-pub const MUTANTS: &[&str] = &["none", "skip_shootdown", "leak_mapcount", "buddy_skip_nr_free_dec", "buddy_no_merge", "mthp_skip_vma_bound", "mthp_skip_pte_recheck", "mthp_cow_exclusive", "mthp_skip_unqueue", "fpr_keep_reported_on_alloc", "spf_skip_seq_check", "promo_skip_task_work", "promo_ignore_watermark", "luf_skip_alloc_flush", "luf_d1_order_as_ugen", "luf_merge_keeps_older", "luf_d2_split_drops", "luf_d3_refill_drops", "luf_skip_isolation_check", "luf_no_on_flushing_refusal", "luf_no_wait", "luf_early_done", "luf_defer_writable", "luf_d6_no_wp_pending_check", "luf_no_wp_hooks", "luf_poison_pending", "luf_signed_compare"];
+pub const MUTANTS: &[&str] = &["none", "skip_shootdown", "leak_mapcount", "buddy_skip_nr_free_dec", "buddy_no_merge", "mthp_skip_vma_bound", "mthp_skip_pte_recheck", "mthp_cow_exclusive", "mthp_skip_unqueue", "fpr_keep_reported_on_alloc", "spf_skip_seq_check", "promo_skip_task_work", "promo_ignore_watermark", "luf_skip_alloc_flush", "luf_d1_order_as_ugen", "luf_merge_keeps_older", "luf_d2_split_drops", "luf_d3_refill_drops", "luf_skip_isolation_check", "luf_no_on_flushing_refusal", "luf_no_wait", "luf_early_done", "luf_defer_writable", "luf_d6_no_wp_pending_check", "luf_no_wp_hooks", "luf_poison_pending", "luf_signed_compare", "luf_d5_irq_off_flush"];
 
 /// Policy for large anonymous folios (`anon_folio.mode`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]

@@ -105,6 +105,8 @@ pub struct Kernel {
     /// Lazy unmap flush pending sets (mm/luf.rs) and luf_lock.
     pub luf: crate::mm::luf::Luf,
     pub luf_lock: crate::sim::lock::SpinLock,
+    /// The code running now has IRQs disabled (an atomic allocation).
+    pub irqs_off: bool,
 }
 
 impl Kernel {
@@ -202,6 +204,7 @@ impl Kernel {
             tier: crate::mm::memory_tiers::TierState::new(&prof),
             luf: Default::default(),
             luf_lock: Default::default(),
+            irqs_off: false,
             prof,
         };
         k.split_queues = (0..k.nodes.len()).map(|_| Default::default()).collect();

@@ -19,7 +19,9 @@
 
 use super::page_alloc::ugen_before;
 use super::rmap::TlbBatch;
+use super::page_alloc::MigrateType;
 use super::vmstat::Stat;
+use super::Pfn;
 use crate::kernel::knobs::{LufMutant, Mutant};
 use crate::kernel::Kernel;
 use crate::sim::Ns;
@@ -224,6 +226,9 @@ impl Kernel {
                 b.fold(&mut y);
                 uc.luf = y;
             }
+            if self.irqs_off && b.cpus_iter().any(|c| c != cpu) {
+                self.check.report(format!("I8: cpu {cpu} starts a LUF shootdown with IRQs disabled at {t} ns (deadlock hazard)"));
+            }
             self.stat.inc(Stat::LufFlush);
             self.stat.add(Stat::LufFlushCpus, b.cpus_iter().count() as i64);
             let end = self.arch_tlbbatch_flush(t, cpu, &b);
@@ -268,6 +273,46 @@ impl Kernel {
             t = self.check_luf_flush(t, cpu, tid, nid, g);
         }
         t
+    }
+
+    /// Would taking a page of generation `ugen` on node `nid` at `t` need a flush?
+    pub fn luf_pending(&self, nid: u32, ugen: u16, t: Ns) -> bool {
+        if ugen == 0 || !self.knobs.luf.enabled {
+            return false;
+        }
+        let si = if self.knobs.luf.per_zone { nid as usize } else { 0 };
+        self.luf.sets.get(si).is_some_and(|s| self.luf_before(s.done_seen(t), ugen))
+    }
+
+    /// An order-0 allocation with IRQs disabled (GFP_ATOMIC from an
+    /// interrupt). It must not start a shootdown, so, as RFC v12 does, it
+    /// passes by up to three pages whose generation is still pending
+    /// (they go back afterwards) and fails rather than flush.
+    pub fn alloc_page_atomic(&mut self, t: Ns, cpu: u32, nid: u32) -> Option<(Pfn, Ns)> {
+        let d5 = self.knobs.mutant == Mutant::Luf(LufMutant::D5IrqOffFlush);
+        self.irqs_off = true;
+        let mut t = t;
+        let mut aside = Vec::new();
+        let mut got = None;
+        for _ in 0..3 {
+            let Some(a) = self.pa.alloc_pages(t, cpu, 0, nid, MigrateType::Movable, &mut self.stat) else { break };
+            t = a.done;
+            if !d5 && self.luf_pending(a.nid, a.ugen, t) {
+                aside.push((a.pfn, a.ugen));
+                continue;
+            }
+            self.check_free_generations(t);
+            t = self.luf_alloc_exit(t, cpu, a.nid, a.ugen);
+            self.check_alloc_exit(t, a.pfn, 0, "atomic allocation");
+            self.prep_new_folio(a.pfn, 0, a.nid);
+            got = Some(a.pfn);
+            break;
+        }
+        for (pfn, ugen) in aside {
+            t = self.pa.free_pages_ugen(t, cpu, pfn, 0, ugen, &mut self.stat);
+        }
+        self.irqs_off = false;
+        got.map(|p| (p, t))
     }
 
     /// An exit from the allocator (prep_new_page and its siblings): the
