@@ -162,15 +162,11 @@ impl Kernel {
         let busy = set.ordinary_flush_running(t) || set.luf_flushing.is_some_and(|(s, e)| s <= t && t < e);
         let u = &mut self.tasks[tid as usize].ubc;
         if busy && refuse {
-            let mut l = std::mem::take(&mut u.luf);
-            u.ubc.fold(&mut l);
-            u.luf = l;
+            u.ubc.fold(&mut u.luf);
             self.stat.inc(Stat::LufGiveupFlushing);
             return (0, t);
         }
-        let mut l = std::mem::take(&mut u.luf);
-        set.ubc.fold(&mut l);
-        u.luf = l;
+        set.ubc.fold(&mut u.luf);
         set.gen = set.gen_next;
         (set.gen, t)
     }
@@ -217,15 +213,9 @@ impl Kernel {
             let mut b = std::mem::take(&mut set.ubc);
             set.gen_next = ugen_next(set.gen);
             // try_to_unmap_flush: the task's own batches go in the same round.
-            {
-                let uc = &mut self.tasks[tid as usize].ubc;
-                let mut x = std::mem::take(&mut uc.ubc);
-                b.fold(&mut x);
-                uc.ubc = x;
-                let mut y = std::mem::take(&mut uc.luf);
-                b.fold(&mut y);
-                uc.luf = y;
-            }
+            let uc = &mut self.tasks[tid as usize].ubc;
+            b.fold(&mut uc.ubc);
+            b.fold(&mut uc.luf);
             if self.irqs_off && b.cpus_iter().any(|c| c != cpu) {
                 self.check.report(format!("I8: cpu {cpu} starts a LUF shootdown with IRQs disabled at {t} ns (deadlock hazard)"));
             }

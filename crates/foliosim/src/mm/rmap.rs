@@ -19,7 +19,6 @@
 use super::mem_map::pg;
 use super::mmap::Mm;
 use super::pgtable::{pte_index, Pte};
-use super::vmstat::Stat;
 use super::Pfn;
 use crate::kernel::knobs::{LufMutant, Mutant};
 use crate::kernel::Kernel;
@@ -139,6 +138,22 @@ impl Kernel {
         if mapping == 0 || self.mem_map.get(head).mapcount == 0 && order == 0 {
             return;
         }
+        self.for_each_folio_pte(head, (flags, mapping, index, order), |mp, pte| {
+            if (pte.present() || pte.0 & Pte::MIGRATION != 0) && pte.pfn() == mp.pfn && !pte.special() {
+                out.push(mp);
+            }
+        });
+    }
+
+    /// Every PTE slot where a page of the folio at `head` would be mapped:
+    /// the VMAs of every live mm that map its file or anon_vma, at the
+    /// address its index gives. `(flags, mapping, index, order)` is the
+    /// folio's identity, passed in since a folio under migration has
+    /// already lost its mapcount.
+    fn for_each_folio_pte(&self, head: Pfn, (flags, mapping, index, order): (u32, u32, u64, u8), mut f: impl FnMut(Mapping, Pte)) {
+        if mapping == 0 {
+            return;
+        }
         let anon = flags & pg::ANON != 0;
         let nr = 1u64 << order;
         for m in self.mms.iter().filter(|m| m.alive) {
@@ -154,11 +169,7 @@ impl Kernel {
                         continue;
                     }
                     let va = v.start + ((idx - v.pgoff) << 12);
-                    let pte = m.pt.pte(va);
-                    let pfn = head + i as Pfn;
-                    if (pte.present() || pte.0 & Pte::MIGRATION != 0) && pte.pfn() == pfn && !pte.special() {
-                        out.push(Mapping { mm: m.id, va, pfn });
-                    }
+                    f(Mapping { mm: m.id, va, pfn: head + i as Pfn }, m.pt.pte(va));
                 }
             }
         }
@@ -245,14 +256,10 @@ impl Kernel {
         let d6 = self.knobs.mutant == Mutant::Luf(LufMutant::D6NoWpPendingCheck);
         let u = &mut self.tasks[tid as usize].ubc;
         if small && u.can_luf && u.ro.flush_required && (!wp_pending || d6) {
-            let mut ro = std::mem::take(&mut u.ro);
-            u.luf.fold(&mut ro);
-            u.ro = ro;
+            u.luf.fold(&mut u.ro);
             true
         } else {
-            let mut ro = std::mem::take(&mut u.ro);
-            u.ubc.fold(&mut ro);
-            u.ro = ro;
+            u.ubc.fold(&mut u.ro);
             false
         }
     }
@@ -261,32 +268,20 @@ impl Kernel {
     /// the folio, moving dirty bits to the folio. Returns (folio now
     /// unmapped, LUF-able, time).
     pub fn try_to_unmap(&mut self, t: Ns, cpu: u32, tid: u32, head: Pfn, batch: bool) -> (bool, bool, Ns) {
-        let mut maps = Vec::new();
-        self.rmap_walk(head, &mut maps);
-        let mut t = t + self.c.rmap;
-        self.ttu_begin(tid);
-        let mut wp_pending = false;
-        for &mp in &maps {
-            wp_pending |= self.mms[mp.mm as usize].tlb_flush_pending > 0;
-            let old = self.ttu_clear_pte(&mut t, cpu, tid, mp, batch, Pte::NONE);
-            if !old.present() {
-                continue;
-            }
-            if old.dirty() {
-                self.folio_mark_dirty(head);
-            }
-            self.page_remove_rmap(mp.mm, mp.pfn);
-            // The mapping's reference.
-            self.mem_map.get_mut(head).refcount -= 1;
-        }
-        let luf = self.ttu_end(tid, head, wp_pending);
-        (self.folio_mapcount(head) == 0, luf, t)
+        self.ttu_folio(t, cpu, tid, head, batch, false)
     }
 
     /// try_to_migrate with TTU_BATCH_FLUSH when `batch` (async mode):
     /// every PTE becomes a migration entry to `head`, remembering whether
     /// it was writable. Returns (all replaced, LUF-able, time).
     pub fn try_to_migrate(&mut self, t: Ns, cpu: u32, tid: u32, head: Pfn, batch: bool) -> (bool, bool, Ns) {
+        self.ttu_folio(t, cpu, tid, head, batch, true)
+    }
+
+    /// The rmap walk both share: each present PTE of the folio is cleared
+    /// (or, for migration, replaced by a migration entry), its dirty bit
+    /// goes to the folio, its rmap and reference are dropped.
+    fn ttu_folio(&mut self, t: Ns, cpu: u32, tid: u32, head: Pfn, batch: bool, migrate: bool) -> (bool, bool, Ns) {
         let mut maps = Vec::new();
         self.rmap_walk(head, &mut maps);
         let mut t = t + self.c.rmap;
@@ -300,13 +295,13 @@ impl Kernel {
             wp_pending |= self.mms[mp.mm as usize].tlb_flush_pending > 0;
             // make_readable/writable_migration_entry: a PROT_NONE hinting
             // PTE has no write bit, so the page comes back read-only.
-            let keep = cur.0 & (Pte::WRITE | Pte::EXEC | Pte::DIRTY);
-            let entry = Pte((cur.0 & !0xfff) | keep | Pte::MIGRATION);
-            let old = self.ttu_clear_pte(&mut t, cpu, tid, mp, batch, entry);
+            let replace = if migrate { Pte((cur.0 & !0xfff) | cur.0 & (Pte::WRITE | Pte::EXEC | Pte::DIRTY) | Pte::MIGRATION) } else { Pte::NONE };
+            let old = self.ttu_clear_pte(&mut t, cpu, tid, mp, batch, replace);
             if old.dirty() {
                 self.folio_mark_dirty(head);
             }
             self.page_remove_rmap(mp.mm, mp.pfn);
+            // The mapping's reference.
             self.mem_map.get_mut(head).refcount -= 1;
         }
         let luf = self.ttu_end(tid, head, wp_pending);
@@ -317,34 +312,17 @@ impl Kernel {
     /// `dst` (or back at `src` when the move failed), with the permissions
     /// each entry kept.
     pub fn remove_migration_ptes(&mut self, t: Ns, cpu: u32, src: Pfn, dst: Pfn) -> Ns {
-        let (mapping, index, order, anon) = {
-            let p = self.mem_map.get(src);
-            (p.mapping, p.index, p.order, p.flags & pg::ANON != 0)
-        };
+        let p = self.mem_map.get(src);
+        let id = (p.flags, p.mapping, p.index, p.order);
+        let anon = p.flags & pg::ANON != 0;
         let mut t = t;
         let lc = self.lc;
-        let nr = 1u64 << order;
         let mut found = Vec::new();
-        for m in self.mms.iter().filter(|m| m.alive) {
-            for v in m.vmas.values() {
-                let ours = if anon { v.anon_vma == mapping } else { v.file == mapping };
-                if !ours || mapping == 0 {
-                    continue;
-                }
-                let vpages = (v.end - v.start) >> 12;
-                for i in 0..nr {
-                    let idx = index + i;
-                    if idx < v.pgoff || idx >= v.pgoff + vpages {
-                        continue;
-                    }
-                    let va = v.start + ((idx - v.pgoff) << 12);
-                    let pte = m.pt.pte(va);
-                    if pte.0 & Pte::MIGRATION != 0 && pte.pfn() == src + i as Pfn {
-                        found.push((m.id, va, i as Pfn, pte));
-                    }
-                }
+        self.for_each_folio_pte(src, id, |mp, pte| {
+            if pte.0 & Pte::MIGRATION != 0 && pte.pfn() == mp.pfn {
+                found.push((mp.mm, mp.va, mp.pfn - src, pte));
             }
-        }
+        });
         for (mm, va, i, entry) in found {
             let bits = entry.0 & (Pte::WRITE | Pte::EXEC | Pte::DIRTY) | Pte::YOUNG;
             let pte = Pte::new(dst + i, bits);
@@ -394,13 +372,9 @@ impl Kernel {
     /// LUF'd CPUs it has not handed over included. CPUs it flushed leave
     /// the global LUF set (luf.rs).
     pub fn try_to_unmap_flush(&mut self, t: Ns, cpu: u32, tid: u32) -> Ns {
-        let mut b = std::mem::take(&mut self.tasks[tid as usize].ubc.ubc);
-        {
-            let u = &mut self.tasks[tid as usize].ubc;
-            let mut l = std::mem::take(&mut u.luf);
-            b.fold(&mut l);
-            u.luf = l;
-        }
+        let u = &mut self.tasks[tid as usize].ubc;
+        let mut b = std::mem::take(&mut u.ubc);
+        b.fold(&mut u.luf);
         if !b.flush_required {
             self.tasks[tid as usize].ubc.ubc = b;
             return t;
@@ -446,14 +420,9 @@ impl Kernel {
         let cpus: Vec<u32> = self.mms[mp.mm as usize].cpumask_iter().collect();
         for c in cpus {
             if let Some(w) = self.tlb_live_entry_w(c, mp.mm, mp.va, mp.pfn, t) {
-                let (mapping, index) = {
-                    let p = self.mem_map.get(self.mem_map.folio_head(mp.pfn));
-                    (p.mapping, p.index + (mp.pfn - self.mem_map.folio_head(mp.pfn)) as u64)
-                };
-                let anon = self.mem_map.get(self.mem_map.folio_head(mp.pfn)).flags & pg::ANON != 0;
-                self.check.luf_record_stale(c, mp.mm, mp.va, mp.pfn, t, (anon, mapping, index), w);
+                let ident = self.page_ident(mp.pfn);
+                self.check.luf_record_stale(c, mp.mm, mp.va, mp.pfn, t, ident, w);
             }
         }
-        let _ = Stat::NrTlbRemoteFlush;
     }
 }
