@@ -37,9 +37,10 @@ pub struct StaleRec {
 }
 
 impl Checker {
-    pub fn luf_record_stale(&mut self, cpu: u32, mm: u32, va: u64, pfn: Pfn, t: Ns, ident: Ident, writable: bool) {
-        let ver = *self.data_ver.entry(ident).or_insert(0);
-        self.stale.entry(pfn).or_default().push(StaleRec { cpu, mm, va, since: t, ident, ver, writable });
+    /// Record that `rec` (its `ver` is filled in here) still shows `pfn`.
+    pub fn luf_record_stale(&mut self, pfn: Pfn, rec: StaleRec) {
+        let ver = *self.data_ver.entry(rec.ident).or_insert(0);
+        self.stale.entry(pfn).or_default().push(StaleRec { ver, ..rec });
     }
 
     /// The data behind `ident` changed (a store, a write()).

@@ -242,6 +242,12 @@ impl Kernel {
         }
     }
 
+    /// The task running on `cpu` (the last task when the CPU is idle): whose
+    /// unmap batches a reclaim or migration there uses.
+    pub fn current_tid(&self, cpu: u32) -> u32 {
+        self.cpus[cpu as usize].curr.min(self.tasks.len().saturating_sub(1) as u32)
+    }
+
     pub fn nr_cpus(&self) -> u32 {
         self.cpus.len() as u32
     }

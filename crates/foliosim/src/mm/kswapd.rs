@@ -7,7 +7,6 @@
 //! is first migrated to the node's demotion target; only if that fails is
 //! it dropped.
 
-use super::mem_map::pg;
 use super::memory_tiers::NUMA_BALANCING_MEMORY_TIERING;
 use super::swap::Lru;
 use super::vmstat::Stat;
@@ -70,14 +69,8 @@ impl Kernel {
         let mut t = t;
         if cand.is_empty() {
             // shrink_active_list: age the oldest active folios.
-            let act: Vec<u32> = self.nodes[nid].lruvec.lists[Lru::ActiveFile as usize].iter_from_tail(&self.mem_map).take(SWAP_CLUSTER_MAX).collect();
-            t = self.nodes[nid].lruvec.lru_lock.lock_for(t, cpu, self.c.lru_lock_per_folio * act.len() as Ns, &self.lc);
-            self.stat.add(Stat::Pgrefill, act.len() as i64);
-            for pfn in act {
-                self.lruvec_del_folio(pfn);
-                self.mem_map.get_mut(pfn).flags &= !(pg::ACTIVE | pg::REFERENCED);
-                self.lruvec_add_folio(pfn);
-                self.stat.inc(Stat::Pgdeactivate);
+            if !self.refill_inactive_file(t, cpu, nid, &mut t) {
+                t = self.nodes[nid].lruvec.lru_lock.lock_for(t, cpu, 0, &self.lc);
             }
             cand = self.nodes[nid].lruvec.lists[Lru::InactiveFile as usize].iter_from_tail(&self.mem_map).take(SWAP_CLUSTER_MAX).collect();
         }

@@ -612,25 +612,21 @@ impl Kernel {
         while va < end {
             let tbl_end = ((va >> PMD_SHIFT) + 1) << PMD_SHIFT;
             let stop = tbl_end.min(end);
-            let Some(empty) = self.mms[mm as usize].pt.table(va).map(|tb| tb.nr_present == 0) else {
-                va = stop;
-                continue;
-            };
             // zap_pte_range flushes reclaim's batched unmaps of this mm
             // first, whenever the table exists, even if its PTEs are all
             // none by now (they may be none because reclaim cleared them).
-            let batched = self.mms[mm as usize].tlb_flush_batched_pending != self.mms[mm as usize].tlb_flush_batched_flushed;
-            if batched {
+            let m = &self.mms[mm as usize];
+            if m.tlb_flush_batched_pending != m.tlb_flush_batched_flushed && m.pt.table(va).is_some() {
                 t = self.flush_tlb_batched_pending(t, cpu, mm);
-            }
-            if empty {
-                va = stop;
-                continue;
             }
             let Some(tbl) = self.mms[mm as usize].pt.table_mut(va) else {
                 va = stop;
                 continue;
             };
+            if tbl.nr_present == 0 {
+                va = stop;
+                continue;
+            }
             // Clear under the PTL, then account outside the borrow.
             let mut cleared = std::mem::take(&mut tlb.scratch);
             cleared.clear();

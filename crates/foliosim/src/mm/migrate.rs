@@ -119,7 +119,7 @@ impl Kernel {
     /// still isolated, time).
     pub fn migrate_pages(&mut self, t: Ns, cpu: u32, list: &[Pfn], dst: u32) -> (u64, Vec<Pfn>, Ns) {
         let mut t = t;
-        let tid = self.cpus[cpu as usize].curr.min(self.tasks.len().saturating_sub(1) as u32);
+        let tid = self.current_tid(cpu);
         let mut moved = 0;
         let mut failed = Vec::new();
         // Unmap: mapped folios get migration entries.

@@ -80,10 +80,7 @@ impl Kernel {
             let tlb = &mut self.cpus[c as usize].tlb;
             if full {
                 tlb.flush_asid(asid);
-                let m = &mut self.mms[mm as usize];
-                if let Some(g) = m.cpu_tlb_gen.get_mut(c as usize) {
-                    *g = m.tlb_gen;
-                }
+                self.mm_caught_up(mm, c);
             } else {
                 tlb.flush_range(asid, start, end);
             }

@@ -280,7 +280,7 @@ impl Kernel {
             // what it deferred first.
             if ugen != 0 && self.knobs.luf.v11_hooks && self.knobs.mutant != crate::kernel::knobs::Mutant::Luf(crate::kernel::knobs::LufMutant::PoisonPending) {
                 let nid = self.pfn_to_nid(pfn);
-                let tid = self.cpus[cpu as usize].curr.min(self.tasks.len().saturating_sub(1) as u32);
+                let tid = self.current_tid(cpu);
                 t = self.check_luf_flush(t, cpu, tid, nid, ugen);
                 self.stat.inc(Stat::LufForcedOther);
                 ugen = 0;

@@ -84,12 +84,8 @@ impl Kernel {
         if !cand.is_empty() {
             return cand;
         }
-        for pfn in take(self, Lru::ActiveAnon) {
-            self.lruvec_del_folio(pfn);
-            self.mem_map.get_mut(pfn).flags &= !(pg::ACTIVE | pg::REFERENCED);
-            self.lruvec_add_folio(pfn);
-            self.stat.inc(Stat::Pgdeactivate);
-        }
+        let act = take(self, Lru::ActiveAnon);
+        self.deactivate_folios(&act);
         take(self, Lru::InactiveAnon)
     }
 
@@ -150,7 +146,7 @@ impl Kernel {
     /// taken).
     pub fn shrink_folio_list(&mut self, t: Ns, cpu: u32, nid: usize, cand: &[Pfn]) -> (u64, u64, Ns, usize) {
         let mut t = t;
-        let tid = self.cpus[cpu as usize].curr.min(self.tasks.len().saturating_sub(1) as u32);
+        let tid = self.current_tid(cpu);
         let can_unmap = !self.tasks.is_empty();
         let demote_to = self.next_demotion_node(nid as u32);
         let mut freed = 0;
@@ -182,21 +178,12 @@ impl Kernel {
                 demote.push(pfn);
                 continue;
             }
-            if mapped > 0 {
-                let (unmapped, luf, t1) = self.try_to_unmap(t, cpu, tid, pfn, true);
-                t = t1;
-                if !unmapped || self.mem_map.get(pfn).flags & pg::DIRTY != 0 {
-                    // Still mapped, or dirtied through a PTE: no writeback
-                    // is modelled, so it goes back.
-                    self.folio_putback_lru(pfn);
-                    continue;
-                }
-                freed += self.drop_isolated_cache_folio(pfn);
+            let (gone, t1) = self.evict_isolated_file(t, cpu, tid, pfn);
+            t = t1;
+            if let Some((n, luf)) = gone {
+                freed += n;
                 if luf { victims_luf.push(pfn) } else { victims.push(pfn) }
-                continue;
             }
-            freed += self.drop_isolated_cache_folio(pfn);
-            victims.push(pfn);
         }
         let mut demoted = 0;
         if let Some(dst) = demote_to {
@@ -211,19 +198,12 @@ impl Kernel {
                         self.folio_putback_lru(pfn);
                         continue;
                     }
-                    if self.folio_mapcount(pfn) > 0 {
-                        let (unmapped, luf, t1) = self.try_to_unmap(t, cpu, tid, pfn, true);
-                        t = t1;
-                        if !unmapped || self.mem_map.get(pfn).flags & pg::DIRTY != 0 {
-                            self.folio_putback_lru(pfn);
-                            continue;
-                        }
-                        freed += self.drop_isolated_cache_folio(pfn);
+                    let (gone, t1) = self.evict_isolated_file(t, cpu, tid, pfn);
+                    t = t1;
+                    if let Some((n, luf)) = gone {
+                        freed += n;
                         if luf { victims_luf.push(pfn) } else { victims.push(pfn) }
-                        continue;
                     }
-                    freed += self.drop_isolated_cache_folio(pfn);
-                    victims.push(pfn);
                 }
             }
         }
@@ -246,6 +226,26 @@ impl Kernel {
         (freed, demoted, t, taken)
     }
 
+    /// Evict an isolated page-cache folio, unmapping it first (batched) if
+    /// it is mapped. Some((pages, LUF'd)) when it left the cache; None when
+    /// it went back to its list.
+    fn evict_isolated_file(&mut self, t: Ns, cpu: u32, tid: u32, pfn: Pfn) -> (Option<(u64, bool)>, Ns) {
+        let mut t = t;
+        let mut luf = false;
+        if self.folio_mapcount(pfn) > 0 {
+            let (unmapped, l, t1) = self.try_to_unmap(t, cpu, tid, pfn, true);
+            t = t1;
+            luf = l;
+            if !unmapped || self.mem_map.get(pfn).flags & pg::DIRTY != 0 {
+                // Still mapped, or dirtied through a PTE: no writeback is
+                // modelled, so it goes back.
+                self.folio_putback_lru(pfn);
+                return (None, t);
+            }
+        }
+        (Some((self.drop_isolated_cache_folio(pfn), luf)), t)
+    }
+
     /// folio_putback_lru: an isolated folio that could not go returns to its list.
     pub(crate) fn folio_putback_lru(&mut self, pfn: Pfn) {
         let nr = 1i64 << self.mem_map.get(pfn).order;
@@ -259,7 +259,7 @@ impl Kernel {
 
     /// shrink_active_list for file pages: move the oldest active folios to
     /// the inactive list. Returns false when there was nothing to move.
-    fn refill_inactive_file(&mut self, t: Ns, cpu: u32, nid: usize, out: &mut Ns) -> bool {
+    pub(crate) fn refill_inactive_file(&mut self, t: Ns, cpu: u32, nid: usize, out: &mut Ns) -> bool {
         let cand: Vec<u32> = self.nodes[nid].lruvec.lists[Lru::ActiveFile as usize].iter_from_tail(&self.mem_map).take(SWAP_CLUSTER_MAX).collect();
         if cand.is_empty() {
             return false;
@@ -267,12 +267,17 @@ impl Kernel {
         let hold = self.c.lru_lock_per_folio * cand.len() as Ns;
         *out = self.nodes[nid].lruvec.lru_lock.lock_for(t, cpu, hold, &self.lc);
         self.stat.add(Stat::Pgrefill, cand.len() as i64);
-        for pfn in cand {
+        self.deactivate_folios(&cand);
+        true
+    }
+
+    /// Move folios from an active list to the inactive one, unreferenced.
+    fn deactivate_folios(&mut self, pfns: &[Pfn]) {
+        for &pfn in pfns {
             self.lruvec_del_folio(pfn);
             self.mem_map.get_mut(pfn).flags &= !(pg::ACTIVE | pg::REFERENCED);
             self.lruvec_add_folio(pfn);
             self.stat.inc(Stat::Pgdeactivate);
         }
-        true
     }
 }
