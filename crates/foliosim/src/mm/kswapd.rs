@@ -69,9 +69,7 @@ impl Kernel {
         let mut t = t;
         if cand.is_empty() {
             // shrink_active_list: age the oldest active folios.
-            if !self.refill_inactive_file(t, cpu, nid, &mut t) {
-                t = self.nodes[nid].lruvec.lru_lock.lock_for(t, cpu, 0, &self.lc);
-            }
+            self.refill_inactive_file(t, cpu, nid, &mut t);
             cand = self.nodes[nid].lruvec.lists[Lru::InactiveFile as usize].iter_from_tail(&self.mem_map).take(SWAP_CLUSTER_MAX).collect();
         }
         cand.extend(self.anon_demotion_candidates(nid));
