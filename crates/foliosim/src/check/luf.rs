@@ -76,17 +76,18 @@ impl Kernel {
         if !self.check.enabled || self.check.stale.is_empty() {
             return;
         }
+        self.report_live_stale(t, pfn, order, |p, r| {
+            format!("I4: frame {p} left the allocator ({what}) at {t} ns while cpu {} still caches mm {} va {:#x} -> it (stale since {} ns): flush missing before reuse", r.cpu, r.mm, r.va, r.since)
+        });
+    }
+
+    /// Report the first live stale entry of each frame of the block (and
+    /// forget that frame's records: one report a frame).
+    fn report_live_stale(&mut self, t: Ns, pfn: Pfn, order: u32, msg: impl Fn(Pfn, &StaleRec) -> String) {
         for i in 0..(1u32 << order) {
             let live = self.live_stale(pfn + i, t);
             if let Some(r) = live.first() {
-                self.check.report(format!(
-                    "I4: frame {} left the allocator ({what}) at {t} ns while cpu {} still caches mm {} va {:#x} -> it (stale since {} ns): flush missing before reuse",
-                    pfn + i,
-                    r.cpu,
-                    r.mm,
-                    r.va,
-                    r.since
-                ));
+                self.check.report(msg(pfn + i, r));
                 self.check.stale.remove(&(pfn + i));
             }
         }
@@ -157,13 +158,7 @@ impl Kernel {
         if !self.check.enabled || self.check.stale.is_empty() {
             return;
         }
-        for i in 0..(1u32 << order) {
-            let live = self.live_stale(pfn + i, t);
-            if let Some(r) = live.first() {
-                self.check.report(format!("I3: free frame {} changed ({why}) at {t} ns while cpu {} still reads it through mm {} va {:#x}", pfn + i, r.cpu, r.mm, r.va));
-                self.check.stale.remove(&(pfn + i));
-            }
-        }
+        self.report_live_stale(t, pfn, order, |p, r| format!("I3: free frame {p} changed ({why}) at {t} ns while cpu {} still reads it through mm {} va {:#x}", r.cpu, r.mm, r.va));
     }
 
     /// I6: a load or fetch through a TLB entry whose PTE changed.

@@ -150,8 +150,8 @@ impl Kernel {
         let can_unmap = !self.tasks.is_empty();
         let demote_to = self.next_demotion_node(nid as u32);
         let mut freed = 0;
-        let mut victims = Vec::new();
-        let mut victims_luf = Vec::new();
+        // Evicted folios: [0] flushed before they are freed, [1] LUF'd.
+        let mut victims: [Vec<Pfn>; 2] = Default::default();
         let mut demote = Vec::new();
         let mut taken = 0;
         for &pfn in cand {
@@ -178,12 +178,9 @@ impl Kernel {
                 demote.push(pfn);
                 continue;
             }
-            let (gone, t1) = self.evict_isolated_file(t, cpu, tid, pfn);
+            let (n, t1) = self.evict_isolated_file(t, cpu, tid, pfn, &mut victims);
             t = t1;
-            if let Some((n, luf)) = gone {
-                freed += n;
-                if luf { victims_luf.push(pfn) } else { victims.push(pfn) }
-            }
+            freed += n;
         }
         let mut demoted = 0;
         if let Some(dst) = demote_to {
@@ -198,12 +195,9 @@ impl Kernel {
                         self.folio_putback_lru(pfn);
                         continue;
                     }
-                    let (gone, t1) = self.evict_isolated_file(t, cpu, tid, pfn);
+                    let (n, t1) = self.evict_isolated_file(t, cpu, tid, pfn, &mut victims);
                     t = t1;
-                    if let Some((n, luf)) = gone {
-                        freed += n;
-                        if luf { victims_luf.push(pfn) } else { victims.push(pfn) }
-                    }
+                    freed += n;
                 }
             }
         }
@@ -211,25 +205,25 @@ impl Kernel {
         // batch), then one flush for the rest.
         let mut g = 0;
         if can_unmap {
-            if !victims_luf.is_empty() {
+            if !victims[1].is_empty() {
                 let (g1, t1) = self.try_to_unmap_luf(t, cpu, tid, nid as u32);
                 g = g1;
                 t = t1;
                 if g != 0 {
-                    self.stat.add(Stat::LufDeferred, victims_luf.len() as i64);
+                    self.stat.add(Stat::LufDeferred, victims[1].len() as i64);
                 }
             }
             t = self.try_to_unmap_flush(t, cpu, tid);
         }
-        t = self.release_folios(t, cpu, &victims);
-        t = self.release_folios_ugen(t, cpu, &victims_luf, g);
+        t = self.release_folios(t, cpu, &victims[0]);
+        t = self.release_folios_ugen(t, cpu, &victims[1], g);
         (freed, demoted, t, taken)
     }
 
     /// Evict an isolated page-cache folio, unmapping it first (batched) if
-    /// it is mapped. Some((pages, LUF'd)) when it left the cache; None when
-    /// it went back to its list.
-    fn evict_isolated_file(&mut self, t: Ns, cpu: u32, tid: u32, pfn: Pfn) -> (Option<(u64, bool)>, Ns) {
+    /// it is mapped; it joins `victims[LUF'd]`, or goes back to its list.
+    /// Returns the pages evicted.
+    fn evict_isolated_file(&mut self, t: Ns, cpu: u32, tid: u32, pfn: Pfn, victims: &mut [Vec<Pfn>; 2]) -> (u64, Ns) {
         let mut t = t;
         let mut luf = false;
         if self.folio_mapcount(pfn) > 0 {
@@ -240,10 +234,11 @@ impl Kernel {
                 // Still mapped, or dirtied through a PTE: no writeback is
                 // modelled, so it goes back.
                 self.folio_putback_lru(pfn);
-                return (None, t);
+                return (0, t);
             }
         }
-        (Some((self.drop_isolated_cache_folio(pfn), luf)), t)
+        victims[luf as usize].push(pfn);
+        (self.drop_isolated_cache_folio(pfn), t)
     }
 
     /// folio_putback_lru: an isolated folio that could not go returns to its list.
