@@ -255,7 +255,7 @@ fn luf_as_specified_passes_every_exit() {
 
 #[test]
 fn baseline_passes_every_exit() {
-    for seed in 1..=4 {
+    for seed in 1..=SEEDS {
         for (name, h) in exits("", seed) {
             assert!(h.violations().is_empty(), "seed {seed}, scenario {name}: {:?}", h.violations());
             assert_eq!(h.stat("foliosim_luf_deferred"), 0);
