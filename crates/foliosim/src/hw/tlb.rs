@@ -419,7 +419,10 @@ impl Assoc {
             },
         };
         let sl = &mut set[w];
-        if sl.stamp != 0 {
+        // Replacing a valid entry of the same size (the usual eviction)
+        // leaves the counts and the size mask as they are.
+        let same_size = sl.stamp != 0 && sl.ent.size as u32 == s;
+        if sl.stamp != 0 && !same_size {
             // Evict (or replace the same key): drop_slot's accounting.
             let old = sl.ent.size as usize;
             self.size_count[old] -= 1;
@@ -431,9 +434,11 @@ impl Assoc {
         hs[w] = h;
         self.clock += 1;
         *sl = Slot { stamp: self.clock, ent: e };
-        self.size_count[s as usize] += 1;
-        self.size_mask |= 1 << s;
-        self.nr_valid += 1;
+        if !same_size {
+            self.size_count[s as usize] += 1;
+            self.size_mask |= 1 << s;
+            self.nr_valid += 1;
+        }
     }
 
     /// Drop every entry of `asid` overlapping pages [first, last] (inclusive vpns).
