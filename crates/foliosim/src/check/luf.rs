@@ -72,10 +72,16 @@ impl Kernel {
 
     /// I4: frames [pfn, pfn + 2^order) leave the allocator at `t`, to be
     /// written by their new owner: no CPU may still cache them.
+    /// (Inlined guard: every allocation calls it, the checker is usually off.)
+    #[inline]
     pub fn check_alloc_exit(&mut self, t: Ns, pfn: Pfn, order: u32, what: &str) {
-        if !self.check.enabled || self.check.stale.is_empty() {
-            return;
+        if self.check.enabled && !self.check.stale.is_empty() {
+            self.check_alloc_exit_stale(t, pfn, order, what);
         }
+    }
+
+    #[inline(never)]
+    fn check_alloc_exit_stale(&mut self, t: Ns, pfn: Pfn, order: u32, what: &str) {
         self.report_live_stale(t, pfn, order, |p, r| {
             format!("I4: frame {p} left the allocator ({what}) at {t} ns while cpu {} still caches mm {} va {:#x} -> it (stale since {} ns): flush missing before reuse", r.cpu, r.mm, r.va, r.since)
         });
@@ -95,10 +101,15 @@ impl Kernel {
 
     /// I6'/I9: a frame freed with no deferred flush owed (generation 0)
     /// must have no live stale entry.
+    #[inline]
     pub fn check_free_flushed(&mut self, t: Ns, pfn: Pfn, order: u32, ugen: u16) {
-        if !self.check.enabled || self.check.stale.is_empty() {
-            return;
+        if self.check.enabled && !self.check.stale.is_empty() {
+            self.check_free_flushed_stale(t, pfn, order, ugen);
         }
+    }
+
+    #[inline(never)]
+    fn check_free_flushed_stale(&mut self, t: Ns, pfn: Pfn, order: u32, ugen: u16) {
         for i in 0..(1u32 << order) {
             let live = self.live_stale(pfn + i, t);
             if let Some(r) = live.first() {
@@ -123,10 +134,15 @@ impl Kernel {
     /// from the allocator flushes. Checked when a block has just left the
     /// allocator and before its generation is acted on: after pcp refills,
     /// splits and drains.
+    #[inline]
     pub fn check_free_generations(&mut self, t: Ns) {
-        if !self.check.enabled || self.check.stale.is_empty() || !self.knobs.luf.enabled {
-            return;
+        if self.check.enabled && !self.check.stale.is_empty() && self.knobs.luf.enabled {
+            self.check_free_generations_stale(t);
         }
+    }
+
+    #[inline(never)]
+    fn check_free_generations_stale(&mut self, t: Ns) {
         let free = self.pa.free_extents();
         let mut pfns: Vec<Pfn> = self.check.stale.keys().copied().collect();
         pfns.sort_unstable();

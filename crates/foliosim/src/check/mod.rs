@@ -73,10 +73,15 @@ impl Checker {
         }
     }
 
+    #[inline]
     pub fn on_alloc(&mut self, mem_map: &MemMap, pa: &PageAlloc, pfn: Pfn, order: u32) {
-        if !self.enabled {
-            return;
+        if self.enabled {
+            self.on_alloc_checked(mem_map, pa, pfn, order);
         }
+    }
+
+    #[inline(never)]
+    fn on_alloc_checked(&mut self, mem_map: &MemMap, pa: &PageAlloc, pfn: Pfn, order: u32) {
         for i in 0..(1u32 << order) {
             if pa.is_free(pfn + i) {
                 self.report(format!("frame {} handed out while still on a free list", pfn + i));

@@ -189,6 +189,37 @@ fn key_hash(asid: u32, tag: u64, size: u32) -> u32 {
     ((x.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as u32) | 1
 }
 
+/// Bit i set iff `hs[i] == h`, for the first `W` (a multiple of 4) ways:
+/// one SSE2 compare and movemask per 4 ways (SSE2 is part of x86-64), where
+/// the scalar loop costs a compare, shift and or per way.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn match_mask<const W: usize>(hs: &[u32], h: u32) -> u32 {
+    use std::arch::x86_64::{__m128i, _mm_castsi128_ps, _mm_cmpeq_epi32, _mm_loadu_si128, _mm_movemask_ps, _mm_set1_epi32};
+    assert!(W % 4 == 0 && hs.len() >= W);
+    let mut m = 0u32;
+    // SAFETY: SSE2 is always available on x86_64; each unaligned load reads
+    // 4 u32 inside `hs[..W]`, which the assert above guarantees.
+    unsafe {
+        let k = _mm_set1_epi32(h as i32);
+        for c in 0..W / 4 {
+            let v = _mm_loadu_si128(hs.as_ptr().add(4 * c) as *const __m128i);
+            m |= (_mm_movemask_ps(_mm_castsi128_ps(_mm_cmpeq_epi32(v, k))) as u32) << (4 * c);
+        }
+    }
+    m
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+#[inline(always)]
+fn match_mask<const W: usize>(hs: &[u32], h: u32) -> u32 {
+    let mut m = 0u32;
+    for (i, &x) in hs[..W].iter().enumerate() {
+        m |= ((x == h) as u32) << i;
+    }
+    m
+}
+
 /// The hash of an entry's own key.
 #[inline(always)]
 fn entry_hash(e: &TlbEntry) -> u32 {
@@ -279,10 +310,7 @@ impl Assoc {
             return None;
         }
         // Filter matches as a bitmask, lowest way first (as the loop above).
-        let mut m = 0u32;
-        for (i, &x) in hs.iter().enumerate() {
-            m |= ((x == h) as u32) << i;
-        }
+        let mut m = match_mask::<W>(hs, h);
         while m != 0 {
             let i = m.trailing_zeros() as usize;
             if verify(i) {
@@ -391,7 +419,10 @@ impl Assoc {
             },
         };
         let sl = &mut set[w];
-        if sl.stamp != 0 {
+        // Replacing a valid entry of the same size (the usual eviction)
+        // leaves the counts and the size mask as they are.
+        let same_size = sl.stamp != 0 && sl.ent.size as u32 == s;
+        if sl.stamp != 0 && !same_size {
             // Evict (or replace the same key): drop_slot's accounting.
             let old = sl.ent.size as usize;
             self.size_count[old] -= 1;
@@ -403,9 +434,11 @@ impl Assoc {
         hs[w] = h;
         self.clock += 1;
         *sl = Slot { stamp: self.clock, ent: e };
-        self.size_count[s as usize] += 1;
-        self.size_mask |= 1 << s;
-        self.nr_valid += 1;
+        if !same_size {
+            self.size_count[s as usize] += 1;
+            self.size_mask |= 1 << s;
+            self.nr_valid += 1;
+        }
     }
 
     /// Drop every entry of `asid` overlapping pages [first, last] (inclusive vpns).

@@ -73,8 +73,14 @@ pub struct Page {
     pub alloc_epoch: u32,
 }
 
+/// Frames per section.
+const SECTION_PAGES: usize = 1 << SECTION_SHIFT;
+
 pub struct MemMap {
-    sections: Vec<Option<Box<[Page]>>>,
+    /// A fixed-size array per section (not a slice): a frame's index within
+    /// its section is masked, so it needs no bounds check, and `Option` of a
+    /// thin `Box` is one pointer, null when not materialised.
+    sections: Vec<Option<Box<[Page; SECTION_PAGES]>>>,
     nr_frames: u64,
     materialised: usize,
 }
@@ -114,7 +120,8 @@ impl MemMap {
     pub fn get_mut(&mut self, pfn: Pfn) -> &mut Page {
         let si = (pfn >> SECTION_SHIFT) as usize;
         if self.sections[si].is_none() {
-            self.sections[si] = Some(vec![Page::default(); 1 << SECTION_SHIFT].into_boxed_slice());
+            let s: Box<[Page; SECTION_PAGES]> = vec![Page::default(); SECTION_PAGES].into_boxed_slice().try_into().expect("section size");
+            self.sections[si] = Some(s);
             self.materialised += 1;
         }
         match &mut self.sections[si] {

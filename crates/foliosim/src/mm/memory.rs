@@ -672,10 +672,16 @@ impl Kernel {
                     continue;
                 }
                 let pfn = pte.pfn();
-                let head = self.mem_map.folio_head(pfn);
+                // One lookup gives the folio (head and order) and the flags.
+                let (o, mut flags) = {
+                    let p = self.mem_map.get(pfn);
+                    (p.order, p.flags)
+                };
+                let head = pfn & !((1u32 << o) - 1);
+                let horder = if head == pfn { o } else { self.mem_map.get(head).order };
                 let mut n = 1;
-                if self.mem_map.get(head).order > 0 {
-                    let fend = head + (1 << self.mem_map.get(head).order);
+                if horder > 0 {
+                    let fend = head + (1 << horder);
                     while i + n < cleared.len() {
                         let (a2, p2) = cleared[i + n];
                         if !p2.present() || p2.special() || p2.pfn() != pfn + n as Pfn || a2 != a + 4096 * n as u64 || p2.pfn() >= fend {
@@ -687,8 +693,9 @@ impl Kernel {
                 }
                 if pte.0 & Pte::HUGE != 0 && n < 512 {
                     self.split_huge_pmd_at(mm, a);
+                    flags = self.mem_map.get(pfn).flags;
                 }
-                if pte.dirty() && self.mem_map.get(pfn).flags & pg::ANON == 0 {
+                if pte.dirty() && flags & pg::ANON == 0 {
                     self.folio_mark_dirty(pfn);
                 }
                 if batch {

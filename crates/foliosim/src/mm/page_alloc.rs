@@ -1,8 +1,10 @@
 //! The zoned buddy allocator with per-CPU page lists (mm/page_alloc.c).
 //!
-//! One ZONE_NORMAL per node. Free memory has no per-frame state: a free
-//! block is a node of an intrusive doubly linked list kept in a hash map
-//! keyed by its first PFN, one list per (order, migratetype) as in
+//! One ZONE_NORMAL per node. Free memory has no `struct Page` state: a free
+//! block is a node of an intrusive doubly linked list, stored by its first
+//! PFN in a sparse per-zone array (free_blocks.rs: dense only in 4 MiB
+//! chunks holding blocks smaller than MAX_PAGE_ORDER), one list per
+//! (order, migratetype) as in
 //! `zone->free_area[order].free_list[mt]`. The only per-range state is one
 //! byte per pageblock (its migratetype), as `pageblock_flags`.
 //!
@@ -363,7 +365,7 @@ struct Zone {
     managed: u64,
     nr_local_cpus: u32,
     free_area: [FreeArea; NR_PAGE_ORDERS],
-    blocks: FxHashMap<Pfn, FreeBlock>,
+    blocks: free_blocks::FreeBlocks,
     /// Migratetype per pageblock, indexed from `pb_base`.
     pageblock_mt: Vec<u8>,
     pb_base: u64,
@@ -835,7 +837,7 @@ impl PageAlloc {
                 managed: s.nr_pages,
                 nr_local_cpus: s.local_cpus.len() as u32,
                 free_area: [FreeArea::default(); NR_PAGE_ORDERS],
-                blocks: FxHashMap::default(),
+                blocks: free_blocks::FreeBlocks::new(s.start_pfn, end),
                 // Boot marks every pageblock MOVABLE.
                 pageblock_mt: vec![MigrateType::Movable as u8; (pb_last - pb_base + 1) as usize],
                 pb_base,
@@ -1266,7 +1268,7 @@ impl PageAlloc {
 
     /// Buddy free blocks flagged PG_reported, (pfn, order), sorted.
     pub fn reported_blocks(&self) -> Vec<(Pfn, u32)> {
-        let mut v: Vec<(Pfn, u32)> = self.zones.iter().flat_map(|z| z.blocks.iter().filter(|(_, b)| b.reported).map(|(&p, b)| (p, b.order as u32))).collect();
+        let mut v: Vec<(Pfn, u32)> = self.zones.iter().flat_map(|z| z.blocks.iter().filter(|(_, b)| b.reported).map(|(p, b)| (p, b.order as u32))).collect();
         v.sort_unstable();
         v
     }
@@ -1557,7 +1559,7 @@ impl PageAlloc {
         let nz = self.zones.len();
         let mut v = Vec::new();
         for (zi, z) in self.zones.iter().enumerate() {
-            for (&pfn, b) in &z.blocks {
+            for (pfn, b) in z.blocks.iter() {
                 v.push(FreeExtent {
                     pfn,
                     order: b.order as u32,
@@ -1797,5 +1799,6 @@ fn nr_pcp_free(pcp: &PerCpuPages, batch: u64, high: u64) -> u64 {
     pcp.free_count.clamp(batch, max_nr)
 }
 
+mod free_blocks;
 #[cfg(test)]
 mod tests;

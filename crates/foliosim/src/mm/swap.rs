@@ -33,11 +33,13 @@ pub struct ListHead {
 impl ListHead {
     pub fn add_head(&mut self, mm: &mut MemMap, pfn: Pfn) {
         let old = self.head;
-        {
+        // One frame lookup for the links and the order.
+        let order = {
             let p = mm.get_mut(pfn);
             p.lru_prev = 0;
             p.lru_next = old;
-        }
+            p.order
+        };
         if old != 0 {
             mm.get_mut(old - 1).lru_prev = pfn + 1;
         } else {
@@ -45,7 +47,7 @@ impl ListHead {
         }
         self.head = pfn + 1;
         self.len += 1;
-        self.pages += 1 << mm.get(pfn).order;
+        self.pages += 1 << order;
     }
 
     pub fn add_tail(&mut self, mm: &mut MemMap, pfn: Pfn) {
@@ -66,9 +68,14 @@ impl ListHead {
     }
 
     pub fn del(&mut self, mm: &mut MemMap, pfn: Pfn) {
+        // Read and clear the entry's links in one frame lookup (a listed
+        // entry is never its own neighbour).
         let (prev, next, order) = {
-            let p = mm.get(pfn);
-            (p.lru_prev, p.lru_next, p.order)
+            let p = mm.get_mut(pfn);
+            let r = (p.lru_prev, p.lru_next, p.order);
+            p.lru_prev = 0;
+            p.lru_next = 0;
+            r
         };
         if prev != 0 {
             mm.get_mut(prev - 1).lru_next = next;
@@ -80,9 +87,6 @@ impl ListHead {
         } else {
             self.tail = prev;
         }
-        let p = mm.get_mut(pfn);
-        p.lru_prev = 0;
-        p.lru_next = 0;
         self.len -= 1;
         self.pages -= 1 << order;
     }
@@ -126,13 +130,15 @@ pub fn folio_lru_list(flags: u32) -> Lru {
 impl Kernel {
     /// lruvec_add_folio: caller holds the node's lru_lock (in simulated time).
     pub fn lruvec_add_folio(&mut self, pfn: Pfn) {
+        // PG_lru is set in the same frame lookup (the list choice ignores it).
         let (flags, nid, order) = {
-            let p = self.mem_map.get(pfn);
-            (p.flags, p.nid as usize, p.order)
+            let p = self.mem_map.get_mut(pfn);
+            let f = p.flags;
+            p.flags |= pg::LRU;
+            (f, p.nid as usize, p.order)
         };
         let lru = folio_lru_list(flags);
         self.nodes[nid].lruvec.lists[lru as usize].add_head(&mut self.mem_map, pfn);
-        self.mem_map.get_mut(pfn).flags |= pg::LRU;
         if (lru as usize) < 4 {
             self.stat.add(LRU_STAT[lru as usize], 1 << order);
         }
@@ -140,12 +146,13 @@ impl Kernel {
 
     pub fn lruvec_del_folio(&mut self, pfn: Pfn) {
         let (flags, nid, order) = {
-            let p = self.mem_map.get(pfn);
-            (p.flags, p.nid as usize, p.order)
+            let p = self.mem_map.get_mut(pfn);
+            let f = p.flags;
+            p.flags &= !pg::LRU;
+            (f, p.nid as usize, p.order)
         };
         let lru = folio_lru_list(flags);
         self.nodes[nid].lruvec.lists[lru as usize].del(&mut self.mem_map, pfn);
-        self.mem_map.get_mut(pfn).flags &= !pg::LRU;
         if (lru as usize) < 4 {
             self.stat.add(LRU_STAT[lru as usize], -(1 << order));
         }
@@ -154,8 +161,11 @@ impl Kernel {
     /// folio_add_lru: queue a new folio on this CPU's batch (taking a
     /// reference); a full batch, or any large folio, drains at once.
     pub fn folio_add_lru(&mut self, t: Ns, cpu: u32, pfn: Pfn) -> Ns {
-        self.mem_map.get_mut(pfn).refcount += 1;
-        let large = self.mem_map.get(pfn).order > 0;
+        let large = {
+            let p = self.mem_map.get_mut(pfn);
+            p.refcount += 1;
+            p.order > 0
+        };
         let b = &mut self.cpus[cpu as usize].lru_add;
         b.push(pfn);
         let t = t + self.c.lru_add;
@@ -265,7 +275,6 @@ impl Kernel {
                 let m = p.mapcount;
                 self.check.report(format!("frame {}: freed while its mapcount is {m}", pfn + i));
             }
-            let p = self.mem_map.get_mut(pfn + i);
             p.mapcount = 0;
             p.flags = 0;
             p.mapping = 0;

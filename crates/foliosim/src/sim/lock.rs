@@ -63,9 +63,15 @@ impl Timeline {
     /// every lock operation; the gap search is out of line.
     #[inline(always)]
     pub fn reserve(&mut self, t: Ns, cpu: u32, mut len: impl FnMut(u32) -> Ns) -> (Ns, Ns) {
-        while self.iv.len() - self.head > MAX_INTERVALS || (self.head < self.iv.len() && self.iv[self.head].1 + HORIZON < t) {
-            self.head += 1;
+        // Forget beyond the cap, then what ended before the horizon (the
+        // cap test is monotone in `head`, so doing it first is the same as
+        // testing both at every step). Local copies keep the loop in registers.
+        let n = self.iv.len();
+        let mut head = self.head.max(n.saturating_sub(MAX_INTERVALS));
+        while head < n && self.iv[head].1 + HORIZON < t {
+            head += 1;
         }
+        self.head = head;
         if self.head >= 64 && 2 * self.head >= self.iv.len() {
             self.compact();
         }
