@@ -462,6 +462,20 @@ impl Assoc {
         dropped
     }
 
+    /// Re-tag every entry of `from` as `to`, in place (same set: the set
+    /// index does not depend on the ASID).
+    fn retag(&mut self, from: u32, to: u32) -> u32 {
+        let mut n = 0;
+        for i in 0..self.hash.len() {
+            if self.hash[i] != 0 && self.slot[i].ent.asid == from {
+                self.slot[i].ent.asid = to;
+                self.hash[i] = entry_hash(&self.slot[i].ent);
+                n += 1;
+            }
+        }
+        n
+    }
+
     fn flush_all(&mut self) -> u32 {
         let n = self.nr_valid;
         if n != 0 {
@@ -652,6 +666,13 @@ impl Tlb {
         let n: u32 = self.structures_mut().into_iter().map(|a| a.flush_asid(asid)).sum();
         self.stats.flushed_entries += n as u64;
         n
+    }
+
+    /// The entries of `from` now answer lookups of `to`: two address
+    /// spaces sharing one hardware ASID without a flush in between (only
+    /// the mutant `asid_no_flush_on_reuse` does this). Returns entries moved.
+    pub fn retag_asid(&mut self, from: u32, to: u32) -> u32 {
+        self.structures_mut().into_iter().map(|a| a.retag(from, to)).sum()
     }
 
     /// Drop everything.

@@ -169,6 +169,11 @@ stats! {
     NumaPteUpdates = "numa_pte_updates" : "PTEs made PROT_NONE for NUMA hinting by task_numa_work",
     NumaHintFaults = "numa_hint_faults" : "NUMA hinting faults (accesses to PROT_NONE hinting PTEs)",
     NumaHintFaultsLocal = "numa_hint_faults_local" : "NUMA hinting faults on pages already on the faulting CPU's node",
+    // x86 ASIDs, writeback (spec/004 scenarios 15 and 20)
+    AsidReuse = "foliosim_asid_reuse" : "switch_mm took an ASID slot another mm held on that CPU (choose_new_asid), flushing it",
+    Pgpageout = "foliosim_pageout" : "dirty page-cache folios written back by reclaim (pageout) before being freed",
+    PgInvalidate = "foliosim_invalidate_inode_pages" : "page-cache pages dropped by invalidate_inode_pages2 (remote change)",
+    LufForcedInvalidate = "foliosim_luf_forced_invalidate" : "forced luf_flush: invalidate_inode_pages2 (luf.invalidate_hook)",
 }
 
 pub const FIRST_EVENT: usize = Stat::Pgfault as usize;
