@@ -933,6 +933,21 @@ mod tests {
     }
 
     #[test]
+    fn retag_moves_entries_to_the_new_asid() {
+        let mut t = Tlb::new(&small());
+        t.fill(Load, e4k(1, 0x7000, 70));
+        t.fill(Ifetch, e4k(1, 0x9000, 90));
+        t.fill(Load, e4k(2, 0x8000, 80));
+        // L1D + STLB for 0x7000, iTLB + STLB for 0x9000.
+        assert_eq!(t.retag_asid(1, 3), 4);
+        assert!(!t.holds(1, 0x7000) && !t.holds(1, 0x9000));
+        assert_eq!(t.lookup(3, 0x7000, Load).entry().unwrap().pfn, 70);
+        assert_eq!(t.lookup(3, 0x9000, Ifetch).entry().unwrap().pfn, 90);
+        assert_eq!(t.lookup(2, 0x8000, Load).entry().unwrap().pfn, 80);
+        assert_eq!(t.flush_asid(3), 4);
+    }
+
+    #[test]
     fn itlb_dtlb_separation_and_stlb_refill() {
         let mut t = Tlb::new(&small());
         t.fill(Ifetch, TlbEntry::new(1, 0x40_0000, 5, 0, flags::EXEC | flags::USER, 0));
