@@ -244,15 +244,20 @@ fn per_cpu_rows(off: &Point, on: &Point, scale: &str) -> Vec<Value> {
     const WHAT: [&str; 3] = ["min", "median", "max"];
     let label = "TLB shootdowns per CPU (/proc/interrupts, irq_tlb_count)";
     let mut rows = Vec::new();
+    let idle = off.irq_tlb.iter().filter(|&&n| n == 0).count();
     for (p, which, seed) in [(off, "off", SEED_IRQ_TLB_OFF), (on, "on", SEED_IRQ_TLB_ON)] {
         let v: Vec<f64> = p.irq_tlb.iter().map(|&x| x as f64).collect();
         for (i, x) in min_med_max(&v).into_iter().enumerate() {
-            let note = format!("seed {} over its 64 CPUs: {:.0} (spec/004 §3.4, totals of ~10 full-size test sets)", WHAT[i], seed[i]);
+            let note = format!(
+                "seed {} over its 64 CPUs: {:.0} (spec/004 §3.4, totals of ~10 full-size test sets); here over all {} CPUs, {idle} of which received none with LUF off (no llama thread runs there: threads are pinned)",
+                WHAT[i],
+                seed[i],
+                p.irq_tlb.len()
+            );
             rows.push(json!({"label": label, "metric": format!("{} per CPU, LUF {which} ({scale})", WHAT[i]), "unit": "IPIs", "seed": null, "simulated": x, "note": note}));
         }
     }
     let ratios: Vec<f64> = off.irq_tlb.iter().zip(&on.irq_tlb).filter(|(&a, _)| a > 0).map(|(&a, &b)| b as f64 / a as f64).collect();
-    let idle = off.irq_tlb.len() - ratios.len();
     for (i, x) in min_med_max(&ratios).into_iter().enumerate() {
         let sim_off = ((x - SEED_IRQ_TLB_RATIO[i]) / SEED_IRQ_TLB_RATIO[i]).abs() > 0.25;
         let note = if sim_off { format!("the per-CPU ratio follows the total cut in shootdowns, smaller here (see the nr_tlb_remote_flush_received row); {idle} CPUs received none with LUF off and are left out") } else { String::new() };
