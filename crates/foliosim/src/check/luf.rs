@@ -43,6 +43,16 @@ impl Checker {
         self.stale.entry(pfn).or_default().push(StaleRec { ver, ..rec });
     }
 
+    /// `cpu`'s entries of `from` now translate for `to` (an ASID slot
+    /// reused without a flush): the records follow the hardware tag.
+    pub fn retag_stale(&mut self, cpu: u32, from: u32, to: u32) {
+        for recs in self.stale.values_mut() {
+            for r in recs.iter_mut().filter(|r| r.cpu == cpu && r.mm == from) {
+                r.mm = to;
+            }
+        }
+    }
+
     /// The data behind `ident` changed (a store, a write()).
     #[inline]
     pub fn bump_data(&mut self, ident: Ident) {
@@ -165,6 +175,28 @@ impl Kernel {
                     e.ugen, r.cpu, r.mm, r.va
                 ));
                 self.check.stale.remove(&pfn);
+            }
+        }
+    }
+
+    /// I1w (scenario 15): writeback IO of `pfn` starts at `t`: no CPU may
+    /// still be able to store to it without faulting, i.e. hold a live
+    /// entry cached with W=1 and D=1 (a store through a clean or read-only
+    /// entry re-walks the page table and finds the PTE gone). A write
+    /// after the IO read the page would be lost when the clean folio is
+    /// freed.
+    pub fn check_pageout(&mut self, t: Ns, pfn: Pfn) {
+        if self.check.stale.is_empty() {
+            return;
+        }
+        let Some(recs) = self.check.stale.get(&pfn).cloned() else { return };
+        for r in recs.iter().filter(|r| r.writable) {
+            if self.tlb_live_entry_wd(r.cpu, r.mm, r.va, pfn, t) {
+                self.check.report(format!(
+                    "I1w: writeback of frame {pfn} started at {t} ns while cpu {} can still write it through mm {} va {:#x} (W=1 D=1 entry, stale since {} ns): a store after the IO read the page is lost",
+                    r.cpu, r.mm, r.va, r.since
+                ));
+                return;
             }
         }
     }

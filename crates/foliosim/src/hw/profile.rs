@@ -169,6 +169,10 @@ pub struct CostSpec {
     pub page_mkwrite_ns: f64,
     /// Reading a page that is not cached from the disk-like file system, ns.
     pub disk_read_ns: f64,
+    /// Reclaim writing one dirty page-cache folio back (pageout: the
+    /// ->writepage call and bio submission the reclaimer pays; the IO
+    /// itself completes asynchronously), ns.
+    pub pageout_ns: f64,
     pub file_op_ns: f64,
     /// read() from the page cache as a prefetch stream: copy at copy_bw
     /// while consecutive file pages are physically consecutive, plus one

@@ -495,6 +495,20 @@ impl Assoc {
         dropped
     }
 
+    /// Re-tag every entry of `from` as `to`, in place (same set: the set
+    /// index does not depend on the ASID).
+    fn retag(&mut self, from: u32, to: u32) -> u32 {
+        let mut n = 0;
+        for i in 0..self.hash.len() {
+            if self.hash[i] != 0 && self.slot[i].ent.asid == from {
+                self.slot[i].ent.asid = to;
+                self.hash[i] = entry_hash(&self.slot[i].ent);
+                n += 1;
+            }
+        }
+        n
+    }
+
     fn flush_all(&mut self) -> u32 {
         let n = self.nr_valid;
         if n != 0 {
@@ -685,6 +699,13 @@ impl Tlb {
         let n: u32 = self.structures_mut().into_iter().map(|a| a.flush_asid(asid)).sum();
         self.stats.flushed_entries += n as u64;
         n
+    }
+
+    /// The entries of `from` now answer lookups of `to`: two address
+    /// spaces sharing one hardware ASID without a flush in between (only
+    /// the mutant `asid_no_flush_on_reuse` does this). Returns entries moved.
+    pub fn retag_asid(&mut self, from: u32, to: u32) -> u32 {
+        self.structures_mut().into_iter().map(|a| a.retag(from, to)).sum()
     }
 
     /// Drop everything.
@@ -942,6 +963,21 @@ mod tests {
         t.fill(Load, e4k(0x8000_0002, 0x7000, 90));
         assert_eq!(t.lookup(2, 0x7000, Load).entry().unwrap().pfn, 80);
         assert_eq!(t.lookup(0x8000_0002, 0x7000, Load).entry().unwrap().pfn, 90);
+    }
+
+    #[test]
+    fn retag_moves_entries_to_the_new_asid() {
+        let mut t = Tlb::new(&small());
+        t.fill(Load, e4k(1, 0x7000, 70));
+        t.fill(Ifetch, e4k(1, 0x9000, 90));
+        t.fill(Load, e4k(2, 0x8000, 80));
+        // L1D + STLB for 0x7000, iTLB + STLB for 0x9000.
+        assert_eq!(t.retag_asid(1, 3), 4);
+        assert!(!t.holds(1, 0x7000) && !t.holds(1, 0x9000));
+        assert_eq!(t.lookup(3, 0x7000, Load).entry().unwrap().pfn, 70);
+        assert_eq!(t.lookup(3, 0x9000, Ifetch).entry().unwrap().pfn, 90);
+        assert_eq!(t.lookup(2, 0x8000, Load).entry().unwrap().pfn, 80);
+        assert_eq!(t.flush_asid(3), 4);
     }
 
     #[test]

@@ -62,6 +62,14 @@ pub enum Mutant {
     PromoIgnoreWatermark,
     /// LUF mutants (spec/004 §6.4); the name says what is broken.
     Luf(LufMutant),
+    /// x86 choose_new_asid hands a recycled ASID slot to a new mm without
+    /// flushing it: the old owner's entries become the new mm's (spec/004
+    /// §6.3 scenario 20).
+    AsidNoFlushOnReuse,
+    /// Reclaim starts writeback of a folio whose PTE was dirty without
+    /// try_to_unmap_flush_dirty: CPUs may still write it through cached
+    /// writable entries while the IO reads it (spec/004 §6.3 scenario 15).
+    ReclaimSkipDirtyFlush,
 }
 
 /// Broken variants of lazy unmap flush, each one a defect of spec/004
@@ -143,11 +151,14 @@ pub struct LufKnobs {
     pub per_zone: bool,
     /// The v11 forced-flush set: writable-PTE installs in faults, file writes, init_on_free.
     pub v11_hooks: bool,
+    /// foliosim's fix for remote page-cache changes (in no posted version):
+    /// invalidate_inode_pages2 forces the deferred flush first.
+    pub invalidate_hook: bool,
 }
 
 impl Default for LufKnobs {
     fn default() -> Self {
-        LufKnobs { enabled: false, per_zone: false, v11_hooks: false }
+        LufKnobs { enabled: false, per_zone: false, v11_hooks: false, invalidate_hook: false }
     }
 }
 
@@ -162,7 +173,7 @@ pub enum FaultLocking {
     Spf,
 }
 
-pub const MUTANTS: &[&str] = &["none", "skip_shootdown", "leak_mapcount", "buddy_skip_nr_free_dec", "buddy_no_merge", "mthp_skip_vma_bound", "mthp_skip_pte_recheck", "mthp_cow_exclusive", "mthp_skip_unqueue", "fpr_keep_reported_on_alloc", "spf_skip_seq_check", "promo_skip_task_work", "promo_ignore_watermark", "luf_skip_alloc_flush", "luf_d1_order_as_ugen", "luf_merge_keeps_older", "luf_d2_split_drops", "luf_d3_refill_drops", "luf_skip_isolation_check", "luf_no_on_flushing_refusal", "luf_no_wait", "luf_early_done", "luf_defer_writable", "luf_d6_no_wp_pending_check", "luf_no_wp_hooks", "luf_poison_pending", "luf_signed_compare", "luf_d5_irq_off_flush", "luf_defer_memory_failure", "luf_handover_overwrites", "luf_zap_skips_empty_table"];
+pub const MUTANTS: &[&str] = &["none", "skip_shootdown", "leak_mapcount", "buddy_skip_nr_free_dec", "buddy_no_merge", "mthp_skip_vma_bound", "mthp_skip_pte_recheck", "mthp_cow_exclusive", "mthp_skip_unqueue", "fpr_keep_reported_on_alloc", "spf_skip_seq_check", "promo_skip_task_work", "promo_ignore_watermark", "luf_skip_alloc_flush", "luf_d1_order_as_ugen", "luf_merge_keeps_older", "luf_d2_split_drops", "luf_d3_refill_drops", "luf_skip_isolation_check", "luf_no_on_flushing_refusal", "luf_no_wait", "luf_early_done", "luf_defer_writable", "luf_d6_no_wp_pending_check", "luf_no_wp_hooks", "luf_poison_pending", "luf_signed_compare", "luf_d5_irq_off_flush", "luf_defer_memory_failure", "luf_handover_overwrites", "luf_zap_skips_empty_table", "asid_no_flush_on_reuse", "reclaim_skip_dirty_flush"];
 
 /// Policy for large anonymous folios (`anon_folio.mode`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -289,6 +300,7 @@ pub fn registry() -> Vec<KnobSpec> {
         KnobSpec { key: "luf.enabled", default: Bool(false), help: "lazy unmap flush (spec/004, RFC series, never merged): defer the TLB shootdown of read-only order-0 folios unmapped by reclaim or async migration until the frame leaves the page allocator again", values: None, range: None },
         KnobSpec { key: "luf.granularity", default: Str("global"), help: "LUF pending set: one global cpumask and generation (v10) or one per zone (RFC v12-like)", values: Some(&["global", "zone"]), range: None },
         KnobSpec { key: "luf.v11_hooks", default: Bool(false), help: "LUF v11 forced flushes as well as v10's: a fault installing a writable PTE, file write(), init_on_free", values: None, range: None },
+        KnobSpec { key: "luf.invalidate_hook", default: Bool(false), help: "foliosim's fix, in no posted LUF version: invalidate_inode_pages2 (a file changed remotely: NFS, FUSE) forces the deferred flush first, as v11's write() hook does for local writes", values: None, range: None },
         KnobSpec { key: "init_on_free", default: Bool(false), help: "boot parameter init_on_free=1: freed pages are zeroed (their contents change while free)", values: None, range: None },
         KnobSpec { key: "kernel.numa_balancing_scan_delay_ms", default: Int(1000), help: "NUMA balancing: the first scan of an mm waits this long, ms (debugfs sched/numa_balancing/scan_delay_ms)", values: None, range: Some((0, 1 << 32)) },
         KnobSpec { key: "kernel.numa_balancing_scan_period_min_ms", default: Int(1000), help: "NUMA balancing: task_numa_work rescans an mm this often, ms (sysctl before 5.13, debugfs sched/numa_balancing/scan_period_min_ms since; foliosim keeps the period at this minimum: no adaptive scan period)", values: None, range: Some((1, 1 << 32)) },
@@ -398,6 +410,7 @@ impl Knobs {
             ("luf.enabled", KnobValue::Bool(b)) => self.luf.enabled = *b,
             ("luf.granularity", KnobValue::Str(s)) => self.luf.per_zone = s == "zone",
             ("luf.v11_hooks", KnobValue::Bool(b)) => self.luf.v11_hooks = *b,
+            ("luf.invalidate_hook", KnobValue::Bool(b)) => self.luf.invalidate_hook = *b,
             ("init_on_free", KnobValue::Bool(b)) => self.init_on_free = *b,
             ("debug.mutant", KnobValue::Str(s)) => {
                 if let Some((_, m)) = LUF_MUTANTS.iter().find(|(n, _)| n == s) {
@@ -417,6 +430,8 @@ impl Knobs {
                     "spf_skip_seq_check" => Mutant::SpfSkipSeqCheck,
                     "promo_skip_task_work" => Mutant::PromoSkipTaskWork,
                     "promo_ignore_watermark" => Mutant::PromoIgnoreWatermark,
+                    "asid_no_flush_on_reuse" => Mutant::AsidNoFlushOnReuse,
+                    "reclaim_skip_dirty_flush" => Mutant::ReclaimSkipDirtyFlush,
                     _ => Mutant::None,
                 }
             }

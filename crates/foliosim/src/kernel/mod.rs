@@ -42,6 +42,11 @@ pub struct Cpu {
     /// Batched-flush IPIs in flight to this CPU: (when the handler runs,
     /// mm whose entries it drops). Applied before the CPU's next TLB use.
     pub landing: Vec<(Ns, u32)>,
+    /// x86 cpu_tlbstate: the loaded mm and the dynamic ASID slots (mm/asid.rs).
+    pub tlbstate: crate::mm::asid::TlbState,
+    /// /proc/interrupts "TLB shootdowns" of this CPU (irq_tlb_count): flush
+    /// IPIs whose handler ran here.
+    pub irq_tlb_count: u64,
 }
 
 /// One memory node (pg_data_t).
@@ -171,7 +176,7 @@ impl Kernel {
             _ => None,
         });
         let cpus = (0..nr_cpus)
-            .map(|i| Cpu { tlb: Tlb::new(&prof.tlb), irq_debt: 0, lru_add: Vec::with_capacity(c.lru_batch), curr: u32::MAX, rq: Default::default(), slice_end: 0, node: cpu_node(i), landing: Vec::new() })
+            .map(|i| Cpu { tlb: Tlb::new(&prof.tlb), irq_debt: 0, lru_add: Vec::with_capacity(c.lru_batch), curr: u32::MAX, rq: Default::default(), slice_end: 0, node: cpu_node(i), landing: Vec::new(), tlbstate: Default::default(), irq_tlb_count: 0 })
             .collect();
         let anon_policy = crate::mm::huge_memory::policy(&knobs.anon_folio);
         let mut k = Kernel {

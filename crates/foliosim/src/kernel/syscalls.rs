@@ -146,6 +146,9 @@ impl Kernel {
             let tk = &self.tasks[tid as usize];
             (tk.mm, tk.cpu)
         };
+        if self.cpus[cpu as usize].tlbstate.loaded_mm != mm {
+            self.switch_mm_irqs_off(cpu, mm);
+        }
         if !self.cpus[cpu as usize].landing.is_empty() {
             self.tlb_apply_landed(cpu, self.tasks[tid as usize].clock);
         }
@@ -265,6 +268,9 @@ impl Kernel {
         let mut pending_lk = None;
         if !self.check.enabled {
             let (mm, cpu) = (self.tasks[tid as usize].mm, self.tasks[tid as usize].cpu);
+            if self.cpus[cpu as usize].tlbstate.loaded_mm != mm {
+                self.switch_mm_irqs_off(cpu, mm);
+            }
             if !self.cpus[cpu as usize].landing.is_empty() {
                 self.tlb_apply_landed(cpu, self.tasks[tid as usize].clock);
             }

@@ -146,6 +146,12 @@ impl Kernel {
     /// exit_mmap: zap everything, free all page tables, forget the mm.
     pub fn exit_mmap(&mut self, t: u64, cpu: u32, mm: u32) -> u64 {
         let mut t = self.lru_add_drain_cpu(t, cpu);
+        // exit_mm ran first: every CPU of the mm, this one included, is in
+        // lazy TLB mode on it, and none switches back. Flushes of it from
+        // here reach no CPU (x86 flush_tlb_func moves a lazy CPU to
+        // init_mm without flushing the ASID): its entries stay, unreachable,
+        // until another mm takes the ASID slot (mm/asid.rs).
+        self.mms[mm as usize].alive = false;
         let vmas: Vec<_> = std::mem::take(&mut self.mms[mm as usize].vmas).into_values().collect();
         let mut tlb = MmuGather::new(mm, true);
         for v in &vmas {

@@ -112,6 +112,8 @@ pub enum ForcedBy {
     FileWrite,
     InitOnFree,
     MemoryFailure,
+    /// invalidate_inode_pages2 under `luf.invalidate_hook`.
+    Invalidate,
 }
 
 impl Kernel {
@@ -262,6 +264,7 @@ impl Kernel {
             ForcedBy::FaultWritable => Stat::LufForcedFault,
             ForcedBy::FileWrite => Stat::LufForcedWrite,
             ForcedBy::InitOnFree | ForcedBy::MemoryFailure => Stat::LufForcedOther,
+            ForcedBy::Invalidate => Stat::LufForcedInvalidate,
         });
         let tid = tid.min(self.tasks.len().saturating_sub(1) as u32);
         let mut t = t;

@@ -45,6 +45,10 @@ impl Kernel {
     /// cache it. Ranged up to the flush ceiling, full beyond. Returns when
     /// the initiator has all acknowledgements.
     pub fn flush_tlb_mm_range(&mut self, t: Ns, cpu: u32, mm: u32, start: u64, end: u64, freed_tables: bool) -> Ns {
+        if !self.mms[mm as usize].alive {
+            // exit_mmap: every CPU is lazy on the dying mm (fork.rs).
+            return t;
+        }
         let pages = (end - start) / 4096;
         let full = pages > self.c.flush_ceiling;
         let mut t = t;
@@ -85,6 +89,7 @@ impl Kernel {
                 tlb.flush_range(asid, start, end);
             }
             self.cpus[c as usize].irq_debt += recv;
+            self.cpus[c as usize].irq_tlb_count += 1;
         }
         t + self.c.ipi_send * remote.len() as Ns + self.c.ipi_ack
     }
@@ -130,6 +135,7 @@ impl Kernel {
                 self.cpus[c as usize].landing.push((at, m));
             }
             self.cpus[c as usize].irq_debt += recv;
+            self.cpus[c as usize].irq_tlb_count += 1;
         }
         if sent == 0 {
             return t_local;
@@ -173,6 +179,11 @@ impl Kernel {
 
     /// `tlb_live_entry`, saying whether a live entry is writable.
     pub fn tlb_live_entry_w(&self, cpu: u32, mm: u32, va: u64, pfn: Pfn, t: Ns) -> Option<bool> {
+        // An exited mm's entries sit in a dead ASID: no CPU loads it again,
+        // and whoever takes the slot flushes it first (mm/asid.rs).
+        if !self.mms[mm as usize].alive {
+            return None;
+        }
         let c = &self.cpus[cpu as usize];
         if c.landing.iter().any(|&(at, m)| m == mm && at <= t) {
             return None;
@@ -186,6 +197,17 @@ impl Kernel {
         live
     }
 
+    /// Whether `cpu` at `t` holds a live entry of (mm, va) -> `pfn` cached
+    /// writable and dirty: one a store goes through without a page walk.
+    pub fn tlb_live_entry_wd(&self, cpu: u32, mm: u32, va: u64, pfn: Pfn, t: Ns) -> bool {
+        if self.tlb_live_entry_w(cpu, mm, va, pfn, t).is_none() {
+            return false;
+        }
+        let mut wd = false;
+        self.cpus[cpu as usize].tlb.entries_covering(mm, va, |_, e| wd |= e.pfn_of(va) == pfn && e.writable() && e.dirty());
+        wd
+    }
+
     /// flush_tlb_page (ptep_clear_flush).
     pub fn flush_tlb_page(&mut self, t: Ns, cpu: u32, mm: u32, va: u64) -> Ns {
         self.flush_tlb_mm_range(t, cpu, mm, va, va + 4096, false)
@@ -195,11 +217,16 @@ impl Kernel {
     pub fn tlb_finish_mmu(&mut self, t: Ns, cpu: u32, mut tlb: MmuGather) -> Ns {
         let mut t = t;
         if tlb.fullmm {
-            // exit_mmap: the mm is dead everywhere; drop its entries on all
-            // CPUs that ran it without IPIs (they switch away lazily).
+            // exit_mmap: every CPU that ran the mm switches to init_mm
+            // (flush_tlb_func on a lazy CPU) without flushing the mm's
+            // ASID; its entries stay there, unreachable, until another mm
+            // takes the slot and flushes it (mm/asid.rs).
             let targets: Vec<u32> = self.mms[tlb.mm as usize].cpumask_iter().collect();
             for c in targets {
-                self.cpus[c as usize].tlb.flush_asid(tlb.mm);
+                let st = &mut self.cpus[c as usize].tlbstate;
+                if st.loaded_mm == tlb.mm {
+                    st.loaded_mm = u32::MAX;
+                }
             }
             self.stat.inc(Stat::NrTlbLocalFlushAll);
             t += self.c.flush_all;

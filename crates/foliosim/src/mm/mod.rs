@@ -1,5 +1,6 @@
 //! The kernel model, one file per Linux file where one exists.
 
+pub mod asid;
 pub mod compaction;
 pub mod filemap;
 pub mod fork;
@@ -24,6 +25,7 @@ pub mod rmap;
 pub mod shuffle;
 pub mod spf;
 pub mod swap;
+pub mod truncate;
 pub mod vmscan;
 pub mod vmstat;
 pub mod xarray;

@@ -162,7 +162,10 @@ impl Kernel {
             let evictable = if anon {
                 demote_to.is_some() && p.refcount == mapped && can_unmap
             } else {
-                p.flags & (pg::DIRTY | pg::SHMEM) == 0 && p.refcount == 1 + mapped && (mapped == 0 || can_unmap)
+                // A dirty folio that is mapped is written back by pageout
+                // once unmapped; an unmapped dirty one waits (no flusher
+                // threads are modelled to clean it first).
+                p.flags & pg::SHMEM == 0 && (p.flags & pg::DIRTY == 0 || mapped > 0 && can_unmap) && p.refcount == 1 + mapped && (mapped == 0 || can_unmap)
             };
             let keep = if evictable && mapped > 0 { self.folio_check_references(pfn) } else { None };
             if !evictable || keep.is_some() {
@@ -230,15 +233,36 @@ impl Kernel {
             let (unmapped, l, t1) = self.try_to_unmap(t, cpu, tid, pfn, true);
             t = t1;
             luf = l;
-            if !unmapped || self.mem_map.get(pfn).flags & pg::DIRTY != 0 {
-                // Still mapped, or dirtied through a PTE: no writeback is
-                // modelled, so it goes back.
+            let flags = self.mem_map.get(pfn).flags;
+            if !unmapped || flags & pg::SHMEM != 0 && flags & pg::DIRTY != 0 {
+                // Still mapped, or dirty shmem (no swap device): it goes back.
                 self.folio_putback_lru(pfn);
                 return (0, t);
+            }
+            if flags & pg::DIRTY != 0 {
+                // Dirtied through a PTE: written back before it can go.
+                t = self.pageout(t, cpu, tid, pfn);
             }
         }
         victims[luf as usize].push(pfn);
         (self.drop_isolated_cache_folio(pfn), t)
+    }
+
+    /// pageout for a folio try_to_unmap found dirty: first every TLB that
+    /// may still write it through a cached dirty entry is flushed
+    /// (try_to_unmap_flush_dirty, LUF'd CPUs included), then its contents
+    /// go to the IO, which starts at the returned time. The IO is taken as
+    /// done at once (the folio is clean and freed in this pass; Linux keeps
+    /// it under writeback and frees it on a later one): what matters here
+    /// is that nothing writes the folio after the IO has read it.
+    fn pageout(&mut self, t: Ns, cpu: u32, tid: u32, pfn: Pfn) -> Ns {
+        let t = if self.knobs.mutant == crate::kernel::knobs::Mutant::ReclaimSkipDirtyFlush { t } else { self.try_to_unmap_flush_dirty(t, cpu, tid) };
+        if self.check.enabled {
+            self.check_pageout(t, pfn);
+        }
+        self.mem_map.get_mut(pfn).flags &= !pg::DIRTY;
+        self.stat.inc(Stat::Pgpageout);
+        t + self.c.pageout
     }
 
     /// folio_putback_lru: an isolated folio that could not go returns to its list.

@@ -179,6 +179,11 @@ stats! {
     OfflinePages = "foliosim_offline_pages" : "pages taken offline by offline_pages",
     MemoryFailure = "foliosim_memory_failure" : "memory_failure and soft_offline_page calls",
     HwpoisonPages = "foliosim_hwpoison_pages" : "frames taken out of use as poisoned (HardwareCorrupted in /proc/meminfo)",
+    // x86 ASIDs, writeback (spec/004 scenarios 15 and 20)
+    AsidReuse = "foliosim_asid_reuse" : "switch_mm took an ASID slot another mm held on that CPU (choose_new_asid), flushing it",
+    Pgpageout = "foliosim_pageout" : "dirty page-cache folios written back by reclaim (pageout) before being freed",
+    PgInvalidate = "foliosim_invalidate_inode_pages" : "page-cache pages dropped by invalidate_inode_pages2 (remote change)",
+    LufForcedInvalidate = "foliosim_luf_forced_invalidate" : "forced luf_flush: invalidate_inode_pages2 (luf.invalidate_hook)",
 }
 
 pub const FIRST_EVENT: usize = Stat::Pgfault as usize;

@@ -31,6 +31,8 @@ struct Point {
     /// Workload operations counted by all user tasks.
     ops: u64,
     interrupted: bool,
+    /// /proc/interrupts "TLB shootdowns" per CPU (irq_tlb_count).
+    irq_tlb: Vec<u64>,
 }
 
 fn point(exp: &str, toml: &str, i: usize, n: usize, progress: &mut dyn FnMut(&Progress) -> bool) -> Result<Point, ConfigError> {
@@ -46,7 +48,8 @@ fn point(exp: &str, toml: &str, i: usize, n: usize, progress: &mut dyn FnMut(&Pr
     }
     let runtime_s = if per_mm.is_empty() { 0.0 } else { per_mm.values().map(|&v| v as f64 / 1e9).sum::<f64>() / per_mm.len() as f64 };
     let ops = k.tasks.iter().filter(|t| t.kthread.is_none()).map(|t| t.ops).sum();
-    Ok(Point { config: cfg.normalized.clone(), stat: k.stat.clone(), runtime_s, finished, ops, interrupted: out.interrupted })
+    let irq_tlb = k.cpus.iter().map(|c| c.irq_tlb_count).collect();
+    Ok(Point { config: cfg.normalized.clone(), stat: k.stat.clone(), runtime_s, finished, ops, interrupted: out.interrupted, irq_tlb })
 }
 
 fn st(p: &Point, s: Stat) -> f64 {
@@ -180,6 +183,7 @@ pub(crate) fn llama_experiment(s: &LlamaScale, progress: &mut dyn FnMut(&Progres
             rows.push(json!({"label": label, "metric": format!("LUF off ({scale})"), "unit": "count", "seed": null, "simulated": get(&off), "note": ""}));
             rows.push(json!({"label": label, "metric": format!("LUF on ({scale})"), "unit": "count", "seed": null, "simulated": get(on), "note": ""}));
         }
+        rows.extend(per_cpu_rows(&off, on, &scale));
         let want = llama_pages(s);
         for (p, which) in [(&off, "off"), (on, "on")] {
             rows.push(json!({"label": "weight pages streamed / processes x tokens x model pages", "metric": format!("LUF {which} ({scale})"), "unit": "%", "seed": null, "simulated": 100.0 * p.ops as f64 / want as f64, "note": ""}));
@@ -194,7 +198,7 @@ pub(crate) fn llama_experiment(s: &LlamaScale, progress: &mut dyn FnMut(&Progres
         "Run configuration as in the seed (spec/004 §3.1): kernel.numa_balancing = 2 (tiering), demotion_enabled = true, no swap (foliosim models no swap device: anonymous memory is never reclaimed), model files cold at start (the seed dropped caches before each run). LUF off = the same kernel with luf.enabled = false.".into(),
         "tlb:tlb_flush is read as the tracepoint's meaning on x86 (flush_tlb_func traces every received shootdown and every local flush), i.e. nr_tlb_remote_flush_received + nr_tlb_local_flush_all + nr_tlb_local_flush_one; spec/004 §3.5 shows it is dominated by received shootdowns. nr_tlb_remote_flush (rounds) is listed separately.".into(),
         "Threads are pinned (thread i of all 45 on CPU i), so each process's mm_cpumask holds its own 15 CPUs and a shootdown reaches 14 others; in the seed threads migrate and a flush reaches ~63 CPUs (spec/004 §1.2, §5.1). This scales the IPI counts and their per-CPU spread, not the LUF on/off ratio.".into(),
-        "Absolute counts are those of the scaled run and are not comparable with the seed's; only the change rows are. Per-CPU shootdown counts (the seed's /proc/interrupts table, §3.4) need a per-CPU counter the model does not keep yet.".into(),
+        "Absolute counts are those of the scaled run and are not comparable with the seed's; only the change rows are. The per-CPU shootdown rows (irq_tlb_count, the seed's /proc/interrupts table of §3.4) give min, median and max over the 64 CPUs; only their on/off ratio compares with the seed.".into(),
     ];
     let llama_want = llama_pages(s);
     if [Some(&off), on.as_ref()].into_iter().flatten().any(|p| !p.finished || p.ops < llama_want) {
@@ -210,6 +214,56 @@ pub(crate) fn llama_experiment(s: &LlamaScale, progress: &mut dyn FnMut(&Progres
         "configs": configs,
         "interrupted": interrupted,
     }))
+}
+
+/// The seed's /proc/interrupts "TLB shootdowns" table (spec/004 §3.4),
+/// summarised: (min, median, max) over its 64 CPUs, BEFORE, AFTER, and the
+/// per-CPU AFTER/BEFORE ratio.
+const SEED_IRQ_TLB_OFF: [f64; 3] = [125_553_646.0, 195_781_360.0, 229_592_631.0];
+const SEED_IRQ_TLB_ON: [f64; 3] = [5_648_092.0, 8_912_749.5, 10_595_243.0];
+const SEED_IRQ_TLB_RATIO: [f64; 3] = [0.04237, 0.04564, 0.04834];
+
+/// (min, median, max) of `v` (median of an even count: mean of the middle two).
+fn min_med_max(v: &[f64]) -> [f64; 3] {
+    if v.is_empty() {
+        return [0.0; 3];
+    }
+    let mut s = v.to_vec();
+    s.sort_by(|a, b| a.total_cmp(b));
+    let n = s.len();
+    let med = if n % 2 == 1 { s[n / 2] } else { (s[n / 2 - 1] + s[n / 2]) / 2.0 };
+    [s[0], med, s[n - 1]]
+}
+
+/// The seed's per-CPU table beside ours: shootdowns each CPU received, LUF
+/// off and on, and the per-CPU on/off ratio (over CPUs that received any
+/// with LUF off). Absolute counts are not comparable (10 full-size test
+/// sets vs one scaled run), so their seed column is empty and the seed's
+/// figures are in the note; the ratio is comparable.
+fn per_cpu_rows(off: &Point, on: &Point, scale: &str) -> Vec<Value> {
+    const WHAT: [&str; 3] = ["min", "median", "max"];
+    let label = "TLB shootdowns per CPU (/proc/interrupts, irq_tlb_count)";
+    let mut rows = Vec::new();
+    let idle = off.irq_tlb.iter().filter(|&&n| n == 0).count();
+    for (p, which, seed) in [(off, "off", SEED_IRQ_TLB_OFF), (on, "on", SEED_IRQ_TLB_ON)] {
+        let v: Vec<f64> = p.irq_tlb.iter().map(|&x| x as f64).collect();
+        for (i, x) in min_med_max(&v).into_iter().enumerate() {
+            let note = format!(
+                "seed {} over its 64 CPUs: {:.0} (spec/004 §3.4, totals of ~10 full-size test sets); here over all {} CPUs, {idle} of which received none with LUF off (no llama thread runs there: threads are pinned)",
+                WHAT[i],
+                seed[i],
+                p.irq_tlb.len()
+            );
+            rows.push(json!({"label": label, "metric": format!("{} per CPU, LUF {which} ({scale})", WHAT[i]), "unit": "IPIs", "seed": null, "simulated": x, "note": note}));
+        }
+    }
+    let ratios: Vec<f64> = off.irq_tlb.iter().zip(&on.irq_tlb).filter(|(&a, _)| a > 0).map(|(&a, &b)| b as f64 / a as f64).collect();
+    for (i, x) in min_med_max(&ratios).into_iter().enumerate() {
+        let sim_off = ((x - SEED_IRQ_TLB_RATIO[i]) / SEED_IRQ_TLB_RATIO[i]).abs() > 0.25;
+        let note = if sim_off { format!("the per-CPU ratio follows the total cut in shootdowns, smaller here (see the nr_tlb_remote_flush_received row); {idle} CPUs received none with LUF off and are left out") } else { String::new() };
+        rows.push(json!({"label": label, "metric": format!("{} per CPU of LUF on / LUF off ({scale})", WHAT[i]), "unit": "ratio", "seed": SEED_IRQ_TLB_RATIO[i], "simulated": x, "note": note}));
+    }
+    rows
 }
 
 // ---- luf-xsbench -----------------------------------------------------------------
