@@ -1474,7 +1474,7 @@ impl PageAlloc {
         }
         // Free blocks in the two halves of a max-order block may now merge.
         let heads: Vec<Pfn> = {
-            let mut v: Vec<Pfn> = z.blocks.keys().copied().filter(|&b| b >= start && b < end).collect();
+            let mut v: Vec<Pfn> = z.blocks.iter().map(|(p, _)| p).filter(|&b| b >= start && b < end).collect();
             v.sort_unstable();
             v
         };
