@@ -172,6 +172,7 @@ const HM_HOG_MIB: u64 = 31 * 1024;
 /// a page-fault test, with and without reporting.
 pub fn host_memory(progress: &mut dyn FnMut(&Progress) -> bool) -> Result<Value, ConfigError> {
     let mut series = serde_json::Map::new();
+    let mut curves = Vec::new();
     let mut finals = Vec::new();
     let mut settle = 0.0;
     let mut hog_end = 0.0;
@@ -199,6 +200,9 @@ pub fn host_memory(progress: &mut dyn FnMut(&Progress) -> bool) -> Result<Value,
         }
         finals.push(last);
         let key = if enabled { "reporting_on" } else { "reporting_off" };
+        let which = if enabled { "reporting on" } else { "reporting off" };
+        curves.push(json!({"name": format!("host memory of the guest, {which}"), "x": o.samples_t, "y": rss, "xlabel": "time (s)", "ylabel": "GiB"}));
+        curves.push(json!({"name": format!("guest MemFree, {which}"), "x": o.samples_t, "y": free, "xlabel": "time (s)", "ylabel": "GiB"}));
         series.insert(key.into(), json!({"t_s": o.samples_t, "host_rss_gib": rss, "guest_free_gib": free, "memhog_exit_s": end}));
     }
     let returned = finals[0] - finals[1];
@@ -212,10 +216,11 @@ pub fn host_memory(progress: &mut dyn FnMut(&Progress) -> bool) -> Result<Value,
         "name": "fpr-host-memory",
         "title": "Free page reporting: host memory of a 32 GiB guest switching from memhog 31g to page_fault2 (1 task)",
         "rows": rows,
-        "series": series,
+        "series": curves,
+        "timeseries": series,
         "notes": [
             format!("memhog {HM_HOG_MIB} MiB then will-it-scale page_fault2 with 1 task, host backing preallocated (the VM has run before), reporting registered at boot, 6.12 tail putback, MADV_DONTNEED; samples every 0.5 s. With reporting, memhog exited at {hog_end:.1} s and the test ran to {:.0} s; the run without reporting was simulated for {:.0} s (its RSS is flat).", dur_s[1], dur_s[0]),
-            "series.*.host_rss_gib over series.*.t_s is the plot of host memory over time.".to_string(),
+            "series: host memory of the guest (and guest MemFree) over time, reporting off and on; timeseries holds the same samples by run.".to_string(),
         ],
     }))
 }
@@ -253,6 +258,7 @@ pub fn overcommit(progress: &mut dyn FnMut(&Progress) -> bool) -> Result<Value, 
     let mut rows = Vec::new();
     let mut detail = Vec::new();
     let mut series = serde_json::Map::new();
+    let mut curves = Vec::new();
     let mut configs = Vec::new();
     for enabled in [false, true] {
         let toml = format!(
@@ -280,6 +286,8 @@ pub fn overcommit(progress: &mut dyn FnMut(&Progress) -> bool) -> Result<Value, 
             label.replace(' ', "_"),
             json!({"t_s": o.samples_t, "host_rss_gib": total, "host_rss_gib_by_guest": (0..N as usize).map(|g| o.samples_rss.iter().map(|r| r[g] as f64 / GIB_PAGES).collect::<Vec<_>>()).collect::<Vec<_>>(), "host_swap_gib": o.samples_swap.iter().map(|s| *s as f64 / GIB_PAGES).collect::<Vec<_>>()}),
         );
+        curves.push(json!({"name": format!("host RSS of all guests, {label}"), "x": o.samples_t, "y": total, "xlabel": "time (s)", "ylabel": "host memory (GiB)"}));
+        curves.push(json!({"name": format!("host swap, {label}"), "x": o.samples_t, "y": o.samples_swap.iter().map(|s| *s as f64 / GIB_PAGES).collect::<Vec<_>>(), "xlabel": "time (s)", "ylabel": "host swap (GiB)"}));
         configs.push(json!({"label": label, "config": cfg.normalized}));
         let cycle = busy / cycles_seen.max(1) as f64;
         rows.push(row(label, "host swap-ins (all guests)", "pages", None, swpin as f64, ""));
@@ -293,7 +301,8 @@ pub fn overcommit(progress: &mut dyn FnMut(&Progress) -> bool) -> Result<Value, 
         "title": format!("Free page reporting under host overcommit: {N} guests of {} GiB on one host with {} GiB", GUEST_MIB / 1024, HOST_MIB / 1024),
         "rows": rows,
         "detail": detail,
-        "series": series,
+        "series": curves,
+        "timeseries": series,
         "configs": configs,
         "notes": [
             format!("{N} guests (machine.guests) on one host with {HOST_MIB} MiB for all of them: one RSS, one limit, one reclaim clock over every guest's pages (the host's global LRU), in one simulated time line. Guest g boots at g x {} s; each runs memhog {HOG_MIB} MiB {CYCLES} times, {} s apart, with page_alloc.shuffle on (so successive cycles touch different frames, as a long-running guest does); host THP off, MADV_DONTNEED, 6.12 tail putback.", STAGGER_MS / 1000, SLEEP_MS / 1000),
