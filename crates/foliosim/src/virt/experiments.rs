@@ -176,9 +176,9 @@ pub fn host_memory(progress: &mut dyn FnMut(&Progress) -> bool) -> Result<Value,
     let mut finals = Vec::new();
     let mut settle = 0.0;
     let mut hog_end = 0.0;
-    // Simulated seconds: memhog 31 GiB in a guest whose free memory is
-    // being reported takes ~60 s (every page refaults from the host), ~20 s
-    // without reporting; then the test.
+    // Simulated seconds: memhog 31 GiB takes ~20 s (~22 s with reporting:
+    // what the worker reported ahead of it refaults from the host); then
+    // the test, during which the host RSS settles (~30 s).
     let dur_s = [35.0, 110.0];
     for (i, enabled) in [false, true].into_iter().enumerate() {
         let toml = format!(
