@@ -149,15 +149,16 @@ def test_bench_reporting(monkeypatch, capsys):
     report: keys, targets, PASS/FAIL."""
     figures = {"anon_faults": {"anon_faults_per_host_s": 6e6},
                "tlb_hits": {"tlb_hit_accesses_per_host_s": 1e7},
-               "pf1_threads64": {"pf1_threads64_host_s": 12.0}}
+               "pf1_threads64": {"pf1_threads64_host_s": 12.0},
+               "fpr_overhead": {"fpr_overhead_host_s": 40.0}}
     monkeypatch.setattr(cli._core, "bench_json", lambda which: json.dumps(figures[which]))
     monkeypatch.setattr(cli, "_bench_big", lambda: ({"host_s": 1.0}, 2.5))
     assert cli.main(["bench", "--json"]) == 0
     obj = json.loads(capsys.readouterr().out)
-    for k in ("anon_faults_per_host_s", "tlb_hit_accesses_per_host_s", "pf1_threads64_host_s", "peak_rss_1tib_gib"):
+    for k in ("anon_faults_per_host_s", "tlb_hit_accesses_per_host_s", "pf1_threads64_host_s", "peak_rss_1tib_gib", "fpr_overhead_host_s"):
         assert isinstance(obj[k], float)
     assert obj["pass"] == {"anon_faults_per_host_s": True, "tlb_hit_accesses_per_host_s": False,
-                           "pf1_threads64_host_s": True, "peak_rss_1tib_gib": True}
+                           "pf1_threads64_host_s": True, "peak_rss_1tib_gib": True, "fpr_overhead_host_s": True}
     assert cli.main(["bench", "--strict"]) == 1
     out = capsys.readouterr().out
     assert "PASS" in out and "FAIL" in out

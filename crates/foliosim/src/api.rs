@@ -66,6 +66,10 @@ fn run_error(e: String) -> ConfigError {
 ///  "checker": {"enabled": bool, "audits": i, "violations": [str]}}
 pub fn run_json(config_json: &str, progress: &mut dyn FnMut(&Progress) -> bool) -> Result<String, ConfigError> {
     let cfg = crate::config::from_json(config_json, "(config)")?;
+    if cfg.guests > 1 {
+        let out = crate::virt::guests::simulate_guests(&cfg, progress).map_err(run_error)?;
+        return Ok(crate::virt::guests::result_json(&cfg, &out).to_string());
+    }
     let out = crate::run::simulate(&cfg, progress).map_err(run_error)?;
     Ok(crate::run::result_json(&cfg, &out).to_string())
 }

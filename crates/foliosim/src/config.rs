@@ -35,6 +35,12 @@ pub struct Config {
     pub knob_values: BTreeMap<String, KnobValue>,
     #[serde(skip)]
     pub knobs: Knobs,
+    /// `machine.guests`: the machine is this many identical VM guests on
+    /// one host (1: a single kernel). Guest g runs with seed `seed + g`.
+    pub guests: u32,
+    /// `machine.guest_stagger_ms`: guest g boots g times this late (VMs
+    /// started one after another).
+    pub guest_stagger_ms: f64,
     /// The normalised config, as JSON (defaults filled in).
     #[serde(skip)]
     pub normalized: serde_json::Value,
@@ -189,6 +195,9 @@ pub fn load_profile(name: &str, base: &Path) -> Result<Profile, (String, Option<
     Ok(prof)
 }
 
+/// Most VM guests `machine.guests` may ask for.
+pub const MAX_GUESTS: u32 = 64;
+
 fn from_table(mut root: toml::Table, ctx: &Ctx) -> Result<Config, ConfigError> {
     let seed = match root.remove("seed") {
         None => 1,
@@ -254,6 +263,15 @@ fn from_table(mut root: toml::Table, ctx: &Ctx) -> Result<Config, ConfigError> {
             v => return Err(ctx.err("machine", "tlb_coalesce_order", format!("expected 0 (none) or 2 (HPA), got {v}"))),
         }
     }
+    let guests = match m.remove("guests") {
+        None => 1,
+        Some(toml::Value::Integer(n)) if (1..=MAX_GUESTS as i64).contains(&n) => n as u32,
+        Some(v) => return Err(ctx.err("machine", "guests", format!("expected an integer 1..={MAX_GUESTS} (VM guests sharing one host), got {v}"))),
+    };
+    let guest_stagger_ms = get_f64(ctx, &mut m, "machine", "guest_stagger_ms", 0.0, 0.0, 3.6e6)?;
+    if guest_stagger_ms > 0.0 && guests < 2 {
+        return Err(ctx.err("machine", "guest_stagger_ms", "staggers the boot of several guests: needs machine.guests >= 2"));
+    }
     no_leftovers(ctx, &m, "machine")?;
     prof.validate().map_err(|(k, r)| ctx.err("machine", "", format!("{k}: {r}")))?;
     // --- run
@@ -308,6 +326,13 @@ fn from_table(mut root: toml::Table, ctx: &Ctx) -> Result<Config, ConfigError> {
     if let Some(k) = root.keys().next() {
         return Err(ctx.err("", k, "unknown key (expected seed, machine, workload, run, knobs)"));
     }
+    if guests > 1 && kn.host_prealloc && kn.host_mem_mib > 0 && kn.host_mem_mib < guests as u64 * prof.total_mem_mib() {
+        return Err(ctx.err(
+            "knobs",
+            "host.prealloc",
+            format!("{guests} preallocated guests of {} MiB need {} MiB but host.mem_mib is {}", prof.total_mem_mib(), guests as u64 * prof.total_mem_mib(), kn.host_mem_mib),
+        ));
+    }
     // Normalised form: everything explicit.
     let mut knobs_json = serde_json::Map::new();
     for spec in knobs::registry() {
@@ -331,6 +356,10 @@ fn from_table(mut root: toml::Table, ctx: &Ctx) -> Result<Config, ConfigError> {
     for (k, v) in tlb_overrides {
         machine_json.insert(k.into(), v);
     }
+    if guests > 1 {
+        machine_json.insert("guests".into(), guests.into());
+        machine_json.insert("guest_stagger_ms".into(), guest_stagger_ms.into());
+    }
     let normalized = serde_json::json!({
         "seed": seed,
         "machine": machine_json,
@@ -338,7 +367,7 @@ fn from_table(mut root: toml::Table, ctx: &Ctx) -> Result<Config, ConfigError> {
         "run": serde_json::to_value(&run).unwrap(),
         "knobs": knobs_json,
     });
-    Ok(Config { seed, profile_name, profile: prof, workload: name, workload_params: raw, run, knob_values, knobs: kn, normalized })
+    Ok(Config { seed, profile_name, profile: prof, workload: name, workload_params: raw, run, knob_values, knobs: kn, guests, guest_stagger_ms, normalized })
 }
 
 #[cfg(test)]

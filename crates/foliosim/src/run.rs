@@ -143,71 +143,163 @@ pub fn simulate_with(cfg: &Config, wl: Box<dyn Workload>, progress: &mut dyn FnM
 /// workload sets up (tests use it to add kernel threads or state).
 pub fn simulate_hooked(
     cfg: &Config,
-    mut wl: Box<dyn Workload>,
+    wl: Box<dyn Workload>,
     boot_hook: &mut dyn FnMut(&mut Kernel),
     progress: &mut dyn FnMut(&Progress) -> bool,
 ) -> Result<Outcome, String> {
     let host0 = Instant::now();
-    let mut k = Kernel::boot(cfg.profile.clone(), cfg.knobs.clone(), cfg.run.check, cfg.seed)?;
-    boot_hook(&mut k);
-    {
-        let mut env = Env { k: &mut k, seed: cfg.seed, next_cpu: 0 };
-        wl.setup(&mut env)?;
-    }
-    if k.tasks.is_empty() {
-        return Err("the workload created no tasks".into());
-    }
-    let warmup_ns = (cfg.run.warmup_s * NSEC_PER_SEC as f64) as Ns;
-    let measured_ns = (cfg.run.duration_s * NSEC_PER_SEC as f64) as Ns;
-    let end = warmup_ns + measured_ns;
-    let sample_every = ((cfg.run.sample_ms * 1e6) as Ns).max(1);
-    let audit_every = ((cfg.run.audit_interval_ms * 1e6) as Ns).max(1);
-    let mut q = Queue { heap: BinaryHeap::new(), seq: 0 };
-    for i in 0..k.tasks.len() {
-        if k.tasks[i].kthread.is_none() {
-            let t = k.tasks[i].clock;
-            enqueue(&mut k, &mut q, t, i as u32);
-        }
-    }
-    for (t, tid) in std::mem::take(&mut k.wakeups) {
-        enqueue(&mut k, &mut q, t, tid);
-    }
-    let mut out_t = vec![0.0];
-    let mut out_ops = vec![0u64];
-    let mut out_stat = vec![k.stat.v];
-    let mut next_sample = sample_every;
-    let mut next_audit = audit_every;
-    let mut ops_at_warmup: Option<Vec<u64>> = if warmup_ns == 0 { Some(vec![0; k.tasks.len()]) } else { None };
+    let mut d = Driver::new(cfg, cfg.seed, 0, wl, boot_hook)?;
     let mut interrupted = false;
-    let mut steps: u64 = 0;
     let mut last_progress = Instant::now();
-    let mut now: Ns = 0;
-    'outer: while let Some(Reverse((t, seq, tid))) = q.heap.pop() {
-        if seq != k.tasks[tid as usize].qseq {
-            continue; // superseded by a later wake-up
+    loop {
+        match d.run_one(Ns::MAX) {
+            Stepped::Over => break,
+            Stepped::Skipped => {}
+            Stepped::Ran => {
+                if d.steps & 0xfff == 0 && last_progress.elapsed().as_millis() >= 100 {
+                    last_progress = Instant::now();
+                    if !progress(&Progress { sim_s: d.now as f64 / 1e9, sim_total_s: d.end as f64 / 1e9 }) {
+                        interrupted = true;
+                        break;
+                    }
+                }
+            }
         }
-        if t >= end {
-            break;
+    }
+    let o = d.finish(interrupted, host0);
+    progress(&Progress { sim_s: o.sim_end as f64 / 1e9, sim_total_s: (o.warmup_ns + o.measured_ns) as f64 / 1e9 });
+    Ok(o)
+}
+
+/// What `Driver::run_one` did.
+#[derive(PartialEq, Eq)]
+pub(crate) enum Stepped {
+    /// Nothing is left before the end of the run.
+    Over,
+    /// The entry was stale, or its task had to wait for its CPU.
+    Skipped,
+    /// A task ran one or more steps.
+    Ran,
+}
+
+/// One kernel's run in progress: the kernel, its workload, its run queue,
+/// the samples taken so far. `simulate_hooked` runs one to the end;
+/// `simulate_guests` interleaves several (VM guests on one host).
+pub(crate) struct Driver {
+    pub(crate) k: Kernel,
+    wl: Box<dyn Workload>,
+    q: Queue,
+    warmup_ns: Ns,
+    measured_ns: Ns,
+    pub(crate) end: Ns,
+    sample_every: Ns,
+    audit_every: Ns,
+    out_t: Vec<f64>,
+    out_ops: Vec<u64>,
+    out_stat: Vec<[i64; NR_STATS]>,
+    next_sample: Ns,
+    next_audit: Ns,
+    ops_at_warmup: Option<Vec<u64>>,
+    pub(crate) steps: u64,
+    pub(crate) now: Ns,
+}
+
+impl Driver {
+    /// Boot a kernel for `cfg` (with `seed`), let the workload set up and
+    /// queue its tasks; they start at `start` (a guest booted that late).
+    pub(crate) fn new(cfg: &Config, seed: u64, start: Ns, mut wl: Box<dyn Workload>, boot_hook: &mut dyn FnMut(&mut Kernel)) -> Result<Driver, String> {
+        let mut k = Kernel::boot(cfg.profile.clone(), cfg.knobs.clone(), cfg.run.check, seed)?;
+        boot_hook(&mut k);
+        {
+            let mut env = Env { k: &mut k, seed, next_cpu: 0 };
+            wl.setup(&mut env)?;
+        }
+        if k.tasks.is_empty() {
+            return Err("the workload created no tasks".into());
+        }
+        let warmup_ns = (cfg.run.warmup_s * NSEC_PER_SEC as f64) as Ns;
+        let measured_ns = (cfg.run.duration_s * NSEC_PER_SEC as f64) as Ns;
+        let sample_every = ((cfg.run.sample_ms * 1e6) as Ns).max(1);
+        let audit_every = ((cfg.run.audit_interval_ms * 1e6) as Ns).max(1);
+        if start > 0 {
+            for t in k.tasks.iter_mut() {
+                t.clock += start;
+            }
+            for w in k.wakeups.iter_mut() {
+                w.0 += start;
+            }
+        }
+        let mut q = Queue { heap: BinaryHeap::new(), seq: 0 };
+        for i in 0..k.tasks.len() {
+            if k.tasks[i].kthread.is_none() {
+                let t = k.tasks[i].clock;
+                enqueue(&mut k, &mut q, t, i as u32);
+            }
+        }
+        for (t, tid) in std::mem::take(&mut k.wakeups) {
+            enqueue(&mut k, &mut q, t, tid);
+        }
+        let out_stat = vec![k.stat.v];
+        let ops_at_warmup = if warmup_ns == 0 { Some(vec![0; k.tasks.len()]) } else { None };
+        Ok(Driver {
+            k,
+            wl,
+            q,
+            warmup_ns,
+            measured_ns,
+            end: warmup_ns + measured_ns,
+            sample_every,
+            audit_every,
+            out_t: vec![0.0],
+            out_ops: vec![0u64],
+            out_stat,
+            next_sample: sample_every,
+            next_audit: audit_every,
+            ops_at_warmup,
+            steps: 0,
+            now: 0,
+        })
+    }
+
+    /// Time of the earliest run-queue entry (a lower bound on the next
+    /// step: the entry may have been superseded).
+    pub(crate) fn next_time(&self) -> Option<Ns> {
+        self.q.heap.peek().map(|Reverse((t, _, _))| *t)
+    }
+
+    /// Pop the earliest run-queue entry and run its task; the task keeps
+    /// running steps while its clock stays before every other queued entry
+    /// and before `horizon` (the next event of other kernels sharing the
+    /// simulated time line; `Ns::MAX` when there are none).
+    pub(crate) fn run_one(&mut self, horizon: Ns) -> Stepped {
+        let Some(Reverse((t, seq, tid))) = self.q.heap.pop() else { return Stepped::Over };
+        let k = &mut self.k;
+        let q = &mut self.q;
+        if seq != k.tasks[tid as usize].qseq {
+            return Stepped::Skipped; // superseded by a later wake-up
+        }
+        if t >= self.end {
+            return Stepped::Over;
         }
         if k.tasks[tid as usize].sleeping {
             // Its timer fired (or it was woken): runnable again.
             k.tasks[tid as usize].sleeping = false;
             k.tasks[tid as usize].timer = false;
         }
-        now = t;
+        self.now = t;
         // Everything before a boundary has run: record it.
-        if ops_at_warmup.is_none() && t >= warmup_ns {
-            ops_at_warmup = Some(k.tasks.iter().map(|x| x.ops).collect());
+        if self.ops_at_warmup.is_none() && t >= self.warmup_ns {
+            self.ops_at_warmup = Some(k.tasks.iter().map(|x| x.ops).collect());
         }
-        while t >= next_sample {
-            out_t.push(next_sample as f64 / NSEC_PER_SEC as f64);
-            out_ops.push(k.tasks.iter().map(|x| x.ops).sum());
-            out_stat.push(k.stat.v);
-            next_sample += sample_every;
+        while t >= self.next_sample {
+            self.out_t.push(self.next_sample as f64 / NSEC_PER_SEC as f64);
+            self.out_ops.push(k.tasks.iter().map(|x| x.ops).sum());
+            self.out_stat.push(k.stat.v);
+            self.next_sample += self.sample_every;
         }
-        if k.check.enabled && t >= next_audit {
-            check::audit(&mut k);
-            next_audit = t + audit_every;
+        if k.check.enabled && t >= self.next_audit {
+            check::audit(k);
+            self.next_audit = t + self.audit_every;
         }
         let cpu = k.tasks[tid as usize].cpu as usize;
         if k.cpus[cpu].curr == u32::MAX {
@@ -225,23 +317,25 @@ pub fn simulate_hooked(
                 k.cpus[cpu].rq.push_back(tid);
                 k.tasks[tid as usize].qseq = 0;
             }
-            continue;
+            return Stepped::Skipped;
         }
         k.tasks[tid as usize].clock = t;
         // Run steps of this task while it is still the earliest.
         loop {
             k.charge_irq(tid);
-            step(&mut k, wl.as_mut(), tid, &mut q);
-            steps += 1;
+            let ended = step(k, self.wl.as_mut(), tid, q);
+            self.steps += 1;
             for (t, w) in std::mem::take(&mut k.wakeups) {
-                enqueue(&mut k, &mut q, t, w);
+                enqueue(k, q, t, w);
             }
             let tk = &k.tasks[tid as usize];
             let c = tk.clock;
             if tk.exited || tk.sleeping {
                 // (A sleeping kernel thread's wake-up entry is already queued.)
+                // The CPU is free from the end of the step, not from a
+                // timed sleep's wake-up time (the clock has moved there).
                 k.cpus[cpu].curr = u32::MAX;
-                switch_to_next(&mut k, cpu, c, &mut q);
+                switch_to_next(k, cpu, ended.unwrap_or(c), q);
                 break;
             }
             if c >= k.cpus[cpu].slice_end && !k.cpus[cpu].rq.is_empty() {
@@ -249,50 +343,49 @@ pub fn simulate_hooked(
                 k.cpus[cpu].rq.push_back(tid);
                 k.tasks[tid as usize].qseq = 0;
                 k.cpus[cpu].curr = u32::MAX;
-                switch_to_next(&mut k, cpu, c, &mut q);
+                switch_to_next(k, cpu, c, q);
                 break;
             }
             if c >= k.cpus[cpu].slice_end {
                 k.cpus[cpu].slice_end = c + SCHED_SLICE;
             }
-            let earliest = q.heap.peek().map_or(Ns::MAX, |Reverse((t, _, _))| *t);
-            if c < earliest && c < next_sample && c < end && c < next_audit && ops_at_warmup.is_some() && steps & 0xfff != 0 {
+            let earliest = q.heap.peek().map_or(Ns::MAX, |Reverse((t, _, _))| *t).min(horizon);
+            if c < earliest && c < self.next_sample && c < self.end && c < self.next_audit && self.ops_at_warmup.is_some() && self.steps & 0xfff != 0 {
                 continue;
             }
-            enqueue(&mut k, &mut q, c, tid);
+            enqueue(k, q, c, tid);
             break;
         }
-        if steps & 0xfff == 0 && last_progress.elapsed().as_millis() >= 100 {
-            last_progress = Instant::now();
-            if !progress(&Progress { sim_s: now as f64 / 1e9, sim_total_s: end as f64 / 1e9 }) {
-                interrupted = true;
-                break 'outer;
-            }
+        Stepped::Ran
+    }
+
+    /// Take the samples up to the end of the run, audit, and hand over.
+    pub(crate) fn finish(mut self, interrupted: bool, host0: Instant) -> Outcome {
+        let k = &mut self.k;
+        let sim_end = if interrupted { self.now } else { self.end };
+        while !interrupted && self.next_sample <= self.end {
+            self.out_t.push(self.next_sample as f64 / NSEC_PER_SEC as f64);
+            self.out_ops.push(k.tasks.iter().map(|x| x.ops).sum());
+            self.out_stat.push(k.stat.v);
+            self.next_sample += self.sample_every;
+        }
+        if k.check.enabled {
+            check::audit(k);
+        }
+        let ops_at_warmup = self.ops_at_warmup.unwrap_or_else(|| vec![0; k.tasks.len()]);
+        Outcome {
+            ops_at_warmup,
+            kernel: self.k,
+            interrupted,
+            sim_end,
+            host_s: host0.elapsed().as_secs_f64(),
+            samples_t: self.out_t,
+            samples_ops: self.out_ops,
+            samples_stat: self.out_stat,
+            warmup_ns: self.warmup_ns,
+            measured_ns: self.measured_ns,
         }
     }
-    let sim_end = if interrupted { now } else { end };
-    while !interrupted && next_sample <= end {
-        out_t.push(next_sample as f64 / NSEC_PER_SEC as f64);
-        out_ops.push(k.tasks.iter().map(|x| x.ops).sum());
-        out_stat.push(k.stat.v);
-        next_sample += sample_every;
-    }
-    if k.check.enabled {
-        check::audit(&mut k);
-    }
-    progress(&Progress { sim_s: sim_end as f64 / 1e9, sim_total_s: end as f64 / 1e9 });
-    Ok(Outcome {
-        ops_at_warmup: ops_at_warmup.unwrap_or_else(|| vec![0; k.tasks.len()]),
-        kernel: k,
-        interrupted,
-        sim_end,
-        host_s: host0.elapsed().as_secs_f64(),
-        samples_t: out_t,
-        samples_ops: out_ops,
-        samples_stat: out_stat,
-        warmup_ns,
-        measured_ns,
-    })
 }
 
 /// Length of a time slice when tasks share a CPU: EEVDF's base slice
@@ -317,11 +410,10 @@ fn switch_to_next(k: &mut Kernel, cpu: usize, t: Ns, q: &mut Queue) {
 }
 
 /// One step of task `tid`: the rest of a pending operation, or the
-/// workload's next one.
-fn step(k: &mut Kernel, wl: &mut dyn Workload, tid: u32, q: &mut Queue) {
+/// workload's next one. For a kernel thread, returns when its step ended.
+fn step(k: &mut Kernel, wl: &mut dyn Workload, tid: u32, q: &mut Queue) -> Option<Ns> {
     if k.tasks[tid as usize].kthread.is_some() {
-        k.kthread_step(tid);
-        return;
+        return Some(k.kthread_step(tid));
     }
     if k.tasks[tid as usize].fault_cont.is_some() {
         // Step 2 of a speculative fault; then the access re-executes.
@@ -332,7 +424,7 @@ fn step(k: &mut Kernel, wl: &mut dyn Workload, tid: u32, q: &mut Queue) {
                 let e = if f == Fault::Oom { crate::workload::errno::ENOMEM } else { crate::workload::errno::EFAULT };
                 k.tasks[tid as usize].pending = None;
                 k.tasks[tid as usize].last = Ret::Err(e);
-                return;
+                return None;
             }
         }
     }
@@ -358,6 +450,7 @@ fn step(k: &mut Kernel, wl: &mut dyn Workload, tid: u32, q: &mut Queue) {
             enqueue(k, q, t, child);
         }
     }
+    None
 }
 
 /// The result object (see `api::run_json` for its shape).

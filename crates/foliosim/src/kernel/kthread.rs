@@ -53,8 +53,11 @@ impl Kernel {
         }
     }
 
-    /// Run one step of kernel thread `tid` (called by the driver).
-    pub fn kthread_step(&mut self, tid: u32) {
+    /// Run one step of kernel thread `tid` (called by the driver). Returns
+    /// when the step ended: the thread's clock, except that a timed sleep
+    /// moves the clock on to the wake-up time while the CPU is free from
+    /// the end of the step.
+    pub fn kthread_step(&mut self, tid: u32) -> Ns {
         let i = self.tasks[tid as usize].kthread.expect("a kernel thread") as usize;
         let mut body = self.kthreads[i].take().expect("kthread re-entered");
         let next = body.run(self, tid);
@@ -63,15 +66,18 @@ impl Kernel {
             KthreadNext::At(t) => {
                 // A timed sleep: the CPU is free until then.
                 let tk = &mut self.tasks[tid as usize];
+                let ended = tk.clock;
                 tk.clock = tk.clock.max(t);
                 tk.sleeping = true;
                 tk.timer = true;
                 self.wakeups.push((tk.clock, tid));
+                ended
             }
             KthreadNext::Sleep => {
                 let tk = &mut self.tasks[tid as usize];
                 tk.sleeping = true;
                 tk.timer = false;
+                tk.clock
             }
         }
     }

@@ -17,12 +17,23 @@
 //! violation, one THP fault, 2 MiB of zeroing. A range that is partly
 //! backed is filled with 4 KiB pages (khugepaged collapse is not modelled).
 //!
-//! The host memory limit (`host.mem_mib`) is the share of host memory this
-//! guest may hold, as a per-VM memory cgroup limit does. Above it the host
-//! reclaims: MADV_FREE'd pages first (dropped, no I/O), then guest pages by
-//! a second-chance clock over the frames, swapping them out. The host sees
-//! guest use only through EPT faults, so a frame is "referenced" when the
-//! host last faulted it in; accessed-bit harvesting is not modelled.
+//! The host memory limit (`host.mem_mib`) is the host memory the guests
+//! may hold (with one guest, its share, as a per-VM memory cgroup limit
+//! does). Above it the host reclaims: MADV_FREE'd pages first (dropped, no
+//! I/O), then guest pages by a second-chance clock over the frames,
+//! swapping them out. The host sees guest use only through EPT faults, so a
+//! frame is "referenced" when the host last faulted it in; accessed-bit
+//! harvesting is not modelled.
+//!
+//! Several guests on one host (`Host::shared`, driven by
+//! `run::simulate_guests`): the bitmaps span every guest's frames, guest g
+//! at `[base[g], base[g] + nr_frames(g))`, so there is one RSS, one limit
+//! and one reclaim clock over all of them, like the host's global LRU over
+//! every QEMU process's anonymous memory: a fault in one guest can swap out
+//! another guest's cold page, and a range one guest reported is memory any
+//! guest can fault in. The calls come from the guest whose vCPU is running
+//! (`cur`, set by the driver when it lends the host to that guest's
+//! kernel); a guest frame number is relative to its own guest.
 
 use crate::hw::profile::Profile;
 use crate::mm::vmstat::{Stat, VmStat};
@@ -123,13 +134,29 @@ pub enum Discard {
 /// 2 MiB in 4 KiB frames.
 pub const HPAGE_PAGES: u64 = 512;
 
+/// One guest's share of the host's bitmaps and its page counts.
+#[derive(Clone, Debug, Default)]
+struct GuestSpan {
+    base: u64,
+    nr_frames: u64,
+    rss: u64,
+    nr_lazy: u64,
+    nr_swapped: u64,
+}
+
 pub struct Host {
     pub c: HostCosts,
     pub discard: Discard,
     pub thp: bool,
-    /// Pages this guest may hold on the host (None: no limit).
+    /// Pages the guests may hold on the host (None: no limit).
     pub limit: Option<u64>,
+    /// Frames of the bitmaps (every guest's, with alignment gaps).
     nr_frames: u64,
+    guests: Vec<GuestSpan>,
+    /// The guest whose vCPU calls in; its span's base and end.
+    cur: usize,
+    base: u64,
+    end: u64,
     backed: Bitmap,
     lazy: Bitmap,
     swapped: Bitmap,
@@ -152,6 +179,10 @@ impl Host {
             thp,
             limit: limit_pages,
             nr_frames,
+            guests: vec![GuestSpan { base: 0, nr_frames, rss: if prealloc { nr_frames } else { 0 }, nr_lazy: 0, nr_swapped: 0 }],
+            cur: 0,
+            base: 0,
+            end: nr_frames,
             backed: Bitmap::new(nr_frames, prealloc),
             lazy: Bitmap::new(nr_frames, false),
             swapped: Bitmap::new(nr_frames, false),
@@ -164,9 +195,67 @@ impl Host {
         }
     }
 
+    /// One host under several guests: the guests' own hosts (as each guest
+    /// booted them, with the same costs, discard policy and host THP)
+    /// joined side by side, with one memory limit for all. Each guest's span
+    /// starts 2 MiB-aligned so a host THP never straddles two guests.
+    pub fn shared(parts: Vec<Host>, limit_pages: Option<u64>) -> Host {
+        let mut base = 0;
+        let mut guests = Vec::new();
+        for p in &parts {
+            guests.push(GuestSpan { base, nr_frames: p.nr_frames, rss: p.rss, nr_lazy: p.nr_lazy, nr_swapped: p.nr_swapped });
+            base = (base + p.nr_frames).next_multiple_of(HPAGE_PAGES);
+        }
+        let first = &parts[0];
+        let mut h = Host {
+            c: first.c.clone(),
+            discard: first.discard,
+            thp: first.thp,
+            limit: limit_pages,
+            nr_frames: base,
+            guests,
+            cur: 0,
+            base: 0,
+            end: parts[0].nr_frames,
+            backed: Bitmap::new(base, false),
+            lazy: Bitmap::new(base, false),
+            swapped: Bitmap::new(base, false),
+            referenced: Bitmap::new(base, false),
+            rss: parts.iter().map(|p| p.rss).sum(),
+            nr_lazy: parts.iter().map(|p| p.nr_lazy).sum(),
+            nr_swapped: parts.iter().map(|p| p.nr_swapped).sum(),
+            lazy_hand: 0,
+            hand: 0,
+        };
+        for (g, p) in parts.iter().enumerate() {
+            // Bases are multiples of 512 frames: whole words.
+            let w0 = (h.guests[g].base / 64) as usize;
+            for (dst, src) in [(&mut h.backed, &p.backed), (&mut h.lazy, &p.lazy), (&mut h.swapped, &p.swapped), (&mut h.referenced, &p.referenced)] {
+                dst.w[w0..w0 + src.w.len()].copy_from_slice(&src.w);
+            }
+        }
+        h
+    }
+
+    /// The vCPUs of guest `g` run now: its frame numbers are the ones
+    /// passed in until the next call.
+    pub fn set_guest(&mut self, g: usize) {
+        self.cur = g;
+        self.base = self.guests[g].base;
+        self.end = self.base + self.guests[g].nr_frames;
+    }
+    pub fn nr_guests(&self) -> usize {
+        self.guests.len()
+    }
+    /// The guest owning host frame `f` (a frame of some guest's span).
+    fn guest_of(&self, f: u64) -> usize {
+        self.guests.partition_point(|s| s.base <= f) - 1
+    }
+
     pub fn nr_frames(&self) -> u64 {
         self.nr_frames
     }
+    /// Host RSS of all guests.
     pub fn rss(&self) -> u64 {
         self.rss
     }
@@ -176,19 +265,24 @@ impl Host {
     pub fn nr_swapped(&self) -> u64 {
         self.nr_swapped
     }
+    /// Guest `g`'s pages: (host RSS, of them MADV_FREE'd, swapped out).
+    pub fn guest_pages(&self, g: usize) -> (u64, u64, u64) {
+        let s = &self.guests[g];
+        (s.rss, s.nr_lazy, s.nr_swapped)
+    }
     #[inline]
     pub fn is_backed(&self, pfn: Pfn) -> bool {
-        self.backed.get(pfn as u64)
+        self.backed.get(self.base + pfn as u64)
     }
     #[inline]
     pub fn is_lazy(&self, pfn: Pfn) -> bool {
-        self.lazy.get(pfn as u64)
+        self.lazy.get(self.base + pfn as u64)
     }
 
     /// Whether every frame of the range is backed and not lazy: a guest
     /// write to it costs the host nothing.
     pub fn range_ready(&self, pfn: Pfn, n: u64) -> bool {
-        let s = pfn as u64;
+        let s = self.base + pfn as u64;
         self.backed.count_range(s, n) == n && (self.nr_lazy == 0 || self.lazy.count_range(s, n) == 0)
     }
 
@@ -196,15 +290,16 @@ impl Host {
     /// have to keep (all discarded, lazy or swapped): what a reported block
     /// must look like.
     pub fn range_given_back(&self, pfn: Pfn, n: u64) -> bool {
-        let s = pfn as u64;
+        let s = self.base + pfn as u64;
         self.backed.count_range(s, n) == self.lazy.count_range(s, n)
     }
 
-    /// Publish the gauges.
+    /// Publish the current guest's gauges (host memory free is the host's).
     pub fn sync_gauges(&self, stat: &mut VmStat) {
-        stat.v[Stat::HostRss as usize] = self.rss as i64;
-        stat.v[Stat::HostLazyfree as usize] = self.nr_lazy as i64;
-        stat.v[Stat::HostSwap as usize] = self.nr_swapped as i64;
+        let g = &self.guests[self.cur];
+        stat.v[Stat::HostRss as usize] = g.rss as i64;
+        stat.v[Stat::HostLazyfree as usize] = g.nr_lazy as i64;
+        stat.v[Stat::HostSwap as usize] = g.nr_swapped as i64;
         stat.v[Stat::HostMemFree as usize] = self.limit.map_or(0, |l| l.saturating_sub(self.rss) as i64);
     }
 
@@ -220,7 +315,8 @@ impl Host {
         }
         stat.inc(Stat::HostFaultAllocs);
         let mut t = 0;
-        let mut f = pfn as u64;
+        let g = self.cur;
+        let mut f = self.base + pfn as u64;
         let end = f + n;
         while f < end {
             if self.backed.get(f) {
@@ -228,6 +324,7 @@ impl Host {
                     // Still resident: re-dirty it, no zeroing.
                     self.lazy.clear(f);
                     self.nr_lazy -= 1;
+                    self.guests[g].nr_lazy -= 1;
                     self.referenced.set(f);
                     stat.inc(Stat::HostLazyfreeReuse);
                     t += self.c.ept_violation;
@@ -236,13 +333,14 @@ impl Host {
                 continue;
             }
             let hp = f & !(HPAGE_PAGES - 1);
-            if self.thp && hp + HPAGE_PAGES <= self.nr_frames && self.backed.count_range(hp, HPAGE_PAGES) == 0 && self.swapped.count_range(hp, HPAGE_PAGES) == 0 {
+            if self.thp && hp + HPAGE_PAGES <= self.end && self.backed.count_range(hp, HPAGE_PAGES) == 0 && self.swapped.count_range(hp, HPAGE_PAGES) == 0 {
                 t += self.make_room(HPAGE_PAGES, stat);
                 for g in hp..hp + HPAGE_PAGES {
                     self.backed.set(g);
                     self.referenced.set(g);
                 }
                 self.rss += HPAGE_PAGES;
+                self.guests[g].rss += HPAGE_PAGES;
                 stat.inc(Stat::HostFaults);
                 stat.inc(Stat::HostThpFaults);
                 stat.add(Stat::HostZeroedPages, HPAGE_PAGES as i64);
@@ -254,6 +352,7 @@ impl Host {
             if self.swapped.get(f) {
                 self.swapped.clear(f);
                 self.nr_swapped -= 1;
+                self.guests[g].nr_swapped -= 1;
                 stat.inc(Stat::HostPswpin);
                 t += self.c.ept_violation + self.c.fault_4k + self.c.swapin_4k;
             } else {
@@ -264,6 +363,7 @@ impl Host {
             self.backed.set(f);
             self.referenced.set(f);
             self.rss += 1;
+            self.guests[g].rss += 1;
             f += 1;
         }
         self.sync_gauges(stat);
@@ -274,7 +374,7 @@ impl Host {
     /// taken its page away. Cheap when nothing is swapped.
     #[inline]
     pub fn access(&mut self, pfn: Pfn, stat: &mut VmStat) -> Ns {
-        if self.nr_swapped == 0 || !self.swapped.get(pfn as u64) {
+        if self.nr_swapped == 0 || !self.swapped.get(self.base + pfn as u64) {
             return 0;
         }
         self.touch(pfn, 1, stat)
@@ -296,6 +396,9 @@ impl Host {
                 self.backed.clear(f);
                 self.nr_lazy -= 1;
                 self.rss -= 1;
+                let o = self.guest_of(f);
+                self.guests[o].nr_lazy -= 1;
+                self.guests[o].rss -= 1;
                 stat.inc(Stat::HostLazyfreeReclaimed);
             }
         }
@@ -316,6 +419,9 @@ impl Host {
             self.swapped.set(f);
             self.rss -= 1;
             self.nr_swapped += 1;
+            let o = self.guest_of(f);
+            self.guests[o].rss -= 1;
+            self.guests[o].nr_swapped += 1;
             stat.inc(Stat::HostPswpout);
             t += self.c.swapout_4k;
         }
@@ -326,12 +432,14 @@ impl Host {
     /// call). Returns the host time it takes.
     pub fn discard_range(&mut self, pfn: Pfn, n: u64, stat: &mut VmStat) -> Ns {
         let mut t = self.c.madvise;
-        let s = pfn as u64;
+        let gi = self.cur;
+        let s = self.base + pfn as u64;
         let end = s + n;
         let mut f = s;
         while f < end {
             // A whole backed 2 MiB range under host THP is one huge PMD.
             let whole = self.thp && f % HPAGE_PAGES == 0 && end - f >= HPAGE_PAGES;
+            let gs = &mut self.guests[gi];
             let step = if whole { HPAGE_PAGES } else { 1 };
             let mut present = 0;
             for g in f..f + step {
@@ -339,6 +447,7 @@ impl Host {
                     // Both advices free the swap entry.
                     self.swapped.clear(g);
                     self.nr_swapped -= 1;
+                    gs.nr_swapped -= 1;
                 }
                 if !self.backed.get(g) {
                     continue;
@@ -348,15 +457,18 @@ impl Host {
                         if self.lazy.get(g) {
                             self.lazy.clear(g);
                             self.nr_lazy -= 1;
+                            gs.nr_lazy -= 1;
                         }
                         self.backed.clear(g);
                         self.rss -= 1;
+                        gs.rss -= 1;
                         present += 1;
                     }
                     Discard::Free => {
                         if !self.lazy.get(g) {
                             self.lazy.set(g);
                             self.nr_lazy += 1;
+                            gs.nr_lazy += 1;
                             present += 1;
                         }
                     }
@@ -387,6 +499,12 @@ impl Host {
             }
             if sw & bw != 0 {
                 return Err(format!("host: frames both swapped and backed near frame {}", i * 64));
+            }
+        }
+        for (g, sp) in self.guests.iter().enumerate() {
+            let (b, l, w) = (self.backed.count_range(sp.base, sp.nr_frames), self.lazy.count_range(sp.base, sp.nr_frames), self.swapped.count_range(sp.base, sp.nr_frames));
+            if (b, l, w) != (sp.rss, sp.nr_lazy, sp.nr_swapped) {
+                return Err(format!("host: guest {g} counts rss {} lazy {} swapped {} but its frames hold {b} {l} {w}", sp.rss, sp.nr_lazy, sp.nr_swapped));
             }
         }
         if let Some(lim) = self.limit {

@@ -9,6 +9,7 @@
 //! reported range costs the host.
 
 pub mod experiments;
+pub mod guests;
 pub mod host;
 pub mod virtio_balloon;
 

@@ -1,0 +1,167 @@
+//! Several VM guests on one host (`machine.guests = N`): N guest kernels
+//! in one simulated time line over one shared `Host` with one memory limit
+//! and one reclaim clock, so memory one guest reports is memory the others
+//! can fault in, and a guest's fault can swap out another guest's cold page.
+//!
+//! Each guest is an ordinary single-kernel run (`run::Driver`, the same
+//! code as a single-guest run). This driver always advances the guest whose
+//! next event is earliest (ties: the lowest guest number), and lets that
+//! guest's steps run on only while they stay before every other guest's
+//! next event, so guests interleave exactly as tasks of one kernel do. The
+//! host is lent to the running guest's kernel (`Kernel::host`) for its
+//! steps and taken back after: the guest kernels need no shared handle, and
+//! a single guest keeps owning its host as before.
+
+use crate::api::Progress;
+use crate::config::Config;
+use crate::run::{self, Driver, Outcome, Stepped};
+use crate::sim::{Ns, NSEC_PER_SEC};
+use crate::virt::host::{Discard, Host, HostCosts};
+use serde_json::{json, Value};
+use std::time::Instant;
+
+/// What a multi-guest run produced.
+pub struct GuestsOutcome {
+    /// One outcome per guest (its kernel's `host` is None: see `host`).
+    pub guests: Vec<Outcome>,
+    pub host: Host,
+    /// Host-wide samples every `run.sample_ms`: time, RSS of each guest,
+    /// pages swapped out (all guests).
+    pub samples_t: Vec<f64>,
+    pub samples_rss: Vec<Vec<u64>>,
+    pub samples_swap: Vec<u64>,
+    pub interrupted: bool,
+    pub host_s: f64,
+}
+
+/// Lend the host to guest `g` for its steps.
+fn lend(host: Host, g: usize, d: &mut Driver) {
+    let mut host = host;
+    host.set_guest(g);
+    // Other guests' faults may have reclaimed this guest's pages meanwhile.
+    host.sync_gauges(&mut d.k.stat);
+    d.k.host = Some(host);
+}
+
+fn sample(host: &Host, t: &mut Vec<f64>, rss: &mut Vec<Vec<u64>>, swap: &mut Vec<u64>, at: Ns) {
+    t.push(at as f64 / NSEC_PER_SEC as f64);
+    rss.push((0..host.nr_guests()).map(|g| host.guest_pages(g).0).collect());
+    swap.push(host.nr_swapped());
+}
+
+/// Run `cfg.guests` guests of `cfg` on one host with `host.mem_mib` of
+/// memory for all of them (0: no limit).
+pub fn simulate_guests(cfg: &Config, progress: &mut dyn FnMut(&Progress) -> bool) -> Result<GuestsOutcome, String> {
+    let host0 = Instant::now();
+    let n = cfg.guests.max(1) as usize;
+    let mut ds = Vec::with_capacity(n);
+    let mut parts = Vec::with_capacity(n);
+    for g in 0..n {
+        let wl = run::build_workload(cfg)?;
+        let start = (g as f64 * cfg.guest_stagger_ms * 1e6) as Ns;
+        let mut d = Driver::new(cfg, cfg.seed + g as u64, start, wl, &mut |_| {})?;
+        // A guest that booted without a host (no host knob set) gets the
+        // default one: nothing discarded, 4 KiB backing on first touch.
+        let nr_frames = d.k.mem_bytes() >> 12;
+        let part = d.k.host.take().unwrap_or_else(|| Host::new(nr_frames, HostCosts::from_profile(&d.k.prof), Discard::DontNeed, false, None, false));
+        parts.push(part);
+        ds.push(d);
+    }
+    let limit = (cfg.knobs.host_mem_mib > 0).then_some(cfg.knobs.host_mem_mib << (20 - 12));
+    let mut host = Host::shared(parts, limit);
+    let end = ds[0].end;
+    let sample_every = ((cfg.run.sample_ms * 1e6) as Ns).max(1);
+    let (mut st, mut srss, mut sswap) = (Vec::new(), Vec::new(), Vec::new());
+    sample(&host, &mut st, &mut srss, &mut sswap, 0);
+    let mut next_sample = sample_every;
+    let mut over = vec![false; n];
+    let mut interrupted = false;
+    let mut last_progress = Instant::now();
+    loop {
+        // The guest with the earliest next event (ties: the lowest number);
+        // it runs on only while it stays before every other guest's.
+        let mut best: Option<(Ns, usize)> = None;
+        let mut horizon = Ns::MAX;
+        for (g, d) in ds.iter().enumerate() {
+            if over[g] {
+                continue;
+            }
+            let Some(t) = d.next_time() else {
+                over[g] = true;
+                continue;
+            };
+            match best {
+                Some((bt, _)) if t >= bt => horizon = horizon.min(t),
+                _ => {
+                    horizon = horizon.min(best.map_or(Ns::MAX, |b| b.0));
+                    best = Some((t, g));
+                }
+            }
+        }
+        let Some((t, g)) = best else { break };
+        while t >= next_sample && next_sample <= end {
+            sample(&host, &mut st, &mut srss, &mut sswap, next_sample);
+            next_sample += sample_every;
+        }
+        let d = &mut ds[g];
+        lend(host, g, d);
+        let r = d.run_one(horizon);
+        host = d.k.host.take().expect("the guest hands the host back");
+        match r {
+            Stepped::Over => over[g] = true,
+            Stepped::Skipped => {}
+            Stepped::Ran => {
+                if d.steps & 0xfff == 0 && last_progress.elapsed().as_millis() >= 100 {
+                    last_progress = Instant::now();
+                    if !progress(&Progress { sim_s: d.now as f64 / 1e9, sim_total_s: end as f64 / 1e9 }) {
+                        interrupted = true;
+                        break;
+                    }
+                }
+            }
+        }
+    }
+    while !interrupted && next_sample <= end {
+        sample(&host, &mut st, &mut srss, &mut sswap, next_sample);
+        next_sample += sample_every;
+    }
+    let mut guests = Vec::with_capacity(n);
+    for (g, mut d) in ds.into_iter().enumerate() {
+        lend(host, g, &mut d);
+        let mut o = d.finish(interrupted, host0);
+        host = o.kernel.host.take().expect("the guest hands the host back");
+        guests.push(o);
+    }
+    progress(&Progress { sim_s: end as f64 / 1e9, sim_total_s: end as f64 / 1e9 });
+    Ok(GuestsOutcome { guests, host, samples_t: st, samples_rss: srss, samples_swap: sswap, interrupted, host_s: host0.elapsed().as_secs_f64() })
+}
+
+/// The result object of a multi-guest run: guest 0's result (as a single
+/// run's, see `run::result_json`) plus `guests` (every guest's summary and
+/// vmstat) and `host` (limit, RSS per guest, swap, and their time series).
+pub fn result_json(cfg: &Config, o: &GuestsOutcome) -> Value {
+    let mut v = run::result_json(cfg, &o.guests[0]);
+    let per: Vec<Value> = o
+        .guests
+        .iter()
+        .enumerate()
+        .map(|(g, go)| {
+            let r = run::result_json(cfg, go);
+            json!({"guest": g, "seed": cfg.seed + g as u64, "summary": r["summary"], "vmstat": r["vmstat"], "checker": r["checker"]})
+        })
+        .collect();
+    v["guests"] = per.into();
+    let h = &o.host;
+    v["host"] = json!({
+        "guests": h.nr_guests(),
+        "mem_limit_pages": h.limit,
+        "rss_pages": h.rss(),
+        "swap_pages": h.nr_swapped(),
+        "lazyfree_pages": h.nr_lazy(),
+        "rss_pages_by_guest": (0..h.nr_guests()).map(|g| h.guest_pages(g).0).collect::<Vec<_>>(),
+        "swap_pages_by_guest": (0..h.nr_guests()).map(|g| h.guest_pages(g).2).collect::<Vec<_>>(),
+        "timeseries": {"t_s": o.samples_t, "rss_pages_by_guest": o.samples_rss, "swap_pages": o.samples_swap},
+    });
+    v["host_time_s"] = o.host_s.into();
+    v
+}
