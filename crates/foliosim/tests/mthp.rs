@@ -423,7 +423,7 @@ fn kbuild_runs_clean_and_mixes_orders() {
     let m = &rfc.kernel.mthp;
     assert!(m.path_a[4] > 0 && m.path_a[0] + m.path_a[2] + m.path_a[3] > 0, "path A orders {:?}", m.path_a);
     assert_eq!(m.path_a[1] + m.path_b[1] + m.path_c[1], 0, "never order 1");
-    assert!(m.path_b[2..].iter().sum::<u64>() > 0, "stack read-then-write gives large zero-page writes: {:?}", m.path_b);
+    assert!(m.path_b[2..].iter().sum::<u64>() > 0, "bss read-then-write gives large zero-page writes: {:?}", m.path_b);
     let sys = |o: &Outcome| o.kernel.tasks.iter().map(|t| t.sys_ns).sum::<u64>();
     assert!(sys(&rfc) < sys(&base), "sys {} vs {}", sys(&rfc), sys(&base));
 }

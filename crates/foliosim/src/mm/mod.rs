@@ -1,5 +1,6 @@
 //! The kernel model, one file per Linux file where one exists.
 
+pub mod exec;
 pub mod filemap;
 pub mod fork;
 pub mod huge_memory;

@@ -169,6 +169,9 @@ stats! {
     NumaPteUpdates = "numa_pte_updates" : "PTEs made PROT_NONE for NUMA hinting by task_numa_work",
     NumaHintFaults = "numa_hint_faults" : "NUMA hinting faults (accesses to PROT_NONE hinting PTEs)",
     NumaHintFaultsLocal = "numa_hint_faults_local" : "NUMA hinting faults on pages already on the faulting CPU's node",
+    // processes (kbuild: make -jN)
+    Exec = "foliosim_exec" : "execve calls that replaced a task's mm",
+    WaitReaped = "foliosim_wait_reaped" : "exited children reaped by wait4",
 }
 
 pub const FIRST_EVENT: usize = Stat::Pgfault as usize;
@@ -247,11 +250,13 @@ pub enum Entry {
     Exit,
     /// Interrupts: TLB shootdown IPIs received.
     Irq,
+    Execve,
+    Wait4,
 }
-pub const NR_ENTRIES: usize = Entry::Irq as usize + 1;
+pub const NR_ENTRIES: usize = Entry::Wait4 as usize + 1;
 pub const ENTRY_NAMES: [&str; NR_ENTRIES] = [
     "fault", "mmap", "munmap", "mprotect", "mremap", "madvise", "brk", "read", "write", "open", "close", "lseek",
-    "ftruncate", "fork", "exit", "irq",
+    "ftruncate", "fork", "exit", "irq", "execve", "wait4",
 ];
 
 #[cfg(test)]
