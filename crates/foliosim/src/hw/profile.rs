@@ -132,6 +132,10 @@ pub struct CostSpec {
     pub fault_base_ns: f64,
     pub vma_lookup_ns: f64,
     pub pte_set_ns: f64,
+    /// change_pte_range, per present PTE that is looked at and left as it
+    /// is (the NUMA-balancing scan skipping a folio): PTE load, folio
+    /// lookup and its node and flag tests.
+    pub change_pte_scan_ns: f64,
     pub pte_clear_ns: f64,
     pub rmap_ns: f64,
     pub memcg_charge_ns: f64,

@@ -78,7 +78,8 @@ pub enum LufMutant {
     D2SplitDrops,
     /// M5 / D3: pcp refill zeroes the pages' generations.
     D3RefillDrops,
-    /// M6: no check when compaction, page reporting or offlining isolate free pages.
+    /// M6: no check when compaction (free isolation, capture), page reporting,
+    /// alloc_contig_range, memory offline or hwpoison take free pages off the lists.
     SkipIsolationCheck,
     /// M7: accept deferrals while an ordinary flush is in progress.
     NoOnFlushingRefusal,
@@ -99,6 +100,17 @@ pub enum LufMutant {
     /// D5: an allocation with IRQs disabled meets a pending generation and
     /// starts the shootdown there (v10), instead of passing such pages by.
     D5IrqOffFlush,
+    /// M13': an MR_MEMORY_FAILURE migration leaves its deferral pending
+    /// while the poisoned source is taken out of use (v10 flushes at once).
+    DeferMemoryFailure,
+    /// try_to_unmap_luf takes an earlier open deferral (a migration not
+    /// settled yet) as flushed: its CPUs are dropped and its generation
+    /// marked done, and the new deferral starts a fresh generation.
+    HandoverOverwrites,
+    /// zap_pte_range skips a PTE table with no present PTE, so munmap of a
+    /// range reclaim emptied never runs flush_tlb_batched_pending before
+    /// free_pgtables frees the table (the "no zap_pte_range visit" case).
+    ZapSkipsEmptyTable,
 }
 
 /// (debug.mutant value, mutant) for the LUF mutants.
@@ -118,6 +130,9 @@ pub const LUF_MUTANTS: &[(&str, LufMutant)] = &[
     ("luf_poison_pending", LufMutant::PoisonPending),
     ("luf_signed_compare", LufMutant::SignedCompare),
     ("luf_d5_irq_off_flush", LufMutant::D5IrqOffFlush),
+    ("luf_defer_memory_failure", LufMutant::DeferMemoryFailure),
+    ("luf_handover_overwrites", LufMutant::HandoverOverwrites),
+    ("luf_zap_skips_empty_table", LufMutant::ZapSkipsEmptyTable),
 ];
 
 /// Lazy unmap flush (spec/004): `luf.*` knobs.
@@ -147,7 +162,7 @@ pub enum FaultLocking {
     Spf,
 }
 
-pub const MUTANTS: &[&str] = &["none", "skip_shootdown", "leak_mapcount", "buddy_skip_nr_free_dec", "buddy_no_merge", "mthp_skip_vma_bound", "mthp_skip_pte_recheck", "mthp_cow_exclusive", "mthp_skip_unqueue", "fpr_keep_reported_on_alloc", "spf_skip_seq_check", "promo_skip_task_work", "promo_ignore_watermark", "luf_skip_alloc_flush", "luf_d1_order_as_ugen", "luf_merge_keeps_older", "luf_d2_split_drops", "luf_d3_refill_drops", "luf_skip_isolation_check", "luf_no_on_flushing_refusal", "luf_no_wait", "luf_early_done", "luf_defer_writable", "luf_d6_no_wp_pending_check", "luf_no_wp_hooks", "luf_poison_pending", "luf_signed_compare", "luf_d5_irq_off_flush"];
+pub const MUTANTS: &[&str] = &["none", "skip_shootdown", "leak_mapcount", "buddy_skip_nr_free_dec", "buddy_no_merge", "mthp_skip_vma_bound", "mthp_skip_pte_recheck", "mthp_cow_exclusive", "mthp_skip_unqueue", "fpr_keep_reported_on_alloc", "spf_skip_seq_check", "promo_skip_task_work", "promo_ignore_watermark", "luf_skip_alloc_flush", "luf_d1_order_as_ugen", "luf_merge_keeps_older", "luf_d2_split_drops", "luf_d3_refill_drops", "luf_skip_isolation_check", "luf_no_on_flushing_refusal", "luf_no_wait", "luf_early_done", "luf_defer_writable", "luf_d6_no_wp_pending_check", "luf_no_wp_hooks", "luf_poison_pending", "luf_signed_compare", "luf_d5_irq_off_flush", "luf_defer_memory_failure", "luf_handover_overwrites", "luf_zap_skips_empty_table"];
 
 /// Policy for large anonymous folios (`anon_folio.mode`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]

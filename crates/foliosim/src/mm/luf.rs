@@ -166,6 +166,14 @@ impl Kernel {
             self.stat.inc(Stat::LufGiveupFlushing);
             return (0, t);
         }
+        if self.knobs.mutant == Mutant::Luf(LufMutant::HandoverOverwrites) && set.ubc.flush_required {
+            // Broken: the earlier deferrals are taken as settled, their
+            // CPUs dropped and their generation marked done, unflushed.
+            set.ubc.clear();
+            set.gen_done = set.gen;
+            set.done_prev = set.gen;
+            set.gen_next = ugen_next(set.gen);
+        }
         set.ubc.fold(&mut u.luf);
         set.gen = set.gen_next;
         (set.gen, t)
@@ -303,6 +311,17 @@ impl Kernel {
         }
         self.irqs_off = false;
         got.map(|p| (p, t))
+    }
+
+    /// An exit that takes free pages off the lists for a purpose other
+    /// than an ordinary allocation (compaction isolation and capture,
+    /// alloc_contig_range, memory offline, hwpoison take-off): the same
+    /// check as `prep_new_page`, unless the M6 mutant skips it.
+    pub fn luf_isolation_exit(&mut self, t: Ns, cpu: u32, nid: u32, ugen: u16) -> Ns {
+        if self.knobs.mutant == Mutant::Luf(LufMutant::SkipIsolationCheck) {
+            return t;
+        }
+        self.luf_alloc_exit(t, cpu, nid, ugen)
     }
 
     /// An exit from the allocator (prep_new_page and its siblings): the

@@ -42,6 +42,8 @@ pub mod pg {
     pub const SHMEM: u32 = 1 << 17;
     /// The kernel's shared zero page.
     pub const ZERO_PAGE: u32 = 1 << 18;
+    /// PageHWPoison: the frame is out of use for good (memory failure).
+    pub const HWPOISON: u32 = 1 << 19;
 }
 
 /// `struct page`: head-page fields are meaningful on the folio's first page.

@@ -111,12 +111,16 @@ pub struct TierState {
     /// foliosim instrumentation: completion time of every read() that
     /// returned 0 (end of a pass over the file), for per-cycle times.
     pub eof_times: Vec<Ns>,
+    /// foliosim instrumentation: when the first read() began, so that the
+    /// first cycle leaves out the reader's setup (its buffer), as the seed's
+    /// timings do.
+    pub first_read_at: Option<Ns>,
 }
 
 impl TierState {
     pub fn new(prof: &Profile) -> TierState {
         let n = prof.nodes.len();
-        TierState { tiers: MemoryTiers::new(prof), promo: Vec::new(), nbp: vec![NodeBalance::default(); n], kswapd: vec![None; n], eof_times: Vec::new() }
+        TierState { tiers: MemoryTiers::new(prof), promo: Vec::new(), nbp: vec![NodeBalance::default(); n], kswapd: vec![None; n], eof_times: Vec::new(), first_read_at: None }
     }
 }
 

@@ -16,6 +16,30 @@ use super::Pfn;
 use crate::kernel::Kernel;
 use crate::sim::Ns;
 
+/// Where destination folios come from (migrate_pages' get_new_folio).
+#[derive(Clone, Debug)]
+pub enum MigrateDst {
+    /// alloc_migration_target on this node only, no reclaim.
+    Node(u32),
+    /// compaction_alloc: order-0 frames compaction isolated from the free
+    /// lists (and already checked for a LUF generation), used from the end.
+    Isolated(Vec<Pfn>),
+}
+
+/// enum migrate_reason, as far as the model needs to tell reasons apart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MigrateReason {
+    /// Demotion, NUMA promotion: the existing callers.
+    Tiering,
+    Compaction,
+    ContigRange,
+    MemoryHotplug,
+    /// Soft offline: the source is poisoned, not freed.
+    MemoryFailure,
+    /// move_pages(2).
+    Syscall,
+}
+
 /// Flags folio_migrate_flags carries to the new folio.
 const MIGRATE_FLAGS: u32 = pg::REFERENCED | pg::ACTIVE | pg::WORKINGSET | pg::UPTODATE | pg::DIRTY | pg::SWAPBACKED | pg::SHMEM | pg::UNEVICTABLE;
 
@@ -59,7 +83,7 @@ impl Kernel {
     /// identity, point the migration entries at the copy, free the old
     /// folio (carrying LUF generation `ugen`). Returns the new PFN; on
     /// failure the caller restores the mappings.
-    fn migrate_folio_move(&mut self, t: Ns, cpu: u32, src: Pfn, dst: u32, ugen: u16) -> Result<(Pfn, Ns), Ns> {
+    fn migrate_folio_move(&mut self, t: Ns, cpu: u32, src: Pfn, dst: &mut MigrateDst, reason: MigrateReason, ugen: u16) -> Result<(Pfn, Ns), Ns> {
         let (order, mapping, index, snid, flags, private) = {
             let p = self.mem_map.get(src);
             (p.order as u32, p.mapping, p.index, p.nid as usize, p.flags, p.private)
@@ -68,11 +92,15 @@ impl Kernel {
             return Err(t);
         }
         let anon = flags & pg::ANON != 0;
-        let (new, mut t) = self.alloc_migration_target(t, cpu, order, dst)?;
+        let (new, mut t) = match dst {
+            MigrateDst::Node(nid) => self.alloc_migration_target(t, cpu, order, *nid)?,
+            MigrateDst::Isolated(free) => self.compaction_alloc(t, order, free)?,
+        };
+        let dnid = self.mem_map.get(new).nid as usize;
         // Lock, freeze the reference count, copy, switch the xarray entry.
         let nr = 1u64 << order;
         t += self.c.migrate_folio;
-        t += self.nodes[snid].copy_4k.max(self.nodes[dst as usize].copy_4k) * nr;
+        t += self.nodes[snid].copy_4k.max(self.nodes[dnid].copy_4k) * nr;
         {
             let p = self.mem_map.get_mut(new);
             p.flags |= flags & (MIGRATE_FLAGS | pg::ANON | pg::ANON_EXCLUSIVE);
@@ -106,11 +134,49 @@ impl Kernel {
             p.refcount = 0;
         }
         self.stat.add(if anon { Stat::NrIsolatedAnon } else { Stat::NrIsolatedFile }, -(nr as i64));
-        t = self.free_folio_ugen(t, cpu, src, ugen);
+        if reason == MigrateReason::MemoryFailure {
+            // The poisoned source never returns to the allocator, so no
+            // exit would ever check its generation: flush now (v10).
+            if ugen != 0 && self.knobs.mutant != crate::kernel::knobs::Mutant::Luf(crate::kernel::knobs::LufMutant::DeferMemoryFailure) {
+                let tid = self.current_tid(cpu);
+                t = self.check_luf_flush(t, cpu, tid, snid as u32, ugen);
+                self.stat.inc(Stat::LufForcedOther);
+            }
+            t = self.page_handle_poison(t, src);
+        } else {
+            t = self.free_folio_ugen(t, cpu, src, ugen);
+        }
         // The new folio joins the destination's LRU.
         t = self.folio_add_lru(t, cpu, new);
         self.stat.add(Stat::PgmigrateSuccess, nr as i64);
         Ok((new, t))
+    }
+
+    /// The kernel side of move_pages(2) (add_folio_for_migration, then
+    /// do_move_pages_to_node): isolate each order-0 folio on an LRU and
+    /// migrate the list to `nid` (MR_SYSCALL). Folios that did not move go
+    /// back to their LRU. Returns (pages moved, time).
+    pub fn move_pages_to_node(&mut self, t: Ns, cpu: u32, pfns: &[Pfn], nid: u32) -> (u64, Ns) {
+        // lru_cache_disable: every CPU's LRU batch drained first.
+        let mut t = t;
+        for c in 0..self.nr_cpus() {
+            t = self.lru_add_drain_cpu(t, c);
+        }
+        let mut list = Vec::new();
+        for &p in pfns {
+            let pg_ = self.mem_map.get(p);
+            if pg_.flags & (pg::HEAD | pg::LRU) == pg::HEAD | pg::LRU && pg_.flags & pg::ISOLATED == 0 && pg_.order == 0 && pg_.nid as u32 != nid {
+                let hold = self.c.lru_lock_per_folio;
+                t = self.nodes[pg_.nid as usize].lruvec.lru_lock.lock_for(t, cpu, hold, &self.lc);
+                self.folio_isolate_lru(p);
+                list.push(p);
+            }
+        }
+        let (moved, failed, mut t) = self.migrate_pages_to(t, cpu, &list, &mut MigrateDst::Node(nid), MigrateReason::Syscall);
+        for p in failed {
+            t = self.putback_folio(t, cpu, p);
+        }
+        (moved, t)
     }
 
     /// migrate_pages_batch in async mode: unmap every folio of the list
@@ -118,6 +184,14 @@ impl Kernel {
     /// move them in order. Returns (pages moved, folios that failed and are
     /// still isolated, time).
     pub fn migrate_pages(&mut self, t: Ns, cpu: u32, list: &[Pfn], dst: u32) -> (u64, Vec<Pfn>, Ns) {
+        self.migrate_pages_to(t, cpu, list, &mut MigrateDst::Node(dst), MigrateReason::Tiering)
+    }
+
+    /// `migrate_pages` with the destinations from `dst` and a reason.
+    /// Every reason goes through this async batch: 6.12's sync modes try
+    /// one MIGRATE_ASYNC batch first (migrate_pages_sync), and that batch
+    /// unmaps with TTU_BATCH_FLUSH, so LUF may defer for any reason.
+    pub fn migrate_pages_to(&mut self, t: Ns, cpu: u32, list: &[Pfn], dst: &mut MigrateDst, reason: MigrateReason) -> (u64, Vec<Pfn>, Ns) {
         let mut t = t;
         let tid = self.current_tid(cpu);
         let mut moved = 0;
@@ -158,7 +232,7 @@ impl Kernel {
         // Move.
         for (i, &pfn) in list.iter().enumerate() {
             let nr = 1u64 << self.mem_map.get(pfn).order;
-            let res = if ok[i] { self.migrate_folio_move(t, cpu, pfn, dst, if luf[i] { g } else { 0 }) } else { Err(t) };
+            let res = if ok[i] { self.migrate_folio_move(t, cpu, pfn, dst, reason, if luf[i] { g } else { 0 }) } else { Err(t) };
             match res {
                 Ok((_, t1)) => {
                     t = t1;

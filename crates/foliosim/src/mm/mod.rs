@@ -1,5 +1,6 @@
 //! The kernel model, one file per Linux file where one exists.
 
+pub mod compaction;
 pub mod exec;
 pub mod filemap;
 pub mod fork;
@@ -8,6 +9,8 @@ pub mod kswapd;
 pub mod luf;
 pub mod mem_map;
 pub mod memory;
+pub mod memory_failure;
+pub mod memory_hotplug;
 pub mod memory_tiers;
 pub mod migrate;
 pub mod mmap;
@@ -15,6 +18,7 @@ pub mod mmap_lock;
 pub mod mmu_gather;
 pub mod numa_balancing;
 pub mod page_alloc;
+pub mod page_isolation;
 pub mod page_reporting;
 pub mod pgtable;
 pub mod rmap;

@@ -154,6 +154,9 @@ impl Kernel {
                 continue;
             }
             changes.clear();
+            // PTEs whose folio the walk looks up: each costs the lookup and
+            // its tests whether it is changed or not.
+            let mut seen = 0u64;
             let mut a = va;
             while a < stop {
                 let pte = tbl.ptes[pte_index(a)];
@@ -163,6 +166,7 @@ impl Kernel {
                 if !pte.present() || pte.0 & (Pte::PROTNONE | Pte::SPECIAL | Pte::HUGE) != 0 {
                     continue;
                 }
+                seen += 1;
                 let pfn = pte.pfn();
                 let head = self.mem_map.folio_head(pfn);
                 let p = self.mem_map.get(head);
@@ -188,10 +192,15 @@ impl Kernel {
                     self.mem_map.get_mut(head).private = now_ms;
                 }
             }
-            if !changes.is_empty() {
-                let hold = self.c.pte_set * changes.len() as Ns;
+            // The walk holds the table's PTL (pte_offset_map_lock) whether
+            // or not it changes anything.
+            let hold = self.c.change_pte_scan * seen as Ns + self.c.pte_set * changes.len() as Ns;
+            if hold > 0 {
                 let tbl = self.mms[mm as usize].pt.table_mut(va).expect("table seen above");
                 t = tbl.ptl.lock_for(t, cpu, hold, &lc);
+            }
+            if !changes.is_empty() {
+                let tbl = self.mms[mm as usize].pt.table_mut(va).expect("table seen above");
                 for &(a, pte) in &changes {
                     // pte_modify(PAGE_NONE): inaccessible, and the write bit goes.
                     tbl.ptes[pte_index(a)] = pte.with(Pte::PROTNONE).without(Pte::WRITE);

@@ -19,7 +19,8 @@
 //!   not modelled. `alloc_factor` and `free_count`, which scale refill and
 //!   drain sizes, are.
 //! * No highatomic reserves, CMA, watermark boosting, lowmem_reserve (a
-//!   single zone per node has none), compaction capture or guard pages.
+//!   single zone per node has none) or guard pages. Compaction capture
+//!   happens only while a caller (mm/compaction.rs) arms it.
 //! * Fallback claims a pageblock when at least half of it is free; the
 //!   kernel also counts "alike" allocated pages, which need per-page
 //!   mobility we do not keep.
@@ -346,6 +347,12 @@ struct Placement {
     report_order: Option<u32>,
     report_notify: bool,
     mutant: Option<AllocMutant>,
+    /// compaction_capture: a direct compactor's capture_control (zone
+    /// start pfn, order); a free that reaches that order in that zone is
+    /// handed to it instead of the free lists.
+    capture: Option<(Pfn, u32)>,
+    /// The captured block: (pfn, order, LUF generation).
+    captured: Option<(Pfn, u32, u16)>,
 }
 
 struct Zone {
@@ -582,7 +589,21 @@ impl Zone {
         debug_assert!(pfn & ((1 << order) - 1) == 0, "unaligned free {pfn:#x} order {order}");
         debug_assert!(self.contains(pfn) && (pfn as u64 + (1 << order)) <= self.end_pfn);
         let mut buddy_pfn = pfn ^ (1 << order);
-        while order < MAX_PAGE_ORDER && pl.mutant != Some(AllocMutant::NoMerge) {
+        loop {
+            // compaction_capture, checked at every order as the kernel's
+            // loop does: the block goes to the compacting task, with the
+            // latest generation of everything merged into it so far.
+            if let Some((zstart, corder)) = pl.capture {
+                if zstart == self.start_pfn && order >= corder && mt != MigrateType::Isolate && pl.captured.is_none() {
+                    pl.captured = Some((pfn, order, ugen));
+                    pl.capture = None;
+                    self.allocated_pages += 1 << order;
+                    return (pfn, order);
+                }
+            }
+            if order >= MAX_PAGE_ORDER || pl.mutant == Some(AllocMutant::NoMerge) {
+                break;
+            }
             buddy_pfn = pfn ^ (1 << order);
             let Some(b) = self.free_buddy(buddy_pfn, order) else { break };
             let buddy_mt = MigrateType::from_u8(b.mt);
@@ -798,6 +819,8 @@ impl PageAlloc {
             report_order: None,
             report_notify: false,
             mutant: None,
+            capture: None,
+            captured: None,
         };
         let mut zones = Vec::with_capacity(specs.len());
         for s in &specs {
@@ -1351,6 +1374,128 @@ impl PageAlloc {
                 z.reported_pages += 1 << order;
             }
         }
+    }
+
+    /// Arm (Some(order)) or disarm (None) compaction capture for the zone
+    /// of node `nid` (current->capture_control of a direct compactor).
+    pub fn set_capture(&mut self, nid: u32, order: Option<u32>) {
+        let zstart = self.zones[self.zone_idx(nid)].start_pfn;
+        self.pl.capture = order.map(|o| (zstart, o));
+        if order.is_some() {
+            self.pl.captured = None;
+        }
+    }
+
+    /// The block a free handed to the armed compactor, if any: (pfn,
+    /// order, LUF generation). It no longer counts as free.
+    pub fn take_captured(&mut self, stat: &mut VmStat) -> Option<(Pfn, u32, u16)> {
+        let c = self.pl.captured.take()?;
+        stat.add(Stat::NrFreePages, -(1 << c.1));
+        Some(c)
+    }
+
+    /// Pages taken off the lists by `isolate_free_block` become allocated
+    /// (split_map_pages: compaction's targets, alloc_contig_range's range).
+    pub fn isolated_to_allocated(&mut self, pfn: Pfn, order: u32) {
+        let zi = self.zone_idx_of_pfn(pfn).expect("pfn outside every zone");
+        let z = &mut self.zones[zi];
+        assert!(z.isolated_pages >= 1 << order, "pages never isolated");
+        z.isolated_pages -= 1 << order;
+        z.allocated_pages += 1 << order;
+    }
+
+    /// The free buddy block containing `pfn`, as (first pfn, order).
+    pub fn free_block_containing(&self, pfn: Pfn) -> Option<(Pfn, u32)> {
+        let zi = self.zone_idx_of_pfn(pfn)?;
+        let z = &self.zones[zi];
+        (0..=MAX_PAGE_ORDER).find_map(|o| {
+            let head = pfn & !((1 << o) - 1);
+            z.free_buddy(head, o).map(|_| (head, o))
+        })
+    }
+
+    /// take_page_off_buddy (hwpoison): take the single free frame `pfn`
+    /// out of its buddy block; the rest of the block goes back in pieces
+    /// (break_down_buddy_pages), each keeping the block's LUF generation.
+    /// The frame counts as isolated for good. Returns its generation, or
+    /// None if `pfn` is not in a free buddy block. Caller holds zone->lock.
+    pub fn take_page_off_buddy(&mut self, pfn: Pfn, stat: &mut VmStat) -> Option<u16> {
+        let (head, order) = self.free_block_containing(pfn)?;
+        let zi = self.zone_idx_of_pfn(pfn)?;
+        let z = &mut self.zones[zi];
+        let b = z.del_from_free_list(head);
+        let mt = MigrateType::from_u8(b.mt);
+        let (mut lo, mut o) = (head, order);
+        while o > 0 {
+            o -= 1;
+            // Keep the half holding `pfn`, free the other.
+            let (keep, give) = if pfn < lo + (1 << o) { (lo, lo + (1 << o)) } else { (lo + (1 << o), lo) };
+            z.add_to_free_list(give, o, mt, false, b.ugen);
+            lo = keep;
+        }
+        debug_assert_eq!(lo, pfn);
+        z.isolated_pages += 1;
+        stat.add(Stat::NrFreePages, -1);
+        Some(b.ugen)
+    }
+
+    /// set_migratetype_isolate over [start, end), whole pageblocks aligned
+    /// to MAX_PAGE_ORDER (so no free block straddles the range, as the
+    /// pre-6.x alloc_contig_range rounded it): every free block in it
+    /// moves to the ISOLATE lists, keeping its generation, and frees into
+    /// it go there too. Returns false (nothing changed) if the range
+    /// leaves its zone or is not aligned.
+    pub fn start_isolate_page_range(&mut self, start: Pfn, end: Pfn) -> bool {
+        let align = 1 << MAX_PAGE_ORDER;
+        let Some(zi) = self.zone_idx_of_pfn(start) else { return false };
+        let z = &mut self.zones[zi];
+        if start % align != 0 || end % align != 0 || end <= start || end as u64 > z.end_pfn {
+            return false;
+        }
+        let mut p = start;
+        while p < end {
+            z.move_freepages_block(p, MigrateType::Isolate);
+            p += 1 << PAGEBLOCK_ORDER;
+        }
+        true
+    }
+
+    /// unset_migratetype_isolate: the range's pageblocks become `mt` again
+    /// and their free blocks go back to its lists (generations kept).
+    pub fn undo_isolate_page_range(&mut self, start: Pfn, end: Pfn, mt: MigrateType) {
+        let zi = self.zone_idx_of_pfn(start).expect("pfn outside every zone");
+        let z = &mut self.zones[zi];
+        let mut p = start;
+        while p < end {
+            z.move_freepages_block(p, mt);
+            p += 1 << PAGEBLOCK_ORDER;
+        }
+        // Free blocks in the two halves of a max-order block may now merge.
+        let heads: Vec<Pfn> = {
+            let mut v: Vec<Pfn> = z.blocks.keys().copied().filter(|&b| b >= start && b < end).collect();
+            v.sort_unstable();
+            v
+        };
+        for h in heads {
+            if let Some(b) = z.blocks.get(&h).copied() {
+                if z.free_buddy(h ^ (1 << b.order), b.order as u32).is_some() {
+                    let b = z.del_from_free_list(h);
+                    z.free_one_page(&mut self.pl, h, b.order as u32, mt, Fpi { to_tail: false, skip_report_notify: true }, b.ugen);
+                }
+            }
+        }
+    }
+
+    /// __offline_isolated_pages: frames isolated from an offlined range
+    /// leave the zone (adjust_managed_page_count), and the watermarks
+    /// follow the smaller zone (init_per_zone_wmark_min).
+    pub fn offline_isolated(&mut self, pfn: Pfn, order: u32) {
+        let zi = self.zone_idx_of_pfn(pfn).expect("pfn outside every zone");
+        let z = &mut self.zones[zi];
+        assert!(z.isolated_pages >= 1 << order, "pages never isolated");
+        z.isolated_pages -= 1 << order;
+        z.managed -= 1 << order;
+        self.setup_per_zone_wmarks();
     }
 
     /// page_reporting_order: frees that end at this order or above raise

@@ -77,12 +77,13 @@ impl Kernel {
         let t = m.vmas.get_mut(&key).unwrap().vm_lock.ref_line.rmw(t, cpu, &lc);
         let vma = m.vmas[&key].fault_copy();
         // S2: the count is odd while a writer is inside its section (around
-        // the field writes of __vma_adjust, mprotect_fixup, the zap). Those
-        // sections are within the writer's atomic step, so a fault never
-        // sees one open: this abort stays at 0 (the seq moving is caught at
-        // pte_map_lock instead). (Per-VMA locks differ: their mark lasts
-        // until mmap_write_unlock, see mmap_lock.rs.)
-        if false {
+        // the field writes of __vma_adjust, mprotect_fixup, the zap). The
+        // writer's step is atomic, so what says whether the section is open
+        // at this fault's time is the writer's cycle in simulated time: the
+        // VMA was marked in the cycle still holding mmap_lock at `t`. (The
+        // cycle bounds the section from outside: the section proper starts
+        // at the VMA's vm_write_begin, a little after the lock.)
+        if m.vma_write_locked_at(&m.vmas[&key], t) {
             self.fault_event(Stat::SpfAbortSeqOdd);
             self.fault_event(Stat::SpfVmaChanged);
             return self.spf_abort_put(t_begin, t, cpu, mm, key);
@@ -389,6 +390,29 @@ mod tests {
         assert_eq!(st(&k, Stat::SpfAbortPtlChangedBeforeLock), 0);
         assert!(k.mms[0].vma_lookup(a).is_none());
         crate::check::audit(&mut k);
+        assert!(k.check.violations.is_empty(), "{:?}", k.check.violations);
+    }
+
+    #[test]
+    fn a_fault_inside_a_writers_section_sees_the_count_odd_and_aborts() {
+        let (mut k, a) = setup("spf");
+        // The writer splits the fault's VMA: the half holding a + 4096 is
+        // modified (its end moves) inside the writer's section.
+        k.tasks[1].clock = k.tasks[0].clock;
+        assert_eq!(k.exec(1, Op::Mprotect { addr: a + (8 << 12), len: 8 << 12, prot: prot::READ }), Some(Ret::Val(0)));
+        let (ws, we) = (k.mms[0].write_cycle_start, k.mms[0].write_cycle_end);
+        assert!(we > ws);
+        // A fault whose snapshot falls inside that cycle.
+        k.tasks[0].clock = ws + (we - ws) / 2 - k.c.trap;
+        assert_eq!(k.exec(0, Op::Access { addr: a + 4096, kind: Access::Store }), Some(Ret::Val(0)));
+        assert_eq!(st(&k, Stat::SpfAbortSeqOdd), 1, "vm_sequence odd at the snapshot: S2 aborts");
+        assert_eq!(st(&k, Stat::SpfVmaChanged), 1);
+        assert!(k.tasks[0].clock > we, "the classic retry waits for the writer on mmap_lock");
+        assert!(k.mms[0].pt.pte(a + 4096).write(), "the retry installs the page");
+        // After the cycle the same VMA is open to speculation again.
+        assert_eq!(k.exec(0, Op::Access { addr: a + 2 * 4096, kind: Access::Store }), None);
+        k.spf_fault_finish(0);
+        assert_eq!(st(&k, Stat::SpfAbortSeqOdd), 1);
         assert!(k.check.violations.is_empty(), "{:?}", k.check.violations);
     }
 

@@ -169,6 +169,16 @@ stats! {
     NumaPteUpdates = "numa_pte_updates" : "PTEs made PROT_NONE for NUMA hinting by task_numa_work",
     NumaHintFaults = "numa_hint_faults" : "NUMA hinting faults (accesses to PROT_NONE hinting PTEs)",
     NumaHintFaultsLocal = "numa_hint_faults_local" : "NUMA hinting faults on pages already on the faulting CPU's node",
+    // compaction, alloc_contig_range, memory offline, memory failure (spec/004 scenario 6, 19)
+    CompactMigrateScanned = "compact_migrate_scanned" : "pages the compaction migrate scanner looked at",
+    CompactFreeScanned = "compact_free_scanned" : "pages the compaction free scanner looked at",
+    CompactIsolated = "compact_isolated" : "pages isolated by compaction (free targets and migration sources)",
+    CompactSuccess = "compact_success" : "direct compactions that captured a block for their allocation",
+    AllocContigSuccess = "foliosim_alloc_contig_success" : "alloc_contig_range calls that got their range",
+    AllocContigFail = "foliosim_alloc_contig_fail" : "alloc_contig_range calls that failed (-EBUSY: a page could not be migrated)",
+    OfflinePages = "foliosim_offline_pages" : "pages taken offline by offline_pages",
+    MemoryFailure = "foliosim_memory_failure" : "memory_failure and soft_offline_page calls",
+    HwpoisonPages = "foliosim_hwpoison_pages" : "frames taken out of use as poisoned (HardwareCorrupted in /proc/meminfo)",
     // processes (kbuild: make -jN)
     Exec = "foliosim_exec" : "execve calls that replaced a task's mm",
     WaitReaped = "foliosim_wait_reaped" : "exited children reaped by wait4",

@@ -5,11 +5,16 @@
 //! exits. ops = bytes read / 4096, i.e. pages read (exact across partial
 //! reads: a task's running byte count is converted to pages).
 //!
+//! With `buffer`, each task first maps and populates an anonymous buffer of
+//! `chunk_kib` (the memory read() copies into). It matters to NUMA
+//! balancing, whose scanner walks the buffer's PTEs; read()'s copy cost is
+//! the file side's and does not depend on it.
+//!
 //! Errors: any `Ret::Err` makes the task `Exit`.
 
 use super::common::{read_fs, read_size, TaskCfg, TaskMap, KIB, MIB, PAGE};
 use super::params::Params;
-use super::{Fd, FileId, FsKind, Op, ParamSpec, Ret, SetupEnv, TaskId, Workload, WorkloadInfo};
+use super::{map, prot, Fd, FileId, FsKind, Op, ParamSpec, Ret, SetupEnv, TaskId, Workload, WorkloadInfo};
 
 const MAX_FILE_MIB: u64 = 1 << 24;
 const MAX_CHUNK_KIB: u64 = 1 << 22;
@@ -17,6 +22,7 @@ const MAX_CHUNK_KIB: u64 = 1 << 22;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Phase {
     Start,
+    MappingBuffer,
     Opening,
     Reading,
     Rewinding,
@@ -43,6 +49,8 @@ pub struct FileReader {
     /// The populated folios start referenced + active.
     populate_hot: bool,
     chunk: u64,
+    /// Map and populate a read buffer of `chunk` bytes first.
+    buffer: bool,
     /// 0 = forever.
     cycles: u64,
     file: FileId,
@@ -64,8 +72,9 @@ impl FileReader {
         let populate_hot = p.bool("populate_hot", false)?;
         let chunk = read_size(p, "chunk_kib", 128, KIB, MAX_CHUNK_KIB)?;
         let cycles = p.u64("cycles", 1)?;
+        let buffer = p.bool("buffer", false)?;
         p.finish()?;
-        Ok(FileReader { cfg, fs, size, populate, populate_node, populate_hot, chunk, cycles, file: 0, tasks: TaskMap::default(), st: Vec::new() })
+        Ok(FileReader { cfg, fs, size, populate, populate_node, populate_hot, chunk, buffer, cycles, file: 0, tasks: TaskMap::default(), st: Vec::new() })
     }
 
     fn specs() -> Vec<ParamSpec> {
@@ -93,6 +102,11 @@ impl FileReader {
                 help: "populated folios start referenced and active, as after several earlier passes (classic LRU state)",
             },
             ParamSpec { name: "chunk_kib", default: "128".into(), help: "bytes per read() call, KiB" },
+            ParamSpec {
+                name: "buffer",
+                default: "false".into(),
+                help: "map and populate an anonymous read buffer of chunk_kib first (what NUMA balancing's scanner walks)",
+            },
             ParamSpec {
                 name: "cycles",
                 default: "1".into(),
@@ -129,7 +143,11 @@ impl Workload for FileReader {
             st.phase = Phase::Done;
         }
         let op = match st.phase {
-            Phase::Start => {
+            Phase::Start if self.buffer => {
+                st.phase = Phase::MappingBuffer;
+                Op::Mmap { addr: 0, len: self.chunk.next_multiple_of(PAGE), prot: prot::READ | prot::WRITE, flags: map::PRIVATE | map::ANONYMOUS | map::POPULATE, fd: -1, off: 0 }
+            }
+            Phase::Start | Phase::MappingBuffer => {
                 st.phase = Phase::Opening;
                 Op::Open { file: self.file }
             }
@@ -166,7 +184,9 @@ impl Workload for FileReader {
         // tmpfs pages cannot be reclaimed (no swap); a populated disk file
         // must fit when it is populated. A cold disk file's cache is
         // reclaimable.
-        Some(if self.fs == FsKind::Tmpfs || self.populate { self.size } else { 0 })
+        let file = if self.fs == FsKind::Tmpfs || self.populate { self.size } else { 0 };
+        let buffers = if self.buffer { self.chunk.next_multiple_of(PAGE) * self.cfg.tasks as u64 } else { 0 };
+        Some(file + buffers)
     }
 }
 

@@ -795,3 +795,71 @@ fn pcp_high_grows_on_free_runs_and_shrinks_below_the_high_watermark() {
     assert!(pa.pcp_count(0, 0) + batch as u64 - 1 <= c0, "below the high watermark a free must drain: {c0} -> {}", pa.pcp_count(0, 0));
     pa.check().unwrap();
 }
+
+/// take_page_off_buddy: the frame leaves, the rest of its block goes back
+/// in pieces that keep the block's LUF generation, the audit holds.
+#[test]
+fn take_page_off_buddy_keeps_the_generation_on_the_pieces() {
+    let (mut pa, mut st) = one_zone(0, 4096, 1);
+    let a = pa.alloc_pages(0, 0, 3, 0, MigrateType::Movable, &mut st).unwrap();
+    pa.free_pages_ugen(0, 0, a.pfn, 3, 9, &mut st);
+    pa.drain_pages(0, 0);
+    let (head, order) = pa.free_block_containing(a.pfn + 5).unwrap();
+    let before = pa.nr_free();
+    assert_eq!(pa.take_page_off_buddy(a.pfn + 5, &mut st), Some(9));
+    assert!(!pa.is_free(a.pfn + 5));
+    assert_eq!(pa.nr_free(), before - 1);
+    for p in head..head + (1 << order) {
+        if p != a.pfn + 5 {
+            assert!(pa.is_free(p), "frame {p} back on a list");
+        }
+    }
+    let e = pa.free_extents();
+    assert!(e.iter().filter(|x| x.pfn >= a.pfn && x.pfn < a.pfn + 8).all(|x| x.ugen == 9), "{e:?}");
+    assert_eq!(pa.check(), Ok(()));
+    pa.check_vmstat(&st).unwrap();
+    assert_eq!(pa.take_page_off_buddy(a.pfn + 5, &mut st), None, "no longer free");
+}
+
+/// compaction_capture: with capture armed, the free that merges up to the
+/// wanted order is handed over (with the latest generation) instead of
+/// reaching the lists; disarmed, nothing is captured.
+#[test]
+fn capture_takes_the_merged_block_with_its_generation() {
+    let (mut pa, mut st) = one_zone(0, 4096, 1);
+    let a = pa.alloc_pages(0, 0, 1, 0, MigrateType::Movable, &mut st).unwrap();
+    // The refill's other order-1 blocks reach buddy before capture is armed.
+    pa.drain_pages(0, 0);
+    pa.set_capture(0, Some(1));
+    // The first half alone is order 0: not enough.
+    pa.free_pages_ugen(0, 0, a.pfn, 0, 3, &mut st);
+    pa.drain_pages(0, 0);
+    assert_eq!(pa.take_captured(&mut st), None);
+    pa.set_capture(0, Some(1));
+    pa.free_pages_ugen(0, 0, a.pfn + 1, 0, 4, &mut st);
+    pa.drain_pages(0, 0);
+    pa.set_capture(0, None);
+    assert_eq!(pa.take_captured(&mut st), Some((a.pfn, 1, 4)));
+    assert!(!pa.is_free(a.pfn) && !pa.is_free(a.pfn + 1));
+    assert_eq!(pa.check(), Ok(()));
+    pa.check_vmstat(&st).unwrap();
+}
+
+/// Isolating a MAX_PAGE_ORDER range moves its free blocks to ISOLATE
+/// (generation kept), frees into it bypass pcp, and undo brings them back.
+#[test]
+fn pageblock_isolation_keeps_generations_and_undoes() {
+    let (mut pa, mut st) = one_zone(0, 4096, 1);
+    let a = pa.alloc_pages(0, 0, 0, 0, MigrateType::Movable, &mut st).unwrap();
+    let (s, e) = (a.pfn & !1023, (a.pfn & !1023) + 1024);
+    assert!(!pa.start_isolate_page_range(s + 1, e), "unaligned");
+    assert!(pa.start_isolate_page_range(s, e));
+    assert_eq!(pa.pageblock_migratetype(s), Some(MigrateType::Isolate));
+    pa.free_pages_ugen(0, 0, a.pfn, 0, 6, &mut st);
+    assert_eq!(pa.pcp_count(0, 0), 0, "an isolated pageblock bypasses pcp");
+    assert!(pa.free_extents().iter().any(|x| x.pfn <= a.pfn && a.pfn < x.pfn + (1 << x.order) && x.ugen == 6));
+    assert!(pa.alloc_pages(0, 0, 10, 0, MigrateType::Movable, &mut st).map_or(true, |x| x.pfn >= e || x.pfn + 1024 <= s));
+    pa.undo_isolate_page_range(s, e, MigrateType::Movable);
+    assert_eq!(pa.pageblock_migratetype(s), Some(MigrateType::Movable));
+    assert_eq!(pa.check(), Ok(()));
+}

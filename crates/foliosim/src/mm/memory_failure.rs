@@ -1,0 +1,130 @@
+//! Memory failure (mm/memory-failure.c): a frame reported bad is taken
+//! out of use for good.
+//!
+//! * A free frame: `take_page_off_buddy` removes it from its buddy block
+//!   (the rest goes back, keeping the block's LUF generation). This is an
+//!   exit of spec/004 §2.6: a CPU still caching the frame through a
+//!   deferred entry would read poisoned memory (a machine check), so the
+//!   generation is checked after the zone lock is dropped.
+//! * A mapped page-cache folio (hard offline, `memory_failure`): its PTEs
+//!   are cleared without TTU_BATCH_FLUSH (hwpoison_user_mappings), each
+//!   flushed at once, so LUF never defers them; the clean folio leaves the
+//!   page cache (me_pagecache_clean) and the frame stays poisoned.
+//! * Soft offline (`soft_offline_page`): the contents are still good, so
+//!   the folio migrates (MR_MEMORY_FAILURE) and the old frame is poisoned
+//!   instead of freed. Its async batch may be LUF'd like any migration;
+//!   since the source never returns to the allocator, v10 flushes that
+//!   generation at once (migrate.rs).
+//!
+//! Only order-0 page-cache folios are handled; anything else is counted
+//! and ignored (MF_IGNORED).
+
+use super::mem_map::pg;
+use super::migrate::{MigrateDst, MigrateReason};
+use super::vmstat::Stat;
+use super::Pfn;
+use crate::kernel::Kernel;
+use crate::sim::Ns;
+
+impl Kernel {
+    /// The frame is out of use (page_handle_poison / SetPageHWPoison): it
+    /// counts as leaving the allocator's hands for good, and its contents
+    /// are poison from now on.
+    pub(crate) fn page_handle_poison(&mut self, t: Ns, pfn: Pfn) -> Ns {
+        self.check_content_change(t, pfn, 0, "hwpoison");
+        let p = self.mem_map.get_mut(pfn);
+        p.flags = pg::ALLOCATED | pg::HWPOISON;
+        p.refcount = 0;
+        p.mapcount = 0;
+        p.mapping = 0;
+        p.index = 0;
+        p.alloc_epoch = p.alloc_epoch.wrapping_add(1);
+        self.stat.inc(Stat::HwpoisonPages);
+        t
+    }
+
+    /// shake_page: drain every CPU's LRU batch so the folio is on its LRU.
+    fn shake_page(&mut self, t: Ns) -> Ns {
+        let mut t = t;
+        for c in 0..self.nr_cpus() {
+            t = self.lru_add_drain_cpu(t, c);
+        }
+        t
+    }
+
+    /// take_page_off_buddy for a free frame (draining pcp lists first, as
+    /// shake_page does when the frame is not in buddy). Returns None if
+    /// the frame is not free.
+    pub fn take_page_off_buddy(&mut self, t: Ns, cpu: u32, pfn: Pfn) -> Option<Ns> {
+        let mut t = t;
+        if !self.pa.is_free(pfn) {
+            return None;
+        }
+        if self.pa.free_block_containing(pfn).is_none() {
+            t = self.pa.drain_all_pages(t);
+        }
+        let nid = self.pfn_to_nid(pfn);
+        let ops0 = self.pa.zone_list_ops(nid);
+        let ugen = self.pa.take_page_off_buddy(pfn, &mut self.stat)?;
+        let hold = (self.pa.zone_list_ops(nid) - ops0) * self.c.buddy_op;
+        let lc = self.lc;
+        t = self.pa.zone_lock(nid).lock_for(t, cpu, hold, &lc);
+        t = self.luf_isolation_exit(t, cpu, nid, ugen);
+        Some(self.page_handle_poison(t, pfn))
+    }
+
+    /// memory_failure(pfn): hard offline. A free frame is taken off buddy;
+    /// a clean order-0 page-cache folio is unmapped with an immediate
+    /// flush per PTE and dropped from the cache. Err if ignored.
+    pub fn memory_failure(&mut self, t: Ns, cpu: u32, pfn: Pfn) -> Result<Ns, Ns> {
+        self.stat.inc(Stat::MemoryFailure);
+        if let Some(t) = self.take_page_off_buddy(t, cpu, pfn) {
+            return Ok(t);
+        }
+        let t = self.shake_page(t);
+        let p = *self.mem_map.get(pfn);
+        let cache = p.flags & (pg::HEAD | pg::LRU | pg::ANON | pg::DIRTY) == pg::HEAD | pg::LRU && p.order == 0 && p.mapping != 0;
+        if !cache {
+            return Err(t);
+        }
+        let t = self.nodes[p.nid as usize].lruvec.lru_lock.lock_for(t, cpu, self.c.lru_lock_per_folio, &self.lc);
+        self.folio_isolate_lru(pfn);
+        // hwpoison_user_mappings: no TTU_BATCH_FLUSH, so every PTE is
+        // flushed as it is cleared and nothing is left for LUF.
+        let tid = self.current_tid(cpu);
+        let (unmapped, _, t) = self.try_to_unmap(t, cpu, tid, pfn, false);
+        if !unmapped {
+            return Err(t);
+        }
+        // me_pagecache_clean: out of the page cache, references dropped.
+        self.drop_isolated_cache_folio(pfn);
+        self.mem_map.get_mut(pfn).refcount -= 1;
+        Ok(self.page_handle_poison(t, pfn))
+    }
+
+    /// soft_offline_page(pfn): migrate an in-use order-0 page-cache folio
+    /// away (MR_MEMORY_FAILURE) and poison the old frame; a free frame is
+    /// taken off buddy. Err if the page could not be handled.
+    pub fn soft_offline_page(&mut self, t: Ns, cpu: u32, pfn: Pfn) -> Result<Ns, Ns> {
+        self.stat.inc(Stat::MemoryFailure);
+        if let Some(t) = self.take_page_off_buddy(t, cpu, pfn) {
+            return Ok(t);
+        }
+        let t = self.shake_page(t);
+        let p = *self.mem_map.get(pfn);
+        if p.flags & (pg::HEAD | pg::LRU) != pg::HEAD | pg::LRU || p.order != 0 || p.mapping == 0 {
+            return Err(t);
+        }
+        let t = self.nodes[p.nid as usize].lruvec.lru_lock.lock_for(t, cpu, self.c.lru_lock_per_folio, &self.lc);
+        self.folio_isolate_lru(pfn);
+        // alloc_migration_target on the same node.
+        let (moved, failed, mut t) = self.migrate_pages_to(t, cpu, &[pfn], &mut MigrateDst::Node(p.nid as u32), MigrateReason::MemoryFailure);
+        for f in failed {
+            t = self.putback_folio(t, cpu, f);
+        }
+        if moved == 0 {
+            return Err(t);
+        }
+        Ok(t)
+    }
+}
