@@ -423,7 +423,7 @@ fn kbuild_runs_clean_and_mixes_orders() {
     let m = &rfc.kernel.mthp;
     assert!(m.path_a[4] > 0 && m.path_a[0] + m.path_a[2] + m.path_a[3] > 0, "path A orders {:?}", m.path_a);
     assert_eq!(m.path_a[1] + m.path_b[1] + m.path_c[1], 0, "never order 1");
-    assert!(m.path_b[2..].iter().sum::<u64>() > 0, "stack read-then-write gives large zero-page writes: {:?}", m.path_b);
+    assert!(m.path_b[2..].iter().sum::<u64>() > 0, "bss read-then-write gives large zero-page writes: {:?}", m.path_b);
     let sys = |o: &Outcome| o.kernel.tasks.iter().map(|t| t.sys_ns).sum::<u64>();
     assert!(sys(&rfc) < sys(&base), "sys {} vs {}", sys(&rfc), sys(&base));
 }
@@ -521,4 +521,55 @@ fn large_folio_runs_are_deterministic() {
     a.as_object_mut().unwrap().remove("host_time_s");
     b.as_object_mut().unwrap().remove("host_time_s");
     assert_eq!(serde_json::to_string(&a).unwrap(), serde_json::to_string(&b).unwrap());
+}
+
+/// §2.3 / §8.3 fallback: with free memory only in isolated 4 KiB frames,
+/// every large order fails once (counted per size in anon_fault_fallback)
+/// and the fault ends at order 0. rfc-v2 walks 4, 3, 2; upstream tries
+/// only the enabled sizes.
+#[test]
+fn large_allocation_failures_fall_back_order_by_order() {
+    use foliosim::mm::page_alloc::MigrateType;
+    // Take every frame at order 0, give back one in four (no two of them
+    // are buddies), then take every block above order 0 that is left:
+    // nothing above order 0 can be allocated.
+    let mut fragment = |k: &mut Kernel| {
+        let mut held = Vec::new();
+        for mt in [MigrateType::Movable, MigrateType::Unmovable, MigrateType::Reclaimable] {
+            for nid in k.pa.nids() {
+                while let Some(a) = k.pa.alloc_pages(0, 0, 0, nid, mt, &mut k.stat) {
+                    held.push(a.pfn);
+                }
+            }
+        }
+        for pfn in held.into_iter().filter(|p| p % 4 == 0) {
+            k.pa.free_pages(0, 0, pfn, 0, &mut k.stat);
+        }
+        // The watermark reserve the first sweep left: every block above
+        // order 0 goes too (now that free memory is above the marks).
+        for order in (1..=10).rev() {
+            for mt in [MigrateType::Movable, MigrateType::Unmovable, MigrateType::Reclaimable] {
+                for nid in k.pa.nids() {
+                    while k.pa.alloc_pages(0, 0, order, nid, mt, &mut k.stat).is_some() {}
+                }
+            }
+        }
+    };
+    let no_check = |knobs: &str| {
+        cfg(&format!(
+            "[machine]\nprofile = \"generic-x86\"\nnr_cpus = 2\nnode_mem_mib = [128, 128]\n[workload]\nname = \"mmap1\"\n[run]\nwarmup_s = 0.0\nduration_s = 0.01\n[knobs]\n{knobs}\n"
+        ))
+    };
+    let steps = || vec![mmap_fixed(0x10000, 0x20000), store_at(0x12000)];
+    let o = run::simulate_hooked(&no_check(RFC), Script::new(steps(), vec![]), &mut fragment, &mut |_| true).unwrap();
+    let m = &o.kernel.mthp;
+    assert_eq!((m.anon_fault_fallback[4], m.anon_fault_fallback[3], m.anon_fault_fallback[2]), (1, 1, 1));
+    assert_eq!(m.path_a[0], 1, "the fault ended at order 0");
+    assert_eq!(stat(&o, "foliosim_mthp_fault_fallback"), 3);
+    assert!(present(&o.kernel, 0x12000) && !present(&o.kernel, 0x13000));
+    let up = "\"anon_folio.mode\" = \"upstream\"\n\"kernel/mm/transparent_hugepage/hugepages-64kB/enabled\" = \"always\"";
+    let o = run::simulate_hooked(&no_check(up), Script::new(steps(), vec![]), &mut fragment, &mut |_| true).unwrap();
+    let m = &o.kernel.mthp;
+    assert_eq!((m.anon_fault_fallback[4], m.anon_fault_fallback[3], m.anon_fault_fallback[2]), (1, 0, 0), "only the enabled size is tried");
+    assert_eq!(m.path_a[0], 1);
 }

@@ -206,6 +206,11 @@ pub struct CostSpec {
     pub context_switch_ns: f64,
     /// list_add/list_del of one folio on the deferred-split queue, held under split_queue_lock.
     pub split_queue_ns: f64,
+    /// Fixed part of execve (bprm setup, ELF header checks, de_thread,
+    /// setup_new_exec, setup_arg_pages); the old mm's teardown, the segment
+    /// mappings, the header read and the argument-page fault are charged
+    /// separately.
+    pub exec_base_ns: f64,
 }
 
 /// Profiles shipped with foliosim, embedded at build time.

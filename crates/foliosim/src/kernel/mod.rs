@@ -8,6 +8,7 @@ pub mod knobs;
 pub mod kthread;
 pub mod syscalls;
 pub mod task;
+pub mod wait;
 
 use crate::check::Checker;
 use crate::hw::profile::Profile;

@@ -77,6 +77,8 @@ impl Kernel {
                 (Ret::Val(0), t + k.c.file_op)
             })),
             Op::Fork => Some(self.do_fork(tid)),
+            Op::Exec { file, vaddr, text, data, bss } => Some(self.do_execve(tid, file, crate::mm::exec::ElfLayout { vaddr, text, data, bss })),
+            Op::Wait => self.do_wait4(tid),
             Op::Exit => {
                 // exit_task_work: pending promotion work runs (or puts back) first.
                 self.tasks[tid as usize].exited = true;

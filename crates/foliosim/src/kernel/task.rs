@@ -32,10 +32,16 @@ pub struct Task {
     pub qseq: u64,
     /// Unmap batches and LUF state (mm/rmap.rs).
     pub ubc: crate::mm::rmap::TaskUbc,
+    /// The task that forked this one (None: spawned by the workload).
+    pub parent: Option<u32>,
+    /// Children not yet reaped by wait4, live or exited (zombies).
+    pub children: Vec<u32>,
+    /// Asleep in wait4 until a child exits (kernel/wait.rs).
+    pub in_wait: bool,
 }
 
 impl Task {
     pub fn new(id: u32, mm: u32, cpu: u32, clock: Ns) -> Task {
-        Task { id, mm, cpu, clock, ops: 0, user_ns: 0, sys_ns: 0, entry_ns: [0; NR_ENTRIES], last: Ret::Start, pending: None, exited: false, fault_cont: None, kthread: None, sleeping: false, timer: false, qseq: 0, ubc: Default::default() }
+        Task { id, mm, cpu, clock, ops: 0, user_ns: 0, sys_ns: 0, entry_ns: [0; NR_ENTRIES], last: Ret::Start, pending: None, exited: false, fault_cont: None, kthread: None, sleeping: false, timer: false, qseq: 0, ubc: Default::default(), parent: None, children: Vec::new(), in_wait: false }
     }
 }

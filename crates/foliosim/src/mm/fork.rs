@@ -106,7 +106,9 @@ impl Kernel {
         let child = self.tasks.len() as u32;
         let mut ct = Task::new(child, cmm, cpu, t);
         ct.last = Ret::Val(0);
+        ct.parent = Some(tid);
         self.tasks.push(ct);
+        self.tasks[tid as usize].children.push(child);
         self.mms[cmm as usize].cpumask_set(cpu);
         self.stat.inc(Stat::Fork);
         let tk = &mut self.tasks[tid as usize];
@@ -141,6 +143,8 @@ impl Kernel {
         tk.sys_ns += t - t0;
         tk.clock = t;
         tk.exited = true;
+        self.reparent_children(tid);
+        self.notify_parent(tid);
     }
 
     /// exit_mmap: zap everything, free all page tables, forget the mm.

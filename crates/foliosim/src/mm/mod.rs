@@ -2,6 +2,7 @@
 
 pub mod asid;
 pub mod compaction;
+pub mod exec;
 pub mod filemap;
 pub mod fork;
 pub mod huge_memory;

@@ -184,6 +184,9 @@ stats! {
     Pgpageout = "foliosim_pageout" : "dirty page-cache folios written back by reclaim (pageout) before being freed",
     PgInvalidate = "foliosim_invalidate_inode_pages" : "page-cache pages dropped by invalidate_inode_pages2 (remote change)",
     LufForcedInvalidate = "foliosim_luf_forced_invalidate" : "forced luf_flush: invalidate_inode_pages2 (luf.invalidate_hook)",
+    // processes (kbuild: make -jN)
+    Exec = "foliosim_exec" : "execve calls that replaced a task's mm",
+    WaitReaped = "foliosim_wait_reaped" : "exited children reaped by wait4",
 }
 
 pub const FIRST_EVENT: usize = Stat::Pgfault as usize;
@@ -262,11 +265,13 @@ pub enum Entry {
     Exit,
     /// Interrupts: TLB shootdown IPIs received.
     Irq,
+    Execve,
+    Wait4,
 }
-pub const NR_ENTRIES: usize = Entry::Irq as usize + 1;
+pub const NR_ENTRIES: usize = Entry::Wait4 as usize + 1;
 pub const ENTRY_NAMES: [&str; NR_ENTRIES] = [
     "fault", "mmap", "munmap", "mprotect", "mremap", "madvise", "brk", "read", "write", "open", "close", "lseek",
-    "ftruncate", "fork", "exit", "irq",
+    "ftruncate", "fork", "exit", "irq", "execve", "wait4",
 ];
 
 #[cfg(test)]

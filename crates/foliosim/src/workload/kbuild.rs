@@ -1,60 +1,100 @@
-//! "kbuild": a kernel-build-like mix of short-lived compiler jobs, `tasks`
-//! of them at a time (make -jN), `jobs` per slot. Each slot is a long-lived
-//! "make" process with its own small heap; per job it forks (the child
-//! exits at once: it stands for the fork+exec of the compiler, whose new mm
-//! is modelled by the job's own maps below), writes its heap (CoW faults
-//! while the child lives, reuse after), then runs the job in fresh mappings:
-//! the compiler text (a shared file, mapped private read+exec, instruction
-//! fetches with fault-around), a malloc heap of log-uniform size (256 KiB..
-//! 8 MiB) grown with brk in glibc's steps (M_TOP_PAD 128 KiB + a 4 KiB
-//! request) and written as it grows, three small anonymous maps (8..256 KiB, unaligned
-//! lengths), a stack read before it is written (zero page, then a write to
-//! it), a source file read through the page cache, `compute_us` of user
-//! work, and finally unmaps everything (the exit_group teardown). ops = jobs.
+//! "kbuild": a kernel-build-like mix of short-lived compiler processes,
+//! `tasks` of them at a time (make -jN), `jobs` per slot.
 //!
-//! Simplifications (spec/000 R1): no exec of the child (its mm would only be
-//! torn down), no real wait() (the slot runs the job itself), no file writes.
+//! Each slot is a long-lived "make" process with its own small heap. Per
+//! job it forks, writes a little of its heap while the child still shares
+//! it (CoW copies), and waits for the child (wait4); after the reap it
+//! writes its heap again (the child exec'd, so the pages are reused in
+//! place). The child is the compiler:
+//! - execve of the compiler binary, one shared file: text r-x, data rw
+//!   private, bss (the kernel's copy of argv touches the new stack);
+//! - instruction fetches over part of the text (read faults on the shared
+//!   page cache, with fault-around), the data segment written (ld.so
+//!   relocations: private file CoW, order 0 in every kernel) and bss,
+//!   partly read before it is written (zero-page PTEs, then path B);
+//! - a malloc heap of log-uniform size (256 KiB..8 MiB) grown with brk in
+//!   glibc's steps (M_TOP_PAD 128 KiB + a 4 KiB request) and written as it
+//!   grows; three small anonymous maps (8..256 KiB, unaligned lengths);
+//!   stack pages read before they are written (zero page, then a write);
+//! - the source file and `headers` header files read through the page
+//!   cache (open/read/close each), `compute_us` of user work;
+//! - the object file written (its page cache dirtied and kept), exit:
+//!   exit_group tears the mm down.
+//! ops = jobs reaped by the slots.
+//!
+//! Simplifications (spec/000 R1): one process per job (no sh, gcc driver
+//! or as), one make per slot (a make -jN is one process keeping N children;
+//! here each slot keeps one, on its own CPU), no stat() of prerequisites.
 
 use super::common::{TaskCfg, TaskMap, KIB, MIB, PAGE};
 use super::params::Params;
 use super::{map, prot, Access, Fd, FileId, FsKind, Op, ParamSpec, Ret, SetupEnv, TaskId, Workload, WorkloadInfo};
 use crate::sim::rng::Rng;
 use crate::sim::Ns;
+use std::collections::BTreeMap;
 
+/// The compiler binary's program headers (a cc1-like image: large text,
+/// relocated data, bss), loaded at the non-PIE base.
+const ELF_BASE: u64 = 0x40_0000;
 const TEXT: u64 = 16 * MIB;
+const DATA: u64 = 512 * KIB;
+const BSS: u64 = 512 * KIB;
+/// The part of the text one compile executes.
 const TEXT_RUN: u64 = 2 * MIB;
 const MAKE_HEAP: u64 = 256 * KIB;
-const STACK: u64 = 132 * KIB;
 const SRC_FILES: usize = 8;
 const SRC: u64 = 64 * KIB;
+/// Distinct headers in the tree (their page cache is shared by all jobs).
+const HEADER_FILES: usize = 512;
+const HEADER: u64 = 8 * KIB;
+/// The object file each job writes.
+const OBJ: u64 = 128 * KIB;
 /// glibc sbrk step: the request plus M_TOP_PAD (128 KiB).
 const BRK_STEP: u64 = 132 * KIB;
+/// Stack pages a job touches below the argument page.
+const STACK_TOUCH: u64 = 8;
+/// bss pages read before the writes begin: one in this many.
+const BSS_READ_STRIDE: u64 = 8;
 
-#[derive(Clone)]
+/// A make slot.
+#[derive(Clone, Default)]
 struct Slot {
     pc: u32,
     job: u64,
-    rng: Rng,
     make_heap: u64,
+}
+
+/// One compiler process (a forked child after its exec).
+#[derive(Clone)]
+struct Job {
+    pc: u32,
+    slot: usize,
+    nr: u64,
+    rng: Rng,
     fd: Fd,
-    /// (addr, len) of the job's mappings, in map order.
-    maps: Vec<(u64, u64)>,
-    /// Lengths still to map for this job: 3 small, stack.
+    sp: u64,
+    /// Lengths of the small anonymous maps still to make.
     lens: Vec<u64>,
     heap: u64,
     brk_base: u64,
     brk_cur: u64,
+    headers_left: u64,
 }
 
 pub struct Kbuild {
     cfg: TaskCfg,
     jobs: u64,
+    headers: u64,
     compute: Ns,
     fs: FsKind,
-    text: FileId,
+    cc1: FileId,
     srcs: Vec<FileId>,
+    hdrs: Vec<FileId>,
+    /// Output object file of job j of slot s: objs[s * jobs + j].
+    objs: Vec<FileId>,
     tasks: TaskMap,
     st: Vec<Slot>,
+    children: BTreeMap<TaskId, Job>,
     seed: u64,
 }
 
@@ -63,12 +103,13 @@ impl Kbuild {
         let cfg = TaskCfg::read(p)?;
         let jobs = p.u64("jobs", 10)?;
         let compute_us = p.u64("compute_us", 5000)?;
+        let headers = p.u64("headers", 300)?;
         let fs = match p.choice("fs", "tmpfs", &["tmpfs", "disk"])?.as_str() {
             "disk" => FsKind::Disk,
             _ => FsKind::Tmpfs,
         };
         p.finish()?;
-        Ok(Kbuild { cfg, jobs, compute: compute_us * 1000, fs, text: 0, srcs: Vec::new(), tasks: TaskMap::default(), st: Vec::new(), seed: 0 })
+        Ok(Kbuild { cfg, jobs, headers, compute: compute_us * 1000, fs, cc1: 0, srcs: Vec::new(), hdrs: Vec::new(), objs: Vec::new(), tasks: TaskMap::default(), st: Vec::new(), children: BTreeMap::new(), seed: 0 })
     }
 
     fn specs() -> Vec<ParamSpec> {
@@ -76,7 +117,8 @@ impl Kbuild {
         v.extend([
             ParamSpec { name: "jobs", default: "10".into(), help: "compiler jobs each slot (make -jN: tasks = N) runs before it exits" },
             ParamSpec { name: "compute_us", default: "5000".into(), help: "user-mode work of one compiler job, us" },
-            ParamSpec { name: "fs", default: "tmpfs".into(), help: "where the compiler binary and sources live: tmpfs or disk (both populated)" },
+            ParamSpec { name: "headers", default: "300".into(), help: "header files (8 KiB, from a shared pool of 512) each job opens and reads; kernel objects' .cmd files list a few hundred" },
+            ParamSpec { name: "fs", default: "tmpfs".into(), help: "where the compiler binary, sources, headers and objects live: tmpfs or disk (inputs populated)" },
         ]);
         v
     }
@@ -85,18 +127,17 @@ impl Kbuild {
         Op::Mmap { addr: 0, len, prot: prot::READ | prot::WRITE, flags: map::PRIVATE | map::ANONYMOUS, fd: -1, off: 0 }
     }
 
-    fn step(&self, s: &mut Slot, last: Ret, ops: &mut u64) -> Op {
+    /// The make slot: fork, a CoW write, wait4, a reuse write, next job.
+    fn make_step(&self, s: &mut Slot, last: Ret, ops: &mut u64) -> Op {
         loop {
             let pc = s.pc;
             s.pc += 1;
             return match pc {
-                // Once: make's own heap, written.
                 0 => Self::anon(MAKE_HEAP),
                 1 => {
                     s.make_heap = last.val() as u64;
                     Op::AccessRange { addr: s.make_heap, stride: PAGE, count: MAKE_HEAP / PAGE, kind: Access::Store }
                 }
-                // A job starts: fork (the child exits at once).
                 2 => {
                     if s.job == self.jobs {
                         s.pc = 2;
@@ -104,104 +145,121 @@ impl Kbuild {
                     }
                     Op::Fork
                 }
-                3 => Op::AccessRange { addr: s.make_heap, stride: PAGE, count: 8, kind: Access::Store },
-                4 => Op::Open { file: self.text },
-                5 => {
-                    s.fd = last.val() as Fd;
-                    Op::Mmap { addr: 0, len: TEXT, prot: prot::READ | prot::EXEC, flags: map::PRIVATE, fd: s.fd, off: 0 }
-                }
-                6 => {
-                    let a = last.val() as u64;
-                    s.maps.push((a, TEXT));
-                    Op::AccessRange { addr: a, stride: PAGE, count: TEXT_RUN / PAGE, kind: Access::Ifetch }
-                }
-                7 => Op::Close { fd: s.fd },
-                8 => {
-                    // Sizes of this job's anonymous maps.
-                    s.heap = (256 * KIB) << s.rng.below(6); // 256 KiB .. 8 MiB
-                    let mut lens = Vec::new();
-                    for _ in 0..3 {
-                        lens.push((2 + s.rng.below(63)) * PAGE);
-                    }
-                    lens.push(STACK);
-                    s.lens = lens;
-                    s.pc = 20;
-                    continue;
-                }
-                // The malloc heap: brk grown step by step, each step written.
-                20 => Op::Brk { addr: 0 },
-                21 => {
-                    s.brk_base = last.val() as u64;
-                    s.brk_cur = s.brk_base;
-                    s.pc = 22;
-                    continue;
-                }
-                22 => {
-                    if s.brk_cur - s.brk_base >= s.heap {
-                        s.pc = 9;
-                        continue;
-                    }
-                    Op::Brk { addr: s.brk_cur + BRK_STEP }
-                }
-                23 => {
-                    let new = last.val() as u64;
-                    let from = s.brk_cur.div_ceil(PAGE) * PAGE;
-                    let to = new.div_ceil(PAGE) * PAGE;
-                    s.brk_cur = new;
-                    s.pc = 22;
-                    if to <= from {
-                        return Op::Exit; // brk refused to grow
-                    }
-                    Op::AccessRange { addr: from, stride: PAGE, count: (to - from) / PAGE, kind: Access::Store }
-                }
-                // Map and write each anonymous region (the stack is read first).
-                9 => match s.lens.first() {
-                    Some(&len) => Self::anon(len),
-                    None => {
-                        s.pc = 12;
-                        continue;
-                    }
-                },
-                10 => {
-                    let a = last.val() as u64;
-                    let len = s.lens.remove(0);
-                    s.maps.push((a, len));
-                    if len == STACK {
-                        Op::AccessRange { addr: a + len - 8 * PAGE, stride: PAGE, count: 4, kind: Access::Load }
-                    } else {
-                        s.pc = 9;
-                        Op::AccessRange { addr: a, stride: PAGE, count: len / PAGE, kind: Access::Store }
-                    }
-                }
-                11 => {
-                    let &(a, len) = s.maps.last().unwrap();
-                    s.pc = 9;
-                    Op::AccessRange { addr: a + len - 8 * PAGE, stride: PAGE, count: 8, kind: Access::Store }
-                }
-                12 => Op::Open { file: self.srcs[s.rng.below(SRC_FILES as u64) as usize] },
-                13 => {
-                    s.fd = last.val() as Fd;
-                    Op::Read { fd: s.fd, len: SRC }
-                }
-                14 => Op::Close { fd: s.fd },
-                15 => Op::Compute { ns: self.compute.max(1) },
-                // exit_group of the job: unmap everything it mapped.
-                16 => match s.maps.pop() {
-                    Some((a, len)) => {
-                        s.pc = 16;
-                        Op::Munmap { addr: a, len }
-                    }
-                    None => {
-                        s.pc = 17;
-                        Op::Brk { addr: s.brk_base }
-                    }
-                },
-                17 => {
+                // The job table updated while the child shares the heap.
+                3 => Op::AccessRange { addr: s.make_heap, stride: PAGE, count: 2, kind: Access::Store },
+                4 => Op::Wait,
+                // Reaped: make updates its state; the child's exec left
+                // the pages to make alone.
+                5 => Op::AccessRange { addr: s.make_heap, stride: PAGE, count: 8, kind: Access::Store },
+                _ => {
                     s.job += 1;
                     *ops += 1;
                     s.pc = 2;
                     continue;
                 }
+            };
+        }
+    }
+
+    /// The compiler process.
+    fn job_step(&self, j: &mut Job, last: Ret) -> Op {
+        loop {
+            let pc = j.pc;
+            j.pc += 1;
+            return match pc {
+                0 => Op::Exec { file: self.cc1, vaddr: ELF_BASE, text: TEXT, data: DATA, bss: BSS },
+                1 => {
+                    j.sp = last.val() as u64;
+                    Op::AccessRange { addr: ELF_BASE, stride: PAGE, count: TEXT_RUN / PAGE, kind: Access::Ifetch }
+                }
+                // ld.so relocates the data segment; bss is read (tables
+                // tested before first use: zero-page PTEs) and then written.
+                2 => Op::AccessRange { addr: ELF_BASE + TEXT, stride: PAGE, count: DATA / PAGE, kind: Access::Store },
+                3 => Op::AccessRange { addr: ELF_BASE + TEXT + DATA, stride: BSS_READ_STRIDE * PAGE, count: BSS / PAGE / BSS_READ_STRIDE, kind: Access::Load },
+                4 => Op::AccessRange { addr: ELF_BASE + TEXT + DATA, stride: PAGE, count: BSS / PAGE, kind: Access::Store },
+                // The stack below the argument page: read, then written.
+                5 => Op::AccessRange { addr: j.sp - (STACK_TOUCH + 1) * PAGE, stride: PAGE, count: STACK_TOUCH / 2, kind: Access::Load },
+                6 => Op::AccessRange { addr: j.sp - (STACK_TOUCH + 1) * PAGE, stride: PAGE, count: STACK_TOUCH, kind: Access::Store },
+                7 => {
+                    j.heap = (256 * KIB) << j.rng.below(6); // 256 KiB .. 8 MiB
+                    j.lens = (0..3).map(|_| (2 + j.rng.below(63)) * PAGE).collect();
+                    j.pc = 20;
+                    continue;
+                }
+                // The malloc heap: brk grown step by step, each step written.
+                20 => Op::Brk { addr: 0 },
+                21 => {
+                    j.brk_base = last.val() as u64;
+                    j.brk_cur = j.brk_base;
+                    j.pc = 22;
+                    continue;
+                }
+                22 => {
+                    if j.brk_cur - j.brk_base >= j.heap {
+                        j.pc = 30;
+                        continue;
+                    }
+                    Op::Brk { addr: j.brk_cur + BRK_STEP }
+                }
+                23 => {
+                    let new = last.val() as u64;
+                    let from = j.brk_cur.div_ceil(PAGE) * PAGE;
+                    let to = new.div_ceil(PAGE) * PAGE;
+                    j.brk_cur = new;
+                    j.pc = 22;
+                    if to <= from {
+                        return Op::Exit; // brk refused to grow
+                    }
+                    Op::AccessRange { addr: from, stride: PAGE, count: (to - from) / PAGE, kind: Access::Store }
+                }
+                // Small anonymous maps, each written.
+                30 => match j.lens.first() {
+                    Some(&len) => Self::anon(len),
+                    None => {
+                        j.pc = 40;
+                        continue;
+                    }
+                },
+                31 => {
+                    let a = last.val() as u64;
+                    let len = j.lens.remove(0);
+                    j.pc = 30;
+                    Op::AccessRange { addr: a, stride: PAGE, count: len / PAGE, kind: Access::Store }
+                }
+                // The source, then the headers.
+                40 => Op::Open { file: self.srcs[j.rng.below(SRC_FILES as u64) as usize] },
+                41 => {
+                    j.fd = last.val() as Fd;
+                    Op::Read { fd: j.fd, len: SRC }
+                }
+                42 => {
+                    j.headers_left = self.headers;
+                    Op::Close { fd: j.fd }
+                }
+                43 => {
+                    if j.headers_left == 0 {
+                        j.pc = 50;
+                        continue;
+                    }
+                    j.headers_left -= 1;
+                    Op::Open { file: self.hdrs[j.rng.below(HEADER_FILES as u64) as usize] }
+                }
+                44 => {
+                    j.fd = last.val() as Fd;
+                    Op::Read { fd: j.fd, len: HEADER }
+                }
+                45 => {
+                    j.pc = 43;
+                    Op::Close { fd: j.fd }
+                }
+                50 => Op::Compute { ns: self.compute.max(1) },
+                // The object file, then exit_group.
+                51 => Op::Open { file: self.objs[j.slot * self.jobs as usize + j.nr as usize] },
+                52 => {
+                    j.fd = last.val() as Fd;
+                    Op::Write { fd: j.fd, len: OBJ }
+                }
+                53 => Op::Close { fd: j.fd },
                 _ => Op::Exit,
             };
         }
@@ -215,24 +273,41 @@ impl Workload for Kbuild {
 
     fn setup(&mut self, env: &mut dyn SetupEnv) -> Result<(), String> {
         self.seed = env.seed();
-        self.text = env.create_file(self.fs, TEXT, true)?;
+        self.cc1 = env.create_file(self.fs, TEXT + DATA, true)?;
         self.srcs = (0..SRC_FILES).map(|_| env.create_file(self.fs, SRC, true)).collect::<Result<_, _>>()?;
+        self.hdrs = (0..HEADER_FILES).map(|_| env.create_file(self.fs, HEADER, true)).collect::<Result<_, _>>()?;
         let ids = self.cfg.spawn(env)?;
+        self.objs = (0..ids.len() as u64 * self.jobs).map(|_| env.create_file(self.fs, 0, false)).collect::<Result<_, _>>()?;
         self.tasks = TaskMap::new(&ids)?;
-        self.st = (0..ids.len())
-            .map(|i| Slot { pc: 0, job: 0, rng: Rng::stream(self.seed, &format!("kbuild/{i}")), make_heap: 0, fd: -1, maps: Vec::new(), lens: Vec::new(), heap: 0, brk_base: 0, brk_cur: 0 })
-            .collect();
+        self.st = vec![Slot::default(); ids.len()];
         Ok(())
     }
 
+    fn on_fork(&mut self, parent: TaskId, child: TaskId) {
+        let Some(i) = self.tasks.get(parent) else { return };
+        let nr = self.st[i].job;
+        let rng = Rng::stream(self.seed, &format!("kbuild/{i}/{nr}"));
+        self.children.insert(child, Job { pc: 0, slot: i, nr, rng, fd: -1, sp: 0, lens: Vec::new(), heap: 0, brk_base: 0, brk_cur: 0, headers_left: 0 });
+    }
+
     fn next_op(&mut self, task: TaskId, last: Ret, ops: &mut u64) -> Op {
-        let Some(i) = self.tasks.get(task) else { return Op::Exit }; // a forked child: exec'd away
+        if let Some(i) = self.tasks.get(task) {
+            if last.is_err() {
+                return Op::Exit;
+            }
+            let mut s = std::mem::take(&mut self.st[i]);
+            let op = self.make_step(&mut s, last, ops);
+            self.st[i] = s;
+            return op;
+        }
+        let Some(mut j) = self.children.remove(&task) else { return Op::Exit };
         if last.is_err() {
             return Op::Exit;
         }
-        let mut s = std::mem::replace(&mut self.st[i], Slot { pc: 0, job: 0, rng: Rng::new(0), make_heap: 0, fd: -1, maps: Vec::new(), lens: Vec::new(), heap: 0, brk_base: 0, brk_cur: 0 });
-        let op = self.step(&mut s, last, ops);
-        self.st[i] = s;
+        let op = self.job_step(&mut j, last);
+        if op != Op::Exit {
+            self.children.insert(task, j);
+        }
         op
     }
 }
@@ -244,7 +319,7 @@ fn build(p: &mut Params) -> Result<Box<dyn Workload>, String> {
 pub fn info() -> WorkloadInfo {
     WorkloadInfo {
         name: "kbuild",
-        help: "kernel-build-like mix: `tasks` make slots (-jN), each running `jobs` short compiler jobs: fork, text fetch from a shared binary, a brk heap grown in glibc steps and small anon maps written, stack read then written, a source read, compute_us of user work, unmap all; op = job",
+        help: "kernel-build-like mix: `tasks` make slots (-jN), each running `jobs` compiler processes: fork, execve of a shared file-backed binary (text faults with fault-around, data CoW, bss), a brk heap grown in glibc steps and small anon maps written, stack read then written, a source and `headers` headers read, compute_us of user work, the object file written, exit; the slot waits (wait4) for each; op = job",
         params: Kbuild::specs,
         build,
     }

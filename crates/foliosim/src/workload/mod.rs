@@ -69,6 +69,7 @@ pub mod errno {
     pub const EACCES: i64 = 13;
     pub const EFAULT: i64 = 14;
     pub const EINVAL: i64 = 22;
+    pub const ECHILD: i64 = 10;
 }
 
 /// Type of file system a file lives on (will-it-scale's /tmp may be either).
@@ -105,6 +106,15 @@ pub enum Op {
     Exit,
     /// Pure user-mode computation.
     Compute { ns: Ns },
+    /// execve() of an ELF binary in file `file`: the task's mm is replaced
+    /// by a fresh one holding the binary's PT_LOAD segments as its program
+    /// headers would give them (text r-x at `vaddr` from offset 0, data rw
+    /// private from offset `text`, then `bss` anonymous), a stack, and the
+    /// heap starting after bss. Returns the initial stack pointer.
+    Exec { file: FileId, vaddr: u64, text: u64, data: u64, bss: u64 },
+    /// wait4(-1): reap an exited child (its task id), sleeping until one
+    /// exits; ECHILD when the task has no children left.
+    Wait,
 }
 
 /// Result of the previous operation, as the syscall would return it.
