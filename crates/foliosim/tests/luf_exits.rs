@@ -315,3 +315,37 @@ fn zap_skipping_an_empty_table_is_caught() {
     assert!((1..=SEEDS).any(|s| scenario_munmap_freed_table(&knobs, s).violations().iter().any(|v| v.starts_with("I6a"))));
 }
 
+
+/// `migrate.batch_flush = false` (7e12beb8ca2a reverted, the spec/004 §3.7
+/// baseline): moving a file two threads on CPUs 0 and 1 have mapped takes
+/// one shootdown per page instead of one per migrate_pages batch, and LUF
+/// has no batch to defer.
+#[test]
+fn unbatched_migration_sends_a_shootdown_per_page() {
+    let run = |knobs: &str| {
+        let mut h = H::boot(knobs, 1);
+        let f = h.file(PAGES);
+        let a0 = h.process(0);
+        let a1 = h.thread(a0, 1);
+        let c = h.process(3);
+        let (base, mut t) = h.map_file(a0, 0, f, prot::READ);
+        for &tid in &[a0, a1] {
+            t = h.read_all(tid, t, base);
+        }
+        h.k.cpus[3].curr = c;
+        let src = file_frames(&h, f);
+        let before = h.stat("nr_tlb_remote_flush");
+        let (moved, _) = h.k.move_pages_to_node(t + 100, 3, &src, 1);
+        assert_eq!(moved, PAGES);
+        assert!(h.violations().is_empty(), "{knobs}: {:?}", h.violations());
+        (h.stat("nr_tlb_remote_flush") - before, h.stat("foliosim_luf_deferred"))
+    };
+    let (batched, _) = run("");
+    let (single, _) = run("\"migrate.batch_flush\" = false");
+    assert_eq!(batched, 1, "one round for the batch");
+    assert_eq!(single, PAGES as i64, "one round per page");
+    let (_, deferred) = run(&format!("{LUF}\n\"migrate.batch_flush\" = false"));
+    assert_eq!(deferred, 0, "without a batch LUF defers nothing");
+    let (_, deferred) = run(LUF);
+    assert!(deferred > 0);
+}

@@ -302,6 +302,7 @@ pub fn registry() -> Vec<KnobSpec> {
         KnobSpec { key: "luf.v11_hooks", default: Bool(false), help: "LUF v11 forced flushes as well as v10's: a fault installing a writable PTE, file write(), init_on_free", values: None, range: None },
         KnobSpec { key: "luf.invalidate_hook", default: Bool(false), help: "foliosim's fix, in no posted LUF version: invalidate_inode_pages2 (a file changed remotely: NFS, FUSE) forces the deferred flush first, as v11's write() hook does for local writes", values: None, range: None },
         KnobSpec { key: "init_on_free", default: Bool(false), help: "boot parameter init_on_free=1: freed pages are zeroed (their contents change while free)", values: None, range: None },
+        KnobSpec { key: "migrate.batch_flush", default: Bool(true), help: "migrate_pages unmaps a batch with TTU_BATCH_FLUSH and flushes once (Linux 6.4+, commit 7e12beb8ca2a); false: every unmapped PTE is flushed at once (ptep_clear_flush), as before that commit, and LUF cannot defer", values: None, range: None },
         KnobSpec { key: "kernel.numa_balancing_scan_delay_ms", default: Int(1000), help: "NUMA balancing: the first scan of an mm waits this long, ms (debugfs sched/numa_balancing/scan_delay_ms)", values: None, range: Some((0, 1 << 32)) },
         KnobSpec { key: "kernel.numa_balancing_scan_period_min_ms", default: Int(1000), help: "NUMA balancing: task_numa_work rescans an mm this often, ms (sysctl before 5.13, debugfs sched/numa_balancing/scan_period_min_ms since; foliosim keeps the period at this minimum: no adaptive scan period)", values: None, range: Some((1, 1 << 32)) },
         KnobSpec { key: "kernel.numa_balancing_scan_size_mb", default: Int(256), help: "NUMA balancing: MB of PTEs made PROT_NONE per task_numa_work pass (up to 8x that of address space walked)", values: None, range: Some((1, 1 << 32)) },
@@ -356,11 +357,13 @@ pub struct Knobs {
     pub luf: LufKnobs,
     /// init_on_free=1.
     pub init_on_free: bool,
+    /// migrate_pages batches its TLB flush (7e12beb8ca2a applied).
+    pub migrate_batch_flush: bool,
 }
 
 impl Default for Knobs {
     fn default() -> Self {
-        Knobs { min_free_kbytes: None, watermark_scale_factor: 10, percpu_pagelist_high_fraction: 0, fault_around_bytes: 65536, shuffle: false, mutant: Mutant::None, page_reporting: false, page_reporting_order: None, reported_putback_tail: true, host_discard_free: false, host_thp: false, host_mem_mib: 0, host_prealloc: false, anon_folio: AnonFolioKnobs::default(), fault_locking: FaultLocking::MmapLock, speculative_page_fault: true, fault_trace: 0, rwsem_51: false, demotion_enabled: false, pagecache_promotion_enabled: false, numa_balancing: 0, promote_rate_limit_mbps: 65536, numa_scan_period_min_ms: 1000, numa_scan_delay_ms: 1000, numa_scan_size_mb: 256, numa_hot_threshold_ms: 1000, promo_list_head: false, luf: LufKnobs::default(), init_on_free: false }
+        Knobs { min_free_kbytes: None, watermark_scale_factor: 10, percpu_pagelist_high_fraction: 0, fault_around_bytes: 65536, shuffle: false, mutant: Mutant::None, page_reporting: false, page_reporting_order: None, reported_putback_tail: true, host_discard_free: false, host_thp: false, host_mem_mib: 0, host_prealloc: false, anon_folio: AnonFolioKnobs::default(), fault_locking: FaultLocking::MmapLock, speculative_page_fault: true, fault_trace: 0, rwsem_51: false, demotion_enabled: false, pagecache_promotion_enabled: false, numa_balancing: 0, promote_rate_limit_mbps: 65536, numa_scan_period_min_ms: 1000, numa_scan_delay_ms: 1000, numa_scan_size_mb: 256, numa_hot_threshold_ms: 1000, promo_list_head: false, luf: LufKnobs::default(), init_on_free: false, migrate_batch_flush: true }
     }
 }
 
@@ -412,6 +415,7 @@ impl Knobs {
             ("luf.v11_hooks", KnobValue::Bool(b)) => self.luf.v11_hooks = *b,
             ("luf.invalidate_hook", KnobValue::Bool(b)) => self.luf.invalidate_hook = *b,
             ("init_on_free", KnobValue::Bool(b)) => self.init_on_free = *b,
+            ("migrate.batch_flush", KnobValue::Bool(b)) => self.migrate_batch_flush = *b,
             ("debug.mutant", KnobValue::Str(s)) => {
                 if let Some((_, m)) = LUF_MUTANTS.iter().find(|(n, _)| n == s) {
                     self.mutant = Mutant::Luf(*m);

@@ -191,6 +191,8 @@ impl Kernel {
     /// Every reason goes through this async batch: 6.12's sync modes try
     /// one MIGRATE_ASYNC batch first (migrate_pages_sync), and that batch
     /// unmaps with TTU_BATCH_FLUSH, so LUF may defer for any reason.
+    /// With `migrate.batch_flush` off (before 7e12beb8ca2a) each PTE is
+    /// flushed as it is unmapped.
     pub fn migrate_pages_to(&mut self, t: Ns, cpu: u32, list: &[Pfn], dst: &mut MigrateDst, reason: MigrateReason) -> (u64, Vec<Pfn>, Ns) {
         let mut t = t;
         let tid = self.current_tid(cpu);
@@ -209,7 +211,7 @@ impl Kernel {
                 ok[i] = false;
                 continue;
             }
-            let (unmapped, l, t1) = self.try_to_migrate(t, cpu, tid, pfn, true);
+            let (unmapped, l, t1) = self.try_to_migrate(t, cpu, tid, pfn, self.knobs.migrate_batch_flush);
             t = t1;
             luf[i] = l;
             if !unmapped {
