@@ -113,6 +113,21 @@ pub struct OpenFile {
     pub pos: u64,
 }
 
+/// One mmap_lock write cycle, as speculative faults need to see it.
+#[derive(Clone, Debug, Default)]
+pub struct WriteCycle {
+    /// mm_lock_seq of the cycle.
+    pub seq: u64,
+    /// When it acquired mmap_lock, and released or downgraded it (Ns::MAX
+    /// while open).
+    pub start: Ns,
+    pub end: Ns,
+    /// Ranges it unmapped.
+    pub unmapped: Vec<(u64, u64)>,
+    /// VMA ranges whose vm_sequence it bumped (as they were when marked).
+    pub marked: Vec<(u64, u64)>,
+}
+
 pub struct Mm {
     pub id: u32,
     pub vmas: BTreeMap<u64, Vma>,
@@ -139,10 +154,10 @@ pub struct Mm {
     pub write_cycle_end: Ns,
     /// When the current (or last) write cycle acquired mmap_lock.
     pub write_cycle_start: Ns,
-    /// Recent write cycles: (mm_lock_seq, when it acquired mmap_lock, ranges
-    /// it unmapped). Speculative faults use it to place their validation
-    /// against writers whose atomic steps already ran (mm/spf.rs).
-    pub cycle_log: std::collections::VecDeque<(u64, Ns, Vec<(u64, u64)>)>,
+    /// Recent write cycles, oldest first. Speculative faults use it to
+    /// place their snapshot and validation against writers whose atomic
+    /// steps already ran (mm/spf.rs).
+    pub cycle_log: std::collections::VecDeque<WriteCycle>,
     /// vm_sequence bumps made outside write cycles (MADV_DONTNEED's zap).
     pub seq_bumps_read_side: u64,
     /// Source of vm_sequence values.
@@ -206,8 +221,24 @@ impl Mm {
     /// Record that the current write cycle unmapped [start, end).
     pub fn log_unmap(&mut self, start: u64, end: u64) {
         if let Some(c) = self.cycle_log.back_mut() {
-            c.2.push((start, end));
+            c.unmapped.push((start, end));
         }
+    }
+
+    /// Is the vm_sequence of `v` odd for a speculative fault at time `t`:
+    /// was `v`'s range modified by a write cycle holding mmap_lock at `t`?
+    /// Cycles hold the lock one after another, so only the last few can
+    /// still be open at `t`.
+    pub fn vma_seq_odd_at(&self, v: &Vma, t: Ns) -> bool {
+        for c in self.cycle_log.iter().rev() {
+            if c.end <= t {
+                return false;
+            }
+            if c.start <= t && c.marked.iter().any(|&(lo, hi)| lo < v.end && v.start < hi) {
+                return true;
+            }
+        }
+        false
     }
 
     /// A vm_sequence value never used before in this mm.
@@ -239,6 +270,9 @@ impl Mm {
         if let Some(v) = self.vmas.get_mut(&key) {
             v.seq = seq;
             v.vm_lock.lock_seq = cyc;
+            if let Some(c) = self.cycle_log.back_mut().filter(|c| c.seq == cyc) {
+                c.marked.push((v.start, v.end));
+            }
         }
     }
 

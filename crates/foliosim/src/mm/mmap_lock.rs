@@ -56,7 +56,7 @@ impl Kernel {
         if m.cycle_log.len() >= 256 {
             m.cycle_log.pop_front();
         }
-        m.cycle_log.push_back((m.mm_lock_seq, t, Vec::new()));
+        m.cycle_log.push_back(super::mmap::WriteCycle { seq: m.mm_lock_seq, start: t, end: Ns::MAX, ..Default::default() });
         t
     }
 
@@ -65,6 +65,9 @@ impl Kernel {
         let m = &mut self.mms[mm as usize];
         let t = m.mmap_lock.up_write(t, cpu, &self.lc);
         m.write_cycle_end = t;
+        if let Some(c) = m.cycle_log.back_mut() {
+            c.end = t;
+        }
         t
     }
 
@@ -73,6 +76,9 @@ impl Kernel {
         let m = &mut self.mms[mm as usize];
         let t = m.mmap_lock.downgrade_write(t, cpu, &self.lc);
         m.write_cycle_end = t;
+        if let Some(c) = m.cycle_log.back_mut() {
+            c.end = t;
+        }
         t
     }
 

@@ -80,10 +80,11 @@ impl Kernel {
         // the field writes of __vma_adjust, mprotect_fixup, the zap). The
         // writer's step is atomic, so what says whether the section is open
         // at this fault's time is the writer's cycle in simulated time: the
-        // VMA was marked in the cycle still holding mmap_lock at `t`. (The
-        // cycle bounds the section from outside: the section proper starts
-        // at the VMA's vm_write_begin, a little after the lock.)
-        if m.vma_write_locked_at(&m.vmas[&key], t) {
+        // VMA's range was marked in a cycle holding mmap_lock at `t` (any
+        // of the queued ones, not only the last). (The cycle bounds the
+        // section from outside: the section proper starts at the VMA's
+        // vm_write_begin, a little after the lock.)
+        if m.vma_seq_odd_at(&m.vmas[&key], t) {
             self.fault_event(Stat::SpfAbortSeqOdd);
             self.fault_event(Stat::SpfVmaChanged);
             return self.spf_abort_put(t_begin, t, cpu, mm, key);
@@ -168,9 +169,9 @@ impl Kernel {
         // validated first: it completes, and the writers' changes apply to
         // its PTE (zapped if one of them unmapped the address).
         if changed && !skip && m.seq_bumps_read_side == p.read_bumps {
-            if let Some(i) = m.cycle_log.iter().position(|c| c.0 == p.cycle + 1) {
-                if m.cycle_log[i].1 > t0 {
-                    let zapped = m.cycle_log.iter().skip(i).any(|c| c.2.iter().any(|r| r.0 <= p.addr && p.addr < r.1));
+            if let Some(i) = m.cycle_log.iter().position(|c| c.seq == p.cycle + 1) {
+                if m.cycle_log[i].start > t0 {
+                    let zapped = m.cycle_log.iter().skip(i).any(|c| c.unmapped.iter().any(|r| r.0 <= p.addr && p.addr < r.1));
                     return self.spf_finish_before_writer(tid, p, t0, zapped);
                 }
             }
@@ -412,6 +413,30 @@ mod tests {
         // After the cycle the same VMA is open to speculation again.
         assert_eq!(k.exec(0, Op::Access { addr: a + 2 * 4096, kind: Access::Store }), None);
         k.spf_fault_finish(0);
+        assert_eq!(st(&k, Stat::SpfAbortSeqOdd), 1);
+        assert!(k.check.violations.is_empty(), "{:?}", k.check.violations);
+    }
+
+    #[test]
+    fn a_fault_inside_an_earlier_of_two_queued_cycles_also_aborts() {
+        let (mut k, a) = setup("spf");
+        k.tasks.push(Task::new(2, 0, 2, 0));
+        k.mms[0].users = 3;
+        // Two writers queue on mmap_lock: task 1 splits the fault's VMA,
+        // task 2 (arriving just after) changes an unrelated range.
+        let t0 = k.tasks[0].clock;
+        k.tasks[1].clock = t0;
+        assert_eq!(k.exec(1, Op::Mprotect { addr: a + (8 << 12), len: 8 << 12, prot: prot::READ }), Some(Ret::Val(0)));
+        let (s1, e1) = (k.mms[0].cycle_log.back().unwrap().start, k.mms[0].cycle_log.back().unwrap().end);
+        k.tasks[2].clock = t0 + 1;
+        let Some(Ret::Val(b)) = k.exec(2, Op::Mmap { addr: 0, len: 4 << 12, prot: prot::READ | prot::WRITE, flags: map::PRIVATE | map::ANONYMOUS, fd: -1, off: 0 }) else { panic!() };
+        assert!(b as u64 + (4 << 12) <= a || b as u64 >= a + (16 << 12));
+        let c2 = k.mms[0].cycle_log.back().unwrap().clone();
+        assert!(c2.start >= e1, "the second cycle waited for the first");
+        // A fault inside the first cycle: its VMA's count is odd then,
+        // although the last cycle never touched it.
+        k.tasks[0].clock = s1 + (e1 - s1) / 2 - k.c.trap;
+        assert_eq!(k.exec(0, Op::Access { addr: a + 4096, kind: Access::Store }), Some(Ret::Val(0)));
         assert_eq!(st(&k, Stat::SpfAbortSeqOdd), 1);
         assert!(k.check.violations.is_empty(), "{:?}", k.check.violations);
     }
