@@ -350,7 +350,9 @@ impl Driver {
                 k.cpus[cpu].slice_end = c + SCHED_SLICE;
             }
             let earliest = q.heap.peek().map_or(Ns::MAX, |Reverse((t, _, _))| *t).min(horizon);
-            if c < earliest && c < self.next_sample && c < self.end && c < self.next_audit && self.ops_at_warmup.is_some() && self.steps & 0xfff != 0 {
+            // (next_audit only moves when the checker is on.)
+            let before_audit = !k.check.enabled || c < self.next_audit;
+            if c < earliest && c < self.next_sample && c < self.end && before_audit && self.ops_at_warmup.is_some() && self.steps & 0xfff != 0 {
                 continue;
             }
             enqueue(k, q, c, tid);
