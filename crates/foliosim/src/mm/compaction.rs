@@ -102,7 +102,7 @@ impl Kernel {
                 continue;
             }
             let pg_ = self.mem_map.get(p);
-            if pg_.flags & (pg::ALLOCATED | pg::HEAD | pg::LRU) == pg::ALLOCATED | pg::HEAD | pg::LRU && pg_.order == 0 && pg_.mapping != 0 && pg_.flags & pg::ISOLATED == 0 {
+            if pg_.flags & (pg::ALLOCATED | pg::ISOLATED) == pg::ALLOCATED && pg_.is_small_lru_folio() {
                 list.push(p);
             }
         }

@@ -73,6 +73,15 @@ pub struct Page {
     pub alloc_epoch: u32,
 }
 
+impl Page {
+    /// An order-0 folio on an LRU list with a mapping (page cache or anon):
+    /// what isolation for migration, compaction and memory failure take.
+    #[inline]
+    pub fn is_small_lru_folio(&self) -> bool {
+        self.flags & (pg::HEAD | pg::LRU) == pg::HEAD | pg::LRU && self.order == 0 && self.mapping != 0
+    }
+}
+
 /// Frames per section.
 const SECTION_PAGES: usize = 1 << SECTION_SHIFT;
 

@@ -26,6 +26,13 @@ use super::Pfn;
 use crate::kernel::Kernel;
 use crate::sim::Ns;
 
+/// How `hwpoison_start` left the frame.
+enum Poison {
+    OffBuddy(Ns),
+    Isolated(Ns, u32),
+    Refused(Ns),
+}
+
 impl Kernel {
     /// The frame is out of use (page_handle_poison / SetPageHWPoison): it
     /// counts as leaving the allocator's hands for good, and its contents
@@ -40,15 +47,6 @@ impl Kernel {
         p.index = 0;
         p.alloc_epoch = p.alloc_epoch.wrapping_add(1);
         self.stat.inc(Stat::HwpoisonPages);
-        t
-    }
-
-    /// shake_page: drain every CPU's LRU batch so the folio is on its LRU.
-    fn shake_page(&mut self, t: Ns) -> Ns {
-        let mut t = t;
-        for c in 0..self.nr_cpus() {
-            t = self.lru_add_drain_cpu(t, c);
-        }
         t
     }
 
@@ -73,22 +71,35 @@ impl Kernel {
         Some(self.page_handle_poison(t, pfn))
     }
 
+    /// The start memory_failure and soft_offline_page share: a free frame
+    /// is taken off buddy (`Poison::OffBuddy`); otherwise, once every LRU
+    /// batch is drained (shake_page), an order-0 folio on its LRU with a
+    /// mapping and none of the flags in `refuse` is isolated from it
+    /// (`Poison::Isolated`, with its node); anything else is left alone.
+    fn hwpoison_start(&mut self, t: Ns, cpu: u32, pfn: Pfn, refuse: u32) -> Poison {
+        self.stat.inc(Stat::MemoryFailure);
+        if let Some(t) = self.take_page_off_buddy(t, cpu, pfn) {
+            return Poison::OffBuddy(t);
+        }
+        let t = self.lru_add_drain_all(t);
+        let p = *self.mem_map.get(pfn);
+        if !p.is_small_lru_folio() || p.flags & refuse != 0 {
+            return Poison::Refused(t);
+        }
+        let t = self.nodes[p.nid as usize].lruvec.lru_lock.lock_for(t, cpu, self.c.lru_lock_per_folio, &self.lc);
+        self.folio_isolate_lru(pfn);
+        Poison::Isolated(t, p.nid as u32)
+    }
+
     /// memory_failure(pfn): hard offline. A free frame is taken off buddy;
     /// a clean order-0 page-cache folio is unmapped with an immediate
     /// flush per PTE and dropped from the cache. Err if ignored.
     pub fn memory_failure(&mut self, t: Ns, cpu: u32, pfn: Pfn) -> Result<Ns, Ns> {
-        self.stat.inc(Stat::MemoryFailure);
-        if let Some(t) = self.take_page_off_buddy(t, cpu, pfn) {
-            return Ok(t);
-        }
-        let t = self.shake_page(t);
-        let p = *self.mem_map.get(pfn);
-        let cache = p.flags & (pg::HEAD | pg::LRU | pg::ANON | pg::DIRTY) == pg::HEAD | pg::LRU && p.order == 0 && p.mapping != 0;
-        if !cache {
-            return Err(t);
-        }
-        let t = self.nodes[p.nid as usize].lruvec.lru_lock.lock_for(t, cpu, self.c.lru_lock_per_folio, &self.lc);
-        self.folio_isolate_lru(pfn);
+        let t = match self.hwpoison_start(t, cpu, pfn, pg::ANON | pg::DIRTY) {
+            Poison::OffBuddy(t) => return Ok(t),
+            Poison::Refused(t) => return Err(t),
+            Poison::Isolated(t, _) => t,
+        };
         // hwpoison_user_mappings: no TTU_BATCH_FLUSH, so every PTE is
         // flushed as it is cleared and nothing is left for LUF.
         let tid = self.current_tid(cpu);
@@ -106,19 +117,13 @@ impl Kernel {
     /// away (MR_MEMORY_FAILURE) and poison the old frame; a free frame is
     /// taken off buddy. Err if the page could not be handled.
     pub fn soft_offline_page(&mut self, t: Ns, cpu: u32, pfn: Pfn) -> Result<Ns, Ns> {
-        self.stat.inc(Stat::MemoryFailure);
-        if let Some(t) = self.take_page_off_buddy(t, cpu, pfn) {
-            return Ok(t);
-        }
-        let t = self.shake_page(t);
-        let p = *self.mem_map.get(pfn);
-        if p.flags & (pg::HEAD | pg::LRU) != pg::HEAD | pg::LRU || p.order != 0 || p.mapping == 0 {
-            return Err(t);
-        }
-        let t = self.nodes[p.nid as usize].lruvec.lru_lock.lock_for(t, cpu, self.c.lru_lock_per_folio, &self.lc);
-        self.folio_isolate_lru(pfn);
+        let (t, nid) = match self.hwpoison_start(t, cpu, pfn, 0) {
+            Poison::OffBuddy(t) => return Ok(t),
+            Poison::Refused(t) => return Err(t),
+            Poison::Isolated(t, nid) => (t, nid),
+        };
         // alloc_migration_target on the same node.
-        let (moved, failed, mut t) = self.migrate_pages_to(t, cpu, &[pfn], &mut MigrateDst::Node(p.nid as u32), MigrateReason::MemoryFailure);
+        let (moved, failed, mut t) = self.migrate_pages_to(t, cpu, &[pfn], &mut MigrateDst::Node(nid), MigrateReason::MemoryFailure);
         for f in failed {
             t = self.putback_folio(t, cpu, f);
         }

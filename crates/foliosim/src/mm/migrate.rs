@@ -158,10 +158,7 @@ impl Kernel {
     /// back to their LRU. Returns (pages moved, time).
     pub fn move_pages_to_node(&mut self, t: Ns, cpu: u32, pfns: &[Pfn], nid: u32) -> (u64, Ns) {
         // lru_cache_disable: every CPU's LRU batch drained first.
-        let mut t = t;
-        for c in 0..self.nr_cpus() {
-            t = self.lru_add_drain_cpu(t, c);
-        }
+        let mut t = self.lru_add_drain_all(t);
         let mut list = Vec::new();
         for &p in pfns {
             let pg_ = self.mem_map.get(p);

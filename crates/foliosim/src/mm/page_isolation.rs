@@ -33,10 +33,8 @@ impl Kernel {
         }
         // Pages on pcp lists go to the ISOLATE lists; pages in per-CPU
         // LRU batches reach their LRU (lru_add_drain_all).
-        let mut t = self.pa.drain_all_pages(t);
-        for c in 0..self.nr_cpus() {
-            t = self.lru_add_drain_cpu(t, c);
-        }
+        let t = self.pa.drain_all_pages(t);
+        let mut t = self.lru_add_drain_all(t);
         let mut movable = Vec::new();
         let mut busy = false;
         for p in start..end {
@@ -47,7 +45,7 @@ impl Kernel {
             if pg_.flags & pg::ALLOCATED == 0 {
                 continue;
             }
-            let lru_small = pg_.flags & (pg::HEAD | pg::LRU) == pg::HEAD | pg::LRU && pg_.order == 0 && pg_.mapping != 0 && pg_.flags & pg::ISOLATED == 0;
+            let lru_small = pg_.is_small_lru_folio() && pg_.flags & pg::ISOLATED == 0;
             if !lru_small {
                 busy = true;
                 break;

@@ -176,6 +176,17 @@ impl Kernel {
         }
     }
 
+    /// lru_add_drain_all: every CPU's batch reaches its LRU (callers that
+    /// need every folio on a list before isolating: migration, isolation,
+    /// invalidation, memory failure).
+    pub fn lru_add_drain_all(&mut self, t: Ns) -> Ns {
+        let mut t = t;
+        for c in 0..self.nr_cpus() {
+            t = self.lru_add_drain_cpu(t, c);
+        }
+        t
+    }
+
     /// Move this CPU's batch onto the LRU lists, one lru_lock section per
     /// node, then drop the batch's references (which may free folios).
     pub fn lru_add_drain_cpu(&mut self, t: Ns, cpu: u32) -> Ns {

@@ -25,9 +25,7 @@ impl Kernel {
         if self.knobs.luf.invalidate_hook && self.luf_hooks_on() {
             t = self.luf_flush(t, cpu, tid, ForcedBy::Invalidate);
         }
-        for c in 0..self.nr_cpus() {
-            t = self.lru_add_drain_cpu(t, c);
-        }
+        t = self.lru_add_drain_all(t);
         let mut cached: Vec<(u64, u32)> = self.inodes[ino as usize].pages.iter().collect();
         cached.sort_unstable();
         let mut put = Vec::new();
