@@ -639,6 +639,7 @@ impl Kernel {
         let (seq, cyc) = (m.fresh_seq(), m.mm_lock_seq);
         let mut moved = Vma { start: new, end: new + new_len, pgoff: if old.file == 0 { old.pgoff } else { old.pgoff }, seq, vm_lock: Default::default(), ..old.clone() };
         moved.vm_lock.lock_seq = cyc;
+        m.log_marked(new, new + new_len);
         let mut entries = Vec::new();
         let mut va = addr;
         while va < addr + old_len {

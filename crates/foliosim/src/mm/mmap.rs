@@ -148,15 +148,10 @@ pub struct Mm {
     pub alive: bool,
     /// mm_lock_seq: counts mmap write cycles; the current (or last) cycle's number.
     pub mm_lock_seq: u64,
-    /// When the current (or last) write cycle ended (mmap_write_unlock or
-    /// downgrade). A VMA marked in cycle `mm_lock_seq` is write-locked for
-    /// faults before this time. Ns::MAX while the cycle is open.
-    pub write_cycle_end: Ns,
-    /// When the current (or last) write cycle acquired mmap_lock.
-    pub write_cycle_start: Ns,
-    /// Recent write cycles, oldest first. Speculative faults use it to
-    /// place their snapshot and validation against writers whose atomic
-    /// steps already ran (mm/spf.rs).
+    /// Recent write cycles, oldest first: when each held mmap_lock and
+    /// what it marked and unmapped. Faults use it to place themselves
+    /// against writers whose atomic steps already ran (mmap_lock.rs,
+    /// spf.rs).
     pub cycle_log: std::collections::VecDeque<WriteCycle>,
     /// vm_sequence bumps made outside write cycles (MADV_DONTNEED's zap).
     pub seq_bumps_read_side: u64,
@@ -202,8 +197,6 @@ impl Mm {
             fds: Vec::new(),
             alive: true,
             mm_lock_seq: 0,
-            write_cycle_end: 0,
-            write_cycle_start: 0,
             next_seq: 1,
             seq_bumps_read_side: 0,
             cycle_log: Default::default(),
@@ -225,11 +218,35 @@ impl Mm {
         }
     }
 
-    /// Is the vm_sequence of `v` odd for a speculative fault at time `t`:
-    /// was `v`'s range modified by a write cycle holding mmap_lock at `t`?
-    /// Cycles hold the lock one after another, so only the last few can
-    /// still be open at `t`.
-    pub fn vma_seq_odd_at(&self, v: &Vma, t: Ns) -> bool {
+    /// Record that the current write cycle marks [lo, hi) (vma_start_write,
+    /// or a VMA the cycle creates, splits or moves).
+    pub(crate) fn log_marked(&mut self, lo: u64, hi: u64) {
+        let cyc = self.mm_lock_seq;
+        if let Some(c) = self.cycle_log.back_mut().filter(|c| c.seq == cyc) {
+            c.marked.push((lo, hi));
+        }
+    }
+
+    /// A vm_sequence value never used before in this mm.
+    #[inline]
+    pub fn fresh_seq(&mut self) -> u32 {
+        self.next_seq = self.next_seq.wrapping_add(2);
+        self.next_seq
+    }
+
+    /// Is `v` write-locked for a fault at time `t` (vm_lock_seq ==
+    /// mm_lock_seq for per-VMA locks; vm_sequence odd for SPF): did a
+    /// write cycle holding mmap_lock at `t` mark `v`'s range? Steps are
+    /// atomic, so a writer whose step began before `t` has already made
+    /// all its changes; the cycle's lock-hold window says whether, at `t`,
+    /// it was inside them. Cycles hold the lock one after another, so only
+    /// the last few can still be open at `t`.
+    ///
+    /// A fault before a cycle acquired mmap_lock (its step ran first, the
+    /// writer was still queued) finds the VMA not yet marked, as in the
+    /// kernel, and runs on the state the writer left (a merge or split keeps
+    /// its address covered; an unmapped one misses the lookup).
+    pub fn vma_write_locked_at(&self, v: &Vma, t: Ns) -> bool {
         for c in self.cycle_log.iter().rev() {
             if c.end <= t {
                 return false;
@@ -241,27 +258,6 @@ impl Mm {
         false
     }
 
-    /// A vm_sequence value never used before in this mm.
-    #[inline]
-    pub fn fresh_seq(&mut self) -> u32 {
-        self.next_seq = self.next_seq.wrapping_add(2);
-        self.next_seq
-    }
-
-    /// Is `v` write-locked by a writer (marked in a write cycle still open)
-    /// as seen by a fault at time `t`? Steps are atomic, so a writer whose
-    /// step began before `t` has already made all its changes; the cycle's
-    /// start and end times say whether, at `t`, it held mmap_lock.
-    ///
-    /// A fault before the cycle acquired mmap_lock (its step ran first, the
-    /// writer was still queued) finds the VMA not yet marked, as in the
-    /// kernel, and runs on the state the writer left (a merge or split keeps
-    /// its address covered; an unmapped one misses the lookup).
-    #[inline]
-    pub fn vma_write_locked_at(&self, v: &Vma, t: Ns) -> bool {
-        v.vm_lock.lock_seq == self.mm_lock_seq && self.mm_lock_seq != 0 && t < self.write_cycle_end && t >= self.write_cycle_start
-    }
-
     /// Mark the VMA at `key` as modified in this write cycle (the state part
     /// of vma_start_write and of the SPF write_seqcount_begin/end pair).
     pub fn vma_mark_modified(&mut self, key: u64) {
@@ -270,9 +266,8 @@ impl Mm {
         if let Some(v) = self.vmas.get_mut(&key) {
             v.seq = seq;
             v.vm_lock.lock_seq = cyc;
-            if let Some(c) = self.cycle_log.back_mut().filter(|c| c.seq == cyc) {
-                c.marked.push((v.start, v.end));
-            }
+            let (lo, hi) = (v.start, v.end);
+            self.log_marked(lo, hi);
         }
     }
 
@@ -353,6 +348,7 @@ impl Mm {
                 merged += 1;
             }
         }
+        self.log_marked(new.start, new.end);
         self.vmas.insert(new.start, new);
         merged
     }
@@ -373,6 +369,8 @@ impl Mm {
         tail.start = addr;
         tail.seq = s2;
         tail.vm_lock = VmaLock { lock_seq: cyc, ..Default::default() };
+        let lo = v.start;
+        self.log_marked(lo, tail.end);
         self.vmas.insert(addr, tail);
         true
     }

@@ -7,10 +7,12 @@
 //!
 //! Time model. Writer steps are atomic: a write cycle's changes all land in
 //! the step that takes mmap_lock for write. What a fault running later in
-//! simulated time must still see is *when* that cycle ended: `Mm::
-//! write_cycle_end`. A VMA marked in the cycle (`vm_lock.lock_seq ==
-//! mm_lock_seq`) is write-locked for any fault before that time, exactly as
-//! vm_lock_seq == mm_lock_seq until mmap_write_unlock bumps mm_lock_seq.
+//! simulated time must still see is *when* each cycle held the lock and
+//! what it marked: `Mm::cycle_log`. A VMA range marked in a cycle is
+//! write-locked for any fault inside that cycle's lock hold
+//! (`Mm::vma_write_locked_at`), exactly as vm_lock_seq == mm_lock_seq until
+//! mmap_write_unlock bumps mm_lock_seq; the same test stands for SPF's odd
+//! vm_sequence.
 
 use super::memory::Fault;
 use super::vmstat::Stat;
@@ -51,8 +53,6 @@ impl Kernel {
         let m = &mut self.mms[mm as usize];
         let t = m.mmap_lock.down_write(t, cpu, &self.lc, &self.sc);
         m.mm_lock_seq += 1;
-        m.write_cycle_end = Ns::MAX;
-        m.write_cycle_start = t;
         if m.cycle_log.len() >= 256 {
             m.cycle_log.pop_front();
         }
@@ -64,7 +64,6 @@ impl Kernel {
     pub fn mmap_write_unlock(&mut self, t: Ns, cpu: u32, mm: u32) -> Ns {
         let m = &mut self.mms[mm as usize];
         let t = m.mmap_lock.up_write(t, cpu, &self.lc);
-        m.write_cycle_end = t;
         if let Some(c) = m.cycle_log.back_mut() {
             c.end = t;
         }
@@ -75,7 +74,6 @@ impl Kernel {
     pub fn mmap_write_downgrade(&mut self, t: Ns, cpu: u32, mm: u32) -> Ns {
         let m = &mut self.mms[mm as usize];
         let t = m.mmap_lock.downgrade_write(t, cpu, &self.lc);
-        m.write_cycle_end = t;
         if let Some(c) = m.cycle_log.back_mut() {
             c.end = t;
         }

@@ -84,7 +84,7 @@ impl Kernel {
         // of the queued ones, not only the last). (The cycle bounds the
         // section from outside: the section proper starts at the VMA's
         // vm_write_begin, a little after the lock.)
-        if m.vma_seq_odd_at(&m.vmas[&key], t) {
+        if m.vma_write_locked_at(&m.vmas[&key], t) {
             self.fault_event(Stat::SpfAbortSeqOdd);
             self.fault_event(Stat::SpfVmaChanged);
             return self.spf_abort_put(t_begin, t, cpu, mm, key);
@@ -385,7 +385,7 @@ mod tests {
         k.mms[0].mmap_lock.up_read(r + 5000, cpu, &lc);
         k.tasks[1].clock = t0 - 50;
         assert_eq!(k.exec(1, Op::Munmap { addr: a, len: 16 << 12 }), Some(Ret::Val(0)));
-        assert!(k.mms[0].write_cycle_start > t0);
+        assert!(k.mms[0].cycle_log.back().unwrap().start > t0);
         k.spf_fault_finish(0);
         assert_eq!(st(&k, Stat::SpfBeforeWriter), 1);
         assert_eq!(st(&k, Stat::SpfAbortPtlChangedBeforeLock), 0);
@@ -401,7 +401,7 @@ mod tests {
         // modified (its end moves) inside the writer's section.
         k.tasks[1].clock = k.tasks[0].clock;
         assert_eq!(k.exec(1, Op::Mprotect { addr: a + (8 << 12), len: 8 << 12, prot: prot::READ }), Some(Ret::Val(0)));
-        let (ws, we) = (k.mms[0].write_cycle_start, k.mms[0].write_cycle_end);
+        let (ws, we) = (k.mms[0].cycle_log.back().unwrap().start, k.mms[0].cycle_log.back().unwrap().end);
         assert!(we > ws);
         // A fault whose snapshot falls inside that cycle.
         k.tasks[0].clock = ws + (we - ws) / 2 - k.c.trap;
@@ -442,6 +442,26 @@ mod tests {
     }
 
     #[test]
+    fn per_vma_fault_inside_an_earlier_of_two_queued_cycles_falls_back() {
+        let (mut k, a) = setup("per_vma");
+        k.tasks.push(Task::new(2, 0, 2, 0));
+        k.mms[0].users = 3;
+        let t0 = k.tasks[0].clock;
+        k.tasks[1].clock = t0;
+        assert_eq!(k.exec(1, Op::Mprotect { addr: a + (8 << 12), len: 8 << 12, prot: prot::READ }), Some(Ret::Val(0)));
+        let (s1, e1) = (k.mms[0].cycle_log.back().unwrap().start, k.mms[0].cycle_log.back().unwrap().end);
+        k.tasks[2].clock = t0 + 1;
+        assert!(matches!(k.exec(2, Op::Mmap { addr: 0, len: 4 << 12, prot: prot::READ | prot::WRITE, flags: map::PRIVATE | map::ANONYMOUS, fd: -1, off: 0 }), Some(Ret::Val(_))));
+        assert!(k.mms[0].cycle_log.back().unwrap().start >= e1);
+        // vma_start_read inside the first cycle finds the VMA write-locked.
+        let before = st(&k, Stat::VmaLockAbort);
+        k.tasks[0].clock = s1 + (e1 - s1) / 2 - k.c.trap;
+        assert_eq!(k.exec(0, Op::Access { addr: a + 4096, kind: Access::Store }), Some(Ret::Val(0)));
+        assert_eq!(st(&k, Stat::VmaLockAbort), before + 1);
+        assert!(k.check.violations.is_empty(), "{:?}", k.check.violations);
+    }
+
+    #[test]
     fn mutant_without_the_final_check_installs_into_a_read_only_vma() {
         let (mut k, a) = setup("spf");
         k.knobs.mutant = Mutant::SpfSkipSeqCheck;
@@ -465,7 +485,7 @@ mod tests {
         assert!(v.vm_lock.sem.write_wait_ns > 0, "vma_start_write must wait for the in-flight fault");
         assert_eq!(v.vm_lock.lock_seq, k.mms[0].mm_lock_seq);
         // A fault while the writer holds mmap_lock sees the mark and falls back.
-        let (ws, we) = (k.mms[0].write_cycle_start, k.mms[0].write_cycle_end);
+        let (ws, we) = (k.mms[0].cycle_log.back().unwrap().start, k.mms[0].cycle_log.back().unwrap().end);
         assert!(we > ws);
         k.tasks[0].clock = ws + (we - ws) / 2;
         assert_eq!(k.exec(0, Op::Access { addr: a + 2 * 4096, kind: Access::Store }), Some(Ret::Val(0)));
