@@ -417,10 +417,15 @@ fn step(k: &mut Kernel, wl: &mut dyn Workload, tid: u32, q: &mut Queue) -> Optio
     if k.tasks[tid as usize].kthread.is_some() {
         return Some(k.kthread_step(tid));
     }
-    if k.tasks[tid as usize].fault_cont.is_some() {
-        // Step 2 of a speculative fault; then the access re-executes.
+    if k.tasks[tid as usize].mid_fault() {
+        // Step 2 of a speculative fault, or a fault woken on mmap_lock;
+        // then the access re-executes (unless it sleeps on mmap_lock).
         use crate::mm::memory::Fault;
-        match k.spf_fault_finish(tid) {
+        let f = if k.tasks[tid as usize].fault_cont.is_some() { k.spf_fault_finish(tid) } else { k.mmap_lock_fault_resume(tid) };
+        if k.tasks[tid as usize].lock_wait.is_some() {
+            return None;
+        }
+        match f {
             Fault::Done | Fault::Pending => {}
             f @ (Fault::Segv | Fault::Oom) => {
                 let e = if f == Fault::Oom { crate::workload::errno::ENOMEM } else { crate::workload::errno::EFAULT };
@@ -492,10 +497,12 @@ pub fn result_json(cfg: &Config, o: &Outcome) -> Value {
     let mut mmap_wait = 0;
     let mut mmap_sleeps = 0;
     let mut mmap_bounces = 0;
+    let mut mmap_queued = 0;
     for m in &k.mms {
         mmap_wait += m.mmap_lock.read_wait_ns + m.mmap_lock.write_wait_ns;
         mmap_sleeps += m.mmap_lock.sleeps;
         mmap_bounces += m.mmap_lock.line.bounces;
+        mmap_queued += m.mmap_lock.write_queued;
     }
     let lru_wait: Ns = k.nodes.iter().map(|n| n.lruvec.lru_lock.wait_ns).sum();
     let zone = k.pa.nids().iter().map(|&n| k.pa.zone_lock_stats(n)).fold((0u64, 0u64, 0u64), |a, z| (a.0 + z.acquisitions, a.1 + z.contended, a.2 + z.wait_ns));
@@ -525,6 +532,8 @@ pub fn result_json(cfg: &Config, o: &Outcome) -> Value {
             "mmap_lock_wait_ns": mmap_wait,
             "mmap_lock_sleeps": mmap_sleeps,
             "mmap_lock_line_bounces": mmap_bounces,
+            // Writers that slept in the wait queue before their section ran.
+            "mmap_lock_write_queued": mmap_queued,
             "lru_lock_wait_ns": lru_wait,
             "zone_lock_acquisitions": zone.0,
             "zone_lock_contended": zone.1,

@@ -17,6 +17,13 @@ impl Kernel {
     /// result, or None when the operation continues in a later step (the
     /// rest is left in `task.pending`).
     pub fn exec(&mut self, tid: u32, op: Op) -> Option<Ret> {
+        // A call that takes mmap_lock may first sleep in its wait queue.
+        if let Some((entry, write)) = mmap_lock_use(&op) {
+            if self.mmap_lock_gate(tid, entry, write) {
+                self.tasks[tid as usize].pending = Some(op);
+                return None;
+            }
+        }
         // task_numa_work runs as task work on the return to user space
         // that precedes this step, when the mm's scan is due.
         if self.knobs.numa_balancing != 0 {
@@ -25,9 +32,9 @@ impl Kernel {
         match op {
             Op::Access { addr, kind } => {
                 let r = self.user_access(tid, addr, kind);
-                if self.tasks[tid as usize].fault_cont.is_some() {
-                    // A speculative fault continues next step; the access is
-                    // re-executed after it returns.
+                if self.tasks[tid as usize].mid_fault() {
+                    // A speculative fault continues next step, or the fault
+                    // sleeps on mmap_lock; the access re-executes after it.
                     self.tasks[tid as usize].pending = Some(op);
                     return None;
                 }
@@ -315,7 +322,7 @@ impl Kernel {
         }
         if let Some(lk) = pending_lk {
             let r = self.user_access_after(tid, a, kind, lk);
-            if self.tasks[tid as usize].fault_cont.is_some() {
+            if self.tasks[tid as usize].mid_fault() {
                 self.tasks[tid as usize].pending = Some(Op::AccessRange { addr: a, stride, count: n, kind });
                 return None;
             }
@@ -335,7 +342,7 @@ impl Kernel {
         }
         while n > 0 {
             let r = self.user_access(tid, a, kind);
-            if self.tasks[tid as usize].fault_cont.is_some() {
+            if self.tasks[tid as usize].mid_fault() {
                 self.tasks[tid as usize].pending = Some(Op::AccessRange { addr: a, stride, count: n, kind });
                 return None;
             }
@@ -767,6 +774,22 @@ impl Kernel {
         }
         self.pte_alloc_pub(t, cpu, mm, va)
     }
+}
+
+/// The system calls that take mmap_lock, with their entry and whether they
+/// take it for write.
+fn mmap_lock_use(op: &Op) -> Option<(Entry, bool)> {
+    Some(match *op {
+        Op::Mmap { .. } => (Entry::Mmap, true),
+        Op::Munmap { .. } => (Entry::Munmap, true),
+        Op::Mprotect { .. } => (Entry::Mprotect, true),
+        Op::Mremap { .. } => (Entry::Mremap, true),
+        Op::Brk { .. } => (Entry::Brk, true),
+        Op::Fork => (Entry::Fork, true),
+        Op::Madvise { advice: Advice::DontNeed | Advice::Free, .. } => (Entry::Madvise, false),
+        Op::Madvise { advice: Advice::HugePage | Advice::NoHugePage, .. } => (Entry::Madvise, true),
+        _ => return None,
+    })
 }
 
 /// Would the hardware walk succeed for this access with this PTE? A

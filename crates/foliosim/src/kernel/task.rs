@@ -38,10 +38,31 @@ pub struct Task {
     pub children: Vec<u32>,
     /// Asleep in wait4 until a child exits (kernel/wait.rs).
     pub in_wait: bool,
+    /// Asleep on mmap_lock (mm/mmap_lock.rs): what resumes when it wakes.
+    pub lock_wait: Option<LockWait>,
+}
+
+/// Where a task sleeping on mmap_lock resumes.
+#[derive(Clone, Copy, Debug)]
+pub enum LockWait {
+    /// A classic fault at its down_read: trap time `t0`, request at `t_req`.
+    Fault { addr: u64, kind: crate::workload::Access, t0: Ns, t_req: Ns },
+    /// A system call that sleeps before taking mmap_lock (for write or
+    /// read); it re-enters from its start (nothing before the lock has side
+    /// effects), the sleep since `t_step` charged to it.
+    Syscall { t_step: Ns, write: bool },
 }
 
 impl Task {
+    /// A fault of this task did not finish in its step (a speculative
+    /// fault's second step, or a fault asleep on mmap_lock): the access
+    /// re-executes after it.
+    #[inline]
+    pub fn mid_fault(&self) -> bool {
+        self.fault_cont.is_some() || matches!(self.lock_wait, Some(LockWait::Fault { .. }))
+    }
+
     pub fn new(id: u32, mm: u32, cpu: u32, clock: Ns) -> Task {
-        Task { id, mm, cpu, clock, ops: 0, user_ns: 0, sys_ns: 0, entry_ns: [0; NR_ENTRIES], last: Ret::Start, pending: None, exited: false, fault_cont: None, kthread: None, sleeping: false, timer: false, qseq: 0, ubc: Default::default(), parent: None, children: Vec::new(), in_wait: false }
+        Task { id, mm, cpu, clock, ops: 0, user_ns: 0, sys_ns: 0, entry_ns: [0; NR_ENTRIES], last: Ret::Start, pending: None, exited: false, fault_cont: None, kthread: None, sleeping: false, timer: false, qseq: 0, ubc: Default::default(), parent: None, children: Vec::new(), in_wait: false, lock_wait: None }
     }
 }

@@ -23,7 +23,8 @@ pub enum Fault {
     /// Out of memory with nothing reclaimable.
     Oom,
     /// A speculative fault ended its step after its snapshot and continues
-    /// in the task's next step (`Task::fault_cont`).
+    /// in the task's next step (`Task::fault_cont`), or the fault sleeps on
+    /// mmap_lock behind a queued writer (`Task::lock_wait`).
     Pending,
 }
 
@@ -149,6 +150,7 @@ impl Kernel {
         let t = t0 + self.c.trap / 2;
         let (res, t) = match self.fault_lock_fast(tid, t, cpu, mm, addr, kind) {
             super::mmap_lock::FastFault::Done(r, t) => (r, t),
+            super::mmap_lock::FastFault::Fallback(t) if self.mmap_read_must_sleep(mm) => return self.mmap_lock_fault_sleep(tid, t0, t, addr, kind),
             super::mmap_lock::FastFault::Fallback(t) => self.fault_under_mmap_lock(t, cpu, mm, addr, kind),
             super::mmap_lock::FastFault::Pending(t) => {
                 let tk = &mut self.tasks[tid as usize];

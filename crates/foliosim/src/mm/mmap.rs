@@ -172,6 +172,9 @@ pub struct Mm {
     pub numa_next_scan: Ns,
     pub numa_scan_offset: u64,
     pub numa_scan_seq: u32,
+    /// Tasks asleep on mmap_lock behind its queued writer, in arrival
+    /// order; woken when that writer releases or downgrades.
+    pub lock_waiters: Vec<u32>,
 }
 
 /// Outcome of inserting a new mapping.
@@ -208,6 +211,7 @@ impl Mm {
             numa_next_scan: 0,
             numa_scan_offset: 0,
             numa_scan_seq: 0,
+            lock_waiters: Vec::new(),
         }
     }
 
@@ -236,16 +240,12 @@ impl Mm {
 
     /// Is `v` write-locked for a fault at time `t` (vm_lock_seq ==
     /// mm_lock_seq for per-VMA locks; vm_sequence odd for SPF): did a
-    /// write cycle holding mmap_lock at `t` mark `v`'s range? Steps are
-    /// atomic, so a writer whose step began before `t` has already made
-    /// all its changes; the cycle's lock-hold window says whether, at `t`,
-    /// it was inside them. Cycles hold the lock one after another, so only
-    /// the last few can still be open at `t`.
-    ///
-    /// A fault before a cycle acquired mmap_lock (its step ran first, the
-    /// writer was still queued) finds the VMA not yet marked, as in the
-    /// kernel, and runs on the state the writer left (a merge or split keeps
-    /// its address covered; an unmapped one misses the lookup).
+    /// write cycle holding mmap_lock at `t` mark `v`'s range? A locked
+    /// section is one step, so a writer that acquired before `t` has
+    /// already made all its changes; the cycle's lock-hold window says
+    /// whether, at `t`, it was inside them. Cycles hold the lock one after
+    /// another, so only the last few can still be open at `t`. (A writer
+    /// still asleep in the wait queue has changed nothing yet.)
     pub fn vma_write_locked_at(&self, v: &Vma, t: Ns) -> bool {
         for c in self.cycle_log.iter().rev() {
             if c.end <= t {

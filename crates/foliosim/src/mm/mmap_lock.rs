@@ -5,18 +5,26 @@
 //! locks (lock_vma_under_rcu, mm/memory.c, 6.4+) and speculative faults
 //! (mm/spf.rs).
 //!
-//! Time model. Writer steps are atomic: a write cycle's changes all land in
-//! the step that takes mmap_lock for write. What a fault running later in
-//! simulated time must still see is *when* each cycle held the lock and
-//! what it marked: `Mm::cycle_log`. A VMA range marked in a cycle is
-//! write-locked for any fault inside that cycle's lock hold
-//! (`Mm::vma_write_locked_at`), exactly as vm_lock_seq == mm_lock_seq until
-//! mmap_write_unlock bumps mm_lock_seq; the same test stands for SPF's odd
-//! vm_sequence.
+//! Time model. A writer's locked section runs as one step at the time it
+//! acquires mmap_lock. A writer that would wait for the holders beyond a
+//! short spin sleeps in the wait queue instead (`mmap_lock_gate`): it
+//! becomes the mm's queued writer, and its call re-enters when the
+//! holders are gone, so faults that run meanwhile without mmap_lock
+//! (per-VMA locks, SPF) see the address space as it still is, and any
+//! request for mmap_lock meanwhile sleeps behind the writer (rwsem FIFO)
+//! until its release wakes the queue's head (`mmap_lock_wake_waiters`).
+//! What a fault running later in simulated time must still see is *when*
+//! each cycle held the lock and what it marked: `Mm::cycle_log`. A VMA
+//! range marked in a cycle is write-locked for any fault inside that
+//! cycle's lock hold (`Mm::vma_write_locked_at`), exactly as vm_lock_seq
+//! == mm_lock_seq until mmap_write_unlock bumps mm_lock_seq; the same test
+//! stands for SPF's odd vm_sequence.
 
 use super::memory::Fault;
 use super::vmstat::Stat;
+use super::vmstat::Entry;
 use crate::kernel::knobs::FaultLocking;
+use crate::kernel::task::LockWait;
 use crate::kernel::Kernel;
 use crate::sim::Ns;
 use crate::workload::Access;
@@ -52,6 +60,11 @@ impl Kernel {
     pub fn mmap_write_lock(&mut self, t: Ns, cpu: u32, mm: u32) -> Ns {
         let m = &mut self.mms[mm as usize];
         let t = m.mmap_lock.down_write(t, cpu, &self.lc, &self.sc);
+        if self.check.enabled {
+            if let Some(prev) = m.cycle_log.back().filter(|c| c.end > t) {
+                self.check.report(format!("mm {mm}: a writer acquired mmap_lock at {t} ns while write cycle {} held it until {} ns (exclusion)", prev.seq, prev.end));
+            }
+        }
         m.mm_lock_seq += 1;
         if m.cycle_log.len() >= 256 {
             m.cycle_log.pop_front();
@@ -67,6 +80,7 @@ impl Kernel {
         if let Some(c) = m.cycle_log.back_mut() {
             c.end = t;
         }
+        self.mmap_lock_wake_waiters(mm, t);
         t
     }
 
@@ -77,7 +91,140 @@ impl Kernel {
         if let Some(c) = m.cycle_log.back_mut() {
             c.end = t;
         }
+        self.mmap_lock_wake_waiters(mm, t);
         t
+    }
+
+    /// The rwsem slow path at a system call's entry. A writer that finds
+    /// the lock held beyond a short spin queues and sleeps: it becomes the
+    /// mm's queued writer and runs its locked section (the whole call,
+    /// re-entered) only when the holders have gone, so that faults running
+    /// meanwhile see the address space as it still is. Any call finding a
+    /// queued writer sleeps behind it until the release wakes it (rwsem
+    /// FIFO: nobody overtakes a waiting writer). Returns true when the task
+    /// sleeps (the caller keeps the operation pending). `entry`: the call,
+    /// `write`: whether it takes the lock for write.
+    pub(crate) fn mmap_lock_gate(&mut self, tid: u32, entry: Entry, write: bool) -> bool {
+        let (mm, now) = (self.tasks[tid as usize].mm, self.tasks[tid as usize].clock);
+        let mut granted = false;
+        if let Some(LockWait::Syscall { t_step, .. }) = self.tasks[tid as usize].lock_wait.take() {
+            // Woken: charge the sleep to the call, which starts over now. A
+            // reader was woken holding the lock; a writer was woken as the
+            // head of the queue and checks the holders again.
+            let sem = &mut self.mms[mm as usize].mmap_lock;
+            if sem.queued_writer == Some(tid) {
+                sem.queued_writer = None;
+            }
+            granted = !write;
+            sem.slept(t_step, now, write);
+            let tk = &mut self.tasks[tid as usize];
+            tk.entry_ns[entry as usize] += now - t_step;
+            tk.sys_ns += now - t_step;
+        }
+        let sem = &mut self.mms[mm as usize].mmap_lock;
+        if sem.queued_writer.is_some() && !granted {
+            return self.mmap_lock_sleep(tid, mm, LockWait::Syscall { t_step: now, write });
+        }
+        let t_req = now + self.c.syscall / 2;
+        let free_at = sem.holders_until();
+        if write && free_at > t_req + self.sc.spin_limit {
+            // rwsem_down_write_slowpath: queue, sleep until the hand-over.
+            sem.queued_writer = Some(tid);
+            sem.write_queued += 1;
+            let tk = &mut self.tasks[tid as usize];
+            tk.lock_wait = Some(LockWait::Syscall { t_step: now, write });
+            tk.sleeping = true;
+            tk.timer = true;
+            self.wakeups.push((free_at + self.sc.sleep_wake, tid));
+            return true;
+        }
+        false
+    }
+
+    /// Put `tid` to sleep behind the queued writer of `mm`.
+    fn mmap_lock_sleep(&mut self, tid: u32, mm: u32, w: LockWait) -> bool {
+        self.mms[mm as usize].lock_waiters.push(tid);
+        let tk = &mut self.tasks[tid as usize];
+        tk.lock_wait = Some(w);
+        tk.sleeping = true;
+        tk.timer = false;
+        true
+    }
+
+    /// rwsem_wake at a release or downgrade at `t` by the queue's head:
+    /// a writer at the head of the wait queue is woken alone and becomes
+    /// the queued writer; readers at the head are woken holding the lock
+    /// (with 5.1 semantics those before the first writer, since 5.11 every
+    /// reader in the queue), and the first writer left behind them becomes
+    /// the queued writer, woken after them to check the holders again. The
+    /// wake-ups run after the wake-up latency, in queue order.
+    fn mmap_lock_wake_waiters(&mut self, mm: u32, t: Ns) {
+        let m = &mut self.mms[mm as usize];
+        if m.lock_waiters.is_empty() || m.mmap_lock.queued_writer.is_some() {
+            // Nobody waits, or they wait behind a writer still queued.
+            return;
+        }
+        let at = t + self.sc.sleep_wake;
+        let tasks = &self.tasks;
+        let is_writer = |w: u32| matches!(tasks[w as usize].lock_wait, Some(LockWait::Syscall { write: true, .. }));
+        let waiters = std::mem::take(&mut m.lock_waiters);
+        let mut woken = Vec::new();
+        let mut left = Vec::new();
+        if is_writer(waiters[0]) {
+            m.mmap_lock.queued_writer = Some(waiters[0]);
+            woken.push(waiters[0]);
+            left.extend_from_slice(&waiters[1..]);
+        } else {
+            let upto = if m.mmap_lock.reader_no_spin { waiters.iter().position(|&w| is_writer(w)).unwrap_or(waiters.len()) } else { waiters.len() };
+            for (i, &w) in waiters.iter().enumerate() {
+                if i < upto && !is_writer(w) {
+                    woken.push(w);
+                } else {
+                    left.push(w);
+                }
+            }
+        }
+        // The first writer still waiting heads the queue: nobody new passes it.
+        if let Some(i) = left.iter().position(|&w| is_writer(w)) {
+            let w = left.remove(i);
+            m.mmap_lock.queued_writer = Some(w);
+            woken.push(w);
+        }
+        m.lock_waiters = left;
+        for w in woken {
+            self.tasks[w as usize].clock = self.tasks[w as usize].clock.max(at);
+            self.wakeups.push((at, w));
+        }
+    }
+
+    /// Must a fault requesting mmap_lock for read now sleep? Only behind a
+    /// queued writer; a fault taken for the kernel (MAP_POPULATE, inside a
+    /// call that holds or just held the lock) never finds one.
+    #[inline]
+    pub(crate) fn mmap_read_must_sleep(&self, mm: u32) -> bool {
+        !self.fault_kernel_mode && self.mms[mm as usize].mmap_lock.queued_writer.is_some()
+    }
+
+    /// The classic fault of `tid` sleeps at its down_read (requested at
+    /// `t_req`, trapped at `t0`); it resumes in `mmap_lock_fault_resume`.
+    pub(crate) fn mmap_lock_fault_sleep(&mut self, tid: u32, t0: Ns, t_req: Ns, addr: u64, kind: Access) -> Fault {
+        let mm = self.tasks[tid as usize].mm;
+        self.tasks[tid as usize].clock = t_req;
+        self.mmap_lock_sleep(tid, mm, LockWait::Fault { addr, kind, t0, t_req });
+        Fault::Pending
+    }
+
+    /// A fault woken from mmap_lock: it holds it for read now; run the
+    /// classic fault.
+    pub fn mmap_lock_fault_resume(&mut self, tid: u32) -> Fault {
+        let Some(LockWait::Fault { addr, kind, t0, t_req }) = self.tasks[tid as usize].lock_wait else { return Fault::Done };
+        self.tasks[tid as usize].lock_wait = None;
+        let (mm, cpu, now) = (self.tasks[tid as usize].mm, self.tasks[tid as usize].cpu, self.tasks[tid as usize].clock);
+        // Woken holding the lock for read (rwsem_mark_wake grants it).
+        self.mms[mm as usize].mmap_lock.slept(t_req, now, false);
+        let (res, t) = self.fault_under_mmap_lock(now, cpu, mm, addr, kind);
+        self.fault_return(tid, t0, t, res);
+        res
     }
 
     /// vma_start_write on every VMA overlapping or touching [lo, hi] (the

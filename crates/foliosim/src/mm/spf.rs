@@ -14,7 +14,8 @@
 //!
 //! Writers (kernel/syscalls.rs) change a VMA's vm_sequence (a fresh value,
 //! `Mm::vma_mark_modified`) in `vma_start_write_range` and in every split,
-//! merge or field change, inside their atomic step.
+//! merge or field change, inside their locked section (one step at the
+//! time they acquire mmap_lock; mm/mmap_lock.rs).
 
 use super::memory::{exec_bit, Fault};
 use super::mmap::{vm, Vma};
@@ -163,11 +164,12 @@ impl Kernel {
             Some(v) => v.seq != p.vma.seq,
         };
         let skip = self.knobs.mutant == Mutant::SpfSkipSeqCheck;
-        // Writer steps are atomic: the write cycles since the snapshot may
-        // have run their steps already although the first of them acquires
-        // mmap_lock only after this validation. Then, in time, this fault
+        // A writer that spins for mmap_lock (a wait within spin_limit) runs
+        // its section in the step of its call, so it may have run although
+        // it acquires only after this validation. Then, in time, this fault
         // validated first: it completes, and the writers' changes apply to
-        // its PTE (zapped if one of them unmapped the address).
+        // its PTE (zapped if one of them unmapped the address). (A writer
+        // that sleeps in the wait queue has not run yet.)
         if changed && !skip && m.seq_bumps_read_side == p.read_bumps {
             if let Some(i) = m.cycle_log.iter().position(|c| c.seq == p.cycle + 1) {
                 if m.cycle_log[i].start > t0 {
@@ -290,6 +292,9 @@ impl Kernel {
             let tk = &self.tasks[tid as usize];
             (tk.mm, tk.cpu, tk.clock)
         };
+        if self.mmap_read_must_sleep(mm) {
+            return self.mmap_lock_fault_sleep(tid, t0, t, p.addr, p.kind);
+        }
         let (res, t) = self.fault_under_mmap_lock(t, cpu, mm, p.addr, p.kind);
         self.fault_return(tid, t0, t, res);
         res
@@ -370,27 +375,136 @@ mod tests {
         assert!(k.check.violations.is_empty(), "{:?}", k.check.violations);
     }
 
-    #[test]
-    fn munmap_acquiring_after_the_validation_zaps_the_completed_fault() {
-        // The writer's step runs first (its step starts earlier) but it
-        // acquires mmap_lock after task 0 validated: the fault completes and
-        // the munmap's zap takes the page.
-        let (mut k, a) = setup("spf");
-        assert_eq!(k.exec(0, Op::Access { addr: a + 4096, kind: Access::Store }), None);
-        let t0 = k.tasks[0].clock;
-        // Hold mmap_lock for read on another CPU so that the munmap must wait past t0.
-        let cpu = 2;
+    /// Hold mmap_lock of mm 0 for read on CPU 2 over [from, from + len).
+    fn hold_read(k: &mut Kernel, from: Ns, len: Ns) {
         let (lc, sc) = (k.lc, k.sc);
-        let r = k.mms[0].mmap_lock.down_read(t0 - 100, cpu, &lc, &sc);
-        k.mms[0].mmap_lock.up_read(r + 5000, cpu, &lc);
-        k.tasks[1].clock = t0 - 50;
-        assert_eq!(k.exec(1, Op::Munmap { addr: a, len: 16 << 12 }), Some(Ret::Val(0)));
-        assert!(k.mms[0].cycle_log.back().unwrap().start > t0);
-        k.spf_fault_finish(0);
-        assert_eq!(st(&k, Stat::SpfBeforeWriter), 1);
-        assert_eq!(st(&k, Stat::SpfAbortPtlChangedBeforeLock), 0);
+        let r = k.mms[0].mmap_lock.down_read(from, 2, &lc, &sc);
+        k.mms[0].mmap_lock.up_read(r + len, 2, &lc);
+    }
+
+    /// Run what the driver would when task `tid`'s wake-up comes: the rest
+    /// of a fault asleep on mmap_lock, then its pending operation.
+    fn wake(k: &mut Kernel, tid: u32) -> Option<Ret> {
+        let at = k.wakeups.iter().rev().find(|w| w.1 == tid).expect("a wake-up is queued").0;
+        k.wakeups.retain(|w| w.1 != tid);
+        let tk = &mut k.tasks[tid as usize];
+        tk.clock = at;
+        tk.sleeping = false;
+        if tk.mid_fault() && k.mmap_lock_fault_resume(tid) == crate::mm::memory::Fault::Segv {
+            k.tasks[tid as usize].pending = None;
+            return Some(Ret::Err(crate::workload::errno::EFAULT));
+        }
+        let op = k.tasks[tid as usize].pending.take().unwrap();
+        k.exec(tid, op)
+    }
+
+    /// A munmap queued behind a reader, and a store by task 0 to the range
+    /// it will unmap, trapping `dt` after the munmap's call began.
+    fn queued_munmap(policy: &str, dt: Ns) -> (Kernel, u64, Option<Ret>) {
+        let (mut k, a) = setup(policy);
+        let t = k.tasks[0].clock;
+        hold_read(&mut k, t, 20_000);
+        k.tasks[1].clock = t + 10;
+        assert_eq!(k.exec(1, Op::Munmap { addr: a, len: 16 << 12 }), None, "the munmap sleeps in the wait queue");
+        assert_eq!(k.mms[0].mmap_lock.queued_writer, Some(1));
+        assert!(k.tasks[1].sleeping);
+        k.tasks[0].clock = t + 10 + dt;
+        let r = k.exec(0, Op::Access { addr: a + 2 * 4096, kind: Access::Store });
+        (k, a, r)
+    }
+
+    #[test]
+    fn a_speculative_fault_before_a_queued_munmap_acquires_completes_and_is_zapped() {
+        let (mut k, a, r) = queued_munmap("spf", 1000);
+        assert_eq!(r, None, "step 1 of the speculative fault");
+        assert!(k.mms[0].vma_lookup(a).is_some(), "the queued munmap has changed nothing yet");
+        assert_eq!(k.spf_fault_finish(0), crate::mm::memory::Fault::Done);
+        assert_eq!(st(&k, Stat::SpeculativePgfault), 1);
+        assert_eq!(st(&k, Stat::SpfBeforeWriter), 0, "the writer's section runs after the fault in time and in order");
+        assert!(k.mms[0].pt.pte(a + 2 * 4096).present());
+        // The munmap wakes once the reader is gone and zaps the new page.
+        let free0 = st(&k, Stat::NrFreePages);
+        assert_eq!(wake(&mut k, 1), Some(Ret::Val(0)));
+        assert!(k.mms[0].cycle_log.back().unwrap().start > k.tasks[0].clock - 2 * k.c.trap);
         assert!(k.mms[0].vma_lookup(a).is_none());
+        assert!(st(&k, Stat::NrFreePages) > free0, "the zap frees the pages");
+        assert!(k.tasks[1].entry_ns[crate::mm::vmstat::Entry::Munmap as usize] > 15_000, "the sleep is charged to munmap");
         crate::check::audit(&mut k);
+        assert!(k.check.violations.is_empty(), "{:?}", k.check.violations);
+    }
+
+    #[test]
+    fn a_per_vma_fault_before_a_queued_munmap_acquires_succeeds() {
+        let (mut k, a, r) = queued_munmap("per_vma", 1000);
+        assert_eq!(r, Some(Ret::Val(0)));
+        assert_eq!(st(&k, Stat::VmaLockSuccess), 2);
+        assert!(k.mms[0].pt.pte(a + 2 * 4096).present());
+        assert_eq!(wake(&mut k, 1), Some(Ret::Val(0)));
+        assert!(k.mms[0].pt.pte(a + 2 * 4096).is_none(), "zapped by the munmap");
+        crate::check::audit(&mut k);
+        assert!(k.check.violations.is_empty(), "{:?}", k.check.violations);
+    }
+
+    #[test]
+    fn a_classic_fault_behind_a_queued_munmap_sleeps_and_then_gets_sigsegv() {
+        let (mut k, a, r) = queued_munmap("mmap_lock", 1000);
+        assert_eq!(r, None, "the fault sleeps on mmap_lock behind the queued writer");
+        assert!(k.tasks[0].sleeping && k.tasks[0].mid_fault());
+        assert_eq!(k.mms[0].lock_waiters, vec![0]);
+        assert!(k.mms[0].pt.pte(a + 2 * 4096).is_none());
+        // The munmap runs, its downgrade wakes the fault (a reader: woken
+        // holding the lock), which finds no VMA.
+        assert_eq!(wake(&mut k, 1), Some(Ret::Val(0)));
+        assert!(k.mms[0].lock_waiters.is_empty());
+        assert_eq!(wake(&mut k, 0), Some(Ret::Err(crate::workload::errno::EFAULT)));
+        assert_eq!(st(&k, Stat::Segv), 1);
+        assert!(k.tasks[0].clock > k.mms[0].cycle_log.back().unwrap().end, "the fault ran after the writer's section");
+        crate::check::audit(&mut k);
+        assert!(k.check.violations.is_empty(), "{:?}", k.check.violations);
+    }
+
+    #[test]
+    fn the_checker_reports_two_writers_holding_mmap_lock_at_once() {
+        let (mut k, _) = setup("mmap_lock");
+        let t = k.tasks[0].clock + 1000;
+        let w = k.mmap_write_lock(t, 0, 0);
+        k.mmap_write_unlock(w + 5000, 0, 0);
+        assert!(k.check.violations.is_empty());
+        // A broken lock that lets a second writer in during the first's hold.
+        k.mms[0].mmap_lock.writer_until = 0;
+        k.mms[0].mmap_lock.readers_until = 0;
+        k.mmap_write_lock(w + 100, 1, 0);
+        assert!(k.check.violations.iter().any(|v| v.contains("exclusion")), "{:?}", k.check.violations);
+    }
+
+    #[test]
+    fn a_writer_behind_a_queued_writer_waits_for_it_and_is_woken_alone() {
+        // Readers sharing, then writers in arrival order: FIFO hand-off.
+        let (mut k, a) = setup("mmap_lock");
+        k.tasks.push(Task::new(2, 0, 2, 0));
+        k.tasks.push(Task::new(3, 0, 3, 0));
+        k.mms[0].users = 4;
+        let t = k.tasks[0].clock;
+        hold_read(&mut k, t, 20_000);
+        k.tasks[1].clock = t + 10;
+        assert_eq!(k.exec(1, Op::Mprotect { addr: a, len: 4096, prot: prot::READ }), None);
+        k.tasks[2].clock = t + 20;
+        assert_eq!(k.exec(2, Op::Mprotect { addr: a + 4096, len: 4096, prot: prot::READ }), None);
+        k.tasks[3].clock = t + 30;
+        assert_eq!(k.exec(3, Op::Madvise { addr: a, len: 4096, advice: crate::workload::Advice::DontNeed }), None);
+        assert_eq!(k.mms[0].lock_waiters, vec![2, 3]);
+        assert_eq!(wake(&mut k, 1), Some(Ret::Val(0)));
+        // The head waiter (a writer) is woken alone and heads the queue.
+        assert_eq!(k.mms[0].mmap_lock.queued_writer, Some(2));
+        assert_eq!(k.mms[0].lock_waiters, vec![3]);
+        assert!(!k.wakeups.iter().any(|w| w.1 == 3));
+        let first = k.mms[0].cycle_log.back().unwrap().clone();
+        assert_eq!(wake(&mut k, 2), Some(Ret::Val(0)));
+        let second = k.mms[0].cycle_log.back().unwrap().clone();
+        assert!(second.start >= first.end, "write sections never overlap");
+        assert_eq!(k.mms[0].mmap_lock.queued_writer, None);
+        assert_eq!(wake(&mut k, 3), Some(Ret::Val(0)));
+        assert!(k.tasks[3].clock > second.end);
         assert!(k.check.violations.is_empty(), "{:?}", k.check.violations);
     }
 

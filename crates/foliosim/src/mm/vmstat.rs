@@ -151,7 +151,7 @@ stats! {
     SpfAbortPtPmdNone = "foliosim_spf_abort_pt_pmd_none" : "page walk: PMD none (no PTE table)",
     SpfAbortPtlChangedBeforeLock = "foliosim_spf_abort_ptl_changed_before_lock" : "pte_map_lock: VMA changed before the PTL was taken",
     SpfAbortPtlChangedAfterLock = "foliosim_spf_abort_ptl_changed_after_lock" : "pte_map_lock: VMA changed while the PTL was taken",
-    SpfBeforeWriter = "foliosim_spf_before_writer" : "speculative faults that validated before a writer, whose (atomic) step already ran, acquired mmap_lock: they complete and the writer's changes apply to their PTE",
+    SpfBeforeWriter = "foliosim_spf_before_writer" : "speculative faults that validated while a writer whose call had begun still spun for mmap_lock (a writer that waits longer sleeps, and its section runs later): they complete and the writer's changes apply to their PTE",
     SpfSigsegvPerm = "foliosim_spf_sigsegv_perm" : "speculative faults ending in SIGSEGV (no permission)",
     SpfWastedNs = "foliosim_spf_wasted_ns" : "simulated ns spent in aborted speculative attempts",
     SpfWastedPages = "foliosim_spf_wasted_pages" : "pages allocated and freed by aborted speculative attempts",

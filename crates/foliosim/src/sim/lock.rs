@@ -216,6 +216,14 @@ pub struct RwSem {
     /// Readers never spin: any wait for a writer sleeps (rwsem before 5.3,
     /// when reader optimistic spinning arrived). Default false (5.3+).
     pub reader_no_spin: bool,
+    /// A writer asleep in the wait queue, not yet holding: the task whose
+    /// locked section has not run. Every other request waits behind it
+    /// (FIFO: no reader overtakes a waiting writer), which the caller must
+    /// model by sleeping until the writer releases (`Kernel::mmap_lock_gate`).
+    pub queued_writer: Option<u32>,
+    /// Writers that had to sleep in the wait queue (their section moved to
+    /// the time they acquired).
+    pub write_queued: u64,
 }
 
 /// Costs of sleeping on a semaphore.
@@ -263,6 +271,24 @@ impl RwSem {
         (start, end)
     }
 
+    /// When the current holders (readers and the last writer) are all gone.
+    #[inline]
+    pub fn holders_until(&self) -> Ns {
+        self.readers_until.max(self.writer_until)
+    }
+
+    /// Account a sleep in the wait queue from `from` until the waiter ran
+    /// again at `now` (woken at the hand-over, plus the wake-up latency).
+    pub fn slept(&mut self, from: Ns, now: Ns, write: bool) {
+        let waited = now.saturating_sub(from);
+        if write {
+            self.write_wait_ns += waited;
+        } else {
+            self.read_wait_ns += waited;
+        }
+        self.sleeps += 1;
+    }
+
     /// down_read at `now`; returns when held. Pair with `up_read` in the same step.
     #[inline]
     pub fn down_read(&mut self, now: Ns, cpu: u32, lc: &LineCost, sc: &SleepCost) -> Ns {
@@ -280,7 +306,7 @@ impl RwSem {
     #[inline]
     pub fn down_read_trylock(&mut self, now: Ns, cpu: u32, lc: &LineCost) -> Option<Ns> {
         let t = self.line.rmw(now, cpu, lc);
-        if self.writer_until > t {
+        if self.writer_until > t || self.queued_writer.is_some() {
             return None;
         }
         self.read_acquisitions += 1;
