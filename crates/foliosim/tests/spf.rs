@@ -94,9 +94,10 @@ fn races(policy: &str, mutant: &str, seed: u64) -> Outcome {
 #[test]
 fn all_policies_pass_randomized_races_with_the_checker_on() {
     for policy in ["mmap_lock", "per_vma", "spf"] {
-        let (mut faults, mut spf_ok, mut spf_changed, mut vl_ok, mut vl_abort) = (0, 0, 0, 0, 0);
+        let (mut faults, mut spf_ok, mut spf_changed, mut vl_ok, mut vl_abort, mut queued) = (0, 0, 0, 0, 0, 0);
         for seed in 0..12 {
             let o = races(policy, "none", seed);
+            queued += o.kernel.mms.iter().map(|m| m.mmap_lock.write_queued).sum::<u64>();
             assert!(o.kernel.check.violations.is_empty(), "{policy} seed {seed}: {:?}", o.kernel.check.violations);
             assert!(o.kernel.check.audits > 5, "{policy} seed {seed}: not audited");
             faults += stat(&o, "pgfault");
@@ -125,8 +126,9 @@ fn all_policies_pass_randomized_races_with_the_checker_on() {
                 assert_eq!(attempts, stat(&o, "foliosim_perf_spf") + aborts + pending, "seed {seed}: attempts = spf + aborts (I13)");
             }
         }
-        eprintln!("{policy}: faults {faults} spf_ok {spf_ok} spf_changed {spf_changed} vma_lock ok {vl_ok} abort {vl_abort}");
+        eprintln!("{policy}: faults {faults} spf_ok {spf_ok} spf_changed {spf_changed} vma_lock ok {vl_ok} abort {vl_abort} writers queued {queued}");
         assert!(faults > 200, "{policy}: too few faults ({faults}) to exercise races");
+        assert!(queued > 0, "{policy}: some writers must sleep in mmap_lock's wait queue ({queued})");
         match policy {
             "spf" => {
                 assert!(spf_ok > 50, "spf: speculative faults must succeed ({spf_ok})");
