@@ -229,6 +229,10 @@ impl Kernel {
         let mut t = t;
         let mut dead = std::mem::take(&mut self.scratch_dead);
         dead.clear();
+        // Whether every dead folio is order 0 (the bulk free below).
+        let mut all_small = true;
+        let mut on_lru = 0;
+        let mut nid = 0;
         for &p in folios {
             let pg = self.mem_map.get_mut(p);
             pg.refcount -= 1;
@@ -238,21 +242,19 @@ impl Kernel {
                 continue;
             }
             if pg.refcount == 0 {
+                // Flags and node do not change while references drop, so
+                // the LRU census is taken in the same frame lookup.
+                if pg.flags & pg::LRU != 0 {
+                    on_lru += 1;
+                    nid = pg.nid as usize;
+                }
+                all_small &= pg.order == 0;
                 dead.push(p);
             }
         }
         if dead.is_empty() {
             self.scratch_dead = dead;
             return t;
-        }
-        let mut on_lru = 0;
-        let mut nid = 0;
-        for &p in &dead {
-            let pg = self.mem_map.get(p);
-            if pg.flags & pg::LRU != 0 {
-                on_lru += 1;
-                nid = pg.nid as usize;
-            }
         }
         if on_lru > 0 {
             let hold = self.c.lru_lock_per_folio * on_lru as Ns;
@@ -263,23 +265,27 @@ impl Kernel {
                 }
             }
         }
-        for &p in &dead {
-            t = self.free_folio_ugen(t, cpu, p, ugen);
+        if all_small && !self.check.enabled && !self.knobs.init_on_free {
+            // free_folio_ugen of order-0 folios with the checker and
+            // init_on_free off: the per-frame reset touches only mem_map
+            // and the allocator never reads it, so reset them all, then
+            // free the batch in one allocator call.
+            for &p in &dead {
+                self.free_folio_reset(p, 0);
+            }
+            t = self.pa.free_pages_bulk_ugen(t, cpu, &dead, ugen, &mut self.stat);
+        } else {
+            for &p in &dead {
+                t = self.free_folio_ugen(t, cpu, p, ugen);
+            }
         }
         self.scratch_dead = dead;
         t
     }
 
-    /// Return a folio whose last reference is gone to the page allocator.
-    pub fn free_folio(&mut self, t: Ns, cpu: u32, pfn: Pfn) -> Ns {
-        self.free_folio_ugen(t, cpu, pfn, 0)
-    }
-
-    /// `free_folio` carrying LUF generation `ugen` into pcp/buddy.
-    pub fn free_folio_ugen(&mut self, t: Ns, cpu: u32, pfn: Pfn, ugen: u16) -> Ns {
-        let order = self.mem_map.get(pfn).order as u32;
-        // Large folios leave the deferred-split queue first (free_transhuge_page).
-        let t = if order >= 2 { self.free_large_folio(t, cpu, pfn) } else { t };
+    /// The frames of a freed folio lose their mapping state.
+    #[inline(always)]
+    fn free_folio_reset(&mut self, pfn: Pfn, order: u32) {
         for i in 0..(1u32 << order) {
             let p = self.mem_map.get_mut(pfn + i);
             if p.mapcount != 0 {
@@ -292,6 +298,19 @@ impl Kernel {
             p.index = 0;
             p.private = 0;
         }
+    }
+
+    /// Return a folio whose last reference is gone to the page allocator.
+    pub fn free_folio(&mut self, t: Ns, cpu: u32, pfn: Pfn) -> Ns {
+        self.free_folio_ugen(t, cpu, pfn, 0)
+    }
+
+    /// `free_folio` carrying LUF generation `ugen` into pcp/buddy.
+    pub fn free_folio_ugen(&mut self, t: Ns, cpu: u32, pfn: Pfn, ugen: u16) -> Ns {
+        let order = self.mem_map.get(pfn).order as u32;
+        // Large folios leave the deferred-split queue first (free_transhuge_page).
+        let t = if order >= 2 { self.free_large_folio(t, cpu, pfn) } else { t };
+        self.free_folio_reset(pfn, order);
         self.check.on_free(pfn, order);
         let mut t = t;
         let mut ugen = ugen;
