@@ -32,14 +32,20 @@ pub struct ListHead {
 
 impl ListHead {
     pub fn add_head(&mut self, mm: &mut MemMap, pfn: Pfn) {
-        let old = self.head;
         // One frame lookup for the links and the order.
         let order = {
             let p = mm.get_mut(pfn);
             p.lru_prev = 0;
-            p.lru_next = old;
+            p.lru_next = self.head;
             p.order
         };
+        self.link_head(mm, pfn, order);
+    }
+
+    /// `add_head` once the entry's own links point at the old head.
+    #[inline(always)]
+    fn link_head(&mut self, mm: &mut MemMap, pfn: Pfn, order: u8) {
+        let old = self.head;
         if old != 0 {
             mm.get_mut(old - 1).lru_prev = pfn + 1;
         } else {
@@ -77,6 +83,12 @@ impl ListHead {
             p.lru_next = 0;
             r
         };
+        self.unlink(mm, prev, next, order);
+    }
+
+    /// `del` once the entry's links (`prev`, `next`) are read and cleared.
+    #[inline(always)]
+    fn unlink(&mut self, mm: &mut MemMap, prev: u32, next: u32, order: u8) {
         if prev != 0 {
             mm.get_mut(prev - 1).lru_next = next;
         } else {
@@ -130,29 +142,35 @@ pub fn folio_lru_list(flags: u32) -> Lru {
 impl Kernel {
     /// lruvec_add_folio: caller holds the node's lru_lock (in simulated time).
     pub fn lruvec_add_folio(&mut self, pfn: Pfn) {
-        // PG_lru is set in the same frame lookup (the list choice ignores it).
-        let (flags, nid, order) = {
-            let p = self.mem_map.get_mut(pfn);
-            let f = p.flags;
-            p.flags |= pg::LRU;
-            (f, p.nid as usize, p.order)
-        };
+        // PG_lru and the folio's own links are set in the same frame
+        // lookup (the list choice ignores PG_lru).
+        let nodes = &mut self.nodes;
+        let p = self.mem_map.get_mut(pfn);
+        let (flags, nid, order) = (p.flags, p.nid as usize, p.order);
+        p.flags |= pg::LRU;
         let lru = folio_lru_list(flags);
-        self.nodes[nid].lruvec.lists[lru as usize].add_head(&mut self.mem_map, pfn);
+        let list = &mut nodes[nid].lruvec.lists[lru as usize];
+        p.lru_prev = 0;
+        p.lru_next = list.head;
+        list.link_head(&mut self.mem_map, pfn, order);
         if (lru as usize) < 4 {
             self.stat.add(LRU_STAT[lru as usize], 1 << order);
         }
     }
 
     pub fn lruvec_del_folio(&mut self, pfn: Pfn) {
-        let (flags, nid, order) = {
+        // PG_lru and the folio's links are read and cleared in one frame
+        // lookup (a listed folio is never its own neighbour).
+        let (flags, nid, order, prev, next) = {
             let p = self.mem_map.get_mut(pfn);
-            let f = p.flags;
+            let r = (p.flags, p.nid as usize, p.order, p.lru_prev, p.lru_next);
             p.flags &= !pg::LRU;
-            (f, p.nid as usize, p.order)
+            p.lru_prev = 0;
+            p.lru_next = 0;
+            r
         };
         let lru = folio_lru_list(flags);
-        self.nodes[nid].lruvec.lists[lru as usize].del(&mut self.mem_map, pfn);
+        self.nodes[nid].lruvec.lists[lru as usize].unlink(&mut self.mem_map, prev, next, order);
         if (lru as usize) < 4 {
             self.stat.add(LRU_STAT[lru as usize], -(1 << order));
         }
