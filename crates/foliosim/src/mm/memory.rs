@@ -698,7 +698,13 @@ impl Kernel {
                 if pte.dirty() && flags & pg::ANON == 0 {
                     self.folio_mark_dirty(pfn);
                 }
-                if batch {
+                if horder < 2 {
+                    // What folio_remove_rmap_ptes does for a folio that can
+                    // never be deferred-split, batched or not.
+                    for j in 0..n as Pfn {
+                        self.page_remove_rmap(mm, pfn + j);
+                    }
+                } else if batch {
                     t = self.folio_remove_rmap_ptes(t, cpu, mm, pfn, n as u32, true);
                 } else {
                     for j in 0..n as Pfn {
