@@ -615,6 +615,15 @@ impl Kernel {
     /// mapped (batched) or that lost a page's last mapping (one-page 6.3
     /// logic) is queued.
     pub(crate) fn folio_remove_rmap_ptes(&mut self, t: Ns, cpu: u32, mm: u32, first: Pfn, n: u32, batched: bool) -> Ns {
+        // Folios below order 2 never go on the deferred-split queue (the
+        // order is the same on every page of a folio): skip the mapcount
+        // and head lookups below. Every munmap'd order-0 page comes here.
+        if self.mem_map.get(first).order < 2 {
+            for i in 0..n {
+                self.page_remove_rmap(mm, first + i);
+            }
+            return t;
+        }
         let mut dropped_last = false;
         for i in 0..n {
             self.page_remove_rmap(mm, first + i);

@@ -35,29 +35,43 @@ impl Kernel {
     /// Allocate and prepare a folio (folio_alloc + prep_new_page). On
     /// failure, reclaims (direct reclaim) and retries; None = OOM.
     pub fn alloc_folio(&mut self, t: Ns, cpu: u32, order: u32, nid: u32, mt: MigrateType) -> Option<(Pfn, Ns)> {
+        match self.pa.alloc_pages(t, cpu, order, nid, mt, &mut self.stat) {
+            Some(a) => Some(self.alloc_folio_prep(a, cpu, order)),
+            None => self.alloc_folio_slow(t, cpu, order, nid, mt),
+        }
+    }
+
+    /// The rest of `alloc_folio` once the allocator handed out `a`.
+    #[inline(always)]
+    fn alloc_folio_prep(&mut self, a: crate::mm::page_alloc::Alloc, cpu: u32, order: u32) -> (Pfn, Ns) {
+        self.check_free_generations(a.done);
+        let mut t = self.luf_alloc_exit(a.done, cpu, a.nid, a.ugen);
+        self.check_alloc_exit(t, a.pfn, order, "alloc_pages");
+        self.prep_new_folio(a.pfn, order, a.nid);
+        self.check.on_alloc(&self.mem_map, &self.pa, a.pfn, order);
+        // The caller's clearing, copy or fill is the guest's first
+        // write to these frames: a host that dropped their backing
+        // (a reported page) faults it back in now.
+        if let Some(h) = self.host.as_mut() {
+            t += h.touch(a.pfn, 1 << order, &mut self.stat);
+            if self.check.enabled {
+                self.check.on_guest_handout(&self.pa, h, a.pfn, order);
+            }
+        }
+        // The slow path's wakeup_kswapd, when a zone went below low.
+        self.kswapd_check_low(t, a.nid);
+        (a.pfn, t)
+    }
+
+    /// `alloc_folio` after its first attempt failed at `t`: reclaim and
+    /// retry. Out of line, so that the common case carries no reclaim state.
+    #[cold]
+    #[inline(never)]
+    fn alloc_folio_slow(&mut self, t: Ns, cpu: u32, order: u32, nid: u32, mt: MigrateType) -> Option<(Pfn, Ns)> {
         let mut t = t;
         let mut tries = 0;
         let mut rounds = 0;
         loop {
-            if let Some(a) = self.pa.alloc_pages(t, cpu, order, nid, mt, &mut self.stat) {
-                self.check_free_generations(a.done);
-                t = self.luf_alloc_exit(a.done, cpu, a.nid, a.ugen);
-                self.check_alloc_exit(t, a.pfn, order, "alloc_pages");
-                self.prep_new_folio(a.pfn, order, a.nid);
-                self.check.on_alloc(&self.mem_map, &self.pa, a.pfn, order);
-                // The caller's clearing, copy or fill is the guest's first
-                // write to these frames: a host that dropped their backing
-                // (a reported page) faults it back in now.
-                if let Some(h) = self.host.as_mut() {
-                    t += h.touch(a.pfn, 1 << order, &mut self.stat);
-                    if self.check.enabled {
-                        self.check.on_guest_handout(&self.pa, h, a.pfn, order);
-                    }
-                }
-                // The slow path's wakeup_kswapd, when a zone went below low.
-                self.kswapd_check_low(t, a.nid);
-                return Some((a.pfn, t));
-            }
             // should_reclaim_retry: give up after MAX_RECLAIM_RETRIES
             // rounds of reclaim that freed nothing.
             rounds += 1;
@@ -72,6 +86,9 @@ impl Kernel {
             if freed == 0 {
                 // Flush per-CPU lists that might hold what we need.
                 t = self.pa.drain_all_pages(t);
+            }
+            if let Some(a) = self.pa.alloc_pages(t, cpu, order, nid, mt, &mut self.stat) {
+                return Some(self.alloc_folio_prep(a, cpu, order));
             }
         }
     }
@@ -700,7 +717,13 @@ impl Kernel {
                 if pte.dirty() && flags & pg::ANON == 0 {
                     self.folio_mark_dirty(pfn);
                 }
-                if batch {
+                if horder < 2 {
+                    // What folio_remove_rmap_ptes does for a folio that can
+                    // never be deferred-split, batched or not.
+                    for j in 0..n as Pfn {
+                        self.page_remove_rmap(mm, pfn + j);
+                    }
+                } else if batch {
                     t = self.folio_remove_rmap_ptes(t, cpu, mm, pfn, n as u32, true);
                 } else {
                     for j in 0..n as Pfn {

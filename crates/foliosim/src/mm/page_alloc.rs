@@ -1100,6 +1100,22 @@ impl PageAlloc {
     /// or more pages, `nr_pcp_free` pages (at least `batch`, more after a run
     /// of frees) go back to the buddy from the list tails.
     pub fn free_pages_ugen(&mut self, now: Ns, cpu: u32, pfn: Pfn, order: u32, ugen: u16, stat: &mut VmStat) -> Ns {
+        self.free_pages_one(now, cpu, pfn, order, ugen, stat)
+    }
+
+    /// `free_pages_ugen` of each order-0 page of `pfns` in turn, each
+    /// starting when the previous one is done: release_pages' loop over a
+    /// batch, with one call for the batch instead of one a page.
+    pub fn free_pages_bulk_ugen(&mut self, now: Ns, cpu: u32, pfns: &[Pfn], ugen: u16, stat: &mut VmStat) -> Ns {
+        let mut t = now;
+        for &pfn in pfns {
+            t = self.free_pages_one(t, cpu, pfn, 0, ugen, stat);
+        }
+        t
+    }
+
+    #[inline(always)]
+    fn free_pages_one(&mut self, now: Ns, cpu: u32, pfn: Pfn, order: u32, ugen: u16, stat: &mut VmStat) -> Ns {
         assert!(order <= MAX_PAGE_ORDER && pfn & ((1 << order) - 1) == 0, "bad free {pfn:#x} order {order}");
         let zi = self.zone_idx_of_pfn(pfn).unwrap_or_else(|| panic!("free of pfn {pfn:#x} outside every zone"));
         let nz = self.zones.len();

@@ -32,14 +32,20 @@ pub struct ListHead {
 
 impl ListHead {
     pub fn add_head(&mut self, mm: &mut MemMap, pfn: Pfn) {
-        let old = self.head;
         // One frame lookup for the links and the order.
         let order = {
             let p = mm.get_mut(pfn);
             p.lru_prev = 0;
-            p.lru_next = old;
+            p.lru_next = self.head;
             p.order
         };
+        self.link_head(mm, pfn, order);
+    }
+
+    /// `add_head` once the entry's own links point at the old head.
+    #[inline(always)]
+    fn link_head(&mut self, mm: &mut MemMap, pfn: Pfn, order: u8) {
+        let old = self.head;
         if old != 0 {
             mm.get_mut(old - 1).lru_prev = pfn + 1;
         } else {
@@ -77,6 +83,12 @@ impl ListHead {
             p.lru_next = 0;
             r
         };
+        self.unlink(mm, prev, next, order);
+    }
+
+    /// `del` once the entry's links (`prev`, `next`) are read and cleared.
+    #[inline(always)]
+    fn unlink(&mut self, mm: &mut MemMap, prev: u32, next: u32, order: u8) {
         if prev != 0 {
             mm.get_mut(prev - 1).lru_next = next;
         } else {
@@ -130,29 +142,35 @@ pub fn folio_lru_list(flags: u32) -> Lru {
 impl Kernel {
     /// lruvec_add_folio: caller holds the node's lru_lock (in simulated time).
     pub fn lruvec_add_folio(&mut self, pfn: Pfn) {
-        // PG_lru is set in the same frame lookup (the list choice ignores it).
-        let (flags, nid, order) = {
-            let p = self.mem_map.get_mut(pfn);
-            let f = p.flags;
-            p.flags |= pg::LRU;
-            (f, p.nid as usize, p.order)
-        };
+        // PG_lru and the folio's own links are set in the same frame
+        // lookup (the list choice ignores PG_lru).
+        let nodes = &mut self.nodes;
+        let p = self.mem_map.get_mut(pfn);
+        let (flags, nid, order) = (p.flags, p.nid as usize, p.order);
+        p.flags |= pg::LRU;
         let lru = folio_lru_list(flags);
-        self.nodes[nid].lruvec.lists[lru as usize].add_head(&mut self.mem_map, pfn);
+        let list = &mut nodes[nid].lruvec.lists[lru as usize];
+        p.lru_prev = 0;
+        p.lru_next = list.head;
+        list.link_head(&mut self.mem_map, pfn, order);
         if (lru as usize) < 4 {
             self.stat.add(LRU_STAT[lru as usize], 1 << order);
         }
     }
 
     pub fn lruvec_del_folio(&mut self, pfn: Pfn) {
-        let (flags, nid, order) = {
+        // PG_lru and the folio's links are read and cleared in one frame
+        // lookup (a listed folio is never its own neighbour).
+        let (flags, nid, order, prev, next) = {
             let p = self.mem_map.get_mut(pfn);
-            let f = p.flags;
+            let r = (p.flags, p.nid as usize, p.order, p.lru_prev, p.lru_next);
             p.flags &= !pg::LRU;
-            (f, p.nid as usize, p.order)
+            p.lru_prev = 0;
+            p.lru_next = 0;
+            r
         };
         let lru = folio_lru_list(flags);
-        self.nodes[nid].lruvec.lists[lru as usize].del(&mut self.mem_map, pfn);
+        self.nodes[nid].lruvec.lists[lru as usize].unlink(&mut self.mem_map, prev, next, order);
         if (lru as usize) < 4 {
             self.stat.add(LRU_STAT[lru as usize], -(1 << order));
         }
@@ -229,6 +247,10 @@ impl Kernel {
         let mut t = t;
         let mut dead = std::mem::take(&mut self.scratch_dead);
         dead.clear();
+        // Whether every dead folio is order 0 (the bulk free below).
+        let mut all_small = true;
+        let mut on_lru = 0;
+        let mut nid = 0;
         for &p in folios {
             let pg = self.mem_map.get_mut(p);
             pg.refcount -= 1;
@@ -238,21 +260,19 @@ impl Kernel {
                 continue;
             }
             if pg.refcount == 0 {
+                // Flags and node do not change while references drop, so
+                // the LRU census is taken in the same frame lookup.
+                if pg.flags & pg::LRU != 0 {
+                    on_lru += 1;
+                    nid = pg.nid as usize;
+                }
+                all_small &= pg.order == 0;
                 dead.push(p);
             }
         }
         if dead.is_empty() {
             self.scratch_dead = dead;
             return t;
-        }
-        let mut on_lru = 0;
-        let mut nid = 0;
-        for &p in &dead {
-            let pg = self.mem_map.get(p);
-            if pg.flags & pg::LRU != 0 {
-                on_lru += 1;
-                nid = pg.nid as usize;
-            }
         }
         if on_lru > 0 {
             let hold = self.c.lru_lock_per_folio * on_lru as Ns;
@@ -263,23 +283,27 @@ impl Kernel {
                 }
             }
         }
-        for &p in &dead {
-            t = self.free_folio_ugen(t, cpu, p, ugen);
+        if all_small && !self.check.enabled && !self.knobs.init_on_free {
+            // free_folio_ugen of order-0 folios with the checker and
+            // init_on_free off: the per-frame reset touches only mem_map
+            // and the allocator never reads it, so reset them all, then
+            // free the batch in one allocator call.
+            for &p in &dead {
+                self.free_folio_reset(p, 0);
+            }
+            t = self.pa.free_pages_bulk_ugen(t, cpu, &dead, ugen, &mut self.stat);
+        } else {
+            for &p in &dead {
+                t = self.free_folio_ugen(t, cpu, p, ugen);
+            }
         }
         self.scratch_dead = dead;
         t
     }
 
-    /// Return a folio whose last reference is gone to the page allocator.
-    pub fn free_folio(&mut self, t: Ns, cpu: u32, pfn: Pfn) -> Ns {
-        self.free_folio_ugen(t, cpu, pfn, 0)
-    }
-
-    /// `free_folio` carrying LUF generation `ugen` into pcp/buddy.
-    pub fn free_folio_ugen(&mut self, t: Ns, cpu: u32, pfn: Pfn, ugen: u16) -> Ns {
-        let order = self.mem_map.get(pfn).order as u32;
-        // Large folios leave the deferred-split queue first (free_transhuge_page).
-        let t = if order >= 2 { self.free_large_folio(t, cpu, pfn) } else { t };
+    /// The frames of a freed folio lose their mapping state.
+    #[inline(always)]
+    fn free_folio_reset(&mut self, pfn: Pfn, order: u32) {
         for i in 0..(1u32 << order) {
             let p = self.mem_map.get_mut(pfn + i);
             if p.mapcount != 0 {
@@ -292,6 +316,19 @@ impl Kernel {
             p.index = 0;
             p.private = 0;
         }
+    }
+
+    /// Return a folio whose last reference is gone to the page allocator.
+    pub fn free_folio(&mut self, t: Ns, cpu: u32, pfn: Pfn) -> Ns {
+        self.free_folio_ugen(t, cpu, pfn, 0)
+    }
+
+    /// `free_folio` carrying LUF generation `ugen` into pcp/buddy.
+    pub fn free_folio_ugen(&mut self, t: Ns, cpu: u32, pfn: Pfn, ugen: u16) -> Ns {
+        let order = self.mem_map.get(pfn).order as u32;
+        // Large folios leave the deferred-split queue first (free_transhuge_page).
+        let t = if order >= 2 { self.free_large_folio(t, cpu, pfn) } else { t };
+        self.free_folio_reset(pfn, order);
         self.check.on_free(pfn, order);
         let mut t = t;
         let mut ugen = ugen;

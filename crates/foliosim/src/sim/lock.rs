@@ -58,11 +58,12 @@ const MAX_INTERVALS: usize = 256;
 
 impl Timeline {
     /// Reserve the earliest slot at or after `t` for `cpu`; `len(prev)`
-    /// gives the slot's length given the previous holder. Returns (start, end).
+    /// gives the slot's length given the previous holder. Returns (start,
+    /// end, previous holder of the slot taken: u32::MAX for none).
     /// The common case (after everything reserved so far) is inlined into
     /// every lock operation; the gap search is out of line.
     #[inline(always)]
-    pub fn reserve(&mut self, t: Ns, cpu: u32, mut len: impl FnMut(u32) -> Ns) -> (Ns, Ns) {
+    pub fn reserve(&mut self, t: Ns, cpu: u32, len: impl Fn(u32) -> Ns) -> (Ns, Ns, u32) {
         // Forget beyond the cap, then what ended before the horizon (the
         // cap test is monotone in `head`, so doing it first is the same as
         // testing both at every step). Local copies keep the loop in registers.
@@ -79,15 +80,15 @@ impl Timeline {
         if self.head < self.iv.len() {
             let (_, e, owner) = self.iv[self.iv.len() - 1];
             if e > t {
-                return self.reserve_in_gap(t, cpu, &mut len);
+                return self.reserve_in_gap(t, cpu, &len);
             }
             let end = t + len(owner);
             self.iv.push((t, end, cpu));
-            (t, end)
+            (t, end, owner)
         } else {
             let end = t + len(u32::MAX);
             self.iv.push((t, end, cpu));
-            (t, end)
+            (t, end, u32::MAX)
         }
     }
 
@@ -102,7 +103,7 @@ impl Timeline {
 
     /// `reserve` when `t` is before the end of the latest reservation.
     #[inline(never)]
-    fn reserve_in_gap(&mut self, t: Ns, cpu: u32, len: &mut dyn FnMut(u32) -> Ns) -> (Ns, Ns) {
+    fn reserve_in_gap(&mut self, t: Ns, cpu: u32, len: &dyn Fn(u32) -> Ns) -> (Ns, Ns, u32) {
         let head = self.head;
         let live = &self.iv[head..];
         // First interval that ends after t.
@@ -124,7 +125,7 @@ impl Timeline {
         }
         let end = s + len(owner);
         self.iv.insert(head + i, (s, end, cpu));
-        (s, end)
+        (s, end, owner)
     }
 
     /// End of the latest reservation.
@@ -148,13 +149,10 @@ impl CacheLine {
     /// Perform one atomic RMW at `now` from `cpu`; returns completion time.
     #[inline]
     pub fn rmw(&mut self, now: Ns, cpu: u32, lc: &LineCost) -> Ns {
-        let mut bounced = false;
-        let (s, e) = self.tl.reserve(now, cpu, |prev| {
-            let c = lc.transfer(prev, cpu);
-            bounced = prev != cpu && prev != u32::MAX;
-            c
-        });
-        self.bounces += bounced as u64;
+        // The bounce follows from the previous holder the reservation
+        // returns: a closure recording it would live in memory.
+        let (s, e, prev) = self.tl.reserve(now, cpu, |prev| lc.transfer(prev, cpu));
+        self.bounces += (prev != cpu && prev != u32::MAX) as u64;
         self.wait_ns += s - now;
         e
     }
@@ -175,7 +173,7 @@ impl SpinLock {
     /// Take the lock at `now`, hold it for `hold`; returns the release time.
     #[inline]
     pub fn lock_for(&mut self, now: Ns, cpu: u32, hold: Ns, lc: &LineCost) -> Ns {
-        let (s, e) = self.tl.reserve(now, cpu, |prev| lc.transfer(prev, cpu) + hold);
+        let (s, e, _) = self.tl.reserve(now, cpu, |prev| lc.transfer(prev, cpu) + hold);
         if s > now {
             self.contended += 1;
             self.wait_ns += s - now;
