@@ -308,6 +308,7 @@ pub fn registry() -> Vec<KnobSpec> {
         KnobSpec { key: "kernel.numa_balancing_scan_size_mb", default: Int(256), help: "NUMA balancing: MB of PTEs made PROT_NONE per task_numa_work pass (up to 8x that of address space walked)", values: None, range: Some((1, 1 << 32)) },
         KnobSpec { key: "kernel.numa_balancing_hot_threshold_ms", default: Int(1000), help: "NUMA balancing memory tiering: a lower-tier page whose hint fault came less than this after its scan is hot (debugfs sched/numa_balancing/hot_threshold_ms)", values: None, range: Some((1, 1 << 32)) },
         KnobSpec { key: "debug.mutant", default: Str("none"), help: "a deliberately broken mechanism, to show the invariant checker catches it (tests only)", values: Some(MUTANTS), range: None },
+        KnobSpec { key: "spf.tree_protection", default: Str("rcu+refcount"), help: "with fault_locking = \"spf\": how the speculative VMA lookup is protected against tree changes: rcu+refcount (v12: RCU walk, get_vma/put_vma on the VMA's line) or rwlock (v11: also read_lock/read_unlock of the per-mm mm_rb_lock, two RMWs on one shared mm_struct line per lookup)", values: Some(&["rcu+refcount", "rwlock"]), range: None },
     ]
 }
 
@@ -359,11 +360,13 @@ pub struct Knobs {
     pub init_on_free: bool,
     /// migrate_pages batches its TLB flush (7e12beb8ca2a applied).
     pub migrate_batch_flush: bool,
+    /// spf.tree_protection = "rwlock" (SPF v11's mm_rb_lock).
+    pub spf_tree_rwlock: bool,
 }
 
 impl Default for Knobs {
     fn default() -> Self {
-        Knobs { min_free_kbytes: None, watermark_scale_factor: 10, percpu_pagelist_high_fraction: 0, fault_around_bytes: 65536, shuffle: false, mutant: Mutant::None, page_reporting: false, page_reporting_order: None, reported_putback_tail: true, host_discard_free: false, host_thp: false, host_mem_mib: 0, host_prealloc: false, anon_folio: AnonFolioKnobs::default(), fault_locking: FaultLocking::MmapLock, speculative_page_fault: true, fault_trace: 0, rwsem_51: false, demotion_enabled: false, pagecache_promotion_enabled: false, numa_balancing: 0, promote_rate_limit_mbps: 65536, numa_scan_period_min_ms: 1000, numa_scan_delay_ms: 1000, numa_scan_size_mb: 256, numa_hot_threshold_ms: 1000, promo_list_head: false, luf: LufKnobs::default(), init_on_free: false, migrate_batch_flush: true }
+        Knobs { min_free_kbytes: None, watermark_scale_factor: 10, percpu_pagelist_high_fraction: 0, fault_around_bytes: 65536, shuffle: false, mutant: Mutant::None, page_reporting: false, page_reporting_order: None, reported_putback_tail: true, host_discard_free: false, host_thp: false, host_mem_mib: 0, host_prealloc: false, anon_folio: AnonFolioKnobs::default(), fault_locking: FaultLocking::MmapLock, speculative_page_fault: true, fault_trace: 0, rwsem_51: false, demotion_enabled: false, pagecache_promotion_enabled: false, numa_balancing: 0, promote_rate_limit_mbps: 65536, numa_scan_period_min_ms: 1000, numa_scan_delay_ms: 1000, numa_scan_size_mb: 256, numa_hot_threshold_ms: 1000, promo_list_head: false, luf: LufKnobs::default(), init_on_free: false, migrate_batch_flush: true, spf_tree_rwlock: false }
     }
 }
 
@@ -416,6 +419,7 @@ impl Knobs {
             ("luf.invalidate_hook", KnobValue::Bool(b)) => self.luf.invalidate_hook = *b,
             ("init_on_free", KnobValue::Bool(b)) => self.init_on_free = *b,
             ("migrate.batch_flush", KnobValue::Bool(b)) => self.migrate_batch_flush = *b,
+            ("spf.tree_protection", KnobValue::Str(s)) => self.spf_tree_rwlock = s == "rwlock",
             ("debug.mutant", KnobValue::Str(s)) => {
                 if let Some((_, m)) = LUF_MUTANTS.iter().find(|(n, _)| n == s) {
                     self.mutant = Mutant::Luf(*m);

@@ -84,6 +84,8 @@ impl Kernel {
             end += bss;
         }
         segs.push(Vma { start: STACK_TOP - EXEC_STACK, end: STACK_TOP, flags: vm::READ | vm::WRITE | vm::MAYWRITE | vm::GROWSDOWN, file: 0, pgoff: (STACK_TOP - EXEC_STACK) >> 12, anon_vma: 0, seq: 0, vm_lock: Default::default() });
+        // The new mm's VMAs are allocated on the exec'ing CPU.
+        self.mms[new as usize].mmap_lock.writer_cpu = cpu;
         for v in segs {
             if v.file != 0 {
                 self.inodes[file as usize].i_mmap += 1;

@@ -40,7 +40,8 @@ impl Kernel {
             for v in &vmas {
                 let mut v = v.clone();
                 v.seq = 0;
-                v.vm_lock = Default::default();
+                // vm_area_dup on the forking CPU.
+                v.vm_lock = c.vma_obj_alloc(cpu);
                 c.vmas.insert(v.start, v);
             }
         }

@@ -3,7 +3,8 @@
 //! the maple tree; its costs are charged from the profile by the callers.
 
 use super::pgtable::PageTable;
-use crate::sim::lock::{CacheLine, RwSem};
+use super::slub::{vma_layout, KmemCache, VMA_LOCK_SIZE};
+use crate::sim::lock::{LineStore, RwSem};
 use crate::sim::Ns;
 use std::collections::BTreeMap;
 
@@ -57,8 +58,12 @@ pub struct VmaLock {
     /// vm_lock_seq: the mm write cycle (`Mm::mm_lock_seq`) in which a writer
     /// marked this VMA with vma_start_write (0: never).
     pub lock_seq: u64,
-    /// SPF: the line holding vm_ref_count (with vm_start/vm_end, line A).
-    pub ref_line: CacheLine,
+    /// Address of the VMA's vm_area_struct in the mm's slab cache (0: not
+    /// allocated yet); its fields' lines are `Mm::lines` at this address
+    /// plus the `vma_layout` offsets.
+    pub obj: u64,
+    /// Address of its struct vma_lock (per-VMA locks: the rwsem's count).
+    pub lock_obj: u64,
 }
 
 impl PartialEq for VmaLock {
@@ -162,6 +167,14 @@ pub struct Mm {
     /// mm->tlb_flush_batched: batched unmaps set pending / seen flushed.
     pub tlb_flush_batched_pending: u32,
     pub tlb_flush_batched_flushed: u32,
+    /// The vm_area_struct and vma_lock slab caches and the cache lines of
+    /// their objects and of this mm_struct. Per mm: object addresses come
+    /// from a region of this mm's own, so two processes' VMAs never share a
+    /// line (SLUB's caches are global; the workloads where lines matter run
+    /// one multi-threaded process).
+    pub vma_cache: KmemCache,
+    pub vma_lock_cache: KmemCache,
+    pub lines: LineStore,
     /// x86 tlb_gen: bumped by every batched unmap of this mm.
     pub tlb_gen: u64,
     /// Per CPU: the tlb_gen its TLB is up to date with (lazily sized).
@@ -203,6 +216,9 @@ impl Mm {
             next_seq: 1,
             seq_bumps_read_side: 0,
             cycle_log: Default::default(),
+            vma_cache: KmemCache::new(vma_layout::SIZE, nr_cpus, Self::obj_region(id)),
+            vma_lock_cache: KmemCache::new(VMA_LOCK_SIZE, nr_cpus, Self::obj_region(id) + (1 << 38)),
+            lines: LineStore::default(),
             tlb_flush_pending: 0,
             tlb_flush_batched_pending: 0,
             tlb_flush_batched_flushed: 0,
@@ -266,8 +282,56 @@ impl Mm {
         if let Some(v) = self.vmas.get_mut(&key) {
             v.seq = seq;
             v.vm_lock.lock_seq = cyc;
-            let (lo, hi) = (v.start, v.end);
+            let (lo, hi, obj) = (v.start, v.end, v.vm_lock.obj);
             self.log_marked(lo, hi);
+            self.writer_store(obj + vma_layout::VM_SEQUENCE);
+        }
+    }
+
+    /// Base of this mm's kernel-object address region.
+    fn obj_region(id: u32) -> u64 {
+        (id as u64 + 1) << 40
+    }
+
+    /// Line address of this mm_struct's mm_rb/mm_seq/vmacache_seqnum line
+    /// (and v11's mm_rb_lock next to them).
+    pub fn mm_rb_line(&self) -> u64 {
+        Self::obj_region(self.id) + (1 << 39)
+    }
+
+    /// A store (or seqcount increment) by the writer holding mmap_lock for
+    /// write, on the line holding `addr`: the line moves to the writer's CPU
+    /// at the start of its section, so the next reader elsewhere pays a
+    /// transfer. The writer's own step is not charged: its constants
+    /// (vma_split, mmap, munmap) already include touching the VMA.
+    #[inline]
+    fn writer_store(&mut self, addr: u64) {
+        if addr < (1 << 40) {
+            return; // no object
+        }
+        let lc = crate::sim::lock::LineCost { local_rmw: 0, same_socket: 0, cross_socket: 0, cpus_per_socket: 1 };
+        let (t, cpu) = (self.mmap_lock.writer_from, self.mmap_lock.writer_cpu);
+        self.lines.rmw(addr, t, cpu, &lc);
+    }
+
+    /// A new vm_area_struct (and vma_lock) on the writer's CPU
+    /// (vm_area_alloc, or vm_area_dup for a split or fork), initialised
+    /// by it: every line of the object is the writer's.
+    pub fn vma_obj_alloc(&mut self, cpu: u32) -> VmaLock {
+        let obj = self.vma_cache.alloc(cpu);
+        let lock_obj = self.vma_lock_cache.alloc(cpu);
+        for off in [vma_layout::VM_START, vma_layout::VM_REF_COUNT, vma_layout::VM_FLAGS, vma_layout::VM_OPS, vma_layout::VM_SEQUENCE] {
+            self.writer_store(obj + off);
+        }
+        self.writer_store(lock_obj);
+        VmaLock { obj, lock_obj, ..Default::default() }
+    }
+
+    /// vm_area_free of a VMA that left the tree.
+    pub fn vma_obj_free(&mut self, l: &VmaLock) {
+        if l.obj != 0 {
+            self.vma_cache.free(l.obj);
+            self.vma_lock_cache.free(l.lock_obj);
         }
     }
 
@@ -331,6 +395,11 @@ impl Mm {
         // A new (or grown) VMA is a new vm_sequence value, made in this cycle.
         new.seq = self.fresh_seq();
         new.vm_lock.lock_seq = self.mm_lock_seq;
+        // The object the result lives in (vma_merge): the prev it extends,
+        // else the VMA's own (a re-insert after mprotect), else the next it
+        // extends downwards, else a new one; the others are freed.
+        let mut keep: Option<VmaLock> = (new.vm_lock.obj != 0).then(|| new.vm_lock.clone());
+        let mut dropped: [Option<VmaLock>; 2] = [None, None];
         if let Some((&pk, prev)) = self.vmas.range(..new.start).next_back() {
             if prev.can_merge_with(&new) {
                 let prev = self.vmas.remove(&pk).unwrap();
@@ -338,6 +407,7 @@ impl Mm {
                 new.pgoff = prev.pgoff;
                 new.anon_vma = new.anon_vma.max(prev.anon_vma);
                 merged += 1;
+                dropped[0] = keep.replace(prev.vm_lock);
             }
         }
         if let Some(next) = self.vmas.get(&new.end) {
@@ -346,8 +416,25 @@ impl Mm {
                 new.end = next.end;
                 new.anon_vma = new.anon_vma.max(next.anon_vma);
                 merged += 1;
+                if keep.is_none() {
+                    keep = Some(next.vm_lock);
+                } else {
+                    dropped[1] = Some(next.vm_lock);
+                }
             }
         }
+        for d in dropped.iter().flatten() {
+            self.vma_obj_free(d);
+        }
+        let l = match keep {
+            Some(l) => l,
+            None => self.vma_obj_alloc(self.mmap_lock.writer_cpu),
+        };
+        new.vm_lock.obj = l.obj;
+        new.vm_lock.lock_obj = l.lock_obj;
+        // vm_start/vm_end/vm_pgoff (line A) and the seqcount written.
+        self.writer_store(l.obj + vma_layout::VM_START);
+        self.writer_store(l.obj + vma_layout::VM_SEQUENCE);
         self.log_marked(new.start, new.end);
         self.vmas.insert(new.start, new);
         merged
@@ -368,7 +455,13 @@ impl Mm {
         tail.pgoff += (addr - tail.start) >> 12;
         tail.start = addr;
         tail.seq = s2;
-        tail.vm_lock = VmaLock { lock_seq: cyc, ..Default::default() };
+        let obj = v.vm_lock.obj;
+        // __split_vma: vm_area_dup on the writer's CPU; the old VMA's
+        // vm_end (line A) and seqcount are written.
+        tail.vm_lock = VmaLock { lock_seq: cyc, ..self.vma_obj_alloc(self.mmap_lock.writer_cpu) };
+        self.writer_store(obj + vma_layout::VM_START);
+        self.writer_store(obj + vma_layout::VM_SEQUENCE);
+        let v = &self.vmas[&key];
         let lo = v.start;
         self.log_marked(lo, tail.end);
         self.vmas.insert(addr, tail);
@@ -382,7 +475,12 @@ impl Mm {
         splits += self.split_at(start) as u32;
         splits += self.split_at(end) as u32;
         let keys: Vec<u64> = self.vmas.range(start..end).map(|(&k, _)| k).collect();
-        let v = keys.into_iter().map(|k| self.vmas.remove(&k).unwrap()).collect();
+        let v: Vec<Vma> = keys.into_iter().map(|k| self.vmas.remove(&k).unwrap()).collect();
+        // remove_vma frees the objects (SPF v12 after an RCU grace period and
+        // the last reference; not modelled: the object is reusable at once).
+        for x in &v {
+            self.vma_obj_free(&x.vm_lock);
+        }
         (v, splits)
     }
 

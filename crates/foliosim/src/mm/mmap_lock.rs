@@ -301,13 +301,27 @@ impl Kernel {
             self.fault_event(Stat::VmaLockAbort);
             return FastFault::Fallback(t);
         }
-        // (b) down_read_trylock on vm_lock: an RMW on the VMA's lock line.
-        let Some(t) = m.vmas.get_mut(&key).unwrap().vm_lock.sem.down_read_trylock(t, cpu, &lc) else {
+        // (b) down_read_trylock on vm_lock: an RMW on the count word of the
+        // VMA's struct vma_lock, a slab object whose line neighbours share
+        // (`Mm::lines`); fails while a writer holds or waits.
+        let lock_obj = m.vmas[&key].vm_lock.lock_obj;
+        let t = m.lines.rmw(lock_obj, t, cpu, &lc);
+        let v = m.vmas.get_mut(&key).unwrap();
+        if v.vm_lock.sem.writer_until > t {
             self.fault_event(Stat::VmaLockAbort);
-            return FastFault::Fallback(t + lc.local_rmw);
+            return FastFault::Fallback(t);
+        }
+        v.vm_lock.sem.read_acquisitions += 1;
+        let vma = v.fault_copy();
+        // vma_end_read: up_read, another RMW on that word.
+        let unlock = move |k: &mut Kernel, t: Ns| -> Ns {
+            let m = &mut k.mms[mm as usize];
+            let end = m.lines.rmw(lock_obj, t, cpu, &lc);
+            if let Some(v) = m.vmas.get_mut(&key) {
+                v.vm_lock.sem.readers_until = v.vm_lock.sem.readers_until.max(end);
+            }
+            end
         };
-        let vma = m.vmas[&key].fault_copy();
-        let unlock = |k: &mut Kernel, t: Ns| -> Ns { k.mms[mm as usize].vmas.get_mut(&key).map_or(t, |v| v.vm_lock.sem.up_read(t, cpu, &lc)) };
         if !super::memory::access_permitted(&vma, kind) {
             // An access error under the VMA lock is a SIGSEGV, counted as a success.
             let t = unlock(self, t);

@@ -24,6 +24,7 @@ pub mod page_reporting;
 pub mod pgtable;
 pub mod rmap;
 pub mod shuffle;
+pub mod slub;
 pub mod spf;
 pub mod swap;
 pub mod truncate;

@@ -21,6 +21,7 @@ use super::memory::{exec_bit, Fault};
 use super::mmap::{vm, Vma};
 use super::mmap_lock::FastFault;
 use super::pgtable::Pte;
+use super::slub::vma_layout as vl;
 use super::vmstat::Stat;
 use super::Pfn;
 use crate::kernel::knobs::Mutant;
@@ -45,6 +46,8 @@ pub struct SpfPending {
     /// mm_lock_seq and the read-side bump count at the snapshot.
     pub cycle: u64,
     pub read_bumps: u64,
+    /// The VMA's vm_area_struct (the pinned pointer): its lines.
+    pub obj: u64,
 }
 
 impl Kernel {
@@ -60,6 +63,11 @@ impl Kernel {
             self.fault_event(Stat::SpfNotAttemptedKernelMode);
             return FastFault::Fallback(t);
         }
+        // G2 reads mm_users. In 5.1's mm_struct (x86-64; mm_cachep objects
+        // are cache-aligned) mm_users is at byte 96 and mmap_sem's count at
+        // 120 (after v12's mm_seq): the same line, the one every classic
+        // fault's down_read/up_read RMWs (spec §6.1 C7's mm lines).
+        let t = self.mms[mm as usize].mmap_lock.line.read(t, cpu, &self.lc);
         if self.mms[mm as usize].users <= 1 {
             self.fault_event(Stat::SpfNotAttemptedSingleThread);
             return FastFault::Fallback(t);
@@ -68,15 +76,29 @@ impl Kernel {
         let lc = self.lc;
         let t_begin = t;
         // S1: find_vma_rcu (tree walk under RCU; mm_seq read on the tree line).
-        let t = t + self.c.vma_lookup;
+        let mut t = t + self.c.vma_lookup;
         let m = &mut self.mms[mm as usize];
-        let Some(key) = m.vma_lookup(addr).map(|v| v.start) else {
+        // v11 (spf.tree_protection = "rwlock"): read_lock(&mm->mm_rb_lock)
+        // around the walk and get_vma, read_unlock after: two RMWs on the
+        // mm_struct line next to mm_rb, shared by every faulting CPU.
+        if self.knobs.spf_tree_rwlock {
+            let l = m.mm_rb_line();
+            t = m.lines.rmw(l, t, cpu, &lc);
+            t = m.lines.rmw(l, t, cpu, &lc);
+        }
+        let Some((key, obj)) = m.vma_lookup(addr).map(|v| (v.start, v.vm_lock.obj)) else {
             self.fault_event(Stat::SpfAbortNoVma);
             return self.spf_abort(t_begin, t);
         };
-        // The reference (vm_ref_count) is an RMW on the VMA's first line.
-        let t = m.vmas.get_mut(&key).unwrap().vm_lock.ref_line.rmw(t, cpu, &lc);
+        // The lookup ends on the VMA (the vmacache hit or the last node of
+        // the walk): vm_start/vm_end, on line A. The walk's inner nodes are
+        // other VMAs' lines A too, read only after a vmacache invalidation
+        // (not modelled). Then get_vma: an RMW on vm_ref_count, line A.
+        let t = m.lines.read(obj + vl::VM_START, t, cpu, &lc);
+        let t = m.lines.rmw(obj + vl::VM_REF_COUNT, t, cpu, &lc);
         let vma = m.vmas[&key].fault_copy();
+        // S2 reads vm_sequence, the object's last line.
+        let t = m.lines.read(obj + vl::VM_SEQUENCE, t, cpu, &lc);
         // S2: the count is odd while a writer is inside its section (around
         // the field writes of __vma_adjust, mprotect_fixup, the zap). The
         // writer's step is atomic, so what says whether the section is open
@@ -88,32 +110,39 @@ impl Kernel {
         if m.vma_write_locked_at(&m.vmas[&key], t) {
             self.fault_event(Stat::SpfAbortSeqOdd);
             self.fault_event(Stat::SpfVmaChanged);
-            return self.spf_abort_put(t_begin, t, cpu, mm, key);
+            return self.spf_abort_put(t_begin, t, cpu, mm, obj);
         }
+        // S3 reads vm_ops, S4 anon_vma (adjacent fields).
+        let m = &mut self.mms[mm as usize];
+        let t = m.lines.read(obj + vl::VM_OPS, t, cpu, &lc);
         // S3: vm_ops->fault (every file-backed VMA, shmem).
         if !vma.is_anon() {
             self.fault_event(Stat::SpfAbortVmOpsFault);
             self.fault_event(Stat::SpfVmaNotsup);
-            return self.spf_abort_put(t_begin, t, cpu, mm, key);
+            return self.spf_abort_put(t_begin, t, cpu, mm, obj);
         }
+        let t = m.lines.read(obj + vl::ANON_VMA, t, cpu, &lc);
         // S4: first fault of a fresh anonymous VMA.
         if vma.anon_vma == 0 {
             self.fault_event(Stat::SpfAbortNoAnonVma);
             self.fault_event(Stat::SpfVmaNotsup);
-            return self.spf_abort_put(t_begin, t, cpu, mm, key);
+            return self.spf_abort_put(t_begin, t, cpu, mm, obj);
         }
+        // The snapshot of vm_flags and vm_page_prot (line B).
+        let t = m.lines.read(obj + vl::VM_PAGE_PROT, t, cpu, &lc);
+        let t = m.lines.read(obj + vl::VM_FLAGS, t, cpu, &lc);
         // S7: stacks.
         if vma.flags & vm::GROWSDOWN != 0 {
             self.fault_event(Stat::SpfAbortStack);
             self.fault_event(Stat::SpfVmaNotsup);
-            return self.spf_abort_put(t_begin, t, cpu, mm, key);
+            return self.spf_abort_put(t_begin, t, cpu, mm, obj);
         }
         // S10: no permission: SIGSEGV, final (x86/arm64).
         if !super::memory::access_permitted(&vma, kind) {
             self.fault_event(Stat::SpfVmaAccess);
             self.fault_event(Stat::SpfSigsegvPerm);
             self.fault_event(Stat::PerfSpf);
-            let t = self.mms[mm as usize].vmas.get_mut(&key).unwrap().vm_lock.ref_line.rmw(t, cpu, &lc);
+            let t = self.mms[mm as usize].lines.rmw(obj + vl::VM_REF_COUNT, t, cpu, &lc);
             return FastFault::Done(Fault::Segv, t);
         }
         // S12: the IRQ-off walk; SPF never allocates page tables (§2.8).
@@ -122,7 +151,7 @@ impl Kernel {
         if pud || pmd || pte {
             self.stat.inc(if pud || pmd { Stat::SpfAbortPtPud } else { Stat::SpfAbortPtPmdNone });
             self.fault_event(Stat::SpfVmaNotsup);
-            return self.spf_abort_put(t_begin, t, cpu, mm, key);
+            return self.spf_abort_put(t_begin, t, cpu, mm, obj);
         }
         let orig_pte = self.mms[mm as usize].pt.pte(addr);
         // S13: nothing can move within this step; the re-check is a read.
@@ -136,12 +165,12 @@ impl Kernel {
                     page = Some(pfn);
                     t = t1;
                 }
-                None => return self.spf_abort_put(t_begin, t, cpu, mm, key),
+                None => return self.spf_abort_put(t_begin, t, cpu, mm, obj),
             }
         }
         let t_trap = self.tasks[tid as usize].clock;
         let (cycle, read_bumps) = (self.mms[mm as usize].mm_lock_seq, self.mms[mm as usize].seq_bumps_read_side);
-        self.tasks[tid as usize].fault_cont = Some(SpfPending { addr: addr & !4095, kind, vma, orig_pte, page, t_begin, t_trap, cycle, read_bumps });
+        self.tasks[tid as usize].fault_cont = Some(SpfPending { addr: addr & !4095, kind, vma, orig_pte, page, t_begin, t_trap, cycle, read_bumps, obj });
         FastFault::Pending(t)
     }
 
@@ -157,7 +186,14 @@ impl Kernel {
         let key = p.vma.start;
         // vma_has_changed: the VMA instance is gone from the tree (detached,
         // or replaced: values of vm_sequence name instances), its count
-        // moved, or a writer's section is open at this time.
+        // moved, or a writer's section is open at this time. It reads the
+        // tree node (line A) and vm_sequence (the last line), inside
+        // pte_map_lock before the PTL: at the step's start. (`tstart` stays
+        // the step's start for the accounting.)
+        let (lc, tstart) = (self.lc, t0);
+        let m = &mut self.mms[mm as usize];
+        let t0 = m.lines.read(p.obj + vl::VM_RB, t0, cpu, &lc);
+        let t0 = m.lines.read(p.obj + vl::VM_SEQUENCE, t0, cpu, &lc);
         let m = &self.mms[mm as usize];
         let changed = match m.vmas.get(&key) {
             None => true,
@@ -174,14 +210,14 @@ impl Kernel {
             if let Some(i) = m.cycle_log.iter().position(|c| c.seq == p.cycle + 1) {
                 if m.cycle_log[i].start > t0 {
                     let zapped = m.cycle_log.iter().skip(i).any(|c| c.unmapped.iter().any(|r| r.0 <= p.addr && p.addr < r.1));
-                    return self.spf_finish_before_writer(tid, p, t0, zapped);
+                    return self.spf_finish_before_writer(tid, p, tstart, t0, zapped);
                 }
             }
         }
         if changed && !skip {
             self.fault_event(Stat::SpfAbortPtlChangedBeforeLock);
             self.fault_event(Stat::SpfVmaChanged);
-            let t = self.spf_put_ref(t0, cpu, mm, key);
+            let t = self.spf_put_ref(t0, cpu, mm, p.obj);
             let t = self.spf_free_wasted(t, cpu, &p, p.page);
             return self.spf_fallback(tid, &p, t);
         }
@@ -189,7 +225,7 @@ impl Kernel {
         // skipped, a munmap may have freed them (a use after free).
         if self.mms[mm as usize].pt.table(p.addr).is_none() {
             self.check.report(format!("mm {mm} va {:#x}: speculative fault dereferenced a freed page table (I4)", p.addr));
-            let t = self.spf_put_ref(t0, cpu, mm, key);
+            let t = self.spf_put_ref(t0, cpu, mm, p.obj);
             let t = self.spf_free_wasted(t, cpu, &p, p.page);
             return self.spf_fallback(tid, &p, t);
         }
@@ -221,10 +257,10 @@ impl Kernel {
                 self.handle_pte_fault(t0, cpu, mm, &p.vma, addr, p.kind)
             }
         };
-        let t = self.spf_put_ref(t, cpu, mm, key);
+        let t = self.spf_put_ref(t, cpu, mm, p.obj);
         self.fault_event(Stat::SpeculativePgfault);
         self.fault_event(Stat::PerfSpf);
-        self.fault_return(tid, t0, t, res);
+        self.fault_return(tid, tstart, t, res);
         res
     }
 
@@ -233,10 +269,9 @@ impl Kernel {
     /// (read-only if the writer removed write) where a VMA with the same
     /// anon_vma still covers the address, zapped (the page freed) where none
     /// does. A fault that had nothing prepared runs on the current VMA.
-    fn spf_finish_before_writer(&mut self, tid: u32, p: SpfPending, t0: Ns, zapped: bool) -> Fault {
+    fn spf_finish_before_writer(&mut self, tid: u32, p: SpfPending, tstart: Ns, t0: Ns, zapped: bool) -> Fault {
         let (mm, cpu) = (self.tasks[tid as usize].mm, self.tasks[tid as usize].cpu);
         self.fault_event(Stat::SpfBeforeWriter);
-        let key = p.vma.start;
         let cur = self.mms[mm as usize].vma_lookup(p.addr).cloned().filter(|v| !zapped && v.is_anon() && v.anon_vma == p.vma.anon_vma && self.mms[mm as usize].pt.table(p.addr).is_some());
         let (res, t) = match (p.page, cur) {
             (Some(pfn), Some(v)) if v.flags & vm::READ != 0 => {
@@ -256,21 +291,18 @@ impl Kernel {
             (None, Some(v)) if super::memory::access_permitted(&v, p.kind) => self.handle_pte_fault(t0, cpu, mm, &v, p.addr, p.kind),
             (None, _) => (Fault::Done, t0),
         };
-        let t = self.spf_put_ref(t, cpu, mm, key);
+        let t = self.spf_put_ref(t, cpu, mm, p.obj);
         self.fault_event(Stat::SpeculativePgfault);
         self.fault_event(Stat::PerfSpf);
-        self.fault_return(tid, t0, t, res);
+        self.fault_return(tid, tstart, t, res);
         res
     }
 
-    /// Drop the VMA reference (an RMW on its line; the VMA may be gone:
-    /// the RCU-deferred free keeps the line valid, charged the same).
-    fn spf_put_ref(&mut self, t: Ns, cpu: u32, mm: u32, key: u64) -> Ns {
+    /// put_vma: an RMW on vm_ref_count (line A of the object `obj`). The
+    /// VMA may be gone from the tree: the reference keeps the object.
+    fn spf_put_ref(&mut self, t: Ns, cpu: u32, mm: u32, obj: u64) -> Ns {
         let lc = self.lc;
-        match self.mms[mm as usize].vmas.get_mut(&key) {
-            Some(v) => v.vm_lock.ref_line.rmw(t, cpu, &lc),
-            None => t + lc.same_socket,
-        }
+        self.mms[mm as usize].lines.rmw(obj + vl::VM_REF_COUNT, t, cpu, &lc)
     }
 
     fn spf_free_wasted(&mut self, t: Ns, cpu: u32, p: &SpfPending, page: Option<Pfn>) -> Ns {
@@ -301,8 +333,8 @@ impl Kernel {
     }
 
     /// Abort in step 1 after the VMA reference was taken: drop it.
-    fn spf_abort_put(&mut self, t_begin: Ns, t: Ns, cpu: u32, mm: u32, key: u64) -> FastFault {
-        let t = self.spf_put_ref(t, cpu, mm, key);
+    fn spf_abort_put(&mut self, t_begin: Ns, t: Ns, cpu: u32, mm: u32, obj: u64) -> FastFault {
+        let t = self.spf_put_ref(t, cpu, mm, obj);
         self.spf_abort(t_begin, t)
     }
 
@@ -607,5 +639,142 @@ mod tests {
         assert!(k.tasks[0].clock > we, "the fallback waits for the writer on mmap_lock");
         crate::check::audit(&mut k);
         assert!(k.check.violations.is_empty(), "{:?}", k.check.violations);
+    }
+
+    /// A kernel of 4 CPUs with one two-thread process (tasks 0 and 1 on
+    /// CPUs 0 and 1) under SPF, with `knobs` added.
+    fn boot2(knobs: &str) -> Kernel {
+        let cfg = crate::config::from_toml(
+            &format!("[machine]\nprofile = \"generic-x86\"\nnode_mem_mib = [256, 256]\nnr_cpus = 4\n[workload]\nname = \"mmap1\"\n[knobs]\nfault_locking = \"spf\"\n{knobs}"),
+            "<test>",
+        )
+        .unwrap();
+        let mut k = Kernel::boot(cfg.profile.clone(), cfg.knobs.clone(), true, 1).unwrap();
+        let mm = k.new_mm();
+        k.tasks.push(Task::new(0, mm, 0, 0));
+        k.tasks.push(Task::new(1, mm, 1, 0));
+        k.mms[mm as usize].users = 2;
+        k
+    }
+
+    /// mmap 64 KiB of anonymous memory at `addr` (MAP_FIXED) from task `tid`.
+    fn map_at(k: &mut Kernel, tid: u32, addr: u64) -> u64 {
+        let op = Op::Mmap { addr, len: 16 << 12, prot: prot::READ | prot::WRITE, flags: map::PRIVATE | map::ANONYMOUS | map::FIXED, fd: -1, off: 0 };
+        assert_eq!(k.exec(tid, op), Some(Ret::Val(addr as i64)));
+        k.mms[0].vma_lookup(addr).unwrap().vm_lock.obj
+    }
+
+    /// A store by task `tid` to `addr`, run to completion (both SPF steps).
+    fn store(k: &mut Kernel, tid: u32, addr: u64) {
+        if k.exec(tid, Op::Access { addr, kind: Access::Store }).is_none() {
+            k.spf_fault_finish(tid);
+        }
+    }
+
+    /// VMA 1 faulted by task 1 (CPU 1), VMA 2 by task 0 (CPU 0), pages
+    /// 1..=n, the two tasks in step; VMA 1 mapped by `map1_by`. Returns
+    /// the transfers paid on the mm's lines during those faults and the
+    /// speculative faults done.
+    fn two_vma_faults(map1_by: u32, n: u64) -> (u64, u64, u64, u64) {
+        let mut k = boot2("");
+        let (x, y) = (0x10_0000_0000u64, 0x10_0100_0000u64);
+        map_at(&mut k, 0, 0x0f_0000_0000); // some earlier VMA of CPU 0
+        let o1 = map_at(&mut k, map1_by, x);
+        let o2 = map_at(&mut k, 0, y);
+        // First faults (no anon_vma yet) are classic; they attach anon_vma.
+        store(&mut k, map1_by, x);
+        store(&mut k, 0, y);
+        let (b0, s0) = (k.mms[0].lines.total_bounces(), st(&k, Stat::SpeculativePgfault));
+        for i in 1..=n {
+            let t = k.tasks[0].clock.max(k.tasks[1].clock);
+            k.tasks[0].clock = t;
+            k.tasks[1].clock = t;
+            store(&mut k, 1, x + i * 4096);
+            store(&mut k, 0, y + i * 4096);
+        }
+        assert!(k.check.violations.is_empty(), "{:?}", k.check.violations);
+        (o1, o2, k.mms[0].lines.total_bounces() - b0, (st(&k, Stat::SpeculativePgfault) - s0) as u64)
+    }
+
+    #[test]
+    fn vmas_packed_in_one_cpus_slab_share_a_line_that_spf_faults_from_two_cpus_bounce() {
+        // Both VMAs allocated back to back on CPU 0: vm_sequence of the
+        // first (offset 224) and vm_ref_count of the second (offset 32 of
+        // the next object, 232 bytes on) fall in one 64-byte line.
+        let (o1, o2, shared, spf) = two_vma_faults(0, 10);
+        assert_eq!(o2, o1 + vl::SIZE, "back-to-back allocations on one CPU are neighbours");
+        assert_eq!((o1 + vl::VM_SEQUENCE) / 64, (o2 + vl::VM_REF_COUNT) / 64);
+        assert_eq!(spf, 20, "every fault after the first is speculative");
+        // CPU 0's get_vma/put_vma on VMA 2 and CPU 1's vm_sequence reads of
+        // VMA 1 (S2 and the final check) move the line at every fault.
+        assert!(shared >= 20, "false sharing between neighbouring objects: {shared} transfers");
+        // VMA 1 from CPU 1's own slab: no line is touched by both CPUs.
+        let (o1, o2, apart, spf) = two_vma_faults(1, 10);
+        assert_ne!(o1 / 4096, o2 / 4096, "different CPUs' slabs");
+        assert_eq!(spf, 20);
+        assert_eq!(apart, 0, "each CPU's faults stay on its own lines");
+    }
+
+    #[test]
+    fn a_freed_vma_object_is_reused_by_the_next_allocation_on_that_cpu() {
+        let mut k = boot2("");
+        let a = map_at(&mut k, 0, 0x10_0000_0000);
+        assert_eq!(k.exec(0, Op::Munmap { addr: 0x10_0000_0000, len: 16 << 12 }), Some(Ret::Val(0)));
+        // CPU 1 allocates from its own slab, not the object CPU 0 freed.
+        let b = map_at(&mut k, 1, 0x10_0100_0000);
+        assert_ne!(b, a);
+        assert!(b.abs_diff(a) >= 4096);
+        // CPU 0's next allocation takes the object it freed last.
+        assert_eq!(map_at(&mut k, 0, 0x10_0200_0000), a);
+        // A split allocates the new half on the splitting CPU; the unmapped
+        // half's object goes back and is reused next.
+        let c = map_at(&mut k, 0, 0x10_0300_0000);
+        assert_eq!(c, a + vl::SIZE);
+        assert_eq!(k.exec(1, Op::Mprotect { addr: 0x10_0300_0000 + (8 << 12), len: 8 << 12, prot: prot::READ }), Some(Ret::Val(0)));
+        let tail = k.mms[0].vma_lookup(0x10_0300_0000 + (8 << 12)).unwrap().vm_lock.obj;
+        assert_eq!(k.mms[0].vma_lookup(0x10_0300_0000).unwrap().vm_lock.obj, c, "the head keeps its object");
+        assert_eq!(tail, b + vl::SIZE, "the tail is CPU 1's next object");
+    }
+
+    #[test]
+    fn v11_rwlock_tree_protection_bounces_one_mm_line_between_faulting_cpus() {
+        for (knob, rwlock) in [("", false), ("\"spf.tree_protection\" = \"rwlock\"\n", true)] {
+            let mut k = boot2(knob);
+            let (x, y) = (0x10_0000_0000u64, 0x10_0100_0000u64);
+            map_at(&mut k, 1, x);
+            map_at(&mut k, 0, y);
+            store(&mut k, 1, x);
+            store(&mut k, 0, y);
+            for i in 1..=8 {
+                let t = k.tasks[0].clock.max(k.tasks[1].clock);
+                k.tasks[0].clock = t;
+                k.tasks[1].clock = t;
+                store(&mut k, 1, x + i * 4096);
+                store(&mut k, 0, y + i * 4096);
+            }
+            let l = k.mms[0].mm_rb_line();
+            assert_eq!(st(&k, Stat::SpeculativePgfault), 16);
+            if rwlock {
+                assert!(k.mms[0].lines.bounces(l) >= 15, "read_lock/read_unlock from alternating CPUs: {}", k.mms[0].lines.bounces(l));
+            } else {
+                assert_eq!(k.mms[0].lines.bounces(l), 0, "v12's RCU walk writes no mm line");
+            }
+        }
+    }
+
+    #[test]
+    fn the_gate_reads_mm_users_on_the_mmap_lock_count_line() {
+        // Task 0's mmap and classic first fault left mmap_lock's line on CPU 0.
+        let (mut k, a) = setup("spf");
+        let b0 = k.mms[0].mmap_lock.line.bounces;
+        k.tasks[1].clock = k.tasks[0].clock + 10_000;
+        store(&mut k, 1, a + 4096);
+        store(&mut k, 1, a + 2 * 4096);
+        assert_eq!(st(&k, Stat::SpeculativePgfault), 2, "both faults speculative: no mmap_lock RMW");
+        assert_eq!(k.mms[0].mmap_lock.line.bounces, b0 + 1, "G2's mm_users read fetched the line once; the copy then stays valid");
+        // The next down_write/up_write on CPU 0 must invalidate CPU 1's copy.
+        k.tasks[0].clock = k.tasks[1].clock + 10_000;
+        assert_eq!(k.exec(0, Op::Munmap { addr: a + (12 << 12), len: 4 << 12 }), Some(Ret::Val(0)));
+        assert!(k.mms[0].mmap_lock.line.bounces >= b0 + 2);
     }
 }

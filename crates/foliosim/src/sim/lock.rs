@@ -158,6 +158,108 @@ impl CacheLine {
     }
 }
 
+/// Cache-line size of every modelled machine (x86-64 and arm64 profiles).
+pub const LINE_BYTES: u64 = 64;
+
+/// A line that is both written and read (the fields of slab-packed VMAs,
+/// the mmap_lock count next to mm_users): RMWs serialise on its timeline as
+/// on a `CacheLine` and take the line exclusive, which invalidates the CPUs
+/// that read it since (the farthest one's transfer). A read by a CPU
+/// without a valid copy fetches one: the first read after an RMW takes the
+/// line from its modified owner, serialised with the RMWs like a transfer
+/// (the owner forwards it); later reads find it shared and only pay the
+/// transfer's latency. With RMWs only it behaves exactly as a `CacheLine`.
+#[derive(Clone, Debug)]
+pub struct SharedLine {
+    tl: Timeline,
+    /// CPU of the last RMW (u32::MAX: none yet).
+    owner: u32,
+    /// CPUs other than `owner` holding a shared copy since that RMW.
+    sharers: Vec<u32>,
+    /// No read since the last RMW: the line is modified in `owner`'s cache.
+    modified: bool,
+    /// Transfers paid (RMWs from another CPU or invalidating readers, and
+    /// reads that missed).
+    pub bounces: u64,
+    pub wait_ns: Ns,
+}
+
+impl Default for SharedLine {
+    fn default() -> Self {
+        SharedLine { tl: Timeline::default(), owner: u32::MAX, sharers: Vec::new(), modified: false, bounces: 0, wait_ns: 0 }
+    }
+}
+
+impl SharedLine {
+    /// One atomic RMW (or a store) at `now` from `cpu`; returns completion.
+    /// Taking the line from readers costs as much as a transfer from the
+    /// farthest of them.
+    #[inline]
+    pub fn rmw(&mut self, now: Ns, cpu: u32, lc: &LineCost) -> Ns {
+        let inval = self.sharers.iter().filter(|&&c| c != cpu).map(|&c| lc.transfer(c, cpu)).max().unwrap_or(0);
+        let (s, e, prev) = self.tl.reserve(now, cpu, |prev| lc.transfer(prev, cpu).max(inval));
+        let bounced = (prev != cpu && prev != u32::MAX) || inval > 0;
+        self.sharers.clear();
+        self.owner = cpu;
+        self.modified = true;
+        self.bounces += bounced as u64;
+        self.wait_ns += s - now;
+        e
+    }
+
+    /// A load at `now` from `cpu`; returns when the value is there. A CPU
+    /// with a valid copy pays nothing beyond the step's own constants.
+    #[inline]
+    pub fn read(&mut self, now: Ns, cpu: u32, lc: &LineCost) -> Ns {
+        if self.owner == cpu || self.owner == u32::MAX || self.sharers.contains(&cpu) {
+            return now;
+        }
+        self.sharers.push(cpu);
+        self.bounces += 1;
+        if !self.modified {
+            return now + lc.transfer(self.owner, cpu);
+        }
+        // The owner keeps a shared copy: its next RMW must invalidate ours,
+        // and ours must invalidate its copy.
+        self.modified = false;
+        self.sharers.push(self.owner);
+        let (s, e, _) = self.tl.reserve(now, cpu, |prev| lc.transfer(prev, cpu));
+        self.wait_ns += s - now;
+        e
+    }
+}
+
+/// The shared lines of one address space's kernel objects, keyed by line
+/// address; a line's state is created at its first access and kept (the
+/// slab reuses addresses), so accesses do not allocate.
+#[derive(Clone, Debug, Default)]
+pub struct LineStore {
+    lines: rustc_hash::FxHashMap<u64, SharedLine>,
+}
+
+impl LineStore {
+    /// The line holding byte address `addr`.
+    #[inline]
+    pub fn line(&mut self, addr: u64) -> &mut SharedLine {
+        self.lines.entry(addr / LINE_BYTES).or_default()
+    }
+    #[inline]
+    pub fn rmw(&mut self, addr: u64, now: Ns, cpu: u32, lc: &LineCost) -> Ns {
+        self.line(addr).rmw(now, cpu, lc)
+    }
+    #[inline]
+    pub fn read(&mut self, addr: u64, now: Ns, cpu: u32, lc: &LineCost) -> Ns {
+        self.line(addr).read(now, cpu, lc)
+    }
+    /// Transfers paid on the line holding `addr` so far (tests, reports).
+    pub fn bounces(&self, addr: u64) -> u64 {
+        self.lines.get(&(addr / LINE_BYTES)).map_or(0, |l| l.bounces)
+    }
+    pub fn total_bounces(&self) -> u64 {
+        self.lines.values().map(|l| l.bounces).sum()
+    }
+}
+
 /// A queued spinlock (FIFO, like qspinlock). The holder's critical section is
 /// known when it takes the lock, so acquisition reserves the lock-word
 /// transfer plus the hold.
@@ -197,8 +299,9 @@ impl SpinLock {
 /// sleeps, which costs a context switch and a wake-up on the waiter's CPU.
 #[derive(Clone, Debug, Default)]
 pub struct RwSem {
-    /// The count word: every down/up is an RMW on it.
-    pub line: CacheLine,
+    /// The count word: every down/up is an RMW on it. (A `SharedLine`: SPF
+    /// reads mm_users on mmap_lock's line.)
+    pub line: SharedLine,
     /// End of the latest reader's hold.
     pub readers_until: Ns,
     /// End of the latest (held or queued) writer's hold.
@@ -222,6 +325,9 @@ pub struct RwSem {
     /// Writers that had to sleep in the wait queue (their section moved to
     /// the time they acquired).
     pub write_queued: u64,
+    /// CPU of the latest writer (the owner field): what the writer's
+    /// section allocates or writes is placed and charged on that CPU.
+    pub writer_cpu: u32,
 }
 
 /// Costs of sleeping on a semaphore.
@@ -264,6 +370,7 @@ impl RwSem {
         self.write_wait_ns += start - now;
         self.write_acquisitions += 1;
         self.writer_from = start;
+        self.writer_cpu = cpu;
         let end = self.line.rmw(start + hold, cpu, lc);
         self.writer_until = end;
         (start, end)
@@ -329,6 +436,7 @@ impl RwSem {
         self.write_wait_ns += start.saturating_sub(now + lc.local_rmw);
         self.write_acquisitions += 1;
         self.writer_from = start;
+        self.writer_cpu = cpu;
         // Reserve until released: later readers in this step's future queue behind.
         self.writer_until = Ns::MAX;
         start
