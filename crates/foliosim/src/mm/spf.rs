@@ -657,8 +657,15 @@ mod tests {
         k
     }
 
+    /// Start task `tid`'s next call after every task's last one, so that
+    /// it never waits for mmap_lock (these tests are about placement).
+    fn after_all(k: &mut Kernel, tid: u32) {
+        k.tasks[tid as usize].clock = k.tasks.iter().map(|t| t.clock).max().unwrap() + 100_000;
+    }
+
     /// mmap 64 KiB of anonymous memory at `addr` (MAP_FIXED) from task `tid`.
     fn map_at(k: &mut Kernel, tid: u32, addr: u64) -> u64 {
+        after_all(k, tid);
         let op = Op::Mmap { addr, len: 16 << 12, prot: prot::READ | prot::WRITE, flags: map::PRIVATE | map::ANONYMOUS | map::FIXED, fd: -1, off: 0 };
         assert_eq!(k.exec(tid, op), Some(Ret::Val(addr as i64)));
         k.mms[0].vma_lookup(addr).unwrap().vm_lock.obj
@@ -719,6 +726,7 @@ mod tests {
     fn a_freed_vma_object_is_reused_by_the_next_allocation_on_that_cpu() {
         let mut k = boot2("");
         let a = map_at(&mut k, 0, 0x10_0000_0000);
+        after_all(&mut k, 0);
         assert_eq!(k.exec(0, Op::Munmap { addr: 0x10_0000_0000, len: 16 << 12 }), Some(Ret::Val(0)));
         // CPU 1 allocates from its own slab, not the object CPU 0 freed.
         let b = map_at(&mut k, 1, 0x10_0100_0000);
@@ -730,6 +738,7 @@ mod tests {
         // half's object goes back and is reused next.
         let c = map_at(&mut k, 0, 0x10_0300_0000);
         assert_eq!(c, a + vl::SIZE);
+        after_all(&mut k, 1);
         assert_eq!(k.exec(1, Op::Mprotect { addr: 0x10_0300_0000 + (8 << 12), len: 8 << 12, prot: prot::READ }), Some(Ret::Val(0)));
         let tail = k.mms[0].vma_lookup(0x10_0300_0000 + (8 << 12)).unwrap().vm_lock.obj;
         assert_eq!(k.mms[0].vma_lookup(0x10_0300_0000).unwrap().vm_lock.obj, c, "the head keeps its object");
