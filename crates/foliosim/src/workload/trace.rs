@@ -1,12 +1,15 @@
 //! "trace": replay of a recorded program (`foliosim record`, format in
-//! docs/trace-format.md and `trace_format.rs`) as one process.
+//! docs/trace-format.md and `trace_format.rs`), each recorded process as a
+//! simulated one: its forks, execs, waits and exit are the kernel's
+//! (Op::Fork, Op::Exec, Op::Wait, Op::Exit, as kbuild uses them).
 //!
 //! Recorded addresses are the recording's; the simulated kernel places
 //! mappings where it likes. The replayer keeps a translation table from
-//! recorded ranges to simulated ones: every recorded mmap/mremap result, the
+//! recorded ranges to simulated ones per process: every recorded mmap/mremap result, the
 //! brk area (recorded base -> simulated base) and each `Region` (memory the
-//! program used that no recorded call created: its ELF image and initial
-//! stack, mapped here as private anonymous memory before the first record).
+//! program used that no recorded call or exec created: its initial stack,
+//! ld.so's bss; in a version 1 trace also its ELF image), mapped as private
+//! anonymous memory before the first record of its process image).
 //! MAP_FIXED targets, munmap/mprotect/madvise ranges and accesses are
 //! translated through it; a range spanning several recorded mappings becomes
 //! one call per piece. Accesses outside every known range are skipped, and a
@@ -414,7 +417,7 @@ fn params() -> Vec<ParamSpec> {
 pub fn info() -> WorkloadInfo {
     WorkloadInfo {
         name: "trace",
-        help: "replay of a program recorded with `foliosim record -- CMD` (its mmap/munmap/brk/mprotect/madvise/mremap calls and memory accesses), one process; op = recorded access",
+        help: "replay of a program recorded with `foliosim record -- CMD` (its mmap/munmap/brk/mprotect/madvise/mremap calls and memory accesses; every process of the tree, with its fork/execve/wait4/exit and its ELF image and libraries as file mappings); op = recorded access",
         params,
         build,
     }

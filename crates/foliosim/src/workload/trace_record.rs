@@ -156,8 +156,9 @@ impl<W: Write> Conv<W> {
         let a = |i: usize| args.get(i).and_then(|s| num(s)).unwrap_or(0);
         let Ok(ret) = ret else { return Ok(()) };
         match nr {
-            // wait4 reaped a child (0: WNOHANG found none)
-            61 if ret != 0 => {
+            // A WNOHANG wait4 that reaped a child (a blocking one is a Wait
+            // where it was called: see `line`).
+            61 if ret != 0 && a(2) & 1 != 0 => {
                 self.flush_run()?;
                 return self.put(Record::Wait { child: ret });
             }
@@ -281,6 +282,13 @@ impl<W: Write> Conv<W> {
         let (Some(open), Some(close)) = (rest.find(" ( "), rest.rfind(" )")) else { return Ok(()) };
         let args: Vec<String> = if close >= open + 3 { rest[open + 3..close].split(", ").map(|s| s.to_string()).collect() } else { Vec::new() };
         let tail = &rest[close..];
+        if nr == 61 && args.get(2).and_then(|s| num(s)).is_some_and(|o| o & 1 == 0) {
+            // A blocking wait4, at its call: valgrind does not always print
+            // its completion (not when a SIGCHLD handler ran meanwhile).
+            let pid = args.first().and_then(|s| num(s)).unwrap_or(0);
+            self.flush_run()?;
+            return self.put(Record::Wait { child: if pid as i32 > 0 { pid } else { 0 } });
+        }
         if tail.contains("[async]") && !tail.contains("Success(") && !tail.contains("Failure(") {
             self.pending.insert(tid.to_string(), (nr, args));
             return Ok(());
