@@ -437,23 +437,26 @@ pub fn read_file(path: &std::path::Path) -> Result<Vec<Record>, String> {
     TraceReader::new(f)?.read_all()
 }
 
-/// Read a whole trace and summarise it as JSON (checks it end to end).
+/// Read a whole trace and summarise it as JSON (checks it end to end,
+/// record by record: a trace can hold tens of millions).
 pub fn summary_json(path: &std::path::Path) -> Result<String, String> {
-    let rs = read_file(path)?;
+    let f = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut r = TraceReader::new(f)?;
+    let version = r.version();
     let (mut accesses, mut records, mut files, mut regions, mut syscalls, mut processes) = (0u64, 0u64, 0u64, 0u64, 0u64, 0u64);
     let mut meta = serde_json::Value::Null;
-    for r in &rs {
+    while let Some(rec) = r.next_record()? {
         records += 1;
-        match r {
+        match rec {
             Record::Access { repeat, .. } => accesses += 1 + repeat,
             Record::File { .. } => files += 1,
             Record::Region { .. } => regions += 1,
             Record::Process { .. } => processes += 1,
-            Record::Meta { json } => meta = serde_json::from_str(json).unwrap_or(serde_json::Value::String(json.clone())),
+            Record::Meta { json } => meta = serde_json::from_str(&json).unwrap_or(serde_json::Value::String(json)),
             _ => syscalls += 1,
         }
     }
-    Ok(serde_json::json!({"version": VERSION, "records": records, "accesses": accesses, "syscalls": syscalls, "files": files, "regions": regions, "processes": processes.max(1), "meta": meta}).to_string())
+    Ok(serde_json::json!({"version": version, "records": records, "accesses": accesses, "syscalls": syscalls, "files": files, "regions": regions, "processes": processes.max(1), "meta": meta}).to_string())
 }
 
 #[cfg(test)]
