@@ -19,14 +19,19 @@ fuzz_target!(|data: &[u8]| {
         fn seed(&self) -> u64 { 1 }
     }
     if w.setup(&mut Env).is_err() { return; }
-    let mut last = Ret::Start;
-    let mut next = 0x7f00_0000_0000u64;
+    // Forked children run too, round robin.
+    let mut run: std::collections::VecDeque<(u32, Ret)> = [(5, Ret::Start)].into();
+    let (mut ids, mut next) = (5u32, 0x7f00_0000_0000u64);
     for _ in 0..100_000 {
+        let Some((t, last)) = run.pop_front() else { return };
         let mut ops = 0;
-        match w.next_op(5, last, &mut ops) {
-            Op::Exit => return,
-            Op::Mmap { len, .. } | Op::Mremap { new_len: len, .. } => { last = Ret::Val(next as i64); next = next.wrapping_add((len | 0xfff).wrapping_add(1)); }
-            _ => last = Ret::Val(0),
-        }
+        let ret = match w.next_op(t, last, &mut ops) {
+            Op::Exit => continue,
+            Op::Fork => { ids += 1; w.on_fork(t, ids); run.push_back((ids, Ret::Val(0))); Ret::Val(ids as i64) }
+            Op::Wait => Ret::Err(10),
+            Op::Mmap { len, .. } | Op::Mremap { new_len: len, .. } => { let a = next; next = next.wrapping_add((len | 0xfff).wrapping_add(1)); Ret::Val(a as i64) }
+            _ => Ret::Val(0),
+        };
+        run.push_back((t, ret));
     }
 });

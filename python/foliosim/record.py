@@ -1,12 +1,14 @@
 """`foliosim record -- CMD ARGS`: record a program's memory behaviour into a
 trace (docs/trace-format.md) that the `trace` workload replays.
 
-valgrind (Debian package `valgrind`) runs the program under lackey with
-`--trace-mem=yes --trace-syscalls=yes`; its log streams through a FIFO into
-the converter in foliosim's core, which writes the trace to a temporary file
-renamed into place only when the program exited 0 and the trace is complete.
-`--validate` then runs the program natively and compares its minor faults and
-peak RSS with the replay's."""
+valgrind (Debian package `valgrind`) runs the program and every child that
+execs under lackey with `--trace-mem=yes --trace-syscalls=yes`, one log per
+process image; the converter in foliosim's core (trace_procs) puts them into
+one trace, written to a temporary file renamed into place only when the
+program exited 0 and the trace is complete. `--validate` then runs the
+program natively and compares its minor faults (the whole process tree:
+wait4's rusage counts reaped descendants) and peak RSS (the largest of any
+one process, as ru_maxrss gives it) with the replay's."""
 
 from __future__ import annotations
 
@@ -32,6 +34,13 @@ def _valgrind() -> str:
     return v
 
 
+# Every process of the tree under valgrind; a forked child is silent until it
+# execs; `-d` prints each instance's startup memory layout (the ELF image and
+# ld.so valgrind's loader mapped) on stderr; one log per instance.
+VALGRIND_ARGS = ["--tool=lackey", "--trace-mem=yes", "--trace-syscalls=yes", "--trace-children=yes",
+                 "--child-silent-after-fork=yes", "--vgdb=no", "-d"]
+
+
 def record(cmd: list[str], out: Path, quiet: bool = False) -> dict[str, Any]:
     from . import _core
     if not cmd:
@@ -42,39 +51,31 @@ def record(cmd: list[str], out: Path, quiet: bool = False) -> dict[str, Any]:
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp_out = out.with_name(f".{out.name}.tmp.{os.getpid()}")
     vgver = subprocess.run([vg, "--version"], capture_output=True, text=True).stdout.strip()
-    meta = json.dumps({"argv": cmd, "cwd": os.getcwd(), "recorder": "valgrind lackey --trace-mem=yes --trace-syscalls=yes",
+    meta = json.dumps({"argv": cmd, "cwd": os.getcwd(), "recorder": "valgrind " + " ".join(VALGRIND_ARGS),
                        "valgrind": vgver, "page_size": os.sysconf("SC_PAGE_SIZE")})
+    # The logs can be large (about 15 bytes per memory access): they go to a
+    # temporary directory removed on every way out.
     with tempfile.TemporaryDirectory(prefix="foliosim-record-") as td:
-        fifo = os.path.join(td, "valgrind.log")
-        os.mkfifo(fifo)
-        result: dict[str, Any] = {}
-
-        def convert() -> None:
-            try:
-                result["stats"] = json.loads(_core.trace_from_valgrind_log(fifo, str(tmp_out), meta))
-            except BaseException as e:  # noqa: BLE001 -- includes a core panic
-                result["error"] = " ".join(str(e).split())
-
-        th = threading.Thread(target=convert, daemon=True)
+        debug = os.path.join(td, "debug.log")
+        proc = subprocess.Popen([vg, *VALGRIND_ARGS, f"--log-file={td}/log.%p.%n", *cmd], stderr=subprocess.PIPE)
+        th = threading.Thread(target=_split_stderr, args=(proc.stderr, debug), daemon=True)
         th.start()
-        proc = subprocess.Popen([vg, "--tool=lackey", "--trace-mem=yes", "--trace-syscalls=yes",
-                                 "--trace-children=no", f"--log-file={fifo}", *cmd])
         try:
             rc = proc.wait()
         except KeyboardInterrupt:
             proc.kill()
             proc.wait()
-            _unblock(fifo, th)
+            th.join()
             _rm(tmp_out)
             raise
-        _unblock(fifo, th)
         th.join()
-    if rc != 0:
-        _rm(tmp_out)
-        raise HostError(f"{' '.join(cmd)} exited with status {rc} while recording; no trace written")
-    if "error" in result:
-        _rm(tmp_out)
-        raise HostError(f"recording failed: {result['error']}")
+        if rc != 0:
+            raise HostError(f"{' '.join(cmd)} exited with status {rc} while recording; no trace written")
+        try:
+            stats = json.loads(_core.trace_from_valgrind_logs(td, debug, str(tmp_out), meta, proc.pid))
+        except BaseException as e:  # noqa: BLE001 -- includes a core panic
+            _rm(tmp_out)
+            raise HostError(f"recording failed: {' '.join(str(e).split())}")
     # Check the whole file before it gets its final name.
     try:
         info = json.loads(_core.trace_info(str(tmp_out)))
@@ -82,19 +83,19 @@ def record(cmd: list[str], out: Path, quiet: bool = False) -> dict[str, Any]:
         _rm(tmp_out)
         raise HostError(f"recording produced a bad trace: {e}")
     os.replace(tmp_out, out)
-    return {"trace": str(out), "bytes": out.stat().st_size, **result["stats"], "info": info}
+    return {"trace": str(out), "bytes": out.stat().st_size, **stats, "info": info}
 
 
-def _unblock(fifo: str, th: threading.Thread) -> None:
-    """If valgrind died before opening the FIFO, the reader still waits in
-    open(): open the write end once so it sees EOF."""
-    th.join(timeout=0.5)
-    if th.is_alive():
-        try:
-            fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
-            os.close(fd)
-        except OSError:
-            pass
+def _split_stderr(pipe: Any, debug: str) -> None:
+    """valgrind's `-d` lines (`--PID:LEVEL: ...`) to the debug log, the
+    program's own stderr through."""
+    with open(debug, "wb") as d:
+        for line in pipe:
+            if line.startswith(b"--") and line[2:3].isdigit():
+                d.write(line)
+            else:
+                sys.stderr.buffer.write(line)
+                sys.stderr.buffer.flush()
 
 
 def _rm(p: Path) -> None:
@@ -168,7 +169,7 @@ def cmd_record(args: argparse.Namespace) -> int:
     st = record(cmd, out, quiet=args.quiet)
     info = st["info"]
     print(f"foliosim record: {st['trace']}: {info['accesses']:,} accesses in {st['access_records']:,} page runs, "
-          f"{info['syscalls']} memory syscalls, {info['files']} files, {info['regions']} implicit regions, {st['bytes']:,} bytes",
+          f"{info['syscalls']} memory syscalls, {info.get('processes', 1)} processes, {info['files']} files, {info['regions']} implicit regions, {st['bytes']:,} bytes",
           file=sys.stderr)
     if args.validate:
         from .validate import ensure_profile

@@ -152,13 +152,22 @@ def test_trace_replay_faults_and_rss(tmp_path):
     assert r.summary["ops_total"] == 32
 
 
-@pytest.mark.parametrize("kind,needle", [("truncated", "truncated"), ("newer", "newer"), ("garbage", "bad magic")])
+@pytest.mark.parametrize("kind,needle", [("truncated", "truncated"), ("newer", "newer"), ("garbage", "bad magic"),
+                                         ("corrupt", "corrupt"), ("v3", "version 3 is newer")])
 def test_bad_traces_are_one_line_errors(tmp_path, kind, needle):
     t = tmp_path / "bad.fstrace"
     if kind == "truncated":
         write_trace(t, truncate=7)
     elif kind == "newer":
         write_trace(t, version=99)
+    elif kind == "v3":
+        write_trace(t, version=3)
+    elif kind == "corrupt":
+        write_trace(t)
+        data = bytearray(t.read_bytes())
+        for i in range(14, len(data) - 4, 3):
+            data[i] ^= 0xA5
+        t.write_bytes(bytes(data))
     else:
         t.write_bytes(b"hello world")
     cfg = tmp_path / "c.toml"
@@ -180,6 +189,32 @@ def test_record_failing_program_leaves_no_trace(tmp_path):
     assert not out.exists() and not list(tmp_path.iterdir())
     r = cli("record", "-o", str(out), "--", "no-such-program-xyz")
     assert r.returncode == 2 and "not found" in r.stderr and not out.exists()
+
+
+@needs_valgrind
+def test_record_failing_child_tree_leaves_no_trace(tmp_path):
+    """A process tree whose command exits non-zero after a child ran."""
+    out = tmp_path / "f.fstrace"
+    r = cli("record", "-o", str(out), "--", "sh", "-c", "cat /etc/hostname >/dev/null; exit 4")
+    assert r.returncode == 2 and "status 4" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert not list(tmp_path.iterdir())
+
+
+@needs_valgrind
+def test_record_a_process_tree_and_replay_it(tmp_path):
+    """sh forks cat: two processes, cat's image and ld.so as files shared
+    with sh's (one page cache), cat's records replayed in a forked child."""
+    out = tmp_path / "sh.fstrace"
+    r = cli("record", "-o", str(out), "--json", "--", "sh", "-c", "cat /etc/hostname >/dev/null; true")
+    assert r.returncode == 0, r.stderr
+    info = json.loads(r.stdout.strip().splitlines()[-1])["info"]
+    assert info["version"] == 2 and info["processes"] == 2, info
+    from foliosim import _core  # noqa: F401
+    res = foliosim.run(replay_cfg(out) | {"run": {"warmup_s": 0.0, "duration_s": 60.0}})
+    vm = res.raw["vmstat"]
+    assert vm["foliosim_fork"] == 1 and vm["foliosim_exec"] == 2 and vm["foliosim_wait_reaped"] == 1, vm
+    # Text and ld.so are file mappings: read faults with fault-around.
+    assert vm["foliosim_fault_file_read"] > 10 and vm["foliosim_fault_around_pages"] > 0, vm
 
 
 @needs_valgrind

@@ -201,6 +201,16 @@ fn trace_from_valgrind_log(py: Python<'_>, log_path: &str, out_path: &str, meta_
         .map_err(pyo3::exceptions::PyValueError::new_err)
 }
 
+/// Convert the valgrind logs of a recorded process tree (`DIR/log.PID.N`
+/// and the `-d` output in `debug_log`) into a trace; statistics as JSON.
+#[pyfunction]
+fn trace_from_valgrind_logs(py: Python<'_>, dir: &str, debug_log: &str, out_path: &str, meta_json: &str, root: u64) -> PyResult<String> {
+    let (d, l, o, m) = (dir.to_string(), debug_log.to_string(), out_path.to_string(), meta_json.to_string());
+    py.detach(move || guarded(|| foliosim::workload::trace_procs::from_valgrind_logs_json(&d, &l, &o, &m, root)))
+        .map_err(panic_error)?
+        .map_err(pyo3::exceptions::PyValueError::new_err)
+}
+
 /// Read and check a whole trace; returns {"records", "accesses", "files", "regions", "meta"} as JSON.
 #[pyfunction]
 fn trace_info(py: Python<'_>, path: &str) -> PyResult<String> {
@@ -224,6 +234,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(reproduce_json, m)?)?;
     m.add_function(wrap_pyfunction!(bench_json, m)?)?;
     m.add_function(wrap_pyfunction!(trace_from_valgrind_log, m)?)?;
+    m.add_function(wrap_pyfunction!(trace_from_valgrind_logs, m)?)?;
     m.add_function(wrap_pyfunction!(trace_info, m)?)?;
     Ok(())
 }

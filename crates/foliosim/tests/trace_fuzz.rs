@@ -31,7 +31,12 @@ fn random_records(r: &mut Rng) -> Vec<Record> {
     for _ in 0..r.below(60) {
         let a = base + (r.below(512) << 12);
         let len = (1 + r.below(64)) << 12;
-        v.push(match r.below(11) {
+        v.push(match r.below(16) {
+            11 => Record::Process { pid: 1 + r.below(4), parent: r.below(4) },
+            12 => Record::Fork { child: 1 + r.below(4) },
+            13 if files > 0 => Record::Exec { file: r.below(files as u64) as u32, vaddr: [0x40_0000, 0x10_8000, a][r.below(3) as usize], text: (1 + r.below(32)) << 12, data: r.below(4) << 12, data_off: r.below(40) << 12, bss: r.below(4) << 12 },
+            14 => Record::Wait { child: r.below(5) },
+            15 => Record::Exit { code: r.below(3) },
             0 => {
                 files += 1;
                 Record::File { size: r.below(1 << 24), path: format!("/f{files}") }
@@ -90,7 +95,8 @@ fn mutate(r: &mut Rng, mut b: Vec<u8>) -> Vec<u8> {
     b
 }
 
-/// Replay against a stub kernel that returns plausible results.
+/// Replay against a stub kernel that returns plausible results; forked
+/// children run too (round robin).
 fn replay(rs: Vec<Record>) {
     let mut w = TraceReplay::from_records("fuzz".into(), rs);
     struct Env(u32);
@@ -116,12 +122,24 @@ fn replay(rs: Vec<Record>) {
         }
     }
     w.setup(&mut Env(0)).unwrap();
-    let (mut last, mut next) = (Ret::Start, 0x7f00_0000_0000u64);
-    for _ in 0..100_000 {
+    let mut next = 0x7f00_0000_0000u64;
+    // (task, its last result)
+    let mut run: std::collections::VecDeque<(u32, Ret)> = [(5, Ret::Start)].into();
+    let mut ids = 5u32;
+    for _ in 0..200_000 {
+        let Some((t, last)) = run.pop_front() else { return };
         let mut ops = 0;
-        let op = w.next_op(5, last, &mut ops);
-        last = match op {
-            Op::Exit => return,
+        let op = w.next_op(t, last, &mut ops);
+        let ret = match op {
+            Op::Exit => continue,
+            Op::Fork => {
+                ids += 1;
+                w.on_fork(t, ids);
+                run.push_back((ids, Ret::Val(0)));
+                Ret::Val(ids as i64)
+            }
+            Op::Exec { vaddr, .. } => Ret::Val(vaddr as i64 + (1 << 30)),
+            Op::Wait => Ret::Err(10),
             Op::Mmap { addr, flags, .. } if flags & map::FIXED != 0 => Ret::Val(addr as i64),
             Op::Mmap { len, .. } | Op::Mremap { new_len: len, .. } => {
                 let a = next;
@@ -131,8 +149,23 @@ fn replay(rs: Vec<Record>) {
             Op::Brk { addr: 0 } => Ret::Val(0x5000_0000),
             _ => Ret::Val(0),
         };
+        run.push_back((t, ret));
     }
     panic!("replay did not reach its end");
+}
+
+/// Every seed of the cargo-fuzz target reads and replays.
+#[test]
+fn fuzz_seeds_are_valid_traces() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/seeds");
+    let mut n = 0;
+    for e in std::fs::read_dir(&dir).unwrap() {
+        let p = e.unwrap().path();
+        let rs = foliosim::workload::trace_format::read_file(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+        replay(rs);
+        n += 1;
+    }
+    assert!(n >= 2, "the v1 and v2 seeds");
 }
 
 #[test]
@@ -146,7 +179,7 @@ fn trace_reader_never_panics() {
         let input = match i % 4 {
             0 => (0..r.below(64)).map(|_| r.next() as u8).collect(),
             1 => {
-                let mut b = b"FOLIOTRC\x01\x00\x01\x00".to_vec();
+                let mut b = if i % 8 == 1 { b"FOLIOTRC\x01\x00\x01\x00".to_vec() } else { b"FOLIOTRC\x02\x00\x01\x00".to_vec() };
                 b.extend((0..r.below(64)).map(|_| r.next() as u8));
                 b
             }

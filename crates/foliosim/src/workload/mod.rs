@@ -19,6 +19,7 @@ pub mod params;
 pub mod sparse_touch;
 pub mod trace;
 pub mod trace_format;
+pub mod trace_procs;
 pub mod trace_record;
 pub mod will_it_scale;
 pub mod xsbench;

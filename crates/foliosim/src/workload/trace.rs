@@ -1,12 +1,15 @@
 //! "trace": replay of a recorded program (`foliosim record`, format in
-//! docs/trace-format.md and `trace_format.rs`) as one process.
+//! docs/trace-format.md and `trace_format.rs`), each recorded process as a
+//! simulated one: its forks, execs, waits and exit are the kernel's
+//! (Op::Fork, Op::Exec, Op::Wait, Op::Exit, as kbuild uses them).
 //!
 //! Recorded addresses are the recording's; the simulated kernel places
 //! mappings where it likes. The replayer keeps a translation table from
-//! recorded ranges to simulated ones: every recorded mmap/mremap result, the
+//! recorded ranges to simulated ones per process: every recorded mmap/mremap result, the
 //! brk area (recorded base -> simulated base) and each `Region` (memory the
-//! program used that no recorded call created: its ELF image and initial
-//! stack, mapped here as private anonymous memory before the first record).
+//! program used that no recorded call or exec created: its initial stack,
+//! ld.so's bss; in a version 1 trace also its ELF image), mapped as private
+//! anonymous memory before the first record of its process image).
 //! MAP_FIXED targets, munmap/mprotect/madvise ranges and accesses are
 //! translated through it; a range spanning several recorded mappings becomes
 //! one call per piece. Accesses outside every known range are skipped, and a
@@ -36,26 +39,51 @@ enum After {
     Mapped { rec: u64, len: u64 },
     /// The initial brk(0): the simulated brk base.
     BrkBase,
+    /// A fork of recorded process `pid` (on_fork binds the child task).
+    Forked(u64),
+    /// An execve mapping the recorded image [vaddr, vaddr+len) where it was.
+    Exec { vaddr: u64, len: u64 },
+}
+
+/// Recorded addresses -> simulated ones, for one address space.
+#[derive(Clone, Default)]
+struct Space {
+    /// rec_start -> (rec_end, sim_start)
+    xlat: BTreeMap<u64, (u64, u64)>,
+    /// Recorded brk base and current end; simulated brk base.
+    brk_rec: Option<(u64, u64)>,
+    brk_sim: Option<u64>,
+}
+
+/// One recorded process: records[start..end] of the trace.
+struct Proc {
+    pid: u64,
+    end: usize,
+    next: usize,
+    sp: Space,
+    queue: VecDeque<(Op, After)>,
+    pending: After,
+    started: bool,
+    done: bool,
+}
+
+impl Proc {
+    fn new(pid: u64, start: usize, end: usize) -> Proc {
+        Proc { pid, end, next: start, sp: Space::default(), queue: VecDeque::new(), pending: After::Nothing, started: false, done: false }
+    }
 }
 
 pub struct TraceReplay {
     path: String,
     records: Vec<Record>,
     files: Vec<(u64, String)>,
-    regions: Vec<(u64, u64)>,
     file_ids: Vec<FileId>,
+    /// Opened by the first process before its first record; every other
+    /// process inherits them through fork and exec.
     fds: Vec<Fd>,
-    task: TaskId,
-    /// rec_start -> (rec_end, sim_start)
-    xlat: BTreeMap<u64, (u64, u64)>,
-    /// Recorded brk base and current end; simulated brk base.
-    brk_rec: Option<(u64, u64)>,
-    brk_sim: Option<u64>,
-    queue: VecDeque<(Op, After)>,
-    pending: After,
-    started: bool,
-    next: usize,
-    done: bool,
+    procs: Vec<Proc>,
+    /// Simulated task -> its entry in procs.
+    tasks: BTreeMap<TaskId, usize>,
 }
 
 impl TraceReplay {
@@ -67,37 +95,69 @@ impl TraceReplay {
         Ok(Self::from_records(path, all))
     }
 
+    /// Records before the first `Process` (a version 1 trace: all of them)
+    /// are the first process's, pid 0.
     pub fn from_records(path: String, all: Vec<Record>) -> Self {
         let mut files = Vec::new();
-        let mut regions = Vec::new();
         let mut records = Vec::with_capacity(all.len());
+        let mut procs = vec![Proc::new(0, 0, 0)];
         for r in all {
             match r {
                 Record::File { size, path } => files.push((size, path)),
-                Record::Region { addr, len } => regions.push((addr, len)),
                 Record::Meta { .. } => {}
+                Record::Process { pid, .. } => {
+                    if let Some(p) = procs.last_mut() {
+                        p.end = records.len();
+                    }
+                    procs.push(Proc::new(pid, records.len(), records.len()));
+                }
                 r => records.push(r),
             }
         }
-        TraceReplay {
-            path,
-            records,
-            files,
-            regions,
-            file_ids: Vec::new(),
-            fds: Vec::new(),
-            task: 0,
-            xlat: BTreeMap::new(),
-            brk_rec: None,
-            brk_sim: None,
-            queue: VecDeque::new(),
-            pending: After::Nothing,
-            started: false,
-            next: 0,
-            done: false,
+        if let Some(p) = procs.last_mut() {
+            p.end = records.len();
         }
+        // A leading empty section exists only when the trace starts with
+        // a Process record: the first process is then that one.
+        if procs.len() > 1 && procs[0].end == 0 {
+            procs.remove(0);
+        }
+        TraceReplay { path, records, files, file_ids: Vec::new(), fds: Vec::new(), procs, tasks: BTreeMap::new() }
     }
 
+    /// Number of recorded processes.
+    pub fn processes(&self) -> usize {
+        self.procs.len()
+    }
+
+    /// The `Region`s of the instance starting at record `from` (up to the
+    /// next exec): mapped before its first record.
+    fn regions_from(&self, from: usize, end: usize) -> Vec<(u64, u64)> {
+        let mut v = Vec::new();
+        for (i, r) in self.records[from..end].iter().enumerate() {
+            match *r {
+                Record::Exec { .. } if i > 0 => break,
+                Record::Region { addr, len } => v.push((addr, len)),
+                _ => {}
+            }
+        }
+        v
+    }
+
+    /// Queue what a process does when an instance starts at record `from`:
+    /// brk(0) and the mappings of its regions.
+    fn start_instance(&mut self, p: usize, from: usize) {
+        let regions = self.regions_from(from, self.procs[p].end);
+        let q = &mut self.procs[p].queue;
+        q.push_back((Op::Brk { addr: 0 }, After::BrkBase));
+        for (a, l) in regions {
+            let op = Op::Mmap { addr: 0, len: page_up(l), prot: prot::READ | prot::WRITE | prot::EXEC, flags: map::PRIVATE | map::ANONYMOUS, fd: -1, off: 0 };
+            q.push_back((op, After::Mapped { rec: a, len: l }));
+        }
+    }
+}
+
+impl Space {
     /// Simulated address of recorded `a`, if some known range holds it.
     fn translate(&self, a: u64) -> Option<u64> {
         if let (Some((b, end)), Some(s)) = (self.brk_rec, self.brk_sim) {
@@ -153,6 +213,9 @@ impl TraceReplay {
         self.xlat.insert(rec, (rec + page_up(len), sim));
     }
 
+}
+
+impl TraceReplay {
     fn advice(a: u32) -> Option<Advice> {
         Some(match a {
             3 => Advice::WillNeed,
@@ -166,11 +229,29 @@ impl TraceReplay {
         })
     }
 
-    /// Turn record `r` into queued ops (possibly none).
-    fn expand(&mut self, i: usize, ops: &mut u64) -> Option<Op> {
+    /// Turn record `i` of process `p` into an op or queued ops (possibly none).
+    fn expand(&mut self, p: usize, i: usize, ops: &mut u64) -> Option<Op> {
+        if let Record::Exec { file, vaddr, text, data, data_off, bss } = self.records[i] {
+            let (Some(&id), Some(&fd)) = (self.file_ids.get(file as usize), self.fds.get(file as usize)) else { return None };
+            // The image goes where it was (execve maps it at the ELF's
+            // addresses); the kernel puts data right after text, at file
+            // offset `text`: where the ELF's offset differs, the data
+            // segment is mapped again from its own offset.
+            let q = &mut self.procs[p].queue;
+            q.push_back((Op::Exec { file: id, vaddr, text, data, bss }, After::Exec { vaddr, len: page_up(text) + page_up(data) + page_up(bss) }));
+            if data > 0 && data_off != text {
+                let op = Op::Mmap { addr: vaddr + page_up(text), len: data, prot: prot::READ | prot::WRITE, flags: map::PRIVATE | map::FIXED, fd, off: data_off & !(PAGE - 1) };
+                q.push_back((op, After::Nothing));
+            }
+            self.start_instance(p, i);
+            return None;
+        }
+        let fds = &self.fds;
+        let pr = &mut self.procs[p];
+        let (sp, q) = (&mut pr.sp, &mut pr.queue);
         match self.records[i] {
             Record::Access { kind, page, repeat } => {
-                let Some(a) = self.translate(page << 12) else { return None };
+                let a = sp.translate(page << 12)?;
                 let kind = match kind {
                     tf::K_STORE => Access::Store,
                     tf::K_IFETCH => Access::Ifetch,
@@ -181,55 +262,61 @@ impl TraceReplay {
             }
             Record::Mmap { addr, len, prot: pr, flags, file, off, ret } => {
                 let fixed = flags & (map::FIXED | 0x10_0000) != 0;
-                let target = if fixed { self.translate(addr) } else { None };
+                let target = if fixed { sp.translate(addr) } else { None };
                 let share = if flags & 0x3 == map::PRIVATE { map::PRIVATE } else { map::SHARED };
                 let mut fl = share | (flags & (map::ANONYMOUS | map::POPULATE));
                 if target.is_some() {
                     fl |= map::FIXED;
                 }
                 let fd = match file {
-                    Some(f) if flags & map::ANONYMOUS == 0 => self.fds.get(f as usize).copied().unwrap_or(-1),
+                    Some(f) if flags & map::ANONYMOUS == 0 => fds.get(f as usize).copied().unwrap_or(-1),
                     _ => -1,
                 };
                 if fd < 0 {
                     fl |= map::ANONYMOUS;
                 }
                 let pr = pr & (prot::READ | prot::WRITE | prot::EXEC);
-                self.queue.push_back((Op::Mmap { addr: target.unwrap_or(0), len, prot: pr, flags: fl, fd, off: if fd < 0 { 0 } else { off } }, After::Mapped { rec: ret, len }));
+                q.push_back((Op::Mmap { addr: target.unwrap_or(0), len, prot: pr, flags: fl, fd, off: if fd < 0 { 0 } else { off } }, After::Mapped { rec: ret, len }));
             }
             Record::Munmap { addr, len } => {
-                for (a, l) in self.pieces(addr, len) {
-                    self.queue.push_back((Op::Munmap { addr: a, len: l }, After::Nothing));
+                for (a, l) in sp.pieces(addr, len) {
+                    q.push_back((Op::Munmap { addr: a, len: l }, After::Nothing));
                 }
-                self.forget(addr, len);
+                sp.forget(addr, len);
             }
             Record::Mprotect { addr, len, prot: pr } => {
-                for (a, l) in self.pieces(addr, len) {
-                    self.queue.push_back((Op::Mprotect { addr: a, len: l, prot: pr & 7 }, After::Nothing));
+                for (a, l) in sp.pieces(addr, len) {
+                    q.push_back((Op::Mprotect { addr: a, len: l, prot: pr & 7 }, After::Nothing));
                 }
             }
             Record::Madvise { addr, len, advice } => {
                 if let Some(adv) = Self::advice(advice) {
-                    for (a, l) in self.pieces(addr, len) {
-                        self.queue.push_back((Op::Madvise { addr: a, len: l, advice: adv }, After::Nothing));
+                    for (a, l) in sp.pieces(addr, len) {
+                        q.push_back((Op::Madvise { addr: a, len: l, advice: adv }, After::Nothing));
                     }
                 }
             }
-            Record::Brk { addr, ret } => match (self.brk_rec, self.brk_sim) {
-                (None, _) => self.brk_rec = Some((ret, ret)),
+            Record::Brk { addr, ret } => match (sp.brk_rec, sp.brk_sim) {
+                (None, _) => sp.brk_rec = Some((ret, ret)),
                 (Some((b, _)), Some(s)) if addr != 0 => {
-                    self.brk_rec = Some((b, ret.max(b)));
-                    self.queue.push_back((Op::Brk { addr: addr.saturating_sub(b) + s }, After::Nothing));
+                    sp.brk_rec = Some((b, ret.max(b)));
+                    q.push_back((Op::Brk { addr: addr.saturating_sub(b) + s }, After::Nothing));
                 }
                 _ => {}
             },
             Record::Mremap { addr, old_len, new_len, flags, ret } => {
-                if let Some(a) = self.translate(addr) {
-                    self.forget(addr, old_len);
-                    self.queue.push_back((Op::Mremap { addr: a, old_len, new_len, may_move: flags & 1 != 0 }, After::Mapped { rec: ret, len: new_len }));
+                if let Some(a) = sp.translate(addr) {
+                    sp.forget(addr, old_len);
+                    q.push_back((Op::Mremap { addr: a, old_len, new_len, may_move: flags & 1 != 0 }, After::Mapped { rec: ret, len: new_len }));
                 }
             }
-            Record::File { .. } | Record::Region { .. } | Record::Meta { .. } | Record::End { .. } => {}
+            Record::Fork { child } => q.push_back((Op::Fork, After::Forked(child))),
+            Record::Wait { .. } => q.push_back((Op::Wait, After::Nothing)),
+            Record::Exit { .. } => {
+                pr.done = true;
+                return Some(Op::Exit);
+            }
+            Record::File { .. } | Record::Region { .. } | Record::Meta { .. } | Record::End { .. } | Record::Process { .. } | Record::Exec { .. } => {}
         }
         None
     }
@@ -246,48 +333,73 @@ impl Workload for TraceReplay {
             // Program files are read from a warm page cache, as on a re-run.
             self.file_ids.push(env.create_file(FsKind::Disk, page_up((*size).max(PAGE)), true)?);
         }
-        self.task = env.spawn_process(Some(0))?;
+        let task = env.spawn_process(Some(0))?;
+        self.tasks.insert(task, 0);
         self.fds = vec![-1; self.files.len()];
         Ok(())
     }
 
+    /// The child runs its recorded section, if the trace has one (a child
+    /// that never exec'd was not recorded: it exits), in a copy of the
+    /// parent's address space.
+    fn on_fork(&mut self, parent: TaskId, child: TaskId) {
+        let Some(&p) = self.tasks.get(&parent) else { return };
+        let After::Forked(pid) = self.procs[p].pending else { return };
+        let c = match self.procs.iter().position(|x| x.pid == pid && !x.started) {
+            Some(c) => c,
+            None => {
+                let n = self.records.len();
+                self.procs.push(Proc::new(pid, n, n));
+                self.procs.len() - 1
+            }
+        };
+        self.procs[c].sp = self.procs[p].sp.clone();
+        self.procs[c].started = true;
+        self.tasks.insert(child, c);
+    }
+
     fn next_op(&mut self, task: TaskId, last: Ret, ops: &mut u64) -> Op {
-        if task != self.task || self.done {
+        let Some(&p) = self.tasks.get(&task) else { return Op::Exit };
+        if self.procs[p].done {
             return Op::Exit;
         }
         // The result of the previous queued op.
+        let pending = std::mem::replace(&mut self.procs[p].pending, After::Nothing);
         if !last.is_err() {
-            match std::mem::replace(&mut self.pending, After::Nothing) {
+            let sp = &mut self.procs[p].sp;
+            match pending {
                 After::Opened(i) => self.fds[i] = last.val() as Fd,
-                After::Mapped { rec, len } => self.remember(rec, len, last.val() as u64),
-                After::BrkBase => self.brk_sim = Some(last.val() as u64),
-                After::Nothing => {}
+                After::Mapped { rec, len } => sp.remember(rec, len, last.val() as u64),
+                After::BrkBase => sp.brk_sim = Some(last.val() as u64),
+                After::Exec { vaddr, len } => {
+                    *sp = Space::default();
+                    sp.remember(vaddr, len, vaddr);
+                }
+                After::Forked(_) | After::Nothing => {}
             }
         }
-        self.pending = After::Nothing;
-        if !self.started {
-            self.started = true;
+        if !self.procs[p].started {
+            self.procs[p].started = true;
             for (i, &f) in self.file_ids.iter().enumerate() {
-                self.queue.push_back((Op::Open { file: f }, After::Opened(i)));
+                self.procs[p].queue.push_back((Op::Open { file: f }, After::Opened(i)));
             }
-            self.queue.push_back((Op::Brk { addr: 0 }, After::BrkBase));
-            for &(a, l) in &self.regions {
-                let op = Op::Mmap { addr: 0, len: page_up(l), prot: prot::READ | prot::WRITE | prot::EXEC, flags: map::PRIVATE | map::ANONYMOUS, fd: -1, off: 0 };
-                self.queue.push_back((op, After::Mapped { rec: a, len: l }));
+            let first = self.procs[p].next;
+            if !matches!(self.records.get(first), Some(Record::Exec { .. })) || first >= self.procs[p].end {
+                self.start_instance(p, first);
             }
         }
         loop {
-            if let Some((op, after)) = self.queue.pop_front() {
-                self.pending = after;
+            if let Some((op, after)) = self.procs[p].queue.pop_front() {
+                self.procs[p].pending = after;
                 return op;
             }
-            if self.next >= self.records.len() {
-                self.done = true;
+            let i = self.procs[p].next;
+            if i >= self.procs[p].end {
+                self.procs[p].done = true;
                 return Op::Exit;
             }
-            let i = self.next;
-            self.next += 1;
-            if let Some(op) = self.expand(i, ops) {
+            self.procs[p].next += 1;
+            if let Some(op) = self.expand(p, i, ops) {
                 return op;
             }
         }
@@ -305,7 +417,7 @@ fn params() -> Vec<ParamSpec> {
 pub fn info() -> WorkloadInfo {
     WorkloadInfo {
         name: "trace",
-        help: "replay of a program recorded with `foliosim record -- CMD` (its mmap/munmap/brk/mprotect/madvise/mremap calls and memory accesses), one process; op = recorded access",
+        help: "replay of a program recorded with `foliosim record -- CMD` (its mmap/munmap/brk/mprotect/madvise/mremap calls and memory accesses; every process of the tree, with its fork/execve/wait4/exit and its ELF image and libraries as file mappings); op = recorded access",
         params,
         build,
     }

@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! "FOLIOTRC"  8-byte magic
-//! u16 LE      format version (VERSION)
+//! u16 LE      format version (VERSION; 1 is still read)
 //! u8          compression: 1 = zlib (RFC 1950, with its Adler-32 check)
 //! u8          reserved, 0
 //! zlib stream of records, the last one End { records }
@@ -22,7 +22,9 @@ use flate2::write::ZlibEncoder;
 use std::io::{self, BufReader, Read, Write};
 
 pub const MAGIC: &[u8; 8] = b"FOLIOTRC";
-pub const VERSION: u16 = 1;
+pub const VERSION: u16 = 2;
+/// The first version with several processes (Process/Fork/Exec/Wait/Exit).
+pub const VERSION_PROCESSES: u16 = 2;
 pub const COMPRESSION_ZLIB: u8 = 1;
 /// Longest path or metadata string accepted.
 pub const MAX_STR: u64 = 1 << 16;
@@ -37,6 +39,11 @@ pub const TAG_MADVISE: u8 = 6;
 pub const TAG_BRK: u8 = 7;
 pub const TAG_MREMAP: u8 = 8;
 pub const TAG_REGION: u8 = 9;
+pub const TAG_PROCESS: u8 = 0x0a;
+pub const TAG_FORK: u8 = 0x0b;
+pub const TAG_EXEC: u8 = 0x0c;
+pub const TAG_WAIT: u8 = 0x0d;
+pub const TAG_EXIT: u8 = 0x0e;
 /// 0x10 | kind (0 load, 1 store, 2 ifetch).
 pub const TAG_ACCESS: u8 = 0x10;
 
@@ -66,6 +73,20 @@ pub enum Record {
     Region { addr: u64, len: u64 },
     /// `1 + repeat` accesses of `kind` to the 4 KiB page `page` (address >> 12).
     Access { kind: u8, page: u64, repeat: u64 },
+    /// The records up to the next Process are those of recorded process
+    /// `pid`, forked by `parent` (0: the recorded command itself).
+    Process { pid: u64, parent: u64 },
+    /// fork()/vfork()/clone() without CLONE_VM returned `child`.
+    Fork { child: u64 },
+    /// execve of File `file`: its ELF image as the kernel mapped it, text
+    /// (every segment before the writable one, file offset = address -
+    /// vaddr) at `vaddr`, then `data` bytes of the file from `data_off`,
+    /// then `bss` anonymous bytes.
+    Exec { file: u32, vaddr: u64, text: u64, data: u64, data_off: u64, bss: u64 },
+    /// wait4() reaped `child`.
+    Wait { child: u64 },
+    /// exit_group(code).
+    Exit { code: u64 },
     End { records: u64 },
 }
 
@@ -99,9 +120,15 @@ fn unzigzag(v: u64) -> i64 {
 }
 
 impl<W: Write> TraceWriter<W> {
-    pub fn new(mut w: W) -> io::Result<Self> {
+    pub fn new(w: W) -> io::Result<Self> {
+        Self::with_version(w, VERSION)
+    }
+
+    /// A writer stamping an older `version` in the header (tests of the
+    /// reader's compatibility; the records written must exist in it).
+    pub fn with_version(mut w: W, version: u16) -> io::Result<Self> {
         w.write_all(MAGIC)?;
-        w.write_all(&VERSION.to_le_bytes())?;
+        w.write_all(&version.to_le_bytes())?;
         w.write_all(&[COMPRESSION_ZLIB, 0])?;
         Ok(TraceWriter { z: ZlibEncoder::new(w, flate2::Compression::new(6)), last_page: 0, records: 0, buf: Vec::with_capacity(64) })
     }
@@ -166,6 +193,32 @@ impl<W: Write> TraceWriter<W> {
                 put_varint(b, *repeat);
                 self.last_page = *page;
             }
+            Record::Process { pid, parent } => {
+                b.push(TAG_PROCESS);
+                put_varint(b, *pid);
+                put_varint(b, *parent);
+                // Each process's page deltas start from 0, so sections can be
+                // written one after the other.
+                self.last_page = 0;
+            }
+            Record::Fork { child } => {
+                b.push(TAG_FORK);
+                put_varint(b, *child);
+            }
+            Record::Exec { file, vaddr, text, data, data_off, bss } => {
+                b.push(TAG_EXEC);
+                for v in [*file as u64, *vaddr, *text, *data, *data_off, *bss] {
+                    put_varint(b, v);
+                }
+            }
+            Record::Wait { child } => {
+                b.push(TAG_WAIT);
+                put_varint(b, *child);
+            }
+            Record::Exit { code } => {
+                b.push(TAG_EXIT);
+                put_varint(b, *code);
+            }
             Record::End { .. } => return Err(io::Error::other("End is written by finish()")),
         }
         self.records += 1;
@@ -188,6 +241,7 @@ pub struct TraceReader<R: Read> {
     last_page: u64,
     records: u64,
     files: u64,
+    version: u16,
     done: bool,
 }
 
@@ -228,7 +282,7 @@ impl<R: Read> TraceReader<R> {
         if h[10] != COMPRESSION_ZLIB {
             return Err(format!("corrupt trace (unknown compression {})", h[10]));
         }
-        Ok(TraceReader { z: BufReader::new(ZlibDecoder::new(r)), last_page: 0, records: 0, files: 0, done: false })
+        Ok(TraceReader { z: BufReader::new(ZlibDecoder::new(r)), last_page: 0, records: 0, files: 0, version, done: false })
     }
 
     fn byte(&mut self) -> Result<u8, String> {
@@ -255,6 +309,19 @@ impl<R: Read> TraceReader<R> {
     fn u32v(&mut self, what: &str) -> Result<u32, String> {
         let v = self.varint()?;
         u32::try_from(v).map_err(|_| format!("corrupt trace ({what} {v} does not fit 32 bits)"))
+    }
+
+    /// The format version in the header.
+    pub fn version(&self) -> u16 {
+        self.version
+    }
+
+    fn file_ref(&mut self) -> Result<u64, String> {
+        let f = self.varint()?;
+        if f >= self.files {
+            return Err(format!("corrupt trace (exec of file {f} before it is declared)"));
+        }
+        Ok(f)
     }
 
     fn string(&mut self) -> Result<String, String> {
@@ -321,6 +388,24 @@ impl<R: Read> TraceReader<R> {
                 ret: self.varint()?,
             },
             TAG_REGION => Record::Region { addr: self.varint()?, len: self.varint()? },
+            t if (TAG_PROCESS..=TAG_EXIT).contains(&t) && self.version < VERSION_PROCESSES => {
+                return Err(format!("corrupt trace (record tag {t:#04x} in a version {} trace)", self.version));
+            }
+            TAG_PROCESS => {
+                self.last_page = 0;
+                Record::Process { pid: self.varint()?, parent: self.varint()? }
+            }
+            TAG_FORK => Record::Fork { child: self.varint()? },
+            TAG_EXEC => Record::Exec {
+                file: self.file_ref()? as u32,
+                vaddr: self.varint()?,
+                text: self.varint()?,
+                data: self.varint()?,
+                data_off: self.varint()?,
+                bss: self.varint()?,
+            },
+            TAG_WAIT => Record::Wait { child: self.varint()? },
+            TAG_EXIT => Record::Exit { code: self.varint()? },
             t if t & 0xf0 == TAG_ACCESS && t & 0x0f <= K_IFETCH => {
                 let d = unzigzag(self.varint()?);
                 let page = self.last_page.wrapping_add(d as u64);
@@ -352,22 +437,26 @@ pub fn read_file(path: &std::path::Path) -> Result<Vec<Record>, String> {
     TraceReader::new(f)?.read_all()
 }
 
-/// Read a whole trace and summarise it as JSON (checks it end to end).
+/// Read a whole trace and summarise it as JSON (checks it end to end,
+/// record by record: a trace can hold tens of millions).
 pub fn summary_json(path: &std::path::Path) -> Result<String, String> {
-    let rs = read_file(path)?;
-    let (mut accesses, mut records, mut files, mut regions, mut syscalls) = (0u64, 0u64, 0u64, 0u64, 0u64);
+    let f = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut r = TraceReader::new(f)?;
+    let version = r.version();
+    let (mut accesses, mut records, mut files, mut regions, mut syscalls, mut processes) = (0u64, 0u64, 0u64, 0u64, 0u64, 0u64);
     let mut meta = serde_json::Value::Null;
-    for r in &rs {
+    while let Some(rec) = r.next_record()? {
         records += 1;
-        match r {
+        match rec {
             Record::Access { repeat, .. } => accesses += 1 + repeat,
             Record::File { .. } => files += 1,
             Record::Region { .. } => regions += 1,
-            Record::Meta { json } => meta = serde_json::from_str(json).unwrap_or(serde_json::Value::String(json.clone())),
+            Record::Process { .. } => processes += 1,
+            Record::Meta { json } => meta = serde_json::from_str(&json).unwrap_or(serde_json::Value::String(json)),
             _ => syscalls += 1,
         }
     }
-    Ok(serde_json::json!({"version": VERSION, "records": records, "accesses": accesses, "syscalls": syscalls, "files": files, "regions": regions, "meta": meta}).to_string())
+    Ok(serde_json::json!({"version": version, "records": records, "accesses": accesses, "syscalls": syscalls, "files": files, "regions": regions, "processes": processes.max(1), "meta": meta}).to_string())
 }
 
 #[cfg(test)]
@@ -388,6 +477,13 @@ mod tests {
             Record::Mprotect { addr: 0x7f00_0000_0000, len: 4096, prot: 1 },
             Record::Mremap { addr: 0x7f00_0000_0000, old_len: 8192, new_len: 16384, flags: 1, ret: 0x7e00_0000_0000 },
             Record::Munmap { addr: 0x7e00_0000_0000, len: 16384 },
+            Record::Fork { child: 12 },
+            Record::Wait { child: 12 },
+            Record::Exit { code: 0 },
+            Record::Process { pid: 12, parent: 11 },
+            Record::Exec { file: 0, vaddr: 0x40_0000, text: 4096, data: 4096, data_off: 0, bss: 0 },
+            Record::Access { kind: K_LOAD, page: 0x40_0, repeat: 0 },
+            Record::Exit { code: 1 },
         ]
     }
 
@@ -414,7 +510,7 @@ mod tests {
         assert!(err(b"").contains("bad magic"));
         assert!(err(b"FOLIOTRC\x01").contains("truncated"));
         let mut newer = bytes.clone();
-        newer[8] = 2;
+        newer[8] = VERSION as u8 + 1;
         assert!(err(&newer).contains("newer"), "{}", err(&newer));
         for cut in [13, bytes.len() / 2, bytes.len() - 1] {
             let e = err(&bytes[..cut]);
@@ -432,6 +528,25 @@ mod tests {
         for e in [err(b""), err(&newer), err(&bytes[..20])] {
             assert!(!e.contains('\n'));
         }
+    }
+
+    #[test]
+    fn version_1_is_read_without_process_records() {
+        let v1: Vec<Record> = sample().into_iter().take_while(|r| !matches!(r, Record::Fork { .. })).collect();
+        let mut w = TraceWriter::with_version(Vec::new(), 1).unwrap();
+        for r in &v1 {
+            w.write(r).unwrap();
+        }
+        let bytes = w.finish().unwrap();
+        let r = TraceReader::new(&bytes[..]).unwrap();
+        assert_eq!(r.version(), 1);
+        assert_eq!(r.read_all().unwrap(), v1);
+        // A version 1 trace cannot hold a Process record.
+        let mut w = TraceWriter::with_version(Vec::new(), 1).unwrap();
+        w.write(&Record::Process { pid: 1, parent: 0 }).unwrap();
+        let bytes = w.finish().unwrap();
+        let e = TraceReader::new(&bytes[..]).unwrap().read_all().unwrap_err();
+        assert!(e.contains("version 1"), "{e}");
     }
 
     #[test]

@@ -13,6 +13,10 @@
 //! loads/fetches of the same page starts a new record (a write to a page
 //! mapped read-only, e.g. the zero page, faults again). `M` (modify) is a
 //! store. Pages touched outside every recorded mapping become `Region`s.
+//!
+//! One log is one valgrind instance (one process between two execve);
+//! `trace_procs` puts the logs of a process tree together. Here, a fork is
+//! the core's "created child N" line and a wait4 its result.
 
 use super::trace_format::{Record, TraceWriter, K_IFETCH, K_LOAD, K_STORE};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -28,9 +32,13 @@ pub struct RecordStats {
     pub regions: u64,
     pub region_pages: u64,
     pub log_lines: u64,
+    /// From the log's preamble ("Parent PID: N"); 0 when missing.
+    pub parent: u64,
+    /// exit_group's argument, if the log has it.
+    pub exit_code: Option<u64>,
 }
 
-struct Conv<W: Write> {
+pub(super) struct Conv<W: Write> {
     w: TraceWriter<W>,
     st: RecordStats,
     run: Option<(u8, u64, u64)>,
@@ -65,7 +73,7 @@ fn path_arg(s: &str) -> Option<String> {
 }
 
 impl<W: Write> Conv<W> {
-    fn put(&mut self, r: Record) -> Result<(), String> {
+    pub(super) fn put(&mut self, r: Record) -> Result<(), String> {
         self.st.records += 1;
         self.w.write(&r).map_err(|e| format!("cannot write the trace: {e}"))
     }
@@ -102,7 +110,7 @@ impl<W: Write> Conv<W> {
         }
     }
 
-    fn know(&mut self, a: u64, len: u64) {
+    pub(super) fn know(&mut self, a: u64, len: u64) {
         self.forget(a, len);
         self.known.insert(a, a.saturating_add(len.div_ceil(4096) * 4096));
     }
@@ -126,7 +134,12 @@ impl<W: Write> Conv<W> {
         Ok(())
     }
 
-    fn file_index(&mut self, path: &str, need: u64) -> Result<u32, String> {
+    /// The File index of `path`, declared on first use. Files are known by
+    /// their canonical path, so ld.so's /lib/... and the loader's /usr/lib/...
+    /// are one file (one page cache) when replayed.
+    pub(super) fn file_index(&mut self, path: &str, need: u64) -> Result<u32, String> {
+        let canon = std::fs::canonicalize(path).ok().and_then(|p| p.to_str().map(str::to_string));
+        let path = canon.as_deref().unwrap_or(path);
         if let Some(&i) = self.files.get(path) {
             return Ok(i);
         }
@@ -143,6 +156,12 @@ impl<W: Write> Conv<W> {
         let a = |i: usize| args.get(i).and_then(|s| num(s)).unwrap_or(0);
         let Ok(ret) = ret else { return Ok(()) };
         match nr {
+            // A WNOHANG wait4 that reaped a child (a blocking one is a Wait
+            // where it was called: see `line`).
+            61 if ret != 0 && a(2) & 1 != 0 => {
+                self.flush_run()?;
+                return self.put(Record::Wait { child: ret });
+            }
             // open, openat: remember the fd's path
             2 | 257 => {
                 let p = if nr == 2 { args.first() } else { args.get(1) };
@@ -198,6 +217,12 @@ impl<W: Write> Conv<W> {
 
     fn line(&mut self, l: &str) -> Result<(), String> {
         self.st.log_lines += 1;
+        if l.starts_with("==") {
+            if let Some((_, p)) = l.split_once("Parent PID: ") {
+                self.st.parent = p.trim().parse().unwrap_or(0);
+            }
+            return Ok(());
+        }
         let b = l.as_bytes();
         if b.len() > 3 && (b[0] == b'I' || b[0] == b' ') && !l.starts_with("==") {
             let kind = match (b[0], b[1]) {
@@ -219,6 +244,19 @@ impl<W: Write> Conv<W> {
         let Some((nr, rest)) = rest.split_once(')') else { return Ok(()) };
         let Ok(nr) = nr.parse::<u32>() else { return Ok(()) };
         let rest = rest.trim_start();
+        if let Some((_, child)) = rest.split_once("created child ") {
+            // fork, vfork (valgrind runs it as a fork) or a clone without CLONE_VM
+            if let Ok(child) = child.trim().parse::<u64>() {
+                self.flush_run()?;
+                return self.put(Record::Fork { child });
+            }
+            return Ok(());
+        }
+        if nr == 231 {
+            // exit_group( N ) --> ...
+            self.st.exit_code = rest.split_once('(').and_then(|(_, a)| a.split_once(')')).and_then(|(a, _)| num(a));
+            return Ok(());
+        }
         let result = |s: &str| -> Option<Result<u64, u64>> {
             let (_, r) = s.rsplit_once("-->")?;
             let r = r.trim();
@@ -244,6 +282,13 @@ impl<W: Write> Conv<W> {
         let (Some(open), Some(close)) = (rest.find(" ( "), rest.rfind(" )")) else { return Ok(()) };
         let args: Vec<String> = if close >= open + 3 { rest[open + 3..close].split(", ").map(|s| s.to_string()).collect() } else { Vec::new() };
         let tail = &rest[close..];
+        if nr == 61 && args.get(2).and_then(|s| num(s)).is_some_and(|o| o & 1 == 0) {
+            // A blocking wait4, at its call: valgrind does not always print
+            // its completion (not when a SIGCHLD handler ran meanwhile).
+            let pid = args.first().and_then(|s| num(s)).unwrap_or(0);
+            self.flush_run()?;
+            return self.put(Record::Wait { child: if pid as i32 > 0 { pid } else { 0 } });
+        }
         if tail.contains("[async]") && !tail.contains("Success(") && !tail.contains("Failure(") {
             self.pending.insert(tid.to_string(), (nr, args));
             return Ok(());
@@ -254,7 +299,7 @@ impl<W: Write> Conv<W> {
         }
     }
 
-    fn finish(mut self) -> Result<(W, RecordStats), String> {
+    pub(super) fn finish(mut self) -> Result<(W, RecordStats), String> {
         self.flush_run()?;
         // Implicit regions: runs of contiguous pages.
         let pages: Vec<u64> = self.implicit.iter().copied().collect();
@@ -276,10 +321,16 @@ impl<W: Write> Conv<W> {
 
 /// Convert a valgrind lackey+syscall log into a trace written to `out`.
 /// `file_size(path)` gives the size of a mapped file (None: unknown).
-pub fn from_valgrind_log<R: BufRead, W: Write>(mut log: R, out: W, meta_json: &str, file_size: Box<dyn Fn(&str) -> Option<u64>>) -> Result<(W, RecordStats), String> {
+pub fn from_valgrind_log<R: BufRead, W: Write>(log: R, out: W, meta_json: &str, file_size: Box<dyn Fn(&str) -> Option<u64>>) -> Result<(W, RecordStats), String> {
+    convert(log, out, file_size, |c| c.put(Record::Meta { json: meta_json.to_string() }))
+}
+
+/// Convert one log into a trace written to `out`; `start` writes the first
+/// records (and may declare known ranges) before the log's.
+pub(super) fn convert<R: BufRead, W: Write>(mut log: R, out: W, file_size: Box<dyn Fn(&str) -> Option<u64>>, start: impl FnOnce(&mut Conv<W>) -> Result<(), String>) -> Result<(W, RecordStats), String> {
     let w = TraceWriter::new(out).map_err(|e| format!("cannot write the trace: {e}"))?;
     let mut c = Conv { w, st: RecordStats::default(), run: None, known: BTreeMap::new(), brk: None, implicit: BTreeSet::new(), files: HashMap::new(), fd_path: HashMap::new(), pending: HashMap::new(), file_size };
-    c.put(Record::Meta { json: meta_json.to_string() })?;
+    start(&mut c)?;
     let mut buf = Vec::with_capacity(256);
     loop {
         buf.clear();
