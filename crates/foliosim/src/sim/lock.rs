@@ -196,6 +196,22 @@ impl SharedLine {
     /// farthest of them.
     #[inline]
     pub fn rmw(&mut self, now: Ns, cpu: u32, lc: &LineCost) -> Ns {
+        if !self.sharers.is_empty() {
+            return self.rmw_invalidating(now, cpu, lc);
+        }
+        // Nobody read it since the last RMW (always so for mmap_lock's count
+        // under the classic policy): a `CacheLine` RMW, on the hot path.
+        let (s, e, prev) = self.tl.reserve(now, cpu, |prev| lc.transfer(prev, cpu));
+        self.owner = cpu;
+        self.modified = true;
+        self.bounces += (prev != cpu && prev != u32::MAX) as u64;
+        self.wait_ns += s - now;
+        e
+    }
+
+    /// `rmw` when readers hold copies the RMW must invalidate.
+    #[inline(never)]
+    fn rmw_invalidating(&mut self, now: Ns, cpu: u32, lc: &LineCost) -> Ns {
         let inval = self.sharers.iter().filter(|&&c| c != cpu).map(|&c| lc.transfer(c, cpu)).max().unwrap_or(0);
         let (s, e, prev) = self.tl.reserve(now, cpu, |prev| lc.transfer(prev, cpu).max(inval));
         let bounced = (prev != cpu && prev != u32::MAX) || inval > 0;
