@@ -131,6 +131,29 @@ def test_harness_bad_input_one_line_exit_2(args):
     assert r.returncode == 2 and r.stdout == "" and len(r.stderr.strip().splitlines()) == 1, (args, r.stderr)
 
 
+def test_validate_threads_rows_and_their_notes():
+    from foliosim import validate as v
+    jobs = v.jobs_for("4K", 2)
+    thr = [(w, mode, n) for w, _, _, mode, n in jobs if mode == "threads"]
+    assert thr == [(w, "threads", 2) for w in ("page_fault1", "page_fault2", "page_fault3", "mmap1")]
+    assert all(mode == "processes" and n == 1 for _, _, _, mode, n in jobs[:len(v.WORKLOADS)])
+    assert not [j for j in v.jobs_for("16K", 2) if j[3] == "threads"]
+    assert not [j for j in v.jobs_for("64K", 0) if j[3] == "threads"]
+    # A threads row whose real peak RSS is below the lockstep prediction says
+    # why and by how much; an ops-ratio miss names the threads run.
+    row = {"setting": "64K", "workload": "page_fault2", "mode": "threads", "tasks": 2, "mechanism": v.THREAD_MECH["page_fault2"],
+           "real": {"faults_per_op": 1.0, "rss": 209560.0, "ops_ratio": 0.8}, "predicted": {"faults_per_op": 1.0, "rss": 262144.0, "ops_ratio": 1.0}}
+    row["rel_error"] = {m: v.rel_err(row["predicted"][m], row["real"][m], m) for m in v.METRICS}
+    note = "; ".join(v._mech_note(row))
+    assert "rss off by +25.1%" in note and "lockstep" in note, note
+    assert "ops_ratio off by +25.0%" in note and "page_fault2 threads x2" in note, note
+    assert "faults_per_op" not in note
+    rep = {"rows": [dict(row, note=note)], "max_rel_error": {m: row["rel_error"][m] for m in v.METRICS},
+           "mean_rel_error": {m: row["rel_error"][m] for m in v.METRICS}}
+    table = v.format_table(rep)
+    assert "threads x2" in table.splitlines()[1] and "MISSED" in table
+
+
 @pytest.mark.parametrize("bad", ["1", "-2", "99999", "two"])
 def test_validate_bad_threads_one_line_exit_2(bad):
     r = cli("validate", "--threads", bad)
