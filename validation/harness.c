@@ -5,12 +5,21 @@
  * The parent also snapshots /proc/vmstat and the per-size mTHP stats (both
  * system-wide). Peak RSS comes from wait4()'s ru_maxrss; each task's RSS just
  * before its loop starts (its binary, libc, stack) is recorded so that the
- * RSS the testcase itself adds can be reported. One JSON line on stdout. */
+ * RSS the testcase itself adds can be reported. One JSON line on stdout.
+ *
+ * Threads mode (-T or -m threads; will-it-scale's X_threads): the tasks are
+ * pthreads of this one process, sharing its mm. Same synchronised start (each
+ * thread blocks in read() on the go pipe), warm-up and measured interval;
+ * the snapshot signals go to each thread with pthread_kill() and the handler
+ * takes getrusage(RUSAGE_THREAD), so faults and times are per thread and the
+ * loops are never polled. RSS, its baseline (taken once every thread is set
+ * up and parked) and the peak are those of the one process. */
 #define _GNU_SOURCE
 #include "harness.h"
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,7 +45,9 @@ struct slot {
 
 const char *harness_tmpdir = "/tmp";
 static char *shared_area;
-static unsigned long my_index;
+/* Thread-local: in threads mode every task is a thread of one process. */
+static __thread unsigned long my_index;
+static int threads_mode;
 
 static struct slot *slot_of(unsigned long i) { return (struct slot *)(shared_area + (size_t)i * ((sizeof(struct slot) + SLOT - 1) / SLOT * SLOT)); }
 
@@ -75,7 +86,7 @@ static void on_snap(int sig)
 	int k = sig == SIGUSR1 ? 0 : 1;
 	struct slot *s = slot_of(my_index);
 	s->snap[k] = *(volatile unsigned long long *)&s->counter;
-	getrusage(RUSAGE_SELF, &s->ru[k]);
+	getrusage(threads_mode ? RUSAGE_THREAD : RUSAGE_SELF, &s->ru[k]);
 	__atomic_store_n(&s->snapped[k], 1, __ATOMIC_RELEASE);
 }
 
@@ -225,7 +236,7 @@ static void sleep_s(double s)
 
 static void usage(void)
 {
-	fprintf(stderr, "usage: %s [-t TASKS] [-s SECONDS] [-w WARMUP_SECONDS] [-d TMPDIR]\n", testcase_name);
+	fprintf(stderr, "usage: %s [-t TASKS] [-s SECONDS] [-w WARMUP_SECONDS] [-d TMPDIR] [-T | -m processes|threads]\n", testcase_name);
 	exit(2);
 }
 
@@ -242,13 +253,162 @@ static void wait_snapped(unsigned long n, int k)
 		}
 }
 
+/* The JSON line: ops, faults and times summed over the tasks' snapshots. */
+static void print_report(const char *mode, unsigned long tasks, double dt, long maxrss, long base, long maxhwm, long maxsampled,
+			 long slack, const unsigned long long *vm0, const unsigned long long *vm1, long long m0[MAX_SIZES][NMS],
+			 long long m1[MAX_SIZES][NMS])
+{
+	unsigned long long ops = 0;
+	long long minflt = 0, majflt = 0;
+	double ut = 0, st = 0;
+	for (unsigned long i = 0; i < tasks; i++) {
+		struct slot *s = slot_of(i);
+		ops += s->snap[1] - s->snap[0];
+		minflt += s->ru[1].ru_minflt - s->ru[0].ru_minflt;
+		majflt += s->ru[1].ru_majflt - s->ru[0].ru_majflt;
+		ut += tv_s(s->ru[1].ru_utime) - tv_s(s->ru[0].ru_utime);
+		st += tv_s(s->ru[1].ru_stime) - tv_s(s->ru[0].ru_stime);
+	}
+	printf("{\"test\":\"%s\",\"description\":\"%s\",\"mode\":\"%s\",\"tasks\":%lu,\"seconds\":%.6f,"
+	       "\"ops\":%llu,\"ops_per_s\":%.3f,\"minflt\":%lld,\"majflt\":%lld,\"faults_per_op\":%.6g,"
+	       "\"utime_s\":%.6f,\"stime_s\":%.6f,\"peak_rss_kib\":%ld,\"base_rss_kib\":%ld,\"rss_kib\":%ld,"
+	       "\"vmhwm_kib\":%ld,\"sampled_rss_kib\":%ld,\"rss_counter_slack_kib\":%ld,",
+	       testcase_name, testcase_description, mode, tasks, dt, ops, ops / dt, minflt, majflt,
+	       ops ? (double)minflt / (double)ops : 0.0, ut, st, maxrss, base, maxrss - base, maxhwm, maxsampled, slack);
+	printf("\"vmstat\":{");
+	for (size_t i = 0; i < NVM; i++)
+		printf("%s\"%s\":%lld", i ? "," : "", vm_names[i], (long long)(vm1[i] - vm0[i]));
+	printf("},\"vmstat_faults_per_op\":%.6g,\"mthp_stats\":{", ops ? (double)(vm1[0] - vm0[0]) / (double)ops : 0.0);
+	for (int i = 0; i < nr_mthp_sizes; i++) {
+		printf("%s\"%s\":{", i ? "," : "", mthp_sizes[i]);
+		int first = 1;
+		for (size_t j = 0; j < NMS; j++) {
+			if (m0[i][j] < 0 || m1[i][j] < 0)
+				continue;
+			printf("%s\"%s\":%lld", first ? "" : ",", mthp_stat_names[j], m1[i][j] - m0[i][j]);
+			first = 0;
+		}
+		printf("}");
+	}
+	printf("}}\n");
+}
+
+static int go_read_fd;
+
+/* A task of threads mode: the same steps as a forked child's, in a thread. */
+static void *thread_task(void *arg)
+{
+	unsigned long i = (unsigned long)arg;
+	char b;
+	my_index = i;
+	if (testcase_task_setup)
+		testcase_task_setup(i);
+	/* glibc gives a thread its own malloc arena: create it before the
+	 * baseline RSS so that it is not counted as the testcase's memory. */
+	free(malloc(1));
+	__atomic_store_n(&slot_of(i)->ready, 1, __ATOMIC_RELEASE);
+	if (read(go_read_fd, &b, 1) != 1) {
+		fprintf(stderr, "%s: thread %lu: no start byte on the go pipe\n", testcase_name, i);
+		exit(1);
+	}
+	testcase(&slot_of(i)->counter, i);
+	return NULL;
+}
+
+/* Threads mode: -t pthreads in this process (one mm). RSS is the process's. */
+static int run_threads(unsigned long tasks, double seconds, double warmup)
+{
+	static pthread_t th[MAX_TASKS];
+	int go[2];
+	if (pipe(go) < 0)
+		harness_die("pipe");
+	go_read_fd = go[0];
+	free(malloc(1));
+	prefault_file_mappings();
+	for (unsigned long i = 0; i < tasks; i++) {
+		int e = pthread_create(&th[i], NULL, thread_task, (void *)i);
+		if (e) {
+			errno = e;
+			harness_die("pthread_create");
+		}
+	}
+	for (unsigned long i = 0; i < tasks; i++)
+		while (!__atomic_load_n(&slot_of(i)->ready, __ATOMIC_ACQUIRE))
+			usleep(100);
+	/* Every thread is set up (stack, arena, files) and parked on the go
+	 * pipe: that is the baseline, and the peak starts from it. */
+	int cr = open("/proc/self/clear_refs", O_WRONLY);
+	if (cr >= 0) {
+		if (write(cr, "5", 1) != 1) { /* older kernels: peak keeps the earlier RSS */ }
+		close(cr);
+	}
+	long base = self_rss_kib();
+	char bytes[MAX_TASKS];
+	memset(bytes, 1, sizeof(bytes));
+	if (write(go[1], bytes, tasks) != (ssize_t)tasks)
+		harness_die("write go pipe");
+	sleep_s(warmup);
+
+	unsigned long long vm0[NVM], vm1[NVM];
+	static long long m0[MAX_SIZES][NMS], m1[MAX_SIZES][NMS];
+	read_vmstat(vm0);
+	read_mthp(m0);
+	for (unsigned long i = 0; i < tasks; i++)
+		pthread_kill(th[i], SIGUSR1);
+	double t0 = now_s();
+	wait_snapped(tasks, 0);
+	long sampled = 0;
+	while (now_s() - t0 < seconds) {
+		long v = rollup_rss_kib("self");
+		if (v < 0)
+			v = status_kib("self", "VmRSS");
+		if (v > sampled)
+			sampled = v;
+		double left = seconds - (now_s() - t0);
+		sleep_s(left < 0.001 ? (left > 0 ? left : 0) : 0.001);
+	}
+	for (unsigned long i = 0; i < tasks; i++)
+		pthread_kill(th[i], SIGUSR2);
+	double t1 = now_s();
+	wait_snapped(tasks, 1);
+	read_vmstat(vm1);
+	read_mthp(m1);
+
+	long slack = 32L * sysconf(_SC_NPROCESSORS_ONLN) * (sysconf(_SC_PAGESIZE) / 1024);
+	long h = status_kib("self", "VmHWM");
+	if (h < 0) {
+		struct rusage ru;
+		getrusage(RUSAGE_SELF, &ru);
+		h = ru.ru_maxrss;
+	}
+	long peak = h - sampled > slack ? h : sampled;
+	if (testcase_cleanup)
+		testcase_cleanup();
+	print_report("threads", tasks, t1 - t0, peak, base, h, sampled, slack, vm0, vm1, m0, m1);
+	fflush(stdout);
+	/* The threads are still in their loops: exit_group ends them. */
+	_exit(ferror(stdout) ? 1 : 0);
+}
+
 int main(int argc, char **argv)
 {
 	unsigned long tasks = 1;
 	double seconds = 5, warmup = 1;
 	int c;
-	while ((c = getopt(argc, argv, "t:s:w:d:h")) != -1) {
+	opterr = 0; /* bad input: the one usage line below, exit 2 */
+	while ((c = getopt(argc, argv, "t:s:w:d:m:Th")) != -1) {
 		switch (c) {
+		case 'T': threads_mode = 1; break;
+		case 'm':
+			if (!strcmp(optarg, "threads"))
+				threads_mode = 1;
+			else if (!strcmp(optarg, "processes"))
+				threads_mode = 0;
+			else {
+				fprintf(stderr, "%s: -m: unknown mode '%s' (processes or threads)\n", testcase_name, optarg);
+				exit(2);
+			}
+			break;
 		case 't': tasks = strtoul(optarg, NULL, 0); break;
 		case 's': seconds = atof(optarg); break;
 		case 'w': warmup = atof(optarg); break;
@@ -272,6 +432,8 @@ int main(int argc, char **argv)
 	sa.sa_flags = SA_RESTART;
 	sigaction(SIGUSR1, &sa, NULL);
 	sigaction(SIGUSR2, &sa, NULL);
+	if (threads_mode)
+		return run_threads(tasks, seconds, warmup);
 
 	int go[2];
 	if (pipe(go) < 0)
@@ -387,39 +549,6 @@ int main(int argc, char **argv)
 		return 1;
 	}
 
-	unsigned long long ops = 0;
-	long long minflt = 0, majflt = 0;
-	double ut = 0, st = 0;
-	for (unsigned long i = 0; i < tasks; i++) {
-		struct slot *s = slot_of(i);
-		ops += s->snap[1] - s->snap[0];
-		minflt += s->ru[1].ru_minflt - s->ru[0].ru_minflt;
-		majflt += s->ru[1].ru_majflt - s->ru[0].ru_majflt;
-		ut += tv_s(s->ru[1].ru_utime) - tv_s(s->ru[0].ru_utime);
-		st += tv_s(s->ru[1].ru_stime) - tv_s(s->ru[0].ru_stime);
-	}
-	double dt = t1 - t0;
-	printf("{\"test\":\"%s\",\"description\":\"%s\",\"mode\":\"processes\",\"tasks\":%lu,\"seconds\":%.6f,"
-	       "\"ops\":%llu,\"ops_per_s\":%.3f,\"minflt\":%lld,\"majflt\":%lld,\"faults_per_op\":%.6g,"
-	       "\"utime_s\":%.6f,\"stime_s\":%.6f,\"peak_rss_kib\":%ld,\"base_rss_kib\":%ld,\"rss_kib\":%ld,"
-	       "\"vmhwm_kib\":%ld,\"sampled_rss_kib\":%ld,\"rss_counter_slack_kib\":%ld,",
-	       testcase_name, testcase_description, tasks, dt, ops, ops / dt, minflt, majflt,
-	       ops ? (double)minflt / (double)ops : 0.0, ut, st, maxrss, base, maxrss - base, maxhwm, maxsampled, slack);
-	printf("\"vmstat\":{");
-	for (size_t i = 0; i < NVM; i++)
-		printf("%s\"%s\":%lld", i ? "," : "", vm_names[i], (long long)(vm1[i] - vm0[i]));
-	printf("},\"vmstat_faults_per_op\":%.6g,\"mthp_stats\":{", ops ? (double)(vm1[0] - vm0[0]) / (double)ops : 0.0);
-	for (int i = 0; i < nr_mthp_sizes; i++) {
-		printf("%s\"%s\":{", i ? "," : "", mthp_sizes[i]);
-		int first = 1;
-		for (size_t j = 0; j < NMS; j++) {
-			if (m0[i][j] < 0 || m1[i][j] < 0)
-				continue;
-			printf("%s\"%s\":%lld", first ? "" : ",", mthp_stat_names[j], m1[i][j] - m0[i][j]);
-			first = 0;
-		}
-		printf("}");
-	}
-	printf("}}\n");
+	print_report("processes", tasks, t1 - t0, maxrss, base, maxhwm, maxsampled, slack, vm0, vm1, m0, m1);
 	return 0;
 }

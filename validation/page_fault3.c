@@ -7,7 +7,7 @@
 #define MEMSIZE (128UL * 1024 * 1024)
 const char *testcase_name = "page_fault3";
 const char *testcase_description = "Separate file shared mapping page fault";
-static int fd;
+static __thread int fd; /* per task: per thread in threads mode */
 void testcase_task_setup(unsigned long nr) { (void)nr; fd = harness_tmpfile(MEMSIZE, 0); }
 void testcase(unsigned long long *iterations, unsigned long nr)
 {

@@ -6,7 +6,7 @@
 #define FILESIZE (1UL * 1024 * 1024)
 const char *testcase_name = "read1";
 const char *testcase_description = "Separate file read";
-static int fd;
+static __thread int fd; /* per task: per thread in threads mode */
 void testcase_task_setup(unsigned long nr) { (void)nr; fd = harness_tmpfile(FILESIZE, 1); }
 void testcase(unsigned long long *iterations, unsigned long nr)
 {

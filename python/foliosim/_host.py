@@ -84,10 +84,64 @@ def knobs_for(sizes_kib: list[int]) -> dict[Path, str]:
     return want
 
 
+KNOB_LOCK = Path("/run/lock" if Path("/run/lock").is_dir() else "/tmp") / "foliosim-thp-knobs.lock"
+_lock_depth = 0
+_lock_file = None
+
+
+@contextmanager
+def knob_lock() -> Iterator[None]:
+    """Serialise foliosim commands that change the (system-wide) THP knobs:
+    two at once would measure under each other's settings, and the second to
+    finish would "restore" the first one's values. Re-entrant in a process."""
+    global _lock_depth, _lock_file
+    import fcntl
+    if _lock_depth == 0:
+        try:
+            f = open(KNOB_LOCK, "a")
+        except OSError:
+            f = None  # no lock file possible here: run unserialised
+        if f is not None:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                print(f"foliosim: waiting for another foliosim run that holds the THP knobs ({KNOB_LOCK}) ...", file=sys.stderr, flush=True)
+                fcntl.flock(f, fcntl.LOCK_EX)
+        _lock_file = f
+    _lock_depth += 1
+    try:
+        yield
+    finally:
+        _lock_depth -= 1
+        if _lock_depth == 0 and _lock_file is not None:
+            _lock_file.close()  # releases the flock
+            _lock_file = None
+
+
+def knobs_changed(want: dict[Path, str]) -> list[str]:
+    """Knobs in `want` that no longer have that value (someone else wrote them)."""
+    out = []
+    for path, value in want.items():
+        try:
+            cur = read_knob(path)
+        except OSError:
+            cur = "?"
+        if cur != value:
+            out.append(f"{path} = {cur} (set {value})")
+    return out
+
+
 @contextmanager
 def thp_settings(want: dict[Path, str]) -> Iterator[None]:
     """Apply knob values; restore every one changed on exit, also on error,
-    Ctrl-C or SIGTERM."""
+    Ctrl-C or SIGTERM. Holds knob_lock() meanwhile."""
+    with knob_lock():
+        with _thp_settings(want):
+            yield
+
+
+@contextmanager
+def _thp_settings(want: dict[Path, str]) -> Iterator[None]:
     saved: list[tuple[Path, str]] = []
 
     def on_term(signum: int, frame: object) -> None:

@@ -493,6 +493,8 @@ def _add_host_commands(sub: Any) -> None:
     v.add_argument("--out", metavar="DIR", help="where to write validate.json and validate.md (default results/validate/)")
     v.add_argument("--tmpdir", metavar="DIR", help="where the file-backed tests keep their files (default /dev/shm if tmpfs, else /tmp)")
     v.add_argument("--settings", metavar="LIST", help="comma-separated subset of 4K,16K,32K,64K,2M,64K+2M (4K is always included)")
+    v.add_argument("--threads", type=int, default=2, metavar="N",
+                   help="threads of the threads-mode rows (page_fault1/2/3, mmap1 under 4K, 64K, 2M; default 2, 0 = none)")
     v.add_argument("--quiet", "-q", action="store_true")
     v.set_defaults(func=_host_cmd("validate"))
 

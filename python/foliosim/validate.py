@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
-from ._host import HostError, build_validation, knobs_available, knobs_for, mthp_sizes_kib, thp_settings, tmp_fs_kind, write_text_atomic
+from ._host import HostError, build_validation, knobs_available, knobs_changed, knobs_for, mthp_sizes_kib, thp_settings, tmp_fs_kind, write_text_atomic
 
 # (label, anonymous THP sizes enabled in KiB)
 SETTINGS: list[tuple[str, list[int]]] = [
@@ -39,6 +39,22 @@ WORKLOADS: list[tuple[str, dict[str, Any], str]] = [
     ("read1", {"tmp_fs": "@tmp"}, "page-cache read path (no faults)"),
     ("sparse_touch", {"size_mib": 128, "hold_ms": 0, "cycles": 0}, "anonymous fault per 64 KiB touched (RSS = folio size per touch)"),
 ]
+
+# Threads mode (will-it-scale's X_threads: the tasks are threads sharing one
+# mm): the testcases where that changes what the kernel does. page_fault1-3
+# fault into one address space and one page-table tree (page_fault2/3 with
+# one file per thread, as in will-it-scale); mmap1's mmap/munmap contend on
+# the one mmap_lock. Real runs with `-T -t N`, the simulator with
+# mode = "threads", tasks = N and the same knobs; RSS is the one process's.
+THREAD_WORKLOADS = ("page_fault1", "page_fault2", "page_fault3", "mmap1")
+THREAD_SETTINGS = ("4K", "64K", "2M")
+THREAD_MECH = {
+    "page_fault1": "anonymous write faults of N threads into one mm (shared page tables, mmap_lock read side vs munmap)",
+    "page_fault2": "private file COW faults of N threads into one mm (one file per thread)",
+    "page_fault3": "shared file write faults of N threads into one mm (one file per thread)",
+    "mmap1": "mmap/munmap of N threads on one mmap_lock (write-side contention)",
+}
+DEFAULT_THREADS = 2
 
 METRICS = ("faults_per_op", "rss", "ops_ratio")
 # Relative errors use max(|real|, floor) as the denominator so that a
@@ -69,20 +85,27 @@ def model_can_express(knobs: dict[str, str], catalog: dict[str, Any]) -> Optiona
     return None
 
 
-def run_real(bindir: Path, name: str, seconds: float, warmup: float, tmpdir: str) -> dict[str, Any]:
-    cmd = [str(bindir / name), "-t", "1", "-s", str(seconds), "-w", str(warmup), "-d", tmpdir]
+def run_real(bindir: Path, name: str, seconds: float, warmup: float, tmpdir: str,
+             mode: str = "processes", tasks: int = 1) -> dict[str, Any]:
+    cmd = [str(bindir / name), "-t", str(tasks), "-s", str(seconds), "-w", str(warmup), "-d", tmpdir]
+    if mode == "threads":
+        cmd.append("-T")
     r = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True)
     if r.returncode != 0:
         raise HostError(f"{name} failed on the real kernel: {(r.stderr.strip().splitlines() or ['exit ' + str(r.returncode)])[-1]}")
-    return json.loads(r.stdout)
+    out = json.loads(r.stdout)
+    if out.get("mode") != mode or out.get("tasks") != tasks:
+        raise HostError(f"{name}: the harness ran mode {out.get('mode')!r} x{out.get('tasks')}, asked {mode!r} x{tasks} (stale validation/bin?)")
+    return out
 
 
-def run_sim(name: str, params: dict[str, Any], knobs: dict[str, str], profile: str, duration: float) -> dict[str, Any]:
+def run_sim(name: str, params: dict[str, Any], knobs: dict[str, str], profile: str, duration: float,
+            mode: str = "processes", tasks: int = 1) -> dict[str, Any]:
     from . import run as _run
     cfg = {
         "seed": 1,
         "machine": {"profile": profile},
-        "workload": {"name": name, "mode": "processes", "tasks": 1, **params},
+        "workload": {"name": name, "mode": mode, "tasks": tasks, **params},
         "run": {"warmup_s": 0.0, "duration_s": duration},
         "knobs": knobs,
     }
@@ -110,8 +133,14 @@ def _mech_note(row: dict[str, Any]) -> list[str]:
         if e is not None and e > TARGETS[m]:
             r, p = row["real"][m], row["predicted"][m]
             sign = "+" if p > r else "-"
-            what = {"faults_per_op": row["mechanism"], "rss": "RSS accounting of " + row["mechanism"],
-                    "ops_ratio": f"cost model of the {row['setting']} fault path relative to 4K"}[m]
+            where = f"{row['setting']} fault path" if row.get("mode", "processes") == "processes" else \
+                f"{row['setting']} {row['workload']} threads x{row['tasks']} run (fault path and mmap_lock/shared-mm contention)"
+            rss_what = "RSS accounting of " + row["mechanism"]
+            if row.get("mode") == "threads" and p > r:
+                rss_what = (f"peak RSS of the one mm = the {row['tasks']} threads' 128 MiB passes at their largest overlap: "
+                            "the real threads drift out of phase (scheduler noise), the simulated ones stay in lockstep")
+            what = {"faults_per_op": row["mechanism"], "rss": rss_what,
+                    "ops_ratio": f"cost model of the {where} relative to 4K"}[m]
             notes.append(f"{m} off by {sign}{100 * e:.1f}% (predicted {p:.4g} vs real {r:.4g}): {what}")
     return notes
 
@@ -122,8 +151,18 @@ def default_tmpdir() -> str:
     return "/dev/shm" if Path("/dev/shm").is_dir() and tmp_fs_kind("/dev/shm") == "tmpfs" else "/tmp"
 
 
+def jobs_for(label: str, threads: int) -> list[tuple[str, dict[str, Any], str, str, int]]:
+    """(workload, sim params, mechanism, mode, tasks) of one setting's rows:
+    every workload as one process, then the threads rows."""
+    jobs = [(w, params, mech, "processes", 1) for w, params, mech in WORKLOADS]
+    if threads and label in THREAD_SETTINGS:
+        params_of = {w: params for w, params, _ in WORKLOADS}
+        jobs += [(w, params_of[w], THREAD_MECH[w], "threads", threads) for w in THREAD_WORKLOADS]
+    return jobs
+
+
 def validate(profile: str, quick: bool, progress: bool, tmpdir: Optional[str] = None,
-             settings: Optional[list[str]] = None) -> dict[str, Any]:
+             settings: Optional[list[str]] = None, threads: int = DEFAULT_THREADS) -> dict[str, Any]:
     from . import catalog
     bindir = build_validation()
     cat = catalog()
@@ -133,43 +172,55 @@ def validate(profile: str, quick: bool, progress: bool, tmpdir: Optional[str] = 
     fs = tmp_fs_kind(tmpdir)
     sizes_here = set(mthp_sizes_kib())
     rows: list[dict[str, Any]] = []
-    base_real: dict[str, float] = {}
-    base_pred: dict[str, float] = {}
+    # ops/s baselines (4K) per (workload, mode): a threads row is compared
+    # with the 4K run of the same workload in the same mode and task count.
+    base_real: dict[tuple[str, str], float] = {}
+    base_pred: dict[tuple[str, str], float] = {}
     for label, sizes in SETTINGS:
         if settings and label not in settings:
             continue
+        jobs = jobs_for(label, threads)
         missing = [s for s in sizes if s not in sizes_here]
         if missing:
-            for w, _, mech in WORKLOADS:
-                rows.append({"setting": label, "workload": w, "mechanism": mech, "real": None, "predicted": None, "rel_error": None,
+            for w, _, mech, mode, tasks in jobs:
+                rows.append({"setting": label, "workload": w, "mode": mode, "tasks": tasks, "mechanism": mech,
+                             "real": None, "predicted": None, "rel_error": None,
                              "note": f"skipped: this kernel has no hugepages-{missing[0]}kB"})
             continue
         knobs = sim_knobs(sizes)
         why_not = model_can_express(knobs, cat)
-        with thp_settings(knobs_for(sizes)):
+        want = knobs_for(sizes)
+        with thp_settings(want):
             reals = {}
-            for w, _, _ in WORKLOADS:
+            for w, _, _, mode, tasks in jobs:
                 if progress:
-                    print(f"foliosim validate: {label} {w} (real) ...", file=sys.stderr, flush=True)
-                reals[w] = run_real(bindir, w, seconds, warmup, tmpdir)
-        for w, params, mech in WORKLOADS:
-            real = reals[w]
+                    print(f"foliosim validate: {label} {w} {mode} x{tasks} (real) ...", file=sys.stderr, flush=True)
+                reals[(w, mode)] = run_real(bindir, w, seconds, warmup, tmpdir, mode, tasks)
+                # The knobs are system-wide: a run measured while something
+                # else changed them would be compared with the wrong setting.
+                changed = knobs_changed(want)
+                if changed:
+                    raise HostError(f"THP knobs changed by another process during the {label} {w} {mode} run: {changed[0]}; "
+                                    "rerun when it is done")
+        for w, params, mech, mode, tasks in jobs:
+            key = (w, mode)
+            real = reals[key]
             rr = {"faults_per_op": real["faults_per_op"], "rss": float(real["rss_kib"]), "ops_per_s": real["ops_per_s"]}
             if label == "4K":
-                base_real[w] = real["ops_per_s"]
-            rr["ops_ratio"] = real["ops_per_s"] / base_real[w] if base_real.get(w) else None
-            row: dict[str, Any] = {"setting": label, "workload": w, "mechanism": mech, "real": rr, "predicted": None,
-                                   "rel_error": None, "note": why_not or "",
+                base_real[key] = real["ops_per_s"]
+            rr["ops_ratio"] = real["ops_per_s"] / base_real[key] if base_real.get(key) else None
+            row: dict[str, Any] = {"setting": label, "workload": w, "mode": mode, "tasks": tasks, "mechanism": mech,
+                                   "real": rr, "predicted": None, "rel_error": None, "note": why_not or "",
                                    "mthp_stats": {k: v for k, v in (real.get("mthp_stats") or {}).items() if any(v.values())}}
             if why_not is None:
                 p = {k: (fs if v == "@tmp" else v) for k, v in params.items()}
                 if progress:
-                    print(f"foliosim validate: {label} {w} (simulated) ...", file=sys.stderr, flush=True)
-                s = run_sim(w, p, knobs, profile, sim_s)
+                    print(f"foliosim validate: {label} {w} {mode} x{tasks} (simulated) ...", file=sys.stderr, flush=True)
+                s = run_sim(w, p, knobs, profile, sim_s, mode, tasks)
                 if label == "4K":
-                    base_pred[w] = s["ops_per_s"]
+                    base_pred[key] = s["ops_per_s"]
                 pr = {"faults_per_op": s["faults_per_op"], "rss": float(s["rss_kib"]), "ops_per_s": s["ops_per_s"],
-                      "ops_ratio": s["ops_per_s"] / base_pred[w] if base_pred.get(w) else None}
+                      "ops_ratio": s["ops_per_s"] / base_pred[key] if base_pred.get(key) else None}
                 row["predicted"] = pr
                 row["rel_error"] = {m: (rel_err(pr[m], rr[m], m) if pr[m] is not None and rr[m] is not None else None) for m in METRICS}
                 row["rel_error"]["ops_per_s"] = rel_err(pr["ops_per_s"], rr["ops_per_s"], "ops_ratio") if rr["ops_per_s"] else None
@@ -185,6 +236,7 @@ def validate(profile: str, quick: bool, progress: bool, tmpdir: Optional[str] = 
         "tmpdir": tmpdir,
         "quick": quick,
         "seconds_per_run": seconds,
+        "threads": threads,
         "targets": TARGETS,
         "floors": FLOORS,
         "rows": rows,
@@ -208,11 +260,12 @@ def _fmt(v: Any, pct: bool = False) -> str:
 
 
 def format_table(rep: dict[str, Any], markdown: bool = False) -> str:
-    cols = ["setting", "workload", "faults/op real", "pred", "err", "RSS KiB real", "pred", "err", "ops ratio real", "pred", "err", "note"]
+    cols = ["setting", "workload", "mode", "faults/op real", "pred", "err", "RSS KiB real", "pred", "err", "ops ratio real", "pred", "err", "note"]
     out = []
     for r in rep["rows"]:
         re_, pr, er = r["real"] or {}, r["predicted"] or {}, r["rel_error"] or {}
-        out.append([r["setting"], r["workload"],
+        mode = "threads x%d" % r.get("tasks", 0) if r.get("mode") == "threads" else "process"
+        out.append([r["setting"], r["workload"], mode,
                     _fmt(re_.get("faults_per_op")), _fmt(pr.get("faults_per_op")), _fmt(er.get("faults_per_op"), True),
                     _fmt(re_.get("rss")), _fmt(pr.get("rss")), _fmt(er.get("rss"), True),
                     _fmt(re_.get("ops_ratio")), _fmt(pr.get("ops_ratio")), _fmt(er.get("ops_ratio"), True),
@@ -252,6 +305,15 @@ def ensure_profile(path: Optional[str]) -> str:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
+    if args.threads < 0 or args.threads == 1:
+        raise HostError(f"--threads: {args.threads}: the threads rows need 2 or more threads (0 leaves them out)")
+    if args.threads > 2048:
+        raise HostError(f"--threads: {args.threads}: at most 2048 (the harness's limit)")
+    settings = [x.strip() for x in args.settings.split(",")] if args.settings else None
+    known = [lab for lab, _ in SETTINGS]
+    for x in settings or []:
+        if x not in known:
+            raise HostError(f"--settings: unknown setting {x!r} (known: {', '.join(known)})")
     why = knobs_available()
     if why:
         if args.json:
@@ -261,14 +323,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
         return 0
     profile = ensure_profile(args.profile)
     progress = sys.stderr.isatty() and not args.quiet
-    settings = [x.strip() for x in args.settings.split(",")] if args.settings else None
-    known = [lab for lab, _ in SETTINGS]
-    for x in settings or []:
-        if x not in known:
-            raise HostError(f"--settings: unknown setting {x!r} (known: {', '.join(known)})")
     if settings and "4K" not in settings:
         settings.insert(0, "4K")  # the baseline of every ops ratio
-    rep = validate(profile, args.quick, progress, args.tmpdir, settings)
+    rep = validate(profile, args.quick, progress, args.tmpdir, settings, args.threads)
     out = Path(args.out) if args.out else Path("results") / "validate"
     write_text_atomic(out / "validate.json", json.dumps(rep, indent=1) + "\n")
     write_text_atomic(out / "validate.md", format_table(rep, markdown=True) + "\n")
