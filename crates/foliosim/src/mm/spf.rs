@@ -356,16 +356,7 @@ mod tests {
     /// and 1) and a 64 KiB anonymous region whose first page task 0 has
     /// faulted in (so the anon_vma and the PTE table exist).
     fn setup(policy: &str) -> (Kernel, u64) {
-        let cfg = crate::config::from_toml(
-            &format!("[machine]\nprofile = \"generic-x86\"\nnode_mem_mib = [256, 256]\nnr_cpus = 4\n[workload]\nname = \"mmap1\"\n[knobs]\nfault_locking = \"{policy}\"\n"),
-            "<test>",
-        )
-        .unwrap();
-        let mut k = Kernel::boot(cfg.profile.clone(), cfg.knobs.clone(), true, 1).unwrap();
-        let mm = k.new_mm();
-        k.tasks.push(Task::new(0, mm, 0, 0));
-        k.tasks.push(Task::new(1, mm, 1, 0));
-        k.mms[mm as usize].users = 2;
+        let mut k = boot_with(&format!("fault_locking = \"{policy}\"\n"));
         let Some(Ret::Val(a)) = k.exec(0, Op::Mmap { addr: 0, len: 16 << 12, prot: prot::READ | prot::WRITE, flags: map::PRIVATE | map::ANONYMOUS, fd: -1, off: 0 }) else { panic!() };
         let a = a as u64;
         assert_eq!(k.exec(0, Op::Access { addr: a, kind: Access::Store }), Some(Ret::Val(0)));
@@ -644,11 +635,13 @@ mod tests {
     /// A kernel of 4 CPUs with one two-thread process (tasks 0 and 1 on
     /// CPUs 0 and 1) under SPF, with `knobs` added.
     fn boot2(knobs: &str) -> Kernel {
-        let cfg = crate::config::from_toml(
-            &format!("[machine]\nprofile = \"generic-x86\"\nnode_mem_mib = [256, 256]\nnr_cpus = 4\n[workload]\nname = \"mmap1\"\n[knobs]\nfault_locking = \"spf\"\n{knobs}"),
-            "<test>",
-        )
-        .unwrap();
+        boot_with(&format!("fault_locking = \"spf\"\n{knobs}"))
+    }
+
+    /// A 4-CPU kernel with `knobs`, one mm and two threads of it (tasks 0
+    /// and 1 on CPUs 0 and 1).
+    fn boot_with(knobs: &str) -> Kernel {
+        let cfg = crate::config::from_toml(&format!("[machine]\nprofile = \"generic-x86\"\nnode_mem_mib = [256, 256]\nnr_cpus = 4\n[workload]\nname = \"mmap1\"\n[knobs]\n{knobs}"), "<test>").unwrap();
         let mut k = Kernel::boot(cfg.profile.clone(), cfg.knobs.clone(), true, 1).unwrap();
         let mm = k.new_mm();
         k.tasks.push(Task::new(0, mm, 0, 0));
