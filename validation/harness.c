@@ -293,6 +293,36 @@ static void print_report(const char *mode, unsigned long tasks, double dt, long 
 	printf("}}\n");
 }
 
+/* Reset this process's VmHWM to its current RSS (clear_refs 5), so the
+ * peak measured is the testcase's own (a forked child's starts at its
+ * parent's RSS at fork). Older kernels keep the earlier peak. */
+static void reset_peak_rss(void)
+{
+	int cr = open("/proc/self/clear_refs", O_WRONLY);
+	if (cr >= 0) {
+		if (write(cr, "5", 1) != 1) { /* older kernels: the peak keeps the earlier RSS */ }
+		close(cr);
+	}
+}
+
+/* Wait until every task is set up and parked on the go pipe. */
+static void wait_ready(unsigned long tasks)
+{
+	for (unsigned long i = 0; i < tasks; i++)
+		while (!__atomic_load_n(&slot_of(i)->ready, __ATOMIC_ACQUIRE))
+			usleep(100);
+}
+
+/* Release every task at once, and let the warm-up pass. */
+static void start_tasks(int go_write_fd, unsigned long tasks, double warmup)
+{
+	char bytes[MAX_TASKS];
+	memset(bytes, 1, sizeof(bytes));
+	if (write(go_write_fd, bytes, tasks) != (ssize_t)tasks)
+		harness_die("write go pipe");
+	sleep_s(warmup);
+}
+
 static int go_read_fd;
 
 /* A task of threads mode: the same steps as a forked child's, in a thread. */
@@ -332,22 +362,12 @@ static int run_threads(unsigned long tasks, double seconds, double warmup)
 			harness_die("pthread_create");
 		}
 	}
-	for (unsigned long i = 0; i < tasks; i++)
-		while (!__atomic_load_n(&slot_of(i)->ready, __ATOMIC_ACQUIRE))
-			usleep(100);
+	wait_ready(tasks);
 	/* Every thread is set up (stack, arena, files) and parked on the go
 	 * pipe: that is the baseline, and the peak starts from it. */
-	int cr = open("/proc/self/clear_refs", O_WRONLY);
-	if (cr >= 0) {
-		if (write(cr, "5", 1) != 1) { /* older kernels: peak keeps the earlier RSS */ }
-		close(cr);
-	}
+	reset_peak_rss();
 	long base = self_rss_kib();
-	char bytes[MAX_TASKS];
-	memset(bytes, 1, sizeof(bytes));
-	if (write(go[1], bytes, tasks) != (ssize_t)tasks)
-		harness_die("write go pipe");
-	sleep_s(warmup);
+	start_tasks(go[1], tasks, warmup);
 
 	unsigned long long vm0[NVM], vm1[NVM];
 	static long long m0[MAX_SIZES][NMS], m1[MAX_SIZES][NMS];
@@ -453,13 +473,7 @@ int main(int argc, char **argv)
 			 * that it is not counted as the testcase's memory. */
 			free(malloc(1));
 			prefault_file_mappings();
-			/* A forked child's VmHWM starts at the parent's RSS at fork:
-			 * reset it (clear_refs 5) so the peak is this task's own. */
-			int cr = open("/proc/self/clear_refs", O_WRONLY);
-			if (cr >= 0) {
-				if (write(cr, "5", 1) != 1) { /* older kernels: peak keeps the fork-time RSS */ }
-				close(cr);
-			}
+			reset_peak_rss();
 			slot_of(i)->base_rss_kib = self_rss_kib();
 			__atomic_store_n(&slot_of(i)->ready, 1, __ATOMIC_RELEASE);
 			if (read(go[0], &b, 1) != 1)
@@ -470,14 +484,8 @@ int main(int argc, char **argv)
 		pids[i] = p;
 	}
 	close(go[0]);
-	for (unsigned long i = 0; i < tasks; i++)
-		while (!__atomic_load_n(&slot_of(i)->ready, __ATOMIC_ACQUIRE))
-			usleep(100);
-	char bytes[MAX_TASKS];
-	memset(bytes, 1, sizeof(bytes));
-	if (write(go[1], bytes, tasks) != (ssize_t)tasks)
-		harness_die("write go pipe");
-	sleep_s(warmup);
+	wait_ready(tasks);
+	start_tasks(go[1], tasks, warmup);
 
 	unsigned long long vm0[NVM], vm1[NVM];
 	static long long m0[MAX_SIZES][NMS], m1[MAX_SIZES][NMS];
