@@ -192,26 +192,28 @@ impl Kernel {
         }
         m.lock_waiters = left;
         for w in woken {
+            // A woken task that finds its CPU taken starts no earlier than this.
             self.tasks[w as usize].clock = self.tasks[w as usize].clock.max(at);
             self.wakeups.push((at, w));
         }
     }
 
-    /// Must a fault requesting mmap_lock for read now sleep? Only behind a
-    /// queued writer; a fault taken for the kernel (MAP_POPULATE, inside a
-    /// call that holds or just held the lock) never finds one.
-    #[inline]
-    pub(crate) fn mmap_read_must_sleep(&self, mm: u32) -> bool {
-        !self.fault_kernel_mode && self.mms[mm as usize].mmap_lock.queued_writer.is_some()
-    }
-
-    /// The classic fault of `tid` sleeps at its down_read (requested at
-    /// `t_req`, trapped at `t0`); it resumes in `mmap_lock_fault_resume`.
-    pub(crate) fn mmap_lock_fault_sleep(&mut self, tid: u32, t0: Ns, t_req: Ns, addr: u64, kind: Access) -> Fault {
-        let mm = self.tasks[tid as usize].mm;
-        self.tasks[tid as usize].clock = t_req;
-        self.mmap_lock_sleep(tid, mm, LockWait::Fault { addr, kind, t0, t_req });
-        Fault::Pending
+    /// The classic fault of `tid` after its fast path fell back at `t`
+    /// (trapped at `t0`), through the return to user mode. Behind a queued
+    /// writer it sleeps at its down_read instead (Fault::Pending) and
+    /// resumes in `mmap_lock_fault_resume`; a fault taken for the kernel
+    /// (MAP_POPULATE, inside a call that holds or just held the lock)
+    /// never finds one.
+    pub(crate) fn fault_classic(&mut self, tid: u32, t0: Ns, t: Ns, addr: u64, kind: Access) -> Fault {
+        let (mm, cpu) = (self.tasks[tid as usize].mm, self.tasks[tid as usize].cpu);
+        if !self.fault_kernel_mode && self.mms[mm as usize].mmap_lock.queued_writer.is_some() {
+            self.tasks[tid as usize].clock = t;
+            self.mmap_lock_sleep(tid, mm, LockWait::Fault { addr, kind, t0, t_req: t });
+            return Fault::Pending;
+        }
+        let (res, t) = self.fault_under_mmap_lock(t, cpu, mm, addr, kind);
+        self.fault_return(tid, t0, t, res);
+        res
     }
 
     /// A fault woken from mmap_lock: it holds it for read now; run the

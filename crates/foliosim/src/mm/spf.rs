@@ -320,16 +320,8 @@ impl Kernel {
 
     /// The classic fault after an abort in step 2, then the return to user.
     fn spf_fallback(&mut self, tid: u32, p: &SpfPending, t: Ns) -> Fault {
-        let (mm, cpu, t0) = {
-            let tk = &self.tasks[tid as usize];
-            (tk.mm, tk.cpu, tk.clock)
-        };
-        if self.mmap_read_must_sleep(mm) {
-            return self.mmap_lock_fault_sleep(tid, t0, t, p.addr, p.kind);
-        }
-        let (res, t) = self.fault_under_mmap_lock(t, cpu, mm, p.addr, p.kind);
-        self.fault_return(tid, t0, t, res);
-        res
+        let t0 = self.tasks[tid as usize].clock;
+        self.fault_classic(tid, t0, t, p.addr, p.kind)
     }
 
     /// Abort in step 1 after the VMA reference was taken: drop it.

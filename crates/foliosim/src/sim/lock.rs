@@ -381,7 +381,7 @@ impl RwSem {
     #[inline]
     pub fn write_for(&mut self, now: Ns, cpu: u32, hold: Ns, lc: &LineCost, sc: &SleepCost) -> (Ns, Ns) {
         let t = self.line.rmw(now, cpu, lc);
-        let start = t.max(self.readers_until).max(self.writer_until);
+        let start = t.max(self.holders_until());
         let start = self.wait_cost(now, start, sc);
         self.write_wait_ns += start - now;
         self.write_acquisitions += 1;
@@ -447,7 +447,7 @@ impl RwSem {
     #[inline]
     pub fn down_write(&mut self, now: Ns, cpu: u32, lc: &LineCost, sc: &SleepCost) -> Ns {
         let t = self.line.rmw(now, cpu, lc);
-        let start = t.max(self.readers_until).max(self.writer_until);
+        let start = t.max(self.holders_until());
         let start = self.wait_cost(now, start, sc);
         self.write_wait_ns += start.saturating_sub(now + lc.local_rmw);
         self.write_acquisitions += 1;
