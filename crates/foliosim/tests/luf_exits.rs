@@ -116,26 +116,27 @@ fn aligned_range(frames: &[Pfn]) -> (Pfn, Pfn) {
     (s, s + 1024)
 }
 
-/// Scenario 6, alloc_contig_range over the range holding F's pending frames.
-fn scenario_contig(knobs: &str, seed: u64) -> H {
+/// Scenario 6 on the MAX_PAGE_ORDER-aligned range holding F's pending
+/// frames: `take` (alloc_contig_range, offline_pages) isolates it from
+/// CPU 3 and returns when done.
+fn scenario_range(knobs: &str, seed: u64, take: impl FnOnce(&mut foliosim::kernel::Kernel, Ns, Pfn, Pfn) -> Ns) -> H {
     let (mut h, a, base, frames, c, t) = readers_reclaimed(knobs, seed);
     let (s, e) = aligned_range(&frames);
     h.k.cpus[3].curr = c;
     let r = h.rand(1000);
-    let t = h.k.alloc_contig_range(t + r, 3, s, e).expect("the range holds only free and movable pages");
+    let t = take(&mut h.k, t + r, s, e);
     reread(&mut h, &a, base, t);
     h
 }
 
+/// Scenario 6, alloc_contig_range over the range holding F's pending frames.
+fn scenario_contig(knobs: &str, seed: u64) -> H {
+    scenario_range(knobs, seed, |k, t, s, e| k.alloc_contig_range(t, 3, s, e).expect("the range holds only free and movable pages"))
+}
+
 /// Scenario 6, memory offline of the range holding F's pending frames.
 fn scenario_offline(knobs: &str, seed: u64) -> H {
-    let (mut h, a, base, frames, c, t) = readers_reclaimed(knobs, seed);
-    let (s, e) = aligned_range(&frames);
-    h.k.cpus[3].curr = c;
-    let r = h.rand(1000);
-    let t = h.k.offline_pages(t + r, 3, s, e).expect("the range holds only free and movable pages");
-    reread(&mut h, &a, base, t);
-    h
+    scenario_range(knobs, seed, |k, t, s, e| k.offline_pages(t, 3, s, e).expect("the range holds only free and movable pages"))
 }
 
 /// Scenario 6, hwpoison take-off: memory_failure on free frames of F

@@ -546,13 +546,14 @@ mod tests {
         assert!(k.check.violations.is_empty(), "{:?}", k.check.violations);
     }
 
-    #[test]
-    fn a_fault_inside_an_earlier_of_two_queued_cycles_also_aborts() {
-        let (mut k, a) = setup("spf");
+    /// Two writers one after the other on mmap_lock: task 1 splits the
+    /// faulting region's VMA (mprotect of its upper half), task 2 (arriving
+    /// 1 ns later, it spins) maps an unrelated range. Returns the first
+    /// cycle's lock hold.
+    fn two_cycles(policy: &str) -> (Kernel, u64, Ns, Ns) {
+        let (mut k, a) = setup(policy);
         k.tasks.push(Task::new(2, 0, 2, 0));
         k.mms[0].users = 3;
-        // Two writers queue on mmap_lock: task 1 splits the fault's VMA,
-        // task 2 (arriving just after) changes an unrelated range.
         let t0 = k.tasks[0].clock;
         k.tasks[1].clock = t0;
         assert_eq!(k.exec(1, Op::Mprotect { addr: a + (8 << 12), len: 8 << 12, prot: prot::READ }), Some(Ret::Val(0)));
@@ -560,8 +561,13 @@ mod tests {
         k.tasks[2].clock = t0 + 1;
         let Some(Ret::Val(b)) = k.exec(2, Op::Mmap { addr: 0, len: 4 << 12, prot: prot::READ | prot::WRITE, flags: map::PRIVATE | map::ANONYMOUS, fd: -1, off: 0 }) else { panic!() };
         assert!(b as u64 + (4 << 12) <= a || b as u64 >= a + (16 << 12));
-        let c2 = k.mms[0].cycle_log.back().unwrap().clone();
-        assert!(c2.start >= e1, "the second cycle waited for the first");
+        assert!(k.mms[0].cycle_log.back().unwrap().start >= e1, "the second cycle waited for the first");
+        (k, a, s1, e1)
+    }
+
+    #[test]
+    fn a_fault_inside_an_earlier_of_two_queued_cycles_also_aborts() {
+        let (mut k, a, s1, e1) = two_cycles("spf");
         // A fault inside the first cycle: its VMA's count is odd then,
         // although the last cycle never touched it.
         k.tasks[0].clock = s1 + (e1 - s1) / 2 - k.c.trap;
@@ -572,16 +578,7 @@ mod tests {
 
     #[test]
     fn per_vma_fault_inside_an_earlier_of_two_queued_cycles_falls_back() {
-        let (mut k, a) = setup("per_vma");
-        k.tasks.push(Task::new(2, 0, 2, 0));
-        k.mms[0].users = 3;
-        let t0 = k.tasks[0].clock;
-        k.tasks[1].clock = t0;
-        assert_eq!(k.exec(1, Op::Mprotect { addr: a + (8 << 12), len: 8 << 12, prot: prot::READ }), Some(Ret::Val(0)));
-        let (s1, e1) = (k.mms[0].cycle_log.back().unwrap().start, k.mms[0].cycle_log.back().unwrap().end);
-        k.tasks[2].clock = t0 + 1;
-        assert!(matches!(k.exec(2, Op::Mmap { addr: 0, len: 4 << 12, prot: prot::READ | prot::WRITE, flags: map::PRIVATE | map::ANONYMOUS, fd: -1, off: 0 }), Some(Ret::Val(_))));
-        assert!(k.mms[0].cycle_log.back().unwrap().start >= e1);
+        let (mut k, a, s1, e1) = two_cycles("per_vma");
         // vma_start_read inside the first cycle finds the VMA write-locked.
         let before = st(&k, Stat::VmaLockAbort);
         k.tasks[0].clock = s1 + (e1 - s1) / 2 - k.c.trap;
