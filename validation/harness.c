@@ -149,10 +149,11 @@ static void prefault_file_mappings(void)
 	fclose(f);
 }
 
-static long self_rss_kib(void)
+/* A process's RSS: exact from smaps_rollup, else VmRSS. */
+static long rss_kib(const char *pid)
 {
-	long ex = rollup_rss_kib("self");
-	return ex >= 0 ? ex : status_kib("self", "VmRSS");
+	long ex = rollup_rss_kib(pid);
+	return ex >= 0 ? ex : status_kib(pid, "VmRSS");
 }
 
 /* /proc/vmstat: the counters we report. */
@@ -232,6 +233,13 @@ static void sleep_s(double s)
 	struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
 	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
 		;
+}
+
+/* Sleep a millisecond, or what is left of `seconds` since `t0`. */
+static void sample_tick(double t0, double seconds)
+{
+	double left = seconds - (now_s() - t0);
+	sleep_s(left < 0.001 ? (left > 0 ? left : 0) : 0.001);
 }
 
 static void usage(void)
@@ -366,7 +374,7 @@ static int run_threads(unsigned long tasks, double seconds, double warmup)
 	/* Every thread is set up (stack, arena, files) and parked on the go
 	 * pipe: that is the baseline, and the peak starts from it. */
 	reset_peak_rss();
-	long base = self_rss_kib();
+	long base = rss_kib("self");
 	start_tasks(go[1], tasks, warmup);
 
 	unsigned long long vm0[NVM], vm1[NVM];
@@ -379,13 +387,10 @@ static int run_threads(unsigned long tasks, double seconds, double warmup)
 	wait_snapped(tasks, 0);
 	long sampled = 0;
 	while (now_s() - t0 < seconds) {
-		long v = rollup_rss_kib("self");
-		if (v < 0)
-			v = status_kib("self", "VmRSS");
+		long v = rss_kib("self");
 		if (v > sampled)
 			sampled = v;
-		double left = seconds - (now_s() - t0);
-		sleep_s(left < 0.001 ? (left > 0 ? left : 0) : 0.001);
+		sample_tick(t0, seconds);
 	}
 	for (unsigned long i = 0; i < tasks; i++)
 		pthread_kill(th[i], SIGUSR2);
@@ -474,7 +479,7 @@ int main(int argc, char **argv)
 			free(malloc(1));
 			prefault_file_mappings();
 			reset_peak_rss();
-			slot_of(i)->base_rss_kib = self_rss_kib();
+			slot_of(i)->base_rss_kib = rss_kib("self");
 			__atomic_store_n(&slot_of(i)->ready, 1, __ATOMIC_RELEASE);
 			if (read(go[0], &b, 1) != 1)
 				_exit(1);
@@ -502,14 +507,11 @@ int main(int argc, char **argv)
 		snprintf(pidstr[i], sizeof(pidstr[i]), "%d", (int)pids[i]);
 	while (now_s() - t0 < seconds) {
 		for (unsigned long i = 0; i < tasks; i++) {
-			long v = rollup_rss_kib(pidstr[i]);
-			if (v < 0)
-				v = status_kib(pidstr[i], "VmRSS");
+			long v = rss_kib(pidstr[i]);
 			if (v > sampled[i])
 				sampled[i] = v;
 		}
-		double left = seconds - (now_s() - t0);
-		sleep_s(left < 0.001 ? (left > 0 ? left : 0) : 0.001);
+		sample_tick(t0, seconds);
 	}
 	for (unsigned long i = 0; i < tasks; i++)
 		kill(pids[i], SIGUSR2);
