@@ -218,17 +218,21 @@ impl Kernel {
             tk.user_ns += cost;
         }
         for _ in 0..3 {
-            let pte = self.mms[mm as usize].pt.pte(va);
-            if pte_allows(pte, kind) {
-                // Hardware sets accessed/dirty bits on the walk.
-                let bits = Pte::YOUNG | if kind == Access::Store { Pte::DIRTY } else { 0 };
-                let pte = pte.with(bits);
+            // One walk finds the PTE for both the permission check and the
+            // accessed/dirty update.
+            let walked = match self.mms[mm as usize].pt.pte_slot_mut(va) {
+                Some(slot) if pte_allows(*slot, kind) => {
+                    // Hardware sets accessed/dirty bits on the walk.
+                    let bits = Pte::YOUNG | if kind == Access::Store { Pte::DIRTY } else { 0 };
+                    *slot = slot.with(bits);
+                    Some(*slot)
+                }
+                _ => None,
+            };
+            if let Some(pte) = walked {
                 if kind == Access::Store && self.check.enabled && !self.check.data_ver.is_empty() {
                     let id = self.page_ident(pte.pfn());
                     self.check.bump_data(id);
-                }
-                if let Some(tbl) = self.mms[mm as usize].pt.table_mut(va) {
-                    tbl.ptes[pte_index(va)] = pte;
                 }
                 if let Some(h) = self.host.as_mut() {
                     let c = h.access(pte.pfn(), &mut self.stat);
