@@ -247,13 +247,16 @@ impl Kernel {
                     | if pte.dirty() { flags::DIRTY } else { 0 }
                     | if pte.exec() { flags::EXEC } else { 0 };
                 // Large entries: PMD THP, contpte, HPA (mm/huge_memory.rs).
-                let sz = if pte.0 & Pte::HUGE != 0 || self.prof.tlb.contpte || self.prof.tlb.coalesce_order != 0 { self.tlb_fill_size(mm, va, pte) } else { size::PTE };
-                let epoch = if sz > 0 { self.mem_map.get(pte.pfn() & !((1u32 << sz) - 1)).alloc_epoch } else { epoch };
-                let e = TlbEntry::new(mm, va, pte.pfn(), sz, f, epoch);
-                if missed {
-                    self.cpus[cpu as usize].tlb.fill_after_miss(kind, e);
+                if pte.0 & Pte::HUGE != 0 || self.prof.tlb.contpte || self.prof.tlb.coalesce_order != 0 {
+                    let sz = self.tlb_fill_size(mm, va, pte);
+                    let epoch = if sz > 0 { self.mem_map.get(pte.pfn() & !((1u32 << sz) - 1)).alloc_epoch } else { epoch };
+                    let e = TlbEntry::new(mm, va, pte.pfn(), sz, f, epoch);
+                    self.cpus[cpu as usize].tlb.fill_walked(kind, e, missed);
                 } else {
-                    self.cpus[cpu as usize].tlb.fill(kind, e);
+                    // The common 4 KiB fill on its own path: the compiler
+                    // drops the size-dependent alignment and structure choice.
+                    let e = TlbEntry::new(mm, va, pte.pfn(), size::PTE, f, epoch);
+                    self.cpus[cpu as usize].tlb.fill_walked(kind, e, missed);
                 }
                 return Ret::Val(0);
             }
