@@ -628,7 +628,19 @@ impl Tlb {
         }
     }
 
-    #[inline]
+    /// `fill_after_miss` if the walk followed a missed lookup, else `fill`.
+    /// Inlined, so that a caller that knows the entry's size gets a fill
+    /// specialised to it.
+    #[inline(always)]
+    pub fn fill_walked(&mut self, kind: Access, e: TlbEntry, missed: bool) {
+        if missed {
+            self.fill_after_miss(kind, e)
+        } else {
+            self.fill(kind, e)
+        }
+    }
+
+    #[inline(always)]
     /// `fill` right after `lookup` returned Miss for this address: the entry
     /// is in no structure, so no search for an old copy is needed.
     pub fn fill_after_miss(&mut self, kind: Access, e: TlbEntry) {

@@ -218,17 +218,21 @@ impl Kernel {
             tk.user_ns += cost;
         }
         for _ in 0..3 {
-            let pte = self.mms[mm as usize].pt.pte(va);
-            if pte_allows(pte, kind) {
-                // Hardware sets accessed/dirty bits on the walk.
-                let bits = Pte::YOUNG | if kind == Access::Store { Pte::DIRTY } else { 0 };
-                let pte = pte.with(bits);
+            // One walk finds the PTE for both the permission check and the
+            // accessed/dirty update.
+            let walked = match self.mms[mm as usize].pt.pte_slot_mut(va) {
+                Some(slot) if pte_allows(*slot, kind) => {
+                    // Hardware sets accessed/dirty bits on the walk.
+                    let bits = Pte::YOUNG | if kind == Access::Store { Pte::DIRTY } else { 0 };
+                    *slot = slot.with(bits);
+                    Some(*slot)
+                }
+                _ => None,
+            };
+            if let Some(pte) = walked {
                 if kind == Access::Store && self.check.enabled && !self.check.data_ver.is_empty() {
                     let id = self.page_ident(pte.pfn());
                     self.check.bump_data(id);
-                }
-                if let Some(tbl) = self.mms[mm as usize].pt.table_mut(va) {
-                    tbl.ptes[pte_index(va)] = pte;
                 }
                 if let Some(h) = self.host.as_mut() {
                     let c = h.access(pte.pfn(), &mut self.stat);
@@ -243,13 +247,16 @@ impl Kernel {
                     | if pte.dirty() { flags::DIRTY } else { 0 }
                     | if pte.exec() { flags::EXEC } else { 0 };
                 // Large entries: PMD THP, contpte, HPA (mm/huge_memory.rs).
-                let sz = if pte.0 & Pte::HUGE != 0 || self.prof.tlb.contpte || self.prof.tlb.coalesce_order != 0 { self.tlb_fill_size(mm, va, pte) } else { size::PTE };
-                let epoch = if sz > 0 { self.mem_map.get(pte.pfn() & !((1u32 << sz) - 1)).alloc_epoch } else { epoch };
-                let e = TlbEntry::new(mm, va, pte.pfn(), sz, f, epoch);
-                if missed {
-                    self.cpus[cpu as usize].tlb.fill_after_miss(kind, e);
+                if pte.0 & Pte::HUGE != 0 || self.prof.tlb.contpte || self.prof.tlb.coalesce_order != 0 {
+                    let sz = self.tlb_fill_size(mm, va, pte);
+                    let epoch = if sz > 0 { self.mem_map.get(pte.pfn() & !((1u32 << sz) - 1)).alloc_epoch } else { epoch };
+                    let e = TlbEntry::new(mm, va, pte.pfn(), sz, f, epoch);
+                    self.cpus[cpu as usize].tlb.fill_walked(kind, e, missed);
                 } else {
-                    self.cpus[cpu as usize].tlb.fill(kind, e);
+                    // The common 4 KiB fill on its own path: the compiler
+                    // drops the size-dependent alignment and structure choice.
+                    let e = TlbEntry::new(mm, va, pte.pfn(), size::PTE, f, epoch);
+                    self.cpus[cpu as usize].tlb.fill_walked(kind, e, missed);
                 }
                 return Ret::Val(0);
             }

@@ -130,6 +130,22 @@ impl PteTables {
         Some(i as usize)
     }
 
+    /// `get_mut` for the hardware walk of a user access: the repeat of the
+    /// last table is the inlined path, the hash probe stays out of line (a
+    /// caller otherwise sets the probe up before knowing it needs it).
+    #[inline(always)]
+    pub fn get_mut_walk(&mut self, k: u64) -> Option<&mut PteTable> {
+        let (lk, li) = self.last.get();
+        let i = if lk == k { li as usize } else { self.slot_cold(k)? };
+        Some(&mut self.slab[i])
+    }
+
+    #[inline(never)]
+    #[cold]
+    fn slot_cold(&self, k: u64) -> Option<usize> {
+        self.slot(k)
+    }
+
     #[inline]
     pub fn get(&self, k: &u64) -> Option<&Box<PteTable>> {
         self.slot(*k).map(|i| &self.slab[i])
@@ -223,6 +239,13 @@ impl PageTable {
             Some(t) => t.ptes[pte_index(va)],
             None => Pte::NONE,
         }
+    }
+
+    /// The PTE slot of `va` (None without a PTE table): one walk serves
+    /// the hardware walk's read and its accessed/dirty update.
+    #[inline(always)]
+    pub fn pte_slot_mut(&mut self, va: u64) -> Option<&mut Pte> {
+        self.pte_tables.get_mut_walk(va >> PMD_SHIFT).map(|t| &mut t.ptes[pte_index(va)])
     }
 
     #[inline]
