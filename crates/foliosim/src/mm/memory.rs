@@ -302,13 +302,14 @@ impl Kernel {
     pub(crate) fn alloc_anon_page(&mut self, t: Ns, cpu: u32, mm: u32, vma: &Vma, addr: u64, zero: bool) -> Option<(Pfn, Ns)> {
         let nid = self.cpus[cpu as usize].node;
         let (pfn, t) = self.alloc_folio(t, cpu, 0, nid, MigrateType::Movable)?;
-        let pnid = self.mem_map.get(pfn).nid as usize;
-        let t = t + if zero { self.nodes[pnid].zero_4k } else { 0 } + self.c.memcg;
         let av = self.anon_vma_prepare(mm, vma);
+        // One frame lookup for the page's node and its anon state.
         let p = self.mem_map.get_mut(pfn);
+        let pnid = p.nid as usize;
         p.flags |= pg::ANON | pg::SWAPBACKED | pg::ANON_EXCLUSIVE | pg::UPTODATE;
         p.mapping = av;
         p.index = vma.linear_page_index(addr);
+        let t = t + if zero { self.nodes[pnid].zero_4k } else { 0 } + self.c.memcg;
         // The allocation reference becomes the mapping's reference.
         Some((pfn, t))
     }
