@@ -118,7 +118,18 @@ impl Kernel {
     }
 
     /// Make sure the page-table levels above `va` exist, allocating them.
+    /// Inlined: the table is almost always there already (one lookup).
+    #[inline(always)]
     fn pte_alloc(&mut self, t: Ns, cpu: u32, mm: u32, va: u64) -> Option<Ns> {
+        if self.mms[mm as usize].pt.pte_tables.contains_key(&(va >> PMD_SHIFT)) {
+            return Some(t);
+        }
+        self.pte_alloc_levels(t, cpu, mm, va)
+    }
+
+    /// `pte_alloc` when the PTE table is missing (and maybe more levels).
+    #[inline(never)]
+    fn pte_alloc_levels(&mut self, t: Ns, cpu: u32, mm: u32, va: u64) -> Option<Ns> {
         let (pud, pmd, pte) = self.mms[mm as usize].pt.missing(va);
         if !(pud || pmd || pte) {
             return Some(t);
