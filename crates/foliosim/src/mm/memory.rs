@@ -34,6 +34,9 @@ const MAX_RECLAIM_RETRIES: u32 = 16;
 impl Kernel {
     /// Allocate and prepare a folio (folio_alloc + prep_new_page). On
     /// failure, reclaims (direct reclaim) and retries; None = OOM.
+    /// Always inlined (three callers): on the fault path it is a thin
+    /// layer around alloc_pages, cheaper without the call.
+    #[inline(always)]
     pub fn alloc_folio(&mut self, t: Ns, cpu: u32, order: u32, nid: u32, mt: MigrateType) -> Option<(Pfn, Ns)> {
         match self.pa.alloc_pages(t, cpu, order, nid, mt, &mut self.stat) {
             Some(a) => Some(self.alloc_folio_prep(a, cpu, order)),
@@ -240,6 +243,12 @@ impl Kernel {
     /// Install `pte` at `addr` under the table's PTL, holding it for `hold`.
     /// Returns false (and installs nothing) if the slot is no longer `expect`.
     pub(crate) fn set_pte_locked(&mut self, t: Ns, cpu: u32, mm: u32, addr: u64, expect: Pte, pte: Pte, hold: Ns) -> (bool, Ns) {
+        self.set_pte_locked_inline(t, cpu, mm, addr, expect, pte, hold)
+    }
+
+    /// `set_pte_locked`, inlined into the anonymous write fault.
+    #[inline(always)]
+    fn set_pte_locked_inline(&mut self, t: Ns, cpu: u32, mm: u32, addr: u64, expect: Pte, pte: Pte, hold: Ns) -> (bool, Ns) {
         // LUF v11: a fault installing a writable PTE flushes every deferral.
         let t = if pte.write() && self.knobs.luf.v11_hooks && self.luf_hooks_on() { self.luf_flush(t, cpu, self.cpus[cpu as usize].curr, crate::mm::luf::ForcedBy::FaultWritable) } else { t };
         let lc = self.lc;
@@ -310,6 +319,8 @@ impl Kernel {
     }
 
     /// A fresh anonymous folio for `addr`, zeroed, charged, rmap'd as new.
+    /// Inlined (the anonymous write fault's allocation).
+    #[inline]
     pub(crate) fn alloc_anon_page(&mut self, t: Ns, cpu: u32, mm: u32, vma: &Vma, addr: u64, zero: bool) -> Option<(Pfn, Ns)> {
         let nid = self.cpus[cpu as usize].node;
         let (pfn, t) = self.alloc_folio(t, cpu, 0, nid, MigrateType::Movable)?;
@@ -347,7 +358,7 @@ impl Kernel {
         };
         let pte = Pte::new(pfn, Pte::WRITE | Pte::DIRTY | Pte::YOUNG | exec_bit(vma));
         let hold = self.c.pte_set + self.c.rmap;
-        let (ok, t) = self.set_pte_locked(t, cpu, mm, addr, Pte::NONE, pte, hold);
+        let (ok, t) = self.set_pte_locked_inline(t, cpu, mm, addr, Pte::NONE, pte, hold);
         if !ok {
             // Lost a race: give the page back.
             let t = self.release_folios(t, cpu, &[pfn]);
