@@ -251,9 +251,9 @@ impl Kernel {
     fn set_pte_locked_inline(&mut self, t: Ns, cpu: u32, mm: u32, addr: u64, expect: Pte, pte: Pte, hold: Ns) -> (bool, Ns) {
         // LUF v11: a fault installing a writable PTE flushes every deferral.
         let t = if pte.write() && self.knobs.luf.v11_hooks && self.luf_hooks_on() { self.luf_flush(t, cpu, self.cpus[cpu as usize].curr, crate::mm::luf::ForcedBy::FaultWritable) } else { t };
-        let lc = self.lc;
+        let lc = &self.lc;
         let tbl = self.mms[mm as usize].pt.table_mut(addr).expect("pte table exists");
-        let (_, end) = tbl.ptl.lock_span(t, cpu, hold, &lc);
+        let (_, end) = tbl.ptl.lock_span(t, cpu, hold, lc);
         let slot = &mut tbl.ptes[pte_index(addr)];
         if *slot != expect {
             return (false, end);
@@ -265,9 +265,10 @@ impl Kernel {
         (true, end)
     }
 
-    /// Account a new mapping of page `pfn` (rmap add).
+    /// Account a new mapping of page `pfn` (rmap add). Small: always inlined.
+    #[inline(always)]
     pub(crate) fn page_add_rmap(&mut self, mm: u32, pfn: Pfn, anon: bool) {
-        let p = self.mem_map.get_mut(pfn);
+        let p = self.mem_map.get_mut_inline(pfn);
         p.mapcount += 1;
         let first = p.mapcount == 1;
         if anon {
@@ -319,8 +320,8 @@ impl Kernel {
     }
 
     /// A fresh anonymous folio for `addr`, zeroed, charged, rmap'd as new.
-    /// Inlined (the anonymous write fault's allocation).
-    #[inline]
+    /// Always inlined (the anonymous write fault's allocation).
+    #[inline(always)]
     pub(crate) fn alloc_anon_page(&mut self, t: Ns, cpu: u32, mm: u32, vma: &Vma, addr: u64, zero: bool) -> Option<(Pfn, Ns)> {
         let nid = self.cpus[cpu as usize].node;
         let (pfn, t) = self.alloc_folio(t, cpu, 0, nid, MigrateType::Movable)?;

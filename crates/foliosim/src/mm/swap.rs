@@ -178,9 +178,11 @@ impl Kernel {
 
     /// folio_add_lru: queue a new folio on this CPU's batch (taking a
     /// reference); a full batch, or any large folio, drains at once.
+    /// Small (the drain is out of line): always inlined.
+    #[inline(always)]
     pub fn folio_add_lru(&mut self, t: Ns, cpu: u32, pfn: Pfn) -> Ns {
         let large = {
-            let p = self.mem_map.get_mut(pfn);
+            let p = self.mem_map.get_mut_inline(pfn);
             p.refcount += 1;
             p.order > 0
         };
