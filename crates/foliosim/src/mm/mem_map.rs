@@ -139,8 +139,8 @@ impl MemMap {
         }
     }
 
-    /// `get_mut` for the fault path's hottest callers (rmap and LRU add):
-    /// always inlined, with the section's first write out of line.
+    /// `get_mut` for the fault path's hot frame updates (new folio, rmap,
+    /// LRU add): always inlined, the section's first write left to `get_mut`.
     #[inline(always)]
     pub fn get_mut_inline(&mut self, pfn: Pfn) -> &mut Page {
         let si = (pfn >> SECTION_SHIFT) as usize;

@@ -38,7 +38,7 @@ impl Kernel {
     /// layer around alloc_pages, cheaper without the call.
     #[inline(always)]
     pub fn alloc_folio(&mut self, t: Ns, cpu: u32, order: u32, nid: u32, mt: MigrateType) -> Option<(Pfn, Ns)> {
-        match self.pa.alloc_pages(t, cpu, order, nid, mt, &mut self.stat) {
+        match self.pa.alloc_pages_inline(t, cpu, order, nid, mt, &mut self.stat) {
             Some(a) => Some(self.alloc_folio_prep(a, cpu, order)),
             None => self.alloc_folio_slow(t, cpu, order, nid, mt),
         }
@@ -100,7 +100,7 @@ impl Kernel {
     /// every page, the allocation's reference on the head).
     pub(crate) fn prep_new_folio(&mut self, pfn: Pfn, order: u32, nid: u32) {
         for i in 0..(1u32 << order) {
-            let p = self.mem_map.get_mut(pfn + i);
+            let p = self.mem_map.get_mut_inline(pfn + i);
             p.flags = pg::ALLOCATED | if i == 0 { pg::HEAD } else { pg::TAIL };
             p.order = order as u8;
             p.nid = nid as u8;
@@ -327,7 +327,7 @@ impl Kernel {
         let (pfn, t) = self.alloc_folio(t, cpu, 0, nid, MigrateType::Movable)?;
         let av = self.anon_vma_prepare(mm, vma);
         // One frame lookup for the page's node and its anon state.
-        let p = self.mem_map.get_mut(pfn);
+        let p = self.mem_map.get_mut_inline(pfn);
         let pnid = p.nid as usize;
         p.flags |= pg::ANON | pg::SWAPBACKED | pg::ANON_EXCLUSIVE | pg::UPTODATE;
         p.mapping = av;

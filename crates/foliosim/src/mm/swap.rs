@@ -47,7 +47,7 @@ impl ListHead {
     fn link_head(&mut self, mm: &mut MemMap, pfn: Pfn, order: u8) {
         let old = self.head;
         if old != 0 {
-            mm.get_mut(old - 1).lru_prev = pfn + 1;
+            mm.get_mut_inline(old - 1).lru_prev = pfn + 1;
         } else {
             self.tail = pfn + 1;
         }
@@ -145,7 +145,7 @@ impl Kernel {
         // PG_lru and the folio's own links are set in the same frame
         // lookup (the list choice ignores PG_lru).
         let nodes = &mut self.nodes;
-        let p = self.mem_map.get_mut(pfn);
+        let p = self.mem_map.get_mut_inline(pfn);
         let (flags, nid, order) = (p.flags, p.nid as usize, p.order);
         p.flags |= pg::LRU;
         let lru = folio_lru_list(flags);
