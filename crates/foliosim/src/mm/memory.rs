@@ -207,11 +207,15 @@ impl Kernel {
     }
 
     pub(crate) fn handle_pte_fault(&mut self, t: Ns, cpu: u32, mm: u32, vma: &Vma, addr: u64, kind: Access) -> (Fault, Ns) {
-        let t = match self.pte_alloc(t, cpu, mm, addr) {
-            Some(t) => t,
-            None => return (Fault::Oom, t),
+        // pte_alloc, then the PTE: one table lookup when the table exists,
+        // as it almost always does.
+        let (pte, t) = match self.mms[mm as usize].pt.table(addr) {
+            Some(tbl) => (tbl.ptes[pte_index(addr)], t),
+            None => match self.pte_alloc_levels(t, cpu, mm, addr) {
+                Some(t) => (self.mms[mm as usize].pt.pte(addr), t),
+                None => return (Fault::Oom, t),
+            },
         };
-        let pte = self.mms[mm as usize].pt.pte(addr);
         let write = kind == Access::Store;
         if pte.is_none() {
             return if vma.is_anon() {
@@ -271,18 +275,15 @@ impl Kernel {
         let p = self.mem_map.get_mut_inline(pfn);
         p.mapcount += 1;
         let first = p.mapcount == 1;
-        if anon {
-            self.mms[mm as usize].rss_anon += 1;
-            if first {
-                self.stat.inc(Stat::NrAnonPages);
-            }
-        } else {
-            self.mms[mm as usize].rss_file += 1;
-            if first {
-                self.stat.inc(Stat::NrMapped);
-            }
+        if first {
+            self.stat.inc(if anon { Stat::NrAnonPages } else { Stat::NrMapped });
         }
         let m = &mut self.mms[mm as usize];
+        if anon {
+            m.rss_anon += 1;
+        } else {
+            m.rss_file += 1;
+        }
         m.hiwater_rss = m.hiwater_rss.max(m.rss_anon + m.rss_file);
     }
 
