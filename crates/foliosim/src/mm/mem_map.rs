@@ -139,6 +139,20 @@ impl MemMap {
         }
     }
 
+    /// `get_mut` for the fault path's hot frame updates (new folio, rmap,
+    /// LRU add): always inlined, the section's first write left to `get_mut`.
+    #[inline(always)]
+    pub fn get_mut_inline(&mut self, pfn: Pfn) -> &mut Page {
+        let si = (pfn >> SECTION_SHIFT) as usize;
+        if self.sections[si].is_none() {
+            return self.get_mut(pfn);
+        }
+        match &mut self.sections[si] {
+            Some(s) => &mut s[(pfn & ((1 << SECTION_SHIFT) - 1)) as usize],
+            None => unreachable!(),
+        }
+    }
+
     /// Head PFN of the folio containing `pfn`.
     #[inline]
     pub fn folio_head(&self, pfn: Pfn) -> Pfn {

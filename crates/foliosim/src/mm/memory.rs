@@ -34,8 +34,11 @@ const MAX_RECLAIM_RETRIES: u32 = 16;
 impl Kernel {
     /// Allocate and prepare a folio (folio_alloc + prep_new_page). On
     /// failure, reclaims (direct reclaim) and retries; None = OOM.
+    /// Always inlined (three callers): on the fault path it is a thin
+    /// layer around alloc_pages, cheaper without the call.
+    #[inline(always)]
     pub fn alloc_folio(&mut self, t: Ns, cpu: u32, order: u32, nid: u32, mt: MigrateType) -> Option<(Pfn, Ns)> {
-        match self.pa.alloc_pages(t, cpu, order, nid, mt, &mut self.stat) {
+        match self.pa.alloc_pages_inline(t, cpu, order, nid, mt, &mut self.stat) {
             Some(a) => Some(self.alloc_folio_prep(a, cpu, order)),
             None => self.alloc_folio_slow(t, cpu, order, nid, mt),
         }
@@ -97,7 +100,7 @@ impl Kernel {
     /// every page, the allocation's reference on the head).
     pub(crate) fn prep_new_folio(&mut self, pfn: Pfn, order: u32, nid: u32) {
         for i in 0..(1u32 << order) {
-            let p = self.mem_map.get_mut(pfn + i);
+            let p = self.mem_map.get_mut_inline(pfn + i);
             p.flags = pg::ALLOCATED | if i == 0 { pg::HEAD } else { pg::TAIL };
             p.order = order as u8;
             p.nid = nid as u8;
@@ -118,7 +121,18 @@ impl Kernel {
     }
 
     /// Make sure the page-table levels above `va` exist, allocating them.
+    /// Inlined: the table is almost always there already (one lookup).
+    #[inline(always)]
     fn pte_alloc(&mut self, t: Ns, cpu: u32, mm: u32, va: u64) -> Option<Ns> {
+        if self.mms[mm as usize].pt.pte_tables.contains_key(&(va >> PMD_SHIFT)) {
+            return Some(t);
+        }
+        self.pte_alloc_levels(t, cpu, mm, va)
+    }
+
+    /// `pte_alloc` when the PTE table is missing (and maybe more levels).
+    #[inline(never)]
+    fn pte_alloc_levels(&mut self, t: Ns, cpu: u32, mm: u32, va: u64) -> Option<Ns> {
         let (pud, pmd, pte) = self.mms[mm as usize].pt.missing(va);
         if !(pud || pmd || pte) {
             return Some(t);
@@ -193,11 +207,15 @@ impl Kernel {
     }
 
     pub(crate) fn handle_pte_fault(&mut self, t: Ns, cpu: u32, mm: u32, vma: &Vma, addr: u64, kind: Access) -> (Fault, Ns) {
-        let t = match self.pte_alloc(t, cpu, mm, addr) {
-            Some(t) => t,
-            None => return (Fault::Oom, t),
+        // pte_alloc, then the PTE: one table lookup when the table exists,
+        // as it almost always does.
+        let (pte, t) = match self.mms[mm as usize].pt.table(addr) {
+            Some(tbl) => (tbl.ptes[pte_index(addr)], t),
+            None => match self.pte_alloc_levels(t, cpu, mm, addr) {
+                Some(t) => (self.mms[mm as usize].pt.pte(addr), t),
+                None => return (Fault::Oom, t),
+            },
         };
-        let pte = self.mms[mm as usize].pt.pte(addr);
         let write = kind == Access::Store;
         if pte.is_none() {
             return if vma.is_anon() {
@@ -229,11 +247,17 @@ impl Kernel {
     /// Install `pte` at `addr` under the table's PTL, holding it for `hold`.
     /// Returns false (and installs nothing) if the slot is no longer `expect`.
     pub(crate) fn set_pte_locked(&mut self, t: Ns, cpu: u32, mm: u32, addr: u64, expect: Pte, pte: Pte, hold: Ns) -> (bool, Ns) {
+        self.set_pte_locked_inline(t, cpu, mm, addr, expect, pte, hold)
+    }
+
+    /// `set_pte_locked`, inlined into the anonymous write fault.
+    #[inline(always)]
+    fn set_pte_locked_inline(&mut self, t: Ns, cpu: u32, mm: u32, addr: u64, expect: Pte, pte: Pte, hold: Ns) -> (bool, Ns) {
         // LUF v11: a fault installing a writable PTE flushes every deferral.
         let t = if pte.write() && self.knobs.luf.v11_hooks && self.luf_hooks_on() { self.luf_flush(t, cpu, self.cpus[cpu as usize].curr, crate::mm::luf::ForcedBy::FaultWritable) } else { t };
-        let lc = self.lc;
+        let lc = &self.lc;
         let tbl = self.mms[mm as usize].pt.table_mut(addr).expect("pte table exists");
-        let (_, end) = tbl.ptl.lock_span(t, cpu, hold, &lc);
+        let (_, end) = tbl.ptl.lock_span(t, cpu, hold, lc);
         let slot = &mut tbl.ptes[pte_index(addr)];
         if *slot != expect {
             return (false, end);
@@ -245,23 +269,21 @@ impl Kernel {
         (true, end)
     }
 
-    /// Account a new mapping of page `pfn` (rmap add).
+    /// Account a new mapping of page `pfn` (rmap add). Small: always inlined.
+    #[inline(always)]
     pub(crate) fn page_add_rmap(&mut self, mm: u32, pfn: Pfn, anon: bool) {
-        let p = self.mem_map.get_mut(pfn);
+        let p = self.mem_map.get_mut_inline(pfn);
         p.mapcount += 1;
         let first = p.mapcount == 1;
-        if anon {
-            self.mms[mm as usize].rss_anon += 1;
-            if first {
-                self.stat.inc(Stat::NrAnonPages);
-            }
-        } else {
-            self.mms[mm as usize].rss_file += 1;
-            if first {
-                self.stat.inc(Stat::NrMapped);
-            }
+        if first {
+            self.stat.inc(if anon { Stat::NrAnonPages } else { Stat::NrMapped });
         }
         let m = &mut self.mms[mm as usize];
+        if anon {
+            m.rss_anon += 1;
+        } else {
+            m.rss_file += 1;
+        }
         m.hiwater_rss = m.hiwater_rss.max(m.rss_anon + m.rss_file);
     }
 
@@ -299,16 +321,19 @@ impl Kernel {
     }
 
     /// A fresh anonymous folio for `addr`, zeroed, charged, rmap'd as new.
+    /// Always inlined (the anonymous write fault's allocation).
+    #[inline(always)]
     pub(crate) fn alloc_anon_page(&mut self, t: Ns, cpu: u32, mm: u32, vma: &Vma, addr: u64, zero: bool) -> Option<(Pfn, Ns)> {
         let nid = self.cpus[cpu as usize].node;
         let (pfn, t) = self.alloc_folio(t, cpu, 0, nid, MigrateType::Movable)?;
-        let pnid = self.mem_map.get(pfn).nid as usize;
-        let t = t + if zero { self.nodes[pnid].zero_4k } else { 0 } + self.c.memcg;
         let av = self.anon_vma_prepare(mm, vma);
-        let p = self.mem_map.get_mut(pfn);
+        // One frame lookup for the page's node and its anon state.
+        let p = self.mem_map.get_mut_inline(pfn);
+        let pnid = p.nid as usize;
         p.flags |= pg::ANON | pg::SWAPBACKED | pg::ANON_EXCLUSIVE | pg::UPTODATE;
         p.mapping = av;
         p.index = vma.linear_page_index(addr);
+        let t = t + if zero { self.nodes[pnid].zero_4k } else { 0 } + self.c.memcg;
         // The allocation reference becomes the mapping's reference.
         Some((pfn, t))
     }
@@ -335,7 +360,7 @@ impl Kernel {
         };
         let pte = Pte::new(pfn, Pte::WRITE | Pte::DIRTY | Pte::YOUNG | exec_bit(vma));
         let hold = self.c.pte_set + self.c.rmap;
-        let (ok, t) = self.set_pte_locked(t, cpu, mm, addr, Pte::NONE, pte, hold);
+        let (ok, t) = self.set_pte_locked_inline(t, cpu, mm, addr, Pte::NONE, pte, hold);
         if !ok {
             // Lost a race: give the page back.
             let t = self.release_folios(t, cpu, &[pfn]);

@@ -188,6 +188,11 @@ pub struct Mm {
     /// Tasks asleep on mmap_lock behind its queued writer, in arrival
     /// order; woken when that writer releases or downgrades.
     pub lock_waiters: Vec<u32>,
+    /// Host-side hint for `vma_lookup`: the start (the tree key) of the
+    /// VMA found last. Needs no invalidation: a hit is checked against the
+    /// tree (the VMA at that key must contain the address, and VMAs never
+    /// overlap), so a stale hint only costs the full search.
+    last_vma: std::cell::Cell<u64>,
 }
 
 /// Outcome of inserting a new mapping.
@@ -228,6 +233,7 @@ impl Mm {
             numa_scan_offset: 0,
             numa_scan_seq: 0,
             lock_waiters: Vec::new(),
+            last_vma: std::cell::Cell::new(u64::MAX),
         }
     }
 
@@ -349,7 +355,14 @@ impl Mm {
     /// The VMA containing `addr` (vma_lookup).
     #[inline]
     pub fn vma_lookup(&self, addr: u64) -> Option<&Vma> {
-        self.vmas.range(..=addr).next_back().map(|(_, v)| v).filter(|v| v.contains(addr))
+        // A key lookup is much cheaper than the range search, and
+        // consecutive faults mostly hit the same VMA.
+        if let Some(v) = self.vmas.get(&self.last_vma.get()).filter(|v| v.contains(addr)) {
+            return Some(v);
+        }
+        let v = self.vmas.range(..=addr).next_back().map(|(_, v)| v).filter(|v| v.contains(addr))?;
+        self.last_vma.set(v.start);
+        Some(v)
     }
 
     #[inline]

@@ -204,6 +204,7 @@ impl Kernel {
     /// resumes in `mmap_lock_fault_resume`; a fault taken for the kernel
     /// (MAP_POPULATE, inside a call that holds or just held the lock)
     /// never finds one.
+    #[inline(always)]
     pub(crate) fn fault_classic(&mut self, tid: u32, t0: Ns, t: Ns, addr: u64, kind: Access) -> Fault {
         let (mm, cpu) = (self.tasks[tid as usize].mm, self.tasks[tid as usize].cpu);
         if !self.fault_kernel_mode && self.mms[mm as usize].mmap_lock.queued_writer.is_some() {
@@ -272,7 +273,9 @@ impl Kernel {
         }
     }
 
-    /// The classic fault under mmap_lock for read.
+    /// The classic fault under mmap_lock for read. Always inlined (two
+    /// callers): every classic fault passes through it.
+    #[inline(always)]
     pub(crate) fn fault_under_mmap_lock(&mut self, t: Ns, cpu: u32, mm: u32, addr: u64, kind: Access) -> (Fault, Ns) {
         let t = self.mms[mm as usize].mmap_lock.down_read(t, cpu, &self.lc, &self.sc);
         let t = t + self.c.vma_lookup;

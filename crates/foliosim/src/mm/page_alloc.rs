@@ -1007,37 +1007,101 @@ impl PageAlloc {
     /// does: pages parked on pcp lists do not count, so a caller that gets
     /// None may `drain_all_pages` and retry, as direct reclaim does.
     pub fn alloc_pages(&mut self, now: Ns, cpu: u32, order: u32, nid: u32, mt: MigrateType, stat: &mut VmStat) -> Option<Alloc> {
+        self.alloc_pages_inline(now, cpu, order, nid, mt, stat)
+    }
+
+    /// `alloc_pages`, inlined into the caller: a caller with a constant
+    /// order and migratetype (the fault path's `alloc_folio`) folds the
+    /// order and type tests of the fast path away.
+    #[inline(always)]
+    pub fn alloc_pages_inline(&mut self, now: Ns, cpu: u32, order: u32, nid: u32, mt: MigrateType, stat: &mut VmStat) -> Option<Alloc> {
         assert!(order <= MAX_PAGE_ORDER, "order {order} too large");
         if nid as usize >= self.zonelists.len() {
             self.build_zonelists(nid as usize + 1);
         }
+        // Fast path: the first zone of the zonelist, above its low
+        // watermark, serves almost every allocation. The same steps as the
+        // first round of the loop below, which then skips that round.
+        if let Some(&zi) = self.zonelists[nid as usize].first() {
+            if let Some(a) = self.alloc_from_zone(now, cpu, zi, order, mt, Wmark::Low, stat) {
+                return Some(a);
+            }
+        }
+        self.alloc_pages_slow(now, cpu, order, nid, mt, stat)
+    }
+
+    /// One round of `alloc_pages` on zone `zi` against watermark `wm`.
+    #[inline(always)]
+    fn alloc_from_zone(&mut self, now: Ns, cpu: u32, zi: usize, order: u32, mt: MigrateType, wm: Wmark, stat: &mut VmStat) -> Option<Alloc> {
+        let z = &mut self.zones[zi];
+        // Detect ZONE_BELOW_HIGH here rather than in the hotter free path.
+        if !z.below_high && !z.watermark_ok(order, z.wmark[Wmark::High as usize]) {
+            z.below_high = true;
+        }
+        if !z.watermark_ok(order, z.wmark[wm as usize]) {
+            return None;
+        }
+        let (pfn, ugen, done) = self.rmqueue(now, cpu, zi, order, mt)?;
+        let z = &mut self.zones[zi];
+        z.allocated_pages += 1 << order;
+        stat.add(Stat::PgallocNormal, 1 << order);
+        stat.add(Stat::NrFreePages, -(1 << order));
+        Some(Alloc { pfn, nid: z.nid, done, ugen })
+    }
+
+    /// `alloc_pages` after the first zone failed its low watermark or had
+    /// nothing: the other zones, then every zone down to min.
+    #[inline(never)]
+    fn alloc_pages_slow(&mut self, now: Ns, cpu: u32, order: u32, nid: u32, mt: MigrateType, stat: &mut VmStat) -> Option<Alloc> {
         for wm in [Wmark::Low, Wmark::Min] {
             for k in 0..self.zonelists[nid as usize].len() {
+                if wm == Wmark::Low && k == 0 {
+                    continue; // tried by the fast path
+                }
                 let zi = self.zonelists[nid as usize][k];
-                let z = &mut self.zones[zi];
-                // Detect ZONE_BELOW_HIGH here rather than in the hotter free path.
-                if !z.below_high && !z.watermark_ok(order, z.wmark[Wmark::High as usize]) {
-                    z.below_high = true;
-                }
-                if !z.watermark_ok(order, z.wmark[wm as usize]) {
-                    continue;
-                }
-                if let Some((pfn, ugen, done)) = self.rmqueue(now, cpu, zi, order, mt) {
-                    let z = &mut self.zones[zi];
-                    z.allocated_pages += 1 << order;
-                    stat.add(Stat::PgallocNormal, 1 << order);
-                    stat.add(Stat::NrFreePages, -(1 << order));
-                    return Some(Alloc { pfn, nid: z.nid, done, ugen });
+                if let Some(a) = self.alloc_from_zone(now, cpu, zi, order, mt, wm, stat) {
+                    return Some(a);
                 }
             }
         }
         None
     }
 
+    /// Refill an empty pcp list with a batch of blocks taken under
+    /// zone->lock (rmqueue_bulk). Returns when the lock was released and
+    /// the latest generation among the blocks. Out of line: once per batch.
+    #[inline(never)]
+    #[allow(clippy::too_many_arguments)]
+    fn rmqueue_pcp_refill(z: &mut Zone, pcp: &mut PerCpuPages, now: Ns, cpu: u32, order: u32, mt: MigrateType, pindex: usize, buddy_op_ns: Ns, lc: &LineCost) -> (Ns, u16) {
+        let n = nr_pcp_alloc(pcp, z.batch, z.high, z.high_max, z.below_high, order);
+        let ops0 = z.ops;
+        let mut got = 0;
+        let d3 = z.mutant == Some(AllocMutant::LufD3RefillDrops);
+        let mut refill_ugen = 0;
+        for _ in 0..n {
+            let Some((pfn, ugen)) = z.rmqueue(order, mt) else { break };
+            // D3: the generation moves to the refiller alone.
+            refill_ugen = ugen_latest(refill_ugen, ugen);
+            let ugen = if d3 { 0 } else { ugen };
+            // Blocks come out in PFN order; appending keeps the list so.
+            pcp.lists[pindex].push_back(PcpEntry { pfn, ugen });
+            if z.track_pcp {
+                z.pcp_index.insert(pfn, order as u8);
+            }
+            got += 1;
+        }
+        pcp.count += got << order;
+        z.pcp_pages += got << order;
+        (z.lock.lock_for(now, cpu, (z.ops - ops0) * buddy_op_ns, lc), refill_ugen)
+    }
+
+    /// Always inlined: on the allocation fast path the pcp pop is a few
+    /// instructions, less than a call's.
+    #[inline(always)]
     fn rmqueue(&mut self, now: Ns, cpu: u32, zi: usize, order: u32, mt: MigrateType) -> Option<(Pfn, u16, Ns)> {
         let nz = self.zones.len();
         let z = &mut self.zones[zi];
-        let lc = self.p.line;
+        let lc = &self.p.line;
         if pcp_allowed_order(order) && mt.is_mergeable() {
             let pcp = &mut self.pcp[cpu as usize * nz + zi];
             pcp.free_count >>= 1;
@@ -1045,27 +1109,7 @@ impl PageAlloc {
             let mut t = now;
             let mut refilled = 0;
             if pcp.lists[pindex].is_empty() {
-                let n = nr_pcp_alloc(pcp, z.batch, z.high, z.high_max, z.below_high, order);
-                let ops0 = z.ops;
-                let mut got = 0;
-                let d3 = z.mutant == Some(AllocMutant::LufD3RefillDrops);
-                let mut refill_ugen = 0;
-                for _ in 0..n {
-                    let Some((pfn, ugen)) = z.rmqueue(order, mt) else { break };
-                    // D3: the generation moves to the refiller alone.
-                    refill_ugen = ugen_latest(refill_ugen, ugen);
-                    let ugen = if d3 { 0 } else { ugen };
-                    // Blocks come out in PFN order; appending keeps the list so.
-                    pcp.lists[pindex].push_back(PcpEntry { pfn, ugen });
-                    if z.track_pcp {
-                        z.pcp_index.insert(pfn, order as u8);
-                    }
-                    got += 1;
-                }
-                refilled = refill_ugen;
-                pcp.count += got << order;
-                z.pcp_pages += got << order;
-                t = z.lock.lock_for(now, cpu, (z.ops - ops0) * self.p.buddy_op_ns, &lc);
+                (t, refilled) = Self::rmqueue_pcp_refill(z, pcp, now, cpu, order, mt, pindex, self.p.buddy_op_ns, lc);
             }
             if let Some(e) = pcp.lists[pindex].pop_front() {
                 pcp.count -= 1 << order;
@@ -1081,7 +1125,7 @@ impl PageAlloc {
         }
         let ops0 = z.ops;
         let r = z.rmqueue(order, mt);
-        let t = z.lock.lock_for(now, cpu, (z.ops - ops0) * self.p.buddy_op_ns, &lc);
+        let t = z.lock.lock_for(now, cpu, (z.ops - ops0) * self.p.buddy_op_ns, lc);
         r.map(|(pfn, ugen)| (pfn, ugen, t))
     }
 

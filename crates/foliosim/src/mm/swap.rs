@@ -47,7 +47,7 @@ impl ListHead {
     fn link_head(&mut self, mm: &mut MemMap, pfn: Pfn, order: u8) {
         let old = self.head;
         if old != 0 {
-            mm.get_mut(old - 1).lru_prev = pfn + 1;
+            mm.get_mut_inline(old - 1).lru_prev = pfn + 1;
         } else {
             self.tail = pfn + 1;
         }
@@ -145,7 +145,7 @@ impl Kernel {
         // PG_lru and the folio's own links are set in the same frame
         // lookup (the list choice ignores PG_lru).
         let nodes = &mut self.nodes;
-        let p = self.mem_map.get_mut(pfn);
+        let p = self.mem_map.get_mut_inline(pfn);
         let (flags, nid, order) = (p.flags, p.nid as usize, p.order);
         p.flags |= pg::LRU;
         let lru = folio_lru_list(flags);
@@ -178,9 +178,11 @@ impl Kernel {
 
     /// folio_add_lru: queue a new folio on this CPU's batch (taking a
     /// reference); a full batch, or any large folio, drains at once.
+    /// Small (the drain is out of line): always inlined.
+    #[inline(always)]
     pub fn folio_add_lru(&mut self, t: Ns, cpu: u32, pfn: Pfn) -> Ns {
         let large = {
-            let p = self.mem_map.get_mut(pfn);
+            let p = self.mem_map.get_mut_inline(pfn);
             p.refcount += 1;
             p.order > 0
         };

@@ -73,32 +73,40 @@ impl Timeline {
             head += 1;
         }
         self.head = head;
-        if self.head >= 64 && 2 * self.head >= self.iv.len() {
-            self.compact();
-        }
         // Fast path: after everything reserved so far.
-        if self.head < self.iv.len() {
-            let (_, e, owner) = self.iv[self.iv.len() - 1];
-            if e > t {
-                return self.reserve_in_gap(t, cpu, &len);
-            }
-            let end = t + len(owner);
-            self.iv.push((t, end, cpu));
-            (t, end, owner)
-        } else {
-            let end = t + len(u32::MAX);
-            self.iv.push((t, end, cpu));
-            (t, end, u32::MAX)
-        }
+        let owner = match self.iv[head..].last() {
+            Some(&(_, e, _)) if e > t => return self.reserve_in_gap(t, cpu, &len),
+            Some(&(_, _, owner)) => owner,
+            None => u32::MAX,
+        };
+        let end = t + len(owner);
+        self.push((t, end, cpu));
+        (t, end, owner)
     }
 
-    /// Drop the forgotten reservations' storage. Amortised: it moves at
-    /// most as many live entries as forgotten ones.
+    /// Append a reservation. The forgotten ones' storage is dropped only
+    /// when the vector is full (instead of a test on every call): the live
+    /// ones are at most MAX_INTERVALS + 1, so the vector stops growing.
+    #[inline(always)]
+    fn push(&mut self, iv: (Ns, Ns, u32)) {
+        if self.iv.len() == self.iv.capacity() {
+            self.compact();
+        }
+        self.iv.push(iv);
+    }
+
+    /// Drop the forgotten reservations' storage when at least half of it
+    /// is forgotten (amortised: it moves at most as many live entries as
+    /// forgotten ones), else let the vector grow.
     #[cold]
     #[inline(never)]
     fn compact(&mut self) {
-        self.iv.drain(..self.head);
-        self.head = 0;
+        if self.head >= 64 && 2 * self.head >= self.iv.len() {
+            self.iv.drain(..self.head);
+            self.head = 0;
+        } else {
+            self.iv.reserve(self.iv.len().max(64));
+        }
     }
 
     /// `reserve` when `t` is before the end of the latest reservation.
@@ -193,8 +201,9 @@ impl Default for SharedLine {
 impl SharedLine {
     /// One atomic RMW (or a store) at `now` from `cpu`; returns completion.
     /// Taking the line from readers costs as much as a transfer from the
-    /// farthest of them.
-    #[inline]
+    /// farthest of them. Always inlined: mmap_lock's down_read and up_read
+    /// on every fault, where a call would cost more than the fast path.
+    #[inline(always)]
     pub fn rmw(&mut self, now: Ns, cpu: u32, lc: &LineCost) -> Ns {
         if !self.sharers.is_empty() {
             return self.rmw_invalidating(now, cpu, lc);
@@ -411,7 +420,7 @@ impl RwSem {
     }
 
     /// down_read at `now`; returns when held. Pair with `up_read` in the same step.
-    #[inline]
+    #[inline(always)]
     pub fn down_read(&mut self, now: Ns, cpu: u32, lc: &LineCost, sc: &SleepCost) -> Ns {
         let t = self.line.rmw(now, cpu, lc);
         let start = if self.writer_until > t { self.writer_until } else { t };
@@ -435,7 +444,7 @@ impl RwSem {
     }
 
     /// up_read at `t`; returns when the release RMW completed.
-    #[inline]
+    #[inline(always)]
     pub fn up_read(&mut self, t: Ns, cpu: u32, lc: &LineCost) -> Ns {
         let end = self.line.rmw(t, cpu, lc);
         self.readers_until = self.readers_until.max(end);
