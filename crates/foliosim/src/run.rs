@@ -325,8 +325,11 @@ impl Driver {
             k.charge_irq(tid);
             let ended = step(k, self.wl.as_mut(), tid, q);
             self.steps += 1;
-            for (t, w) in std::mem::take(&mut k.wakeups) {
-                enqueue(k, q, t, w);
+            // (Most steps wake nobody: skip the take-and-drop of the buffer.)
+            if !k.wakeups.is_empty() {
+                for (t, w) in std::mem::take(&mut k.wakeups) {
+                    enqueue(k, q, t, w);
+                }
             }
             let tk = &k.tasks[tid as usize];
             let c = tk.clock;

@@ -368,6 +368,15 @@ impl Workload for WillItScale {
 
     fn next_op(&mut self, task: TaskId, last: Ret, ops: &mut u64) -> Op {
         let Some(i) = self.tasks.get(task) else { return Op::Exit };
+        // The op per page of page_fault1..3: the next store of the region,
+        // updated in place (the general path below copies the state).
+        let size = self.size;
+        let cur = &mut self.st[i];
+        if cur.phase == Phase::Touching && !last.is_err() && cur.off + PAGE < size {
+            *ops += 1;
+            cur.off += PAGE;
+            return Op::Access { addr: cur.base + cur.off, kind: Access::Store };
+        }
         let mut st = self.st[i];
         if last.is_err() || st.phase == Phase::Done {
             st.phase = Phase::Done;
