@@ -158,7 +158,7 @@ impl Kernel {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     pub fn lruvec_del_folio(&mut self, pfn: Pfn) {
         // PG_lru and the folio's links are read and cleared in one frame
         // lookup (a listed folio is never its own neighbour).
