@@ -649,41 +649,46 @@ impl Kernel {
             // Clear under the PTL, then account outside the borrow.
             let mut cleared = std::mem::take(&mut tlb.scratch);
             cleared.clear();
+            // Batch zap (spec/000 §2.11): consecutive PTEs mapping
+            // consecutive pages of one large anon folio are one rmap call.
+            // The runs are counted as the PTEs are cleared (one pass).
+            let batch = self.anon_policy.batch_zap();
+            let mut runs = 0u64;
+            let mut prev: Option<(Pfn, Pfn)> = None; // (head, last pfn)
             let mut a = va;
             while a < stop {
                 let slot = &mut tbl.ptes[pte_index(a)];
                 if slot.present() {
-                    cleared.push((a, *slot));
+                    let pte = *slot;
+                    cleared.push((a, pte));
                     *slot = Pte::NONE;
+                    if pte.special() {
+                        prev = None;
+                        runs += 1;
+                    } else {
+                        let pfn = pte.pfn();
+                        let head = self.mem_map.folio_head(pfn);
+                        let cont = batch && matches!(prev, Some((h, l)) if h == head && l + 1 == pfn);
+                        if !cont {
+                            runs += 1;
+                        }
+                        prev = Some((head, pfn));
+                    }
                 }
                 a += 4096;
             }
             tbl.nr_present -= cleared.len() as u16;
-            // Batch zap (spec/000 §2.11): consecutive PTEs mapping
-            // consecutive pages of one large anon folio are one rmap call.
-            let batch = self.anon_policy.batch_zap();
-            let mut runs = 0u64;
-            let mut prev: Option<(Pfn, Pfn)> = None; // (head, last pfn)
-            for &(_, pte) in &cleared {
-                if pte.special() {
-                    prev = None;
-                    runs += 1;
-                    continue;
-                }
-                let pfn = pte.pfn();
-                let head = self.mem_map.folio_head(pfn);
-                let cont = batch && matches!(prev, Some((h, l)) if h == head && l + 1 == pfn);
-                if !cont {
-                    runs += 1;
-                }
-                prev = Some((head, pfn));
+            // The gathered range is a min/max over the cleared addresses,
+            // which ascend: the first and the last set it.
+            if let (Some(&(lo, _)), Some(&(hi, _))) = (cleared.first(), cleared.last()) {
+                tlb.add_range(lo);
+                tlb.add_range(hi);
             }
             let hold = self.c.pte_clear * cleared.len() as Ns + self.c.rmap * runs;
             t = tbl.ptl.lock_for(t, cpu, hold, &lc);
             let mut i = 0;
             while i < cleared.len() {
                 let (a, pte) = cleared[i];
-                tlb.add_range(a);
                 if pte.special() {
                     self.stat.add(Stat::NrZeroPageMapped, -1);
                     i += 1;
@@ -705,7 +710,6 @@ impl Kernel {
                         if !p2.present() || p2.special() || p2.pfn() != pfn + n as Pfn || a2 != a + 4096 * n as u64 || p2.pfn() >= fend {
                             break;
                         }
-                        tlb.add_range(a2);
                         n += 1;
                     }
                 }
