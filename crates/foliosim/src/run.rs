@@ -417,10 +417,11 @@ fn switch_to_next(k: &mut Kernel, cpu: usize, t: Ns, q: &mut Queue) {
 /// One step of task `tid`: the rest of a pending operation, or the
 /// workload's next one. For a kernel thread, returns when its step ended.
 fn step(k: &mut Kernel, wl: &mut dyn Workload, tid: u32, q: &mut Queue) -> Option<Ns> {
-    if k.tasks[tid as usize].kthread.is_some() {
+    let tk = &mut k.tasks[tid as usize];
+    if tk.kthread.is_some() {
         return Some(k.kthread_step(tid));
     }
-    if k.tasks[tid as usize].mid_fault() {
+    if tk.mid_fault() {
         // Step 2 of a speculative fault, or a fault woken on mmap_lock;
         // then the access re-executes (unless it sleeps on mmap_lock).
         use crate::mm::memory::Fault;
@@ -438,15 +439,10 @@ fn step(k: &mut Kernel, wl: &mut dyn Workload, tid: u32, q: &mut Queue) -> Optio
             }
         }
     }
-    let op = match k.tasks[tid as usize].pending.take() {
+    let tk = &mut k.tasks[tid as usize];
+    let op = match tk.pending.take() {
         Some(op) => op,
-        None => {
-            let last = k.tasks[tid as usize].last;
-            let mut ops = k.tasks[tid as usize].ops;
-            let op = wl.next_op(tid, last, &mut ops);
-            k.tasks[tid as usize].ops = ops;
-            op
-        }
+        None => wl.next_op(tid, tk.last, &mut tk.ops),
     };
     let r = k.exec(tid, op);
     // page_reporting_notify_free for the frees this step made.

@@ -1100,32 +1100,48 @@ impl PageAlloc {
     /// or more pages, `nr_pcp_free` pages (at least `batch`, more after a run
     /// of frees) go back to the buddy from the list tails.
     pub fn free_pages_ugen(&mut self, now: Ns, cpu: u32, pfn: Pfn, order: u32, ugen: u16, stat: &mut VmStat) -> Ns {
-        self.free_pages_one(now, cpu, pfn, order, ugen, stat)
+        let zi = self.free_zone_idx(pfn, order);
+        stat.add(Stat::Pgfree, 1 << order);
+        stat.add(Stat::NrFreePages, 1 << order);
+        self.free_pages_one(now, cpu, zi, pfn, order, ugen)
+    }
+
+    /// The zone a block being freed belongs to (panics on a bad free).
+    #[inline(always)]
+    fn free_zone_idx(&self, pfn: Pfn, order: u32) -> usize {
+        assert!(order <= MAX_PAGE_ORDER && pfn & ((1 << order) - 1) == 0, "bad free {pfn:#x} order {order}");
+        self.zone_idx_of_pfn(pfn).unwrap_or_else(|| panic!("free of pfn {pfn:#x} outside every zone"))
     }
 
     /// `free_pages_ugen` of each order-0 page of `pfns` in turn, each
     /// starting when the previous one is done: release_pages' loop over a
     /// batch, with one call for the batch instead of one a page.
     pub fn free_pages_bulk_ugen(&mut self, now: Ns, cpu: u32, pfns: &[Pfn], ugen: u16, stat: &mut VmStat) -> Ns {
+        // One page each: the counters move by the batch size (nothing
+        // below reads them).
+        stat.add(Stat::Pgfree, pfns.len() as i64);
+        stat.add(Stat::NrFreePages, pfns.len() as i64);
         let mut t = now;
+        // Zones do not overlap: while the pages stay in the zone of the
+        // previous one, it is the zone the search would find.
+        let mut zi = usize::MAX;
         for &pfn in pfns {
-            t = self.free_pages_one(t, cpu, pfn, 0, ugen, stat);
+            if zi == usize::MAX || !self.zones[zi].contains(pfn) {
+                zi = self.free_zone_idx(pfn, 0);
+            }
+            t = self.free_pages_one(t, cpu, zi, pfn, 0, ugen);
         }
         t
     }
 
+    /// Free a block of zone `zi` (the caller counts it in vmstat).
     #[inline(always)]
-    fn free_pages_one(&mut self, now: Ns, cpu: u32, pfn: Pfn, order: u32, ugen: u16, stat: &mut VmStat) -> Ns {
-        assert!(order <= MAX_PAGE_ORDER && pfn & ((1 << order) - 1) == 0, "bad free {pfn:#x} order {order}");
-        let zi = self.zone_idx_of_pfn(pfn).unwrap_or_else(|| panic!("free of pfn {pfn:#x} outside every zone"));
+    fn free_pages_one(&mut self, now: Ns, cpu: u32, zi: usize, pfn: Pfn, order: u32, ugen: u16) -> Ns {
         let nz = self.zones.len();
         let z = &mut self.zones[zi];
         debug_assert!((pfn as u64 + (1 << order)) <= z.end_pfn);
         debug_assert!(!z.is_free(pfn), "double free of pfn {pfn:#x}");
         z.allocated_pages -= 1 << order;
-        stat.add(Stat::Pgfree, 1 << order);
-        stat.add(Stat::NrFreePages, 1 << order);
-        let lc = self.p.line;
         let mt = z.pageblock_mt(pfn);
         if pcp_allowed_order(order) && mt != MigrateType::Isolate {
             // Highatomic pages sit on the movable pcp lists, as in the kernel.
@@ -1152,13 +1168,13 @@ impl PageAlloc {
                 if z.below_high && z.watermark_ok(0, z.wmark[Wmark::High as usize]) {
                     z.below_high = false;
                 }
-                return z.lock.lock_for(t, cpu, (z.ops - ops0) * self.p.buddy_op_ns, &lc);
+                return z.lock.lock_for(t, cpu, (z.ops - ops0) * self.p.buddy_op_ns, &self.p.line);
             }
             return t;
         }
         let ops0 = z.ops;
         z.free_one_page(&mut self.pl, pfn, order, mt, Fpi::default(), ugen);
-        z.lock.lock_for(now, cpu, (z.ops - ops0) * self.p.buddy_op_ns, &lc)
+        z.lock.lock_for(now, cpu, (z.ops - ops0) * self.p.buddy_op_ns, &self.p.line)
     }
 
     /// Return every page on `cpu`'s pcp lists to the buddy (drain_pages).
