@@ -320,6 +320,11 @@ impl Driver {
             return Stepped::Skipped;
         }
         k.tasks[tid as usize].clock = t;
+        // What ends the run of steps besides the queue: the next sample,
+        // the end, the next audit (next_audit only moves when the checker
+        // is on). None of these moves while the task runs its steps.
+        let stop = self.next_sample.min(self.end).min(if k.check.enabled { self.next_audit } else { Ns::MAX });
+        let warm = self.ops_at_warmup.is_some();
         // Run steps of this task while it is still the earliest.
         loop {
             k.charge_irq(tid);
@@ -353,9 +358,7 @@ impl Driver {
                 k.cpus[cpu].slice_end = c + SCHED_SLICE;
             }
             let earliest = q.heap.peek().map_or(Ns::MAX, |Reverse((t, _, _))| *t).min(horizon);
-            // (next_audit only moves when the checker is on.)
-            let before_audit = !k.check.enabled || c < self.next_audit;
-            if c < earliest && c < self.next_sample && c < self.end && before_audit && self.ops_at_warmup.is_some() && self.steps & 0xfff != 0 {
+            if c < earliest && c < stop && warm && self.steps & 0xfff != 0 {
                 continue;
             }
             enqueue(k, q, c, tid);

@@ -700,6 +700,18 @@ impl Kernel {
                     let p = self.mem_map.get(pfn);
                     (p.order, p.flags)
                 };
+                if o == 0 && pte.0 & Pte::HUGE == 0 {
+                    // An order-0 folio mapped by a PTE (the common case): its
+                    // own head, one PTE, what the general path below does
+                    // with n = 1 and nothing to split.
+                    if pte.dirty() && flags & pg::ANON == 0 {
+                        self.folio_mark_dirty(pfn);
+                    }
+                    self.page_remove_rmap(mm, pfn);
+                    tlb.pages.push(pfn);
+                    i += 1;
+                    continue;
+                }
                 let head = pfn & !((1u32 << o) - 1);
                 let horder = if head == pfn { o } else { self.mem_map.get(head).order };
                 let mut n = 1;
