@@ -327,7 +327,7 @@ impl Driver {
         let warm = self.ops_at_warmup.is_some();
         // Run steps of this task while it is still the earliest.
         loop {
-            k.charge_irq(tid);
+            k.charge_irq(tid, cpu as u32);
             let ended = step(k, self.wl.as_mut(), tid, q);
             self.steps += 1;
             // (Most steps wake nobody: skip the take-and-drop of the buffer.)
@@ -447,12 +447,14 @@ fn step(k: &mut Kernel, wl: &mut dyn Workload, tid: u32, q: &mut Queue) -> Optio
         Some(op) => op,
         None => wl.next_op(tid, tk.last, &mut tk.ops),
     };
+    // (Only whether it was a fork is needed after exec: the op moves in.)
+    let fork = matches!(op, Op::Fork);
     let r = k.exec(tid, op);
     // page_reporting_notify_free for the frees this step made.
     k.page_reporting_poll(tid);
     if let Some(r) = r {
         k.tasks[tid as usize].last = r;
-        if let (Op::Fork, Ret::Val(child)) = (op, r) {
+        if let (true, Ret::Val(child)) = (fork, r) {
             let child = child as u32;
             wl.on_fork(tid, child);
             let t = k.tasks[child as usize].clock;
