@@ -322,9 +322,9 @@ impl Driver {
         k.tasks[tid as usize].clock = t;
         // What ends the run of steps besides the queue: the next sample,
         // the end, the next audit (next_audit only moves when the checker
-        // is on). None of these moves while the task runs its steps.
-        let stop = self.next_sample.min(self.end).min(if k.check.enabled { self.next_audit } else { Ns::MAX });
-        let warm = self.ops_at_warmup.is_some();
+        // is on), the warm-up boundary not yet recorded (then every step
+        // ends it: 0). None of these moves while the task runs its steps.
+        let stop = if self.ops_at_warmup.is_none() { 0 } else { self.next_sample.min(self.end).min(if k.check.enabled { self.next_audit } else { Ns::MAX }) };
         // Run steps of this task while it is still the earliest.
         loop {
             k.charge_irq(tid, cpu as u32);
@@ -358,7 +358,7 @@ impl Driver {
                 k.cpus[cpu].slice_end = c + SCHED_SLICE;
             }
             let earliest = q.heap.peek().map_or(Ns::MAX, |Reverse((t, _, _))| *t).min(horizon);
-            if c < earliest && c < stop && warm && self.steps & 0xfff != 0 {
+            if c < earliest && c < stop && self.steps & 0xfff != 0 {
                 continue;
             }
             enqueue(k, q, c, tid);

@@ -654,7 +654,8 @@ impl Kernel {
             // The runs are counted as the PTEs are cleared (one pass).
             let batch = self.anon_policy.batch_zap();
             let mut runs = 0u64;
-            let mut prev: Option<(Pfn, Pfn)> = None; // (head, last pfn)
+            // The page of the previous PTE, unless that was special.
+            let mut last: Option<Pfn> = None;
             let mut a = va;
             while a < stop {
                 let slot = &mut tbl.ptes[pte_index(a)];
@@ -663,16 +664,19 @@ impl Kernel {
                     cleared.push((a, pte));
                     *slot = Pte::NONE;
                     if pte.special() {
-                        prev = None;
+                        last = None;
                         runs += 1;
                     } else {
+                        // The run goes on if this is the next page of the
+                        // same folio. The heads are only looked up when the
+                        // pages are adjacent (mem_map does not change in
+                        // this loop, so it is the same comparison).
                         let pfn = pte.pfn();
-                        let head = self.mem_map.folio_head(pfn);
-                        let cont = batch && matches!(prev, Some((h, l)) if h == head && l + 1 == pfn);
+                        let cont = batch && last.is_some_and(|l| l + 1 == pfn && self.mem_map.folio_head(l) == self.mem_map.folio_head(pfn));
                         if !cont {
                             runs += 1;
                         }
-                        prev = Some((head, pfn));
+                        last = Some(pfn);
                     }
                 }
                 a += 4096;
