@@ -320,13 +320,21 @@ impl Driver {
             return Stepped::Skipped;
         }
         k.tasks[tid as usize].clock = t;
+        // What ends the run of steps besides the queue: the next sample,
+        // the end, the next audit (next_audit only moves when the checker
+        // is on), the warm-up boundary not yet recorded (then every step
+        // ends it: 0). None of these moves while the task runs its steps.
+        let stop = if self.ops_at_warmup.is_none() { 0 } else { self.next_sample.min(self.end).min(if k.check.enabled { self.next_audit } else { Ns::MAX }) };
         // Run steps of this task while it is still the earliest.
         loop {
-            k.charge_irq(tid);
+            k.charge_irq(tid, cpu as u32);
             let ended = step(k, self.wl.as_mut(), tid, q);
             self.steps += 1;
-            for (t, w) in std::mem::take(&mut k.wakeups) {
-                enqueue(k, q, t, w);
+            // (Most steps wake nobody: skip the take-and-drop of the buffer.)
+            if !k.wakeups.is_empty() {
+                for (t, w) in std::mem::take(&mut k.wakeups) {
+                    enqueue(k, q, t, w);
+                }
             }
             let tk = &k.tasks[tid as usize];
             let c = tk.clock;
@@ -350,9 +358,7 @@ impl Driver {
                 k.cpus[cpu].slice_end = c + SCHED_SLICE;
             }
             let earliest = q.heap.peek().map_or(Ns::MAX, |Reverse((t, _, _))| *t).min(horizon);
-            // (next_audit only moves when the checker is on.)
-            let before_audit = !k.check.enabled || c < self.next_audit;
-            if c < earliest && c < self.next_sample && c < self.end && before_audit && self.ops_at_warmup.is_some() && self.steps & 0xfff != 0 {
+            if c < earliest && c < stop && self.steps & 0xfff != 0 {
                 continue;
             }
             enqueue(k, q, c, tid);
@@ -414,10 +420,11 @@ fn switch_to_next(k: &mut Kernel, cpu: usize, t: Ns, q: &mut Queue) {
 /// One step of task `tid`: the rest of a pending operation, or the
 /// workload's next one. For a kernel thread, returns when its step ended.
 fn step(k: &mut Kernel, wl: &mut dyn Workload, tid: u32, q: &mut Queue) -> Option<Ns> {
-    if k.tasks[tid as usize].kthread.is_some() {
+    let tk = &mut k.tasks[tid as usize];
+    if tk.kthread.is_some() {
         return Some(k.kthread_step(tid));
     }
-    if k.tasks[tid as usize].mid_fault() {
+    if tk.mid_fault() {
         // Step 2 of a speculative fault, or a fault woken on mmap_lock;
         // then the access re-executes (unless it sleeps on mmap_lock).
         use crate::mm::memory::Fault;
@@ -435,22 +442,19 @@ fn step(k: &mut Kernel, wl: &mut dyn Workload, tid: u32, q: &mut Queue) -> Optio
             }
         }
     }
-    let op = match k.tasks[tid as usize].pending.take() {
+    let tk = &mut k.tasks[tid as usize];
+    let op = match tk.pending.take() {
         Some(op) => op,
-        None => {
-            let last = k.tasks[tid as usize].last;
-            let mut ops = k.tasks[tid as usize].ops;
-            let op = wl.next_op(tid, last, &mut ops);
-            k.tasks[tid as usize].ops = ops;
-            op
-        }
+        None => wl.next_op(tid, tk.last, &mut tk.ops),
     };
+    // (Only whether it was a fork is needed after exec: the op moves in.)
+    let fork = matches!(op, Op::Fork);
     let r = k.exec(tid, op);
     // page_reporting_notify_free for the frees this step made.
     k.page_reporting_poll(tid);
     if let Some(r) = r {
         k.tasks[tid as usize].last = r;
-        if let (Op::Fork, Ret::Val(child)) = (op, r) {
+        if let (true, Ret::Val(child)) = (fork, r) {
             let child = child as u32;
             wl.on_fork(tid, child);
             let t = k.tasks[child as usize].clock;

@@ -16,7 +16,34 @@ impl Kernel {
     /// Run one operation of task `tid`, starting at its clock. Returns the
     /// result, or None when the operation continues in a later step (the
     /// rest is left in `task.pending`).
+    #[inline]
     pub fn exec(&mut self, tid: u32, op: Op) -> Option<Ret> {
+        // The op of most steps (one per page in the page-fault tests) is
+        // dispatched here, without entering the large body below.
+        if let Op::Access { addr, kind } = op {
+            if self.knobs.numa_balancing != 0 {
+                self.task_numa_work(tid);
+            }
+            return self.exec_access(tid, addr, kind);
+        }
+        self.exec_other(tid, op)
+    }
+
+    /// `exec` of an `Op::Access`.
+    #[inline]
+    fn exec_access(&mut self, tid: u32, addr: u64, kind: Access) -> Option<Ret> {
+        let r = self.user_access(tid, addr, kind);
+        if self.tasks[tid as usize].mid_fault() {
+            // A speculative fault continues next step, or the fault
+            // sleeps on mmap_lock; the access re-executes after it.
+            self.tasks[tid as usize].pending = Some(Op::Access { addr, kind });
+            return None;
+        }
+        Some(r)
+    }
+
+    #[inline(never)]
+    fn exec_other(&mut self, tid: u32, op: Op) -> Option<Ret> {
         // A call that takes mmap_lock may first sleep in its wait queue.
         if let Some((entry, write)) = mmap_lock_use(&op) {
             if self.mmap_lock_gate(tid, entry, write) {
@@ -30,16 +57,7 @@ impl Kernel {
             self.task_numa_work(tid);
         }
         match op {
-            Op::Access { addr, kind } => {
-                let r = self.user_access(tid, addr, kind);
-                if self.tasks[tid as usize].mid_fault() {
-                    // A speculative fault continues next step, or the fault
-                    // sleeps on mmap_lock; the access re-executes after it.
-                    self.tasks[tid as usize].pending = Some(op);
-                    return None;
-                }
-                Some(r)
-            }
+            Op::Access { addr, kind } => self.exec_access(tid, addr, kind),
             Op::AccessRange { addr, stride, count, kind } => self.access_range(tid, addr, stride, count, kind),
             Op::Compute { ns } => {
                 let tk = &mut self.tasks[tid as usize];

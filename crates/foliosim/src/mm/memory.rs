@@ -674,41 +674,50 @@ impl Kernel {
             // Clear under the PTL, then account outside the borrow.
             let mut cleared = std::mem::take(&mut tlb.scratch);
             cleared.clear();
+            // Batch zap (spec/000 §2.11): consecutive PTEs mapping
+            // consecutive pages of one large anon folio are one rmap call.
+            // The runs are counted as the PTEs are cleared (one pass).
+            let batch = self.anon_policy.batch_zap();
+            let mut runs = 0u64;
+            // The page of the previous PTE, unless that was special.
+            let mut last: Option<Pfn> = None;
             let mut a = va;
             while a < stop {
                 let slot = &mut tbl.ptes[pte_index(a)];
                 if slot.present() {
-                    cleared.push((a, *slot));
+                    let pte = *slot;
+                    cleared.push((a, pte));
                     *slot = Pte::NONE;
+                    if pte.special() {
+                        last = None;
+                        runs += 1;
+                    } else {
+                        // The run goes on if this is the next page of the
+                        // same folio. The heads are only looked up when the
+                        // pages are adjacent (mem_map does not change in
+                        // this loop, so it is the same comparison).
+                        let pfn = pte.pfn();
+                        let cont = batch && last.is_some_and(|l| l + 1 == pfn && self.mem_map.folio_head(l) == self.mem_map.folio_head(pfn));
+                        if !cont {
+                            runs += 1;
+                        }
+                        last = Some(pfn);
+                    }
                 }
                 a += 4096;
             }
             tbl.nr_present -= cleared.len() as u16;
-            // Batch zap (spec/000 §2.11): consecutive PTEs mapping
-            // consecutive pages of one large anon folio are one rmap call.
-            let batch = self.anon_policy.batch_zap();
-            let mut runs = 0u64;
-            let mut prev: Option<(Pfn, Pfn)> = None; // (head, last pfn)
-            for &(_, pte) in &cleared {
-                if pte.special() {
-                    prev = None;
-                    runs += 1;
-                    continue;
-                }
-                let pfn = pte.pfn();
-                let head = self.mem_map.folio_head(pfn);
-                let cont = batch && matches!(prev, Some((h, l)) if h == head && l + 1 == pfn);
-                if !cont {
-                    runs += 1;
-                }
-                prev = Some((head, pfn));
+            // The gathered range is a min/max over the cleared addresses,
+            // which ascend: the first and the last set it.
+            if let (Some(&(lo, _)), Some(&(hi, _))) = (cleared.first(), cleared.last()) {
+                tlb.add_range(lo);
+                tlb.add_range(hi);
             }
             let hold = self.c.pte_clear * cleared.len() as Ns + self.c.rmap * runs;
             t = tbl.ptl.lock_for(t, cpu, hold, &lc);
             let mut i = 0;
             while i < cleared.len() {
                 let (a, pte) = cleared[i];
-                tlb.add_range(a);
                 if pte.special() {
                     self.stat.add(Stat::NrZeroPageMapped, -1);
                     i += 1;
@@ -720,6 +729,18 @@ impl Kernel {
                     let p = self.mem_map.get(pfn);
                     (p.order, p.flags)
                 };
+                if o == 0 && pte.0 & Pte::HUGE == 0 {
+                    // An order-0 folio mapped by a PTE (the common case): its
+                    // own head, one PTE, what the general path below does
+                    // with n = 1 and nothing to split.
+                    if pte.dirty() && flags & pg::ANON == 0 {
+                        self.folio_mark_dirty(pfn);
+                    }
+                    self.page_remove_rmap(mm, pfn);
+                    tlb.pages.push(pfn);
+                    i += 1;
+                    continue;
+                }
                 let head = pfn & !((1u32 << o) - 1);
                 let horder = if head == pfn { o } else { self.mem_map.get(head).order };
                 let mut n = 1;
@@ -730,7 +751,6 @@ impl Kernel {
                         if !p2.present() || p2.special() || p2.pfn() != pfn + n as Pfn || a2 != a + 4096 * n as u64 || p2.pfn() >= fend {
                             break;
                         }
-                        tlb.add_range(a2);
                         n += 1;
                     }
                 }

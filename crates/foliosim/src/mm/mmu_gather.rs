@@ -249,10 +249,12 @@ impl Kernel {
         t
     }
 
-    /// Charge pending interrupt work on `cpu` to task `tid` (IPIs received).
-    pub fn charge_irq(&mut self, tid: u32) {
-        let cpu = self.tasks[tid as usize].cpu as usize;
-        let d = std::mem::take(&mut self.cpus[cpu].irq_debt);
+    /// Charge pending interrupt work on `cpu` (task `tid`'s CPU) to `tid`
+    /// (IPIs received).
+    #[inline]
+    pub fn charge_irq(&mut self, tid: u32, cpu: u32) {
+        debug_assert_eq!(cpu, self.tasks[tid as usize].cpu);
+        let d = std::mem::take(&mut self.cpus[cpu as usize].irq_debt);
         if d > 0 {
             let tk = &mut self.tasks[tid as usize];
             tk.clock += d;

@@ -775,6 +775,49 @@ impl Zone {
     }
 }
 
+/// Free a block of zone `z`, with `pcp` the zone's lists of `cpu` (the
+/// caller counts it in vmstat): to the head of a pcp list, draining to the
+/// buddy past `high`, or straight to the buddy.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn free_to_zone(z: &mut Zone, pcp: &mut PerCpuPages, pl: &mut Placement, p: &AllocParams, now: Ns, cpu: u32, pfn: Pfn, order: u32, ugen: u16) -> Ns {
+    debug_assert!((pfn as u64 + (1 << order)) <= z.end_pfn);
+    debug_assert!(!z.is_free(pfn), "double free of pfn {pfn:#x}");
+    z.allocated_pages -= 1 << order;
+    let mt = z.pageblock_mt(pfn);
+    if pcp_allowed_order(order) && mt != MigrateType::Isolate {
+        // Highatomic pages sit on the movable pcp lists, as in the kernel.
+        let pmt = if mt.is_mergeable() { mt } else { MigrateType::Movable };
+        pcp.alloc_factor >>= 1;
+        let pindex = order_to_pindex(pmt as usize, order);
+        pcp.lists[pindex].push_front(PcpEntry { pfn, ugen });
+        pcp.count += 1 << order;
+        z.pcp_pages += 1 << order;
+        if z.track_pcp {
+            z.pcp_index.insert(pfn, order as u8);
+        }
+        let batch = z.batch as u64;
+        if pcp.free_count < batch << PCP_BATCH_SCALE_MAX {
+            pcp.free_count += 1 << order;
+        }
+        let t = now + p.free_pcp_ns;
+        let high = nr_pcp_high(pcp, z.batch, z.high, z.high_max, z.below_high) as u64;
+        if pcp.count >= high {
+            let n = nr_pcp_free(pcp, batch, high);
+            let ops0 = z.ops;
+            z.free_pcppages_bulk(pl, pcp, n, pindex);
+            if z.below_high && z.watermark_ok(0, z.wmark[Wmark::High as usize]) {
+                z.below_high = false;
+            }
+            return z.lock.lock_for(t, cpu, (z.ops - ops0) * p.buddy_op_ns, &p.line);
+        }
+        return t;
+    }
+    let ops0 = z.ops;
+    z.free_one_page(pl, pfn, order, mt, Fpi::default(), ugen);
+    z.lock.lock_for(now, cpu, (z.ops - ops0) * p.buddy_op_ns, &p.line)
+}
+
 /// The smallest percpu_pagelist_high_fraction; without one set, pcp high
 /// may grow to what this fraction gives (high_max).
 const MIN_PERCPU_PAGELIST_HIGH_FRACTION: u64 = 8;
@@ -1144,65 +1187,44 @@ impl PageAlloc {
     /// or more pages, `nr_pcp_free` pages (at least `batch`, more after a run
     /// of frees) go back to the buddy from the list tails.
     pub fn free_pages_ugen(&mut self, now: Ns, cpu: u32, pfn: Pfn, order: u32, ugen: u16, stat: &mut VmStat) -> Ns {
-        self.free_pages_one(now, cpu, pfn, order, ugen, stat)
+        let zi = self.free_zone_idx(pfn, order);
+        stat.add(Stat::Pgfree, 1 << order);
+        stat.add(Stat::NrFreePages, 1 << order);
+        let nz = self.zones.len();
+        free_to_zone(&mut self.zones[zi], &mut self.pcp[cpu as usize * nz + zi], &mut self.pl, &self.p, now, cpu, pfn, order, ugen)
+    }
+
+    /// The zone a block being freed belongs to (panics on a bad free).
+    #[inline(always)]
+    fn free_zone_idx(&self, pfn: Pfn, order: u32) -> usize {
+        assert!(order <= MAX_PAGE_ORDER && pfn & ((1 << order) - 1) == 0, "bad free {pfn:#x} order {order}");
+        self.zone_idx_of_pfn(pfn).unwrap_or_else(|| panic!("free of pfn {pfn:#x} outside every zone"))
     }
 
     /// `free_pages_ugen` of each order-0 page of `pfns` in turn, each
     /// starting when the previous one is done: release_pages' loop over a
     /// batch, with one call for the batch instead of one a page.
     pub fn free_pages_bulk_ugen(&mut self, now: Ns, cpu: u32, pfns: &[Pfn], ugen: u16, stat: &mut VmStat) -> Ns {
+        // One page each: the counters move by the batch size (nothing
+        // below reads them).
+        stat.add(Stat::Pgfree, pfns.len() as i64);
+        stat.add(Stat::NrFreePages, pfns.len() as i64);
         let mut t = now;
-        for &pfn in pfns {
-            t = self.free_pages_one(t, cpu, pfn, 0, ugen, stat);
+        let nz = self.zones.len();
+        let mut rest = pfns;
+        while let Some(&first) = rest.first() {
+            // Zones do not overlap: while the pages stay in the zone of the
+            // run's first page, it is the zone the search would find.
+            let zi = self.free_zone_idx(first, 0);
+            let z = &mut self.zones[zi];
+            let pcp = &mut self.pcp[cpu as usize * nz + zi];
+            let n = rest.iter().take_while(|&&pfn| z.contains(pfn)).count();
+            for &pfn in &rest[..n] {
+                t = free_to_zone(z, pcp, &mut self.pl, &self.p, t, cpu, pfn, 0, ugen);
+            }
+            rest = &rest[n..];
         }
         t
-    }
-
-    #[inline(always)]
-    fn free_pages_one(&mut self, now: Ns, cpu: u32, pfn: Pfn, order: u32, ugen: u16, stat: &mut VmStat) -> Ns {
-        assert!(order <= MAX_PAGE_ORDER && pfn & ((1 << order) - 1) == 0, "bad free {pfn:#x} order {order}");
-        let zi = self.zone_idx_of_pfn(pfn).unwrap_or_else(|| panic!("free of pfn {pfn:#x} outside every zone"));
-        let nz = self.zones.len();
-        let z = &mut self.zones[zi];
-        debug_assert!((pfn as u64 + (1 << order)) <= z.end_pfn);
-        debug_assert!(!z.is_free(pfn), "double free of pfn {pfn:#x}");
-        z.allocated_pages -= 1 << order;
-        stat.add(Stat::Pgfree, 1 << order);
-        stat.add(Stat::NrFreePages, 1 << order);
-        let lc = self.p.line;
-        let mt = z.pageblock_mt(pfn);
-        if pcp_allowed_order(order) && mt != MigrateType::Isolate {
-            // Highatomic pages sit on the movable pcp lists, as in the kernel.
-            let pmt = if mt.is_mergeable() { mt } else { MigrateType::Movable };
-            let pcp = &mut self.pcp[cpu as usize * nz + zi];
-            pcp.alloc_factor >>= 1;
-            let pindex = order_to_pindex(pmt as usize, order);
-            pcp.lists[pindex].push_front(PcpEntry { pfn, ugen });
-            pcp.count += 1 << order;
-            z.pcp_pages += 1 << order;
-            if z.track_pcp {
-                z.pcp_index.insert(pfn, order as u8);
-            }
-            let batch = z.batch as u64;
-            if pcp.free_count < batch << PCP_BATCH_SCALE_MAX {
-                pcp.free_count += 1 << order;
-            }
-            let t = now + self.p.free_pcp_ns;
-            let high = nr_pcp_high(pcp, z.batch, z.high, z.high_max, z.below_high) as u64;
-            if pcp.count >= high {
-                let n = nr_pcp_free(pcp, batch, high);
-                let ops0 = z.ops;
-                z.free_pcppages_bulk(&mut self.pl, pcp, n, pindex);
-                if z.below_high && z.watermark_ok(0, z.wmark[Wmark::High as usize]) {
-                    z.below_high = false;
-                }
-                return z.lock.lock_for(t, cpu, (z.ops - ops0) * self.p.buddy_op_ns, &lc);
-            }
-            return t;
-        }
-        let ops0 = z.ops;
-        z.free_one_page(&mut self.pl, pfn, order, mt, Fpi::default(), ugen);
-        z.lock.lock_for(now, cpu, (z.ops - ops0) * self.p.buddy_op_ns, &lc)
     }
 
     /// Return every page on `cpu`'s pcp lists to the buddy (drain_pages).

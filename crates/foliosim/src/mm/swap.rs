@@ -139,6 +139,17 @@ pub fn folio_lru_list(flags: u32) -> Lru {
     }
 }
 
+/// Clear a listed folio's PG_lru and LRU links; returns its flags (as they
+/// were), node, order and old links, for `Kernel::lruvec_unlink`.
+#[inline(always)]
+fn lru_take(p: &mut crate::mm::mem_map::Page) -> (u32, usize, u8, u32, u32) {
+    let r = (p.flags, p.nid as usize, p.order, p.lru_prev, p.lru_next);
+    p.flags &= !pg::LRU;
+    p.lru_prev = 0;
+    p.lru_next = 0;
+    r
+}
+
 impl Kernel {
     /// lruvec_add_folio: caller holds the node's lru_lock (in simulated time).
     pub fn lruvec_add_folio(&mut self, pfn: Pfn) {
@@ -158,17 +169,19 @@ impl Kernel {
         }
     }
 
+    #[inline(always)]
     pub fn lruvec_del_folio(&mut self, pfn: Pfn) {
         // PG_lru and the folio's links are read and cleared in one frame
         // lookup (a listed folio is never its own neighbour).
-        let (flags, nid, order, prev, next) = {
-            let p = self.mem_map.get_mut(pfn);
-            let r = (p.flags, p.nid as usize, p.order, p.lru_prev, p.lru_next);
-            p.flags &= !pg::LRU;
-            p.lru_prev = 0;
-            p.lru_next = 0;
-            r
-        };
+        let p = self.mem_map.get_mut(pfn);
+        let (flags, nid, order, prev, next) = lru_take(p);
+        self.lruvec_unlink(flags, nid, order, prev, next);
+    }
+
+    /// The rest of `lruvec_del_folio` once `lru_take` has read and cleared
+    /// the folio's LRU state (`flags` as they were before).
+    #[inline(always)]
+    fn lruvec_unlink(&mut self, flags: u32, nid: usize, order: u8, prev: u32, next: u32) {
         let lru = folio_lru_list(flags);
         self.nodes[nid].lruvec.lists[lru as usize].unlink(&mut self.mem_map, prev, next, order);
         if (lru as usize) < 4 {
@@ -262,13 +275,17 @@ impl Kernel {
                 continue;
             }
             if pg.refcount == 0 {
-                // Flags and node do not change while references drop, so
-                // the LRU census is taken in the same frame lookup.
+                all_small &= pg.order == 0;
+                // A dead folio leaves its LRU list in the same frame
+                // lookup. The lru_lock section that covers these removals
+                // is charged below, once the batch is counted: nothing
+                // reads the lists in between, so only host order differs.
                 if pg.flags & pg::LRU != 0 {
                     on_lru += 1;
                     nid = pg.nid as usize;
+                    let (flags, fnid, order, prev, next) = lru_take(pg);
+                    self.lruvec_unlink(flags, fnid, order, prev, next);
                 }
-                all_small &= pg.order == 0;
                 dead.push(p);
             }
         }
@@ -279,11 +296,6 @@ impl Kernel {
         if on_lru > 0 {
             let hold = self.c.lru_lock_per_folio * on_lru as Ns;
             t = self.nodes[nid].lruvec.lru_lock.lock_for(t, cpu, hold, &self.lc);
-            for &p in &dead {
-                if self.mem_map.get(p).flags & pg::LRU != 0 {
-                    self.lruvec_del_folio(p);
-                }
-            }
         }
         if all_small && !self.check.enabled && !self.knobs.init_on_free {
             // free_folio_ugen of order-0 folios with the checker and

@@ -331,43 +331,10 @@ impl WillItScale {
             Body::Read => unreachable!("read tests do not map"),
         }
     }
-}
 
-fn page_multiple(key: &str, bytes: u64) -> Result<u64, String> {
-    if bytes % PAGE != 0 {
-        return Err(format!("{key}: must be a multiple of 4 (KiB), got {}", bytes / KIB));
-    }
-    Ok(bytes)
-}
-
-impl Workload for WillItScale {
-    fn name(&self) -> &str {
-        self.test.name()
-    }
-
-    fn setup(&mut self, env: &mut dyn SetupEnv) -> Result<(), String> {
-        // read2's testcase_prepare: one shared file, made before the tasks.
-        let shared = if self.test == Test::Read2 { env.create_file(self.tmp_fs, self.size, true)? } else { NO_FILE };
-        let ids = self.cfg.spawn(env)?;
-        self.tasks = TaskMap::new(&ids)?;
-        self.st.clear();
-        for _ in &ids {
-            let file = if self.test.per_task_sparse_file() {
-                // mkstemp + ftruncate(size): sparse, nothing cached.
-                env.create_file(self.tmp_fs, self.size, false)?
-            } else if self.test == Test::Read1 {
-                // mkstemp + write(1 MiB of zeros): fully cached.
-                env.create_file(self.tmp_fs, self.size, true)?
-            } else {
-                shared
-            };
-            self.st.push(TaskState { phase: Phase::Start, file, fd: -1, base: 0, off: 0 });
-        }
-        Ok(())
-    }
-
-    fn next_op(&mut self, task: TaskId, last: Ret, ops: &mut u64) -> Op {
-        let Some(i) = self.tasks.get(task) else { return Op::Exit };
+    /// `next_op` past the per-page fast path: every phase change.
+    #[inline(never)]
+    fn next_op_slow(&mut self, i: usize, last: Ret, ops: &mut u64) -> Op {
         let mut st = self.st[i];
         if last.is_err() || st.phase == Phase::Done {
             st.phase = Phase::Done;
@@ -456,6 +423,54 @@ impl Workload for WillItScale {
         };
         self.st[i] = st;
         op
+    }
+}
+
+fn page_multiple(key: &str, bytes: u64) -> Result<u64, String> {
+    if bytes % PAGE != 0 {
+        return Err(format!("{key}: must be a multiple of 4 (KiB), got {}", bytes / KIB));
+    }
+    Ok(bytes)
+}
+
+impl Workload for WillItScale {
+    fn name(&self) -> &str {
+        self.test.name()
+    }
+
+    fn setup(&mut self, env: &mut dyn SetupEnv) -> Result<(), String> {
+        // read2's testcase_prepare: one shared file, made before the tasks.
+        let shared = if self.test == Test::Read2 { env.create_file(self.tmp_fs, self.size, true)? } else { NO_FILE };
+        let ids = self.cfg.spawn(env)?;
+        self.tasks = TaskMap::new(&ids)?;
+        self.st.clear();
+        for _ in &ids {
+            let file = if self.test.per_task_sparse_file() {
+                // mkstemp + ftruncate(size): sparse, nothing cached.
+                env.create_file(self.tmp_fs, self.size, false)?
+            } else if self.test == Test::Read1 {
+                // mkstemp + write(1 MiB of zeros): fully cached.
+                env.create_file(self.tmp_fs, self.size, true)?
+            } else {
+                shared
+            };
+            self.st.push(TaskState { phase: Phase::Start, file, fd: -1, base: 0, off: 0 });
+        }
+        Ok(())
+    }
+
+    fn next_op(&mut self, task: TaskId, last: Ret, ops: &mut u64) -> Op {
+        let Some(i) = self.tasks.get(task) else { return Op::Exit };
+        // The op per page of page_fault1..3: the next store of the region,
+        // updated in place (the general path below copies the state).
+        let size = self.size;
+        let cur = &mut self.st[i];
+        if cur.phase == Phase::Touching && !last.is_err() && cur.off + PAGE < size {
+            *ops += 1;
+            cur.off += PAGE;
+            return Op::Access { addr: cur.base + cur.off, kind: Access::Store };
+        }
+        self.next_op_slow(i, last, ops)
     }
 
     fn peak_bytes(&self) -> Option<u64> {
