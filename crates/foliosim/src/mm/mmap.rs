@@ -82,6 +82,20 @@ impl Vma {
         Vma { vm_lock: VmaLock { lock_seq: self.vm_lock.lock_seq, ..Default::default() }, ..*self }
     }
 
+    /// `fault_copy` into a reused copy `dst`, whose lock timelines stay
+    /// empty (nothing writes through a fault's copy).
+    #[inline]
+    pub fn fault_copy_into(&self, dst: &mut Vma) {
+        dst.start = self.start;
+        dst.end = self.end;
+        dst.flags = self.flags;
+        dst.file = self.file;
+        dst.pgoff = self.pgoff;
+        dst.anon_vma = self.anon_vma;
+        dst.seq = self.seq;
+        dst.vm_lock.lock_seq = self.vm_lock.lock_seq;
+    }
+
     #[inline]
     pub fn contains(&self, addr: u64) -> bool {
         self.start <= addr && addr < self.end

@@ -279,11 +279,24 @@ impl Kernel {
     pub(crate) fn fault_under_mmap_lock(&mut self, t: Ns, cpu: u32, mm: u32, addr: u64, kind: Access) -> (Fault, Ns) {
         let t = self.mms[mm as usize].mmap_lock.down_read(t, cpu, &self.lc, &self.sc);
         let t = t + self.c.vma_lookup;
-        let (res, t) = match self.mms[mm as usize].vma_lookup(addr).map(super::mmap::Vma::fault_copy) {
-            None => (Fault::Segv, t),
-            Some(vma) if !super::memory::access_permitted(&vma, kind) => (Fault::Segv, t),
-            Some(vma) => self.handle_pte_fault(t + self.c.fault_base, cpu, mm, &vma, addr & !4095, kind),
+        // The fault works from a copy of the VMA (it needs `&mut self`),
+        // refilled in the reused one when no other fault holds it.
+        let mut copy = self.fault_vma.take();
+        let found = match self.mms[mm as usize].vma_lookup(addr) {
+            None => false,
+            Some(v) => {
+                match copy.as_deref_mut() {
+                    Some(c) => v.fault_copy_into(c),
+                    None => copy = Some(Box::new(v.fault_copy())),
+                }
+                true
+            }
         };
+        let (res, t) = match copy.as_deref() {
+            Some(vma) if found && super::memory::access_permitted(vma, kind) => self.handle_pte_fault(t + self.c.fault_base, cpu, mm, vma, addr & !4095, kind),
+            _ => (Fault::Segv, t),
+        };
+        self.fault_vma = copy;
         let t = self.mms[mm as usize].mmap_lock.up_read(t, cpu, &self.lc);
         (res, t)
     }

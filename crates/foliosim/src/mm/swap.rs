@@ -151,8 +151,10 @@ fn lru_take(p: &mut crate::mm::mem_map::Page) -> (u32, usize, u8, u32, u32) {
 }
 
 impl Kernel {
-    /// lruvec_add_folio: caller holds the node's lru_lock (in simulated time).
-    pub fn lruvec_add_folio(&mut self, pfn: Pfn) {
+    /// lruvec_add_folio: caller holds the node's lru_lock (in simulated
+    /// time). Returns the folio's node (the lock's), read in the same lookup.
+    #[inline]
+    pub fn lruvec_add_folio(&mut self, pfn: Pfn) -> usize {
         // PG_lru and the folio's own links are set in the same frame
         // lookup (the list choice ignores PG_lru).
         let nodes = &mut self.nodes;
@@ -167,6 +169,7 @@ impl Kernel {
         if (lru as usize) < 4 {
             self.stat.add(LRU_STAT[lru as usize], 1 << order);
         }
+        nid
     }
 
     #[inline(always)]
@@ -228,16 +231,23 @@ impl Kernel {
         }
         let batch = std::mem::take(&mut self.cpus[cpu as usize].lru_add);
         let mut t = t;
-        let mut i = 0;
-        while i < batch.len() {
-            let nid = self.mem_map.get(batch[i]).nid as usize;
-            let j = i + batch[i..].iter().take_while(|&&p| self.mem_map.get(p).nid as usize == nid).count();
-            let hold = self.c.lru_lock_per_folio * (j - i) as Ns;
-            t = self.nodes[nid].lruvec.lru_lock.lock_for(t, cpu, hold, &self.lc);
-            for &p in &batch[i..j] {
-                self.lruvec_add_folio(p);
+        // One lru_lock section per run of folios on the same node. Each
+        // folio is listed in the frame lookup that reads its node, and the
+        // run's section is charged when the run ends: nothing reads the
+        // lists or the lock in between, so only host order differs.
+        let mut run_nid = usize::MAX;
+        let mut run = 0;
+        for &p in &batch {
+            let nid = self.lruvec_add_folio(p);
+            if nid != run_nid && run > 0 {
+                t = self.lru_lock_run(t, cpu, run_nid, run);
+                run = 0;
             }
-            i = j;
+            run_nid = nid;
+            run += 1;
+        }
+        if run > 0 {
+            t = self.lru_lock_run(t, cpu, run_nid, run);
         }
         let t = self.release_folios(t, cpu, &batch);
         // Hand the (now empty) buffer back so the batch never reallocates.
@@ -247,6 +257,13 @@ impl Kernel {
             self.cpus[cpu as usize].lru_add = batch;
         }
         t
+    }
+
+    /// The lru_lock section of node `nid` that lists `run` folios.
+    #[inline(always)]
+    fn lru_lock_run(&mut self, t: Ns, cpu: u32, nid: usize, run: usize) -> Ns {
+        let hold = self.c.lru_lock_per_folio * run as Ns;
+        self.nodes[nid].lruvec.lru_lock.lock_for(t, cpu, hold, &self.lc)
     }
 
     /// Drop one reference from each folio (folios_put / release_pages):
