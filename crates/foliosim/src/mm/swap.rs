@@ -151,10 +151,15 @@ fn lru_take(p: &mut crate::mm::mem_map::Page) -> (u32, usize, u8, u32, u32) {
 }
 
 impl Kernel {
-    /// lruvec_add_folio: caller holds the node's lru_lock (in simulated
-    /// time). Returns the folio's node (the lock's), read in the same lookup.
-    #[inline]
-    pub fn lruvec_add_folio(&mut self, pfn: Pfn) -> usize {
+    /// lruvec_add_folio: caller holds the node's lru_lock (in simulated time).
+    pub fn lruvec_add_folio(&mut self, pfn: Pfn) {
+        self.lruvec_add_folio_nid(pfn);
+    }
+
+    /// `lruvec_add_folio`, returning the folio's node (its lru_lock's),
+    /// read in the same frame lookup. Always inlined into the batch drain.
+    #[inline(always)]
+    fn lruvec_add_folio_nid(&mut self, pfn: Pfn) -> usize {
         // PG_lru and the folio's own links are set in the same frame
         // lookup (the list choice ignores PG_lru).
         let nodes = &mut self.nodes;
@@ -238,7 +243,7 @@ impl Kernel {
         let mut run_nid = usize::MAX;
         let mut run = 0;
         for &p in &batch {
-            let nid = self.lruvec_add_folio(p);
+            let nid = self.lruvec_add_folio_nid(p);
             if nid != run_nid && run > 0 {
                 t = self.lru_lock_run(t, cpu, run_nid, run);
                 run = 0;

@@ -67,17 +67,21 @@ impl Timeline {
         // Forget beyond the cap, then what ended before the horizon (the
         // cap test is monotone in `head`, so doing it first is the same as
         // testing both at every step). Local copies keep the loop in registers.
+        // One slice of the live reservations, so the scan carries no
+        // bounds checks (`head <= len` always: `compact` resets both).
         let n = self.iv.len();
-        let mut head = self.head.max(n.saturating_sub(MAX_INTERVALS));
-        while head < n && self.iv[head].1 + HORIZON < t {
-            head += 1;
-        }
+        let head = self.head.max(n.saturating_sub(MAX_INTERVALS));
+        let head = head + self.iv[head..].iter().take_while(|iv| iv.1 + HORIZON < t).count();
         self.head = head;
         // Fast path: after everything reserved so far.
-        let owner = match self.iv[head..].last() {
-            Some(&(_, e, _)) if e > t => return self.reserve_in_gap(t, cpu, &len),
-            Some(&(_, _, owner)) => owner,
-            None => u32::MAX,
+        let owner = if head < n {
+            let (_, e, owner) = self.iv[n - 1];
+            if e > t {
+                return self.reserve_in_gap(t, cpu, &len);
+            }
+            owner
+        } else {
+            u32::MAX
         };
         let end = t + len(owner);
         self.push((t, end, cpu));
