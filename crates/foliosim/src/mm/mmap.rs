@@ -86,14 +86,17 @@ impl Vma {
     /// empty (nothing writes through a fault's copy).
     #[inline]
     pub fn fault_copy_into(&self, dst: &mut Vma) {
-        dst.start = self.start;
-        dst.end = self.end;
-        dst.flags = self.flags;
-        dst.file = self.file;
-        dst.pgoff = self.pgoff;
-        dst.anon_vma = self.anon_vma;
-        dst.seq = self.seq;
-        dst.vm_lock.lock_seq = self.vm_lock.lock_seq;
+        // Exhaustive, so that a field added to Vma must be decided on here
+        // (as `fault_copy`'s `..*self` copies it).
+        let Vma { start, end, flags, file, pgoff, anon_vma, seq, ref vm_lock } = *self;
+        dst.start = start;
+        dst.end = end;
+        dst.flags = flags;
+        dst.file = file;
+        dst.pgoff = pgoff;
+        dst.anon_vma = anon_vma;
+        dst.seq = seq;
+        dst.vm_lock.lock_seq = vm_lock.lock_seq;
     }
 
     #[inline]
