@@ -449,7 +449,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--json", action="store_true", help="print one JSON object")
     c.set_defaults(func=cmd_compare)
 
-    b = sub.add_parser("bench", help="speed benchmarks of the simulator against its targets")
+    b = sub.add_parser("bench", help="speed benchmarks of the simulator against its targets",
+                       description="Speed benchmarks of the simulator against its targets. The two "
+                                   "throughputs are the median of 5 runs; --json lists every run's rate.")
     b.add_argument("--json", action="store_true", help="print one JSON object")
     b.add_argument("--quiet", "-q", action="store_true", help="no progress lines on stderr")
     b.add_argument("--strict", action="store_true", help="exit 1 if a target is not met")
