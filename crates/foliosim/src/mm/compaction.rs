@@ -111,8 +111,7 @@ impl Kernel {
         let mut t = t;
         if let Some(&first) = list.first() {
             let nid = self.mem_map.get(first).nid as usize;
-            let hold = self.c.lru_lock_per_folio * list.len() as Ns;
-            t = self.nodes[nid].lruvec.lru_lock.lock_for(t, cpu, hold, &self.lc);
+            t = self.lru_lock_folios(t, cpu, nid, list.len());
         }
         for &p in &list {
             self.folio_isolate_lru(p);

@@ -116,7 +116,7 @@ impl Kernel {
         if flags & pg::LRU != 0 {
             // folio_activate: move to the active list under lru_lock.
             let nid = self.mem_map.get(pfn).nid as usize;
-            t = self.nodes[nid].lruvec.lru_lock.lock_for(t, cpu, self.c.lru_lock_per_folio, &self.lc);
+            t = self.lru_lock_folios(t, cpu, nid, 1);
             self.lruvec_del_folio(pfn);
             self.mem_map.get_mut(pfn).flags |= pg::ACTIVE;
             self.lruvec_add_folio(pfn);

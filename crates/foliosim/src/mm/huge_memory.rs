@@ -810,8 +810,7 @@ impl Kernel {
                 self.stat.add(Stat::SplitQueueLen, -1);
                 // __split_huge_page: off the LRU as one folio, back as 4 KiB ones.
                 let on_lru = self.mem_map.get(head).flags & pg::LRU != 0;
-                let hold = self.c.lru_lock_per_folio * (1 + n as Ns);
-                t = self.nodes[nid].lruvec.lru_lock.lock_for(t, cpu, hold, &lc);
+                t = self.lru_lock_folios(t, cpu, nid, 1 + n as usize);
                 if on_lru {
                     self.lruvec_del_folio(head);
                 }

@@ -76,7 +76,7 @@ impl Kernel {
         if cand.is_empty() {
             return (0, 0, t);
         }
-        t = self.nodes[nid].lruvec.lru_lock.lock_for(t, cpu, self.c.lru_lock_per_folio * cand.len() as Ns, &self.lc);
+        t = self.lru_lock_folios(t, cpu, nid, cand.len());
         self.stat.add(Stat::PgscanKswapd, cand.len() as i64);
         let (freed, demoted, t, _) = self.shrink_folio_list(t, cpu, nid, &cand);
         self.stat.add(Stat::PgdemoteKswapd, demoted as i64);

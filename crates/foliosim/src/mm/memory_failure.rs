@@ -86,7 +86,7 @@ impl Kernel {
         if !p.is_small_lru_folio() || p.flags & refuse != 0 {
             return Poison::Refused(t);
         }
-        let t = self.nodes[p.nid as usize].lruvec.lru_lock.lock_for(t, cpu, self.c.lru_lock_per_folio, &self.lc);
+        let t = self.lru_lock_folios(t, cpu, p.nid as usize, 1);
         self.folio_isolate_lru(pfn);
         Poison::Isolated(t, p.nid as u32)
     }

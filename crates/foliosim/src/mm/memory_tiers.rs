@@ -274,7 +274,7 @@ impl Kernel {
         if self.check.enabled && !self.migrate_balanced_pgdat(here, nr) {
             self.check.report(format!("folio {pfn}: isolated for promotion while node {here} is below its high watermark + {nr}"));
         }
-        t = self.nodes[nid as usize].lruvec.lru_lock.lock_for(t, cpu, self.c.lru_lock_per_folio, &self.lc);
+        t = self.lru_lock_folios(t, cpu, nid as usize, 1);
         self.folio_isolate_lru(pfn);
         // 6. Queue the work on the empty -> non-empty transition.
         let exiting = self.tasks[tid as usize].exited;
@@ -307,7 +307,7 @@ impl Kernel {
             let p = self.mem_map.get(pfn);
             (p.nid as usize, p.order, p.flags & pg::ANON != 0)
         };
-        let t = self.nodes[nid].lruvec.lru_lock.lock_for(t, cpu, self.c.lru_lock_per_folio, &self.lc);
+        let t = self.lru_lock_folios(t, cpu, nid, 1);
         self.mem_map.get_mut(pfn).flags &= !pg::ISOLATED;
         self.lruvec_add_folio(pfn);
         self.stat.add(if anon { Stat::NrIsolatedAnon } else { Stat::NrIsolatedFile }, -(1i64 << order));

@@ -163,8 +163,7 @@ impl Kernel {
         for &p in pfns {
             let pg_ = self.mem_map.get(p);
             if pg_.flags & (pg::HEAD | pg::LRU) == pg::HEAD | pg::LRU && pg_.flags & pg::ISOLATED == 0 && pg_.order == 0 && pg_.nid as u32 != nid {
-                let hold = self.c.lru_lock_per_folio;
-                t = self.nodes[pg_.nid as usize].lruvec.lru_lock.lock_for(t, cpu, hold, &self.lc);
+                t = self.lru_lock_folios(t, cpu, pg_.nid as usize, 1);
                 self.folio_isolate_lru(p);
                 list.push(p);
             }

@@ -260,7 +260,7 @@ impl Kernel {
                 flags & pg::LRU != 0 && flags & pg::ISOLATED == 0
             };
             if prepared {
-                t = self.nodes[nid as usize].lruvec.lru_lock.lock_for(t, cpu, self.c.lru_lock_per_folio, &self.lc);
+                t = self.lru_lock_folios(t, cpu, nid as usize, 1);
                 self.folio_isolate_lru(head);
                 // migrate_misplaced_folio: the PTE is inaccessible, so the
                 // unmap batches no flush (rmap.rs pte_accessible) and the

@@ -54,8 +54,7 @@ impl Kernel {
         }
         if !busy && !movable.is_empty() {
             let nid = self.mem_map.get(movable[0]).nid as usize;
-            let hold = self.c.lru_lock_per_folio * movable.len() as Ns;
-            t = self.nodes[nid].lruvec.lru_lock.lock_for(t, cpu, hold, &self.lc);
+            t = self.lru_lock_folios(t, cpu, nid, movable.len());
             for &p in &movable {
                 self.folio_isolate_lru(p);
             }

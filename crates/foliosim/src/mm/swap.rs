@@ -245,14 +245,14 @@ impl Kernel {
         for &p in &batch {
             let nid = self.lruvec_add_folio_nid(p);
             if nid != run_nid && run > 0 {
-                t = self.lru_lock_run(t, cpu, run_nid, run);
+                t = self.lru_lock_folios(t, cpu, run_nid, run);
                 run = 0;
             }
             run_nid = nid;
             run += 1;
         }
         if run > 0 {
-            t = self.lru_lock_run(t, cpu, run_nid, run);
+            t = self.lru_lock_folios(t, cpu, run_nid, run);
         }
         let t = self.release_folios(t, cpu, &batch);
         // Hand the (now empty) buffer back so the batch never reallocates.
@@ -264,10 +264,11 @@ impl Kernel {
         t
     }
 
-    /// The lru_lock section of node `nid` that lists `run` folios.
+    /// A section under node `nid`'s lru_lock that lists or unlists `n`
+    /// folios, from `t`; returns its end.
     #[inline(always)]
-    fn lru_lock_run(&mut self, t: Ns, cpu: u32, nid: usize, run: usize) -> Ns {
-        let hold = self.c.lru_lock_per_folio * run as Ns;
+    pub(crate) fn lru_lock_folios(&mut self, t: Ns, cpu: u32, nid: usize, n: usize) -> Ns {
+        let hold = self.c.lru_lock_per_folio * n as Ns;
         self.nodes[nid].lruvec.lru_lock.lock_for(t, cpu, hold, &self.lc)
     }
 
@@ -316,8 +317,7 @@ impl Kernel {
             return t;
         }
         if on_lru > 0 {
-            let hold = self.c.lru_lock_per_folio * on_lru as Ns;
-            t = self.nodes[nid].lruvec.lru_lock.lock_for(t, cpu, hold, &self.lc);
+            t = self.lru_lock_folios(t, cpu, nid, on_lru);
         }
         if all_small && !self.check.enabled && !self.knobs.init_on_free {
             // free_folio_ugen of order-0 folios with the checker and

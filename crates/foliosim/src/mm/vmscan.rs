@@ -97,8 +97,7 @@ impl Kernel {
         if cand.is_empty() {
             return (0, t, 0);
         }
-        let hold = self.c.lru_lock_per_folio * cand.len() as Ns;
-        let t = self.nodes[nid].lruvec.lru_lock.lock_for(t, cpu, hold, &self.lc);
+        let t = self.lru_lock_folios(t, cpu, nid, cand.len());
         self.stat.add(Stat::PgscanDirect, cand.len() as i64);
         let (freed, demoted, t, n) = self.shrink_folio_list(t, cpu, nid, &cand);
         self.stat.add(Stat::PgdemoteDirect, demoted as i64);
@@ -283,8 +282,7 @@ impl Kernel {
         if cand.is_empty() {
             return false;
         }
-        let hold = self.c.lru_lock_per_folio * cand.len() as Ns;
-        *out = self.nodes[nid].lruvec.lru_lock.lock_for(t, cpu, hold, &self.lc);
+        *out = self.lru_lock_folios(t, cpu, nid, cand.len());
         self.stat.add(Stat::Pgrefill, cand.len() as i64);
         self.deactivate_folios(&cand);
         true
