@@ -261,6 +261,36 @@ static void wait_snapped(unsigned long n, int k)
 		}
 }
 
+/* Ask every task for snapshot k (SIGUSR1 for the start, SIGUSR2 for the
+ * end): threads through pthread_kill, processes (th NULL) through kill.
+ * Returns when the signals went out, then waits for every answer. */
+static double snapshot_tasks(unsigned long tasks, int k, const pthread_t *th, const pid_t *pids)
+{
+	int sig = k ? SIGUSR2 : SIGUSR1;
+	for (unsigned long i = 0; i < tasks; i++) {
+		if (th)
+			pthread_kill(th[i], sig);
+		else
+			kill(pids[i], sig);
+	}
+	double t = now_s();
+	wait_snapped(tasks, k);
+	return t;
+}
+
+/* VmHWM is exact only to the per-CPU RSS counter batches (32 pages per
+ * CPU); the sampled VmRSS is exact but may miss a short peak. */
+static long rss_counter_slack_kib(void)
+{
+	return 32L * sysconf(_SC_NPROCESSORS_ONLN) * (sysconf(_SC_PAGESIZE) / 1024);
+}
+
+/* The peak: the sample, unless VmHWM is above it by more than the slack. */
+static long peak_kib(long hwm, long sampled, long slack)
+{
+	return hwm - sampled > slack ? hwm : sampled;
+}
+
 /* The JSON line: ops, faults and times summed over the tasks' snapshots. */
 static void print_report(const char *mode, unsigned long tasks, double dt, long maxrss, long base, long maxhwm, long maxsampled,
 			 long slack, const unsigned long long *vm0, const unsigned long long *vm1, long long m0[MAX_SIZES][NMS],
@@ -381,10 +411,7 @@ static int run_threads(unsigned long tasks, double seconds, double warmup)
 	static long long m0[MAX_SIZES][NMS], m1[MAX_SIZES][NMS];
 	read_vmstat(vm0);
 	read_mthp(m0);
-	for (unsigned long i = 0; i < tasks; i++)
-		pthread_kill(th[i], SIGUSR1);
-	double t0 = now_s();
-	wait_snapped(tasks, 0);
+	double t0 = snapshot_tasks(tasks, 0, th, NULL);
 	long sampled = 0;
 	while (now_s() - t0 < seconds) {
 		long v = rss_kib("self");
@@ -392,21 +419,18 @@ static int run_threads(unsigned long tasks, double seconds, double warmup)
 			sampled = v;
 		sample_tick(t0, seconds);
 	}
-	for (unsigned long i = 0; i < tasks; i++)
-		pthread_kill(th[i], SIGUSR2);
-	double t1 = now_s();
-	wait_snapped(tasks, 1);
+	double t1 = snapshot_tasks(tasks, 1, th, NULL);
 	read_vmstat(vm1);
 	read_mthp(m1);
 
-	long slack = 32L * sysconf(_SC_NPROCESSORS_ONLN) * (sysconf(_SC_PAGESIZE) / 1024);
+	long slack = rss_counter_slack_kib();
 	long h = status_kib("self", "VmHWM");
 	if (h < 0) {
 		struct rusage ru;
 		getrusage(RUSAGE_SELF, &ru);
 		h = ru.ru_maxrss;
 	}
-	long peak = h - sampled > slack ? h : sampled;
+	long peak = peak_kib(h, sampled, slack);
 	if (testcase_cleanup)
 		testcase_cleanup();
 	print_report("threads", tasks, t1 - t0, peak, base, h, sampled, slack, vm0, vm1, m0, m1);
@@ -496,10 +520,7 @@ int main(int argc, char **argv)
 	static long long m0[MAX_SIZES][NMS], m1[MAX_SIZES][NMS];
 	read_vmstat(vm0);
 	read_mthp(m0);
-	for (unsigned long i = 0; i < tasks; i++)
-		kill(pids[i], SIGUSR1);
-	double t0 = now_s();
-	wait_snapped(tasks, 0);
+	double t0 = snapshot_tasks(tasks, 0, NULL, pids);
 	/* Sample each task's exact VmRSS every millisecond while measuring. */
 	static long sampled[MAX_TASKS];
 	char pidstr[MAX_TASKS][16];
@@ -513,15 +534,12 @@ int main(int argc, char **argv)
 		}
 		sample_tick(t0, seconds);
 	}
-	for (unsigned long i = 0; i < tasks; i++)
-		kill(pids[i], SIGUSR2);
-	double t1 = now_s();
-	wait_snapped(tasks, 1);
+	double t1 = snapshot_tasks(tasks, 1, NULL, pids);
 	read_vmstat(vm1);
 	read_mthp(m1);
 
 	long maxrss = 0, base = 0, maxhwm = 0, maxsampled = 0;
-	long slack = 32L * sysconf(_SC_NPROCESSORS_ONLN) * (sysconf(_SC_PAGESIZE) / 1024);
+	long slack = rss_counter_slack_kib();
 	int failed = 0;
 	long hwm[MAX_TASKS];
 	for (unsigned long i = 0; i < tasks; i++) {
@@ -537,12 +555,8 @@ int main(int argc, char **argv)
 			harness_die("wait4");
 		if (!(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL))
 			failed = 1; /* the task died on its own: an assertion or a crash */
-		/* VmHWM is exact only to the per-CPU RSS counter batches (32
-		 * pages per CPU); the sampled VmRSS is exact but may miss a short
-		 * peak. Take the sample unless VmHWM is above it by more than
-		 * that slack. */
 		long h = hwm[i] >= 0 ? hwm[i] : ru.ru_maxrss;
-		long peak = h - sampled[i] > slack ? h : sampled[i];
+		long peak = peak_kib(h, sampled[i], slack);
 		if (h > maxhwm)
 			maxhwm = h;
 		if (sampled[i] > maxsampled)
