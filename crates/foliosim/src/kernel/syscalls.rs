@@ -21,12 +21,19 @@ impl Kernel {
         // The op of most steps (one per page in the page-fault tests) is
         // dispatched here, without entering the large body below.
         if let Op::Access { addr, kind } = op {
-            if self.knobs.numa_balancing != 0 {
-                self.task_numa_work(tid);
-            }
+            self.resume_user_mode_work(tid);
             return self.exec_access(tid, addr, kind);
         }
         self.exec_other(tid, op)
+    }
+
+    /// Task work on the return to user space that precedes this step:
+    /// task_numa_work, which scans when the mm's scan is due.
+    #[inline(always)]
+    fn resume_user_mode_work(&mut self, tid: u32) {
+        if self.knobs.numa_balancing != 0 {
+            self.task_numa_work(tid);
+        }
     }
 
     /// `exec` of an `Op::Access`.
@@ -51,13 +58,9 @@ impl Kernel {
                 return None;
             }
         }
-        // task_numa_work runs as task work on the return to user space
-        // that precedes this step, when the mm's scan is due.
-        if self.knobs.numa_balancing != 0 {
-            self.task_numa_work(tid);
-        }
+        self.resume_user_mode_work(tid);
         match op {
-            Op::Access { addr, kind } => self.exec_access(tid, addr, kind),
+            Op::Access { .. } => unreachable!("exec runs accesses itself"),
             Op::AccessRange { addr, stride, count, kind } => self.access_range(tid, addr, stride, count, kind),
             Op::Compute { ns } => {
                 let tk = &mut self.tasks[tid as usize];
