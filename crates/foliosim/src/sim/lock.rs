@@ -64,39 +64,66 @@ impl Timeline {
     /// every lock operation; the gap search is out of line.
     #[inline(always)]
     pub fn reserve(&mut self, t: Ns, cpu: u32, len: impl Fn(u32) -> Ns) -> (Ns, Ns, u32) {
-        // Forget beyond the cap, then what ended before the horizon (the
-        // cap test is monotone in `head`, so doing it first is the same as
-        // testing both at every step). Local copies keep the loop in registers.
-        // One slice of the live reservations, so the scan carries no
-        // bounds checks (`head <= len` always: `compact` resets both).
+        match self.last_holder(t) {
+            Some(owner) => {
+                let end = t + len(owner);
+                self.push((t, end, cpu));
+                (t, end, owner)
+            }
+            None => self.reserve_in_gap(t, cpu, &len),
+        }
+    }
+
+    /// Forget what ended before the horizon, then: the previous holder of
+    /// a slot at `t` when `t` is after everything reserved so far (u32::MAX
+    /// for none), or None when the slot needs the gap search. The hot lock
+    /// operations append with `push` on Some and take a cold path on None,
+    /// so their fast path carries no gap bookkeeping (its start is `t`).
+    /// Calling it again at the same `t` forgets nothing more.
+    #[inline(always)]
+    fn last_holder(&mut self, t: Ns) -> Option<u32> {
+        // The cap is applied by `push` and `reserve_in_gap` as they add
+        // (the same positions the old test at the next request dropped):
+        // here only the horizon, whose first test almost always fails.
         let n = self.iv.len();
-        let head = self.head.max(n.saturating_sub(MAX_INTERVALS));
-        let head = head + self.iv[head..].iter().take_while(|iv| iv.1 + HORIZON < t).count();
-        self.head = head;
-        // Fast path: after everything reserved so far.
-        let owner = if head < n {
+        let mut head = self.head;
+        if head < n && self.iv[head].1 + HORIZON < t {
+            head += 1;
+            while head < n && self.iv[head].1 + HORIZON < t {
+                head += 1;
+            }
+            self.head = head;
+        }
+        if head < n {
             let (_, e, owner) = self.iv[n - 1];
             if e > t {
-                return self.reserve_in_gap(t, cpu, &len);
+                return None;
             }
-            owner
+            Some(owner)
         } else {
-            u32::MAX
-        };
-        let end = t + len(owner);
-        self.push((t, end, cpu));
-        (t, end, owner)
+            Some(u32::MAX)
+        }
     }
 
     /// Append a reservation. The forgotten ones' storage is dropped only
     /// when the vector is full (instead of a test on every call): the live
-    /// ones are at most MAX_INTERVALS + 1, so the vector stops growing.
+    /// ones are at most MAX_INTERVALS, so the vector stops growing.
     #[inline(always)]
     fn push(&mut self, iv: (Ns, Ns, u32)) {
         if self.iv.len() == self.iv.capacity() {
             self.compact();
         }
         self.iv.push(iv);
+        self.cap_live();
+    }
+
+    /// Forget the oldest reservation beyond the cap, right after one was
+    /// added (the live ones were at most MAX_INTERVALS before it).
+    #[inline(always)]
+    fn cap_live(&mut self) {
+        if self.iv.len() - self.head > MAX_INTERVALS {
+            self.head += 1;
+        }
     }
 
     /// Drop the forgotten reservations' storage when at least half of it
@@ -137,6 +164,7 @@ impl Timeline {
         }
         let end = s + len(owner);
         self.iv.insert(head + i, (s, end, cpu));
+        self.cap_live();
         (s, end, owner)
     }
 
