@@ -242,7 +242,23 @@ impl SharedLine {
         }
         // Nobody read it since the last RMW (always so for mmap_lock's count
         // under the classic policy): a `CacheLine` RMW, on the hot path.
-        let (s, e, prev) = self.tl.reserve(now, cpu, |prev| lc.transfer(prev, cpu));
+        // After everything reserved it starts at `now` (no wait to add);
+        // the gap search and its bookkeeping are out of line.
+        let Some(prev) = self.tl.last_holder(now) else {
+            return self.rmw_in_gap(now, cpu, lc);
+        };
+        let e = now + lc.transfer(prev, cpu);
+        self.tl.push((now, e, cpu));
+        self.owner = cpu;
+        self.modified = true;
+        self.bounces += (prev != cpu && prev != u32::MAX) as u64;
+        e
+    }
+
+    /// `rmw` when it must find a gap before the latest reservation.
+    #[inline(never)]
+    fn rmw_in_gap(&mut self, now: Ns, cpu: u32, lc: &LineCost) -> Ns {
+        let (s, e, prev) = self.tl.reserve_in_gap(now, cpu, &|prev| lc.transfer(prev, cpu));
         self.owner = cpu;
         self.modified = true;
         self.bounces += (prev != cpu && prev != u32::MAX) as u64;
@@ -332,7 +348,20 @@ impl SpinLock {
     /// Take the lock at `now`, hold it for `hold`; returns the release time.
     #[inline]
     pub fn lock_for(&mut self, now: Ns, cpu: u32, hold: Ns, lc: &LineCost) -> Ns {
-        let (s, e, _) = self.tl.reserve(now, cpu, |prev| lc.transfer(prev, cpu) + hold);
+        // After everything reserved it is taken at `now`, uncontended.
+        if let Some(prev) = self.tl.last_holder(now) {
+            let e = now + lc.transfer(prev, cpu) + hold;
+            self.tl.push((now, e, cpu));
+            self.acquisitions += 1;
+            return e;
+        }
+        self.lock_in_gap(now, cpu, hold, lc)
+    }
+
+    /// `lock_for` when it must find a gap before the latest reservation.
+    #[inline(never)]
+    fn lock_in_gap(&mut self, now: Ns, cpu: u32, hold: Ns, lc: &LineCost) -> Ns {
+        let (s, e, _) = self.tl.reserve_in_gap(now, cpu, &|prev| lc.transfer(prev, cpu) + hold);
         if s > now {
             self.contended += 1;
             self.wait_ns += s - now;
