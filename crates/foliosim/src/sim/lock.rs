@@ -247,11 +247,17 @@ impl SharedLine {
         let Some(prev) = self.tl.last_holder(now) else {
             return self.rmw_in_gap(now, cpu, lc);
         };
-        let e = now + lc.transfer(prev, cpu);
+        // The bounce test shares `transfer`'s local-RMW branch: nothing to
+        // count when this CPU (or nobody) held the line.
+        let e = if prev == cpu || prev == u32::MAX {
+            now + lc.local_rmw
+        } else {
+            self.bounces += 1;
+            now + lc.transfer(prev, cpu)
+        };
         self.tl.push((now, e, cpu));
         self.owner = cpu;
         self.modified = true;
-        self.bounces += (prev != cpu && prev != u32::MAX) as u64;
         e
     }
 
