@@ -352,7 +352,9 @@ pub struct SpinLock {
 
 impl SpinLock {
     /// Take the lock at `now`, hold it for `hold`; returns the release time.
-    #[inline]
+    /// Always inlined: the fast path is shorter than a call's register
+    /// saves (the PTE lock on every fault, the lru_lock per batch).
+    #[inline(always)]
     pub fn lock_for(&mut self, now: Ns, cpu: u32, hold: Ns, lc: &LineCost) -> Ns {
         // After everything reserved it is taken at `now`, uncontended.
         if let Some(prev) = self.tl.last_holder(now) {
@@ -378,7 +380,7 @@ impl SpinLock {
 
     /// As `lock_for`, returning when the critical section starts (after
     /// the lock word arrived) and when it ends.
-    #[inline]
+    #[inline(always)]
     pub fn lock_span(&mut self, now: Ns, cpu: u32, hold: Ns, lc: &LineCost) -> (Ns, Ns) {
         let e = self.lock_for(now, cpu, hold, lc);
         (e - hold, e)
