@@ -669,6 +669,59 @@ impl Zone {
         None
     }
 
+    /// Up to `n` order-0 pages of type `mt` appended to the pcp list `list`
+    /// (in `pcp_index` too when tracked), as `n` calls of
+    /// `rmqueue_smallest(0, mt)` would take them, but a free block at a
+    /// time: the pcp refill's pages come from the buddy as runs. Stops
+    /// early only when `mt` has no free block left (the caller falls back).
+    /// Returns the pages taken and the latest generation among them.
+    ///
+    /// Why it is the same: with k the smallest order with a free block of
+    /// `mt`, the lists of `mt` below k are empty, so the block B at the
+    /// head of list k is split and its pieces are taken in ascending PFN
+    /// order before anything else; take i (i > 0) takes the piece of
+    /// order ctz(i) at B + i, and only one piece of each order is ever on
+    /// its list. Taking all of B leaves the lists as if B alone was
+    /// deleted; taking m < 2^k pages leaves, for each order j < k with bit
+    /// j of m - 1 clear, the piece of order j after the last page taken,
+    /// alone on its list. The `ops` counter (zone->lock hold time) gets
+    /// what the one-by-one takes would have added: m deletions and k + (m
+    /// - 1) - popcount(m - 1) insertions of pieces. Callers check that no
+    /// mutant is set (they change deletions, insertions and generations).
+    fn rmqueue_bulk_order0(&mut self, n: u64, mt: MigrateType, list: &mut VecDeque<PcpEntry>) -> (u64, u16) {
+        debug_assert!(self.mutant.is_none());
+        let mti = mt as usize;
+        let mut got = 0;
+        let mut ugen = 0;
+        while got < n {
+            let Some(k) = (0..NR_PAGE_ORDERS).find(|&o| self.free_area[o].head[mti] != 0) else { break };
+            let pfn = self.free_area[k].head[mti] - 1;
+            let ops0 = self.ops;
+            let b = self.del_from_free_list(pfn);
+            let m = (n - got).min(1 << k);
+            for i in 0..m as Pfn {
+                list.push_back(PcpEntry { pfn: pfn + i, ugen: b.ugen });
+            }
+            if self.track_pcp {
+                for i in 0..m as Pfn {
+                    self.pcp_index.insert(pfn + i, 0);
+                }
+            }
+            if m < 1 << k {
+                let last = (m - 1) as Pfn;
+                for j in 0..k as u32 {
+                    if last & (1 << j) == 0 {
+                        self.add_to_free_list(pfn + ((last >> (j + 1)) << (j + 1)) + (1 << j), j, mt, false, b.ugen);
+                    }
+                }
+            }
+            self.ops = ops0 + m + k as u64 + (m - 1) - (m - 1).count_ones() as u64;
+            ugen = ugen_latest(ugen, b.ugen);
+            got += m;
+        }
+        (got, ugen)
+    }
+
     fn find_suitable_fallback(&self, order: u32, start_mt: MigrateType) -> Option<MigrateType> {
         let area = &self.free_area[order as usize];
         if area.nr_free == 0 {
@@ -1121,7 +1174,10 @@ impl PageAlloc {
         let mut got = 0;
         let d3 = z.mutant == Some(AllocMutant::LufD3RefillDrops);
         let mut refill_ugen = 0;
-        for _ in 0..n {
+        if order == 0 && z.mutant.is_none() {
+            (got, refill_ugen) = z.rmqueue_bulk_order0(n, mt, &mut pcp.lists[pindex]);
+        }
+        for _ in got..n {
             let Some((pfn, ugen)) = z.rmqueue(order, mt) else { break };
             // D3: the generation moves to the refiller alone.
             refill_ugen = ugen_latest(refill_ugen, ugen);
