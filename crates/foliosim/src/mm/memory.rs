@@ -715,6 +715,7 @@ impl Kernel {
             }
             let hold = self.c.pte_clear * cleared.len() as Ns + self.c.rmap * runs;
             t = tbl.ptl.lock_for(t, cpu, hold, &lc);
+            let leak_mapcount = self.knobs.mutant == Mutant::LeakMapcount;
             let mut i = 0;
             while i < cleared.len() {
                 let (a, pte) = cleared[i];
@@ -724,15 +725,25 @@ impl Kernel {
                     continue;
                 }
                 let pfn = pte.pfn();
-                // One lookup gives the folio (head and order) and the flags.
-                let (o, mut flags) = {
-                    let p = self.mem_map.get(pfn);
-                    (p.order, p.flags)
-                };
+                // One lookup gives the folio (head and order) and the flags
+                // (the frame is allocated, so its section is there).
+                let p = self.mem_map.get_mut_inline(pfn);
+                let (o, mut flags) = (p.order, p.flags);
                 if o == 0 && pte.0 & Pte::HUGE == 0 {
                     // An order-0 folio mapped by a PTE (the common case): its
                     // own head, one PTE, what the general path below does
                     // with n = 1 and nothing to split.
+                    if flags & pg::ANON != 0 && !leak_mapcount {
+                        // page_remove_rmap of an anon page, in the same lookup.
+                        p.mapcount -= 1;
+                        self.mms[mm as usize].rss_anon -= 1;
+                        if p.mapcount == 0 {
+                            self.stat.add(Stat::NrAnonPages, -1);
+                        }
+                        tlb.pages.push(pfn);
+                        i += 1;
+                        continue;
+                    }
                     if pte.dirty() && flags & pg::ANON == 0 {
                         self.folio_mark_dirty(pfn);
                     }

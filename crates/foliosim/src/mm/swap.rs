@@ -160,10 +160,23 @@ impl Kernel {
     /// read in the same frame lookup. Always inlined into the batch drain.
     #[inline(always)]
     fn lruvec_add_folio_nid(&mut self, pfn: Pfn) -> usize {
+        self.lruvec_add_folio_put(pfn, false).0
+    }
+
+    /// `lruvec_add_folio_nid`, also dropping a reference in the same frame
+    /// lookup if `put`; returns the node and whether that was the last
+    /// reference (or one too many).
+    #[inline(always)]
+    fn lruvec_add_folio_put(&mut self, pfn: Pfn, put: bool) -> (usize, bool) {
         // PG_lru and the folio's own links are set in the same frame
         // lookup (the list choice ignores PG_lru).
         let nodes = &mut self.nodes;
         let p = self.mem_map.get_mut_inline(pfn);
+        let mut last = false;
+        if put {
+            p.refcount -= 1;
+            last = p.refcount <= 0;
+        }
         let (flags, nid, order) = (p.flags, p.nid as usize, p.order);
         p.flags |= pg::LRU;
         let lru = folio_lru_list(flags);
@@ -174,7 +187,7 @@ impl Kernel {
         if (lru as usize) < 4 {
             self.stat.add(LRU_STAT[lru as usize], 1 << order);
         }
-        nid
+        (nid, last)
     }
 
     #[inline(always)]
@@ -240,10 +253,18 @@ impl Kernel {
         // folio is listed in the frame lookup that reads its node, and the
         // run's section is charged when the run ends: nothing reads the
         // lists or the lock in between, so only host order differs.
+        //
+        // The batch's references are dropped in the same lookups (nothing
+        // reads a refcount before the release below). Almost always every
+        // folio stays referenced (mapped) and that is the whole release;
+        // if one does not, the drops are undone and release_folios does
+        // them all in its order, as it always did.
         let mut run_nid = usize::MAX;
         let mut run = 0;
+        let mut any_last = false;
         for &p in &batch {
-            let nid = self.lruvec_add_folio_nid(p);
+            let (nid, last) = self.lruvec_add_folio_put(p, true);
+            any_last |= last;
             if nid != run_nid && run > 0 {
                 t = self.lru_lock_folios(t, cpu, run_nid, run);
                 run = 0;
@@ -254,7 +275,12 @@ impl Kernel {
         if run > 0 {
             t = self.lru_lock_folios(t, cpu, run_nid, run);
         }
-        let t = self.release_folios(t, cpu, &batch);
+        if any_last {
+            for &p in &batch {
+                self.mem_map.get_mut(p).refcount += 1;
+            }
+            t = self.release_folios(t, cpu, &batch);
+        }
         // Hand the (now empty) buffer back so the batch never reallocates.
         let mut batch = batch;
         batch.clear();
@@ -289,6 +315,13 @@ impl Kernel {
         let mut all_small = true;
         let mut on_lru = 0;
         let mut nid = 0;
+        // The bulk free's per-frame reset of an order-0 folio is done in
+        // the lookup that finds it dead when it will not report (mapcount
+        // 0): it is idempotent, so the free paths below may repeat it, and
+        // nothing reads the fields it clears before they would. `reset`
+        // says whether every dead folio so far got it.
+        let eager = !self.check.enabled && !self.knobs.init_on_free;
+        let mut reset = true;
         for &p in folios {
             let pg = self.mem_map.get_mut(p);
             pg.refcount -= 1;
@@ -303,10 +336,22 @@ impl Kernel {
                 // lookup. The lru_lock section that covers these removals
                 // is charged below, once the batch is counted: nothing
                 // reads the lists in between, so only host order differs.
-                if pg.flags & pg::LRU != 0 {
+                let lru = if pg.flags & pg::LRU != 0 {
                     on_lru += 1;
                     nid = pg.nid as usize;
-                    let (flags, fnid, order, prev, next) = lru_take(pg);
+                    Some(lru_take(pg))
+                } else {
+                    None
+                };
+                if eager && pg.order == 0 && pg.mapcount == 0 {
+                    pg.flags = 0;
+                    pg.mapping = 0;
+                    pg.index = 0;
+                    pg.private = 0;
+                } else {
+                    reset = false;
+                }
+                if let Some((flags, fnid, order, prev, next)) = lru {
                     self.lruvec_unlink(flags, fnid, order, prev, next);
                 }
                 dead.push(p);
@@ -324,8 +369,10 @@ impl Kernel {
             // init_on_free off: the per-frame reset touches only mem_map
             // and the allocator never reads it, so reset them all, then
             // free the batch in one allocator call.
-            for &p in &dead {
-                self.free_folio_reset(p, 0);
+            if !reset {
+                for &p in &dead {
+                    self.free_folio_reset(p, 0);
+                }
             }
             t = self.pa.free_pages_bulk_ugen(t, cpu, &dead, ugen, &mut self.stat);
         } else {
