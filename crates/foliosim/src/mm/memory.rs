@@ -697,7 +697,15 @@ impl Kernel {
                         // pages are adjacent (mem_map does not change in
                         // this loop, so it is the same comparison).
                         let pfn = pte.pfn();
-                        let cont = batch && last.is_some_and(|l| l + 1 == pfn && self.mem_map.folio_head(l) == self.mem_map.folio_head(pfn));
+                        // An order-0 page heads its own folio, which l
+                        // (below it) is not in: its head is read alone.
+                        let cont = batch
+                            && last.is_some_and(|l| {
+                                l + 1 == pfn && {
+                                    let o = self.mem_map.get(pfn).order as u32;
+                                    o != 0 && self.mem_map.folio_head(l) == pfn & !((1u32 << o) - 1)
+                                }
+                            });
                         if !cont {
                             runs += 1;
                         }

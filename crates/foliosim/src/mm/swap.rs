@@ -139,6 +139,16 @@ pub fn folio_lru_list(flags: u32) -> Lru {
     }
 }
 
+/// `folio_lru_list(flags) as usize`, without branches but PG_unevictable's.
+#[inline(always)]
+fn lru_index(flags: u32) -> usize {
+    if flags & pg::UNEVICTABLE != 0 {
+        return Lru::Unevictable as usize;
+    }
+    // InactiveAnon, ActiveAnon, InactiveFile, ActiveFile: file is bit 1.
+    (((flags & pg::SWAPBACKED == 0) as usize) << 1) | (flags & pg::ACTIVE != 0) as usize
+}
+
 /// Clear a listed folio's PG_lru and LRU links; returns its flags (as they
 /// were), node, order and old links, for `Kernel::lruvec_unlink`.
 #[inline(always)]
@@ -160,14 +170,27 @@ impl Kernel {
     /// read in the same frame lookup. Always inlined into the batch drain.
     #[inline(always)]
     fn lruvec_add_folio_nid(&mut self, pfn: Pfn) -> usize {
-        self.lruvec_add_folio_put(pfn, false).0
+        let mut acc = [0; NR_LRU_LISTS];
+        let nid = self.lruvec_add_folio_put(pfn, false, &mut acc).0;
+        self.lru_stat_add(&acc);
+        nid
+    }
+
+    /// Count the base pages a batch moved onto (or off, negative) each LRU
+    /// list, summed in `acc` (nothing reads these counters mid-batch).
+    #[inline(always)]
+    fn lru_stat_add(&mut self, acc: &[i64; NR_LRU_LISTS]) {
+        for (i, &s) in LRU_STAT.iter().enumerate() {
+            self.stat.add(s, acc[i]);
+        }
     }
 
     /// `lruvec_add_folio_nid`, also dropping a reference in the same frame
     /// lookup if `put`; returns the node and whether that was the last
-    /// reference (or one too many).
+    /// reference (or one too many). The pages listed are counted in `acc`
+    /// for `lru_stat_add`.
     #[inline(always)]
-    fn lruvec_add_folio_put(&mut self, pfn: Pfn, put: bool) -> (usize, bool) {
+    fn lruvec_add_folio_put(&mut self, pfn: Pfn, put: bool, acc: &mut [i64; NR_LRU_LISTS]) -> (usize, bool) {
         // PG_lru and the folio's own links are set in the same frame
         // lookup (the list choice ignores PG_lru).
         let nodes = &mut self.nodes;
@@ -179,14 +202,12 @@ impl Kernel {
         }
         let (flags, nid, order) = (p.flags, p.nid as usize, p.order);
         p.flags |= pg::LRU;
-        let lru = folio_lru_list(flags);
-        let list = &mut nodes[nid].lruvec.lists[lru as usize];
+        let lru = lru_index(flags);
+        let list = &mut nodes[nid].lruvec.lists[lru];
         p.lru_prev = 0;
         p.lru_next = list.head;
         list.link_head(&mut self.mem_map, pfn, order);
-        if (lru as usize) < 4 {
-            self.stat.add(LRU_STAT[lru as usize], 1 << order);
-        }
+        acc[lru] += 1 << order;
         (nid, last)
     }
 
@@ -196,18 +217,19 @@ impl Kernel {
         // lookup (a listed folio is never its own neighbour).
         let p = self.mem_map.get_mut(pfn);
         let (flags, nid, order, prev, next) = lru_take(p);
-        self.lruvec_unlink(flags, nid, order, prev, next);
+        let mut acc = [0; NR_LRU_LISTS];
+        self.lruvec_unlink(flags, nid, order, prev, next, &mut acc);
+        self.lru_stat_add(&acc);
     }
 
     /// The rest of `lruvec_del_folio` once `lru_take` has read and cleared
-    /// the folio's LRU state (`flags` as they were before).
+    /// the folio's LRU state (`flags` as they were before); the pages
+    /// removed are counted in `acc` for `lru_stat_add`.
     #[inline(always)]
-    fn lruvec_unlink(&mut self, flags: u32, nid: usize, order: u8, prev: u32, next: u32) {
-        let lru = folio_lru_list(flags);
-        self.nodes[nid].lruvec.lists[lru as usize].unlink(&mut self.mem_map, prev, next, order);
-        if (lru as usize) < 4 {
-            self.stat.add(LRU_STAT[lru as usize], -(1 << order));
-        }
+    fn lruvec_unlink(&mut self, flags: u32, nid: usize, order: u8, prev: u32, next: u32, acc: &mut [i64; NR_LRU_LISTS]) {
+        let lru = lru_index(flags);
+        self.nodes[nid].lruvec.lists[lru].unlink(&mut self.mem_map, prev, next, order);
+        acc[lru] -= 1 << order;
     }
 
     /// folio_add_lru: queue a new folio on this CPU's batch (taking a
@@ -262,8 +284,9 @@ impl Kernel {
         let mut run_nid = usize::MAX;
         let mut run = 0;
         let mut any_last = false;
+        let mut acc = [0; NR_LRU_LISTS];
         for &p in &batch {
-            let (nid, last) = self.lruvec_add_folio_put(p, true);
+            let (nid, last) = self.lruvec_add_folio_put(p, true, &mut acc);
             any_last |= last;
             if nid != run_nid && run > 0 {
                 t = self.lru_lock_folios(t, cpu, run_nid, run);
@@ -275,6 +298,7 @@ impl Kernel {
         if run > 0 {
             t = self.lru_lock_folios(t, cpu, run_nid, run);
         }
+        self.lru_stat_add(&acc);
         if any_last {
             for &p in &batch {
                 self.mem_map.get_mut(p).refcount += 1;
@@ -322,6 +346,7 @@ impl Kernel {
         // says whether every dead folio so far got it.
         let eager = !self.check.enabled && !self.knobs.init_on_free;
         let mut reset = true;
+        let mut acc = [0; NR_LRU_LISTS];
         for &p in folios {
             let pg = self.mem_map.get_mut(p);
             pg.refcount -= 1;
@@ -352,11 +377,12 @@ impl Kernel {
                     reset = false;
                 }
                 if let Some((flags, fnid, order, prev, next)) = lru {
-                    self.lruvec_unlink(flags, fnid, order, prev, next);
+                    self.lruvec_unlink(flags, fnid, order, prev, next, &mut acc);
                 }
                 dead.push(p);
             }
         }
+        self.lru_stat_add(&acc);
         if dead.is_empty() {
             self.scratch_dead = dead;
             return t;
