@@ -275,6 +275,13 @@ impl Kernel {
         let p = self.mem_map.get_mut_inline(pfn);
         p.mapcount += 1;
         let first = p.mapcount == 1;
+        self.page_add_rmap_acct(mm, first, anon);
+    }
+
+    /// The counting of `page_add_rmap` once the mapcount went up (`first`:
+    /// to 1).
+    #[inline(always)]
+    fn page_add_rmap_acct(&mut self, mm: u32, first: bool, anon: bool) {
         if first {
             self.stat.inc(if anon { Stat::NrAnonPages } else { Stat::NrMapped });
         }
@@ -366,12 +373,20 @@ impl Kernel {
             let t = self.release_folios(t, cpu, &[pfn]);
             return (Fault::Done, t);
         }
-        self.page_add_rmap(mm, pfn, true);
+        // page_add_rmap and folio_add_lru's reference in one frame lookup
+        // (nothing reads either count in between).
+        let first = {
+            let p = self.mem_map.get_mut_inline(pfn);
+            p.mapcount += 1;
+            p.refcount += 1;
+            p.mapcount == 1
+        };
+        self.page_add_rmap_acct(mm, first, true);
         self.stat.inc(Stat::FaultAnon);
         self.stat.inc(Stat::FaultAnonPages);
         self.stat.add(Stat::ZeroedBytes, 4096);
         self.mthp.path_a[0] += 1;
-        let t = self.folio_add_lru(t, cpu, pfn);
+        let t = self.folio_add_lru_queue(t, cpu, pfn, false);
         (Fault::Done, t)
     }
 

@@ -242,6 +242,13 @@ impl Kernel {
             p.refcount += 1;
             p.order > 0
         };
+        self.folio_add_lru_queue(t, cpu, pfn, large)
+    }
+
+    /// `folio_add_lru` once the batch's reference is taken (`large`: the
+    /// folio's order is not 0).
+    #[inline(always)]
+    pub(crate) fn folio_add_lru_queue(&mut self, t: Ns, cpu: u32, pfn: Pfn, large: bool) -> Ns {
         let b = &mut self.cpus[cpu as usize].lru_add;
         b.push(pfn);
         let t = t + self.c.lru_add;
