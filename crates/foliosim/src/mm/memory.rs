@@ -275,6 +275,13 @@ impl Kernel {
         let p = self.mem_map.get_mut_inline(pfn);
         p.mapcount += 1;
         let first = p.mapcount == 1;
+        self.page_add_rmap_acct(mm, first, anon);
+    }
+
+    /// The counting of `page_add_rmap` once the mapcount went up (`first`:
+    /// to 1).
+    #[inline(always)]
+    fn page_add_rmap_acct(&mut self, mm: u32, first: bool, anon: bool) {
         if first {
             self.stat.inc(if anon { Stat::NrAnonPages } else { Stat::NrMapped });
         }
@@ -366,12 +373,20 @@ impl Kernel {
             let t = self.release_folios(t, cpu, &[pfn]);
             return (Fault::Done, t);
         }
-        self.page_add_rmap(mm, pfn, true);
+        // page_add_rmap and folio_add_lru's reference in one frame lookup
+        // (nothing reads either count in between).
+        let first = {
+            let p = self.mem_map.get_mut_inline(pfn);
+            p.mapcount += 1;
+            p.refcount += 1;
+            p.mapcount == 1
+        };
+        self.page_add_rmap_acct(mm, first, true);
         self.stat.inc(Stat::FaultAnon);
         self.stat.inc(Stat::FaultAnonPages);
         self.stat.add(Stat::ZeroedBytes, 4096);
         self.mthp.path_a[0] += 1;
-        let t = self.folio_add_lru(t, cpu, pfn);
+        let t = self.folio_add_lru_queue(t, cpu, pfn, false);
         (Fault::Done, t)
     }
 
@@ -697,7 +712,15 @@ impl Kernel {
                         // pages are adjacent (mem_map does not change in
                         // this loop, so it is the same comparison).
                         let pfn = pte.pfn();
-                        let cont = batch && last.is_some_and(|l| l + 1 == pfn && self.mem_map.folio_head(l) == self.mem_map.folio_head(pfn));
+                        // An order-0 page heads its own folio, which l
+                        // (below it) is not in: its head is read alone.
+                        let cont = batch
+                            && last.is_some_and(|l| {
+                                l + 1 == pfn && {
+                                    let o = self.mem_map.get(pfn).order as u32;
+                                    o != 0 && self.mem_map.folio_head(l) == pfn & !((1u32 << o) - 1)
+                                }
+                            });
                         if !cont {
                             runs += 1;
                         }
@@ -715,6 +738,7 @@ impl Kernel {
             }
             let hold = self.c.pte_clear * cleared.len() as Ns + self.c.rmap * runs;
             t = tbl.ptl.lock_for(t, cpu, hold, &lc);
+            let leak_mapcount = self.knobs.mutant == Mutant::LeakMapcount;
             let mut i = 0;
             while i < cleared.len() {
                 let (a, pte) = cleared[i];
@@ -724,15 +748,25 @@ impl Kernel {
                     continue;
                 }
                 let pfn = pte.pfn();
-                // One lookup gives the folio (head and order) and the flags.
-                let (o, mut flags) = {
-                    let p = self.mem_map.get(pfn);
-                    (p.order, p.flags)
-                };
+                // One lookup gives the folio (head and order) and the flags
+                // (the frame is allocated, so its section is there).
+                let p = self.mem_map.get_mut_inline(pfn);
+                let (o, mut flags) = (p.order, p.flags);
                 if o == 0 && pte.0 & Pte::HUGE == 0 {
                     // An order-0 folio mapped by a PTE (the common case): its
                     // own head, one PTE, what the general path below does
                     // with n = 1 and nothing to split.
+                    if flags & pg::ANON != 0 && !leak_mapcount {
+                        // page_remove_rmap of an anon page, in the same lookup.
+                        p.mapcount -= 1;
+                        self.mms[mm as usize].rss_anon -= 1;
+                        if p.mapcount == 0 {
+                            self.stat.add(Stat::NrAnonPages, -1);
+                        }
+                        tlb.pages.push(pfn);
+                        i += 1;
+                        continue;
+                    }
                     if pte.dirty() && flags & pg::ANON == 0 {
                         self.folio_mark_dirty(pfn);
                     }

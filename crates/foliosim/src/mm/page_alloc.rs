@@ -669,6 +669,59 @@ impl Zone {
         None
     }
 
+    /// Up to `n` order-0 pages of type `mt` appended to the pcp list `list`
+    /// (in `pcp_index` too when tracked), as `n` calls of
+    /// `rmqueue_smallest(0, mt)` would take them, but a free block at a
+    /// time: the pcp refill's pages come from the buddy as runs. Stops
+    /// early only when `mt` has no free block left (the caller falls back).
+    /// Returns the pages taken and the latest generation among them.
+    ///
+    /// Why it is the same: with k the smallest order with a free block of
+    /// `mt`, the lists of `mt` below k are empty, so the block B at the
+    /// head of list k is split and its pieces are taken in ascending PFN
+    /// order before anything else; take i (i > 0) takes the piece of
+    /// order ctz(i) at B + i, and only one piece of each order is ever on
+    /// its list. Taking all of B leaves the lists as if B alone was
+    /// deleted; taking m < 2^k pages leaves, for each order j < k with bit
+    /// j of m - 1 clear, the piece of order j after the last page taken,
+    /// alone on its list. The `ops` counter (zone->lock hold time) gets
+    /// what the one-by-one takes would have added: m deletions and k + (m
+    /// - 1) - popcount(m - 1) insertions of pieces. Callers check that no
+    /// mutant is set (they change deletions, insertions and generations).
+    fn rmqueue_bulk_order0(&mut self, n: u64, mt: MigrateType, list: &mut VecDeque<PcpEntry>) -> (u64, u16) {
+        debug_assert!(self.mutant.is_none());
+        let mti = mt as usize;
+        let mut got = 0;
+        let mut ugen = 0;
+        while got < n {
+            let Some(k) = (0..NR_PAGE_ORDERS).find(|&o| self.free_area[o].head[mti] != 0) else { break };
+            let pfn = self.free_area[k].head[mti] - 1;
+            let ops0 = self.ops;
+            let b = self.del_from_free_list(pfn);
+            let m = (n - got).min(1 << k);
+            for i in 0..m as Pfn {
+                list.push_back(PcpEntry { pfn: pfn + i, ugen: b.ugen });
+            }
+            if self.track_pcp {
+                for i in 0..m as Pfn {
+                    self.pcp_index.insert(pfn + i, 0);
+                }
+            }
+            if m < 1 << k {
+                let last = (m - 1) as Pfn;
+                for j in 0..k as u32 {
+                    if last & (1 << j) == 0 {
+                        self.add_to_free_list(pfn + ((last >> (j + 1)) << (j + 1)) + (1 << j), j, mt, false, b.ugen);
+                    }
+                }
+            }
+            self.ops = ops0 + m + k as u64 + (m - 1) - (m - 1).count_ones() as u64;
+            ugen = ugen_latest(ugen, b.ugen);
+            got += m;
+        }
+        (got, ugen)
+    }
+
     fn find_suitable_fallback(&self, order: u32, start_mt: MigrateType) -> Option<MigrateType> {
         let area = &self.free_area[order as usize];
         if area.nr_free == 0 {
@@ -800,22 +853,78 @@ fn free_to_zone(z: &mut Zone, pcp: &mut PerCpuPages, pl: &mut Placement, p: &All
         if pcp.free_count < batch << PCP_BATCH_SCALE_MAX {
             pcp.free_count += 1 << order;
         }
-        let t = now + p.free_pcp_ns;
-        let high = nr_pcp_high(pcp, z.batch, z.high, z.high_max, z.below_high) as u64;
-        if pcp.count >= high {
-            let n = nr_pcp_free(pcp, batch, high);
-            let ops0 = z.ops;
-            z.free_pcppages_bulk(pl, pcp, n, pindex);
-            if z.below_high && z.watermark_ok(0, z.wmark[Wmark::High as usize]) {
-                z.below_high = false;
-            }
-            return z.lock.lock_for(t, cpu, (z.ops - ops0) * p.buddy_op_ns, &p.line);
-        }
-        return t;
+        return pcp_free_high(z, pcp, pl, p, now + p.free_pcp_ns, cpu, pindex);
     }
     let ops0 = z.ops;
     z.free_one_page(pl, pfn, order, mt, Fpi::default(), ugen);
     z.lock.lock_for(now, cpu, (z.ops - ops0) * p.buddy_op_ns, &p.line)
+}
+
+/// The end of a free to pcp list `pindex` at `t`: past high, drain to the
+/// buddy under zone->lock. Returns when done.
+#[inline(always)]
+fn pcp_free_high(z: &mut Zone, pcp: &mut PerCpuPages, pl: &mut Placement, p: &AllocParams, t: Ns, cpu: u32, pindex: usize) -> Ns {
+    let high = nr_pcp_high(pcp, z.batch, z.high, z.high_max, z.below_high) as u64;
+    if pcp.count >= high {
+        let n = nr_pcp_free(pcp, z.batch as u64, high);
+        let ops0 = z.ops;
+        z.free_pcppages_bulk(pl, pcp, n, pindex);
+        if z.below_high && z.watermark_ok(0, z.wmark[Wmark::High as usize]) {
+            z.below_high = false;
+        }
+        return z.lock.lock_for(t, cpu, (z.ops - ops0) * p.buddy_op_ns, &p.line);
+    }
+    t
+}
+
+/// `free_to_zone` of each order-0 page of `pfns` (all in `z`) in turn,
+/// each from when the previous one is done. While the zone is not below
+/// its high watermark and the pcp count stays under high, `nr_pcp_high`
+/// only re-clamps pcp->high to what it already is: high is read once and
+/// compared per page. The pageblock type is read once per pageblock, until
+/// a drain (which may retype pageblocks when it merges).
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn free_order0_run(z: &mut Zone, pcp: &mut PerCpuPages, pl: &mut Placement, p: &AllocParams, now: Ns, cpu: u32, pfns: &[Pfn], ugen: u16) -> Ns {
+    let mut t = now;
+    let (mut pb, mut mt) = (usize::MAX, MigrateType::Movable);
+    // pcp high while the shortcut holds; 0: take the general path.
+    let mut high = 0;
+    for &pfn in pfns {
+        let pbi = z.pb_index(pfn);
+        if pbi != pb {
+            pb = pbi;
+            mt = z.pageblock_mt(pfn);
+        }
+        if high == 0 || mt == MigrateType::Isolate {
+            t = free_to_zone(z, pcp, pl, p, t, cpu, pfn, 0, ugen);
+            pb = usize::MAX;
+            high = if z.below_high { 0 } else { pcp_high(pcp, z.high, z.high_max) as u64 };
+            continue;
+        }
+        // free_to_zone's pcp path for order 0.
+        debug_assert!(!z.is_free(pfn), "double free of pfn {pfn:#x}");
+        z.allocated_pages -= 1;
+        let pmt = if mt.is_mergeable() { mt } else { MigrateType::Movable };
+        pcp.alloc_factor >>= 1;
+        let pindex = order_to_pindex(pmt as usize, 0);
+        pcp.lists[pindex].push_front(PcpEntry { pfn, ugen });
+        pcp.count += 1;
+        z.pcp_pages += 1;
+        if z.track_pcp {
+            z.pcp_index.insert(pfn, 0);
+        }
+        if pcp.free_count < (z.batch as u64) << PCP_BATCH_SCALE_MAX {
+            pcp.free_count += 1;
+        }
+        t += p.free_pcp_ns;
+        if pcp.count >= high {
+            t = pcp_free_high(z, pcp, pl, p, t, cpu, pindex);
+            pb = usize::MAX;
+            high = if z.below_high { 0 } else { pcp_high(pcp, z.high, z.high_max) as u64 };
+        }
+    }
+    t
 }
 
 /// The smallest percpu_pagelist_high_fraction; without one set, pcp high
@@ -1121,7 +1230,10 @@ impl PageAlloc {
         let mut got = 0;
         let d3 = z.mutant == Some(AllocMutant::LufD3RefillDrops);
         let mut refill_ugen = 0;
-        for _ in 0..n {
+        if order == 0 && z.mutant.is_none() {
+            (got, refill_ugen) = z.rmqueue_bulk_order0(n, mt, &mut pcp.lists[pindex]);
+        }
+        for _ in got..n {
             let Some((pfn, ugen)) = z.rmqueue(order, mt) else { break };
             // D3: the generation moves to the refiller alone.
             refill_ugen = ugen_latest(refill_ugen, ugen);
@@ -1219,9 +1331,7 @@ impl PageAlloc {
             let z = &mut self.zones[zi];
             let pcp = &mut self.pcp[cpu as usize * nz + zi];
             let n = rest.iter().take_while(|&&pfn| z.contains(pfn)).count();
-            for &pfn in &rest[..n] {
-                t = free_to_zone(z, pcp, &mut self.pl, &self.p, t, cpu, pfn, 0, ugen);
-            }
+            t = free_order0_run(z, pcp, &mut self.pl, &self.p, t, cpu, &rest[..n], ugen);
             rest = &rest[n..];
         }
         t

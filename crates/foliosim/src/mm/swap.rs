@@ -139,6 +139,16 @@ pub fn folio_lru_list(flags: u32) -> Lru {
     }
 }
 
+/// `folio_lru_list(flags) as usize`, without branches but PG_unevictable's.
+#[inline(always)]
+fn lru_index(flags: u32) -> usize {
+    if flags & pg::UNEVICTABLE != 0 {
+        return Lru::Unevictable as usize;
+    }
+    // InactiveAnon, ActiveAnon, InactiveFile, ActiveFile: file is bit 1.
+    (((flags & pg::SWAPBACKED == 0) as usize) << 1) | (flags & pg::ACTIVE != 0) as usize
+}
+
 /// Clear a listed folio's PG_lru and LRU links; returns its flags (as they
 /// were), node, order and old links, for `Kernel::lruvec_unlink`.
 #[inline(always)]
@@ -160,21 +170,45 @@ impl Kernel {
     /// read in the same frame lookup. Always inlined into the batch drain.
     #[inline(always)]
     fn lruvec_add_folio_nid(&mut self, pfn: Pfn) -> usize {
+        let mut acc = [0; NR_LRU_LISTS];
+        let nid = self.lruvec_add_folio_put(pfn, false, &mut acc).0;
+        self.lru_stat_add(&acc);
+        nid
+    }
+
+    /// Count the base pages a batch moved onto (or off, negative) each LRU
+    /// list, summed in `acc` (nothing reads these counters mid-batch).
+    #[inline(always)]
+    fn lru_stat_add(&mut self, acc: &[i64; NR_LRU_LISTS]) {
+        for (i, &s) in LRU_STAT.iter().enumerate() {
+            self.stat.add(s, acc[i]);
+        }
+    }
+
+    /// `lruvec_add_folio_nid`, also dropping a reference in the same frame
+    /// lookup if `put`; returns the node and whether that was the last
+    /// reference (or one too many). The pages listed are counted in `acc`
+    /// for `lru_stat_add`.
+    #[inline(always)]
+    fn lruvec_add_folio_put(&mut self, pfn: Pfn, put: bool, acc: &mut [i64; NR_LRU_LISTS]) -> (usize, bool) {
         // PG_lru and the folio's own links are set in the same frame
         // lookup (the list choice ignores PG_lru).
         let nodes = &mut self.nodes;
         let p = self.mem_map.get_mut_inline(pfn);
+        let mut last = false;
+        if put {
+            p.refcount -= 1;
+            last = p.refcount <= 0;
+        }
         let (flags, nid, order) = (p.flags, p.nid as usize, p.order);
         p.flags |= pg::LRU;
-        let lru = folio_lru_list(flags);
-        let list = &mut nodes[nid].lruvec.lists[lru as usize];
+        let lru = lru_index(flags);
+        let list = &mut nodes[nid].lruvec.lists[lru];
         p.lru_prev = 0;
         p.lru_next = list.head;
         list.link_head(&mut self.mem_map, pfn, order);
-        if (lru as usize) < 4 {
-            self.stat.add(LRU_STAT[lru as usize], 1 << order);
-        }
-        nid
+        acc[lru] += 1 << order;
+        (nid, last)
     }
 
     #[inline(always)]
@@ -183,18 +217,19 @@ impl Kernel {
         // lookup (a listed folio is never its own neighbour).
         let p = self.mem_map.get_mut(pfn);
         let (flags, nid, order, prev, next) = lru_take(p);
-        self.lruvec_unlink(flags, nid, order, prev, next);
+        let mut acc = [0; NR_LRU_LISTS];
+        self.lruvec_unlink(flags, nid, order, prev, next, &mut acc);
+        self.lru_stat_add(&acc);
     }
 
     /// The rest of `lruvec_del_folio` once `lru_take` has read and cleared
-    /// the folio's LRU state (`flags` as they were before).
+    /// the folio's LRU state (`flags` as they were before); the pages
+    /// removed are counted in `acc` for `lru_stat_add`.
     #[inline(always)]
-    fn lruvec_unlink(&mut self, flags: u32, nid: usize, order: u8, prev: u32, next: u32) {
-        let lru = folio_lru_list(flags);
-        self.nodes[nid].lruvec.lists[lru as usize].unlink(&mut self.mem_map, prev, next, order);
-        if (lru as usize) < 4 {
-            self.stat.add(LRU_STAT[lru as usize], -(1 << order));
-        }
+    fn lruvec_unlink(&mut self, flags: u32, nid: usize, order: u8, prev: u32, next: u32, acc: &mut [i64; NR_LRU_LISTS]) {
+        let lru = lru_index(flags);
+        self.nodes[nid].lruvec.lists[lru].unlink(&mut self.mem_map, prev, next, order);
+        acc[lru] -= 1 << order;
     }
 
     /// folio_add_lru: queue a new folio on this CPU's batch (taking a
@@ -207,6 +242,13 @@ impl Kernel {
             p.refcount += 1;
             p.order > 0
         };
+        self.folio_add_lru_queue(t, cpu, pfn, large)
+    }
+
+    /// `folio_add_lru` once the batch's reference is taken (`large`: the
+    /// folio's order is not 0).
+    #[inline(always)]
+    pub(crate) fn folio_add_lru_queue(&mut self, t: Ns, cpu: u32, pfn: Pfn, large: bool) -> Ns {
         let b = &mut self.cpus[cpu as usize].lru_add;
         b.push(pfn);
         let t = t + self.c.lru_add;
@@ -240,10 +282,19 @@ impl Kernel {
         // folio is listed in the frame lookup that reads its node, and the
         // run's section is charged when the run ends: nothing reads the
         // lists or the lock in between, so only host order differs.
+        //
+        // The batch's references are dropped in the same lookups (nothing
+        // reads a refcount before the release below). Almost always every
+        // folio stays referenced (mapped) and that is the whole release;
+        // if one does not, the drops are undone and release_folios does
+        // them all in its order, as it always did.
         let mut run_nid = usize::MAX;
         let mut run = 0;
+        let mut any_last = false;
+        let mut acc = [0; NR_LRU_LISTS];
         for &p in &batch {
-            let nid = self.lruvec_add_folio_nid(p);
+            let (nid, last) = self.lruvec_add_folio_put(p, true, &mut acc);
+            any_last |= last;
             if nid != run_nid && run > 0 {
                 t = self.lru_lock_folios(t, cpu, run_nid, run);
                 run = 0;
@@ -254,7 +305,13 @@ impl Kernel {
         if run > 0 {
             t = self.lru_lock_folios(t, cpu, run_nid, run);
         }
-        let t = self.release_folios(t, cpu, &batch);
+        self.lru_stat_add(&acc);
+        if any_last {
+            for &p in &batch {
+                self.mem_map.get_mut(p).refcount += 1;
+            }
+            t = self.release_folios(t, cpu, &batch);
+        }
         // Hand the (now empty) buffer back so the batch never reallocates.
         let mut batch = batch;
         batch.clear();
@@ -289,6 +346,14 @@ impl Kernel {
         let mut all_small = true;
         let mut on_lru = 0;
         let mut nid = 0;
+        // The bulk free's per-frame reset of an order-0 folio is done in
+        // the lookup that finds it dead when it will not report (mapcount
+        // 0): it is idempotent, so the free paths below may repeat it, and
+        // nothing reads the fields it clears before they would. `reset`
+        // says whether every dead folio so far got it.
+        let eager = !self.check.enabled && !self.knobs.init_on_free;
+        let mut reset = true;
+        let mut acc = [0; NR_LRU_LISTS];
         for &p in folios {
             let pg = self.mem_map.get_mut(p);
             pg.refcount -= 1;
@@ -303,15 +368,28 @@ impl Kernel {
                 // lookup. The lru_lock section that covers these removals
                 // is charged below, once the batch is counted: nothing
                 // reads the lists in between, so only host order differs.
-                if pg.flags & pg::LRU != 0 {
+                let lru = if pg.flags & pg::LRU != 0 {
                     on_lru += 1;
                     nid = pg.nid as usize;
-                    let (flags, fnid, order, prev, next) = lru_take(pg);
-                    self.lruvec_unlink(flags, fnid, order, prev, next);
+                    Some(lru_take(pg))
+                } else {
+                    None
+                };
+                if eager && pg.order == 0 && pg.mapcount == 0 {
+                    pg.flags = 0;
+                    pg.mapping = 0;
+                    pg.index = 0;
+                    pg.private = 0;
+                } else {
+                    reset = false;
+                }
+                if let Some((flags, fnid, order, prev, next)) = lru {
+                    self.lruvec_unlink(flags, fnid, order, prev, next, &mut acc);
                 }
                 dead.push(p);
             }
         }
+        self.lru_stat_add(&acc);
         if dead.is_empty() {
             self.scratch_dead = dead;
             return t;
@@ -324,8 +402,10 @@ impl Kernel {
             // init_on_free off: the per-frame reset touches only mem_map
             // and the allocator never reads it, so reset them all, then
             // free the batch in one allocator call.
-            for &p in &dead {
-                self.free_folio_reset(p, 0);
+            if !reset {
+                for &p in &dead {
+                    self.free_folio_reset(p, 0);
+                }
             }
             t = self.pa.free_pages_bulk_ugen(t, cpu, &dead, ugen, &mut self.stat);
         } else {
