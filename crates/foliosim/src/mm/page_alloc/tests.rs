@@ -863,3 +863,56 @@ fn pageblock_isolation_keeps_generations_and_undoes() {
     assert_eq!(pa.pageblock_migratetype(s), Some(MigrateType::Movable));
     assert_eq!(pa.check(), Ok(()));
 }
+
+/// A zone fragmented by a seeded mix of allocations and frees (with LUF
+/// generations), its per-CPU lists drained back into the buddy.
+fn fragmented_zone(seed: u64) -> PageAlloc {
+    let (mut pa, mut st) = one_zone(0, 1 << 13, 1);
+    let mut rng = Rng::new(seed);
+    let mut live = Vec::new();
+    for i in 0..300u64 {
+        let order = [0, 0, 1, 2, 3, 5][rng.below(6) as usize];
+        if let Some(a) = pa.alloc_pages(i, 0, order, 0, MigrateType::Movable, &mut st) {
+            live.push((a.pfn, order));
+        }
+        if rng.below(3) == 0 && !live.is_empty() {
+            let (pfn, o) = live.swap_remove(rng.below(live.len() as u64) as usize);
+            pa.free_pages_ugen(i, 0, pfn, o, 1 + rng.below(9) as u16, &mut st);
+        }
+    }
+    pa.drain_pages(0, 0);
+    pa
+}
+
+proptest! {
+    /// The pcp refill's bulk take (`rmqueue_bulk_order0`, a free block at a
+    /// time) leaves the zone exactly as the same number of one-by-one
+    /// `rmqueue_smallest` takes: the same pages in the same order with
+    /// their generations, every free list, nr_free and the zone->lock ops.
+    #[test]
+    fn bulk_order0_refill_is_one_by_one_takes(seed in any::<u64>(), n in 1u64..600) {
+        let mt = MigrateType::Movable;
+        let (mut bulk, mut single) = (fragmented_zone(seed), fragmented_zone(seed));
+        let mut got_bulk = VecDeque::new();
+        let (got, ugen) = bulk.zones[0].rmqueue_bulk_order0(n, mt, &mut got_bulk);
+        let mut got_single = VecDeque::new();
+        let mut ugen_single = 0;
+        while (got_single.len() as u64) < n {
+            let Some((pfn, u)) = single.zones[0].rmqueue_smallest(0, mt) else { break };
+            got_single.push_back(PcpEntry { pfn, ugen: u });
+            ugen_single = ugen_latest(ugen_single, u);
+        }
+        prop_assert_eq!(got, got_single.len() as u64);
+        prop_assert_eq!(ugen, ugen_single);
+        let pages = |l: &VecDeque<PcpEntry>| l.iter().map(|e| (e.pfn, e.ugen)).collect::<Vec<_>>();
+        prop_assert_eq!(pages(&got_bulk), pages(&got_single));
+        prop_assert_eq!(bulk.zones[0].ops, single.zones[0].ops);
+        for order in 0..NR_PAGE_ORDERS as u32 {
+            for m in [MigrateType::Unmovable, MigrateType::Movable, MigrateType::Reclaimable, MigrateType::HighAtomic, MigrateType::Isolate] {
+                let blocks = |pa: &PageAlloc| pa.free_list(0, order, m).map(|(p, b)| (p, b.order, b.ugen, b.reported)).collect::<Vec<_>>();
+                prop_assert_eq!(blocks(&bulk), blocks(&single), "order {} {:?}", order, m);
+            }
+            prop_assert_eq!(bulk.zones[0].free_area[order as usize].nr_free, single.zones[0].free_area[order as usize].nr_free);
+        }
+    }
+}
