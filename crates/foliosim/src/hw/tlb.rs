@@ -386,17 +386,21 @@ impl Assoc {
 
     /// Look `vpn` up in every size present; `h0` is the size-0 key hash,
     /// which the caller computes once for all structures it probes.
+    /// Returns the hit slot's index (its stamp refreshed), so that an STLB
+    /// hit can copy the entry straight from the slot into the L1.
     #[inline(always)]
-    fn probe(&mut self, asid: u32, vpn: u64, h0: u32) -> Option<TlbEntry> {
+    fn probe(&mut self, asid: u32, vpn: u64, h0: u32) -> Option<usize> {
         let mut mask = self.size_mask;
-        if mask == 1 {
+        if mask & !1 == 0 {
             // Only 4 KiB entries (the usual case): no walk over the sizes.
+            // An empty structure (mask 0) takes this path too: every hash
+            // is 0 there and `h0` never is, so the probe just misses, one
+            // test cheaper than telling 0 and 1 apart.
             let i = self.find_h(h0, asid, vpn, 0)?;
             self.clock += 1;
             let clock = self.clock;
-            let sl = self.slot_at_mut(i);
-            sl.stamp = clock;
-            return Some(sl.ent);
+            self.slot_at_mut(i).stamp = clock;
+            return Some(i);
         }
         while mask != 0 {
             let s = mask.trailing_zeros();
@@ -405,12 +409,18 @@ impl Assoc {
             if let Some(i) = self.find_h(h, asid, vpn >> s, s) {
                 self.clock += 1;
                 let clock = self.clock;
-                let sl = self.slot_at_mut(i);
-                sl.stamp = clock;
-                return Some(sl.ent);
+                self.slot_at_mut(i).stamp = clock;
+                return Some(i);
             }
         }
         None
+    }
+
+    /// `probe`, returning the entry.
+    #[inline(always)]
+    fn probe_entry(&mut self, asid: u32, vpn: u64, h0: u32) -> Option<TlbEntry> {
+        let i = self.probe(asid, vpn, h0)?;
+        Some(self.slot_at(i).ent)
     }
 
     #[inline]
@@ -430,20 +440,23 @@ impl Assoc {
     fn insert(&mut self, e: TlbEntry) {
         let h = entry_hash(&e);
         let existing = self.find_h(h, e.asid, e.vpn >> e.size, e.size as u32);
-        self.insert_at(e, h, existing)
+        self.insert_at(&e, h, existing)
     }
 
     /// `insert` for an entry known to be absent (after a miss); `h` is
     /// `entry_hash(&e)`.
     #[inline(always)]
-    fn insert_absent(&mut self, e: TlbEntry, h: u32) {
-        debug_assert!(h == entry_hash(&e));
+    fn insert_absent(&mut self, e: &TlbEntry, h: u32) {
+        debug_assert!(h == entry_hash(e));
         debug_assert!(self.find(e.asid, e.vpn >> e.size, e.size as u32).is_none());
         self.insert_at(e, h, None)
     }
 
+    /// `e` by reference: an STLB hit refills the L1 from the STLB slot
+    /// itself, a whole-entry copy instead of the entry's fields passing
+    /// through registers and the stack.
     #[inline(always)]
-    fn insert_at(&mut self, e: TlbEntry, h: u32, existing: Option<usize>) {
+    fn insert_at(&mut self, e: &TlbEntry, h: u32, existing: Option<usize>) {
         let s = e.size as u32;
         let base = self.set_base(e.vpn >> s);
         // Work on the set's own slices.
@@ -473,7 +486,7 @@ impl Assoc {
         }
         hs[w] = h;
         self.clock += 1;
-        *sl = Slot { stamp: self.clock, ent: e };
+        *sl = Slot { stamp: self.clock, ent: *e };
         if !same_size {
             self.size_count[s as usize] += 1;
             self.size_mask |= 1 << s;
@@ -614,12 +627,12 @@ impl Tlb {
     #[inline(always)]
     fn l1_probe(&mut self, asid: u32, vpn: u64, h0: u32, kind: Access) -> Option<TlbEntry> {
         match kind {
-            Access::Ifetch => self.l1i.probe(asid, vpn, h0),
-            Access::Load | Access::Store => match self.l1d.probe(asid, vpn, h0) {
+            Access::Ifetch => self.l1i.probe_entry(asid, vpn, h0),
+            Access::Load | Access::Store => match self.l1d.probe_entry(asid, vpn, h0) {
                 Some(e) => Some(e),
                 None => {
                     if self.l1d_2m.size_mask != 0 {
-                        self.l1d_2m.probe(asid, vpn, h0)
+                        self.l1d_2m.probe_entry(asid, vpn, h0)
                     } else {
                         None
                     }
@@ -646,21 +659,22 @@ impl Tlb {
     pub fn fill_after_miss(&mut self, kind: Access, e: TlbEntry) {
         self.stats.fills += 1;
         let h = entry_hash(&e);
-        self.l1_fill_absent(kind, e, h);
+        Self::l1_fill_absent(&mut self.l1i, &mut self.l1d, &mut self.l1d_2m, kind, &e, h);
         if e.size < size::PMD || self.stlb_holds_2m {
-            self.stlb.insert_absent(e, h);
+            self.stlb.insert_absent(&e, h);
         }
     }
 
+    /// The L1s by field, so that `e` may borrow a slot of the STLB.
     #[inline(always)]
-    fn l1_fill_absent(&mut self, kind: Access, e: TlbEntry, h: u32) {
+    fn l1_fill_absent(l1i: &mut Assoc, l1d: &mut Assoc, l1d_2m: &mut Assoc, kind: Access, e: &TlbEntry, h: u32) {
         match kind {
-            Access::Ifetch => self.l1i.insert_absent(e, h),
+            Access::Ifetch => l1i.insert_absent(e, h),
             Access::Load | Access::Store => {
                 if e.size >= size::PMD {
-                    self.l1d_2m.insert_absent(e, h)
+                    l1d_2m.insert_absent(e, h)
                 } else {
-                    self.l1d.insert_absent(e, h)
+                    l1d.insert_absent(e, h)
                 }
             }
         }
@@ -694,13 +708,16 @@ impl Tlb {
             return TlbLookup::L1Hit(e);
         }
         self.stats.l1_misses[k] += 1;
-        if let Some(e) = self.stlb.probe(asid, vpn, h0) {
+        if let Some(i) = self.stlb.probe(asid, vpn, h0) {
             self.stats.stlb_hits[k] += 1;
             // The L1 probe just missed every size at this vpn, so no L1
             // entry has e's key: skip the search for an old copy.
-            let h = if e.size == 0 { h0 } else { entry_hash(&e) };
-            self.l1_fill_absent(kind, e, h);
-            return TlbLookup::StlbHit(e);
+            let e = &self.stlb.slot_at(i).ent;
+            let h = if e.size == 0 { h0 } else { entry_hash(e) };
+            Self::l1_fill_absent(&mut self.l1i, &mut self.l1d, &mut self.l1d_2m, kind, e, h);
+            // Read back after the copy: the caller's uses load only the
+            // fields they need.
+            return TlbLookup::StlbHit(self.stlb.slot_at(i).ent);
         }
         self.stats.walks[k] += 1;
         TlbLookup::Miss
