@@ -312,33 +312,14 @@ impl Kernel {
                 self.tlb_apply_landed(cpu, self.tasks[tid as usize].clock);
             }
             let tlb = &mut self.cpus[cpu as usize].tlb;
-            let (mut hits, mut stlb) = (0u64, 0u64);
-            while n > 0 && done < MAX_RANGE_STEP {
-                let lk = tlb.lookup(mm, a & !4095, kind);
-                let e = match lk {
-                    TlbLookup::L1Hit(e) => e,
-                    TlbLookup::StlbHit(e) => {
-                        stlb += 1;
-                        e
-                    }
-                    TlbLookup::Miss => {
-                        pending_lk = Some(lk);
-                        break;
-                    }
-                };
-                if kind == Access::Store && !(e.writable() && e.dirty()) {
-                    // A store needing a re-walk: the slow path, with this lookup.
-                    if matches!(lk, TlbLookup::StlbHit(_)) {
-                        stlb -= 1;
-                    }
-                    pending_lk = Some(lk);
-                    break;
-                }
-                hits += 1;
-                a += stride;
-                n -= 1;
-                done += 1;
-            }
+            // One copy of the loop per access kind: the kind tests inside
+            // the lookup and the store check fold away.
+            let (hits, stlb, lk) = match kind {
+                Access::Load => tlb_hit_run(tlb, mm, Access::Load, &mut a, stride, &mut n, &mut done),
+                Access::Store => tlb_hit_run(tlb, mm, Access::Store, &mut a, stride, &mut n, &mut done),
+                Access::Ifetch => tlb_hit_run(tlb, mm, Access::Ifetch, &mut a, stride, &mut n, &mut done),
+            };
+            pending_lk = lk;
             if hits > 0 {
                 self.stat.add(Stat::TlbAccesses, hits as i64);
                 self.stat.add(Stat::StlbHits, stlb as i64);
@@ -837,4 +818,37 @@ fn pte_allows(pte: Pte, kind: Access) -> bool {
 #[allow(dead_code)]
 fn _uses(_: &dyn Fn(&crate::mm::mmap::Vma, Access) -> bool) {
     let _ = access_permitted;
+}
+
+/// The fast path of `access_range`: accesses from `*a` on that hit the
+/// TLB with the permission they need, at most `MAX_RANGE_STEP` in all
+/// (`*done` counts them). Returns the hits, how many of them hit the STLB,
+/// and the lookup that stopped the run (a miss or a store needing a
+/// re-walk), if one did. Inlined with a constant `kind` at each call.
+#[inline(always)]
+fn tlb_hit_run(tlb: &mut crate::hw::tlb::Tlb, mm: u32, kind: Access, a: &mut u64, stride: u64, n: &mut u64, done: &mut u64) -> (u64, u64, Option<TlbLookup>) {
+    let (mut hits, mut stlb) = (0u64, 0u64);
+    while *n > 0 && *done < MAX_RANGE_STEP {
+        let lk = tlb.lookup(mm, *a & !4095, kind);
+        let e = match lk {
+            TlbLookup::L1Hit(e) => e,
+            TlbLookup::StlbHit(e) => {
+                stlb += 1;
+                e
+            }
+            TlbLookup::Miss => return (hits, stlb, Some(lk)),
+        };
+        if kind == Access::Store && !(e.writable() && e.dirty()) {
+            // A store needing a re-walk: the slow path, with this lookup.
+            if matches!(lk, TlbLookup::StlbHit(_)) {
+                stlb -= 1;
+            }
+            return (hits, stlb, Some(lk));
+        }
+        hits += 1;
+        *a += stride;
+        *n -= 1;
+        *done += 1;
+    }
+    (hits, stlb, None)
 }
