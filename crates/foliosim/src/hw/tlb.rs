@@ -272,10 +272,11 @@ impl Assoc {
         }
     }
 
-    /// First slot of the set `tag` maps to.
+    /// First slot of the set `tag` maps to. `W` as in `find_h`.
     #[inline(always)]
-    fn set_base(&self, tag: u64) -> usize {
-        (tag as usize & self.set_mask) * self.ways
+    fn set_base<const W: usize>(&self, tag: u64) -> usize {
+        debug_assert!(W == 0 || W == self.ways);
+        (tag as usize & self.set_mask) * if W == 0 { self.ways } else { W }
     }
 
     // The lookups and fills below index a set without bounds checks: on
@@ -319,9 +320,14 @@ impl Assoc {
     }
 
     /// Slot of the entry with exactly this key (`h` its hash), if present.
+    /// `W` is `self.ways` when the caller knows it (see `Tlb::ways_4_16`),
+    /// else 0: a dispatch on `self.ways` here.
     #[inline(always)]
-    fn find_h(&self, h: u32, asid: u32, tag: u64, s: u32) -> Option<usize> {
-        let base = self.set_base(tag);
+    fn find_h<const W: usize>(&self, h: u32, asid: u32, tag: u64, s: u32) -> Option<usize> {
+        let base = self.set_base::<W>(tag);
+        if W != 0 {
+            return self.find_in::<W>(base, h, asid, tag, s);
+        }
         // The profiles' common associativities get a fixed-length scan the
         // compiler unrolls (and vectorises) instead of a counted loop.
         match self.ways {
@@ -381,7 +387,7 @@ impl Assoc {
 
     #[inline(always)]
     fn find(&self, asid: u32, tag: u64, s: u32) -> Option<usize> {
-        self.find_h(key_hash(asid, tag, s), asid, tag, s)
+        self.find_h::<0>(key_hash(asid, tag, s), asid, tag, s)
     }
 
     /// Look `vpn` up in every size present; `h0` is the size-0 key hash,
@@ -389,14 +395,14 @@ impl Assoc {
     /// Returns the hit slot's index (its stamp refreshed), so that an STLB
     /// hit can copy the entry straight from the slot into the L1.
     #[inline(always)]
-    fn probe(&mut self, asid: u32, vpn: u64, h0: u32) -> Option<usize> {
+    fn probe<const W: usize>(&mut self, asid: u32, vpn: u64, h0: u32) -> Option<usize> {
         let mut mask = self.size_mask;
         if mask & !1 == 0 {
             // Only 4 KiB entries (the usual case): no walk over the sizes.
             // An empty structure (mask 0) takes this path too: every hash
             // is 0 there and `h0` never is, so the probe just misses, one
             // test cheaper than telling 0 and 1 apart.
-            let i = self.find_h(h0, asid, vpn, 0)?;
+            let i = self.find_h::<W>(h0, asid, vpn, 0)?;
             self.clock += 1;
             let clock = self.clock;
             self.slot_at_mut(i).stamp = clock;
@@ -406,7 +412,7 @@ impl Assoc {
             let s = mask.trailing_zeros();
             mask &= mask - 1;
             let h = if s == 0 { h0 } else { key_hash(asid, vpn >> s, s) };
-            if let Some(i) = self.find_h(h, asid, vpn >> s, s) {
+            if let Some(i) = self.find_h::<W>(h, asid, vpn >> s, s) {
                 self.clock += 1;
                 let clock = self.clock;
                 self.slot_at_mut(i).stamp = clock;
@@ -418,8 +424,8 @@ impl Assoc {
 
     /// `probe`, returning the entry.
     #[inline(always)]
-    fn probe_entry(&mut self, asid: u32, vpn: u64, h0: u32) -> Option<TlbEntry> {
-        let i = self.probe(asid, vpn, h0)?;
+    fn probe_entry<const W: usize>(&mut self, asid: u32, vpn: u64, h0: u32) -> Option<TlbEntry> {
+        let i = self.probe::<W>(asid, vpn, h0)?;
         Some(self.slot_at(i).ent)
     }
 
@@ -439,31 +445,32 @@ impl Assoc {
     /// Insert (or overwrite the same key), evicting the set's LRU entry.
     fn insert(&mut self, e: TlbEntry) {
         let h = entry_hash(&e);
-        let existing = self.find_h(h, e.asid, e.vpn >> e.size, e.size as u32);
-        self.insert_at(&e, h, existing)
+        let existing = self.find_h::<0>(h, e.asid, e.vpn >> e.size, e.size as u32);
+        self.insert_at::<0>(&e, h, existing)
     }
 
     /// `insert` for an entry known to be absent (after a miss); `h` is
     /// `entry_hash(&e)`.
     #[inline(always)]
-    fn insert_absent(&mut self, e: &TlbEntry, h: u32) {
+    fn insert_absent<const W: usize>(&mut self, e: &TlbEntry, h: u32) {
         debug_assert!(h == entry_hash(e));
         debug_assert!(self.find(e.asid, e.vpn >> e.size, e.size as u32).is_none());
-        self.insert_at(e, h, None)
+        self.insert_at::<W>(e, h, None)
     }
 
     /// `e` by reference: an STLB hit refills the L1 from the STLB slot
     /// itself, a whole-entry copy instead of the entry's fields passing
     /// through registers and the stack.
     #[inline(always)]
-    fn insert_at(&mut self, e: &TlbEntry, h: u32, existing: Option<usize>) {
+    fn insert_at<const W: usize>(&mut self, e: &TlbEntry, h: u32, existing: Option<usize>) {
         let s = e.size as u32;
-        let base = self.set_base(e.vpn >> s);
+        let base = self.set_base::<W>(e.vpn >> s);
         // Work on the set's own slices.
-        let ways = self.ways;
+        let ways = if W == 0 { self.ways } else { W };
         let (hs, set) = Self::set_mut(&mut self.hash, &mut self.slot, base, ways);
         let w = match existing {
             Some(i) => i - base,
+            None if W != 0 => Self::victim::<W>(set),
             None => match ways {
                 4 => Self::victim::<4>(set),
                 8 => Self::victim::<8>(set),
@@ -607,6 +614,11 @@ pub struct Tlb {
     l1d_2m: Assoc,
     stlb: Assoc,
     stlb_holds_2m: bool,
+    /// Per access kind: its L1 is 4-way and the STLB 16-way (the usual
+    /// x86 geometry). `lookup` then runs a copy with the way counts as
+    /// constants: one test per lookup instead of a dispatch on the way
+    /// count in every probe and fill, and set bases by shifts.
+    ways_4_16: [bool; 3],
     pub stats: TlbStats,
 }
 
@@ -620,19 +632,23 @@ impl Tlb {
             l1d_2m: Assoc::new(spec.l1d_2m_entries, spec.l1d_2m_ways),
             stlb: Assoc::new(spec.stlb_entries, spec.stlb_ways),
             stlb_holds_2m: spec.stlb_holds_2m,
+            ways_4_16: [Access::Load, Access::Store, Access::Ifetch].map(|k| {
+                let l1 = if k == Access::Ifetch { spec.l1i_ways } else { spec.l1d_ways };
+                l1 == 4 && spec.stlb_ways == 16
+            }),
             stats: TlbStats::default(),
         }
     }
 
     #[inline(always)]
-    fn l1_probe(&mut self, asid: u32, vpn: u64, h0: u32, kind: Access) -> Option<TlbEntry> {
+    fn l1_probe<const L1W: usize>(&mut self, asid: u32, vpn: u64, h0: u32, kind: Access) -> Option<TlbEntry> {
         match kind {
-            Access::Ifetch => self.l1i.probe_entry(asid, vpn, h0),
-            Access::Load | Access::Store => match self.l1d.probe_entry(asid, vpn, h0) {
+            Access::Ifetch => self.l1i.probe_entry::<L1W>(asid, vpn, h0),
+            Access::Load | Access::Store => match self.l1d.probe_entry::<L1W>(asid, vpn, h0) {
                 Some(e) => Some(e),
                 None => {
                     if self.l1d_2m.size_mask != 0 {
-                        self.l1d_2m.probe_entry(asid, vpn, h0)
+                        self.l1d_2m.probe_entry::<0>(asid, vpn, h0)
                     } else {
                         None
                     }
@@ -659,22 +675,22 @@ impl Tlb {
     pub fn fill_after_miss(&mut self, kind: Access, e: TlbEntry) {
         self.stats.fills += 1;
         let h = entry_hash(&e);
-        Self::l1_fill_absent(&mut self.l1i, &mut self.l1d, &mut self.l1d_2m, kind, &e, h);
+        Self::l1_fill_absent::<0>(&mut self.l1i, &mut self.l1d, &mut self.l1d_2m, kind, &e, h);
         if e.size < size::PMD || self.stlb_holds_2m {
-            self.stlb.insert_absent(&e, h);
+            self.stlb.insert_absent::<0>(&e, h);
         }
     }
 
     /// The L1s by field, so that `e` may borrow a slot of the STLB.
     #[inline(always)]
-    fn l1_fill_absent(l1i: &mut Assoc, l1d: &mut Assoc, l1d_2m: &mut Assoc, kind: Access, e: &TlbEntry, h: u32) {
+    fn l1_fill_absent<const L1W: usize>(l1i: &mut Assoc, l1d: &mut Assoc, l1d_2m: &mut Assoc, kind: Access, e: &TlbEntry, h: u32) {
         match kind {
-            Access::Ifetch => l1i.insert_absent(e, h),
+            Access::Ifetch => l1i.insert_absent::<L1W>(e, h),
             Access::Load | Access::Store => {
                 if e.size >= size::PMD {
-                    l1d_2m.insert_absent(e, h)
+                    l1d_2m.insert_absent::<0>(e, h)
                 } else {
-                    l1d.insert_absent(e, h)
+                    l1d.insert_absent::<L1W>(e, h)
                 }
             }
         }
@@ -699,22 +715,33 @@ impl Tlb {
     /// memory.
     #[inline(always)]
     pub fn lookup(&mut self, asid: u32, va: u64, kind: Access) -> TlbLookup {
+        if self.ways_4_16[kind as usize] {
+            self.lookup_w::<4, 16>(asid, va, kind)
+        } else {
+            self.lookup_w::<0, 0>(asid, va, kind)
+        }
+    }
+
+    /// `lookup` with the associativity of the kind's L1 (`L1W`) and of the
+    /// STLB (`SW`) known, or 0 for a dispatch on it in every probe and fill.
+    #[inline(always)]
+    fn lookup_w<const L1W: usize, const SW: usize>(&mut self, asid: u32, va: u64, kind: Access) -> TlbLookup {
         let k = kind as usize;
         let vpn = va >> PAGE_SHIFT;
         // Every structure probes the 4 KiB key first: hash it once.
         let h0 = key_hash(asid, vpn, 0);
         self.stats.lookups[k] += 1;
-        if let Some(e) = self.l1_probe(asid, vpn, h0, kind) {
+        if let Some(e) = self.l1_probe::<L1W>(asid, vpn, h0, kind) {
             return TlbLookup::L1Hit(e);
         }
         self.stats.l1_misses[k] += 1;
-        if let Some(i) = self.stlb.probe(asid, vpn, h0) {
+        if let Some(i) = self.stlb.probe::<SW>(asid, vpn, h0) {
             self.stats.stlb_hits[k] += 1;
             // The L1 probe just missed every size at this vpn, so no L1
             // entry has e's key: skip the search for an old copy.
             let e = &self.stlb.slot_at(i).ent;
             let h = if e.size == 0 { h0 } else { entry_hash(e) };
-            Self::l1_fill_absent(&mut self.l1i, &mut self.l1d, &mut self.l1d_2m, kind, e, h);
+            Self::l1_fill_absent::<L1W>(&mut self.l1i, &mut self.l1d, &mut self.l1d_2m, kind, e, h);
             // Read back after the copy: the caller's uses load only the
             // fields they need.
             return TlbLookup::StlbHit(self.stlb.slot_at(i).ent);
@@ -1123,6 +1150,42 @@ mod tests {
         }
         assert_eq!(run(0x1234_5678), run(0x1234_5678));
         assert_ne!(run(0x1234_5678).0, run(0x9999).0);
+    }
+
+    #[test]
+    fn constant_way_counts_match_the_dispatch() {
+        // The 4-way L1 / 16-way STLB copy of `lookup` against the same
+        // geometry through the runtime dispatch, on a stream of lookups and
+        // fills of mixed sizes.
+        let mut s = small();
+        (s.l1d_entries, s.l1d_ways, s.l1i_entries, s.l1i_ways, s.stlb_entries, s.stlb_ways) = (16, 4, 8, 4, 64, 16);
+        let mut fast = Tlb::new(&s);
+        assert_eq!(fast.ways_4_16, [true; 3]);
+        let mut slow = fast.clone();
+        slow.ways_4_16 = [false; 3];
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        for _ in 0..50_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let asid = (x & 1) as u32;
+            let vpn = (x >> 8) % 256;
+            let kind = [Load, Store, Ifetch][((x >> 20) % 3) as usize];
+            let r = fast.lookup(asid, vpn * K4, kind);
+            assert_eq!(r, slow.lookup(asid, vpn * K4, kind));
+            if r == TlbLookup::Miss {
+                let sz = [0u8, 0, 0, 2, 4][((x >> 44) % 5) as usize];
+                let e = TlbEntry::new(asid, vpn * K4, vpn as Pfn, sz, 0, 0);
+                fast.fill_after_miss(kind, e);
+                slow.fill_after_miss(kind, e);
+            }
+        }
+        let (mut a, mut b) = (vec![], vec![]);
+        fast.for_each_entry(|l, e| a.push((l, *e)));
+        slow.for_each_entry(|l, e| b.push((l, *e)));
+        assert_eq!(a, b);
+        assert_eq!(fast.stats, slow.stats);
+        assert!(fast.stats.stlb_hits.iter().sum::<u64>() > 1000);
     }
 
     /// Not an assertion: prints the host cost of an L1-hit lookup on the
