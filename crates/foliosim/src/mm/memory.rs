@@ -302,7 +302,15 @@ impl Kernel {
         let p = self.mem_map.get_mut(pfn);
         p.mapcount -= 1;
         let last = p.mapcount == 0;
-        if p.flags & pg::ANON != 0 {
+        let anon = p.flags & pg::ANON != 0;
+        self.page_remove_rmap_acct(mm, last, anon);
+    }
+
+    /// The counting of `page_remove_rmap` once the mapcount went down
+    /// (`last`: to 0).
+    #[inline(always)]
+    fn page_remove_rmap_acct(&mut self, mm: u32, last: bool, anon: bool) {
+        if anon {
             self.mms[mm as usize].rss_anon -= 1;
             if last {
                 self.stat.add(Stat::NrAnonPages, -1);
@@ -756,21 +764,19 @@ impl Kernel {
                     // An order-0 folio mapped by a PTE (the common case): its
                     // own head, one PTE, what the general path below does
                     // with n = 1 and nothing to split.
-                    if flags & pg::ANON != 0 && !leak_mapcount {
+                    if flags & pg::ANON != 0 {
                         // page_remove_rmap of an anon page, in the same lookup.
-                        p.mapcount -= 1;
-                        self.mms[mm as usize].rss_anon -= 1;
-                        if p.mapcount == 0 {
-                            self.stat.add(Stat::NrAnonPages, -1);
+                        if !leak_mapcount {
+                            p.mapcount -= 1;
+                            let last = p.mapcount == 0;
+                            self.page_remove_rmap_acct(mm, last, true);
                         }
-                        tlb.pages.push(pfn);
-                        i += 1;
-                        continue;
+                    } else {
+                        if pte.dirty() {
+                            self.folio_mark_dirty(pfn);
+                        }
+                        self.page_remove_rmap(mm, pfn);
                     }
-                    if pte.dirty() && flags & pg::ANON == 0 {
-                        self.folio_mark_dirty(pfn);
-                    }
-                    self.page_remove_rmap(mm, pfn);
                     tlb.pages.push(pfn);
                     i += 1;
                     continue;

@@ -835,29 +835,38 @@ impl Zone {
 #[inline(always)]
 fn free_to_zone(z: &mut Zone, pcp: &mut PerCpuPages, pl: &mut Placement, p: &AllocParams, now: Ns, cpu: u32, pfn: Pfn, order: u32, ugen: u16) -> Ns {
     debug_assert!((pfn as u64 + (1 << order)) <= z.end_pfn);
-    debug_assert!(!z.is_free(pfn), "double free of pfn {pfn:#x}");
-    z.allocated_pages -= 1 << order;
     let mt = z.pageblock_mt(pfn);
     if pcp_allowed_order(order) && mt != MigrateType::Isolate {
-        // Highatomic pages sit on the movable pcp lists, as in the kernel.
-        let pmt = if mt.is_mergeable() { mt } else { MigrateType::Movable };
-        pcp.alloc_factor >>= 1;
-        let pindex = order_to_pindex(pmt as usize, order);
-        pcp.lists[pindex].push_front(PcpEntry { pfn, ugen });
-        pcp.count += 1 << order;
-        z.pcp_pages += 1 << order;
-        if z.track_pcp {
-            z.pcp_index.insert(pfn, order as u8);
-        }
-        let batch = z.batch as u64;
-        if pcp.free_count < batch << PCP_BATCH_SCALE_MAX {
-            pcp.free_count += 1 << order;
-        }
+        let pindex = free_to_pcp_list(z, pcp, pfn, order, mt, ugen);
         return pcp_free_high(z, pcp, pl, p, now + p.free_pcp_ns, cpu, pindex);
     }
+    debug_assert!(!z.is_free(pfn), "double free of pfn {pfn:#x}");
+    z.allocated_pages -= 1 << order;
     let ops0 = z.ops;
     z.free_one_page(pl, pfn, order, mt, Fpi::default(), ugen);
     z.lock.lock_for(now, cpu, (z.ops - ops0) * p.buddy_op_ns, &p.line)
+}
+
+/// A free of `pfn` (of pageblock type `mt`, not isolated) to the head of
+/// its pcp list, before the test against high; returns the list's index.
+#[inline(always)]
+fn free_to_pcp_list(z: &mut Zone, pcp: &mut PerCpuPages, pfn: Pfn, order: u32, mt: MigrateType, ugen: u16) -> usize {
+    debug_assert!(!z.is_free(pfn), "double free of pfn {pfn:#x}");
+    z.allocated_pages -= 1 << order;
+    // Highatomic pages sit on the movable pcp lists, as in the kernel.
+    let pmt = if mt.is_mergeable() { mt } else { MigrateType::Movable };
+    pcp.alloc_factor >>= 1;
+    let pindex = order_to_pindex(pmt as usize, order);
+    pcp.lists[pindex].push_front(PcpEntry { pfn, ugen });
+    pcp.count += 1 << order;
+    z.pcp_pages += 1 << order;
+    if z.track_pcp {
+        z.pcp_index.insert(pfn, order as u8);
+    }
+    if pcp.free_count < (z.batch as u64) << PCP_BATCH_SCALE_MAX {
+        pcp.free_count += 1 << order;
+    }
+    pindex
 }
 
 /// The end of a free to pcp list `pindex` at `t`: past high, drain to the
@@ -902,21 +911,8 @@ fn free_order0_run(z: &mut Zone, pcp: &mut PerCpuPages, pl: &mut Placement, p: &
             high = if z.below_high { 0 } else { pcp_high(pcp, z.high, z.high_max) as u64 };
             continue;
         }
-        // free_to_zone's pcp path for order 0.
-        debug_assert!(!z.is_free(pfn), "double free of pfn {pfn:#x}");
-        z.allocated_pages -= 1;
-        let pmt = if mt.is_mergeable() { mt } else { MigrateType::Movable };
-        pcp.alloc_factor >>= 1;
-        let pindex = order_to_pindex(pmt as usize, 0);
-        pcp.lists[pindex].push_front(PcpEntry { pfn, ugen });
-        pcp.count += 1;
-        z.pcp_pages += 1;
-        if z.track_pcp {
-            z.pcp_index.insert(pfn, 0);
-        }
-        if pcp.free_count < (z.batch as u64) << PCP_BATCH_SCALE_MAX {
-            pcp.free_count += 1;
-        }
+        // free_to_zone's pcp path, with high known.
+        let pindex = free_to_pcp_list(z, pcp, pfn, 0, mt, ugen);
         t += p.free_pcp_ns;
         if pcp.count >= high {
             t = pcp_free_high(z, pcp, pl, p, t, cpu, pindex);

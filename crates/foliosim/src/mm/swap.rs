@@ -160,6 +160,15 @@ fn lru_take(p: &mut crate::mm::mem_map::Page) -> (u32, usize, u8, u32, u32) {
     r
 }
 
+/// What freeing a frame clears besides its mapcount (free_folio_reset).
+#[inline(always)]
+fn clear_freed_page(p: &mut crate::mm::mem_map::Page) {
+    p.flags = 0;
+    p.mapping = 0;
+    p.index = 0;
+    p.private = 0;
+}
+
 impl Kernel {
     /// lruvec_add_folio: caller holds the node's lru_lock (in simulated time).
     pub fn lruvec_add_folio(&mut self, pfn: Pfn) {
@@ -376,10 +385,7 @@ impl Kernel {
                     None
                 };
                 if eager && pg.order == 0 && pg.mapcount == 0 {
-                    pg.flags = 0;
-                    pg.mapping = 0;
-                    pg.index = 0;
-                    pg.private = 0;
+                    clear_freed_page(pg);
                 } else {
                     reset = false;
                 }
@@ -397,7 +403,7 @@ impl Kernel {
         if on_lru > 0 {
             t = self.lru_lock_folios(t, cpu, nid, on_lru);
         }
-        if all_small && !self.check.enabled && !self.knobs.init_on_free {
+        if all_small && eager {
             // free_folio_ugen of order-0 folios with the checker and
             // init_on_free off: the per-frame reset touches only mem_map
             // and the allocator never reads it, so reset them all, then
@@ -427,10 +433,7 @@ impl Kernel {
                 self.check.report(format!("frame {}: freed while its mapcount is {m}", pfn + i));
             }
             p.mapcount = 0;
-            p.flags = 0;
-            p.mapping = 0;
-            p.index = 0;
-            p.private = 0;
+            clear_freed_page(p);
         }
     }
 
