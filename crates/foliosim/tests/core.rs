@@ -290,3 +290,28 @@ fn kernel_threads_run_on_timers_and_wake_ups() {
     assert!(user.ops > 0);
     assert_eq!(o.kernel.tasks[1].sys_ns, 11 * 10_000, "the ticker's time is charged to it");
 }
+
+fn stat_of(v: &Value, name: &str) -> i64 {
+    v["vmstat"][name].as_i64().unwrap()
+}
+
+/// The checker only watches: with it off, the paths that skip its hooks
+/// (release_folios' eager per-frame reset and one-call bulk free, among
+/// others) must give the run the checker-on paths give, counter for counter.
+#[test]
+fn the_checker_does_not_change_the_run() {
+    for w in ["page_fault1", "page_fault2", "malloc1"] {
+        for mode in ["processes", "threads"] {
+            let on = small(w, mode, 3, "size_mib = 4");
+            let off = on.replace("check = true", "check = false");
+            let (mut a, mut b) = (json_of(&on), json_of(&off));
+            // What may differ: the check flag, the checker's report, the host time.
+            for v in [&mut a, &mut b] {
+                v.as_object_mut().unwrap().retain(|k, _| k != "config" && k != "host_time_s" && k != "checker");
+            }
+            let differ: Vec<&String> = a.as_object().unwrap().iter().filter(|(k, x)| b.get(k.as_str()) != Some(*x)).map(|(k, _)| k).collect();
+            assert!(differ.is_empty() && a == b, "{w}/{mode}: {differ:?} differ with the checker off");
+            assert!(stat_of(&a, "pgfree") > 0, "{w}/{mode}: nothing was freed");
+        }
+    }
+}
