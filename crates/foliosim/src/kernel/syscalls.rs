@@ -187,6 +187,7 @@ impl Kernel {
     }
 
     /// The rest of a user access whose TLB lookup gave `lk`.
+    #[inline(always)]
     fn user_access_after(&mut self, tid: u32, addr: u64, kind: Access, lk: TlbLookup) -> Ret {
         let (mm, cpu) = {
             let tk = &self.tasks[tid as usize];
