@@ -207,6 +207,12 @@ impl Kernel {
     }
 
     pub(crate) fn handle_pte_fault(&mut self, t: Ns, cpu: u32, mm: u32, vma: &Vma, addr: u64, kind: Access) -> (Fault, Ns) {
+        self.handle_pte_fault_inline(t, cpu, mm, vma, addr, kind)
+    }
+
+    /// `handle_pte_fault`, inlined into the classic fault.
+    #[inline(always)]
+    pub(crate) fn handle_pte_fault_inline(&mut self, t: Ns, cpu: u32, mm: u32, vma: &Vma, addr: u64, kind: Access) -> (Fault, Ns) {
         // pte_alloc, then the PTE: one table lookup when the table exists,
         // as it almost always does.
         let (pte, t) = match self.mms[mm as usize].pt.table(addr) {
