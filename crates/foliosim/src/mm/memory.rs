@@ -181,7 +181,7 @@ impl Kernel {
         let t = t0 + self.c.trap / 2;
         let (res, t) = match self.fault_lock_fast(tid, t, cpu, mm, addr, kind) {
             super::mmap_lock::FastFault::Done(r, t) => (r, t),
-            super::mmap_lock::FastFault::Fallback(t) => return self.fault_classic(tid, t0, t, addr, kind),
+            super::mmap_lock::FastFault::Fallback(t) => return self.fault_classic(tid, mm, cpu, t0, t, addr, kind),
             super::mmap_lock::FastFault::Pending(t) => {
                 let tk = &mut self.tasks[tid as usize];
                 tk.entry_ns[crate::mm::vmstat::Entry::Fault as usize] += t - t0;

@@ -198,15 +198,14 @@ impl Kernel {
         }
     }
 
-    /// The classic fault of `tid` after its fast path fell back at `t`
-    /// (trapped at `t0`), through the return to user mode. Behind a queued
-    /// writer it sleeps at its down_read instead (Fault::Pending) and
-    /// resumes in `mmap_lock_fault_resume`; a fault taken for the kernel
-    /// (MAP_POPULATE, inside a call that holds or just held the lock)
-    /// never finds one.
+    /// The classic fault of `tid` (in `mm`, on `cpu`) after its fast path
+    /// fell back at `t` (trapped at `t0`), through the return to user mode.
+    /// Behind a queued writer it sleeps at its down_read instead
+    /// (Fault::Pending) and resumes in `mmap_lock_fault_resume`; a fault
+    /// taken for the kernel (MAP_POPULATE, inside a call that holds or just
+    /// held the lock) never finds one. (The caller has read `mm` and `cpu`.)
     #[inline(always)]
-    pub(crate) fn fault_classic(&mut self, tid: u32, t0: Ns, t: Ns, addr: u64, kind: Access) -> Fault {
-        let (mm, cpu) = (self.tasks[tid as usize].mm, self.tasks[tid as usize].cpu);
+    pub(crate) fn fault_classic(&mut self, tid: u32, mm: u32, cpu: u32, t0: Ns, t: Ns, addr: u64, kind: Access) -> Fault {
         if !self.fault_kernel_mode && self.mms[mm as usize].mmap_lock.queued_writer.is_some() {
             self.tasks[tid as usize].clock = t;
             self.mmap_lock_sleep(tid, mm, LockWait::Fault { addr, kind, t0, t_req: t });

@@ -320,8 +320,9 @@ impl Kernel {
 
     /// The classic fault after an abort in step 2, then the return to user.
     fn spf_fallback(&mut self, tid: u32, p: &SpfPending, t: Ns) -> Fault {
-        let t0 = self.tasks[tid as usize].clock;
-        self.fault_classic(tid, t0, t, p.addr, p.kind)
+        let tk = &self.tasks[tid as usize];
+        let (mm, cpu, t0) = (tk.mm, tk.cpu, tk.clock);
+        self.fault_classic(tid, mm, cpu, t0, t, p.addr, p.kind)
     }
 
     /// Abort in step 1 after the VMA reference was taken: drop it.
