@@ -230,8 +230,11 @@ fn entry_hash(e: &TlbEntry) -> u32 {
 /// hash array and touches a slot only on a filter match.
 #[derive(Clone, Copy, Debug)]
 struct Slot {
-    /// LRU stamp; 0 exactly for an empty slot (the clock starts at 1), so
-    /// "first empty way, else least recently used" is one argmin.
+    /// LRU stamp: the slot's way in the bits under the structure's
+    /// `way_mask`, and above them 0 for an empty slot, else the clock at
+    /// the last fill or hit. Stamps of a set are then distinct, an empty
+    /// way's below every valid one, so the set's least stamp is "first
+    /// empty way, else least recently used" and names that way itself.
     stamp: u64,
     ent: TlbEntry,
 }
@@ -245,7 +248,11 @@ struct Assoc {
     /// 0 = empty slot.
     hash: Vec<u32>,
     slot: Vec<Slot>,
+    /// Advances by `way_mask + 1`, keeping a stamp's way bits free.
     clock: u64,
+    /// Low stamp bits that hold the way: `ways` rounded up to a power of
+    /// two, minus one.
+    way_mask: u64,
     /// Bit s set iff at least one valid entry has size s.
     size_mask: u32,
     size_count: [u32; size::MAX as usize + 1],
@@ -264,8 +271,9 @@ impl Assoc {
             ways: ways as usize,
             set_mask: sets - 1,
             hash: vec![0; n],
-            slot: vec![Slot { stamp: 0, ent: EMPTY }; n],
+            slot: (0..n).map(|i| Slot { stamp: (i % ways as usize) as u64, ent: EMPTY }).collect(),
             clock: 0,
+            way_mask: (ways as u64).next_power_of_two() - 1,
             size_mask: 0,
             size_count: [0; size::MAX as usize + 1],
             nr_valid: 0,
@@ -277,6 +285,33 @@ impl Assoc {
     fn set_base<const W: usize>(&self, tag: u64) -> usize {
         debug_assert!(W == 0 || W == self.ways);
         (tag as usize & self.set_mask) * if W == 0 { self.ways } else { W }
+    }
+
+    /// `self.way_mask`, a constant when `W` (as in `find_h`) is known.
+    #[inline(always)]
+    fn way_mask<const W: usize>(&self) -> u64 {
+        debug_assert!(W == 0 || W == self.ways);
+        if W == 0 {
+            self.way_mask
+        } else {
+            W.next_power_of_two() as u64 - 1
+        }
+    }
+
+    /// Advance the clock: a way used now is stamped with the new value
+    /// `|` its way.
+    #[inline(always)]
+    fn tick<const W: usize>(&mut self) -> u64 {
+        self.clock += self.way_mask::<W>() + 1;
+        self.clock
+    }
+
+    /// Slot `i` of the set `tag` maps to was just hit: make it the set's
+    /// most recently used.
+    #[inline(always)]
+    fn touch<const W: usize>(&mut self, i: usize, tag: u64) {
+        let stamp = self.tick::<W>() | (i - self.set_base::<W>(tag)) as u64;
+        self.slot_at_mut(i).stamp = stamp;
     }
 
     // The lookups and fills below index a set without bounds checks: on
@@ -367,22 +402,14 @@ impl Assoc {
         None
     }
 
-    /// Way of the set `set` to fill: the first empty way, else the least
-    /// recently used one. Empty slots have stamp 0 and valid stamps are
-    /// distinct, so that is the first minimum.
+    /// Way of the set `set` to fill (the first empty way, else the least
+    /// recently used one) and its stamp: the set's least stamp (see
+    /// `Slot::stamp`), a compare and conditional move per way.
     #[inline(always)]
-    fn victim<const W: usize>(set: &[Slot]) -> usize {
+    fn victim<const W: usize>(set: &[Slot], way_mask: u64) -> (usize, u64) {
         let n = if W == 0 { set.len() } else { W };
-        let set = &set[..n];
-        let mut victim = 0;
-        let mut oldest = set[0].stamp;
-        for (i, sl) in set.iter().enumerate().skip(1) {
-            if sl.stamp < oldest {
-                oldest = sl.stamp;
-                victim = i;
-            }
-        }
-        victim
+        let oldest = set[..n].iter().map(|sl| sl.stamp).min().unwrap();
+        ((oldest & way_mask) as usize, oldest)
     }
 
     #[inline(always)]
@@ -403,9 +430,7 @@ impl Assoc {
             // is 0 there and `h0` never is, so the probe just misses, one
             // test cheaper than telling 0 and 1 apart.
             let i = self.find_h::<W>(h0, asid, vpn, 0)?;
-            self.clock += 1;
-            let clock = self.clock;
-            self.slot_at_mut(i).stamp = clock;
+            self.touch::<W>(i, vpn);
             return Some(i);
         }
         while mask != 0 {
@@ -413,9 +438,7 @@ impl Assoc {
             mask &= mask - 1;
             let h = if s == 0 { h0 } else { key_hash(asid, vpn >> s, s) };
             if let Some(i) = self.find_h::<W>(h, asid, vpn >> s, s) {
-                self.clock += 1;
-                let clock = self.clock;
-                self.slot_at_mut(i).stamp = clock;
+                self.touch::<W>(i, vpn >> s);
                 return Some(i);
             }
         }
@@ -433,13 +456,27 @@ impl Assoc {
     fn drop_slot(&mut self, i: usize) {
         debug_assert!(self.hash[i] != 0);
         self.hash[i] = 0;
-        self.slot[i].stamp = 0;
-        let s = self.slot[i].ent.size as usize;
+        self.slot[i].stamp &= self.way_mask;
+        self.uncount(self.slot[i].ent.size as u32);
+    }
+
+    /// A valid entry of size `s` went.
+    #[inline(always)]
+    fn uncount(&mut self, s: u32) {
+        let s = s as usize;
         self.size_count[s] -= 1;
         if self.size_count[s] == 0 {
             self.size_mask &= !(1 << s);
         }
         self.nr_valid -= 1;
+    }
+
+    /// A valid entry of size `s` came.
+    #[inline(always)]
+    fn count(&mut self, s: u32) {
+        self.size_count[s as usize] += 1;
+        self.size_mask |= 1 << s;
+        self.nr_valid += 1;
     }
 
     /// Insert (or overwrite the same key), evicting the set's LRU entry.
@@ -467,37 +504,31 @@ impl Assoc {
         let base = self.set_base::<W>(e.vpn >> s);
         // Work on the set's own slices.
         let ways = if W == 0 { self.ways } else { W };
+        let way_mask = self.way_mask::<W>();
+        let now = self.tick::<W>();
         let (hs, set) = Self::set_mut(&mut self.hash, &mut self.slot, base, ways);
-        let w = match existing {
-            Some(i) => i - base,
-            None if W != 0 => Self::victim::<W>(set),
+        let (w, old_stamp) = match existing {
+            Some(i) => (i - base, set[i - base].stamp),
+            None if W != 0 => Self::victim::<W>(set, way_mask),
             None => match ways {
-                4 => Self::victim::<4>(set),
-                8 => Self::victim::<8>(set),
-                16 => Self::victim::<16>(set),
-                _ => Self::victim::<0>(set),
+                4 => Self::victim::<4>(set, way_mask),
+                8 => Self::victim::<8>(set, way_mask),
+                16 => Self::victim::<16>(set, way_mask),
+                _ => Self::victim::<0>(set, way_mask),
             },
         };
         let sl = &mut set[w];
+        let old_size = sl.ent.size as u32;
+        hs[w] = h;
+        *sl = Slot { stamp: now | w as u64, ent: *e };
         // Replacing a valid entry of the same size (the usual eviction)
         // leaves the counts and the size mask as they are.
-        let same_size = sl.stamp != 0 && sl.ent.size as u32 == s;
-        if sl.stamp != 0 && !same_size {
-            // Evict (or replace the same key): drop_slot's accounting.
-            let old = sl.ent.size as usize;
-            self.size_count[old] -= 1;
-            if self.size_count[old] == 0 {
-                self.size_mask &= !(1 << old);
+        let valid = old_stamp > way_mask;
+        if !valid || old_size != s {
+            if valid {
+                self.uncount(old_size);
             }
-            self.nr_valid -= 1;
-        }
-        hs[w] = h;
-        self.clock += 1;
-        *sl = Slot { stamp: self.clock, ent: *e };
-        if !same_size {
-            self.size_count[s as usize] += 1;
-            self.size_mask |= 1 << s;
-            self.nr_valid += 1;
+            self.count(s);
         }
     }
 
@@ -574,7 +605,7 @@ impl Assoc {
         if n != 0 {
             self.hash.fill(0);
             for sl in &mut self.slot {
-                sl.stamp = 0;
+                sl.stamp &= self.way_mask;
             }
             self.size_count = [0; size::MAX as usize + 1];
             self.size_mask = 0;
@@ -615,9 +646,10 @@ pub struct Tlb {
     stlb: Assoc,
     stlb_holds_2m: bool,
     /// Per access kind: its L1 is 4-way and the STLB 16-way (the usual
-    /// x86 geometry). `lookup` then runs a copy with the way counts as
-    /// constants: one test per lookup instead of a dispatch on the way
-    /// count in every probe and fill, and set bases by shifts.
+    /// x86 geometry). `lookup` and `fill_after_miss` then run a copy with
+    /// the way counts as constants: one test per call instead of a
+    /// dispatch on the way count in every probe and fill, and set bases by
+    /// shifts.
     ways_4_16: [bool; 3],
     pub stats: TlbStats,
 }
@@ -673,11 +705,21 @@ impl Tlb {
     /// `fill` right after `lookup` returned Miss for this address: the entry
     /// is in no structure, so no search for an old copy is needed.
     pub fn fill_after_miss(&mut self, kind: Access, e: TlbEntry) {
+        if self.ways_4_16[kind as usize] {
+            self.fill_after_miss_w::<4, 16>(kind, e)
+        } else {
+            self.fill_after_miss_w::<0, 0>(kind, e)
+        }
+    }
+
+    /// `fill_after_miss` with the way counts as in `lookup_w`.
+    #[inline(always)]
+    fn fill_after_miss_w<const L1W: usize, const SW: usize>(&mut self, kind: Access, e: TlbEntry) {
         self.stats.fills += 1;
         let h = entry_hash(&e);
-        Self::l1_fill_absent::<0>(&mut self.l1i, &mut self.l1d, &mut self.l1d_2m, kind, &e, h);
+        Self::l1_fill_absent::<L1W>(&mut self.l1i, &mut self.l1d, &mut self.l1d_2m, kind, &e, h);
         if e.size < size::PMD || self.stlb_holds_2m {
-            self.stlb.insert_absent::<0>(&e, h);
+            self.stlb.insert_absent::<SW>(&e, h);
         }
     }
 
@@ -1186,6 +1228,73 @@ mod tests {
         assert_eq!(a, b);
         assert_eq!(fast.stats, slow.stats);
         assert!(fast.stats.stlb_hits.iter().sum::<u64>() > 1000);
+    }
+
+    #[test]
+    fn victim_is_first_empty_way_else_lru() {
+        // An `Assoc` against a reference model of its slots (None if
+        // empty, else the step of the last fill or hit), on a stream of
+        // hits, fills, replacements and drops of two sizes: every fill must
+        // land in the first empty way of its set, else the least recently
+        // used one. Runs the dispatched and the constant-way paths.
+        fn run<const W: usize>(entries: u32, ways: u32, seed: u64) {
+            let mut a = Assoc::new(entries, ways);
+            let ways = ways as usize;
+            let mut model: Vec<Option<u64>> = vec![None; entries as usize];
+            let mut x = seed;
+            for step in 0..30_000u64 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let vpn = (x >> 8) % (3 * entries as u64);
+                let s = if (x >> 40) % 4 == 0 { size::HPA } else { size::PTE };
+                let e = TlbEntry::new(1, (vpn << s) * K4, (vpn << s) as Pfn, s, 0, step as u32);
+                let (tag, h) = (e.vpn >> s, entry_hash(&e));
+                match (x >> 24) % 8 {
+                    0..=2 => {
+                        if let Some(i) = a.probe::<W>(1, vpn << s, key_hash(1, vpn << s, 0)) {
+                            assert!(model[i].is_some());
+                            model[i] = Some(step);
+                        }
+                    }
+                    3 => {
+                        if let Some(i) = a.find(1, tag, s as u32) {
+                            a.drop_slot(i);
+                            model[i] = None;
+                        }
+                    }
+                    4 if (x >> 48) % 64 == 0 => {
+                        a.flush_all();
+                        model.fill(None);
+                    }
+                    _ => {
+                        let base = (tag as usize & a.set_mask) * ways;
+                        let old = a.find(1, tag, s as u32);
+                        let set = &model[base..base + ways];
+                        let want = match old {
+                            Some(i) => i,
+                            None => match set.iter().position(Option::is_none) {
+                                Some(w) => base + w,
+                                None => base + (0..ways).min_by_key(|&w| set[w]).unwrap(),
+                            },
+                        };
+                        if old.is_some() {
+                            a.insert(e);
+                        } else {
+                            a.insert_absent::<W>(&e, h);
+                        }
+                        assert_eq!(a.find(1, tag, s as u32), Some(want), "step {step}");
+                        model[want] = Some(step);
+                    }
+                }
+                assert_eq!(a.nr_valid as usize, model.iter().filter(|m| m.is_some()).count());
+            }
+        }
+        for (entries, ways) in [(16, 4), (20, 5), (64, 16), (48, 48), (8, 1), (64, 8)] {
+            run::<0>(entries, ways, 0x9e37_79b9_7f4a_7c15 ^ entries as u64);
+        }
+        run::<4>(16, 4, 0x1234_5678_9abc);
+        run::<16>(64, 16, 0x0fed_cba9_8765);
     }
 
     /// Not an assertion: prints the host cost of an L1-hit lookup on the
