@@ -273,7 +273,12 @@ struct Assoc {
     nr_valid: u32,
 }
 
-const EMPTY: TlbEntry = TlbEntry { vpn: 0, asid: 0, pfn: 0, epoch: 0, size: 0, flags: 0 };
+/// The `size` of an empty slot's entry. No entry has it, so a fill tells
+/// the usual eviction (of a valid entry of the same size, which leaves the
+/// counts and the size mask as they are) from the others with one compare.
+const NO_SIZE: u8 = u8::MAX;
+
+const EMPTY: TlbEntry = TlbEntry { vpn: 0, asid: 0, pfn: 0, epoch: 0, size: NO_SIZE, flags: 0 };
 
 impl Assoc {
     fn new(entries: u32, ways: u32) -> Assoc {
@@ -416,14 +421,13 @@ impl Assoc {
         None
     }
 
-    /// Way of the set `set` to fill (the first empty way, else the least
-    /// recently used one) and its stamp: the set's least stamp (see
+    /// Way of the set `set` to fill, the first empty way, else the least
+    /// recently used one: the way in the set's least stamp (see
     /// `Slot::stamp`), a compare and conditional move per way.
     #[inline(always)]
-    fn victim<const W: usize>(set: &[Slot], way_mask: u64) -> (usize, u64) {
+    fn victim<const W: usize>(set: &[Slot], way_mask: u64) -> usize {
         let n = if W == 0 { set.len() } else { W };
-        let oldest = set[..n].iter().map(|sl| sl.stamp).min().unwrap();
-        ((oldest & way_mask) as usize, oldest)
+        (set[..n].iter().map(|sl| sl.stamp).min().unwrap() & way_mask) as usize
     }
 
     #[inline(always)]
@@ -470,8 +474,10 @@ impl Assoc {
     fn drop_slot(&mut self, i: usize) {
         debug_assert!(self.hash[i] != 0);
         self.hash[i] = 0;
-        self.slot[i].stamp &= self.way_mask;
-        self.uncount(self.slot[i].ent.size as u32);
+        let sl = &mut self.slot[i];
+        sl.stamp &= self.way_mask;
+        let s = std::mem::replace(&mut sl.ent.size, NO_SIZE);
+        self.uncount(s as u32);
     }
 
     /// A valid entry of size `s` went.
@@ -521,8 +527,8 @@ impl Assoc {
         let way_mask = self.way_mask::<W>();
         let now = self.tick::<W>();
         let (hs, set) = Self::set_mut(&mut self.hash, &mut self.slot, base, ways);
-        let (w, old_stamp) = match existing {
-            Some(i) => (i - base, set[i - base].stamp),
+        let w = match existing {
+            Some(i) => i - base,
             None if W != 0 => Self::victim::<W>(set, way_mask),
             None => match ways {
                 4 => Self::victim::<4>(set, way_mask),
@@ -532,15 +538,12 @@ impl Assoc {
             },
         };
         let sl = &mut set[w];
-        let old_size = sl.ent.size as u32;
+        let old_size = sl.ent.size;
         hs[w] = h;
         *sl = Slot { stamp: now | w as u64, ent: *e };
-        // Replacing a valid entry of the same size (the usual eviction)
-        // leaves the counts and the size mask as they are.
-        let valid = old_stamp > way_mask;
-        if !valid || old_size != s {
-            if valid {
-                self.uncount(old_size);
+        if old_size as u32 != s {
+            if old_size != NO_SIZE {
+                self.uncount(old_size as u32);
             }
             self.count(s);
         }
@@ -620,6 +623,7 @@ impl Assoc {
             self.hash.fill(0);
             for sl in &mut self.slot {
                 sl.stamp &= self.way_mask;
+                sl.ent.size = NO_SIZE;
             }
             self.size_count = [0; size::MAX as usize + 1];
             self.size_mask = 0;
