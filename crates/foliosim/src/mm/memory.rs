@@ -707,9 +707,20 @@ impl Kernel {
             // consecutive pages of one large anon folio are one rmap call.
             // The runs are counted as the PTEs are cleared (one pass).
             let batch = self.anon_policy.batch_zap();
+            let leak_mapcount = self.knobs.mutant == Mutant::LeakMapcount;
             let mut runs = 0u64;
             // The page of the previous PTE, unless that was special.
             let mut last: Option<Pfn> = None;
+            // Zero-page PTEs and order-0 anon pages mapped by PTEs (the
+            // common case) are unmapped as they are cleared, in the lookup
+            // that gives the page's order, up to the first PTE the loop
+            // below must take (which goes on from there, so tlb.pages keeps
+            // the PTE order). The leading entries of `cleared` done so, and
+            // the counts they move, once the table is done (nothing reads
+            // those counters in between; the rmap only counts, and the
+            // mapcounts are not read here).
+            let mut done = 0;
+            let (mut zero, mut unmapped, mut unmapped_last) = (0i64, 0i64, 0i64);
             let mut a = va;
             while a < stop {
                 let slot = &mut tbl.ptes[pte_index(a)];
@@ -717,24 +728,32 @@ impl Kernel {
                     let pte = *slot;
                     cleared.push((a, pte));
                     *slot = Pte::NONE;
+                    let in_order = done + 1 == cleared.len();
                     if pte.special() {
                         last = None;
                         runs += 1;
+                        if in_order {
+                            zero += 1;
+                            done += 1;
+                        }
                     } else {
                         // The run goes on if this is the next page of the
-                        // same folio. The heads are only looked up when the
-                        // pages are adjacent (mem_map does not change in
-                        // this loop, so it is the same comparison).
+                        // same folio (mem_map's orders do not change in
+                        // this loop).
                         let pfn = pte.pfn();
+                        let p = self.mem_map.get_mut_inline(pfn);
+                        let o = p.order as u32;
+                        if in_order && o == 0 && pte.0 & Pte::HUGE == 0 && p.flags & pg::ANON != 0 {
+                            if let Some(l) = small_anon_unmap(p, leak_mapcount) {
+                                unmapped += 1;
+                                unmapped_last += l as i64;
+                            }
+                            tlb.pages.push(pfn);
+                            done += 1;
+                        }
                         // An order-0 page heads its own folio, which l
                         // (below it) is not in: its head is read alone.
-                        let cont = batch
-                            && last.is_some_and(|l| {
-                                l + 1 == pfn && {
-                                    let o = self.mem_map.get(pfn).order as u32;
-                                    o != 0 && self.mem_map.folio_head(l) == pfn & !((1u32 << o) - 1)
-                                }
-                            });
+                        let cont = batch && last.is_some_and(|l| l + 1 == pfn && o != 0 && self.mem_map.folio_head(l) == pfn & !((1u32 << o) - 1));
                         if !cont {
                             runs += 1;
                         }
@@ -752,8 +771,10 @@ impl Kernel {
             }
             let hold = self.c.pte_clear * cleared.len() as Ns + self.c.rmap * runs;
             t = tbl.ptl.lock_for(t, cpu, hold, &lc);
-            let leak_mapcount = self.knobs.mutant == Mutant::LeakMapcount;
-            let mut i = 0;
+            self.mms[mm as usize].rss_anon -= unmapped;
+            self.stat.add(Stat::NrAnonPages, -unmapped_last);
+            self.stat.add(Stat::NrZeroPageMapped, -zero);
+            let mut i = done;
             while i < cleared.len() {
                 let (a, pte) = cleared[i];
                 if pte.special() {
@@ -772,9 +793,7 @@ impl Kernel {
                     // with n = 1 and nothing to split.
                     if flags & pg::ANON != 0 {
                         // page_remove_rmap of an anon page, in the same lookup.
-                        if !leak_mapcount {
-                            p.mapcount -= 1;
-                            let last = p.mapcount == 0;
+                        if let Some(last) = small_anon_unmap(p, leak_mapcount) {
                             self.page_remove_rmap_acct(mm, last, true);
                         }
                     } else {
@@ -869,6 +888,18 @@ impl Kernel {
             }
         }
     }
+}
+
+/// The mapcount drop of page_remove_rmap for an anon page, in the frame
+/// lookup that found it: whether it was the last mapping (for
+/// `page_remove_rmap_acct`), or None if the mutant leaks it (no counting).
+#[inline(always)]
+fn small_anon_unmap(p: &mut super::mem_map::Page, leak_mapcount: bool) -> Option<bool> {
+    if leak_mapcount {
+        return None;
+    }
+    p.mapcount -= 1;
+    Some(p.mapcount == 0)
 }
 
 /// Does the VMA allow this access (the check in lock_mm_and_find_vma / access_error)?
