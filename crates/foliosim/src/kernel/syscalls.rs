@@ -183,16 +183,13 @@ impl Kernel {
             self.tlb_apply_landed(cpu, self.tasks[tid as usize].clock);
         }
         let lk = self.cpus[cpu as usize].tlb.lookup(mm, addr & !4095, kind);
-        self.user_access_after(tid, addr, kind, lk)
+        self.user_access_after(tid, mm, cpu, addr, kind, lk)
     }
 
-    /// The rest of a user access whose TLB lookup gave `lk`.
+    /// The rest of a user access whose TLB lookup gave `lk` (`mm` and `cpu`:
+    /// the task's, as the caller read them).
     #[inline(always)]
-    fn user_access_after(&mut self, tid: u32, addr: u64, kind: Access, lk: TlbLookup) -> Ret {
-        let (mm, cpu) = {
-            let tk = &self.tasks[tid as usize];
-            (tk.mm, tk.cpu)
-        };
+    fn user_access_after(&mut self, tid: u32, mm: u32, cpu: u32, addr: u64, kind: Access, lk: TlbLookup) -> Ret {
         let va = addr & !4095;
         let mut cost = self.c.user_access;
         self.stat.inc(Stat::TlbAccesses);
@@ -320,7 +317,7 @@ impl Kernel {
                 Access::Store => tlb_hit_run(tlb, mm, Access::Store, &mut a, stride, &mut n, &mut done),
                 Access::Ifetch => tlb_hit_run(tlb, mm, Access::Ifetch, &mut a, stride, &mut n, &mut done),
             };
-            pending_lk = lk;
+            pending_lk = lk.map(|lk| (mm, cpu, lk));
             if hits > 0 {
                 self.stat.add(Stat::TlbAccesses, hits as i64);
                 self.stat.add(Stat::StlbHits, stlb as i64);
@@ -330,8 +327,8 @@ impl Kernel {
                 tk.user_ns += c;
             }
         }
-        if let Some(lk) = pending_lk {
-            let r = self.user_access_after(tid, a, kind, lk);
+        if let Some((mm, cpu, lk)) = pending_lk {
+            let r = self.user_access_after(tid, mm, cpu, a, kind, lk);
             if self.tasks[tid as usize].mid_fault() {
                 self.tasks[tid as usize].pending = Some(Op::AccessRange { addr: a, stride, count: n, kind });
                 return None;
