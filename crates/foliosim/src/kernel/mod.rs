@@ -108,6 +108,9 @@ pub struct Kernel {
     /// Large anonymous folios: the order policy, the deferred-split queues
     /// (one per node: no memcg) and the per-size stats.
     pub anon_policy: Box<dyn crate::mm::huge_memory::AnonOrderPolicy>,
+    /// `anon_policy.order0_only()`, read once: every anonymous fault asks,
+    /// and the default policy's answer spares it a virtual call.
+    pub anon_order0_only: bool,
     pub split_queues: Vec<crate::mm::huge_memory::SplitQueue>,
     pub mthp: crate::mm::huge_memory::MthpStats,
     /// Memory tiers, promotion lists, kswapd threads (mm/memory_tiers.rs).
@@ -209,6 +212,7 @@ impl Kernel {
             fault_vma: None,
             host: None,
             prdev: None,
+            anon_order0_only: anon_policy.order0_only(),
             anon_policy,
             split_queues: Vec::new(),
             mthp: Default::default(),

@@ -44,6 +44,11 @@ pub trait AnonOrderPolicy: Send {
     /// Orders (bit k = order k, k in 2..=9) a fresh anonymous fault in `vma`
     /// may map with PTEs, and whether a PMD-mapped THP may be tried first.
     fn fault_orders(&self, vma: &Vma) -> (u32, bool);
+    /// `fault_orders` is (0, false) for every VMA: no fault maps a large
+    /// folio, so the fault path need not ask (`Kernel::anon_order0_only`).
+    fn order0_only(&self) -> bool {
+        false
+    }
     /// After losing a PTE race, retry one order lower (RFC) instead of
     /// dropping the folio and refaulting (upstream).
     fn retry_lower_on_race(&self) -> bool;
@@ -95,6 +100,9 @@ impl AnonOrderPolicy for Off {
     }
     fn fault_orders(&self, vma: &Vma) -> (u32, bool) {
         (0, thp_allowed(self.top, self.top, vma))
+    }
+    fn order0_only(&self) -> bool {
+        self.top == ThpEnabled::Never
     }
     fn retry_lower_on_race(&self) -> bool {
         false
@@ -346,7 +354,7 @@ impl Kernel {
     #[inline]
     pub(crate) fn do_anonymous_large(&mut self, t: Ns, cpu: u32, mm: u32, vma: &Vma, addr: u64, expect: Pte) -> Result<(Fault, Ns), Ns> {
         let zero = expect.present();
-        if zero && !self.anon_policy.zero_page_large() {
+        if self.anon_order0_only || zero && !self.anon_policy.zero_page_large() {
             return Err(t);
         }
         let (mask, pmd) = self.anon_policy.fault_orders(vma);
