@@ -124,24 +124,10 @@ pub struct LruVec {
     pub lru_lock: SpinLock,
 }
 
-/// Which LRU list a folio belongs on, from its flags.
-pub fn folio_lru_list(flags: u32) -> Lru {
-    if flags & pg::UNEVICTABLE != 0 {
-        return Lru::Unevictable;
-    }
-    let file = flags & pg::SWAPBACKED == 0;
-    let active = flags & pg::ACTIVE != 0;
-    match (file, active) {
-        (false, false) => Lru::InactiveAnon,
-        (false, true) => Lru::ActiveAnon,
-        (true, false) => Lru::InactiveFile,
-        (true, true) => Lru::ActiveFile,
-    }
-}
-
-/// `folio_lru_list(flags) as usize`, without branches but PG_unevictable's.
+/// Which LRU list a folio belongs on, from its flags: an index of `Lru`
+/// (and of `LruVec::lists`), without branches but PG_unevictable's.
 #[inline(always)]
-fn lru_index(flags: u32) -> usize {
+pub fn folio_lru_list(flags: u32) -> usize {
     if flags & pg::UNEVICTABLE != 0 {
         return Lru::Unevictable as usize;
     }
@@ -211,7 +197,7 @@ impl Kernel {
         }
         let (flags, nid, order) = (p.flags, p.nid as usize, p.order);
         p.flags |= pg::LRU;
-        let lru = lru_index(flags);
+        let lru = folio_lru_list(flags);
         let list = &mut nodes[nid].lruvec.lists[lru];
         p.lru_prev = 0;
         p.lru_next = list.head;
@@ -236,7 +222,7 @@ impl Kernel {
     /// removed are counted in `acc` for `lru_stat_add`.
     #[inline(always)]
     fn lruvec_unlink(&mut self, flags: u32, nid: usize, order: u8, prev: u32, next: u32, acc: &mut [i64; NR_LRU_LISTS]) {
-        let lru = lru_index(flags);
+        let lru = folio_lru_list(flags);
         self.nodes[nid].lruvec.lists[lru].unlink(&mut self.mem_map, prev, next, order);
         acc[lru] -= 1 << order;
     }
