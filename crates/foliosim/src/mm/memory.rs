@@ -302,14 +302,12 @@ impl Kernel {
 
     /// Account the removal of a mapping (folio_remove_rmap_pte).
     pub(crate) fn page_remove_rmap(&mut self, mm: u32, pfn: Pfn) {
-        if self.knobs.mutant == Mutant::LeakMapcount {
-            return;
-        }
+        let leak_mapcount = self.knobs.mutant == Mutant::LeakMapcount;
         let p = self.mem_map.get_mut(pfn);
-        p.mapcount -= 1;
-        let last = p.mapcount == 0;
         let anon = p.flags & pg::ANON != 0;
-        self.page_remove_rmap_acct(mm, last, anon);
+        if let Some(last) = page_dec_mapcount(p, leak_mapcount) {
+            self.page_remove_rmap_acct(mm, last, anon);
+        }
     }
 
     /// The counting of `page_remove_rmap` once the mapcount went down
@@ -744,7 +742,7 @@ impl Kernel {
                         let p = self.mem_map.get_mut_inline(pfn);
                         let o = p.order as u32;
                         if in_order && o == 0 && pte.0 & Pte::HUGE == 0 && p.flags & pg::ANON != 0 {
-                            if let Some(l) = small_anon_unmap(p, leak_mapcount) {
+                            if let Some(l) = page_dec_mapcount(p, leak_mapcount) {
                                 unmapped += 1;
                                 unmapped_last += l as i64;
                             }
@@ -793,7 +791,7 @@ impl Kernel {
                     // with n = 1 and nothing to split.
                     if flags & pg::ANON != 0 {
                         // page_remove_rmap of an anon page, in the same lookup.
-                        if let Some(last) = small_anon_unmap(p, leak_mapcount) {
+                        if let Some(last) = page_dec_mapcount(p, leak_mapcount) {
                             self.page_remove_rmap_acct(mm, last, true);
                         }
                     } else {
@@ -890,11 +888,11 @@ impl Kernel {
     }
 }
 
-/// The mapcount drop of page_remove_rmap for an anon page, in the frame
-/// lookup that found it: whether it was the last mapping (for
-/// `page_remove_rmap_acct`), or None if the mutant leaks it (no counting).
+/// page_remove_rmap's mapcount drop, in the frame lookup that found the
+/// page: whether it was the last mapping (for `page_remove_rmap_acct`), or
+/// None if the mutant leaks it (no counting either).
 #[inline(always)]
-fn small_anon_unmap(p: &mut super::mem_map::Page, leak_mapcount: bool) -> Option<bool> {
+fn page_dec_mapcount(p: &mut super::mem_map::Page, leak_mapcount: bool) -> Option<bool> {
     if leak_mapcount {
         return None;
     }

@@ -203,7 +203,7 @@ impl Kernel {
     /// Behind a queued writer it sleeps at its down_read instead
     /// (Fault::Pending) and resumes in `mmap_lock_fault_resume`; a fault
     /// taken for the kernel (MAP_POPULATE, inside a call that holds or just
-    /// held the lock) never finds one. (The caller has read `mm` and `cpu`.)
+    /// held the lock) never finds one.
     #[inline(always)]
     pub(crate) fn fault_classic(&mut self, tid: u32, mm: u32, cpu: u32, t0: Ns, t: Ns, addr: u64, kind: Access) -> Fault {
         if !self.fault_kernel_mode && self.mms[mm as usize].mmap_lock.queued_writer.is_some() {
