@@ -62,11 +62,7 @@ fn guarded<T>(f: impl FnOnce() -> T) -> Result<T, String> {
     IN_GUARD.with(|g| g.set(g.get() + 1));
     let r = catch_unwind(AssertUnwindSafe(f));
     IN_GUARD.with(|g| g.set(g.get() - 1));
-    r.map_err(|_| {
-        LAST_PANIC
-            .with(|p| p.borrow_mut().take())
-            .unwrap_or_else(|| "panicked".to_string())
-    })
+    r.map_err(|_| LAST_PANIC.with(|p| p.borrow_mut().take()).unwrap_or_else(|| "panicked".to_string()))
 }
 
 fn panic_error(msg: String) -> PyErr {
@@ -136,9 +132,7 @@ where
 #[pyo3(signature = (text, filename = "<string>"))]
 fn load_toml(py: Python<'_>, text: &str, filename: &str) -> PyResult<String> {
     let (text, filename) = (text.to_owned(), filename.to_owned());
-    py.detach(move || guarded(|| api::load_toml(&text, &filename)))
-        .map_err(panic_error)?
-        .map_err(|e| config_error(py, e))
+    py.detach(move || guarded(|| api::load_toml(&text, &filename))).map_err(panic_error)?.map_err(|e| config_error(py, e))
 }
 
 /// Same, for a config given as JSON text (a dict serialised).
@@ -146,9 +140,7 @@ fn load_toml(py: Python<'_>, text: &str, filename: &str) -> PyResult<String> {
 #[pyo3(signature = (text, origin = "<dict>"))]
 fn load_json(py: Python<'_>, text: &str, origin: &str) -> PyResult<String> {
     let (text, origin) = (text.to_owned(), origin.to_owned());
-    py.detach(move || guarded(|| api::load_json(&text, &origin)))
-        .map_err(panic_error)?
-        .map_err(|e| config_error(py, e))
+    py.detach(move || guarded(|| api::load_json(&text, &origin))).map_err(panic_error)?.map_err(|e| config_error(py, e))
 }
 
 /// Run one simulation of a (normalised or not) JSON config; returns the
@@ -186,9 +178,7 @@ fn reproduce_json(py: Python<'_>, name: &str, progress: Option<Py<PyAny>>) -> Py
 #[pyfunction]
 fn bench_json(py: Python<'_>, which: &str) -> PyResult<String> {
     let which = which.to_owned();
-    py.detach(move || guarded(|| api::bench_json(&which)))
-        .map_err(panic_error)?
-        .map_err(PyRuntimeError::new_err)
+    py.detach(move || guarded(|| api::bench_json(&which))).map_err(panic_error)?.map_err(PyRuntimeError::new_err)
 }
 
 /// Convert a valgrind lackey+syscall log (file or FIFO) into a foliosim

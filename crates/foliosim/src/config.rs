@@ -53,7 +53,13 @@ struct Ctx<'a> {
 
 impl Ctx<'_> {
     fn err(&self, table: &str, key: &str, reason: impl Into<String>) -> ConfigError {
-        let full = if table.is_empty() { key.to_string() } else if key.is_empty() { table.to_string() } else { format!("{table}.{key}") };
+        let full = if table.is_empty() {
+            key.to_string()
+        } else if key.is_empty() {
+            table.to_string()
+        } else {
+            format!("{table}.{key}")
+        };
         ConfigError { file: self.file.to_string(), line: find_line(self.text, table, key), key: full, reason: reason.into() }
     }
 }
@@ -101,7 +107,9 @@ fn json_to_toml(v: &serde_json::Value) -> Option<toml::Value> {
         }
         serde_json::Value::String(s) => toml::Value::String(s.clone()),
         serde_json::Value::Array(a) => toml::Value::Array(a.iter().map(json_to_toml).collect::<Option<_>>()?),
-        serde_json::Value::Object(o) => toml::Value::Table(o.iter().map(|(k, v)| Some((k.clone(), json_to_toml(v)?))).collect::<Option<_>>()?),
+        serde_json::Value::Object(o) => {
+            toml::Value::Table(o.iter().map(|(k, v)| Some((k.clone(), json_to_toml(v)?))).collect::<Option<_>>()?)
+        }
     })
 }
 
@@ -183,7 +191,14 @@ pub fn load_profile(name: &str, base: &Path) -> Result<Profile, (String, Option<
             let p: PathBuf = if Path::new(name).is_absolute() { name.into() } else { base.join(name) };
             match std::fs::read_to_string(&p) {
                 Ok(t) => (t, p.display().to_string()),
-                Err(e) => return Err((String::new(), None, "machine.profile".into(), format!("\"{name}\" is neither a builtin profile nor a readable file ({e})"))),
+                Err(e) => {
+                    return Err((
+                        String::new(),
+                        None,
+                        "machine.profile".into(),
+                        format!("\"{name}\" is neither a builtin profile nor a readable file ({e})"),
+                    ))
+                }
             }
         }
     };
@@ -191,7 +206,8 @@ pub fn load_profile(name: &str, base: &Path) -> Result<Profile, (String, Option<
         let line = e.span().map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1);
         (file.clone(), line, "(profile)".to_string(), e.message().lines().next().unwrap_or("").to_string())
     })?;
-    prof.validate().map_err(|(k, r)| (file.clone(), find_line(&text, k.split('.').next().unwrap_or(""), k.rsplit('.').next().unwrap_or("")), k, r))?;
+    prof.validate()
+        .map_err(|(k, r)| (file.clone(), find_line(&text, k.split('.').next().unwrap_or(""), k.rsplit('.').next().unwrap_or("")), k, r))?;
     Ok(prof)
 }
 
@@ -234,7 +250,11 @@ fn from_table(mut root: toml::Table, ctx: &Ctx) -> Result<Config, ConfigError> {
             v => return Err(ctx.err("machine", "node_mem_mib", format!("expected an array of MiB per node, got {}", v.type_str()))),
         };
         if arr.len() != prof.nodes.len() {
-            return Err(ctx.err("machine", "node_mem_mib", format!("the profile has {} nodes but {} sizes were given", prof.nodes.len(), arr.len())));
+            return Err(ctx.err(
+                "machine",
+                "node_mem_mib",
+                format!("the profile has {} nodes but {} sizes were given", prof.nodes.len(), arr.len()),
+            ));
         }
         for (i, x) in arr.iter().enumerate() {
             match x {
@@ -266,7 +286,9 @@ fn from_table(mut root: toml::Table, ctx: &Ctx) -> Result<Config, ConfigError> {
     let guests = match m.remove("guests") {
         None => 1,
         Some(toml::Value::Integer(n)) if (1..=MAX_GUESTS as i64).contains(&n) => n as u32,
-        Some(v) => return Err(ctx.err("machine", "guests", format!("expected an integer 1..={MAX_GUESTS} (VM guests sharing one host), got {v}"))),
+        Some(v) => {
+            return Err(ctx.err("machine", "guests", format!("expected an integer 1..={MAX_GUESTS} (VM guests sharing one host), got {v}")))
+        }
     };
     let guest_stagger_ms = get_f64(ctx, &mut m, "machine", "guest_stagger_ms", 0.0, 0.0, 3.6e6)?;
     if guest_stagger_ms > 0.0 && guests < 2 {
@@ -307,7 +329,8 @@ fn from_table(mut root: toml::Table, ctx: &Ctx) -> Result<Config, ConfigError> {
         None => return Err(ctx.err("workload", "name", "missing: which workload to run (see `foliosim list`)")),
         Some(v) => return Err(ctx.err("workload", "name", format!("expected a string, got {}", v.type_str()))),
     };
-    let info = workload::find(&name).ok_or_else(|| ctx.err("workload", "name", format!("unknown workload \"{name}\" (see `foliosim list`)")))?;
+    let info =
+        workload::find(&name).ok_or_else(|| ctx.err("workload", "name", format!("unknown workload \"{name}\" (see `foliosim list`)")))?;
     let raw: RawParams = w.into_iter().collect();
     let wl = (info.build)(&mut Params::new(raw.clone())).map_err(|msg| {
         let (k, reason) = msg.split_once(": ").unwrap_or(("", msg.as_str()));
@@ -319,7 +342,11 @@ fn from_table(mut root: toml::Table, ctx: &Ctx) -> Result<Config, ConfigError> {
             return Err(ctx.err(
                 "workload",
                 "",
-                format!("needs about {:.1} GiB but the machine has {:.1} GiB", need as f64 / (1u64 << 30) as f64, have as f64 / (1u64 << 30) as f64),
+                format!(
+                    "needs about {:.1} GiB but the machine has {:.1} GiB",
+                    need as f64 / (1u64 << 30) as f64,
+                    have as f64 / (1u64 << 30) as f64
+                ),
             ));
         }
     }
@@ -330,7 +357,12 @@ fn from_table(mut root: toml::Table, ctx: &Ctx) -> Result<Config, ConfigError> {
         return Err(ctx.err(
             "knobs",
             "host.prealloc",
-            format!("{guests} preallocated guests of {} MiB need {} MiB but host.mem_mib is {}", prof.total_mem_mib(), guests as u64 * prof.total_mem_mib(), kn.host_mem_mib),
+            format!(
+                "{guests} preallocated guests of {} MiB need {} MiB but host.mem_mib is {}",
+                prof.total_mem_mib(),
+                guests as u64 * prof.total_mem_mib(),
+                kn.host_mem_mib
+            ),
         ));
     }
     // Normalised form: everything explicit.
@@ -367,7 +399,19 @@ fn from_table(mut root: toml::Table, ctx: &Ctx) -> Result<Config, ConfigError> {
         "run": serde_json::to_value(&run).unwrap(),
         "knobs": knobs_json,
     });
-    Ok(Config { seed, profile_name, profile: prof, workload: name, workload_params: raw, run, knob_values, knobs: kn, guests, guest_stagger_ms, normalized })
+    Ok(Config {
+        seed,
+        profile_name,
+        profile: prof,
+        workload: name,
+        workload_params: raw,
+        run,
+        knob_values,
+        knobs: kn,
+        guests,
+        guest_stagger_ms,
+        normalized,
+    })
 }
 
 #[cfg(test)]
@@ -403,7 +447,11 @@ mod tests {
         let c = from_toml(&format!("{base}\"kernel/mm/transparent_hugepage/hugepages-64kB/enabled\" = \"always\"\n"), "c.toml").unwrap();
         assert_eq!(c.knobs.anon_folio.mode, crate::kernel::knobs::AnonFolioMode::Upstream);
         assert_eq!(c.normalized["knobs"]["anon_folio.mode"], "upstream");
-        let c = from_toml(&format!("{base}\"kernel/mm/transparent_hugepage/hugepages-64kB/enabled\" = \"always\"\n\"anon_folio.mode\" = \"rfc-v2\"\n"), "c.toml").unwrap();
+        let c = from_toml(
+            &format!("{base}\"kernel/mm/transparent_hugepage/hugepages-64kB/enabled\" = \"always\"\n\"anon_folio.mode\" = \"rfc-v2\"\n"),
+            "c.toml",
+        )
+        .unwrap();
         assert_eq!(c.knobs.anon_folio.mode, crate::kernel::knobs::AnonFolioMode::RfcV2, "an explicit mode wins");
         let c = from_toml(base, "c.toml").unwrap();
         assert_eq!(c.knobs.anon_folio.mode, crate::kernel::knobs::AnonFolioMode::Off);

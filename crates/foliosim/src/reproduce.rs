@@ -21,88 +21,134 @@ use serde_json::{json, Value};
 mod luf;
 mod mthp;
 
+/// An experiment's body: runs its points, reporting progress (returning
+/// false from the callback stops it), and returns its result JSON.
+pub type ExperimentFn = fn(&mut dyn FnMut(&Progress) -> bool) -> Result<Value, ConfigError>;
+
 pub struct Experiment {
     pub name: &'static str,
     pub title: &'static str,
-    pub run: fn(&mut dyn FnMut(&Progress) -> bool) -> Result<Value, ConfigError>,
+    pub run: ExperimentFn,
 }
 
 pub fn registry() -> Vec<Experiment> {
-    let mut v = vec![Experiment {
-        name: "core-pf1-scaling",
-        title: "will-it-scale page_fault1, processes, 1/2/4/8 tasks on generic-x86 (core scaling curve)",
-        run: core_pf1_scaling,
-    },
-    Experiment {
-        name: "mthp-will-it-scale",
-        title: "will-it-scale one task, process mode: baseline vs order-4 large anon folios (spec/000 §4.5)",
-        run: mthp::mthp_will_it_scale,
-    },
-    Experiment {
-        name: "mthp-memory",
-        title: "Memory cost of large anon folios: the sparse-touch pathology (spec/000 P-1)",
-        run: mthp::mthp_memory,
-    },
-    Experiment {
-        name: "mthp-orders",
-        title: "will-it-scale page_fault1 and malloc1 over the max anon folio order 0..9 (spec/000 §4.7)",
-        run: mthp::mthp_orders,
-    },
-    Experiment {
-        name: "mthp-tlb-reach",
-        title: "TLB reach of large anon folios: dTLB misses with 4 KiB, HPA and contpte entries",
-        run: mthp::mthp_tlb_reach,
-    },
-    Experiment {
-        name: "mthp-kernel-build",
-        title: "Kernel-build-like workload at -j8 and -j160: real/user/sys, baseline vs order-4 (spec/000 §4.2, §4.4)",
-        run: mthp::mthp_kernel_build,
-    },
-    Experiment {
-        name: "mthp-patches",
-        title: "Per-patch breakdown of the kernel-build gain, -j8 (spec/000 §4.8)",
-        run: mthp::mthp_patches,
-    },
-    Experiment {
-        name: "spf-ebizzy",
-        title: "ebizzy -mTt N (SPF seed §4.4-4.5): records/s under mmap_lock, spf and per_vma on a 24- and 48-CPU x86",
-        run: spf_ebizzy,
-    },
-    Experiment {
-        name: "spf-will-it-scale",
-        title: "will-it-scale page_fault2/3 threads and processes (SPF seed §4.6-4.8): SPF on vs off",
-        run: spf_will_it_scale,
-    },
-    Experiment {
-        name: "spf-kernbench",
-        title: "kernbench proxy (SPF seed §4.2, §4.4): single-threaded processes never try SPF",
-        run: spf_kernbench,
-    },
-    Experiment {
-        name: "spf-vs-per-vma",
-        title: "mmap_lock vs spf vs per_vma on the mixed fault/mmap workload and page_fault2 threads, with abort rates",
-        run: spf_vs_per_vma,
-    }
+    let mut v = vec![
+        Experiment {
+            name: "core-pf1-scaling",
+            title: "will-it-scale page_fault1, processes, 1/2/4/8 tasks on generic-x86 (core scaling curve)",
+            run: core_pf1_scaling,
+        },
+        Experiment {
+            name: "mthp-will-it-scale",
+            title: "will-it-scale one task, process mode: baseline vs order-4 large anon folios (spec/000 §4.5)",
+            run: mthp::mthp_will_it_scale,
+        },
+        Experiment {
+            name: "mthp-memory",
+            title: "Memory cost of large anon folios: the sparse-touch pathology (spec/000 P-1)",
+            run: mthp::mthp_memory,
+        },
+        Experiment {
+            name: "mthp-orders",
+            title: "will-it-scale page_fault1 and malloc1 over the max anon folio order 0..9 (spec/000 §4.7)",
+            run: mthp::mthp_orders,
+        },
+        Experiment {
+            name: "mthp-tlb-reach",
+            title: "TLB reach of large anon folios: dTLB misses with 4 KiB, HPA and contpte entries",
+            run: mthp::mthp_tlb_reach,
+        },
+        Experiment {
+            name: "mthp-kernel-build",
+            title: "Kernel-build-like workload at -j8 and -j160: real/user/sys, baseline vs order-4 (spec/000 §4.2, §4.4)",
+            run: mthp::mthp_kernel_build,
+        },
+        Experiment {
+            name: "mthp-patches",
+            title: "Per-patch breakdown of the kernel-build gain, -j8 (spec/000 §4.8)",
+            run: mthp::mthp_patches,
+        },
+        Experiment {
+            name: "spf-ebizzy",
+            title: "ebizzy -mTt N (SPF seed §4.4-4.5): records/s under mmap_lock, spf and per_vma on a 24- and 48-CPU x86",
+            run: spf_ebizzy,
+        },
+        Experiment {
+            name: "spf-will-it-scale",
+            title: "will-it-scale page_fault2/3 threads and processes (SPF seed §4.6-4.8): SPF on vs off",
+            run: spf_will_it_scale,
+        },
+        Experiment {
+            name: "spf-kernbench",
+            title: "kernbench proxy (SPF seed §4.2, §4.4): single-threaded processes never try SPF",
+            run: spf_kernbench,
+        },
+        Experiment {
+            name: "spf-vs-per-vma",
+            title: "mmap_lock vs spf vs per_vma on the mixed fault/mmap workload and page_fault2 threads, with abort rates",
+            run: spf_vs_per_vma,
+        },
     ];
     // spec/003: free page reporting (virt/experiments.rs).
-    v.push(Experiment { name: "fpr-overhead", title: "free page reporting v17: page_fault1/page_fault2 overhead per configuration (seed table)", run: crate::virt::experiments::overhead });
-    v.push(Experiment { name: "fpr-host-memory", title: "free page reporting: host memory over time, memhog then page fault test, reporting on/off", run: crate::virt::experiments::host_memory });
-    v.push(Experiment { name: "fpr-overcommit", title: "free page reporting: N guests on an overcommitted host, host swap with/without reporting (new study)", run: crate::virt::experiments::overcommit });
+    v.push(Experiment {
+        name: "fpr-overhead",
+        title: "free page reporting v17: page_fault1/page_fault2 overhead per configuration (seed table)",
+        run: crate::virt::experiments::overhead,
+    });
+    v.push(Experiment {
+        name: "fpr-host-memory",
+        title: "free page reporting: host memory over time, memhog then page fault test, reporting on/off",
+        run: crate::virt::experiments::host_memory,
+    });
+    v.push(Experiment {
+        name: "fpr-overcommit",
+        title: "free page reporting: N guests on an overcommitted host, host swap with/without reporting (new study)",
+        run: crate::virt::experiments::overcommit,
+    });
     // spec/002: page-cache promotion (reproduce_promo.rs).
-    v.push(Experiment { name: "promo-table", title: "page-cache promotion: the five configurations of spec/002 (full scale)", run: crate::reproduce_promo::promo_table });
-    v.push(Experiment { name: "promo-convergence", title: "page-cache promotion: time per cycle while promotion runs (full scale)", run: crate::reproduce_promo::promo_convergence });
-    v.push(Experiment { name: "promo-order", title: "page-cache promotion: list_add_tail vs list_add (full scale)", run: crate::reproduce_promo::promo_order });
-    v.push(Experiment { name: "promo-uncapped", title: "page-cache promotion: per-task cap removed vs capped (full scale)", run: crate::reproduce_promo::promo_uncapped });
+    v.push(Experiment {
+        name: "promo-table",
+        title: "page-cache promotion: the five configurations of spec/002 (full scale)",
+        run: crate::reproduce_promo::promo_table,
+    });
+    v.push(Experiment {
+        name: "promo-convergence",
+        title: "page-cache promotion: time per cycle while promotion runs (full scale)",
+        run: crate::reproduce_promo::promo_convergence,
+    });
+    v.push(Experiment {
+        name: "promo-order",
+        title: "page-cache promotion: list_add_tail vs list_add (full scale)",
+        run: crate::reproduce_promo::promo_order,
+    });
+    v.push(Experiment {
+        name: "promo-uncapped",
+        title: "page-cache promotion: per-task cap removed vs capped (full scale)",
+        run: crate::reproduce_promo::promo_uncapped,
+    });
     // spec/004: lazy unmap flush (reproduce/luf.rs), scaled down.
-    v.push(Experiment { name: "luf-llama", title: "LUF: llama.cpp-like inference on tiered DRAM + CXL, LUF off vs on (spec/004 §3.2, memory scaled 1/512)", run: luf::luf_llama });
-    v.push(Experiment { name: "luf-xsbench", title: "LUF: XSBench-like lookups on a 1 GiB DRAM + far-memory VM, LUF off vs on (spec/004 §3.7, memory scaled 1/16)", run: luf::luf_xsbench });
+    v.push(Experiment {
+        name: "luf-llama",
+        title: "LUF: llama.cpp-like inference on tiered DRAM + CXL, LUF off vs on (spec/004 §3.2, memory scaled 1/512)",
+        run: luf::luf_llama,
+    });
+    v.push(Experiment {
+        name: "luf-xsbench",
+        title: "LUF: XSBench-like lookups on a 1 GiB DRAM + far-memory VM, LUF off vs on (spec/004 §3.7, memory scaled 1/16)",
+        run: luf::luf_xsbench,
+    });
     v
 }
 
 pub fn run(name: &str, progress: &mut dyn FnMut(&Progress) -> bool) -> Result<Value, ConfigError> {
     match registry().into_iter().find(|e| e.name == name) {
         Some(e) => (e.run)(progress),
-        None => Err(ConfigError { file: "(reproduce)".into(), line: None, key: name.into(), reason: "no such experiment (see `foliosim list`)".into() }),
+        None => Err(ConfigError {
+            file: "(reproduce)".into(),
+            line: None,
+            key: name.into(),
+            reason: "no such experiment (see `foliosim list`)".into(),
+        }),
     }
 }
 
@@ -121,7 +167,8 @@ fn run_point(
     let cfg = config::from_toml(toml, &format!("({exp})"))?;
     let total = cfg.run.warmup_s + cfg.run.duration_s;
     let mut inner = |p: &Progress| progress(&Progress { sim_s: i as f64 * total + p.sim_s, sim_total_s: n as f64 * total });
-    let out = run::simulate(&cfg, &mut inner).map_err(|e| ConfigError { file: format!("({exp})"), line: None, key: "run".into(), reason: e })?;
+    let out =
+        run::simulate(&cfg, &mut inner).map_err(|e| ConfigError { file: format!("({exp})"), line: None, key: "run".into(), reason: e })?;
     Ok((cfg, out))
 }
 
@@ -202,7 +249,12 @@ struct Point {
 fn spf_point(exp: &str, toml: &str, i: usize, n: usize, progress: &mut dyn FnMut(&Progress) -> bool) -> Result<Point, ConfigError> {
     let (cfg, out) = run_point(exp, toml, i, n, progress)?;
     let res = run::result_json(&cfg, &out);
-    Ok(Point { ops: res["summary"]["ops_per_s"].as_f64().unwrap_or(0.0), stat: out.kernel.stat.clone(), config: cfg.normalized.clone(), interrupted: out.interrupted })
+    Ok(Point {
+        ops: res["summary"]["ops_per_s"].as_f64().unwrap_or(0.0),
+        stat: out.kernel.stat.clone(),
+        config: cfg.normalized.clone(),
+        interrupted: out.interrupted,
+    })
 }
 
 fn st(p: &Point, name: &str) -> f64 {
@@ -328,7 +380,13 @@ fn spf_will_it_scale(progress: &mut dyn FnMut(&Progress) -> bool) -> Result<Valu
         let lab = format!("{label}, {w} {mode} x{cpus}");
         configs.push(json!({"label": format!("{lab}, mmap_lock"), "config": b.config}));
         configs.push(json!({"label": format!("{lab}, spf"), "config": s.config}));
-        let note = if cpus == 72 && mode == "threads" { "overshoots: the slab-packed VMA lines add nothing (each thread's VMA is allocated, faulted and freed on its own CPU); the loss comes from gate G2's read of mm_users, which shares mmap_lock's count line in 5.1's mm_struct: modelled as serialised with the line's down_read/up_read RMWs, it makes three transfers per fault of two" } else if label.contains("4.7") { "the seed saw no change here: the model's mmap_lock line is the bottleneck at 48 CPUs as at 72, so the gate's mm_users read on it costs as much (a read of a line in flux may cost less than the transfer modelled)" } else { "" };
+        let note = if cpus == 72 && mode == "threads" {
+            "overshoots: the slab-packed VMA lines add nothing (each thread's VMA is allocated, faulted and freed on its own CPU); the loss comes from gate G2's read of mm_users, which shares mmap_lock's count line in 5.1's mm_struct: modelled as serialised with the line's down_read/up_read RMWs, it makes three transfers per fault of two"
+        } else if label.contains("4.7") {
+            "the seed saw no change here: the model's mmap_lock line is the bottleneck at 48 CPUs as at 72, so the gate's mm_users read on it costs as much (a read of a line in flux may cost less than the transfer modelled)"
+        } else {
+            ""
+        };
         rows.push(json!({"label": lab.clone(), "metric": "SPF vs base ops/s change", "unit": "%", "seed": seed, "simulated": 100.0 * (ratio(s.ops, b.ops) - 1.0), "note": note}));
         if cpus == 72 && mode == "threads" {
             let s48 = if w == "page_fault2" { -10.0 } else { -12.4 };

@@ -28,7 +28,8 @@ const SEED: u64 = 1;
 /// Simulated passes before cycle 1 (0: the cache starts hot, see above).
 pub const WARM_PASSES: usize = 0;
 /// The seed's figures, s per 128 GB read cycle [spec/002 §3.2, §3.4].
-const SEED_TABLE: [(&str, f64); 5] = [("DRAM Base", 7.5804), ("Promo On", 7.7586), ("TopTier Chk", 7.9726), ("CXL Base", 9.75), ("Post-Promotion", 7.8941)];
+const SEED_TABLE: [(&str, f64); 5] =
+    [("DRAM Base", 7.5804), ("Promo On", 7.7586), ("TopTier Chk", 7.9726), ("CXL Base", 9.75), ("Post-Promotion", 7.8941)];
 const SEED_CONVERGENCE: [f64; 10] = [12.79, 12.52, 12.33, 12.03, 11.81, 11.58, 11.36, 11.10, 8.00, 7.96];
 
 #[derive(Clone)]
@@ -60,7 +61,8 @@ fn promo_run(exp: &str, toml: &str, progress: &mut dyn FnMut(&Progress) -> bool)
     }
     let cfg = config::from_toml(toml, &format!("({exp})"))?;
     let t0 = Instant::now();
-    let out = run::simulate(&cfg, progress).map_err(|e| ConfigError { file: format!("({exp})"), line: None, key: "run".into(), reason: e })?;
+    let out =
+        run::simulate(&cfg, progress).map_err(|e| ConfigError { file: format!("({exp})"), line: None, key: "run".into(), reason: e })?;
     let mut prev = out.kernel.tier.first_read_at.unwrap_or(0);
     let cycles = out
         .kernel
@@ -130,7 +132,11 @@ pub fn promo_table(progress: &mut dyn FnMut(&Progress) -> bool) -> Result<Value,
     let mut host = 0.0;
     for (i, (label, _, r, t)) in runs.iter().enumerate() {
         // DRAM and CXL base set the profile's copy bandwidths (cxl-1tb.toml).
-        let derived = if i == 0 || i == 3 { "not an independent check: the cxl-1tb profile's copy bandwidths were derived from the seed's DRAM and CXL baselines" } else { "" };
+        let derived = if i == 0 || i == 3 {
+            "not an independent check: the cxl-1tb profile's copy bandwidths were derived from the seed's DRAM and CXL baselines"
+        } else {
+            ""
+        };
         rows.push(json!({"label": label, "metric": "time per 128 GiB read cycle", "unit": "s", "seed": SEED_TABLE[i].1, "simulated": t, "note": derived}));
         if i > 0 {
             let note = if i == 3 { derived } else { "" };
@@ -169,7 +175,9 @@ pub fn promo_convergence(progress: &mut dyn FnMut(&Progress) -> bool) -> Result<
         rows.push(json!({"label": format!("cycle {}", i + 1), "metric": "time per 128 GiB read cycle", "unit": "s", "seed": s, "simulated": sim.get(i).copied().unwrap_or(0.0)}));
     }
     let elevated = sim.iter().take_while(|&&t| t > last(&sim) * 1.2).count();
-    rows.push(json!({"label": "cycles with promotion work", "metric": "elevated cycles", "unit": "cycles", "seed": 8, "simulated": elevated}));
+    rows.push(
+        json!({"label": "cycles with promotion work", "metric": "elevated cycles", "unit": "cycles", "seed": 8, "simulated": elevated}),
+    );
     rows.push(json!({"label": "promoted", "metric": "pgpromote_success", "unit": "pages", "seed": null, "simulated": r.promoted}));
     let xs: Vec<usize> = (1..=sim.len()).collect();
     Ok(json!({
@@ -222,7 +230,11 @@ pub fn promo_uncapped(progress: &mut dyn FnMut(&Progress) -> bool) -> Result<Val
     // The cap compares the page count with the rate-limit sysctl: its
     // maximum value removes it (the node rate limiter is bypassed anyway
     // while DRAM has room, pgdat_free_space_enough).
-    let un = promo_run("promo-uncapped", &toml_for(1, WARM_PASSES + 3, &format!("{PROMO}\"kernel.numa_balancing_promote_rate_limit_MBps\" = 1099511627776\n")), progress)?;
+    let un = promo_run(
+        "promo-uncapped",
+        &toml_for(1, WARM_PASSES + 3, &format!("{PROMO}\"kernel.numa_balancing_promote_rate_limit_MBps\" = 1099511627776\n")),
+        progress,
+    )?;
     let c: Vec<f64> = capped.cycles.iter().skip(WARM_PASSES).copied().collect();
     let u: Vec<f64> = un.cycles.iter().skip(WARM_PASSES).copied().collect();
     let elevated = |v: &[f64]| v.iter().take_while(|&&t| t > last(v) * 1.2).count();

@@ -207,7 +207,13 @@ pub(crate) struct Driver {
 impl Driver {
     /// Boot a kernel for `cfg` (with `seed`), let the workload set up and
     /// queue its tasks; they start at `start` (a guest booted that late).
-    pub(crate) fn new(cfg: &Config, seed: u64, start: Ns, mut wl: Box<dyn Workload>, boot_hook: &mut dyn FnMut(&mut Kernel)) -> Result<Driver, String> {
+    pub(crate) fn new(
+        cfg: &Config,
+        seed: u64,
+        start: Ns,
+        mut wl: Box<dyn Workload>,
+        boot_hook: &mut dyn FnMut(&mut Kernel),
+    ) -> Result<Driver, String> {
         let mut k = Kernel::boot(cfg.profile.clone(), cfg.knobs.clone(), cfg.run.check, seed)?;
         boot_hook(&mut k);
         {
@@ -324,7 +330,11 @@ impl Driver {
         // the end, the next audit (next_audit only moves when the checker
         // is on), the warm-up boundary not yet recorded (then every step
         // ends it: 0). None of these moves while the task runs its steps.
-        let stop = if self.ops_at_warmup.is_none() { 0 } else { self.next_sample.min(self.end).min(if k.check.enabled { self.next_audit } else { Ns::MAX }) };
+        let stop = if self.ops_at_warmup.is_none() {
+            0
+        } else {
+            self.next_sample.min(self.end).min(if k.check.enabled { self.next_audit } else { Ns::MAX })
+        };
         // Run steps of this task while it is still the earliest.
         loop {
             k.charge_irq(tid, cpu as u32);
@@ -509,7 +519,11 @@ pub fn result_json(cfg: &Config, o: &Outcome) -> Value {
         mmap_queued += m.mmap_lock.write_queued;
     }
     let lru_wait: Ns = k.nodes.iter().map(|n| n.lruvec.lru_lock.wait_ns).sum();
-    let zone = k.pa.nids().iter().map(|&n| k.pa.zone_lock_stats(n)).fold((0u64, 0u64, 0u64), |a, z| (a.0 + z.acquisitions, a.1 + z.contended, a.2 + z.wait_ns));
+    let zone =
+        k.pa.nids()
+            .iter()
+            .map(|&n| k.pa.zone_lock_stats(n))
+            .fold((0u64, 0u64, 0u64), |a, z| (a.0 + z.acquisitions, a.1 + z.contended, a.2 + z.wait_ns));
     let mut v = json!({
         "config": cfg.normalized,
         "interrupted": o.interrupted,

@@ -31,7 +31,19 @@ fn small(workload: &str, mode: &str, tasks: u32, extra: &str) -> String {
 
 #[test]
 fn every_will_it_scale_test_runs_clean_in_both_modes() {
-    for w in ["page_fault1", "page_fault2", "page_fault3", "malloc1", "mmap1", "mmap2", "tlb_flush1", "tlb_flush2", "tlb_flush3", "read1", "read2"] {
+    for w in [
+        "page_fault1",
+        "page_fault2",
+        "page_fault3",
+        "malloc1",
+        "mmap1",
+        "mmap2",
+        "tlb_flush1",
+        "tlb_flush2",
+        "tlb_flush3",
+        "read1",
+        "read2",
+    ] {
         for mode in ["processes", "threads"] {
             let size = if matches!(w, "tlb_flush2" | "read1" | "read2") { "" } else { "size_mib = 4" };
             let o = sim(&small(w, mode, 3, size));
@@ -171,9 +183,14 @@ fn checker_catches_a_leaked_mapcount() {
 #[test]
 fn checker_catches_broken_buddy_accounting() {
     for m in ["buddy_skip_nr_free_dec", "buddy_no_merge"] {
-        let t = small("page_fault1", "processes", 2, "size_mib = 4").replace("[run]", &format!("[knobs]\n\"debug.mutant\" = \"{m}\"\n[run]"));
+        let t =
+            small("page_fault1", "processes", 2, "size_mib = 4").replace("[run]", &format!("[knobs]\n\"debug.mutant\" = \"{m}\"\n[run]"));
         let o = sim(&t);
-        assert!(o.kernel.check.violations.iter().any(|v| v.contains("page allocator") || v.contains("nr_free")), "{m} must be caught: {:?}", o.kernel.check.violations);
+        assert!(
+            o.kernel.check.violations.iter().any(|v| v.contains("page allocator") || v.contains("nr_free")),
+            "{m} must be caught: {:?}",
+            o.kernel.check.violations
+        );
     }
 }
 
@@ -210,7 +227,14 @@ impl Workload for ForkCow {
         }
         self.ps += 1;
         match self.ps {
-            1 => Op::Mmap { addr: 0, len: PAGES * 4096, prot: prot::READ | prot::WRITE, flags: map::PRIVATE | map::ANONYMOUS, fd: -1, off: 0 },
+            1 => Op::Mmap {
+                addr: 0,
+                len: PAGES * 4096,
+                prot: prot::READ | prot::WRITE,
+                flags: map::PRIVATE | map::ANONYMOUS,
+                fd: -1,
+                off: 0,
+            },
             2..=17 => {
                 if self.ps == 2 {
                     self.addr = last.val() as u64;
@@ -309,7 +333,8 @@ fn the_checker_does_not_change_the_run() {
             for v in [&mut a, &mut b] {
                 v.as_object_mut().unwrap().retain(|k, _| k != "config" && k != "host_time_s" && k != "checker");
             }
-            let differ: Vec<&String> = a.as_object().unwrap().iter().filter(|(k, x)| b.get(k.as_str()) != Some(*x)).map(|(k, _)| k).collect();
+            let differ: Vec<&String> =
+                a.as_object().unwrap().iter().filter(|(k, x)| b.get(k.as_str()) != Some(*x)).map(|(k, _)| k).collect();
             assert!(differ.is_empty() && a == b, "{w}/{mode}: {differ:?} differ with the checker off");
             assert!(stat_of(&a, "pgfree") > 0, "{w}/{mode}: nothing was freed");
         }

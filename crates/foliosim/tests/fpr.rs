@@ -59,7 +59,9 @@ fn checker_catches_reported_flag_kept_on_allocation() {
 fn idle_guest_reports_a_sixteenth_per_list_per_pass_until_done() {
     // A 4 GiB idle guest: 1024 order-10 blocks -> budget ceil(1024/512) = 2,
     // so 3 report calls of 32 blocks reach order 10 in the first pass.
-    let t = |dur: f64| format!("[machine]\nprofile = \"e5-2630v3-guest-32g\"\nnode_mem_mib = [4096]\n[workload]\nname = \"memhog\"\nsize_mib = 1\n[knobs]\n\"host.prealloc\" = true\n\"page_reporting.enabled\" = true\n[run]\nwarmup_s = 0.0\nduration_s = {dur}\ncheck = true\naudit_interval_ms = 500.0\n");
+    let t = |dur: f64| {
+        format!("[machine]\nprofile = \"e5-2630v3-guest-32g\"\nnode_mem_mib = [4096]\n[workload]\nname = \"memhog\"\nsize_mib = 1\n[knobs]\n\"host.prealloc\" = true\n\"page_reporting.enabled\" = true\n[run]\nwarmup_s = 0.0\nduration_s = {dur}\ncheck = true\naudit_interval_ms = 500.0\n")
+    };
     let one = sim(&t(3.0));
     assert!(one.kernel.check.violations.is_empty(), "{:?}", one.kernel.check.violations);
     assert_eq!(st(&one, Stat::PageReportingPasses), 1, "the first pass starts 2 s after registration");
@@ -96,7 +98,12 @@ fn host_limit_swaps_and_reporting_avoids_it() {
         assert!(st(o, Stat::HostRss) <= 320 * 256);
     }
     assert!(st(&off, Stat::HostPswpout) > 0, "the limit forced no swap");
-    assert!(st(&on, Stat::HostPswpout) < st(&off, Stat::HostPswpout), "reporting did not reduce host swap: {} vs {}", st(&on, Stat::HostPswpout), st(&off, Stat::HostPswpout));
+    assert!(
+        st(&on, Stat::HostPswpout) < st(&off, Stat::HostPswpout),
+        "reporting did not reduce host swap: {} vs {}",
+        st(&on, Stat::HostPswpout),
+        st(&off, Stat::HostPswpout)
+    );
 }
 
 #[test]
@@ -157,7 +164,10 @@ fn one_guest_through_the_multi_guest_driver_is_the_single_run() {
     let single = run::simulate(&c, &mut |_| true).unwrap();
     let multi = foliosim::virt::guests::simulate_guests(&c, &mut |_| true).unwrap();
     let m = &multi.guests[0];
-    assert!(st(&single, Stat::HostPswpout) > 0 && st(&single, Stat::PageReportingReportedPages) > 0, "the run exercises host reclaim and reporting");
+    assert!(
+        st(&single, Stat::HostPswpout) > 0 && st(&single, Stat::PageReportingReportedPages) > 0,
+        "the run exercises host reclaim and reporting"
+    );
     assert_eq!(single.kernel.stat.v, m.kernel.stat.v);
     assert_eq!(single.samples_stat, m.samples_stat);
     assert_eq!(single.kernel.pa.free_extents(), m.kernel.pa.free_extents());

@@ -306,7 +306,8 @@ fn scenario_init_on_free(knobs: &str, seed: u64) -> H {
 fn scenario_wrap(knobs: &str, seed: u64) -> H {
     let mut h = H::boot(knobs, seed);
     let d = h.allocator(3);
-    h.k.luf.sets = vec![foliosim::mm::luf::LufSet { gen: 0x7fff, gen_next: 0x8000, gen_done: 0x7fff, done_prev: 0x7fff, ..Default::default() }];
+    h.k.luf.sets =
+        vec![foliosim::mm::luf::LufSet { gen: 0x7fff, gen_next: 0x8000, gen_done: 0x7fff, done_prev: 0x7fff, ..Default::default() }];
     let f = h.file(PAGES);
     let a0 = h.process(0);
     let a1 = h.thread(a0, 1);
@@ -327,7 +328,11 @@ fn scenario_wrap(knobs: &str, seed: u64) -> H {
 /// into reportable blocks, and the free-page-reporting worker isolates
 /// them and hands them to the host, which discards their contents.
 fn scenario_reporting(knobs: &str, seed: u64) -> H {
-    let (mut h, a, base, t, _) = readers_then_reclaim(&format!("{knobs}\n\"page_reporting.enabled\" = true\n\"page_reporting.page_reporting_order\" = 5"), seed, &[]);
+    let (mut h, a, base, t, _) = readers_then_reclaim(
+        &format!("{knobs}\n\"page_reporting.enabled\" = true\n\"page_reporting.page_reporting_order\" = 5"),
+        seed,
+        &[],
+    );
     let worker = h.k.prdev.as_ref().expect("reporting device").tid;
     let t = h.k.pa.drain_pages(t, 3);
     let c = h.k.tasks[a[0] as usize].cpu;
@@ -371,7 +376,8 @@ fn scenario_map_fixed(knobs: &str, seed: u64) -> H {
     let g = h.file(PAGES);
     let (_, t) = h.val(a[0], t + 100, Op::Munmap { addr: base, len: PAGES << 12 });
     let (fd, t) = h.val(a[0], t, Op::Open { file: g });
-    let (_, t) = h.val(a[0], t, Op::Mmap { addr: base, len: PAGES << 12, prot: prot::READ, flags: map::SHARED | map::FIXED, fd: fd as i32, off: 0 });
+    let (_, t) =
+        h.val(a[0], t, Op::Mmap { addr: base, len: PAGES << 12, prot: prot::READ, flags: map::SHARED | map::FIXED, fd: fd as i32, off: 0 });
     for &tid in &a {
         let r = h.rand(1000);
         h.read_all(tid, t + r, base);
@@ -415,7 +421,6 @@ fn scenario_atomic(knobs: &str, seed: u64) -> H {
     }
     h
 }
-
 
 fn all_scenarios(knobs: &str, seed: u64) -> Vec<(&'static str, H)> {
     vec![
@@ -494,7 +499,6 @@ fn v10_misses_the_rw_alias_and_v11_catches_it() {
 fn v10_misses_a_file_write_and_v11_catches_it() {
     assert!((1..=4).any(|s| scenario_file_write(LUF, s).violations().iter().any(|v| v.starts_with("I6b"))));
 }
-
 
 #[test]
 fn m1_skip_alloc_flush_is_caught() {
@@ -579,5 +583,3 @@ fn scenarios_are_deterministic() {
     let sb: Vec<_> = b.k.stat.iter().collect();
     assert_eq!(sa, sb);
 }
-
-

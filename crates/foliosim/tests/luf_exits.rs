@@ -226,7 +226,8 @@ fn scenario_munmap_freed_table(knobs: &str, seed: u64) -> H {
     let (_, t) = h.val(a[0], t + 100, Op::Munmap { addr: base, len: PAGES << 12 });
     assert!(h.k.mms[mm as usize].pt.table(base).is_none(), "free_pgtables freed the PTE table");
     let (fd, t) = h.val(a[0], t, Op::Open { file: g });
-    let (_, t) = h.val(a[0], t, Op::Mmap { addr: base, len: PAGES << 12, prot: prot::READ, flags: map::SHARED | map::FIXED, fd: fd as i32, off: 0 });
+    let (_, t) =
+        h.val(a[0], t, Op::Mmap { addr: base, len: PAGES << 12, prot: prot::READ, flags: map::SHARED | map::FIXED, fd: fd as i32, off: 0 });
     reread(&mut h, &a, base, t);
     h
 }
@@ -307,7 +308,9 @@ fn handover_forgetting_an_unsettled_migration_is_caught() {
 #[test]
 fn deferring_a_memory_failure_migration_is_caught() {
     let knobs = format!("{LUF}\n\"debug.mutant\" = \"luf_defer_memory_failure\"");
-    assert!((1..=SEEDS).any(|s| scenario_memory_failure(&knobs, s).violations().iter().any(|v| v.starts_with("I3") && v.contains("hwpoison"))));
+    assert!(
+        (1..=SEEDS).any(|s| scenario_memory_failure(&knobs, s).violations().iter().any(|v| v.starts_with("I3") && v.contains("hwpoison")))
+    );
 }
 
 #[test]
@@ -315,7 +318,6 @@ fn zap_skipping_an_empty_table_is_caught() {
     let knobs = format!("{LUF}\n\"debug.mutant\" = \"luf_zap_skips_empty_table\"");
     assert!((1..=SEEDS).any(|s| scenario_munmap_freed_table(&knobs, s).violations().iter().any(|v| v.starts_with("I6a"))));
 }
-
 
 /// `migrate.batch_flush = false` (7e12beb8ca2a reverted, the spec/004 §3.7
 /// baseline): moving a file two threads on CPUs 0 and 1 have mapped takes

@@ -5,8 +5,8 @@
 
 mod common;
 
-use foliosim::workload::{map, prot, Access, Op};
 use common::{readers_then_reclaim, H, LUF, LUF11, PAGES, SEEDS};
+use foliosim::workload::{map, prot, Access, Op};
 
 const BASE: &str = "";
 
@@ -39,7 +39,11 @@ fn scenario_asid_reuse(knobs: &str, seed: u64) -> H {
     for i in 0..6 {
         let y = h.process(x);
         let (fd, t1) = h.val(y, t + 10, Op::Open { file: g });
-        let (_, t1) = h.val(y, t1, Op::Mmap { addr: base, len: PAGES << 12, prot: prot::READ, flags: map::SHARED | map::FIXED, fd: fd as i32, off: 0 });
+        let (_, t1) = h.val(
+            y,
+            t1,
+            Op::Mmap { addr: base, len: PAGES << 12, prot: prot::READ, flags: map::SHARED | map::FIXED, fd: fd as i32, off: 0 },
+        );
         // The first five touch one page (enough to load their ASID); the
         // sixth, holding A's old slot, reads everything.
         let n = if i == 5 { PAGES } else { 1 };
@@ -72,7 +76,13 @@ fn asid_no_flush_on_reuse_is_caught() {
     let mut kinds = std::collections::BTreeSet::new();
     for s in 1..=SEEDS {
         for v in scenario_asid_reuse(&knobs, s).violations() {
-            kinds.insert(if v.starts_with("I6a") { "I6a" } else if v.contains("reallocated since") { "I2" } else { "other" });
+            kinds.insert(if v.starts_with("I6a") {
+                "I6a"
+            } else if v.contains("reallocated since") {
+                "I2"
+            } else {
+                "other"
+            });
         }
     }
     // Frames still free: the new mm reads A's old file through A's entry

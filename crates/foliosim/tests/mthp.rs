@@ -72,7 +72,14 @@ impl Workload for Script {
 }
 
 fn mmap_fixed(addr: u64, len: u64) -> Step {
-    Box::new(move |_| Op::Mmap { addr, len, prot: prot::READ | prot::WRITE, flags: map::PRIVATE | map::ANONYMOUS | map::FIXED, fd: -1, off: 0 })
+    Box::new(move |_| Op::Mmap {
+        addr,
+        len,
+        prot: prot::READ | prot::WRITE,
+        flags: map::PRIVATE | map::ANONYMOUS | map::FIXED,
+        fd: -1,
+        off: 0,
+    })
 }
 fn mmap_any(len: u64) -> Step {
     Box::new(move |_| Op::Mmap { addr: 0, len, prot: prot::READ | prot::WRITE, flags: map::PRIVATE | map::ANONYMOUS, fd: -1, off: 0 })
@@ -140,7 +147,14 @@ fn zero_page_write_is_large_under_rfc_only() {
     assert!(o.kernel.check.violations.is_empty(), "{:?}", o.kernel.check.violations);
     assert_eq!(o.kernel.mthp.path_b[4], 1);
     assert_eq!(stat(&o, "foliosim_zero_page_ptes"), 0);
-    let o = run_script(&base_cfg("\"anon_folio.mode\" = \"upstream\"\n\"kernel/mm/transparent_hugepage/hugepages-64kB/enabled\" = \"always\"", "generic-x86"), steps(), vec![]);
+    let o = run_script(
+        &base_cfg(
+            "\"anon_folio.mode\" = \"upstream\"\n\"kernel/mm/transparent_hugepage/hugepages-64kB/enabled\" = \"always\"",
+            "generic-x86",
+        ),
+        steps(),
+        vec![],
+    );
     assert!(o.kernel.check.violations.is_empty(), "{:?}", o.kernel.check.violations);
     assert_eq!(o.kernel.mthp.path_b[0], 1);
     assert_eq!(o.kernel.mthp.path_b[4], 0);
@@ -153,11 +167,19 @@ fn upstream_per_size_controls() {
     let up = "\"anon_folio.mode\" = \"upstream\"\n";
     let steps = || vec![mmap_fixed(0x200000, 0x400000), store_at(0x212000)];
     // 32 kB always, 64 kB never: order 3.
-    let o = run_script(&base_cfg(&format!("{up}\"kernel/mm/transparent_hugepage/hugepages-32kB/enabled\" = \"always\""), "generic-x86"), steps(), vec![]);
+    let o = run_script(
+        &base_cfg(&format!("{up}\"kernel/mm/transparent_hugepage/hugepages-32kB/enabled\" = \"always\""), "generic-x86"),
+        steps(),
+        vec![],
+    );
     assert_eq!(o.kernel.mthp.path_a[3], 1);
     assert_eq!(o.kernel.mthp.anon_fault_alloc[3], 1);
     // 64 kB madvise without MADV_HUGEPAGE: order 0.
-    let o = run_script(&base_cfg(&format!("{up}\"kernel/mm/transparent_hugepage/hugepages-64kB/enabled\" = \"madvise\""), "generic-x86"), steps(), vec![]);
+    let o = run_script(
+        &base_cfg(&format!("{up}\"kernel/mm/transparent_hugepage/hugepages-64kB/enabled\" = \"madvise\""), "generic-x86"),
+        steps(),
+        vec![],
+    );
     assert_eq!(o.kernel.mthp.path_a[0], 1);
     // 64 kB inherit + top-level always: order 4... but 2048 kB inherits too, so PMD first.
     let o = run_script(
@@ -231,7 +253,14 @@ fn range_reuse_after_the_child_exits() {
     for i in 0..16 {
         parent.push(store_rel(i * 4096));
     }
-    let o = run_script(&base_cfg("\"anon_folio.mode\" = \"upstream\"\n\"kernel/mm/transparent_hugepage/hugepages-64kB/enabled\" = \"always\"", "generic-x86"), parent, vec![store_rel(0x1000)]);
+    let o = run_script(
+        &base_cfg(
+            "\"anon_folio.mode\" = \"upstream\"\n\"kernel/mm/transparent_hugepage/hugepages-64kB/enabled\" = \"always\"",
+            "generic-x86",
+        ),
+        parent,
+        vec![store_rel(0x1000)],
+    );
     assert!(o.kernel.check.violations.is_empty(), "{:?}", o.kernel.check.violations);
     assert!(stat(&o, "foliosim_fault_cow") >= 15, "6.12 copies a non-exclusive large folio page by page");
 }
@@ -340,7 +369,17 @@ fn checker_catches_overwriting_a_populated_pte() {
 
 #[test]
 fn checker_catches_cow_of_an_exclusive_page() {
-    let v = mutant("mthp_cow_exclusive", vec![mmap_any(1 << 20), store_rel(0), Box::new(|b| Op::Mprotect { addr: b, len: 1 << 20, prot: prot::READ }), Box::new(|b| Op::Mprotect { addr: b, len: 1 << 20, prot: prot::READ | prot::WRITE }), store_rel(0x1000)], vec![]);
+    let v = mutant(
+        "mthp_cow_exclusive",
+        vec![
+            mmap_any(1 << 20),
+            store_rel(0),
+            Box::new(|b| Op::Mprotect { addr: b, len: 1 << 20, prot: prot::READ }),
+            Box::new(|b| Op::Mprotect { addr: b, len: 1 << 20, prot: prot::READ | prot::WRITE }),
+            store_rel(0x1000),
+        ],
+        vec![],
+    );
     assert!(v.iter().any(|s| s.contains("I-12")), "{v:?}");
 }
 
@@ -361,7 +400,13 @@ fn print_reproduction() {
     let t0 = std::time::Instant::now();
     let v = foliosim::reproduce::run(&name, &mut |_| true).unwrap();
     for r in v["rows"].as_array().unwrap() {
-        println!("{:<14} {:<40} seed {:>12} sim {:>12}", r["label"].as_str().unwrap_or(""), r["metric"].as_str().unwrap_or(""), r["seed"].to_string(), format!("{:.1}", r["simulated"].as_f64().unwrap_or(f64::NAN)));
+        println!(
+            "{:<14} {:<40} seed {:>12} sim {:>12}",
+            r["label"].as_str().unwrap_or(""),
+            r["metric"].as_str().unwrap_or(""),
+            r["seed"].to_string(),
+            format!("{:.1}", r["simulated"].as_f64().unwrap_or(f64::NAN))
+        );
     }
     for n in v["notes"].as_array().unwrap() {
         println!("note: {}", n.as_str().unwrap());
@@ -391,7 +436,11 @@ fn split_queue_lock_contention_is_visible_with_many_cpus() {
         ));
         let o = run::simulate(&c, &mut |_| true).unwrap();
         let j = run::result_json(&c, &o);
-        (j["locks"]["split_queue_lock_acquisitions"].as_u64().unwrap(), j["locks"]["split_queue_lock_contended"].as_u64().unwrap(), j["locks"]["split_queue_lock_wait_ns"].as_u64().unwrap())
+        (
+            j["locks"]["split_queue_lock_acquisitions"].as_u64().unwrap(),
+            j["locks"]["split_queue_lock_contended"].as_u64().unwrap(),
+            j["locks"]["split_queue_lock_wait_ns"].as_u64().unwrap(),
+        )
     };
     let (acq, cont, wait) = run_it("tlb_flush2", "");
     assert!(acq > 0 && cont > 0 && wait > 0, "tlb_flush2: acquisitions {acq} contended {cont} wait {wait}");
@@ -463,7 +512,14 @@ impl Workload for SharedRegion {
             return Op::Access { addr: self.addr + (s % REGION_PAGES) * 4096, kind: Access::Store };
         }
         match s % (REGION_PAGES + 2) {
-            0 => Op::Mmap { addr: 0, len: REGION_PAGES << 12, prot: prot::READ | prot::WRITE, flags: map::PRIVATE | map::ANONYMOUS, fd: -1, off: 0 },
+            0 => Op::Mmap {
+                addr: 0,
+                len: REGION_PAGES << 12,
+                prot: prot::READ | prot::WRITE,
+                flags: map::PRIVATE | map::ANONYMOUS,
+                fd: -1,
+                off: 0,
+            },
             k @ 1..=REGION_PAGES => {
                 if k == 1 {
                     self.addr = last.val() as u64;
@@ -487,14 +543,19 @@ fn checker_sees_stale_contpte_entries() {
     assert!(stat(&o, "foliosim_tlb_fill_contpte") > 0, "thread 1 should fill 64 KiB entries");
     assert!(stat(&o, "nr_tlb_remote_flush") > 0);
     let o = shared_region("skip_shootdown");
-    assert!(o.kernel.check.violations.iter().any(|v| v.contains("stale")), "a skipped shootdown of contpte entries must be caught: {:?}", o.kernel.check.violations);
+    assert!(
+        o.kernel.check.violations.iter().any(|v| v.contains("stale")),
+        "a skipped shootdown of contpte entries must be caught: {:?}",
+        o.kernel.check.violations
+    );
 }
 
 /// The deferred-split shrinker (run by reclaim) splits partly mapped folios
 /// to order 0 and frees the unmapped halves; the audit stays clean.
 #[test]
 fn deferred_split_shrinker_frees_unmapped_pages() {
-    let mut steps: Vec<Step> = vec![mmap_any(1 << 20), Box::new(|b| Op::AccessRange { addr: b, stride: 4096, count: 256, kind: Access::Store })];
+    let mut steps: Vec<Step> =
+        vec![mmap_any(1 << 20), Box::new(|b| Op::AccessRange { addr: b, stride: 4096, count: 256, kind: Access::Store })];
     for blk in 0..16u64 {
         steps.push(Box::new(move |b| Op::Madvise { addr: b + blk * 0x10000, len: 0x8000, advice: Advice::DontNeed }));
     }

@@ -40,7 +40,17 @@ struct Params {
 
 impl Default for Params {
     fn default() -> Self {
-        Params { filler_mib: 256, data_mib: 8, file_mib: 8, cold_mib: 0, cold_every: 0, compute_ns: 20_000_000, iters: 150, write_at_end: false, skip_data: false }
+        Params {
+            filler_mib: 256,
+            data_mib: 8,
+            file_mib: 8,
+            cold_mib: 0,
+            cold_every: 0,
+            compute_ns: 20_000_000,
+            iters: 150,
+            write_at_end: false,
+            skip_data: false,
+        }
     }
 }
 
@@ -74,12 +84,17 @@ impl Workload for Tiered {
         env.spawn_process(Some(0))?;
         Ok(())
     }
-    fn next_op(&mut self, task: TaskId, last: Ret, ops: &mut u64) -> Op {
+    fn next_op(&mut self, _task: TaskId, last: Ret, ops: &mut u64) -> Op {
         *ops += 1;
         let p = self.p.clone();
         if self.script.is_empty() {
             // Phase 1: fill DRAM, place data and cold regions on CXL, open the file.
-            self.script = vec![Self::anon(FILLER, p.filler_mib), Self::range(FILLER, p.filler_mib, Access::Store), Self::anon(DATA, p.data_mib), Self::range(DATA, p.data_mib, Access::Store)];
+            self.script = vec![
+                Self::anon(FILLER, p.filler_mib),
+                Self::range(FILLER, p.filler_mib, Access::Store),
+                Self::anon(DATA, p.data_mib),
+                Self::range(DATA, p.data_mib, Access::Store),
+            ];
             if p.cold_mib > 0 {
                 self.script.push(Self::anon(COLD, p.cold_mib));
                 self.script.push(Self::range(COLD, p.cold_mib, Access::Store));
@@ -93,11 +108,18 @@ impl Workload for Tiered {
         }
         if self.fd < 0 {
             self.fd = last.val() as i32;
-            self.script.push(Op::Mmap { addr: FMAP, len: p.file_mib * MIB, prot: prot::READ | prot::WRITE, flags: map::SHARED | map::FIXED, fd: self.fd, off: 0 });
+            self.script.push(Op::Mmap {
+                addr: FMAP,
+                len: p.file_mib * MIB,
+                prot: prot::READ | prot::WRITE,
+                flags: map::SHARED | map::FIXED,
+                fd: self.fd,
+                off: 0,
+            });
             self.script.push(Self::range(FMAP, p.file_mib, Access::Load));
             // Phase 2: the filler goes, DRAM has room.
             self.script.push(Op::Munmap { addr: FILLER, len: p.filler_mib * MIB });
-            return self.next_op(task, last, &mut 0);
+            return self.next_op(_task, last, &mut 0);
         }
         // Phase 3: hot passes, a cold pass now and then, computation between.
         if self.iter < p.iters {
@@ -280,7 +302,15 @@ fn deterministic() {
     let a = sim(Params::default(), 2.5, TIERING);
     let b = sim(Params::default(), 2.5, TIERING);
     assert_eq!(a.sim_end, b.sim_end);
-    for name in ["numa_pte_updates", "numa_hint_faults", "pgpromote_success", "pgpromote_candidate", "pgmigrate_success", "nr_tlb_remote_flush", "pgfault"] {
+    for name in [
+        "numa_pte_updates",
+        "numa_hint_faults",
+        "pgpromote_success",
+        "pgpromote_candidate",
+        "pgmigrate_success",
+        "nr_tlb_remote_flush",
+        "pgfault",
+    ] {
         assert_eq!(stat(&a, name), stat(&b, name), "{name}");
     }
     let pfns = |o: &Outcome| region(o, DATA, 8).iter().map(|(p, _)| p.0).collect::<Vec<_>>();
@@ -331,8 +361,21 @@ impl Workload for Interplay {
             return op;
         }
         if self.parent.is_empty() {
-            self.parent = vec![Tiered::anon(FILLER, 256), Tiered::range(FILLER, 256, Access::Store), Tiered::anon(DATA, 8), Tiered::range(DATA, 8, Access::Store), Op::Open { file: self.file }];
-            self.child = vec![Tiered::range(FMAP, 8, Access::Load), Tiered::range(DATA, 8, Access::Load), Tiered::range(DATA + 6 * MIB, 1, Access::Store), Op::Compute { ns: 1_500_000_000 }, Tiered::range(DATA, 8, Access::Load), Op::Exit];
+            self.parent = vec![
+                Tiered::anon(FILLER, 256),
+                Tiered::range(FILLER, 256, Access::Store),
+                Tiered::anon(DATA, 8),
+                Tiered::range(DATA, 8, Access::Store),
+                Op::Open { file: self.file },
+            ];
+            self.child = vec![
+                Tiered::range(FMAP, 8, Access::Load),
+                Tiered::range(DATA, 8, Access::Load),
+                Tiered::range(DATA + 6 * MIB, 1, Access::Store),
+                Op::Compute { ns: 1_500_000_000 },
+                Tiered::range(DATA, 8, Access::Load),
+                Op::Exit,
+            ];
         }
         if self.pc == self.parent.len() && self.fd < 0 {
             self.fd = last.val() as i32;

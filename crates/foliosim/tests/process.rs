@@ -137,7 +137,14 @@ fn exec_maps_the_binary_from_the_shared_page_cache() {
 /// wait4 finds no children. exec's argument-page fault is billed to execve.
 #[test]
 fn wait_reaps_the_child_after_exec_and_exit() {
-    let anon = Op::Mmap { addr: 0x1000_0000, len: 16 * 4096, prot: prot::READ | prot::WRITE, flags: map::PRIVATE | map::ANONYMOUS | map::FIXED, fd: -1, off: 0 };
+    let anon = Op::Mmap {
+        addr: 0x1000_0000,
+        len: 16 * 4096,
+        prot: prot::READ | prot::WRITE,
+        flags: map::PRIVATE | map::ANONYMOUS | map::FIXED,
+        fd: -1,
+        off: 0,
+    };
     let parent = vec![
         anon,
         Op::AccessRange { addr: 0x1000_0000, stride: 4096, count: 16, kind: Access::Store },

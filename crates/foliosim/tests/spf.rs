@@ -53,7 +53,9 @@ impl Workload for Races {
             self.tasks.push(env.spawn_thread(a, Some(c))?);
         }
         let s = env.seed();
-        self.rng = (0..4u64).map(|i| s.wrapping_add(1).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ (i + 1).wrapping_mul(0xbf58_476d_1ce4_e5b9)).collect();
+        self.rng = (0..4u64)
+            .map(|i| s.wrapping_add(1).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ (i + 1).wrapping_mul(0xbf58_476d_1ce4_e5b9))
+            .collect();
         Ok(())
     }
     fn next_op(&mut self, task: TaskId, last: Ret, ops: &mut u64) -> Op {
@@ -65,7 +67,14 @@ impl Workload for Races {
             }
             if self.init == 0 {
                 self.init = 1;
-                return Op::Mmap { addr: 0, len: SLOT * SLOTS, prot: prot::READ | prot::WRITE, flags: map::PRIVATE | map::ANONYMOUS, fd: -1, off: 0 };
+                return Op::Mmap {
+                    addr: 0,
+                    len: SLOT * SLOTS,
+                    prot: prot::READ | prot::WRITE,
+                    flags: map::PRIVATE | map::ANONYMOUS,
+                    fd: -1,
+                    off: 0,
+                };
             }
             self.base = last.val() as u64;
             return Op::AccessRange { addr: self.base, stride: 4096, count: SLOT_PAGES * SLOTS, kind: Access::Store };
@@ -76,7 +85,14 @@ impl Workload for Races {
             0..=44 => Op::Access { addr: self.base + (r >> 12) % (SLOT_PAGES * SLOTS) * 4096, kind: Access::Store },
             45..=69 => Op::Access { addr: self.base + (r >> 12) % (SLOT_PAGES * SLOTS) * 4096, kind: Access::Load },
             70..=77 => Op::Munmap { addr: slot, len: SLOT },
-            78..=87 => Op::Mmap { addr: slot, len: SLOT, prot: prot::READ | prot::WRITE, flags: map::PRIVATE | map::ANONYMOUS | map::FIXED, fd: -1, off: 0 },
+            78..=87 => Op::Mmap {
+                addr: slot,
+                len: SLOT,
+                prot: prot::READ | prot::WRITE,
+                flags: map::PRIVATE | map::ANONYMOUS | map::FIXED,
+                fd: -1,
+                off: 0,
+            },
             88..=93 => Op::Mprotect { addr: slot, len: SLOT, prot: if r & 1 == 0 { prot::READ } else { prot::READ | prot::WRITE } },
             94..=96 => Op::Mremap { addr: slot, old_len: SLOT, new_len: SLOT / 2, may_move: false },
             _ => Op::Mremap { addr: slot, old_len: SLOT / 2, new_len: SLOT, may_move: false },

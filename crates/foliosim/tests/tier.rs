@@ -89,7 +89,12 @@ fn promotion_is_capped_per_read_call_and_converges() {
 
 #[test]
 fn off_means_off() {
-    for knobs in ["", "\"kernel.numa_balancing\" = 2\n", "\"kernel/mm/numa/pagecache_promotion_enabled\" = true\n", "\"kernel.numa_balancing\" = 1\n\"kernel/mm/numa/pagecache_promotion_enabled\" = true\n"] {
+    for knobs in [
+        "",
+        "\"kernel.numa_balancing\" = 2\n",
+        "\"kernel/mm/numa/pagecache_promotion_enabled\" = true\n",
+        "\"kernel.numa_balancing\" = 1\n\"kernel/mm/numa/pagecache_promotion_enabled\" = true\n",
+    ] {
         let o = sim(&tiered(5, knobs));
         assert_eq!(stat(&o, "pgpromote_success"), 0, "{knobs}");
         assert_eq!(stat(&o, "numa_hint_page_cache"), 0, "{knobs}");
@@ -178,7 +183,13 @@ fn direct_reclaim_demotes_before_dropping() {
     let base = "[machine]\nprofile = \"cxl-1tb\"\nnr_cpus = 2\nnode_mem_mib = [128, 128]\n[workload]\nname = \"file_reader\"\nfs = \"disk\"\nfile_mib = 400\nchunk_kib = 1024\ncycles = 1\n[run]\nwarmup_s = 0.0\nduration_s = 5.0\ncheck = true\naudit_interval_ms = 5.0\n[knobs]\n";
     let on = sim(&format!("{base}\"kernel/mm/numa/demotion_enabled\" = true\n"));
     assert!(on.kernel.check.violations.is_empty(), "{:?}", on.kernel.check.violations);
-    eprintln!("direct: steal {} demote {} kswapd demote {} fail {}", stat(&on, "pgsteal_direct"), stat(&on, "pgdemote_direct"), stat(&on, "pgdemote_kswapd"), stat(&on, "pgmigrate_fail"));
+    eprintln!(
+        "direct: steal {} demote {} kswapd demote {} fail {}",
+        stat(&on, "pgsteal_direct"),
+        stat(&on, "pgdemote_direct"),
+        stat(&on, "pgdemote_kswapd"),
+        stat(&on, "pgmigrate_fail")
+    );
     assert!(stat(&on, "pgdemote_direct") + stat(&on, "pgdemote_kswapd") > 0);
     assert_eq!(stat(&on, "nr_isolated_file"), 0);
     let off = sim(base);
@@ -240,7 +251,9 @@ fn small_reads_promote_the_whole_file_in_one_pass() {
     // The cap is per return to user space: 64 KiB reads (16 pages) never
     // reach 1024 pages, so the first hot pass promotes everything, while
     // 16 MiB reads promote 4 x 1024 pages per pass.
-    let small = tiered(2, ON).replace("chunk_kib = 16384", "chunk_kib = 64").replace("populate_node = 1\n", "populate_node = 1\npopulate_hot = true\n");
+    let small = tiered(2, ON)
+        .replace("chunk_kib = 16384", "chunk_kib = 64")
+        .replace("populate_node = 1\n", "populate_node = 1\npopulate_hot = true\n");
     let o = sim(&small);
     assert!(o.kernel.check.violations.is_empty(), "{:?}", o.kernel.check.violations);
     assert_eq!(stat(&o, "pgpromote_success"), 16384);

@@ -34,7 +34,14 @@ fn random_records(r: &mut Rng) -> Vec<Record> {
         v.push(match r.below(16) {
             11 => Record::Process { pid: 1 + r.below(4), parent: r.below(4) },
             12 => Record::Fork { child: 1 + r.below(4) },
-            13 if files > 0 => Record::Exec { file: r.below(files as u64) as u32, vaddr: [0x40_0000, 0x10_8000, a][r.below(3) as usize], text: (1 + r.below(32)) << 12, data: r.below(4) << 12, data_off: r.below(40) << 12, bss: r.below(4) << 12 },
+            13 if files > 0 => Record::Exec {
+                file: r.below(files as u64) as u32,
+                vaddr: [0x40_0000, 0x10_8000, a][r.below(3) as usize],
+                text: (1 + r.below(32)) << 12,
+                data: r.below(4) << 12,
+                data_off: r.below(40) << 12,
+                bss: r.below(4) << 12,
+            },
             14 => Record::Wait { child: r.below(5) },
             15 => Record::Exit { code: r.below(3) },
             0 => {
@@ -54,7 +61,13 @@ fn random_records(r: &mut Rng) -> Vec<Record> {
             4 => Record::Mprotect { addr: a, len, prot: r.below(8) as u32 },
             5 => Record::Madvise { addr: a, len, advice: r.below(24) as u32 },
             6 => Record::Brk { addr: if r.below(3) == 0 { 0 } else { a }, ret: a },
-            7 => Record::Mremap { addr: a, old_len: len, new_len: (1 + r.below(64)) << 12, flags: r.below(4) as u32, ret: base + (r.below(1024) << 12) },
+            7 => Record::Mremap {
+                addr: a,
+                old_len: len,
+                new_len: (1 + r.below(64)) << 12,
+                flags: r.below(4) as u32,
+                ret: base + (r.below(1024) << 12),
+            },
             8 => Record::Region { addr: a, len },
             _ => Record::Access { kind: [K_LOAD, K_STORE, K_IFETCH][r.below(3) as usize], page: a >> 12, repeat: r.below(5) },
         });

@@ -82,7 +82,13 @@ fn tree() -> Vec<Record> {
     v.extend(fetch(BASE, 4));
     v.extend(fetch(0x4800_0000, 4));
     v.push(Record::Access { kind: K_STORE, page: (BASE + TEXT) >> 12, repeat: 0 });
-    v.extend([Record::Fork { child: 11 }, Record::Wait { child: 11 }, Record::Fork { child: 12 }, Record::Wait { child: 12 }, Record::Exit { code: 0 }]);
+    v.extend([
+        Record::Fork { child: 11 },
+        Record::Wait { child: 11 },
+        Record::Fork { child: 12 },
+        Record::Wait { child: 12 },
+        Record::Exit { code: 0 },
+    ]);
     v.extend([Record::Process { pid: 11, parent: 10 }, exec(), lib(0x4900_0000)]);
     v.extend(fetch(BASE, 8));
     v.extend(fetch(0x4900_0000, 8));
@@ -145,11 +151,17 @@ fn a_process_tree_replays_as_processes_sharing_the_page_cache() {
     assert_eq!(k.stat.get(Stat::FaultCow), 1, "one data-page CoW");
     // Order: fork 11, its exit, the wait reaping it, then fork 12, its exit, the second wait.
     let root = log[0].0;
-    let forks: Vec<(usize, i64)> = log.iter().enumerate().filter(|(_, e)| e.0 == root && e.1 == Op::Fork).map(|(i, e)| (i, e.2.val())).collect();
-    let waits: Vec<(usize, i64)> = log.iter().enumerate().filter(|(_, e)| e.0 == root && e.1 == Op::Wait).map(|(i, e)| (i, e.2.val())).collect();
+    let forks: Vec<(usize, i64)> =
+        log.iter().enumerate().filter(|(_, e)| e.0 == root && e.1 == Op::Fork).map(|(i, e)| (i, e.2.val())).collect();
+    let waits: Vec<(usize, i64)> =
+        log.iter().enumerate().filter(|(_, e)| e.0 == root && e.1 == Op::Wait).map(|(i, e)| (i, e.2.val())).collect();
     let exits: Vec<(usize, TaskId)> = log.iter().enumerate().filter(|(_, e)| e.1 == Op::Exit).map(|(i, e)| (i, e.0)).collect();
     assert_eq!(forks.len(), 2);
-    assert_eq!(waits.iter().map(|w| w.1).collect::<Vec<_>>(), forks.iter().map(|f| f.1).collect::<Vec<_>>(), "each wait reaps the child forked before it");
+    assert_eq!(
+        waits.iter().map(|w| w.1).collect::<Vec<_>>(),
+        forks.iter().map(|f| f.1).collect::<Vec<_>>(),
+        "each wait reaps the child forked before it"
+    );
     for ((f, child), (w, _)) in forks.iter().zip(&waits) {
         assert!(f < w);
         let first = log.iter().position(|e| e.0 as i64 == *child).expect("the child ran");

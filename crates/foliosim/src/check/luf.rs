@@ -133,7 +133,13 @@ impl Kernel {
                     ));
                     self.check.stale.remove(&(pfn + i));
                 } else if r.writable {
-                    self.check.report(format!("I5: frame {} deferred (generation {ugen}) while cpu {} holds a writable entry for mm {} va {:#x}", pfn + i, r.cpu, r.mm, r.va));
+                    self.check.report(format!(
+                        "I5: frame {} deferred (generation {ugen}) while cpu {} holds a writable entry for mm {} va {:#x}",
+                        pfn + i,
+                        r.cpu,
+                        r.mm,
+                        r.va
+                    ));
                 }
             }
         }
@@ -206,7 +212,9 @@ impl Kernel {
         if !self.check.enabled || self.check.stale.is_empty() {
             return;
         }
-        self.report_live_stale(t, pfn, order, |p, r| format!("I3: free frame {p} changed ({why}) at {t} ns while cpu {} still reads it through mm {} va {:#x}", r.cpu, r.mm, r.va));
+        self.report_live_stale(t, pfn, order, |p, r| {
+            format!("I3: free frame {p} changed ({why}) at {t} ns while cpu {} still reads it through mm {} va {:#x}", r.cpu, r.mm, r.va)
+        });
     }
 
     /// I6: a load or fetch through a TLB entry whose PTE changed.
@@ -241,7 +249,10 @@ impl Kernel {
             return;
         }
         if self.check.data_ver.get(&r.ident).copied().unwrap_or(0) != r.ver {
-            self.check.report(format!("I6b: cpu {cpu} read mm {mm} va {va:#x} through a stale entry to frame {pfn}: the data of {:?} changed since {} ns", r.ident, r.since));
+            self.check.report(format!(
+                "I6b: cpu {cpu} read mm {mm} va {va:#x} through a stale entry to frame {pfn}: the data of {:?} changed since {} ns",
+                r.ident, r.since
+            ));
         }
     }
 }

@@ -102,7 +102,10 @@ impl Checker {
             self.report(format!("frame {pfn} (order {order}) handed out with PG_reported still set"));
         }
         if !host.range_ready(pfn, 1 << order) {
-            self.report(format!("frames {pfn}+{} handed out while the host has no page behind them (host fault path skipped)", 1u64 << order));
+            self.report(format!(
+                "frames {pfn}+{} handed out while the host has no page behind them (host fault path skipped)",
+                1u64 << order
+            ));
         }
     }
 }
@@ -129,7 +132,9 @@ fn audit_page_reporting(k: &Kernel, found: &mut Vec<String>) {
         // must not be holding a live page for any of it.
         if let Some(h) = &k.host {
             if !h.range_given_back(pfn, 1 << order) {
-                found.push(format!("block {pfn} of order {order} is PG_reported but the host backs it (flag kept across an allocation or a merge)"));
+                found.push(format!(
+                    "block {pfn} of order {order} is PG_reported but the host backs it (flag kept across an allocation or a merge)"
+                ));
             }
         }
     }
@@ -185,10 +190,18 @@ pub fn audit(k: &mut Kernel) {
                     Some(v) if pte.write() && v.flags & crate::mm::mmap::vm::WRITE == 0 => {
                         found.push(format!("mm {} va {va:#x}: writable PTE in a read-only VMA", mm.id))
                     }
-                    Some(v) if pte.write() && !pte.special() && v.flags & crate::mm::mmap::vm::SHARED == 0 && {
-                        let f = k.mem_map.get(pte.pfn()).flags;
-                        f & pg::ANON != 0 && f & pg::ANON_EXCLUSIVE == 0
-                    } => found.push(format!("mm {} va {va:#x}: writable PTE maps anon page {} that is not AnonExclusive (I-11)", mm.id, pte.pfn())),
+                    Some(v)
+                        if pte.write() && !pte.special() && v.flags & crate::mm::mmap::vm::SHARED == 0 && {
+                            let f = k.mem_map.get(pte.pfn()).flags;
+                            f & pg::ANON != 0 && f & pg::ANON_EXCLUSIVE == 0
+                        } =>
+                    {
+                        found.push(format!(
+                            "mm {} va {va:#x}: writable PTE maps anon page {} that is not AnonExclusive (I-11)",
+                            mm.id,
+                            pte.pfn()
+                        ))
+                    }
                     _ => {}
                 }
                 if pte.special() {
@@ -270,7 +283,10 @@ pub fn audit(k: &mut Kernel) {
             let nr = 1u32 << p.order;
             let mapped = folio_mapped_pages.get(&pfn).copied().unwrap_or(0);
             if p.order >= 2 && p.flags & pg::ANON != 0 && mapped > 0 && mapped < nr && p.flags & pg::DEFERRED_SPLIT == 0 {
-                found.push(format!("folio {pfn} (order {}): {mapped} of {nr} pages mapped but not on the deferred-split queue (I-16)", p.order));
+                found.push(format!(
+                    "folio {pfn} (order {}): {mapped} of {nr} pages mapped but not on the deferred-split queue (I-16)",
+                    p.order
+                ));
             }
             let expect = fm + batch_refs.get(&pfn).copied().unwrap_or(0) + cached.contains_key(&pfn) as i32;
             if p.refcount != expect {
@@ -294,13 +310,19 @@ pub fn audit(k: &mut Kernel) {
             if p.flags & pg::ALLOCATED == 0 || p.flags & pg::HEAD == 0 {
                 found.push(format!("split queue {nid}: folio {h} is queued but free (I-15)"));
             } else if p.flags & pg::DEFERRED_SPLIT == 0 || p.order < 2 || p.flags & pg::ANON == 0 || p.nid as usize != nid {
-                found.push(format!("split queue {nid}: folio {h} (order {}, flags {:#x}) should not be on this queue (I-15)", p.order, p.flags));
+                found.push(format!(
+                    "split queue {nid}: folio {h} (order {}, flags {:#x}) should not be on this queue (I-15)",
+                    p.order, p.flags
+                ));
             }
         }
     }
     use crate::mm::vmstat::Stat;
     if queued != flagged || k.stat.get(Stat::SplitQueueLen) != queued {
-        found.push(format!("deferred split: {queued} folios queued, {flagged} flagged, split_queue_len {} (I-15)", k.stat.get(Stat::SplitQueueLen)));
+        found.push(format!(
+            "deferred split: {queued} folios queued, {flagged} flagged, split_queue_len {} (I-15)",
+            k.stat.get(Stat::SplitQueueLen)
+        ));
     }
     if k.stat.get(Stat::NrAnonPages) != anon {
         found.push(format!("nr_anon_pages {} but {anon} anonymous pages are mapped", k.stat.get(Stat::NrAnonPages)));

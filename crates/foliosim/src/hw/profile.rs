@@ -243,7 +243,7 @@ impl Profile {
         if self.cpu.nr_cpus == 0 || self.cpu.nr_cpus > 4096 {
             return Err(("cpu.nr_cpus".into(), format!("must be 1..=4096, got {}", self.cpu.nr_cpus)));
         }
-        if self.cpu.sockets == 0 || self.cpu.nr_cpus % self.cpu.sockets != 0 {
+        if self.cpu.sockets == 0 || !self.cpu.nr_cpus.is_multiple_of(self.cpu.sockets) {
             return Err(("cpu.sockets".into(), "must divide cpu.nr_cpus".into()));
         }
         if self.cpu.page_size_kib != 4 {
@@ -265,7 +265,12 @@ impl Profile {
             if n.mem_mib > 64 * 1024 * 1024 {
                 return Err((format!("nodes[{i}].mem_mib"), "more than 64 TiB on one node".into()));
             }
-            for (k, v) in [("latency_ns", n.latency_ns), ("read_bw_gbps", n.read_bw_gbps), ("zero_bw_gbps", n.zero_bw_gbps), ("copy_bw_gbps", n.copy_bw_gbps)] {
+            for (k, v) in [
+                ("latency_ns", n.latency_ns),
+                ("read_bw_gbps", n.read_bw_gbps),
+                ("zero_bw_gbps", n.zero_bw_gbps),
+                ("copy_bw_gbps", n.copy_bw_gbps),
+            ] {
                 if !(v > 0.0 && v.is_finite()) {
                     return Err((format!("nodes[{i}].{k}"), "must be a positive number".into()));
                 }
@@ -275,7 +280,12 @@ impl Profile {
             return Err(("nodes".into(), "more than 16 TiB in total is not supported (32-bit PFNs)".into()));
         }
         let t = &self.tlb;
-        for (k, e, w) in [("l1d", t.l1d_entries, t.l1d_ways), ("l1i", t.l1i_entries, t.l1i_ways), ("l1d_2m", t.l1d_2m_entries, t.l1d_2m_ways), ("stlb", t.stlb_entries, t.stlb_ways)] {
+        for (k, e, w) in [
+            ("l1d", t.l1d_entries, t.l1d_ways),
+            ("l1i", t.l1i_entries, t.l1i_ways),
+            ("l1d_2m", t.l1d_2m_entries, t.l1d_2m_ways),
+            ("stlb", t.stlb_entries, t.stlb_ways),
+        ] {
             if w == 0 || e == 0 || e % w != 0 || !(e / w).is_power_of_two() {
                 return Err((format!("tlb.{k}_entries"), format!("{e} entries / {w} ways must give a power-of-two number of sets")));
             }

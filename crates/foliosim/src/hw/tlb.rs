@@ -86,10 +86,7 @@ impl TlbEntry {
         debug_assert!(size <= size::MAX);
         let vpn = va >> PAGE_SHIFT;
         let off = vpn & ((1u64 << size) - 1);
-        debug_assert!(
-            (pfn as u64) & ((1u64 << size) - 1) == off,
-            "pfn {pfn:#x} and va {va:#x} are not congruent for a size-{size} entry"
-        );
+        debug_assert!((pfn as u64) & ((1u64 << size) - 1) == off, "pfn {pfn:#x} and va {va:#x} are not congruent for a size-{size} entry");
         TlbEntry { vpn: vpn - off, asid, pfn: pfn - off as Pfn, epoch, size, flags }
     }
 
@@ -201,7 +198,7 @@ fn match_mask<const W: usize>(hs: &[u32], h: u32) -> u32 {
         __m128i, _mm_castsi128_ps, _mm_cmpeq_epi32, _mm_loadu_si128, _mm_movemask_epi8, _mm_movemask_ps, _mm_packs_epi16, _mm_packs_epi32,
         _mm_set1_epi32,
     };
-    assert!(W % 4 == 0 && W <= 32 && hs.len() >= W);
+    assert!(W.is_multiple_of(4) && W <= 32 && hs.len() >= W);
     let mut m = 0u32;
     // SAFETY: SSE2 is always available on x86_64; each unaligned load reads
     // 4 u32 inside `hs[..W]`, which the assert above guarantees.
@@ -282,7 +279,7 @@ const EMPTY: TlbEntry = TlbEntry { vpn: 0, asid: 0, pfn: 0, epoch: 0, size: NO_S
 
 impl Assoc {
     fn new(entries: u32, ways: u32) -> Assoc {
-        assert!(ways > 0 && entries > 0 && entries % ways == 0, "TLB {entries} entries / {ways} ways");
+        assert!(ways > 0 && entries > 0 && entries.is_multiple_of(ways), "TLB {entries} entries / {ways} ways");
         let sets = (entries / ways) as usize;
         assert!(sets.is_power_of_two(), "TLB sets must be a power of two ({entries}/{ways})");
         let n = entries as usize;
@@ -344,7 +341,7 @@ impl Assoc {
     /// The filter hashes of the set at `base` (`W` = `self.ways`).
     #[inline(always)]
     fn set_hashes<const W: usize>(&self, base: usize) -> &[u32] {
-        debug_assert!(W == self.ways && base % W == 0 && base + W <= self.hash.len());
+        debug_assert!(W == self.ways && base.is_multiple_of(W) && base + W <= self.hash.len());
         // SAFETY: see above.
         unsafe { self.hash.get_unchecked(base..base + W) }
     }
@@ -368,7 +365,7 @@ impl Assoc {
     /// for a fill; the other fields stay free to borrow.
     #[inline(always)]
     fn set_mut<'a>(hash: &'a mut [u32], slot: &'a mut [Slot], base: usize, ways: usize) -> (&'a mut [u32], &'a mut [Slot]) {
-        debug_assert!(base % ways == 0 && base + ways <= hash.len() && hash.len() == slot.len());
+        debug_assert!(base.is_multiple_of(ways) && base + ways <= hash.len() && hash.len() == slot.len());
         // SAFETY: see above.
         unsafe { (hash.get_unchecked_mut(base..base + ways), slot.get_unchecked_mut(base..base + ways)) }
     }
@@ -1265,7 +1262,7 @@ mod tests {
                 x ^= x >> 7;
                 x ^= x << 17;
                 let vpn = (x >> 8) % (3 * entries as u64);
-                let s = if (x >> 40) % 4 == 0 { size::HPA } else { size::PTE };
+                let s = if (x >> 40).is_multiple_of(4) { size::HPA } else { size::PTE };
                 let e = TlbEntry::new(1, (vpn << s) * K4, (vpn << s) as Pfn, s, 0, step as u32);
                 let (tag, h) = (e.vpn >> s, entry_hash(&e));
                 match (x >> 24) % 8 {
@@ -1281,7 +1278,7 @@ mod tests {
                             model[i] = None;
                         }
                     }
-                    4 if (x >> 48) % 64 == 0 => {
+                    4 if (x >> 48).is_multiple_of(64) => {
                         a.flush_all();
                         model.fill(None);
                     }

@@ -144,7 +144,7 @@ pub const LUF_MUTANTS: &[(&str, LufMutant)] = &[
 ];
 
 /// Lazy unmap flush (spec/004): `luf.*` knobs.
-#[derive(Clone, Copy, Debug, Serialize)]
+#[derive(Clone, Copy, Debug, Serialize, Default)]
 pub struct LufKnobs {
     pub enabled: bool,
     /// "zone": one pending set per zone (RFC v12-like) instead of one global set (v10).
@@ -154,12 +154,6 @@ pub struct LufKnobs {
     /// foliosim's fix for remote page-cache changes (in no posted version):
     /// invalidate_inode_pages2 forces the deferred flush first.
     pub invalidate_hook: bool,
-}
-
-impl Default for LufKnobs {
-    fn default() -> Self {
-        LufKnobs { enabled: false, per_zone: false, v11_hooks: false, invalidate_hook: false }
-    }
 }
 
 /// How page faults synchronise with writers of the VMA tree (`fault_locking`).
@@ -173,7 +167,41 @@ pub enum FaultLocking {
     Spf,
 }
 
-pub const MUTANTS: &[&str] = &["none", "skip_shootdown", "leak_mapcount", "buddy_skip_nr_free_dec", "buddy_no_merge", "mthp_skip_vma_bound", "mthp_skip_pte_recheck", "mthp_cow_exclusive", "mthp_skip_unqueue", "fpr_keep_reported_on_alloc", "spf_skip_seq_check", "promo_skip_task_work", "promo_ignore_watermark", "luf_skip_alloc_flush", "luf_d1_order_as_ugen", "luf_merge_keeps_older", "luf_d2_split_drops", "luf_d3_refill_drops", "luf_skip_isolation_check", "luf_no_on_flushing_refusal", "luf_no_wait", "luf_early_done", "luf_defer_writable", "luf_d6_no_wp_pending_check", "luf_no_wp_hooks", "luf_poison_pending", "luf_signed_compare", "luf_d5_irq_off_flush", "luf_defer_memory_failure", "luf_handover_overwrites", "luf_zap_skips_empty_table", "asid_no_flush_on_reuse", "reclaim_skip_dirty_flush"];
+pub const MUTANTS: &[&str] = &[
+    "none",
+    "skip_shootdown",
+    "leak_mapcount",
+    "buddy_skip_nr_free_dec",
+    "buddy_no_merge",
+    "mthp_skip_vma_bound",
+    "mthp_skip_pte_recheck",
+    "mthp_cow_exclusive",
+    "mthp_skip_unqueue",
+    "fpr_keep_reported_on_alloc",
+    "spf_skip_seq_check",
+    "promo_skip_task_work",
+    "promo_ignore_watermark",
+    "luf_skip_alloc_flush",
+    "luf_d1_order_as_ugen",
+    "luf_merge_keeps_older",
+    "luf_d2_split_drops",
+    "luf_d3_refill_drops",
+    "luf_skip_isolation_check",
+    "luf_no_on_flushing_refusal",
+    "luf_no_wait",
+    "luf_early_done",
+    "luf_defer_writable",
+    "luf_d6_no_wp_pending_check",
+    "luf_no_wp_hooks",
+    "luf_poison_pending",
+    "luf_signed_compare",
+    "luf_d5_irq_off_flush",
+    "luf_defer_memory_failure",
+    "luf_handover_overwrites",
+    "luf_zap_skips_empty_table",
+    "asid_no_flush_on_reuse",
+    "reclaim_skip_dirty_flush",
+];
 
 /// Policy for large anonymous folios (`anon_folio.mode`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -366,7 +394,39 @@ pub struct Knobs {
 
 impl Default for Knobs {
     fn default() -> Self {
-        Knobs { min_free_kbytes: None, watermark_scale_factor: 10, percpu_pagelist_high_fraction: 0, fault_around_bytes: 65536, shuffle: false, mutant: Mutant::None, page_reporting: false, page_reporting_order: None, reported_putback_tail: true, host_discard_free: false, host_thp: false, host_mem_mib: 0, host_prealloc: false, anon_folio: AnonFolioKnobs::default(), fault_locking: FaultLocking::MmapLock, speculative_page_fault: true, fault_trace: 0, rwsem_51: false, demotion_enabled: false, pagecache_promotion_enabled: false, numa_balancing: 0, promote_rate_limit_mbps: 65536, numa_scan_period_min_ms: 1000, numa_scan_delay_ms: 1000, numa_scan_size_mb: 256, numa_hot_threshold_ms: 1000, promo_list_head: false, luf: LufKnobs::default(), init_on_free: false, migrate_batch_flush: true, spf_tree_rwlock: false }
+        Knobs {
+            min_free_kbytes: None,
+            watermark_scale_factor: 10,
+            percpu_pagelist_high_fraction: 0,
+            fault_around_bytes: 65536,
+            shuffle: false,
+            mutant: Mutant::None,
+            page_reporting: false,
+            page_reporting_order: None,
+            reported_putback_tail: true,
+            host_discard_free: false,
+            host_thp: false,
+            host_mem_mib: 0,
+            host_prealloc: false,
+            anon_folio: AnonFolioKnobs::default(),
+            fault_locking: FaultLocking::MmapLock,
+            speculative_page_fault: true,
+            fault_trace: 0,
+            rwsem_51: false,
+            demotion_enabled: false,
+            pagecache_promotion_enabled: false,
+            numa_balancing: 0,
+            promote_rate_limit_mbps: 65536,
+            numa_scan_period_min_ms: 1000,
+            numa_scan_delay_ms: 1000,
+            numa_scan_size_mb: 256,
+            numa_hot_threshold_ms: 1000,
+            promo_list_head: false,
+            luf: LufKnobs::default(),
+            init_on_free: false,
+            migrate_batch_flush: true,
+            spf_tree_rwlock: false,
+        }
     }
 }
 

@@ -184,7 +184,18 @@ impl Kernel {
             _ => None,
         });
         let cpus = (0..nr_cpus)
-            .map(|i| Cpu { tlb: Tlb::new(&prof.tlb), irq_debt: 0, lru_add: Vec::with_capacity(c.lru_batch), curr: u32::MAX, rq: Default::default(), slice_end: 0, node: cpu_node(i), landing: Vec::new(), tlbstate: Default::default(), irq_tlb_count: 0 })
+            .map(|i| Cpu {
+                tlb: Tlb::new(&prof.tlb),
+                irq_debt: 0,
+                lru_add: Vec::with_capacity(c.lru_batch),
+                curr: u32::MAX,
+                rq: Default::default(),
+                slice_end: 0,
+                node: cpu_node(i),
+                landing: Vec::new(),
+                tlbstate: Default::default(),
+                irq_tlb_count: 0,
+            })
             .collect();
         let anon_policy = crate::mm::huge_memory::policy(&knobs.anon_folio);
         let mut k = Kernel {

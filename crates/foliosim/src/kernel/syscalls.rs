@@ -68,11 +68,19 @@ impl Kernel {
                 tk.user_ns += ns;
                 Some(Ret::Val(0))
             }
-            Op::Mmap { addr, len, prot, flags, fd, off } => Some(self.sys(tid, Entry::Mmap, |k, t, cpu, mm| k.do_mmap(t, cpu, mm, addr, len, prot, flags, fd, off))),
+            Op::Mmap { addr, len, prot, flags, fd, off } => {
+                Some(self.sys(tid, Entry::Mmap, |k, t, cpu, mm| k.do_mmap(t, cpu, mm, addr, len, prot, flags, fd, off)))
+            }
             Op::Munmap { addr, len } => Some(self.sys(tid, Entry::Munmap, |k, t, cpu, mm| k.do_munmap(t, cpu, mm, addr, len))),
-            Op::Mprotect { addr, len, prot } => Some(self.sys(tid, Entry::Mprotect, |k, t, cpu, mm| k.do_mprotect(t, cpu, mm, addr, len, prot))),
-            Op::Mremap { addr, old_len, new_len, may_move } => Some(self.sys(tid, Entry::Mremap, |k, t, cpu, mm| k.do_mremap(t, cpu, mm, addr, old_len, new_len, may_move))),
-            Op::Madvise { addr, len, advice } => Some(self.sys(tid, Entry::Madvise, |k, t, cpu, mm| k.do_madvise(t, cpu, mm, addr, len, advice))),
+            Op::Mprotect { addr, len, prot } => {
+                Some(self.sys(tid, Entry::Mprotect, |k, t, cpu, mm| k.do_mprotect(t, cpu, mm, addr, len, prot)))
+            }
+            Op::Mremap { addr, old_len, new_len, may_move } => {
+                Some(self.sys(tid, Entry::Mremap, |k, t, cpu, mm| k.do_mremap(t, cpu, mm, addr, old_len, new_len, may_move)))
+            }
+            Op::Madvise { addr, len, advice } => {
+                Some(self.sys(tid, Entry::Madvise, |k, t, cpu, mm| k.do_madvise(t, cpu, mm, addr, len, advice)))
+            }
             Op::Brk { addr } => Some(self.sys(tid, Entry::Brk, |k, t, cpu, mm| k.do_brk(t, cpu, mm, addr))),
             Op::Open { file } => Some(self.sys(tid, Entry::Open, |k, t, _cpu, mm| {
                 if file as usize >= k.inodes.len() {
@@ -105,7 +113,9 @@ impl Kernel {
                 (Ret::Val(0), t + k.c.file_op)
             })),
             Op::Fork => Some(self.do_fork(tid)),
-            Op::Exec { file, vaddr, text, data, bss } => Some(self.do_execve(tid, file, crate::mm::exec::ElfLayout { vaddr, text, data, bss })),
+            Op::Exec { file, vaddr, text, data, bss } => {
+                Some(self.do_execve(tid, file, crate::mm::exec::ElfLayout { vaddr, text, data, bss }))
+            }
             Op::Wait => self.do_wait4(tid),
             Op::Exit => {
                 // exit_task_work: pending promotion work runs (or puts back) first.
@@ -127,7 +137,11 @@ impl Kernel {
         // rw_verify_area: one call moves at most MAX_RW_COUNT.
         let len = len.min(crate::mm::filemap::MAX_RW_COUNT);
         // LUF v11: file_end_write flushes every deferral.
-        let t0 = if write && self.knobs.luf.v11_hooks && self.luf_hooks_on() { self.luf_flush(t0, cpu, self.cpus[cpu as usize].curr, crate::mm::luf::ForcedBy::FileWrite) } else { t0 };
+        let t0 = if write && self.knobs.luf.v11_hooks && self.luf_hooks_on() {
+            self.luf_flush(t0, cpu, self.cpus[cpu as usize].curr, crate::mm::luf::ForcedBy::FileWrite)
+        } else {
+            t0
+        };
         if write && self.check.enabled {
             for i in f.pos >> 12..(f.pos + len).div_ceil(4096) {
                 self.check.bump_data((false, f.inode + 1, i));
@@ -372,12 +386,16 @@ impl Kernel {
 
     #[allow(clippy::too_many_arguments)]
     fn do_mmap(&mut self, t: Ns, cpu: u32, mm: u32, addr: u64, len: u64, prot_: u32, flags: u32, fd: i32, off: u64) -> (Ret, Ns) {
-        if len == 0 || off % 4096 != 0 || (flags & (map::SHARED | map::PRIVATE)) == 0 {
+        if len == 0 || !off.is_multiple_of(4096) || (flags & (map::SHARED | map::PRIVATE)) == 0 {
             return (Ret::Err(errno::EINVAL), t);
         }
         let len = len.div_ceil(4096) * 4096;
         // LUF v10: a writable mapping gives up every deferral.
-        let t = if prot_ & prot::WRITE != 0 && self.luf_hooks_on() { self.luf_flush(t, cpu, self.cpus[cpu as usize].curr, crate::mm::luf::ForcedBy::MmapWrite) } else { t };
+        let t = if prot_ & prot::WRITE != 0 && self.luf_hooks_on() {
+            self.luf_flush(t, cpu, self.cpus[cpu as usize].curr, crate::mm::luf::ForcedBy::MmapWrite)
+        } else {
+            t
+        };
         let file = if flags & map::ANONYMOUS != 0 {
             0
         } else {
@@ -389,7 +407,7 @@ impl Kernel {
         let t = self.mmap_write_lock(t, cpu, mm);
         let mut t = t + self.c.mmap;
         let start = if flags & map::FIXED != 0 {
-            if addr % 4096 != 0 {
+            if !addr.is_multiple_of(4096) {
                 let t = self.mmap_write_unlock(t, cpu, mm);
                 return (Ret::Err(errno::EINVAL), t);
             }
@@ -475,7 +493,7 @@ impl Kernel {
     }
 
     fn do_munmap(&mut self, t: Ns, cpu: u32, mm: u32, addr: u64, len: u64) -> (Ret, Ns) {
-        if addr % 4096 != 0 || len == 0 {
+        if !addr.is_multiple_of(4096) || len == 0 {
             return (Ret::Err(errno::EINVAL), t);
         }
         let end = addr + len.div_ceil(4096) * 4096;
@@ -507,7 +525,7 @@ impl Kernel {
     }
 
     fn do_mprotect(&mut self, t: Ns, cpu: u32, mm: u32, addr: u64, len: u64, prot_: u32) -> (Ret, Ns) {
-        if addr % 4096 != 0 {
+        if !addr.is_multiple_of(4096) {
             return (Ret::Err(errno::EINVAL), t);
         }
         let end = addr + len.div_ceil(4096) * 4096;
@@ -515,7 +533,8 @@ impl Kernel {
         let t = self.mmap_write_lock(t, cpu, mm);
         let mut t = t + self.c.mprotect;
         // Every page of the range must be mapped.
-        let covered: u64 = self.mms[mm as usize].vmas.values().filter(|v| v.end > addr && v.start < end).map(|v| v.end.min(end) - v.start.max(addr)).sum();
+        let covered: u64 =
+            self.mms[mm as usize].vmas.values().filter(|v| v.end > addr && v.start < end).map(|v| v.end.min(end) - v.start.max(addr)).sum();
         if covered != end - addr {
             let t = self.mmap_write_unlock(t, cpu, mm);
             return (Ret::Err(errno::ENOMEM), t);
@@ -549,10 +568,10 @@ impl Kernel {
             m.vma_mark_modified(k);
         }
         // A PMD-mapped THP only partly covered is split first (split_huge_pmd).
-        if addr % (1 << 21) != 0 {
+        if !addr.is_multiple_of(1 << 21) {
             self.split_huge_pmd_at(mm, addr);
         }
-        if end % (1 << 21) != 0 {
+        if !end.is_multiple_of(1 << 21) {
             self.split_huge_pmd_at(mm, end - 1);
         }
         // change_protection: removing write (or all) access rewrites PTEs and flushes.
@@ -609,7 +628,7 @@ impl Kernel {
     fn do_mremap(&mut self, t: Ns, cpu: u32, mm: u32, addr: u64, old_len: u64, new_len: u64, may_move: bool) -> (Ret, Ns) {
         let old_len = old_len.div_ceil(4096) * 4096;
         let new_len = new_len.div_ceil(4096) * 4096;
-        if addr % 4096 != 0 || new_len == 0 {
+        if !addr.is_multiple_of(4096) || new_len == 0 {
             return (Ret::Err(errno::EINVAL), t);
         }
         let Some(v) = self.mms[mm as usize].vma_lookup(addr).cloned() else { return (Ret::Err(errno::EFAULT), t) };
@@ -651,7 +670,7 @@ impl Kernel {
         t += self.c.vma_split * splits as Ns;
         let old = m.vmas.remove(&addr).unwrap();
         let (seq, cyc) = (m.fresh_seq(), m.mm_lock_seq);
-        let mut moved = Vma { start: new, end: new + new_len, pgoff: if old.file == 0 { old.pgoff } else { old.pgoff }, seq, vm_lock: Default::default(), ..old.clone() };
+        let mut moved = Vma { start: new, end: new + new_len, pgoff: old.pgoff, seq, vm_lock: Default::default(), ..old.clone() };
         moved.vm_lock.lock_seq = cyc;
         m.log_marked(new, new + new_len);
         let mut entries = Vec::new();
@@ -687,7 +706,7 @@ impl Kernel {
     }
 
     fn do_madvise(&mut self, t: Ns, cpu: u32, mm: u32, addr: u64, len: u64, advice: Advice) -> (Ret, Ns) {
-        if addr % 4096 != 0 {
+        if !addr.is_multiple_of(4096) {
             return (Ret::Err(errno::EINVAL), t);
         }
         let end = addr + len.div_ceil(4096) * 4096;
@@ -698,7 +717,12 @@ impl Kernel {
                 // MADV_FREE behaves like DONTNEED here (no lazyfree reclaim yet).
                 let t = self.mms[mm as usize].mmap_lock.down_read(t, cpu, &lc, &self.sc);
                 let mut t = t + self.c.madvise;
-                let ranges: Vec<(u64, u64)> = self.mms[mm as usize].vmas.values().filter(|v| v.end > addr && v.start < end).map(|v| (v.start.max(addr), v.end.min(end))).collect();
+                let ranges: Vec<(u64, u64)> = self.mms[mm as usize]
+                    .vmas
+                    .values()
+                    .filter(|v| v.end > addr && v.start < end)
+                    .map(|v| (v.start.max(addr), v.end.min(end)))
+                    .collect();
                 if ranges.iter().map(|r| r.1 - r.0).sum::<u64>() != end - addr {
                     let t = self.mms[mm as usize].mmap_lock.up_read(t, cpu, &lc);
                     return (Ret::Err(errno::ENOMEM), t);
@@ -762,7 +786,16 @@ impl Kernel {
                 let t = self.mmap_write_unlock(t, cpu, mm);
                 return (Ret::Val(cur as i64), t);
             }
-            let v = Vma { start: old_end, end: new_end, flags: vm::READ | vm::WRITE | vm::MAYWRITE | vm::BRK, file: 0, pgoff: old_end >> 12, anon_vma: 0, seq: 0, vm_lock: Default::default() };
+            let v = Vma {
+                start: old_end,
+                end: new_end,
+                flags: vm::READ | vm::WRITE | vm::MAYWRITE | vm::BRK,
+                file: 0,
+                pgoff: old_end >> 12,
+                anon_vma: 0,
+                seq: 0,
+                vm_lock: Default::default(),
+            };
             t = self.vma_start_write_range(t, cpu, mm, old_end, new_end);
             self.mms[mm as usize].insert_vma(v);
         } else if new_end < old_end {
@@ -824,7 +857,15 @@ fn _uses(_: &dyn Fn(&crate::mm::mmap::Vma, Access) -> bool) {
 /// and the lookup that stopped the run (a miss or a store needing a
 /// re-walk), if one did. Inlined with a constant `kind` at each call.
 #[inline(always)]
-fn tlb_hit_run(tlb: &mut crate::hw::tlb::Tlb, mm: u32, kind: Access, a: &mut u64, stride: u64, n: &mut u64, done: &mut u64) -> (u64, u64, Option<TlbLookup>) {
+fn tlb_hit_run(
+    tlb: &mut crate::hw::tlb::Tlb,
+    mm: u32,
+    kind: Access,
+    a: &mut u64,
+    stride: u64,
+    n: &mut u64,
+    done: &mut u64,
+) -> (u64, u64, Option<TlbLookup>) {
     let (mut hits, mut stlb) = (0u64, 0u64);
     while *n > 0 && *done < MAX_RANGE_STEP {
         let lk = tlb.lookup(mm, *a & !4095, kind);

@@ -63,6 +63,28 @@ impl Task {
     }
 
     pub fn new(id: u32, mm: u32, cpu: u32, clock: Ns) -> Task {
-        Task { id, mm, cpu, clock, ops: 0, user_ns: 0, sys_ns: 0, entry_ns: [0; NR_ENTRIES], last: Ret::Start, pending: None, exited: false, fault_cont: None, kthread: None, sleeping: false, timer: false, qseq: 0, ubc: Default::default(), parent: None, children: Vec::new(), in_wait: false, lock_wait: None }
+        Task {
+            id,
+            mm,
+            cpu,
+            clock,
+            ops: 0,
+            user_ns: 0,
+            sys_ns: 0,
+            entry_ns: [0; NR_ENTRIES],
+            last: Ret::Start,
+            pending: None,
+            exited: false,
+            fault_cont: None,
+            kthread: None,
+            sleeping: false,
+            timer: false,
+            qseq: 0,
+            ubc: Default::default(),
+            parent: None,
+            children: Vec::new(),
+            in_wait: false,
+            lock_wait: None,
+        }
     }
 }

@@ -127,7 +127,15 @@ impl Kernel {
     /// `capture_order` as a direct compactor has it. Unused free frames
     /// go back (release_free_list, generation 0: their generation was
     /// checked at isolation).
-    pub fn compact_zone_range(&mut self, t: Ns, cpu: u32, nid: u32, migrate: (Pfn, Pfn), free: (Pfn, Pfn), capture_order: Option<u32>) -> CompactResult {
+    pub fn compact_zone_range(
+        &mut self,
+        t: Ns,
+        cpu: u32,
+        nid: u32,
+        migrate: (Pfn, Pfn),
+        free: (Pfn, Pfn),
+        capture_order: Option<u32>,
+    ) -> CompactResult {
         let t = self.lru_add_drain_cpu(t, cpu);
         let (src, t) = self.isolate_migratepages_range(t, cpu, migrate.0, migrate.1);
         let (freepages, mut t) = self.isolate_freepages_block(t, cpu, nid, free.0, free.1, src.len());

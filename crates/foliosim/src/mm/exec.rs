@@ -40,7 +40,7 @@ impl Kernel {
         let page = |x: u64| x.div_ceil(4096) * 4096;
         let (text, data, bss) = (page(elf.text), page(elf.data), page(elf.bss));
         let bad = file as usize >= self.inodes.len()
-            || elf.vaddr % 4096 != 0
+            || !elf.vaddr.is_multiple_of(4096)
             || text == 0
             || elf.vaddr + text + data + bss >= STACK_TOP - EXEC_STACK
             || self.inodes[file as usize].size < text + data;
@@ -73,17 +73,53 @@ impl Kernel {
         t += self.c.exec_base;
         // load_elf_binary: elf_map of each PT_LOAD segment, bss by vm_brk.
         let ino = file + 1;
-        let mut segs = vec![Vma { start: elf.vaddr, end: elf.vaddr + text, flags: vm::READ | vm::EXEC, file: ino, pgoff: 0, anon_vma: 0, seq: 0, vm_lock: Default::default() }];
+        let mut segs = vec![Vma {
+            start: elf.vaddr,
+            end: elf.vaddr + text,
+            flags: vm::READ | vm::EXEC,
+            file: ino,
+            pgoff: 0,
+            anon_vma: 0,
+            seq: 0,
+            vm_lock: Default::default(),
+        }];
         let mut end = elf.vaddr + text;
         if data > 0 {
-            segs.push(Vma { start: end, end: end + data, flags: vm::READ | vm::WRITE | vm::MAYWRITE, file: ino, pgoff: text >> 12, anon_vma: 0, seq: 0, vm_lock: Default::default() });
+            segs.push(Vma {
+                start: end,
+                end: end + data,
+                flags: vm::READ | vm::WRITE | vm::MAYWRITE,
+                file: ino,
+                pgoff: text >> 12,
+                anon_vma: 0,
+                seq: 0,
+                vm_lock: Default::default(),
+            });
             end += data;
         }
         if bss > 0 {
-            segs.push(Vma { start: end, end: end + bss, flags: vm::READ | vm::WRITE | vm::MAYWRITE, file: 0, pgoff: end >> 12, anon_vma: 0, seq: 0, vm_lock: Default::default() });
+            segs.push(Vma {
+                start: end,
+                end: end + bss,
+                flags: vm::READ | vm::WRITE | vm::MAYWRITE,
+                file: 0,
+                pgoff: end >> 12,
+                anon_vma: 0,
+                seq: 0,
+                vm_lock: Default::default(),
+            });
             end += bss;
         }
-        segs.push(Vma { start: STACK_TOP - EXEC_STACK, end: STACK_TOP, flags: vm::READ | vm::WRITE | vm::MAYWRITE | vm::GROWSDOWN, file: 0, pgoff: (STACK_TOP - EXEC_STACK) >> 12, anon_vma: 0, seq: 0, vm_lock: Default::default() });
+        segs.push(Vma {
+            start: STACK_TOP - EXEC_STACK,
+            end: STACK_TOP,
+            flags: vm::READ | vm::WRITE | vm::MAYWRITE | vm::GROWSDOWN,
+            file: 0,
+            pgoff: (STACK_TOP - EXEC_STACK) >> 12,
+            anon_vma: 0,
+            seq: 0,
+            vm_lock: Default::default(),
+        });
         // The new mm's VMAs are allocated on the exec'ing CPU.
         self.mms[new as usize].mmap_lock.writer_cpu = cpu;
         for v in segs {

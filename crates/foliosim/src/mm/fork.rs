@@ -100,7 +100,7 @@ impl Kernel {
         }
         if wrprotected {
             // The parent's writable translations must go before anyone writes.
-            t = self.flush_tlb_mm_range(t, cpu, pmm, 0, u64::MAX & !4095, false);
+            t = self.flush_tlb_mm_range(t, cpu, pmm, 0, !4095, false);
         }
         let t = self.mmap_write_unlock(t, cpu, pmm) + self.c.syscall / 2;
         // The child runs on the parent's CPU until the scheduler moves it.

@@ -212,7 +212,7 @@ impl AnonOrderPolicy for Upstream {
     }
     fn mmap_align(&self, len: u64, anon: bool) -> u64 {
         // 6.12 __get_unmapped_area: anonymous, unhinted, PMD-multiple length.
-        if anon && len % PMD_SIZE == 0 {
+        if anon && len.is_multiple_of(PMD_SIZE) {
             PMD_SIZE
         } else {
             4096
@@ -368,7 +368,17 @@ impl Kernel {
 
     #[allow(clippy::too_many_arguments)]
     #[inline(never)]
-    fn do_anonymous_large_orders(&mut self, t: Ns, cpu: u32, mm: u32, vma: &Vma, addr: u64, expect: Pte, mask: u32, pmd: bool) -> Result<(Fault, Ns), Ns> {
+    fn do_anonymous_large_orders(
+        &mut self,
+        t: Ns,
+        cpu: u32,
+        mm: u32,
+        vma: &Vma,
+        addr: u64,
+        expect: Pte,
+        mask: u32,
+        pmd: bool,
+    ) -> Result<(Fault, Ns), Ns> {
         let zero = expect.present();
         let mut mask = mask;
         let nid = self.cpus[cpu as usize].node;
@@ -376,7 +386,8 @@ impl Kernel {
         // do_huge_pmd_anonymous_page: unchanged, tried first (spec §2.1).
         if pmd && !zero {
             let base = addr & !(PMD_SIZE - 1);
-            if base >= vma.start && base + PMD_SIZE <= vma.end && self.anon_fault_order(mm, vma, addr, expect, 1 << PMD_ORDER) == PMD_ORDER {
+            if base >= vma.start && base + PMD_SIZE <= vma.end && self.anon_fault_order(mm, vma, addr, expect, 1 << PMD_ORDER) == PMD_ORDER
+            {
                 match self.pa.alloc_pages(t, cpu, PMD_ORDER, nid, MigrateType::Movable, &mut self.stat) {
                     Some(a) => {
                         let pfn = a.pfn;
@@ -450,7 +461,18 @@ impl Kernel {
     /// Zero, charge, and map folio `pfn` of `order` at its aligned block
     /// around `addr` under the PTL, after re-checking the block.
     #[allow(clippy::too_many_arguments)]
-    fn anon_folio_install(&mut self, t: Ns, cpu: u32, mm: u32, vma: &Vma, addr: u64, expect: Pte, pfn: Pfn, order: u32, pmd: bool) -> Install {
+    fn anon_folio_install(
+        &mut self,
+        t: Ns,
+        cpu: u32,
+        mm: u32,
+        vma: &Vma,
+        addr: u64,
+        expect: Pte,
+        pfn: Pfn,
+        order: u32,
+        pmd: bool,
+    ) -> Install {
         let n = 1u64 << order;
         let base = addr & !((4096 << order) - 1);
         let pnid = self.mem_map.get(pfn).nid as usize;
@@ -481,17 +503,23 @@ impl Kernel {
         // Cheap checker rules at the commit point (spec §7 I-5, I-7, I-8, I-9).
         if self.check.enabled {
             if base < vma.start || base + n * 4096 > vma.end {
-                self.check.report(format!("mm {mm} va {base:#x}: order-{order} folio mapped across the VMA boundary [{:#x}, {:#x}) (I-5)", vma.start, vma.end));
+                self.check.report(format!(
+                    "mm {mm} va {base:#x}: order-{order} folio mapped across the VMA boundary [{:#x}, {:#x}) (I-5)",
+                    vma.start, vma.end
+                ));
             }
             if order == 1 || pfn & (n as Pfn - 1) != 0 || base & (n * 4096 - 1) != 0 {
-                self.check.report(format!("mm {mm} va {base:#x}: folio of order {order} at pfn {pfn} is not naturally aligned or has an illegal order (I-8/I-9)"));
+                self.check.report(format!(
+                    "mm {mm} va {base:#x}: folio of order {order} at pfn {pfn} is not naturally aligned or has an illegal order (I-8/I-9)"
+                ));
             }
             let tbl = self.mms[mm as usize].pt.table(addr).unwrap();
             for i in 0..n {
                 let va = base + i * 4096;
                 let slot = tbl.ptes[pte_index(va)];
-                if !slot.is_none() && !(va == addr && slot == expect) {
-                    self.check.report(format!("mm {mm} va {va:#x}: fresh order-{order} folio overwrote a populated PTE {:#x} (I-7)", slot.0));
+                if !(slot.is_none() || (va == addr && slot == expect)) {
+                    self.check
+                        .report(format!("mm {mm} va {va:#x}: fresh order-{order} folio overwrote a populated PTE {:#x} (I-7)", slot.0));
                     break;
                 }
             }
@@ -505,7 +533,8 @@ impl Kernel {
             p.index = vma.linear_page_index(va);
         }
         self.mem_map.get_mut(pfn).refcount += n as i32 - 1;
-        let bits = Pte::WRITE | Pte::DIRTY | Pte::YOUNG | if vma.flags & vm::EXEC != 0 { Pte::EXEC } else { 0 } | if pmd { Pte::HUGE } else { 0 };
+        let bits =
+            Pte::WRITE | Pte::DIRTY | Pte::YOUNG | if vma.flags & vm::EXEC != 0 { Pte::EXEC } else { 0 } | if pmd { Pte::HUGE } else { 0 };
         let mut old_zero = false;
         for i in 0..n {
             let va = base + i * 4096;
@@ -733,11 +762,15 @@ impl Kernel {
                 let va = base + i * 4096;
                 let p = tbl.ptes[pte_index(va)];
                 let want = (old as i64 + ((va as i64 - addr as i64) >> 12)) as Pfn;
-                p.present() && !p.write() && !p.special() && p.0 & Pte::PROTNONE == 0 && p.pfn() == want
+                p.present()
+                    && !p.write()
+                    && !p.special()
+                    && p.0 & Pte::PROTNONE == 0
+                    && p.pfn() == want
                     && (!check_exclusive || k.mem_map.get(want).flags & pg::ANON_EXCLUSIVE == 0)
             })
         };
-        let Some(order) = (2..=cap).rev().filter(|k| pte_mask & (1 << k) != 0).find(|&k| block_ok(self, k)) else { return None };
+        let order = (2..=cap).rev().filter(|k| pte_mask & (1 << k) != 0).find(|&k| block_ok(self, k))?;
         let nid = self.cpus[cpu as usize].node;
         let (pfn, t1, k) = self.alloc_large_folio(t, cpu, nid, order, pte_mask).0?;
         let n = 1u64 << k;
@@ -822,7 +855,8 @@ impl Kernel {
                 if on_lru {
                     self.lruvec_del_folio(head);
                 }
-                let keep = pg::ALLOCATED | pg::ANON | pg::SWAPBACKED | pg::UPTODATE | pg::ANON_EXCLUSIVE | pg::ACTIVE | pg::REFERENCED | pg::DIRTY;
+                let keep =
+                    pg::ALLOCATED | pg::ANON | pg::SWAPBACKED | pg::UPTODATE | pg::ANON_EXCLUSIVE | pg::ACTIVE | pg::REFERENCED | pg::DIRTY;
                 let hflags = self.mem_map.get(head).flags;
                 let mut dead = Vec::new();
                 for i in 0..n {

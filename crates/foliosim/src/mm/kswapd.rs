@@ -65,7 +65,8 @@ impl Kernel {
     /// One shrink_folio_list round on `nid`'s inactive file list. Returns
     /// (pages freed on this node, folios scanned, time).
     pub fn kswapd_shrink_node(&mut self, t: Ns, cpu: u32, nid: usize) -> (u64, usize, Ns) {
-        let mut cand: Vec<u32> = self.nodes[nid].lruvec.lists[Lru::InactiveFile as usize].iter_from_tail(&self.mem_map).take(SWAP_CLUSTER_MAX).collect();
+        let mut cand: Vec<u32> =
+            self.nodes[nid].lruvec.lists[Lru::InactiveFile as usize].iter_from_tail(&self.mem_map).take(SWAP_CLUSTER_MAX).collect();
         let mut t = t;
         if cand.is_empty() {
             // shrink_active_list: age the oldest active folios.

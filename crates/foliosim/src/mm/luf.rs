@@ -18,8 +18,8 @@
 //! LUF window waits for its end.
 
 use super::page_alloc::ugen_before;
-use super::rmap::TlbBatch;
 use super::page_alloc::MigrateType;
+use super::rmap::TlbBatch;
 use super::vmstat::Stat;
 use super::Pfn;
 use crate::kernel::knobs::{LufMutant, Mutant};
@@ -62,7 +62,17 @@ pub struct LufSet {
 
 impl Default for LufSet {
     fn default() -> Self {
-        LufSet { ubc: TlbBatch::default(), gen: 0, gen_next: 1, gen_done: 0, done_prev: 0, done_at: 0, flushing: Vec::new(), luf_flushing: None, retire: Vec::new() }
+        LufSet {
+            ubc: TlbBatch::default(),
+            gen: 0,
+            gen_next: 1,
+            gen_done: 0,
+            done_prev: 0,
+            done_at: 0,
+            flushing: Vec::new(),
+            luf_flushing: None,
+            retire: Vec::new(),
+        }
     }
 }
 

@@ -117,7 +117,19 @@ impl MemMap {
     /// Read a frame. Frames in sections never materialised read as default.
     #[inline]
     pub fn get(&self, pfn: Pfn) -> &Page {
-        static EMPTY: Page = Page { flags: 0, refcount: 0, mapcount: 0, mapping: 0, index: 0, lru_prev: 0, lru_next: 0, order: 0, nid: 0, private: 0, alloc_epoch: 0 };
+        static EMPTY: Page = Page {
+            flags: 0,
+            refcount: 0,
+            mapcount: 0,
+            mapping: 0,
+            index: 0,
+            lru_prev: 0,
+            lru_next: 0,
+            order: 0,
+            nid: 0,
+            private: 0,
+            alloc_epoch: 0,
+        };
         match &self.sections[(pfn >> SECTION_SHIFT) as usize] {
             Some(s) => &s[(pfn & ((1 << SECTION_SHIFT) - 1)) as usize],
             None => &EMPTY,

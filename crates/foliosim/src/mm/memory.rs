@@ -260,7 +260,11 @@ impl Kernel {
     #[inline(always)]
     fn set_pte_locked_inline(&mut self, t: Ns, cpu: u32, mm: u32, addr: u64, expect: Pte, pte: Pte, hold: Ns) -> (bool, Ns) {
         // LUF v11: a fault installing a writable PTE flushes every deferral.
-        let t = if pte.write() && self.knobs.luf.v11_hooks && self.luf_hooks_on() { self.luf_flush(t, cpu, self.cpus[cpu as usize].curr, crate::mm::luf::ForcedBy::FaultWritable) } else { t };
+        let t = if pte.write() && self.knobs.luf.v11_hooks && self.luf_hooks_on() {
+            self.luf_flush(t, cpu, self.cpus[cpu as usize].curr, crate::mm::luf::ForcedBy::FaultWritable)
+        } else {
+            t
+        };
         let lc = &self.lc;
         let tbl = self.mms[mm as usize].pt.table_mut(addr).expect("pte table exists");
         let (_, end) = tbl.ptl.lock_span(t, cpu, hold, lc);
@@ -550,7 +554,11 @@ impl Kernel {
         };
         // LUF v10: a write fault on a folio gives up every deferral first
         // (the folio may be one a stale entry still shows).
-        let t = if !pte.special() && self.luf_hooks_on() { self.luf_flush(t, cpu, self.cpus[cpu as usize].curr, crate::mm::luf::ForcedBy::WpFault) } else { t };
+        let t = if !pte.special() && self.luf_hooks_on() {
+            self.luf_flush(t, cpu, self.cpus[cpu as usize].curr, crate::mm::luf::ForcedBy::WpFault)
+        } else {
+            t
+        };
         if pte.special() {
             // The zero page: copy = allocate a zeroed page (wp_page_copy);
             // large under the RFC's patch 15 (spec/000 path B).
@@ -686,7 +694,8 @@ impl Kernel {
             // first, whenever the table exists, even if its PTEs are all
             // none by now (they may be none because reclaim cleared them).
             let m = &self.mms[mm as usize];
-            let skip_empty = self.knobs.mutant == Mutant::Luf(crate::kernel::knobs::LufMutant::ZapSkipsEmptyTable) && m.pt.table(va).is_some_and(|tb| tb.nr_present == 0);
+            let skip_empty = self.knobs.mutant == Mutant::Luf(crate::kernel::knobs::LufMutant::ZapSkipsEmptyTable)
+                && m.pt.table(va).is_some_and(|tb| tb.nr_present == 0);
             if m.tlb_flush_batched_pending != m.tlb_flush_batched_flushed && m.pt.table(va).is_some() && !skip_empty {
                 t = self.flush_tlb_batched_pending(t, cpu, mm);
             }
@@ -751,7 +760,8 @@ impl Kernel {
                         }
                         // An order-0 page heads its own folio, which l
                         // (below it) is not in: its head is read alone.
-                        let cont = batch && last.is_some_and(|l| l + 1 == pfn && o != 0 && self.mem_map.folio_head(l) == pfn & !((1u32 << o) - 1));
+                        let cont =
+                            batch && last.is_some_and(|l| l + 1 == pfn && o != 0 && self.mem_map.folio_head(l) == pfn & !((1u32 << o) - 1));
                         if !cont {
                             runs += 1;
                         }

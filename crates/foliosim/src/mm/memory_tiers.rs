@@ -49,12 +49,21 @@ impl MemoryTiers {
         let (dl, db) = if dram.is_empty() {
             (prof.nodes[0].latency_ns, prof.nodes[0].read_bw_gbps)
         } else {
-            (dram.iter().map(|n| n.latency_ns).sum::<f64>() / dram.len() as f64, dram.iter().map(|n| n.read_bw_gbps).sum::<f64>() / dram.len() as f64)
+            (
+                dram.iter().map(|n| n.latency_ns).sum::<f64>() / dram.len() as f64,
+                dram.iter().map(|n| n.read_bw_gbps).sum::<f64>() / dram.len() as f64,
+            )
         };
         let adistance: Vec<u32> = prof
             .nodes
             .iter()
-            .map(|n| if n.has_cpus { MEMTIER_ADISTANCE_DRAM } else { (MEMTIER_ADISTANCE_DRAM as f64 * (n.latency_ns / dl) * (db / n.read_bw_gbps)).round().max(1.0) as u32 })
+            .map(|n| {
+                if n.has_cpus {
+                    MEMTIER_ADISTANCE_DRAM
+                } else {
+                    (MEMTIER_ADISTANCE_DRAM as f64 * (n.latency_ns / dl) * (db / n.read_bw_gbps)).round().max(1.0) as u32
+                }
+            })
             .collect();
         let tier = |a: u32| a >> MEMTIER_CHUNK_BITS;
         // The top tier ends with the first tier that holds a CPU node.
@@ -65,7 +74,8 @@ impl MemoryTiers {
         let demotion_target = adistance
             .iter()
             .map(|&a| {
-                let below: Vec<(u32, u32)> = adistance.iter().enumerate().filter(|(_, &b)| tier(b) > tier(a)).map(|(i, &b)| (tier(b), i as u32)).collect();
+                let below: Vec<(u32, u32)> =
+                    adistance.iter().enumerate().filter(|(_, &b)| tier(b) > tier(a)).map(|(i, &b)| (tier(b), i as u32)).collect();
                 below.iter().min().map(|&(_, i)| i)
             })
             .collect();
@@ -120,7 +130,14 @@ pub struct TierState {
 impl TierState {
     pub fn new(prof: &Profile) -> TierState {
         let n = prof.nodes.len();
-        TierState { tiers: MemoryTiers::new(prof), promo: Vec::new(), nbp: vec![NodeBalance::default(); n], kswapd: vec![None; n], eof_times: Vec::new(), first_read_at: None }
+        TierState {
+            tiers: MemoryTiers::new(prof),
+            promo: Vec::new(),
+            nbp: vec![NodeBalance::default(); n],
+            kswapd: vec![None; n],
+            eof_times: Vec::new(),
+            first_read_at: None,
+        }
     }
 }
 
@@ -335,7 +352,10 @@ impl Kernel {
             for &p in &list {
                 let f = self.mem_map.get(p).flags;
                 if f & pg::LRU != 0 || f & pg::ISOLATED == 0 {
-                    self.check.report(format!("folio {p}: on task {tid}'s promotion list but {} (a folio on two lists)", if f & pg::LRU != 0 { "also on an LRU" } else { "not isolated" }));
+                    self.check.report(format!(
+                        "folio {p}: on task {tid}'s promotion list but {} (a folio on two lists)",
+                        if f & pg::LRU != 0 { "also on an LRU" } else { "not isolated" }
+                    ));
                 }
             }
         }
@@ -345,7 +365,11 @@ impl Kernel {
         let nr_list: i64 = list.iter().map(|&p| 1i64 << self.mem_map.get(p).order).sum();
         let (_, t) = self.migrate_misplaced_folio_batch(t, cpu, &list, dst);
         if self.check.enabled && self.stat.get(Stat::NrIsolatedFile) != isolated_before - nr_list {
-            self.check.report(format!("task {tid}: nr_isolated_file {} after the promotion batch, expected {}", self.stat.get(Stat::NrIsolatedFile), isolated_before - nr_list));
+            self.check.report(format!(
+                "task {tid}: nr_isolated_file {} after the promotion batch, expected {}",
+                self.stat.get(Stat::NrIsolatedFile),
+                isolated_before - nr_list
+            ));
         }
         t
     }

@@ -41,7 +41,8 @@ pub enum MigrateReason {
 }
 
 /// Flags folio_migrate_flags carries to the new folio.
-const MIGRATE_FLAGS: u32 = pg::REFERENCED | pg::ACTIVE | pg::WORKINGSET | pg::UPTODATE | pg::DIRTY | pg::SWAPBACKED | pg::SHMEM | pg::UNEVICTABLE;
+const MIGRATE_FLAGS: u32 =
+    pg::REFERENCED | pg::ACTIVE | pg::WORKINGSET | pg::UPTODATE | pg::DIRTY | pg::SWAPBACKED | pg::SHMEM | pg::UNEVICTABLE;
 
 impl Kernel {
     /// Allocate a destination folio on `nid` only, without reclaim
@@ -83,7 +84,15 @@ impl Kernel {
     /// identity, point the migration entries at the copy, free the old
     /// folio (carrying LUF generation `ugen`). Returns the new PFN; on
     /// failure the caller restores the mappings.
-    fn migrate_folio_move(&mut self, t: Ns, cpu: u32, src: Pfn, dst: &mut MigrateDst, reason: MigrateReason, ugen: u16) -> Result<(Pfn, Ns), Ns> {
+    fn migrate_folio_move(
+        &mut self,
+        t: Ns,
+        cpu: u32,
+        src: Pfn,
+        dst: &mut MigrateDst,
+        reason: MigrateReason,
+        ugen: u16,
+    ) -> Result<(Pfn, Ns), Ns> {
         let (order, mapping, index, snid, flags, private) = {
             let p = self.mem_map.get(src);
             (p.order as u32, p.mapping, p.index, p.nid as usize, p.flags, p.private)
@@ -162,7 +171,11 @@ impl Kernel {
         let mut list = Vec::new();
         for &p in pfns {
             let pg_ = self.mem_map.get(p);
-            if pg_.flags & (pg::HEAD | pg::LRU) == pg::HEAD | pg::LRU && pg_.flags & pg::ISOLATED == 0 && pg_.order == 0 && pg_.nid as u32 != nid {
+            if pg_.flags & (pg::HEAD | pg::LRU) == pg::HEAD | pg::LRU
+                && pg_.flags & pg::ISOLATED == 0
+                && pg_.order == 0
+                && pg_.nid as u32 != nid
+            {
                 t = self.lru_lock_folios(t, cpu, pg_.nid as usize, 1);
                 self.folio_isolate_lru(p);
                 list.push(p);

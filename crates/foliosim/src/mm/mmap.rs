@@ -109,6 +109,8 @@ impl Vma {
     pub fn is_shared(&self) -> bool {
         self.flags & vm::SHARED != 0
     }
+    // A VMA is never empty (do_mmap refuses a zero length), so no is_empty.
+    #[allow(clippy::len_without_is_empty)]
     pub fn len(&self) -> u64 {
         self.end - self.start
     }
@@ -364,9 +366,10 @@ impl Mm {
     }
 
     pub fn cpumask_iter(&self) -> impl Iterator<Item = u32> + '_ {
-        self.cpumask.iter().enumerate().flat_map(|(w, &bits)| {
-            (0..64u32).filter(move |b| bits & (1u64 << b) != 0).map(move |b| w as u32 * 64 + b)
-        })
+        self.cpumask
+            .iter()
+            .enumerate()
+            .flat_map(|(w, &bits)| (0..64u32).filter(move |b| bits & (1u64 << b) != 0).map(move |b| w as u32 * 64 + b))
     }
 
     /// The VMA containing `addr` (vma_lookup).

@@ -21,8 +21,8 @@
 //! stands for SPF's odd vm_sequence.
 
 use super::memory::Fault;
-use super::vmstat::Stat;
 use super::vmstat::Entry;
+use super::vmstat::Stat;
 use crate::kernel::knobs::FaultLocking;
 use crate::kernel::task::LockWait;
 use crate::kernel::Kernel;
@@ -62,7 +62,10 @@ impl Kernel {
         let t = m.mmap_lock.down_write(t, cpu, &self.lc, &self.sc);
         if self.check.enabled {
             if let Some(prev) = m.cycle_log.back().filter(|c| c.end > t) {
-                self.check.report(format!("mm {mm}: a writer acquired mmap_lock at {t} ns while write cycle {} held it until {} ns (exclusion)", prev.seq, prev.end));
+                self.check.report(format!(
+                    "mm {mm}: a writer acquired mmap_lock at {t} ns while write cycle {} held it until {} ns (exclusion)",
+                    prev.seq, prev.end
+                ));
             }
         }
         m.mm_lock_seq += 1;
@@ -175,7 +178,11 @@ impl Kernel {
             woken.push(waiters[0]);
             left.extend_from_slice(&waiters[1..]);
         } else {
-            let upto = if m.mmap_lock.reader_no_spin { waiters.iter().position(|&w| is_writer(w)).unwrap_or(waiters.len()) } else { waiters.len() };
+            let upto = if m.mmap_lock.reader_no_spin {
+                waiters.iter().position(|&w| is_writer(w)).unwrap_or(waiters.len())
+            } else {
+                waiters.len()
+            };
             for (i, &w) in waiters.iter().enumerate() {
                 if i < upto && !is_writer(w) {
                     woken.push(w);
@@ -292,7 +299,9 @@ impl Kernel {
             }
         };
         let (res, t) = match copy.as_deref() {
-            Some(vma) if found && super::memory::access_permitted(vma, kind) => self.handle_pte_fault_inline(t + self.c.fault_base, cpu, mm, vma, addr & !4095, kind),
+            Some(vma) if found && super::memory::access_permitted(vma, kind) => {
+                self.handle_pte_fault_inline(t + self.c.fault_base, cpu, mm, vma, addr & !4095, kind)
+            }
             _ => (Fault::Segv, t),
         };
         self.fault_vma = copy;
@@ -383,7 +392,13 @@ impl Kernel {
         let now = self.mms[mm as usize].vma_lookup(addr).cloned();
         let ok = match &now {
             None => false,
-            Some(v) => v.start == used.start && v.end == used.end && v.flags == used.flags && v.pgoff == used.pgoff && (used.anon_vma == 0 || v.anon_vma == used.anon_vma),
+            Some(v) => {
+                v.start == used.start
+                    && v.end == used.end
+                    && v.flags == used.flags
+                    && v.pgoff == used.pgoff
+                    && (used.anon_vma == 0 || v.anon_vma == used.anon_vma)
+            }
         };
         if !ok {
             self.check.report(format!(

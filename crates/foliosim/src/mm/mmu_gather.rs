@@ -112,7 +112,12 @@ impl Kernel {
             let stale: Vec<u32> = self
                 .mms
                 .iter()
-                .filter(|m| m.alive && m.cpu_tlb_gen.len() > c as usize && m.cpu_tlb_gen[c as usize] < m.tlb_gen && m.cpumask.get((c / 64) as usize).is_some_and(|w| w & (1 << (c % 64)) != 0))
+                .filter(|m| {
+                    m.alive
+                        && m.cpu_tlb_gen.len() > c as usize
+                        && m.cpu_tlb_gen[c as usize] < m.tlb_gen
+                        && m.cpumask.get((c / 64) as usize).is_some_and(|w| w & (1 << (c % 64)) != 0)
+                })
                 .map(|m| m.id)
                 .collect();
             for &m in &stale {

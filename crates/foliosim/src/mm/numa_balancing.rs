@@ -35,8 +35,8 @@
 
 use super::mem_map::pg;
 use super::memory::Fault;
-use super::mmap::{vm, Vma};
 use super::memory_tiers::{NUMA_BALANCING_MEMORY_TIERING, NUMA_BALANCING_NORMAL};
+use super::mmap::{vm, Vma};
 use super::pgtable::{pte_index, Pte, PMD_SHIFT};
 use super::vmstat::Stat;
 use crate::kernel::Kernel;
@@ -246,7 +246,8 @@ impl Kernel {
         // is this CPU's node if should_numa_migrate_memory agrees. Only the
         // tiering branch is modelled: lower-tier pages, top-tier target.
         let tiering = self.knobs.numa_balancing & NUMA_BALANCING_MEMORY_TIERING != 0;
-        let target = tiering && nid != here && !self.node_is_toptier(nid) && self.node_is_toptier(here) && self.should_promote(t, head, here, nr);
+        let target =
+            tiering && nid != here && !self.node_is_toptier(nid) && self.node_is_toptier(here) && self.should_promote(t, head, here, nr);
         if target {
             // migrate_misplaced_folio_prepare.
             let prepared = if !anon && flags & pg::DIRTY != 0 {
@@ -291,7 +292,10 @@ impl Kernel {
         let hi = (addr - (off << 12) + (nr << 12)).min(pt_start + HPAGE_SIZE).min(vma.end);
         let lc = self.lc;
         let mut fixed = 0;
-        let excl = |k: &Kernel, p: Pte| vma.flags & vm::WRITE != 0 && if vma.is_shared() { p.dirty() } else { anon && k.mem_map.get(p.pfn()).flags & pg::ANON_EXCLUSIVE != 0 };
+        let excl = |k: &Kernel, p: Pte| {
+            vma.flags & vm::WRITE != 0
+                && if vma.is_shared() { p.dirty() } else { anon && k.mem_map.get(p.pfn()).flags & pg::ANON_EXCLUSIVE != 0 }
+        };
         let mut a = lo;
         let mut new = Vec::new();
         while a < hi {

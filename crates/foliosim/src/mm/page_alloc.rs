@@ -685,8 +685,8 @@ impl Zone {
     /// deleted; taking m < 2^k pages leaves, for each order j < k with bit
     /// j of m - 1 clear, the piece of order j after the last page taken,
     /// alone on its list. The `ops` counter (zone->lock hold time) gets
-    /// what the one-by-one takes would have added: m deletions and k + (m
-    /// - 1) - popcount(m - 1) insertions of pieces. Callers check that no
+    /// what the one-by-one takes would have added: m deletions and
+    /// k + (m - 1) - popcount(m - 1) insertions of pieces. Callers check that no
     /// mutant is set (they change deletions, insertions and generations).
     fn rmqueue_bulk_order0(&mut self, n: u64, mt: MigrateType, list: &mut VecDeque<PcpEntry>) -> (u64, u16) {
         debug_assert!(self.mutant.is_none());
@@ -789,9 +789,7 @@ impl Zone {
         if order == 0 {
             return true;
         }
-        self.free_area[order as usize..]
-            .iter()
-            .any(|a| a.nr_free != 0 && a.head[..MIGRATE_PCPTYPES].iter().any(|h| *h != 0))
+        self.free_area[order as usize..].iter().any(|a| a.nr_free != 0 && a.head[..MIGRATE_PCPTYPES].iter().any(|h| *h != 0))
     }
 
     /// Drain up to `count` pages from one CPU's lists to the buddy, round
@@ -833,7 +831,17 @@ impl Zone {
 /// buddy past `high`, or straight to the buddy.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-fn free_to_zone(z: &mut Zone, pcp: &mut PerCpuPages, pl: &mut Placement, p: &AllocParams, now: Ns, cpu: u32, pfn: Pfn, order: u32, ugen: u16) -> Ns {
+fn free_to_zone(
+    z: &mut Zone,
+    pcp: &mut PerCpuPages,
+    pl: &mut Placement,
+    p: &AllocParams,
+    now: Ns,
+    cpu: u32,
+    pfn: Pfn,
+    order: u32,
+    ugen: u16,
+) -> Ns {
     debug_assert!((pfn as u64 + (1 << order)) <= z.end_pfn);
     let mt = z.pageblock_mt(pfn);
     if pcp_allowed_order(order) && mt != MigrateType::Isolate {
@@ -894,7 +902,16 @@ fn pcp_free_high(z: &mut Zone, pcp: &mut PerCpuPages, pl: &mut Placement, p: &Al
 /// a drain (which may retype pageblocks when it merges).
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-fn free_order0_run(z: &mut Zone, pcp: &mut PerCpuPages, pl: &mut Placement, p: &AllocParams, now: Ns, cpu: u32, pfns: &[Pfn], ugen: u16) -> Ns {
+fn free_order0_run(
+    z: &mut Zone,
+    pcp: &mut PerCpuPages,
+    pl: &mut Placement,
+    p: &AllocParams,
+    now: Ns,
+    cpu: u32,
+    pfns: &[Pfn],
+    ugen: u16,
+) -> Ns {
     let mut t = now;
     let (mut pb, mut mt) = (usize::MAX, MigrateType::Movable);
     // pcp high while the shortcut holds; 0: take the general path.
@@ -956,12 +973,7 @@ impl PageAlloc {
         specs.retain(|z| z.nr_pages > 0);
         specs.sort_by_key(|z| z.start_pfn);
         for w in specs.windows(2) {
-            assert!(
-                w[0].start_pfn as u64 + w[0].nr_pages <= w[1].start_pfn as u64,
-                "zones of nodes {} and {} overlap",
-                w[0].nid,
-                w[1].nid
-            );
+            assert!(w[0].start_pfn as u64 + w[0].nr_pages <= w[1].start_pfn as u64, "zones of nodes {} and {} overlap", w[0].nid, w[1].nid);
         }
         let mut pl = Placement {
             merge_likely: p.merge_likely_tail,
@@ -1180,7 +1192,16 @@ impl PageAlloc {
 
     /// One round of `alloc_pages` on zone `zi` against watermark `wm`.
     #[inline(always)]
-    fn alloc_from_zone(&mut self, now: Ns, cpu: u32, zi: usize, order: u32, mt: MigrateType, wm: Wmark, stat: &mut VmStat) -> Option<Alloc> {
+    fn alloc_from_zone(
+        &mut self,
+        now: Ns,
+        cpu: u32,
+        zi: usize,
+        order: u32,
+        mt: MigrateType,
+        wm: Wmark,
+        stat: &mut VmStat,
+    ) -> Option<Alloc> {
         let z = &mut self.zones[zi];
         // Detect ZONE_BELOW_HIGH here rather than in the hotter free path.
         if !z.below_high && !z.watermark_ok(order, z.wmark[Wmark::High as usize]) {
@@ -1220,7 +1241,17 @@ impl PageAlloc {
     /// the latest generation among the blocks. Out of line: once per batch.
     #[inline(never)]
     #[allow(clippy::too_many_arguments)]
-    fn rmqueue_pcp_refill(z: &mut Zone, pcp: &mut PerCpuPages, now: Ns, cpu: u32, order: u32, mt: MigrateType, pindex: usize, buddy_op_ns: Ns, lc: &LineCost) -> (Ns, u16) {
+    fn rmqueue_pcp_refill(
+        z: &mut Zone,
+        pcp: &mut PerCpuPages,
+        now: Ns,
+        cpu: u32,
+        order: u32,
+        mt: MigrateType,
+        pindex: usize,
+        buddy_op_ns: Ns,
+        lc: &LineCost,
+    ) -> (Ns, u16) {
         let n = nr_pcp_alloc(pcp, z.batch, z.high, z.high_max, z.below_high, order);
         let ops0 = z.ops;
         let mut got = 0;
@@ -1229,7 +1260,8 @@ impl PageAlloc {
         if order == 0 && z.mutant.is_none() {
             (got, refill_ugen) = z.rmqueue_bulk_order0(n, mt, &mut pcp.lists[pindex]);
         }
-        for _ in got..n {
+        let bulk = got;
+        for _ in bulk..n {
             let Some((pfn, ugen)) = z.rmqueue(order, mt) else { break };
             // D3: the generation moves to the refiller alone.
             refill_ugen = ugen_latest(refill_ugen, ugen);
@@ -1456,7 +1488,8 @@ impl PageAlloc {
 
     /// Buddy free blocks flagged PG_reported, (pfn, order), sorted.
     pub fn reported_blocks(&self) -> Vec<(Pfn, u32)> {
-        let mut v: Vec<(Pfn, u32)> = self.zones.iter().flat_map(|z| z.blocks.iter().filter(|(_, b)| b.reported).map(|(p, b)| (p, b.order as u32))).collect();
+        let mut v: Vec<(Pfn, u32)> =
+            self.zones.iter().flat_map(|z| z.blocks.iter().filter(|(_, b)| b.reported).map(|(p, b)| (p, b.order as u32))).collect();
         v.sort_unstable();
         v
     }
@@ -1464,7 +1497,8 @@ impl PageAlloc {
     /// Whether the allocated page at `pfn` still carries PG_reported (only
     /// possible with the `KeepReportedOnAlloc` mutant).
     pub fn allocated_page_reported(&self, pfn: Pfn) -> bool {
-        self.zone_idx_of_pfn(pfn).is_some_and(|zi| self.zones[zi].stale_reported.contains(&pfn) && !self.zones[zi].blocks.contains_key(&pfn))
+        self.zone_idx_of_pfn(pfn)
+            .is_some_and(|zi| self.zones[zi].stale_reported.contains(&pfn) && !self.zones[zi].blocks.contains_key(&pfn))
     }
 
     /// First block of a free list.
@@ -1639,7 +1673,7 @@ impl PageAlloc {
         let align = 1 << MAX_PAGE_ORDER;
         let Some(zi) = self.zone_idx_of_pfn(start) else { return false };
         let z = &mut self.zones[zi];
-        if start % align != 0 || end % align != 0 || end <= start || end as u64 > z.end_pfn {
+        if !start.is_multiple_of(align) || !end.is_multiple_of(align) || end <= start || end as u64 > z.end_pfn {
             return false;
         }
         let mut p = start;
@@ -1800,10 +1834,7 @@ impl PageAlloc {
                             return Err(format!("node {nid}: block {pfn:#x} prev {:#x} != {prev:#x}", b.prev));
                         }
                         if b.order as u32 != order || b.mt != mt as u8 {
-                            return Err(format!(
-                                "node {nid}: block {pfn:#x} (order {} mt {}) on list order {order} {mt:?}",
-                                b.order, b.mt
-                            ));
+                            return Err(format!("node {nid}: block {pfn:#x} (order {} mt {}) on list order {order} {mt:?}", b.order, b.mt));
                         }
                         if pfn & ((1 << order) - 1) != 0 {
                             return Err(format!("node {nid}: block {pfn:#x} not aligned to order {order}"));
@@ -1822,7 +1853,10 @@ impl PageAlloc {
                                 let bmt = MigrateType::from_u8(bb.mt);
                                 let refused = order >= PAGEBLOCK_ORDER && bmt != mt && !(bmt.is_mergeable() && mt.is_mergeable());
                                 if !refused {
-                                    return Err(format!("node {nid}: free buddies {pfn:#x} and {:#x} of order {order} not merged", pfn ^ (1 << order)));
+                                    return Err(format!(
+                                        "node {nid}: free buddies {pfn:#x} and {:#x} of order {order} not merged",
+                                        pfn ^ (1 << order)
+                                    ));
                                 }
                             }
                         }

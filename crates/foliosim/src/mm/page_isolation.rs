@@ -16,7 +16,7 @@
 
 use super::mem_map::pg;
 use super::migrate::{MigrateDst, MigrateReason};
-use super::page_alloc::{MigrateType, ugen_latest};
+use super::page_alloc::{ugen_latest, MigrateType};
 use super::vmstat::Stat;
 use super::Pfn;
 use crate::kernel::Kernel;
@@ -27,7 +27,15 @@ impl Kernel {
     /// (__alloc_contig_migrate_range / do_migrate_range). Err with the
     /// time if the range cannot be isolated or a page cannot move (the
     /// isolation is then undone).
-    pub(crate) fn isolate_and_evacuate(&mut self, t: Ns, cpu: u32, start: Pfn, end: Pfn, dst: u32, reason: MigrateReason) -> Result<Ns, Ns> {
+    pub(crate) fn isolate_and_evacuate(
+        &mut self,
+        t: Ns,
+        cpu: u32,
+        start: Pfn,
+        end: Pfn,
+        dst: u32,
+        reason: MigrateReason,
+    ) -> Result<Ns, Ns> {
         if !self.pa.start_isolate_page_range(start, end) {
             return Err(t);
         }

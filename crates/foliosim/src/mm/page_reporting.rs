@@ -253,7 +253,9 @@ impl PageReportingWork {
                         k.prdev.as_mut().unwrap().sg.push(iso);
                         // The successor is still on this list unless the
                         // isolation moved it (pageblock retyping): restart.
-                        cur = next.filter(|&n| k.pa.free_block(n).is_some_and(|nb| nb.order as u32 == order && nb.mt == mt as u8)).or_else(|| k.pa.free_list_head(nid, order, mt));
+                        cur = next
+                            .filter(|&n| k.pa.free_block(n).is_some_and(|nb| nb.order as u32 == order && nb.mt == mt as u8))
+                            .or_else(|| k.pa.free_list_head(nid, order, mt));
                         continue;
                     }
                 }
@@ -342,7 +344,8 @@ impl Kthread for PageReportingWork {
             }
             if pass.order <= MAX_PAGE_ORDER {
                 let mt = MigrateType::ALL[pass.mt];
-                let walk = if mt == MigrateType::Isolate { Walk::Done } else { Self::cycle(k, nid, pass.order, mt, &mut pass, &mut t, cpu) };
+                let walk =
+                    if mt == MigrateType::Isolate { Walk::Done } else { Self::cycle(k, nid, pass.order, mt, &mut pass, &mut t, cpu) };
                 match walk {
                     Walk::Report => {
                         let done = k.page_reporting_report(t, cpu);

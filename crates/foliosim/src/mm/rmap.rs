@@ -98,7 +98,10 @@ impl TlbBatch {
     }
 
     pub fn cpus_iter(&self) -> impl Iterator<Item = u32> + '_ {
-        self.cpus.iter().enumerate().flat_map(|(w, &bits)| (0..64u32).filter(move |b| bits & (1u64 << b) != 0).map(move |b| w as u32 * 64 + b))
+        self.cpus
+            .iter()
+            .enumerate()
+            .flat_map(|(w, &bits)| (0..64u32).filter(move |b| bits & (1u64 << b) != 0).map(move |b| w as u32 * 64 + b))
     }
 }
 
@@ -295,7 +298,8 @@ impl Kernel {
             wp_pending |= self.mms[mp.mm as usize].tlb_flush_pending > 0;
             // make_readable/writable_migration_entry: a PROT_NONE hinting
             // PTE has no write bit, so the page comes back read-only.
-            let replace = if migrate { Pte((cur.0 & !0xfff) | cur.0 & (Pte::WRITE | Pte::EXEC | Pte::DIRTY) | Pte::MIGRATION) } else { Pte::NONE };
+            let replace =
+                if migrate { Pte((cur.0 & !0xfff) | cur.0 & (Pte::WRITE | Pte::EXEC | Pte::DIRTY) | Pte::MIGRATION) } else { Pte::NONE };
             let old = self.ttu_clear_pte(&mut t, cpu, tid, mp, batch, replace);
             if old.dirty() {
                 self.folio_mark_dirty(head);

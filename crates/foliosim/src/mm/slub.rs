@@ -86,7 +86,15 @@ impl KmemCache {
     pub fn new(size: u64, nr_cpus: u32, base: u64) -> Self {
         let order = calculate_order(size, nr_cpus);
         let slab_bytes = PAGE << order;
-        KmemCache { size, objs: (slab_bytes / size) as u32, slab_bytes, base, slabs: Vec::new(), cpu_slab: vec![u32::MAX; nr_cpus as usize], partial: Vec::new() }
+        KmemCache {
+            size,
+            objs: (slab_bytes / size) as u32,
+            slab_bytes,
+            base,
+            slabs: Vec::new(),
+            cpu_slab: vec![u32::MAX; nr_cpus as usize],
+            partial: Vec::new(),
+        }
     }
 
     pub fn objs_per_slab(&self) -> u32 {

@@ -170,7 +170,8 @@ impl Kernel {
         }
         let t_trap = self.tasks[tid as usize].clock;
         let (cycle, read_bumps) = (self.mms[mm as usize].mm_lock_seq, self.mms[mm as usize].seq_bumps_read_side);
-        self.tasks[tid as usize].fault_cont = Some(SpfPending { addr: addr & !4095, kind, vma, orig_pte, page, t_begin, t_trap, cycle, read_bumps, obj });
+        self.tasks[tid as usize].fault_cont =
+            Some(SpfPending { addr: addr & !4095, kind, vma, orig_pte, page, t_begin, t_trap, cycle, read_bumps, obj });
         FastFault::Pending(t)
     }
 
@@ -230,7 +231,10 @@ impl Kernel {
             return self.spf_fallback(tid, &p, t);
         }
         if self.check.enabled && !self.mms[mm as usize].vmas.contains_key(&key) {
-            self.check.report(format!("mm {mm} va {:#x}: speculative fault used VMA [{:#x},{:#x}) after it was detached (I3)", p.addr, key, p.vma.end));
+            self.check.report(format!(
+                "mm {mm} va {:#x}: speculative fault used VMA [{:#x},{:#x}) after it was detached (I3)",
+                p.addr, key, p.vma.end
+            ));
         }
         let addr = p.addr;
         let (res, t) = match p.page {
@@ -272,7 +276,10 @@ impl Kernel {
     fn spf_finish_before_writer(&mut self, tid: u32, p: SpfPending, tstart: Ns, t0: Ns, zapped: bool) -> Fault {
         let (mm, cpu) = (self.tasks[tid as usize].mm, self.tasks[tid as usize].cpu);
         self.fault_event(Stat::SpfBeforeWriter);
-        let cur = self.mms[mm as usize].vma_lookup(p.addr).cloned().filter(|v| !zapped && v.is_anon() && v.anon_vma == p.vma.anon_vma && self.mms[mm as usize].pt.table(p.addr).is_some());
+        let cur = self.mms[mm as usize]
+            .vma_lookup(p.addr)
+            .cloned()
+            .filter(|v| !zapped && v.is_anon() && v.anon_vma == p.vma.anon_vma && self.mms[mm as usize].pt.table(p.addr).is_some());
         let (res, t) = match (p.page, cur) {
             (Some(pfn), Some(v)) if v.flags & vm::READ != 0 => {
                 let w = if v.flags & vm::WRITE != 0 { Pte::WRITE } else { 0 };
@@ -338,7 +345,6 @@ impl Kernel {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -350,7 +356,12 @@ mod tests {
     /// faulted in (so the anon_vma and the PTE table exist).
     fn setup(policy: &str) -> (Kernel, u64) {
         let mut k = boot_with(&format!("fault_locking = \"{policy}\"\n"));
-        let Some(Ret::Val(a)) = k.exec(0, Op::Mmap { addr: 0, len: 16 << 12, prot: prot::READ | prot::WRITE, flags: map::PRIVATE | map::ANONYMOUS, fd: -1, off: 0 }) else { panic!() };
+        let Some(Ret::Val(a)) = k.exec(
+            0,
+            Op::Mmap { addr: 0, len: 16 << 12, prot: prot::READ | prot::WRITE, flags: map::PRIVATE | map::ANONYMOUS, fd: -1, off: 0 },
+        ) else {
+            panic!()
+        };
         let a = a as u64;
         assert_eq!(k.exec(0, Op::Access { addr: a, kind: Access::Store }), Some(Ret::Val(0)));
         assert!(k.tasks[0].fault_cont.is_none(), "the first fault (no anon_vma) is classic");
@@ -560,7 +571,12 @@ mod tests {
         assert_eq!(k.exec(1, Op::Mprotect { addr: a + (8 << 12), len: 8 << 12, prot: prot::READ }), Some(Ret::Val(0)));
         let (s1, e1) = (k.mms[0].cycle_log.back().unwrap().start, k.mms[0].cycle_log.back().unwrap().end);
         k.tasks[2].clock = t0 + 1;
-        let Some(Ret::Val(b)) = k.exec(2, Op::Mmap { addr: 0, len: 4 << 12, prot: prot::READ | prot::WRITE, flags: map::PRIVATE | map::ANONYMOUS, fd: -1, off: 0 }) else { panic!() };
+        let Some(Ret::Val(b)) = k.exec(
+            2,
+            Op::Mmap { addr: 0, len: 4 << 12, prot: prot::READ | prot::WRITE, flags: map::PRIVATE | map::ANONYMOUS, fd: -1, off: 0 },
+        ) else {
+            panic!()
+        };
         assert!(b as u64 + (4 << 12) <= a || b as u64 >= a + (16 << 12));
         assert!(k.mms[0].cycle_log.back().unwrap().start >= e1, "the second cycle waited for the first");
         (k, a, s1, e1)
@@ -649,7 +665,14 @@ mod tests {
     /// mmap 64 KiB of anonymous memory at `addr` (MAP_FIXED) from task `tid`.
     fn map_at(k: &mut Kernel, tid: u32, addr: u64) -> u64 {
         after_all(k, tid);
-        let op = Op::Mmap { addr, len: 16 << 12, prot: prot::READ | prot::WRITE, flags: map::PRIVATE | map::ANONYMOUS | map::FIXED, fd: -1, off: 0 };
+        let op = Op::Mmap {
+            addr,
+            len: 16 << 12,
+            prot: prot::READ | prot::WRITE,
+            flags: map::PRIVATE | map::ANONYMOUS | map::FIXED,
+            fd: -1,
+            off: 0,
+        };
         assert_eq!(k.exec(tid, op), Some(Ret::Val(addr as i64)));
         k.mms[0].vma_lookup(addr).unwrap().vm_lock.obj
     }

@@ -440,7 +440,10 @@ impl Kernel {
         if self.knobs.init_on_free {
             // The free frame is zeroed: its contents change. LUF v11 flushes
             // what it deferred first.
-            if ugen != 0 && self.knobs.luf.v11_hooks && self.knobs.mutant != crate::kernel::knobs::Mutant::Luf(crate::kernel::knobs::LufMutant::PoisonPending) {
+            if ugen != 0
+                && self.knobs.luf.v11_hooks
+                && self.knobs.mutant != crate::kernel::knobs::Mutant::Luf(crate::kernel::knobs::LufMutant::PoisonPending)
+            {
                 let nid = self.pfn_to_nid(pfn);
                 let tid = self.current_tid(cpu);
                 t = self.check_luf_flush(t, cpu, tid, nid, ugen);
@@ -466,7 +469,11 @@ mod tests {
     /// the second waits for the whole of the first (all folios on node 0).
     #[test]
     fn concurrent_lru_add_drains_serialise_on_the_lru_lock_for_their_batch() {
-        let cfg = crate::config::from_toml("[machine]\nprofile = \"generic-x86\"\nnode_mem_mib = [256, 256]\nnr_cpus = 2\n[workload]\nname = \"page_fault1\"\n", "<test>").unwrap();
+        let cfg = crate::config::from_toml(
+            "[machine]\nprofile = \"generic-x86\"\nnode_mem_mib = [256, 256]\nnr_cpus = 2\n[workload]\nname = \"page_fault1\"\n",
+            "<test>",
+        )
+        .unwrap();
         let mut k = Kernel::boot(cfg.profile.clone(), cfg.knobs.clone(), true, 1).unwrap();
         let batch = k.c.lru_batch;
         let t0 = 1_000_000;

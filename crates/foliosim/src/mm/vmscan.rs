@@ -79,7 +79,9 @@ impl Kernel {
         if !self.pa.zone_watermark_ok(dst, 0, high) {
             return Vec::new();
         }
-        let take = |k: &Self, l: Lru| -> Vec<Pfn> { k.nodes[nid].lruvec.lists[l as usize].iter_from_tail(&k.mem_map).take(SWAP_CLUSTER_MAX).collect() };
+        let take = |k: &Self, l: Lru| -> Vec<Pfn> {
+            k.nodes[nid].lruvec.lists[l as usize].iter_from_tail(&k.mem_map).take(SWAP_CLUSTER_MAX).collect()
+        };
         let cand = take(self, Lru::InactiveAnon);
         if !cand.is_empty() {
             return cand;
@@ -93,7 +95,8 @@ impl Kernel {
         // Direct reclaim takes page cache only; anonymous memory is demoted
         // by kswapd (a simplification: the kernel's direct reclaim may
         // demote anon folios too).
-        let cand: Vec<u32> = self.nodes[nid].lruvec.lists[Lru::InactiveFile as usize].iter_from_tail(&self.mem_map).take(SWAP_CLUSTER_MAX).collect();
+        let cand: Vec<u32> =
+            self.nodes[nid].lruvec.lists[Lru::InactiveFile as usize].iter_from_tail(&self.mem_map).take(SWAP_CLUSTER_MAX).collect();
         if cand.is_empty() {
             return (0, t, 0);
         }
@@ -164,7 +167,10 @@ impl Kernel {
                 // A dirty folio that is mapped is written back by pageout
                 // once unmapped; an unmapped dirty one waits (no flusher
                 // threads are modelled to clean it first).
-                p.flags & pg::SHMEM == 0 && (p.flags & pg::DIRTY == 0 || mapped > 0 && can_unmap) && p.refcount == 1 + mapped && (mapped == 0 || can_unmap)
+                p.flags & pg::SHMEM == 0
+                    && (p.flags & pg::DIRTY == 0 || mapped > 0 && can_unmap)
+                    && p.refcount == 1 + mapped
+                    && (mapped == 0 || can_unmap)
             };
             let keep = if evictable && mapped > 0 { self.folio_check_references(pfn) } else { None };
             if !evictable || keep.is_some() {
@@ -255,7 +261,11 @@ impl Kernel {
     /// it under writeback and frees it on a later one): what matters here
     /// is that nothing writes the folio after the IO has read it.
     fn pageout(&mut self, t: Ns, cpu: u32, tid: u32, pfn: Pfn) -> Ns {
-        let t = if self.knobs.mutant == crate::kernel::knobs::Mutant::ReclaimSkipDirtyFlush { t } else { self.try_to_unmap_flush_dirty(t, cpu, tid) };
+        let t = if self.knobs.mutant == crate::kernel::knobs::Mutant::ReclaimSkipDirtyFlush {
+            t
+        } else {
+            self.try_to_unmap_flush_dirty(t, cpu, tid)
+        };
         if self.check.enabled {
             self.check_pageout(t, pfn);
         }
@@ -278,7 +288,8 @@ impl Kernel {
     /// shrink_active_list for file pages: move the oldest active folios to
     /// the inactive list. Returns false when there was nothing to move.
     pub(crate) fn refill_inactive_file(&mut self, t: Ns, cpu: u32, nid: usize, out: &mut Ns) -> bool {
-        let cand: Vec<u32> = self.nodes[nid].lruvec.lists[Lru::ActiveFile as usize].iter_from_tail(&self.mem_map).take(SWAP_CLUSTER_MAX).collect();
+        let cand: Vec<u32> =
+            self.nodes[nid].lruvec.lists[Lru::ActiveFile as usize].iter_from_tail(&self.mem_map).take(SWAP_CLUSTER_MAX).collect();
         if cand.is_empty() {
             return false;
         }

@@ -270,8 +270,24 @@ pub enum Entry {
 }
 pub const NR_ENTRIES: usize = Entry::Wait4 as usize + 1;
 pub const ENTRY_NAMES: [&str; NR_ENTRIES] = [
-    "fault", "mmap", "munmap", "mprotect", "mremap", "madvise", "brk", "read", "write", "open", "close", "lseek",
-    "ftruncate", "fork", "exit", "irq", "execve", "wait4",
+    "fault",
+    "mmap",
+    "munmap",
+    "mprotect",
+    "mremap",
+    "madvise",
+    "brk",
+    "read",
+    "write",
+    "open",
+    "close",
+    "lseek",
+    "ftruncate",
+    "fork",
+    "exit",
+    "irq",
+    "execve",
+    "wait4",
 ];
 
 #[cfg(test)]

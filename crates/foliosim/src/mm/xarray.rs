@@ -72,9 +72,11 @@ impl XArray {
 
     /// (index, pfn) in index order.
     pub fn iter(&self) -> impl Iterator<Item = (u64, Pfn)> + '_ {
-        self.chunks.iter().enumerate().filter_map(|(c, ch)| ch.as_ref().map(|ch| (c, ch))).flat_map(|(c, ch)| {
-            ch.iter().enumerate().filter(|(_, &p)| p != EMPTY).map(move |(i, &p)| (((c << CHUNK_SHIFT) | i) as u64, p))
-        })
+        self.chunks
+            .iter()
+            .enumerate()
+            .filter_map(|(c, ch)| ch.as_ref().map(|ch| (c, ch)))
+            .flat_map(|(c, ch)| ch.iter().enumerate().filter(|(_, &p)| p != EMPTY).map(move |(i, &p)| (((c << CHUNK_SHIFT) | i) as u64, p)))
     }
 
     /// The folios, in index order.

@@ -99,7 +99,9 @@ fn rows_for(metrics: &[Metric], off: &Point, on: &Point, scale_note: &str) -> Ve
     for m in metrics {
         let (a, b) = ((m.get)(off), (m.get)(on));
         rows.push(json!({"label": m.label, "metric": format!("LUF off ({scale_note})"), "unit": m.unit, "seed": null, "simulated": a, "note": ""}));
-        rows.push(json!({"label": m.label, "metric": format!("LUF on ({scale_note})"), "unit": m.unit, "seed": null, "simulated": b, "note": ""}));
+        rows.push(
+            json!({"label": m.label, "metric": format!("LUF on ({scale_note})"), "unit": m.unit, "seed": null, "simulated": b, "note": ""}),
+        );
     }
     rows
 }
@@ -179,7 +181,8 @@ pub(crate) fn llama_experiment(s: &LlamaScale, progress: &mut dyn FnMut(&Progres
             ("numa_pages_migrated", Stat::NumaPagesMigrated),
             ("oom_kill (allocations that failed)", Stat::Oom),
         ] {
-            let get = |p: &Point| if stat == Stat::PgstealKswapd { st(p, Stat::PgstealKswapd) + st(p, Stat::PgstealDirect) } else { st(p, stat) };
+            let get =
+                |p: &Point| if stat == Stat::PgstealKswapd { st(p, Stat::PgstealKswapd) + st(p, Stat::PgstealDirect) } else { st(p, stat) };
             rows.push(json!({"label": label, "metric": format!("LUF off ({scale})"), "unit": "count", "seed": null, "simulated": get(&off), "note": ""}));
             rows.push(json!({"label": label, "metric": format!("LUF on ({scale})"), "unit": "count", "seed": null, "simulated": get(on), "note": ""}));
         }
@@ -260,7 +263,11 @@ fn per_cpu_rows(off: &Point, on: &Point, scale: &str) -> Vec<Value> {
     let ratios: Vec<f64> = off.irq_tlb.iter().zip(&on.irq_tlb).filter(|(&a, _)| a > 0).map(|(&a, &b)| b as f64 / a as f64).collect();
     for (i, x) in min_med_max(&ratios).into_iter().enumerate() {
         let sim_off = ((x - SEED_IRQ_TLB_RATIO[i]) / SEED_IRQ_TLB_RATIO[i]).abs() > 0.25;
-        let note = if sim_off { format!("the per-CPU ratio follows the total cut in shootdowns, smaller here (see the nr_tlb_remote_flush_received row); {idle} CPUs received none with LUF off and are left out") } else { String::new() };
+        let note = if sim_off {
+            format!("the per-CPU ratio follows the total cut in shootdowns, smaller here (see the nr_tlb_remote_flush_received row); {idle} CPUs received none with LUF off and are left out")
+        } else {
+            String::new()
+        };
         rows.push(json!({"label": label, "metric": format!("{} per CPU of LUF on / LUF off ({scale})", WHAT[i]), "unit": "ratio", "seed": SEED_IRQ_TLB_RATIO[i], "simulated": x, "note": note}));
     }
     rows
@@ -333,13 +340,49 @@ const XS_METRICS: [Metric; 7] = [
 /// (spec/004 §3.7, mm-unstable columns: seed changes computed from the raw
 /// counts there).
 const XS_REVERT_METRICS: [Metric; 7] = [
-    Metric { label: "TLB shootdown IPIs received (nr_tlb_remote_flush_received)", unit: "IPIs", seed_change: -75.18, get: |p| st(p, Stat::NrTlbRemoteFlushReceived), gap: REVERT_GAP },
+    Metric {
+        label: "TLB shootdown IPIs received (nr_tlb_remote_flush_received)",
+        unit: "IPIs",
+        seed_change: -75.18,
+        get: |p| st(p, Stat::NrTlbRemoteFlushReceived),
+        gap: REVERT_GAP,
+    },
     Metric { label: "nr_tlb_remote_flush", unit: "rounds", seed_change: -75.54, get: |p| st(p, Stat::NrTlbRemoteFlush), gap: REVERT_GAP },
-    Metric { label: "dTLB-store-misses (foliosim_dtlb_store_misses)", unit: "misses", seed_change: -57.03, get: |p| st(p, Stat::DtlbStoreMisses), gap: INVLPG_GAP },
-    Metric { label: "iTLB-load-misses (foliosim_itlb_misses)", unit: "misses", seed_change: -47.81, get: |p| st(p, Stat::ItlbMisses), gap: INVLPG_GAP },
-    Metric { label: "dTLB-load-misses (foliosim_dtlb_load_misses)", unit: "misses", seed_change: 0.0104, get: |p| st(p, Stat::DtlbLoadMisses), gap: "the seed's change is +0.01 %, noise around zero: any simulated change is 'more than 25 % off' it" },
-    Metric { label: "XSBench runtime", unit: "s", seed_change: -2.23, get: |p| p.runtime_s, gap: "the run is 1/1000 of the seed's lookups with 8 of 70 loads per lookup modelled; the IPI share of runtime is not comparable" },
-    Metric { label: "pgmigrate_success", unit: "pages", seed_change: 46.65, get: |p| st(p, Stat::PgmigrateSuccess), gap: "migrations per lookup come from the compressed NUMA-balancing clock, not from how fast a migration unmaps" },
+    Metric {
+        label: "dTLB-store-misses (foliosim_dtlb_store_misses)",
+        unit: "misses",
+        seed_change: -57.03,
+        get: |p| st(p, Stat::DtlbStoreMisses),
+        gap: INVLPG_GAP,
+    },
+    Metric {
+        label: "iTLB-load-misses (foliosim_itlb_misses)",
+        unit: "misses",
+        seed_change: -47.81,
+        get: |p| st(p, Stat::ItlbMisses),
+        gap: INVLPG_GAP,
+    },
+    Metric {
+        label: "dTLB-load-misses (foliosim_dtlb_load_misses)",
+        unit: "misses",
+        seed_change: 0.0104,
+        get: |p| st(p, Stat::DtlbLoadMisses),
+        gap: "the seed's change is +0.01 %, noise around zero: any simulated change is 'more than 25 % off' it",
+    },
+    Metric {
+        label: "XSBench runtime",
+        unit: "s",
+        seed_change: -2.23,
+        get: |p| p.runtime_s,
+        gap: "the run is 1/1000 of the seed's lookups with 8 of 70 loads per lookup modelled; the IPI share of runtime is not comparable",
+    },
+    Metric {
+        label: "pgmigrate_success",
+        unit: "pages",
+        seed_change: 46.65,
+        get: |p| st(p, Stat::PgmigrateSuccess),
+        gap: "migrations per lookup come from the compressed NUMA-balancing clock, not from how fast a migration unmaps",
+    },
 ];
 
 /// Why the misses do not follow the flush count between the two kernels.
@@ -355,7 +398,8 @@ pub(crate) fn xsbench_experiment(s: &XsScale, progress: &mut dyn FnMut(&Progress
     const NAME: &str = "luf-xsbench";
     let off = point(NAME, &xs_toml(s, false, true), 0, 3, progress)?;
     let on = if off.interrupted { None } else { Some(point(NAME, &xs_toml(s, true, true), 1, 3, progress)?) };
-    let reverted = if on.as_ref().is_none_or(|p| p.interrupted) { None } else { Some(point(NAME, &xs_toml(s, false, false), 2, 3, progress)?) };
+    let reverted =
+        if on.as_ref().is_none_or(|p| p.interrupted) { None } else { Some(point(NAME, &xs_toml(s, false, false), 2, 3, progress)?) };
     let scale = format!("1/{} scale", s.div);
     let mut configs = vec![json!({"label": "mm-unstable, 7e12beb8ca2a applied (LUF off)", "config": off.config})];
     let mut rows = Vec::new();
@@ -363,7 +407,12 @@ pub(crate) fn xsbench_experiment(s: &XsScale, progress: &mut dyn FnMut(&Progress
     if let Some(on) = &on {
         configs.push(json!({"label": "mm-unstable, applied + LUF (luf.enabled = true)", "config": on.config}));
         rows = rows_for(&XS_METRICS, &off, on, &scale);
-        for (label, stat) in [("pgdemote_kswapd", Stat::PgdemoteKswapd), ("numa_pages_migrated", Stat::NumaPagesMigrated), ("nr_tlb_local_flush_one", Stat::NrTlbLocalFlushOne), ("oom_kill (allocations that failed)", Stat::Oom)] {
+        for (label, stat) in [
+            ("pgdemote_kswapd", Stat::PgdemoteKswapd),
+            ("numa_pages_migrated", Stat::NumaPagesMigrated),
+            ("nr_tlb_local_flush_one", Stat::NrTlbLocalFlushOne),
+            ("oom_kill (allocations that failed)", Stat::Oom),
+        ] {
             rows.push(json!({"label": label, "metric": format!("LUF off ({scale})"), "unit": "count", "seed": null, "simulated": st(&off, stat), "note": ""}));
             rows.push(json!({"label": label, "metric": format!("LUF on ({scale})"), "unit": "count", "seed": null, "simulated": st(on, stat), "note": ""}));
         }
@@ -447,7 +496,8 @@ mod tests {
         check_contract(&v, "luf-xsbench", XS_METRICS.len());
         assert_eq!(v["configs"][2]["config"]["knobs"]["migrate.batch_flush"], false);
         assert_eq!(v["configs"][2]["config"]["knobs"]["luf.enabled"], false);
-        let revert_rows = v["rows"].as_array().unwrap().iter().filter(|r| r["metric"] == "change, 7e12beb8ca2a applied vs reverted").count();
+        let revert_rows =
+            v["rows"].as_array().unwrap().iter().filter(|r| r["metric"] == "change, 7e12beb8ca2a applied vs reverted").count();
         assert_eq!(revert_rows, XS_REVERT_METRICS.len());
     }
 

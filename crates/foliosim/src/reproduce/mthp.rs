@@ -34,12 +34,30 @@ const WIS: [(&str, f64, f64, bool, &str); 10] = [
     ("malloc1", 96_214.0, 50_890.0, true, ""),
     ("mmap1", 410_253.0, 375_746.0, true, ""),
     ("tlb_flush2", 266_763.0, 322_320.0, true, ""),
-    ("page_fault2", 416_483.0, 557_448.0, false, "private file CoW stays order 0 (spec §2.8): not attributable to this mechanism; the seed's gain is unexplained (R7)"),
+    (
+        "page_fault2",
+        416_483.0,
+        557_448.0,
+        false,
+        "private file CoW stays order 0 (spec §2.8): not attributable to this mechanism; the seed's gain is unexplained (R7)",
+    ),
     ("page_fault3", 724_566.0, 1_152_726.0, false, "shared file faults are untouched by this mechanism: not attributable (R7)"),
     ("read1", 1_806_908.0, 1_905_752.0, false, "read() is untouched by this mechanism: not attributable, within the seed's noise (R7)"),
-    ("read2", 587_722.0, 1_942_062.0, false, "read() is untouched by this mechanism: not attributable; the seed's +230% is unexplained (R7)"),
+    (
+        "read2",
+        587_722.0,
+        1_942_062.0,
+        false,
+        "read() is untouched by this mechanism: not attributable; the seed's +230% is unexplained (R7)",
+    ),
     ("tlb_flush1", 143_910.0, 152_097.0, false, "anon CoW pages in a file VMA stay order 0: not attributable (R7)"),
-    ("context_switch1", 328_744.0, 351_150.0, false, "context_switch1 is not modelled (no pipe workload); not attributable to this mechanism either (R7)"),
+    (
+        "context_switch1",
+        328_744.0,
+        351_150.0,
+        false,
+        "context_switch1 is not modelled (no pipe workload); not attributable to this mechanism either (R7)",
+    ),
 ];
 
 pub(super) fn mthp_will_it_scale(progress: &mut dyn FnMut(&Progress) -> bool) -> Result<Value, ConfigError> {
@@ -207,7 +225,11 @@ pub(super) fn mthp_memory(progress: &mut dyn FnMut(&Progress) -> bool) -> Result
         } else {
             ""
         };
-        let hi_note = if differs(hi, -0.9) { "the seed's high watermark moves within its noise (-0.9% by MemFree, +1.0% by MemAvailable, spec R8); ours is set by the live jobs' anon memory plus the objects' page cache at the end of the run" } else { "" };
+        let hi_note = if differs(hi, -0.9) {
+            "the seed's high watermark moves within its noise (-0.9% by MemFree, +1.0% by MemAvailable, spec R8); ours is set by the live jobs' anon memory plus the objects' page cache at the end of the run"
+        } else {
+            ""
+        };
         let lbl = "kernel build -j8 in 4 GB (used = MemTotal - MemFree)";
         rows.push(json!({"label": lbl, "metric": "used memory at the low watermark, baseline", "unit": "MiB", "seed": 825.0, "simulated": used[0].0,
                          "note": if differs(used[0].0, 825.0) { "absolute level only: the simulated machine holds no OS, no source tree and no make/sh processes" } else { "" }}));
@@ -276,7 +298,9 @@ pub(super) fn mthp_orders(progress: &mut dyn FnMut(&Progress) -> bool) -> Result
                 break;
             }
         }
-        series.push(json!({"name": test, "x": xs, "y": ys, "xlabel": "max anon folio order (rfc-v2)", "ylabel": "ops/s relative to order 0"}));
+        series.push(
+            json!({"name": test, "x": xs, "y": ys, "xlabel": "max anon folio order (rfc-v2)", "ylabel": "ops/s relative to order 0"}),
+        );
         if interrupted {
             break;
         }
@@ -294,7 +318,11 @@ pub(super) fn mthp_orders(progress: &mut dyn FnMut(&Progress) -> bool) -> Result
             }
             let rel = if base > 0.0 { sys / base } else { 0.0 };
             let seed = if order == 4 { json!(1.0 - 0.333) } else { Value::Null };
-            let note = if order == 4 && (rel - 0.667).abs() > 0.25 * 0.667 { "see mthp-kernel-build: kbuild's kernel time is mostly anon faults" } else { "" };
+            let note = if order == 4 && (rel - 0.667).abs() > 0.25 * 0.667 {
+                "see mthp-kernel-build: kbuild's kernel time is mostly anon faults"
+            } else {
+                ""
+            };
             rows.push(json!({"label": format!("kbuild -j8, max order {order}"), "metric": "sys time relative to order 0", "unit": "x", "seed": seed, "simulated": rel, "note": note}));
             configs.push(json!({"label": format!("kbuild -j8 order {order}"), "config": cfg.normalized}));
             xs.push(order);
@@ -458,7 +486,13 @@ pub(super) fn mthp_kernel_build(progress: &mut dyn FnMut(&Progress) -> bool) -> 
         let faults: u64 = h.path_a.iter().sum();
         let pages: u64 = h.path_a.iter().enumerate().map(|(o, &n)| n << o).sum();
         let f = faults.max(1) as f64;
-        let note = |sim: f64, seed: f64| if (sim - seed).abs() > 0.25 * seed { "shape only (spec §4.9 comes from the reworked series compiling v6.3-rc3): the workload's VMA sizes set the order mix" } else { "" };
+        let note = |sim: f64, seed: f64| {
+            if (sim - seed).abs() > 0.25 * seed {
+                "shape only (spec §4.9 comes from the reworked series compiling v6.3-rc3): the workload's VMA sizes set the order mix"
+            } else {
+                ""
+            }
+        };
         let ppf = pages as f64 / f;
         let o4 = 100.0 * h.path_a[4] as f64 / f;
         let o0 = 100.0 * h.path_a[0] as f64 / f;
@@ -517,7 +551,11 @@ pub(super) fn mthp_patches(progress: &mut dyn FnMut(&Progress) -> bool) -> Resul
         ("baseline", String::new(), [0.0, 0.0, 0.0]),
         ("alloc", format!("{RFC_KNOBS}{off}"), [-6.0, -2.3, -24.1]),
         ("reuse", format!("{RFC_KNOBS}{}", off.replace("cow_reuse_range\" = false", "cow_reuse_range\" = true")), [-9.5, -5.8, -28.5]),
-        ("copy", format!("{RFC_KNOBS}\"anon_folio.zero_page_large\" = false\n\"anon_folio.mmap_align_unhinted\" = false\n"), [-10.6, -6.9, -29.4]),
+        (
+            "copy",
+            format!("{RFC_KNOBS}\"anon_folio.zero_page_large\" = false\n\"anon_folio.mmap_align_unhinted\" = false\n"),
+            [-10.6, -6.9, -29.4],
+        ),
         ("zero-alloc", format!("{RFC_KNOBS}\"anon_folio.mmap_align_unhinted\" = false\n"), [-9.2, -5.1, -29.8]),
     ];
     let mut rows = Vec::new();

@@ -68,9 +68,24 @@ mod tests {
     use super::*;
     #[test]
     fn streams_are_reproducible_and_distinct() {
-        let a: Vec<u64> = (0..4).map({ let mut r = Rng::stream(7, "a"); move |_| r.next_u64() }).collect();
-        let a2: Vec<u64> = (0..4).map({ let mut r = Rng::stream(7, "a"); move |_| r.next_u64() }).collect();
-        let b: Vec<u64> = (0..4).map({ let mut r = Rng::stream(7, "b"); move |_| r.next_u64() }).collect();
+        let a: Vec<u64> = (0..4)
+            .map({
+                let mut r = Rng::stream(7, "a");
+                move |_| r.next_u64()
+            })
+            .collect();
+        let a2: Vec<u64> = (0..4)
+            .map({
+                let mut r = Rng::stream(7, "a");
+                move |_| r.next_u64()
+            })
+            .collect();
+        let b: Vec<u64> = (0..4)
+            .map({
+                let mut r = Rng::stream(7, "b");
+                move |_| r.next_u64()
+            })
+            .collect();
         assert_eq!(a, a2);
         assert_ne!(a, b);
         let mut r = Rng::new(1);

@@ -26,7 +26,14 @@ fn row(label: &str, metric: &str, unit: &str, seed: Option<f64>, simulated: f64,
 }
 
 fn measured_ops_per_s(o: &Outcome, first_task: usize) -> f64 {
-    let ops: u64 = o.kernel.tasks.iter().enumerate().filter(|(i, t)| *i >= first_task && t.kthread.is_none()).map(|(i, t)| t.ops - o.ops_at_warmup.get(i).copied().unwrap_or(0).min(t.ops)).sum();
+    let ops: u64 = o
+        .kernel
+        .tasks
+        .iter()
+        .enumerate()
+        .filter(|(i, t)| *i >= first_task && t.kthread.is_none())
+        .map(|(i, t)| t.ops - o.ops_at_warmup.get(i).copied().unwrap_or(0).min(t.ops))
+        .sum();
     ops as f64 / (o.measured_ns as f64 / 1e9)
 }
 
@@ -41,8 +48,16 @@ struct SeedCfg {
 const SEED_TABLE: [SeedCfg; 5] = [
     SeedCfg { label: "Baseline", knobs: "", seed: [1012402.50, 8827457.25, 361855.25, 3282347.00] },
     SeedCfg { label: "Patches Applied", knobs: "", seed: [1007897.00, 8784741.75, 361887.00, 3240669.25] },
-    SeedCfg { label: "Patches Enabled", knobs: "\"page_reporting.enabled\" = true\n", seed: [1010227.50, 8756219.00, 359749.25, 3226608.75] },
-    SeedCfg { label: "Enabled + page shuffle", knobs: "\"page_reporting.enabled\" = true\n\"page_alloc.shuffle\" = true\n", seed: [1050982.00, 8672601.25, 357966.25, 3223177.75] },
+    SeedCfg {
+        label: "Patches Enabled",
+        knobs: "\"page_reporting.enabled\" = true\n",
+        seed: [1010227.50, 8756219.00, 359749.25, 3226608.75],
+    },
+    SeedCfg {
+        label: "Enabled + page shuffle",
+        knobs: "\"page_reporting.enabled\" = true\n\"page_alloc.shuffle\" = true\n",
+        seed: [1050982.00, 8672601.25, 357966.25, 3223177.75],
+    },
     SeedCfg {
         label: "Enabled + shuffle w/ MADV_FREE RFC",
         knobs: "\"page_reporting.enabled\" = true\n\"page_alloc.shuffle\" = true\n\"host.discard\" = \"free\"\n",
@@ -121,18 +136,30 @@ pub fn overhead(progress: &mut dyn FnMut(&Progress) -> bool) -> Result<Value, Co
                     let v = measured_ops_per_s(&o, 0);
                     let st = &o.kernel.stat;
                     let allocs = st.get(Stat::PgallocNormal).max(1) as f64;
-                    (v, json!({"host_faults": st.get(Stat::HostFaults), "host_fault_allocs": st.get(Stat::HostFaultAllocs), "host_fault_alloc_fraction": st.get(Stat::HostFaultAllocs) as f64 / allocs, "lazyfree_reuse": st.get(Stat::HostLazyfreeReuse), "report_calls": st.get(Stat::PageReportingCalls), "reported_pages": st.get(Stat::PageReportingReportedPages), "host_rss_gib": st.get(Stat::HostRss) as f64 / GIB_PAGES, "host_s": o.host_s}))
+                    (
+                        v,
+                        json!({"host_faults": st.get(Stat::HostFaults), "host_fault_allocs": st.get(Stat::HostFaultAllocs), "host_fault_alloc_fraction": st.get(Stat::HostFaultAllocs) as f64 / allocs, "lazyfree_reuse": st.get(Stat::HostLazyfreeReuse), "report_calls": st.get(Stat::PageReportingCalls), "reported_pages": st.get(Stat::PageReportingReportedPages), "host_rss_gib": st.get(Stat::HostRss) as f64 / GIB_PAGES, "host_s": o.host_s}),
+                    )
                 };
                 if ci == 0 {
                     base[ti][ni] = sim_v;
                 }
                 let thp = "";
-                let metric = format!("{test}{} {tasks} task{} ops/s", if ti == 0 { " (THP)" } else { "" }, if *tasks > 1 { "s" } else { "" });
+                let metric =
+                    format!("{test}{} {tasks} task{} ops/s", if ti == 0 { " (THP)" } else { "" }, if *tasks > 1 { "s" } else { "" });
                 let diff = (sim_v - seed_v) / seed_v;
-                let abs_note = if diff.abs() > 0.25 { format!("{thp}Absolute rate {:+.0}% off the seed: guest fault-path costs are the generic-x86 KVM-guest figures, not measured on this box.", diff * 100.0) } else { thp.to_string() };
+                let abs_note = if diff.abs() > 0.25 {
+                    format!("{thp}Absolute rate {:+.0}% off the seed: guest fault-path costs are the generic-x86 KVM-guest figures, not measured on this box.", diff * 100.0)
+                } else {
+                    thp.to_string()
+                };
                 // The guest profile's zeroing bandwidth was derived from this
                 // very row (see profiles/e5-2630v3-guest-32g.toml): say so.
-                let abs_note = if ti == 0 && ni == 0 { format!("{abs_note}Agreement by construction: the guest profile's zero_bw_gbps was derived from this seed figure.") } else { abs_note };
+                let abs_note = if ti == 0 && ni == 0 {
+                    format!("{abs_note}Agreement by construction: the guest profile's zero_bw_gbps was derived from this seed figure.")
+                } else {
+                    abs_note
+                };
                 rows.push(row(c.label, &metric, "ops/s", Some(seed_v), sim_v, &abs_note));
                 if ci > 0 {
                     let sb = SEED_TABLE[0].seed[ti * 2 + ni];
@@ -207,9 +234,30 @@ pub fn host_memory(progress: &mut dyn FnMut(&Progress) -> bool) -> Result<Value,
     }
     let returned = finals[0] - finals[1];
     let rows = vec![
-        row("after memhog, reporting off vs on", "host memory given back by the guest", "GiB", Some(31_269_732.0 / 1048576.0), returned, "seed: host MemFree 126,459,472 kB (on) - 95,189,740 kB (off) after memhog 32g"),
-        row("reporting on", "time for host RSS to make 90% of its drop after memhog exits", "s", Some(30.0), settle, "seed: \"about 30 s to settle\" (author, v13/v14 thread)"),
-        row("reporting on", "guest's host RSS with the page-fault test running", "GiB", None, finals[1], "seed: \"only a few GB\" of host memory for the whole VM (QEMU and host kernel included, which are not modelled)"),
+        row(
+            "after memhog, reporting off vs on",
+            "host memory given back by the guest",
+            "GiB",
+            Some(31_269_732.0 / 1048576.0),
+            returned,
+            "seed: host MemFree 126,459,472 kB (on) - 95,189,740 kB (off) after memhog 32g",
+        ),
+        row(
+            "reporting on",
+            "time for host RSS to make 90% of its drop after memhog exits",
+            "s",
+            Some(30.0),
+            settle,
+            "seed: \"about 30 s to settle\" (author, v13/v14 thread)",
+        ),
+        row(
+            "reporting on",
+            "guest's host RSS with the page-fault test running",
+            "GiB",
+            None,
+            finals[1],
+            "seed: \"only a few GB\" of host memory for the whole VM (QEMU and host kernel included, which are not modelled)",
+        ),
         row("reporting off", "guest's host RSS with the page-fault test running", "GiB", None, finals[0], "seed: \"never dropped\""),
     ];
     Ok(json!({
@@ -294,7 +342,14 @@ pub fn overcommit(progress: &mut dyn FnMut(&Progress) -> bool) -> Result<Value, 
         rows.push(row(label, "host swap-outs (all guests)", "pages", None, swpout as f64, ""));
         rows.push(row(label, "host zero-fill faults (all guests)", "pages", None, faults as f64, ""));
         rows.push(row(label, "largest host RSS of one guest", "GiB", None, peak_other, ""));
-        rows.push(row(label, "memhog cycle time after the first (mean)", "s", None, cycle, "seed (RFC era, different sizes and swap device, not comparable): 40+ s from host swap vs 5-7 s with hinting"));
+        rows.push(row(
+            label,
+            "memhog cycle time after the first (mean)",
+            "s",
+            None,
+            cycle,
+            "seed (RFC era, different sizes and swap device, not comparable): 40+ s from host swap vs 5-7 s with hinting",
+        ));
     }
     Ok(json!({
         "name": "fpr-overcommit",

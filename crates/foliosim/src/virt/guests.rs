@@ -63,7 +63,10 @@ pub fn simulate_guests(cfg: &Config, progress: &mut dyn FnMut(&Progress) -> bool
         // A guest that booted without a host (no host knob set) gets the
         // default one: nothing discarded, 4 KiB backing on first touch.
         let nr_frames = d.k.mem_bytes() >> 12;
-        let part = d.k.host.take().unwrap_or_else(|| Host::new(nr_frames, HostCosts::from_profile(&d.k.prof), Discard::DontNeed, false, None, false));
+        let part =
+            d.k.host
+                .take()
+                .unwrap_or_else(|| Host::new(nr_frames, HostCosts::from_profile(&d.k.prof), Discard::DontNeed, false, None, false));
         parts.push(part);
         ds.push(d);
     }
@@ -133,7 +136,15 @@ pub fn simulate_guests(cfg: &Config, progress: &mut dyn FnMut(&Progress) -> bool
         guests.push(o);
     }
     progress(&Progress { sim_s: end as f64 / 1e9, sim_total_s: end as f64 / 1e9 });
-    Ok(GuestsOutcome { guests, host, samples_t: st, samples_rss: srss, samples_swap: sswap, interrupted, host_s: host0.elapsed().as_secs_f64() })
+    Ok(GuestsOutcome {
+        guests,
+        host,
+        samples_t: st,
+        samples_rss: srss,
+        samples_swap: sswap,
+        interrupted,
+        host_s: host0.elapsed().as_secs_f64(),
+    })
 }
 
 /// The result object of a multi-guest run: guest 0's result (as a single

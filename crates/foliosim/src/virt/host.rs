@@ -50,7 +50,7 @@ impl Bitmap {
     pub fn new(n: u64, set: bool) -> Self {
         let words = n.div_ceil(64) as usize;
         let mut b = Bitmap { w: vec![if set { !0 } else { 0 }; words] };
-        if set && n % 64 != 0 {
+        if set && !n.is_multiple_of(64) {
             b.w[words - 1] = (1u64 << (n % 64)) - 1;
         }
         b
@@ -230,7 +230,9 @@ impl Host {
         for (g, p) in parts.iter().enumerate() {
             // Bases are multiples of 512 frames: whole words.
             let w0 = (h.guests[g].base / 64) as usize;
-            for (dst, src) in [(&mut h.backed, &p.backed), (&mut h.lazy, &p.lazy), (&mut h.swapped, &p.swapped), (&mut h.referenced, &p.referenced)] {
+            for (dst, src) in
+                [(&mut h.backed, &p.backed), (&mut h.lazy, &p.lazy), (&mut h.swapped, &p.swapped), (&mut h.referenced, &p.referenced)]
+            {
                 dst.w[w0..w0 + src.w.len()].copy_from_slice(&src.w);
             }
         }
@@ -333,7 +335,11 @@ impl Host {
                 continue;
             }
             let hp = f & !(HPAGE_PAGES - 1);
-            if self.thp && hp + HPAGE_PAGES <= self.end && self.backed.count_range(hp, HPAGE_PAGES) == 0 && self.swapped.count_range(hp, HPAGE_PAGES) == 0 {
+            if self.thp
+                && hp + HPAGE_PAGES <= self.end
+                && self.backed.count_range(hp, HPAGE_PAGES) == 0
+                && self.swapped.count_range(hp, HPAGE_PAGES) == 0
+            {
                 t += self.make_room(HPAGE_PAGES, stat);
                 for g in hp..hp + HPAGE_PAGES {
                     self.backed.set(g);
@@ -438,7 +444,7 @@ impl Host {
         let mut f = s;
         while f < end {
             // A whole backed 2 MiB range under host THP is one huge PMD.
-            let whole = self.thp && f % HPAGE_PAGES == 0 && end - f >= HPAGE_PAGES;
+            let whole = self.thp && f.is_multiple_of(HPAGE_PAGES) && end - f >= HPAGE_PAGES;
             let gs = &mut self.guests[gi];
             let step = if whole { HPAGE_PAGES } else { 1 };
             let mut present = 0;
@@ -491,7 +497,10 @@ impl Host {
         let l = self.lazy.count();
         let s = self.swapped.count();
         if b != self.rss || l != self.nr_lazy || s != self.nr_swapped {
-            return Err(format!("host counters rss {} lazy {} swapped {} but bitmaps hold {b} {l} {s}", self.rss, self.nr_lazy, self.nr_swapped));
+            return Err(format!(
+                "host counters rss {} lazy {} swapped {} but bitmaps hold {b} {l} {s}",
+                self.rss, self.nr_lazy, self.nr_swapped
+            ));
         }
         for (i, ((bw, lw), sw)) in self.backed.w.iter().zip(&self.lazy.w).zip(&self.swapped.w).enumerate() {
             if lw & !bw != 0 {
@@ -502,9 +511,16 @@ impl Host {
             }
         }
         for (g, sp) in self.guests.iter().enumerate() {
-            let (b, l, w) = (self.backed.count_range(sp.base, sp.nr_frames), self.lazy.count_range(sp.base, sp.nr_frames), self.swapped.count_range(sp.base, sp.nr_frames));
+            let (b, l, w) = (
+                self.backed.count_range(sp.base, sp.nr_frames),
+                self.lazy.count_range(sp.base, sp.nr_frames),
+                self.swapped.count_range(sp.base, sp.nr_frames),
+            );
             if (b, l, w) != (sp.rss, sp.nr_lazy, sp.nr_swapped) {
-                return Err(format!("host: guest {g} counts rss {} lazy {} swapped {} but its frames hold {b} {l} {w}", sp.rss, sp.nr_lazy, sp.nr_swapped));
+                return Err(format!(
+                    "host: guest {g} counts rss {} lazy {} swapped {} but its frames hold {b} {l} {w}",
+                    sp.rss, sp.nr_lazy, sp.nr_swapped
+                ));
             }
         }
         if let Some(lim) = self.limit {
@@ -521,7 +537,18 @@ mod tests {
     use super::*;
 
     fn costs() -> HostCosts {
-        HostCosts { ept_violation: 1000, fault_4k: 500, fault_2m: 2000, madvise: 1000, zap_4k: 80, zap_2m: 1000, vq_roundtrip: 20000, swapout_4k: 50_000, swapin_4k: 100_000, zero_4k: 1000 }
+        HostCosts {
+            ept_violation: 1000,
+            fault_4k: 500,
+            fault_2m: 2000,
+            madvise: 1000,
+            zap_4k: 80,
+            zap_2m: 1000,
+            vq_roundtrip: 20000,
+            swapout_4k: 50_000,
+            swapin_4k: 100_000,
+            zero_4k: 1000,
+        }
     }
 
     #[test]

@@ -124,7 +124,14 @@ impl SpfMixed {
             }
         }
         p.finish()?;
-        Ok(SpfMixed { faulters: faulters as u32, mappers: mappers as u32, region: region_kib << 10, map_len: map_kib << 10, tasks: TaskMap::default(), st: Vec::new() })
+        Ok(SpfMixed {
+            faulters: faulters as u32,
+            mappers: mappers as u32,
+            region: region_kib << 10,
+            map_len: map_kib << 10,
+            tasks: TaskMap::default(),
+            st: Vec::new(),
+        })
     }
 }
 

@@ -74,23 +74,28 @@ impl FileReader {
         let cycles = p.u64("cycles", 1)?;
         let buffer = p.bool("buffer", false)?;
         p.finish()?;
-        Ok(FileReader { cfg, fs, size, populate, populate_node, populate_hot, chunk, buffer, cycles, file: 0, tasks: TaskMap::default(), st: Vec::new() })
+        Ok(FileReader {
+            cfg,
+            fs,
+            size,
+            populate,
+            populate_node,
+            populate_hot,
+            chunk,
+            buffer,
+            cycles,
+            file: 0,
+            tasks: TaskMap::default(),
+            st: Vec::new(),
+        })
     }
 
     fn specs() -> Vec<ParamSpec> {
         let mut v = TaskCfg::specs();
         v.extend([
-            ParamSpec {
-                name: "fs",
-                default: "disk".into(),
-                help: "file system of the file: \"disk\" (ext4-like) or \"tmpfs\"",
-            },
+            ParamSpec { name: "fs", default: "disk".into(), help: "file system of the file: \"disk\" (ext4-like) or \"tmpfs\"" },
             ParamSpec { name: "file_mib", default: "256".into(), help: "size of the file, MiB" },
-            ParamSpec {
-                name: "populate",
-                default: "false".into(),
-                help: "start with the file's page cache filled (warm cache)",
-            },
+            ParamSpec { name: "populate", default: "false".into(), help: "start with the file's page cache filled (warm cache)" },
             ParamSpec {
                 name: "populate_node",
                 default: "-1".into(),
@@ -107,11 +112,7 @@ impl FileReader {
                 default: "false".into(),
                 help: "map and populate an anonymous read buffer of chunk_kib first (what NUMA balancing's scanner walks)",
             },
-            ParamSpec {
-                name: "cycles",
-                default: "1".into(),
-                help: "sequential passes over the file per task (0 = forever)",
-            },
+            ParamSpec { name: "cycles", default: "1".into(), help: "sequential passes over the file per task (0 = forever)" },
         ]);
         v
     }
@@ -145,7 +146,14 @@ impl Workload for FileReader {
         let op = match st.phase {
             Phase::Start if self.buffer => {
                 st.phase = Phase::MappingBuffer;
-                Op::Mmap { addr: 0, len: self.chunk.next_multiple_of(PAGE), prot: prot::READ | prot::WRITE, flags: map::PRIVATE | map::ANONYMOUS | map::POPULATE, fd: -1, off: 0 }
+                Op::Mmap {
+                    addr: 0,
+                    len: self.chunk.next_multiple_of(PAGE),
+                    prot: prot::READ | prot::WRITE,
+                    flags: map::PRIVATE | map::ANONYMOUS | map::POPULATE,
+                    fd: -1,
+                    off: 0,
+                }
             }
             Phase::Start | Phase::MappingBuffer => {
                 st.phase = Phase::Opening;
@@ -244,12 +252,8 @@ mod tests {
     #[test]
     fn partial_reads_count_whole_pages_exactly() {
         // 1 MiB file in 12 KiB chunks: 85 full reads + one of 4 KiB.
-        let (mut w, env, mut k) = setup(&[
-            ("file_mib", i(1)),
-            ("chunk_kib", i(12)),
-            ("fs", s("tmpfs")),
-            ("populate", toml::Value::Boolean(true)),
-        ]);
+        let (mut w, env, mut k) =
+            setup(&[("file_mib", i(1)), ("chunk_kib", i(12)), ("fs", s("tmpfs")), ("populate", toml::Value::Boolean(true))]);
         assert_eq!(env.files, vec![(FsKind::Tmpfs, MIB, true)]);
         let t = env.ids()[0];
         k.run(&mut *w, &[t], 1000);

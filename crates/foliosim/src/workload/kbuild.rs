@@ -20,6 +20,7 @@
 //!   cache (open/read/close each), `compute_us` of user work;
 //! - the object file written (its page cache dirtied and kept), exit:
 //!   exit_group tears the mm down.
+//!
 //! ops = jobs reaped by the slots.
 //!
 //! Simplifications (spec/000 R1): one process per job (no sh, gcc driver
@@ -109,7 +110,21 @@ impl Kbuild {
             _ => FsKind::Tmpfs,
         };
         p.finish()?;
-        Ok(Kbuild { cfg, jobs, headers, compute: compute_us * 1000, fs, cc1: 0, srcs: Vec::new(), hdrs: Vec::new(), objs: Vec::new(), tasks: TaskMap::default(), st: Vec::new(), children: BTreeMap::new(), seed: 0 })
+        Ok(Kbuild {
+            cfg,
+            jobs,
+            headers,
+            compute: compute_us * 1000,
+            fs,
+            cc1: 0,
+            srcs: Vec::new(),
+            hdrs: Vec::new(),
+            objs: Vec::new(),
+            tasks: TaskMap::default(),
+            st: Vec::new(),
+            children: BTreeMap::new(),
+            seed: 0,
+        })
     }
 
     fn specs() -> Vec<ParamSpec> {
@@ -175,7 +190,12 @@ impl Kbuild {
                 // ld.so relocates the data segment; bss is read (tables
                 // tested before first use: zero-page PTEs) and then written.
                 2 => Op::AccessRange { addr: ELF_BASE + TEXT, stride: PAGE, count: DATA / PAGE, kind: Access::Store },
-                3 => Op::AccessRange { addr: ELF_BASE + TEXT + DATA, stride: BSS_READ_STRIDE * PAGE, count: BSS / PAGE / BSS_READ_STRIDE, kind: Access::Load },
+                3 => Op::AccessRange {
+                    addr: ELF_BASE + TEXT + DATA,
+                    stride: BSS_READ_STRIDE * PAGE,
+                    count: BSS / PAGE / BSS_READ_STRIDE,
+                    kind: Access::Load,
+                },
                 4 => Op::AccessRange { addr: ELF_BASE + TEXT + DATA, stride: PAGE, count: BSS / PAGE, kind: Access::Store },
                 // The stack below the argument page: read, then written.
                 5 => Op::AccessRange { addr: j.sp - (STACK_TOUCH + 1) * PAGE, stride: PAGE, count: STACK_TOUCH / 2, kind: Access::Load },
@@ -287,7 +307,10 @@ impl Workload for Kbuild {
         let Some(i) = self.tasks.get(parent) else { return };
         let nr = self.st[i].job;
         let rng = Rng::stream(self.seed, &format!("kbuild/{i}/{nr}"));
-        self.children.insert(child, Job { pc: 0, slot: i, nr, rng, fd: -1, sp: 0, lens: Vec::new(), heap: 0, brk_base: 0, brk_cur: 0, headers_left: 0 });
+        self.children.insert(
+            child,
+            Job { pc: 0, slot: i, nr, rng, fd: -1, sp: 0, lens: Vec::new(), heap: 0, brk_base: 0, brk_cur: 0, headers_left: 0 },
+        );
     }
 
     fn next_op(&mut self, task: TaskId, last: Ret, ops: &mut u64) -> Op {

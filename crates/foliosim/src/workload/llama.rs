@@ -23,10 +23,10 @@
 //! ops = 4 KiB weight pages streamed. Tasks exit after the last token; the
 //! last exit is the runtime. Any error (e.g. ENOMEM) makes the task exit.
 
+use super::common::TaskMap;
 use super::common::{pte_table_bytes, read_fs, read_size, KIB, MIB, PAGE};
 use super::params::Params;
 use super::{map, prot, Access, Fd, FileId, FsKind, Op, ParamSpec, Ret, SetupEnv, TaskId, Workload, WorkloadInfo};
-use super::common::TaskMap;
 use crate::sim::Ns;
 
 const MAX_MODEL_MIB: u64 = 1 << 24;
@@ -160,16 +160,44 @@ impl Llama {
         vec![
             ParamSpec { name: "processes", default: "3".into(), help: "concurrent llama.cpp processes, each with its own model (seed: 3)" },
             ParamSpec { name: "threads", default: "15".into(), help: "threads per process (llama.cpp -t; seed: 15)" },
-            ParamSpec { name: "model_mib", default: "140".into(), help: "size of each process's model file, MiB (seed: ~70 GB; scale with the machine)" },
-            ParamSpec { name: "layers", default: "32".into(), help: "equal layers of the model; each thread streams its slice of every layer" },
+            ParamSpec {
+                name: "model_mib",
+                default: "140".into(),
+                help: "size of each process's model file, MiB (seed: ~70 GB; scale with the machine)",
+            },
+            ParamSpec {
+                name: "layers",
+                default: "32".into(),
+                help: "equal layers of the model; each thread streams its slice of every layer",
+            },
             ParamSpec { name: "tokens", default: "24".into(), help: "tokens generated: full passes over the model (seed: 24)" },
             ParamSpec { name: "chunk_kib", default: "256".into(), help: "weights streamed between two fetches of the hot code, KiB" },
             ParamSpec { name: "loads_per_page", default: "1".into(), help: "loads per 4 KiB page of weights (1..64, dividing 4096)" },
-            ParamSpec { name: "code_kib", default: "64".into(), help: "hot executable text (shared file mapped PROT_READ|PROT_EXEC), fetched once per page per chunk, KiB" },
-            ParamSpec { name: "kv_mib", default: "4".into(), help: "read-write anonymous KV cache/activations per process, MiB (split between its threads)" },
-            ParamSpec { name: "state_pages", default: "4".into(), help: "pages of its KV slice a thread stores to and then loads per chunk" },
-            ParamSpec { name: "fs", default: "disk".into(), help: "file system of the model files: \"disk\" (cold, read from disk on fault) or \"tmpfs\"" },
-            ParamSpec { name: "pin", default: "true".into(), help: "pin thread i (over all processes) to CPU i % nr_cpus (false: the scheduler places them)" },
+            ParamSpec {
+                name: "code_kib",
+                default: "64".into(),
+                help: "hot executable text (shared file mapped PROT_READ|PROT_EXEC), fetched once per page per chunk, KiB",
+            },
+            ParamSpec {
+                name: "kv_mib",
+                default: "4".into(),
+                help: "read-write anonymous KV cache/activations per process, MiB (split between its threads)",
+            },
+            ParamSpec {
+                name: "state_pages",
+                default: "4".into(),
+                help: "pages of its KV slice a thread stores to and then loads per chunk",
+            },
+            ParamSpec {
+                name: "fs",
+                default: "disk".into(),
+                help: "file system of the model files: \"disk\" (cold, read from disk on fault) or \"tmpfs\"",
+            },
+            ParamSpec {
+                name: "pin",
+                default: "true".into(),
+                help: "pin thread i (over all processes) to CPU i % nr_cpus (false: the scheduler places them)",
+            },
             ParamSpec { name: "barrier_poll_us", default: "20".into(), help: "user time between two polls of the per-token barrier, us" },
         ]
     }
@@ -297,12 +325,24 @@ impl Workload for Llama {
                         self.p[pi].model = last.val() as u64;
                         Op::Open { file: self.code_file }
                     }
-                    3 => {
-                        Op::Mmap { addr: 0, len: self.code, prot: prot::READ | prot::EXEC, flags: map::PRIVATE, fd: last.val() as Fd, off: 0 }
-                    }
+                    3 => Op::Mmap {
+                        addr: 0,
+                        len: self.code,
+                        prot: prot::READ | prot::EXEC,
+                        flags: map::PRIVATE,
+                        fd: last.val() as Fd,
+                        off: 0,
+                    },
                     4 => {
                         self.p[pi].code = last.val() as u64;
-                        Op::Mmap { addr: 0, len: self.kv, prot: prot::READ | prot::WRITE, flags: map::PRIVATE | map::ANONYMOUS, fd: -1, off: 0 }
+                        Op::Mmap {
+                            addr: 0,
+                            len: self.kv,
+                            prot: prot::READ | prot::WRITE,
+                            flags: map::PRIVATE | map::ANONYMOUS,
+                            fd: -1,
+                            off: 0,
+                        }
                     }
                     _ => {
                         self.p[pi].kv = last.val() as u64;
@@ -336,7 +376,8 @@ impl Workload for Llama {
 
     fn peak_bytes(&self) -> Option<u64> {
         // The model's page cache is reclaimable (a disk file) unless on tmpfs.
-        let per_proc = self.kv + pte_table_bytes(self.kv) + pte_table_bytes(self.model) + if self.fs == FsKind::Tmpfs { self.model } else { 0 };
+        let per_proc =
+            self.kv + pte_table_bytes(self.kv) + pte_table_bytes(self.model) + if self.fs == FsKind::Tmpfs { self.model } else { 0 };
         Some(self.code + self.procs as u64 * per_proc)
     }
 }
@@ -361,7 +402,15 @@ mod tests {
     use super::*;
 
     fn small() -> Vec<(&'static str, toml::Value)> {
-        vec![("processes", i(2)), ("threads", i(3)), ("model_mib", i(1)), ("layers", i(4)), ("tokens", i(2)), ("chunk_kib", i(16)), ("kv_mib", i(1))]
+        vec![
+            ("processes", i(2)),
+            ("threads", i(3)),
+            ("model_mib", i(1)),
+            ("layers", i(4)),
+            ("tokens", i(2)),
+            ("chunk_kib", i(16)),
+            ("kv_mib", i(1)),
+        ]
     }
 
     #[test]

@@ -70,18 +70,10 @@ impl Memhog {
     fn specs() -> Vec<ParamSpec> {
         let mut v = TaskCfg::specs();
         v.extend([
-            ParamSpec {
-                name: "size_mib",
-                default: "1024".into(),
-                help: "anonymous memory each task maps and touches, MiB",
-            },
+            ParamSpec { name: "size_mib", default: "1024".into(), help: "anonymous memory each task maps and touches, MiB" },
             ParamSpec { name: "passes", default: "1".into(), help: "times every page is written per cycle" },
             ParamSpec { name: "cycles", default: "1".into(), help: "map/touch/unmap cycles per task (0 = forever)" },
-            ParamSpec {
-                name: "sleep_ms",
-                default: "0".into(),
-                help: "pause between cycles, ms (modelled as user computation)",
-            },
+            ParamSpec { name: "sleep_ms", default: "0".into(), help: "pause between cycles, ms (modelled as user computation)" },
         ]);
         v
     }
@@ -94,14 +86,7 @@ impl Memhog {
     #[inline]
     fn mmap(&self, st: &mut TaskState) -> Op {
         st.phase = Phase::Mapping;
-        Op::Mmap {
-            addr: 0,
-            len: self.size,
-            prot: prot::READ | prot::WRITE,
-            flags: map::PRIVATE | map::ANONYMOUS,
-            fd: -1,
-            off: 0,
-        }
+        Op::Mmap { addr: 0, len: self.size, prot: prot::READ | prot::WRITE, flags: map::PRIVATE | map::ANONYMOUS, fd: -1, off: 0 }
     }
 
     #[inline]

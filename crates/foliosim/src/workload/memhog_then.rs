@@ -48,7 +48,15 @@ impl MemhogThen {
         }
         let t = ALL.iter().copied().find(|t| t.name() == test_name).unwrap_or(Test::PageFault1);
         let test = WillItScale::new(t, &mut Params::new(test_raw))?;
-        Ok(MemhogThen { hog, test, hog_task: u32::MAX, hog_done_at: None, settle: settle_ms * NSEC_PER_MSEC, poll: poll_ms * NSEC_PER_MSEC, waited: Vec::new() })
+        Ok(MemhogThen {
+            hog,
+            test,
+            hog_task: u32::MAX,
+            hog_done_at: None,
+            settle: settle_ms * NSEC_PER_MSEC,
+            poll: poll_ms * NSEC_PER_MSEC,
+            waited: Vec::new(),
+        })
     }
 }
 
@@ -168,8 +176,16 @@ fn build(p: &mut Params) -> Result<Box<dyn Workload>, String> {
 
 fn specs() -> Vec<ParamSpec> {
     let mut v = vec![
-        ParamSpec { name: "hog_mib", default: "1024".into(), help: "memory memhog touches once and frees before the test, MiB (spec/003: memhog 32g)" },
-        ParamSpec { name: "test", default: "page_fault1".into(), help: "the will-it-scale testcase that follows: page_fault1 or page_fault2" },
+        ParamSpec {
+            name: "hog_mib",
+            default: "1024".into(),
+            help: "memory memhog touches once and frees before the test, MiB (spec/003: memhog 32g)",
+        },
+        ParamSpec {
+            name: "test",
+            default: "page_fault1".into(),
+            help: "the will-it-scale testcase that follows: page_fault1 or page_fault2",
+        },
         ParamSpec { name: "settle_ms", default: "0".into(), help: "idle time between memhog's exit and the test's start, ms" },
         ParamSpec { name: "poll_ms", default: "10".into(), help: "granularity at which the waiting test tasks notice memhog's exit, ms" },
     ];

@@ -85,34 +85,91 @@ pub enum FsKind {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Op {
-    Mmap { addr: u64, len: u64, prot: u32, flags: u32, fd: Fd, off: u64 },
-    Munmap { addr: u64, len: u64 },
-    Mprotect { addr: u64, len: u64, prot: u32 },
-    Mremap { addr: u64, old_len: u64, new_len: u64, may_move: bool },
-    Madvise { addr: u64, len: u64, advice: Advice },
+    Mmap {
+        addr: u64,
+        len: u64,
+        prot: u32,
+        flags: u32,
+        fd: Fd,
+        off: u64,
+    },
+    Munmap {
+        addr: u64,
+        len: u64,
+    },
+    Mprotect {
+        addr: u64,
+        len: u64,
+        prot: u32,
+    },
+    Mremap {
+        addr: u64,
+        old_len: u64,
+        new_len: u64,
+        may_move: bool,
+    },
+    Madvise {
+        addr: u64,
+        len: u64,
+        advice: Advice,
+    },
     /// Set the program break; `addr` 0 queries it.
-    Brk { addr: u64 },
+    Brk {
+        addr: u64,
+    },
     /// One user memory access (faults are taken as needed).
-    Access { addr: u64, kind: Access },
+    Access {
+        addr: u64,
+        kind: Access,
+    },
     /// A user loop: `count` accesses starting at `addr`, `stride` bytes apart.
-    AccessRange { addr: u64, stride: u64, count: u64, kind: Access },
-    Open { file: FileId },
-    Read { fd: Fd, len: u64 },
-    Write { fd: Fd, len: u64 },
-    Lseek { fd: Fd, off: u64 },
-    Ftruncate { fd: Fd, len: u64 },
-    Close { fd: Fd },
+    AccessRange {
+        addr: u64,
+        stride: u64,
+        count: u64,
+        kind: Access,
+    },
+    Open {
+        file: FileId,
+    },
+    Read {
+        fd: Fd,
+        len: u64,
+    },
+    Write {
+        fd: Fd,
+        len: u64,
+    },
+    Lseek {
+        fd: Fd,
+        off: u64,
+    },
+    Ftruncate {
+        fd: Fd,
+        len: u64,
+    },
+    Close {
+        fd: Fd,
+    },
     /// fork(): the parent gets the child's task id, the child starts with Ret::Val(0).
     Fork,
     Exit,
     /// Pure user-mode computation.
-    Compute { ns: Ns },
+    Compute {
+        ns: Ns,
+    },
     /// execve() of an ELF binary in file `file`: the task's mm is replaced
     /// by a fresh one holding the binary's PT_LOAD segments as its program
     /// headers would give them (text r-x at `vaddr` from offset 0, data rw
     /// private from offset `text`, then `bss` anonymous), a stack, and the
     /// heap starting after bss. Returns the initial stack pointer.
-    Exec { file: FileId, vaddr: u64, text: u64, data: u64, bss: u64 },
+    Exec {
+        file: FileId,
+        vaddr: u64,
+        text: u64,
+        data: u64,
+        bss: u64,
+    },
     /// wait4(-1): reap an exited child (its task id), sleeping until one
     /// exits; ECHILD when the task has no children left.
     Wait,

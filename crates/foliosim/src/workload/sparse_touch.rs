@@ -65,9 +65,21 @@ impl SparseTouch {
         let mut v = TaskCfg::specs();
         v.extend([
             ParamSpec { name: "size_mib", default: "64".into(), help: "anonymous memory each task maps, MiB" },
-            ParamSpec { name: "stride_kib", default: "64".into(), help: "distance between touches, KiB (multiple of 4); one byte is written per stride" },
-            ParamSpec { name: "hold_ms", default: "1000".into(), help: "time the touched memory is held before munmap, ms (modelled as user computation)" },
-            ParamSpec { name: "cycles", default: "1".into(), help: "map/touch/hold/unmap cycles per task (0 = forever); after the last the task exits" },
+            ParamSpec {
+                name: "stride_kib",
+                default: "64".into(),
+                help: "distance between touches, KiB (multiple of 4); one byte is written per stride",
+            },
+            ParamSpec {
+                name: "hold_ms",
+                default: "1000".into(),
+                help: "time the touched memory is held before munmap, ms (modelled as user computation)",
+            },
+            ParamSpec {
+                name: "cycles",
+                default: "1".into(),
+                help: "map/touch/hold/unmap cycles per task (0 = forever); after the last the task exits",
+            },
         ]);
         v
     }

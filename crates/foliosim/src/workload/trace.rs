@@ -36,13 +36,19 @@ enum After {
     /// An open of file index i: keep the fd.
     Opened(usize),
     /// A mapping of the recorded range [rec, rec+len): translate it to the result.
-    Mapped { rec: u64, len: u64 },
+    Mapped {
+        rec: u64,
+        len: u64,
+    },
     /// The initial brk(0): the simulated brk base.
     BrkBase,
     /// A fork of recorded process `pid` (on_fork binds the child task).
     Forked(u64),
     /// An execve mapping the recorded image [vaddr, vaddr+len) where it was.
-    Exec { vaddr: u64, len: u64 },
+    Exec {
+        vaddr: u64,
+        len: u64,
+    },
 }
 
 /// Recorded addresses -> simulated ones, for one address space.
@@ -151,7 +157,14 @@ impl TraceReplay {
         let q = &mut self.procs[p].queue;
         q.push_back((Op::Brk { addr: 0 }, After::BrkBase));
         for (a, l) in regions {
-            let op = Op::Mmap { addr: 0, len: page_up(l), prot: prot::READ | prot::WRITE | prot::EXEC, flags: map::PRIVATE | map::ANONYMOUS, fd: -1, off: 0 };
+            let op = Op::Mmap {
+                addr: 0,
+                len: page_up(l),
+                prot: prot::READ | prot::WRITE | prot::EXEC,
+                flags: map::PRIVATE | map::ANONYMOUS,
+                fd: -1,
+                off: 0,
+            };
             q.push_back((op, After::Mapped { rec: a, len: l }));
         }
     }
@@ -212,7 +225,6 @@ impl Space {
         self.forget(rec, len);
         self.xlat.insert(rec, (rec + page_up(len), sim));
     }
-
 }
 
 impl TraceReplay {
@@ -238,9 +250,19 @@ impl TraceReplay {
             // offset `text`: where the ELF's offset differs, the data
             // segment is mapped again from its own offset.
             let q = &mut self.procs[p].queue;
-            q.push_back((Op::Exec { file: id, vaddr, text, data, bss }, After::Exec { vaddr, len: page_up(text) + page_up(data) + page_up(bss) }));
+            q.push_back((
+                Op::Exec { file: id, vaddr, text, data, bss },
+                After::Exec { vaddr, len: page_up(text) + page_up(data) + page_up(bss) },
+            ));
             if data > 0 && data_off != text {
-                let op = Op::Mmap { addr: vaddr + page_up(text), len: data, prot: prot::READ | prot::WRITE, flags: map::PRIVATE | map::FIXED, fd, off: data_off & !(PAGE - 1) };
+                let op = Op::Mmap {
+                    addr: vaddr + page_up(text),
+                    len: data,
+                    prot: prot::READ | prot::WRITE,
+                    flags: map::PRIVATE | map::FIXED,
+                    fd,
+                    off: data_off & !(PAGE - 1),
+                };
                 q.push_back((op, After::Nothing));
             }
             self.start_instance(p, i);
@@ -258,7 +280,11 @@ impl TraceReplay {
                     _ => Access::Load,
                 };
                 *ops += 1 + repeat;
-                return Some(if repeat == 0 { Op::Access { addr: a, kind } } else { Op::AccessRange { addr: a, stride: 0, count: repeat.saturating_add(1), kind } });
+                return Some(if repeat == 0 {
+                    Op::Access { addr: a, kind }
+                } else {
+                    Op::AccessRange { addr: a, stride: 0, count: repeat.saturating_add(1), kind }
+                });
             }
             Record::Mmap { addr, len, prot: pr, flags, file, off, ret } => {
                 let fixed = flags & (map::FIXED | 0x10_0000) != 0;
@@ -276,7 +302,10 @@ impl TraceReplay {
                     fl |= map::ANONYMOUS;
                 }
                 let pr = pr & (prot::READ | prot::WRITE | prot::EXEC);
-                q.push_back((Op::Mmap { addr: target.unwrap_or(0), len, prot: pr, flags: fl, fd, off: if fd < 0 { 0 } else { off } }, After::Mapped { rec: ret, len }));
+                q.push_back((
+                    Op::Mmap { addr: target.unwrap_or(0), len, prot: pr, flags: fl, fd, off: if fd < 0 { 0 } else { off } },
+                    After::Mapped { rec: ret, len },
+                ));
             }
             Record::Munmap { addr, len } => {
                 for (a, l) in sp.pieces(addr, len) {
@@ -307,7 +336,10 @@ impl TraceReplay {
             Record::Mremap { addr, old_len, new_len, flags, ret } => {
                 if let Some(a) = sp.translate(addr) {
                     sp.forget(addr, old_len);
-                    q.push_back((Op::Mremap { addr: a, old_len, new_len, may_move: flags & 1 != 0 }, After::Mapped { rec: ret, len: new_len }));
+                    q.push_back((
+                        Op::Mremap { addr: a, old_len, new_len, may_move: flags & 1 != 0 },
+                        After::Mapped { rec: ret, len: new_len },
+                    ));
                 }
             }
             Record::Fork { child } => q.push_back((Op::Fork, After::Forked(child))),
@@ -316,7 +348,12 @@ impl TraceReplay {
                 pr.done = true;
                 return Some(Op::Exit);
             }
-            Record::File { .. } | Record::Region { .. } | Record::Meta { .. } | Record::End { .. } | Record::Process { .. } | Record::Exec { .. } => {}
+            Record::File { .. }
+            | Record::Region { .. }
+            | Record::Meta { .. }
+            | Record::End { .. }
+            | Record::Process { .. }
+            | Record::Exec { .. } => {}
         }
         None
     }
@@ -447,11 +484,21 @@ mod tests {
             let op = w.next_op(t, last, &mut o);
             ops += o;
             last = match op {
-                Op::Mmap { addr, len, flags, .. } if flags & map::FIXED != 0 => { let _ = len; Ret::Val(addr as i64) }
-                Op::Mmap { len, .. } => { let a = next; next += len + (1 << 21); Ret::Val(a as i64) }
+                Op::Mmap { addr, len, flags, .. } if flags & map::FIXED != 0 => {
+                    let _ = len;
+                    Ret::Val(addr as i64)
+                }
+                Op::Mmap { len, .. } => {
+                    let a = next;
+                    next += len + (1 << 21);
+                    Ret::Val(a as i64)
+                }
                 Op::Brk { addr: 0 } => Ret::Val(0x5000_0000),
                 Op::Brk { addr } => Ret::Val(addr as i64),
-                Op::Open { .. } => { fd += 1; Ret::Val(fd - 1) }
+                Op::Open { .. } => {
+                    fd += 1;
+                    Ret::Val(fd - 1)
+                }
                 _ => Ret::Val(0),
             };
             log.push(Step { op, ops: o, ret: last });
@@ -528,7 +575,7 @@ mod tests {
 
     #[test]
     fn brk_is_translated_from_the_recorded_base() {
-        let b = 0x4035_000u64;
+        let b = 0x0403_5000_u64;
         let (log, _) = run(vec![
             Record::Brk { addr: 0, ret: b },
             Record::Brk { addr: b + 8 * PAGE, ret: b + 8 * PAGE },

@@ -55,39 +55,97 @@ pub const K_IFETCH: u8 = 2;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Record {
     /// JSON text describing the recording (command, exit code, tool versions).
-    Meta { json: String },
+    Meta {
+        json: String,
+    },
     /// Declares file index n (the n-th File record, from 0): its size and path.
-    File { size: u64, path: String },
+    File {
+        size: u64,
+        path: String,
+    },
     /// mmap(addr, len, prot, flags, file, off) returned `ret` in the recording.
     /// `file` is a File index, None for anonymous memory. Flags are Linux's.
-    Mmap { addr: u64, len: u64, prot: u32, flags: u32, file: Option<u32>, off: u64, ret: u64 },
-    Munmap { addr: u64, len: u64 },
-    Mprotect { addr: u64, len: u64, prot: u32 },
+    Mmap {
+        addr: u64,
+        len: u64,
+        prot: u32,
+        flags: u32,
+        file: Option<u32>,
+        off: u64,
+        ret: u64,
+    },
+    Munmap {
+        addr: u64,
+        len: u64,
+    },
+    Mprotect {
+        addr: u64,
+        len: u64,
+        prot: u32,
+    },
     /// Linux advice number (MADV_DONTNEED = 4, ...).
-    Madvise { addr: u64, len: u64, advice: u32 },
+    Madvise {
+        addr: u64,
+        len: u64,
+        advice: u32,
+    },
     /// brk(addr) returned `ret` (addr 0 queries).
-    Brk { addr: u64, ret: u64 },
-    Mremap { addr: u64, old_len: u64, new_len: u64, flags: u32, ret: u64 },
+    Brk {
+        addr: u64,
+        ret: u64,
+    },
+    Mremap {
+        addr: u64,
+        old_len: u64,
+        new_len: u64,
+        flags: u32,
+        ret: u64,
+    },
     /// Memory the program used that no recorded call created (its ELF image,
     /// initial stack, vDSO): replayed as a private anonymous read-write mapping.
-    Region { addr: u64, len: u64 },
+    Region {
+        addr: u64,
+        len: u64,
+    },
     /// `1 + repeat` accesses of `kind` to the 4 KiB page `page` (address >> 12).
-    Access { kind: u8, page: u64, repeat: u64 },
+    Access {
+        kind: u8,
+        page: u64,
+        repeat: u64,
+    },
     /// The records up to the next Process are those of recorded process
     /// `pid`, forked by `parent` (0: the recorded command itself).
-    Process { pid: u64, parent: u64 },
+    Process {
+        pid: u64,
+        parent: u64,
+    },
     /// fork()/vfork()/clone() without CLONE_VM returned `child`.
-    Fork { child: u64 },
+    Fork {
+        child: u64,
+    },
     /// execve of File `file`: its ELF image as the kernel mapped it, text
     /// (every segment before the writable one, file offset = address -
     /// vaddr) at `vaddr`, then `data` bytes of the file from `data_off`,
     /// then `bss` anonymous bytes.
-    Exec { file: u32, vaddr: u64, text: u64, data: u64, data_off: u64, bss: u64 },
+    Exec {
+        file: u32,
+        vaddr: u64,
+        text: u64,
+        data: u64,
+        data_off: u64,
+        bss: u64,
+    },
     /// wait4() reaped `child`.
-    Wait { child: u64 },
+    Wait {
+        child: u64,
+    },
     /// exit_group(code).
-    Exit { code: u64 },
-    End { records: u64 },
+    Exit {
+        code: u64,
+    },
+    End {
+        records: u64,
+    },
 }
 
 // ------------------------------------------------------------------ writer --
@@ -470,9 +528,9 @@ mod tests {
             Record::Mmap { addr: 0, len: 8192, prot: 5, flags: 2, file: Some(0), off: 0, ret: 0x7f00_0000_0000 },
             Record::Region { addr: 0x40_0000, len: 4096 },
             Record::Brk { addr: 0, ret: 0x60_0000 },
-            Record::Access { kind: K_STORE, page: 0x7f00_0000_0, repeat: 3 },
-            Record::Access { kind: K_LOAD, page: 0x40_0, repeat: 0 },
-            Record::Access { kind: K_IFETCH, page: 0x7f00_0000_1, repeat: u64::MAX },
+            Record::Access { kind: K_STORE, page: 0x0007_f000_0000, repeat: 3 },
+            Record::Access { kind: K_LOAD, page: 0x0400, repeat: 0 },
+            Record::Access { kind: K_IFETCH, page: 0x0007_f000_0001, repeat: u64::MAX },
             Record::Madvise { addr: 0x7f00_0000_0000, len: 4096, advice: 4 },
             Record::Mprotect { addr: 0x7f00_0000_0000, len: 4096, prot: 1 },
             Record::Mremap { addr: 0x7f00_0000_0000, old_len: 8192, new_len: 16384, flags: 1, ret: 0x7e00_0000_0000 },
@@ -482,7 +540,7 @@ mod tests {
             Record::Exit { code: 0 },
             Record::Process { pid: 12, parent: 11 },
             Record::Exec { file: 0, vaddr: 0x40_0000, text: 4096, data: 4096, data_off: 0, bss: 0 },
-            Record::Access { kind: K_LOAD, page: 0x40_0, repeat: 0 },
+            Record::Access { kind: K_LOAD, page: 0x0400, repeat: 0 },
             Record::Exit { code: 1 },
         ]
     }
@@ -559,4 +617,3 @@ mod tests {
         assert_eq!(b.len(), 10);
     }
 }
-

@@ -177,7 +177,9 @@ pub fn from_valgrind_logs(dir: &Path, debug_log: &Path, out_path: &Path, meta_js
             let f = std::fs::File::open(log).map_err(|e| format!("{}: {e}", log.display()))?;
             let o = std::fs::File::create(&sec).map_err(|e| format!("{}: {e}", sec.display()))?;
             let size = Box::new(|p: &str| std::fs::metadata(p).ok().map(|m| m.len()));
-            let (o, st) = convert(BufReader::with_capacity(1 << 20, f), std::io::BufWriter::new(o), size, |c| img.as_ref().map_or(Ok(()), |i| put_image(c, i)))?;
+            let (o, st) = convert(BufReader::with_capacity(1 << 20, f), std::io::BufWriter::new(o), size, |c| {
+                img.as_ref().map_or(Ok(()), |i| put_image(c, i))
+            })?;
             drop(o);
             if k == 0 {
                 let parent = if pid == root { 0 } else { st.parent };
@@ -200,8 +202,12 @@ pub fn from_valgrind_logs(dir: &Path, debug_log: &Path, out_path: &Path, meta_js
                         local.push(g);
                         continue;
                     }
-                    Record::Mmap { addr, len, prot, flags, file, off, ret } => Record::Mmap { addr, len, prot, flags, file: file.map(|f| local[f as usize]), off, ret },
-                    Record::Exec { file, vaddr, text, data, data_off, bss } => Record::Exec { file: local[file as usize], vaddr, text, data, data_off, bss },
+                    Record::Mmap { addr, len, prot, flags, file, off, ret } => {
+                        Record::Mmap { addr, len, prot, flags, file: file.map(|f| local[f as usize]), off, ret }
+                    }
+                    Record::Exec { file, vaddr, text, data, data_off, bss } => {
+                        Record::Exec { file: local[file as usize], vaddr, text, data, data_off, bss }
+                    }
                     r => r,
                 };
                 w.write(&rec).map_err(werr)?;
@@ -229,7 +235,8 @@ fn add(t: &mut RecordStats, s: &RecordStats) {
 
 /// `from_valgrind_logs`, statistics as JSON.
 pub fn from_valgrind_logs_json(dir: &str, debug_log: &str, out_path: &str, meta_json: &str, root: u64) -> Result<String, String> {
-    from_valgrind_logs(Path::new(dir), Path::new(debug_log), Path::new(out_path), meta_json, root).map(|st| serde_json::to_string(&st).unwrap_or_default())
+    from_valgrind_logs(Path::new(dir), Path::new(debug_log), Path::new(out_path), meta_json, root)
+        .map(|st| serde_json::to_string(&st).unwrap_or_default())
 }
 
 #[cfg(test)]
@@ -267,7 +274,10 @@ mod tests {
         assert_eq!(img.path, "/usr/lib/gcc/x86_64-linux-gnu/12/cc1");
         assert_eq!((img.vaddr, img.text, img.data, img.data_off, img.bss), (0x40_0000, 0x23bd000 - 0x40_0000, 65536, 33275904, 1703936));
         assert_eq!(img.others.len(), 2);
-        assert_eq!(img.others[1], Seg { start: 0x4001000, end: 0x4027000, prot: 5, file: Some((4096, "/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2".into())) });
+        assert_eq!(
+            img.others[1],
+            Seg { start: 0x4001000, end: 0x4027000, prot: 5, file: Some((4096, "/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2".into())) }
+        );
     }
 
     #[test]
@@ -281,14 +291,24 @@ mod tests {
             "==10== Parent PID: 3\nSYSCALL[10,1](58) sys_fork ( )   fork: process 10 created child 11\n S 04900000,8\nSYSCALL[10,1](61) sys_wait4 ( 11, 0x4060d50, 0, 0x0 ) --> [async] ... \nSYSCALL[10,1](61) ... [async] --> Success(0xb) \nSYSCALL[10,1](231) exit_group( 0 ) --> [pre-success] Success(0x0) \n",
         )
         .unwrap();
-        std::fs::write(d.join("log.11.1"), "==11== Parent PID: 10\nI  00631000,4\n L 04001008,8\nSYSCALL[11,1](231) exit_group( 1 ) --> [pre-success] Success(0x0) \n").unwrap();
+        std::fs::write(
+            d.join("log.11.1"),
+            "==11== Parent PID: 10\nI  00631000,4\n L 04001008,8\nSYSCALL[11,1](231) exit_group( 1 ) --> [pre-success] Success(0x0) \n",
+        )
+        .unwrap();
         let out = d.join("t.fstrace");
         let st = from_valgrind_logs(&d, &d.join("debug"), &out, "{}", 10).unwrap();
         let rs = super::super::trace_format::read_file(&out).unwrap();
         let _ = std::fs::remove_dir_all(&d);
         assert_eq!(st.files, 2);
         let kinds: Vec<String> = rs.iter().map(|r| format!("{r:?}").split([' ', '{']).next().unwrap().to_string()).collect();
-        assert_eq!(kinds, ["Meta", "Process", "Fork", "Access", "Wait", "Region", "Exit", "Process", "File", "Exec", "File", "Mmap", "Mmap", "Access", "Access", "Exit"]);
+        assert_eq!(
+            kinds,
+            [
+                "Meta", "Process", "Fork", "Access", "Wait", "Region", "Exit", "Process", "File", "Exec", "File", "Mmap", "Mmap", "Access",
+                "Access", "Exit"
+            ]
+        );
         assert_eq!(rs[1], Record::Process { pid: 10, parent: 0 });
         assert_eq!(rs[2], Record::Fork { child: 11 });
         assert_eq!(rs[4], Record::Wait { child: 11 });

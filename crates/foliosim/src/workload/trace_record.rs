@@ -22,6 +22,9 @@ use super::trace_format::{Record, TraceWriter, K_IFETCH, K_LOAD, K_STORE};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::{BufRead, Write};
 
+/// Size of a file named in the log, where the recorder can stat it.
+type FileSizeFn = Box<dyn Fn(&str) -> Option<u64>>;
+
 #[derive(Debug, Default, serde::Serialize)]
 pub struct RecordStats {
     pub records: u64,
@@ -50,7 +53,7 @@ pub(super) struct Conv<W: Write> {
     fd_path: HashMap<i64, String>,
     /// Per thread: a syscall whose result comes on a later line.
     pending: HashMap<String, (u32, Vec<String>)>,
-    file_size: Box<dyn Fn(&str) -> Option<u64>>,
+    file_size: FileSizeFn,
 }
 
 fn num(s: &str) -> Option<u64> {
@@ -280,7 +283,8 @@ impl<W: Write> Conv<W> {
         }
         // sys_NAME ( a, b, c ) --> ...
         let (Some(open), Some(close)) = (rest.find(" ( "), rest.rfind(" )")) else { return Ok(()) };
-        let args: Vec<String> = if close >= open + 3 { rest[open + 3..close].split(", ").map(|s| s.to_string()).collect() } else { Vec::new() };
+        let args: Vec<String> =
+            if close >= open + 3 { rest[open + 3..close].split(", ").map(|s| s.to_string()).collect() } else { Vec::new() };
         let tail = &rest[close..];
         if nr == 61 && args.get(2).and_then(|s| num(s)).is_some_and(|o| o & 1 == 0) {
             // A blocking wait4, at its call: valgrind does not always print
@@ -321,15 +325,31 @@ impl<W: Write> Conv<W> {
 
 /// Convert a valgrind lackey+syscall log into a trace written to `out`.
 /// `file_size(path)` gives the size of a mapped file (None: unknown).
-pub fn from_valgrind_log<R: BufRead, W: Write>(log: R, out: W, meta_json: &str, file_size: Box<dyn Fn(&str) -> Option<u64>>) -> Result<(W, RecordStats), String> {
+pub fn from_valgrind_log<R: BufRead, W: Write>(log: R, out: W, meta_json: &str, file_size: FileSizeFn) -> Result<(W, RecordStats), String> {
     convert(log, out, file_size, |c| c.put(Record::Meta { json: meta_json.to_string() }))
 }
 
 /// Convert one log into a trace written to `out`; `start` writes the first
 /// records (and may declare known ranges) before the log's.
-pub(super) fn convert<R: BufRead, W: Write>(mut log: R, out: W, file_size: Box<dyn Fn(&str) -> Option<u64>>, start: impl FnOnce(&mut Conv<W>) -> Result<(), String>) -> Result<(W, RecordStats), String> {
+pub(super) fn convert<R: BufRead, W: Write>(
+    mut log: R,
+    out: W,
+    file_size: FileSizeFn,
+    start: impl FnOnce(&mut Conv<W>) -> Result<(), String>,
+) -> Result<(W, RecordStats), String> {
     let w = TraceWriter::new(out).map_err(|e| format!("cannot write the trace: {e}"))?;
-    let mut c = Conv { w, st: RecordStats::default(), run: None, known: BTreeMap::new(), brk: None, implicit: BTreeSet::new(), files: HashMap::new(), fd_path: HashMap::new(), pending: HashMap::new(), file_size };
+    let mut c = Conv {
+        w,
+        st: RecordStats::default(),
+        run: None,
+        known: BTreeMap::new(),
+        brk: None,
+        implicit: BTreeSet::new(),
+        files: HashMap::new(),
+        fd_path: HashMap::new(),
+        pending: HashMap::new(),
+        file_size,
+    };
     start(&mut c)?;
     let mut buf = Vec::with_capacity(256);
     loop {
@@ -348,7 +368,12 @@ pub(super) fn convert<R: BufRead, W: Write>(mut log: R, out: W, file_size: Box<d
 pub fn convert_files(log_path: &str, out_path: &str, meta_json: &str) -> Result<RecordStats, String> {
     let f = std::fs::File::open(log_path).map_err(|e| format!("{log_path}: {e}"))?;
     let o = std::fs::File::create(out_path).map_err(|e| format!("{out_path}: {e}"))?;
-    let (o, st) = from_valgrind_log(std::io::BufReader::with_capacity(1 << 20, f), std::io::BufWriter::new(o), meta_json, Box::new(|p| std::fs::metadata(p).ok().map(|m| m.len())))?;
+    let (o, st) = from_valgrind_log(
+        std::io::BufReader::with_capacity(1 << 20, f),
+        std::io::BufWriter::new(o),
+        meta_json,
+        Box::new(|p| std::fs::metadata(p).ok().map(|m| m.len())),
+    )?;
     let f = o.into_inner().map_err(|e| format!("{out_path}: {e}"))?;
     f.sync_all().map_err(|e| format!("{out_path}: {e}"))?;
     Ok(st)
@@ -387,7 +412,8 @@ SYSCALL[7,1](9) sys_mmap ( 0x0, 8192, 3, 34, 4294967295, 0 ) --> [pre-success] F
 
     #[test]
     fn converts_syscalls_accesses_and_regions() {
-        let (bytes, st) = from_valgrind_log(LOG.as_bytes(), Vec::new(), "{}", Box::new(|p| (p == "/lib/libz.so").then_some(20000))).unwrap();
+        let (bytes, st) =
+            from_valgrind_log(LOG.as_bytes(), Vec::new(), "{}", Box::new(|p| (p == "/lib/libz.so").then_some(20000))).unwrap();
         let rs = TraceReader::new(&bytes[..]).unwrap().read_all().unwrap();
         let want = vec![
             Record::Meta { json: "{}".into() },

@@ -23,9 +23,7 @@
 
 use super::common::{pte_table_bytes, read_fs, read_size, TaskCfg, TaskMap, KIB, MIB, PAGE};
 use super::params::Params;
-use super::{
-    map, prot, Access, Advice, Fd, FileId, FsKind, Op, ParamSpec, Ret, SetupEnv, TaskId, Workload, WorkloadInfo,
-};
+use super::{map, prot, Access, Advice, Fd, FileId, FsKind, Op, ParamSpec, Ret, SetupEnv, TaskId, Workload, WorkloadInfo};
 
 /// The eleven testcases.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -260,12 +258,8 @@ impl WillItScale {
         let tmp_fs = read_fs(p, "tmp_fs", "tmpfs")?;
         let size = match test.size_param() {
             SizeParam::RegionMib => read_size(p, "size_mib", 128, MIB, MAX_REGION_MIB)?,
-            SizeParam::RegionKib => {
-                page_multiple("region_kib", read_size(p, "region_kib", 1024, KIB, MAX_REGION_MIB * 1024)?)?
-            }
-            SizeParam::FileKib => {
-                page_multiple("file_kib", read_size(p, "file_kib", 1024, KIB, MAX_REGION_MIB * 1024)?)?
-            }
+            SizeParam::RegionKib => page_multiple("region_kib", read_size(p, "region_kib", 1024, KIB, MAX_REGION_MIB * 1024)?)?,
+            SizeParam::FileKib => page_multiple("file_kib", read_size(p, "file_kib", 1024, KIB, MAX_REGION_MIB * 1024)?)?,
         };
         p.finish()?;
         let map_len = if test == Test::Malloc1 { size + MALLOC_PAD } else { size };
@@ -427,7 +421,7 @@ impl WillItScale {
 }
 
 fn page_multiple(key: &str, bytes: u64) -> Result<u64, String> {
-    if bytes % PAGE != 0 {
+    if !bytes.is_multiple_of(PAGE) {
         return Err(format!("{key}: must be a multiple of 4 (KiB), got {}", bytes / KIB));
     }
     Ok(bytes)
@@ -613,10 +607,7 @@ mod tests {
                 let Op::Open { file } = log[0].op else { panic!() };
                 files.push(file);
                 let fd = log[0].ret.val() as Fd;
-                assert_eq!(
-                    log[1].op,
-                    Op::Mmap { addr: 0, len: 2 * MIB, prot: prot::READ | prot::WRITE, flags, fd, off: 0 }
-                );
+                assert_eq!(log[1].op, Op::Mmap { addr: 0, len: 2 * MIB, prot: prot::READ | prot::WRITE, flags, fd, off: 0 });
                 assert_eq!(count(log, |o| matches!(o, Op::Access { kind: Access::Store, .. })), 512);
                 assert_eq!(count(log, |o| matches!(o, Op::Munmap { .. })), 1);
                 assert!(matches!(log.last().unwrap().op, Op::Mmap { .. }), "second iteration maps again, no reopen");
@@ -780,16 +771,13 @@ mod tests {
 
     #[test]
     fn threads_map_distinct_regions() {
-        let (mut w, env, mut k) =
-            setup("page_fault1", &[("tasks", i(3)), ("mode", s("threads")), ("size_mib", i(1))], 4);
+        let (mut w, env, mut k) = setup("page_fault1", &[("tasks", i(3)), ("mode", s("threads")), ("size_mib", i(1))], 4);
         let ids = env.ids();
         k.run(&mut *w, &ids, 3 * 10);
         let bases: Vec<_> = ids.iter().map(|&t| k.log(t)[0].ret.val()).collect();
         assert!(bases[0] != bases[1] && bases[1] != bases[2] && bases[0] != bases[2]);
         for (&t, &b) in ids.iter().zip(&bases) {
-            assert!(k.log(t)[1..]
-                .iter()
-                .all(|s| matches!(s.op, Op::Access { addr, .. } if addr >= b as u64 && addr < b as u64 + MIB)));
+            assert!(k.log(t)[1..].iter().all(|s| matches!(s.op, Op::Access { addr, .. } if addr >= b as u64 && addr < b as u64 + MIB)));
         }
     }
 

@@ -215,7 +215,14 @@ impl Workload for XsBench {
                 th.phase = Phase::Setup(k + 1);
                 match k {
                     0 => Op::Open { file: self.code_file },
-                    1 => Op::Mmap { addr: 0, len: self.code, prot: prot::READ | prot::EXEC, flags: map::PRIVATE, fd: last.val() as Fd, off: 0 },
+                    1 => Op::Mmap {
+                        addr: 0,
+                        len: self.code,
+                        prot: prot::READ | prot::EXEC,
+                        flags: map::PRIVATE,
+                        fd: last.val() as Fd,
+                        off: 0,
+                    },
                     2 => {
                         self.code_base = last.val() as u64;
                         Op::Mmap { addr: 0, len: self.grid, prot: rw, flags: anon, fd: -1, off: 0 }
@@ -293,7 +300,8 @@ mod tests {
 
     #[test]
     fn initialises_then_looks_up_read_only_and_exits() {
-        let (k, ids) = run(&[("threads", i(3)), ("grid_mib", i(2)), ("lookups", i(100)), ("loads_per_lookup", i(4)), ("compute_ns", i(500))]);
+        let (k, ids) =
+            run(&[("threads", i(3)), ("grid_mib", i(2)), ("lookups", i(100)), ("loads_per_lookup", i(4)), ("compute_ns", i(500))]);
         let computes = ids.iter().map(|t| k.log(*t).iter().filter(|s| s.op == Op::Compute { ns: 500 }).count()).sum::<usize>();
         assert_eq!(computes, 100);
         let total: u64 = ids.iter().map(|t| k.ops[t]).sum();
@@ -303,10 +311,14 @@ mod tests {
             assert!(k.log(t).iter().all(|s| !s.ret.is_err()));
         }
         // The main thread wrote the whole 2 MiB table before any lookup.
-        let init: u64 = k.log(ids[0]).iter().map(|s| match s.op {
-            Op::AccessRange { count, kind: Access::Store, .. } => count,
-            _ => 0,
-        }).sum();
+        let init: u64 = k
+            .log(ids[0])
+            .iter()
+            .map(|s| match s.op {
+                Op::AccessRange { count, kind: Access::Store, .. } => count,
+                _ => 0,
+            })
+            .sum();
         assert_eq!(init, 512);
         let mut loads = 0;
         for t in &ids {

@@ -26,7 +26,11 @@ impl H {
         let node0 = if knobs.contains("page_reporting.enabled") { 256 } else { 64 };
         let text = format!("seed = {seed}\n[machine]\nprofile = \"generic-x86\"\nnr_cpus = 16\nnode_mem_mib = [{node0}, 64]\n[workload]\nname = \"mmap1\"\n[run]\nduration_s = 0.01\ncheck = true\n[knobs]\n{knobs}\n");
         let c = config::from_toml(&text, "luf-test").unwrap();
-        H { k: Kernel::boot(c.profile, c.knobs, true, seed).unwrap(), rng: seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1, arena: Default::default() }
+        H {
+            k: Kernel::boot(c.profile, c.knobs, true, seed).unwrap(),
+            rng: seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1,
+            arena: Default::default(),
+        }
     }
 
     /// A small xorshift: the scenario's own choices, separate from the kernel's RNG.
@@ -120,7 +124,18 @@ impl H {
     /// would hide the allocation-time flush the scenarios are about).
     pub fn allocator(&mut self, cpu: u32) -> u32 {
         let tid = self.process(cpu);
-        let (a, _) = self.val(tid, 0, Op::Mmap { addr: 0, len: 16 * PAGES << 12, prot: prot::READ | prot::WRITE, flags: map::PRIVATE | map::ANONYMOUS, fd: -1, off: 0 });
+        let (a, _) = self.val(
+            tid,
+            0,
+            Op::Mmap {
+                addr: 0,
+                len: (16 * PAGES) << 12,
+                prot: prot::READ | prot::WRITE,
+                flags: map::PRIVATE | map::ANONYMOUS,
+                fd: -1,
+                off: 0,
+            },
+        );
         self.arena.insert(tid, (a as u64, 0));
         tid
     }
@@ -163,7 +178,6 @@ pub fn readers_then_reclaim(knobs: &str, seed: u64, alloc_cpus: &[u32]) -> (H, V
     assert!(freed >= PAGES, "reclaim freed {freed}");
     (h, vec![a0, a1, a2], base, t, ds)
 }
-
 
 pub const LUF: &str = "\"luf.enabled\" = true";
 pub const LUF11: &str = "\"luf.enabled\" = true\n\"luf.v11_hooks\" = true";

@@ -184,7 +184,14 @@ impl FreeBlocks {
             let top = (self.top[c].order != VACANT.order).then(|| (first, &self.top[c]));
             let small = match self.dir[c] {
                 0 => None,
-                d => Some(self.chunks[d as usize - 1].blocks.iter().enumerate().filter(|(_, b)| b.order != VACANT.order).map(move |(i, b)| (first + i as Pfn, b))),
+                d => Some(
+                    self.chunks[d as usize - 1]
+                        .blocks
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, b)| b.order != VACANT.order)
+                        .map(move |(i, b)| (first + i as Pfn, b)),
+                ),
             };
             top.into_iter().chain(small.into_iter().flatten())
         })

@@ -858,7 +858,7 @@ fn pageblock_isolation_keeps_generations_and_undoes() {
     pa.free_pages_ugen(0, 0, a.pfn, 0, 6, &mut st);
     assert_eq!(pa.pcp_count(0, 0), 0, "an isolated pageblock bypasses pcp");
     assert!(pa.free_extents().iter().any(|x| x.pfn <= a.pfn && a.pfn < x.pfn + (1 << x.order) && x.ugen == 6));
-    assert!(pa.alloc_pages(0, 0, 10, 0, MigrateType::Movable, &mut st).map_or(true, |x| x.pfn >= e || x.pfn + 1024 <= s));
+    assert!(pa.alloc_pages(0, 0, 10, 0, MigrateType::Movable, &mut st).is_none_or(|x| x.pfn >= e || x.pfn + 1024 <= s));
     pa.undo_isolate_page_range(s, e, MigrateType::Movable);
     assert_eq!(pa.pageblock_migratetype(s), Some(MigrateType::Movable));
     assert_eq!(pa.check(), Ok(()));
