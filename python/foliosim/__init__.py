@@ -13,7 +13,8 @@ Configs are a TOML file path, a TOML string or a plain dict; bad input raises
 from __future__ import annotations
 
 import json
-from typing import Any, Callable, Iterable, Optional
+from collections.abc import Callable, Iterable
+from typing import Any, Optional
 
 from . import _core
 from ._core import ConfigError
@@ -23,7 +24,7 @@ from .result import Result
 
 __version__ = _core.__version__
 
-__all__ = ["ConfigError", "Result", "run", "load_config", "catalog", "experiments", "__version__"]
+__all__ = ["ConfigError", "Result", "__version__", "catalog", "experiments", "load_config", "run"]
 
 
 def load_config(config: ConfigLike, overrides: Iterable[str] = ()) -> dict[str, Any]:
@@ -33,7 +34,7 @@ def load_config(config: ConfigLike, overrides: Iterable[str] = ()) -> dict[str, 
 
 
 def run(config: ConfigLike, *, overrides: Iterable[str] = (),
-        progress: Optional[Callable[[float, float], Optional[bool]]] = None) -> Result:
+        progress: Callable[[float, float], bool | None] | None = None) -> Result:
     """Run one simulation and return its :class:`Result`.
 
     `progress(sim_s, sim_total_s)` is called about every 100 ms; returning

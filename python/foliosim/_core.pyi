@@ -7,17 +7,17 @@ Runs release the GIL. A progress callback is called as
 the run, which then returns its partial result with ``"interrupted": true``.
 """
 
-from typing import Callable, Optional
+from collections.abc import Callable
 
 __version__: str
 
-ProgressCallback = Callable[[float, float], Optional[bool]]
+ProgressCallback = Callable[[float, float], bool | None]
 
 class ConfigError(ValueError):
     """Bad input. ``str(err)`` is the one-line ``FILE:LINE: KEY: REASON``."""
 
     file: str
-    line: Optional[int]
+    line: int | None
     key: str
     reason: str
 
@@ -30,7 +30,7 @@ def load_toml(text: str, filename: str = "<string>") -> str:
 def load_json(text: str, origin: str = "<dict>") -> str:
     """Same as load_toml for a config given as JSON text. Raises ConfigError."""
 
-def run_json(config_json: str, progress: Optional[ProgressCallback] = None) -> str:
+def run_json(config_json: str, progress: ProgressCallback | None = None) -> str:
     """Run one simulation; the result as a JSON object string.
 
     Keys: config, interrupted, sim_time_s, host_time_s, summary, vmstat,
@@ -43,7 +43,7 @@ def catalog_json() -> str:
 def experiments() -> list[tuple[str, str]]:
     """Registered reproductions as (name, help)."""
 
-def reproduce_json(name: str, progress: Optional[ProgressCallback] = None) -> str:
+def reproduce_json(name: str, progress: ProgressCallback | None = None) -> str:
     """Run a reproduction: {"name","title","rows":[...],"notes":[...]} as JSON."""
 
 def bench_json(which: str) -> str:

@@ -8,9 +8,9 @@ import os
 import signal
 import subprocess
 import sys
-from contextlib import contextmanager
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Iterator, Optional
 
 THP = Path("/sys/kernel/mm/transparent_hugepage")
 
@@ -54,14 +54,12 @@ def mthp_sizes_kib() -> list[int]:
     for d in THP.glob("hugepages-*kB"):
         if not (d / "enabled").exists():
             continue  # e.g. hugepages-8kB on x86 (no anonymous knob)
-        try:
+        with suppress(ValueError):
             out.append(int(d.name[len("hugepages-"):-2]))
-        except ValueError:
-            pass
     return sorted(out)
 
 
-def knobs_available() -> Optional[str]:
+def knobs_available() -> str | None:
     """None if the mTHP knobs can be changed here, else the reason."""
     if not (THP / "enabled").exists():
         return f"{THP}/enabled is missing (kernel without THP)"
@@ -135,9 +133,8 @@ def knobs_changed(want: dict[Path, str]) -> list[str]:
 def thp_settings(want: dict[Path, str]) -> Iterator[None]:
     """Apply knob values; restore every one changed on exit, also on error,
     Ctrl-C or SIGTERM. Holds knob_lock() meanwhile."""
-    with knob_lock():
-        with _thp_settings(want):
-            yield
+    with knob_lock(), _thp_settings(want):
+        yield
 
 
 @contextmanager

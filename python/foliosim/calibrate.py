@@ -7,16 +7,17 @@ cannot measure is copied from generic-x86 and says so in its comment."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
+from ._host import THP, HostError, build_validation, knobs_available, read_knob, thp_settings, write_text_atomic
 from .tomlout import _value
-from ._host import HostError, build_validation, knobs_available, knobs_for, mthp_sizes_kib, read_knob, thp_settings, THP, write_text_atomic
 
 try:
     import tomllib
@@ -50,14 +51,12 @@ def measure(quiet: bool = True) -> dict[str, Any]:
     return json.loads(r.stdout)
 
 
-def _cpu_topology() -> tuple[int, int, Optional[float]]:
+def _cpu_topology() -> tuple[int, int, float | None]:
     n = os.cpu_count() or 1
     pkgs = set()
     for p in Path("/sys/devices/system/cpu").glob("cpu[0-9]*/topology/physical_package_id"):
-        try:
+        with contextlib.suppress(OSError):
             pkgs.add(p.read_text().strip())
-        except OSError:
-            pass
     sockets = max(1, len(pkgs))
     if n % sockets:
         sockets = 1
@@ -219,7 +218,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     write_text_atomic(out, text)
     try:
         _core.load_json(cfg, "<calibrate>")
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         raise HostError(f"{out}: the written profile does not load: {e}")
     print(f"foliosim calibrate: wrote {out}")
     if args.json:

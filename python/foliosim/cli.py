@@ -15,12 +15,13 @@ import os
 import resource
 import subprocess
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, NoReturn, Optional, Sequence
+from typing import Any, NoReturn
 
 from . import _core
-from ._core import ConfigError
 from . import config as _config
+from ._core import ConfigError
 from .progress import ProgressBar
 from .result import Result, write_text_atomic
 
@@ -76,7 +77,7 @@ def _fmt_int(v: Any) -> str:
     return str(v)
 
 
-def format_summary(r: Result, out_dir: Optional[Path] = None) -> str:
+def format_summary(r: Result, out_dir: Path | None = None) -> str:
     raw, cfg = r.raw, r.config
     wl, run = cfg.get("workload") or {}, cfg.get("run") or {}
     lines: list[str] = []
@@ -228,9 +229,9 @@ def format_reproduction(rep: dict[str, Any]) -> str:
               for c in cols] for r in rows]
     widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(cols)]
     lines = [f"{rep.get('name')}: {rep.get('title', '')}".rstrip(": ")]
-    lines.append("  ".join(c.ljust(wd) for c, wd in zip(cols, widths)))
+    lines.append("  ".join(c.ljust(wd) for c, wd in zip(cols, widths, strict=False)))
     for row in cells:
-        lines.append("  ".join(v.ljust(wd) for v, wd in zip(row, widths)))
+        lines.append("  ".join(v.ljust(wd) for v, wd in zip(row, widths, strict=False)))
     for n in rep.get("notes", []) or []:
         lines.append(f"note: {_one_line(n)}")
     return "\n".join(lines)
@@ -330,7 +331,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 # ------------------------------------------------------------------- bench --
-def _figure(data: dict[str, Any], key: str) -> Optional[float]:
+def _figure(data: dict[str, Any], key: str) -> float | None:
     if isinstance(data.get(key), (int, float)):
         return float(data[key])
     nums = [v for v in data.values() if isinstance(v, (int, float)) and not isinstance(v, bool)]
@@ -352,7 +353,7 @@ def _bench_big() -> tuple[dict[str, Any], float]:
 def cmd_bench(args: argparse.Namespace) -> int:
     results: dict[str, Any] = {}
     details: dict[str, Any] = {}
-    verdicts: dict[str, Optional[bool]] = {}
+    verdicts: dict[str, bool | None] = {}
     errors: dict[str, str] = {}
     targets = BENCH_TARGETS + (SLOW_BENCH_TARGETS if args.slow else [])
     for name, key, target, ok in targets:
@@ -467,6 +468,7 @@ def _host_cmd(name: str) -> Callable[[argparse.Namespace], int]:
     """Dispatch to foliosim.{calibrate,validate,record}; HostError -> one line, exit 2."""
     def run(args: argparse.Namespace) -> int:
         import importlib
+
         from ._host import HostError
         mod = importlib.import_module(f"foliosim.{name}")
         try:
@@ -510,7 +512,7 @@ def _add_host_commands(sub: Any) -> None:
     r.set_defaults(func=_host_cmd("record"))
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     debug = os.environ.get("FOLIOSIM_DEBUG", "") not in ("", "0")
     try:
         args = build_parser().parse_args(argv)
@@ -533,7 +535,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         except OSError:
             pass
         return EXIT_OK
-    except BaseException as e:  # noqa: BLE001 -- includes pyo3's PanicException
+    except BaseException as e:
         if debug:
             raise
         msg = _one_line(e) or type(e).__name__

@@ -15,11 +15,11 @@ import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from ._core import ConfigError
 
-__all__ = ["ResultSet", "load", "diff", "format_diff"]
+__all__ = ["ResultSet", "diff", "format_diff", "load"]
 
 # Columns of a sweep dataset that are not measurements.
 _NOT_MEASURED = {"index", "point", "config", "interrupted", "host_time_s", "checker.enabled"}
@@ -75,10 +75,10 @@ def load(path: str | os.PathLike) -> ResultSet:
 
             try:
                 df = read_results(p)
-            except Exception as e:  # noqa: BLE001 -- pyarrow errors vary
+            except Exception as e:
                 raise _error(name, f"unreadable sweep dataset: {' '.join(str(e).split())}") from None
-            cols = [c for c in df.columns if c not in _NOT_MEASURED and "." in c
-                    and c.split(".", 1)[0] in ("summary", "vmstat", "time_ns", "locks", "memory", "checker")
+            cols = [c for c in df.columns if (c not in _NOT_MEASURED and "." in c
+                    and c.split(".", 1)[0] in ("summary", "vmstat", "time_ns", "locks", "memory", "checker"))
                     or c == "sim_time_s"]
             values: dict[str, float] = {}
             for c in cols:
@@ -111,10 +111,10 @@ def load(path: str | os.PathLike) -> ResultSet:
 @dataclass
 class Line:
     name: str
-    a: Optional[float]
-    b: Optional[float]
+    a: float | None
+    b: float | None
     delta: float
-    pct: Optional[float]  # None: from zero (or missing) to non-zero
+    pct: float | None  # None: from zero (or missing) to non-zero
 
     def as_dict(self) -> dict[str, Any]:
         return {"name": self.name, "a": self.a, "b": self.b, "delta": self.delta, "pct": self.pct}
@@ -140,7 +140,7 @@ def diff(a: ResultSet, b: ResultSet, *, all_lines: bool = False) -> list[Line]:
     return sorted(out, key=key)
 
 
-def _fmt(v: Optional[float]) -> str:
+def _fmt(v: float | None) -> str:
     if v is None:
         return "-"
     if math.isfinite(v) and v == int(v) and abs(v) < 1e15:
@@ -150,7 +150,7 @@ def _fmt(v: Optional[float]) -> str:
     return f"{v:.4g}"
 
 
-def format_diff(a: ResultSet, b: ResultSet, lines: list[Line], limit: Optional[int]) -> str:
+def format_diff(a: ResultSet, b: ResultSet, lines: list[Line], limit: int | None) -> str:
     shown = lines if limit is None or limit <= 0 else lines[:limit]
     out = [f"# A: {a.describe()}", f"# B: {b.describe()}", "#"]
     if not lines:

@@ -11,15 +11,16 @@ import json
 import os
 import re
 import tomllib
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Union
+from typing import Any, Union
 
 from . import _core
 from ._core import ConfigError
 
 ConfigLike = Union[str, os.PathLike, Mapping[str, Any]]
 
-__all__ = ["ConfigError", "ConfigLike", "load", "load_file", "parse_override", "apply_overrides"]
+__all__ = ["ConfigError", "ConfigLike", "apply_overrides", "load", "load_file", "parse_override"]
 
 
 def _error(file: str, key: str, reason: str, line: int | None = None) -> ConfigError:

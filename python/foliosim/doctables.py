@@ -17,13 +17,14 @@ import fnmatch
 import json
 import re
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from .report import difference, fmt
 from .result import write_text_atomic
 
-__all__ = ["table", "fill", "main"]
+__all__ = ["fill", "main", "table"]
 
 BEGIN = re.compile(r"<!-- reproduce:\s*([^>]*?)\s*-->")
 END = "<!-- /reproduce -->"

@@ -9,7 +9,7 @@ from __future__ import annotations
 import shutil
 import sys
 import time
-from typing import Optional, TextIO
+from typing import TextIO
 
 __all__ = ["ProgressBar"]
 
@@ -28,8 +28,8 @@ class ProgressBar:
     callback); returns True to let the run go on. Use as a context manager so
     the line is cleared at the end."""
 
-    def __init__(self, label: str = "", *, enabled: Optional[bool] = None,
-                 stream: Optional[TextIO] = None, delay_s: float = 2.0, unit: str = "sim s"):
+    def __init__(self, label: str = "", *, enabled: bool | None = None,
+                 stream: TextIO | None = None, delay_s: float = 2.0, unit: str = "sim s"):
         self.stream = stream if stream is not None else sys.stderr
         if enabled is None:
             enabled = bool(getattr(self.stream, "isatty", lambda: False)())
@@ -56,7 +56,7 @@ class ProgressBar:
         tail = f" {frac * 100:3.0f}% {sim_s:.{prec}f}/{sim_total_s:.{prec}f} {self.unit}  {_fmt_s(elapsed)} elapsed, eta {_fmt_s(eta)}"
         head = f"{self.label} " if self.label else ""
         bar_w = max(10, min(40, width - len(head) - len(tail) - 3))
-        filled = int(round(frac * bar_w))
+        filled = round(frac * bar_w)
         line = f"{head}[{'#' * filled}{'.' * (bar_w - filled)}]{tail}"
         self.stream.write("\r" + line[: width - 1] + "\x1b[K")
         self.stream.flush()
@@ -69,7 +69,7 @@ class ProgressBar:
             self.stream.flush()
             self.shown = False
 
-    def __enter__(self) -> "ProgressBar":
+    def __enter__(self) -> ProgressBar:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -13,6 +13,7 @@ one process, as ru_maxrss gives it) with the replay's."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -22,7 +23,7 @@ import sys
 import tempfile
 import threading
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from ._host import HostError
 
@@ -73,7 +74,7 @@ def record(cmd: list[str], out: Path, quiet: bool = False) -> dict[str, Any]:
             raise HostError(f"{' '.join(cmd)} exited with status {rc} while recording; no trace written")
         try:
             stats = json.loads(_core.trace_from_valgrind_logs(td, debug, str(tmp_out), meta, proc.pid))
-        except BaseException as e:  # noqa: BLE001 -- includes a core panic
+        except BaseException as e:
             _rm(tmp_out)
             raise HostError(f"recording failed: {' '.join(str(e).split())}")
     # Check the whole file before it gets its final name.
@@ -99,10 +100,8 @@ def _split_stderr(pipe: Any, debug: str) -> None:
 
 
 def _rm(p: Path) -> None:
-    try:
+    with contextlib.suppress(FileNotFoundError):
         p.unlink()
-    except FileNotFoundError:
-        pass
 
 
 def run_native(cmd: list[str], runs: int = 3) -> dict[str, Any]:
@@ -121,7 +120,7 @@ def run_native(cmd: list[str], runs: int = 3) -> dict[str, Any]:
     return {"minflt": statistics.median(flts), "peak_rss_kib": statistics.median(rss), "runs": runs}
 
 
-def replay(trace: str, profile: str, knobs: Optional[dict[str, str]] = None) -> dict[str, Any]:
+def replay(trace: str, profile: str, knobs: dict[str, str] | None = None) -> dict[str, Any]:
     from . import run as _run
     cfg = {"seed": 1, "machine": {"profile": profile}, "workload": {"name": "trace", "path": str(Path(trace).resolve())},
            "run": {"warmup_s": 0.0, "duration_s": 600.0}, "knobs": knobs or {}}
@@ -132,9 +131,9 @@ def replay(trace: str, profile: str, knobs: Optional[dict[str, str]] = None) -> 
 
 def compare(cmd: list[str], trace: str, profile: str) -> list[dict[str, Any]]:
     """Rows for 4 KiB (predicted) and 64 KiB mTHP (real; predicted only if modelled)."""
-    from ._host import knobs_available, knobs_for, thp_settings
-    from .validate import NOT_MODELLED, model_can_express, sim_knobs
     from . import catalog
+    from ._host import knobs_available, knobs_for, thp_settings
+    from .validate import model_can_express, sim_knobs
     rows = []
     settings = [("4K", [])]
     if knobs_available() is None:

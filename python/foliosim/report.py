@@ -26,13 +26,14 @@ import html
 import io
 import math
 import re
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, Iterable, Optional, Sequence
+from typing import Any
 
 from . import tomlout
 from .result import atomic_write, write_text_atomic
 
-__all__ = ["difference", "plot_png", "render_html", "write_report", "slug"]
+__all__ = ["difference", "plot_png", "render_html", "slug", "write_report"]
 
 
 def slug(s: str) -> str:
@@ -40,13 +41,13 @@ def slug(s: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", str(s)).strip("-") or "x"
 
 
-def _num(v: Any) -> Optional[float]:
+def _num(v: Any) -> float | None:
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         return None
     return float(v) if math.isfinite(v) else None
 
 
-def difference(seed: Any, simulated: Any) -> tuple[Optional[float], Optional[float]]:
+def difference(seed: Any, simulated: Any) -> tuple[float | None, float | None]:
     """(simulated - seed, that as a percentage of |seed|); None where it
     cannot be computed (no seed figure, or a zero seed for the percentage)."""
     s, m = _num(seed), _num(simulated)
@@ -74,7 +75,7 @@ def fmt(v: Any) -> str:
     return str(v)
 
 
-def _fmt_pct(p: Optional[float]) -> str:
+def _fmt_pct(p: float | None) -> str:
     return "—" if p is None else f"{p:+.1f}%"
 
 
@@ -102,14 +103,11 @@ def plot_png(rep: dict[str, Any]) -> bytes:
     """The experiment's plot as PNG bytes (deterministic)."""
     plt = _matplotlib()
     series = [s for s in rep.get("series") or [] if isinstance(s, dict) and s.get("x") is not None]
-    if series:
-        panels = _group(series, "ylabel")
-    else:
-        panels = _group(rep.get("rows") or [], "unit")
+    panels = _group(series, "ylabel") if series else _group(rep.get("rows") or [], "unit")
     n = max(1, len(panels))
     fig, axes = plt.subplots(1, n, figsize=(5.2 * n, 3.6), squeeze=False)
     if series:
-        for ax, (ylabel, ss) in zip(axes[0], panels):
+        for ax, (ylabel, ss) in zip(axes[0], panels, strict=False):
             for s in ss:
                 ax.plot(list(s.get("x") or []), list(s.get("y") or []), marker="o", label=str(s.get("name", "")))
             ax.set_xlabel(str(ss[0].get("xlabel", "")))
@@ -119,7 +117,7 @@ def plot_png(rep: dict[str, Any]) -> bytes:
             if any(s.get("name") for s in ss):
                 ax.legend(fontsize=8)
     elif panels:
-        for ax, (unit, rows) in zip(axes[0], panels):
+        for ax, (unit, rows) in zip(axes[0], panels, strict=False):
             labels = [f"{r.get('label', '')}\n{r.get('metric', '')}" for r in rows]
             xs = list(range(len(rows)))
             w = 0.38
@@ -129,7 +127,7 @@ def plot_png(rep: dict[str, Any]) -> bytes:
                    label="seed (published)", color="#7a7a7a")
             ax.bar([x + w / 2 for x in xs], [v if v is not None else 0.0 for v in sim], w,
                    label="simulated", color="#2a6fb0")
-            for x, v in zip(xs, seed):
+            for x, v in zip(xs, seed, strict=False):
                 if v is None:
                     ax.annotate("no seed\nfigure", (x - w / 2, 0), ha="center", va="bottom", fontsize=7, color="#7a7a7a")
             ax.set_xticks(xs)
@@ -189,7 +187,7 @@ def _rows_table(rep: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-def _profile_name(rep: dict[str, Any]) -> Optional[str]:
+def _profile_name(rep: dict[str, Any]) -> str | None:
     prof = rep.get("profile")
     if isinstance(prof, dict) and prof.get("name"):
         return str(prof["name"])
@@ -244,7 +242,7 @@ def _experiment_html(rep: dict[str, Any], png: bytes, version: str,
 
 
 def render_html(reps: Sequence[dict[str, Any]], pngs: Sequence[bytes], *, version: str,
-                profiles: Optional[dict[str, dict[str, Any]]] = None, command: str = "") -> str:
+                profiles: dict[str, dict[str, Any]] | None = None, command: str = "") -> str:
     """The whole report as one HTML document."""
     profiles = profiles or {}
     out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
@@ -268,14 +266,14 @@ def render_html(reps: Sequence[dict[str, Any]], pngs: Sequence[bytes], *, versio
         out.append(f'<tr><td><a href="#{_e(slug(name))}">{_e(name)}</a></td><td>{_e(rep.get("title", ""))}</td>'
                    f'<td class="num">{len(rep.get("rows") or [])}</td><td class="num">{worst}</td></tr>')
     out.append("</tbody></table>")
-    for rep, png in zip(reps, pngs):
+    for rep, png in zip(reps, pngs, strict=False):
         out.append(_experiment_html(rep, png, version, profiles))
     out.append("</body></html>")
     return "\n".join(out) + "\n"
 
 
 def write_report(reps: Sequence[dict[str, Any]], out_dir: str | Path, *, version: str,
-                 profiles: Optional[dict[str, dict[str, Any]]] = None, command: str = "") -> Path:
+                 profiles: dict[str, dict[str, Any]] | None = None, command: str = "") -> Path:
     """Write NAME.png, NAME/LABEL.toml and report.html into `out_dir`
     (each atomically); returns the path of report.html."""
     d = Path(out_dir)

@@ -6,12 +6,13 @@ import contextlib
 import json
 import os
 import secrets
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import pandas as pd
 
-__all__ = ["Result", "atomic_write", "HOST_TIME_KEYS", "deterministic_view"]
+__all__ = ["HOST_TIME_KEYS", "Result", "atomic_write", "deterministic_view"]
 
 #: Fields that measure the host, not the simulation (``host_time_s``, and any
 #: other ``host_*`` key at any depth): they differ between two runs of the same
@@ -51,9 +52,8 @@ def atomic_write(path: str | os.PathLike) -> Iterator[str]:
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:
-    with atomic_write(path) as tmp:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
+    with atomic_write(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
 
 
 class Result:

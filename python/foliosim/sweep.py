@@ -37,26 +37,36 @@ for ``host_time_s``.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import itertools
 import json
-import math
 import os
 import re
 import signal
 import time
 import tomllib
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Optional
+from typing import Any
 
 from . import _core
-from ._core import ConfigError
 from . import config as _config
+from ._core import ConfigError
 from .result import atomic_write, write_text_atomic
 
-__all__ = ["Point", "Spec", "SweepError", "SweepSummary", "load_spec", "run_sweep", "read_results",
-           "point_id", "flatten_result"]
+__all__ = [
+    "Point",
+    "Spec",
+    "SweepError",
+    "SweepSummary",
+    "flatten_result",
+    "load_spec",
+    "point_id",
+    "read_results",
+    "run_sweep",
+]
 
 PART_PREFIX = "part-"
 MANIFEST = "_sweep.json"
@@ -132,7 +142,7 @@ def _parse_key(spec: str, text: str, table: str, key: str) -> tuple[str, ...]:
     return tuple(path)
 
 
-def _line_of(text: str, key: str) -> Optional[int]:
+def _line_of(text: str, key: str) -> int | None:
     last = key.split(".")[-1].strip('"\'')
     for i, line in enumerate(text.splitlines()):
         if last and last in line.split("=")[0]:
@@ -156,7 +166,7 @@ def _leaves(spec: str, text: str, table: str, t: dict[str, Any]) -> list[tuple[t
     def walk(prefix: tuple[str, ...], v: Any, shown: str) -> None:
         if isinstance(v, dict):
             for k, x in v.items():
-                walk(prefix + (k,), x, key_name(prefix + (k,)))
+                walk((*prefix, k), x, key_name((*prefix, k)))
         elif isinstance(v, list):
             if not v:
                 raise _err(spec, text, table, shown, "empty list of values")
@@ -341,7 +351,7 @@ def done_points(out: Path) -> set[str]:
     return {p.name[len(PART_PREFIX):-len(".parquet")] for p in out.glob(f"{PART_PREFIX}*.parquet")}
 
 
-def read_results(out: str | os.PathLike) -> "Any":
+def read_results(out: str | os.PathLike) -> Any:
     """The dataset as one pandas DataFrame, sorted by point index."""
     import pandas as pd
     import pyarrow as pa
@@ -363,11 +373,11 @@ def _worker_run(cfg_json: str) -> str:
     return core.run_json(cfg_json, None)
 
 
-def _worker_indexed(item: tuple[int, str]) -> tuple[int, Optional[str], Optional[str]]:
+def _worker_indexed(item: tuple[int, str]) -> tuple[int, str | None, str | None]:
     i, cfg_json = item
     try:
         return i, _worker_run(cfg_json), None
-    except Exception as e:  # noqa: BLE001 -- reported per point
+    except Exception as e:
         return i, None, _one_line(getattr(e, "reason", None) or e) or type(e).__name__
 
 
@@ -375,12 +385,12 @@ def _ignore_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-Done = Callable[[Point, Optional[str], Optional[str]], None]
+Done = Callable[[Point, str | None, str | None], None]
 
 
 def _run_inline(pending: list[Point], done: Done) -> None:
     for pt in pending:
-        i, raw, err = _worker_indexed((pt.index, pt.cfg_json))
+        _i, raw, err = _worker_indexed((pt.index, pt.cfg_json))
         done(pt, raw, err)
         if raw is not None and json.loads(raw).get("interrupted"):
             raise KeyboardInterrupt
@@ -430,10 +440,8 @@ def _run_ray(pending: list[Point], done: Done, address: str) -> None:
                 done(pt, raw, err)
     except BaseException:
         for r in refs:
-            try:
+            with contextlib.suppress(Exception):
                 ray.cancel(r, force=True)
-            except Exception:  # noqa: BLE001
-                pass
         raise
     finally:
         if started:
@@ -441,9 +449,9 @@ def _run_ray(pending: list[Point], done: Done, address: str) -> None:
 
 
 def run_sweep(spec: Spec | str | os.PathLike, out: str | os.PathLike | None = None, *,
-              jobs: Optional[int] = None, ray: Optional[str] = None,
-              progress: Optional[Callable[[float, float], Any]] = None,
-              on_point: Optional[Callable[[Point, dict[str, Any]], None]] = None) -> SweepSummary:
+              jobs: int | None = None, ray: str | None = None,
+              progress: Callable[[float, float], Any] | None = None,
+              on_point: Callable[[Point, dict[str, Any]], None] | None = None) -> SweepSummary:
     """Run every point of `spec` not already in `out`. `ray`: a Ray address
     ("local" starts a local instance; if Ray is already initialised in this
     process, that instance is used). `jobs`: local pool size (default: CPUs;
@@ -470,7 +478,7 @@ def run_sweep(spec: Spec | str | os.PathLike, out: str | os.PathLike | None = No
     ran = 0
     t0 = time.monotonic()
 
-    def done(pt: Point, raw_json: Optional[str], err: Optional[str]) -> None:
+    def done(pt: Point, raw_json: str | None, err: str | None) -> None:
         nonlocal ran
         if err is not None:
             failed.append(f"point {pt.index} ({pt.describe()}): {err}")

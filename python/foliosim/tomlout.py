@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 import math
 import re
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 __all__ = ["dumps"]
 
@@ -54,4 +55,4 @@ def _table(t: Mapping[str, Any], path: list[str], out: list[str]) -> None:
     for k, v in scalars:
         out.append(f"{_key(str(k))} = {_value(v)}")
     for k, v in tables:
-        _table(v, path + [str(k)], out)
+        _table(v, [*path, str(k)], out)

@@ -10,13 +10,22 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
-from ._host import HostError, build_validation, knobs_available, knobs_changed, knobs_for, mthp_sizes_kib, thp_settings, tmp_fs_kind, write_text_atomic
+from ._host import (
+    HostError,
+    build_validation,
+    knobs_available,
+    knobs_changed,
+    knobs_for,
+    mthp_sizes_kib,
+    thp_settings,
+    tmp_fs_kind,
+    write_text_atomic,
+)
 
 # (label, anonymous THP sizes enabled in KiB)
 SETTINGS: list[tuple[str, list[int]]] = [
@@ -72,7 +81,7 @@ def sim_knobs(sizes: list[int]) -> dict[str, str]:
     return k
 
 
-def model_can_express(knobs: dict[str, str], catalog: dict[str, Any]) -> Optional[str]:
+def model_can_express(knobs: dict[str, str], catalog: dict[str, Any]) -> str | None:
     """None if every knob is registered in the simulator with that value allowed."""
     reg = {k["key"]: k for k in catalog.get("knobs", [])}
     for key, value in knobs.items():
@@ -161,8 +170,8 @@ def jobs_for(label: str, threads: int) -> list[tuple[str, dict[str, Any], str, s
     return jobs
 
 
-def validate(profile: str, quick: bool, progress: bool, tmpdir: Optional[str] = None,
-             settings: Optional[list[str]] = None, threads: int = DEFAULT_THREADS) -> dict[str, Any]:
+def validate(profile: str, quick: bool, progress: bool, tmpdir: str | None = None,
+             settings: list[str] | None = None, threads: int = DEFAULT_THREADS) -> dict[str, Any]:
     from . import catalog
     bindir = build_validation()
     cat = catalog()
@@ -291,7 +300,7 @@ def format_table(rep: dict[str, Any], markdown: bool = False) -> str:
     return "\n".join(lines)
 
 
-def ensure_profile(path: Optional[str]) -> str:
+def ensure_profile(path: str | None) -> str:
     if path:
         if not Path(path).is_file():
             raise HostError(f"{path}: no such profile (run `foliosim calibrate --out {path}`)")

@@ -13,15 +13,14 @@ import pandas as pd
 import pytest
 
 import foliosim
-from foliosim.result import deterministic_view
-
 from conftest import RESULT_KEYS, TINY, TINY_DICT
+from foliosim.result import deterministic_view
 
 
 def test_run_dict_returns_dataframes():
     r = foliosim.run(TINY_DICT)
     assert isinstance(r, foliosim.Result)
-    assert RESULT_KEYS <= set(r.raw)
+    assert set(r.raw) >= RESULT_KEYS
     assert isinstance(r.counters, pd.DataFrame)
     assert list(r.counters.columns) == ["name", "value"]
     assert "pgfault" in set(r.counters["name"])
@@ -87,7 +86,7 @@ def test_progress_callback_and_stop():
     r = foliosim.run(cfg, progress=stop_at_once)
     assert calls and r.interrupted
     assert r.sim_time_s < 1000.0
-    assert RESULT_KEYS <= set(r.raw)
+    assert set(r.raw) >= RESULT_KEYS
 
 
 def test_progress_exception_propagates():

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
-from foliosim import compare
-
 from conftest import TINY, one_json, run_cli, stderr_lines
+from foliosim import compare
 
 
 @pytest.fixture(scope="module")

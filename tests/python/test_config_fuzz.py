@@ -9,10 +9,9 @@ import json
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from conftest import TINY
 from foliosim import _core
 from foliosim._core import ConfigError
-
-from conftest import TINY
 
 VALID_LINES = (TINY + '\n[knobs]\n"vm.min_free_kbytes" = 65536\n'
                '"kernel/mm/transparent_hugepage/enabled" = "never"\n').splitlines()

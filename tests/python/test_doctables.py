@@ -7,9 +7,8 @@ import json
 import subprocess
 import sys
 
-from foliosim import doctables
-
 from conftest import REPO
+from foliosim import doctables
 
 REPS = [{"name": "luf-shootdowns", "title": "t", "rows": [
     {"label": "llama", "metric": "TLB shootdowns", "unit": "/s", "seed": 1000, "simulated": 1250}]},
@@ -32,7 +31,8 @@ def test_cli_rewrites_files_and_rejects_unclosed(tmp_path):
     j.write_text(json.dumps(REPS))
     md = tmp_path / "page.md"
     md.write_text("<!-- reproduce: * -->\n<!-- /reproduce -->\n")
-    run = lambda *a: subprocess.run([sys.executable, "-m", "foliosim.doctables", *a], capture_output=True, text=True)
+    def run(*a):
+        return subprocess.run([sys.executable, "-m", "foliosim.doctables", *a], capture_output=True, text=True)
     p = run(str(j), str(md))
     assert p.returncode == 0, p.stderr
     assert "`core-x` | 1 task | ops | — | 5 | — |" in md.read_text()

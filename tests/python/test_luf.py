@@ -7,7 +7,6 @@ from __future__ import annotations
 import pytest
 
 import foliosim
-
 from conftest import one_json, run_cli
 
 

@@ -6,18 +6,15 @@ from __future__ import annotations
 import base64
 import io
 import json
-import os
 import re
 import shutil
 import subprocess
-from pathlib import Path
 
 import pytest
 
 import foliosim
-from foliosim import report
-
 from conftest import one_json, run_cli, stderr_lines
+from foliosim import report
 
 EXP = "core-pf1-scaling"
 
@@ -82,7 +79,7 @@ def test_report_configs_rerun_to_the_same_config(made):
 
 
 def test_report_is_deterministic(made, tmp_path):
-    rep, d = made
+    rep, _d = made
     report.write_report([rep], tmp_path, version="v", command="x")
     first = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()}
     report.write_report([rep], tmp_path, version="v", command="x")

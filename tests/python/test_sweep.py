@@ -5,7 +5,6 @@ giving the same rows."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -15,10 +14,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from conftest import one_json, run_cli, stderr_lines
 from foliosim import cli
 from foliosim import sweep as sw
-
-from conftest import one_json, run_cli, stderr_lines
 
 BASE = """\
 [config]
@@ -158,7 +156,7 @@ def test_rerun_never_runs_a_finished_point(local100, tmp_path):
 
 
 def test_in_process_equals_pool(local100, tmp_path):
-    spec, out, _ = local100
+    _spec, out, _ = local100
     small = write(tmp_path, SPEC100.replace("seed = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]", "seed = [3]"))
     s = sw.run_sweep(small, tmp_path / "o", jobs=1)
     assert s.ran == 10

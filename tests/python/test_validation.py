@@ -35,19 +35,17 @@ def test_thp_settings_restores_knobs_on_error(tmp_path):
     a, b = tmp_path / "a", tmp_path / "b"
     a.write_text("always [madvise] never\n")
     b.write_text("always inherit madvise [never]\n")
-    with pytest.raises(RuntimeError):
-        with _host.thp_settings({a: "never", b: "always"}):
-            assert a.read_text() == "never" and b.read_text() == "always"
-            raise RuntimeError("boom")
+    with pytest.raises(RuntimeError), _host.thp_settings({a: "never", b: "always"}):
+        assert a.read_text() == "never" and b.read_text() == "always"
+        raise RuntimeError("boom")
     assert (_host.read_knob(a), _host.read_knob(b)) == ("madvise", "never")
 
 
 def test_thp_settings_restores_knobs_on_ctrl_c(tmp_path):
     a = tmp_path / "a"
     a.write_text("[always] never\n")
-    with pytest.raises(KeyboardInterrupt):
-        with _host.thp_settings({a: "never"}):
-            raise KeyboardInterrupt
+    with pytest.raises(KeyboardInterrupt), _host.thp_settings({a: "never"}):
+        raise KeyboardInterrupt
     assert _host.read_knob(a) == "always"
 
 
