@@ -19,7 +19,7 @@ PIP_FLAGS := --quiet --disable-pip-version-check --no-input
 
 RAY_STAMP := $(VENV)/.ray-stamp
 
-.PHONY: demo test venv develop cargo-test pytest bench clean browser ray docs-tables validation fuzz validate
+.PHONY: demo test venv develop cargo-test pytest bench clean browser ray docs-tables validation fuzz validate golden
 
 demo: develop
 	$(VENV)/bin/foliosim run configs/default.toml
@@ -75,6 +75,11 @@ docs-tables: develop
 	mkdir -p results/reproduce
 	$(VENV)/bin/foliosim reproduce all --json --quiet --out results/reproduce > results/reproduce/all.json
 	$(VPY) -m foliosim.doctables results/reproduce/all.json README.md docs/mechanisms/*.md
+
+# Rewrites tests/golden/expected/ from the current code: for a deliberate
+# change of output (commit the files with it and say which figures moved).
+golden:
+	FOLIOSIM_BLESS=1 cargo test --release -p foliosim --test golden
 
 pytest: $(STAMP)
 	$(VPY) -m pytest -q tests/python
