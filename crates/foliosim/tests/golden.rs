@@ -72,7 +72,13 @@ fn golden_outputs_are_unchanged() {
     for path in &configs {
         let name = path.file_stem().unwrap().to_string_lossy().to_string();
         let want_path = dir.join("expected").join(format!("{name}.json"));
-        let got = run_config(path);
+        let got = match std::panic::catch_unwind(|| run_config(path)) {
+            Ok(got) => got,
+            Err(_) => {
+                failed.push(format!("{name}: the simulation panicked (see above)"));
+                continue;
+            }
+        };
         if bless {
             std::fs::create_dir_all(want_path.parent().unwrap()).unwrap();
             std::fs::write(&want_path, &got).unwrap();

@@ -199,9 +199,12 @@ impl Kernel {
         }
         m.lock_waiters = left;
         for w in woken {
-            // A woken task that finds its CPU taken starts no earlier than this.
-            self.tasks[w as usize].clock = self.tasks[w as usize].clock.max(at);
-            self.wakeups.push((at, w));
+            // A woken task runs no earlier than the wake-up, nor than the
+            // time it went to sleep (the release can be stamped before it:
+            // each task keeps its own clock).
+            let run_at = self.tasks[w as usize].clock.max(at);
+            self.tasks[w as usize].clock = run_at;
+            self.wakeups.push((run_at, w));
         }
     }
 
