@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable
-from typing import Any, Optional
+from typing import Any
 
 from . import _core
 from ._core import ConfigError

@@ -96,7 +96,7 @@ def knob_lock() -> Iterator[None]:
     import fcntl
     if _lock_depth == 0:
         try:
-            f = open(KNOB_LOCK, "a")
+            f = open(KNOB_LOCK, "a")  # noqa: SIM115 -- held open (locked) until the outermost block ends
         except OSError:
             f = None  # no lock file possible here: run unserialised
         if f is not None:

@@ -39,11 +39,10 @@ def measure(quiet: bool = True) -> dict[str, Any]:
     and we may change the knobs, turn it on (madvise) for the run."""
     binary = build_validation() / "calibrate"
     want: dict[Path, str] = {}
-    if knobs_available() is None:
-        if read_knob(THP / "enabled") == "never" or read_knob(THP / "hugepages-2048kB" / "enabled") == "never":
-            want = {THP / "hugepages-2048kB" / "enabled": "madvise"}
-            if read_knob(THP / "enabled") == "never":
-                want[THP / "enabled"] = "madvise"
+    if knobs_available() is None and (read_knob(THP / "enabled") == "never" or read_knob(THP / "hugepages-2048kB" / "enabled") == "never"):
+        want = {THP / "hugepages-2048kB" / "enabled": "madvise"}
+        if read_knob(THP / "enabled") == "never":
+            want[THP / "enabled"] = "madvise"
     with thp_settings(want):
         r = subprocess.run([str(binary)], stdin=subprocess.DEVNULL, capture_output=True, text=True)
     if r.returncode != 0:
@@ -219,7 +218,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     try:
         _core.load_json(cfg, "<calibrate>")
     except Exception as e:
-        raise HostError(f"{out}: the written profile does not load: {e}")
+        raise HostError(f"{out}: the written profile does not load: {e}") from e
     print(f"foliosim calibrate: wrote {out}")
     if args.json:
         sys.stdout.write(json.dumps({"profile": str(out), "measurements": m}) + "\n")

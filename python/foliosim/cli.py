@@ -323,7 +323,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     a, b = _compare.load(args.a), _compare.load(args.b)
     lines = _compare.diff(a, b, all_lines=args.all)
     if args.json:
-        obj = {"a": a.describe(), "b": b.describe(), "lines": [l.as_dict() for l in lines]}
+        obj = {"a": a.describe(), "b": b.describe(), "lines": [ln.as_dict() for ln in lines]}
         sys.stdout.write(json.dumps(obj) + "\n")
     else:
         print(_compare.format_diff(a, b, lines, args.limit))

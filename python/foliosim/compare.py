@@ -134,8 +134,8 @@ def diff(a: ResultSet, b: ResultSet, *, all_lines: bool = False) -> list[Line]:
         pct = 100.0 * d / abs(x) if x != 0 else (0.0 if d == 0 else None)
         out.append(Line(name, va, vb, d, pct))
 
-    def key(l: Line) -> tuple[int, float, str]:
-        return (0 if l.pct is None else 1, -abs(l.pct or 0.0) if l.pct is not None else -abs(l.delta), l.name)
+    def key(ln: Line) -> tuple[int, float, str]:
+        return (0 if ln.pct is None else 1, -abs(ln.pct or 0.0) if ln.pct is not None else -abs(ln.delta), ln.name)
 
     return sorted(out, key=key)
 
@@ -156,12 +156,12 @@ def format_diff(a: ResultSet, b: ResultSet, lines: list[Line], limit: int | None
     if not lines:
         out.append("# no differences")
         return "\n".join(out)
-    wa = max([len("A")] + [len(_fmt(l.a)) for l in shown])
-    wb = max([len("B")] + [len(_fmt(l.b)) for l in shown])
+    wa = max([len("A")] + [len(_fmt(ln.a)) for ln in shown])
+    wb = max([len("B")] + [len(_fmt(ln.b)) for ln in shown])
     out.append(f"# {'Delta %':>9}  {'A':>{wa}}  {'B':>{wb}}  Counter")
-    for l in shown:
-        pct = "new" if l.pct is None else f"{l.pct:+.2f}%"
-        out.append(f"  {pct:>9}  {_fmt(l.a):>{wa}}  {_fmt(l.b):>{wb}}  {l.name}")
+    for ln in shown:
+        pct = "new" if ln.pct is None else f"{ln.pct:+.2f}%"
+        out.append(f"  {pct:>9}  {_fmt(ln.a):>{wa}}  {_fmt(ln.b):>{wb}}  {ln.name}")
     if len(shown) < len(lines):
         out.append(f"# {len(lines) - len(shown)} more changed (--limit 0 shows all)")
     return "\n".join(out)

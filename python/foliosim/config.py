@@ -13,12 +13,12 @@ import re
 import tomllib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Union
+from typing import Any
 
 from . import _core
 from ._core import ConfigError
 
-ConfigLike = Union[str, os.PathLike, Mapping[str, Any]]
+ConfigLike = str | os.PathLike | Mapping[str, Any]
 
 __all__ = ["ConfigError", "ConfigLike", "apply_overrides", "load", "load_file", "parse_override"]
 

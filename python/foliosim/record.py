@@ -76,13 +76,13 @@ def record(cmd: list[str], out: Path, quiet: bool = False) -> dict[str, Any]:
             stats = json.loads(_core.trace_from_valgrind_logs(td, debug, str(tmp_out), meta, proc.pid))
         except BaseException as e:
             _rm(tmp_out)
-            raise HostError(f"recording failed: {' '.join(str(e).split())}")
+            raise HostError(f"recording failed: {' '.join(str(e).split())}") from e
     # Check the whole file before it gets its final name.
     try:
         info = json.loads(_core.trace_info(str(tmp_out)))
     except ValueError as e:
         _rm(tmp_out)
-        raise HostError(f"recording produced a bad trace: {e}")
+        raise HostError(f"recording produced a bad trace: {e}") from e
     os.replace(tmp_out, out)
     return {"trace": str(out), "bytes": out.stat().st_size, **stats, "info": info}
 

@@ -174,7 +174,7 @@ def _rows_table(rep: dict[str, Any]) -> str:
            '<th class="group">seed (published)</th><th class="group">simulated</th>'
            '<th class="group" colspan="2">difference</th></tr>',
            '<tr><th class="num">value</th><th class="num">value</th>'
-           '<th class="num">simulated − seed</th><th class="num">%</th></tr></thead>', "<tbody>"]
+           '<th class="num">simulated - seed</th><th class="num">%</th></tr></thead>', "<tbody>"]
     for r in rows:
         d, p = difference(r.get("seed"), r.get("simulated"))
         cls = ' class="num bad"' if p is not None and abs(p) > 25 else ' class="num"'
@@ -251,7 +251,7 @@ def render_html(reps: Sequence[dict[str, Any]], pngs: Sequence[bytes], *, versio
            f"<style>{_CSS}</style></head><body>",
            "<h1>foliosim: seed figures beside simulated ones</h1>",
            f"<p>foliosim {_e(version)}. Each section shows the seed's published figure, the simulated one and "
-           "their difference (simulated − seed, and as a percentage of the seed; over 25% in red), the plot, "
+           "their difference (simulated - seed, and as a percentage of the seed; over 25% in red), the plot, "
            "every config run and the machine profile. A dash in the seed column: the seed published no "
            "figure for that row.</p>"]
     if command:

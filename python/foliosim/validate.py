@@ -273,7 +273,7 @@ def format_table(rep: dict[str, Any], markdown: bool = False) -> str:
     out = []
     for r in rep["rows"]:
         re_, pr, er = r["real"] or {}, r["predicted"] or {}, r["rel_error"] or {}
-        mode = "threads x%d" % r.get("tasks", 0) if r.get("mode") == "threads" else "process"
+        mode = f"threads x{r.get('tasks', 0)}" if r.get("mode") == "threads" else "process"
         out.append([r["setting"], r["workload"], mode,
                     _fmt(re_.get("faults_per_op")), _fmt(pr.get("faults_per_op")), _fmt(er.get("faults_per_op"), True),
                     _fmt(re_.get("rss")), _fmt(pr.get("rss")), _fmt(er.get("rss"), True),

@@ -62,7 +62,7 @@ def tiny_config(tmp_path: Path) -> Path:
 
 
 def stderr_lines(proc: subprocess.CompletedProcess) -> list[str]:
-    return [l for l in proc.stderr.splitlines() if l.strip()]
+    return [ln for ln in proc.stderr.splitlines() if ln.strip()]
 
 
 def one_json(stdout: str):

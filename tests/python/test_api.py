@@ -71,7 +71,7 @@ def test_config_error(bad):
 
 
 def test_missing_file_is_config_error(tmp_path):
-    with pytest.raises(foliosim.ConfigError, match="nope.toml"):
+    with pytest.raises(foliosim.ConfigError, match=r"nope\.toml"):
         foliosim.run(tmp_path / "nope.toml")
 
 
@@ -140,7 +140,7 @@ def test_ctrl_c_keeps_partial_results(tmp_path):
     proc = subprocess.run([sys.executable, "-c", CTRL_C_SCRIPT, "run", str(cfg), "--out", str(out)],
                           stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 130, proc.stderr
-    lines = [l for l in proc.stderr.splitlines() if l.strip()]
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and "interrupted" in lines[0], proc.stderr
     raw = json.loads((out / "result.json").read_text())
     assert raw["interrupted"] is True

@@ -34,7 +34,7 @@ def replace_line(text: str, old: str, new: str) -> str:
 
 
 def line_of(text: str, needle: str) -> int:
-    return next(i for i, l in enumerate(text.splitlines(), 1) if needle in l)
+    return next(i for i, ln in enumerate(text.splitlines(), 1) if needle in ln)
 
 
 def test_malformed_toml(tmp_path):

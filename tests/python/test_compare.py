@@ -26,7 +26,7 @@ def test_compare_json_lines(two_runs):
     proc = run_cli("compare", str(a), str(b / "result.json"), "--json")
     assert proc.returncode == 0, proc.stderr
     obj = one_json(proc.stdout)
-    lines = {l["name"]: l for l in obj["lines"]}
+    lines = {ln["name"]: ln for ln in obj["lines"]}
     ra = json.loads((a / "result.json").read_text())
     rb = json.loads((b / "result.json").read_text())
     t = lines["summary.tasks"]
@@ -35,9 +35,9 @@ def test_compare_json_lines(two_runs):
     assert pg["a"] == ra["vmstat"]["pgfault"] and pg["b"] == rb["vmstat"]["pgfault"]
     assert pg["pct"] == pytest.approx(100.0 * (pg["b"] - pg["a"]) / pg["a"])
     # most changed first; unchanged counters left out
-    pcts = [abs(l["pct"]) for l in obj["lines"] if l["pct"] is not None]
+    pcts = [abs(ln["pct"]) for ln in obj["lines"] if ln["pct"] is not None]
     assert pcts == sorted(pcts, reverse=True)
-    assert all(l["delta"] != 0 for l in obj["lines"])
+    assert all(ln["delta"] != 0 for ln in obj["lines"])
     assert "host_time_s" not in lines
 
 
@@ -48,8 +48,8 @@ def test_compare_text_like_perf_diff(two_runs):
     out = proc.stdout.splitlines()
     assert out[0].startswith("# A: ") and out[1].startswith("# B: ")
     assert "Delta %" in out[3] and "Counter" in out[3]
-    body = [l for l in out[4:] if not l.startswith("#")]
-    assert len(body) == 5 and all(l.strip().endswith(tuple("abcdefghijklmnopqrstuvwxyz_")) for l in body)
+    body = [ln for ln in out[4:] if not ln.startswith("#")]
+    assert len(body) == 5 and all(ln.strip().endswith(tuple("abcdefghijklmnopqrstuvwxyz_")) for ln in body)
     assert "more changed" in out[-1]
 
 
@@ -62,7 +62,7 @@ def test_compare_same_is_empty(two_runs):
 def test_compare_new_counter_first():
     a = compare.ResultSet("a", "run", 1, {"x": 10.0, "y": 0.0, "z": 100.0})
     b = compare.ResultSet("b", "run", 1, {"x": 11.0, "y": 5.0, "z": 50.0})
-    names = [l.name for l in compare.diff(a, b)]
+    names = [ln.name for ln in compare.diff(a, b)]
     assert names == ["y", "z", "x"]  # from zero, then -50%, then +10%
     text = compare.format_diff(a, b, compare.diff(a, b), None)
     assert "new" in text and "-50.00%" in text and "+10.00%" in text

@@ -65,9 +65,9 @@ def test_calibrate_writes_a_loadable_measured_profile(host_profile):
     gen = tomllib.loads((ROOT / "profiles" / "generic-x86.toml").read_text())
     # Measured keys carry how they were measured; copied ones say so.
     for key in ("syscall_ns", "fault_base_ns", "mmap_ns", "munmap_ns", "madvise_ns"):
-        line = next(l for l in text.splitlines() if l.startswith(key + " "))
+        line = next(ln for ln in text.splitlines() if ln.startswith(key + " "))
         assert "#" in line and "[generic-x86]" not in line.split("#", 1)[1][:14], line
-    assert "[generic-x86]" in next(l for l in text.splitlines() if l.startswith("ipi_ack_ns"))
+    assert "[generic-x86]" in next(ln for ln in text.splitlines() if ln.startswith("ipi_ack_ns"))
     assert prof["cpu"]["nr_cpus"] == os.cpu_count()
     assert prof["cost"]["syscall_ns"] != gen["cost"]["syscall_ns"]
     assert prof["nodes"][0]["zero_bw_gbps"] > 0
@@ -171,7 +171,7 @@ def test_knob_lock_is_reentrant_and_released(tmp_path, monkeypatch):
     a.write_text("always [never]\n")
     with _host.thp_settings({a: "always"}):
         with _host.thp_settings({a: "always"}):
-            f = open(tmp_path / "lock")
+            f = open(tmp_path / "lock")  # noqa: SIM115 -- used after the block, to see the lock released
             with pytest.raises(BlockingIOError):  # held by the outer block
                 fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         assert _host.knobs_changed({a: "always"}) == []
