@@ -337,6 +337,7 @@ impl Driver {
         };
         // Run steps of this task while it is still the earliest.
         loop {
+            crate::sim::set_frontier(k.tasks[tid as usize].clock);
             k.charge_irq(tid, cpu as u32);
             let ended = step(k, self.wl.as_mut(), tid, q);
             self.steps += 1;
@@ -434,12 +435,13 @@ fn step(k: &mut Kernel, wl: &mut dyn Workload, tid: u32, q: &mut Queue) -> Optio
     if tk.kthread.is_some() {
         return Some(k.kthread_step(tid));
     }
-    if tk.mid_fault() {
-        // Step 2 of a speculative fault, or a fault woken on mmap_lock;
-        // then the access re-executes (unless it sleeps on mmap_lock).
+    if tk.fault_resumes() {
+        // The rest of a fault; then the access re-executes (unless the
+        // fault sleeps on mmap_lock, or still has a step to go).
         use crate::mm::memory::Fault;
-        let f = if k.tasks[tid as usize].fault_cont.is_some() { k.spf_fault_finish(tid) } else { k.mmap_lock_fault_resume(tid) };
-        if k.tasks[tid as usize].lock_wait.is_some() {
+        let f = k.fault_continue(tid);
+        let tk = &k.tasks[tid as usize];
+        if tk.lock_wait.is_some() || tk.mid_fault() || tk.fault_unlock.is_some() {
             return None;
         }
         match f {
@@ -512,7 +514,9 @@ pub fn result_json(cfg: &Config, o: &Outcome) -> Value {
     let mut mmap_sleeps = 0;
     let mut mmap_bounces = 0;
     let mut mmap_queued = 0;
+    let mut mmap_late = 0;
     for m in &k.mms {
+        mmap_late += m.mmap_lock.line.late_ns;
         mmap_wait += m.mmap_lock.read_wait_ns + m.mmap_lock.write_wait_ns;
         mmap_sleeps += m.mmap_lock.sleeps;
         mmap_bounces += m.mmap_lock.line.bounces;
@@ -552,6 +556,14 @@ pub fn result_json(cfg: &Config, o: &Outcome) -> Value {
             "mmap_lock_line_bounces": mmap_bounces,
             // Writers that slept in the wait queue before their section ran.
             "mmap_lock_write_queued": mmap_queued,
+            // How much later on the count's line requests already answered
+            // were served, once one that arrived earlier was processed after
+            // them (sim/lock.rs): the line model's own error.
+            "mmap_lock_line_late_ns": mmap_late,
+            // The VMA objects' lines (SPF's refcount and field reads, the
+            // per-VMA locks' words) and the mm's others.
+            "mm_lines_wait_ns": k.mms.iter().map(|m| m.lines.total_wait_ns()).sum::<Ns>(),
+            "mm_lines_bounces": k.mms.iter().map(|m| m.lines.total_bounces()).sum::<u64>(),
             "lru_lock_wait_ns": lru_wait,
             "zone_lock_acquisitions": zone.0,
             "zone_lock_contended": zone.1,

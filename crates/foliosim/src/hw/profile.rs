@@ -199,9 +199,20 @@ pub struct CostSpec {
     /// Above this many pages a ranged flush becomes a full flush (x86 tlb_single_page_flush_ceiling = 33).
     pub tlb_flush_ceiling: u32,
     // --- coherence and scheduling
+    /// Atomic RMW on a line this CPU already holds exclusive.
     pub cacheline_local_ns: f64,
+    /// Exclusive transfer of a line (an RMW or store taking it, or a load
+    /// of a line modified elsewhere) from another CPU of the same socket.
     pub cacheline_same_socket_ns: f64,
+    /// The same from a CPU on another socket.
     pub cacheline_cross_socket_ns: f64,
+    /// Shared read miss: a load of a line clean in another cache of the
+    /// same socket.
+    pub cacheline_read_same_socket_ns: f64,
+    /// A load of a line clean only in a cache on another socket.
+    pub cacheline_read_cross_socket_ns: f64,
+    /// How long a writer spins on a reader-owned rwsem before it sleeps
+    /// (5.3+ rwsem_rspin_threshold; a 5.1 writer never spins on readers).
     pub spin_limit_ns: f64,
     pub context_switch_ns: f64,
     /// list_add/list_del of one folio on the deferred-split queue, held under split_queue_lock.

@@ -18,6 +18,10 @@ impl Kernel {
     /// rest is left in `task.pending`).
     #[inline]
     pub fn exec(&mut self, tid: u32, op: Op) -> Option<Ret> {
+        // A fault of the previous step still holds its lock: release it now.
+        if self.tasks[tid as usize].fault_unlock.is_some() {
+            self.fault_unlock_finish(tid);
+        }
         // The op of most steps (one per page in the page-fault tests) is
         // dispatched here, without entering the large body below.
         if let Op::Access { addr, kind } = op {
@@ -208,6 +212,7 @@ impl Kernel {
         let mut cost = self.c.user_access;
         self.stat.inc(Stat::TlbAccesses);
         let missed = matches!(lk, TlbLookup::Miss);
+        let stlb = matches!(lk, TlbLookup::StlbHit(_));
         let hit = match lk {
             TlbLookup::L1Hit(e) => Some(e),
             TlbLookup::StlbHit(e) => {
@@ -245,6 +250,9 @@ impl Kernel {
             });
         }
         cost += self.c.walk;
+        if self.tasks[tid as usize].fault_retry.is_some() {
+            self.fault_retried(tid, va, kind, missed, stlb, &mut cost);
+        }
         {
             let tk = &mut self.tasks[tid as usize];
             tk.clock += cost;
@@ -297,10 +305,39 @@ impl Kernel {
                 Fault::Done => continue,
                 Fault::Segv => return Ret::Err(errno::EFAULT),
                 Fault::Oom => return Ret::Err(errno::ENOMEM),
-                Fault::Pending => return Ret::Val(0),
+                Fault::Pending => {
+                    self.tasks[tid as usize].fault_retry = Some(va);
+                    return Ret::Val(0);
+                }
             }
         }
         Ret::Err(errno::EFAULT)
+    }
+
+    /// The access a fault that spanned steps re-executes (`fault_retry`):
+    /// its TLB access, miss and walk were counted and charged when it first
+    /// faulted, as for a fault that ends in its own step, whose walk is
+    /// retried without another lookup.
+    #[cold]
+    #[inline(never)]
+    fn fault_retried(&mut self, tid: u32, va: u64, kind: Access, missed: bool, stlb: bool, cost: &mut Ns) {
+        if self.tasks[tid as usize].fault_retry.take() != Some(va) {
+            return;
+        }
+        self.stat.add(Stat::TlbAccesses, -1);
+        if missed {
+            self.stat.add(
+                match kind {
+                    Access::Load => Stat::DtlbLoadMisses,
+                    Access::Store => Stat::DtlbStoreMisses,
+                    Access::Ifetch => Stat::ItlbMisses,
+                },
+                -1,
+            );
+        } else if stlb {
+            self.stat.add(Stat::StlbHits, -1);
+        }
+        *cost = 0;
     }
 
     /// A user loop over many addresses. Runs until the first access that

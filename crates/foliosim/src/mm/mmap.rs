@@ -334,7 +334,14 @@ impl Mm {
         if addr < (1 << 40) {
             return; // no object
         }
-        let lc = crate::sim::lock::LineCost { local_rmw: 0, same_socket: 0, cross_socket: 0, cpus_per_socket: 1 };
+        let lc = crate::sim::lock::LineCost {
+            local_rmw: 0,
+            same_socket: 0,
+            cross_socket: 0,
+            read_same_socket: 0,
+            read_cross_socket: 0,
+            cpus_per_socket: 1,
+        };
         let (t, cpu) = (self.mmap_lock.writer_from, self.mmap_lock.writer_cpu);
         self.lines.rmw(addr, t, cpu, &lc);
     }

@@ -17,6 +17,23 @@ pub mod sched;
 /// Simulated time in nanoseconds.
 pub type Ns = u64;
 
+thread_local! {
+    static FRONTIER: std::cell::Cell<Ns> = const { std::cell::Cell::new(0) };
+}
+
+/// Set the engine's frontier: no step still to run starts before `t` (the
+/// driver sets it as each step starts; a simulation runs on one thread).
+#[inline]
+pub fn set_frontier(t: Ns) {
+    FRONTIER.with(|f| f.set(t));
+}
+
+/// The engine's frontier: requests made from now on arrive at or after it.
+#[inline]
+pub fn frontier() -> Ns {
+    FRONTIER.with(|f| f.get())
+}
+
 pub const NSEC_PER_USEC: Ns = 1_000;
 pub const NSEC_PER_MSEC: Ns = 1_000_000;
 pub const NSEC_PER_SEC: Ns = 1_000_000_000;
