@@ -232,6 +232,8 @@ pub const BUILTIN: &[(&str, &str)] = &[
     ("cxl-1tb", include_str!("../../../../profiles/cxl-1tb.toml")),
     ("luf-llama-tiered", include_str!("../../../../profiles/luf-llama-tiered.toml")),
     ("luf-xsbench-qemu", include_str!("../../../../profiles/luf-xsbench-qemu.toml")),
+    ("skl-2s-72", include_str!("../../../../profiles/skl-2s-72.toml")),
+    ("bdw-2s-48", include_str!("../../../../profiles/bdw-2s-48.toml")),
 ];
 
 pub fn builtin(name: &str) -> Option<&'static str> {
