@@ -43,6 +43,11 @@ pub enum Mutant {
     /// Taking a free block for an allocation forgets to clear PG_reported
     /// (free page reporting): the flag stays on the page.
     FprKeepReportedOnAlloc,
+    /// post_alloc_hook does not fault the host page back in: a guest frame
+    /// that reporting gave away is cleared, copied into or mapped while the
+    /// host has nothing behind it (the state of every path but
+    /// alloc_pages before the hook was shared).
+    FprSkipHostFault,
     /// Large anon folios: the order choice ignores the VMA bounds (spec/000 I-5).
     MthpSkipVmaBound,
     /// Large anon folios: no pte_none scan and no re-check under the PTL, so
@@ -178,6 +183,7 @@ pub const MUTANTS: &[&str] = &[
     "mthp_cow_exclusive",
     "mthp_skip_unqueue",
     "fpr_keep_reported_on_alloc",
+    "fpr_skip_host_fault",
     "spf_skip_seq_check",
     "promo_skip_task_work",
     "promo_ignore_watermark",
@@ -491,6 +497,7 @@ impl Knobs {
                     "buddy_skip_nr_free_dec" => Mutant::BuddySkipNrFreeDec,
                     "buddy_no_merge" => Mutant::BuddyNoMerge,
                     "fpr_keep_reported_on_alloc" => Mutant::FprKeepReportedOnAlloc,
+                    "fpr_skip_host_fault" => Mutant::FprSkipHostFault,
                     "mthp_skip_vma_bound" => Mutant::MthpSkipVmaBound,
                     "mthp_skip_pte_recheck" => Mutant::MthpSkipPteRecheck,
                     "mthp_cow_exclusive" => Mutant::MthpCowExclusive,
