@@ -83,6 +83,9 @@ pub enum Mutant {
 pub enum LufMutant {
     /// M1: prep_new_page does not check the page's generation.
     SkipAllocFlush,
+    /// M1 for large folios only: an mTHP or PMD THP allocation (order >= 2)
+    /// skips the generation check that order-0 allocations still make.
+    LargeSkipAllocFlush,
     /// M2 / D1: pcp -> buddy stores the order where the generation goes.
     D1OrderAsUgen,
     /// M3: a buddy merge keeps the older generation.
@@ -129,6 +132,7 @@ pub enum LufMutant {
 /// (debug.mutant value, mutant) for the LUF mutants.
 pub const LUF_MUTANTS: &[(&str, LufMutant)] = &[
     ("luf_skip_alloc_flush", LufMutant::SkipAllocFlush),
+    ("luf_large_skip_alloc_flush", LufMutant::LargeSkipAllocFlush),
     ("luf_d1_order_as_ugen", LufMutant::D1OrderAsUgen),
     ("luf_merge_keeps_older", LufMutant::MergeKeepsOlder),
     ("luf_d2_split_drops", LufMutant::D2SplitDrops),
@@ -188,6 +192,7 @@ pub const MUTANTS: &[&str] = &[
     "promo_skip_task_work",
     "promo_ignore_watermark",
     "luf_skip_alloc_flush",
+    "luf_large_skip_alloc_flush",
     "luf_d1_order_as_ugen",
     "luf_merge_keeps_older",
     "luf_d2_split_drops",

@@ -10,7 +10,7 @@ use super::page_alloc::MigrateType;
 use super::pgtable::{pte_index, Pte, PteTable, PGDIR_SHIFT, PMD_SHIFT, PUD_SHIFT};
 use super::vmstat::Stat;
 use super::Pfn;
-use crate::kernel::knobs::Mutant;
+use crate::kernel::knobs::{LufMutant, Mutant};
 use crate::kernel::Kernel;
 use crate::sim::Ns;
 use crate::workload::{Access, FsKind};
@@ -80,7 +80,11 @@ impl Kernel {
         let mut t = match luf {
             LufExit::Alloc(ugen) => {
                 self.check_free_generations(t);
-                self.luf_alloc_exit(t, cpu, nid, ugen)
+                if ugen != 0 && order >= 2 && self.knobs.mutant == Mutant::Luf(LufMutant::LargeSkipAllocFlush) {
+                    t
+                } else {
+                    self.luf_alloc_exit(t, cpu, nid, ugen)
+                }
             }
             LufExit::Isolation(ugen) => self.luf_isolation_exit(t, cpu, nid, ugen),
             LufExit::Checked => t,
