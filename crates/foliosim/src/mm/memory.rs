@@ -41,7 +41,7 @@ pub(crate) enum LufExit {
 }
 
 /// mm/internal.h: reclaim rounds without progress before the allocator gives up.
-const MAX_RECLAIM_RETRIES: u32 = 16;
+pub(crate) const MAX_RECLAIM_RETRIES: u32 = 16;
 
 impl Kernel {
     /// Allocate and prepare a folio (folio_alloc + prep_new_page). On

@@ -225,6 +225,11 @@ impl Kernel {
         }
         t = self.release_folios(t, cpu, &victims[0]);
         t = self.release_folios_ugen(t, cpu, &victims[1], g);
+        // shrink_node: progress on the node, by kswapd or direct reclaim,
+        // revives a kswapd that gave up on it.
+        if freed > 0 {
+            self.nodes[nid].kswapd_failures = 0;
+        }
         (freed, demoted, t, taken)
     }
 
