@@ -19,7 +19,7 @@ PIP_FLAGS := --quiet --disable-pip-version-check --no-input
 
 RAY_STAMP := $(VENV)/.ray-stamp
 
-.PHONY: demo test venv develop cargo-test pytest bench clean browser ray docs-tables validation fuzz validate golden
+.PHONY: demo test venv develop cargo-test pytest bench clean browser ray docs-tables validation fuzz validate golden toolchain
 
 demo: develop
 	$(VENV)/bin/foliosim run configs/default.toml
@@ -28,6 +28,11 @@ demo: develop
 test: develop browser ray validation
 	rc=0; $(MAKE) --no-print-directory cargo-test || rc=1; \
 	$(MAKE) --no-print-directory pytest || rc=1; exit $$rc
+
+# The Rust release rust-toolchain.toml pins, linked to this machine's stable
+# when that is the same release and rustup cannot download it (see the script).
+toolchain:
+	tools/ensure-rust-toolchain.sh
 
 venv: $(STAMP)
 
@@ -38,14 +43,14 @@ $(STAMP): pyproject.toml
 
 # Builds the extension in release mode and installs the package (editable:
 # python/ is used in place) with its console script .venv/bin/foliosim.
-develop: $(STAMP)
+develop: toolchain $(STAMP)
 	VIRTUAL_ENV=$(abspath $(VENV)) PATH=$(abspath $(VENV))/bin:$$PATH \
 		$(VENV)/bin/maturin develop --release
 	test -x $(VENV)/bin/foliosim
 
 # The binding crate has no Rust tests (it cannot link without an interpreter);
 # pytest covers it, so it is left out here rather than built a second time.
-cargo-test:
+cargo-test: toolchain
 	if cargo nextest --version >/dev/null 2>&1; then \
 		cargo nextest run --workspace --exclude foliosim-py --no-tests=warn; \
 	else \
@@ -78,7 +83,7 @@ docs-tables: develop
 
 # Rewrites tests/golden/expected/ from the current code: for a deliberate
 # change of output (commit the files with it and say which figures moved).
-golden:
+golden: toolchain
 	FOLIOSIM_BLESS=1 cargo test --release -p foliosim --test golden
 
 pytest: $(STAMP)
@@ -102,7 +107,7 @@ validation:
 # the deterministic harness (tests/trace_fuzz.rs) with many inputs either way.
 FUZZ_SECONDS ?= 60
 FUZZ_ITERS ?= 1000000
-fuzz:
+fuzz: toolchain
 	FOLIOSIM_FUZZ_ITERS=$(FUZZ_ITERS) cargo test -p foliosim --test trace_fuzz -- --nocapture
 	if cargo fuzz --version >/dev/null 2>&1; then \
 		cd fuzz && mkdir -p corpus/trace_reader && RUSTC_BOOTSTRAP=1 cargo fuzz run trace_reader corpus/trace_reader seeds -- -max_total_time=$(FUZZ_SECONDS); \
@@ -115,6 +120,6 @@ validate: develop validation
 bench: develop
 	$(VENV)/bin/foliosim bench
 
-clean:
+clean: toolchain
 	rm -rf $(VENV) results python/foliosim/_core*.so
 	cargo clean
