@@ -48,4 +48,15 @@ def reproduce_json(name: str, progress: ProgressCallback | None = None) -> str:
 
 def bench_json(which: str) -> str:
     """One speed benchmark ("anon_faults", "tlb_hits", "pf1_threads64",
-    "big_machine"); JSON with the figures measured. Raises RuntimeError."""
+    "big_machine", ...); JSON with the figures measured. Raises RuntimeError."""
+
+def bench_instructions_json(which: str, child: list[str]) -> str:
+    """An instruction count ("anon_fault_instructions", "tlb_hit_instructions"):
+    the command ``child`` (which calls bench_events and prints its result) runs
+    under valgrind's callgrind for two simulated lengths, given as its last two
+    arguments. JSON, e.g. {"instructions_per_anon_fault": f, ...}. Needs
+    valgrind. Raises RuntimeError."""
+
+def bench_events(workload: str, sim_s: float) -> int:
+    """One run of "anon_faults" or "tlb_hits" for ``sim_s`` simulated seconds;
+    the events (faults, TLB hits) it counted. Raises RuntimeError."""
