@@ -48,16 +48,27 @@ def test_headline_table_has_one_row_per_experiment():
             "matches", "close", "off", "opposite", "model only", "no value"), row
 
 
+def _anchors(md) -> set[str]:
+    """GitHub's anchors for the headings of a Markdown file."""
+    out = set()
+    for h in re.findall(r"^#+ +(.+?) *$", md.read_text(), re.M):
+        out.add(re.sub(r"[^\w\- ]", "", h.lower()).replace(" ", "-"))
+    return out
+
+
 def test_readme_and_docs_links_lead_somewhere():
     missing, pending = [], []
     for md in [README, *sorted((REPO / "docs").rglob("*.md"))]:
-        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", md.read_text()):
+        for target, frag in re.findall(r"\]\(([^)#\s]*)(?:#([^)\s]*))?\)", md.read_text()):
             if re.match(r"[a-z]+:", target):
                 continue
-            path = (md.parent / target).resolve()
+            path = (md.parent / target).resolve() if target else md
             rel = path.relative_to(REPO).as_posix() if path.is_relative_to(REPO) else str(path)
             if not path.exists():
                 (pending if rel in GENERATED else missing).append(f"{md.relative_to(REPO)} -> {target}")
+            elif frag and path.suffix == ".md" and frag not in _anchors(path):
+                missing.append(f"{md.relative_to(REPO)} -> {target}#{frag}")
     assert not missing
     if pending:
         warnings.warn(f"not generated yet: {', '.join(pending)}", stacklevel=1)
+
