@@ -4,6 +4,7 @@ registered experiment, and links that lead somewhere."""
 
 from __future__ import annotations
 
+import json
 import re
 import tomllib
 import warnings
@@ -72,3 +73,30 @@ def test_readme_and_docs_links_lead_somewhere():
     if pending:
         warnings.warn(f"not generated yet: {', '.join(pending)}", stacklevel=1)
 
+
+def test_docs_cite_nothing_outside_the_repository():
+    # The specs and threads the work started from are not in the repository:
+    # pages cite the public sources (threads, message ids, commits) instead.
+    for md in [README, *sorted((REPO / "docs").rglob("*.md"))]:
+        text = md.read_text()
+        assert not re.search(r"\.\./shared|\bspec/\d|\bseeds/", text), md
+
+
+def test_quick_start_commands_do_what_the_readme_says(tmp_path):
+    from conftest import run_cli
+
+    out = {}
+    for name, cfg in (("4k", "default.toml"), ("64k", "mthp-64k.toml")):
+        proc = run_cli("run", str(REPO / "configs" / cfg), "--quiet", "--out", str(tmp_path / name), timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        out[name] = json.loads((tmp_path / name / "result.json").read_text())
+    v4, v64 = out["4k"]["vmstat"], out["64k"]["vmstat"]
+    # each pgfault maps one page, then 16; the 64 KiB folios are counted
+    assert v4["foliosim_fault_anon_pages"] == v4["pgfault"]
+    assert v64["foliosim_fault_anon_pages"] == 16 * v64["pgfault"]
+    assert v4.get("foliosim_mthp_fault_alloc", 0) == 0 < v64["foliosim_mthp_fault_alloc"]
+    # and the time in `fault` per page falls
+    per_page = {k: o["time_ns"]["fault"] / o["vmstat"]["foliosim_fault_anon_pages"] for k, o in out.items()}
+    assert per_page["64k"] < per_page["4k"]
+    proc = run_cli("compare", str(tmp_path / "4k"), str(tmp_path / "64k"))
+    assert proc.returncode == 0 and "foliosim_mthp_fault_alloc" in proc.stdout, proc.stderr
