@@ -101,7 +101,8 @@ $(RAY_STAMP): $(STAMP)
 	if $(VPY) -m pip install $(PIP_FLAGS) 'ray>=2.9'; then touch $@; \
 	else echo "make: pip install ray failed: the Ray test will skip"; fi
 
-# The seed-vs-simulated tables in README.md and docs/mechanisms/*.md, from
+# The published-vs-simulated tables of docs/mechanisms/*.md and the headline
+# table of README.md, from
 # `foliosim reproduce all --json` (so they never drift from the simulator).
 docs-tables: develop
 	mkdir -p results/reproduce

@@ -94,27 +94,27 @@ pub fn run(which: &str) -> Result<Value, String> {
             Ok(json!({"big_machine_host_s": host, "nr_file_pages": o.kernel.stat.get(Stat::NrFilePages), "mem_map_bytes": o.kernel.mem_map.footprint_bytes()}))
         }
         "promo_table" => {
-            // spec/002's five configurations at full scale (issue 5 target:
+            // promo-table's five configurations (docs/mechanisms/pagecache-promotion.md) at full scale (issue 5 target:
             // under 2 minutes and 8 GiB peak RSS, measured by the caller).
             let t0 = Instant::now();
             let v = crate::reproduce::run("promo-table", &mut |_| true).map_err(|e| e.to_string())?;
             Ok(json!({"promo_table_host_s": t0.elapsed().as_secs_f64(), "rows": v["rows"]}))
         }
         "luf_llama" => {
-            // spec/004's llama experiment, scaled 1/512, LUF off and on
+            // luf-llama, scaled 1/512, LUF off and on
             // (issue 7 target: under 2 minutes of host time for both).
             let t0 = Instant::now();
             let v = crate::reproduce::run("luf-llama", &mut |_| true).map_err(|e| e.to_string())?;
             Ok(json!({"luf_llama_host_s": t0.elapsed().as_secs_f64(), "rows": v["rows"]}))
         }
         "fpr_overhead" => {
-            // spec/003's table: 16 page-fault runs of a 32 GiB guest, each
+            // fpr-overhead: 16 page-fault runs of a 32 GiB guest, each
             // after a 34 s idle settle (issue 6 target: under 60 s).
             let t0 = Instant::now();
             let v = crate::reproduce::run("fpr-overhead", &mut |_| true).map_err(|e| e.to_string())?;
             Ok(json!({"fpr_overhead_host_s": t0.elapsed().as_secs_f64(), "rows": v["rows"]}))
         }
-        // spec/000's reproductions (issue 3 targets: will-it-scale and
+        // The mthp-* reproductions (issue 3 targets: will-it-scale and
         // memory under 60 s each, kernel-build with -j160 under 3 minutes).
         "mthp_will_it_scale" | "mthp_memory" | "mthp_kernel_build" => {
             let name = which.replace('_', "-");

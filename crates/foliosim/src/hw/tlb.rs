@@ -53,7 +53,7 @@ pub mod size {
 pub mod flags {
     pub const WRITE: u8 = 1 << 0;
     /// Dirty bit as seen at fill time. On x86 a store through an entry cached
-    /// with DIRTY clear re-walks the page table (spec 004 §5.1), so only
+    /// with DIRTY clear re-walks the page table to set it, so only
     /// entries with WRITE|DIRTY can write silently.
     pub const DIRTY: u8 = 1 << 1;
     pub const EXEC: u8 = 1 << 2;
