@@ -77,7 +77,26 @@ def _fmt_int(v: Any) -> str:
     return str(v)
 
 
-def format_summary(r: Result, out_dir: Path | None = None) -> str:
+def _plural(n: Any, word: str, words: str = "") -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {words or word + 's'}"
+
+
+def _time_rows(tn: dict[str, Any]) -> list[tuple[str, float]]:
+    """`time_ns` as (label, ns) rows: user, sys, then the kernel entries
+    indented under sys (they are parts of it, not additions to it), and the
+    sys time no entry accounts for (kernel threads, page reporting)."""
+    nums = {k: float(v) for k, v in tn.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    user, sys_ns = nums.pop("user", 0.0), nums.pop("sys", 0.0)
+    rows = [("user", user), ("sys", sys_ns)] + [(f"  {k}", v) for k, v in nums.items()]
+    other = sys_ns - sum(nums.values())
+    if other > 0:
+        rows.append(("  other kernel time", other))
+    return rows
+
+
+def format_summary(r: Result, out_dir: Path | None = None, all_rows: bool = False) -> str:
+    """The human summary of a run. Rows that are zero are left out (one line
+    says how many) unless `all_rows`; time shares are of user + sys."""
     raw, cfg = r.raw, r.config
     wl, run = cfg.get("workload") or {}, cfg.get("run") or {}
     lines: list[str] = []
@@ -85,7 +104,7 @@ def format_summary(r: Result, out_dir: Path | None = None) -> str:
     if "mode" in wl:
         head.append(str(wl["mode"]))
     if "tasks" in wl:
-        head.append(f"{wl['tasks']} tasks")
+        head.append(_plural(wl["tasks"], "task"))
     head.append(str((cfg.get("machine") or {}).get("profile", "?")))
     if "seed" in cfg:
         head.append(f"seed {cfg['seed']}")
@@ -103,35 +122,44 @@ def format_summary(r: Result, out_dir: Path | None = None) -> str:
             lines.append(f"{k.replace('_per_s', '/s'):<{w}} {_fmt_int(summ[k]):>18}")
     lines.append("")
 
-    vm = r.vmstat
-    shown = {k: v for k, v in vm.items() if v} or vm
-    if shown:
+    left_out: list[str] = []
+
+    def shown(rows: list[tuple[str, Any]], *what: str) -> list[tuple[str, Any]]:
+        keep = rows if all_rows else [(k, v) for k, v in rows if v]
+        if len(keep) < len(rows):
+            left_out.append(_plural(len(rows) - len(keep), *what))
+        return keep
+
+    vm = shown(list(r.vmstat.items()), "counter")
+    if vm:
         lines.append(f"{'counter (/proc/vmstat)':<{w}} {'value':>18}")
-        for k, v in shown.items():
+        for k, v in vm:
             lines.append(f"{k:<{w}} {_fmt_int(v):>18}")
-        if len(shown) < len(vm):
-            lines.append(f"({len(vm) - len(shown)} counters are zero; all are in result.json)")
         lines.append("")
 
-    tn = raw.get("time_ns") or {}
-    total = sum(v for v in tn.values() if isinstance(v, (int, float))) or 0
-    if tn:
-        lines.append(f"{'time by kernel entry':<{w}} {'sim s':>18} {'share':>7}")
-        for k, v in tn.items():
+    rows = _time_rows(raw.get("time_ns") or {})
+    total = sum(v for k, v in rows if k in ("user", "sys"))
+    rows = rows[:2] + shown(rows[2:], "kernel entry", "kernel entries")  # user and sys always
+    if rows:
+        lines.append(f"{'time (share of user + sys)':<{w}} {'sim s':>18} {'share':>7}")
+        for k, v in rows:
             share = f"{100.0 * v / total:6.1f}%" if total else "      -"
             lines.append(f"{k:<{w}} {v / 1e9:>18.6f} {share}")
         lines.append("")
 
-    locks = raw.get("locks") or {}
-    for k, v in locks.items():
+    locks = shown(list((raw.get("locks") or {}).items()), "lock figure")
+    for k, v in locks:
         lines.append(f"{k:<{w}} {_fmt_int(v):>18}")
     if locks:
+        lines.append("")
+    if left_out:
+        lines.append(f"(zero and left out: {', '.join(left_out)}; --all shows them, result.json has all)")
         lines.append("")
 
     chk = raw.get("checker") or {}
     if chk.get("enabled"):
         viol = chk.get("violations") or []
-        lines.append(f"checker: {chk.get('audits', 0)} audits, {len(viol)} violations")
+        lines.append(f"checker: {_plural(chk.get('audits', 0), 'audit')}, {_plural(len(viol), 'violation')}")
         for v in viol[:10]:
             lines.append(f"  {_one_line(v)}")
     else:
@@ -155,7 +183,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(json.dumps(result.raw) + "\n")
     else:
-        print(format_summary(result, out))
+        print(format_summary(result, out, all_rows=args.all))
     sys.stdout.flush()
     if result.interrupted:
         print(f"foliosim: interrupted at {result.sim_time_s:.3f} simulated s; partial results written to {out}/",
@@ -409,6 +437,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--check", action="store_true", help="turn on the invariant checker (run.check = true)")
     r.add_argument("--out", metavar="DIR", help="where to write result.json and the Parquet files "
                    "(default results/<config stem>/)")
+    r.add_argument("--all", action="store_true", help="also print the counters, times and lock figures that are zero")
     r.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     r.add_argument("--set", dest="overrides", action="append", metavar="KEY=VALUE", default=[],
                    help="override a config key, VALUE a TOML literal, e.g. --set workload.tasks=8 "

@@ -67,7 +67,7 @@ def test_run_human_summary(tiny_config, tmp_path):
     proc = run_cli("run", str(tiny_config), "--out", str(tmp_path / "o"))
     assert proc.returncode == 0, proc.stderr
     assert "ops/s" in proc.stdout and "pgfault" in proc.stdout
-    assert "time by kernel entry" in proc.stdout
+    assert "time (share of user + sys)" in proc.stdout
     assert proc.stderr == ""  # no progress bar when stderr is not a terminal
 
 
