@@ -94,6 +94,33 @@ pub fn find_line(text: &str, table: &str, key: &str) -> Option<usize> {
     }
 }
 
+/// Line (1-based) of `key` in the `index`-th `[[table]]` of `text` (or in
+/// `[table]` when `index` is None), if it can be found.
+pub fn find_line_at(text: &str, table: &str, index: Option<usize>, key: &str) -> Option<usize> {
+    let Some(want) = index else { return find_line(text, table, key) };
+    let mut seen = 0usize;
+    let mut here = false;
+    for (i, line) in text.lines().enumerate() {
+        let l = line.trim();
+        if let Some(rest) = l.strip_prefix("[[") {
+            here = rest.split("]]").next().unwrap_or("").trim() == table && {
+                seen += 1;
+                seen - 1 == want
+            };
+            continue;
+        }
+        if l.starts_with('[') {
+            here = false;
+            continue;
+        }
+        let k = l.split('=').next().unwrap_or("").trim().trim_matches('"');
+        if here && l.contains('=') && k == key {
+            return Some(i + 1);
+        }
+    }
+    None
+}
+
 fn json_to_toml(v: &serde_json::Value) -> Option<toml::Value> {
     Some(match v {
         serde_json::Value::Null => return None,
@@ -206,9 +233,21 @@ pub fn load_profile(name: &str, base: &Path) -> Result<Profile, (String, Option<
         let line = e.span().map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1);
         (file.clone(), line, "(profile)".to_string(), e.message().lines().next().unwrap_or("").to_string())
     })?;
-    prof.validate()
-        .map_err(|(k, r)| (file.clone(), find_line(&text, k.split('.').next().unwrap_or(""), k.rsplit('.').next().unwrap_or("")), k, r))?;
+    // Every number against its unit (NaN, negative costs, ...): serde took them as f64.
+    let doc: toml::Table =
+        text.parse().map_err(|e: toml::de::Error| (file.clone(), None, "(profile)".to_string(), e.message().to_string()))?;
+    profile::check_values(&doc).map_err(|at| (file.clone(), find_line_at(&text, &at.table, at.index, &at.key), at.path(), at.reason))?;
+    prof.validate().map_err(|(k, r)| (file.clone(), line_of_path(&text, &k), k, r))?;
     Ok(prof)
+}
+
+/// Line of a dotted key path such as `cost.trap_ns` or `nodes[1].mem_mib`.
+fn line_of_path(text: &str, path: &str) -> Option<usize> {
+    let (table, key) = path.rsplit_once('.').unwrap_or(("", path));
+    match table.strip_suffix(']').and_then(|t| t.split_once('[')) {
+        Some((name, i)) => find_line_at(text, name, i.parse().ok(), key),
+        None => find_line(text, table, key),
+    }
 }
 
 /// Most VM guests `machine.guests` may ask for.
@@ -431,6 +470,47 @@ mod tests {
         assert_eq!(e.line, Some(1));
         let e = from_toml("[workload]\nname = \"nope\"\n", "f.toml").unwrap_err();
         assert_eq!(e.key, "workload.name");
+    }
+
+    /// A profile file with a bad number: the error names the profile file,
+    /// the line and the key.
+    #[test]
+    fn bad_profile_numbers_name_file_line_and_key() {
+        let dir = std::env::temp_dir().join(format!("foliosim-badprof-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let good = profile::builtin("generic-x86").unwrap();
+        let line_of = |text: &str, needle: &str| text.lines().position(|l| l.trim_start().starts_with(needle)).map(|i| i + 1);
+        let cases = [
+            ("trap_ns =", "trap_ns = -250.0", "cost.trap_ns"),
+            ("fault_base_ns =", "fault_base_ns = nan", "cost.fault_base_ns"),
+            ("ipi_ack_ns =", "ipi_ack_ns = inf", "cost.ipi_ack_ns"),
+            ("walk_ns =", "walk_ns = 1e12", "tlb.walk_ns"),
+            ("ept_violation_ns =", "ept_violation_ns = -1", "host.ept_violation_ns"),
+            ("freq_ghz =", "freq_ghz = 0.0", "cpu.freq_ghz"),
+        ];
+        for (old, new, key) in cases {
+            let at = good.lines().find(|l| l.trim_start().starts_with(old)).unwrap();
+            let text = good.replacen(at, new, 1);
+            let path = dir.join("bad.toml");
+            std::fs::write(&path, &text).unwrap();
+            let cfg = format!("[machine]\nprofile = \"{}\"\n[workload]\nname = \"page_fault1\"\n", path.display());
+            let e = from_toml(&cfg, "c.toml").unwrap_err();
+            assert_eq!((e.file.as_str(), e.line, e.key.as_str()), (path.to_str().unwrap(), line_of(&text, new), key), "{e}");
+        }
+        // The second node's latency: the line of the second [[nodes]].
+        let text = good.to_string();
+        let second = text.match_indices("latency_ns =").nth(1).map(|(i, _)| i);
+        if let Some(i) = second {
+            let end = i + text[i..].find('\n').unwrap();
+            let text = format!("{}latency_ns = nan{}", &text[..i], &text[end..]);
+            let path = dir.join("bad2.toml");
+            std::fs::write(&path, &text).unwrap();
+            let cfg = format!("[machine]\nprofile = \"{}\"\n[workload]\nname = \"page_fault1\"\n", path.display());
+            let e = from_toml(&cfg, "c.toml").unwrap_err();
+            let want = text[..i].matches('\n').count() + 1;
+            assert_eq!((e.line, e.key.as_str()), (Some(want), "nodes[1].latency_ns"), "{e}");
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
