@@ -8,6 +8,8 @@
 
 Configs are a TOML file path, a TOML string or a plain dict; bad input raises
 :class:`ConfigError` (a ValueError) whose message names the file, line and key.
+A bug in the core raises :class:`InternalError` (a RuntimeError).
+
 """
 
 from __future__ import annotations
@@ -17,14 +19,14 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from . import _core
-from ._core import ConfigError
+from ._core import ConfigError, InternalError
 from .config import ConfigLike
 from .config import load as _load
 from .result import Result
 
 __version__ = _core.__version__
 
-__all__ = ["ConfigError", "Result", "__version__", "catalog", "experiments", "load_config", "run"]
+__all__ = ["ConfigError", "InternalError", "Result", "__version__", "catalog", "experiments", "load_config", "run"]
 
 
 def load_config(config: ConfigLike, overrides: Iterable[str] = ()) -> dict[str, Any]:

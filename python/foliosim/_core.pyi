@@ -21,6 +21,9 @@ class ConfigError(ValueError):
     key: str
     reason: str
 
+class InternalError(RuntimeError):
+    """A bug in the core (a Rust panic); ``str(err)`` says where."""
+
 def load_toml(text: str, filename: str = "<string>") -> str:
     """Validate and normalise a TOML config; the normalised config as JSON.
 
@@ -49,3 +52,6 @@ def reproduce_json(name: str, progress: ProgressCallback | None = None) -> str:
 def bench_json(which: str) -> str:
     """One speed benchmark ("anon_faults", "tlb_hits", "pf1_threads64",
     "big_machine"); JSON with the figures measured. Raises RuntimeError."""
+
+def _panic_for_tests(message: str) -> None:
+    """Panics inside the core's guard (tests of the panic -> InternalError mapping)."""

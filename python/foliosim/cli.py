@@ -21,7 +21,7 @@ from typing import Any, NoReturn
 
 from . import _core
 from . import config as _config
-from ._core import ConfigError
+from ._core import ConfigError, InternalError
 from .progress import ProgressBar
 from .result import Result, write_text_atomic
 
@@ -553,6 +553,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         _err(str(e))
         return EXIT_USAGE
+    except InternalError as e:
+        if debug:
+            raise
+        print(f"foliosim: internal error: {_one_line(e)} (a bug: please report it; FOLIOSIM_DEBUG=1 shows the backtrace)",
+              file=sys.stderr)
+        return EXIT_INTERNAL
     except KeyboardInterrupt:
         print("foliosim: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED

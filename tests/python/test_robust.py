@@ -73,3 +73,36 @@ def test_builtin_profiles_pass_the_value_checks():
     for p in foliosim.catalog()["profiles"]:
         cfg = dict(TINY_DICT, machine={"profile": p["name"]})
         foliosim.load_config(cfg)
+
+
+# --------------------------------------------- 9: PFN space and panics --
+def test_a_16_tib_machine_is_refused_with_one_line(tmp_path):
+    cfg = tmp_path / "big.toml"
+    cfg.write_text(TINY.replace('profile = "generic-x86"', 'profile = "generic-x86"\nnode_mem_mib = [8388608, 8388608]'))
+    one_line_error(run_cli("run", str(cfg), "--out", str(tmp_path / "o")), str(cfg), "16 TiB")
+    with pytest.raises(foliosim.ConfigError, match="PFN"):
+        foliosim.load_config(cfg)
+
+
+def test_the_largest_admitted_machine_runs(tmp_path):
+    cfg = dict(TINY_DICT, machine={"profile": "cxl-1tb", "node_mem_mib": [8388608, 8388607]},
+               run={"warmup_s": 0.0, "duration_s": 0.001})
+    r = foliosim.run(cfg)
+    assert r.raw["vmstat"]["nr_free_pages"] > 0 and not r.interrupted
+
+
+def test_a_core_panic_is_an_internal_error_not_a_base_exception():
+    assert issubclass(foliosim.InternalError, Exception)
+    with pytest.raises(foliosim.InternalError, match="boom"):
+        _core._panic_for_tests("boom")
+    try:
+        _core._panic_for_tests("boom")
+    except Exception as e:  # what `except Exception` code would write
+        assert "panicked" in str(e) and "trace_procs" not in str(e)
+
+
+def test_a_core_panic_in_the_cli_is_one_line(tiny_config, monkeypatch, capsys):
+    monkeypatch.setattr(cli._core, "run_json", lambda *a: _core._panic_for_tests("boom"))
+    rc = cli.main(["run", str(tiny_config), "--out", str(tiny_config.parent / "o")])
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert rc == 1 and len(err) == 1 and "internal error" in err[0] and "boom" in err[0], err

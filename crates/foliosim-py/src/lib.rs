@@ -8,7 +8,6 @@
 use foliosim::api;
 use pyo3::create_exception;
 use pyo3::exceptions::{PyKeyboardInterrupt, PyRuntimeError, PyValueError};
-use pyo3::panic::PanicException;
 use pyo3::prelude::*;
 use std::cell::{Cell, RefCell};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -21,12 +20,21 @@ create_exception!(
      the attributes file, line (int or None), key and reason hold its parts."
 );
 
+create_exception!(
+    foliosim,
+    InternalError,
+    PyRuntimeError,
+    "A bug in foliosim's core (a Rust panic): str(err) says where. An Exception, \
+     unlike pyo3's PanicException (a BaseException that `except Exception` misses)."
+);
+
 // ---- panics ----------------------------------------------------------------
 // A panic in the core must not print a Rust backtrace into the CLI's one-line
-// error contract. Calls into the core run inside `guarded`, which catches the
-// panic and turns it into a PanicException whose message has the location;
-// the panic hook stays quiet for those (unless FOLIOSIM_DEBUG is set) and
-// defers to the previous hook for any other panic in the process.
+// error contract, nor reach Python as pyo3's PanicException (a BaseException).
+// Calls into the core run inside `guarded`, which catches the panic and turns
+// it into an InternalError whose message has the location; the panic hook
+// stays quiet for those (unless FOLIOSIM_DEBUG is set) and defers to the
+// previous hook for any other panic in the process.
 
 thread_local! {
     static IN_GUARD: Cell<u32> = const { Cell::new(0) };
@@ -66,7 +74,7 @@ fn guarded<T>(f: impl FnOnce() -> T) -> Result<T, String> {
 }
 
 fn panic_error(msg: String) -> PyErr {
-    PanicException::new_err(format!("foliosim core {msg}"))
+    InternalError::new_err(format!("foliosim core {msg}"))
 }
 
 fn config_error(py: Python<'_>, e: api::ConfigError) -> PyErr {
@@ -143,6 +151,14 @@ fn load_json(py: Python<'_>, text: &str, origin: &str) -> PyResult<String> {
     py.detach(move || guarded(|| api::load_json(&text, &origin))).map_err(panic_error)?.map_err(|e| config_error(py, e))
 }
 
+/// Panics inside the core's guard, as a bug would: for the tests of the
+/// panic -> InternalError mapping.
+#[pyfunction]
+fn _panic_for_tests(py: Python<'_>, message: &str) -> PyResult<()> {
+    let message = message.to_owned();
+    py.detach(move || guarded(|| -> () { panic!("{message}") })).map_err(panic_error)
+}
+
 /// Run one simulation of a (normalised or not) JSON config; returns the
 /// result as JSON. `progress(sim_s, sim_total_s)` is called about every
 /// 100 ms; returning False stops the run early.
@@ -215,9 +231,11 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     install_panic_hook();
     m.add("ConfigError", py.get_type::<ConfigError>())?;
+    m.add("InternalError", py.get_type::<InternalError>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_function(wrap_pyfunction!(load_toml, m)?)?;
     m.add_function(wrap_pyfunction!(load_json, m)?)?;
+    m.add_function(wrap_pyfunction!(_panic_for_tests, m)?)?;
     m.add_function(wrap_pyfunction!(run_json, m)?)?;
     m.add_function(wrap_pyfunction!(catalog_json, m)?)?;
     m.add_function(wrap_pyfunction!(experiments, m)?)?;

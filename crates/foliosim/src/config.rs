@@ -513,6 +513,20 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
+    /// 9: the admitted machine size is the PFN space: 16 TiB is refused
+    /// with an error, 16 TiB less 1 MiB boots and runs.
+    #[test]
+    fn the_machine_size_limit_is_the_pfn_space() {
+        let cfg = |mib: &str| {
+            format!("[machine]\nprofile = \"cxl-1tb\"\nnode_mem_mib = [{mib}]\n[workload]\nname = \"page_fault1\"\nsize_mib = 4\n[run]\nwarmup_s = 0.0\nduration_s = 0.0005\n")
+        };
+        let e = from_toml(&cfg("8388608, 8388608"), "c.toml").unwrap_err();
+        assert!(e.reason.contains("32-bit PFNs") && e.line == Some(1), "{e}");
+        let c = from_toml(&cfg("8388608, 8388607"), "c.toml").unwrap();
+        let o = crate::run::simulate(&c, &mut |_| true).unwrap();
+        assert!(o.kernel.stat.get(crate::mm::vmstat::Stat::NrFreePages) > 0);
+    }
+
     #[test]
     fn errors_stay_on_one_line_whatever_the_key_holds() {
         let e = from_json(r#"{"machine": {"\r": false}}"#, "<dict>").unwrap_err();

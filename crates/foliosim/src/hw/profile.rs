@@ -379,8 +379,12 @@ impl Profile {
                 }
             }
         }
-        if self.total_mem_mib() > 16 * 1024 * 1024 {
-            return Err(("nodes".into(), "more than 16 TiB in total is not supported (32-bit PFNs)".into()));
+        let max_mib = crate::mm::MAX_NR_FRAMES >> (20 - crate::mm::PAGE_SHIFT);
+        if self.total_mem_mib() > max_mib {
+            return Err((
+                "nodes".into(),
+                format!("{} MiB in all: at most {max_mib} MiB (16 TiB less 1 MiB) is supported (32-bit PFNs)", self.total_mem_mib()),
+            ));
         }
         let t = &self.tlb;
         for (k, e, w) in [
