@@ -26,12 +26,18 @@ class InternalError(RuntimeError):
 
 def load_toml(text: str, filename: str = "<string>") -> str:
     """Validate and normalise a TOML config; the normalised config as JSON.
+    Relative paths in it start at the folder of `filename`.
 
     Raises ConfigError.
     """
 
-def load_json(text: str, origin: str = "<dict>") -> str:
-    """Same as load_toml for a config given as JSON text. Raises ConfigError."""
+def load_json(text: str, origin: str = "<dict>", base_dir: str = "") -> str:
+    """Same as load_toml for a config given as JSON text; its relative paths
+    start at `base_dir` (default: the current directory). Raises ConfigError."""
+
+def resolve_paths(text: str, origin: str, base_dir: str) -> str:
+    """A config as JSON (not normalised) with its relative paths (machine.profile,
+    workload paths) made absolute from `base_dir`. Raises ConfigError."""
 
 def run_json(config_json: str, progress: ProgressCallback | None = None) -> str:
     """Run one simulation; the result as a JSON object string.

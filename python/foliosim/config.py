@@ -128,7 +128,13 @@ def load_text(text: str, name: str = "<string>", overrides: Iterable[str] = ()) 
     except tomllib.TOMLDecodeError as e:  # Rust accepted it; be safe anyway
         raise _tomllib_error(name, e) from None
     apply_overrides(cfg, overrides)
-    return _core.load_json(_dumps(cfg, name), f"{name} (--set)")
+    return _core.load_json(_dumps(cfg, name), f"{name} (--set)", base_dir_of(name))
+
+
+def base_dir_of(name: str) -> str:
+    """Where the relative paths of the config file `name` start: its folder
+    ("" for a config that is not a file: the current directory)."""
+    return "" if name.startswith("<") else os.path.dirname(name)
 
 
 def load(config: ConfigLike, overrides: Iterable[str] = ()) -> str:

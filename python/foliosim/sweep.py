@@ -221,7 +221,9 @@ def load_spec(path: str | os.PathLike) -> Spec:
         bpath = Path(name).parent / doc["base"]
         btext = _config.read_text(bpath)
         _core.load_toml(btext, str(bpath))  # its own errors name its own lines
-        base = tomllib.loads(btext)
+        # Its paths are relative to it, not to the spec: made absolute here.
+        base = json.loads(_core.resolve_paths(_config._dumps(tomllib.loads(btext), str(bpath)), str(bpath),
+                                              _config.base_dir_of(str(bpath))))
     inline = doc.get("config", {})
     if not isinstance(inline, dict):
         raise _err(name, text, "", "config", "expected a table")
@@ -262,7 +264,7 @@ def load_spec(path: str | os.PathLike) -> Spec:
             _set(cfg, kp, v)
         pt = Point(i, params, cfg)
         try:
-            pt.cfg_json = _core.load_json(_config._dumps(cfg, name), f"{name} point {i}")
+            pt.cfg_json = _core.load_json(_config._dumps(cfg, name), f"{name} point {i}", _config.base_dir_of(name))
         except ConfigError as e:
             key = getattr(e, "key", "") or ""
             swept = next((kp for kp in keys if key == key_name(kp) or key == ".".join(kp)), None)

@@ -106,3 +106,71 @@ def test_a_core_panic_in_the_cli_is_one_line(tiny_config, monkeypatch, capsys):
     rc = cli.main(["run", str(tiny_config), "--out", str(tiny_config.parent / "o")])
     err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
     assert rc == 1 and len(err) == 1 and "internal error" in err[0] and "boom" in err[0], err
+
+
+# ------------------------------------------------------------ 10: paths --
+@pytest.fixture
+def tree(tmp_path):
+    """cfgs/run.toml naming ../profiles/mine.toml and ../traces/t.fstrace."""
+    (tmp_path / "profiles").mkdir()
+    (tmp_path / "profiles" / "mine.toml").write_text(GENERIC.replace('name = "generic-x86"', 'name = "mine"'))
+    (tmp_path / "traces").mkdir()
+    shutil.copy(REPO / "fuzz" / "seeds" / "tree-v2.fstrace", tmp_path / "traces" / "t.fstrace")
+    (tmp_path / "cfgs").mkdir()
+    cfg = tmp_path / "cfgs" / "run.toml"
+    cfg.write_text('seed = 3\n[machine]\nprofile = "../profiles/mine.toml"\n[workload]\nname = "trace"\n'
+                   'path = "../traces/t.fstrace"\n[run]\nwarmup_s = 0.0\nduration_s = 0.05\n')
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    return tmp_path, cfg, elsewhere
+
+
+def test_paths_are_relative_to_the_config_file(tree):
+    root, cfg, elsewhere = tree
+    proc = run_cli("run", str(cfg.relative_to(root)), "--json", "--out", str(root / "o"), cwd=root)
+    assert proc.returncode == 0, proc.stderr
+    res = one_json(proc.stdout)
+    assert res["config"]["machine"]["profile"] == str((root / "profiles" / "mine.toml").resolve())
+    assert res["config"]["workload"]["path"] == str((root / "traces" / "t.fstrace").resolve())
+    # The stored config reruns from anywhere.
+    rerun = elsewhere / "rerun.json"
+    rerun.write_text(json.dumps(res["config"]))
+    script = "import json, sys, foliosim; print(foliosim.run(json.load(open(sys.argv[1]))).summary['ops_total'])"
+    p = subprocess.run([sys.executable, "-c", script, str(rerun)], cwd=elsewhere, capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    assert int(p.stdout) == res["summary"]["ops_total"]
+
+
+def test_a_missing_path_names_the_file_and_line(tree):
+    root, cfg, _ = tree
+    text = cfg.read_text()
+    cfg.write_text(text.replace("../traces/t.fstrace", "../traces/nope.fstrace"))
+    err = one_line_error(run_cli("run", str(cfg), "--out", str(root / "o")), "workload.path", "nope.fstrace")
+    assert f"{cfg}:{line_no(text, 'path =')}:" in err
+    cfg.write_text(text.replace("../profiles/mine.toml", "mine.toml"))
+    err = one_line_error(run_cli("run", str(cfg), "--out", str(root / "o")), "machine.profile",
+                         str(root / "cfgs" / "mine.toml"))
+    assert f"{cfg}:{line_no(text, 'profile =')}:" in err
+
+
+def test_set_and_sweep_base_resolve_against_their_own_files(tree):
+    root, cfg, elsewhere = tree
+    proc = run_cli("run", str(cfg), "--set", "seed=4", "--json", "--out", str(root / "o"), cwd=elsewhere)
+    assert proc.returncode == 0, proc.stderr
+    (root / "sweeps").mkdir()
+    spec = root / "sweeps" / "s.toml"
+    spec.write_text('base = "../cfgs/run.toml"\n[grid]\nseed = [1, 2]\n')
+    s = sw.load_spec(spec)
+    assert all(json.loads(p.cfg_json)["workload"]["path"] == str((root / "traces" / "t.fstrace").resolve())
+               for p in s.points)
+    # A path in the spec itself is the spec's.
+    (root / "sweeps" / "mine2.toml").write_text(GENERIC)
+    spec.write_text('base = "../cfgs/run.toml"\n[config]\nmachine.profile = "mine2.toml"\n[grid]\nseed = [1]\n')
+    s = sw.load_spec(spec)
+    assert json.loads(s.points[0].cfg_json)["machine"]["profile"] == str((root / "sweeps" / "mine2.toml").resolve())
+
+
+def test_golden_files_hold_no_path_of_this_machine():
+    for f in (REPO / "tests" / "golden" / "expected").glob("*.json"):
+        text = f.read_text()
+        assert str(REPO.resolve()) not in text and "/work/" not in text and "/home/" not in text, f

@@ -143,12 +143,22 @@ fn load_toml(py: Python<'_>, text: &str, filename: &str) -> PyResult<String> {
     py.detach(move || guarded(|| api::load_toml(&text, &filename))).map_err(panic_error)?.map_err(|e| config_error(py, e))
 }
 
-/// Same, for a config given as JSON text (a dict serialised).
+/// Same, for a config given as JSON text (a dict serialised). Relative paths
+/// in it start at `base_dir` (default: the current directory).
 #[pyfunction]
-#[pyo3(signature = (text, origin = "<dict>"))]
-fn load_json(py: Python<'_>, text: &str, origin: &str) -> PyResult<String> {
-    let (text, origin) = (text.to_owned(), origin.to_owned());
-    py.detach(move || guarded(|| api::load_json(&text, &origin))).map_err(panic_error)?.map_err(|e| config_error(py, e))
+#[pyo3(signature = (text, origin = "<dict>", base_dir = ""))]
+fn load_json(py: Python<'_>, text: &str, origin: &str, base_dir: &str) -> PyResult<String> {
+    let (text, origin, dir) = (text.to_owned(), origin.to_owned(), base_dir.to_owned());
+    py.detach(move || guarded(|| api::load_json_in(&text, &origin, &dir))).map_err(panic_error)?.map_err(|e| config_error(py, e))
+}
+
+/// A config as JSON (not normalised) with its relative paths made absolute
+/// from `base_dir`, the directory of the file it came from.
+#[pyfunction]
+#[pyo3(signature = (text, origin, base_dir))]
+fn resolve_paths(py: Python<'_>, text: &str, origin: &str, base_dir: &str) -> PyResult<String> {
+    let (text, origin, dir) = (text.to_owned(), origin.to_owned(), base_dir.to_owned());
+    py.detach(move || guarded(|| api::resolve_paths_json(&text, &origin, &dir))).map_err(panic_error)?.map_err(|e| config_error(py, e))
 }
 
 /// Panics inside the core's guard, as a bug would: for the tests of the
@@ -235,6 +245,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_function(wrap_pyfunction!(load_toml, m)?)?;
     m.add_function(wrap_pyfunction!(load_json, m)?)?;
+    m.add_function(wrap_pyfunction!(resolve_paths, m)?)?;
     m.add_function(wrap_pyfunction!(_panic_for_tests, m)?)?;
     m.add_function(wrap_pyfunction!(run_json, m)?)?;
     m.add_function(wrap_pyfunction!(catalog_json, m)?)?;

@@ -49,6 +49,43 @@ pub struct Config {
 struct Ctx<'a> {
     file: &'a str,
     text: &'a str,
+    /// Where the config's relative paths start: the directory of the file
+    /// that names them (the current directory for a string or a dict).
+    dir: &'a Path,
+}
+
+/// `path` as the config at `dir` means it: relative paths start at `dir`.
+/// The result is absolute (so the normalised config reruns from anywhere),
+/// with symbolic links and `..` resolved when the file exists.
+pub fn resolve_path(dir: &Path, path: &str) -> PathBuf {
+    let joined = dir.join(path);
+    std::fs::canonicalize(&joined).or_else(|_| std::path::absolute(&joined)).unwrap_or(joined)
+}
+
+/// Whether `machine.profile = name` names a file rather than a built-in profile.
+fn profile_is_path(name: &str) -> bool {
+    profile::builtin(name).is_none()
+}
+
+/// Makes every relative path of a config table absolute, as the file in
+/// `dir` means it: `machine.profile` (unless a built-in name) and each
+/// workload parameter that is a path (`workload::params::is_path`). Used for
+/// a config merged into another that lives elsewhere (a sweep's `base`).
+pub fn resolve_paths(root: &mut toml::Table, dir: &Path) {
+    if let Some(toml::Value::Table(m)) = root.get_mut("machine") {
+        if let Some(toml::Value::String(p)) = m.get_mut("profile") {
+            if profile_is_path(p) {
+                *p = resolve_path(dir, p).display().to_string();
+            }
+        }
+    }
+    if let Some(toml::Value::Table(w)) = root.get_mut("workload") {
+        for (k, v) in w.iter_mut() {
+            if let (true, toml::Value::String(p)) = (workload::params::is_path(k), v) {
+                *p = resolve_path(dir, p).display().to_string();
+            }
+        }
+    }
 }
 
 impl Ctx<'_> {
@@ -152,18 +189,27 @@ fn toml_to_json(v: &toml::Value) -> serde_json::Value {
     }
 }
 
-/// Parse a TOML config. `file` names it in errors; relative profile paths resolve next to it.
+/// Parse a TOML config. `file` names it in errors; relative paths in it
+/// resolve next to it.
 pub fn from_toml(text: &str, file: &str) -> Result<Config, ConfigError> {
     let table: toml::Table = text.parse().map_err(|e: toml::de::Error| {
         let line = e.span().map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1);
         let msg = e.message().lines().next().unwrap_or("malformed TOML").to_string();
         ConfigError { file: file.to_string(), line, key: "(syntax)".into(), reason: msg }
     })?;
-    from_table(table, &Ctx { file, text })
+    let dir = if file.starts_with('<') { Path::new("") } else { Path::new(file).parent().unwrap_or(Path::new("")) };
+    from_table(table, &Ctx { file, text, dir })
 }
 
-/// Parse a config given as JSON (e.g. a Python dict).
+/// Parse a config given as JSON (e.g. a Python dict); relative paths in it
+/// resolve against the current directory.
 pub fn from_json(text: &str, origin: &str) -> Result<Config, ConfigError> {
+    from_json_in(text, origin, Path::new(""))
+}
+
+/// `from_json` whose relative paths resolve against `dir` (the directory of
+/// the file the config came from).
+pub fn from_json_in(text: &str, origin: &str, dir: &Path) -> Result<Config, ConfigError> {
     let err = |key: &str, reason: String| ConfigError { file: origin.to_string(), line: None, key: key.into(), reason };
     let v: serde_json::Value = serde_json::from_str(text).map_err(|e| err("(syntax)", format!("malformed JSON: {e}")))?;
     let t = match json_to_toml(&v) {
@@ -171,7 +217,7 @@ pub fn from_json(text: &str, origin: &str) -> Result<Config, ConfigError> {
         Some(_) => return Err(err("(root)", "a config must be a table/dict".into())),
         None => return Err(err("(root)", "null values are not allowed in a config".into())),
     };
-    from_table(t, &Ctx { file: origin, text: "" })
+    from_table(t, &Ctx { file: origin, text: "", dir })
 }
 
 fn take_table(ctx: &Ctx, root: &mut toml::Table, name: &str) -> Result<toml::Table, ConfigError> {
@@ -210,12 +256,13 @@ fn no_leftovers(ctx: &Ctx, t: &toml::Table, table: &str) -> Result<(), ConfigErr
     }
 }
 
-/// Load a profile by builtin name or path; errors name the profile file.
+/// Load a profile by builtin name or path (relative to `base`); errors name
+/// the profile file.
 pub fn load_profile(name: &str, base: &Path) -> Result<Profile, (String, Option<usize>, String, String)> {
     let (text, file) = match profile::builtin(name) {
         Some(t) => (t.to_string(), format!("<builtin profile {name}>")),
         None => {
-            let p: PathBuf = if Path::new(name).is_absolute() { name.into() } else { base.join(name) };
+            let p = resolve_path(base, name);
             match std::fs::read_to_string(&p) {
                 Ok(t) => (t, p.display().to_string()),
                 Err(e) => {
@@ -223,7 +270,7 @@ pub fn load_profile(name: &str, base: &Path) -> Result<Profile, (String, Option<
                         String::new(),
                         None,
                         "machine.profile".into(),
-                        format!("\"{name}\" is neither a builtin profile nor a readable file ({e})"),
+                        format!("\"{name}\" is neither a builtin profile nor a readable file ({}: {e})", p.display()),
                     ))
                 }
             }
@@ -266,8 +313,7 @@ fn from_table(mut root: toml::Table, ctx: &Ctx) -> Result<Config, ConfigError> {
         Some(toml::Value::String(s)) => s,
         Some(v) => return Err(ctx.err("machine", "profile", format!("expected a profile name or path, got {}", v.type_str()))),
     };
-    let base = Path::new(ctx.file).parent().unwrap_or(Path::new("."));
-    let mut prof = load_profile(&profile_name, base).map_err(|(f, line, key, reason)| {
+    let mut prof = load_profile(&profile_name, ctx.dir).map_err(|(f, line, key, reason)| {
         if f.is_empty() {
             ctx.err("machine", "profile", reason)
         } else {
@@ -370,7 +416,12 @@ fn from_table(mut root: toml::Table, ctx: &Ctx) -> Result<Config, ConfigError> {
     };
     let info =
         workload::find(&name).ok_or_else(|| ctx.err("workload", "name", format!("unknown workload \"{name}\" (see `foliosim list`)")))?;
-    let raw: RawParams = w.into_iter().collect();
+    let mut raw: RawParams = w.into_iter().collect();
+    for (k, v) in raw.iter_mut() {
+        if let (true, toml::Value::String(p)) = (workload::params::is_path(k), v) {
+            *p = resolve_path(ctx.dir, p).display().to_string();
+        }
+    }
     let wl = (info.build)(&mut Params::new(raw.clone())).map_err(|msg| {
         let (k, reason) = msg.split_once(": ").unwrap_or(("", msg.as_str()));
         ctx.err("workload", k, reason.to_string())
@@ -421,6 +472,8 @@ fn from_table(mut root: toml::Table, ctx: &Ctx) -> Result<Config, ConfigError> {
         wl_json.insert(k.clone(), toml_to_json(v));
     }
     let mut machine_json = serde_json::Map::new();
+    let profile_name =
+        if profile_is_path(&profile_name) { resolve_path(ctx.dir, &profile_name).display().to_string() } else { profile_name };
     machine_json.insert("profile".into(), profile_name.clone().into());
     machine_json.insert("nr_cpus".into(), prof.cpu.nr_cpus.into());
     machine_json.insert("node_mem_mib".into(), prof.nodes.iter().map(|n| n.mem_mib).collect::<Vec<_>>().into());
