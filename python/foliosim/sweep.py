@@ -415,22 +415,26 @@ def _run_pool(pending: list[Point], done: Done, jobs: int) -> None:
         pool.join()
 
 
-def _run_ray(pending: list[Point], done: Done, address: str) -> None:
+def _ray_connect(address: str) -> tuple[Any, bool]:
+    """Ray, connected (or started: `local`); and whether this call did it."""
     try:
         import ray
     except ImportError:
         raise SweepError("--ray: Ray is not installed (pip install 'foliosim[ray]')") from None
-    started = False
-    if not ray.is_initialized():
-        import logging
+    if ray.is_initialized():
+        return ray, False
+    import logging
 
-        addr = None if address in ("", "local") else address
-        try:
-            ray.init(address=addr, include_dashboard=False, logging_level=logging.WARNING,
-                     log_to_driver=False, configure_logging=True)
-        except (ConnectionError, ValueError, RuntimeError) as e:
-            raise SweepError(f"--ray {address}: cannot connect: {_one_line(e)}") from None
-        started = True
+    addr = None if address in ("", "local") else address
+    try:
+        ray.init(address=addr, include_dashboard=False, logging_level=logging.WARNING,
+                 log_to_driver=False, configure_logging=True)
+    except (ConnectionError, ValueError, RuntimeError, OSError, TimeoutError) as e:
+        raise SweepError(f"--ray {address}: cannot connect: {_one_line(e)}") from None
+    return ray, True
+
+
+def _run_ray(pending: list[Point], done: Done, ray: Any) -> None:
     remote = ray.remote(num_cpus=1, max_retries=0)(_worker_indexed)
     refs = {remote.remote((p.index, p.cfg_json)): p for p in pending}
     try:
@@ -445,9 +449,6 @@ def _run_ray(pending: list[Point], done: Done, address: str) -> None:
             with contextlib.suppress(Exception):
                 ray.cancel(r, force=True)
         raise
-    finally:
-        if started:
-            ray.shutdown()
 
 
 def run_sweep(spec: Spec | str | os.PathLike, out: str | os.PathLike | None = None, *,
@@ -464,6 +465,20 @@ def run_sweep(spec: Spec | str | os.PathLike, out: str | os.PathLike | None = No
     out = Path(out) if out is not None else Path("results") / "sweeps" / (Path(spec.path).stem or "sweep")
     if out.exists() and not out.is_dir():
         raise SweepError(f"{out}: exists and is not a directory")
+    # Connect first: a cluster that cannot be reached leaves nothing behind.
+    finished = done_points(out)
+    todo = any(p.id not in finished for p in spec.points)
+    connected = _ray_connect(ray) if ray is not None and todo else None
+    try:
+        return _run_points(spec, out, jobs, ray, connected, progress, on_point)
+    finally:
+        if connected is not None and connected[1]:
+            connected[0].shutdown()
+
+
+def _run_points(spec: Spec, out: Path, jobs: int | None, ray: str | None, connected: tuple[Any, bool] | None,
+                progress: Callable[[float, float], Any] | None,
+                on_point: Callable[[Point, dict[str, Any]], None] | None) -> SweepSummary:
     out.mkdir(parents=True, exist_ok=True)
     kinds = _column_kinds(spec)
     manifest = {
@@ -500,8 +515,8 @@ def run_sweep(spec: Spec | str | os.PathLike, out: str | os.PathLike | None = No
     try:
         if not pending:
             pass
-        elif ray is not None:
-            _run_ray(pending, done, ray)
+        elif connected is not None:
+            _run_ray(pending, done, connected[0])
         else:
             n = jobs if jobs is not None else (os.cpu_count() or 1)
             n = max(1, min(n, len(pending)))

@@ -174,3 +174,59 @@ def test_golden_files_hold_no_path_of_this_machine():
     for f in (REPO / "tests" / "golden" / "expected").glob("*.json"):
         text = f.read_text()
         assert str(REPO.resolve()) not in text and "/work/" not in text and "/home/" not in text, f
+
+
+# ---------------------------------------------------- 12: the Python API --
+@pytest.mark.parametrize("overrides,needle", [
+    ("workload.tasks=3", "one string"),
+    ({"workload.tasks": 3}, "dict"),
+    ([None], "[0]"),
+    (["workload.tasks=3", 7], "[1]"),
+])
+def test_bad_overrides_are_config_errors(overrides, needle):
+    for call in (foliosim.load_config, foliosim.run):
+        with pytest.raises(foliosim.ConfigError) as e:
+            call(TINY_DICT, overrides=overrides)
+        assert needle in str(e.value) and "overrides" in str(e.value)
+    with pytest.raises(foliosim.ConfigError, match="overrides"):
+        foliosim.load_config(TINY, overrides=overrides)
+
+
+@pytest.mark.parametrize("where,value,key", [
+    (("workload", "tasks"), None, "workload.tasks"),
+    (("run", "duration_s"), float("nan"), "run.duration_s"),
+    (("run", "warmup_s"), float("inf"), "run.warmup_s"),
+])
+def test_none_and_nan_name_their_key(where, value, key):
+    cfg = json.loads(json.dumps(TINY_DICT))
+    cfg[where[0]][where[1]] = value
+    with pytest.raises(foliosim.ConfigError) as e:
+        foliosim.run(cfg)
+    assert f": {key}: " in str(e.value) and "JSON" not in str(e.value), str(e.value)
+
+
+def test_core_names_the_key_of_a_null():
+    with pytest.raises(foliosim.ConfigError, match=r"machine\.node_mem_mib\[0\]: null"):
+        _core.load_json('{"machine": {"node_mem_mib": [null]}, "workload": {"name": "page_fault1"}}')
+
+
+def test_a_failed_ray_connection_leaves_nothing(tmp_path, monkeypatch):
+    import types
+
+    calls = []
+
+    def init(**kw):
+        calls.append(kw)
+        raise ConnectionError("could not reach 127.0.0.1:1")
+
+    fake = types.SimpleNamespace(is_initialized=lambda: False, init=init)
+    monkeypatch.setitem(sys.modules, "ray", fake)
+    spec = tmp_path / "s.toml"
+    spec.write_text('[config]\nworkload.name = "page_fault1"\n[grid]\nseed = [1, 2]\n')
+    out = tmp_path / "out"
+    with pytest.raises(sw.SweepError, match="cannot connect"):
+        sw.run_sweep(spec, out, ray="127.0.0.1:1")
+    assert calls and not out.exists()
+    out.mkdir()
+    rc = cli.main(["sweep", str(spec), "--out", str(out), "--ray", "127.0.0.1:1", "--quiet"])
+    assert rc == 2 and os.listdir(out) == []

@@ -158,21 +158,24 @@ pub fn find_line_at(text: &str, table: &str, index: Option<usize>, key: &str) ->
     None
 }
 
-fn json_to_toml(v: &serde_json::Value) -> Option<toml::Value> {
-    Some(match v {
-        serde_json::Value::Null => return None,
+/// JSON to TOML; a null (which TOML cannot hold) is an error naming where
+/// it stands, as a dotted key (`workload.tasks`, `machine.node_mem_mib[1]`).
+fn json_to_toml(v: &serde_json::Value, at: &str) -> Result<toml::Value, String> {
+    let key = |k: &str| if at.is_empty() { k.to_string() } else { format!("{at}.{k}") };
+    Ok(match v {
+        serde_json::Value::Null => return Err(at.to_string()),
         serde_json::Value::Bool(b) => toml::Value::Boolean(*b),
-        serde_json::Value::Number(n) => {
-            if let Some(i) = n.as_i64() {
-                toml::Value::Integer(i)
-            } else {
-                toml::Value::Float(n.as_f64()?)
-            }
-        }
+        serde_json::Value::Number(n) => match (n.as_i64(), n.as_f64()) {
+            (Some(i), _) => toml::Value::Integer(i),
+            (None, Some(f)) => toml::Value::Float(f),
+            (None, None) => return Err(at.to_string()),
+        },
         serde_json::Value::String(s) => toml::Value::String(s.clone()),
-        serde_json::Value::Array(a) => toml::Value::Array(a.iter().map(json_to_toml).collect::<Option<_>>()?),
+        serde_json::Value::Array(a) => {
+            toml::Value::Array(a.iter().enumerate().map(|(i, x)| json_to_toml(x, &format!("{at}[{i}]"))).collect::<Result<_, _>>()?)
+        }
         serde_json::Value::Object(o) => {
-            toml::Value::Table(o.iter().map(|(k, v)| Some((k.clone(), json_to_toml(v)?))).collect::<Option<_>>()?)
+            toml::Value::Table(o.iter().map(|(k, x)| Ok((k.clone(), json_to_toml(x, &key(k))?))).collect::<Result<_, String>>()?)
         }
     })
 }
@@ -212,10 +215,13 @@ pub fn from_json(text: &str, origin: &str) -> Result<Config, ConfigError> {
 pub fn from_json_in(text: &str, origin: &str, dir: &Path) -> Result<Config, ConfigError> {
     let err = |key: &str, reason: String| ConfigError { file: origin.to_string(), line: None, key: key.into(), reason };
     let v: serde_json::Value = serde_json::from_str(text).map_err(|e| err("(syntax)", format!("malformed JSON: {e}")))?;
-    let t = match json_to_toml(&v) {
-        Some(toml::Value::Table(t)) => t,
-        Some(_) => return Err(err("(root)", "a config must be a table/dict".into())),
-        None => return Err(err("(root)", "null values are not allowed in a config".into())),
+    let t = match json_to_toml(&v, "") {
+        Ok(toml::Value::Table(t)) => t,
+        Ok(_) => return Err(err("(root)", "a config must be a table/dict".into())),
+        Err(at) => {
+            let at = if at.is_empty() { "(root)" } else { at.as_str() };
+            return Err(err(at, "null/None is not a config value (leave the key out for its default)".into()));
+        }
     };
     from_table(t, &Ctx { file: origin, text: "", dir })
 }
