@@ -24,6 +24,15 @@ class ConfigError(ValueError):
 class InternalError(RuntimeError):
     """A bug in the core (a Rust panic); ``str(err)`` says where."""
 
+class Cancel:
+    """A stop flag: ``cancel()`` (from any thread or a signal handler) stops
+    every run given this handle at its next progress check."""
+
+    def __init__(self) -> None: ...
+    def cancel(self) -> None: ...
+    @property
+    def cancelled(self) -> bool: ...
+
 def load_toml(text: str, filename: str = "<string>") -> str:
     """Validate and normalise a TOML config; the normalised config as JSON.
     Relative paths in it start at the folder of `filename`.
@@ -39,7 +48,7 @@ def resolve_paths(text: str, origin: str, base_dir: str) -> str:
     """A config as JSON (not normalised) with its relative paths (machine.profile,
     workload paths) made absolute from `base_dir`. Raises ConfigError."""
 
-def run_json(config_json: str, progress: ProgressCallback | None = None) -> str:
+def run_json(config_json: str, progress: ProgressCallback | None = None, cancel: Cancel | None = None) -> str:
     """Run one simulation; the result as a JSON object string.
 
     Keys: config, interrupted, sim_time_s, host_time_s, summary, vmstat,
@@ -52,7 +61,7 @@ def catalog_json() -> str:
 def experiments() -> list[tuple[str, str]]:
     """Registered reproductions as (name, help)."""
 
-def reproduce_json(name: str, progress: ProgressCallback | None = None) -> str:
+def reproduce_json(name: str, progress: ProgressCallback | None = None, cancel: Cancel | None = None) -> str:
     """Run a reproduction: {"name","title","rows":[...],"notes":[...]} as JSON."""
 
 def bench_json(which: str) -> str:

@@ -9,13 +9,16 @@ computed: the partial result is written, a note printed, exit code 130.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
 import resource
+import signal
 import subprocess
 import sys
-from collections.abc import Callable, Sequence
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -174,26 +177,131 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.check:
         overrides.append("run.check=true")
     cfg_json = _config.load_file(args.config, overrides)
+    out = Path(args.out) if args.out else Path("results") / (Path(args.config).stem or "run")
+    check_out_dir("--out", out)
     label = json.loads(cfg_json).get("workload", {}).get("name", "run")
     with ProgressBar(str(label), enabled=_show_progress(args)) as bar:
-        raw = _core.run_json(cfg_json, bar)
+        raw = _core.run_json(cfg_json, bar, _signals.cancel)
     result = Result(raw)
-    out = Path(args.out) if args.out else Path("results") / (Path(args.config).stem or "run")
-    result.save(out)
+    write_error: OSError | None = None
+    try:
+        with _signals.held():
+            result.save(out)
+    except OSError as e:
+        write_error = e
     if args.json:
         sys.stdout.write(json.dumps(result.raw) + "\n")
     else:
-        print(format_summary(result, out, all_rows=args.all))
+        print(format_summary(result, None if write_error else out, all_rows=args.all))
     sys.stdout.flush()
+    if write_error is not None:
+        _err(f"--out {out}: the results could not be written ({_os_reason(write_error)}); nothing was written there")
+        return EXIT_USAGE
     if result.interrupted:
-        print(f"foliosim: interrupted at {result.sim_time_s:.3f} simulated s; partial results written to {out}/",
+        print(f"foliosim: {_signals.what()} at {result.sim_time_s:.3f} simulated s; partial results written to {out}/",
               file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return _signals.exit_code()
     viol = (result.raw.get("checker") or {}).get("violations") or []
     if viol:
         print(f"foliosim: checker: {len(viol)} invariant violation(s), first: {_one_line(viol[0])}", file=sys.stderr)
         return EXIT_INTERNAL
     return EXIT_OK
+
+
+# ------------------------------------------------------ outputs and signals --
+class UsageError(Exception):
+    """Bad arguments or environment found by the CLI itself: one line, exit 2."""
+
+
+def _os_reason(e: OSError) -> str:
+    where = f"{e.filename}: " if e.filename else ""
+    return f"{where}{e.strerror or e}"
+
+
+def _nearest_existing(p: Path) -> Path:
+    p = p.absolute()
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    return p
+
+
+def _probe_writable(flag: str, path: Path, folder: Path) -> None:
+    if not folder.is_dir():
+        raise UsageError(f"{flag} {path}: {folder} is not a folder")
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".foliosim-probe-", dir=folder)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise UsageError(f"{flag} {path}: cannot write in {folder}: {e.strerror or e}") from None
+
+
+def check_out_dir(flag: str, path: Path) -> None:
+    """Before anything runs: the output folder `path` is a folder or can be
+    made one (missing parents are created), and it can be written."""
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"{flag} {path}: exists and is not a folder")
+    _probe_writable(flag, path, path if path.is_dir() else _nearest_existing(path.parent))
+
+
+def check_out_file(flag: str, path: Path) -> None:
+    """Before anything runs: the output file `path` can be written."""
+    if path.is_dir():
+        raise UsageError(f"{flag} {path}: is a folder; give a file name")
+    _probe_writable(flag, path, _nearest_existing(path.parent))
+
+
+class _Signals:
+    """SIGINT and SIGTERM while a command runs: the runs the CLI started stop
+    (their Cancel handle is set; it reaches a run in any thread) and
+    KeyboardInterrupt is raised in the main thread, so the partial results
+    are written either way. While results are written (`held`) the
+    KeyboardInterrupt waits: a finished run is never lost half-saved."""
+
+    def __init__(self) -> None:
+        self.cancel = _core.Cancel()
+        self.signum: int | None = None
+        self._held = 0
+        self._pending = False
+
+    def handler(self, signum: int, _frame: Any) -> None:
+        self.signum = signum
+        self.cancel.cancel()
+        if self._held:
+            self._pending = True
+            return
+        raise KeyboardInterrupt
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        self._held += 1
+        try:
+            yield
+        finally:
+            self._held -= 1
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[None]:
+        sigs = (signal.SIGINT, signal.SIGTERM)
+        try:
+            previous = {s: signal.signal(s, self.handler) for s in sigs}
+        except ValueError:  # not the main thread: leave signals alone
+            yield
+            return
+        try:
+            yield
+        finally:
+            for s, h in previous.items():
+                signal.signal(s, h)
+
+    def what(self) -> str:
+        return "terminated (SIGTERM)" if self.signum == signal.SIGTERM else "interrupted"
+
+    def exit_code(self) -> int:
+        return 128 + self.signum if self.signum else EXIT_INTERRUPTED
+
+
+_signals = _Signals()
 
 
 # -------------------------------------------------------------------- list --
@@ -283,19 +391,26 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     out_dir = Path(args.out) if args.out else Path("results") / "reproduce"
     for flag, d in (("--out", out_dir), ("--report", Path(args.report) if args.report else None)):
-        if d is not None and d.exists() and not d.is_dir():
-            _err(f"{flag} {d}: exists and is not a directory")
-            return EXIT_USAGE
+        if d is not None:
+            check_out_dir(flag, d)
     reports: list[dict[str, Any]] = []
     interrupted = False
     for name in names:
         with ProgressBar(name, enabled=_show_progress(args)) as bar:
-            rep = json.loads(_core.reproduce_json(name, bar))
-        write_text_atomic(out_dir / f"{name}.json", json.dumps(rep, indent=1) + "\n")
+            rep = json.loads(_core.reproduce_json(name, bar, _signals.cancel))
         reports.append(rep)
         if not args.json:
             print(format_reproduction(rep))
             print()
+        try:
+            with _signals.held():
+                write_text_atomic(out_dir / f"{name}.json", json.dumps(rep, indent=1) + "\n")
+        except OSError as e:
+            if args.json:
+                sys.stdout.write(json.dumps(reports if args.name == "all" else reports[0]) + "\n")
+            sys.stdout.flush()
+            _err(f"--out {out_dir}: {name}.json could not be written ({_os_reason(e)})")
+            return EXIT_USAGE
         if rep.get("interrupted"):
             interrupted = True
             break
@@ -309,8 +424,8 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
                                     command=f"foliosim reproduce {args.name} --report {args.report}")
         print(f"foliosim: report written to {page}", file=sys.stderr if args.json else sys.stdout)
     if interrupted:
-        print(f"foliosim: interrupted; partial results written to {out_dir}/", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        print(f"foliosim: {_signals.what()}; partial results written to {out_dir}/", file=sys.stderr)
+        return _signals.exit_code()
     return EXIT_OK
 
 
@@ -323,8 +438,13 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     spec = _sweep.load_spec(args.spec)
     out = Path(args.out) if args.out else Path("results") / "sweeps" / (Path(args.spec).stem or "sweep")
-    with ProgressBar(Path(args.spec).stem, enabled=_show_progress(args), unit="points") as bar:
-        s = _sweep.run_sweep(spec, out, jobs=args.jobs, ray=args.ray, progress=bar)
+    check_out_dir("--out", out)
+    try:
+        with ProgressBar(Path(args.spec).stem, enabled=_show_progress(args), unit="points") as bar:
+            s = _sweep.run_sweep(spec, out, jobs=args.jobs, ray=args.ray, progress=bar)
+    except OSError as e:
+        _err(f"--out {out}: {_os_reason(e)} (the points written so far are kept; run again to resume)")
+        return EXIT_USAGE
     if args.json:
         sys.stdout.write(json.dumps(s.as_dict()) + "\n")
     else:
@@ -334,9 +454,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         print(f"results: {s.out}/ (one Parquet row per run; pandas.read_parquet({str(s.out)!r}))")
     sys.stdout.flush()
     if s.interrupted:
-        print(f"foliosim: interrupted; {s.already_done + s.ran} of {s.points} points are in {s.out}/; "
+        print(f"foliosim: {_signals.what()}; {s.already_done + s.ran} of {s.points} points are in {s.out}/; "
               "run the same command again to resume", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return _signals.exit_code()
     if s.failed:
         more = f" (and {len(s.failed) - 1} more)" if len(s.failed) > 1 else ""
         _err(f"{args.spec}: {s.failed[0]}{more}")
@@ -500,6 +620,9 @@ def _host_cmd(name: str) -> Callable[[argparse.Namespace], int]:
 
         from ._host import HostError
         mod = importlib.import_module(f"foliosim.{name}")
+        out = getattr(args, "out", None)
+        if out:  # before minutes of measuring or recording
+            (check_out_dir if name == "validate" else check_out_file)("--out", Path(out))
         try:
             return int(getattr(mod, f"cmd_{name}")(args))
         except HostError as e:
@@ -542,13 +665,16 @@ def _add_host_commands(sub: Any) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    global _signals
+    _signals = _Signals()
     debug = os.environ.get("FOLIOSIM_DEBUG", "") not in ("", "0")
     try:
-        args = build_parser().parse_args(argv)
-        return int(args.func(args))
+        with _signals.installed():
+            args = build_parser().parse_args(argv)
+            return int(args.func(args))
     except SystemExit as e:
         return e.code if isinstance(e.code, int) else (0 if e.code is None else EXIT_USAGE)
-    except ConfigError as e:
+    except (ConfigError, UsageError) as e:
         if debug:
             raise
         _err(str(e))
@@ -560,8 +686,8 @@ def main(argv: Sequence[str] | None = None) -> int:
               file=sys.stderr)
         return EXIT_INTERNAL
     except KeyboardInterrupt:
-        print("foliosim: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        print(f"foliosim: {_signals.what()}", file=sys.stderr)
+        return _signals.exit_code()
     except BrokenPipeError:
         # `foliosim list | head`: not an error. Silence the final flush too.
         try:

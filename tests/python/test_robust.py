@@ -75,6 +75,113 @@ def test_builtin_profiles_pass_the_value_checks():
         foliosim.load_config(cfg)
 
 
+# --------------------------------------------- 7: outputs and write errors --
+def test_out_that_is_a_file_is_refused_before_the_run(tmp_path):
+    cfg = tmp_path / "long.toml"
+    cfg.write_text(LONG)  # 1000 simulated s: the check must come first
+    f = tmp_path / "file"
+    f.write_text("x")
+    one_line_error(run_cli("run", str(cfg), "--out", str(f), timeout=30), "--out", "not a folder")
+    one_line_error(run_cli("run", str(cfg), "--out", str(f / "sub"), timeout=30), "--out", "not a folder")
+    assert f.read_text() == "x"
+
+
+def test_out_with_missing_parents_is_made(tiny_config, tmp_path):
+    out = tmp_path / "a" / "b" / "c"
+    proc = run_cli("run", str(tiny_config), "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(os.listdir(out)) == sorted(result_mod.RESULT_FILES)
+
+
+@contextlib.contextmanager
+def tmpfs(path: Path, *opts: str):
+    """A small tmpfs at `path` (root only)."""
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("mounting a tmpfs needs root")
+    path.mkdir(parents=True, exist_ok=True)
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", ",".join(opts), "tmpfs", str(path)], capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip()}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], capture_output=True)
+
+
+def test_read_only_out_is_refused_before_the_run(tmp_path):
+    cfg = tmp_path / "long.toml"
+    cfg.write_text(LONG)
+    with tmpfs(tmp_path / "ro", "size=64k", "ro") as ro:
+        one_line_error(run_cli("run", str(cfg), "--out", str(ro / "out"), timeout=30), "--out", "cannot write")
+        one_line_error(run_cli("run", str(cfg), "--out", str(ro), timeout=30), "--out", "cannot write")
+
+
+def test_full_disk_prints_the_summary_then_one_line_and_leaves_nothing(tiny_config, tmp_path):
+    with tmpfs(tmp_path / "full", "size=16k") as full:
+        proc = run_cli("run", str(tiny_config), "--out", str(full / "out"))
+        one_line_error(proc, "--out", "could not be written", "No space left")
+        assert "ops/s" in proc.stdout and "pgfault" in proc.stdout  # the summary came first
+        assert "results:" not in proc.stdout
+        assert os.listdir(full) == [], os.listdir(full)  # no half folder, no hidden staging
+
+
+class Enospc:
+    """`_write_synced` that fails on one file, as a full disk would."""
+
+    def __init__(self, fail_on: str):
+        self.fail_on, self.real = fail_on, result_mod._write_synced
+
+    def __call__(self, path, write):
+        if Path(path).name == self.fail_on:
+            with open(path, "xb") as f:
+                f.write(b"partial")
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+        return self.real(path, write)
+
+
+def small_result() -> foliosim.Result:
+    return foliosim.run(TINY_DICT)
+
+
+def test_failed_save_leaves_no_folder_and_no_staging(tmp_path, monkeypatch):
+    r = small_result()
+    monkeypatch.setattr(result_mod, "_write_synced", Enospc("timeseries.parquet"))
+    with pytest.raises(OSError):
+        r.save(tmp_path / "new")
+    assert os.listdir(tmp_path) == []
+
+
+def test_failed_save_over_an_old_result_keeps_it_whole(tmp_path, monkeypatch):
+    r = small_result()
+    out = r.save(tmp_path / "old")
+    (out / "notes.txt").write_text("mine")
+    before = {n: (out / n).read_bytes() for n in os.listdir(out)}
+    monkeypatch.setattr(result_mod, "_write_synced", Enospc("vmstat.parquet"))
+    with pytest.raises(OSError):
+        r.save(out)
+    assert {n: (out / n).read_bytes() for n in os.listdir(out)} == before
+
+
+def test_write_error_after_a_run_prints_the_summary_then_one_line(tiny_config, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(result_mod, "_write_synced", Enospc("result.json"))
+    rc = cli.main(["run", str(tiny_config), "--out", str(tmp_path / "out")])
+    cap = capsys.readouterr()
+    assert rc == 2
+    assert "ops/s" in cap.out
+    lines = [ln for ln in cap.err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "could not be written" in lines[0], cap.err
+    assert not (tmp_path / "out").exists() and os.listdir(tmp_path) == ["tiny.toml"]
+
+
+def test_reproduce_and_sweep_check_out_first(tmp_path):
+    f = tmp_path / "file"
+    f.write_text("x")
+    one_line_error(run_cli("reproduce", "all", "--out", str(f), timeout=30), "--out")
+    spec = tmp_path / "s.toml"
+    spec.write_text('[config]\nworkload.name = "page_fault1"\n[grid]\nseed = [1, 2]\n')
+    one_line_error(run_cli("sweep", str(spec), "--out", str(f), timeout=30), "--out")
+
+
 # --------------------------------------------- 9: PFN space and panics --
 def test_a_16_tib_machine_is_refused_with_one_line(tmp_path):
     cfg = tmp_path / "big.toml"
@@ -174,6 +281,86 @@ def test_golden_files_hold_no_path_of_this_machine():
     for f in (REPO / "tests" / "golden" / "expected").glob("*.json"):
         text = f.read_text()
         assert str(REPO.resolve()) not in text and "/work/" not in text and "/home/" not in text, f
+
+
+# ----------------------------------------------------- 11: stopping runs --
+def test_cancel_stops_a_run_in_a_thread():
+    cancel = foliosim.Cancel()
+    out: dict = {}
+    long = dict(TINY_DICT, run={"warmup_s": 0.0, "duration_s": 1000.0})
+    t = threading.Thread(target=lambda: out.setdefault("r", foliosim.run(long, cancel=cancel)))
+    t.start()
+    time.sleep(0.5)
+    assert t.is_alive()
+    cancel.cancel()
+    t.join(timeout=20)
+    assert not t.is_alive(), "the run did not stop"
+    assert out["r"].interrupted and out["r"].sim_time_s < 1000.0
+    assert cancel.cancelled
+
+
+def test_stop_on_signals_stops_runs_in_threads():
+    long = dict(TINY_DICT, run={"warmup_s": 0.0, "duration_s": 1000.0})
+    before = signal.getsignal(signal.SIGINT)
+    results: list = []
+    with foliosim.stop_on_signals() as stop:
+        ts = [threading.Thread(target=lambda: results.append(foliosim.run(long, cancel=stop))) for _ in range(2)]
+        for t in ts:
+            t.start()
+        time.sleep(0.5)
+        os.kill(os.getpid(), signal.SIGINT)
+        deadline = time.monotonic() + 20
+        while any(t.is_alive() for t in ts) and time.monotonic() < deadline:
+            time.sleep(0.05)  # the main thread runs the handler here
+    assert not any(t.is_alive() for t in ts)
+    assert len(results) == 2 and all(r.interrupted for r in results)
+    assert signal.getsignal(signal.SIGINT) is before
+
+
+SIGNAL_SCRIPT = textwrap.dedent("""
+    import os, signal, sys
+    import foliosim.cli as cli
+
+    class SignalOnFirstCall:
+        def __init__(self, *a, **k): self.sent = False
+        def __enter__(self): return self
+        def __exit__(self, *a): pass
+        def __call__(self, sim_s, total_s):
+            if not self.sent:
+                self.sent = True
+                os.kill(os.getpid(), getattr(signal, os.environ["SIG"]))
+            return True
+
+    cli.ProgressBar = SignalOnFirstCall
+    sys.exit(cli.main(sys.argv[1:]))
+""")
+
+
+@pytest.mark.parametrize("sig,code", [("SIGTERM", 143), ("SIGINT", 130)])
+def test_a_signal_keeps_partial_results(tmp_path, sig, code):
+    cfg = tmp_path / "long.toml"
+    cfg.write_text(LONG)
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, "-c", SIGNAL_SCRIPT, "run", str(cfg), "--out", str(out)],
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, SIG=sig))
+    assert proc.returncode == code, proc.stderr
+    assert "partial results written" in proc.stderr
+    raw = json.loads((out / "result.json").read_text())
+    assert raw["interrupted"] is True and raw["sim_time_s"] < 1000.0
+
+
+def test_sigterm_from_outside_keeps_partial_results(tmp_path):
+    cfg = tmp_path / "long.toml"
+    cfg.write_text(LONG)
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-m", "foliosim", "run", str(cfg), "--out", str(out)],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(3)  # importing and booting; the run itself would take minutes
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, err
+    assert json.loads((out / "result.json").read_text())["interrupted"] is True
 
 
 # ---------------------------------------------------- 12: the Python API --

@@ -11,6 +11,8 @@ use pyo3::exceptions::{PyKeyboardInterrupt, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use std::cell::{Cell, RefCell};
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 create_exception!(
     foliosim,
@@ -89,28 +91,72 @@ fn config_error(py: Python<'_>, e: api::ConfigError) -> PyErr {
     err
 }
 
+/// A stop flag for runs: `cancel()` from any thread (or a signal handler)
+/// and every run given this handle stops at its next progress check (about
+/// every 100 ms of host time), returning its partial result with
+/// `interrupted` set. Ctrl-C reaches only runs in the main thread; this
+/// reaches runs started from other threads too.
+#[pyclass(module = "foliosim", frozen)]
+struct Cancel {
+    flag: Arc<AtomicBool>,
+}
+
+#[pymethods]
+impl Cancel {
+    #[new]
+    fn new() -> Self {
+        Cancel { flag: Arc::new(AtomicBool::new(false)) }
+    }
+
+    /// Stop every run that holds this handle (and any started with it later).
+    fn cancel(&self) {
+        self.flag.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether `cancel()` was called.
+    #[getter]
+    fn cancelled(&self) -> bool {
+        self.flag.load(Ordering::SeqCst)
+    }
+
+    fn __repr__(&self) -> String {
+        format!("<foliosim.Cancel cancelled={}>", if self.cancelled() { "True" } else { "False" })
+    }
+}
+
 /// Runs `f` with the GIL released, handing it a progress closure that checks
-/// signals and calls `callback(sim_s, sim_total_s)` (if given).
+/// the cancel flag and signals and calls `callback(sim_s, sim_total_s)` (if
+/// given).
 ///
-/// A KeyboardInterrupt (from the signal check or raised by the callback) or a
-/// callback returning False stops the run: `f` then returns its partial,
-/// `"interrupted": true` result, which is returned normally. Any other
-/// exception raised by the callback stops the run and is re-raised.
-fn with_progress<F>(py: Python<'_>, callback: Option<Py<PyAny>>, f: F) -> PyResult<String>
+/// A cancelled handle, a KeyboardInterrupt (from the signal check or raised
+/// by the callback) or a callback returning False stops the run: `f` then
+/// returns its partial, `"interrupted": true` result, which is returned
+/// normally. Any other exception raised by the callback stops the run and is
+/// re-raised.
+fn with_progress<F>(py: Python<'_>, callback: Option<Py<PyAny>>, cancel: Option<Py<Cancel>>, f: F) -> PyResult<String>
 where
     F: FnOnce(&mut dyn FnMut(&api::Progress) -> bool) -> Result<String, api::ConfigError> + Send,
 {
     let mut pending: Option<PyErr> = None;
+    let flag = cancel.map(|c| Arc::clone(&c.get().flag));
     let out = {
         let pending = &mut pending;
         let callback = &callback;
         py.detach(move || {
+            let stopped = || flag.as_ref().is_some_and(|f| f.load(Ordering::SeqCst));
             let mut cb = |p: &api::Progress| -> bool {
+                if stopped() {
+                    return false;
+                }
                 Python::attach(|py| {
                     if let Err(e) = py.check_signals() {
                         if !e.is_instance_of::<PyKeyboardInterrupt>(py) {
                             *pending = Some(e);
                         }
+                        return false;
+                    }
+                    // (A signal handler may have just cancelled this run.)
+                    if stopped() {
                         return false;
                     }
                     let Some(cb) = callback else { return true };
@@ -171,12 +217,12 @@ fn _panic_for_tests(py: Python<'_>, message: &str) -> PyResult<()> {
 
 /// Run one simulation of a (normalised or not) JSON config; returns the
 /// result as JSON. `progress(sim_s, sim_total_s)` is called about every
-/// 100 ms; returning False stops the run early.
+/// 100 ms; returning False, or `cancel.cancel()`, stops the run early.
 #[pyfunction]
-#[pyo3(signature = (config_json, progress = None))]
-fn run_json(py: Python<'_>, config_json: &str, progress: Option<Py<PyAny>>) -> PyResult<String> {
+#[pyo3(signature = (config_json, progress = None, cancel = None))]
+fn run_json(py: Python<'_>, config_json: &str, progress: Option<Py<PyAny>>, cancel: Option<Py<Cancel>>) -> PyResult<String> {
     let config_json = config_json.to_owned();
-    with_progress(py, progress, move |cb| api::run_json(&config_json, cb))
+    with_progress(py, progress, cancel, move |cb| api::run_json(&config_json, cb))
 }
 
 /// Everything `foliosim list` shows, as JSON.
@@ -193,10 +239,10 @@ fn experiments() -> PyResult<Vec<(String, String)>> {
 
 /// Run a registered reproduction; returns its JSON.
 #[pyfunction]
-#[pyo3(signature = (name, progress = None))]
-fn reproduce_json(py: Python<'_>, name: &str, progress: Option<Py<PyAny>>) -> PyResult<String> {
+#[pyo3(signature = (name, progress = None, cancel = None))]
+fn reproduce_json(py: Python<'_>, name: &str, progress: Option<Py<PyAny>>, cancel: Option<Py<Cancel>>) -> PyResult<String> {
     let name = name.to_owned();
-    with_progress(py, progress, move |cb| api::reproduce_json(&name, cb))
+    with_progress(py, progress, cancel, move |cb| api::reproduce_json(&name, cb))
 }
 
 /// One speed benchmark of the simulator: "anon_faults", "tlb_hits",
@@ -242,6 +288,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     install_panic_hook();
     m.add("ConfigError", py.get_type::<ConfigError>())?;
     m.add("InternalError", py.get_type::<InternalError>())?;
+    m.add_class::<Cancel>()?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_function(wrap_pyfunction!(load_toml, m)?)?;
     m.add_function(wrap_pyfunction!(load_json, m)?)?;
