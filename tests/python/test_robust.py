@@ -182,6 +182,47 @@ def test_reproduce_and_sweep_check_out_first(tmp_path):
     one_line_error(run_cli("sweep", str(spec), "--out", str(f), timeout=30), "--out")
 
 
+# --------------------------------------------------------------- 8: compare --
+@pytest.fixture(scope="module")
+def runs_and_sweep(tmp_path_factory):
+    d = tmp_path_factory.mktemp("cmp8")
+    cfg = d / "tiny.toml"
+    cfg.write_text(TINY)
+    for name, tasks in (("a", 2), ("b", 3)):
+        proc = run_cli("run", str(cfg), "--out", str(d / name), "--set", f"workload.tasks={tasks}", "--quiet")
+        assert proc.returncode == 0, proc.stderr
+    spec = d / "s.toml"
+    spec.write_text('base = "tiny.toml"\n[grid]\nseed = [1, 2]\n')
+    proc = run_cli("sweep", str(spec), "--out", str(d / "sw"), "--jobs", "1", "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    return d
+
+
+def test_compare_reads_a_sweep_part_and_a_vmstat_parquet(runs_and_sweep):
+    d = runs_and_sweep
+    part = sorted((d / "sw").glob("part-*.parquet"))[0]
+    proc = run_cli("compare", str(part), str(d / "sw"), "--json", "--all")
+    assert proc.returncode == 0, proc.stderr
+    obj = one_json(proc.stdout)
+    assert any(ln["name"] == "vmstat.pgfault" for ln in obj["lines"])
+    proc = run_cli("compare", str(d / "a" / "vmstat.parquet"), str(d / "b" / "result.json"), "--json")
+    assert proc.returncode == 0, proc.stderr
+    lines = {ln["name"]: ln for ln in one_json(proc.stdout)["lines"]}
+    a = json.loads((d / "a" / "result.json").read_text())
+    assert lines["vmstat.pgfault"]["a"] == a["vmstat"]["pgfault"]
+
+
+def test_compare_other_binary_files_is_one_line(runs_and_sweep, tmp_path):
+    d = runs_and_sweep
+    blob = tmp_path / "blob.bin"
+    blob.write_bytes(bytes(range(256)) * 8)
+    one_line_error(run_cli("compare", str(blob), str(d / "a")), str(blob), "binary")
+    one_line_error(run_cli("compare", str(d / "a" / "timeseries.parquet"), str(d / "a")), "timeseries.parquet", "Parquet")
+    bad = tmp_path / "bad.parquet"
+    bad.write_bytes(b"PAR1" + b"\0" * 64)
+    one_line_error(run_cli("compare", str(bad), str(d / "a")), str(bad), "Parquet")
+
+
 # --------------------------------------------- 9: PFN space and panics --
 def test_a_16_tib_machine_is_refused_with_one_line(tmp_path):
     cfg = tmp_path / "big.toml"
