@@ -68,5 +68,14 @@ def bench_json(which: str) -> str:
     """One speed benchmark ("anon_faults", "tlb_hits", "pf1_threads64",
     "big_machine"); JSON with the figures measured. Raises RuntimeError."""
 
+def trace_from_valgrind_log(log_path: str, out_path: str, meta_json: str) -> str:
+    """Convert one valgrind lackey+syscall log into a trace; statistics as JSON."""
+
+def trace_from_valgrind_logs(dir: str, out_path: str, meta_json: str, root: int) -> str:
+    """Convert the logs of a recorded process tree (DIR/log.PID.N) into a trace."""
+
+def trace_info(path: str) -> str:
+    """Read and check a whole trace; a summary as JSON."""
+
 def _panic_for_tests(message: str) -> None:
     """Panics inside the core's guard (tests of the panic -> InternalError mapping)."""

@@ -458,3 +458,82 @@ def test_a_failed_ray_connection_leaves_nothing(tmp_path, monkeypatch):
     out.mkdir()
     rc = cli.main(["sweep", str(spec), "--out", str(out), "--ray", "127.0.0.1:1", "--quiet"])
     assert rc == 2 and os.listdir(out) == []
+
+
+# ------------------------------------------------------------ 13: record --
+needs_valgrind = pytest.mark.skipif(shutil.which("valgrind") is None or shutil.which("gcc") is None,
+                                    reason="valgrind and gcc are needed (Debian: apt-get install valgrind gcc)")
+
+FCLOSE_STDERR = r"""
+#include <stdio.h>
+#include <stdlib.h>
+int main(void) {
+    char *p = malloc(1 << 20);
+    for (int i = 0; i < (1 << 20); i += 4096) p[i] = 1;
+    fputs("to stderr\n", stderr);
+    printf("to stdout\n");
+    /* as xz and mawk do at exit: a failed close of stderr is an error */
+    if (fclose(stderr) != 0) return 1;
+    return 0;
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def fclose_prog(tmp_path_factory):
+    d = tmp_path_factory.mktemp("fcl")
+    (d / "fcl.c").write_text(FCLOSE_STDERR)
+    r = subprocess.run(["gcc", "-O", "-o", str(d / "fcl"), str(d / "fcl.c")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    return d / "fcl"
+
+
+@needs_valgrind
+def test_record_a_program_that_checks_the_close_of_stderr(fclose_prog, tmp_path):
+    out = tmp_path / "fcl.fstrace"
+    proc = run_cli("record", "-o", str(out), "--json", "--", str(fclose_prog), timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    st = one_json(proc.stdout)  # 14: stdout is the JSON alone
+    assert "to stdout" in proc.stderr and "to stderr" in proc.stderr
+    assert out.exists() and st["info"]["accesses"] > 0
+    # Its image was laid out from the loader's objects: replayed over files.
+    assert st["info"]["files"] >= 2
+    r = foliosim.run({"workload": {"name": "trace", "path": str(out)}, "run": {"warmup_s": 0.0, "duration_s": 60.0}})
+    assert r.summary["workload_finished_s"] is not None
+    # Every access replays in a mapping: libc's mmap, whose result valgrind
+    # printed after its own messages, was recorded.
+    assert r.vmstat.get("foliosim_segv", 0) == 0, r.vmstat.get("foliosim_segv")
+
+
+@needs_valgrind
+def test_a_failing_recorded_program_shows_its_status_and_stderr(tmp_path):
+    out = tmp_path / "t.fstrace"
+    # (What it prints is computed: the error's quote of the command cannot hold it.)
+    proc = run_cli("record", "-o", str(out), "--", "sh", "-c", "echo first >&2; echo disk $((6*7)) on fire >&2; exit 3",
+                   timeout=300)
+    err = stderr_lines(proc)[-1]
+    assert proc.returncode == 2, proc.stderr
+    assert "status 3" in err and "disk 42 on fire" in err, err
+    assert not out.exists()
+
+
+# ------------------------------------------------------------- 14: --json --
+def test_calibrate_json_is_one_document(tmp_path, monkeypatch, capsys):
+    from foliosim import calibrate
+
+    monkeypatch.setattr(calibrate, "measure", lambda *a, **k: {"zero_bw_gbps": 10.0})
+    monkeypatch.setattr(calibrate, "make_profile", lambda m, name="host": GENERIC.replace('"generic-x86"', f'"{name}"'))
+    rc = cli.main(["calibrate", "--out", str(tmp_path / "h.toml"), "--json"])
+    cap = capsys.readouterr()
+    assert rc == 0, cap.err
+    assert json.loads(cap.out)["profile"] == str(tmp_path / "h.toml")
+    assert "wrote" in cap.err
+
+
+def test_json_commands_print_one_document(tiny_config, tmp_path):
+    for args in (["list", "--json"], ["run", str(tiny_config), "--json", "--out", str(tmp_path / "a")],
+                 ["run", str(tiny_config), "--json", "--out", str(tmp_path / "b")],
+                 ["compare", str(tmp_path / "a"), str(tmp_path / "b"), "--json"]):
+        proc = run_cli(*args)
+        assert proc.returncode == 0, proc.stderr
+        one_json(proc.stdout)

@@ -263,12 +263,12 @@ fn trace_from_valgrind_log(py: Python<'_>, log_path: &str, out_path: &str, meta_
         .map_err(pyo3::exceptions::PyValueError::new_err)
 }
 
-/// Convert the valgrind logs of a recorded process tree (`DIR/log.PID.N`
-/// and the `-d` output in `debug_log`) into a trace; statistics as JSON.
+/// Convert the valgrind logs of a recorded process tree (`DIR/log.PID.N`)
+/// into a trace; statistics as JSON.
 #[pyfunction]
-fn trace_from_valgrind_logs(py: Python<'_>, dir: &str, debug_log: &str, out_path: &str, meta_json: &str, root: u64) -> PyResult<String> {
-    let (d, l, o, m) = (dir.to_string(), debug_log.to_string(), out_path.to_string(), meta_json.to_string());
-    py.detach(move || guarded(|| foliosim::workload::trace_procs::from_valgrind_logs_json(&d, &l, &o, &m, root)))
+fn trace_from_valgrind_logs(py: Python<'_>, dir: &str, out_path: &str, meta_json: &str, root: u64) -> PyResult<String> {
+    let (d, o, m) = (dir.to_string(), out_path.to_string(), meta_json.to_string());
+    py.detach(move || guarded(|| foliosim::workload::trace_procs::from_valgrind_logs_json(&d, &o, &m, root)))
         .map_err(panic_error)?
         .map_err(pyo3::exceptions::PyValueError::new_err)
 }
