@@ -115,9 +115,16 @@ def format_summary(r: Result, out_dir: Path | None = None, all_rows: bool = Fals
     warm = f" (warmup {run['warmup_s']:g} s)" if isinstance(run.get("warmup_s"), (int, float)) else ""
     status = "  [INTERRUPTED]" if r.interrupted else ""
     lines.append(f"simulated {r.sim_time_s:.3f} s{warm} in {r.host_time_s:.2f} host s{status}")
+    summ = r.summary
+    done = summ.pop("workload_finished_s", None)
+    if wl.get("name") == "trace":
+        lines.append(f"trace: replayed to its end at {done:.6f} simulated s" if done is not None else
+                     f"trace: NOT replayed to its end: cut at {r.sim_time_s:.3f} simulated s "
+                     "(a longer run.duration_s replays more)")
+    elif done is not None:
+        lines.append(f"every task exited at {done:.6f} simulated s")
     lines.append("")
 
-    summ = r.summary
     w = 28
     order = ["ops_per_s", "ops_total", "tasks"] + [k for k in summ if k not in ("ops_per_s", "ops_total", "tasks")]
     for k in order:

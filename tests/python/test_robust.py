@@ -537,3 +537,20 @@ def test_json_commands_print_one_document(tiny_config, tmp_path):
         proc = run_cli(*args)
         assert proc.returncode == 0, proc.stderr
         one_json(proc.stdout)
+
+
+# ------------------------------------------------------ 15: replay's end --
+def test_a_replay_says_whether_the_trace_ran_to_its_end(tmp_path):
+    trace = REPO / "fuzz" / "seeds" / "tree-v2.fstrace"
+    base = {"seed": 1, "workload": {"name": "trace", "path": str(trace)}}
+    full = foliosim.run(dict(base, run={"warmup_s": 0.0, "duration_s": 600.0}))
+    end = full.summary["workload_finished_s"]
+    assert end is not None and 0 < end < 600.0
+    assert full.sim_time_s == 600.0  # the cap; the field says what happened
+    cut = foliosim.run(dict(base, run={"warmup_s": 0.0, "duration_s": end / 2}))
+    assert cut.summary["workload_finished_s"] is None
+    assert "replayed to its end" in cli.format_summary(full)
+    assert "NOT replayed to its end" in cli.format_summary(cut)
+    forever = foliosim.run(TINY_DICT)
+    assert forever.summary["workload_finished_s"] is None
+    assert "replayed" not in cli.format_summary(forever) and "exited" not in cli.format_summary(forever)
