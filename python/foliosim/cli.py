@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import fnmatch
 import json
 import math
 import os
@@ -312,40 +313,122 @@ _signals = _Signals()
 
 
 # -------------------------------------------------------------------- list --
+LIST_SECTIONS = ("config", "workloads", "profiles", "knobs", "counters", "experiments")
+
+
+def _matches(pattern: str | None, name: str) -> bool:
+    """PATTERN: a glob (`*`, `?`, `[...]`) or else a substring; either way
+    without regard to case."""
+    if not pattern:
+        return True
+    p, n = pattern.lower(), name.lower()
+    return fnmatch.fnmatchcase(n, p) if any(c in p for c in "*?[") else p in n
+
+
+def _shared_params(workloads: list[dict[str, Any]]) -> dict[tuple[str, str, str], list[str]]:
+    """Parameters that several workloads have alike (name, default, help):
+    printed once rather than under each."""
+    users: dict[tuple[str, str, str], list[str]] = {}
+    for w in workloads:
+        for p in w.get("params", []):
+            users.setdefault((str(p.get("name")), str(p.get("default")), str(p.get("help", ""))), []).append(str(w.get("name")))
+    return {k: v for k, v in users.items() if len(v) > 1}
+
+
+def _fmt_default(v: Any) -> str:
+    return "(the profile's)" if v is None else json.dumps(v) if isinstance(v, (str, bool)) else _fmt_int(v)
+
+
+def format_catalog(cat: dict[str, Any], sections: Sequence[str], pattern: str | None) -> list[str]:
+    out: list[str] = []
+
+    def section(title: str, body: list[str]) -> None:
+        if body:
+            out.extend([title, *body, ""])
+
+    if "config" in sections:
+        body, table = [], None
+        for k in cat.get("config", []):
+            full = f"{k['table']}.{k['key']}" if k.get("table") else str(k["key"])
+            if not _matches(pattern, full):
+                continue
+            if k.get("table") != table:
+                table = k.get("table")
+                body.append(f"  [{table}]" if table else "  (top level)")
+            rng = k.get("range")
+            r = f"  [{_fmt_int(rng[0])}..{_fmt_int(rng[1])}]" if rng and k["key"] != "seed" else ""
+            body.append(f"    {k['key']} = {_fmt_default(k.get('default'))}{r}  {_one_line(k.get('help', ''))}")
+        section("Config keys (`foliosim list config`; [workload] and [knobs] are listed below):", body)
+    if "workloads" in sections:
+        wls = [w for w in cat.get("workloads", []) if _matches(pattern, str(w.get("name")))]
+        shared = _shared_params(cat.get("workloads", []))
+        body = []
+        common = [(k, v) for k, v in shared.items() if any(w.get("name") in v for w in wls)]
+        if common:
+            body.append("  parameters several workloads share (named under each):")
+            for (name, default, hlp), users in common:
+                who = ", ".join(users) if len(users) <= 4 else f"{len(users)} workloads"
+                body.append(f"      {name} = {default}  {_one_line(hlp)} ({who})")
+        for w in wls:
+            body.append(f"  {w.get('name')}: {_one_line(w.get('help', ''))}")
+            own, common_names = [], []
+            for p in w.get("params", []):
+                key = (str(p.get("name")), str(p.get("default")), str(p.get("help", "")))
+                if key in shared:
+                    common_names.append(key[0])
+                else:
+                    own.append(f"      {p.get('name')} = {p.get('default')}  {_one_line(p.get('help', ''))}")
+            body.extend(own)
+            if common_names:
+                body.append(f"      (and the shared {', '.join(common_names)})")
+        section("Workloads ([workload] name = ..., parameters in the same table):", body)
+    if "profiles" in sections:
+        body = [f"  {p.get('name')}: {p.get('nr_cpus')} CPUs, {p.get('mem_mib')} MiB. {_one_line(p.get('description', ''))}"
+                for p in cat.get("profiles", []) if _matches(pattern, str(p.get("name")))]
+        section("Machine profiles ([machine] profile = NAME, or the path of a profile file such as "
+                "`foliosim calibrate` writes):", body)
+    if "knobs" in sections:
+        body = []
+        for k in cat.get("knobs", []):
+            if _matches(pattern, str(k.get("key"))):
+                vals = k.get("values")
+                vs = f"  [{', '.join(map(str, vals))}]" if vals else ""
+                body.append(f"  {k.get('key')} = {k.get('default')}{vs}  {_one_line(k.get('help', ''))}")
+        section('Knobs ([knobs] "KEY" = VALUE, quoted: the names have dots and slashes; default shown):', body)
+    if "counters" in sections:
+        body = [f"  {c.get('name')}{' (gauge)' if c.get('gauge') else ''}: {_one_line(c.get('help', ''))}"
+                for c in cat.get("counters", []) if _matches(pattern, str(c.get("name")))]
+        section("Counters (/proc/vmstat names):", body)
+    if "experiments" in sections:
+        exps = [e for e in cat.get("experiments", []) if _matches(pattern, str(e.get("name")))]
+        body = [f"  {e.get('name')}: {_one_line(e.get('help', ''))}" for e in exps]
+        if not cat.get("experiments") and not pattern:
+            body = ["  (none registered yet)"]
+        section("Experiments (foliosim reproduce NAME):", body)
+    return out
+
+
 def cmd_list(args: argparse.Namespace) -> int:
+    words = list(args.what or [])
+    sections: Sequence[str] = LIST_SECTIONS
+    if words and words[0] in LIST_SECTIONS:
+        sections = [words.pop(0)]
+    if len(words) > 1:
+        raise UsageError(f"list: one SECTION and one PATTERN at most, got {' '.join(args.what)!r} "
+                         f"(sections: {', '.join(LIST_SECTIONS)})")
+    pattern = words[0] if words else None
     cat = json.loads(_core.catalog_json())
     if args.json:
-        sys.stdout.write(json.dumps(cat) + "\n")
+        key_of = {"config": "key", "knobs": "key"}
+        obj = {s: [x for x in cat.get(s, []) if _matches(pattern, str(x.get(key_of.get(s, "name")) if s != "config"
+                    else (f"{x['table']}.{x['key']}" if x.get("table") else x["key"])))] for s in sections}
+        sys.stdout.write(json.dumps(obj) + "\n")
         return EXIT_OK
-    out: list[str] = []
-    out.append("Workloads ([workload] name = ..., parameters in the same table):")
-    for w in cat.get("workloads", []):
-        out.append(f"  {w.get('name')}: {_one_line(w.get('help', ''))}")
-        for p in w.get("params", []):
-            out.append(f"      {p.get('name')} = {p.get('default')}  {_one_line(p.get('help', ''))}")
-    out.append("")
-    out.append("Machine profiles ([machine] profile = ...):")
-    for p in cat.get("profiles", []):
-        out.append(f"  {p.get('name')}: {p.get('nr_cpus')} CPUs, {p.get('mem_mib')} MiB. {_one_line(p.get('description', ''))}")
-    out.append("")
-    out.append("Knobs ([knobs] \"KEY\" = VALUE; default shown):")
-    for k in cat.get("knobs", []):
-        vals = k.get("values")
-        vs = f"  [{', '.join(map(str, vals))}]" if vals else ""
-        out.append(f"  {k.get('key')} = {k.get('default')}{vs}  {_one_line(k.get('help', ''))}")
-    out.append("")
-    out.append("Counters (/proc/vmstat names):")
-    for c in cat.get("counters", []):
-        g = " (gauge)" if c.get("gauge") else ""
-        out.append(f"  {c.get('name')}{g}: {_one_line(c.get('help', ''))}")
-    out.append("")
-    exps = cat.get("experiments", [])
-    out.append("Experiments (foliosim reproduce NAME):")
-    if not exps:
-        out.append("  (none registered yet)")
-    for e in exps:
-        out.append(f"  {e.get('name')}: {_one_line(e.get('help', ''))}")
-    print("\n".join(out))
+    out = format_catalog(cat, sections, pattern)
+    if not out and pattern:
+        raise UsageError(f"list: nothing {'in ' + sections[0] + ' ' if len(sections) == 1 else ''}matches {pattern!r} "
+                         f"(sections: {', '.join(LIST_SECTIONS)})")
+    print("\n".join(out).rstrip("\n"))
     return EXIT_OK
 
 
@@ -571,8 +654,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "--set 'knobs.\"vm.min_free_kbytes\"=131072' (repeatable)")
     r.set_defaults(func=cmd_run)
 
-    li = sub.add_parser("list", help="workloads, profiles, knobs, counters and experiments")
-    li.add_argument("--json", action="store_true", help="print the catalog as one JSON object")
+    li = sub.add_parser("list", help="config keys, workloads, profiles, knobs, counters and experiments",
+                        description="What a config may say. `foliosim list SECTION` prints one section "
+                                    f"({', '.join(LIST_SECTIONS)}); a PATTERN (a substring, or a glob with * ? [...]) "
+                                    "keeps the names that match, e.g. `foliosim list knobs 'vm.*'`.")
+    li.add_argument("what", nargs="*", metavar="[SECTION] [PATTERN]", help=f"SECTION: {'|'.join(LIST_SECTIONS)}")
+    li.add_argument("--json", action="store_true", help="print the catalog (or the sections asked for) as one JSON object")
     li.set_defaults(func=cmd_list)
 
     rp = sub.add_parser("reproduce", help="rerun a seed's experiment beside its published figures")

@@ -554,3 +554,55 @@ def test_a_replay_says_whether_the_trace_ran_to_its_end(tmp_path):
     forever = foliosim.run(TINY_DICT)
     assert forever.summary["workload_finished_s"] is None
     assert "replayed" not in cli.format_summary(forever) and "exited" not in cli.format_summary(forever)
+
+
+# -------------------------------------------------------------- 17: list --
+def test_list_has_sections_and_patterns():
+    full = run_cli("list")
+    assert full.returncode == 0, full.stderr
+    for sect, must, must_not in (("knobs", "vm.min_free_kbytes", "pgfault"), ("counters", "pgfault", "vm.min_free_kbytes"),
+                                 ("profiles", "generic-x86", "pgfault"), ("workloads", "page_fault1", "pgfault"),
+                                 ("config", "sample_ms", "pgfault")):
+        proc = run_cli("list", sect)
+        assert proc.returncode == 0, proc.stderr
+        assert must in proc.stdout and must_not not in proc.stdout, sect
+        assert len(proc.stdout.splitlines()) < len(full.stdout.splitlines())
+    proc = run_cli("list", "knobs", "vm.*")
+    keys = [ln.split()[0] for ln in proc.stdout.splitlines()[1:] if ln.startswith("  ")]
+    assert keys and all(k.startswith("vm.") for k in keys), keys
+    proc = run_cli("list", "page_fault")  # a pattern alone: every section
+    assert "page_fault1" in proc.stdout and "vm.min_free_kbytes" not in proc.stdout
+    one_line_error(run_cli("list", "knobs", "no-such-thing-at-all"), "no-such-thing-at-all")
+    one_line_error(run_cli("list", "knobs", "a", "b"), "SECTION")
+
+
+def test_list_prints_shared_workload_parameters_once():
+    out = run_cli("list", "workloads").stdout
+    cat = foliosim.catalog()
+    for name in ("tmp_fs", "pin"):
+        help_text = next(p["help"] for w in cat["workloads"] for p in w["params"] if p["name"] == name)
+        assert out.count(" ".join(help_text.split())) == 1, name
+    assert len(out.splitlines()) < 300
+
+
+def test_list_config_documents_every_machine_and_run_key():
+    cat = foliosim.catalog()
+    keys = {f"{k['table']}.{k['key']}" if k["table"] else k["key"] for k in cat["config"]}
+    assert {"seed", "machine.profile", "machine.nr_cpus", "machine.node_mem_mib", "machine.guests", "machine.tlb_contpte",
+            "machine.tlb_coalesce_order", "machine.guest_stagger_ms", "run.warmup_s", "run.duration_s", "run.check",
+            "run.sample_ms", "run.audit_interval_ms"} <= keys
+    out = run_cli("list", "config").stdout
+    assert "calibrate" in out  # a profile may be a file calibrate wrote
+    for k in cat["config"]:
+        assert f"    {k['key']} = " in out, k
+    # Each default listed is the default a config gets.
+    norm = foliosim.load_config({"workload": {"name": "page_fault1"}})
+    for k in cat["config"]:
+        if k["default"] is not None and not k["key"].startswith("guest"):
+            got = norm[k["table"]][k["key"]] if k["table"] else norm[k["key"]]
+            assert got == k["default"], k
+
+
+def test_an_unquoted_knob_in_set_gets_a_hint(tiny_config):
+    err = one_line_error(run_cli("run", str(tiny_config), "--set", "knobs.vm.min_free_kbytes=131072"), "knobs.vm")
+    assert """knobs."vm.min_free_kbytes\"""" in err and "quote" in err

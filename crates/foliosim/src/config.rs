@@ -46,6 +46,59 @@ pub struct Config {
     pub normalized: serde_json::Value,
 }
 
+/// A default in `CONFIG_KEYS`.
+#[derive(Clone, Copy, Debug, Serialize)]
+#[serde(untagged)]
+pub enum KeyValue {
+    Num(f64),
+    Int(i64),
+    Bool(bool),
+    Str(&'static str),
+}
+
+/// A key of a config's top level, `[machine]` or `[run]`. The parser takes
+/// the defaults and ranges from `CONFIG_KEYS` and `foliosim list config`
+/// prints it, so what is documented is what is admitted.
+#[derive(Debug, Serialize)]
+pub struct ConfigKey {
+    pub table: &'static str,
+    pub key: &'static str,
+    /// None: the machine profile's value.
+    pub default: Option<KeyValue>,
+    /// Admitted values of a number, inclusive.
+    pub range: Option<(f64, f64)>,
+    pub help: &'static str,
+}
+
+use KeyValue::{Bool, Int, Num, Str};
+
+pub const CONFIG_KEYS: &[ConfigKey] = &[
+    ConfigKey { table: "", key: "seed", default: Some(Int(1)), range: Some((0.0, i64::MAX as f64)), help: "the run's seed: the same config and seed give the same numbers (guest g of machine.guests runs with seed + g)" },
+    ConfigKey { table: "machine", key: "profile", default: Some(Str("generic-x86")), range: None, help: "a built-in machine profile (`foliosim list profiles`) or the path of a profile file, such as one `foliosim calibrate` wrote (relative to the config file)" },
+    ConfigKey { table: "machine", key: "nr_cpus", default: None, range: Some((1.0, 4096.0)), help: "logical CPUs, in place of the profile's (sockets become 1 if they no longer divide them)" },
+    ConfigKey { table: "machine", key: "node_mem_mib", default: None, range: Some((64.0, (64u64 << 20) as f64)), help: "MiB of each memory node, an array with one size per node of the profile (in all at most 16 TiB less 1 MiB)" },
+    ConfigKey { table: "machine", key: "tlb_contpte", default: None, range: None, help: "true: the arm64 contiguous-PTE hint is honoured (16 x 4 KiB in one TLB entry)" },
+    ConfigKey { table: "machine", key: "tlb_coalesce_order", default: None, range: Some((0.0, 2.0)), help: "HPA-style TLB coalescing of aligned groups of 2^order PTEs: 0 (none) or 2" },
+    ConfigKey { table: "machine", key: "guests", default: Some(Int(1)), range: Some((1.0, MAX_GUESTS as f64)), help: "the machine is this many identical VM guests on one host (1: a single kernel)" },
+    ConfigKey { table: "machine", key: "guest_stagger_ms", default: Some(Num(0.0)), range: Some((0.0, 3.6e6)), help: "guest g boots g times this many milliseconds late (needs guests >= 2)" },
+    ConfigKey { table: "run", key: "warmup_s", default: Some(Num(1.0)), range: Some((0.0, 3600.0)), help: "simulated seconds before counting starts (at least one full iteration of the workload)" },
+    ConfigKey { table: "run", key: "duration_s", default: Some(Num(5.0)), range: Some((1e-6, 36000.0)), help: "simulated seconds counted after the warm-up (the run ends then, or when every task has exited)" },
+    ConfigKey { table: "run", key: "check", default: Some(Bool(false)), range: None, help: "the invariant checker (slower; `foliosim run --check`)" },
+    ConfigKey { table: "run", key: "audit_interval_ms", default: Some(Num(50.0)), range: Some((0.001, 1e9)), help: "simulated milliseconds between the checker's full audits" },
+    ConfigKey { table: "run", key: "sample_ms", default: Some(Num(1000.0)), range: Some((1.0, 1e9)), help: "simulated milliseconds between two rows of the time series" },
+];
+
+/// The entry of `CONFIG_KEYS` for `table.key` (every key the parser reads has one).
+fn spec(table: &str, key: &str) -> &'static ConfigKey {
+    CONFIG_KEYS.iter().find(|k| k.table == table && k.key == key).unwrap_or_else(|| panic!("{table}.{key} is missing from CONFIG_KEYS"))
+}
+
+/// Integer range of `table.key`, from `CONFIG_KEYS`.
+fn int_range(table: &str, key: &str) -> std::ops::RangeInclusive<i64> {
+    let (lo, hi) = spec(table, key).range.unwrap_or((0.0, i64::MAX as f64));
+    lo as i64..=hi as i64
+}
+
 struct Ctx<'a> {
     file: &'a str,
     text: &'a str,
@@ -120,7 +173,8 @@ pub fn find_line(text: &str, table: &str, key: &str) -> Option<usize> {
             continue;
         }
         let k = l.split('=').next().unwrap_or("").trim();
-        if k == bare || k.trim_matches('"') == bare || k.trim_matches('\'') == bare {
+        // (`vm.min_free_kbytes = 1` stands where the key `vm` is asked for.)
+        if k == bare || k.trim_matches('"') == bare || k.trim_matches('\'') == bare || k.starts_with(&format!("{bare}.")) {
             return Some(i + 1);
         }
     }
@@ -234,7 +288,14 @@ fn take_table(ctx: &Ctx, root: &mut toml::Table, name: &str) -> Result<toml::Tab
     }
 }
 
-fn get_f64(ctx: &Ctx, t: &mut toml::Table, table: &str, key: &str, default: f64, lo: f64, hi: f64) -> Result<f64, ConfigError> {
+/// A number key of `CONFIG_KEYS`: its default when absent, its range checked.
+fn get_f64(ctx: &Ctx, t: &mut toml::Table, table: &str, key: &str) -> Result<f64, ConfigError> {
+    let k = spec(table, key);
+    let default = match k.default {
+        Some(Num(x)) => x,
+        _ => panic!("{table}.{key}: CONFIG_KEYS gives no number default"),
+    };
+    let (lo, hi) = k.range.unwrap_or((f64::MIN, f64::MAX));
     let v = match t.remove(key) {
         None => default,
         Some(toml::Value::Float(f)) => f,
@@ -247,7 +308,8 @@ fn get_f64(ctx: &Ctx, t: &mut toml::Table, table: &str, key: &str, default: f64,
     Ok(v)
 }
 
-fn get_bool(ctx: &Ctx, t: &mut toml::Table, table: &str, key: &str, default: bool) -> Result<bool, ConfigError> {
+fn get_bool(ctx: &Ctx, t: &mut toml::Table, table: &str, key: &str) -> Result<bool, ConfigError> {
+    let Some(Bool(default)) = spec(table, key).default else { panic!("{table}.{key}: CONFIG_KEYS gives no boolean default") };
     match t.remove(key) {
         None => Ok(default),
         Some(toml::Value::Boolean(b)) => Ok(b),
@@ -257,7 +319,10 @@ fn get_bool(ctx: &Ctx, t: &mut toml::Table, table: &str, key: &str, default: boo
 
 fn no_leftovers(ctx: &Ctx, t: &toml::Table, table: &str) -> Result<(), ConfigError> {
     match t.keys().next() {
-        Some(k) => Err(ctx.err(table, k, "unknown key")),
+        Some(k) => {
+            let known: Vec<&str> = CONFIG_KEYS.iter().filter(|c| c.table == table).map(|c| c.key).collect();
+            Err(ctx.err(table, k, format!("unknown key (known: {}; `foliosim list config`)", known.join(", "))))
+        }
         None => Ok(()),
     }
 }
@@ -303,19 +368,42 @@ fn line_of_path(text: &str, path: &str) -> Option<usize> {
     }
 }
 
+/// The knob an unquoted dotted key meant: `knobs.vm.min_free_kbytes = 1`
+/// reads as the table `vm` holding `min_free_kbytes`.
+fn dotted_knob(head: &str, t: &toml::Table) -> Option<String> {
+    let mut names = Vec::new();
+    fn walk(prefix: &str, t: &toml::Table, out: &mut Vec<String>) {
+        for (k, v) in t {
+            let name = format!("{prefix}.{k}");
+            match v {
+                toml::Value::Table(sub) => walk(&name, sub, out),
+                _ => out.push(name),
+            }
+        }
+    }
+    walk(head, t, &mut names);
+    names.into_iter().find(|n| knobs::registry().iter().any(|s| s.key == n))
+}
+
 /// Most VM guests `machine.guests` may ask for.
 pub const MAX_GUESTS: u32 = 64;
 
 fn from_table(mut root: toml::Table, ctx: &Ctx) -> Result<Config, ConfigError> {
     let seed = match root.remove("seed") {
-        None => 1,
-        Some(toml::Value::Integer(i)) if i >= 0 => i as u64,
+        None => match spec("", "seed").default {
+            Some(Int(i)) => i as u64,
+            _ => 1,
+        },
+        Some(toml::Value::Integer(i)) if int_range("", "seed").contains(&i) => i as u64,
         Some(v) => return Err(ctx.err("", "seed", format!("expected a non-negative integer, got {v}"))),
     };
     // --- machine
     let mut m = take_table(ctx, &mut root, "machine")?;
     let profile_name = match m.remove("profile") {
-        None => "generic-x86".to_string(),
+        None => match spec("machine", "profile").default {
+            Some(Str(p)) => p.to_string(),
+            _ => unreachable!("machine.profile has a default"),
+        },
         Some(toml::Value::String(s)) => s,
         Some(v) => return Err(ctx.err("machine", "profile", format!("expected a profile name or path, got {}", v.type_str()))),
     };
@@ -327,9 +415,10 @@ fn from_table(mut root: toml::Table, ctx: &Ctx) -> Result<Config, ConfigError> {
         }
     })?;
     if let Some(v) = m.remove("nr_cpus") {
+        let r = int_range("machine", "nr_cpus");
         match v {
-            toml::Value::Integer(n) if (1..=4096).contains(&n) => prof.cpu.nr_cpus = n as u32,
-            v => return Err(ctx.err("machine", "nr_cpus", format!("expected an integer 1..=4096, got {v}"))),
+            toml::Value::Integer(n) if r.contains(&n) => prof.cpu.nr_cpus = n as u32,
+            v => return Err(ctx.err("machine", "nr_cpus", format!("expected an integer {}..={}, got {v}", r.start(), r.end()))),
         }
         if prof.cpu.nr_cpus % prof.cpu.sockets != 0 {
             prof.cpu.sockets = 1;
@@ -347,10 +436,17 @@ fn from_table(mut root: toml::Table, ctx: &Ctx) -> Result<Config, ConfigError> {
                 format!("the profile has {} nodes but {} sizes were given", prof.nodes.len(), arr.len()),
             ));
         }
+        let r = int_range("machine", "node_mem_mib");
         for (i, x) in arr.iter().enumerate() {
             match x {
-                toml::Value::Integer(n) if *n > 0 => prof.nodes[i].mem_mib = *n as u64,
-                v => return Err(ctx.err("machine", "node_mem_mib", format!("element {i}: expected a positive integer, got {v}"))),
+                toml::Value::Integer(n) if r.contains(n) => prof.nodes[i].mem_mib = *n as u64,
+                v => {
+                    return Err(ctx.err(
+                        "machine",
+                        "node_mem_mib",
+                        format!("element {i}: expected MiB {}..={}, got {v}", r.start(), r.end()),
+                    ))
+                }
             }
         }
     }
@@ -367,21 +463,22 @@ fn from_table(mut root: toml::Table, ctx: &Ctx) -> Result<Config, ConfigError> {
     }
     if let Some(v) = m.remove("tlb_coalesce_order") {
         match v {
-            toml::Value::Integer(n) if n == 0 || n == 2 => {
+            toml::Value::Integer(n) if int_range("machine", "tlb_coalesce_order").contains(&n) && n != 1 => {
                 prof.tlb.coalesce_order = n as u32;
                 tlb_overrides.push(("tlb_coalesce_order", n.into()));
             }
             v => return Err(ctx.err("machine", "tlb_coalesce_order", format!("expected 0 (none) or 2 (HPA), got {v}"))),
         }
     }
+    let r = int_range("machine", "guests");
     let guests = match m.remove("guests") {
-        None => 1,
-        Some(toml::Value::Integer(n)) if (1..=MAX_GUESTS as i64).contains(&n) => n as u32,
+        None => *r.start() as u32,
+        Some(toml::Value::Integer(n)) if r.contains(&n) => n as u32,
         Some(v) => {
-            return Err(ctx.err("machine", "guests", format!("expected an integer 1..={MAX_GUESTS} (VM guests sharing one host), got {v}")))
+            return Err(ctx.err("machine", "guests", format!("expected an integer 1..={} (VM guests sharing one host), got {v}", r.end())))
         }
     };
-    let guest_stagger_ms = get_f64(ctx, &mut m, "machine", "guest_stagger_ms", 0.0, 0.0, 3.6e6)?;
+    let guest_stagger_ms = get_f64(ctx, &mut m, "machine", "guest_stagger_ms")?;
     if guest_stagger_ms > 0.0 && guests < 2 {
         return Err(ctx.err("machine", "guest_stagger_ms", "staggers the boot of several guests: needs machine.guests >= 2"));
     }
@@ -390,11 +487,11 @@ fn from_table(mut root: toml::Table, ctx: &Ctx) -> Result<Config, ConfigError> {
     // --- run
     let mut r = take_table(ctx, &mut root, "run")?;
     let run = RunCfg {
-        warmup_s: get_f64(ctx, &mut r, "run", "warmup_s", 1.0, 0.0, 3600.0)?,
-        duration_s: get_f64(ctx, &mut r, "run", "duration_s", 5.0, 1e-6, 36000.0)?,
-        check: get_bool(ctx, &mut r, "run", "check", false)?,
-        audit_interval_ms: get_f64(ctx, &mut r, "run", "audit_interval_ms", 50.0, 0.001, 1e9)?,
-        sample_ms: get_f64(ctx, &mut r, "run", "sample_ms", 1000.0, 1.0, 1e9)?,
+        warmup_s: get_f64(ctx, &mut r, "run", "warmup_s")?,
+        duration_s: get_f64(ctx, &mut r, "run", "duration_s")?,
+        check: get_bool(ctx, &mut r, "run", "check")?,
+        audit_interval_ms: get_f64(ctx, &mut r, "run", "audit_interval_ms")?,
+        sample_ms: get_f64(ctx, &mut r, "run", "sample_ms")?,
     };
     no_leftovers(ctx, &r, "run")?;
     // --- knobs
@@ -402,6 +499,15 @@ fn from_table(mut root: toml::Table, ctx: &Ctx) -> Result<Config, ConfigError> {
     let mut knob_values = BTreeMap::new();
     let mut kn = Knobs::default();
     for (k, v) in kt {
+        if let toml::Value::Table(sub) = &v {
+            if let Some(full) = dotted_knob(&k, sub) {
+                return Err(ctx.err(
+                    "knobs",
+                    &k,
+                    format!("the knob \"{full}\" has dots in its name: quote it, knobs.\"{full}\" = VALUE (with --set: 'knobs.\"{full}\"=VALUE')"),
+                ));
+            }
+        }
         let val = knobs::validate(&k, &v).map_err(|reason| ctx.err("knobs", &k, reason))?;
         kn.set(&k, &val);
         knob_values.insert(k, val);
@@ -584,6 +690,70 @@ mod tests {
         let c = from_toml(&cfg("8388608, 8388607"), "c.toml").unwrap();
         let o = crate::run::simulate(&c, &mut |_| true).unwrap();
         assert!(o.kernel.stat.get(crate::mm::vmstat::Stat::NrFreePages) > 0);
+    }
+
+    /// 17: what `CONFIG_KEYS` documents is what the parser admits: every
+    /// key is accepted, its default is the normalised config's, and a key
+    /// it does not list is refused.
+    #[test]
+    fn config_keys_are_what_the_parser_admits() {
+        let base = from_toml("[workload]\nname = \"page_fault1\"\n", "c.toml").unwrap().normalized;
+        for k in CONFIG_KEYS {
+            let v = match (k.default, k.key) {
+                (Some(Num(x)), _) => toml::Value::Float(x),
+                (Some(Int(i)), _) => toml::Value::Integer(i),
+                (Some(Bool(b)), _) => toml::Value::Boolean(b),
+                (Some(Str(s)), _) => toml::Value::String(s.into()),
+                (None, "node_mem_mib") => toml::Value::Array(vec![toml::Value::Integer(1024); 2]),
+                (None, "tlb_contpte") => toml::Value::Boolean(true),
+                (None, _) => toml::Value::Integer(k.range.unwrap().1 as i64),
+            };
+            let mut t: toml::Table = "[workload]\nname = \"page_fault1\"\n".parse().unwrap();
+            let table = if k.table.is_empty() {
+                &mut t
+            } else {
+                t.entry(k.table).or_insert(toml::Value::Table(Default::default())).as_table_mut().unwrap()
+            };
+            table.insert(k.key.into(), v.clone());
+            let c = from_table(t, &Ctx { file: "c.toml", text: "", dir: Path::new("") })
+                .unwrap_or_else(|e| panic!("{}.{}: {e}", k.table, k.key));
+            // (guests and their stagger are in the normalised config only for 2 or more.)
+            if k.default.is_some() && !(k.table == "machine" && k.key.starts_with("guest")) {
+                let got = if k.table.is_empty() { &base[k.key] } else { &base[k.table][k.key] };
+                assert_eq!(got, &serde_json::to_value(k.default).unwrap(), "{}.{}: the default", k.table, k.key);
+            }
+            let _ = c;
+            if let Some((_, hi)) = k.range {
+                let mut t: toml::Table = "[workload]\nname = \"page_fault1\"\n".parse().unwrap();
+                let table = if k.table.is_empty() {
+                    &mut t
+                } else {
+                    t.entry(k.table).or_insert(toml::Value::Table(Default::default())).as_table_mut().unwrap()
+                };
+                let over = if k.key == "node_mem_mib" {
+                    toml::Value::Array(vec![toml::Value::Float(hi * 2.0); 2])
+                } else {
+                    toml::Value::Float(hi * 2.0 + 1.0)
+                };
+                table.insert(k.key.into(), over);
+                assert!(
+                    from_table(t, &Ctx { file: "c.toml", text: "", dir: Path::new("") }).is_err(),
+                    "{}.{}: above its range",
+                    k.table,
+                    k.key
+                );
+            }
+        }
+        let e = from_toml("[run]\nbogus = 1\n[workload]\nname = \"page_fault1\"\n", "c.toml").unwrap_err();
+        assert!(e.reason.contains("warmup_s") && e.reason.contains("sample_ms"), "{e}");
+    }
+
+    /// 17: an unquoted dotted knob name gets a hint.
+    #[test]
+    fn an_unquoted_knob_name_gets_a_hint() {
+        let e = from_toml("[workload]\nname = \"page_fault1\"\n[knobs]\nvm.min_free_kbytes = 1024\n", "c.toml").unwrap_err();
+        assert!(e.reason.contains("knobs.\"vm.min_free_kbytes\""), "{e}");
+        assert_eq!(e.line, Some(4), "{e}");
     }
 
     #[test]
