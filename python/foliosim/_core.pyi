@@ -10,8 +10,28 @@ the run, which then returns its partial result with ``"interrupted": true``.
 from collections.abc import Callable
 
 __version__: str
+__all__ = [
+    "Cancel",
+    "ConfigError",
+    "InternalError",
+    "__version__",
+    "_panic_for_tests",
+    "bench_events",
+    "bench_instructions_json",
+    "bench_json",
+    "catalog_json",
+    "experiments",
+    "load_json",
+    "load_toml",
+    "reproduce_json",
+    "resolve_paths",
+    "run_json",
+    "trace_from_valgrind_log",
+    "trace_from_valgrind_logs",
+    "trace_info",
+]
 
-ProgressCallback = Callable[[float, float], bool | None]
+_ProgressCallback = Callable[[float, float], bool | None]
 
 class ConfigError(ValueError):
     """Bad input. ``str(err)`` is the one-line ``FILE:LINE: KEY: REASON``."""
@@ -48,7 +68,7 @@ def resolve_paths(text: str, origin: str, base_dir: str) -> str:
     """A config as JSON (not normalised) with its relative paths (machine.profile,
     workload paths) made absolute from `base_dir`. Raises ConfigError."""
 
-def run_json(config_json: str, progress: ProgressCallback | None = None, cancel: Cancel | None = None) -> str:
+def run_json(config_json: str, progress: _ProgressCallback | None = None, cancel: Cancel | None = None) -> str:
     """Run one simulation; the result as a JSON object string.
 
     Keys: config, interrupted, sim_time_s, host_time_s, summary, vmstat,
@@ -61,21 +81,37 @@ def catalog_json() -> str:
 def experiments() -> list[tuple[str, str]]:
     """Registered reproductions as (name, help)."""
 
-def reproduce_json(name: str, progress: ProgressCallback | None = None, cancel: Cancel | None = None) -> str:
+def reproduce_json(name: str, progress: _ProgressCallback | None = None, cancel: Cancel | None = None) -> str:
     """Run a reproduction: {"name","title","rows":[...],"notes":[...]} as JSON."""
 
 def bench_json(which: str) -> str:
     """One speed benchmark ("anon_faults", "tlb_hits", "pf1_threads64",
-    "big_machine"); JSON with the figures measured. Raises RuntimeError."""
+    "big_machine", ...); JSON with the figures measured. Raises RuntimeError."""
+
+def bench_instructions_json(which: str, child: list[str]) -> str:
+    """An instruction count ("anon_fault_instructions", "tlb_hit_instructions"):
+    the command ``child`` (which calls bench_events and prints its result) runs
+    under valgrind's callgrind for two simulated lengths, given as its last two
+    arguments. JSON, e.g. {"instructions_per_anon_fault": f, ...}. Needs
+    valgrind. Raises RuntimeError."""
+
+def bench_events(workload: str, sim_s: float) -> int:
+    """One run of "anon_faults" or "tlb_hits" for ``sim_s`` simulated seconds;
+    the events (faults, TLB hits) it counted. Raises RuntimeError."""
 
 def trace_from_valgrind_log(log_path: str, out_path: str, meta_json: str) -> str:
-    """Convert one valgrind lackey+syscall log into a trace; statistics as JSON."""
+    """Convert a valgrind lackey+syscall log (file or FIFO) into a foliosim trace
+    at ``out_path``; statistics as JSON. Raises ValueError."""
 
 def trace_from_valgrind_logs(dir: str, out_path: str, meta_json: str, root: int) -> str:
-    """Convert the logs of a recorded process tree (DIR/log.PID.N) into a trace."""
+    """Convert the valgrind logs of a recorded process tree (``DIR/log.PID.N``;
+    ``root`` the first process's pid) into a trace at ``out_path``; statistics
+    as JSON. Raises ValueError."""
 
 def trace_info(path: str) -> str:
-    """Read and check a whole trace; a summary as JSON."""
+    """Read and check a whole trace; {"records", "accesses", "files", "regions",
+    "meta"} as JSON. Raises ValueError."""
 
 def _panic_for_tests(message: str) -> None:
-    """Panics inside the core's guard (tests of the panic -> InternalError mapping)."""
+    """Panics inside the core's guard, as a bug would (tests of the panic ->
+    InternalError mapping). Raises InternalError."""

@@ -1,4 +1,4 @@
-//! End-to-end tests of free page reporting and the host model (spec/003),
+//! End-to-end tests of free page reporting and the host model (docs/mechanisms/free-page-reporting.md),
 //! with the invariant checker on.
 
 use foliosim::config;

@@ -1,6 +1,6 @@
-//! Lazy unmap flush (spec/004): the scenarios of §6.3 driven directly on a
-//! kernel, with interleavings placed in simulated time, and the mutants of
-//! §6.4 each caught by the deferred-flush ground truth (check/luf.rs).
+//! Lazy unmap flush: the scenarios of docs/mechanisms/lazy-unmap-flush.md#scenarios driven
+//! directly on a kernel, with interleavings placed in simulated time, and
+//! the mutants (#mutants there) each caught by the deferred-flush ground truth (check/luf.rs).
 //!
 //! A scenario is a list of steps, each a task doing something at a chosen
 //! simulated time; seeds vary which CPUs take part and the delays between

@@ -247,7 +247,7 @@ pub fn audit(k: &mut Kernel) {
             cached.insert(p, ());
         }
     }
-    // One folio reference per PTE mapping any of its pages (spec/000 §2.0),
+    // One folio reference per PTE mapping any of its pages (I-1),
     // and per-folio mapped-page counts for the deferred-split rules.
     let mut folio_maps: FxHashMap<Pfn, i32> = FxHashMap::default();
     let mut folio_mapped_pages: FxHashMap<Pfn, u32> = FxHashMap::default();
@@ -301,7 +301,7 @@ pub fn audit(k: &mut Kernel) {
             }
         }
     });
-    // Deferred-split queues (spec/000 I-15).
+    // Deferred-split queues (I-15, docs/mechanisms/large-anon-folios.md#rules-it-implements).
     let mut queued = 0i64;
     for (nid, q) in k.split_queues.iter().enumerate() {
         for &h in &q.list {

@@ -9,7 +9,7 @@
 //!   merges up to the order it wants is handed straight to it
 //!   (page_alloc.rs arms it, `Placement::capture`).
 //!
-//! Both are exits of spec/004 §2.6: the generations the blocks carried go
+//! Both are LUF exits (docs/mechanisms/lazy-unmap-flush.md#rules-it-implements): the generations the blocks carried go
 //! to the task's accumulator and are checked (`luf_isolation_exit`) after
 //! the zone lock is dropped and before any frame is used.
 //!

@@ -1,4 +1,4 @@
-//! Lazy unmap flush (spec/004, the LUF v10 series; never merged).
+//! Lazy unmap flush (the LUF v10 series, never merged; docs/mechanisms/lazy-unmap-flush.md).
 //!
 //! When reclaim or async migration unmaps an order-0 folio whose every PTE
 //! was read-only, a CPU still caching the old translation can only read

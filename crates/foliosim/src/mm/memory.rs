@@ -373,7 +373,7 @@ impl Kernel {
             }
             return (Fault::Done, t);
         }
-        // Large folios (spec/000 path A); Err: order 0 from here.
+        // Large folios (path A, docs/mechanisms/large-anon-folios.md#rules-it-implements); Err: order 0 from here.
         let t = match self.do_anonymous_large(t, cpu, mm, vma, addr, Pte::NONE) {
             Ok(r) => return r,
             Err(t) => t,
@@ -561,7 +561,7 @@ impl Kernel {
         };
         if pte.special() {
             // The zero page: copy = allocate a zeroed page (wp_page_copy);
-            // large under the RFC's patch 15 (spec/000 path B).
+            // large under the RFC's patch 15 (path B).
             let t = match self.do_anonymous_large(t, cpu, mm, vma, addr, pte) {
                 Ok(r) => return r,
                 Err(t) => t,
@@ -649,7 +649,7 @@ impl Kernel {
     fn wp_replace(&mut self, t: Ns, cpu: u32, mm: u32, vma: &Vma, addr: u64, old_pte: Pte, pfn: Pfn, old: Option<Pfn>) -> (Fault, Ns) {
         let pte = Pte::new(pfn, Pte::WRITE | Pte::DIRTY | Pte::YOUNG | exec_bit(vma));
         if let Some(o) = old {
-            // spec/000 I-12: never CoW-replace a page still marked exclusive.
+            // I-12 (docs/mechanisms/large-anon-folios.md#rules-it-implements): never CoW-replace a page still marked exclusive.
             let f = self.mem_map.get(o).flags;
             if self.check.enabled && f & pg::ANON != 0 && f & pg::ANON_EXCLUSIVE != 0 {
                 self.check.report(format!("mm {mm} va {addr:#x}: CoW copy replaces page {o}, which is still AnonExclusive (I-12)"));
@@ -710,7 +710,7 @@ impl Kernel {
             // Clear under the PTL, then account outside the borrow.
             let mut cleared = std::mem::take(&mut tlb.scratch);
             cleared.clear();
-            // Batch zap (spec/000 §2.11): consecutive PTEs mapping
+            // Batch zap (RFC v2 patch 17): consecutive PTEs mapping
             // consecutive pages of one large anon folio are one rmap call.
             // The runs are counted as the PTEs are cleared (one pass).
             let batch = self.anon_policy.batch_zap();

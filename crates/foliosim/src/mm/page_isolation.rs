@@ -6,7 +6,7 @@
 //! from them; pcp lists are drained into them; every in-use page must be
 //! migrated away, else the call fails with -EBUSY and the isolation is
 //! undone; then every free block of the range is taken off the lists.
-//! That last removal is an exit of spec/004 §2.6: the generations go to
+//! That last removal is a LUF exit (docs/mechanisms/lazy-unmap-flush.md#rules-it-implements): the generations go to
 //! the task's accumulator and are checked after the zone lock is dropped,
 //! before the frames are handed out (alloc_contig_range) or go offline
 //! (memory_hotplug.rs).
