@@ -8,6 +8,7 @@ the run, which then returns its partial result with ``"interrupted": true``.
 """
 
 from collections.abc import Callable
+from typing import final
 
 __version__: str
 __all__ = [
@@ -44,6 +45,7 @@ class ConfigError(ValueError):
 class InternalError(RuntimeError):
     """A bug in the core (a Rust panic); ``str(err)`` says where."""
 
+@final
 class Cancel:
     """A stop flag: ``cancel()`` (from any thread or a signal handler) stops
     every run given this handle at its next progress check."""

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from conftest import RESULT_KEYS, one_json, run_cli, stderr_lines
-from foliosim import cli
+from foliosim import _core, cli
 from foliosim.result import deterministic_view
 
 
