@@ -43,6 +43,11 @@ pub enum Mutant {
     /// Taking a free block for an allocation forgets to clear PG_reported
     /// (free page reporting): the flag stays on the page.
     FprKeepReportedOnAlloc,
+    /// post_alloc_hook does not fault the host page back in: a guest frame
+    /// that reporting gave away is cleared, copied into or mapped while the
+    /// host has nothing behind it (the state of every path but
+    /// alloc_pages before the hook was shared).
+    FprSkipHostFault,
     /// Large anon folios: the order choice ignores the VMA bounds (I-5, docs/mechanisms/large-anon-folios.md#rules-it-implements).
     MthpSkipVmaBound,
     /// Large anon folios: no pte_none scan and no re-check under the PTL, so
@@ -78,6 +83,9 @@ pub enum Mutant {
 pub enum LufMutant {
     /// M1: prep_new_page does not check the page's generation.
     SkipAllocFlush,
+    /// M1 for large folios only: an mTHP or PMD THP allocation (order >= 2)
+    /// skips the generation check that order-0 allocations still make.
+    LargeSkipAllocFlush,
     /// M2 / D1: pcp -> buddy stores the order where the generation goes.
     D1OrderAsUgen,
     /// M3: a buddy merge keeps the older generation.
@@ -124,6 +132,7 @@ pub enum LufMutant {
 /// (debug.mutant value, mutant) for the LUF mutants.
 pub const LUF_MUTANTS: &[(&str, LufMutant)] = &[
     ("luf_skip_alloc_flush", LufMutant::SkipAllocFlush),
+    ("luf_large_skip_alloc_flush", LufMutant::LargeSkipAllocFlush),
     ("luf_d1_order_as_ugen", LufMutant::D1OrderAsUgen),
     ("luf_merge_keeps_older", LufMutant::MergeKeepsOlder),
     ("luf_d2_split_drops", LufMutant::D2SplitDrops),
@@ -178,10 +187,12 @@ pub const MUTANTS: &[&str] = &[
     "mthp_cow_exclusive",
     "mthp_skip_unqueue",
     "fpr_keep_reported_on_alloc",
+    "fpr_skip_host_fault",
     "spf_skip_seq_check",
     "promo_skip_task_work",
     "promo_ignore_watermark",
     "luf_skip_alloc_flush",
+    "luf_large_skip_alloc_flush",
     "luf_d1_order_as_ugen",
     "luf_merge_keeps_older",
     "luf_d2_split_drops",
@@ -491,6 +502,7 @@ impl Knobs {
                     "buddy_skip_nr_free_dec" => Mutant::BuddySkipNrFreeDec,
                     "buddy_no_merge" => Mutant::BuddyNoMerge,
                     "fpr_keep_reported_on_alloc" => Mutant::FprKeepReportedOnAlloc,
+                    "fpr_skip_host_fault" => Mutant::FprSkipHostFault,
                     "mthp_skip_vma_bound" => Mutant::MthpSkipVmaBound,
                     "mthp_skip_pte_recheck" => Mutant::MthpSkipPteRecheck,
                     "mthp_cow_exclusive" => Mutant::MthpCowExclusive,

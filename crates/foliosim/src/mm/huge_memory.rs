@@ -30,6 +30,7 @@ use super::{Pfn, PMD_ORDER};
 use crate::kernel::knobs::{AnonFolioKnobs, AnonFolioMode, Mutant, ThpEnabled};
 use crate::kernel::Kernel;
 use crate::mm::memory::Fault;
+use crate::mm::memory::LufExit;
 use crate::sim::lock::SpinLock;
 use crate::sim::Ns;
 use std::collections::BTreeSet;
@@ -392,12 +393,8 @@ impl Kernel {
                 match self.pa.alloc_pages(t, cpu, PMD_ORDER, nid, MigrateType::Movable, &mut self.stat) {
                     Some(a) => {
                         let pfn = a.pfn;
-                        let done = self.luf_alloc_exit(a.done, cpu, a.nid, a.ugen);
-                        self.check_alloc_exit(done, pfn, PMD_ORDER, "THP");
-                        let a = crate::mm::page_alloc::Alloc { done, ..a };
-                        self.prep_new_folio(pfn, PMD_ORDER, a.nid);
-                        self.check.on_alloc(&self.mem_map, &self.pa, pfn, PMD_ORDER);
-                        match self.anon_folio_install(a.done, cpu, mm, vma, addr, expect, pfn, PMD_ORDER, true) {
+                        let done = self.post_alloc_hook(a.done, cpu, pfn, PMD_ORDER, a.nid, LufExit::Alloc(a.ugen), "THP");
+                        match self.anon_folio_install(done, cpu, mm, vma, addr, expect, pfn, PMD_ORDER, true) {
                             Install::Done(t) => return Ok((Fault::Done, t)),
                             Install::Race(t) => return Ok((Fault::Done, t)),
                         }
@@ -442,12 +439,8 @@ impl Kernel {
         for k in (2..=order).rev().filter(|k| mask & (1 << k) != 0) {
             match self.pa.alloc_pages(t, cpu, k, nid, MigrateType::Movable, &mut self.stat) {
                 Some(a) => {
-                    let done = self.luf_alloc_exit(a.done, cpu, a.nid, a.ugen);
-                    self.check_alloc_exit(done, a.pfn, k, "mTHP");
-                    let a = crate::mm::page_alloc::Alloc { done, ..a };
-                    self.prep_new_folio(a.pfn, k, a.nid);
-                    self.check.on_alloc(&self.mem_map, &self.pa, a.pfn, k);
-                    return (Some((a.pfn, a.done, k)), t);
+                    let done = self.post_alloc_hook(a.done, cpu, a.pfn, k, a.nid, LufExit::Alloc(a.ugen), "mTHP");
+                    return (Some((a.pfn, done, k)), t);
                 }
                 None => {
                     t += self.c.buddy_op;
@@ -478,6 +471,7 @@ impl Kernel {
         let base = addr & !((4096 << order) - 1);
         let pnid = self.mem_map.get(pfn).nid as usize;
         let t = t + self.zero_folio_cost(pnid, order) + self.c.memcg;
+        self.check_guest_write(pfn, order, "cleared");
         let av = self.anon_vma_prepare(mm, vma);
         // set_ptes is one batch; a PMD mapping is one entry and one rmap.
         let hold = if pmd { self.c.pte_set + self.c.rmap } else { self.c.pte_set * n + self.c.rmap };
@@ -780,6 +774,7 @@ impl Kernel {
         let first_old = (old as i64 - ((addr - base) >> 12) as i64) as Pfn;
         let snid = self.mem_map.get(old).nid as usize;
         let t = t1 + self.nodes[snid].copy_4k * n + self.c.memcg;
+        self.check_guest_write(pfn, k, "copied into");
         let av = self.anon_vma_prepare(mm, vma);
         // Re-check under the PTL; a lost race falls back to the one-page copy.
         if !block_ok(self, k) {

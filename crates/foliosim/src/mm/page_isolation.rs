@@ -20,6 +20,7 @@ use super::page_alloc::{ugen_latest, MigrateType};
 use super::vmstat::Stat;
 use super::Pfn;
 use crate::kernel::Kernel;
+use crate::mm::memory::LufExit;
 use crate::sim::Ns;
 
 impl Kernel {
@@ -124,13 +125,13 @@ impl Kernel {
                 return Err(t);
             }
         };
-        let (blocks, t) = self.take_isolated_range(t, cpu, start, end, "alloc_contig_range");
+        let (blocks, mut t) = self.take_isolated_range(t, cpu, start, end, "alloc_contig_range");
         for (b, o) in blocks {
             self.pa.isolated_to_allocated(b, o);
+            // split_free_pages: every frame is an order-0 page of its own.
             for f in b..b + (1 << o) {
-                self.prep_new_folio(f, 0, nid);
+                t = self.post_alloc_hook(t, cpu, f, 0, nid, LufExit::Checked, "alloc_contig_range");
             }
-            self.check.on_alloc(&self.mem_map, &self.pa, b, o);
         }
         // undo_isolate_page_range: nothing free is left in the range.
         self.pa.undo_isolate_page_range(start, end, MigrateType::Movable);
