@@ -4,11 +4,12 @@
 //! access, a fault, a syscall). A step starts at its task's clock and charges
 //! simulated time as it goes; kernel state changes take effect when the step
 //! runs. Steps run in order of their start time (ties broken by task id), so
-//! concurrent operations interleave in simulated time. Locks are timelines:
-//! a step that takes a lock reserves it from `max(now, free_at)` for the hold
-//! time it charges, so waiting is real simulated time, FIFO, without host
-//! threads. A kernel path that must observe other CPUs between two points
-//! (a speculative fault validating its snapshot) splits itself into two steps.
+//! concurrent operations interleave in simulated time. Shared cache lines,
+//! and the locks built on them, are FIFO servers by arrival time (lock.rs):
+//! waiting is real simulated time, without host threads, and only an
+//! rwsem's own rules make a task sleep. A kernel path that must observe
+//! other CPUs between two points (a speculative fault validating its
+//! snapshot) splits itself into two steps.
 
 pub mod lock;
 pub mod rng;
