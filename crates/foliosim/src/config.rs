@@ -19,6 +19,12 @@ pub struct RunCfg {
     pub audit_interval_ms: f64,
     /// Simulated milliseconds between time-series samples.
     pub sample_ms: f64,
+    /// Tracepoints counted (kernel/trace.rs), by name.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub probes: Vec<String>,
+    /// Tracepoints counted and recorded event by event.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub probes_record: Vec<String>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -176,6 +182,29 @@ fn get_bool(ctx: &Ctx, t: &mut toml::Table, table: &str, key: &str, default: boo
     }
 }
 
+/// A list of tracepoint names (`[run] probes`), each checked.
+fn get_probes(ctx: &Ctx, t: &mut toml::Table, key: &str) -> Result<Vec<String>, ConfigError> {
+    let arr = match t.remove(key) {
+        None => return Ok(Vec::new()),
+        Some(toml::Value::Array(a)) => a,
+        Some(v) => return Err(ctx.err("run", key, format!("expected a list of tracepoint names, got {}", v.type_str()))),
+    };
+    let mut out = Vec::new();
+    for v in arr {
+        let toml::Value::String(name) = v else {
+            return Err(ctx.err("run", key, format!("expected tracepoint names (strings), got {}", v.type_str())));
+        };
+        if crate::kernel::trace::Tp::from_name(&name).is_none() {
+            let known: Vec<String> = crate::kernel::trace::known().into_iter().map(|(n, _)| n).collect();
+            return Err(ctx.err("run", key, format!("unknown tracepoint \"{name}\" (known: {})", known.join(", "))));
+        }
+        if !out.contains(&name) {
+            out.push(name);
+        }
+    }
+    Ok(out)
+}
+
 fn no_leftovers(ctx: &Ctx, t: &toml::Table, table: &str) -> Result<(), ConfigError> {
     match t.keys().next() {
         Some(k) => Err(ctx.err(table, k, "unknown key")),
@@ -304,6 +333,8 @@ fn from_table(mut root: toml::Table, ctx: &Ctx) -> Result<Config, ConfigError> {
         check: get_bool(ctx, &mut r, "run", "check", false)?,
         audit_interval_ms: get_f64(ctx, &mut r, "run", "audit_interval_ms", 50.0, 0.001, 1e9)?,
         sample_ms: get_f64(ctx, &mut r, "run", "sample_ms", 1000.0, 1.0, 1e9)?,
+        probes: get_probes(ctx, &mut r, "probes")?,
+        probes_record: get_probes(ctx, &mut r, "probes_record")?,
     };
     no_leftovers(ctx, &r, "run")?;
     // --- knobs
@@ -431,6 +462,21 @@ mod tests {
         assert_eq!(e.line, Some(1));
         let e = from_toml("[workload]\nname = \"nope\"\n", "f.toml").unwrap_err();
         assert_eq!(e.key, "workload.name");
+    }
+
+    #[test]
+    fn probes_are_checked_and_kept_out_of_the_config_when_unused() {
+        let base = "[workload]\nname = \"page_fault1\"\n[run]\n";
+        let e = from_toml(&format!("{base}probes = [\"tlb:nope\"]\n"), "p.toml").unwrap_err();
+        assert_eq!((e.line, e.key.as_str()), (Some(4), "run.probes"));
+        assert!(e.reason.contains("tlb:tlb_flush"), "lists the known ones: {e}");
+        let e = from_toml(&format!("{base}probes_record = \"tlb:tlb_flush\"\n"), "p.toml").unwrap_err();
+        assert_eq!(e.key, "run.probes_record");
+        let c = from_toml(&format!("{base}probes = [\"tlb:tlb_flush\", \"tlb:tlb_flush\"]\n"), "p.toml").unwrap();
+        assert_eq!(c.run.probes, ["tlb:tlb_flush"]);
+        assert_eq!(c.normalized["run"]["probes"], serde_json::json!(["tlb:tlb_flush"]));
+        let c = from_toml(base, "p.toml").unwrap();
+        assert!(c.normalized["run"].get("probes").is_none(), "a config without probes normalises as before");
     }
 
     #[test]

@@ -215,6 +215,7 @@ impl Driver {
         boot_hook: &mut dyn FnMut(&mut Kernel),
     ) -> Result<Driver, String> {
         let mut k = Kernel::boot(cfg.profile.clone(), cfg.knobs.clone(), cfg.run.check, seed)?;
+        k.trace = crate::kernel::trace::Tracing::new(&cfg.run.probes, &cfg.run.probes_record, k.nr_cpus());
         boot_hook(&mut k);
         {
             let mut env = Env { k: &mut k, seed, next_cpu: 0 };
@@ -495,7 +496,10 @@ pub fn result_json(cfg: &Config, o: &Outcome) -> Value {
         .iter()
         .map(|t| {
             let base = o.ops_at_warmup.get(t.id as usize).copied().unwrap_or(0);
-            json!({"task": t.id, "cpu": t.cpu, "mm": t.mm, "ops": t.ops, "ops_measured": t.ops - base.min(t.ops), "user_ns": t.user_ns, "sys_ns": t.sys_ns, "exited": t.exited})
+            // Kernel time by entry point (the non-zero ones).
+            let entries: Map<String, Value> =
+                ENTRY_NAMES.iter().zip(t.entry_ns.iter()).filter(|(_, &ns)| ns > 0).map(|(n, &ns)| ((*n).to_string(), ns.into())).collect();
+            json!({"task": t.id, "cpu": t.cpu, "mm": t.mm, "kthread": t.kthread.is_some(), "ops": t.ops, "ops_measured": t.ops - base.min(t.ops), "user_ns": t.user_ns, "sys_ns": t.sys_ns, "time_ns": entries, "exited": t.exited, "clock_ns": t.clock})
         })
         .collect();
     let nr_user = k.tasks.iter().filter(|t| t.kthread.is_none()).count();
@@ -561,6 +565,8 @@ pub fn result_json(cfg: &Config, o: &Outcome) -> Value {
             "split_queue_lock_wait_ns": k.split_queues.iter().map(|q| q.lock.wait_ns).sum::<u64>(),
         },
         "memory": {
+            // MemTotal.
+            "mem_total_kib": k.mem_bytes() >> 10,
             "mem_map_bytes": k.mem_map.footprint_bytes(),
             "nr_free_pages": k.stat.get(Stat::NrFreePages),
             // VmHWM: the largest peak RSS of any mm, and each mm's (KiB).
@@ -574,6 +580,9 @@ pub fn result_json(cfg: &Config, o: &Outcome) -> Value {
             "violations": k.check.violations,
         },
     });
+    if k.trace.any() {
+        v["probes"] = k.trace.to_json();
+    }
     if !k.fault_trace.is_empty() {
         // [time_ns, cpu, address, event] per fault-locking event (debug.fault_trace).
         v["fault_trace"] = k.fault_trace.iter().map(|&(t, c, a, e)| json!([t, c, a, e])).collect::<Vec<_>>().into();

@@ -8,6 +8,7 @@ pub mod knobs;
 pub mod kthread;
 pub mod syscalls;
 pub mod task;
+pub mod trace;
 pub mod wait;
 
 use crate::check::Checker;
@@ -120,6 +121,8 @@ pub struct Kernel {
     pub luf_lock: crate::sim::lock::SpinLock,
     /// The code running now has IRQs disabled (an atomic allocation).
     pub irqs_off: bool,
+    /// Tracepoints (`[run] probes`), all off unless the config asks.
+    pub trace: trace::Tracing,
 }
 
 impl Kernel {
@@ -231,6 +234,7 @@ impl Kernel {
             luf: Default::default(),
             luf_lock: Default::default(),
             irqs_off: false,
+            trace: Default::default(),
             prof,
         };
         k.split_queues = (0..k.nodes.len()).map(|_| Default::default()).collect();
