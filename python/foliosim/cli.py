@@ -172,6 +172,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_list(args: argparse.Namespace) -> int:
     cat = json.loads(_core.catalog_json())
     if args.json:
+        from . import reproduce as _repro
+
+        cat["experiments"] = _repro.catalog()
         sys.stdout.write(json.dumps(cat) + "\n")
         return EXIT_OK
     out: list[str] = []
@@ -196,8 +199,10 @@ def cmd_list(args: argparse.Namespace) -> int:
         g = " (gauge)" if c.get("gauge") else ""
         out.append(f"  {c.get('name')}{g}: {_one_line(c.get('help', ''))}")
     out.append("")
-    exps = cat.get("experiments", [])
-    out.append("Experiments (foliosim reproduce NAME):")
+    from . import reproduce as _repro
+
+    exps = _repro.catalog()
+    out.append("Experiments (foliosim reproduce NAME; experiments/MECHANISM/NAME.toml):")
     if not exps:
         out.append("  (none registered yet)")
     for e in exps:
@@ -224,9 +229,15 @@ def version_string() -> str:
 
 def format_reproduction(rep: dict[str, Any]) -> str:
     rows = rep.get("rows", [])
-    cols = ["label", "metric", "unit", "seed", "simulated"]
-    cells = [[("—" if r.get(c) is None else _fmt_int(r.get(c))) if c in ("seed", "simulated") else str(r.get(c, ""))
-              for c in cols] for r in rows]
+    cols = ["label", "metric", "unit", "published", "simulated"]
+
+    def cell(r: dict[str, Any], c: str) -> str:
+        v = r.get("published", r.get("seed")) if c == "published" else r.get(c)
+        if c in ("published", "simulated"):
+            return "—" if v is None else _fmt_int(v)
+        return str(v if v is not None else "")
+
+    cells = [[cell(r, c) for c in cols] for r in rows]
     widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(cols)]
     lines = [f"{rep.get('name')}: {rep.get('title', '')}".rstrip(": ")]
     lines.append("  ".join(c.ljust(wd) for c, wd in zip(cols, widths, strict=False)))
@@ -238,42 +249,57 @@ def format_reproduction(rep: dict[str, Any]) -> str:
 
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
-    registry = dict(_core.experiments())
+    from . import reproduce as _repro
+
+    known = _repro.find()
     if args.name == "all":
-        names = list(registry)
+        names = list(known)
         if not names:
             if args.json:
                 sys.stdout.write("[]\n")
             else:
-                print("foliosim: no experiments are registered yet; they are added as mechanisms land")
+                print(f"foliosim: no experiments found in {_repro.default_dir()}")
             return EXIT_OK
-    elif args.name in registry:
+    elif args.name in known:
         names = [args.name]
     else:
-        known = ", ".join(sorted(registry)) or "none registered yet"
-        _err(f"unknown experiment {args.name!r} (known: {known})")
+        _err(f"unknown experiment {args.name!r} (known: {', '.join(known) or 'none'})")
         return EXIT_USAGE
     out_dir = Path(args.out) if args.out else Path("results") / "reproduce"
     for flag, d in (("--out", out_dir), ("--report", Path(args.report) if args.report else None)):
         if d is not None and d.exists() and not d.is_dir():
             _err(f"{flag} {d}: exists and is not a directory")
             return EXIT_USAGE
+    if args.jobs is not None and args.jobs < 1:
+        _err("--jobs: must be at least 1")
+        return EXIT_USAGE
+    try:
+        exps = _repro.load_all(names)
+    except (_repro.ExperimentError, ConfigError) as e:
+        _err(str(e))
+        return EXIT_USAGE
     reports: list[dict[str, Any]] = []
     interrupted = False
-    for name in names:
-        with ProgressBar(name, enabled=_show_progress(args)) as bar:
-            rep = json.loads(_core.reproduce_json(name, bar))
-        write_text_atomic(out_dir / f"{name}.json", json.dumps(rep, indent=1) + "\n")
-        reports.append(rep)
-        if not args.json:
-            print(format_reproduction(rep))
-            print()
-        if rep.get("interrupted"):
-            interrupted = True
-            break
+    label = args.name if args.name != "all" else f"{len(names)} experiments"
+    try:
+        with ProgressBar(label, enabled=_show_progress(args), unit="runs") as bar:
+            for rep in _repro.run_experiments(exps, jobs=args.jobs or 2, progress=bar):
+                write_text_atomic(out_dir / f"{rep['name']}.json", json.dumps(rep, indent=1) + "\n")
+                reports.append(rep)
+                if not args.json:
+                    print(format_reproduction(rep))
+                    print()
+                if rep.get("interrupted"):
+                    interrupted = True
+                    break
+    except KeyboardInterrupt:
+        interrupted = True
+    except _repro.ExperimentError as e:
+        _err(str(e))
+        return EXIT_USAGE
     if args.json:
-        sys.stdout.write(json.dumps(reports if args.name == "all" else reports[0]) + "\n")
-    if args.report:
+        sys.stdout.write(json.dumps(reports if args.name == "all" else (reports[0] if reports else {})) + "\n")
+    if args.report and reports:
         from . import report as _report
 
         profiles = {p.get("name"): p for p in json.loads(_core.catalog_json()).get("profiles", [])}
@@ -419,13 +445,15 @@ def build_parser() -> argparse.ArgumentParser:
     li.add_argument("--json", action="store_true", help="print the catalog as one JSON object")
     li.set_defaults(func=cmd_list)
 
-    rp = sub.add_parser("reproduce", help="rerun a seed's experiment beside its published figures")
+    rp = sub.add_parser("reproduce", help="rerun an experiment (experiments/*/NAME.toml) beside its published figures")
     rp.add_argument("name", metavar="NAME|all")
     rp.add_argument("--json", action="store_true", help="print JSON (a list for `all`)")
     rp.add_argument("--out", metavar="DIR", help="where to write NAME.json (default results/reproduce/)")
     rp.add_argument("--report", metavar="DIR", help="also write DIR/report.html (one self-contained page: "
                     "tables, plots, configs, profile, version, seed), a DIR/NAME.png plot per experiment and "
                     "its configs as DIR/NAME/LABEL.toml")
+    rp.add_argument("--jobs", "-j", type=int, metavar="N", help="runs at a time, each in its own process "
+                    "(default 2); the rows do not depend on it")
     rp.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     rp.set_defaults(func=cmd_reproduce)
 

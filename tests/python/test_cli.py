@@ -9,10 +9,9 @@ import sys
 from pathlib import Path
 
 import pandas as pd
-import pytest
 
 from conftest import RESULT_KEYS, one_json, run_cli, stderr_lines
-from foliosim import _core, cli
+from foliosim import cli
 from foliosim.result import deterministic_view
 
 
@@ -134,14 +133,23 @@ def test_reproduce_unknown_name():
     assert len(lines) == 1 and "no-such-experiment" in lines[0]
 
 
-@pytest.mark.skipif(bool(_core.experiments()), reason="experiments are registered: `all` is slow")
-def test_reproduce_all_empty_registry():
-    proc = run_cli("reproduce", "all")
+def test_reproduce_all_empty_folder(tmp_path):
+    env = {"FOLIOSIM_EXPERIMENTS": str(tmp_path)}
+    proc = run_cli("reproduce", "all", env=env)
     assert proc.returncode == 0, proc.stderr
     assert "no experiments" in proc.stdout
-    proc = run_cli("reproduce", "all", "--json")
+    proc = run_cli("reproduce", "all", "--json", env=env)
     assert proc.returncode == 0
     assert one_json(proc.stdout) == []
+
+
+def test_reproduce_bad_experiment_file_is_one_line(tmp_path):
+    (tmp_path / "core").mkdir()
+    (tmp_path / "core" / "broken.toml").write_text('title = "x"\n[config]\nworkload.name = "nope"\n[runs.a]\n')
+    proc = run_cli("reproduce", "broken", env={"FOLIOSIM_EXPERIMENTS": str(tmp_path)})
+    assert proc.returncode == 2
+    lines = stderr_lines(proc)
+    assert len(lines) == 1 and "broken.toml" in lines[0] and "workload" in lines[0], lines
 
 
 def test_bench_reporting(monkeypatch, capsys):
