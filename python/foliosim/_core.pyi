@@ -38,13 +38,7 @@ def run_json(config_json: str, progress: ProgressCallback | None = None) -> str:
     """
 
 def catalog_json() -> str:
-    """Workloads, profiles, knobs, counters and experiments as JSON."""
-
-def experiments() -> list[tuple[str, str]]:
-    """Registered reproductions as (name, help)."""
-
-def reproduce_json(name: str, progress: ProgressCallback | None = None) -> str:
-    """Run a reproduction: {"name","title","rows":[...],"notes":[...]} as JSON."""
+    """Workloads, profiles (with their TOML), knobs, counters and tracepoints as JSON."""
 
 def bench_json(which: str) -> str:
     """One speed benchmark ("anon_faults", "tlb_hits", "pf1_threads64",

@@ -36,6 +36,9 @@ BENCH_TARGETS: list[tuple[str, str, str, Callable[[float], bool]]] = [
     ("fpr_overhead", "fpr_overhead_host_s", "reproduce fpr-overhead: < 60 host s", lambda v: v < 60.0),
 ]
 
+# Benchmarks that time a whole experiment (experiments/*/NAME.toml).
+REPRODUCTION_BENCHES = {"fpr_overhead", "mthp_will_it_scale", "mthp_memory", "mthp_kernel_build"}
+
 # Whole reproductions, run with `foliosim bench --slow` (minutes in all).
 SLOW_BENCH_TARGETS: list[tuple[str, str, str, Callable[[float], bool]]] = [
     ("mthp_will_it_scale", "mthp_will_it_scale_host_s", "reproduce mthp-will-it-scale: < 60 host s", lambda v: v < 60.0),
@@ -376,6 +379,19 @@ def _bench_big() -> tuple[dict[str, Any], float]:
     return json.loads(proc.stdout), peak_gib
 
 
+def _bench_reproduction(name: str) -> dict[str, Any]:
+    """Host seconds of one experiment, run as `foliosim reproduce` runs it
+    (two processes)."""
+    import time
+
+    from . import reproduce as _repro
+
+    exp_name = name.replace("_", "-")
+    t0 = time.monotonic()
+    reps = list(_repro.run_experiments(_repro.load_all([exp_name])))
+    return {f"{name}_host_s": time.monotonic() - t0, "rows": len(reps[0]["rows"]) if reps else 0}
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     results: dict[str, Any] = {}
     details: dict[str, Any] = {}
@@ -388,6 +404,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
         try:
             if name == "big_machine":
                 data, value = _bench_big()
+            elif name in REPRODUCTION_BENCHES:
+                data = _bench_reproduction(name)
+                value = _figure(data, key)
             else:
                 data = json.loads(_core.bench_json(name))
                 value = _figure(data, key)

@@ -161,6 +161,7 @@ def test_bench_reporting(monkeypatch, capsys):
                "fpr_overhead": {"fpr_overhead_host_s": 40.0}}
     monkeypatch.setattr(cli._core, "bench_json", lambda which: json.dumps(figures[which]))
     monkeypatch.setattr(cli, "_bench_big", lambda: ({"host_s": 1.0}, 2.5))
+    monkeypatch.setattr(cli, "_bench_reproduction", lambda which: figures[which])
     assert cli.main(["bench", "--json"]) == 0
     obj = json.loads(capsys.readouterr().out)
     for k in ("anon_faults_per_host_s", "tlb_hit_accesses_per_host_s", "pf1_threads64_host_s", "peak_rss_1tib_gib", "fpr_overhead_host_s"):

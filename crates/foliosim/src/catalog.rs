@@ -19,7 +19,6 @@ pub fn catalog() -> Value {
     let counters: Vec<Value> = (0..NR_STATS)
         .map(|i| json!({"name": STAT_NAMES[i], "help": STAT_HELP[i], "gauge": Stat::from_name(STAT_NAMES[i]).unwrap().is_gauge()}))
         .collect();
-    let experiments: Vec<Value> = crate::reproduce::registry().iter().map(|e| json!({"name": e.name, "help": e.title})).collect();
     let probes: Vec<Value> = crate::kernel::trace::known().into_iter().map(|(n, h)| json!({"name": n, "help": h})).collect();
-    json!({"workloads": workloads, "profiles": profiles, "knobs": knobs, "counters": counters, "probes": probes, "experiments": experiments})
+    json!({"workloads": workloads, "profiles": profiles, "knobs": knobs, "counters": counters, "probes": probes})
 }

@@ -46,9 +46,6 @@ pub struct Cpu {
     pub landing: Vec<(Ns, u32)>,
     /// x86 cpu_tlbstate: the loaded mm and the dynamic ASID slots (mm/asid.rs).
     pub tlbstate: crate::mm::asid::TlbState,
-    /// /proc/interrupts "TLB shootdowns" of this CPU (irq_tlb_count): flush
-    /// IPIs whose handler ran here.
-    pub irq_tlb_count: u64,
 }
 
 /// One memory node (pg_data_t).
@@ -197,7 +194,6 @@ impl Kernel {
                 node: cpu_node(i),
                 landing: Vec::new(),
                 tlbstate: Default::default(),
-                irq_tlb_count: 0,
             })
             .collect();
         let anon_policy = crate::mm::huge_memory::policy(&knobs.anon_folio);

@@ -148,18 +148,11 @@ impl Kernel {
                 self.check.bump_data((false, f.inode + 1, i));
             }
         }
-        if !write && self.tier.first_read_at.is_none() {
-            self.tier.first_read_at = Some(t);
-        }
         let r = if write { self.filemap_write(t0, cpu, f.inode, f.pos, len) } else { self.filemap_read(t0, cpu, f.inode, f.pos, len) };
         match r {
             None => (Ret::Err(errno::ENOMEM), t),
             Some((n, t)) => {
                 self.mms[mm as usize].fd(fd).unwrap().pos += n;
-                if n == 0 && !write {
-                    // End of a read cycle (the promotion experiments time these).
-                    self.tier.eof_times.push(t);
-                }
                 (Ret::Val(n as i64), t)
             }
         }

@@ -93,7 +93,6 @@ impl Kernel {
                 tlb.flush_range(asid, start, end);
             }
             self.cpus[c as usize].irq_debt += recv;
-            self.cpus[c as usize].irq_tlb_count += 1;
         }
         t + self.c.ipi_send * remote.len() as Ns + self.c.ipi_ack
     }
@@ -146,7 +145,6 @@ impl Kernel {
                 self.cpus[c as usize].landing.push((at, m));
             }
             self.cpus[c as usize].irq_debt += recv;
-            self.cpus[c as usize].irq_tlb_count += 1;
         }
         if sent == 0 {
             return t_local;
