@@ -206,3 +206,8 @@ def test_cli_runs_an_experiment_from_a_user_folder(tmp_path):
     listing = subprocess.run([sys.executable, "-m", "foliosim", "list"], capture_output=True, text=True, env=env,
                              stdin=subprocess.DEVNULL)
     assert "pf1-tasks: page_fault1: two processes against one" in listing.stdout
+
+
+def test_the_tutorial_shows_the_tested_experiment():
+    text = (REPO / "docs" / "tutorial.md").read_text()
+    assert "```toml\n" + TINY.read_text() + "```" in text, "docs/tutorial.md must show tests/python/data/experiments/demo/pf1-tasks.toml as it is"
