@@ -19,7 +19,7 @@ PIP_FLAGS := --quiet --disable-pip-version-check --no-input
 
 RAY_STAMP := $(VENV)/.ray-stamp
 
-.PHONY: demo test venv develop cargo-test pytest bench clean browser ray docs-tables validation fuzz validate golden
+.PHONY: demo test venv develop cargo-test pytest bench clean browser ray docs-tables validation fuzz validate golden reproductions check-reproductions
 
 demo: develop
 	$(VENV)/bin/foliosim run configs/default.toml
@@ -69,12 +69,19 @@ $(RAY_STAMP): $(STAMP)
 	if $(VPY) -m pip install $(PIP_FLAGS) 'ray>=2.9'; then touch $@; \
 	else echo "make: pip install ray failed: the Ray test will skip"; fi
 
-# The seed-vs-simulated tables in README.md and docs/mechanisms/*.md, from
-# `foliosim reproduce all --json` (so they never drift from the simulator).
+# docs/reproductions.{json,md}: every experiment rerun (experiments/*/*.toml,
+# two processes, about ten minutes). `make test` checks them cheaply (hashes
+# of the inputs, the cheap experiments rerun); check-reproductions reruns all.
+reproductions: develop
+	$(VPY) -m foliosim.reproduce.docs write
+
+check-reproductions: develop
+	$(VPY) -m foliosim.reproduce.docs check
+
+# The published-vs-simulated tables in README.md and docs/mechanisms/*.md,
+# from docs/reproductions.json (`make reproductions` first when it is stale).
 docs-tables: develop
-	mkdir -p results/reproduce
-	$(VENV)/bin/foliosim reproduce all --json --quiet --out results/reproduce > results/reproduce/all.json
-	$(VPY) -m foliosim.doctables results/reproduce/all.json README.md docs/mechanisms/*.md
+	$(VPY) -m foliosim.doctables docs/reproductions.json README.md docs/mechanisms/*.md
 
 # Rewrites tests/golden/expected/ from the current code: for a deliberate
 # change of output (commit the files with it and say which figures moved).

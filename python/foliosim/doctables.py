@@ -1,5 +1,6 @@
-"""Fill the seed-vs-simulated tables of the docs from `foliosim reproduce
---json` output, so that they never drift from what the simulator gives.
+"""Fill the published-vs-simulated tables of the docs from
+docs/reproductions.json (or `foliosim reproduce all --json` output), so that
+they never drift from what the simulator gives.
 
     python -m foliosim.doctables REPRODUCE.json FILE.md...   (`make docs-tables`)
 
@@ -35,13 +36,14 @@ def table(reps: Sequence[dict[str, Any]], globs: Sequence[str]) -> str:
     if not chosen:
         return ("_No experiment registered yet: filled by `foliosim reproduce` "
                 f"(`make docs-tables`) from experiments named {', '.join(f'`{g}`' for g in globs)}._")
-    out = ["| experiment | label | metric | seed | simulated | difference | note |", "| --- | --- | --- | ---: | ---: | ---: | --- |"]
+    out = ["| experiment | label | metric | published | simulated | difference | note |", "| --- | --- | --- | ---: | ---: | ---: | --- |"]
     for rep in chosen:
         for r in rep.get("rows") or []:
-            d, p = difference(r.get("seed"), r.get("simulated"))
+            published = r.get("published", r.get("seed"))
+            d, p = difference(published, r.get("simulated"))
             diff = "—" if d is None else (f"{fmt(d)} ({p:+.1f}%)" if p is not None else fmt(d))
             unit = f" {r.get('unit')}" if r.get("unit") else ""
-            seed = "—" if r.get("seed") is None else f"{fmt(r.get('seed'))}{unit}"
+            seed = "—" if published is None else f"{fmt(published)}{unit}"
             note = str(r.get("note") or "").replace("|", "/").replace("\n", " ")
             out.append(f"| `{rep.get('name')}` | {r.get('label', '')} | {r.get('metric', '')} | {seed} | "
                        f"{fmt(r.get('simulated'))}{unit} | {diff} | {note} |")
@@ -74,7 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         reps = json.loads(Path(args[0]).read_text(encoding="utf-8"))
         if isinstance(reps, dict):
-            reps = [reps]
+            reps = reps.get("experiments", [reps])
         if not isinstance(reps, list):
             raise ValueError(f"{args[0]}: expected the JSON of `foliosim reproduce all --json`")
         for f in args[1:]:

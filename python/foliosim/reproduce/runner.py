@@ -123,7 +123,10 @@ def _rows(exp: Experiment, spec: RowSpec, env: dict[str, Any], partial: bool) ->
             if pub.touched:
                 row["sources"] = [{"figure": k, "source": exp.published[k]["source"], "where": exp.published[k]["where"]}
                                   for k in pub.touched]
-            if f.get("headline"):
+            h = f.get("headline")
+            if isinstance(h, Expr):
+                h = _ev(h, e, exp, f"{where}.headline", partial)
+            if h:
                 row["headline"] = True
         except _Missing:
             continue
@@ -188,6 +191,8 @@ def evaluate_experiment(exp: Experiment, results: Mapping[str, dict[str, Any]], 
             rows.append(row)
             if rid:
                 by_id[rid] = row
+    if not partial and sum(1 for r in rows if r.get("headline")) > 1:
+        raise exp.err("headline", "more than one row came out as the headline")
     env["row"] = by_id
     notes: list[str] = []
     for n in exp.notes:

@@ -45,7 +45,8 @@ The format (docs/experiments.md describes it for a reader)::
     note = "..."                        # a template; see `Template`
     note_when = "EXPR"                  # optional: the note only where true
                                         # (`this` is the row: this.simulated)
-    headline = true                     # optional
+    headline = true                     # the headline row (with `for`: an
+                                        # expression choosing one of them)
 
     [[series]]                          # curves for the report
     name = "..."; x = "EXPR"; y = "EXPR"; xlabel = "..."; ylabel = "..."
@@ -401,9 +402,13 @@ def load(path: str | Path) -> Experiment:
             ids.add(rid)
             fields["id"] = rid
         if "headline" in t:
-            if not isinstance(t["headline"], bool):
-                raise exp.err(f"{where}.headline", "expected true or false")
-            fields["headline"] = t["headline"]
+            h = t["headline"]
+            if isinstance(h, bool):
+                fields["headline"] = h
+            elif "for" in t:
+                fields["headline"] = _expr(exp, h, f"{where}.headline")
+            else:
+                raise exp.err(f"{where}.headline", "expected true or false (or, in a row with `for`, an expression choosing one)")
         if "note_when" in t:
             if "note" not in t:
                 raise exp.err(f"{where}.note_when", "a condition for a note that is not there")
@@ -412,9 +417,7 @@ def load(path: str | Path) -> Experiment:
         exp.rows.append(RowSpec(i, fields, _loops(exp, t, where), when))
     heads = [r for r in exp.rows if r.fields.get("headline")]
     if len(heads) > 1:
-        raise exp.err(f"rows[{heads[1].index}].headline", "only one row is the headline")
-    if heads and heads[0].loops:
-        raise exp.err(f"rows[{heads[0].index}].headline", "the headline row cannot have `for`")
+        raise exp.err(f"rows[{heads[1].index}].headline", "only one [[rows]] entry holds the headline")
     for i, t in enumerate(doc.get("series") or []):
         where = f"series[{i}]"
         extra = set(t) - SERIES_KEYS
