@@ -75,7 +75,7 @@ def test_templates_format_from_values():
 
 # --------------------------------------------------------------- note rule --
 @pytest.mark.parametrize("text", [
-    "page_fault2 and page_fault3 on x86 with -j160, v12 and E5-2630v3",
+    "page_fault2 and page_fault3 on x86 with -j160, v12 and E5-2630v3, order-4 folios",
     "4 KiB pages and 2 MiB THPs, 64KiB folios",
     "the knob `mmap_lock.rwsem_semantics = \"5.1\"` and commit 7e12beb8ca2a",
     "SPF loses {row.pf2.simulated:+.1f}% against {pub.lkp:.1f}%",
@@ -92,6 +92,7 @@ def test_notes_may_name_things(text):
     ("0.05% against 0.007%", "0.05%"),
     ("settles in 30 s", "30"),
     ("Linux 6.4 added them", "6.4"),
+    ("order 4 folios", "4"),
 ])
 def test_notes_may_not_type_figures(text, figure):
     assert any(figure in b for b in check_note_text(text)), check_note_text(text)
@@ -186,6 +187,49 @@ def test_tiny_experiment_runs_through_the_ordinary_run_path():
     assert rep["profile"]["name"] == "generic-x86" and "[cpu]" in (rep["profile"]["toml"] or "")
 
 
+def test_a_window_that_cuts_the_workload_short_is_said(tmp_path):
+    # The tutorial's experiment with a window too short for a whole
+    # iteration (a 4 MiB region faulted in and unmapped) before it opens:
+    # every row that reads those runs says so, the windows list says why.
+    text = TINY.read_text().replace("run.warmup_s = 0.005", "run.warmup_s = 0.0001")
+    assert text != TINY.read_text()
+    (tmp_path / "demo").mkdir()
+    short = tmp_path / "demo" / "pf1-tasks.toml"
+    short.write_text(text)
+    (rep,) = list(R.run_experiments([R.load(short)], jobs=1))
+    assert [w["ok"] for w in rep["windows"]] == [False, False], rep["windows"]
+    assert all("whole iteration when the measured window opened" in w["reason"] for w in rep["windows"])
+    for r in rep["rows"]:
+        assert r["note"].startswith("Window too short ("), r
+        assert "1 task" in r["window"] or "2 tasks" in r["window"]
+    head = next(r for r in rep["rows"] if r.get("headline"))
+    assert "1 task:" in head["window"] and "2 tasks:" in head["window"], "the ratio reads both runs"
+    # The shipped window holds: no row says so.
+    (ok,) = list(R.run_experiments([R.load(TINY)], jobs=1))
+    assert all(w["ok"] for w in ok["windows"]) and not any("window" in r for r in ok["rows"])
+    assert all(w["iterations_before_min"] >= 1 and w["iterations_measured_min"] >= 1 for w in ok["windows"])
+
+
+def test_window_kinds_read_the_result():
+    from foliosim.reproduce.runner import window
+
+    def run(tasks, warmup=0.001):
+        return {"config": {"run": {"warmup_s": warmup}}, "per_task": tasks}
+
+    t = {"kthread": False, "exited": False, "clock_ns": 5_000_000, "ops_measured": 10}
+    assert window(run([{**t, "iterations": 3, "iterations_measured": 1}]), "steady")["ok"]
+    assert not window(run([{**t, "iterations": 1, "iterations_measured": 1}]), "steady")["ok"], "none before the window"
+    assert not window(run([{**t, "iterations": 2, "iterations_measured": 0}]), "steady")["ok"], "none inside it"
+    assert not window(run([{**t, "iterations": None, "iterations_measured": None}]), "steady")["ok"], "nothing counted"
+    assert not window(run([{**t, "iterations": 5, "iterations_measured": 5}]), "finished")["ok"], "still running"
+    assert window(run([{**t, "exited": True, "iterations": 5, "iterations_measured": 5}]), "finished")["ok"]
+    assert not window(run([{**t, "iterations": 0, "iterations_measured": 0}]), "iterated")["ok"]
+    assert window(run([{**t, "iterations": 1, "iterations_measured": 1}]), "iterated")["ok"]
+    # A task that ended before the window opened (memhog_then's memhog) is not in it.
+    gone = {**t, "exited": True, "clock_ns": 500_000, "iterations": 1, "iterations_measured": 0}
+    assert window(run([gone, {**t, "iterations": 3, "iterations_measured": 1}]), "steady")["ok"]
+
+
 def test_output_does_not_depend_on_the_number_of_processes():
     exp = R.load(TINY)
     a = list(R.run_experiments([exp], jobs=1))
@@ -211,3 +255,25 @@ def test_cli_runs_an_experiment_from_a_user_folder(tmp_path):
 def test_the_tutorial_shows_the_tested_experiment():
     text = (REPO / "docs" / "tutorial.md").read_text()
     assert "```toml\n" + TINY.read_text() + "```" in text, "docs/tutorial.md must show tests/python/data/experiments/demo/pf1-tasks.toml as it is"
+
+
+def test_no_note_of_a_shipped_experiment_types_a_figure():
+    bad = {}
+    for name, path in R.find().items():
+        exp = R.load(path)
+        lets = dict(exp.lets)
+        for where, t in exp.templates():
+            figures = check_note_text(t, lets)
+            if figures:
+                bad[f"{name} {where}"] = figures
+    assert not bad, bad
+
+
+def test_experiments_cite_public_sources_not_working_notes():
+    # Titles, labels, notes and sources name what a reader can find (a
+    # thread, a commit, a mechanism page), never a document outside the
+    # repository.
+    for path in R.find().values():
+        text = path.read_text()
+        for needle in ("spec/", "§", "seeds/"):
+            assert needle not in text, f"{path}: {needle!r}"

@@ -80,6 +80,7 @@ def _keep(rep: dict[str, Any], root: Path) -> dict[str, Any]:
         "file": str(path.relative_to(root)) if path.is_relative_to(root) else path.name,
         "inputs_sha256": inputs_hash(path, root),
         "rows": rep["rows"], "notes": rep["notes"], "sources": rep.get("sources", {}),
+        "windows": rep.get("windows", []),
     }
 
 
@@ -146,6 +147,17 @@ def render(data: dict[str, Any]) -> str:
                            f"{_cell(r.get('note'))} |")
             if e["notes"]:
                 out += ["", "Notes:", ""] + [f"- {_cell(n)}" for n in e["notes"]]
+            if e.get("windows"):
+                out += ["", "Measured windows (whole iterations of each task's loop: will-it-scale's munmaps, passes, "
+                        "jobs reaped, tokens; `steady`: at least one before the window and one inside it):", "",
+                        "| run | window | tasks | iterations before (min per task) | in the window (min per task) "
+                        "| in the window (all tasks) | ops per iteration | |",
+                        "| --- | --- | ---: | ---: | ---: | ---: | ---: | --- |"]
+                for w in e["windows"]:
+                    verdict = "ok" if w["ok"] else f"**short**: {_cell(w['reason'])}"
+                    out.append(f"| {_cell(w['label'])} | {w['kind']} | {w['tasks']} | {_fmt(w['iterations_before_min'])} | "
+                               f"{_fmt(w['iterations_measured_min'])} | {_fmt(w['iterations_measured'])} | "
+                               f"{_fmt(w['ops_per_iteration'])} | {verdict} |")
             figs: dict[str, list[str]] = {}
             for r in e["rows"]:
                 for s in r.get("sources") or []:
@@ -192,7 +204,7 @@ def compare_rows(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     if len(old["rows"]) != len(new["rows"]):
         out.append(f"{old['name']}: {len(old['rows'])} rows committed, {len(new['rows'])} now")
     for a, b in zip(old["rows"], new["rows"], strict=False):
-        for k in ("label", "metric", "unit", "published", "simulated", "note"):
+        for k in ("label", "metric", "unit", "published", "simulated", "note", "window"):
             if a.get(k) != b.get(k):
                 out.append(f"{old['name']}: {a.get('label')} / {a.get('metric')}: {k} {a.get(k)!r} committed, {b.get(k)!r} now")
     if old["notes"] != new["notes"]:

@@ -27,7 +27,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-__all__ = ["FUNCTIONS", "Expr", "ExprError", "Template", "TemplateError", "check_note_text", "evaluate"]
+__all__ = ["FUNCTIONS", "Expr", "ExprError", "Template", "TemplateError", "check_note_text", "evaluate", "texts_of"]
 
 MAX_SEQUENCE = 10_000_000
 MAX_EXPONENT = 64
@@ -180,10 +180,11 @@ def _is_num(x: Any) -> bool:
 
 class _Scope:
     """Names visible to an expression: comprehension variables over the
-    environment. `touched` records the published figures read (`pub.X`)."""
+    environment; `on_name` hears every name read from the environment."""
 
-    def __init__(self, env: Mapping[str, Any]):
+    def __init__(self, env: Mapping[str, Any], on_name: Callable[[str], None] | None = None):
         self.env = env
+        self.on_name = on_name
         self.local: list[dict[str, Any]] = []
 
     def lookup(self, name: str) -> Any:
@@ -191,6 +192,8 @@ class _Scope:
             if name in frame:
                 return frame[name]
         if name in self.env:
+            if self.on_name is not None:
+                self.on_name(name)
             return self.env[name]
         if name in FUNCTIONS:
             raise ExprError(f"{name} is a function: call it")
@@ -253,10 +256,12 @@ def _validate(tree: ast.AST, source: str) -> None:
             raise ExprError(f"{source!r}: constant {node.value!r} is not allowed")
 
 
-def evaluate(expr: Expr | str, env: Mapping[str, Any]) -> Any:
+def evaluate(expr: Expr | str, env: Mapping[str, Any], on_name: Callable[[str], None] | None = None) -> Any:
+    """The value of `expr` over `env`; `on_name(name)` is called for every
+    name the expression reads from `env`."""
     e = expr if isinstance(expr, Expr) else Expr(expr)
     try:
-        return _eval(e.tree.body, _Scope(env))
+        return _eval(e.tree.body, _Scope(env, on_name))
     except ExprError as err:
         msg = str(err)
         raise ExprError(msg if msg.startswith(repr(e.source)) else f"{e.source!r}: {msg}") from None
@@ -478,14 +483,14 @@ class Template:
         that no result formats)."""
         return "\u241f".join(p for p in self.parts if isinstance(p, str))
 
-    def render(self, env: Mapping[str, Any]) -> str:
+    def render(self, env: Mapping[str, Any], on_name: Callable[[str], None] | None = None) -> str:
         out: list[str] = []
         for p in self.parts:
             if isinstance(p, str):
                 out.append(p)
                 continue
             e, spec = p
-            v = evaluate(e, env)
+            v = evaluate(e, env, on_name)
             try:
                 out.append(format(v, spec) if spec else auto_format(v))
             except (TypeError, ValueError) as err:
@@ -551,19 +556,44 @@ _BINARY_UNIT = re.compile(r"^\s?(?:KiB|MiB|GiB|TiB)\b")
 _NUMBER_WITH_UNIT = re.compile(r"[0-9.,]+(?:[A-Za-z]{1,3})")
 
 
-def check_note_text(template: Template | str) -> list[str]:
+def texts_of(template: Template, lets: Mapping[str, Expr] | None = None) -> list[str]:
+    """All the text a template can put in a note: its literal parts, the
+    string constants of its placeholders, and those of the `let` rules its
+    placeholders read (recursively)."""
+    out = [p for p in template.parts if isinstance(p, str)]
+    seen: set[str] = set()
+
+    def walk(node: ast.AST) -> None:
+        if isinstance(node, ast.FormattedValue):
+            walk(node.value)  # its format spec (".1f") is no text
+            return
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            out.append(node.value)
+        elif isinstance(node, ast.Name) and lets and node.id in lets and node.id not in seen:
+            seen.add(node.id)
+            walk(lets[node.id].tree)
+        for child in ast.iter_child_nodes(node):
+            walk(child)
+
+    for p in template.parts:
+        if not isinstance(p, str):
+            walk(p[0].tree)
+    return out
+
+
+def check_note_text(template: Template | str, lets: Mapping[str, Expr] | None = None) -> list[str]:
     """Figures typed by hand in a note. Outside placeholders a digit may
     only stand in a name (a word with a letter that is not a number with a
     unit: `page_fault2`, `x86`, `v12`, `-j160`, `E5-2630v3`, a commit id),
     in a code span in backticks (a config key or knob value), or in a
     binary size naming a page or folio size (`4 KiB`, `2 MiB`). `3.3x`,
-    `-28%`, `0.05`, `10s` are figures: they must be placeholders.
-    Returns the offending tokens (empty: the note is clean)."""
+    `-28%`, `0.05`, `10s` are figures: they must be placeholders. The
+    strings a placeholder can produce (its string constants, and those of
+    the `lets` it reads) are held to the same rule. Returns the offending
+    tokens (empty: the note is clean)."""
     t = template if isinstance(template, Template) else Template(template)
     bad: list[str] = []
-    for part in t.parts:
-        if not isinstance(part, str):
-            continue
+    for part in texts_of(t, lets):
         text = _CODE.sub(" ", part)
         for m in _TOKEN.finditer(text):
             tok = m.group(0).rstrip(".,")
@@ -576,6 +606,8 @@ def check_note_text(template: Template | str) -> list[str]:
                     continue
             elif _BINARY_UNIT.match(text[end:]):
                 continue
+            elif m.start() >= 2 and text[m.start() - 1] == "-" and text[m.start() - 2].isalpha():
+                continue  # a hyphenated name: order-4, x86-64
             lead = text[m.start() - 1] if m.start() > 0 and text[m.start() - 1] in "-+~" else ""
             tail = "%" if text[end:end + 1] == "%" else ""
             bad.append(lead + tok + tail)

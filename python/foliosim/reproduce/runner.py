@@ -72,13 +72,83 @@ def _loop_envs(loops: list[tuple[str, Any]], env: dict[str, Any], exp: Experimen
         yield from _loop_envs(rest, {**env, name: v}, exp, where)
 
 
+def window(run: Mapping[str, Any], kind: str) -> dict[str, Any]:
+    """Whether a run measured what its rows read (spec.RunSpec.window), from
+    its result: the iterations (Workload::iterations) of the workload's
+    tasks before and inside the measured window, and whether they exited."""
+    user = [t for t in run.get("per_task") or [] if not t.get("kthread")]
+    loops = [t for t in user if t.get("iterations") is not None]
+    warm_ns = float(((run.get("config") or {}).get("run") or {}).get("warmup_s", 0.0)) * 1e9
+    # Tasks done before the window opened (memhog_then's memhog) are not in it.
+    live = [t for t in loops if not (t.get("exited") and t.get("clock_ns", 0) <= warm_ns)]
+    before = [t["iterations"] - t["iterations_measured"] for t in live]
+    inside = [t["iterations_measured"] for t in live]
+    ops = sum(t.get("ops_measured", 0) for t in live)
+    out: dict[str, Any] = {
+        "kind": kind,
+        "tasks": len(live),
+        "iterations_before_min": min(before) if before else None,
+        "iterations_measured_min": min(inside) if inside else None,
+        "iterations_measured": sum(inside) if inside else None,
+        "ops_per_iteration": ops / sum(inside) if inside and sum(inside) > 0 else None,
+    }
+    reason = ""
+    if kind == "steady":
+        if not live:
+            reason = "its workload counts no iterations, so the window cannot be checked"
+        elif min(before) < 1:
+            short = sum(1 for b in before if b < 1)
+            reason = f"{short} of {len(live)} tasks had not completed one whole iteration when the measured window opened"
+        elif min(inside) < 1:
+            short = sum(1 for n in inside if n < 1)
+            reason = f"{short} of {len(live)} tasks completed no whole iteration inside the measured window"
+    elif kind == "finished":
+        running = sum(1 for t in user if not t.get("exited"))
+        if running:
+            reason = f"{running} of {len(user)} tasks had not finished when the run ended"
+    elif kind == "iterated":
+        short = sum(1 for t in loops if (t.get("iterations") or 0) < 1)
+        if not loops:
+            reason = "its workload counts no iterations"
+        elif short:
+            reason = f"{short} of {len(loops)} tasks completed no whole iteration"
+    out["ok"] = not reason
+    out["reason"] = reason
+    return out
+
+
+class _Reads:
+    """The runs the rule being evaluated has read, directly (a key of a
+    _RunResult) or through a `let` value (whose own reads `deps` keeps): a
+    row that reads a run whose window is short says so."""
+
+    def __init__(self) -> None:
+        self.deps: dict[str, set[str]] = {}
+        self.now: set[str] = set()
+
+    def __call__(self, name: str) -> None:
+        self.now.update(self.deps.get(name, ()))
+
+
+class _RunResult(dict):
+    """A run's result as the rules see it: reading a key marks the run read."""
+
+    def __getitem__(self, key: Any) -> Any:
+        if _READS is not None:
+            _READS.now.add(dict.__getitem__(self, "name"))
+        return dict.__getitem__(self, key)
+
+
 class _Missing(Exception):
     """A rule read a run that did not finish (interrupted)."""
 
 
+_READS: _Reads | None = None
+
+
 def _ev(e: Expr, env: Mapping[str, Any], exp: Experiment, where: str, partial: bool) -> Any:
     try:
-        return evaluate(e, env)
+        return evaluate(e, env, _READS)
     except ExprError as err:
         if partial:
             raise _Missing() from None
@@ -87,17 +157,20 @@ def _ev(e: Expr, env: Mapping[str, Any], exp: Experiment, where: str, partial: b
 
 def _render(t: Template, env: Mapping[str, Any], exp: Experiment, where: str, partial: bool) -> str:
     try:
-        return t.render(env)
+        return t.render(env, _READS)
     except ExprError as err:
         if partial:
             raise _Missing() from None
         raise exp.err(where, str(err)) from None
 
 
-def _rows(exp: Experiment, spec: RowSpec, env: dict[str, Any], partial: bool) -> Iterator[tuple[str | None, dict[str, Any]]]:
+def _rows(exp: Experiment, spec: RowSpec, env: dict[str, Any], partial: bool,
+          windows: Mapping[str, dict[str, Any]]) -> Iterator[tuple[str | None, dict[str, Any]]]:
     where = f"rows[{spec.index}]"
     f = spec.fields
     for e in _loop_envs(spec.loops, env, exp, where):
+        if _READS is not None:
+            _READS.now = set()
         try:
             if spec.when is not None and not _ev(spec.when, e, exp, f"{where}.when", partial):
                 continue
@@ -115,6 +188,7 @@ def _rows(exp: Experiment, spec: RowSpec, env: dict[str, Any], partial: bool) ->
                 "seed": published,
                 "simulated": _number(_ev(f["simulated"], e, exp, f"{where}.simulated", partial), f"{where}.simulated", exp),
             }
+            short = [windows[n] for n in sorted(_READS.now if _READS else ()) if n in windows and not windows[n]["ok"]]
             row["note"] = ""
             if "note" in f:
                 ne = {**e, "this": row}
@@ -128,6 +202,10 @@ def _rows(exp: Experiment, spec: RowSpec, env: dict[str, Any], partial: bool) ->
                 h = _ev(h, e, exp, f"{where}.headline", partial)
             if h:
                 row["headline"] = True
+            if short:
+                # A figure from a window that did not hold what it reports.
+                row["window"] = "; ".join(f"{w['label']}: {w['reason']}" for w in short)
+                row["note"] = f"Window too short ({row['window']})." + (f" {row['note']}" if row["note"] else "")
         except _Missing:
             continue
         yield f.get("id"), row
@@ -168,29 +246,38 @@ def evaluate_experiment(exp: Experiment, results: Mapping[str, dict[str, Any]], 
                         profiles: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The row contract of `exp` from its runs' results (by run id). With
     `interrupted`, runs may be missing: the rows that read them are left out."""
+    global _READS
     partial = interrupted or any(r.id not in results for r in exp.runs.values())
     env: dict[str, Any] = {"experiment": {"name": exp.name, "title": exp.title}, "config": exp.base}
     runs: dict[str, Any] = {}
+    windows: dict[str, dict[str, Any]] = {}
     for r in exp.runs.values():
         if r.id in results:
-            runs[r.name] = {**results[r.id], "name": r.name, "label": r.label, "params": r.params}
+            runs[r.name] = _RunResult({**results[r.id], "name": r.name, "label": r.label, "params": r.params})
+            windows[r.name] = {"run": r.name, "label": r.label, **window(results[r.id], r.window)}
     env["runs"] = runs
     env.update(runs)
     for s, names in exp.sweeps.items():
         env[s] = [runs[n] for n in names if n in runs]
     env["pub"] = _Published(exp.published)
-    for name, rule in exp.lets:
-        try:
-            env[name] = _ev(rule, env, exp, f"let.{name}", partial)
-        except _Missing:
-            continue
-    rows: list[dict[str, Any]] = []
-    by_id: dict[str, Any] = {}
-    for spec in exp.rows:
-        for rid, row in _rows(exp, spec, env, partial):
-            rows.append(row)
-            if rid:
-                by_id[rid] = row
+    _READS = reads = _Reads()
+    try:
+        for name, rule in exp.lets:
+            reads.now = set()
+            try:
+                env[name] = _ev(rule, env, exp, f"let.{name}", partial)
+            except _Missing:
+                continue
+            reads.deps[name] = set(reads.now)
+        rows: list[dict[str, Any]] = []
+        by_id: dict[str, Any] = {}
+        for spec in exp.rows:
+            for rid, row in _rows(exp, spec, env, partial, windows):
+                rows.append(row)
+                if rid:
+                    by_id[rid] = row
+    finally:
+        _READS = None
     if not partial and sum(1 for r in rows if r.get("headline")) > 1:
         raise exp.err("headline", "more than one row came out as the headline")
     env["row"] = by_id
@@ -216,6 +303,7 @@ def evaluate_experiment(exp: Experiment, results: Mapping[str, dict[str, Any]], 
     out["seed"] = exp.seed
     out["profile"] = _profile(exp.profile, profiles or {})
     out["configs"] = [{"label": r.label, "config": json.loads(r.cfg_json)} for r in exp.runs.values() if r.id in results]
+    out["windows"] = list(windows.values())
     out["sources"] = exp.sources
     out["interrupted"] = bool(partial)
     return out

@@ -91,6 +91,9 @@ class ExperimentError(ValueError):
         super().__init__(f"{where}: {key}: {' '.join(str(reason).split())}")
 
 
+WINDOWS = ("steady", "finished", "iterated")
+
+
 @dataclass
 class RunSpec:
     name: str
@@ -100,6 +103,11 @@ class RunSpec:
     sweep: str | None
     cfg_json: str = ""
     id: str = ""
+    # What the rows read of this run, checked on its result (runner.window):
+    # "steady": a window after at least one whole iteration of every task,
+    # holding at least one more; "finished": every task ran to its end;
+    # "iterated": every task completed at least one iteration.
+    window: str = "steady"
 
 
 @dataclass
@@ -261,7 +269,7 @@ def _loops(exp: Experiment, t: dict[str, Any], where: str) -> list[tuple[str, An
 
 ROW_KEYS = {"id", "for", "when", "label", "metric", "unit", "published", "simulated", "note", "note_when", "headline"}
 SERIES_KEYS = {"for", "when", "name", "x", "y", "xlabel", "ylabel"}
-TOP_KEYS = {"title", "sources", "published", "config", "runs", "sweeps", "let", "rows", "series", "notes"}
+TOP_KEYS = {"title", "window", "sources", "published", "config", "runs", "sweeps", "let", "rows", "series", "notes"}
 
 
 def load(path: str | Path) -> Experiment:
@@ -277,6 +285,9 @@ def load(path: str | Path) -> Experiment:
         if k not in TOP_KEYS:
             raise exp.err(k, f"unknown key (expected {', '.join(sorted(TOP_KEYS))})")
     exp.title = _str(exp, doc, "title", "", required=True) or ""
+    default_window = doc.get("window", "steady")
+    if default_window not in WINDOWS:
+        raise exp.err("window", f"expected one of {', '.join(WINDOWS)}")
     # sources and published figures
     for sid, s in (doc.get("sources") or {}).items():
         if not isinstance(s, dict):
@@ -329,22 +340,25 @@ def load(path: str | Path) -> Experiment:
             key = getattr(e, "key", "") or "(config)"
             raise ExperimentError(str(p), f"{where}.{key}", getattr(e, "reason", None) or str(e), line_of(text, key)) from None
         r.id = point_id(r.cfg_json)
+        if r.window not in WINDOWS:
+            raise exp.err(f"{where}.window", f"expected one of {', '.join(WINDOWS)}")
         exp.runs[r.name] = r
 
     for name, t in (doc.get("runs") or {}).items():
         if not isinstance(t, dict):
             raise exp.err(f"runs.{name}", "expected a table")
-        extra = set(t) - set(CONFIG_KEYS) - {"label"}
+        extra = set(t) - set(CONFIG_KEYS) - {"label", "window"}
         if extra:
-            raise exp.err(f"runs.{name}.{sorted(extra)[0]}", f"unknown key (expected label or config keys: {', '.join(CONFIG_KEYS)})")
-        add_run(RunSpec(name, _str(exp, t, "label", f"runs.{name}") or name, _config_part(t), {}, None), f"runs.{name}")
+            raise exp.err(f"runs.{name}.{sorted(extra)[0]}", f"unknown key (expected label, window or config keys: {', '.join(CONFIG_KEYS)})")
+        add_run(RunSpec(name, _str(exp, t, "label", f"runs.{name}") or name, _config_part(t), {}, None,
+                        window=t.get("window", default_window)), f"runs.{name}")
     for sname, t in (doc.get("sweeps") or {}).items():
         where = f"sweeps.{sname}"
         if not isinstance(t, dict):
             raise exp.err(where, "expected a table")
-        extra = set(t) - set(CONFIG_KEYS) - {"label", "name", "axes"}
+        extra = set(t) - set(CONFIG_KEYS) - {"label", "name", "axes", "window"}
         if extra:
-            raise exp.err(f"{where}.{sorted(extra)[0]}", "unknown key (expected axes, name, label or config keys)")
+            raise exp.err(f"{where}.{sorted(extra)[0]}", "unknown key (expected axes, name, label, window or config keys)")
         axes = t.get("axes")
         if not isinstance(axes, dict) or not axes or not all(isinstance(v, list) and v for v in axes.values()):
             raise exp.err(f"{where}.axes", "expected axes.NAME = [values, ...]")
@@ -359,7 +373,8 @@ def load(path: str | Path) -> Experiment:
         for combo in itertools.product(*axes.values()):
             env = dict(zip(axes, combo, strict=True))
             rname = re.sub(r"[^A-Za-z0-9_]", "_", name_t.render(env))
-            r = RunSpec(rname, label_t.render(env), _substitute(_config_part(t), env, where, exp), env, sname)
+            r = RunSpec(rname, label_t.render(env), _substitute(_config_part(t), env, where, exp), env, sname,
+                        window=t.get("window", default_window))
             add_run(r, f"{where} point {rname}")
             exp.sweeps[sname].append(rname)
         names.add(sname)
