@@ -219,7 +219,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         _core.load_json(cfg, "<calibrate>")
     except Exception as e:
         raise HostError(f"{out}: the written profile does not load: {e}") from e
-    print(f"foliosim calibrate: wrote {out}")
+    print(f"foliosim calibrate: wrote {out}", file=sys.stderr if args.json else sys.stdout)  # --json: stdout is the JSON
     if args.json:
         sys.stdout.write(json.dumps({"profile": str(out), "measurements": m}) + "\n")
     return 0

@@ -50,6 +50,32 @@ pub fn load_json(text: &str, origin: &str) -> Result<String, ConfigError> {
     crate::config::from_json(text, origin).map(|c| c.normalized.to_string())
 }
 
+/// `load_json` for a config read from a file in `dir`: its relative paths
+/// start there. (The normalised config holds them absolute.)
+pub fn load_json_in(text: &str, origin: &str, dir: &str) -> Result<String, ConfigError> {
+    crate::config::from_json_in(text, origin, std::path::Path::new(dir)).map(|c| c.normalized.to_string())
+}
+
+/// A config (JSON, not normalised) with its relative paths made absolute as
+/// the file in `dir` means them, nothing else changed: for a config laid
+/// under keys from elsewhere (a sweep's `base`).
+pub fn resolve_paths_json(text: &str, origin: &str, dir: &str) -> Result<String, ConfigError> {
+    let v: serde_json::Value = serde_json::from_str(text).map_err(|e| ConfigError {
+        file: origin.into(),
+        line: None,
+        key: "(syntax)".into(),
+        reason: format!("malformed JSON: {e}"),
+    })?;
+    let mut t: toml::Table = serde_json::from_value(v).map_err(|e| ConfigError {
+        file: origin.into(),
+        line: None,
+        key: "(root)".into(),
+        reason: e.to_string(),
+    })?;
+    crate::config::resolve_paths(&mut t, std::path::Path::new(dir));
+    serde_json::to_string(&t).map_err(|e| ConfigError { file: origin.into(), line: None, key: "(root)".into(), reason: e.to_string() })
+}
+
 fn run_error(e: String) -> ConfigError {
     ConfigError { file: "(run)".into(), line: None, key: "workload".into(), reason: e }
 }
@@ -90,4 +116,18 @@ pub fn catalog_json() -> String {
 /// with the figure(s) measured, e.g. {"anon_faults_per_host_s": f}.
 pub fn bench_json(which: &str) -> Result<String, String> {
     crate::bench::run(which).map(|v| v.to_string())
+}
+
+/// The instruction count of a benchmark in `bench::COUNTED` (e.g.
+/// "anon_fault_instructions"), counted under callgrind on the command
+/// `child` (which runs `bench_events`); JSON, e.g.
+/// {"instructions_per_anon_fault": f, ...}.
+pub fn bench_instructions_json(which: &str, child: &[String]) -> Result<String, String> {
+    crate::bench::instructions(which, child).map(|v| v.to_string())
+}
+
+/// One run of a counted benchmark's workload ("anon_faults", "tlb_hits")
+/// for `sim_s` simulated seconds; the events it counted.
+pub fn bench_events(workload: &str, sim_s: f64) -> Result<u64, String> {
+    crate::bench::events(workload, sim_s)
 }

@@ -2,6 +2,7 @@
 rows, generated from the experiments and checked against the code.
 
     python -m foliosim.reproduce.docs write   # `make reproductions`: run all, write both
+    python -m foliosim.reproduce.docs write NAME...  # rerun only these (the others' inputs unchanged)
     python -m foliosim.reproduce.docs check   # `make check-reproductions`: run all, compare
     python -m foliosim.reproduce.docs render  # rewrite the Markdown from the JSON only
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -110,6 +112,12 @@ def _source_line(sid: str, s: dict[str, Any]) -> str:
     return "- " + "; ".join(bits)
 
 
+def _anchor(heading: str) -> str:
+    """The anchor GitHub gives a heading: lower case, punctuation dropped,
+    spaces as hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-")
+
+
 def render(data: dict[str, Any]) -> str:
     """The Markdown of `docs/reproductions.json`."""
     from ..report import difference
@@ -126,9 +134,9 @@ def render(data: dict[str, Any]) -> str:
         if e["mechanism"] not in mechs:
             mechs.append(e["mechanism"])
     for m in mechs:
-        out.append(f"- [{MECHANISM_TITLES.get(m, m)}](#{m})")
+        out.append(f"- [{MECHANISM_TITLES.get(m, m)}](#{_anchor(MECHANISM_TITLES.get(m, m))})")
     for m in mechs:
-        out += ["", f"<a id=\"{m}\"></a>", f"## {MECHANISM_TITLES.get(m, m)}", "",
+        out += ["", f"## {MECHANISM_TITLES.get(m, m)}", "",
                 f"Mechanism: [docs/mechanisms/{m}.md](mechanisms/{m}.md)."]
         for e in (x for x in exps if x["mechanism"] == m):
             out += ["", f"### `{e['name']}`: {_cell(e['title'])}", "",
@@ -174,8 +182,8 @@ def render(data: dict[str, Any]) -> str:
 
 
 # ----------------------------------------------------------------- actions --
-def _run_all(progress: bool) -> list[dict[str, Any]]:
-    exps = load_all()
+def _run_all(progress: bool, names: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    exps = load_all(names)
     total = len(exps)
 
     def bar(done: float, n: float) -> None:
@@ -190,10 +198,20 @@ def _run_all(progress: bool) -> list[dict[str, Any]]:
     return reps
 
 
-def write(root: Path | None = None, progress: bool = True) -> None:
+def write(root: Path | None = None, progress: bool = True, names: Sequence[str] = ()) -> None:
+    """Run every experiment (or only `names`, keeping the others' committed
+    rows, which must still come from the same inputs) and write both files."""
     root = root or repo_root()
-    reps = _run_all(progress)
-    data = {"generated_by": "make reproductions", "experiments": [_keep(r, root) for r in reps]}
+    if names:
+        old = json.loads((root / "docs" / "reproductions.json").read_text(encoding="utf-8"))["experiments"]
+        fresh = {r["name"]: _keep(r, root) for r in _run_all(progress, names)}
+        stale = [e["name"] for e in old if e["name"] not in fresh and e["inputs_sha256"] != inputs_hash(root / e["file"], root)]
+        if stale:
+            raise SystemExit(f"foliosim: {', '.join(stale)}: inputs changed too; run `make reproductions` (all)")
+        kept = [fresh.pop(e["name"], e) for e in old]
+        data = {"generated_by": "make reproductions", "experiments": kept + list(fresh.values())}
+    else:
+        data = {"generated_by": "make reproductions", "experiments": [_keep(r, root) for r in _run_all(progress)]}
     write_text_atomic(root / "docs" / "reproductions.json", json.dumps(data, indent=1, ensure_ascii=False) + "\n")
     write_text_atomic(root / "docs" / "reproductions.md", render(data))
 
@@ -236,7 +254,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     what = args[0] if args else ""
     root = repo_root()
     if what == "write":
-        write(root)
+        write(root, names=args[1:])
         print("wrote docs/reproductions.json and docs/reproductions.md")
         return 0
     if what == "render":
