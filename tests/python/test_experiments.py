@@ -228,6 +228,8 @@ def test_window_kinds_read_the_result():
     # A task that ended before the window opened (memhog_then's memhog) is not in it.
     gone = {**t, "exited": True, "clock_ns": 500_000, "iterations": 1, "iterations_measured": 0}
     assert window(run([gone, {**t, "iterations": 3, "iterations_measured": 1}]), "steady")["ok"]
+    # Every task done before the window: nothing in it, and it says so.
+    assert window(run([gone]), "steady")["reason"] == "every task had finished before the measured window opened"
 
 
 def test_output_does_not_depend_on_the_number_of_processes():

@@ -94,7 +94,9 @@ def window(run: Mapping[str, Any], kind: str) -> dict[str, Any]:
     }
     reason = ""
     if kind == "steady":
-        if not live:
+        if loops and not live:
+            reason = "every task had finished before the measured window opened"
+        elif not live:
             reason = "its workload counts no iterations, so the window cannot be checked"
         elif min(before) < 1:
             short = sum(1 for b in before if b < 1)
