@@ -391,38 +391,6 @@ fn checker_catches_a_missing_deferred_split_unqueue() {
     assert!(v.iter().any(|s| s.contains("I-15")), "{v:?}");
 }
 
-/// Prints a reproduction's JSON: `cargo test -p foliosim --test mthp print_reproduction -- --ignored --nocapture`
-/// with FOLIOSIM_EXP=name.
-#[test]
-#[ignore]
-fn print_reproduction() {
-    let name = std::env::var("FOLIOSIM_EXP").unwrap_or_else(|_| "mthp-will-it-scale".into());
-    let t0 = std::time::Instant::now();
-    let v = foliosim::reproduce::run(&name, &mut |_| true).unwrap();
-    for r in v["rows"].as_array().unwrap() {
-        println!(
-            "{:<14} {:<40} seed {:>12} sim {:>12}",
-            r["label"].as_str().unwrap_or(""),
-            r["metric"].as_str().unwrap_or(""),
-            r["seed"].to_string(),
-            format!("{:.1}", r["simulated"].as_f64().unwrap_or(f64::NAN))
-        );
-    }
-    for n in v["notes"].as_array().unwrap() {
-        println!("note: {}", n.as_str().unwrap());
-    }
-    println!("host time {:.1} s", t0.elapsed().as_secs_f64());
-}
-
-/// Writes `[reproduce all]` JSON to $FOLIOSIM_JSON (for the docs tables without the Python build).
-#[test]
-#[ignore]
-fn dump_all_reproductions() {
-    let path = std::env::var("FOLIOSIM_JSON").unwrap_or_else(|_| "/tmp/reproduce-all.json".into());
-    let all: Vec<_> = foliosim::reproduce::registry().iter().map(|e| foliosim::reproduce::run(e.name, &mut |_| true).unwrap()).collect();
-    std::fs::write(&path, serde_json::to_string_pretty(&all).unwrap()).unwrap();
-}
-
 /// The deferred-split queue lock is one per node (one memcg): with many
 /// CPUs unmapping parts of large folios it is contended. 6.3 takes it on
 /// every large-folio free, even of a never-queued folio; Yin's lockless

@@ -232,8 +232,12 @@ struct TaskState {
     file: FileId,
     fd: Fd,
     base: u64,
-    /// Offset of the current page in the region.
+    /// Offset of the current page in the region (the read tests: reads
+    /// that returned data in this pass).
     off: u64,
+    /// Iterations completed: munmaps returned, or (read tests) passes that
+    /// read the file to its end.
+    iters: u64,
 }
 
 /// One will-it-scale testcase.
@@ -398,14 +402,19 @@ impl WillItScale {
                 if matches!(self.body, Body::MapUnmap | Body::Malloc) {
                     *ops += 1;
                 }
+                st.iters += 1;
                 self.mmap(&mut st)
             }
             Phase::Reading => {
                 if last.val() == 0 {
+                    // read1 starts at EOF: its first, empty pass is no iteration.
+                    st.iters += (st.off > 0) as u64;
+                    st.off = 0;
                     st.phase = Phase::Rewinding;
                     Op::Lseek { fd: st.fd, off: 0 }
                 } else {
                     *ops += 1;
+                    st.off += 1;
                     Self::read(&mut st)
                 }
             }
@@ -448,7 +457,7 @@ impl Workload for WillItScale {
             } else {
                 shared
             };
-            self.st.push(TaskState { phase: Phase::Start, file, fd: -1, base: 0, off: 0 });
+            self.st.push(TaskState { phase: Phase::Start, file, fd: -1, base: 0, off: 0, iters: 0 });
         }
         Ok(())
     }
@@ -465,6 +474,10 @@ impl Workload for WillItScale {
             return Op::Access { addr: cur.base + cur.off, kind: Access::Store };
         }
         self.next_op_slow(i, last, ops)
+    }
+
+    fn iterations(&self, task: TaskId) -> Option<u64> {
+        self.tasks.get(task).map(|i| self.st[i].iters)
     }
 
     fn peak_bytes(&self) -> Option<u64> {
