@@ -48,6 +48,9 @@ pub struct Cpu {
     /// /proc/interrupts "TLB shootdowns" of this CPU (irq_tlb_count): flush
     /// IPIs whose handler ran here.
     pub irq_tlb_count: u64,
+    /// What this CPU's caches hold of recently freed pages and of its last
+    /// page walk (hw/cache.rs).
+    pub cache: crate::hw::cache::CpuCache,
 }
 
 /// One memory node (pg_data_t).
@@ -195,6 +198,7 @@ impl Kernel {
                 landing: Vec::new(),
                 tlbstate: Default::default(),
                 irq_tlb_count: 0,
+                cache: crate::hw::cache::CpuCache::new(),
             })
             .collect();
         let anon_policy = crate::mm::huge_memory::policy(&knobs.anon_folio);

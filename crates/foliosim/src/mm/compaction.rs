@@ -156,7 +156,7 @@ impl Kernel {
             // captured block carried.
             t = self.luf_isolation_exit(t, cpu, nid, ugen);
             self.check_alloc_exit(t, pfn, order, "compaction capture");
-            self.prep_new_folio(pfn, order, nid);
+            t += self.prep_new_folio_on(cpu, pfn, order, nid);
             self.check.on_alloc(&self.mem_map, &self.pa, pfn, order);
             self.stat.inc(Stat::CompactSuccess);
             captured = Some((pfn, order));

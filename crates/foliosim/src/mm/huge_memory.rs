@@ -340,13 +340,6 @@ impl Kernel {
         0
     }
 
-    /// Clearing cost of a 2^order-page folio on node `nid`: one clear call
-    /// plus the bytes (the faulting sub-page is cleared last; no extra cost).
-    pub(crate) fn zero_folio_cost(&self, nid: usize, order: u32) -> Ns {
-        let n = &self.nodes[nid];
-        n.zero_call + ((n.zero_4k - n.zero_call) << order)
-    }
-
     /// Paths A (expect = none) and B (expect = the zero-page PTE) for large
     /// folios: PMD THP first where allowed, then the largest allowed order
     /// with an all-none aligned block, falling back order by order on
@@ -393,8 +386,8 @@ impl Kernel {
                         let pfn = a.pfn;
                         let done = self.luf_alloc_exit(a.done, cpu, a.nid, a.ugen);
                         self.check_alloc_exit(done, pfn, PMD_ORDER, "THP");
+                        let done = done + self.prep_new_folio_on(cpu, pfn, PMD_ORDER, a.nid);
                         let a = crate::mm::page_alloc::Alloc { done, ..a };
-                        self.prep_new_folio(pfn, PMD_ORDER, a.nid);
                         self.check.on_alloc(&self.mem_map, &self.pa, pfn, PMD_ORDER);
                         match self.anon_folio_install(a.done, cpu, mm, vma, addr, expect, pfn, PMD_ORDER, true) {
                             Install::Done(t) => return Ok((Fault::Done, t)),
@@ -443,8 +436,8 @@ impl Kernel {
                 Some(a) => {
                     let done = self.luf_alloc_exit(a.done, cpu, a.nid, a.ugen);
                     self.check_alloc_exit(done, a.pfn, k, "mTHP");
+                    let done = done + self.prep_new_folio_on(cpu, a.pfn, k, a.nid);
                     let a = crate::mm::page_alloc::Alloc { done, ..a };
-                    self.prep_new_folio(a.pfn, k, a.nid);
                     self.check.on_alloc(&self.mem_map, &self.pa, a.pfn, k);
                     return (Some((a.pfn, a.done, k)), t);
                 }
@@ -476,10 +469,13 @@ impl Kernel {
         let n = 1u64 << order;
         let base = addr & !((4096 << order) - 1);
         let pnid = self.mem_map.get(pfn).nid as usize;
-        let t = t + self.zero_folio_cost(pnid, order) + self.c.memcg;
+        // The faulting sub-page is cleared last (folio_zero_user): no extra cost.
+        let t = t + self.c.alloc_anon_folio + self.clear_folio_cost(cpu, pnid, order) + self.c.memcg;
         let av = self.anon_vma_prepare(mm, vma);
-        // set_ptes is one batch; a PMD mapping is one entry and one rmap.
-        let hold = if pmd { self.c.pte_set + self.c.rmap } else { self.c.pte_set * n + self.c.rmap };
+        // set_ptes is one batch of n PTEs, and folio_add_new_anon_rmap sets
+        // every page's mapcount and AnonExclusive; a PMD mapping is one
+        // entry and one rmap call, with no per-page work.
+        let hold = if pmd { self.c.pte_set + self.c.rmap } else { (self.c.pte_set + self.c.rmap_page) * n + self.c.rmap };
         let lc = self.lc;
         let recheck = self.knobs.mutant != Mutant::MthpSkipPteRecheck;
         let tbl = self.mms[mm as usize].pt.table_mut(addr).expect("pte table exists");
@@ -713,6 +709,7 @@ impl Kernel {
             return t;
         }
         let (nid, order) = (p.nid as usize, p.order as u32);
+        let t = t + self.c.free_large_folio;
         self.stat.add(Stat::NrAnonLarge, -(1i64 << order));
         let queued = p.flags & pg::DEFERRED_SPLIT != 0;
         if !queued && !self.anon_policy.free_always_locks_split_queue() {
