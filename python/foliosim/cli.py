@@ -486,7 +486,11 @@ def _add_host_commands(sub: Any) -> None:
     c = sub.add_parser("calibrate", help="measure this host and write a machine profile")
     c.add_argument("--out", default="host.toml", metavar="FILE", help="profile to write (default host.toml)")
     c.add_argument("--name", help="profile name (default: the file's stem)")
-    c.add_argument("--json", action="store_true", help="also print the raw measurements as JSON")
+    c.add_argument("--json", action="store_true", help="print the measurements, fits and derived values as one JSON document")
+    c.add_argument("--rounds", type=int, default=5, metavar="N",
+                   help="interleaved rounds of every fault-path case (default 5; the medians are used)")
+    c.add_argument("--from", dest="from_json", metavar="FILE.json",
+                   help="derive the profile from the measurements an earlier `calibrate --json` printed (no measuring)")
     c.add_argument("--quiet", "-q", action="store_true")
     c.set_defaults(func=_host_cmd("calibrate"))
 

@@ -307,9 +307,10 @@ def ensure_profile(path: str | None) -> str:
         return str(Path(path).resolve())
     default = Path("results") / "calibrate" / "host.toml"
     if not default.is_file():
-        from .calibrate import make_profile, measure
+        from .calibrate import DEFAULT_ROUNDS, Derivation, make_profile, measure_micro, measure_series
         print(f"foliosim validate: no calibrated profile yet; measuring this host into {default} ...", file=sys.stderr, flush=True)
-        write_text_atomic(default, make_profile(measure(), name="host"))
+        d = Derivation(measure_micro(), measure_series(DEFAULT_ROUNDS), DEFAULT_ROUNDS)
+        write_text_atomic(default, make_profile(d, name="host"))
     return str(default.resolve())
 
 
