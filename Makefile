@@ -19,7 +19,7 @@ PIP_FLAGS := --quiet --disable-pip-version-check --no-input
 
 RAY_STAMP := $(VENV)/.ray-stamp
 
-.PHONY: demo test venv develop cargo-test pytest bench clean browser ray docs-tables validation fuzz validate golden
+.PHONY: demo test venv develop cargo-test pytest bench clean browser ray docs-tables validation fuzz validate golden docs-validation
 
 demo: develop
 	$(VENV)/bin/foliosim run configs/default.toml
@@ -75,6 +75,14 @@ docs-tables: develop
 	mkdir -p results/reproduce
 	$(VENV)/bin/foliosim reproduce all --json --quiet --out results/reproduce > results/reproduce/all.json
 	$(VPY) -m foliosim.doctables results/reproduce/all.json README.md docs/mechanisms/*.md
+
+# docs/validation.md from a full `foliosim validate --json` on this host (root,
+# the THP knobs; about 10 minutes; run it on a quiet machine): real against
+# predicted, the held-out headline, medians of 5 interleaved repeats.
+docs-validation: develop validation
+	mkdir -p results/validate
+	$(VENV)/bin/foliosim validate --json --out results/validate > results/validate/report.json
+	$(VPY) -m foliosim.validation_doc results/validate/report.json docs/validation.md
 
 # Rewrites tests/golden/expected/ from the current code: for a deliberate
 # change of output (commit the files with it and say which figures moved).

@@ -592,25 +592,17 @@ def fit_on_model(d: Derivation, out: Path, name: str) -> list[dict[str, Any]]:
     return verify(str(out.resolve()), d.s)
 
 
-def cmd_calibrate(args: argparse.Namespace) -> int:
-    out = Path(args.out)
-    quiet = getattr(args, "quiet", False) or not sys.stderr.isatty()
-    rounds = args.rounds
-    if rounds < 1 or rounds > 100:
-        raise HostError(f"--rounds: {rounds}: must be 1..100")
-    if args.from_json:
-        # Re-derive from the measurements of an earlier `calibrate --json`.
-        try:
-            saved = json.loads(Path(args.from_json).read_text())
-            micro, series, rounds = saved["micro"], saved["series"], saved["rounds"]
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            raise HostError(f"--from {args.from_json}: not the output of `foliosim calibrate --json` ({e})") from e
+def calibrate(out: Path, rounds: int, name: str, quiet: bool = True,
+              saved: dict[str, Any] | None = None) -> tuple[Derivation, list[dict[str, Any]]]:
+    """Measure (or take `saved`, an earlier --json document), derive, write
+    the profile to `out`, fit the per-folio terms on the model, verify."""
+    if saved is not None:
+        micro, series, rounds = saved["micro"], saved["series"], saved["rounds"]
     else:
         _say("foliosim calibrate: measuring this host (a few minutes) ...", quiet)
         micro = measure_micro()
         series = measure_series(rounds, quiet=quiet)
     d = Derivation(micro, series, rounds)
-    name = args.name or out.stem
     # The file must load as a profile: check through the core.
     from . import _core
     cfg = json.dumps({"machine": {"profile": str(out.resolve())}, "workload": {"name": "mmap1"}})
@@ -619,14 +611,31 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         _core.load_json(cfg, "<calibrate>")
     except Exception as e:
         raise HostError(f"{out}: the written profile does not load: {e}") from e
-    rows = fit_on_model(d, out, name)
+    return d, fit_on_model(d, out, name)
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    out = Path(args.out)
+    quiet = getattr(args, "quiet", False) or not sys.stderr.isatty()
+    rounds = args.rounds
+    if rounds < 1 or rounds > 100:
+        raise HostError(f"--rounds: {rounds}: must be 1..100")
+    saved = None
+    if args.from_json:
+        # Re-derive from the measurements of an earlier `calibrate --json`.
+        try:
+            saved = json.loads(Path(args.from_json).read_text())
+            _ = saved["micro"], saved["series"], saved["rounds"]
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise HostError(f"--from {args.from_json}: not the output of `foliosim calibrate --json` ({e})") from e
+    d, rows = calibrate(out, rounds, args.name or out.stem, quiet, saved)
     for line in d.fits:
         print(f"foliosim calibrate: fit: {line}", file=sys.stderr)
     for line in format_verify(rows):
         print(f"foliosim calibrate: {line}", file=sys.stderr)
     print(f"foliosim calibrate: wrote {out}", file=sys.stderr)
     if args.json:
-        sys.stdout.write(json.dumps({"profile": str(out), "rounds": rounds, "micro": micro, "series": series, "fits": d.fits,
+        sys.stdout.write(json.dumps({"profile": str(out), "rounds": d.rounds, "micro": d.m, "series": d.s, "fits": d.fits,
                                      "values": {k: {"value": v, "how": h} for k, (v, h) in d.vals.items()},
                                      "verify": rows}) + "\n")
     return 0
