@@ -211,3 +211,46 @@ fn a_large_folio_fault_and_free_pay_their_fixed_extra_once() {
     assert_eq!(added(MTHP_64K, free, 100.0), (0, 100));
     assert_eq!(added(THP_2M, free, 100.0), (0, 100));
 }
+
+// ---------------------------------------------------------------- placement --
+
+/// Where an unhinted anonymous mmap lands: each era's PMD alignment rule,
+/// below a glibc process image (so that the mmap area's top is not aligned).
+#[test]
+fn each_alignment_rule_aligns_the_lengths_its_kernel_aligns() {
+    let lands = |rule: &str, len: u64| -> u64 {
+        let mut h = boot(&format!("{UPSTREAM}\n\"anon_folio.thp_get_unmapped_area\" = \"{rule}\""), &|_| {});
+        let t = h.process(0);
+        let mm = h.k.tasks[t as usize].mm;
+        let f = h.file(1);
+        h.k.map_process_image(mm, f, foliosim::mm::exec::GLIBC_2_36_X86_64).unwrap();
+        mmap(&mut h, t, len)
+    };
+    let pmd = |a: u64| a.is_multiple_of(2 * MIB);
+    for (rule, aligned) in [("none", [false, false, false]), ("len_ge_pmd", [false, true, true]), ("len_pmd_aligned", [false, false, true])]
+    {
+        let got = [pmd(lands(rule, MIB)), pmd(lands(rule, 2 * MIB + 4096)), pmd(lands(rule, 4 * MIB))];
+        assert_eq!(got, aligned, "{rule}: 1 MiB, 2 MiB + 4 KiB, 4 MiB");
+    }
+}
+
+/// The glibc image puts tlb_flush2's 1 MiB where the development host's
+/// tlb_flush2 had it under `setarch -R` (0x7ffff7cd2000, 8 KiB past a 64 KiB
+/// boundary): with only 64K folios, 15 whole blocks and 16 order-0 pages
+/// per pass, 1 + 31/256 faults per op, as the real run counts.
+#[test]
+fn a_process_image_puts_the_mapping_where_linux_does() {
+    let mut h = boot(MTHP_64K, &|_| {});
+    let t = h.process(0);
+    let mm = h.k.tasks[t as usize].mm;
+    let f = h.file(1);
+    h.k.map_process_image(mm, f, foliosim::mm::exec::GLIBC_2_36_X86_64).unwrap();
+    let a = mmap(&mut h, t, MIB);
+    assert_eq!(a, 0x7fff_f7cd_2000);
+    let faults = |h: &H| h.k.stat.get(foliosim::mm::vmstat::Stat::Pgfault);
+    let f0 = faults(&h);
+    for i in 0..256 {
+        h.run(t, 0, Op::Access { addr: a + i * 4096, kind: Access::Store });
+    }
+    assert_eq!(faults(&h) - f0, 15 + 16);
+}

@@ -92,6 +92,7 @@ fn thp_allowed(v: ThpEnabled, top: ThpEnabled, vma: &Vma) -> bool {
 /// The baseline: order 0, plus PMD THP as the top-level `enabled` says.
 struct Off {
     top: ThpEnabled,
+    align: crate::kernel::knobs::ThpAnonAlign,
 }
 
 impl AnonOrderPolicy for Off {
@@ -122,8 +123,12 @@ impl AnonOrderPolicy for Off {
     fn free_always_locks_split_queue(&self) -> bool {
         false
     }
-    fn mmap_align(&self, _len: u64, _anon: bool) -> u64 {
-        4096
+    fn mmap_align(&self, len: u64, anon: bool) -> u64 {
+        if anon {
+            self.align.align(len)
+        } else {
+            4096
+        }
     }
 }
 
@@ -159,10 +164,12 @@ impl AnonOrderPolicy for RfcV2 {
     fn free_always_locks_split_queue(&self) -> bool {
         !self.k.free_listempty_check
     }
-    fn mmap_align(&self, _len: u64, _anon: bool) -> u64 {
+    fn mmap_align(&self, len: u64, anon: bool) -> u64 {
         // Patch 16: every unhinted map, file or anon, to 2^ANON_FOLIO_ORDER_MAX pages.
         if self.k.mmap_align_unhinted {
             4096 << self.k.max_order
+        } else if anon {
+            self.k.thp_anon_align.align(len)
         } else {
             4096
         }
@@ -211,9 +218,9 @@ impl AnonOrderPolicy for Upstream {
         false
     }
     fn mmap_align(&self, len: u64, anon: bool) -> u64 {
-        // 6.12 __get_unmapped_area: anonymous, unhinted, PMD-multiple length.
-        if anon && len.is_multiple_of(PMD_SIZE) {
-            PMD_SIZE
+        // __get_unmapped_area: anonymous and unhinted, by the era's rule.
+        if anon {
+            self.k.thp_anon_align.align(len)
         } else {
             4096
         }
@@ -222,7 +229,7 @@ impl AnonOrderPolicy for Upstream {
 
 pub fn policy(k: &AnonFolioKnobs) -> Box<dyn AnonOrderPolicy> {
     match k.mode {
-        AnonFolioMode::Off => Box::new(Off { top: k.thp_enabled }),
+        AnonFolioMode::Off => Box::new(Off { top: k.thp_enabled, align: k.thp_anon_align }),
         AnonFolioMode::RfcV2 => Box::new(RfcV2 { k: k.clone() }),
         AnonFolioMode::Upstream => Box::new(Upstream { k: k.clone() }),
     }
