@@ -15,8 +15,9 @@
  *              already in the page cache (do_shared_fault), then munmap
  *   shmem-private  write faults on a MAP_PRIVATE tmpfs file whose pages are
  *              in the page cache (do_cow_fault: allocate and copy), munmap
- *   retouch    stores to a range populated with 4 KiB pages, again (no
- *              fault: the TLB miss and page walk of a sequential re-touch)
+ *   retouch    stores to a populated range, again (no fault: with 4 KiB
+ *              pages the TLB miss and page walk of a sequential re-touch;
+ *              with PMD THPs, as the knobs give, no walk to speak of)
  *   mprotect   mprotect(PROT_READ) then mprotect(PROT_READ|PROT_WRITE) of a
  *              range populated with 4 KiB pages (change_pte_range per PTE)
  *
@@ -171,7 +172,7 @@ int main(int argc, char **argv)
 				if (p == MAP_FAILED)
 					die("mmap file");
 			} else {
-				p = map_anon(len, retouch || mprot);
+				p = map_anon(len, mprot);
 			}
 			volatile char *v = p;
 			if (retouch || mprot)
