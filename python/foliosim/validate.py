@@ -228,9 +228,16 @@ def host_info() -> dict[str, Any]:
 
 
 def spread(v: list[float]) -> float:
-    """(max - min) / median, 0 for a single value."""
-    m = median(v)
-    return (max(v) - min(v)) / max(abs(m), 1e-12) if len(v) > 1 else 0.0
+    """The spread of a row's repeats relative to their median: the
+    interquartile range (the middle half; with fewer than 4 repeats, the
+    whole range), so that one outlying repeat, which the median already
+    ignores, does not make a row noisy. 0 for a single value."""
+    if len(v) < 2:
+        return 0.0
+    x = sorted(v)
+    q = statistics.quantiles(x, n=4, method="inclusive") if len(x) >= 4 else [x[0], 0.0, x[-1]]
+    lo, hi = q[0], q[2]
+    return (hi - lo) / max(abs(median(x)), 1e-12)
 
 
 def validate(profile: str, quick: bool, progress: bool, tmpdir: str | None = None,
@@ -294,7 +301,8 @@ def validate(profile: str, quick: bool, progress: bool, tmpdir: str | None = Non
             noisy = [m for m in METRICS if series[m] and spread(series[m]) > TARGETS[m]]
             row: dict[str, Any] = {"setting": label, "workload": w, "mode": mode, "tasks": tasks, "mechanism": mech,
                                    "role": role_of(label, w, mode), "repeats": len(runs),
-                                   "real": rr, "real_range": rng, "noisy": noisy, "predicted": None, "rel_error": None,
+                                   "real": rr, "real_range": rng, "real_repeats": series, "noisy": noisy,
+                                   "predicted": None, "rel_error": None,
                                    "note": why_not or "",
                                    "mthp_stats": {k: v for k, v in (runs[-1].get("mthp_stats") or {}).items() if any(v.values())}}
             if why_not is None:
@@ -312,7 +320,7 @@ def validate(profile: str, quick: bool, progress: bool, tmpdir: str | None = Non
                 notes = _mech_note(row)
                 row["note"] = "; ".join(notes) if notes else "within targets"
                 if noisy:
-                    row["note"] += "; noisy (real spread beyond the target): " + ", ".join(
+                    row["note"] += "; noisy (interquartile range of the repeats beyond the target): " + ", ".join(
                         f"{m} {100 * spread(series[m]):.0f}%" for m in noisy)
                 if rr["ops_per_s"]:
                     row["note"] += f"; absolute ops/s predicted x{pr['ops_per_s'] / rr['ops_per_s']:.2f} of real (not a target)"
@@ -399,7 +407,7 @@ def headline_lines(rep: dict[str, Any]) -> list[str]:
                    "calibration fitted on (page_fault1 at 16K and 2M; not the headline)")
     noisy = rep.get("noisy_rows") or {}
     if any(noisy.values()):
-        out.append("noisy rows (real spread over the repeats beyond the target, left out of the figures above): "
+        out.append("noisy rows (interquartile range of the repeats beyond the target, left out of the figures above): "
                    + ", ".join(f"{m} {n}" for m, n in noisy.items() if n))
     return out
 

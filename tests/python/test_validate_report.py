@@ -81,3 +81,9 @@ def test_validation_doc_is_generated_from_the_report(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text("{}")
     assert validation_doc.main([str(bad), str(out)]) == 2
+
+
+def test_one_outlying_repeat_does_not_make_a_row_noisy():
+    assert v.spread([2.0, 2.02, 2.04, 2.06, 3.5]) < v.TARGETS["ops_ratio"]
+    assert v.spread([1.0, 1.5, 2.0, 2.5, 3.0]) > v.TARGETS["ops_ratio"]
+    assert v.spread([1.0, 2.0]) == 1.0 / 1.5 and v.spread([4.0]) == 0.0
