@@ -1,7 +1,9 @@
 # `make demo`: set up .venv/, build foliosim (release) into it, run the default
 # experiment. `make test`: set up the same, then every test (cargo + pytest).
 # Needs only Rust (cargo; cargo-nextest if present), Python 3.11 with pip, gcc
-# and make; Python packages come from PyPI into .venv/. `make test` also adds
+# and make; Python packages come from PyPI into .venv/. `make test` also runs
+# the lint gates (`make lint`: rustfmt, clippy, ruff, mypy, the _core stub
+# check; ruff, mypy and pandas-stubs come into .venv/ too) and adds
 # Ray (the optional extra, for the Ray sweep test) and, when run as root,
 # Debian's chromium (for the report test); without them those tests skip and
 # say why. FOLIOSIM_NO_APT=1 skips the apt-get step.
@@ -15,19 +17,49 @@ VENV := .venv
 VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.deps-stamp
 PY_DEPS := 'maturin>=1.5,<2' 'pandas>=2.0' 'pyarrow>=14' 'matplotlib>=3.7' 'pytest>=7' 'hypothesis>=6'
+# The lint tools, pinned: a new release may find new things, and a gate
+# should not start failing without a change to the repository.
+LINT_DEPS := 'ruff==0.17.6' 'mypy==2.4.1' 'pandas-stubs==3.1.0.261029'
 PIP_FLAGS := --quiet --disable-pip-version-check --no-input
+LINT_STAMP := $(VENV)/.lint-stamp
 
 RAY_STAMP := $(VENV)/.ray-stamp
 
-.PHONY: demo test venv develop cargo-test pytest bench clean browser ray docs-tables validation fuzz validate golden docs-validation
+.PHONY: demo test venv develop cargo-test pytest bench clean browser ray docs-tables validation fuzz validate golden lint toolchain docs-validation
 
 demo: develop
 	$(VENV)/bin/foliosim run configs/default.toml
 
-# Both suites run even if the first fails; the exit code says if either did.
+# The suites and the lint gates all run even if one fails; the exit code
+# says if any did.
 test: develop browser ray validation
 	rc=0; $(MAKE) --no-print-directory cargo-test || rc=1; \
-	$(MAKE) --no-print-directory pytest || rc=1; exit $$rc
+	$(MAKE) --no-print-directory pytest || rc=1; \
+	$(MAKE) --no-print-directory lint || rc=1; exit $$rc
+
+# The Rust release rust-toolchain.toml pins, linked to this machine's stable
+# when that is the same release and rustup cannot download it (see the script).
+toolchain:
+	tools/ensure-rust-toolchain.sh
+
+# Lint gates: formatting (the workspace, and fuzz/, its own workspace),
+# clippy with warnings as errors, ruff, mypy (config in pyproject.toml), and
+# mypy's stubtest: python/foliosim/_core.pyi against the compiled module
+# (every public name in both, with the same parameters). Every gate runs;
+# the exit code says if any failed.
+lint: toolchain develop $(LINT_STAMP)
+	rc=0; \
+	cargo fmt --all --check || rc=1; \
+	cargo fmt --all --check --manifest-path fuzz/Cargo.toml || rc=1; \
+	cargo clippy --all-targets --workspace -- -D warnings || rc=1; \
+	$(VENV)/bin/ruff check python tests/python || rc=1; \
+	$(VENV)/bin/mypy || rc=1; \
+	$(VPY) -m mypy.stubtest foliosim._core || rc=1; \
+	if [ $$rc = 0 ]; then echo "lint: all gates passed"; else echo "lint: some gates failed (see above)"; fi; exit $$rc
+
+$(LINT_STAMP): $(STAMP) Makefile
+	$(VPY) -m pip install $(PIP_FLAGS) $(LINT_DEPS)
+	touch $@
 
 venv: $(STAMP)
 
@@ -38,14 +70,14 @@ $(STAMP): pyproject.toml
 
 # Builds the extension in release mode and installs the package (editable:
 # python/ is used in place) with its console script .venv/bin/foliosim.
-develop: $(STAMP)
+develop: toolchain $(STAMP)
 	VIRTUAL_ENV=$(abspath $(VENV)) PATH=$(abspath $(VENV))/bin:$$PATH \
 		$(VENV)/bin/maturin develop --release
 	test -x $(VENV)/bin/foliosim
 
 # The binding crate has no Rust tests (it cannot link without an interpreter);
 # pytest covers it, so it is left out here rather than built a second time.
-cargo-test:
+cargo-test: toolchain
 	if cargo nextest --version >/dev/null 2>&1; then \
 		cargo nextest run --workspace --exclude foliosim-py --no-tests=warn; \
 	else \
@@ -69,7 +101,8 @@ $(RAY_STAMP): $(STAMP)
 	if $(VPY) -m pip install $(PIP_FLAGS) 'ray>=2.9'; then touch $@; \
 	else echo "make: pip install ray failed: the Ray test will skip"; fi
 
-# The seed-vs-simulated tables in README.md and docs/mechanisms/*.md, from
+# The published-vs-simulated tables of docs/mechanisms/*.md and the headline
+# table of README.md, from
 # `foliosim reproduce all --json` (so they never drift from the simulator).
 docs-tables: develop
 	mkdir -p results/reproduce
@@ -86,7 +119,7 @@ docs-validation: develop validation
 
 # Rewrites tests/golden/expected/ from the current code: for a deliberate
 # change of output (commit the files with it and say which figures moved).
-golden:
+golden: toolchain
 	FOLIOSIM_BLESS=1 cargo test --release -p foliosim --test golden
 
 pytest: $(STAMP)
@@ -110,7 +143,7 @@ validation:
 # the deterministic harness (tests/trace_fuzz.rs) with many inputs either way.
 FUZZ_SECONDS ?= 60
 FUZZ_ITERS ?= 1000000
-fuzz:
+fuzz: toolchain
 	FOLIOSIM_FUZZ_ITERS=$(FUZZ_ITERS) cargo test -p foliosim --test trace_fuzz -- --nocapture
 	if cargo fuzz --version >/dev/null 2>&1; then \
 		cd fuzz && mkdir -p corpus/trace_reader && RUSTC_BOOTSTRAP=1 cargo fuzz run trace_reader corpus/trace_reader seeds -- -max_total_time=$(FUZZ_SECONDS); \
@@ -123,6 +156,6 @@ validate: develop validation
 bench: develop
 	$(VENV)/bin/foliosim bench
 
-clean:
+clean: toolchain
 	rm -rf $(VENV) results python/foliosim/_core*.so
 	cargo clean

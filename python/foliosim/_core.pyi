@@ -10,8 +10,24 @@ the run, which then returns its partial result with ``"interrupted": true``.
 from collections.abc import Callable
 
 __version__: str
+__all__ = [
+    "ConfigError",
+    "__version__",
+    "bench_events",
+    "bench_instructions_json",
+    "bench_json",
+    "catalog_json",
+    "experiments",
+    "load_json",
+    "load_toml",
+    "reproduce_json",
+    "run_json",
+    "trace_from_valgrind_log",
+    "trace_from_valgrind_logs",
+    "trace_info",
+]
 
-ProgressCallback = Callable[[float, float], bool | None]
+_ProgressCallback = Callable[[float, float], bool | None]
 
 class ConfigError(ValueError):
     """Bad input. ``str(err)`` is the one-line ``FILE:LINE: KEY: REASON``."""
@@ -30,7 +46,7 @@ def load_toml(text: str, filename: str = "<string>") -> str:
 def load_json(text: str, origin: str = "<dict>") -> str:
     """Same as load_toml for a config given as JSON text. Raises ConfigError."""
 
-def run_json(config_json: str, progress: ProgressCallback | None = None) -> str:
+def run_json(config_json: str, progress: _ProgressCallback | None = None) -> str:
     """Run one simulation; the result as a JSON object string.
 
     Keys: config, interrupted, sim_time_s, host_time_s, summary, vmstat,
@@ -43,9 +59,33 @@ def catalog_json() -> str:
 def experiments() -> list[tuple[str, str]]:
     """Registered reproductions as (name, help)."""
 
-def reproduce_json(name: str, progress: ProgressCallback | None = None) -> str:
+def reproduce_json(name: str, progress: _ProgressCallback | None = None) -> str:
     """Run a reproduction: {"name","title","rows":[...],"notes":[...]} as JSON."""
 
 def bench_json(which: str) -> str:
     """One speed benchmark ("anon_faults", "tlb_hits", "pf1_threads64",
-    "big_machine"); JSON with the figures measured. Raises RuntimeError."""
+    "big_machine", ...); JSON with the figures measured. Raises RuntimeError."""
+
+def bench_instructions_json(which: str, child: list[str]) -> str:
+    """An instruction count ("anon_fault_instructions", "tlb_hit_instructions"):
+    the command ``child`` (which calls bench_events and prints its result) runs
+    under valgrind's callgrind for two simulated lengths, given as its last two
+    arguments. JSON, e.g. {"instructions_per_anon_fault": f, ...}. Needs
+    valgrind. Raises RuntimeError."""
+
+def bench_events(workload: str, sim_s: float) -> int:
+    """One run of "anon_faults" or "tlb_hits" for ``sim_s`` simulated seconds;
+    the events (faults, TLB hits) it counted. Raises RuntimeError."""
+
+def trace_from_valgrind_log(log_path: str, out_path: str, meta_json: str) -> str:
+    """Convert a valgrind lackey+syscall log (file or FIFO) into a foliosim trace
+    at ``out_path``; statistics as JSON. Raises ValueError."""
+
+def trace_from_valgrind_logs(dir: str, debug_log: str, out_path: str, meta_json: str, root: int) -> str:
+    """Convert the valgrind logs of a recorded process tree (``DIR/log.PID.N``,
+    and valgrind's ``-d`` output in ``debug_log``; ``root`` the first process's
+    pid) into a trace at ``out_path``; statistics as JSON. Raises ValueError."""
+
+def trace_info(path: str) -> str:
+    """Read and check a whole trace; {"records", "accesses", "files", "regions",
+    "meta"} as JSON. Raises ValueError."""

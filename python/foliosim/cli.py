@@ -29,6 +29,9 @@ EXIT_OK, EXIT_INTERNAL, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 # name, JSON key, target description, pass test
 BENCH_TARGETS: list[tuple[str, str, str, Callable[[float], bool]]] = [
+    # Counted under callgrind: the same on any machine, at any load.
+    ("anon_fault_instructions", "instructions_per_anon_fault", "<= 2,000 instructions per 4 KiB anon fault", lambda v: v <= 2000),
+    ("tlb_hit_instructions", "instructions_per_tlb_hit", "<= 200 instructions per TLB-hit access", lambda v: v <= 200),
     ("anon_faults", "anon_faults_per_host_s", ">= 5 M anon faults per host s", lambda v: v >= 5e6),
     ("tlb_hits", "tlb_hit_accesses_per_host_s", ">= 50 M TLB-hit accesses per host s", lambda v: v >= 50e6),
     ("pf1_threads64", "pf1_threads64_host_s", "page_fault1, 64 threads, 5 sim s: < 30 host s", lambda v: v < 30.0),
@@ -350,6 +353,13 @@ def _bench_big() -> tuple[dict[str, Any], float]:
     return json.loads(proc.stdout), peak_gib
 
 
+def _count_child() -> list[str]:
+    """The command `_core.bench_instructions_json` runs under callgrind: this
+    interpreter on the compiled module alone (see _bench_count.py)."""
+    script = Path(__file__).with_name("_bench_count.py")
+    return [sys.executable, "-P", "-S", "-s", str(script), str(_core.__file__)]
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     results: dict[str, Any] = {}
     details: dict[str, Any] = {}
@@ -360,8 +370,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
         if _show_progress(args):
             print(f"foliosim bench: {name} ...", file=sys.stderr, flush=True)
         try:
+            value: float | None
             if name == "big_machine":
                 data, value = _bench_big()
+            elif name.endswith("_instructions"):
+                data = json.loads(_core.bench_instructions_json(name, _count_child()))
+                value = _figure(data, key)
             else:
                 data = json.loads(_core.bench_json(name))
                 value = _figure(data, key)
@@ -451,8 +465,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.set_defaults(func=cmd_compare)
 
     b = sub.add_parser("bench", help="speed benchmarks of the simulator against its targets",
-                       description="Speed benchmarks of the simulator against its targets. The two "
-                                   "throughputs are the median of 5 runs; --json lists every run's rate.")
+                       description="Speed benchmarks of the simulator against its targets. The "
+                                   "instruction counts come from valgrind's callgrind (docs/performance.md); "
+                                   "the two throughputs are the median of 5 runs; --json lists every run's rate.")
     b.add_argument("--json", action="store_true", help="print one JSON object")
     b.add_argument("--quiet", "-q", action="store_true", help="no progress lines on stderr")
     b.add_argument("--strict", action="store_true", help="exit 1 if a target is not met")

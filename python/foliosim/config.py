@@ -30,7 +30,7 @@ def _error(file: str, key: str, reason: str, line: int | None = None) -> ConfigE
     return err
 
 
-def _one_line(s: str) -> str:
+def _one_line(s: object) -> str:
     return " ".join(str(s).split())
 
 

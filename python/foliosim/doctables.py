@@ -1,33 +1,42 @@
-"""Fill the seed-vs-simulated tables of the docs from `foliosim reproduce
---json` output, so that they never drift from what the simulator gives.
+"""Fill the published-vs-simulated tables of the docs from `foliosim
+reproduce --json` output, so that they never drift from what the simulator
+gives.
 
     python -m foliosim.doctables REPRODUCE.json FILE.md...   (`make docs-tables`)
 
 In each FILE, the text between ``<!-- reproduce: GLOB[, GLOB...] -->`` and
 ``<!-- /reproduce -->`` is replaced by a Markdown table of every row of the
 experiments whose name matches a GLOB (fnmatch; ``*`` for all). A row's
-``note``, when present, goes in the last column. A file is
-rewritten (atomically) only if its text changes. Exit 2 with one line on bad
-input (unreadable JSON, an unclosed marker).
+``note``, when present, goes in the last column. The text between
+``<!-- headline: GLOB[, GLOB...] -->`` and ``<!-- /headline -->`` (the
+README's) becomes one row per matching experiment: its headline row's
+published figure, the simulated one and a one-word verdict (see `headline`
+and `verdict`), the experiment linked to the mechanism page (a
+``docs/mechanisms/*.md`` beside FILE whose reproduce marker matches it). A
+file is rewritten (atomically) only if its text changes. Exit 2 with one
+line on bad input (unreadable JSON, an unclosed marker).
 """
 
 from __future__ import annotations
 
 import fnmatch
 import json
+import math
 import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .report import difference, fmt
+from .report import difference, fmt, published
 from .result import write_text_atomic
 
-__all__ = ["fill", "main", "table"]
+__all__ = ["fill", "fill_headlines", "headline", "headline_table", "main", "table", "verdict"]
 
 BEGIN = re.compile(r"<!-- reproduce:\s*([^>]*?)\s*-->")
 END = "<!-- /reproduce -->"
+HEADLINE_BEGIN = re.compile(r"<!-- headline:\s*([^>]*?)\s*-->")
+HEADLINE_END = "<!-- /headline -->"
 
 
 def table(reps: Sequence[dict[str, Any]], globs: Sequence[str]) -> str:
@@ -35,35 +44,147 @@ def table(reps: Sequence[dict[str, Any]], globs: Sequence[str]) -> str:
     if not chosen:
         return ("_No experiment registered yet: filled by `foliosim reproduce` "
                 f"(`make docs-tables`) from experiments named {', '.join(f'`{g}`' for g in globs)}._")
-    out = ["| experiment | label | metric | seed | simulated | difference | note |", "| --- | --- | --- | ---: | ---: | ---: | --- |"]
+    out = ["| experiment | label | metric | published | simulated | difference | note |", "| --- | --- | --- | ---: | ---: | ---: | --- |"]
     for rep in chosen:
         for r in rep.get("rows") or []:
-            d, p = difference(r.get("seed"), r.get("simulated"))
+            d, p = difference(published(r), r.get("simulated"))
             diff = "—" if d is None else (f"{fmt(d)} ({p:+.1f}%)" if p is not None else fmt(d))
             unit = f" {r.get('unit')}" if r.get("unit") else ""
-            seed = "—" if r.get("seed") is None else f"{fmt(r.get('seed'))}{unit}"
+            seed = "—" if published(r) is None else f"{fmt(published(r))}{unit}"
             note = str(r.get("note") or "").replace("|", "/").replace("\n", " ")
             out.append(f"| `{rep.get('name')}` | {r.get('label', '')} | {r.get('metric', '')} | {seed} | "
                        f"{fmt(r.get('simulated'))}{unit} | {diff} | {note} |")
     return "\n".join(out)
 
 
-def fill(text: str, reps: Sequence[dict[str, Any]], where: str = "<text>") -> str:
+def headline(rep: dict[str, Any]) -> dict[str, Any] | None:
+    """The row that stands for an experiment in the README.
+
+    The experiment names it: a row with ``"headline": true``, or the
+    experiment's ``"headline"`` (a row index, a metric, "LABEL | METRIC", or
+    ``{"label", "metric"}``). Without that marker: the first row with a
+    published figure in % or x (a change or a ratio: what a paper's headline
+    states), else the first row with a published figure, else the last row
+    (an experiment of the model's own has its far end of the sweep last)."""
+    rows = [r for r in rep.get("rows") or [] if isinstance(r, dict)]
+    if not rows:
+        return None
+    marked = [r for r in rows if r.get("headline") is True]
+    if marked:
+        return marked[0]
+    h = rep.get("headline")
+    if isinstance(h, int) and not isinstance(h, bool) and 0 <= h < len(rows):
+        return rows[h]
+    if isinstance(h, dict):
+        h = f"{h.get('label', '')} | {h.get('metric', '')}"
+    if isinstance(h, str) and h:
+        for r in rows:
+            if h in (str(r.get("metric")), f"{r.get('label')} | {r.get('metric')}"):
+                return r
+    with_pub = [r for r in rows if published(r) is not None]
+    ratios = [r for r in with_pub if r.get("unit") in ("%", "x")]
+    return (ratios or with_pub or [rows[-1]])[0]
+
+
+# Changes smaller than this many percentage points are within the noise the
+# sources state for their tables (e.g. +-5% for will-it-scale, one task).
+PCT_FLOOR = 5.0
+
+
+def verdict(row: dict[str, Any]) -> str:
+    """One word for how a simulated figure compares with the published one:
+    the difference relative to |published|: "matches" up to 10%, "close" up
+    to 25%, "off" beyond. A figure in % is a change, and changes within 5
+    points are noise: two such figures match, and otherwise the difference
+    is taken relative to max(|published|, 5). "opposite" when the two have
+    different signs beyond that floor; "model only" when nothing was
+    published; "no value" when the simulation gave none."""
+    pub, sim = published(row), row.get("simulated")
+    d, _ = difference(pub, sim)
+    if pub is None:
+        return "model only"
+    if d is None or sim is None:
+        return "no value"
+    floor = PCT_FLOOR if row.get("unit") == "%" else 0.0
+    pub, sim = float(pub), float(sim)
+    if floor and max(abs(pub), abs(sim)) <= floor:
+        return "matches"
+    if pub * sim < 0 and min(abs(pub), abs(sim)) > floor:
+        return "opposite"
+    scale = max(abs(pub), floor)
+    rel = abs(d) / scale if scale else (0.0 if d == 0 else math.inf)
+    return "matches" if rel <= 0.10 else "close" if rel <= 0.25 else "off"
+
+
+def _page_for(name: str, pages: dict[str, list[str]]) -> str | None:
+    for page, globs in pages.items():
+        if any(fnmatch.fnmatchcase(name, g) for g in globs):
+            return page
+    return None
+
+
+def headline_table(reps: Sequence[dict[str, Any]], globs: Sequence[str],
+                   pages: dict[str, list[str]] | None = None) -> str:
+    """One row per experiment matching a GLOB: its headline row, published
+    vs simulated and the verdict. `pages` maps a link target to the globs
+    of its reproduce marker."""
+    chosen = [r for r in reps if any(fnmatch.fnmatchcase(str(r.get("name", "")), g) for g in globs)]
+    if not chosen:
+        return "_No experiment registered yet._"
+    out = ["| experiment | headline figure | published | simulated | verdict |", "| --- | --- | ---: | ---: | --- |"]
+    for rep in chosen:
+        name = str(rep.get("name", ""))
+        r = headline(rep)
+        page = _page_for(name, pages or {})
+        shown = f"[`{name}`]({page})" if page else f"`{name}`"
+        if r is None:
+            out.append(f"| {shown} | — | — | — | no rows |")
+            continue
+        unit = f" {r.get('unit')}" if r.get("unit") else ""
+        what = f"{r.get('label', '')}: {r.get('metric', '')}".replace("|", "/").replace("\n", " ")
+        pub = "—" if published(r) is None else f"{fmt(published(r))}{unit}"
+        sim = "—" if r.get("simulated") is None else f"{fmt(r.get('simulated'))}{unit}"
+        out.append(f"| {shown} | {what} | {pub} | {sim} | {verdict(r)} |")
+    return "\n".join(out)
+
+
+def _fill_markers(text: str, begin: re.Pattern[str], end_marker: str, where: str, make: Any) -> str:
     out: list[str] = []
     pos = 0
-    for m in BEGIN.finditer(text):
+    for m in begin.finditer(text):
         if m.start() < pos:
             continue
-        end = text.find(END, m.end())
+        end = text.find(end_marker, m.end())
         if end < 0:
             line = text[: m.start()].count("\n") + 1
-            raise ValueError(f"{where}:{line}: {m.group(0)}: no closing {END}")
+            raise ValueError(f"{where}:{line}: {m.group(0)}: no closing {end_marker}")
         globs = [g.strip() for g in m.group(1).split(",") if g.strip()] or ["*"]
         out.append(text[pos:m.end()])
-        out.append("\n" + table(reps, globs) + "\n")
+        out.append("\n" + make(globs) + "\n")
         pos = end
     out.append(text[pos:])
     return "".join(out)
+
+
+def fill(text: str, reps: Sequence[dict[str, Any]], where: str = "<text>") -> str:
+    return _fill_markers(text, BEGIN, END, where, lambda globs: table(reps, globs))
+
+
+def fill_headlines(text: str, reps: Sequence[dict[str, Any]], where: str = "<text>",
+                   pages: dict[str, list[str]] | None = None) -> str:
+    return _fill_markers(text, HEADLINE_BEGIN, HEADLINE_END, where,
+                         lambda globs: headline_table(reps, globs, pages))
+
+
+def mechanism_pages(md: Path) -> dict[str, list[str]]:
+    """The mechanism pages beside `md` (docs/mechanisms/*.md under its
+    folder), each as a link relative to `md` with its reproduce globs."""
+    pages: dict[str, list[str]] = {}
+    for page in sorted((md.parent / "docs" / "mechanisms").glob("*.md")):
+        for m in BEGIN.finditer(page.read_text(encoding="utf-8")):
+            globs = [g.strip() for g in m.group(1).split(",") if g.strip()]
+            pages.setdefault(page.relative_to(md.parent).as_posix(), []).extend(globs)
+    return pages
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -80,6 +201,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         for f in args[1:]:
             text = Path(f).read_text(encoding="utf-8")
             new = fill(text, reps, f)
+            if HEADLINE_BEGIN.search(new):
+                new = fill_headlines(new, reps, f, mechanism_pages(Path(f)))
             if new != text:
                 write_text_atomic(f, new)
                 print(f"updated {f}")

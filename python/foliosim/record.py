@@ -135,7 +135,7 @@ def compare(cmd: list[str], trace: str, profile: str) -> list[dict[str, Any]]:
     from ._host import knobs_available, knobs_for, thp_settings
     from .validate import model_can_express, sim_knobs
     rows = []
-    settings = [("4K", [])]
+    settings: list[tuple[str, list[int]]] = [("4K", [])]
     if knobs_available() is None:
         settings.append(("64K", [64]))
     for label, sizes in settings:

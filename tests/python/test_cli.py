@@ -150,18 +150,48 @@ def test_bench_reporting(monkeypatch, capsys):
     figures = {"anon_faults": {"anon_faults_per_host_s": 6e6},
                "tlb_hits": {"tlb_hit_accesses_per_host_s": 1e7},
                "pf1_threads64": {"pf1_threads64_host_s": 12.0},
-               "fpr_overhead": {"fpr_overhead_host_s": 40.0}}
+               "fpr_overhead": {"fpr_overhead_host_s": 40.0},
+               "anon_fault_instructions": {"instructions_per_anon_fault": 1631.0, "events": [2, 1]},
+               "tlb_hit_instructions": {"instructions_per_tlb_hit": 201.0, "events": [2, 1]}}
     monkeypatch.setattr(cli._core, "bench_json", lambda which: json.dumps(figures[which]))
+    monkeypatch.setattr(cli._core, "bench_instructions_json", lambda which, child: json.dumps(figures[which]))
     monkeypatch.setattr(cli, "_bench_big", lambda: ({"host_s": 1.0}, 2.5))
     assert cli.main(["bench", "--json"]) == 0
     obj = json.loads(capsys.readouterr().out)
-    for k in ("anon_faults_per_host_s", "tlb_hit_accesses_per_host_s", "pf1_threads64_host_s", "peak_rss_1tib_gib", "fpr_overhead_host_s"):
+    for k in ("instructions_per_anon_fault", "instructions_per_tlb_hit", "anon_faults_per_host_s", "tlb_hit_accesses_per_host_s",
+              "pf1_threads64_host_s", "peak_rss_1tib_gib", "fpr_overhead_host_s"):
         assert isinstance(obj[k], float)
-    assert obj["pass"] == {"anon_faults_per_host_s": True, "tlb_hit_accesses_per_host_s": False,
+    assert obj["pass"] == {"instructions_per_anon_fault": True, "instructions_per_tlb_hit": False,
+                           "anon_faults_per_host_s": True, "tlb_hit_accesses_per_host_s": False,
                            "pf1_threads64_host_s": True, "peak_rss_1tib_gib": True, "fpr_overhead_host_s": True}
     assert cli.main(["bench", "--strict"]) == 1
     out = capsys.readouterr().out
     assert "PASS" in out and "FAIL" in out
+
+
+def test_bench_count_child_runs_the_workload():
+    """The command the instruction counts run under callgrind: the
+    interpreter on the compiled module alone, printing the events of one
+    run, the same as counted in this process; a longer run counts more."""
+    import subprocess
+
+    child = cli._count_child()
+    assert child[0] == sys.executable and Path(child[-1]).samefile(_core.__file__)
+    counts = []
+    for sim_s in ("0.001", "0.002"):
+        proc = subprocess.run([*child, "anon_faults", sim_s], capture_output=True, text=True, stdin=subprocess.DEVNULL,
+                              env={**os.environ, "PYTHONHASHSEED": "0"})
+        assert proc.returncode == 0, proc.stderr
+        counts.append(int(proc.stdout))
+        assert counts[-1] == _core.bench_events("anon_faults", float(sim_s))
+    assert 0 < counts[0] < counts[1]
+    # pandas stays out of it (its import would dominate the count's time).
+    proc = subprocess.run([child[0], "-X", "importtime", *child[1:], "tlb_hits", "0.0005"],
+                          capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stderr
+    assert int(proc.stdout) > 0 and "pandas" not in proc.stderr
+    with pytest.raises(RuntimeError, match="unknown counted workload"):
+        _core.bench_events("pf1_threads64", 0.1)
 
 
 def test_bench_big_measures_child_rss(monkeypatch):

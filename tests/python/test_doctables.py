@@ -19,6 +19,7 @@ def test_fill_replaces_between_markers():
     text = "intro\n<!-- reproduce: luf-* -->\nold table\n<!-- /reproduce -->\nafter\n"
     out = doctables.fill(text, REPS)
     assert out.startswith("intro\n<!-- reproduce: luf-* -->\n| experiment |")
+    assert "| experiment | label | metric | published | simulated | difference | note |" in out
     assert "`luf-shootdowns` | llama | TLB shootdowns | 1,000 /s | 1,250 /s | 250 (+25.0%) |" in out
     assert "core-x" not in out and "old table" not in out and out.endswith("<!-- /reproduce -->\nafter\n")
     assert doctables.fill(out, REPS) == out  # idempotent
@@ -48,3 +49,65 @@ def test_every_mechanism_page_has_a_table_marker():
     for p in pages:
         t = p.read_text()
         assert doctables.BEGIN.search(t) and doctables.END in t, p
+
+
+def _row(label, metric, unit, pub, sim, **kw):
+    return {"label": label, "metric": metric, "unit": unit, "published": pub, "simulated": sim, **kw}
+
+
+def test_headline_rule_and_marker():
+    rows = [_row("a", "ops/s", "ops/s", 100.0, 90.0), _row("b", "change", "%", 40.0, 30.0),
+            _row("c", "ratio", "x", 2.0, 2.0), _row("d", "other", "s", None, 5.0)]
+    # no marker: the first published row in % or x, else the first published
+    # row, else the last row
+    assert doctables.headline({"rows": rows})["label"] == "b"
+    assert doctables.headline({"rows": rows[:1] + rows[3:]})["label"] == "a"
+    assert doctables.headline({"rows": [_row("e", "m", "%", None, 1.0), _row("f", "m", "x", None, 2.0)]})["label"] == "f"
+    assert doctables.headline({"rows": []}) is None
+    # the experiment's marker takes over, in each of its forms
+    assert doctables.headline({"rows": [*rows[:2], {**rows[2], "headline": True}, rows[3]]})["label"] == "c"
+    assert doctables.headline({"rows": rows, "headline": 3})["label"] == "d"
+    assert doctables.headline({"rows": rows, "headline": "ratio"})["label"] == "c"
+    assert doctables.headline({"rows": rows, "headline": "a | ops/s"})["label"] == "a"
+    assert doctables.headline({"rows": rows, "headline": {"label": "d", "metric": "other"}})["label"] == "d"
+    # the old key of the published figure still reads
+    old = [{**{k: v for k, v in r.items() if k != "published"}, "seed": r["published"]} for r in rows]
+    assert doctables.headline({"rows": old})["label"] == "b"
+
+
+def test_verdict_words():
+    v = doctables.verdict
+    assert v(_row("", "", "x", 2.0, 2.1)) == "matches"       # 5%
+    assert v(_row("", "", "x", 2.0, 2.4)) == "close"         # 20%
+    assert v(_row("", "", "x", 2.0, 3.0)) == "off"           # 50%
+    assert v(_row("", "", "%", 410.0, 367.0)) == "close"     # 10.5% of 410
+    assert v(_row("", "", "%", -12.0, 8.0)) == "opposite"
+    assert v(_row("", "", "%", -0.45, 0.0)) == "matches"     # within the 5-point noise floor
+    assert v(_row("", "", "%", 1.1, -2.0)) == "matches"      # opposite signs, both within the noise
+    assert v(_row("", "", "%", -8.4, 0.0)) == "off"          # 8.4 points of 8.4
+    assert v(_row("", "", "s", None, 3.0)) == "model only"
+    assert v(_row("", "", "s", 3.0, None)) == "no value"
+    assert v(_row("", "", "", 0.0, 0.0)) == "matches"
+
+
+def test_headline_table_in_a_readme(tmp_path):
+    (tmp_path / "docs" / "mechanisms").mkdir(parents=True)
+    (tmp_path / "docs" / "mechanisms" / "luf.md").write_text("<!-- reproduce: luf-* -->\n<!-- /reproduce -->\n")
+    reps = [*REPS, {"name": "empty", "rows": []}]
+    readme = tmp_path / "README.md"
+    readme.write_text("# x\n<!-- headline: * -->\nold\n<!-- /headline -->\nend\n")
+    j = tmp_path / "all.json"
+    j.write_text(json.dumps(reps))
+    p = subprocess.run([sys.executable, "-m", "foliosim.doctables", str(j), str(readme)], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    text = readme.read_text()
+    assert "old" not in text and text.endswith("<!-- /headline -->\nend\n")
+    lines = [ln for ln in text.splitlines() if ln.startswith("| ")]
+    assert lines[0] == "| experiment | headline figure | published | simulated | verdict |"
+    assert lines[2] == "| [`luf-shootdowns`](docs/mechanisms/luf.md) | llama: TLB shootdowns | 1,000 /s | 1,250 /s | close |"
+    assert lines[3] == "| `core-x` | 1 task: ops | — | 5 | model only |"
+    assert lines[4] == "| `empty` | — | — | — | no rows |"
+    bad = tmp_path / "bad.md"
+    bad.write_text("a\n\n<!-- headline: * -->\n")
+    p = subprocess.run([sys.executable, "-m", "foliosim.doctables", str(j), str(bad)], capture_output=True, text=True)
+    assert p.returncode == 2 and f"{bad}:3" in p.stderr and len(p.stderr.strip().splitlines()) == 1

@@ -1,4 +1,4 @@
-"""The LUF scaffolding (spec/004) as the CLI and the Python API see it:
+"""The LUF scaffolding (docs/mechanisms/lazy-unmap-flush.md) as the CLI and the Python API see it:
 the llama and xsbench workloads, the two LUF profiles and the luf-*
 experiments come from the Rust registries."""
 

@@ -181,6 +181,23 @@ fn bench_json(py: Python<'_>, which: &str) -> PyResult<String> {
     py.detach(move || guarded(|| api::bench_json(&which))).map_err(panic_error)?.map_err(PyRuntimeError::new_err)
 }
 
+/// The instruction count of "anon_fault_instructions" or
+/// "tlb_hit_instructions": `child` (a command running `bench_events`) is run
+/// under valgrind's callgrind for two simulated lengths. Returns JSON.
+#[pyfunction]
+fn bench_instructions_json(py: Python<'_>, which: &str, child: Vec<String>) -> PyResult<String> {
+    let which = which.to_owned();
+    py.detach(move || guarded(|| api::bench_instructions_json(&which, &child))).map_err(panic_error)?.map_err(PyRuntimeError::new_err)
+}
+
+/// One run of a counted workload ("anon_faults", "tlb_hits") for `sim_s`
+/// simulated seconds; the number of events (faults, TLB hits) it counted.
+#[pyfunction]
+fn bench_events(py: Python<'_>, workload: &str, sim_s: f64) -> PyResult<u64> {
+    let workload = workload.to_owned();
+    py.detach(move || guarded(|| api::bench_events(&workload, sim_s))).map_err(panic_error)?.map_err(PyRuntimeError::new_err)
+}
+
 /// Convert a valgrind lackey+syscall log (file or FIFO) into a foliosim
 /// trace at `out_path`; returns statistics as JSON. Errors are ValueError.
 #[pyfunction]
@@ -223,6 +240,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(experiments, m)?)?;
     m.add_function(wrap_pyfunction!(reproduce_json, m)?)?;
     m.add_function(wrap_pyfunction!(bench_json, m)?)?;
+    m.add_function(wrap_pyfunction!(bench_instructions_json, m)?)?;
+    m.add_function(wrap_pyfunction!(bench_events, m)?)?;
     m.add_function(wrap_pyfunction!(trace_from_valgrind_log, m)?)?;
     m.add_function(wrap_pyfunction!(trace_from_valgrind_logs, m)?)?;
     m.add_function(wrap_pyfunction!(trace_info, m)?)?;

@@ -101,3 +101,17 @@ pub fn experiments() -> Vec<(String, String)> {
 pub fn bench_json(which: &str) -> Result<String, String> {
     crate::bench::run(which).map(|v| v.to_string())
 }
+
+/// The instruction count of a benchmark in `bench::COUNTED` (e.g.
+/// "anon_fault_instructions"), counted under callgrind on the command
+/// `child` (which runs `bench_events`); JSON, e.g.
+/// {"instructions_per_anon_fault": f, ...}.
+pub fn bench_instructions_json(which: &str, child: &[String]) -> Result<String, String> {
+    crate::bench::instructions(which, child).map(|v| v.to_string())
+}
+
+/// One run of a counted benchmark's workload ("anon_faults", "tlb_hits")
+/// for `sim_s` simulated seconds; the events it counted.
+pub fn bench_events(workload: &str, sim_s: f64) -> Result<u64, String> {
+    crate::bench::events(workload, sim_s)
+}

@@ -263,7 +263,7 @@ fn from_table(mut root: toml::Table, ctx: &Ctx) -> Result<Config, ConfigError> {
             }
         }
     }
-    // TLB coalescing overrides (spec/000: the RFC v2 kernels had no contpte).
+    // TLB coalescing overrides (the RFC v2 kernels had no contpte).
     let mut tlb_overrides: Vec<(&str, serde_json::Value)> = Vec::new();
     if let Some(v) = m.remove("tlb_contpte") {
         match v {

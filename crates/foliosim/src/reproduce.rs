@@ -40,17 +40,17 @@ pub fn registry() -> Vec<Experiment> {
         },
         Experiment {
             name: "mthp-will-it-scale",
-            title: "will-it-scale one task, process mode: baseline vs order-4 large anon folios (spec/000 §4.5)",
+            title: "will-it-scale one task, process mode: baseline vs order-4 large anon folios (RFC v2 cover letter, R3-R7)",
             run: mthp::mthp_will_it_scale,
         },
         Experiment {
             name: "mthp-memory",
-            title: "Memory cost of large anon folios: the sparse-touch pathology (spec/000 P-1)",
+            title: "Memory cost of large anon folios: the sparse-touch pathology (RFC v2 cover letter, P-1)",
             run: mthp::mthp_memory,
         },
         Experiment {
             name: "mthp-orders",
-            title: "will-it-scale page_fault1 and malloc1 over the max anon folio order 0..9 (spec/000 §4.7)",
+            title: "will-it-scale page_fault1 and malloc1 over the max anon folio order 0..9 (RFC v2 cover letter: the order knee)",
             run: mthp::mthp_orders,
         },
         Experiment {
@@ -60,27 +60,27 @@ pub fn registry() -> Vec<Experiment> {
         },
         Experiment {
             name: "mthp-kernel-build",
-            title: "Kernel-build-like workload at -j8 and -j160: real/user/sys, baseline vs order-4 (spec/000 §4.2, §4.4)",
+            title: "Kernel-build-like workload at -j8 and -j160: real/user/sys, baseline vs order-4 (RFC v2 cover letter, R1-R2)",
             run: mthp::mthp_kernel_build,
         },
         Experiment {
             name: "mthp-patches",
-            title: "Per-patch breakdown of the kernel-build gain, -j8 (spec/000 §4.8)",
+            title: "Per-patch breakdown of the kernel-build gain, -j8 (Ryan Roberts, 2023-04-26, R10)",
             run: mthp::mthp_patches,
         },
         Experiment {
             name: "spf-ebizzy",
-            title: "ebizzy -mTt N (SPF seed §4.4-4.5): records/s under mmap_lock, spf and per_vma on a 24- and 48-CPU x86",
+            title: "ebizzy -mTt N (SPF v12 cover letter): records/s under mmap_lock, spf and per_vma on a 24- and 48-CPU x86",
             run: spf_ebizzy,
         },
         Experiment {
             name: "spf-will-it-scale",
-            title: "will-it-scale page_fault2/3 threads and processes (SPF seed §4.6-4.8): SPF on vs off",
+            title: "will-it-scale page_fault2/3 threads and processes (SPF v12 thread, June 2019): SPF on vs off",
             run: spf_will_it_scale,
         },
         Experiment {
             name: "spf-kernbench",
-            title: "kernbench proxy (SPF seed §4.2, §4.4): single-threaded processes never try SPF",
+            title: "kernbench proxy (SPF v12 cover letter): single-threaded processes never try SPF",
             run: spf_kernbench,
         },
         Experiment {
@@ -89,7 +89,7 @@ pub fn registry() -> Vec<Experiment> {
             run: spf_vs_per_vma,
         },
     ];
-    // spec/003: free page reporting (virt/experiments.rs).
+    // Free page reporting (virt/experiments.rs).
     v.push(Experiment {
         name: "fpr-overhead",
         title: "free page reporting v17: page_fault1/page_fault2 overhead per configuration (seed table)",
@@ -105,10 +105,10 @@ pub fn registry() -> Vec<Experiment> {
         title: "free page reporting: N guests on an overcommitted host, host swap with/without reporting (new study)",
         run: crate::virt::experiments::overcommit,
     });
-    // spec/002: page-cache promotion (reproduce_promo.rs).
+    // Page-cache promotion (reproduce_promo.rs).
     v.push(Experiment {
         name: "promo-table",
-        title: "page-cache promotion: the five configurations of spec/002 (full scale)",
+        title: "page-cache promotion: the five configurations of the RFC v3 cover letter (full scale)",
         run: crate::reproduce_promo::promo_table,
     });
     v.push(Experiment {
@@ -126,15 +126,15 @@ pub fn registry() -> Vec<Experiment> {
         title: "page-cache promotion: per-task cap removed vs capped (full scale)",
         run: crate::reproduce_promo::promo_uncapped,
     });
-    // spec/004: lazy unmap flush (reproduce/luf.rs), scaled down.
+    // Lazy unmap flush (reproduce/luf.rs), scaled down.
     v.push(Experiment {
         name: "luf-llama",
-        title: "LUF: llama.cpp-like inference on tiered DRAM + CXL, LUF off vs on (spec/004 §3.2, memory scaled 1/512)",
+        title: "LUF: llama.cpp-like inference on tiered DRAM + CXL, LUF off vs on (LUF v10 cover letter, memory scaled 1/512)",
         run: luf::luf_llama,
     });
     v.push(Experiment {
         name: "luf-xsbench",
-        title: "LUF: XSBench-like lookups on a 1 GiB DRAM + far-memory VM, LUF off vs on (spec/004 §3.7, memory scaled 1/16)",
+        title: "LUF: XSBench-like lookups on a 1 GiB DRAM + far-memory VM, LUF off vs on (LUF v10 thread, 2024-05-22, memory scaled 1/16)",
         run: luf::luf_xsbench,
     });
     v
@@ -269,8 +269,8 @@ fn ratio(a: f64, b: f64) -> f64 {
     }
 }
 
-/// ebizzy -mTt N: threads loop mmap 512 KiB / touch / munmap. Seed §4.5:
-/// 24-CPU x86, records/s BASE 5492.69, SPF 9383.07 (x1.708); §4.4: on the
+/// ebizzy -mTt N: threads loop mmap 512 KiB / touch / munmap. The v12 cover letter:
+/// 24-CPU x86, records/s BASE 5492.69, SPF 9383.07 (x1.708); its perf counters: on the
 /// 48-CPU x86 with 48 threads, spf/faults 91.90 %, changed/faults 8.08 %.
 fn spf_ebizzy(progress: &mut dyn FnMut(&Progress) -> bool) -> Result<Value, ConfigError> {
     const NAME: &str = "spf-ebizzy";
@@ -303,7 +303,7 @@ fn spf_ebizzy(progress: &mut dyn FnMut(&Progress) -> bool) -> Result<Value, Conf
         }
         series.push(json!({"name": format!("ebizzy {policy} (24-CPU x86)"), "x": xs, "y": ys, "xlabel": "threads", "ylabel": "records/s"}));
     }
-    // Counters at 48 threads on 48 CPUs (perf stat of §4.4).
+    // Counters at 48 threads on 48 CPUs (the cover letter's perf stat).
     let p48 = spf_point(NAME, &toml(48, 48, "spf"), k, n, progress)?;
     configs.push(json!({"label": "spf, 48 CPUs, 48 threads", "config": p48.config}));
     let b48 = spf_point(NAME, &toml(48, 48, "mmap_lock"), k + 1, n, progress)?;
@@ -330,7 +330,7 @@ fn spf_ebizzy(progress: &mut dyn FnMut(&Progress) -> bool) -> Result<Value, Conf
             "Simulated records/s are over 20 ms of simulated time after 2 ms of warm-up (the seed ran 10 s, 100 runs).",
             "records/s (BASE and SPF) are ~3.3x the seed's: the generic-x86 profile's per-iteration costs (mmap, munmap, zap, shootdown, 128 faults) are those of a 2020s server, not the seed's 2019 24-CPU box; the SPF/BASE ratio, set by mechanism, is the comparable figure.",
             "spf_vma_changed/faults: a speculative fault whose snapshot falls inside a write cycle (mmap_lock held for write, any of the queued ones) that changed its VMA's range sees vm_sequence odd and aborts (S2); a writer's locked section is one step, so the cycle's whole lock hold stands for the vm_write_begin/end section inside it. Faults that validate while the next writer still spins for mmap_lock complete (foliosim_spf_before_writer), as the kernel's would; a writer that sleeps in the wait queue changes nothing until it acquires.",
-            "per_vma/BASE has no seed figure (per-VMA locks are 2023); the model gives a gain close to SPF's, as the spec expects (faults on the merged VMA wait only while a writer holds its mark).",
+            "per_vma/BASE has no seed figure (per-VMA locks are 2023); the model gives a gain close to SPF's, as the mechanism predicts (faults on the merged VMA wait only while a writer holds its mark).",
             "spf_vma_notsup/faults is 0.05% against 0.007%: both are near zero as the seed's mechanism predicts (merged VMAs keep their anon_vma and page tables); the remainder is the first fault per fresh PTE table.",
         ],
         "series": series,
@@ -342,14 +342,14 @@ fn spf_ebizzy(progress: &mut dyn FnMut(&Progress) -> bool) -> Result<Value, Conf
 }
 
 /// will-it-scale page_fault2/3 (private/shared file) with SPF on vs off.
-/// Seed §4.6 (LKP, 72 CPUs, THP disabled, per_thread_ops): pf2 -12.0 %,
-/// pf3 -18.6 %; §4.8 (same box, sysctl 1 vs 0): pf2 -10 %, pf3 -12.4 %;
-/// §4.7 (48-CPU x86, THP never, on vs off): pf2 +1.1 %, pf3 -2.3 %.
+/// Haiyan Song's LKP report, 2019-06-06 (72 CPUs, THP disabled, per_thread_ops): pf2 -12.0 %,
+/// pf3 -18.6 %; her rerun of 2019-06-20 (same box, sysctl 1 vs 0): pf2 -10 %, pf3 -12.4 %;
+/// Laurent's retest of 2019-06-14 (48-CPU x86, THP never, on vs off): pf2 +1.1 %, pf3 -2.3 %.
 fn spf_will_it_scale(progress: &mut dyn FnMut(&Progress) -> bool) -> Result<Value, ConfigError> {
     const NAME: &str = "spf-will-it-scale";
     const PROFILE: &str = "generic-x86";
     const SEED: u64 = 1;
-    // "spf0": the SPF kernel with vm.speculative_page_fault = 0 (§4.7, §4.8).
+    // "spf0": the SPF kernel with vm.speculative_page_fault = 0 (the 2019-06-14 retest and the 2019-06-20 rerun).
     let toml = |cpus: u32, w: &str, mode: &str, tasks: u32, policy: &str| {
         let (policy, sysctl) = if policy == "spf0" { ("spf", 0) } else { (policy, 1) };
         format!(
@@ -358,10 +358,10 @@ fn spf_will_it_scale(progress: &mut dyn FnMut(&Progress) -> bool) -> Result<Valu
     };
     // (cpus, workload, mode, seed change %)
     let cases: [(u32, &str, &str, Option<f64>, &str); 6] = [
-        (72, "page_fault2", "threads", Some(-12.0), "72-CPU x86 (LKP, §4.6)"),
-        (72, "page_fault3", "threads", Some(-18.6), "72-CPU x86 (LKP, §4.6)"),
-        (48, "page_fault2", "threads", Some(1.1), "48-CPU x86 (§4.7, ON vs OFF)"),
-        (48, "page_fault3", "threads", Some(-2.3), "48-CPU x86 (§4.7, ON vs OFF)"),
+        (72, "page_fault2", "threads", Some(-12.0), "72-CPU x86 (LKP)"),
+        (72, "page_fault3", "threads", Some(-18.6), "72-CPU x86 (LKP)"),
+        (48, "page_fault2", "threads", Some(1.1), "48-CPU x86 (retest, ON vs OFF)"),
+        (48, "page_fault3", "threads", Some(-2.3), "48-CPU x86 (retest, ON vs OFF)"),
         (72, "page_fault2", "processes", None, "72-CPU x86"),
         (72, "page_fault3", "processes", None, "72-CPU x86"),
     ];
@@ -371,8 +371,8 @@ fn spf_will_it_scale(progress: &mut dyn FnMut(&Progress) -> bool) -> Result<Valu
     let mut configs = Vec::new();
     let mut interrupted = false;
     for (cpus, w, mode, seed, label) in cases {
-        // §4.7 compares the SPF kernel's sysctl 0 and 1; §4.6 base and head.
-        let base = if label.contains("4.7") { "spf0" } else { "mmap_lock" };
+        // The retest compares the SPF kernel's sysctl 0 and 1; LKP base and head.
+        let base = if label.contains("retest") { "spf0" } else { "mmap_lock" };
         let b = spf_point(NAME, &toml(cpus, w, mode, cpus, base), k, n, progress)?;
         let s = spf_point(NAME, &toml(cpus, w, mode, cpus, "spf"), k + 1, n, progress)?;
         k += 2;
@@ -382,7 +382,7 @@ fn spf_will_it_scale(progress: &mut dyn FnMut(&Progress) -> bool) -> Result<Valu
         configs.push(json!({"label": format!("{lab}, spf"), "config": s.config}));
         let note = if cpus == 72 && mode == "threads" {
             "overshoots: the slab-packed VMA lines add nothing (each thread's VMA is allocated, faulted and freed on its own CPU); the loss comes from gate G2's read of mm_users, which shares mmap_lock's count line in 5.1's mm_struct: modelled as serialised with the line's down_read/up_read RMWs, it makes three transfers per fault of two"
-        } else if label.contains("4.7") {
+        } else if label.contains("retest") {
             "the seed saw no change here: the model's mmap_lock line is the bottleneck at 48 CPUs as at 72, so the gate's mm_users read on it costs as much (a read of a line in flux may cost less than the transfer modelled)"
         } else {
             ""
@@ -393,7 +393,7 @@ fn spf_will_it_scale(progress: &mut dyn FnMut(&Progress) -> bool) -> Result<Valu
             let off = spf_point(NAME, &toml(cpus, w, mode, cpus, "spf0"), k, n, progress)?;
             k += 1;
             configs.push(json!({"label": format!("{lab}, spf sysctl 0"), "config": off.config}));
-            rows.push(json!({"label": format!("72-CPU x86 (§4.8, sysctl 1 vs 0), {w} {mode} x{cpus}"), "metric": "SPF on vs off ops/s change", "unit": "%", "seed": s48, "simulated": 100.0 * (ratio(s.ops, off.ops) - 1.0), "note": "overshoots: the slab-packed VMA lines add nothing (each thread's VMA is allocated, faulted and freed on its own CPU); the loss comes from gate G2's read of mm_users, which shares mmap_lock's count line in 5.1's mm_struct: modelled as serialised with the line's down_read/up_read RMWs, it makes three transfers per fault of two"}));
+            rows.push(json!({"label": format!("72-CPU x86 (LKP rerun, sysctl 1 vs 0), {w} {mode} x{cpus}"), "metric": "SPF on vs off ops/s change", "unit": "%", "seed": s48, "simulated": 100.0 * (ratio(s.ops, off.ops) - 1.0), "note": "overshoots: the slab-packed VMA lines add nothing (each thread's VMA is allocated, faulted and freed on its own CPU); the loss comes from gate G2's read of mm_users, which shares mmap_lock's count line in 5.1's mm_struct: modelled as serialised with the line's down_read/up_read RMWs, it makes three transfers per fault of two"}));
             rows.push(json!({"label": lab.clone(), "metric": "SPF attempts aborted notsup / faults", "unit": "%", "seed": null,
                              "simulated": 100.0 * ratio(st(&s, "spf_vma_notsup"), st(&s, "pgfault"))}));
         }
@@ -418,7 +418,7 @@ fn spf_will_it_scale(progress: &mut dyn FnMut(&Progress) -> bool) -> Result<Valu
         "notes": [
             "generic-x86 with nr_cpus 72 / 48 stands in for the seed's E5 (72 CPUs) and E1 (48 CPUs) machines; size_mib = 8 (not 128) and 4 ms of simulated time keep each point short.",
             "page_fault2/3 are file-backed: every SPF attempt aborts at S3 (vm_ops->fault) and the fault is redone under mmap_lock; the loss is the failed attempt's cost (lookup, two RMWs on the VMA's line).",
-            "72-CPU rows (LKP -12 to -18.6%, sysctl 1 vs 0 -10 to -12.4%): the model gives -1% to +1%. Each thread's file VMA is its own, so the failed attempt's refcount RMWs stay on a local line and add only ~50 ns off the serialised mmap_lock path; the seed's loss needs the attempt to touch lines other CPUs write (packed VMAs, the mm_seq/vmacache lines), which the model does not place. Recorded, not tuned (spec 6.5).",
+            "72-CPU rows (LKP -12 to -18.6%, sysctl 1 vs 0 -10 to -12.4%): the model gives -1% to +1%. Each thread's file VMA is its own, so the failed attempt's refcount RMWs stay on a local line and add only ~50 ns off the serialised mmap_lock path; the seed's loss needs the attempt to touch lines other CPUs write (packed VMAs, the mm_seq/vmacache lines), which the model does not place. Recorded, not tuned.",
             "48-CPU rows (seed +1.1% / -2.3%, within the seed's 3-8% stddev): the model's -0.5% / 0.0% agree in size (both are noise-level); the relative difference column is meaningless at this scale.",
         ],
         "series": series,
@@ -429,8 +429,8 @@ fn spf_will_it_scale(progress: &mut dyn FnMut(&Progress) -> bool) -> Result<Valu
     }))
 }
 
-/// Kernbench on the 48-CPU x86 (seed §4.2: elapsed -j24 +0.47 %, -j48
-/// +0.83 %, within one stddev; §4.4: spf/faults 4.6e-7). A build is a stream
+/// Kernbench on the 48-CPU x86 (the v12 cover letter: elapsed -j24 +0.47 %, -j48
+/// +0.83 %, within one stddev; its perf counters: spf/faults 4.6e-7). A build is a stream
 /// of short-lived single-threaded processes; the proxy here is will-it-scale
 /// page_fault1 in process mode (each process its own mm, mm_users == 1), so
 /// the gate G2 skips every attempt. No compiler, page cache or exec model.

@@ -1,4 +1,4 @@
-//! Reproductions of spec/002 (promotion of unmapped page-cache folios, RFC
+//! Reproductions of the RFC v3 cover letter's figures (promotion of unmapped page-cache folios, RFC
 //! v3) at the seed's full scale: the cxl-1tb profile (768 GiB DRAM with the
 //! CPUs + 256 GiB CPU-less CXL), one task reading a 128 GiB file with
 //! read() calls of MAX_RW_COUNT (2 GiB - 4 KiB), 65 calls per pass.
@@ -27,7 +27,7 @@ const PROFILE: &str = "cxl-1tb";
 const SEED: u64 = 1;
 /// Simulated passes before cycle 1 (0: the cache starts hot, see above).
 pub const WARM_PASSES: usize = 0;
-/// The seed's figures, s per 128 GB read cycle [spec/002 §3.2, §3.4].
+/// The seed's figures, s per 128 GB read cycle [the RFC v3 cover letter].
 const SEED_TABLE: [(&str, f64); 5] =
     [("DRAM Base", 7.5804), ("Promo On", 7.7586), ("TopTier Chk", 7.9726), ("CXL Base", 9.75), ("Post-Promotion", 7.8941)];
 const SEED_CONVERGENCE: [f64; 10] = [12.79, 12.52, 12.33, 12.03, 11.81, 11.58, 11.36, 11.10, 8.00, 7.96];
@@ -100,7 +100,7 @@ fn pct(a: f64, b: f64) -> f64 {
     }
 }
 
-/// The five configurations of spec/002 §3.2.
+/// The five configurations of the RFC v3 cover letter.
 fn table_runs(progress: &mut dyn FnMut(&Progress) -> bool) -> Result<Vec<(&'static str, String, PromoRun, f64)>, ConfigError> {
     // (label, toml, which pass is the steady state)
     let post = WARM_PASSES + 10;
@@ -156,7 +156,7 @@ pub fn promo_table(progress: &mut dyn FnMut(&Progress) -> bool) -> Result<Value,
             "TopTier Chk adds the call into promotion_candidate (5 ns, assumed) for each folio folio_mark_accessed finds referenced and active; Post-Promotion pays the same once the file is on DRAM.",
             "Every run starts with the file's folios referenced and active (the state earlier passes leave), so folio_mark_accessed reaches the hook from the first pass; every configuration is measured in that steady state.",
             "Post-Promotion is the 10th cycle of the promotion run; promotion finished after 8 cycles.",
-            "DRAM and CXL read costs come from copy_bw_gbps of the profile, which was derived from the seed's own DRAM and CXL baselines (spec/002 §3.6): configs 1 and 4 check the read model, not an independent prediction.",
+            "DRAM and CXL read costs come from copy_bw_gbps of the profile, which was derived from the seed's own DRAM and CXL baselines: configs 1 and 4 check the read model, not an independent prediction.",
         ],
         "seed": SEED,
         "profile": profile_json(PROFILE),

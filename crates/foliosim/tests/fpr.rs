@@ -1,6 +1,9 @@
-//! End-to-end tests of free page reporting and the host model (spec/003),
+//! End-to-end tests of free page reporting and the host model (docs/mechanisms/free-page-reporting.md),
 //! with the invariant checker on.
 
+mod common;
+
+use common::H;
 use foliosim::config;
 use foliosim::mm::vmstat::Stat;
 use foliosim::run::{self, Outcome};
@@ -199,4 +202,104 @@ fn a_task_sharing_the_workers_cpu_is_not_held_up_by_its_timed_sleep() {
     let worker_cpu = 1;
     let ops = |cpu: u32| o.kernel.tasks.iter().filter(|t| t.kthread.is_none() && t.cpu == cpu).map(|t| t.ops).sum::<u64>() as f64;
     assert!(ops(worker_cpu) > 0.95 * ops(0), "task on the worker's CPU lost time: {} vs {}", ops(worker_cpu), ops(0));
+}
+
+/// memhog 256 MiB twice with large anonymous folios (`knobs` picks the
+/// order): the second cycle's folios come from blocks reporting gave to
+/// the host, whatever the allocation path. Returns the run and the same
+/// run with 4 KiB folios.
+fn large_folio_guest(knobs: &str) -> (Outcome, Outcome) {
+    let large = sim(&guest(&format!("\"page_reporting.enabled\" = true\n{knobs}"), 256, 6000, 7.0));
+    let small = sim(&guest("\"page_reporting.enabled\" = true", 256, 6000, 7.0));
+    (large, small)
+}
+
+/// Every path that hands out a folio faults the host back in: the large
+/// folios of the second memhog cycle re-fault reported memory as its
+/// 4 KiB pages do (same blocks reported, same memory re-used), the
+/// checker's use and audit rules hold, and host RSS covers the memhog.
+fn assert_large_folios_refault(large: &Outcome, small: &Outcome, what: &str) {
+    assert!(large.kernel.check.violations.is_empty(), "{what}: {:?}", large.kernel.check.violations);
+    assert!(large.kernel.check.audits > 2);
+    let (fl, fs) = (st(large, Stat::HostFaults), st(small, Stat::HostFaults));
+    assert!(st(large, Stat::PageReportingReportedPages) > 0);
+    assert!(fs > 0 && fl > 0, "{what}: no host fault for reported memory the second cycle took ({fl} against {fs} with 4 KiB folios)");
+    // The same memory comes back: the host faults the large folios take
+    // are within a quarter of the 4 KiB run's (a folio may straddle a
+    // reported block, so they need not be equal).
+    assert!((fl - fs).abs() * 4 <= fs, "{what}: {fl} host faults against {fs} with 4 KiB folios");
+    assert!(st(large, Stat::HostFaultAllocs) > 0);
+}
+
+#[test]
+fn thp_folios_fault_reported_memory_back_in() {
+    let (large, small) = large_folio_guest("\"kernel/mm/transparent_hugepage/enabled\" = \"always\"");
+    assert!(st(&large, Stat::ThpFaultAlloc) >= 128, "the memhog took PMD THPs");
+    assert_large_folios_refault(&large, &small, "PMD THP");
+}
+
+#[test]
+fn mthp_folios_fault_reported_memory_back_in() {
+    let (large, small) = large_folio_guest("\"kernel/mm/transparent_hugepage/hugepages-64kB/enabled\" = \"always\"");
+    assert_eq!(st(&large, Stat::ThpFaultAlloc), 0);
+    assert!(st(&large, Stat::MthpFaultAlloc) >= 2048, "the memhog took 64 KiB folios");
+    assert_large_folios_refault(&large, &small, "mTHP");
+}
+
+/// The golden config's case (tests/golden/configs/memhog-fpr-guest.toml):
+/// a guest whose host backs nothing at boot, THP always, memhog 256 MiB:
+/// the host holds the memhog's memory, faulted in 2 MiB... by 4 KiB
+/// host pages (host THP off), one host fault each.
+#[test]
+fn thp_memhog_on_an_unbacked_guest_is_backed_by_the_host() {
+    let o = sim("seed = 13\n[machine]\nprofile = \"e5-2630v3-guest-32g\"\nnode_mem_mib = [1024]\n[workload]\nname = \"memhog\"\nsize_mib = 256\n[knobs]\n\"page_reporting.enabled\" = true\n\"kernel/mm/transparent_hugepage/enabled\" = \"always\"\n[run]\nwarmup_s = 0.0\nduration_s = 0.3\ncheck = true\naudit_interval_ms = 20.0\n");
+    assert!(o.kernel.check.violations.is_empty(), "{:?}", o.kernel.check.violations);
+    assert_eq!(st(&o, Stat::ThpFaultAlloc), 128);
+    let faults = st(&o, Stat::HostFaults);
+    assert!(faults >= 256 * 256, "the memhog's 65536 frames were faulted in on the host: {faults}");
+    assert_eq!(faults, st(&o, Stat::HostZeroedPages));
+    assert!(st(&o, Stat::HostRss) >= 256 * 256, "host RSS {}", st(&o, Stat::HostRss));
+}
+
+#[test]
+fn checker_catches_a_guest_page_used_without_host_backing() {
+    let o = sim(&guest("\"page_reporting.enabled\" = true\n\"debug.mutant\" = \"fpr_skip_host_fault\"", 256, 6000, 7.0));
+    let v = &o.kernel.check.violations;
+    assert!(v.iter().any(|m| m.contains("while the host has no page behind them")), "mutant not caught: {v:?}");
+    // Large folios too, on the THP path.
+    let o = sim(&guest(
+        "\"page_reporting.enabled\" = true\n\"kernel/mm/transparent_hugepage/enabled\" = \"always\"\n\"debug.mutant\" = \"fpr_skip_host_fault\"",
+        256,
+        6000,
+        7.0,
+    ));
+    let v = &o.kernel.check.violations;
+    assert!(v.iter().any(|m| m.contains("cleared while the host has no page")), "THP path not caught: {v:?}");
+}
+
+/// A migration target is a fresh allocation too: `move_pages` of a
+/// process's pages to node 1 of a guest whose host backs nothing of node
+/// 1 (no prealloc, never touched: as after a report) faults every target
+/// frame in before the copy, and the checker's copy rule holds.
+#[test]
+fn migration_targets_fault_the_host_back_in() {
+    let mut h = H::boot("\"page_reporting.enabled\" = true", 1);
+    let a = h.allocator(0);
+    let t = h.alloc_write(a, 0, 64);
+    let (base, _) = h.arena[&a];
+    let mm = h.k.tasks[a as usize].mm as usize;
+    let frames = |h: &H| -> Vec<foliosim::mm::Pfn> { (0..64).map(|i| h.k.mms[mm].pt.pte(base + i * 4096).pfn()).collect() };
+    let src = frames(&h);
+    assert!(src.iter().all(|&p| h.k.pfn_to_nid(p) == 0));
+    let faults = h.stat("foliosim_host_faults");
+    let (moved, t) = h.k.move_pages_to_node(t + 100, 0, &src, 1);
+    assert_eq!(moved, 64);
+    let dst = frames(&h);
+    assert!(dst.iter().all(|&p| h.k.pfn_to_nid(p) == 1));
+    let host = h.k.host.as_ref().expect("a guest");
+    let unbacked: Vec<_> = dst.iter().filter(|&&p| !host.holds(p)).collect();
+    assert!(unbacked.is_empty(), "migration targets the host does not back: {unbacked:?}");
+    assert!(h.stat("foliosim_host_faults") - faults >= 64, "no host fault for the targets");
+    h.run(a, t, foliosim::workload::Op::AccessRange { addr: base, stride: 4096, count: 64, kind: foliosim::workload::Access::Load });
+    assert!(h.violations().is_empty(), "{:?}", h.violations());
 }

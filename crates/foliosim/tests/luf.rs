@@ -1,6 +1,6 @@
-//! Lazy unmap flush (spec/004): the scenarios of §6.3 driven directly on a
-//! kernel, with interleavings placed in simulated time, and the mutants of
-//! §6.4 each caught by the deferred-flush ground truth (check/luf.rs).
+//! Lazy unmap flush: the scenarios of docs/mechanisms/lazy-unmap-flush.md#scenarios driven
+//! directly on a kernel, with interleavings placed in simulated time, and
+//! the mutants (#mutants there) each caught by the deferred-flush ground truth (check/luf.rs).
 //!
 //! A scenario is a list of steps, each a task doing something at a chosen
 //! simulated time; seeds vary which CPUs take part and the delays between
@@ -40,6 +40,58 @@ fn scenario_drain(knobs: &str, seed: u64) -> H {
         h.read_all(tid, t + r, base);
     }
     h
+}
+
+/// 64 KiB anonymous folios (mTHP) for every anonymous fault.
+const MTHP64: &str = "\"kernel/mm/transparent_hugepage/hugepages-64kB/enabled\" = \"always\"";
+
+/// Scenario 2 with large folios: D, on CPU 4..7, faults 64 KiB folios
+/// (alloc_large_folio). Its first folio is taken before the reclaim, so
+/// its page tables exist and the frames the drain merged back into buddy
+/// with a pending generation leave the allocator only as D's large folios.
+fn scenario_drain_large(knobs: &str, seed: u64) -> H {
+    let mut h = H::boot(knobs, seed);
+    let d = h.allocator(4 + (seed % 4) as u32);
+    let t = h.alloc_write(d, 0, 16);
+    let f = h.file(PAGES);
+    let a0 = h.process(0);
+    let a1 = h.thread(a0, 1);
+    let a2 = h.thread(a0, 2);
+    let c = h.process(3);
+    let (base, mut t) = h.map_file(a0, t, f, prot::READ);
+    for &tid in &[a0, a1, a2] {
+        let r = h.rand(1000);
+        t = h.read_all(tid, t + r, base);
+    }
+    let (freed, t) = h.reclaim(c, t + 1000, PAGES);
+    assert!(freed >= PAGES, "reclaim freed {freed}");
+    let t = h.k.pa.drain_pages(t, 3);
+    let r = h.rand(2000);
+    let t = h.alloc_write(d, t + r, 4 * PAGES);
+    for &tid in &[a0, a1, a2] {
+        let r = h.rand(3000);
+        h.read_all(tid, t + r, base);
+    }
+    h
+}
+
+/// LUF with large folios: the frames reclaim freed with a pending
+/// generation come back as 64 KiB folios, and that allocation flushes
+/// first. Skipping the flush there only (order-0 allocations still flush)
+/// is caught, as is skipping it everywhere.
+#[test]
+fn large_folio_allocations_flush_pending_generations() {
+    let knobs = format!("{LUF}\n{MTHP64}");
+    let mut met = 0;
+    for s in 1..=SEEDS {
+        let h = scenario_drain_large(&knobs, s);
+        assert!(h.violations().is_empty(), "seed {s}: {:?}", h.violations());
+        assert_eq!(h.stat("foliosim_mthp_fault_alloc"), 4 * PAGES as i64 / 16 + 1, "seed {s}: D's faults took 64 KiB folios");
+        met += h.stat("foliosim_luf_alloc_pending");
+    }
+    assert!(met > 0, "no large-folio allocation met a pending generation");
+    assert!(caught("luf_large_skip_alloc_flush", &knobs, scenario_drain_large));
+    assert!(caught("luf_skip_alloc_flush", &knobs, scenario_drain_large));
 }
 
 /// Scenario 3: two generations in buddy next to each other. File 1 and

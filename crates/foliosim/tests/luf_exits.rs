@@ -1,4 +1,4 @@
-//! Lazy unmap flush (spec/004): the allocator exits other than
+//! Lazy unmap flush (docs/mechanisms/lazy-unmap-flush.md): the allocator exits other than
 //! `prep_new_page` (scenario 6: compaction free-page isolation and
 //! capture, alloc_contig_range, memory offline, hwpoison take-off),
 //! migration source reuse and MR_MEMORY_FAILURE (scenario 19), and munmap
@@ -319,7 +319,7 @@ fn zap_skipping_an_empty_table_is_caught() {
     assert!((1..=SEEDS).any(|s| scenario_munmap_freed_table(&knobs, s).violations().iter().any(|v| v.starts_with("I6a"))));
 }
 
-/// `migrate.batch_flush = false` (7e12beb8ca2a reverted, the spec/004 §3.7
+/// `migrate.batch_flush = false` (7e12beb8ca2a reverted, the XSBench
 /// baseline): moving a file two threads on CPUs 0 and 1 have mapped takes
 /// one shootdown per page instead of one per migrate_pages batch, and LUF
 /// has no batch to defer.

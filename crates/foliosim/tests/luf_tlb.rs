@@ -1,4 +1,4 @@
-//! TLB-side scenarios of lazy unmap flush (spec/004 §6.3): 20 (ASID
+//! TLB-side scenarios of lazy unmap flush (docs/mechanisms/lazy-unmap-flush.md#scenarios): 20 (ASID
 //! reuse), 15 (dirty read-only PTE reclaimed with writeback) and 11's
 //! remote-invalidation half, plus the per-CPU shootdown counters. The
 //! harness is tests/common's, shared with tests/luf.rs.

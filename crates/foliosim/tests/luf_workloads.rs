@@ -1,4 +1,4 @@
-//! The LUF workloads (spec/004 §5.3) on the real kernel model: llama
+//! The LUF workloads (docs/mechanisms/lazy-unmap-flush.md#workloads-and-scaling) on the real kernel model: llama
 //! (mmapped read-only models streamed per token on a tiered machine) and
 //! xsbench (anonymous tables written once, then random lookups). Small
 //! versions of the experiments' configs (reproduce/luf.rs).

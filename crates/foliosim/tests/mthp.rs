@@ -1,4 +1,4 @@
-//! Large anonymous folios (issue 3, spec/000): order choice, the fault
+//! Large anonymous folios (issue 3, docs/mechanisms/large-anon-folios.md): order choice, the fault
 //! paths, zap, reuse, deferred split, policies, TLB coalescing, and the
 //! checker catching each broken variant. Checker on everywhere.
 
@@ -104,7 +104,7 @@ fn present(k: &Kernel, va: u64) -> bool {
 
 const RFC: &str = "\"anon_folio.mode\" = \"rfc-v2\"";
 
-/// spec/000 §2.2 worked examples, on an otherwise empty PTE table.
+/// The order choice (RFC v2 patch 6) on worked examples, on an otherwise empty PTE table.
 #[test]
 fn order_choice_follows_the_worked_examples() {
     let c = base_cfg(RFC, "generic-x86");
@@ -591,7 +591,7 @@ fn large_folio_runs_are_deterministic() {
     assert_eq!(serde_json::to_string(&a).unwrap(), serde_json::to_string(&b).unwrap());
 }
 
-/// §2.3 / §8.3 fallback: with free memory only in isolated 4 KiB frames,
+/// The fallback of RFC v2 and of upstream's alloc_anon_folio: with free memory only in isolated 4 KiB frames,
 /// every large order fails once (counted per size in anon_fault_fallback)
 /// and the fault ends at order 0. rfc-v2 walks 4, 3, 2; upstream tries
 /// only the enabled sizes.

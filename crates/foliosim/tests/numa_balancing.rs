@@ -487,9 +487,9 @@ fn threads_of_the_mm_share_the_scan_and_the_checker_catches_a_missing_flush() {
     assert!(v.iter().any(|s| s.contains("PROT_NONE hinting PTE")), "{v:?}");
 }
 
-/// The reader of spec/002 config 2 (file and buffer in DRAM, tiering mode
+/// The reader of promo-table's config 2, "Promo On" (file and buffer in DRAM, tiering mode
 /// on, page-cache promotion off): the scanner changes no PTE, yet walking
-/// the buffer's PTEs is work charged to the reader (§4.1 item 4).
+/// the buffer's PTEs is work charged to the reader (docs/mechanisms/numa-balancing.md#what-the-scan-costs).
 fn reader(buffer: bool, knobs: &str) -> Outcome {
     let toml = format!(
         "[machine]\nprofile = \"cxl-1tb\"\nnr_cpus = 2\nnode_mem_mib = [512, 256]\n[workload]\nname = \"file_reader\"\nfile_mib = 64\npopulate = true\npopulate_node = 0\nchunk_kib = 65536\nbuffer = {buffer}\ncycles = 0\n[run]\nwarmup_s = 0.0\nduration_s = 4.0\ncheck = true\naudit_interval_ms = 200.0\n[knobs]\n\"kernel.numa_balancing_scan_period_min_ms\" = 100\n{knobs}"

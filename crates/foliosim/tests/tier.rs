@@ -1,4 +1,4 @@
-//! Memory tiers and page-cache promotion (spec/002) on a small version of
+//! Memory tiers and page-cache promotion (docs/mechanisms/pagecache-promotion.md) on a small version of
 //! the seed's machine, with the invariant checker on.
 
 use foliosim::config;

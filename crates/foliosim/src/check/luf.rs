@@ -1,4 +1,4 @@
-//! Ground truth for deferred TLB flushes (spec/004 §6), kept apart from
+//! Ground truth for deferred TLB flushes (docs/mechanisms/lazy-unmap-flush.md#invariants), kept apart from
 //! LUF's own bookkeeping: when an unmap clears a PTE without flushing at
 //! once, the checker records which CPUs' TLBs really still hold that
 //! translation (read from the TLB model). Later checks ask the TLB model

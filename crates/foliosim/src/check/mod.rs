@@ -94,18 +94,21 @@ impl Checker {
     pub fn on_free(&mut self, _pfn: Pfn, _order: u32) {}
 
     /// Free page reporting: a block handed out by the allocator must not
-    /// carry PG_reported any more, and before the guest writes it every
-    /// frame must have host memory behind it again (the host fault path
-    /// ran for whatever the host had discarded).
-    pub fn on_guest_handout(&mut self, pa: &PageAlloc, host: &crate::virt::Host, pfn: Pfn, order: u32) {
+    /// carry PG_reported any more.
+    pub fn on_guest_handout(&mut self, pa: &PageAlloc, pfn: Pfn, order: u32) {
         if pa.allocated_page_reported(pfn) {
             self.report(format!("frame {pfn} (order {order}) handed out with PG_reported still set"));
         }
-        if !host.range_ready(pfn, 1 << order) {
-            self.report(format!(
-                "frames {pfn}+{} handed out while the host has no page behind them (host fault path skipped)",
-                1u64 << order
-            ));
+    }
+
+    /// A guest touches frames [pfn, pfn + n) (`what`: accessed, cleared,
+    /// copied into, filled), after the model's host fault path for it ran:
+    /// the host must have a live page behind every frame, or the guest
+    /// used memory the host had given away (reported and discarded, or
+    /// MADV_FREE'd) without the host fault that brings it back.
+    pub fn on_guest_use(&mut self, host: &crate::virt::Host, pfn: Pfn, n: u64, what: &str) {
+        if !host.range_ready(pfn, n) {
+            self.report(format!("frames {pfn}+{n} {what} while the host has no page behind them (host fault path skipped)"));
         }
     }
 }
@@ -215,6 +218,11 @@ pub fn audit(k: &mut Kernel) {
                 if k.mem_map.get(pfn).flags & pg::ALLOCATED == 0 {
                     found.push(format!("mm {} va {va:#x}: maps frame {pfn}, which is not allocated", mm.id));
                 }
+                // A mapped guest frame holds data the host must keep:
+                // backed, or swapped out by the host (read back on access).
+                if k.host.as_ref().is_some_and(|h| !h.holds(pfn)) {
+                    found.push(format!("mm {} va {va:#x}: maps frame {pfn}, which the host gave away (host fault path skipped)", mm.id));
+                }
                 *maps.entry(pfn).or_default() += 1;
             }
             if present != tbl.nr_present {
@@ -247,7 +255,7 @@ pub fn audit(k: &mut Kernel) {
             cached.insert(p, ());
         }
     }
-    // One folio reference per PTE mapping any of its pages (spec/000 §2.0),
+    // One folio reference per PTE mapping any of its pages (I-1),
     // and per-folio mapped-page counts for the deferred-split rules.
     let mut folio_maps: FxHashMap<Pfn, i32> = FxHashMap::default();
     let mut folio_mapped_pages: FxHashMap<Pfn, u32> = FxHashMap::default();
@@ -301,7 +309,7 @@ pub fn audit(k: &mut Kernel) {
             }
         }
     });
-    // Deferred-split queues (spec/000 I-15).
+    // Deferred-split queues (I-15, docs/mechanisms/large-anon-folios.md#rules-it-implements).
     let mut queued = 0i64;
     for (nid, q) in k.split_queues.iter().enumerate() {
         for &h in &q.list {

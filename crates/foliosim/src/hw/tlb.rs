@@ -53,7 +53,7 @@ pub mod size {
 pub mod flags {
     pub const WRITE: u8 = 1 << 0;
     /// Dirty bit as seen at fill time. On x86 a store through an entry cached
-    /// with DIRTY clear re-walks the page table (spec 004 §5.1), so only
+    /// with DIRTY clear re-walks the page table to set it, so only
     /// entries with WRITE|DIRTY can write silently.
     pub const DIRTY: u8 = 1 << 1;
     pub const EXEC: u8 = 1 << 2;
@@ -336,7 +336,9 @@ impl Assoc {
     // (callgrind). Soundness: `hash` and `slot` both have `(set_mask + 1)
     // * ways` elements from construction on (nothing resizes them), a
     // set's `base` always comes from `set_base`, so `base + ways` is at
-    // most that length, and a way index is below `ways`.
+    // most that length, and a way index is below `ways`. tests/tlb_model.rs
+    // compares the whole TLB (these paths and `match_mask`) with a plain
+    // reference model, with the debug assertions below switched on.
 
     /// The filter hashes of the set at `base` (`W` = `self.ways`).
     #[inline(always)]

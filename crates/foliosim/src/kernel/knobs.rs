@@ -43,12 +43,17 @@ pub enum Mutant {
     /// Taking a free block for an allocation forgets to clear PG_reported
     /// (free page reporting): the flag stays on the page.
     FprKeepReportedOnAlloc,
-    /// Large anon folios: the order choice ignores the VMA bounds (spec/000 I-5).
+    /// post_alloc_hook does not fault the host page back in: a guest frame
+    /// that reporting gave away is cleared, copied into or mapped while the
+    /// host has nothing behind it (the state of every path but
+    /// alloc_pages before the hook was shared).
+    FprSkipHostFault,
+    /// Large anon folios: the order choice ignores the VMA bounds (I-5, docs/mechanisms/large-anon-folios.md#rules-it-implements).
     MthpSkipVmaBound,
     /// Large anon folios: no pte_none scan and no re-check under the PTL, so
-    /// a fresh folio may overwrite populated PTEs (spec/000 I-7).
+    /// a fresh folio may overwrite populated PTEs (I-7).
     MthpSkipPteRecheck,
-    /// wp fault: copy even when the page is AnonExclusive (spec/000 I-12).
+    /// wp fault: copy even when the page is AnonExclusive (I-12; RFC v2's bug P-10).
     MthpCowExclusive,
     /// Freeing a large folio forgets to take it off the deferred-split queue (I-15).
     MthpSkipUnqueue,
@@ -60,24 +65,27 @@ pub enum Mutant {
     /// Page-cache promotion isolates even when the target node is below
     /// its high watermark (no migrate_balanced_pgdat check).
     PromoIgnoreWatermark,
-    /// LUF mutants (spec/004 §6.4); the name says what is broken.
+    /// LUF mutants (docs/mechanisms/lazy-unmap-flush.md#mutants); the name says what is broken.
     Luf(LufMutant),
     /// x86 choose_new_asid hands a recycled ASID slot to a new mm without
-    /// flushing it: the old owner's entries become the new mm's (spec/004
-    /// §6.3 scenario 20).
+    /// flushing it: the old owner's entries become the new mm's (scenario 20,
+    /// docs/mechanisms/lazy-unmap-flush.md#scenarios).
     AsidNoFlushOnReuse,
     /// Reclaim starts writeback of a folio whose PTE was dirty without
     /// try_to_unmap_flush_dirty: CPUs may still write it through cached
-    /// writable entries while the IO reads it (spec/004 §6.3 scenario 15).
+    /// writable entries while the IO reads it (scenario 15).
     ReclaimSkipDirtyFlush,
 }
 
-/// Broken variants of lazy unmap flush, each one a defect of spec/004
-/// §2.15 or a mutant of §6.4.
+/// Broken variants of lazy unmap flush, each one a defect of the v10 text
+/// (D1-D6) or a mutant (M1-M14) of docs/mechanisms/lazy-unmap-flush.md#rules-it-implements.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub enum LufMutant {
     /// M1: prep_new_page does not check the page's generation.
     SkipAllocFlush,
+    /// M1 for large folios only: an mTHP or PMD THP allocation (order >= 2)
+    /// skips the generation check that order-0 allocations still make.
+    LargeSkipAllocFlush,
     /// M2 / D1: pcp -> buddy stores the order where the generation goes.
     D1OrderAsUgen,
     /// M3: a buddy merge keeps the older generation.
@@ -124,6 +132,7 @@ pub enum LufMutant {
 /// (debug.mutant value, mutant) for the LUF mutants.
 pub const LUF_MUTANTS: &[(&str, LufMutant)] = &[
     ("luf_skip_alloc_flush", LufMutant::SkipAllocFlush),
+    ("luf_large_skip_alloc_flush", LufMutant::LargeSkipAllocFlush),
     ("luf_d1_order_as_ugen", LufMutant::D1OrderAsUgen),
     ("luf_merge_keeps_older", LufMutant::MergeKeepsOlder),
     ("luf_d2_split_drops", LufMutant::D2SplitDrops),
@@ -143,7 +152,7 @@ pub const LUF_MUTANTS: &[(&str, LufMutant)] = &[
     ("luf_zap_skips_empty_table", LufMutant::ZapSkipsEmptyTable),
 ];
 
-/// Lazy unmap flush (spec/004): `luf.*` knobs.
+/// Lazy unmap flush (docs/mechanisms/lazy-unmap-flush.md): `luf.*` knobs.
 #[derive(Clone, Copy, Debug, Serialize, Default)]
 pub struct LufKnobs {
     pub enabled: bool,
@@ -178,10 +187,12 @@ pub const MUTANTS: &[&str] = &[
     "mthp_cow_exclusive",
     "mthp_skip_unqueue",
     "fpr_keep_reported_on_alloc",
+    "fpr_skip_host_fault",
     "spf_skip_seq_check",
     "promo_skip_task_work",
     "promo_ignore_watermark",
     "luf_skip_alloc_flush",
+    "luf_large_skip_alloc_flush",
     "luf_d1_order_as_ugen",
     "luf_merge_keeps_older",
     "luf_d2_split_drops",
@@ -208,9 +219,9 @@ pub const MUTANTS: &[&str] = &[
 pub enum AnonFolioMode {
     /// Order 0 only, except PMD THP (the baseline kernel).
     Off,
-    /// The RFC v2 series as posted (spec/000 §2): orders up to `anon_folio.max_order`.
+    /// The RFC v2 series as posted: orders up to `anon_folio.max_order`.
     RfcV2,
-    /// Linux 6.8+ multi-size THP (spec/000 §8): per-size sysfs controls.
+    /// Linux 6.8+ multi-size THP (commit 19eaf44954df): per-size sysfs controls.
     Upstream,
 }
 
@@ -298,7 +309,7 @@ pub struct AnonFolioKnobs {
     pub mode: AnonFolioMode,
     /// RFC v2: ANON_FOLIO_ORDER_MAX.
     pub max_order: u32,
-    /// RFC v2 per-patch switches (spec/000 §3.2).
+    /// RFC v2 per-patch switches (docs/mechanisms/large-anon-folios.md#knobs).
     pub zero_page_large: bool,
     pub cow_reuse_range: bool,
     pub cow_copy_large: bool,
@@ -376,7 +387,7 @@ pub fn registry() -> Vec<KnobSpec> {
         KnobSpec { key: "kernel.numa_balancing", default: Int(0), help: "NUMA balancing: 0 off, 1 normal, 2 memory tiering, 3 both", values: None, range: Some((0, 3)) },
         KnobSpec { key: "kernel.numa_balancing_promote_rate_limit_MBps", default: Int(65536), help: "promotion rate limit, MB/s; the page-cache promotion list cap compares pages with this value", values: None, range: Some((0, 1 << 40)) },
         KnobSpec { key: "promotion_list_order", default: Str("tail"), help: "foliosim model switch: promotion_candidate appends with list_add_tail (v3, \"tail\") or list_add (the development build, \"head\")", values: Some(&["tail", "head"]), range: None },
-        KnobSpec { key: "luf.enabled", default: Bool(false), help: "lazy unmap flush (spec/004, RFC series, never merged): defer the TLB shootdown of read-only order-0 folios unmapped by reclaim or async migration until the frame leaves the page allocator again", values: None, range: None },
+        KnobSpec { key: "luf.enabled", default: Bool(false), help: "lazy unmap flush (LUF v10 series, never merged): defer the TLB shootdown of read-only order-0 folios unmapped by reclaim or async migration until the frame leaves the page allocator again", values: None, range: None },
         KnobSpec { key: "luf.granularity", default: Str("global"), help: "LUF pending set: one global cpumask and generation (v10) or one per zone (RFC v12-like)", values: Some(&["global", "zone"]), range: None },
         KnobSpec { key: "luf.v11_hooks", default: Bool(false), help: "LUF v11 forced flushes as well as v10's: a fault installing a writable PTE, file write(), init_on_free", values: None, range: None },
         KnobSpec { key: "luf.invalidate_hook", default: Bool(false), help: "foliosim's fix, in no posted LUF version: invalidate_inode_pages2 (a file changed remotely: NFS, FUSE) forces the deferred flush first, as v11's write() hook does for local writes", values: None, range: None },
@@ -542,6 +553,7 @@ impl Knobs {
                     "buddy_skip_nr_free_dec" => Mutant::BuddySkipNrFreeDec,
                     "buddy_no_merge" => Mutant::BuddyNoMerge,
                     "fpr_keep_reported_on_alloc" => Mutant::FprKeepReportedOnAlloc,
+                    "fpr_skip_host_fault" => Mutant::FprSkipHostFault,
                     "mthp_skip_vma_bound" => Mutant::MthpSkipVmaBound,
                     "mthp_skip_pte_recheck" => Mutant::MthpSkipPteRecheck,
                     "mthp_cow_exclusive" => Mutant::MthpCowExclusive,

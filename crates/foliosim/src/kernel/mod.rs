@@ -67,6 +67,9 @@ pub struct Node {
     pub copy_4k: Ns,
     pub read_4k: Ns,
     pub has_cpus: bool,
+    /// pgdat->kswapd_failures: kswapd runs (balance_pgdat) in a row that
+    /// reclaimed nothing; any reclaim progress on the node resets it.
+    pub kswapd_failures: u32,
 }
 
 pub struct Kernel {
@@ -158,6 +161,7 @@ impl Kernel {
                 copy_4k: c.node_copy_4k[i],
                 read_4k: c.node_read_4k[i],
                 has_cpus: n.has_cpus,
+                kswapd_failures: 0,
             });
             start += pages;
         }

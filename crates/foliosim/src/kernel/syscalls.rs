@@ -228,7 +228,11 @@ impl Kernel {
             }
             if let Some(h) = self.host.as_mut() {
                 // A page the host swapped out is read back on access.
-                cost += h.access(e.pfn_of(va), &mut self.stat);
+                let pfn = e.pfn_of(va);
+                cost += h.access(pfn, &mut self.stat);
+                if self.check.enabled && pfn != self.zero_pfn {
+                    self.check.on_guest_use(h, pfn, 1, "accessed");
+                }
             }
             if kind != Access::Store || (e.writable() && e.dirty()) {
                 let tk = &mut self.tasks[tid as usize];
@@ -271,6 +275,10 @@ impl Kernel {
                 }
                 if let Some(h) = self.host.as_mut() {
                     let c = h.access(pte.pfn(), &mut self.stat);
+                    // The zero page is kernel image memory, never handed out.
+                    if self.check.enabled && !pte.special() {
+                        self.check.on_guest_use(h, pte.pfn(), 1, "accessed");
+                    }
                     let tk = &mut self.tasks[tid as usize];
                     tk.clock += c;
                     tk.user_ns += c;

@@ -9,7 +9,7 @@
 //!   merges up to the order it wants is handed straight to it
 //!   (page_alloc.rs arms it, `Placement::capture`).
 //!
-//! Both are exits of spec/004 §2.6: the generations the blocks carried go
+//! Both are LUF exits (docs/mechanisms/lazy-unmap-flush.md#rules-it-implements): the generations the blocks carried go
 //! to the task's accumulator and are checked (`luf_isolation_exit`) after
 //! the zone lock is dropped and before any frame is used.
 //!
@@ -24,6 +24,7 @@ use super::page_alloc::FpiPlace;
 use super::vmstat::Stat;
 use super::Pfn;
 use crate::kernel::Kernel;
+use crate::mm::memory::LufExit;
 use crate::sim::Ns;
 
 /// What `compact_zone_range` did.
@@ -75,8 +76,9 @@ impl Kernel {
 
     /// compaction_alloc: the next isolated free frame as a migration
     /// target (order 0 only; a large source fails). The frame leaves the
-    /// allocator here: the copy into it is its new owner's first write.
-    pub(crate) fn compaction_alloc(&mut self, t: Ns, order: u32, free: &mut Vec<Pfn>) -> Result<(Pfn, Ns), Ns> {
+    /// allocator here: the copy into it, on `cpu`, the migrating CPU, is its
+    /// new owner's first write.
+    pub(crate) fn compaction_alloc(&mut self, t: Ns, cpu: u32, order: u32, free: &mut Vec<Pfn>) -> Result<(Pfn, Ns), Ns> {
         if order != 0 {
             return Err(t);
         }
@@ -86,10 +88,9 @@ impl Kernel {
         }
         let pfn = free.remove(0);
         let nid = self.pfn_to_nid(pfn);
-        self.check_alloc_exit(t, pfn, 0, "compaction free page");
         self.pa.isolated_to_allocated(pfn, 0);
-        self.prep_new_folio(pfn, 0, nid);
-        self.check.on_alloc(&self.mem_map, &self.pa, pfn, 0);
+        // The generation was checked at isolation.
+        let t = self.post_alloc_hook(t, cpu, pfn, 0, nid, LufExit::Checked, "compaction free page");
         Ok((pfn, t))
     }
 
@@ -154,10 +155,7 @@ impl Kernel {
         if let Some((pfn, order, ugen)) = self.pa.take_captured(&mut self.stat) {
             // The capturer's prep_new_page checks the generation the
             // captured block carried.
-            t = self.luf_isolation_exit(t, cpu, nid, ugen);
-            self.check_alloc_exit(t, pfn, order, "compaction capture");
-            t += self.prep_new_folio_on(cpu, pfn, order, nid);
-            self.check.on_alloc(&self.mem_map, &self.pa, pfn, order);
+            t = self.post_alloc_hook(t, cpu, pfn, order, nid, LufExit::Isolation(ugen), "compaction capture");
             self.stat.inc(Stat::CompactSuccess);
             captured = Some((pfn, order));
         }

@@ -135,7 +135,7 @@ impl Kernel {
         self.stat.inc(Stat::Exec);
         // copy_strings: the kernel writes argv and envp into the top stack
         // page (get_user_pages_remote -> a fault in the new mm). Its time is
-        // execve's, as a profiler attributes it (spec/000 R1).
+        // execve's, as a profiler attributes it (R1 in docs/mechanisms/large-anon-folios.md#published-figures).
         let (sys0, fault0, user0) = {
             let tk = &self.tasks[tid as usize];
             (tk.sys_ns, tk.entry_ns[Entry::Fault as usize], tk.user_ns)

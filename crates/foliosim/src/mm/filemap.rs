@@ -72,6 +72,7 @@ impl Kernel {
             // A hole, or a new shmem page: cleared.
             t += self.clear_folio_cost(cpu, pnid, 0);
         }
+        self.check_guest_write(pfn, 0, "filled");
         {
             let p = self.mem_map.get_mut(pfn);
             p.flags |= pg::UPTODATE | if fs == FsKind::Tmpfs { pg::SWAPBACKED | pg::SHMEM } else { 0 };

@@ -82,7 +82,7 @@ impl Kernel {
                         self.stat.inc(Stat::NrZeroPageMapped);
                     } else {
                         let pfn = pte.pfn();
-                        // One folio reference per PTE, on the head (spec/000 §2.0).
+                        // One folio reference per PTE, on the head (docs/mechanisms/large-anon-folios.md#rules-it-implements, I-1).
                         let head = self.mem_map.folio_head(pfn);
                         self.mem_map.get_mut(head).refcount += 1;
                         let p = self.mem_map.get_mut(pfn);

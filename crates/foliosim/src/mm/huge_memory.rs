@@ -1,4 +1,4 @@
-//! Large anonymous folios (multi-size THP), spec/000: the order policy
+//! Large anonymous folios (multi-size THP), docs/mechanisms/large-anon-folios.md: the order policy
 //! (RFC v2 or upstream 6.8+ mTHP, behind `AnonOrderPolicy`), the fault paths
 //! that allocate and map a naturally aligned folio of 2^k pages (path A:
 //! write to an empty PTE, `alloc_anon_folio` / `do_anonymous_page`; path B:
@@ -9,7 +9,7 @@
 //! page walk may fill (arm64 contpte, HPA order-2 coalescing, PMD).
 //!
 //! Conventions:
-//! - Refcount (spec §2.0, the RFC's and upstream's): every PTE mapping any
+//! - Refcount (the RFC's and upstream's convention, I-1): every PTE mapping any
 //!   page of a folio holds one reference on the head page, plus transient
 //!   references (the per-CPU LRU batch, the page cache).
 //! - A PMD-mapped THP is modelled as 512 PTEs of one order-9 folio, each
@@ -30,6 +30,7 @@ use super::{Pfn, PMD_ORDER};
 use crate::kernel::knobs::{AnonFolioKnobs, AnonFolioMode, Mutant, ThpEnabled};
 use crate::kernel::Kernel;
 use crate::mm::memory::Fault;
+use crate::mm::memory::LufExit;
 use crate::sim::lock::SpinLock;
 use crate::sim::Ns;
 use std::collections::BTreeSet;
@@ -133,7 +134,7 @@ impl AnonOrderPolicy for Off {
 }
 
 /// RFC v2 (April 2023): every order from `max_order` down to 2, whatever
-/// the THP sysfs settings say (spec §2.14: only hardware support is checked).
+/// the THP sysfs settings say (the RFC checks only hardware support).
 struct RfcV2 {
     k: AnonFolioKnobs,
 }
@@ -243,7 +244,8 @@ pub struct SplitQueue {
 }
 
 /// Per-size stats (`hugepages-<size>kB/stats/*`), indexed by order, plus
-/// foliosim's per-path histograms (spec §3.3): pages per fault by order.
+/// foliosim's per-path histograms (as Ryan's of 2023-04-26, R11): pages per
+/// fault by order.
 #[derive(Clone, Debug, Default)]
 pub struct MthpStats {
     pub anon_fault_alloc: [u64; 10],
@@ -383,7 +385,7 @@ impl Kernel {
         let mut mask = mask;
         let nid = self.cpus[cpu as usize].node;
         let mut t = t;
-        // do_huge_pmd_anonymous_page: unchanged, tried first (spec §2.1).
+        // do_huge_pmd_anonymous_page: unchanged, tried first (as in the RFC).
         if pmd && !zero {
             let base = addr & !(PMD_SIZE - 1);
             if base >= vma.start && base + PMD_SIZE <= vma.end && self.anon_fault_order(mm, vma, addr, expect, 1 << PMD_ORDER) == PMD_ORDER
@@ -391,12 +393,8 @@ impl Kernel {
                 match self.pa.alloc_pages(t, cpu, PMD_ORDER, nid, MigrateType::Movable, &mut self.stat) {
                     Some(a) => {
                         let pfn = a.pfn;
-                        let done = self.luf_alloc_exit(a.done, cpu, a.nid, a.ugen);
-                        self.check_alloc_exit(done, pfn, PMD_ORDER, "THP");
-                        let done = done + self.prep_new_folio_on(cpu, pfn, PMD_ORDER, a.nid);
-                        let a = crate::mm::page_alloc::Alloc { done, ..a };
-                        self.check.on_alloc(&self.mem_map, &self.pa, pfn, PMD_ORDER);
-                        match self.anon_folio_install(a.done, cpu, mm, vma, addr, expect, pfn, PMD_ORDER, true) {
+                        let done = self.post_alloc_hook(a.done, cpu, pfn, PMD_ORDER, a.nid, LufExit::Alloc(a.ugen), "THP");
+                        match self.anon_folio_install(done, cpu, mm, vma, addr, expect, pfn, PMD_ORDER, true) {
                             Install::Done(t) => return Ok((Fault::Done, t)),
                             Install::Race(t) => return Ok((Fault::Done, t)),
                         }
@@ -441,12 +439,8 @@ impl Kernel {
         for k in (2..=order).rev().filter(|k| mask & (1 << k) != 0) {
             match self.pa.alloc_pages(t, cpu, k, nid, MigrateType::Movable, &mut self.stat) {
                 Some(a) => {
-                    let done = self.luf_alloc_exit(a.done, cpu, a.nid, a.ugen);
-                    self.check_alloc_exit(done, a.pfn, k, "mTHP");
-                    let done = done + self.prep_new_folio_on(cpu, a.pfn, k, a.nid);
-                    let a = crate::mm::page_alloc::Alloc { done, ..a };
-                    self.check.on_alloc(&self.mem_map, &self.pa, a.pfn, k);
-                    return (Some((a.pfn, a.done, k)), t);
+                    let done = self.post_alloc_hook(a.done, cpu, a.pfn, k, a.nid, LufExit::Alloc(a.ugen), "mTHP");
+                    return (Some((a.pfn, done, k)), t);
                 }
                 None => {
                     t += self.c.buddy_op;
@@ -478,6 +472,7 @@ impl Kernel {
         let pnid = self.mem_map.get(pfn).nid as usize;
         // The faulting sub-page is cleared last (folio_zero_user): no extra cost.
         let t = t + self.c.alloc_anon_folio + self.clear_folio_cost(cpu, pnid, order) + self.c.memcg;
+        self.check_guest_write(pfn, order, "cleared");
         let av = self.anon_vma_prepare(mm, vma);
         // set_ptes is one batch of n PTEs, and folio_add_new_anon_rmap sets
         // every page's mapcount and AnonExclusive; a PMD mapping is one
@@ -503,7 +498,8 @@ impl Kernel {
                 return Install::Race(t);
             }
         }
-        // Cheap checker rules at the commit point (spec §7 I-5, I-7, I-8, I-9).
+        // Cheap checker rules at the commit point (I-5, I-7, I-8, I-9 in
+        // docs/mechanisms/large-anon-folios.md#rules-it-implements).
         if self.check.enabled {
             if base < vma.start || base + n * 4096 > vma.end {
                 self.check.report(format!(
@@ -651,7 +647,7 @@ impl Kernel {
 
     /// The rmap side of unmapping `n` PTEs of one folio (folio_remove_rmap_ptes
     /// or, without batching, n calls of the one-page version), then the
-    /// deferred-split trigger (spec §2.9): a large anon folio left partly
+    /// deferred-split trigger (RFC v2 patch 7): a large anon folio left partly
     /// mapped (batched) or that lost a page's last mapping (one-page 6.3
     /// logic) is queued.
     pub(crate) fn folio_remove_rmap_ptes(&mut self, t: Ns, cpu: u32, mm: u32, first: Pfn, n: u32, batched: bool) -> Ns {
@@ -751,7 +747,7 @@ impl Kernel {
             return None;
         }
         let off = (old - ohead) as u64;
-        let fva = addr.saturating_sub(off * 4096); // clamp instead of wrapping (spec §2.13)
+        let fva = addr.saturating_sub(off * 4096); // clamp instead of wrapping (after mremap the folio's head may lie below the VMA)
         let fstart = fva.max(vma.start);
         let fend = fva.saturating_add(4096 << oorder).min(vma.end);
         let check_exclusive = self.knobs.mutant != Mutant::MthpCowExclusive;
@@ -782,6 +778,7 @@ impl Kernel {
         let first_old = (old as i64 - ((addr - base) >> 12) as i64) as Pfn;
         let snid = self.mem_map.get(old).nid as usize;
         let t = t1 + self.nodes[snid].copy_4k * n + self.c.memcg;
+        self.check_guest_write(pfn, k, "copied into");
         let av = self.anon_vma_prepare(mm, vma);
         // Re-check under the PTL; a lost race falls back to the one-page copy.
         if !block_ok(self, k) {
@@ -895,7 +892,7 @@ impl Kernel {
     /// The size code of the TLB entry a walk that found `pte` at `va` fills:
     /// 2 MiB for a PMD-mapped THP, 64 KiB when the profile honours contpte and
     /// the aligned 16 PTEs map one naturally aligned folio of order >= 4 with
-    /// the same permissions (spec §8.5, I-22), 16 KiB for HPA coalescing of
+    /// the same permissions (arm64 contpte, Linux 6.9), 16 KiB for HPA coalescing of
     /// an aligned, physically contiguous group of 4 PTEs, else 4 KiB.
     pub fn tlb_fill_size(&mut self, mm: u32, va: u64, pte: Pte) -> u8 {
         use crate::hw::tlb::size;

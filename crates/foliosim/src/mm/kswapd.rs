@@ -6,7 +6,16 @@
 //! memory-tiering mode). With demotion enabled a folio chosen for eviction
 //! is first migrated to the node's demotion target; only if that fails is
 //! it dropped.
+//!
+//! A run is one balance_pgdat: priorities DEF_PRIORITY down to 1, each
+//! scanning the node's evictable LRU pages >> priority (so a whole run
+//! scans about the LRU once), until the node is balanced. A run that
+//! reclaimed nothing counts in `kswapd_failures`; after MAX_RECLAIM_RETRIES
+//! such runs the node is hopeless: kswapd sleeps and wakeup_kswapd leaves
+//! it asleep until reclaim on the node (direct reclaim, typically) makes
+//! progress again and resets the count.
 
+use super::memory::MAX_RECLAIM_RETRIES;
 use super::memory_tiers::NUMA_BALANCING_MEMORY_TIERING;
 use super::swap::Lru;
 use super::vmstat::Stat;
@@ -15,9 +24,27 @@ use crate::kernel::Kernel;
 use crate::sim::Ns;
 
 const SWAP_CLUSTER_MAX: usize = 32;
+/// mm/vmscan.c: the priority a balance_pgdat run starts at.
+const DEF_PRIORITY: u32 = 12;
 
 pub struct Kswapd {
     pub nid: u32,
+    /// The balance_pgdat run in progress (it spans several steps).
+    run: Option<Balance>,
+}
+
+/// Where a balance_pgdat run stands.
+struct Balance {
+    priority: u32,
+    /// Pages left to scan at this priority.
+    to_scan: u64,
+    reclaimed: u64,
+}
+
+impl Kswapd {
+    pub fn new(nid: u32) -> Kswapd {
+        Kswapd { nid, run: None }
+    }
 }
 
 impl Kernel {
@@ -34,6 +61,10 @@ impl Kernel {
     /// short of its target.
     pub fn wakeup_kswapd(&mut self, t: Ns, nid: u32) {
         if let Some(Some(tid)) = self.tier.kswapd.get(nid as usize).copied() {
+            // A hopeless node is left to direct reclaim.
+            if self.nodes[nid as usize].kswapd_failures >= MAX_RECLAIM_RETRIES {
+                return;
+            }
             if self.pa.zone_free_pages(nid) < self.kswapd_target(nid) {
                 self.wake_up(tid, t);
             }
@@ -57,9 +88,20 @@ impl Kernel {
         for nid in 0..self.nodes.len() as u32 {
             // Bound to the first CPU of the node, or CPU 0 for CPU-less nodes.
             let cpu = (0..self.nr_cpus()).find(|&c| self.cpus[c as usize].node == nid).unwrap_or(0);
-            let tid = self.spawn_kthread(cpu, None, Box::new(Kswapd { nid }));
+            let tid = self.spawn_kthread(cpu, None, Box::new(Kswapd::new(nid)));
             self.tier.kswapd[nid as usize] = Some(tid);
         }
+    }
+
+    /// The LRU pages kswapd's scan covers on `nid`: file pages, and
+    /// anonymous ones when they can be demoted (get_scan_count).
+    fn kswapd_lru_pages(&self, nid: usize) -> u64 {
+        let l = &self.nodes[nid].lruvec;
+        let mut n = l.lists[Lru::InactiveFile as usize].pages + l.lists[Lru::ActiveFile as usize].pages;
+        if self.next_demotion_node(nid as u32).is_some() {
+            n += l.lists[Lru::InactiveAnon as usize].pages + l.lists[Lru::ActiveAnon as usize].pages;
+        }
+        n
     }
 
     /// One shrink_folio_list round on `nid`'s inactive file list. Returns
@@ -94,15 +136,39 @@ impl Kthread for Kswapd {
     fn run(&mut self, k: &mut Kernel, tid: u32) -> KthreadNext {
         let t0 = k.tasks[tid as usize].clock;
         let cpu = k.tasks[tid as usize].cpu;
+        let nid = self.nid as usize;
         let mut t = t0;
         let target = k.kswapd_target(self.nid);
         // One batch of rounds per run, so user tasks interleave.
         for _ in 0..64 {
-            if k.pa.zone_free_pages(self.nid) >= target {
+            // prepare_kswapd_sleep: a hopeless node, or a balanced one.
+            if k.nodes[nid].kswapd_failures >= MAX_RECLAIM_RETRIES || k.pa.zone_free_pages(self.nid) >= target {
+                self.run = None;
                 break;
             }
-            let (_, scanned, t1) = k.kswapd_shrink_node(t, cpu, self.nid as usize);
+            let b = self.run.get_or_insert_with(|| Balance {
+                priority: DEF_PRIORITY,
+                to_scan: (k.kswapd_lru_pages(nid) >> DEF_PRIORITY).max(1),
+                reclaimed: 0,
+            });
+            let (freed, scanned, t1) = k.kswapd_shrink_node(t, cpu, nid);
             t = t1;
+            b.reclaimed += freed;
+            b.to_scan = b.to_scan.saturating_sub(scanned as u64);
+            if scanned > 0 && b.to_scan > 0 {
+                continue;
+            }
+            // This priority is done (or there was nothing to scan): the
+            // next one scans twice as much; after priority 1 the run ends.
+            if b.priority > 1 {
+                b.priority -= 1;
+                b.to_scan = (k.kswapd_lru_pages(nid) >> b.priority).max(1);
+                continue;
+            }
+            if b.reclaimed == 0 {
+                k.nodes[nid].kswapd_failures += 1;
+            }
+            self.run = None;
             if scanned == 0 {
                 break;
             }
@@ -110,7 +176,8 @@ impl Kthread for Kswapd {
         let tk = &mut k.tasks[tid as usize];
         tk.sys_ns += t - t0;
         tk.clock = t;
-        if k.pa.zone_free_pages(self.nid) < target && t > t0 {
+        let hopeless = k.nodes[nid].kswapd_failures >= MAX_RECLAIM_RETRIES;
+        if !hopeless && k.pa.zone_free_pages(self.nid) < target && t > t0 {
             KthreadNext::At(t)
         } else {
             KthreadNext::Sleep

@@ -1,4 +1,4 @@
-//! Lazy unmap flush (spec/004, the LUF v10 series; never merged).
+//! Lazy unmap flush (the LUF v10 series, never merged; docs/mechanisms/lazy-unmap-flush.md).
 //!
 //! When reclaim or async migration unmaps an order-0 folio whose every PTE
 //! was read-only, a CPU still caching the old translation can only read
@@ -24,6 +24,7 @@ use super::vmstat::Stat;
 use super::Pfn;
 use crate::kernel::knobs::{LufMutant, Mutant};
 use crate::kernel::Kernel;
+use crate::mm::memory::LufExit;
 use crate::sim::Ns;
 
 /// Windows older than this behind the current time are forgotten.
@@ -312,10 +313,7 @@ impl Kernel {
                 aside.push((a.pfn, a.ugen));
                 continue;
             }
-            self.check_free_generations(t);
-            t = self.luf_alloc_exit(t, cpu, a.nid, a.ugen);
-            self.check_alloc_exit(t, a.pfn, 0, "atomic allocation");
-            self.prep_new_folio(a.pfn, 0, a.nid);
+            t = self.post_alloc_hook(t, cpu, a.pfn, 0, a.nid, LufExit::Alloc(a.ugen), "atomic allocation");
             got = Some(a.pfn);
             break;
         }

@@ -10,7 +10,7 @@ use super::page_alloc::MigrateType;
 use super::pgtable::{pte_index, Pte, PteTable, PGDIR_SHIFT, PMD_SHIFT, PUD_SHIFT};
 use super::vmstat::Stat;
 use super::Pfn;
-use crate::kernel::knobs::Mutant;
+use crate::kernel::knobs::{LufMutant, Mutant};
 use crate::kernel::Kernel;
 use crate::sim::Ns;
 use crate::workload::{Access, FsKind};
@@ -28,8 +28,20 @@ pub enum Fault {
     Pending,
 }
 
+/// How the block `post_alloc_hook` prepares was checked for a pending
+/// lazy-unmap flush.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum LufExit {
+    /// An ordinary allocation that took a block carrying this generation.
+    Alloc(u16),
+    /// Free pages taken off the lists by another door (compaction capture).
+    Isolation(u16),
+    /// Already checked when the frames were isolated.
+    Checked,
+}
+
 /// mm/internal.h: reclaim rounds without progress before the allocator gives up.
-const MAX_RECLAIM_RETRIES: u32 = 16;
+pub(crate) const MAX_RECLAIM_RETRIES: u32 = 16;
 
 impl Kernel {
     /// Allocate and prepare a folio (folio_alloc + prep_new_page). On
@@ -47,23 +59,67 @@ impl Kernel {
     /// The rest of `alloc_folio` once the allocator handed out `a`.
     #[inline(always)]
     fn alloc_folio_prep(&mut self, a: crate::mm::page_alloc::Alloc, cpu: u32, order: u32) -> (Pfn, Ns) {
-        self.check_free_generations(a.done);
-        let mut t = self.luf_alloc_exit(a.done, cpu, a.nid, a.ugen);
-        self.check_alloc_exit(t, a.pfn, order, "alloc_pages");
-        t += self.prep_new_folio_on(cpu, a.pfn, order, a.nid);
-        self.check.on_alloc(&self.mem_map, &self.pa, a.pfn, order);
-        // The caller's clearing, copy or fill is the guest's first
-        // write to these frames: a host that dropped their backing
-        // (a reported page) faults it back in now.
-        if let Some(h) = self.host.as_mut() {
-            t += h.touch(a.pfn, 1 << order, &mut self.stat);
-            if self.check.enabled {
-                self.check.on_guest_handout(&self.pa, h, a.pfn, order);
-            }
-        }
+        let t = self.post_alloc_hook(a.done, cpu, a.pfn, order, a.nid, LufExit::Alloc(a.ugen), "alloc_pages");
         // The slow path's wakeup_kswapd, when a zone went below low.
         self.kswapd_check_low(t, a.nid);
         (a.pfn, t)
+    }
+
+    /// post_alloc_hook + prep_new_page: what every block leaving the
+    /// allocator for a new owner goes through, whichever path took it
+    /// (alloc_pages, a THP or mTHP fault, a migration target, compaction,
+    /// alloc_contig_range, an atomic allocation): the LUF check of the
+    /// generation it carried, the fresh per-page state, and, in a guest,
+    /// the host fault for whatever the host gave up (reported, swapped)
+    /// — the caller's clearing, copy or fill that follows is the guest's
+    /// first touch of these frames, so a real host faults there. Returns
+    /// when the new owner may use the block.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    pub(crate) fn post_alloc_hook(&mut self, t: Ns, cpu: u32, pfn: Pfn, order: u32, nid: u32, luf: LufExit, what: &'static str) -> Ns {
+        let mut t = match luf {
+            LufExit::Alloc(ugen) => {
+                self.check_free_generations(t);
+                if ugen != 0 && order >= 2 && self.knobs.mutant == Mutant::Luf(LufMutant::LargeSkipAllocFlush) {
+                    t
+                } else {
+                    self.luf_alloc_exit(t, cpu, nid, ugen)
+                }
+            }
+            LufExit::Isolation(ugen) => self.luf_isolation_exit(t, cpu, nid, ugen),
+            LufExit::Checked => t,
+        };
+        self.check_alloc_exit(t, pfn, order, what);
+        t += self.prep_new_folio_on(cpu, pfn, order, nid);
+        self.check.on_alloc(&self.mem_map, &self.pa, pfn, order);
+        if self.host.is_some() {
+            t += self.guest_alloc_touch(pfn, order);
+        }
+        t
+    }
+
+    /// A guest's new block: the host backs it again before the first touch
+    /// (EPT violation and host fault for each frame it had discarded or
+    /// swapped out). Returns the time the vCPU spends in the host.
+    #[inline(never)]
+    fn guest_alloc_touch(&mut self, pfn: Pfn, order: u32) -> Ns {
+        let Some(h) = self.host.as_mut() else { return 0 };
+        let t = if self.knobs.mutant == Mutant::FprSkipHostFault { 0 } else { h.touch(pfn, 1 << order, &mut self.stat) };
+        if self.check.enabled {
+            self.check.on_guest_handout(&self.pa, pfn, order);
+        }
+        t
+    }
+
+    /// The guest writes frames [pfn, pfn + 2^order) (clears, copies or
+    /// fills them): the host must back every one of them by now.
+    #[inline(always)]
+    pub(crate) fn check_guest_write(&mut self, pfn: Pfn, order: u32, what: &str) {
+        if self.check.enabled {
+            if let Some(h) = &self.host {
+                self.check.on_guest_use(h, pfn, 1 << order, what);
+            }
+        }
     }
 
     /// `alloc_folio` after its first attempt failed at `t`: reclaim and
@@ -381,6 +437,7 @@ impl Kernel {
         p.mapping = av;
         p.index = vma.linear_page_index(addr);
         let t = t + if zero { self.clear_folio_cost(cpu, pnid, 0) } else { 0 } + self.c.memcg;
+        self.check_guest_write(pfn, 0, if zero { "cleared" } else { "copied into" });
         // The allocation reference becomes the mapping's reference.
         Some((pfn, t))
     }
@@ -397,7 +454,7 @@ impl Kernel {
             }
             return (Fault::Done, t);
         }
-        // Large folios (spec/000 path A); Err: order 0 from here.
+        // Large folios (path A, docs/mechanisms/large-anon-folios.md#rules-it-implements); Err: order 0 from here.
         let t = match self.do_anonymous_large(t, cpu, mm, vma, addr, Pte::NONE) {
             Ok(r) => return r,
             Err(t) => t,
@@ -528,6 +585,7 @@ impl Kernel {
         };
         let snid = self.mem_map.get(src).nid as usize;
         let t = t + self.nodes[snid].copy_4k;
+        self.check_guest_write(pfn, 0, "copied into");
         self.stat.inc(Stat::FaultCow);
         let pte = Pte::new(pfn, Pte::WRITE | Pte::DIRTY | Pte::YOUNG | exec_bit(vma));
         let (ok, t) = self.set_pte_locked(t, cpu, mm, addr, Pte::NONE, pte, self.c.pte_set + self.c.rmap);
@@ -585,7 +643,7 @@ impl Kernel {
         };
         if pte.special() {
             // The zero page: copy = allocate a zeroed page (wp_page_copy);
-            // large under the RFC's patch 15 (spec/000 path B).
+            // large under the RFC's patch 15 (path B).
             let t = match self.do_anonymous_large(t, cpu, mm, vma, addr, pte) {
                 Ok(r) => return r,
                 Err(t) => t,
@@ -656,6 +714,7 @@ impl Kernel {
             };
             let snid = self.mem_map.get(old).nid as usize;
             let t = t + self.nodes[snid].copy_4k;
+            self.check_guest_write(pfn, 0, "copied into");
             return self.wp_replace(t, cpu, mm, vma, addr, pte, pfn, Some(old));
         }
         // A file page in a private mapping: copy it.
@@ -664,6 +723,7 @@ impl Kernel {
         };
         let snid = self.mem_map.get(old).nid as usize;
         let t = t + self.nodes[snid].copy_4k;
+        self.check_guest_write(pfn, 0, "copied into");
         self.wp_replace(t, cpu, mm, vma, addr, pte, pfn, Some(old))
     }
 
@@ -673,7 +733,7 @@ impl Kernel {
     fn wp_replace(&mut self, t: Ns, cpu: u32, mm: u32, vma: &Vma, addr: u64, old_pte: Pte, pfn: Pfn, old: Option<Pfn>) -> (Fault, Ns) {
         let pte = Pte::new(pfn, Pte::WRITE | Pte::DIRTY | Pte::YOUNG | exec_bit(vma));
         if let Some(o) = old {
-            // spec/000 I-12: never CoW-replace a page still marked exclusive.
+            // I-12 (docs/mechanisms/large-anon-folios.md#rules-it-implements): never CoW-replace a page still marked exclusive.
             let f = self.mem_map.get(o).flags;
             if self.check.enabled && f & pg::ANON != 0 && f & pg::ANON_EXCLUSIVE != 0 {
                 self.check.report(format!("mm {mm} va {addr:#x}: CoW copy replaces page {o}, which is still AnonExclusive (I-12)"));
@@ -734,7 +794,7 @@ impl Kernel {
             // Clear under the PTL, then account outside the borrow.
             let mut cleared = std::mem::take(&mut tlb.scratch);
             cleared.clear();
-            // Batch zap (spec/000 §2.11): consecutive PTEs mapping
+            // Batch zap (RFC v2 patch 17): consecutive PTEs mapping
             // consecutive pages of one large anon folio are one rmap call.
             // The runs are counted as the PTEs are cleared (one pass).
             let batch = self.anon_policy.batch_zap();

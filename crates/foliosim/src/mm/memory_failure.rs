@@ -3,7 +3,7 @@
 //!
 //! * A free frame: `take_page_off_buddy` removes it from its buddy block
 //!   (the rest goes back, keeping the block's LUF generation). This is an
-//!   exit of spec/004 §2.6: a CPU still caching the frame through a
+//!   exit (docs/mechanisms/lazy-unmap-flush.md#rules-it-implements): a CPU still caching the frame through a
 //!   deferred entry would read poisoned memory (a machine check), so the
 //!   generation is checked after the zone lock is dropped.
 //! * A mapped page-cache folio (hard offline, `memory_failure`): its PTEs

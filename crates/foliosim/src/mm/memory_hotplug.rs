@@ -2,7 +2,7 @@
 //! isolated, emptied by migration (MR_MEMORY_HOTPLUG) and its free frames
 //! are taken out of the zone for good (__offline_isolated_pages).
 //!
-//! For LUF the taking-out is an exit like any other (spec/004 §2.6): a
+//! For LUF the taking-out is an exit like any other (docs/mechanisms/lazy-unmap-flush.md#rules-it-implements): a
 //! frame some CPU may still read through a deferred entry must be flushed
 //! before it goes, since offlined memory may be unplugged (its contents
 //! gone) or onlined again and handed out without passing `prep_new_page`

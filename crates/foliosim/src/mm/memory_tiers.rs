@@ -1,6 +1,6 @@
 //! Memory tiers (mm/memory-tiers.c) and the promotion of unmapped
 //! page-cache folios (RFC v3 "Promotion of Unmapped Page Cache Folios",
-//! spec/002 §2): nodes are grouped into tiers by abstract distance, the
+//! docs/mechanisms/pagecache-promotion.md#rules-it-implements): nodes are grouped into tiers by abstract distance, the
 //! top tier is the fastest tier holding a node with CPUs, and lower-tier
 //! nodes are demotion targets of the tiers above them.
 //!
@@ -246,7 +246,7 @@ impl Kernel {
         nb.rl_nr_cand <= rate_pages
     }
 
-    /// promotion_candidate (spec/002 §2.5), called from folio_mark_accessed
+    /// promotion_candidate (RFC v3 patch 6), called from folio_mark_accessed
     /// by task `tid` for a referenced, active, evictable folio.
     pub fn promotion_candidate(&mut self, t: Ns, cpu: u32, tid: u32, pfn: Pfn) -> Ns {
         let mut t = t + self.c.promotion_candidate;
@@ -311,7 +311,7 @@ impl Kernel {
         }
         l.count += nr;
         let count = l.count;
-        // Cap bound (spec/002 §5.6): the list overshoots by at most one folio.
+        // Cap bound (the per-task cap of RFC v3 patch 6): the list overshoots by at most one folio.
         if self.check.enabled && count > cap + nr - 1 && cap > 0 {
             self.check.report(format!("task {tid}: promo_count {count} exceeds the cap {cap} by more than one folio"));
         }

@@ -14,6 +14,7 @@ use super::page_alloc::MigrateType;
 use super::vmstat::Stat;
 use super::Pfn;
 use crate::kernel::Kernel;
+use crate::mm::memory::LufExit;
 use crate::sim::Ns;
 
 /// Where destination folios come from (migrate_pages' get_new_folio).
@@ -58,25 +59,8 @@ impl Kernel {
             // Fell back along the zonelist: THISNODE forbids it.
             return Err(self.pa.free_pages(a.done, cpu, a.pfn, order, &mut self.stat));
         }
-        let done = self.luf_alloc_exit(a.done, cpu, a.nid, a.ugen);
-        self.check_alloc_exit(done, a.pfn, order, "migration target");
-        let a = crate::mm::page_alloc::Alloc { done, ..a };
-        for i in 0..(1u32 << order) {
-            let p = self.mem_map.get_mut(a.pfn + i);
-            p.flags = pg::ALLOCATED | if i == 0 { pg::HEAD } else { pg::TAIL };
-            p.order = order as u8;
-            p.nid = a.nid as u8;
-            p.refcount = if i == 0 { 1 } else { 0 };
-            p.mapcount = 0;
-            p.mapping = 0;
-            p.index = 0;
-            p.private = 0;
-            p.lru_prev = 0;
-            p.lru_next = 0;
-            p.alloc_epoch = p.alloc_epoch.wrapping_add(1);
-        }
-        self.check.on_alloc(&self.mem_map, &self.pa, a.pfn, order);
-        Ok((a.pfn, a.done))
+        let done = self.post_alloc_hook(a.done, cpu, a.pfn, order, a.nid, LufExit::Alloc(a.ugen), "migration target");
+        Ok((a.pfn, done))
     }
 
     /// Move one isolated folio whose mappings (if any) are migration
@@ -103,13 +87,14 @@ impl Kernel {
         let anon = flags & pg::ANON != 0;
         let (new, mut t) = match dst {
             MigrateDst::Node(nid) => self.alloc_migration_target(t, cpu, order, *nid)?,
-            MigrateDst::Isolated(free) => self.compaction_alloc(t, order, free)?,
+            MigrateDst::Isolated(free) => self.compaction_alloc(t, cpu, order, free)?,
         };
         let dnid = self.mem_map.get(new).nid as usize;
         // Lock, freeze the reference count, copy, switch the xarray entry.
         let nr = 1u64 << order;
         t += self.c.migrate_folio;
         t += self.nodes[snid].copy_4k.max(self.nodes[dnid].copy_4k) * nr;
+        self.check_guest_write(new, order, "copied into");
         {
             let p = self.mem_map.get_mut(new);
             p.flags |= flags & (MIGRATE_FLAGS | pg::ANON | pg::ANON_EXCLUSIVE);

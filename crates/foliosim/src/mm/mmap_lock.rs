@@ -385,7 +385,7 @@ impl Kernel {
         FastFault::Done(res, t)
     }
 
-    /// I1 (spec §7.2) for faults outside mmap_lock, on ground truth: the
+    /// I1 (docs/mechanisms/speculative-page-faults.md#what-it-models) for faults outside mmap_lock, on ground truth: the
     /// VMA now covering `addr` has the range, flags and anon_vma the fault
     /// used (anon_vma may have been set by this very fault).
     pub(crate) fn check_fault_install(&mut self, mm: u32, addr: u64, used: &super::mmap::Vma) {

@@ -22,7 +22,7 @@
 //!   page, `migrate_misplaced_folio` (mm/migrate.c) moves it to the
 //!   faulting CPU's (top-tier) node. The migration entry is made from the
 //!   PROT_NONE PTE, which has no write bit, so the page comes back mapped
-//!   read-only (spec/004 §1.3); a later write takes do_wp_page's reuse path.
+//!   read-only (docs/mechanisms/numa-balancing.md); a later write takes do_wp_page's reuse path.
 //!   Otherwise the PTE is made accessible again (numa_rebuild_single_mapping
 //!   / numa_rebuild_large_mapping).
 //!

@@ -6,7 +6,7 @@
 //! from them; pcp lists are drained into them; every in-use page must be
 //! migrated away, else the call fails with -EBUSY and the isolation is
 //! undone; then every free block of the range is taken off the lists.
-//! That last removal is an exit of spec/004 §2.6: the generations go to
+//! That last removal is a LUF exit (docs/mechanisms/lazy-unmap-flush.md#rules-it-implements): the generations go to
 //! the task's accumulator and are checked after the zone lock is dropped,
 //! before the frames are handed out (alloc_contig_range) or go offline
 //! (memory_hotplug.rs).
@@ -20,6 +20,7 @@ use super::page_alloc::{ugen_latest, MigrateType};
 use super::vmstat::Stat;
 use super::Pfn;
 use crate::kernel::Kernel;
+use crate::mm::memory::LufExit;
 use crate::sim::Ns;
 
 impl Kernel {
@@ -124,13 +125,13 @@ impl Kernel {
                 return Err(t);
             }
         };
-        let (blocks, t) = self.take_isolated_range(t, cpu, start, end, "alloc_contig_range");
+        let (blocks, mut t) = self.take_isolated_range(t, cpu, start, end, "alloc_contig_range");
         for (b, o) in blocks {
             self.pa.isolated_to_allocated(b, o);
+            // split_free_pages: every frame is an order-0 page of its own.
             for f in b..b + (1 << o) {
-                self.prep_new_folio(f, 0, nid);
+                t = self.post_alloc_hook(t, cpu, f, 0, nid, LufExit::Checked, "alloc_contig_range");
             }
-            self.check.on_alloc(&self.mem_map, &self.pa, b, o);
         }
         // undo_isolate_page_range: nothing free is left in the range.
         self.pa.undo_isolate_page_range(start, end, MigrateType::Movable);

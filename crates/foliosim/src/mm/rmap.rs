@@ -7,7 +7,7 @@
 //! round (`try_to_unmap_flush`) retires the whole batch before the folios
 //! are freed or written back.
 //!
-//! Lazy unmap flush (spec/004, mm/luf.rs) splits that batch in three: PTEs
+//! Lazy unmap flush (docs/mechanisms/lazy-unmap-flush.md, mm/luf.rs) splits that batch in three: PTEs
 //! that were writable go to `ubc` as before; read-only ones of the current
 //! folio collect in `ro` and, if the whole folio qualified, move to `luf`,
 //! whose flush may wait until the frames leave the allocator again.

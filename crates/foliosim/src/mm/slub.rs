@@ -24,7 +24,7 @@
 /// vm_ref_count` (patch 20, "introduce vma reference counter") and
 /// `struct rcu_head vm_rcu` (patch 21, 16 B, 8-aligned), moving vm_rb and
 /// everything after it by 24; and `seqcount_t vm_sequence` at the very end
-/// (patch 09). Spec 001 §2.0 and §6.1 C7.
+/// (patch 09). C7 in docs/mechanisms/speculative-page-faults.md#rules-it-implements.
 pub mod vma_layout {
     pub const VM_START: u64 = 0;
     /// vm_ref_count: get_vma/put_vma's atomics, on line A with vm_start,

@@ -1,8 +1,10 @@
-//! Speculative page faults (the SPF v12 series, Dufour 2019; spec §2.5–2.7):
+//! Speculative page faults (the SPF v12 series, Dufour 2019; patch 22, as
+//! docs/mechanisms/speculative-page-faults.md#rules-it-implements):
 //! handle an anonymous fault without mmap_lock, from a snapshot of the VMA
 //! validated under the PTL, and redo it under mmap_lock when validation fails.
 //!
-//! Two steps, so that other CPUs act in between (spec §2.14 (e)–(g)):
+//! Two steps, so that other CPUs act in between (the page is prepared
+//! outside any lock and validated later, as in the series):
 //! 1. `spf_fault_begin`: find_vma_rcu and the VMA reference, the vm_sequence
 //!    snapshot (S2), the VMA-kind checks (S3–S10), the IRQ-off walk (S12;
 //!    page tables must exist), and for a write fault on a none PTE the page
@@ -66,7 +68,7 @@ impl Kernel {
         // G2 reads mm_users. In 5.1's mm_struct (x86-64; mm_cachep objects
         // are cache-aligned) mm_users is at byte 96 and mmap_sem's count at
         // 120 (after v12's mm_seq): the same line, the one every classic
-        // fault's down_read/up_read RMWs (spec §6.1 C7's mm lines).
+        // fault's down_read/up_read RMWs (C7 in docs/mechanisms/speculative-page-faults.md#rules-it-implements: the mm lines).
         let t = self.mms[mm as usize].mmap_lock.line.read(t, cpu, &self.lc);
         if self.mms[mm as usize].users <= 1 {
             self.fault_event(Stat::SpfNotAttemptedSingleThread);
@@ -146,7 +148,7 @@ impl Kernel {
             return FastFault::Done(Fault::Segv, t);
         }
         // S12: the IRQ-off walk of the table the faulting access just
-        // walked (its lines cached); SPF never allocates page tables (§2.8).
+        // walked (its lines cached); SPF never allocates page tables (patch 22).
         let t = t + self.c.walk_cached;
         let (pud, pmd, pte) = self.mms[mm as usize].pt.missing(addr);
         if pud || pmd || pte {

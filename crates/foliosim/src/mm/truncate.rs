@@ -2,7 +2,8 @@
 //! page cache did not see (an NFS server, a FUSE daemon), so its cached
 //! folios are unmapped and dropped and the next access reads the new data.
 //!
-//! Lazy unmap flush (spec/004 §4.2, §6.3 scenario 11): folios LUF'd
+//! Lazy unmap flush (docs/mechanisms/lazy-unmap-flush.md#scenarios, scenario 11; Dave Hansen's file-change
+//! case in the v10 thread, 2024-05-24): folios LUF'd
 //! earlier are no longer in the cache, so the invalidation finds neither
 //! them nor their PTEs (already none), and nothing flushes the stale
 //! entries still showing the old contents. No posted version hooks this;

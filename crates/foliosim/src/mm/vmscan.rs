@@ -82,13 +82,24 @@ impl Kernel {
         let take = |k: &Self, l: Lru| -> Vec<Pfn> {
             k.nodes[nid].lruvec.lists[l as usize].iter_from_tail(&k.mem_map).take(SWAP_CLUSTER_MAX).collect()
         };
-        let cand = take(self, Lru::InactiveAnon);
-        if !cand.is_empty() {
-            return cand;
+        // shrink_lruvec rebalances: while the inactive list is low against
+        // the active one, the oldest active folios are aged onto it
+        // (shrink_active_list), even when it is not empty.
+        if self.inactive_is_low(nid, Lru::InactiveAnon) {
+            let act = take(self, Lru::ActiveAnon);
+            self.deactivate_folios(&act);
         }
-        let act = take(self, Lru::ActiveAnon);
-        self.deactivate_folios(&act);
         take(self, Lru::InactiveAnon)
+    }
+
+    /// inactive_is_low: the inactive list holds less than 1/ratio of the
+    /// active one, ratio = sqrt(10 x GiB of both lists) (1 below 1 GiB).
+    fn inactive_is_low(&self, nid: usize, inactive: Lru) -> bool {
+        let l = &self.nodes[nid].lruvec.lists;
+        let (i, a) = (l[inactive as usize].pages, l[inactive as usize + 1].pages);
+        let gb = (i + a) >> (30 - 12);
+        let ratio = if gb > 0 { (10 * gb).isqrt() } else { 1 };
+        i * ratio < a
     }
 
     fn shrink_inactive_file(&mut self, t: Ns, cpu: u32, nid: usize) -> (u64, Ns, usize) {
@@ -225,6 +236,11 @@ impl Kernel {
         }
         t = self.release_folios(t, cpu, &victims[0]);
         t = self.release_folios_ugen(t, cpu, &victims[1], g);
+        // shrink_node: progress on the node, by kswapd or direct reclaim,
+        // revives a kswapd that gave up on it.
+        if freed > 0 {
+            self.nodes[nid].kswapd_failures = 0;
+        }
         (freed, demoted, t, taken)
     }
 

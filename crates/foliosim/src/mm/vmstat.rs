@@ -100,7 +100,7 @@ stats! {
     HostLazyfreeReclaimed = "foliosim_host_lazyfree_reclaimed" : "MADV_FREE'd pages the host dropped under its memory limit",
     HostPswpout = "foliosim_host_pswpout" : "guest pages swapped out by the host under its memory limit",
     HostPswpin = "foliosim_host_pswpin" : "guest pages swapped back in by the host (refaults)",
-    // large anonymous folios (spec/000)
+    // large anonymous folios (docs/mechanisms/large-anon-folios.md)
     ThpFaultAlloc = "thp_fault_alloc" : "PMD-size THPs allocated on a fault",
     ThpFaultFallback = "thp_fault_fallback" : "PMD-size THP faults that fell back to smaller pages",
     ThpDeferredSplitPage = "thp_deferred_split_page" : "large folios queued for deferred split",
@@ -114,7 +114,7 @@ stats! {
     TlbFillContpte = "foliosim_tlb_fill_contpte" : "TLB fills of a 64 KiB contpte entry",
     TlbFillHpa = "foliosim_tlb_fill_hpa" : "TLB fills of an HPA-coalesced order-2 entry",
     TlbFillPmd = "foliosim_tlb_fill_pmd" : "TLB fills of a 2 MiB entry",
-    // lazy unmap flush (spec/004; v10 adds no counters, so these are foliosim's)
+    // lazy unmap flush (docs/mechanisms/lazy-unmap-flush.md; v10 adds no counters, so these are foliosim's)
     LufDeferred = "foliosim_luf_deferred" : "folios whose TLB flush LUF deferred to the page's next exit from the allocator",
     LufGiveupFlushing = "foliosim_luf_giveup_flushing" : "try_to_unmap_luf gave up: an ordinary or LUF flush was in progress",
     LufFlush = "foliosim_luf_flush" : "LUF flushes (check_luf_flush IPI rounds), all triggers",
@@ -169,7 +169,7 @@ stats! {
     NumaPteUpdates = "numa_pte_updates" : "PTEs made PROT_NONE for NUMA hinting by task_numa_work",
     NumaHintFaults = "numa_hint_faults" : "NUMA hinting faults (accesses to PROT_NONE hinting PTEs)",
     NumaHintFaultsLocal = "numa_hint_faults_local" : "NUMA hinting faults on pages already on the faulting CPU's node",
-    // compaction, alloc_contig_range, memory offline, memory failure (spec/004 scenario 6, 19)
+    // compaction, alloc_contig_range, memory offline, memory failure (docs/mechanisms/lazy-unmap-flush.md#scenarios 6, 19)
     CompactMigrateScanned = "compact_migrate_scanned" : "pages the compaction migrate scanner looked at",
     CompactFreeScanned = "compact_free_scanned" : "pages the compaction free scanner looked at",
     CompactIsolated = "compact_isolated" : "pages isolated by compaction (free targets and migration sources)",
@@ -179,7 +179,7 @@ stats! {
     OfflinePages = "foliosim_offline_pages" : "pages taken offline by offline_pages",
     MemoryFailure = "foliosim_memory_failure" : "memory_failure and soft_offline_page calls",
     HwpoisonPages = "foliosim_hwpoison_pages" : "frames taken out of use as poisoned (HardwareCorrupted in /proc/meminfo)",
-    // x86 ASIDs, writeback (spec/004 scenarios 15 and 20)
+    // x86 ASIDs, writeback (docs/mechanisms/lazy-unmap-flush.md#scenarios 15 and 20)
     AsidReuse = "foliosim_asid_reuse" : "switch_mm took an ASID slot another mm held on that CPU (choose_new_asid), flushing it",
     Pgpageout = "foliosim_pageout" : "dirty page-cache folios written back by reclaim (pageout) before being freed",
     PgInvalidate = "foliosim_invalidate_inode_pages" : "page-cache pages dropped by invalidate_inode_pages2 (remote change)",

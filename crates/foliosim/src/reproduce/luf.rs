@@ -1,5 +1,5 @@
-//! Reproductions of spec/004 (LUF, lazy unmap flush): the llama.cpp runs on
-//! the tiered Gold 6430 box (§3.1-§3.5) and XSBench on the qemu VM (§3.7),
+//! Reproductions of the LUF v10 thread's figures (docs/mechanisms/lazy-unmap-flush.md): the llama.cpp runs on
+//! the tiered Gold 6430 box (cover letter) and XSBench on the qemu VM (2024-05-22),
 //! each LUF off vs `luf.enabled = true` with NUMA balancing in tiering mode
 //! and demotion on. Every simulated figure comes out of the model; the
 //! seed's published changes are printed beside ours, never fitted.
@@ -108,7 +108,7 @@ fn rows_for(metrics: &[Metric], off: &Point, on: &Point, scale_note: &str) -> Ve
 
 // ---- luf-llama -------------------------------------------------------------------
 
-/// The seed's box and run (spec/004 §3.1): 42 GiB DRAM + 98 GiB CXL, three
+/// The seed's box and run (the cover letter): 42 GiB DRAM + 98 GiB CXL, three
 /// 70 GiB models (210 GiB on 140 GiB, v12's wording), 3 x 15 threads on 64
 /// CPUs, 24 tokens.
 const LLAMA_PROFILE: &str = "luf-llama-tiered";
@@ -198,10 +198,10 @@ pub(crate) fn llama_experiment(s: &LlamaScale, progress: &mut dyn FnMut(&Progres
             "Scaled to 1/{div} of the seed's memory: node 0 DRAM {dram} MiB (seed 42 GiB) with all 64 CPUs, node 1 CXL {cxl} MiB (seed 98 GiB), {p} models of {model} MiB (seed 70 GiB each): working set / memory = {ws:.2} as in the seed (210 / 140 GiB). {p} processes x {t} threads as in the seed; {tok} tokens (seed 24), each a full pass over every model.",
             div = s.div, p = s.processes, t = s.threads, tok = s.tokens, ws = (s.processes as u64 * model) as f64 / (dram + cxl) as f64
         ),
-        "Run configuration as in the seed (spec/004 §3.1): kernel.numa_balancing = 2 (tiering), demotion_enabled = true, no swap (foliosim models no swap device: anonymous memory is never reclaimed), model files cold at start (the seed dropped caches before each run). LUF off = the same kernel with luf.enabled = false.".into(),
-        "tlb:tlb_flush is read as the tracepoint's meaning on x86 (flush_tlb_func traces every received shootdown and every local flush), i.e. nr_tlb_remote_flush_received + nr_tlb_local_flush_all + nr_tlb_local_flush_one; spec/004 §3.5 shows it is dominated by received shootdowns. nr_tlb_remote_flush (rounds) is listed separately.".into(),
-        "Threads are pinned (thread i of all 45 on CPU i), so each process's mm_cpumask holds its own 15 CPUs and a shootdown reaches 14 others; in the seed threads migrate and a flush reaches ~63 CPUs (spec/004 §1.2, §5.1). This scales the IPI counts and their per-CPU spread, not the LUF on/off ratio.".into(),
-        "Absolute counts are those of the scaled run and are not comparable with the seed's; only the change rows are. The per-CPU shootdown rows (irq_tlb_count, the seed's /proc/interrupts table of §3.4) give min, median and max over the 64 CPUs; only their on/off ratio compares with the seed.".into(),
+        "Run configuration as in the cover letter: kernel.numa_balancing = 2 (tiering), demotion_enabled = true, no swap (foliosim models no swap device: anonymous memory is never reclaimed), model files cold at start (the seed dropped caches before each run). LUF off = the same kernel with luf.enabled = false.".into(),
+        "tlb:tlb_flush is read as the tracepoint's meaning on x86 (flush_tlb_func traces every received shootdown and every local flush), i.e. nr_tlb_remote_flush_received + nr_tlb_local_flush_all + nr_tlb_local_flush_one; the published counts show it is dominated by received shootdowns (tlb:tlb_flush per test set is about the IPI total over 10 sets). nr_tlb_remote_flush (rounds) is listed separately.".into(),
+        "Threads are pinned (thread i of all 45 on CPU i), so each process's mm_cpumask holds its own 15 CPUs and a shootdown reaches 14 others; in the seed threads migrate and a flush reaches ~63 CPUs (64 CPUs, 45 threads, no pinning). This scales the IPI counts and their per-CPU spread, not the LUF on/off ratio.".into(),
+        "Absolute counts are those of the scaled run and are not comparable with the seed's; only the change rows are. The per-CPU shootdown rows (irq_tlb_count, the seed's /proc/interrupts table in the cover letter) give min, median and max over the 64 CPUs; only their on/off ratio compares with the seed.".into(),
     ];
     let llama_want = llama_pages(s);
     if [Some(&off), on.as_ref()].into_iter().flatten().any(|p| !p.finished || p.ops < llama_want) {
@@ -209,7 +209,7 @@ pub(crate) fn llama_experiment(s: &LlamaScale, progress: &mut dyn FnMut(&Progres
     }
     Ok(json!({
         "name": NAME,
-        "title": format!("LUF on llama.cpp-like inference, 3 x 15 threads, tiered DRAM + CXL: LUF off vs on (spec/004 §3.2; memory scaled 1/{})", s.div),
+        "title": format!("LUF on llama.cpp-like inference, 3 x 15 threads, tiered DRAM + CXL: LUF off vs on (LUF v10 cover letter; memory scaled 1/{})", s.div),
         "rows": rows,
         "notes": notes,
         "seed": SEED,
@@ -219,7 +219,7 @@ pub(crate) fn llama_experiment(s: &LlamaScale, progress: &mut dyn FnMut(&Progres
     }))
 }
 
-/// The seed's /proc/interrupts "TLB shootdowns" table (spec/004 §3.4),
+/// The seed's /proc/interrupts "TLB shootdowns" table (the cover letter),
 /// summarised: (min, median, max) over its 64 CPUs, BEFORE, AFTER, and the
 /// per-CPU AFTER/BEFORE ratio.
 const SEED_IRQ_TLB_OFF: [f64; 3] = [125_553_646.0, 195_781_360.0, 229_592_631.0];
@@ -252,7 +252,7 @@ fn per_cpu_rows(off: &Point, on: &Point, scale: &str) -> Vec<Value> {
         let v: Vec<f64> = p.irq_tlb.iter().map(|&x| x as f64).collect();
         for (i, x) in min_med_max(&v).into_iter().enumerate() {
             let note = format!(
-                "seed {} over its 64 CPUs: {:.0} (spec/004 §3.4, totals of ~10 full-size test sets); here over all {} CPUs, {idle} of which received none with LUF off (no llama thread runs there: threads are pinned)",
+                "seed {} over its 64 CPUs: {:.0} (the cover letter's /proc/interrupts, totals of ~10 full-size test sets); here over all {} CPUs, {idle} of which received none with LUF off (no llama thread runs there: threads are pinned)",
                 WHAT[i],
                 seed[i],
                 p.irq_tlb.len()
@@ -275,23 +275,23 @@ fn per_cpu_rows(off: &Point, on: &Point, scale: &str) -> Vec<Value> {
 
 // ---- luf-xsbench -----------------------------------------------------------------
 
-/// The seed's VM (spec/004 §3.7): 16 vCPUs, 1 GiB DRAM + a large CPU-less
+/// The VM of the 2024-05-22 XSBench reply: 16 vCPUs, 1 GiB DRAM + a large CPU-less
 /// node (size unpublished: the profile's 16 GiB), XSBench 14 threads.
 const XS_PROFILE: &str = "luf-xsbench-qemu";
 const XS_SEED_DRAM_MIB: u64 = 1024;
 const XS_SEED_FAR_MIB: u64 = 16384;
-/// XSBench's default "large" problem, ~5.6 GB of tables [G]; the seed does
+/// XSBench's default "large" problem, ~5.6 GB of tables (our estimate); the seed does
 /// not give its size.
 const XS_SEED_GRID_MIB: u64 = 5632;
 
 /// Loads modelled per lookup (one per equal stretch of the tables). The
-/// seed's lookups make ~70 dTLB-load misses each (1.2e11 / 1.7e9, §3.7);
+/// seed's lookups make ~70 dTLB-load misses each (1.2e11 / 1.7e9);
 /// modelling 70 makes the run ~9x slower on the host, so 8 are modelled
 /// and the rest of a lookup's time is user compute (next constant).
 const XS_LOADS: u64 = 8;
 /// User time per lookup besides the modelled accesses: the seed's lookups
 /// take 14 threads x 1044 s / 1.7e9 = 8.6 us per thread (mm-unstable,
-/// applied, §3.7); the 8 modelled loads, the code fetch and the stack store
+/// applied); the 8 modelled loads, the code fetch and the stack store
 /// take ~0.5 us in the model, so 8 us of compute keeps the seed's lookup
 /// rate (a workload property, set before any LUF run, not fitted to a
 /// LUF result).
@@ -337,7 +337,7 @@ const XS_METRICS: [Metric; 7] = [
 ];
 
 /// The same figures for 7e12beb8ca2a applied vs reverted, both LUF off
-/// (spec/004 §3.7, mm-unstable columns: seed changes computed from the raw
+/// (the 2024-05-22 reply, mm-unstable columns: seed changes computed from the raw
 /// counts there).
 const XS_REVERT_METRICS: [Metric; 7] = [
     Metric {
@@ -434,11 +434,11 @@ pub(crate) fn xsbench_experiment(s: &XsScale, progress: &mut dyn FnMut(&Progress
     let (dram, far, grid) = (XS_SEED_DRAM_MIB / s.div, XS_SEED_FAR_MIB / s.div, XS_SEED_GRID_MIB / s.div);
     let mut notes = vec![
         format!(
-            "Scaled to 1/{div}: DRAM {dram} MiB (seed 1 GiB) with the 16 vCPUs, far node {far} MiB (seed: \"large remote mem\", size unpublished; the profile assumes 16 GiB), {grid} MiB of lookup tables (XSBench's default large problem ~5.6 GB [G]; the seed does not give it); {t} threads as in the seed; {l} lookups in total (seed 1.7e9). Each lookup models {XS_LOADS} table loads (the seed's make ~70 dTLB-load misses each) plus {XS_COMPUTE_NS} ns of user compute, which keeps the seed's 8.6 us per lookup per thread at 1/9 of the host cost.",
+            "Scaled to 1/{div}: DRAM {dram} MiB (seed 1 GiB) with the 16 vCPUs, far node {far} MiB (seed: \"large remote mem\", size unpublished; the profile assumes 16 GiB), {grid} MiB of lookup tables (XSBench's default large problem ~5.6 GB, our estimate; the seed does not give it); {t} threads as in the seed; {l} lookups in total (seed 1.7e9). Each lookup models {XS_LOADS} table loads (the seed's make ~70 dTLB-load misses each) plus {XS_COMPUTE_NS} ns of user compute, which keeps the seed's 8.6 us per lookup per thread at 1/9 of the host cost.",
             div = s.div, t = s.threads, l = s.lookups
         ),
-        "Seed columns are spec/004 §3.7's \"+LUF vs applied (mm-unstable)\" ratios: both kernels have 7e12beb8ca2a (batched migration flushes). The \"applied vs reverted\" rows are the mm-unstable columns' changes: reverted = `migrate.batch_flush = false`, each PTE flushed as migration unmaps it.".into(),
-        "Run configuration: kernel.numa_balancing = 2, demotion_enabled = true, LUF off vs luf.enabled = true. The tables are anonymous memory written once and then only read; they become LUF-eligible only through hinting-fault promotion, which maps them back read-only (spec/004 §1.3).".into(),
+        "Published columns are the 2024-05-22 XSBench reply's \"+LUF vs applied (mm-unstable)\" ratios: both kernels have 7e12beb8ca2a (batched migration flushes). The \"applied vs reverted\" rows are the mm-unstable columns' changes: reverted = `migrate.batch_flush = false`, each PTE flushed as migration unmaps it.".into(),
+        "Run configuration: kernel.numa_balancing = 2, demotion_enabled = true, LUF off vs luf.enabled = true. The tables are anonymous memory written once and then only read; they become LUF-eligible only through hinting-fault promotion, which maps them back read-only (docs/mechanisms/numa-balancing.md).".into(),
         "Absolute counts are those of the scaled run and are not comparable with the seed's; only the change rows are.".into(),
     ];
     if [Some(&off), on.as_ref()].into_iter().flatten().any(|p| !p.finished || p.ops < s.lookups) {
@@ -446,7 +446,7 @@ pub(crate) fn xsbench_experiment(s: &XsScale, progress: &mut dyn FnMut(&Progress
     }
     Ok(json!({
         "name": NAME,
-        "title": format!("LUF on XSBench-like lookups, 14 threads on a 16-vCPU VM with 1 GiB DRAM + far memory: LUF off vs on (spec/004 §3.7; memory scaled 1/{})", s.div),
+        "title": format!("LUF on XSBench-like lookups, 14 threads on a 16-vCPU VM with 1 GiB DRAM + far memory: LUF off vs on (LUF v10 thread, 2024-05-22; memory scaled 1/{})", s.div),
         "rows": rows,
         "notes": notes,
         "seed": SEED,

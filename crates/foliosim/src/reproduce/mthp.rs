@@ -1,5 +1,5 @@
-//! Reproductions of spec/000 (variable-order large anonymous folios, RFC v2):
-//! will-it-scale one task (§4.5), the sparse-touch memory pathology, and
+//! Reproductions of the RFC v2 thread's figures (docs/mechanisms/large-anon-folios.md):
+//! will-it-scale one task (R3-R7), the sparse-touch memory pathology, and
 //! the order sweep. Every figure comes out of the mechanism; the seed's
 //! published numbers are printed beside ours, never fitted.
 
@@ -39,7 +39,7 @@ const WIS: [(&str, f64, f64, bool, &str); 10] = [
         416_483.0,
         557_448.0,
         false,
-        "private file CoW stays order 0 (spec §2.8): not attributable to this mechanism; the seed's gain is unexplained (R7)",
+        "private file CoW stays order 0 (RFC v2 leaves file CoW alone): not attributable to this mechanism; the seed's gain is unexplained (R7)",
     ),
     ("page_fault3", 724_566.0, 1_152_726.0, false, "shared file faults are untouched by this mechanism: not attributable (R7)"),
     ("read1", 1_806_908.0, 1_905_752.0, false, "read() is untouched by this mechanism: not attributable, within the seed's noise (R7)"),
@@ -96,8 +96,8 @@ pub(super) fn mthp_will_it_scale(progress: &mut dyn FnMut(&Progress) -> bool) ->
         } else if differs {
             match test {
                 "page_fault1" => "the model amortises trap, allocation, LRU and free over 16 pages; per-page costs (zeroing at the profile's bandwidth, PTE, rmap, zap) bound the gain".to_string(),
-                "malloc1" => "one header store per 128 MiB malloc now zeroes and maps 64 KiB and takes the zone lock twice; the remaining gap is allocator/free-path cold-cache cost the model does not have (spec R4)".to_string(),
-                "mmap1" => "mmap1 never faults; only the 64 KiB alignment of patch 16 can act, and the model charges no cost for an aligned gap search (the thread has no explanation, spec R5)".to_string(),
+                "malloc1" => "one header store per 128 MiB malloc now zeroes and maps 64 KiB and takes the zone lock twice; the remaining gap is allocator/free-path cold-cache cost the model does not have (R4)".to_string(),
+                "mmap1" => "mmap1 never faults; only the 64 KiB alignment of patch 16 can act, and the model charges no cost for an aligned gap search (the thread has no explanation, R5)".to_string(),
                 "tlb_flush2" => "the model gains more than the seed: 15 of 16 write faults are saved and the offsets it has (64 KiB zeroing, the deferred-split lock on the first DONTNEED of each folio and on its free) cost less than those faults; whatever else slowed the seed's madvise path is not modelled".to_string(),
                 _ => String::new(),
             }
@@ -108,7 +108,7 @@ pub(super) fn mthp_will_it_scale(progress: &mut dyn FnMut(&Progress) -> bool) ->
             notes.push(format!("{test}: {note}"));
         }
         let base_note = if (ops[0] / sb - 1.0).abs() > 0.25 {
-            "absolute level only: the Altra profile's software costs are mostly generic-x86 assumptions (spec Appendix 2); not a reproduction target"
+            "absolute level only: the Altra profile's software costs are mostly generic-x86 assumptions (the thread gives no more than 'Altra, 160 CPUs'); not a reproduction target"
         } else {
             ""
         };
@@ -121,10 +121,10 @@ pub(super) fn mthp_will_it_scale(progress: &mut dyn FnMut(&Progress) -> bool) ->
             break;
         }
     }
-    notes.push("Baseline ops/s rows are the model's absolute calibration on this profile; the seed's machine details beyond 'Altra, 160 CPUs' are not published (spec Appendix 2), so only the change rows are the reproduction.".into());
+    notes.push("Baseline ops/s rows are the model's absolute calibration on this profile; the seed's machine details beyond 'Altra, 160 CPUs' are not published, so only the change rows are the reproduction.".into());
     Ok(json!({
         "name": NAME,
-        "title": "will-it-scale one task, process mode: baseline vs order-4 large anon folios (spec/000 §4.5)",
+        "title": "will-it-scale one task, process mode: baseline vs order-4 large anon folios (RFC v2 cover letter, R3-R7)",
         "rows": rows,
         "notes": notes,
         "seed": SEED,
@@ -226,7 +226,7 @@ pub(super) fn mthp_memory(progress: &mut dyn FnMut(&Progress) -> bool) -> Result
             ""
         };
         let hi_note = if differs(hi, -0.9) {
-            "the seed's high watermark moves within its noise (-0.9% by MemFree, +1.0% by MemAvailable, spec R8); ours is set by the live jobs' anon memory plus the objects' page cache at the end of the run"
+            "the seed's high watermark moves within its noise (-0.9% by MemFree, +1.0% by MemAvailable, R8); ours is set by the live jobs' anon memory plus the objects' page cache at the end of the run"
         } else {
             ""
         };
@@ -242,12 +242,12 @@ pub(super) fn mthp_memory(progress: &mut dyn FnMut(&Progress) -> bool) -> Result
     }
     Ok(json!({
         "name": NAME,
-        "title": "Memory cost of large anon folios: the sparse-touch pathology and a kernel build in 4 GB (spec/000 P-1, §4.6-4.7)",
+        "title": "Memory cost of large anon folios: the sparse-touch pathology and a kernel build in 4 GB (RFC v2 cover letter, P-1 and R8)",
         "rows": rows,
         "notes": [
             "sparse_touch maps 64 MiB and writes one byte per stride; memory is the anonymous pages mapped while the region is held (nr_anon_pages).",
             "Every 64 KiB block is empty and inside the VMA (rfc-v2 aligns the mmap to 64 KiB), so each touch allocates a whole order-4 folio: the multiplier is min(stride, 64 KiB) / 4 KiB.",
-            "kernel build -j8 in 4 GB (spec §4.6, R8): the kbuild workload of mthp-kernel-build (8 slots x 24 jobs) on a 4 GiB Altra; used = MemTotal - MemFree (nr_free_pages) sampled every 1 ms while the build runs (the seed polled every 0.5 s over a 373 s build: both give a few hundred samples); the low and high watermarks are the smallest and largest sample. 4 GB - MemAvailable is not computed.",
+            "kernel build -j8 in 4 GB (R8): the kbuild workload of mthp-kernel-build (8 slots x 24 jobs) on a 4 GiB Altra; used = MemTotal - MemFree (nr_free_pages) sampled every 1 ms while the build runs (the seed polled every 0.5 s over a 373 s build: both give a few hundred samples); the low and high watermarks are the smallest and largest sample. 4 GB - MemAvailable is not computed.",
         ],
         "series": [
             {"name": "order-4 / order-0 memory", "x": xs, "y": ys, "xlabel": "touch stride (KiB)", "ylabel": "memory multiplier (x)"},
@@ -336,10 +336,10 @@ pub(super) fn mthp_orders(progress: &mut dyn FnMut(&Progress) -> bool) -> Result
     }
     Ok(json!({
         "name": NAME,
-        "title": "will-it-scale page_fault1 and malloc1 over the max anon folio order 0..9 (spec/000 §4.7 order knee, R3, R4)",
+        "title": "will-it-scale page_fault1 and malloc1 over the max anon folio order 0..9 (RFC v2 cover letter: the order knee, R3, R4)",
         "rows": rows,
         "notes": [
-            "rfc-v2 with anon_folio.max_order = k (order 9 here is PTE-mapped, as the RFC's cap allows); order 0 is the baseline kernel. The seed publishes only order 4 and says the gain flattens around order 4 (§4.7).",
+            "rfc-v2 with anon_folio.max_order = k (order 9 here is PTE-mapped, as the RFC's cap allows); order 0 is the baseline kernel. The seed publishes only order 4 and says the gain flattens around order 4 (cover letter).",
             "page_fault1 can never exceed 16x at order 4 (R3); per-page costs (zeroing, PTE, rmap, zap) bound it as the order grows. malloc1 loses more at every larger order: one header store zeroes and maps the whole folio (R4).",
             "kbuild -j8 (the kernel-build-like workload of mthp-kernel-build): system time by max order; the seed gives only order 4 (sys -33.3%).",
         ],
@@ -391,7 +391,7 @@ pub(super) fn mthp_tlb_reach(progress: &mut dyn FnMut(&Progress) -> bool) -> Res
         "title": "TLB reach of large anon folios: dTLB misses of a 64 MiB rewrite loop with 4 KiB, HPA and contpte entries",
         "rows": rows,
         "notes": [
-            "No seed figure: the thread names TLB reach as a benefit (contpte, HPA) but publishes no miss rates; the RFC v2 kernels had no contpte (spec §2.15).",
+            "No seed figure: the thread names TLB reach as a benefit (contpte, HPA) but publishes no miss rates; the RFC v2 kernels had no contpte (contpte came in Linux 6.9).",
             "memhog writes one byte per 4 KiB page of 64 MiB, over and over; misses come from the Altra profile's TLB geometry (48-entry L1, 1280-entry L2).",
             "Large folios alone do not change the miss rate; only an entry covering several pages (HPA 16 KiB, contpte 64 KiB) does.",
         ],
@@ -474,7 +474,7 @@ pub(super) fn mthp_kernel_build(progress: &mut dyn FnMut(&Progress) -> bool) -> 
                 ("real", _) => "real is set by the slots' serial job chains here; the seed's build has serial phases (link, final image) and I/O the workload does not model".into(),
                 ("user", _) => "user time is the workload's fixed compute_us plus TLB walks; the seed's user change (cache/TLB effects of the compiler itself) is not modelled (P-5)".into(),
                 _ if jn == 160 => format!("the model gains more: its baseline sys per job rises only {:.2}x from -j8 to -j160 (seed 2.68x), mostly zone and LRU lock contention, which large folios relieve; the seed's extra kernel time at 160 CPUs also holds contention this mechanism leaves alone (VFS path walks, page cache, scheduler); split_queue_lock wait {:.3} ms", sys_per_job[1] / sys_per_job[0].max(1e-12), split_wait as f64 / 1e6),
-                _ => format!("anon faults are a larger share of the model's kernel time than of the seed's (data aborts 41% of its kernel cycles, §4.3); split_queue_lock wait {:.3} ms", split_wait as f64 / 1e6),
+                _ => format!("anon faults are a larger share of the model's kernel time than of the seed's (data aborts 41% of its kernel cycles, R1); split_queue_lock wait {:.3} ms", split_wait as f64 / 1e6),
             };
             rows.push(json!({"label": format!("kernel build -j{jn}"), "metric": format!("{what} time change, order-4 vs baseline"), "unit": "%", "seed": seed[k], "simulated": sim[k], "note": note}));
         }
@@ -488,7 +488,7 @@ pub(super) fn mthp_kernel_build(progress: &mut dyn FnMut(&Progress) -> bool) -> 
         let f = faults.max(1) as f64;
         let note = |sim: f64, seed: f64| {
             if (sim - seed).abs() > 0.25 * seed {
-                "shape only (spec §4.9 comes from the reworked series compiling v6.3-rc3): the workload's VMA sizes set the order mix"
+                "shape only (R11 comes from the reworked series compiling v6.3-rc3): the workload's VMA sizes set the order mix"
             } else {
                 ""
             }
@@ -501,17 +501,17 @@ pub(super) fn mthp_kernel_build(progress: &mut dyn FnMut(&Progress) -> bool) -> 
         rows.push(json!({"label": "kernel build -j8, path A", "metric": "share of faults at order 0", "unit": "%", "seed": 35.1, "simulated": o0, "note": note(o0, 35.1)}));
     }
     if entries[0].iter().any(|&v| v > 0) {
-        // Kernel time by entry point (spec §4.3, cycles; the fault row sums
+        // Kernel time by entry point (R1's cycle table; the fault row sums
         // data and instruction aborts, as the model's fault entry does).
         use crate::mm::vmstat::Entry;
         let breakdown: [(&str, Entry, f64, &str); 7] = [
             ("faults (data + instruction abort)", Entry::Fault, (392.0 / 776.0 - 1.0) * 100.0, "anon faults are the model's largest kernel cost and large folios cut them by the pages-per-fault ratio; its file faults (text fetches, data CoW: the seed's instruction aborts) are unchanged"),
             ("exit_group", Entry::Exit, -35.7, "the model's exit zaps fewer, larger folios (batch zap, one rmap removal per folio); its exit_group has no other work (files, signals) to dilute it"),
             ("execve", Entry::Execve, -11.0, "execve here is the fixed part, the teardown of the forked copy of make and one argument-page fault"),
-            ("read", Entry::Read, -12.7, "read() copies into user memory without faulting here; the seed's change would come from faults on fresh user buffers billed to read (spec R1 hypothesis)"),
+            ("read", Entry::Read, -12.7, "read() copies into user memory without faulting here; the seed's change would come from faults on fresh user buffers billed to read (our hypothesis for R1)"),
             ("write", Entry::Write, -2.9, "write() is untouched by this mechanism"),
             ("openat", Entry::Open, -3.3, "openat is untouched by this mechanism"),
-            ("clone", Entry::Fork, -10.0, "fork copies make's PTEs one by one in both kernels (6.3, spec §2.15)"),
+            ("clone", Entry::Fork, -10.0, "fork copies make's PTEs one by one in both kernels (6.3)"),
         ];
         for (what, e, seed, why) in breakdown {
             let (a, b) = (entries[0][e as usize] as f64, entries[1][e as usize] as f64);
@@ -525,12 +525,12 @@ pub(super) fn mthp_kernel_build(progress: &mut dyn FnMut(&Progress) -> bool) -> 
     }
     Ok(json!({
         "name": NAME,
-        "title": "Kernel-build-like workload at -j8 and -j160 on Altra: real/user/sys, baseline vs order-4 (spec/000 §4.2, §4.4, §4.9)",
+        "title": "Kernel-build-like workload at -j8 and -j160 on Altra: real/user/sys, baseline vs order-4 (RFC v2 thread, R1, R2, R11)",
         "rows": rows,
         "notes": [
-            "kbuild: make slots (-jN, 24 jobs each at -j8, 16 at -j160), each forking one compiler process at a time and reaping it with wait4. The child execs a shared file-backed binary (16 MiB text fetched in part through the page cache with fault-around, 512 KiB data relocated: private file CoW, 512 KiB bss partly read before written), grows a brk heap in glibc's 132 KiB steps, writes three small anon maps and its stack, reads its source and 300 headers (open/read/close), computes 5 ms, writes its object file (dirty page cache) and exits (exit_group tears the mm down). A simplification of a kernel build: shape, not replay (spec R1).",
+            "kbuild: make slots (-jN, 24 jobs each at -j8, 16 at -j160), each forking one compiler process at a time and reaping it with wait4. The child execs a shared file-backed binary (16 MiB text fetched in part through the page cache with fault-around, 512 KiB data relocated: private file CoW, 512 KiB bss partly read before written), grows a brk heap in glibc's 132 KiB steps, writes three small anon maps and its stack, reads its source and 300 headers (open/read/close), computes 5 ms, writes its object file (dirty page cache) and exits (exit_group tears the mm down). A simplification of a kernel build: shape, not replay (R1).",
             "brk growth in 132 KiB steps leaves the page after each step's end in a block that crossed the old end, so the RFC's first_bad rule gives order 0/2 around every step: that, not a tuned constant, sets the order mix.",
-            "Kernel time by entry (spec §4.3) is the -j8 run's; faults taken inside execve (the argument page) are billed to execve. The kernel-build memory watermarks (spec §4.6) are in mthp-memory.",
+            "Kernel time by entry (R1's cycle table) is the -j8 run's; faults taken inside execve (the argument page) are billed to execve. The kernel-build memory watermarks (R8) are in mthp-memory.",
             "The -j160 run has 160 slots on 160 CPUs with one memcg: split_queue_lock, the LRU lock and the zone lock (order-4 folios bypass the PCP) are shared; extra kernel time comes only from modelled contention.",
             "Altra profile with contpte off (RFC v2 kernels).",
         ],
@@ -545,7 +545,7 @@ pub(super) fn mthp_kernel_build(progress: &mut dyn FnMut(&Progress) -> bool) -> 
 
 pub(super) fn mthp_patches(progress: &mut dyn FnMut(&Progress) -> bool) -> Result<Value, ConfigError> {
     const NAME: &str = "mthp-patches";
-    // Ryan's reordered stack (spec §4.8), -j8: (step, knobs, seed real/user/sys %).
+    // Ryan's reordered stack (R10), -j8: (step, knobs, seed real/user/sys %).
     let off = "\"anon_folio.zero_page_large\" = false\n\"anon_folio.cow_reuse_range\" = false\n\"anon_folio.cow_copy_large\" = false\n\"anon_folio.mmap_align_unhinted\" = false\n";
     let steps: [(&str, String, [f64; 3]); 5] = [
         ("baseline", String::new(), [0.0, 0.0, 0.0]),
@@ -595,7 +595,7 @@ pub(super) fn mthp_patches(progress: &mut dyn FnMut(&Progress) -> bool) -> Resul
     }
     Ok(json!({
         "name": NAME,
-        "title": "Per-patch breakdown of the kernel-build gain, -j8 (spec/000 §4.8): alloc, +reuse, +copy, +zero-alloc",
+        "title": "Per-patch breakdown of the kernel-build gain, -j8 (Ryan Roberts, 2023-04-26, R10): alloc, +reuse, +copy, +zero-alloc",
         "rows": rows,
         "notes": [
             "Steps are cumulative, as Ryan reordered the stack: alloc = path A only (zero-page write, range reuse and large CoW copy off), then + range reuse, + large CoW copy, + large zero-page write. Patch 16 (mmap alignment) is off in every step, as in the thread's breakdown; 'utility' has no separate step (its patches are inert here).",

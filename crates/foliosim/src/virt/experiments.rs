@@ -1,4 +1,4 @@
-//! Reproductions of spec/003 (free page reporting), registered in
+//! Reproductions of the v17 cover letter's figures (free page reporting), registered in
 //! `reproduce.rs`: `fpr-overhead`, `fpr-host-memory`, `fpr-overcommit`.
 //! Every figure comes out of the model; the seed numbers are only printed
 //! beside it.
@@ -192,7 +192,7 @@ pub fn overhead(progress: &mut dyn FnMut(&Progress) -> bool) -> Result<Value, Co
     }))
 }
 
-/// Guest size and memhog size of `fpr-host-memory` (spec/003 §3.3).
+/// Guest size and memhog size of `fpr-host-memory` (the v17 thread: memhog 32g in a 32 GB guest).
 const HM_HOG_MIB: u64 = 31 * 1024;
 
 /// `fpr-host-memory`: host memory while the guest switches from memhog to

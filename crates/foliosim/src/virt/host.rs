@@ -288,6 +288,13 @@ impl Host {
         self.backed.count_range(s, n) == n && (self.nr_lazy == 0 || self.lazy.count_range(s, n) == 0)
     }
 
+    /// Whether the host keeps the guest's contents of `pfn`: backed and
+    /// not MADV_FREE'd, or swapped out (read back on the next access).
+    pub fn holds(&self, pfn: Pfn) -> bool {
+        let f = self.base + pfn as u64;
+        self.backed.get(f) && !self.lazy.get(f) || self.swapped.get(f)
+    }
+
     /// Whether no frame of the range is backed by a page the host would
     /// have to keep (all discarded, lazy or swapped): what a reported block
     /// must look like.

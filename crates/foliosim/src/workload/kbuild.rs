@@ -23,7 +23,7 @@
 //!
 //! ops = jobs reaped by the slots.
 //!
-//! Simplifications (spec/000 R1): one process per job (no sh, gcc driver
+//! Simplifications (docs/mechanisms/large-anon-folios.md#what-it-leaves-out): one process per job (no sh, gcc driver
 //! or as), one make per slot (a make -jN is one process keeping N children;
 //! here each slot keeps one, on its own CPU), no stat() of prerequisites.
 

@@ -1,4 +1,4 @@
-//! "llama": an llama.cpp-like inference workload (spec/004 §3.1, §5.3).
+//! "llama": an llama.cpp-like inference workload (docs/mechanisms/lazy-unmap-flush.md#workloads-and-scaling).
 //! `processes` processes of `threads` threads each. Each process opens its
 //! own model file (`model_mib`, on `fs`, cold: the seed dropped caches before
 //! each run) and mmaps it PROT_READ, MAP_PRIVATE (llama.cpp's default mmap

@@ -1,5 +1,5 @@
-//! "memhog_then": the free-page-reporting test sequence of spec/003 §3.1
-//! and §3.3. One process runs numactl's `memhog` over `hog_mib` (touch
+//! "memhog_then": the free-page-reporting test sequence of the v17 cover
+//! letter (docs/mechanisms/free-page-reporting.md#published-figures). One process runs numactl's `memhog` over `hog_mib` (touch
 //! every page once, then exit, freeing it all), then, after `settle_ms`,
 //! a will-it-scale testcase (`test`, default page_fault1) starts with
 //! `tasks` tasks and runs to the end of the simulation.
@@ -179,7 +179,7 @@ fn specs() -> Vec<ParamSpec> {
         ParamSpec {
             name: "hog_mib",
             default: "1024".into(),
-            help: "memory memhog touches once and frees before the test, MiB (spec/003: memhog 32g)",
+            help: "memory memhog touches once and frees before the test, MiB (the v17 cover letter: memhog 32g)",
         },
         ParamSpec {
             name: "test",
@@ -196,7 +196,7 @@ fn specs() -> Vec<ParamSpec> {
 pub fn info() -> WorkloadInfo {
     WorkloadInfo {
         name: "memhog_then",
-        help: "memhog over hog_mib (touch once, exit), then after settle_ms a will-it-scale page_fault1/page_fault2 with `tasks` tasks: the free-page-reporting sequence of spec/003; op = page touched",
+        help: "memhog over hog_mib (touch once, exit), then after settle_ms a will-it-scale page_fault1/page_fault2 with `tasks` tasks: the free-page-reporting sequence of the v17 cover letter; op = page touched",
         params: specs,
         build,
     }

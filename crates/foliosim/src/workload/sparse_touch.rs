@@ -1,5 +1,5 @@
 //! "sparse_touch": the sparse-access pathology of large anonymous folios
-//! (spec/000 §5): each task maps `size_mib` of anonymous memory and writes
+//! (P-1 in docs/mechanisms/large-anon-folios.md#published-figures): each task maps `size_mib` of anonymous memory and writes
 //! one byte every `stride_kib` (default 64 KiB, one touch per order-4
 //! block), then holds the memory for `hold_ms`, unmaps it, and repeats
 //! `cycles` times (0 = forever). With 4 KiB folios each touch costs one

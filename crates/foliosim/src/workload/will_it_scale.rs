@@ -1,4 +1,4 @@
-//! will-it-scale testcases (spec/workloads.md §5.2), rebuilt as generators.
+//! will-it-scale testcases (github.com/antonblanchard/will-it-scale, tests/*.c), rebuilt as generators.
 //!
 //! Each testcase is its own workload ("page_fault1", ..., "read2"). The
 //! harness part that belongs to a workload is reproduced here: task creation

@@ -1,5 +1,5 @@
 //! "xsbench": an XSBench-like Monte Carlo cross-section lookup kernel
-//! (spec/004 §3.7, §5.3). One process, `threads` threads. The main thread
+//! (docs/mechanisms/lazy-unmap-flush.md#workloads-and-scaling). One process, `threads` threads. The main thread
 //! maps the hot text (`code_kib`, a cached file mapped PROT_READ|PROT_EXEC,
 //! MAP_PRIVATE), the lookup tables (`grid_mib` of anonymous read-write
 //! memory: XSBench's unionized energy grid and nuclide grids, malloc'd) and
@@ -17,7 +17,7 @@
 //! After initialisation the tables are only read: under memory tiering a
 //! demoted then promoted page comes back mapped read-only (the hinting
 //! fault's migration entry has no write bit), which makes it eligible for
-//! a lazy unmap flush when it is demoted again (spec/004 §1.3).
+//! a lazy unmap flush when it is demoted again (docs/mechanisms/numa-balancing.md).
 //!
 //! ops = lookups. Any error makes the task exit.
 
@@ -127,7 +127,7 @@ impl XsBench {
             ParamSpec { name: "threads", default: "14".into(), help: "threads of the one process (XSBench -t; seed: 14 on 16 vCPUs)" },
             ParamSpec { name: "grid_mib", default: "256".into(), help: "anonymous lookup tables, MiB (initialised once by stores, then only read)" },
             ParamSpec { name: "lookups", default: "0".into(), help: "total lookups over all threads, split evenly (XSBench -l; 0: until the run ends)" },
-            ParamSpec { name: "loads_per_lookup", default: "70".into(), help: "loads in the tables per lookup: one at a random offset in each of this many equal stretches (one grid point per nuclide). 70 = the seed's dTLB-load-misses per lookup (1.2e11 / 1.7e9, spec/004 §3.7)" },
+            ParamSpec { name: "loads_per_lookup", default: "70".into(), help: "loads in the tables per lookup: one at a random offset in each of this many equal stretches (one grid point per nuclide). 70 = the published dTLB-load-misses per lookup (1.2e11 / 1.7e9, the LUF v10 XSBench reply of 2024-05-22)" },
             ParamSpec { name: "code_kib", default: "32".into(), help: "hot executable text (a cached file mapped PROT_READ|PROT_EXEC), fetched once per page per lookup, KiB" },
             ParamSpec { name: "stack_kib", default: "16".into(), help: "each thread's private read-write stack; one store per lookup, KiB" },
             ParamSpec { name: "compute_ns", default: "0".into(), help: "user work per lookup besides the modelled accesses (arithmetic, reads not modelled as loads), ns" },
