@@ -8,23 +8,35 @@
 
 Configs are a TOML file path, a TOML string or a plain dict; bad input raises
 :class:`ConfigError` (a ValueError) whose message names the file, line and key.
+A bug in the core raises :class:`InternalError` (a RuntimeError).
+
+Runs started from threads are stopped with a :class:`Cancel` handle
+(Ctrl-C reaches only the main thread)::
+
+    with foliosim.stop_on_signals() as stop:     # Ctrl-C / SIGTERM -> stop.cancel()
+        with ThreadPoolExecutor() as ex:
+            results = list(ex.map(lambda c: foliosim.run(c, cancel=stop), configs))
+    # each result that was cut short has result.interrupted set
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Callable, Iterable
+import signal
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from . import _core
-from ._core import ConfigError
+from ._core import Cancel, ConfigError, InternalError
 from .config import ConfigLike
 from .config import load as _load
 from .result import Result
 
 __version__ = _core.__version__
 
-__all__ = ["ConfigError", "Result", "__version__", "catalog", "experiments", "load_config", "run"]
+__all__ = ["Cancel", "ConfigError", "InternalError", "Result", "__version__", "catalog", "experiments",
+           "load_config", "run", "stop_on_signals"]
 
 
 def load_config(config: ConfigLike, overrides: Iterable[str] = ()) -> dict[str, Any]:
@@ -34,15 +46,35 @@ def load_config(config: ConfigLike, overrides: Iterable[str] = ()) -> dict[str, 
 
 
 def run(config: ConfigLike, *, overrides: Iterable[str] = (),
-        progress: Callable[[float, float], bool | None] | None = None) -> Result:
+        progress: Callable[[float, float], bool | None] | None = None,
+        cancel: Cancel | None = None) -> Result:
     """Run one simulation and return its :class:`Result`.
 
+    `overrides`: ``KEY=VALUE`` strings, as ``foliosim run --set``.
     `progress(sim_s, sim_total_s)` is called about every 100 ms; returning
-    False stops the run early. Ctrl-C also stops it: the partial result comes
-    back with ``result.interrupted`` set.
+    False stops the run early. ``cancel.cancel()`` (from any thread) stops
+    it too, and so does Ctrl-C for a run in the main thread: the partial
+    result comes back with ``result.interrupted`` set.
     """
     cfg_json = _load(config, overrides)
-    return Result(_core.run_json(cfg_json, progress))
+    return Result(_core.run_json(cfg_json, progress, cancel))
+
+
+@contextlib.contextmanager
+def stop_on_signals(*signals: int, cancel: Cancel | None = None) -> Iterator[Cancel]:
+    """Within the block, the signals (default SIGINT and SIGTERM) cancel
+    `cancel` (a new :class:`Cancel` if not given, which is yielded) instead
+    of raising KeyboardInterrupt or ending the process: every run given that
+    handle, in any thread, stops with its partial result. The previous
+    handlers come back at the end. Call from the main thread."""
+    stop = cancel if cancel is not None else Cancel()
+    sigs = signals or (signal.SIGINT, signal.SIGTERM)
+    previous = {s: signal.signal(s, lambda _s, _f: stop.cancel()) for s in sigs}
+    try:
+        yield stop
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
 
 
 def catalog() -> dict[str, Any]:

@@ -8,11 +8,15 @@ the run, which then returns its partial result with ``"interrupted": true``.
 """
 
 from collections.abc import Callable
+from typing import final
 
 __version__: str
 __all__ = [
+    "Cancel",
     "ConfigError",
+    "InternalError",
     "__version__",
+    "_panic_for_tests",
     "bench_events",
     "bench_instructions_json",
     "bench_json",
@@ -21,6 +25,7 @@ __all__ = [
     "load_json",
     "load_toml",
     "reproduce_json",
+    "resolve_paths",
     "run_json",
     "trace_from_valgrind_log",
     "trace_from_valgrind_logs",
@@ -37,16 +42,35 @@ class ConfigError(ValueError):
     key: str
     reason: str
 
+class InternalError(RuntimeError):
+    """A bug in the core (a Rust panic); ``str(err)`` says where."""
+
+@final
+class Cancel:
+    """A stop flag: ``cancel()`` (from any thread or a signal handler) stops
+    every run given this handle at its next progress check."""
+
+    def __init__(self) -> None: ...
+    def cancel(self) -> None: ...
+    @property
+    def cancelled(self) -> bool: ...
+
 def load_toml(text: str, filename: str = "<string>") -> str:
     """Validate and normalise a TOML config; the normalised config as JSON.
+    Relative paths in it start at the folder of `filename`.
 
     Raises ConfigError.
     """
 
-def load_json(text: str, origin: str = "<dict>") -> str:
-    """Same as load_toml for a config given as JSON text. Raises ConfigError."""
+def load_json(text: str, origin: str = "<dict>", base_dir: str = "") -> str:
+    """Same as load_toml for a config given as JSON text; its relative paths
+    start at `base_dir` (default: the current directory). Raises ConfigError."""
 
-def run_json(config_json: str, progress: _ProgressCallback | None = None) -> str:
+def resolve_paths(text: str, origin: str, base_dir: str) -> str:
+    """A config as JSON (not normalised) with its relative paths (machine.profile,
+    workload paths) made absolute from `base_dir`. Raises ConfigError."""
+
+def run_json(config_json: str, progress: _ProgressCallback | None = None, cancel: Cancel | None = None) -> str:
     """Run one simulation; the result as a JSON object string.
 
     Keys: config, interrupted, sim_time_s, host_time_s, summary, vmstat,
@@ -59,7 +83,7 @@ def catalog_json() -> str:
 def experiments() -> list[tuple[str, str]]:
     """Registered reproductions as (name, help)."""
 
-def reproduce_json(name: str, progress: _ProgressCallback | None = None) -> str:
+def reproduce_json(name: str, progress: _ProgressCallback | None = None, cancel: Cancel | None = None) -> str:
     """Run a reproduction: {"name","title","rows":[...],"notes":[...]} as JSON."""
 
 def bench_json(which: str) -> str:
@@ -81,11 +105,15 @@ def trace_from_valgrind_log(log_path: str, out_path: str, meta_json: str) -> str
     """Convert a valgrind lackey+syscall log (file or FIFO) into a foliosim trace
     at ``out_path``; statistics as JSON. Raises ValueError."""
 
-def trace_from_valgrind_logs(dir: str, debug_log: str, out_path: str, meta_json: str, root: int) -> str:
-    """Convert the valgrind logs of a recorded process tree (``DIR/log.PID.N``,
-    and valgrind's ``-d`` output in ``debug_log``; ``root`` the first process's
-    pid) into a trace at ``out_path``; statistics as JSON. Raises ValueError."""
+def trace_from_valgrind_logs(dir: str, out_path: str, meta_json: str, root: int) -> str:
+    """Convert the valgrind logs of a recorded process tree (``DIR/log.PID.N``;
+    ``root`` the first process's pid) into a trace at ``out_path``; statistics
+    as JSON. Raises ValueError."""
 
 def trace_info(path: str) -> str:
     """Read and check a whole trace; {"records", "accesses", "files", "regions",
     "meta"} as JSON. Raises ValueError."""
+
+def _panic_for_tests(message: str) -> None:
+    """Panics inside the core's guard, as a bug would (tests of the panic ->
+    InternalError mapping). Raises InternalError."""

@@ -633,7 +633,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         print(f"foliosim calibrate: fit: {line}", file=sys.stderr)
     for line in format_verify(rows):
         print(f"foliosim calibrate: {line}", file=sys.stderr)
-    print(f"foliosim calibrate: wrote {out}", file=sys.stderr)
+    print(f"foliosim calibrate: wrote {out}", file=sys.stderr if args.json else sys.stdout)  # --json: stdout is the JSON
     if args.json:
         sys.stdout.write(json.dumps({"profile": str(out), "rounds": d.rounds, "micro": d.m, "series": d.s, "fits": d.fits,
                                      "values": {k: {"value": v, "how": h} for k, (v, h) in d.vals.items()},

@@ -9,19 +9,23 @@ computed: the partial result is written, a note printed, exit code 130.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fnmatch
 import json
 import math
 import os
 import resource
+import signal
 import subprocess
 import sys
-from collections.abc import Callable, Sequence
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
 from . import _core
 from . import config as _config
-from ._core import ConfigError
+from ._core import ConfigError, InternalError
 from .progress import ProgressBar
 from .result import Result, write_text_atomic
 
@@ -80,7 +84,26 @@ def _fmt_int(v: Any) -> str:
     return str(v)
 
 
-def format_summary(r: Result, out_dir: Path | None = None) -> str:
+def _plural(n: Any, word: str, words: str = "") -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {words or word + 's'}"
+
+
+def _time_rows(tn: dict[str, Any]) -> list[tuple[str, float]]:
+    """`time_ns` as (label, ns) rows: user, sys, then the kernel entries
+    indented under sys (they are parts of it, not additions to it), and the
+    sys time no entry accounts for (kernel threads, page reporting)."""
+    nums = {k: float(v) for k, v in tn.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    user, sys_ns = nums.pop("user", 0.0), nums.pop("sys", 0.0)
+    rows = [("user", user), ("sys", sys_ns)] + [(f"  {k}", v) for k, v in nums.items()]
+    other = sys_ns - sum(nums.values())
+    if other > 0:
+        rows.append(("  other kernel time", other))
+    return rows
+
+
+def format_summary(r: Result, out_dir: Path | None = None, all_rows: bool = False) -> str:
+    """The human summary of a run. Rows that are zero are left out (one line
+    says how many) unless `all_rows`; time shares are of user + sys."""
     raw, cfg = r.raw, r.config
     wl, run = cfg.get("workload") or {}, cfg.get("run") or {}
     lines: list[str] = []
@@ -88,7 +111,7 @@ def format_summary(r: Result, out_dir: Path | None = None) -> str:
     if "mode" in wl:
         head.append(str(wl["mode"]))
     if "tasks" in wl:
-        head.append(f"{wl['tasks']} tasks")
+        head.append(_plural(wl["tasks"], "task"))
     head.append(str((cfg.get("machine") or {}).get("profile", "?")))
     if "seed" in cfg:
         head.append(f"seed {cfg['seed']}")
@@ -96,9 +119,16 @@ def format_summary(r: Result, out_dir: Path | None = None) -> str:
     warm = f" (warmup {run['warmup_s']:g} s)" if isinstance(run.get("warmup_s"), (int, float)) else ""
     status = "  [INTERRUPTED]" if r.interrupted else ""
     lines.append(f"simulated {r.sim_time_s:.3f} s{warm} in {r.host_time_s:.2f} host s{status}")
+    summ = r.summary
+    done = summ.pop("workload_finished_s", None)
+    if wl.get("name") == "trace":
+        lines.append(f"trace: replayed to its end at {done:.6f} simulated s" if done is not None else
+                     f"trace: NOT replayed to its end: cut at {r.sim_time_s:.3f} simulated s "
+                     "(a longer run.duration_s replays more)")
+    elif done is not None:
+        lines.append(f"every task exited at {done:.6f} simulated s")
     lines.append("")
 
-    summ = r.summary
     w = 28
     order = ["ops_per_s", "ops_total", "tasks"] + [k for k in summ if k not in ("ops_per_s", "ops_total", "tasks")]
     for k in order:
@@ -106,35 +136,44 @@ def format_summary(r: Result, out_dir: Path | None = None) -> str:
             lines.append(f"{k.replace('_per_s', '/s'):<{w}} {_fmt_int(summ[k]):>18}")
     lines.append("")
 
-    vm = r.vmstat
-    shown = {k: v for k, v in vm.items() if v} or vm
-    if shown:
+    left_out: list[str] = []
+
+    def shown(rows: list[tuple[str, Any]], *what: str) -> list[tuple[str, Any]]:
+        keep = rows if all_rows else [(k, v) for k, v in rows if v]
+        if len(keep) < len(rows):
+            left_out.append(_plural(len(rows) - len(keep), *what))
+        return keep
+
+    vm = shown(list(r.vmstat.items()), "counter")
+    if vm:
         lines.append(f"{'counter (/proc/vmstat)':<{w}} {'value':>18}")
-        for k, v in shown.items():
+        for k, v in vm:
             lines.append(f"{k:<{w}} {_fmt_int(v):>18}")
-        if len(shown) < len(vm):
-            lines.append(f"({len(vm) - len(shown)} counters are zero; all are in result.json)")
         lines.append("")
 
-    tn = raw.get("time_ns") or {}
-    total = sum(v for v in tn.values() if isinstance(v, (int, float))) or 0
-    if tn:
-        lines.append(f"{'time by kernel entry':<{w}} {'sim s':>18} {'share':>7}")
-        for k, v in tn.items():
+    rows = _time_rows(raw.get("time_ns") or {})
+    total = sum(v for k, v in rows if k in ("user", "sys"))
+    rows = rows[:2] + shown(rows[2:], "kernel entry", "kernel entries")  # user and sys always
+    if rows:
+        lines.append(f"{'time (share of user + sys)':<{w}} {'sim s':>18} {'share':>7}")
+        for k, v in rows:
             share = f"{100.0 * v / total:6.1f}%" if total else "      -"
             lines.append(f"{k:<{w}} {v / 1e9:>18.6f} {share}")
         lines.append("")
 
-    locks = raw.get("locks") or {}
-    for k, v in locks.items():
+    locks = shown(list((raw.get("locks") or {}).items()), "lock figure")
+    for k, v in locks:
         lines.append(f"{k:<{w}} {_fmt_int(v):>18}")
     if locks:
+        lines.append("")
+    if left_out:
+        lines.append(f"(zero and left out: {', '.join(left_out)}; --all shows them, result.json has all)")
         lines.append("")
 
     chk = raw.get("checker") or {}
     if chk.get("enabled"):
         viol = chk.get("violations") or []
-        lines.append(f"checker: {chk.get('audits', 0)} audits, {len(viol)} violations")
+        lines.append(f"checker: {_plural(chk.get('audits', 0), 'audit')}, {_plural(len(viol), 'violation')}")
         for v in viol[:10]:
             lines.append(f"  {_one_line(v)}")
     else:
@@ -149,21 +188,30 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.check:
         overrides.append("run.check=true")
     cfg_json = _config.load_file(args.config, overrides)
+    out = Path(args.out) if args.out else Path("results") / (Path(args.config).stem or "run")
+    check_out_dir("--out", out)
     label = json.loads(cfg_json).get("workload", {}).get("name", "run")
     with ProgressBar(str(label), enabled=_show_progress(args)) as bar:
-        raw = _core.run_json(cfg_json, bar)
+        raw = _core.run_json(cfg_json, bar, _signals.cancel)
     result = Result(raw)
-    out = Path(args.out) if args.out else Path("results") / (Path(args.config).stem or "run")
-    result.save(out)
+    write_error: OSError | None = None
+    try:
+        with _signals.held():
+            result.save(out)
+    except OSError as e:
+        write_error = e
     if args.json:
         sys.stdout.write(json.dumps(result.raw) + "\n")
     else:
-        print(format_summary(result, out))
+        print(format_summary(result, None if write_error else out, all_rows=args.all))
     sys.stdout.flush()
+    if write_error is not None:
+        _err(f"--out {out}: the results could not be written ({_os_reason(write_error)}); nothing was written there")
+        return EXIT_USAGE
     if result.interrupted:
-        print(f"foliosim: interrupted at {result.sim_time_s:.3f} simulated s; partial results written to {out}/",
+        print(f"foliosim: {_signals.what()} at {result.sim_time_s:.3f} simulated s; partial results written to {out}/",
               file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return _signals.exit_code()
     viol = (result.raw.get("checker") or {}).get("violations") or []
     if viol:
         print(f"foliosim: checker: {len(viol)} invariant violation(s), first: {_one_line(viol[0])}", file=sys.stderr)
@@ -171,41 +219,219 @@ def cmd_run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# ------------------------------------------------------ outputs and signals --
+class UsageError(Exception):
+    """Bad arguments or environment found by the CLI itself: one line, exit 2."""
+
+
+def _os_reason(e: OSError) -> str:
+    where = f"{e.filename}: " if e.filename else ""
+    return f"{where}{e.strerror or e}"
+
+
+def _nearest_existing(p: Path) -> Path:
+    p = p.absolute()
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    return p
+
+
+def _probe_writable(flag: str, path: Path, folder: Path) -> None:
+    if not folder.is_dir():
+        raise UsageError(f"{flag} {path}: {folder} is not a folder")
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".foliosim-probe-", dir=folder)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise UsageError(f"{flag} {path}: cannot write in {folder}: {e.strerror or e}") from None
+
+
+def check_out_dir(flag: str, path: Path) -> None:
+    """Before anything runs: the output folder `path` is a folder or can be
+    made one (missing parents are created), and it can be written."""
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"{flag} {path}: exists and is not a folder")
+    _probe_writable(flag, path, path if path.is_dir() else _nearest_existing(path.parent))
+
+
+def check_out_file(flag: str, path: Path) -> None:
+    """Before anything runs: the output file `path` can be written."""
+    if path.is_dir():
+        raise UsageError(f"{flag} {path}: is a folder; give a file name")
+    _probe_writable(flag, path, _nearest_existing(path.parent))
+
+
+class _Signals:
+    """SIGINT and SIGTERM while a command runs: the runs the CLI started stop
+    (their Cancel handle is set; it reaches a run in any thread) and
+    KeyboardInterrupt is raised in the main thread, so the partial results
+    are written either way. While results are written (`held`) the
+    KeyboardInterrupt waits: a finished run is never lost half-saved."""
+
+    def __init__(self) -> None:
+        self.cancel = _core.Cancel()
+        self.signum: int | None = None
+        self._held = 0
+        self._pending = False
+
+    def handler(self, signum: int, _frame: Any) -> None:
+        self.signum = signum
+        self.cancel.cancel()
+        if self._held:
+            self._pending = True
+            return
+        raise KeyboardInterrupt
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        self._held += 1
+        try:
+            yield
+        finally:
+            self._held -= 1
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[None]:
+        sigs = (signal.SIGINT, signal.SIGTERM)
+        try:
+            previous = {s: signal.signal(s, self.handler) for s in sigs}
+        except ValueError:  # not the main thread: leave signals alone
+            yield
+            return
+        try:
+            yield
+        finally:
+            for s, h in previous.items():
+                signal.signal(s, h)
+
+    def what(self) -> str:
+        return "terminated (SIGTERM)" if self.signum == signal.SIGTERM else "interrupted"
+
+    def exit_code(self) -> int:
+        return 128 + self.signum if self.signum else EXIT_INTERRUPTED
+
+
+_signals = _Signals()
+
+
 # -------------------------------------------------------------------- list --
+LIST_SECTIONS = ("config", "workloads", "profiles", "knobs", "counters", "experiments")
+
+
+def _matches(pattern: str | None, name: str) -> bool:
+    """PATTERN: a glob (`*`, `?`, `[...]`) or else a substring; either way
+    without regard to case."""
+    if not pattern:
+        return True
+    p, n = pattern.lower(), name.lower()
+    return fnmatch.fnmatchcase(n, p) if any(c in p for c in "*?[") else p in n
+
+
+def _shared_params(workloads: list[dict[str, Any]]) -> dict[tuple[str, str, str], list[str]]:
+    """Parameters that several workloads have alike (name, default, help):
+    printed once rather than under each."""
+    users: dict[tuple[str, str, str], list[str]] = {}
+    for w in workloads:
+        for p in w.get("params", []):
+            users.setdefault((str(p.get("name")), str(p.get("default")), str(p.get("help", ""))), []).append(str(w.get("name")))
+    return {k: v for k, v in users.items() if len(v) > 1}
+
+
+def _fmt_default(v: Any) -> str:
+    return "(the profile's)" if v is None else json.dumps(v) if isinstance(v, (str, bool)) else _fmt_int(v)
+
+
+def format_catalog(cat: dict[str, Any], sections: Sequence[str], pattern: str | None) -> list[str]:
+    out: list[str] = []
+
+    def section(title: str, body: list[str]) -> None:
+        if body:
+            out.extend([title, *body, ""])
+
+    if "config" in sections:
+        body, table = [], None
+        for k in cat.get("config", []):
+            full = f"{k['table']}.{k['key']}" if k.get("table") else str(k["key"])
+            if not _matches(pattern, full):
+                continue
+            if k.get("table") != table:
+                table = k.get("table")
+                body.append(f"  [{table}]" if table else "  (top level)")
+            rng = k.get("range")
+            r = f"  [{_fmt_int(rng[0])}..{_fmt_int(rng[1])}]" if rng and k["key"] != "seed" else ""
+            body.append(f"    {k['key']} = {_fmt_default(k.get('default'))}{r}  {_one_line(k.get('help', ''))}")
+        section("Config keys (`foliosim list config`; [workload] and [knobs] are listed below):", body)
+    if "workloads" in sections:
+        wls = [w for w in cat.get("workloads", []) if _matches(pattern, str(w.get("name")))]
+        shared = _shared_params(cat.get("workloads", []))
+        body = []
+        common = [(k, v) for k, v in shared.items() if any(w.get("name") in v for w in wls)]
+        if common:
+            body.append("  parameters several workloads share (named under each):")
+            for (name, default, hlp), users in common:
+                who = ", ".join(users) if len(users) <= 4 else f"{len(users)} workloads"
+                body.append(f"      {name} = {default}  {_one_line(hlp)} ({who})")
+        for w in wls:
+            body.append(f"  {w.get('name')}: {_one_line(w.get('help', ''))}")
+            own, common_names = [], []
+            for p in w.get("params", []):
+                key = (str(p.get("name")), str(p.get("default")), str(p.get("help", "")))
+                if key in shared:
+                    common_names.append(key[0])
+                else:
+                    own.append(f"      {p.get('name')} = {p.get('default')}  {_one_line(p.get('help', ''))}")
+            body.extend(own)
+            if common_names:
+                body.append(f"      (and the shared {', '.join(common_names)})")
+        section("Workloads ([workload] name = ..., parameters in the same table):", body)
+    if "profiles" in sections:
+        body = [f"  {p.get('name')}: {p.get('nr_cpus')} CPUs, {p.get('mem_mib')} MiB. {_one_line(p.get('description', ''))}"
+                for p in cat.get("profiles", []) if _matches(pattern, str(p.get("name")))]
+        section("Machine profiles ([machine] profile = NAME, or the path of a profile file such as "
+                "`foliosim calibrate` writes):", body)
+    if "knobs" in sections:
+        body = []
+        for k in cat.get("knobs", []):
+            if _matches(pattern, str(k.get("key"))):
+                vals = k.get("values")
+                vs = f"  [{', '.join(map(str, vals))}]" if vals else ""
+                body.append(f"  {k.get('key')} = {k.get('default')}{vs}  {_one_line(k.get('help', ''))}")
+        section('Knobs ([knobs] "KEY" = VALUE, quoted: the names have dots and slashes; default shown):', body)
+    if "counters" in sections:
+        body = [f"  {c.get('name')}{' (gauge)' if c.get('gauge') else ''}: {_one_line(c.get('help', ''))}"
+                for c in cat.get("counters", []) if _matches(pattern, str(c.get("name")))]
+        section("Counters (/proc/vmstat names):", body)
+    if "experiments" in sections:
+        exps = [e for e in cat.get("experiments", []) if _matches(pattern, str(e.get("name")))]
+        body = [f"  {e.get('name')}: {_one_line(e.get('help', ''))}" for e in exps]
+        if not cat.get("experiments") and not pattern:
+            body = ["  (none registered yet)"]
+        section("Experiments (foliosim reproduce NAME):", body)
+    return out
+
+
 def cmd_list(args: argparse.Namespace) -> int:
+    words = list(args.what or [])
+    sections: Sequence[str] = LIST_SECTIONS
+    if words and words[0] in LIST_SECTIONS:
+        sections = [words.pop(0)]
+    if len(words) > 1:
+        raise UsageError(f"list: one SECTION and one PATTERN at most, got {' '.join(args.what)!r} "
+                         f"(sections: {', '.join(LIST_SECTIONS)})")
+    pattern = words[0] if words else None
     cat = json.loads(_core.catalog_json())
     if args.json:
-        sys.stdout.write(json.dumps(cat) + "\n")
+        key_of = {"config": "key", "knobs": "key"}
+        obj = {s: [x for x in cat.get(s, []) if _matches(pattern, str(x.get(key_of.get(s, "name")) if s != "config"
+                    else (f"{x['table']}.{x['key']}" if x.get("table") else x["key"])))] for s in sections}
+        sys.stdout.write(json.dumps(obj) + "\n")
         return EXIT_OK
-    out: list[str] = []
-    out.append("Workloads ([workload] name = ..., parameters in the same table):")
-    for w in cat.get("workloads", []):
-        out.append(f"  {w.get('name')}: {_one_line(w.get('help', ''))}")
-        for p in w.get("params", []):
-            out.append(f"      {p.get('name')} = {p.get('default')}  {_one_line(p.get('help', ''))}")
-    out.append("")
-    out.append("Machine profiles ([machine] profile = ...):")
-    for p in cat.get("profiles", []):
-        out.append(f"  {p.get('name')}: {p.get('nr_cpus')} CPUs, {p.get('mem_mib')} MiB. {_one_line(p.get('description', ''))}")
-    out.append("")
-    out.append("Knobs ([knobs] \"KEY\" = VALUE; default shown):")
-    for k in cat.get("knobs", []):
-        vals = k.get("values")
-        vs = f"  [{', '.join(map(str, vals))}]" if vals else ""
-        out.append(f"  {k.get('key')} = {k.get('default')}{vs}  {_one_line(k.get('help', ''))}")
-    out.append("")
-    out.append("Counters (/proc/vmstat names):")
-    for c in cat.get("counters", []):
-        g = " (gauge)" if c.get("gauge") else ""
-        out.append(f"  {c.get('name')}{g}: {_one_line(c.get('help', ''))}")
-    out.append("")
-    exps = cat.get("experiments", [])
-    out.append("Experiments (foliosim reproduce NAME):")
-    if not exps:
-        out.append("  (none registered yet)")
-    for e in exps:
-        out.append(f"  {e.get('name')}: {_one_line(e.get('help', ''))}")
-    print("\n".join(out))
+    out = format_catalog(cat, sections, pattern)
+    if not out and pattern:
+        raise UsageError(f"list: nothing {'in ' + sections[0] + ' ' if len(sections) == 1 else ''}matches {pattern!r} "
+                         f"(sections: {', '.join(LIST_SECTIONS)})")
+    print("\n".join(out).rstrip("\n"))
     return EXIT_OK
 
 
@@ -258,19 +484,26 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     out_dir = Path(args.out) if args.out else Path("results") / "reproduce"
     for flag, d in (("--out", out_dir), ("--report", Path(args.report) if args.report else None)):
-        if d is not None and d.exists() and not d.is_dir():
-            _err(f"{flag} {d}: exists and is not a directory")
-            return EXIT_USAGE
+        if d is not None:
+            check_out_dir(flag, d)
     reports: list[dict[str, Any]] = []
     interrupted = False
     for name in names:
         with ProgressBar(name, enabled=_show_progress(args)) as bar:
-            rep = json.loads(_core.reproduce_json(name, bar))
-        write_text_atomic(out_dir / f"{name}.json", json.dumps(rep, indent=1) + "\n")
+            rep = json.loads(_core.reproduce_json(name, bar, _signals.cancel))
         reports.append(rep)
         if not args.json:
             print(format_reproduction(rep))
             print()
+        try:
+            with _signals.held():
+                write_text_atomic(out_dir / f"{name}.json", json.dumps(rep, indent=1) + "\n")
+        except OSError as e:
+            if args.json:
+                sys.stdout.write(json.dumps(reports if args.name == "all" else reports[0]) + "\n")
+            sys.stdout.flush()
+            _err(f"--out {out_dir}: {name}.json could not be written ({_os_reason(e)})")
+            return EXIT_USAGE
         if rep.get("interrupted"):
             interrupted = True
             break
@@ -284,8 +517,8 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
                                     command=f"foliosim reproduce {args.name} --report {args.report}")
         print(f"foliosim: report written to {page}", file=sys.stderr if args.json else sys.stdout)
     if interrupted:
-        print(f"foliosim: interrupted; partial results written to {out_dir}/", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        print(f"foliosim: {_signals.what()}; partial results written to {out_dir}/", file=sys.stderr)
+        return _signals.exit_code()
     return EXIT_OK
 
 
@@ -298,8 +531,13 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     spec = _sweep.load_spec(args.spec)
     out = Path(args.out) if args.out else Path("results") / "sweeps" / (Path(args.spec).stem or "sweep")
-    with ProgressBar(Path(args.spec).stem, enabled=_show_progress(args), unit="points") as bar:
-        s = _sweep.run_sweep(spec, out, jobs=args.jobs, ray=args.ray, progress=bar)
+    check_out_dir("--out", out)
+    try:
+        with ProgressBar(Path(args.spec).stem, enabled=_show_progress(args), unit="points") as bar:
+            s = _sweep.run_sweep(spec, out, jobs=args.jobs, ray=args.ray, progress=bar)
+    except OSError as e:
+        _err(f"--out {out}: {_os_reason(e)} (the points written so far are kept; run again to resume)")
+        return EXIT_USAGE
     if args.json:
         sys.stdout.write(json.dumps(s.as_dict()) + "\n")
     else:
@@ -309,9 +547,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         print(f"results: {s.out}/ (one Parquet row per run; pandas.read_parquet({str(s.out)!r}))")
     sys.stdout.flush()
     if s.interrupted:
-        print(f"foliosim: interrupted; {s.already_done + s.ran} of {s.points} points are in {s.out}/; "
+        print(f"foliosim: {_signals.what()}; {s.already_done + s.ran} of {s.points} points are in {s.out}/; "
               "run the same command again to resume", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return _signals.exit_code()
     if s.failed:
         more = f" (and {len(s.failed) - 1} more)" if len(s.failed) > 1 else ""
         _err(f"{args.spec}: {s.failed[0]}{more}")
@@ -423,14 +661,19 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--check", action="store_true", help="turn on the invariant checker (run.check = true)")
     r.add_argument("--out", metavar="DIR", help="where to write result.json and the Parquet files "
                    "(default results/<config stem>/)")
+    r.add_argument("--all", action="store_true", help="also print the counters, times and lock figures that are zero")
     r.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     r.add_argument("--set", dest="overrides", action="append", metavar="KEY=VALUE", default=[],
                    help="override a config key, VALUE a TOML literal, e.g. --set workload.tasks=8 "
                         "--set 'knobs.\"vm.min_free_kbytes\"=131072' (repeatable)")
     r.set_defaults(func=cmd_run)
 
-    li = sub.add_parser("list", help="workloads, profiles, knobs, counters and experiments")
-    li.add_argument("--json", action="store_true", help="print the catalog as one JSON object")
+    li = sub.add_parser("list", help="config keys, workloads, profiles, knobs, counters and experiments",
+                        description="What a config may say. `foliosim list SECTION` prints one section "
+                                    f"({', '.join(LIST_SECTIONS)}); a PATTERN (a substring, or a glob with * ? [...]) "
+                                    "keeps the names that match, e.g. `foliosim list knobs 'vm.*'`.")
+    li.add_argument("what", nargs="*", metavar="[SECTION] [PATTERN]", help=f"SECTION: {'|'.join(LIST_SECTIONS)}")
+    li.add_argument("--json", action="store_true", help="print the catalog (or the sections asked for) as one JSON object")
     li.set_defaults(func=cmd_list)
 
     rp = sub.add_parser("reproduce", help="rerun a seed's experiment beside its published figures")
@@ -486,6 +729,9 @@ def _host_cmd(name: str) -> Callable[[argparse.Namespace], int]:
 
         from ._host import HostError
         mod = importlib.import_module(f"foliosim.{name}")
+        out = getattr(args, "out", None)
+        if out:  # before minutes of measuring or recording
+            (check_out_dir if name == "validate" else check_out_file)("--out", Path(out))
         try:
             return int(getattr(mod, f"cmd_{name}")(args))
         except HostError as e:
@@ -533,20 +779,29 @@ def _add_host_commands(sub: Any) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    global _signals
+    _signals = _Signals()
     debug = os.environ.get("FOLIOSIM_DEBUG", "") not in ("", "0")
     try:
-        args = build_parser().parse_args(argv)
-        return int(args.func(args))
+        with _signals.installed():
+            args = build_parser().parse_args(argv)
+            return int(args.func(args))
     except SystemExit as e:
         return e.code if isinstance(e.code, int) else (0 if e.code is None else EXIT_USAGE)
-    except ConfigError as e:
+    except (ConfigError, UsageError) as e:
         if debug:
             raise
         _err(str(e))
         return EXIT_USAGE
+    except InternalError as e:
+        if debug:
+            raise
+        print(f"foliosim: internal error: {_one_line(e)} (a bug: please report it; FOLIOSIM_DEBUG=1 shows the backtrace)",
+              file=sys.stderr)
+        return EXIT_INTERNAL
     except KeyboardInterrupt:
-        print("foliosim: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        print(f"foliosim: {_signals.what()}", file=sys.stderr)
+        return _signals.exit_code()
     except BrokenPipeError:
         # `foliosim list | head`: not an error. Silence the final flush too.
         try:

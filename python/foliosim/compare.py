@@ -1,9 +1,10 @@
 """`foliosim compare A B`: two result sets side by side, like `perf diff`.
 
-A result set is any of: a `foliosim run` output folder (or its result.json),
-a sweep output folder (Parquet dataset; its runs are averaged), or a
+A result set is any of: a `foliosim run` output folder (or its result.json,
+or its vmstat.parquet: the counters alone), a sweep output folder (Parquet
+dataset; its runs are averaged) or one of its part-*.parquet files, or a
 reproduction JSON (NAME.json of `foliosim reproduce`; its rows' simulated
-values). Numbers are flattened to names such as ``vmstat.pgfault``,
+values). Any other file is a one-line error. Numbers are flattened to names such as ``vmstat.pgfault``,
 ``summary.ops_per_s``, ``time_ns.fault``; the lines are ordered by how much
 they changed (relative change; a counter that appears from zero first).
 """
@@ -63,6 +64,35 @@ def _from_reproduction(rep: dict[str, Any]) -> dict[str, float]:
     return out
 
 
+def _from_sweep_rows(name: str, df: Any) -> ResultSet:
+    cols = [c for c in df.columns if (c not in _NOT_MEASURED and "." in c
+            and c.split(".", 1)[0] in ("summary", "vmstat", "time_ns", "locks", "memory", "checker"))
+            or c == "sim_time_s"]
+    values: dict[str, float] = {}
+    for c in cols:
+        s = df[c]
+        if s.dtype.kind in "iuf":
+            values[c] = float(s.mean())
+    return ResultSet(name, "sweep", len(df), values)
+
+
+def _from_parquet(name: str, p: Path) -> ResultSet:
+    """A sweep's part file (its rows) or a run's vmstat.parquet (counters)."""
+    import pandas as pd
+
+    try:
+        df = pd.read_parquet(p)
+    except Exception as e:
+        raise _error(name, f"unreadable Parquet file: {' '.join(str(e).split())}") from None
+    cols = set(df.columns)
+    if cols == {"name", "value"}:
+        return ResultSet(name, "run", 1, {f"vmstat.{n}": float(v) for n, v in zip(df["name"], df["value"], strict=True)})
+    if "point" in cols and any(c.startswith("summary.") for c in cols):
+        return _from_sweep_rows(name, df)
+    shown = ", ".join(sorted(map(str, cols))[:6])
+    raise _error(name, f"a Parquet file that is neither a sweep's part nor a run's vmstat.parquet (columns: {shown})")
+
+
 def load(path: str | os.PathLike) -> ResultSet:
     """Read a result set (see the module doc); ConfigError if it is none."""
     p = Path(path)
@@ -77,21 +107,19 @@ def load(path: str | os.PathLike) -> ResultSet:
                 df = read_results(p)
             except Exception as e:
                 raise _error(name, f"unreadable sweep dataset: {' '.join(str(e).split())}") from None
-            cols = [c for c in df.columns if (c not in _NOT_MEASURED and "." in c
-                    and c.split(".", 1)[0] in ("summary", "vmstat", "time_ns", "locks", "memory", "checker"))
-                    or c == "sim_time_s"]
-            values: dict[str, float] = {}
-            for c in cols:
-                s = df[c]
-                if s.dtype.kind in "iuf":
-                    values[c] = float(s.mean())
-            return ResultSet(name, "sweep", len(df), values)
+            return _from_sweep_rows(name, df)
         else:
             raise _error(name, "no result.json and no part-*.parquet in this folder")
     try:
-        text = p.read_text(encoding="utf-8")
+        data = p.read_bytes()
     except OSError as e:
         raise _error(name, e.strerror or str(e)) from None
+    if data[:4] == b"PAR1":
+        return _from_parquet(name, p)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise _error(name, "a binary file: neither JSON nor Parquet") from None
     try:
         obj = json.loads(text)
     except json.JSONDecodeError as e:

@@ -8,6 +8,7 @@ whose message names the file, line and key).
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import tomllib
@@ -82,14 +83,56 @@ def _merge(base: dict[str, Any], over: Mapping[str, Any], path: str) -> None:
             base[k] = v
 
 
+def check_overrides(overrides: Any) -> list[str]:
+    """`overrides` as a list of `KEY=VALUE` strings; anything else (a bare
+    string, a dict, None in the list) is a ConfigError that says so."""
+    if isinstance(overrides, (str, bytes)):
+        raise _error("overrides", repr(overrides), "expected a list of 'KEY=VALUE' strings, got one string "
+                     f"(write [{overrides!r}])")
+    if isinstance(overrides, Mapping):
+        raise _error("overrides", "(dict)", "expected a list of 'KEY=VALUE' strings, got a dict "
+                     "(lay a dict over the config instead, or write ['KEY=VALUE', ...])")
+    try:
+        items = list(overrides)
+    except TypeError:
+        raise _error("overrides", "(overrides)", f"expected a list of 'KEY=VALUE' strings, got {type(overrides).__name__}") from None
+    for i, arg in enumerate(items):
+        if not isinstance(arg, str):
+            raise _error("overrides", f"[{i}]", f"expected a 'KEY=VALUE' string, got {arg!r}")
+    return items
+
+
 def apply_overrides(cfg: dict[str, Any], overrides: Iterable[str]) -> dict[str, Any]:
     """Apply `KEY=VALUE` overrides to a config dict (in place; returned)."""
-    for arg in overrides:
+    for arg in check_overrides(overrides):
         _merge(cfg, parse_override(arg), "")
     return cfg
 
 
+def _bad_value(v: Any, path: str) -> tuple[str, str] | None:
+    """The first value a config cannot hold (None, NaN, an infinity), as
+    (dotted key, reason)."""
+    if v is None:
+        return path, "null/None is not a config value (leave the key out for its default)"
+    if isinstance(v, float) and not math.isfinite(v):
+        return path, f"{v} is not a config value (numbers must be finite)"
+    if isinstance(v, Mapping):
+        for k, x in v.items():
+            bad = _bad_value(x, f"{path}.{k}" if path else str(k))
+            if bad:
+                return bad
+    elif isinstance(v, (list, tuple)):
+        for i, x in enumerate(v):
+            bad = _bad_value(x, f"{path}[{i}]")
+            if bad:
+                return bad
+    return None
+
+
 def _dumps(cfg: Mapping[str, Any], origin: str) -> str:
+    bad = _bad_value(cfg, "")
+    if bad:
+        raise _error(origin, bad[0] or "(config)", bad[1])
     try:
         return json.dumps(cfg, default=_json_default, allow_nan=False)
     except (TypeError, ValueError) as e:
@@ -114,7 +157,7 @@ def load_file(path: str | os.PathLike, overrides: Iterable[str] = ()) -> str:
 
 def load_text(text: str, name: str = "<string>", overrides: Iterable[str] = ()) -> str:
     """TOML text (plus overrides) -> the normalised config JSON."""
-    overrides = list(overrides)
+    overrides = check_overrides(overrides)
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as e:
@@ -128,7 +171,13 @@ def load_text(text: str, name: str = "<string>", overrides: Iterable[str] = ()) 
     except tomllib.TOMLDecodeError as e:  # Rust accepted it; be safe anyway
         raise _tomllib_error(name, e) from None
     apply_overrides(cfg, overrides)
-    return _core.load_json(_dumps(cfg, name), f"{name} (--set)")
+    return _core.load_json(_dumps(cfg, name), f"{name} (--set)", base_dir_of(name))
+
+
+def base_dir_of(name: str) -> str:
+    """Where the relative paths of the config file `name` start: its folder
+    ("" for a config that is not a file: the current directory)."""
+    return "" if name.startswith("<") else os.path.dirname(name)
 
 
 def load(config: ConfigLike, overrides: Iterable[str] = ()) -> str:
@@ -136,6 +185,7 @@ def load(config: ConfigLike, overrides: Iterable[str] = ()) -> str:
 
     A str is TOML text if it contains a newline or an `=`, otherwise a path.
     """
+    overrides = check_overrides(overrides)
     if isinstance(config, Mapping):
         cfg = json.loads(_dumps(config, "<dict>"))
         apply_overrides(cfg, overrides)

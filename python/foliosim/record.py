@@ -13,10 +13,12 @@ one process, as ru_maxrss gives it) with the replay's."""
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import json
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -36,13 +38,22 @@ def _valgrind() -> str:
 
 
 # Every process of the tree under valgrind; a forked child is silent until it
-# execs; `-d` prints each instance's startup memory layout (the ELF image and
-# ld.so valgrind's loader mapped) on stderr; one log per instance.
+# execs; one log per instance. `-v -v` names in each log the ELF image and
+# ld.so valgrind's loader mapped, with their load addresses (the converter
+# reads their segments from the files). Not `-d`: it keeps fd 2 for valgrind,
+# and a program that closes its stderr and checks the result (xz, mawk)
+# fails. The program's own file descriptors are left as they are.
 VALGRIND_ARGS = ["--tool=lackey", "--trace-mem=yes", "--trace-syscalls=yes", "--trace-children=yes",
-                 "--child-silent-after-fork=yes", "--vgdb=no", "-d"]
+                 "--child-silent-after-fork=yes", "--vgdb=no", "-v", "-v"]
+
+#: Lines of the program's stderr an error quotes when it fails.
+STDERR_TAIL = 5
 
 
-def record(cmd: list[str], out: Path, quiet: bool = False) -> dict[str, Any]:
+def record(cmd: list[str], out: Path, quiet: bool = False, stdout_to_stderr: bool = False) -> dict[str, Any]:
+    """Record `cmd` into the trace `out`. Its stderr passes through (the
+    last lines are kept for the error if it fails); `stdout_to_stderr`
+    sends its stdout there too (for `--json`, whose stdout is the JSON)."""
     from . import _core
     if not cmd:
         raise HostError("nothing to record: give a command after `--`")
@@ -57,9 +68,10 @@ def record(cmd: list[str], out: Path, quiet: bool = False) -> dict[str, Any]:
     # The logs can be large (about 15 bytes per memory access): they go to a
     # temporary directory removed on every way out.
     with tempfile.TemporaryDirectory(prefix="foliosim-record-") as td:
-        debug = os.path.join(td, "debug.log")
-        proc = subprocess.Popen([vg, *VALGRIND_ARGS, f"--log-file={td}/log.%p.%n", *cmd], stderr=subprocess.PIPE)
-        th = threading.Thread(target=_split_stderr, args=(proc.stderr, debug), daemon=True)
+        tail: collections.deque[bytes] = collections.deque(maxlen=STDERR_TAIL)
+        proc = subprocess.Popen([vg, *VALGRIND_ARGS, f"--log-file={td}/log.%p.%n", *cmd], stderr=subprocess.PIPE,
+                                stdout=sys.stderr.fileno() if stdout_to_stderr else None)
+        th = threading.Thread(target=_tee_stderr, args=(proc.stderr, tail), daemon=True)
         th.start()
         try:
             rc = proc.wait()
@@ -71,9 +83,9 @@ def record(cmd: list[str], out: Path, quiet: bool = False) -> dict[str, Any]:
             raise
         th.join()
         if rc != 0:
-            raise HostError(f"{' '.join(cmd)} exited with status {rc} while recording; no trace written")
+            raise HostError(f"{' '.join(cmd)} {_status(rc)} while recording; no trace written{_quote(tail)}")
         try:
-            stats = json.loads(_core.trace_from_valgrind_logs(td, debug, str(tmp_out), meta, proc.pid))
+            stats = json.loads(_core.trace_from_valgrind_logs(td, str(tmp_out), meta, proc.pid))
         except BaseException as e:
             _rm(tmp_out)
             raise HostError(f"recording failed: {' '.join(str(e).split())}") from e
@@ -87,16 +99,30 @@ def record(cmd: list[str], out: Path, quiet: bool = False) -> dict[str, Any]:
     return {"trace": str(out), "bytes": out.stat().st_size, **stats, "info": info}
 
 
-def _split_stderr(pipe: Any, debug: str) -> None:
-    """valgrind's `-d` lines (`--PID:LEVEL: ...`) to the debug log, the
-    program's own stderr through."""
-    with open(debug, "wb") as d:
-        for line in pipe:
-            if line.startswith(b"--") and line[2:3].isdigit():
-                d.write(line)
-            else:
-                sys.stderr.buffer.write(line)
-                sys.stderr.buffer.flush()
+def _tee_stderr(pipe: Any, tail: collections.deque[bytes]) -> None:
+    """The program's stderr through to ours, its last lines kept in `tail`."""
+    for line in pipe:
+        tail.append(line)
+        with contextlib.suppress(OSError):
+            sys.stderr.buffer.write(line)
+            sys.stderr.buffer.flush()
+
+
+def _status(rc: int) -> str:
+    if rc < 0:
+        try:
+            return f"was killed by {signal.Signals(-rc).name}"
+        except ValueError:
+            return f"was killed by signal {-rc}"
+    return f"exited with status {rc}"
+
+
+def _quote(tail: collections.deque[bytes]) -> str:
+    lines = [ln.decode("utf-8", "replace").strip() for ln in tail]
+    lines = [ln for ln in lines if ln]
+    if not lines:
+        return " (it wrote nothing on stderr)"
+    return f"; its stderr ended with: {' | '.join(lines[-STDERR_TAIL:])}"
 
 
 def _rm(p: Path) -> None:
@@ -165,7 +191,9 @@ def cmd_record(args: argparse.Namespace) -> int:
     if cmd and cmd[0] == "--":
         cmd = cmd[1:]
     out = Path(args.out) if args.out else Path(f"{Path(cmd[0]).name if cmd else 'trace'}.fstrace")
-    st = record(cmd, out, quiet=args.quiet)
+    st = record(cmd, out, quiet=args.quiet, stdout_to_stderr=args.json)
+    # With --json, stdout is the one JSON document: every line for a person goes to stderr.
+    human = sys.stderr if args.json else sys.stdout
     info = st["info"]
     print(f"foliosim record: {st['trace']}: {info['accesses']:,} accesses in {st['access_records']:,} page runs, "
           f"{info['syscalls']} memory syscalls, {info.get('processes', 1)} processes, {info['files']} files, {info['regions']} implicit regions, {st['bytes']:,} bytes",
@@ -179,9 +207,10 @@ def cmd_record(args: argparse.Namespace) -> int:
             if p:
                 e = r["rel_error"]
                 print(f"{r['setting']:<4} minor faults real {r['real']['minflt']:.0f} predicted {p['pgfault']} ({100 * e['minflt']:.1f}%), "
-                      f"peak RSS KiB real {r['real']['peak_rss_kib']:.0f} predicted {p['peak_rss_kib']} ({100 * e['rss']:.1f}%)")
+                      f"peak RSS KiB real {r['real']['peak_rss_kib']:.0f} predicted {p['peak_rss_kib']} ({100 * e['rss']:.1f}%)", file=human)
             else:
-                print(f"{r['setting']:<4} minor faults real {r['real']['minflt']:.0f} predicted —, peak RSS KiB real {r['real']['peak_rss_kib']:.0f} predicted —  ({r['note']})")
+                print(f"{r['setting']:<4} minor faults real {r['real']['minflt']:.0f} predicted —, peak RSS KiB real {r['real']['peak_rss_kib']:.0f} predicted —  ({r['note']})",
+                      file=human)
         if args.json:
             sys.stdout.write(json.dumps({"record": st, "rows": rows}) + "\n")
     elif args.json:

@@ -6,6 +6,7 @@ import contextlib
 import json
 import os
 import secrets
+import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -109,12 +110,33 @@ class Result:
 
     def save(self, directory: str | os.PathLike) -> Path:
         """Write result.json, vmstat.parquet and timeseries.parquet into
-        `directory` (created if needed), each atomically."""
+        `directory` (created if needed), all or nothing.
+
+        The files are written into a hidden staging folder beside them first;
+        only when all three are complete do they move in (a new folder is
+        renamed into place whole; in an existing one each file replaces its
+        old self, other files are left alone). A failure (a full disk) leaves
+        `directory` as it was and no staging folder behind."""
         d = Path(directory)
-        d.mkdir(parents=True, exist_ok=True)
-        write_text_atomic(d / "result.json", self.to_json(indent=1) + "\n")
-        _parquet_atomic(d / "vmstat.parquet", self.counters.to_parquet)
-        _parquet_atomic(d / "timeseries.parquet", self.timeseries.to_parquet)
+        exists = d.is_dir()
+        if not exists:
+            d.parent.mkdir(parents=True, exist_ok=True)
+        # Staging on the same file system as the final place (os.rename).
+        stage = (d if exists else d.parent) / f".{d.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+        stage.mkdir()  # (mode from the umask, as any new folder)
+        try:
+            _write_synced(stage / "result.json", lambda f: f.write((self.to_json(indent=1) + "\n").encode()))
+            _write_synced(stage / "vmstat.parquet", lambda f: self.counters.to_parquet(f, index=False, engine="pyarrow"))
+            _write_synced(stage / "timeseries.parquet", lambda f: self.timeseries.to_parquet(f, index=False, engine="pyarrow"))
+            if exists:
+                for name in RESULT_FILES:
+                    os.replace(stage / name, d / name)
+                stage.rmdir()
+            else:
+                os.rename(stage, d)
+        except BaseException:
+            shutil.rmtree(stage, ignore_errors=True)
+            raise
         return d
 
     def __repr__(self) -> str:
@@ -125,6 +147,13 @@ class Result:
                 f"{self.sim_time_s:g} sim s{flag}>")
 
 
-def _parquet_atomic(path: Path, writer: Callable[..., Any]) -> None:
-    with atomic_write(path) as tmp:
-        writer(tmp, index=False, engine="pyarrow")
+#: The files of a saved result, as `Result.save` writes them.
+RESULT_FILES = ("result.json", "vmstat.parquet", "timeseries.parquet")
+
+
+def _write_synced(path: Path, write: Callable[[Any], Any]) -> None:
+    with open(path, "xb") as f:
+        write(f)
+        f.flush()
+        os.fsync(f.fileno())
+

@@ -221,7 +221,9 @@ def load_spec(path: str | os.PathLike) -> Spec:
         bpath = Path(name).parent / doc["base"]
         btext = _config.read_text(bpath)
         _core.load_toml(btext, str(bpath))  # its own errors name its own lines
-        base = tomllib.loads(btext)
+        # Its paths are relative to it, not to the spec: made absolute here.
+        base = json.loads(_core.resolve_paths(_config._dumps(tomllib.loads(btext), str(bpath)), str(bpath),
+                                              _config.base_dir_of(str(bpath))))
     inline = doc.get("config", {})
     if not isinstance(inline, dict):
         raise _err(name, text, "", "config", "expected a table")
@@ -262,7 +264,7 @@ def load_spec(path: str | os.PathLike) -> Spec:
             _set(cfg, kp, v)
         pt = Point(i, params, cfg)
         try:
-            pt.cfg_json = _core.load_json(_config._dumps(cfg, name), f"{name} point {i}")
+            pt.cfg_json = _core.load_json(_config._dumps(cfg, name), f"{name} point {i}", _config.base_dir_of(name))
         except ConfigError as e:
             key = getattr(e, "key", "") or ""
             swept = next((kp for kp in keys if key == key_name(kp) or key == ".".join(kp)), None)
@@ -413,22 +415,26 @@ def _run_pool(pending: list[Point], done: Done, jobs: int) -> None:
         pool.join()
 
 
-def _run_ray(pending: list[Point], done: Done, address: str) -> None:
+def _ray_connect(address: str) -> tuple[Any, bool]:
+    """Ray, connected (or started: `local`); and whether this call did it."""
     try:
         import ray
     except ImportError:
         raise SweepError("--ray: Ray is not installed (pip install 'foliosim[ray]')") from None
-    started = False
-    if not ray.is_initialized():
-        import logging
+    if ray.is_initialized():
+        return ray, False
+    import logging
 
-        addr = None if address in ("", "local") else address
-        try:
-            ray.init(address=addr, include_dashboard=False, logging_level=logging.WARNING,
-                     log_to_driver=False, configure_logging=True)
-        except (ConnectionError, ValueError, RuntimeError) as e:
-            raise SweepError(f"--ray {address}: cannot connect: {_one_line(e)}") from None
-        started = True
+    addr = None if address in ("", "local") else address
+    try:
+        ray.init(address=addr, include_dashboard=False, logging_level=logging.WARNING,
+                 log_to_driver=False, configure_logging=True)
+    except (ConnectionError, ValueError, RuntimeError, OSError, TimeoutError) as e:
+        raise SweepError(f"--ray {address}: cannot connect: {_one_line(e)}") from None
+    return ray, True
+
+
+def _run_ray(pending: list[Point], done: Done, ray: Any) -> None:
     remote = ray.remote(num_cpus=1, max_retries=0)(_worker_indexed)
     refs = {remote.remote((p.index, p.cfg_json)): p for p in pending}
     try:
@@ -443,9 +449,6 @@ def _run_ray(pending: list[Point], done: Done, address: str) -> None:
             with contextlib.suppress(Exception):
                 ray.cancel(r, force=True)
         raise
-    finally:
-        if started:
-            ray.shutdown()
 
 
 def run_sweep(spec: Spec | str | os.PathLike, out: str | os.PathLike | None = None, *,
@@ -462,6 +465,20 @@ def run_sweep(spec: Spec | str | os.PathLike, out: str | os.PathLike | None = No
     out = Path(out) if out is not None else Path("results") / "sweeps" / (Path(spec.path).stem or "sweep")
     if out.exists() and not out.is_dir():
         raise SweepError(f"{out}: exists and is not a directory")
+    # Connect first: a cluster that cannot be reached leaves nothing behind.
+    finished = done_points(out)
+    todo = any(p.id not in finished for p in spec.points)
+    connected = _ray_connect(ray) if ray is not None and todo else None
+    try:
+        return _run_points(spec, out, jobs, ray, connected, progress, on_point)
+    finally:
+        if connected is not None and connected[1]:
+            connected[0].shutdown()
+
+
+def _run_points(spec: Spec, out: Path, jobs: int | None, ray: str | None, connected: tuple[Any, bool] | None,
+                progress: Callable[[float, float], Any] | None,
+                on_point: Callable[[Point, dict[str, Any]], None] | None) -> SweepSummary:
     out.mkdir(parents=True, exist_ok=True)
     kinds = _column_kinds(spec)
     manifest = {
@@ -498,8 +515,8 @@ def run_sweep(spec: Spec | str | os.PathLike, out: str | os.PathLike | None = No
     try:
         if not pending:
             pass
-        elif ray is not None:
-            _run_ray(pending, done, ray)
+        elif connected is not None:
+            _run_ray(pending, done, connected[0])
         else:
             n = jobs if jobs is not None else (os.cpu_count() or 1)
             n = max(1, min(n, len(pending)))

@@ -8,10 +8,11 @@
 use foliosim::api;
 use pyo3::create_exception;
 use pyo3::exceptions::{PyKeyboardInterrupt, PyRuntimeError, PyValueError};
-use pyo3::panic::PanicException;
 use pyo3::prelude::*;
 use std::cell::{Cell, RefCell};
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 create_exception!(
     foliosim,
@@ -21,12 +22,21 @@ create_exception!(
      the attributes file, line (int or None), key and reason hold its parts."
 );
 
+create_exception!(
+    foliosim,
+    InternalError,
+    PyRuntimeError,
+    "A bug in foliosim's core (a Rust panic): str(err) says where. An Exception, \
+     unlike pyo3's PanicException (a BaseException that `except Exception` misses)."
+);
+
 // ---- panics ----------------------------------------------------------------
 // A panic in the core must not print a Rust backtrace into the CLI's one-line
-// error contract. Calls into the core run inside `guarded`, which catches the
-// panic and turns it into a PanicException whose message has the location;
-// the panic hook stays quiet for those (unless FOLIOSIM_DEBUG is set) and
-// defers to the previous hook for any other panic in the process.
+// error contract, nor reach Python as pyo3's PanicException (a BaseException).
+// Calls into the core run inside `guarded`, which catches the panic and turns
+// it into an InternalError whose message has the location; the panic hook
+// stays quiet for those (unless FOLIOSIM_DEBUG is set) and defers to the
+// previous hook for any other panic in the process.
 
 thread_local! {
     static IN_GUARD: Cell<u32> = const { Cell::new(0) };
@@ -66,7 +76,7 @@ fn guarded<T>(f: impl FnOnce() -> T) -> Result<T, String> {
 }
 
 fn panic_error(msg: String) -> PyErr {
-    PanicException::new_err(format!("foliosim core {msg}"))
+    InternalError::new_err(format!("foliosim core {msg}"))
 }
 
 fn config_error(py: Python<'_>, e: api::ConfigError) -> PyErr {
@@ -81,28 +91,72 @@ fn config_error(py: Python<'_>, e: api::ConfigError) -> PyErr {
     err
 }
 
+/// A stop flag for runs: `cancel()` from any thread (or a signal handler)
+/// and every run given this handle stops at its next progress check (about
+/// every 100 ms of host time), returning its partial result with
+/// `interrupted` set. Ctrl-C reaches only runs in the main thread; this
+/// reaches runs started from other threads too.
+#[pyclass(module = "foliosim", frozen)]
+struct Cancel {
+    flag: Arc<AtomicBool>,
+}
+
+#[pymethods]
+impl Cancel {
+    #[new]
+    fn new() -> Self {
+        Cancel { flag: Arc::new(AtomicBool::new(false)) }
+    }
+
+    /// Stop every run that holds this handle (and any started with it later).
+    fn cancel(&self) {
+        self.flag.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether `cancel()` was called.
+    #[getter]
+    fn cancelled(&self) -> bool {
+        self.flag.load(Ordering::SeqCst)
+    }
+
+    fn __repr__(&self) -> String {
+        format!("<foliosim.Cancel cancelled={}>", if self.cancelled() { "True" } else { "False" })
+    }
+}
+
 /// Runs `f` with the GIL released, handing it a progress closure that checks
-/// signals and calls `callback(sim_s, sim_total_s)` (if given).
+/// the cancel flag and signals and calls `callback(sim_s, sim_total_s)` (if
+/// given).
 ///
-/// A KeyboardInterrupt (from the signal check or raised by the callback) or a
-/// callback returning False stops the run: `f` then returns its partial,
-/// `"interrupted": true` result, which is returned normally. Any other
-/// exception raised by the callback stops the run and is re-raised.
-fn with_progress<F>(py: Python<'_>, callback: Option<Py<PyAny>>, f: F) -> PyResult<String>
+/// A cancelled handle, a KeyboardInterrupt (from the signal check or raised
+/// by the callback) or a callback returning False stops the run: `f` then
+/// returns its partial, `"interrupted": true` result, which is returned
+/// normally. Any other exception raised by the callback stops the run and is
+/// re-raised.
+fn with_progress<F>(py: Python<'_>, callback: Option<Py<PyAny>>, cancel: Option<Py<Cancel>>, f: F) -> PyResult<String>
 where
     F: FnOnce(&mut dyn FnMut(&api::Progress) -> bool) -> Result<String, api::ConfigError> + Send,
 {
     let mut pending: Option<PyErr> = None;
+    let flag = cancel.map(|c| Arc::clone(&c.get().flag));
     let out = {
         let pending = &mut pending;
         let callback = &callback;
         py.detach(move || {
+            let stopped = || flag.as_ref().is_some_and(|f| f.load(Ordering::SeqCst));
             let mut cb = |p: &api::Progress| -> bool {
+                if stopped() {
+                    return false;
+                }
                 Python::attach(|py| {
                     if let Err(e) = py.check_signals() {
                         if !e.is_instance_of::<PyKeyboardInterrupt>(py) {
                             *pending = Some(e);
                         }
+                        return false;
+                    }
+                    // (A signal handler may have just cancelled this run.)
+                    if stopped() {
                         return false;
                     }
                     let Some(cb) = callback else { return true };
@@ -135,22 +189,40 @@ fn load_toml(py: Python<'_>, text: &str, filename: &str) -> PyResult<String> {
     py.detach(move || guarded(|| api::load_toml(&text, &filename))).map_err(panic_error)?.map_err(|e| config_error(py, e))
 }
 
-/// Same, for a config given as JSON text (a dict serialised).
+/// Same, for a config given as JSON text (a dict serialised). Relative paths
+/// in it start at `base_dir` (default: the current directory).
 #[pyfunction]
-#[pyo3(signature = (text, origin = "<dict>"))]
-fn load_json(py: Python<'_>, text: &str, origin: &str) -> PyResult<String> {
-    let (text, origin) = (text.to_owned(), origin.to_owned());
-    py.detach(move || guarded(|| api::load_json(&text, &origin))).map_err(panic_error)?.map_err(|e| config_error(py, e))
+#[pyo3(signature = (text, origin = "<dict>", base_dir = ""))]
+fn load_json(py: Python<'_>, text: &str, origin: &str, base_dir: &str) -> PyResult<String> {
+    let (text, origin, dir) = (text.to_owned(), origin.to_owned(), base_dir.to_owned());
+    py.detach(move || guarded(|| api::load_json_in(&text, &origin, &dir))).map_err(panic_error)?.map_err(|e| config_error(py, e))
+}
+
+/// A config as JSON (not normalised) with its relative paths made absolute
+/// from `base_dir`, the directory of the file it came from.
+#[pyfunction]
+#[pyo3(signature = (text, origin, base_dir))]
+fn resolve_paths(py: Python<'_>, text: &str, origin: &str, base_dir: &str) -> PyResult<String> {
+    let (text, origin, dir) = (text.to_owned(), origin.to_owned(), base_dir.to_owned());
+    py.detach(move || guarded(|| api::resolve_paths_json(&text, &origin, &dir))).map_err(panic_error)?.map_err(|e| config_error(py, e))
+}
+
+/// Panics inside the core's guard, as a bug would: for the tests of the
+/// panic -> InternalError mapping.
+#[pyfunction]
+fn _panic_for_tests(py: Python<'_>, message: &str) -> PyResult<()> {
+    let message = message.to_owned();
+    py.detach(move || guarded(|| -> () { panic!("{message}") })).map_err(panic_error)
 }
 
 /// Run one simulation of a (normalised or not) JSON config; returns the
 /// result as JSON. `progress(sim_s, sim_total_s)` is called about every
-/// 100 ms; returning False stops the run early.
+/// 100 ms; returning False, or `cancel.cancel()`, stops the run early.
 #[pyfunction]
-#[pyo3(signature = (config_json, progress = None))]
-fn run_json(py: Python<'_>, config_json: &str, progress: Option<Py<PyAny>>) -> PyResult<String> {
+#[pyo3(signature = (config_json, progress = None, cancel = None))]
+fn run_json(py: Python<'_>, config_json: &str, progress: Option<Py<PyAny>>, cancel: Option<Py<Cancel>>) -> PyResult<String> {
     let config_json = config_json.to_owned();
-    with_progress(py, progress, move |cb| api::run_json(&config_json, cb))
+    with_progress(py, progress, cancel, move |cb| api::run_json(&config_json, cb))
 }
 
 /// Everything `foliosim list` shows, as JSON.
@@ -167,10 +239,10 @@ fn experiments() -> PyResult<Vec<(String, String)>> {
 
 /// Run a registered reproduction; returns its JSON.
 #[pyfunction]
-#[pyo3(signature = (name, progress = None))]
-fn reproduce_json(py: Python<'_>, name: &str, progress: Option<Py<PyAny>>) -> PyResult<String> {
+#[pyo3(signature = (name, progress = None, cancel = None))]
+fn reproduce_json(py: Python<'_>, name: &str, progress: Option<Py<PyAny>>, cancel: Option<Py<Cancel>>) -> PyResult<String> {
     let name = name.to_owned();
-    with_progress(py, progress, move |cb| api::reproduce_json(&name, cb))
+    with_progress(py, progress, cancel, move |cb| api::reproduce_json(&name, cb))
 }
 
 /// One speed benchmark of the simulator: "anon_faults", "tlb_hits",
@@ -208,12 +280,12 @@ fn trace_from_valgrind_log(py: Python<'_>, log_path: &str, out_path: &str, meta_
         .map_err(pyo3::exceptions::PyValueError::new_err)
 }
 
-/// Convert the valgrind logs of a recorded process tree (`DIR/log.PID.N`
-/// and the `-d` output in `debug_log`) into a trace; statistics as JSON.
+/// Convert the valgrind logs of a recorded process tree (`DIR/log.PID.N`)
+/// into a trace; statistics as JSON.
 #[pyfunction]
-fn trace_from_valgrind_logs(py: Python<'_>, dir: &str, debug_log: &str, out_path: &str, meta_json: &str, root: u64) -> PyResult<String> {
-    let (d, l, o, m) = (dir.to_string(), debug_log.to_string(), out_path.to_string(), meta_json.to_string());
-    py.detach(move || guarded(|| foliosim::workload::trace_procs::from_valgrind_logs_json(&d, &l, &o, &m, root)))
+fn trace_from_valgrind_logs(py: Python<'_>, dir: &str, out_path: &str, meta_json: &str, root: u64) -> PyResult<String> {
+    let (d, o, m) = (dir.to_string(), out_path.to_string(), meta_json.to_string());
+    py.detach(move || guarded(|| foliosim::workload::trace_procs::from_valgrind_logs_json(&d, &o, &m, root)))
         .map_err(panic_error)?
         .map_err(pyo3::exceptions::PyValueError::new_err)
 }
@@ -232,9 +304,13 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     install_panic_hook();
     m.add("ConfigError", py.get_type::<ConfigError>())?;
+    m.add("InternalError", py.get_type::<InternalError>())?;
+    m.add_class::<Cancel>()?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_function(wrap_pyfunction!(load_toml, m)?)?;
     m.add_function(wrap_pyfunction!(load_json, m)?)?;
+    m.add_function(wrap_pyfunction!(resolve_paths, m)?)?;
+    m.add_function(wrap_pyfunction!(_panic_for_tests, m)?)?;
     m.add_function(wrap_pyfunction!(run_json, m)?)?;
     m.add_function(wrap_pyfunction!(catalog_json, m)?)?;
     m.add_function(wrap_pyfunction!(experiments, m)?)?;

@@ -50,6 +50,32 @@ pub fn load_json(text: &str, origin: &str) -> Result<String, ConfigError> {
     crate::config::from_json(text, origin).map(|c| c.normalized.to_string())
 }
 
+/// `load_json` for a config read from a file in `dir`: its relative paths
+/// start there. (The normalised config holds them absolute.)
+pub fn load_json_in(text: &str, origin: &str, dir: &str) -> Result<String, ConfigError> {
+    crate::config::from_json_in(text, origin, std::path::Path::new(dir)).map(|c| c.normalized.to_string())
+}
+
+/// A config (JSON, not normalised) with its relative paths made absolute as
+/// the file in `dir` means them, nothing else changed: for a config laid
+/// under keys from elsewhere (a sweep's `base`).
+pub fn resolve_paths_json(text: &str, origin: &str, dir: &str) -> Result<String, ConfigError> {
+    let v: serde_json::Value = serde_json::from_str(text).map_err(|e| ConfigError {
+        file: origin.into(),
+        line: None,
+        key: "(syntax)".into(),
+        reason: format!("malformed JSON: {e}"),
+    })?;
+    let mut t: toml::Table = serde_json::from_value(v).map_err(|e| ConfigError {
+        file: origin.into(),
+        line: None,
+        key: "(root)".into(),
+        reason: e.to_string(),
+    })?;
+    crate::config::resolve_paths(&mut t, std::path::Path::new(dir));
+    serde_json::to_string(&t).map_err(|e| ConfigError { file: origin.into(), line: None, key: "(root)".into(), reason: e.to_string() })
+}
+
 fn run_error(e: String) -> ConfigError {
     ConfigError { file: "(run)".into(), line: None, key: "workload".into(), reason: e }
 }

@@ -20,5 +20,9 @@ pub fn catalog() -> Value {
         .map(|i| json!({"name": STAT_NAMES[i], "help": STAT_HELP[i], "gauge": Stat::from_name(STAT_NAMES[i]).unwrap().is_gauge()}))
         .collect();
     let experiments: Vec<Value> = crate::reproduce::registry().iter().map(|e| json!({"name": e.name, "help": e.title})).collect();
-    json!({"workloads": workloads, "profiles": profiles, "knobs": knobs, "counters": counters, "experiments": experiments})
+    let config: Vec<Value> = crate::config::CONFIG_KEYS
+        .iter()
+        .map(|k| json!({"table": k.table, "key": k.key, "default": k.default, "range": k.range, "help": k.help}))
+        .collect();
+    json!({"workloads": workloads, "profiles": profiles, "knobs": knobs, "counters": counters, "experiments": experiments, "config": config})
 }

@@ -46,9 +46,99 @@ pub struct Config {
     pub normalized: serde_json::Value,
 }
 
+/// A default in `CONFIG_KEYS`.
+#[derive(Clone, Copy, Debug, Serialize)]
+#[serde(untagged)]
+pub enum KeyValue {
+    Num(f64),
+    Int(i64),
+    Bool(bool),
+    Str(&'static str),
+}
+
+/// A key of a config's top level, `[machine]` or `[run]`. The parser takes
+/// the defaults and ranges from `CONFIG_KEYS` and `foliosim list config`
+/// prints it, so what is documented is what is admitted.
+#[derive(Debug, Serialize)]
+pub struct ConfigKey {
+    pub table: &'static str,
+    pub key: &'static str,
+    /// None: the machine profile's value.
+    pub default: Option<KeyValue>,
+    /// Admitted values of a number, inclusive.
+    pub range: Option<(f64, f64)>,
+    pub help: &'static str,
+}
+
+use KeyValue::{Bool, Int, Num, Str};
+
+pub const CONFIG_KEYS: &[ConfigKey] = &[
+    ConfigKey { table: "", key: "seed", default: Some(Int(1)), range: Some((0.0, i64::MAX as f64)), help: "the run's seed: the same config and seed give the same numbers (guest g of machine.guests runs with seed + g)" },
+    ConfigKey { table: "machine", key: "profile", default: Some(Str("generic-x86")), range: None, help: "a built-in machine profile (`foliosim list profiles`) or the path of a profile file, such as one `foliosim calibrate` wrote (relative to the config file)" },
+    ConfigKey { table: "machine", key: "nr_cpus", default: None, range: Some((1.0, 4096.0)), help: "logical CPUs, in place of the profile's (sockets become 1 if they no longer divide them)" },
+    ConfigKey { table: "machine", key: "node_mem_mib", default: None, range: Some((64.0, (64u64 << 20) as f64)), help: "MiB of each memory node, an array with one size per node of the profile (in all at most 16 TiB less 1 MiB)" },
+    ConfigKey { table: "machine", key: "tlb_contpte", default: None, range: None, help: "true: the arm64 contiguous-PTE hint is honoured (16 x 4 KiB in one TLB entry)" },
+    ConfigKey { table: "machine", key: "tlb_coalesce_order", default: None, range: Some((0.0, 2.0)), help: "HPA-style TLB coalescing of aligned groups of 2^order PTEs: 0 (none) or 2" },
+    ConfigKey { table: "machine", key: "guests", default: Some(Int(1)), range: Some((1.0, MAX_GUESTS as f64)), help: "the machine is this many identical VM guests on one host (1: a single kernel)" },
+    ConfigKey { table: "machine", key: "guest_stagger_ms", default: Some(Num(0.0)), range: Some((0.0, 3.6e6)), help: "guest g boots g times this many milliseconds late (needs guests >= 2)" },
+    ConfigKey { table: "run", key: "warmup_s", default: Some(Num(1.0)), range: Some((0.0, 3600.0)), help: "simulated seconds before counting starts (at least one full iteration of the workload)" },
+    ConfigKey { table: "run", key: "duration_s", default: Some(Num(5.0)), range: Some((1e-6, 36000.0)), help: "simulated seconds counted after the warm-up (the run ends then, or when every task has exited)" },
+    ConfigKey { table: "run", key: "check", default: Some(Bool(false)), range: None, help: "the invariant checker (slower; `foliosim run --check`)" },
+    ConfigKey { table: "run", key: "audit_interval_ms", default: Some(Num(50.0)), range: Some((0.001, 1e9)), help: "simulated milliseconds between the checker's full audits" },
+    ConfigKey { table: "run", key: "sample_ms", default: Some(Num(1000.0)), range: Some((1.0, 1e9)), help: "simulated milliseconds between two rows of the time series" },
+];
+
+/// The entry of `CONFIG_KEYS` for `table.key` (every key the parser reads has one).
+fn spec(table: &str, key: &str) -> &'static ConfigKey {
+    CONFIG_KEYS.iter().find(|k| k.table == table && k.key == key).unwrap_or_else(|| panic!("{table}.{key} is missing from CONFIG_KEYS"))
+}
+
+/// Integer range of `table.key`, from `CONFIG_KEYS`.
+fn int_range(table: &str, key: &str) -> std::ops::RangeInclusive<i64> {
+    let (lo, hi) = spec(table, key).range.unwrap_or((0.0, i64::MAX as f64));
+    lo as i64..=hi as i64
+}
+
 struct Ctx<'a> {
     file: &'a str,
     text: &'a str,
+    /// Where the config's relative paths start: the directory of the file
+    /// that names them (the current directory for a string or a dict).
+    dir: &'a Path,
+}
+
+/// `path` as the config at `dir` means it: relative paths start at `dir`.
+/// The result is absolute (so the normalised config reruns from anywhere),
+/// with symbolic links and `..` resolved when the file exists.
+pub fn resolve_path(dir: &Path, path: &str) -> PathBuf {
+    let joined = dir.join(path);
+    std::fs::canonicalize(&joined).or_else(|_| std::path::absolute(&joined)).unwrap_or(joined)
+}
+
+/// Whether `machine.profile = name` names a file rather than a built-in profile.
+fn profile_is_path(name: &str) -> bool {
+    profile::builtin(name).is_none()
+}
+
+/// Makes every relative path of a config table absolute, as the file in
+/// `dir` means it: `machine.profile` (unless a built-in name) and each
+/// workload parameter that is a path (`workload::params::is_path`). Used for
+/// a config merged into another that lives elsewhere (a sweep's `base`).
+pub fn resolve_paths(root: &mut toml::Table, dir: &Path) {
+    if let Some(toml::Value::Table(m)) = root.get_mut("machine") {
+        if let Some(toml::Value::String(p)) = m.get_mut("profile") {
+            if profile_is_path(p) {
+                *p = resolve_path(dir, p).display().to_string();
+            }
+        }
+    }
+    if let Some(toml::Value::Table(w)) = root.get_mut("workload") {
+        for (k, v) in w.iter_mut() {
+            if let (true, toml::Value::String(p)) = (workload::params::is_path(k), v) {
+                *p = resolve_path(dir, p).display().to_string();
+            }
+        }
+    }
 }
 
 impl Ctx<'_> {
@@ -83,7 +173,8 @@ pub fn find_line(text: &str, table: &str, key: &str) -> Option<usize> {
             continue;
         }
         let k = l.split('=').next().unwrap_or("").trim();
-        if k == bare || k.trim_matches('"') == bare || k.trim_matches('\'') == bare {
+        // (`vm.min_free_kbytes = 1` stands where the key `vm` is asked for.)
+        if k == bare || k.trim_matches('"') == bare || k.trim_matches('\'') == bare || k.starts_with(&format!("{bare}.")) {
             return Some(i + 1);
         }
     }
@@ -94,21 +185,51 @@ pub fn find_line(text: &str, table: &str, key: &str) -> Option<usize> {
     }
 }
 
-fn json_to_toml(v: &serde_json::Value) -> Option<toml::Value> {
-    Some(match v {
-        serde_json::Value::Null => return None,
-        serde_json::Value::Bool(b) => toml::Value::Boolean(*b),
-        serde_json::Value::Number(n) => {
-            if let Some(i) = n.as_i64() {
-                toml::Value::Integer(i)
-            } else {
-                toml::Value::Float(n.as_f64()?)
-            }
+/// Line (1-based) of `key` in the `index`-th `[[table]]` of `text` (or in
+/// `[table]` when `index` is None), if it can be found.
+pub fn find_line_at(text: &str, table: &str, index: Option<usize>, key: &str) -> Option<usize> {
+    let Some(want) = index else { return find_line(text, table, key) };
+    let mut seen = 0usize;
+    let mut here = false;
+    for (i, line) in text.lines().enumerate() {
+        let l = line.trim();
+        if let Some(rest) = l.strip_prefix("[[") {
+            here = rest.split("]]").next().unwrap_or("").trim() == table && {
+                seen += 1;
+                seen - 1 == want
+            };
+            continue;
         }
+        if l.starts_with('[') {
+            here = false;
+            continue;
+        }
+        let k = l.split('=').next().unwrap_or("").trim().trim_matches('"');
+        if here && l.contains('=') && k == key {
+            return Some(i + 1);
+        }
+    }
+    None
+}
+
+/// JSON to TOML; a null (which TOML cannot hold) is an error naming where
+/// it stands, as a dotted key (`workload.tasks`, `machine.node_mem_mib[1]`).
+fn json_to_toml(v: &serde_json::Value, at: &str) -> Result<toml::Value, String> {
+    let key = |k: &str| if at.is_empty() { k.to_string() } else { format!("{at}.{k}") };
+    Ok(match v {
+        serde_json::Value::Null => return Err(at.to_string()),
+        serde_json::Value::Bool(b) => toml::Value::Boolean(*b),
+        serde_json::Value::Number(n) => match (n.as_i64(), n.as_f64()) {
+            (Some(i), _) => toml::Value::Integer(i),
+            (None, Some(f)) => toml::Value::Float(f),
+            (None, None) => return Err(at.to_string()),
+        },
         serde_json::Value::String(s) => toml::Value::String(s.clone()),
-        serde_json::Value::Array(a) => toml::Value::Array(a.iter().map(json_to_toml).collect::<Option<_>>()?),
+        serde_json::Value::Array(a) => {
+            toml::Value::Array(a.iter().enumerate().map(|(i, x)| json_to_toml(x, &format!("{at}[{i}]"))).collect::<Result<_, _>>()?)
+        }
         serde_json::Value::Object(o) => {
-            toml::Value::Table(o.iter().map(|(k, v)| Some((k.clone(), json_to_toml(v)?))).collect::<Option<_>>()?)
+            toml::Value::Table(o.iter().map(|(k, x)| Ok((k.clone(), json_to_toml(x, &key(k))?))).collect::<Result<_, String>>()?)
         }
     })
 }
@@ -125,26 +246,38 @@ fn toml_to_json(v: &toml::Value) -> serde_json::Value {
     }
 }
 
-/// Parse a TOML config. `file` names it in errors; relative profile paths resolve next to it.
+/// Parse a TOML config. `file` names it in errors; relative paths in it
+/// resolve next to it.
 pub fn from_toml(text: &str, file: &str) -> Result<Config, ConfigError> {
     let table: toml::Table = text.parse().map_err(|e: toml::de::Error| {
         let line = e.span().map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1);
         let msg = e.message().lines().next().unwrap_or("malformed TOML").to_string();
         ConfigError { file: file.to_string(), line, key: "(syntax)".into(), reason: msg }
     })?;
-    from_table(table, &Ctx { file, text })
+    let dir = if file.starts_with('<') { Path::new("") } else { Path::new(file).parent().unwrap_or(Path::new("")) };
+    from_table(table, &Ctx { file, text, dir })
 }
 
-/// Parse a config given as JSON (e.g. a Python dict).
+/// Parse a config given as JSON (e.g. a Python dict); relative paths in it
+/// resolve against the current directory.
 pub fn from_json(text: &str, origin: &str) -> Result<Config, ConfigError> {
+    from_json_in(text, origin, Path::new(""))
+}
+
+/// `from_json` whose relative paths resolve against `dir` (the directory of
+/// the file the config came from).
+pub fn from_json_in(text: &str, origin: &str, dir: &Path) -> Result<Config, ConfigError> {
     let err = |key: &str, reason: String| ConfigError { file: origin.to_string(), line: None, key: key.into(), reason };
     let v: serde_json::Value = serde_json::from_str(text).map_err(|e| err("(syntax)", format!("malformed JSON: {e}")))?;
-    let t = match json_to_toml(&v) {
-        Some(toml::Value::Table(t)) => t,
-        Some(_) => return Err(err("(root)", "a config must be a table/dict".into())),
-        None => return Err(err("(root)", "null values are not allowed in a config".into())),
+    let t = match json_to_toml(&v, "") {
+        Ok(toml::Value::Table(t)) => t,
+        Ok(_) => return Err(err("(root)", "a config must be a table/dict".into())),
+        Err(at) => {
+            let at = if at.is_empty() { "(root)" } else { at.as_str() };
+            return Err(err(at, "null/None is not a config value (leave the key out for its default)".into()));
+        }
     };
-    from_table(t, &Ctx { file: origin, text: "" })
+    from_table(t, &Ctx { file: origin, text: "", dir })
 }
 
 fn take_table(ctx: &Ctx, root: &mut toml::Table, name: &str) -> Result<toml::Table, ConfigError> {
@@ -155,7 +288,14 @@ fn take_table(ctx: &Ctx, root: &mut toml::Table, name: &str) -> Result<toml::Tab
     }
 }
 
-fn get_f64(ctx: &Ctx, t: &mut toml::Table, table: &str, key: &str, default: f64, lo: f64, hi: f64) -> Result<f64, ConfigError> {
+/// A number key of `CONFIG_KEYS`: its default when absent, its range checked.
+fn get_f64(ctx: &Ctx, t: &mut toml::Table, table: &str, key: &str) -> Result<f64, ConfigError> {
+    let k = spec(table, key);
+    let default = match k.default {
+        Some(Num(x)) => x,
+        _ => panic!("{table}.{key}: CONFIG_KEYS gives no number default"),
+    };
+    let (lo, hi) = k.range.unwrap_or((f64::MIN, f64::MAX));
     let v = match t.remove(key) {
         None => default,
         Some(toml::Value::Float(f)) => f,
@@ -168,7 +308,8 @@ fn get_f64(ctx: &Ctx, t: &mut toml::Table, table: &str, key: &str, default: f64,
     Ok(v)
 }
 
-fn get_bool(ctx: &Ctx, t: &mut toml::Table, table: &str, key: &str, default: bool) -> Result<bool, ConfigError> {
+fn get_bool(ctx: &Ctx, t: &mut toml::Table, table: &str, key: &str) -> Result<bool, ConfigError> {
+    let Some(Bool(default)) = spec(table, key).default else { panic!("{table}.{key}: CONFIG_KEYS gives no boolean default") };
     match t.remove(key) {
         None => Ok(default),
         Some(toml::Value::Boolean(b)) => Ok(b),
@@ -178,17 +319,21 @@ fn get_bool(ctx: &Ctx, t: &mut toml::Table, table: &str, key: &str, default: boo
 
 fn no_leftovers(ctx: &Ctx, t: &toml::Table, table: &str) -> Result<(), ConfigError> {
     match t.keys().next() {
-        Some(k) => Err(ctx.err(table, k, "unknown key")),
+        Some(k) => {
+            let known: Vec<&str> = CONFIG_KEYS.iter().filter(|c| c.table == table).map(|c| c.key).collect();
+            Err(ctx.err(table, k, format!("unknown key (known: {}; `foliosim list config`)", known.join(", "))))
+        }
         None => Ok(()),
     }
 }
 
-/// Load a profile by builtin name or path; errors name the profile file.
+/// Load a profile by builtin name or path (relative to `base`); errors name
+/// the profile file.
 pub fn load_profile(name: &str, base: &Path) -> Result<Profile, (String, Option<usize>, String, String)> {
     let (text, file) = match profile::builtin(name) {
         Some(t) => (t.to_string(), format!("<builtin profile {name}>")),
         None => {
-            let p: PathBuf = if Path::new(name).is_absolute() { name.into() } else { base.join(name) };
+            let p = resolve_path(base, name);
             match std::fs::read_to_string(&p) {
                 Ok(t) => (t, p.display().to_string()),
                 Err(e) => {
@@ -196,7 +341,7 @@ pub fn load_profile(name: &str, base: &Path) -> Result<Profile, (String, Option<
                         String::new(),
                         None,
                         "machine.profile".into(),
-                        format!("\"{name}\" is neither a builtin profile nor a readable file ({e})"),
+                        format!("\"{name}\" is neither a builtin profile nor a readable file ({}: {e})", p.display()),
                     ))
                 }
             }
@@ -206,9 +351,38 @@ pub fn load_profile(name: &str, base: &Path) -> Result<Profile, (String, Option<
         let line = e.span().map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1);
         (file.clone(), line, "(profile)".to_string(), e.message().lines().next().unwrap_or("").to_string())
     })?;
-    prof.validate()
-        .map_err(|(k, r)| (file.clone(), find_line(&text, k.split('.').next().unwrap_or(""), k.rsplit('.').next().unwrap_or("")), k, r))?;
+    // Every number against its unit (NaN, negative costs, ...): serde took them as f64.
+    let doc: toml::Table =
+        text.parse().map_err(|e: toml::de::Error| (file.clone(), None, "(profile)".to_string(), e.message().to_string()))?;
+    profile::check_values(&doc).map_err(|at| (file.clone(), find_line_at(&text, &at.table, at.index, &at.key), at.path(), at.reason))?;
+    prof.validate().map_err(|(k, r)| (file.clone(), line_of_path(&text, &k), k, r))?;
     Ok(prof)
+}
+
+/// Line of a dotted key path such as `cost.trap_ns` or `nodes[1].mem_mib`.
+fn line_of_path(text: &str, path: &str) -> Option<usize> {
+    let (table, key) = path.rsplit_once('.').unwrap_or(("", path));
+    match table.strip_suffix(']').and_then(|t| t.split_once('[')) {
+        Some((name, i)) => find_line_at(text, name, i.parse().ok(), key),
+        None => find_line(text, table, key),
+    }
+}
+
+/// The knob an unquoted dotted key meant: `knobs.vm.min_free_kbytes = 1`
+/// reads as the table `vm` holding `min_free_kbytes`.
+fn dotted_knob(head: &str, t: &toml::Table) -> Option<String> {
+    let mut names = Vec::new();
+    fn walk(prefix: &str, t: &toml::Table, out: &mut Vec<String>) {
+        for (k, v) in t {
+            let name = format!("{prefix}.{k}");
+            match v {
+                toml::Value::Table(sub) => walk(&name, sub, out),
+                _ => out.push(name),
+            }
+        }
+    }
+    walk(head, t, &mut names);
+    names.into_iter().find(|n| knobs::registry().iter().any(|s| s.key == n))
 }
 
 /// Most VM guests `machine.guests` may ask for.
@@ -216,19 +390,24 @@ pub const MAX_GUESTS: u32 = 64;
 
 fn from_table(mut root: toml::Table, ctx: &Ctx) -> Result<Config, ConfigError> {
     let seed = match root.remove("seed") {
-        None => 1,
-        Some(toml::Value::Integer(i)) if i >= 0 => i as u64,
+        None => match spec("", "seed").default {
+            Some(Int(i)) => i as u64,
+            _ => 1,
+        },
+        Some(toml::Value::Integer(i)) if int_range("", "seed").contains(&i) => i as u64,
         Some(v) => return Err(ctx.err("", "seed", format!("expected a non-negative integer, got {v}"))),
     };
     // --- machine
     let mut m = take_table(ctx, &mut root, "machine")?;
     let profile_name = match m.remove("profile") {
-        None => "generic-x86".to_string(),
+        None => match spec("machine", "profile").default {
+            Some(Str(p)) => p.to_string(),
+            _ => unreachable!("machine.profile has a default"),
+        },
         Some(toml::Value::String(s)) => s,
         Some(v) => return Err(ctx.err("machine", "profile", format!("expected a profile name or path, got {}", v.type_str()))),
     };
-    let base = Path::new(ctx.file).parent().unwrap_or(Path::new("."));
-    let mut prof = load_profile(&profile_name, base).map_err(|(f, line, key, reason)| {
+    let mut prof = load_profile(&profile_name, ctx.dir).map_err(|(f, line, key, reason)| {
         if f.is_empty() {
             ctx.err("machine", "profile", reason)
         } else {
@@ -236,9 +415,10 @@ fn from_table(mut root: toml::Table, ctx: &Ctx) -> Result<Config, ConfigError> {
         }
     })?;
     if let Some(v) = m.remove("nr_cpus") {
+        let r = int_range("machine", "nr_cpus");
         match v {
-            toml::Value::Integer(n) if (1..=4096).contains(&n) => prof.cpu.nr_cpus = n as u32,
-            v => return Err(ctx.err("machine", "nr_cpus", format!("expected an integer 1..=4096, got {v}"))),
+            toml::Value::Integer(n) if r.contains(&n) => prof.cpu.nr_cpus = n as u32,
+            v => return Err(ctx.err("machine", "nr_cpus", format!("expected an integer {}..={}, got {v}", r.start(), r.end()))),
         }
         if prof.cpu.nr_cpus % prof.cpu.sockets != 0 {
             prof.cpu.sockets = 1;
@@ -256,10 +436,17 @@ fn from_table(mut root: toml::Table, ctx: &Ctx) -> Result<Config, ConfigError> {
                 format!("the profile has {} nodes but {} sizes were given", prof.nodes.len(), arr.len()),
             ));
         }
+        let r = int_range("machine", "node_mem_mib");
         for (i, x) in arr.iter().enumerate() {
             match x {
-                toml::Value::Integer(n) if *n > 0 => prof.nodes[i].mem_mib = *n as u64,
-                v => return Err(ctx.err("machine", "node_mem_mib", format!("element {i}: expected a positive integer, got {v}"))),
+                toml::Value::Integer(n) if r.contains(n) => prof.nodes[i].mem_mib = *n as u64,
+                v => {
+                    return Err(ctx.err(
+                        "machine",
+                        "node_mem_mib",
+                        format!("element {i}: expected MiB {}..={}, got {v}", r.start(), r.end()),
+                    ))
+                }
             }
         }
     }
@@ -276,21 +463,22 @@ fn from_table(mut root: toml::Table, ctx: &Ctx) -> Result<Config, ConfigError> {
     }
     if let Some(v) = m.remove("tlb_coalesce_order") {
         match v {
-            toml::Value::Integer(n) if n == 0 || n == 2 => {
+            toml::Value::Integer(n) if int_range("machine", "tlb_coalesce_order").contains(&n) && n != 1 => {
                 prof.tlb.coalesce_order = n as u32;
                 tlb_overrides.push(("tlb_coalesce_order", n.into()));
             }
             v => return Err(ctx.err("machine", "tlb_coalesce_order", format!("expected 0 (none) or 2 (HPA), got {v}"))),
         }
     }
+    let r = int_range("machine", "guests");
     let guests = match m.remove("guests") {
-        None => 1,
-        Some(toml::Value::Integer(n)) if (1..=MAX_GUESTS as i64).contains(&n) => n as u32,
+        None => *r.start() as u32,
+        Some(toml::Value::Integer(n)) if r.contains(&n) => n as u32,
         Some(v) => {
-            return Err(ctx.err("machine", "guests", format!("expected an integer 1..={MAX_GUESTS} (VM guests sharing one host), got {v}")))
+            return Err(ctx.err("machine", "guests", format!("expected an integer 1..={} (VM guests sharing one host), got {v}", r.end())))
         }
     };
-    let guest_stagger_ms = get_f64(ctx, &mut m, "machine", "guest_stagger_ms", 0.0, 0.0, 3.6e6)?;
+    let guest_stagger_ms = get_f64(ctx, &mut m, "machine", "guest_stagger_ms")?;
     if guest_stagger_ms > 0.0 && guests < 2 {
         return Err(ctx.err("machine", "guest_stagger_ms", "staggers the boot of several guests: needs machine.guests >= 2"));
     }
@@ -299,11 +487,11 @@ fn from_table(mut root: toml::Table, ctx: &Ctx) -> Result<Config, ConfigError> {
     // --- run
     let mut r = take_table(ctx, &mut root, "run")?;
     let run = RunCfg {
-        warmup_s: get_f64(ctx, &mut r, "run", "warmup_s", 1.0, 0.0, 3600.0)?,
-        duration_s: get_f64(ctx, &mut r, "run", "duration_s", 5.0, 1e-6, 36000.0)?,
-        check: get_bool(ctx, &mut r, "run", "check", false)?,
-        audit_interval_ms: get_f64(ctx, &mut r, "run", "audit_interval_ms", 50.0, 0.001, 1e9)?,
-        sample_ms: get_f64(ctx, &mut r, "run", "sample_ms", 1000.0, 1.0, 1e9)?,
+        warmup_s: get_f64(ctx, &mut r, "run", "warmup_s")?,
+        duration_s: get_f64(ctx, &mut r, "run", "duration_s")?,
+        check: get_bool(ctx, &mut r, "run", "check")?,
+        audit_interval_ms: get_f64(ctx, &mut r, "run", "audit_interval_ms")?,
+        sample_ms: get_f64(ctx, &mut r, "run", "sample_ms")?,
     };
     no_leftovers(ctx, &r, "run")?;
     // --- knobs
@@ -311,6 +499,15 @@ fn from_table(mut root: toml::Table, ctx: &Ctx) -> Result<Config, ConfigError> {
     let mut knob_values = BTreeMap::new();
     let mut kn = Knobs::default();
     for (k, v) in kt {
+        if let toml::Value::Table(sub) = &v {
+            if let Some(full) = dotted_knob(&k, sub) {
+                return Err(ctx.err(
+                    "knobs",
+                    &k,
+                    format!("the knob \"{full}\" has dots in its name: quote it, knobs.\"{full}\" = VALUE (with --set: 'knobs.\"{full}\"=VALUE')"),
+                ));
+            }
+        }
         let val = knobs::validate(&k, &v).map_err(|reason| ctx.err("knobs", &k, reason))?;
         kn.set(&k, &val);
         knob_values.insert(k, val);
@@ -331,7 +528,12 @@ fn from_table(mut root: toml::Table, ctx: &Ctx) -> Result<Config, ConfigError> {
     };
     let info =
         workload::find(&name).ok_or_else(|| ctx.err("workload", "name", format!("unknown workload \"{name}\" (see `foliosim list`)")))?;
-    let raw: RawParams = w.into_iter().collect();
+    let mut raw: RawParams = w.into_iter().collect();
+    for (k, v) in raw.iter_mut() {
+        if let (true, toml::Value::String(p)) = (workload::params::is_path(k), v) {
+            *p = resolve_path(ctx.dir, p).display().to_string();
+        }
+    }
     let wl = (info.build)(&mut Params::new(raw.clone())).map_err(|msg| {
         let (k, reason) = msg.split_once(": ").unwrap_or(("", msg.as_str()));
         ctx.err("workload", k, reason.to_string())
@@ -382,6 +584,8 @@ fn from_table(mut root: toml::Table, ctx: &Ctx) -> Result<Config, ConfigError> {
         wl_json.insert(k.clone(), toml_to_json(v));
     }
     let mut machine_json = serde_json::Map::new();
+    let profile_name =
+        if profile_is_path(&profile_name) { resolve_path(ctx.dir, &profile_name).display().to_string() } else { profile_name };
     machine_json.insert("profile".into(), profile_name.clone().into());
     machine_json.insert("nr_cpus".into(), prof.cpu.nr_cpus.into());
     machine_json.insert("node_mem_mib".into(), prof.nodes.iter().map(|n| n.mem_mib).collect::<Vec<_>>().into());
@@ -431,6 +635,125 @@ mod tests {
         assert_eq!(e.line, Some(1));
         let e = from_toml("[workload]\nname = \"nope\"\n", "f.toml").unwrap_err();
         assert_eq!(e.key, "workload.name");
+    }
+
+    /// A profile file with a bad number: the error names the profile file,
+    /// the line and the key.
+    #[test]
+    fn bad_profile_numbers_name_file_line_and_key() {
+        let dir = std::env::temp_dir().join(format!("foliosim-badprof-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let good = profile::builtin("generic-x86").unwrap();
+        let line_of = |text: &str, needle: &str| text.lines().position(|l| l.trim_start().starts_with(needle)).map(|i| i + 1);
+        let cases = [
+            ("trap_ns =", "trap_ns = -250.0", "cost.trap_ns"),
+            ("fault_base_ns =", "fault_base_ns = nan", "cost.fault_base_ns"),
+            ("ipi_ack_ns =", "ipi_ack_ns = inf", "cost.ipi_ack_ns"),
+            ("walk_ns =", "walk_ns = 1e12", "tlb.walk_ns"),
+            ("ept_violation_ns =", "ept_violation_ns = -1", "host.ept_violation_ns"),
+            ("freq_ghz =", "freq_ghz = 0.0", "cpu.freq_ghz"),
+        ];
+        for (old, new, key) in cases {
+            let at = good.lines().find(|l| l.trim_start().starts_with(old)).unwrap();
+            let text = good.replacen(at, new, 1);
+            let path = dir.join("bad.toml");
+            std::fs::write(&path, &text).unwrap();
+            let cfg = format!("[machine]\nprofile = \"{}\"\n[workload]\nname = \"page_fault1\"\n", path.display());
+            let e = from_toml(&cfg, "c.toml").unwrap_err();
+            assert_eq!((e.file.as_str(), e.line, e.key.as_str()), (path.to_str().unwrap(), line_of(&text, new), key), "{e}");
+        }
+        // The second node's latency: the line of the second [[nodes]].
+        let text = good.to_string();
+        let second = text.match_indices("latency_ns =").nth(1).map(|(i, _)| i);
+        if let Some(i) = second {
+            let end = i + text[i..].find('\n').unwrap();
+            let text = format!("{}latency_ns = nan{}", &text[..i], &text[end..]);
+            let path = dir.join("bad2.toml");
+            std::fs::write(&path, &text).unwrap();
+            let cfg = format!("[machine]\nprofile = \"{}\"\n[workload]\nname = \"page_fault1\"\n", path.display());
+            let e = from_toml(&cfg, "c.toml").unwrap_err();
+            let want = text[..i].matches('\n').count() + 1;
+            assert_eq!((e.line, e.key.as_str()), (Some(want), "nodes[1].latency_ns"), "{e}");
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// 9: the admitted machine size is the PFN space: 16 TiB is refused
+    /// with an error, 16 TiB less 1 MiB boots and runs.
+    #[test]
+    fn the_machine_size_limit_is_the_pfn_space() {
+        let cfg = |mib: &str| {
+            format!("[machine]\nprofile = \"cxl-1tb\"\nnode_mem_mib = [{mib}]\n[workload]\nname = \"page_fault1\"\nsize_mib = 4\n[run]\nwarmup_s = 0.0\nduration_s = 0.0005\n")
+        };
+        let e = from_toml(&cfg("8388608, 8388608"), "c.toml").unwrap_err();
+        assert!(e.reason.contains("32-bit PFNs") && e.line == Some(1), "{e}");
+        let c = from_toml(&cfg("8388608, 8388607"), "c.toml").unwrap();
+        let o = crate::run::simulate(&c, &mut |_| true).unwrap();
+        assert!(o.kernel.stat.get(crate::mm::vmstat::Stat::NrFreePages) > 0);
+    }
+
+    /// 17: what `CONFIG_KEYS` documents is what the parser admits: every
+    /// key is accepted, its default is the normalised config's, and a key
+    /// it does not list is refused.
+    #[test]
+    fn config_keys_are_what_the_parser_admits() {
+        let base = from_toml("[workload]\nname = \"page_fault1\"\n", "c.toml").unwrap().normalized;
+        for k in CONFIG_KEYS {
+            let v = match (k.default, k.key) {
+                (Some(Num(x)), _) => toml::Value::Float(x),
+                (Some(Int(i)), _) => toml::Value::Integer(i),
+                (Some(Bool(b)), _) => toml::Value::Boolean(b),
+                (Some(Str(s)), _) => toml::Value::String(s.into()),
+                (None, "node_mem_mib") => toml::Value::Array(vec![toml::Value::Integer(1024); 2]),
+                (None, "tlb_contpte") => toml::Value::Boolean(true),
+                (None, _) => toml::Value::Integer(k.range.unwrap().1 as i64),
+            };
+            let mut t: toml::Table = "[workload]\nname = \"page_fault1\"\n".parse().unwrap();
+            let table = if k.table.is_empty() {
+                &mut t
+            } else {
+                t.entry(k.table).or_insert(toml::Value::Table(Default::default())).as_table_mut().unwrap()
+            };
+            table.insert(k.key.into(), v.clone());
+            let c = from_table(t, &Ctx { file: "c.toml", text: "", dir: Path::new("") })
+                .unwrap_or_else(|e| panic!("{}.{}: {e}", k.table, k.key));
+            // (guests and their stagger are in the normalised config only for 2 or more.)
+            if k.default.is_some() && !(k.table == "machine" && k.key.starts_with("guest")) {
+                let got = if k.table.is_empty() { &base[k.key] } else { &base[k.table][k.key] };
+                assert_eq!(got, &serde_json::to_value(k.default).unwrap(), "{}.{}: the default", k.table, k.key);
+            }
+            let _ = c;
+            if let Some((_, hi)) = k.range {
+                let mut t: toml::Table = "[workload]\nname = \"page_fault1\"\n".parse().unwrap();
+                let table = if k.table.is_empty() {
+                    &mut t
+                } else {
+                    t.entry(k.table).or_insert(toml::Value::Table(Default::default())).as_table_mut().unwrap()
+                };
+                let over = if k.key == "node_mem_mib" {
+                    toml::Value::Array(vec![toml::Value::Float(hi * 2.0); 2])
+                } else {
+                    toml::Value::Float(hi * 2.0 + 1.0)
+                };
+                table.insert(k.key.into(), over);
+                assert!(
+                    from_table(t, &Ctx { file: "c.toml", text: "", dir: Path::new("") }).is_err(),
+                    "{}.{}: above its range",
+                    k.table,
+                    k.key
+                );
+            }
+        }
+        let e = from_toml("[run]\nbogus = 1\n[workload]\nname = \"page_fault1\"\n", "c.toml").unwrap_err();
+        assert!(e.reason.contains("warmup_s") && e.reason.contains("sample_ms"), "{e}");
+    }
+
+    /// 17: an unquoted dotted knob name gets a hint.
+    #[test]
+    fn an_unquoted_knob_name_gets_a_hint() {
+        let e = from_toml("[workload]\nname = \"page_fault1\"\n[knobs]\nvm.min_free_kbytes = 1024\n", "c.toml").unwrap_err();
+        assert!(e.reason.contains("knobs.\"vm.min_free_kbytes\""), "{e}");
+        assert_eq!(e.line, Some(4), "{e}");
     }
 
     #[test]

@@ -515,6 +515,10 @@ pub fn result_json(cfg: &Config, o: &Outcome) -> Value {
         })
         .collect();
     let nr_user = k.tasks.iter().filter(|t| t.kthread.is_none()).count();
+    // When the workload's last task exited (a replayed trace at its end),
+    // or null: tasks were still running when the run ended.
+    let mut users = k.tasks.iter().filter(|t| t.kthread.is_none());
+    let finished_ns = users.clone().all(|t| t.exited).then(|| users.by_ref().map(|t| t.clock).max().unwrap_or(0));
     let ops_total: u64 = k.tasks.iter().map(|t| t.ops).sum();
     let ops_measured: u64 = k.tasks.iter().map(|t| t.ops - o.ops_at_warmup.get(t.id as usize).copied().unwrap_or(0).min(t.ops)).sum();
     let ops_per_s = if measured_s > 0.0 { ops_measured as f64 / measured_s } else { 0.0 };
@@ -556,6 +560,7 @@ pub fn result_json(cfg: &Config, o: &Outcome) -> Value {
             "measured_s": measured_s,
             "ops_per_s": ops_per_s,
             "ops_per_s_per_task": if nr_user == 0 { 0.0 } else { ops_per_s / nr_user as f64 },
+            "workload_finished_s": finished_ns.map(|t| t as f64 / 1e9),
         },
         "vmstat": vmstat,
         "mthp": k.mthp.to_json(),

@@ -16,6 +16,13 @@ fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
+/// The prefix a normalised config gives the files of this checkout (paths
+/// are stored absolute), written `<repo>` in the golden files so that they
+/// hold no path of one machine.
+fn repo_prefix() -> String {
+    std::fs::canonicalize(repo()).unwrap().display().to_string()
+}
+
 /// Result JSON of one golden config, host-dependent fields removed.
 fn run_config(path: &Path) -> String {
     let text = std::fs::read_to_string(path).unwrap();
@@ -24,8 +31,9 @@ fn run_config(path: &Path) -> String {
     let out = foliosim::api::run_json(&cfg, &mut |_| true).unwrap_or_else(|e| panic!("golden config {} fails: {e}", path.display()));
     let mut v: Value = serde_json::from_str(&out).unwrap();
     v.as_object_mut().unwrap().remove("host_time_s");
-    let mut s = serde_json::to_string_pretty(&v).unwrap();
+    let mut s = serde_json::to_string_pretty(&v).unwrap().replace(&format!("\"{}/", repo_prefix()), "\"<repo>/");
     s.push('\n');
+    assert!(!s.contains(&repo_prefix()), "{}: a path of this machine is left in the output", path.display());
     s
 }
 

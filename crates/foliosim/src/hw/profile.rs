@@ -270,6 +270,110 @@ pub fn builtin(name: &str) -> Option<&'static str> {
     BUILTIN.iter().find(|(n, _)| *n == name).map(|(_, t)| *t)
 }
 
+/// What a number in a profile measures, told by its key's name: the unit
+/// suffix (`_ns`, `_gbps`, ...) or, for counts, the name's form. Every
+/// number a profile may hold must match one (the unit test
+/// `every_profile_number_has_a_unit` checks every field), so a field added
+/// later is range-checked without a check of its own.
+pub struct Unit {
+    /// What the unit is, for the error.
+    pub what: &'static str,
+    pub lo: f64,
+    /// Whether `lo` itself is admitted (a bandwidth of 0 is not).
+    pub lo_ok: bool,
+    pub hi: f64,
+}
+
+/// Key name patterns and their units, first match wins: `*x` is a suffix,
+/// `x*` a prefix, anything else the whole name.
+const UNITS: &[(&str, Unit)] = &[
+    ("*_ns", Unit { what: "a time in ns", lo: 0.0, lo_ok: true, hi: 1e9 }),
+    ("*_gbps", Unit { what: "a bandwidth in GB/s", lo: 0.0, lo_ok: false, hi: 1e4 }),
+    ("*_ghz", Unit { what: "a frequency in GHz", lo: 0.0, lo_ok: false, hi: 20.0 }),
+    ("*_mib", Unit { what: "a size in MiB", lo: 1.0, lo_ok: true, hi: (64u64 << 20) as f64 }),
+    ("*_kib", Unit { what: "a size in KiB", lo: 1.0, lo_ok: true, hi: (1u64 << 20) as f64 }),
+    ("*_bytes", Unit { what: "a size in bytes", lo: 0.0, lo_ok: true, hi: (1u64 << 40) as f64 }),
+    ("*_entries", Unit { what: "a number of TLB entries", lo: 1.0, lo_ok: true, hi: (1u64 << 20) as f64 }),
+    ("*_ways", Unit { what: "a TLB associativity", lo: 1.0, lo_ok: true, hi: (1u64 << 20) as f64 }),
+    ("*_order", Unit { what: "a page order", lo: 0.0, lo_ok: true, hi: 18.0 }),
+    ("nr_*", Unit { what: "a count", lo: 1.0, lo_ok: true, hi: (1u64 << 20) as f64 }),
+    ("*_batch", Unit { what: "a count", lo: 1.0, lo_ok: true, hi: (1u64 << 20) as f64 }),
+    ("*_ceiling", Unit { what: "a count", lo: 0.0, lo_ok: true, hi: (1u64 << 20) as f64 }),
+    ("sockets", Unit { what: "a count", lo: 1.0, lo_ok: true, hi: 4096.0 }),
+];
+
+/// The unit of the profile number named `key` (its last path component).
+pub fn unit_of(key: &str) -> Option<&'static Unit> {
+    UNITS
+        .iter()
+        .find(|(pat, _)| match (pat.strip_prefix('*'), pat.strip_suffix('*')) {
+            (Some(suffix), _) => key.ends_with(suffix),
+            (_, Some(prefix)) => key.starts_with(prefix),
+            _ => key == *pat,
+        })
+        .map(|(_, u)| u)
+}
+
+/// Where a number stands in a profile: `[table]` (or its `index`-th entry
+/// when an array of tables, `[[nodes]]`) and the key.
+#[derive(Debug, PartialEq)]
+pub struct ValueAt {
+    pub table: String,
+    pub index: Option<usize>,
+    pub key: String,
+    pub reason: String,
+}
+
+impl ValueAt {
+    /// `cost.trap_ns`, `nodes[1].latency_ns`.
+    pub fn path(&self) -> String {
+        let idx = self.index.map(|i| format!("[{i}]")).unwrap_or_default();
+        if self.table.is_empty() {
+            self.key.clone()
+        } else {
+            format!("{}{idx}.{}", self.table, self.key)
+        }
+    }
+}
+
+/// Checks every number of a profile as written (NaN and infinities
+/// included, which serde would pass through as f64) against its unit.
+pub fn check_values(doc: &toml::Table) -> Result<(), ValueAt> {
+    fn walk(t: &toml::Table, table: &str, index: Option<usize>) -> Result<(), ValueAt> {
+        for (k, v) in t {
+            let at = |reason: String| ValueAt { table: table.to_string(), index, key: k.clone(), reason };
+            let x = match v {
+                toml::Value::Table(sub) if table.is_empty() => {
+                    walk(sub, k, None)?;
+                    continue;
+                }
+                toml::Value::Array(a) if table.is_empty() && a.iter().all(|e| e.is_table()) => {
+                    for (i, e) in a.iter().enumerate() {
+                        walk(e.as_table().expect("checked above"), k, Some(i))?;
+                    }
+                    continue;
+                }
+                toml::Value::Float(f) => *f,
+                toml::Value::Integer(i) => *i as f64,
+                _ => continue,
+            };
+            let Some(u) = unit_of(k) else {
+                return Err(at("no unit is known for this key (name it with one: _ns, _gbps, ...)".into()));
+            };
+            if !x.is_finite() {
+                return Err(at(format!("{x} is not a finite number ({})", u.what)));
+            }
+            let above_lo = if u.lo_ok { x >= u.lo } else { x > u.lo };
+            if !(above_lo && x <= u.hi) {
+                let range = if u.lo_ok { format!("{} to {}", u.lo, u.hi) } else { format!("above {}, at most {}", u.lo, u.hi) };
+                return Err(at(format!("{x} is out of range for {}: expected {range}", u.what)));
+            }
+        }
+        Ok(())
+    }
+    walk(doc, "", None)
+}
+
 impl Profile {
     pub fn total_mem_mib(&self) -> u64 {
         self.nodes.iter().map(|n| n.mem_mib).sum()
@@ -319,8 +423,12 @@ impl Profile {
                 }
             }
         }
-        if self.total_mem_mib() > 16 * 1024 * 1024 {
-            return Err(("nodes".into(), "more than 16 TiB in total is not supported (32-bit PFNs)".into()));
+        let max_mib = crate::mm::MAX_NR_FRAMES >> (20 - crate::mm::PAGE_SHIFT);
+        if self.total_mem_mib() > max_mib {
+            return Err((
+                "nodes".into(),
+                format!("{} MiB in all: at most {max_mib} MiB (16 TiB less 1 MiB) is supported (32-bit PFNs)", self.total_mem_mib()),
+            ));
         }
         let t = &self.tlb;
         for (k, e, w) in [
@@ -361,6 +469,76 @@ mod tests {
         }
         assert!(builtin("generic-x86").is_some());
         assert!(builtin("no-such-machine").is_none());
+    }
+
+    /// Every number a Profile holds (defaulted fields included) has a unit,
+    /// so `check_values` covers a field the day it is added.
+    #[test]
+    fn every_profile_number_has_a_unit() {
+        fn walk(v: &serde_json::Value, key: &str, missing: &mut Vec<String>) {
+            match v {
+                serde_json::Value::Object(m) => m.iter().for_each(|(k, x)| walk(x, k, missing)),
+                serde_json::Value::Array(a) => a.iter().for_each(|x| walk(x, key, missing)),
+                // (f64 NaN serialises as null: no built-in holds one.)
+                serde_json::Value::Number(_) | serde_json::Value::Null if unit_of(key).is_none() => missing.push(key.to_string()),
+                _ => {}
+            }
+        }
+        for (name, text) in BUILTIN {
+            let p: Profile = toml::from_str(text).unwrap();
+            let mut missing = Vec::new();
+            walk(&serde_json::to_value(&p).unwrap(), "", &mut missing);
+            assert!(missing.is_empty(), "profile {name}: no unit for {missing:?}: name the field with a unit suffix (see UNITS)");
+        }
+    }
+
+    /// Each number of each built-in profile, set to NaN, to infinity or
+    /// below its unit's range, is refused, naming the key.
+    #[test]
+    fn check_values_refuses_every_bad_number() {
+        fn numbers(t: &toml::Table) -> Vec<(String, Option<usize>, String)> {
+            let mut out = Vec::new();
+            for (k, v) in t {
+                match v {
+                    toml::Value::Table(sub) => {
+                        out.extend(sub.iter().filter(|(_, x)| x.is_float() || x.is_integer()).map(|(kk, _)| (k.clone(), None, kk.clone())))
+                    }
+                    toml::Value::Array(a) => {
+                        for (i, e) in a.iter().enumerate() {
+                            let e = e.as_table().unwrap();
+                            out.extend(
+                                e.iter().filter(|(_, x)| x.is_float() || x.is_integer()).map(|(kk, _)| (k.clone(), Some(i), kk.clone())),
+                            );
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            out
+        }
+        fn slot<'a>(doc: &'a mut toml::Table, table: &str, index: Option<usize>, key: &str) -> &'a mut toml::Value {
+            let t = match index {
+                None => doc.get_mut(table).unwrap().as_table_mut().unwrap(),
+                Some(i) => doc.get_mut(table).unwrap().as_array_mut().unwrap()[i].as_table_mut().unwrap(),
+            };
+            t.get_mut(key).unwrap()
+        }
+        let mut checked = 0;
+        for (name, text) in BUILTIN {
+            let doc: toml::Table = text.parse().unwrap();
+            assert_eq!(check_values(&doc), Ok(()), "built-in profile {name}");
+            for (table, index, key) in numbers(&doc) {
+                let lo = unit_of(&key).unwrap().lo;
+                for bad in [f64::NAN, f64::INFINITY, f64::NEG_INFINITY, lo - 1.0, 1e300] {
+                    let mut d = doc.clone();
+                    *slot(&mut d, &table, index, &key) = toml::Value::Float(bad);
+                    let e = check_values(&d).expect_err(&format!("{name}: {table}.{key} = {bad} was accepted"));
+                    assert_eq!((e.table.as_str(), e.index, e.key.as_str()), (table.as_str(), index, key.as_str()), "{name}: {}", e.reason);
+                }
+                checked += 1;
+            }
+        }
+        assert!(checked > 300, "{checked} numbers checked");
     }
 
     #[test]

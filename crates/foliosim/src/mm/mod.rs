@@ -32,8 +32,14 @@ pub mod vmscan;
 pub mod vmstat;
 pub mod xarray;
 
-/// Page frame number. 32 bits cover 16 TiB of 4 KiB frames.
+/// Page frame number. 32 bits cover 16 TiB of 4 KiB frames, less one:
+/// `Pfn::MAX` means "none" (xarray slots) and LRU links hold PFN + 1 in a
+/// `u32` (mem_map::Page), so frames are 0..MAX_NR_FRAMES. (Widening it would
+/// grow every struct page and page-cache slot for machines past 16 TiB.)
 pub type Pfn = u32;
+
+/// Most frames a machine may have: the PFNs below `Pfn::MAX`.
+pub const MAX_NR_FRAMES: u64 = Pfn::MAX as u64;
 
 pub const PAGE_SHIFT: u32 = 12;
 pub const PAGE_SIZE: u64 = 1 << PAGE_SHIFT;

@@ -2,6 +2,13 @@
 
 use super::RawParams;
 
+/// Whether the workload parameter `key` is a file path: `path` or a name
+/// ending in `_path`. Config loading resolves such a parameter relative to
+/// the config file that names it and stores it absolute.
+pub fn is_path(key: &str) -> bool {
+    key == "path" || key.ends_with("_path")
+}
+
 pub struct Params {
     raw: RawParams,
     used: Vec<String>,

@@ -1,16 +1,20 @@
 //! A recorded process tree: the logs of `valgrind --trace-children=yes
-//! --child-silent-after-fork=yes -d --log-file=DIR/log.%p.%n` put together
-//! into one trace (used by `foliosim record`).
+//! --child-silent-after-fork=yes -v -v --log-file=DIR/log.%p.%n` put
+//! together into one trace (used by `foliosim record`).
 //!
 //! Each valgrind instance (a process from its execve to its exit or next
 //! execve) writes its own log `log.PID.N`; `trace_record` converts each. A
 //! forked child is silent until it execs (gcc's vfork+execvp children do
 //! nothing else worth replaying), so every child's records start at an exec.
 //! valgrind's loader, not a recorded call, maps the program and its ELF
-//! interpreter; `-d` makes it print the client's memory layout at startup
-//! on stderr, from which each instance gets an `Exec` (the program's
-//! segments) and file-backed `Mmap`s (ld.so), so they replay over the page
-//! cache instead of as anonymous `Region`s.
+//! interpreter. At verbosity 2 each log names them before the client runs
+//! ("Reading syms from PATH", then "svma S, avma A": the load bias is A - S)
+//! and their ELF program headers give the segments the loader mapped, as
+//! the kernel maps them. Each instance gets an `Exec` (the program's
+//! segments) and file-backed `Mmap`s (ld.so) from them, so they replay over
+//! the page cache instead of as anonymous `Region`s. (valgrind's `-d`
+//! prints the same layout, but it keeps fd 2 for itself: a program that
+//! closes its stderr and checks the result, as xz and mawk do, fails.)
 //!
 //! The trace holds one section per process (`Process`, then its instances
 //! in order), its `Fork`/`Wait` records where the parent made the calls,
@@ -20,10 +24,10 @@ use super::map;
 use super::trace_format::{Record, TraceReader, TraceWriter};
 use super::trace_record::{convert, Conv, RecordStats};
 use std::collections::{BTreeMap, HashMap};
-use std::io::{BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::path::Path;
 
-/// A client segment of valgrind's "Memory layout at client startup".
+/// A client segment of the memory layout at client startup.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Seg {
     pub start: u64,
@@ -34,60 +38,89 @@ pub struct Seg {
     pub file: Option<(u64, String)>,
 }
 
-/// The startup layouts in `-d` output, per pid in the order printed (one per
-/// valgrind instance). Lines look like
-/// `--PID:1: aspacem   2: file 0000400000-0000630fff 2297856 r---- d=.. i=.. o=0 (1,49)`;
-/// lower-case `file`/`anon` segments are the client's, upper-case valgrind's.
-pub fn startup_layouts(debug: &str) -> HashMap<u64, Vec<Vec<Seg>>> {
-    let mut out: HashMap<u64, Vec<Vec<Seg>>> = HashMap::new();
-    // pid -> (names, segments) of the dump being read
-    let mut open: HashMap<u64, (HashMap<u32, String>, Vec<Seg>)> = HashMap::new();
-    for l in debug.lines() {
+/// The ELF objects valgrind's loader mapped for one instance, in the order
+/// its log names them (the program, then its interpreter), with their load
+/// bias: the "Reading syms from" entries before the client's first record,
+/// less valgrind's own (its library directory).
+pub fn loaded_objects<R: BufRead>(log: R) -> Vec<(String, u64)> {
+    let mut out = Vec::new();
+    let mut valgrind_dir: Option<String> = None;
+    let mut reading: Option<String> = None;
+    for l in log.lines() {
+        let Ok(l) = l else { break };
+        let b = l.as_bytes();
+        let access = b.len() > 2 && matches!((b[0], b[1]), (b'I', b' ') | (b' ', b'L' | b'S' | b'M'));
+        if access || l.starts_with("SYSCALL[") {
+            break; // the client runs: later objects are its own mmaps
+        }
         let Some(rest) = l.strip_prefix("--") else { continue };
-        let Some((pid, rest)) = rest.split_once(':') else { continue };
-        let Ok(pid) = pid.parse::<u64>() else { continue };
-        let Some((_, body)) = rest.split_once("aspacem") else { continue };
-        let body = body.trim();
-        if body.contains("SHOW_SEGMENTS: Memory layout at client startup") {
-            open.insert(pid, (HashMap::new(), Vec::new()));
-            continue;
-        }
-        let Some((names, segs)) = open.get_mut(&pid) else { continue };
-        if body == ">>>" {
-            let (_, segs) = open.remove(&pid).unwrap_or_default();
-            out.entry(pid).or_default().push(segs);
-            continue;
-        }
-        // "(1,49,7) /usr/bin/true": segment name 1
-        if let Some(n) = body.strip_prefix('(') {
-            if let Some((ids, path)) = n.split_once(") ") {
-                if let Some(Ok(i)) = ids.split(',').next().map(str::parse::<u32>) {
-                    names.insert(i, path.trim().to_string());
+        let Some((_, body)) = rest.split_once("-- ") else { continue };
+        if let Some(d) = body.strip_prefix("Valgrind library directory: ") {
+            valgrind_dir = Some(format!("{}/", d.trim()));
+        } else if let Some(p) = body.strip_prefix("Reading syms from ") {
+            let p = p.trim().to_string();
+            reading = (!valgrind_dir.as_ref().is_some_and(|d| p.starts_with(d.as_str()))).then_some(p);
+        } else if let (Some(p), Some(addrs)) = (&reading, body.trim().strip_prefix("svma ")) {
+            let hex = |x: &str| u64::from_str_radix(x.trim().trim_start_matches("0x"), 16).ok();
+            if let Some((sv, av)) = addrs.split_once(", avma ") {
+                if let (Some(sv), Some(av)) = (hex(sv), hex(av)) {
+                    out.push((p.clone(), av.wrapping_sub(sv)));
                 }
             }
-            continue;
+            reading = None;
         }
-        let f: Vec<&str> = body.split_whitespace().collect();
-        if f.len() < 5 || !f[0].ends_with(':') || !(f[1] == "file" || f[1] == "anon") {
-            continue;
-        }
-        let Some((a, b)) = f[2].split_once('-') else { continue };
-        let (Ok(start), Ok(last)) = (u64::from_str_radix(a, 16), u64::from_str_radix(b, 16)) else { continue };
-        let p = f[4].as_bytes();
-        let prot = (p.first() == Some(&b'r')) as u32 | ((p.get(1) == Some(&b'w')) as u32) << 1 | ((p.get(2) == Some(&b'x')) as u32) << 2;
-        let file = if f[1] == "file" {
-            let off = f.iter().find_map(|x| x.strip_prefix("o=")).and_then(|o| o.parse::<u64>().ok());
-            let name = f.last().and_then(|x| x.strip_prefix('(')).and_then(|x| x.split(',').next()).and_then(|x| x.parse::<u32>().ok());
-            match (off, name.and_then(|n| names.get(&n))) {
-                (Some(off), Some(path)) => Some((off, path.clone())),
-                _ => continue,
-            }
-        } else {
-            None
-        };
-        segs.push(Seg { start, end: last.saturating_add(1), prot, file });
     }
     out
+}
+
+/// The segments the loader maps for the ELF file `path` at load bias
+/// `bias`: each PT_LOAD's file pages, and the anonymous pages of its bss
+/// beyond them. None if the file is not a 64-bit little-endian ELF.
+pub fn elf_segments(path: &str, bias: u64) -> Option<Vec<Seg>> {
+    let mut f = std::fs::File::open(path).ok()?;
+    let mut h = [0u8; 64];
+    f.read_exact(&mut h).ok()?;
+    if &h[..4] != b"\x7fELF" || h[4] != 2 || h[5] != 1 {
+        return None;
+    }
+    let u16_at = |b: &[u8], i: usize| u16::from_le_bytes([b[i], b[i + 1]]) as u64;
+    let u64_at = |b: &[u8], i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap_or([0; 8]));
+    let (phoff, phentsize, phnum) = (u64_at(&h, 32), u16_at(&h, 54), u16_at(&h, 56));
+    if phentsize < 56 || phnum > 256 {
+        return None;
+    }
+    let mut ph = vec![0u8; (phentsize * phnum) as usize];
+    f.seek(SeekFrom::Start(phoff)).ok()?;
+    f.read_exact(&mut ph).ok()?;
+    let page = |x: u64| x & !0xfff;
+    let page_up = |x: u64| (x + 0xfff) & !0xfff;
+    let mut segs = Vec::new();
+    for e in ph.chunks(phentsize as usize) {
+        if u32::from_le_bytes([e[0], e[1], e[2], e[3]]) != 1 {
+            continue; // not PT_LOAD
+        }
+        let flags = u32::from_le_bytes([e[4], e[5], e[6], e[7]]);
+        let (off, vaddr, filesz, memsz) = (u64_at(e, 8), u64_at(e, 16), u64_at(e, 32), u64_at(e, 40));
+        // PF_R 4, PF_W 2, PF_X 1 -> PROT_READ 1, PROT_WRITE 2, PROT_EXEC 4
+        let prot = (flags & 4 != 0) as u32 | (flags & 2) | ((flags & 1 != 0) as u32) << 2;
+        let start = page(bias.wrapping_add(vaddr));
+        let file_end = page_up(bias.wrapping_add(vaddr).wrapping_add(filesz));
+        let mem_end = page_up(bias.wrapping_add(vaddr).wrapping_add(memsz));
+        if file_end > start {
+            segs.push(Seg { start, end: file_end, prot, file: Some((page(off), path.to_string())) });
+        }
+        if mem_end > file_end {
+            segs.push(Seg { start: file_end, end: mem_end, prot, file: None });
+        }
+    }
+    Some(segs)
+}
+
+/// The startup layout of the instance that wrote `log`: the program's
+/// segments (and bss), then the interpreter's.
+pub fn startup_layout(log: &Path) -> Vec<Seg> {
+    let Ok(f) = std::fs::File::open(log) else { return Vec::new() };
+    loaded_objects(BufReader::new(f)).iter().filter_map(|(p, bias)| elf_segments(p, *bias)).flatten().collect()
 }
 
 /// The program's image in a startup layout: the run of segments of the
@@ -152,12 +185,9 @@ fn logs(dir: &Path) -> Result<BTreeMap<u64, BTreeMap<u64, std::path::PathBuf>>, 
     Ok(m)
 }
 
-/// Convert the logs of a recorded process tree in `dir` (and the `-d`
-/// output in `debug_log`) into the trace `out_path`; `root` is the pid of
-/// the recorded command.
-pub fn from_valgrind_logs(dir: &Path, debug_log: &Path, out_path: &Path, meta_json: &str, root: u64) -> Result<RecordStats, String> {
-    let debug = std::fs::read(debug_log).map_err(|e| format!("{}: {e}", debug_log.display()))?;
-    let layouts = startup_layouts(&String::from_utf8_lossy(&debug));
+/// Convert the logs of a recorded process tree in `dir` into the trace
+/// `out_path`; `root` is the pid of the recorded command.
+pub fn from_valgrind_logs(dir: &Path, out_path: &Path, meta_json: &str, root: u64) -> Result<RecordStats, String> {
     let all = logs(dir)?;
     if !all.contains_key(&root) {
         return Err(format!("valgrind wrote no log for the recorded command (pid {root})"));
@@ -172,7 +202,7 @@ pub fn from_valgrind_logs(dir: &Path, debug_log: &Path, out_path: &Path, meta_js
     for pid in order {
         let mut exit_code = 0;
         for (k, (_, log)) in all[&pid].iter().enumerate() {
-            let img = layouts.get(&pid).and_then(|v| v.get(k)).and_then(|segs| image(segs));
+            let img = image(&startup_layout(log));
             let sec = dir.join(format!("sec.{pid}.{k}"));
             let f = std::fs::File::open(log).map_err(|e| format!("{}: {e}", log.display()))?;
             let o = std::fs::File::create(&sec).map_err(|e| format!("{}: {e}", sec.display()))?;
@@ -234,50 +264,98 @@ fn add(t: &mut RecordStats, s: &RecordStats) {
 }
 
 /// `from_valgrind_logs`, statistics as JSON.
-pub fn from_valgrind_logs_json(dir: &str, debug_log: &str, out_path: &str, meta_json: &str, root: u64) -> Result<String, String> {
-    from_valgrind_logs(Path::new(dir), Path::new(debug_log), Path::new(out_path), meta_json, root)
-        .map(|st| serde_json::to_string(&st).unwrap_or_default())
+pub fn from_valgrind_logs_json(dir: &str, out_path: &str, meta_json: &str, root: u64) -> Result<String, String> {
+    from_valgrind_logs(Path::new(dir), Path::new(out_path), meta_json, root).map(|st| serde_json::to_string(&st).unwrap_or_default())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    const DEBUG: &str = "\
---24488:1: aspacem <<< SHOW_SEGMENTS: Memory layout at client startup (35 segments)
---24488:1: aspacem 3 segment names in 3 slots
---24488:1: aspacem (0,4,9) /usr/libexec/valgrind/lackey-amd64-linux
---24488:1: aspacem (1,49,7) /usr/lib/gcc/x86_64-linux-gnu/12/cc1
---24488:1: aspacem (2,90,7) /usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2
---24488:1: aspacem   0: RSVN 0000000000-00003fffff 4194304 ----- SmFixed
---24488:1: aspacem   1: file 0000400000-0000630fff 2297856 r---- d=0xfe00 i=257291  o=0       (1,49)
---24488:1: aspacem   2: file 0000631000-00019f4fff     19m r-x-- d=0xfe00 i=257291  o=2297856 (1,49)
---24488:1: aspacem   3: file 00019f5000-00023bcfff      9m r---- d=0xfe00 i=257291  o=23023616 (1,49)
---24488:1: aspacem   4: file 00023bd000-00023ccfff   65536 rw--- d=0xfe00 i=257291  o=33275904 (1,49)
---24488:1: aspacem   5: anon 00023cd000-000256cfff 1703936 rw---
---24488:1: aspacem   6: RSVN 000256d000-0003ffffff     26m ----- SmFixed
---24488:1: aspacem   7: file 0004000000-0004000fff    4096 r---- d=0xfe00 i=325843  o=0       (2,90)
---24488:1: aspacem   8: file 0004001000-0004026fff  155648 r-x-- d=0xfe00 i=325843  o=4096    (2,90)
---24488:1: aspacem   9: anon 0004035000-0004035fff    4096 rwx--
---24488:1: aspacem  13: FILE 0058000000-0058000fff    4096 r---- d=0xfe00 i=328516  o=0       (0,4)
---24488:1: aspacem >>>
---24489:1: aspacem   1: file 0000400000-0000630fff 2297856 r---- d=0xfe00 i=257291  o=0       (1,49)
-";
+    /// A minimal ELF64 file: a header and PT_LOAD program headers
+    /// (flags, offset, vaddr, filesz, memsz).
+    fn write_elf(path: &Path, loads: &[(u32, u64, u64, u64, u64)]) {
+        let mut b = vec![0u8; 64];
+        b[..6].copy_from_slice(b"\x7fELF\x02\x01");
+        b[32..40].copy_from_slice(&64u64.to_le_bytes()); // e_phoff
+        b[54..56].copy_from_slice(&56u16.to_le_bytes()); // e_phentsize
+        b[56..58].copy_from_slice(&(loads.len() as u16 + 1).to_le_bytes());
+        // A PT_INTERP first: only PT_LOADs count.
+        let mut interp = vec![0u8; 56];
+        interp[0] = 3;
+        b.extend(interp);
+        for &(flags, off, vaddr, filesz, memsz) in loads {
+            let mut e = vec![0u8; 56];
+            e[0] = 1;
+            e[4..8].copy_from_slice(&flags.to_le_bytes());
+            for (i, v) in [(8, off), (16, vaddr), (24, vaddr), (32, filesz), (40, memsz)] {
+                e[i..i + 8].copy_from_slice(&v.to_le_bytes());
+            }
+            b.extend(e);
+        }
+        std::fs::write(path, b).unwrap();
+    }
+
+    /// A program (non-PIE at 0x400000: r, r-x, rw- with 8 KiB of bss) and
+    /// an interpreter (loaded at bias 0x4000000) in `d`.
+    fn objects(d: &Path) -> (String, String) {
+        let (prog, interp) = (d.join("prog"), d.join("ld.so"));
+        write_elf(
+            &prog,
+            &[(4, 0, 0x40_0000, 0x1000, 0x1000), (5, 0x1000, 0x40_1000, 0x2000, 0x2000), (6, 0x3000, 0x40_3000, 0x800, 0x3000)],
+        );
+        write_elf(&interp, &[(4, 0, 0, 0xd58, 0xd58), (5, 0x1000, 0x1000, 0x25111, 0x25111)]);
+        (prog.display().to_string(), interp.display().to_string())
+    }
+
+    /// The head of a `-v -v` log naming `prog` and `interp`, valgrind's own
+    /// tool between them and the client's first records, and a library the
+    /// client maps later.
+    fn log_head(pid: u64, prog: &str, interp: &str) -> String {
+        format!(
+            "--{pid}-- Valgrind library directory: /usr/libexec/valgrind\n\
+             --{pid}-- Reading syms from {prog}\n--{pid}--    svma 0x0000401080, avma 0x0000401080\n\
+             --{pid}-- Reading syms from {interp}\n--{pid}--   Considering /usr/lib/debug/x.debug ..\n\
+             --{pid}--    svma 0x0000001060, avma 0x0004001060\n\
+             0x30a: [0]={{ 56(r3) {{ u  u  c-56 }}\n\
+             --{pid}-- Reading syms from /usr/libexec/valgrind/lackey-amd64-linux\n--{pid}--    svma 0x0058001000, avma 0x0058001000\n"
+        )
+    }
 
     #[test]
-    fn startup_layout_gives_the_exec_and_the_interpreter() {
-        let l = startup_layouts(DEBUG);
-        assert_eq!(l.len(), 1, "a segment line outside a dump is ignored");
-        let segs = &l[&24488][0];
-        assert_eq!(segs.len(), 8, "{segs:?}");
-        let img = image(segs).unwrap();
-        assert_eq!(img.path, "/usr/lib/gcc/x86_64-linux-gnu/12/cc1");
-        assert_eq!((img.vaddr, img.text, img.data, img.data_off, img.bss), (0x40_0000, 0x23bd000 - 0x40_0000, 65536, 33275904, 1703936));
-        assert_eq!(img.others.len(), 2);
-        assert_eq!(
-            img.others[1],
-            Seg { start: 0x4001000, end: 0x4027000, prot: 5, file: Some((4096, "/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2".into())) }
+    fn the_log_names_the_program_and_its_interpreter_with_their_bias() {
+        let log = format!(
+            "{}I  04001090,3\n--7-- Reading syms from /lib/libc.so.6\n--7--    svma 0x26380, avma 0x486b380\n",
+            log_head(7, "/p", "/ld")
         );
+        assert_eq!(loaded_objects(log.as_bytes()), [("/p".to_string(), 0), ("/ld".to_string(), 0x400_0000)]);
+    }
+
+    #[test]
+    fn elf_segments_are_the_pages_the_loader_maps() {
+        let d = std::env::temp_dir().join(format!("foliosim-elf-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        let (prog, interp) = objects(&d);
+        let segs = elf_segments(&prog, 0).unwrap();
+        let f = |off: u64| Some((off, prog.clone()));
+        assert_eq!(
+            segs,
+            [
+                Seg { start: 0x40_0000, end: 0x40_1000, prot: 1, file: f(0) },
+                Seg { start: 0x40_1000, end: 0x40_3000, prot: 5, file: f(0x1000) },
+                Seg { start: 0x40_3000, end: 0x40_4000, prot: 3, file: f(0x3000) },
+                Seg { start: 0x40_4000, end: 0x40_6000, prot: 3, file: None },
+            ]
+        );
+        let segs = elf_segments(&interp, 0x400_0000).unwrap();
+        assert_eq!(segs[1], Seg { start: 0x400_1000, end: 0x402_7000, prot: 5, file: Some((0x1000, interp.clone())) });
+        assert!(elf_segments(d.join("missing").to_str().unwrap(), 0).is_none());
+        std::fs::write(d.join("text"), "#!/bin/sh\n").unwrap();
+        assert!(elf_segments(d.join("text").to_str().unwrap(), 0).is_none());
+        let img = image(&[elf_segments(&prog, 0).unwrap(), segs].concat()).unwrap();
+        assert_eq!((img.vaddr, img.text, img.data, img.data_off, img.bss), (0x40_0000, 0x3000, 0x1000, 0x3000, 0x2000));
+        assert_eq!(img.others.len(), 2);
+        let _ = std::fs::remove_dir_all(&d);
     }
 
     #[test]
@@ -285,7 +363,7 @@ mod tests {
         let d = std::env::temp_dir().join(format!("foliosim-procs-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&d);
         std::fs::create_dir_all(&d).unwrap();
-        std::fs::write(d.join("debug"), DEBUG.replace("24488", "11")).unwrap();
+        let (prog, interp) = objects(&d);
         std::fs::write(
             d.join("log.10.1"),
             "==10== Parent PID: 3\nSYSCALL[10,1](58) sys_fork ( )   fork: process 10 created child 11\n S 04900000,8\nSYSCALL[10,1](61) sys_wait4 ( 11, 0x4060d50, 0, 0x0 ) --> [async] ... \nSYSCALL[10,1](61) ... [async] --> Success(0xb) \nSYSCALL[10,1](231) exit_group( 0 ) --> [pre-success] Success(0x0) \n",
@@ -293,11 +371,14 @@ mod tests {
         .unwrap();
         std::fs::write(
             d.join("log.11.1"),
-            "==11== Parent PID: 10\nI  00631000,4\n L 04001008,8\nSYSCALL[11,1](231) exit_group( 1 ) --> [pre-success] Success(0x0) \n",
+            format!(
+                "{}==11== Parent PID: 10\nI  00401000,4\n L 04001008,8\nSYSCALL[11,1](231) exit_group( 1 ) --> [pre-success] Success(0x0) \n",
+                log_head(11, &prog, &interp)
+            ),
         )
         .unwrap();
         let out = d.join("t.fstrace");
-        let st = from_valgrind_logs(&d, &d.join("debug"), &out, "{}", 10).unwrap();
+        let st = from_valgrind_logs(&d, &out, "{}", 10).unwrap();
         let rs = super::super::trace_format::read_file(&out).unwrap();
         let _ = std::fs::remove_dir_all(&d);
         assert_eq!(st.files, 2);
@@ -315,6 +396,6 @@ mod tests {
         assert_eq!(rs[7], Record::Process { pid: 11, parent: 10 });
         assert_eq!(rs[15], Record::Exit { code: 1 });
         // The child's accesses fall in its image: no Region for them.
-        assert!(matches!(rs[9], Record::Exec { file: 0, vaddr: 0x40_0000, .. }));
+        assert_eq!(rs[9], Record::Exec { file: 0, vaddr: 0x40_0000, text: 0x3000, data: 0x1000, data_off: 0x3000, bss: 0x2000 });
     }
 }

@@ -249,7 +249,8 @@ impl<W: Write> Conv<W> {
         let rest = rest.trim_start();
         if let Some((_, child)) = rest.split_once("created child ") {
             // fork, vfork (valgrind runs it as a fork) or a clone without CLONE_VM
-            if let Ok(child) = child.trim().parse::<u64>() {
+            // (Its result, " --> ...", may have been joined to the line.)
+            if let Some(Ok(child)) = child.split_whitespace().next().map(str::parse::<u64>) {
                 self.flush_run()?;
                 return self.put(Record::Fork { child });
             }
@@ -352,14 +353,41 @@ pub(super) fn convert<R: BufRead, W: Write>(
     };
     start(&mut c)?;
     let mut buf = Vec::with_capacity(256);
+    // A message of valgrind's own at `-v` ("--PID-- Reading syms from ..."
+    // for the file a mmap maps, with more lines at `-v -v`) can come between
+    // a call and its result: the result line (" --> ...") is joined back to
+    // the call it ends.
+    let mut open_call: Option<String> = None;
     loop {
         buf.clear();
         let n = log.read_until(b'\n', &mut buf).map_err(|e| format!("cannot read the valgrind log: {e}"))?;
         if n == 0 {
             break;
         }
-        let l = String::from_utf8_lossy(&buf);
-        c.line(l.trim_end_matches(['\n', '\r']))?;
+        let text = String::from_utf8_lossy(&buf);
+        let l = text.trim_end_matches(['\n', '\r']);
+        let b = l.as_bytes();
+        let record = l.starts_with("SYSCALL[") || (b.len() > 2 && matches!((b[0], b[1]), (b'I', b' ') | (b' ', b'L' | b'S' | b'M')));
+        if let Some(call) = open_call.take() {
+            if l.starts_with(" -->") {
+                c.line(&format!("{call}{l}"))?;
+                continue;
+            }
+            if !record {
+                c.line(l)?; // valgrind's message: the call stays open
+                open_call = Some(call);
+                continue;
+            }
+            c.line(&call)?; // a call without a result
+        }
+        if l.starts_with("SYSCALL[") && !l.contains("-->") {
+            open_call = Some(l.to_string());
+            continue;
+        }
+        c.line(l)?;
+    }
+    if let Some(call) = open_call {
+        c.line(&call)?;
     }
     c.finish()
 }
@@ -436,5 +464,26 @@ SYSCALL[7,1](9) sys_mmap ( 0x0, 8192, 3, 34, 4294967295, 0 ) --> [pre-success] F
         ];
         assert_eq!(rs, want);
         assert_eq!((st.syscalls, st.files, st.regions, st.accesses), (5, 1, 1, 7));
+    }
+
+    /// At `-v -v` valgrind's messages for a mapping come between the mmap
+    /// call and its result; the call is still recorded, with its result.
+    #[test]
+    fn a_call_split_by_valgrinds_messages_is_joined() {
+        let split = LOG.replace(
+            "SYSCALL[7,1](9) sys_mmap ( 0x0, 16400, 1, 2050, 4, 0 ) --> [pre-success] Success(0x4837000) \n",
+            "SYSCALL[7,1](9) sys_mmap ( 0x0, 16400, 1, 2050, 4, 0 )\n--7-- Reading syms from /lib/libz.so\n\
+             --7--    svma 0x0000002040, avma 0x0004839040\n--7-- summarise_context(loc_start = 0x10): cannot summarise(why=1):   \n\
+             0x30a: [0]={ 56(r3) { u  u  u  c-56 u  u }\n --> [pre-success] Success(0x4837000) \n",
+        );
+        let size = || Box::new(|p: &str| (p == "/lib/libz.so").then_some(20000));
+        let (a, _) = from_valgrind_log(LOG.as_bytes(), Vec::new(), "{}", size()).unwrap();
+        let (b, st) = from_valgrind_log(split.as_bytes(), Vec::new(), "{}", size()).unwrap();
+        assert_eq!(TraceReader::new(&b[..]).unwrap().read_all().unwrap(), TraceReader::new(&a[..]).unwrap().read_all().unwrap());
+        assert_eq!(st.syscalls, 5);
+        // A fork's result comes on the next line: the child is still found.
+        let fork = "SYSCALL[7,1](58) sys_fork ( )   fork: process 7 created child 9\n --> [pre-success] Success(0x9) \n";
+        let (f, _) = from_valgrind_log(fork.as_bytes(), Vec::new(), "{}", size()).unwrap();
+        assert!(TraceReader::new(&f[..]).unwrap().read_all().unwrap().contains(&Record::Fork { child: 9 }));
     }
 }
