@@ -25,7 +25,7 @@ LINT_STAMP := $(VENV)/.lint-stamp
 
 RAY_STAMP := $(VENV)/.ray-stamp
 
-.PHONY: demo test venv develop cargo-test pytest bench clean browser ray docs-tables validation fuzz validate golden lint toolchain reproductions check-reproductions
+.PHONY: demo test venv develop cargo-test pytest bench clean browser ray docs-tables validation fuzz validate golden lint toolchain reproductions check-reproductions docs-validation
 
 demo: develop
 	$(VENV)/bin/foliosim run configs/default.toml
@@ -114,6 +114,14 @@ check-reproductions: develop
 # from docs/reproductions.json (`make reproductions` first when it is stale).
 docs-tables: develop
 	$(VPY) -m foliosim.doctables docs/reproductions.json README.md docs/mechanisms/*.md
+
+# docs/validation.md from a full `foliosim validate --json` on this host (root,
+# the THP knobs; about 10 minutes; run it on a quiet machine): real against
+# predicted, the held-out headline, medians of 5 interleaved repeats.
+docs-validation: develop validation
+	mkdir -p results/validate
+	$(VENV)/bin/foliosim validate --json --out results/validate > results/validate/report.json
+	$(VPY) -m foliosim.validation_doc results/validate/report.json docs/validation.md
 
 # Rewrites tests/golden/expected/ from the current code: for a deliberate
 # change of output (commit the files with it and say which figures moved).

@@ -803,13 +803,18 @@ def _add_host_commands(sub: Any) -> None:
     c = sub.add_parser("calibrate", help="measure this host and write a machine profile")
     c.add_argument("--out", default="host.toml", metavar="FILE", help="profile to write (default host.toml)")
     c.add_argument("--name", help="profile name (default: the file's stem)")
-    c.add_argument("--json", action="store_true", help="also print the raw measurements as JSON")
+    c.add_argument("--json", action="store_true", help="print the measurements, fits and derived values as one JSON document")
+    c.add_argument("--rounds", type=int, default=5, metavar="N",
+                   help="interleaved rounds of every fault-path case (default 5; the medians are used)")
+    c.add_argument("--from", dest="from_json", metavar="FILE.json",
+                   help="derive the profile from the measurements an earlier `calibrate --json` printed (no measuring)")
     c.add_argument("--quiet", "-q", action="store_true")
     c.set_defaults(func=_host_cmd("calibrate"))
 
     v = sub.add_parser("validate", help="compare the model with this kernel under several THP settings (root)")
-    v.add_argument("--json", action="store_true", help='print {"rows": [...], "max_rel_error": {...}} or {"skipped": reason}')
-    v.add_argument("--quick", action="store_true", help="short runs (CI)")
+    v.add_argument("--json", action="store_true", help='print the report (rows, headline, fit and held-out errors) as one JSON document, or {"skipped": reason}')
+    v.add_argument("--quick", action="store_true", help="short runs, 2 repeats (CI; not for the headline)")
+    v.add_argument("--repeats", type=int, metavar="N", help="interleaved repeats of every real run (default 5; the medians are compared)")
     v.add_argument("--profile", metavar="FILE", help="calibrated profile (default results/calibrate/host.toml, measured if missing)")
     v.add_argument("--out", metavar="DIR", help="where to write validate.json and validate.md (default results/validate/)")
     v.add_argument("--tmpdir", metavar="DIR", help="where the file-backed tests keep their files (default /dev/shm if tmpfs, else /tmp)")

@@ -19,6 +19,8 @@ struct Env<'a> {
     k: &'a mut Kernel,
     seed: u64,
     next_cpu: u32,
+    /// The stand-in file of the process images' mappings, once made.
+    image_file: Option<FileId>,
 }
 
 impl SetupEnv for Env<'_> {
@@ -64,6 +66,20 @@ impl SetupEnv for Env<'_> {
     }
     fn seed(&self) -> u64 {
         self.seed
+    }
+    fn map_process_image(&mut self, task: TaskId) -> Result<(), String> {
+        let segs = crate::mm::exec::GLIBC_2_36_X86_64;
+        let file = match self.image_file {
+            Some(f) => f,
+            None => {
+                let bytes = segs.iter().filter(|s| s.map).map(|s| s.len).sum();
+                let f = self.create_file(FsKind::Disk, bytes, false)?;
+                self.image_file = Some(f);
+                f
+            }
+        };
+        let mm = self.k.tasks.get(task as usize).ok_or_else(|| format!("map_process_image: no task {task}"))?.mm;
+        self.k.map_process_image(mm, file, segs)
     }
 }
 
@@ -223,7 +239,7 @@ impl Driver {
         k.trace = crate::kernel::trace::Tracing::new(&cfg.run.probes, &cfg.run.probes_record, k.nr_cpus());
         boot_hook(&mut k);
         {
-            let mut env = Env { k: &mut k, seed, next_cpu: 0 };
+            let mut env = Env { k: &mut k, seed, next_cpu: 0, image_file: None };
             wl.setup(&mut env)?;
         }
         if k.tasks.is_empty() {

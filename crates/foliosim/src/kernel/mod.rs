@@ -46,6 +46,9 @@ pub struct Cpu {
     pub landing: Vec<(Ns, u32)>,
     /// x86 cpu_tlbstate: the loaded mm and the dynamic ASID slots (mm/asid.rs).
     pub tlbstate: crate::mm::asid::TlbState,
+    /// What this CPU's caches hold of recently freed pages and of its last
+    /// page walk (hw/cache.rs).
+    pub cache: crate::hw::cache::CpuCache,
 }
 
 /// One memory node (pg_data_t).
@@ -198,6 +201,7 @@ impl Kernel {
                 node: cpu_node(i),
                 landing: Vec::new(),
                 tlbstate: Default::default(),
+                cache: crate::hw::cache::CpuCache::new(),
             })
             .collect();
         let anon_policy = crate::mm::huge_memory::policy(&knobs.anon_folio);

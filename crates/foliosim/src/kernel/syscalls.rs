@@ -254,7 +254,9 @@ impl Kernel {
                 Access::Ifetch => Stat::ItlbMisses,
             });
         }
-        cost += self.c.walk;
+        // A walk into the PTE table this CPU walked last finds its lines in
+        // cache (hw/cache.rs).
+        cost += if self.cpus[cpu as usize].cache.walk(crate::hw::cache::walk_key(mm, va)) { self.c.walk_cached } else { self.c.walk };
         {
             let tk = &mut self.tasks[tid as usize];
             tk.clock += cost;
@@ -308,7 +310,14 @@ impl Kernel {
                 return Ret::Val(0);
             }
             match self.handle_mm_fault(tid, addr, kind) {
-                Fault::Done => continue,
+                Fault::Done => {
+                    // The access is retried: a walk of the PTE the fault
+                    // just wrote, its line in cache.
+                    let tk = &mut self.tasks[tid as usize];
+                    tk.clock += self.c.walk_cached;
+                    tk.user_ns += self.c.walk_cached;
+                    continue;
+                }
                 Fault::Segv => return Ret::Err(errno::EFAULT),
                 Fault::Oom => return Ret::Err(errno::ENOMEM),
                 Fault::Pending => return Ret::Val(0),

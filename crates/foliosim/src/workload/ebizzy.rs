@@ -63,7 +63,7 @@ impl Workload for Ebizzy {
         "ebizzy"
     }
     fn setup(&mut self, env: &mut dyn SetupEnv) -> Result<(), String> {
-        let cfg = TaskCfg { mode: Mode::Threads, tasks: self.tasks_n, pin: true };
+        let cfg = TaskCfg { mode: Mode::Threads, tasks: self.tasks_n, pin: true, image: false };
         let ids = cfg.spawn(env)?;
         self.tasks = TaskMap::new(&ids)?;
         self.st = vec![St { phase: Phase::Start, base: 0, iters: 0 }; ids.len()];
@@ -146,7 +146,7 @@ impl Workload for SpfMixed {
         "spf_mixed"
     }
     fn setup(&mut self, env: &mut dyn SetupEnv) -> Result<(), String> {
-        let cfg = TaskCfg { mode: Mode::Threads, tasks: self.faulters + self.mappers, pin: true };
+        let cfg = TaskCfg { mode: Mode::Threads, tasks: self.faulters + self.mappers, pin: true, image: false };
         let ids = cfg.spawn(env)?;
         self.tasks = TaskMap::new(&ids)?;
         self.st = vec![St { phase: Phase::Start, base: 0, iters: 0 }; ids.len()];

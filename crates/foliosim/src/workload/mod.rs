@@ -219,6 +219,12 @@ pub trait SetupEnv {
     fn spawn_thread(&mut self, of: TaskId, cpu: Option<u32>) -> Result<TaskId, String>;
     /// Seed for the workload's own random stream.
     fn seed(&self) -> u64;
+    /// Give task `task`'s mm the mappings a dynamically linked program has
+    /// in its mmap area before main() (mm/exec.rs GLIBC_2_36_X86_64).
+    fn map_process_image(&mut self, task: TaskId) -> Result<(), String> {
+        let _ = task;
+        Ok(())
+    }
 }
 
 /// Description of a workload parameter, for `foliosim list`.
