@@ -53,8 +53,11 @@ def test_thp_settings_restores_knobs_on_ctrl_c(tmp_path):
 @pytest.fixture(scope="session")
 def host_profile(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("cal") / "host.toml"
-    r = cli("calibrate", "--out", str(out), "--json")
+    r = cli("calibrate", "--out", str(out), "--json", "--rounds", "2")
     assert r.returncode == 0, r.stderr
+    # --json: stdout is one JSON document (progress and fits go to stderr).
+    doc = json.loads(r.stdout)
+    assert doc["profile"] == str(out) and doc["fits"] and doc["values"]
     return out
 
 

@@ -93,6 +93,7 @@ fn thp_allowed(v: ThpEnabled, top: ThpEnabled, vma: &Vma) -> bool {
 /// The baseline: order 0, plus PMD THP as the top-level `enabled` says.
 struct Off {
     top: ThpEnabled,
+    align: crate::kernel::knobs::ThpAnonAlign,
 }
 
 impl AnonOrderPolicy for Off {
@@ -123,8 +124,12 @@ impl AnonOrderPolicy for Off {
     fn free_always_locks_split_queue(&self) -> bool {
         false
     }
-    fn mmap_align(&self, _len: u64, _anon: bool) -> u64 {
-        4096
+    fn mmap_align(&self, len: u64, anon: bool) -> u64 {
+        if anon {
+            self.align.align(len)
+        } else {
+            4096
+        }
     }
 }
 
@@ -160,10 +165,12 @@ impl AnonOrderPolicy for RfcV2 {
     fn free_always_locks_split_queue(&self) -> bool {
         !self.k.free_listempty_check
     }
-    fn mmap_align(&self, _len: u64, _anon: bool) -> u64 {
+    fn mmap_align(&self, len: u64, anon: bool) -> u64 {
         // Patch 16: every unhinted map, file or anon, to 2^ANON_FOLIO_ORDER_MAX pages.
         if self.k.mmap_align_unhinted {
             4096 << self.k.max_order
+        } else if anon {
+            self.k.thp_anon_align.align(len)
         } else {
             4096
         }
@@ -212,9 +219,9 @@ impl AnonOrderPolicy for Upstream {
         false
     }
     fn mmap_align(&self, len: u64, anon: bool) -> u64 {
-        // 6.12 __get_unmapped_area: anonymous, unhinted, PMD-multiple length.
-        if anon && len.is_multiple_of(PMD_SIZE) {
-            PMD_SIZE
+        // __get_unmapped_area: anonymous and unhinted, by the era's rule.
+        if anon {
+            self.k.thp_anon_align.align(len)
         } else {
             4096
         }
@@ -223,7 +230,7 @@ impl AnonOrderPolicy for Upstream {
 
 pub fn policy(k: &AnonFolioKnobs) -> Box<dyn AnonOrderPolicy> {
     match k.mode {
-        AnonFolioMode::Off => Box::new(Off { top: k.thp_enabled }),
+        AnonFolioMode::Off => Box::new(Off { top: k.thp_enabled, align: k.thp_anon_align }),
         AnonFolioMode::RfcV2 => Box::new(RfcV2 { k: k.clone() }),
         AnonFolioMode::Upstream => Box::new(Upstream { k: k.clone() }),
     }
@@ -340,13 +347,6 @@ impl Kernel {
             }
         }
         0
-    }
-
-    /// Clearing cost of a 2^order-page folio on node `nid`: one clear call
-    /// plus the bytes (the faulting sub-page is cleared last; no extra cost).
-    pub(crate) fn zero_folio_cost(&self, nid: usize, order: u32) -> Ns {
-        let n = &self.nodes[nid];
-        n.zero_call + ((n.zero_4k - n.zero_call) << order)
     }
 
     /// Paths A (expect = none) and B (expect = the zero-page PTE) for large
@@ -470,11 +470,14 @@ impl Kernel {
         let n = 1u64 << order;
         let base = addr & !((4096 << order) - 1);
         let pnid = self.mem_map.get(pfn).nid as usize;
-        let t = t + self.zero_folio_cost(pnid, order) + self.c.memcg;
+        // The faulting sub-page is cleared last (folio_zero_user): no extra cost.
+        let t = t + self.c.alloc_anon_folio + self.clear_folio_cost(cpu, pnid, order) + self.c.memcg;
         self.check_guest_write(pfn, order, "cleared");
         let av = self.anon_vma_prepare(mm, vma);
-        // set_ptes is one batch; a PMD mapping is one entry and one rmap.
-        let hold = if pmd { self.c.pte_set + self.c.rmap } else { self.c.pte_set * n + self.c.rmap };
+        // set_ptes is one batch of n PTEs, and folio_add_new_anon_rmap sets
+        // every page's mapcount and AnonExclusive; a PMD mapping is one
+        // entry and one rmap call, with no per-page work.
+        let hold = if pmd { self.c.pte_set + self.c.rmap } else { (self.c.pte_set + self.c.rmap_page) * n + self.c.rmap };
         let lc = self.lc;
         let recheck = self.knobs.mutant != Mutant::MthpSkipPteRecheck;
         let tbl = self.mms[mm as usize].pt.table_mut(addr).expect("pte table exists");
@@ -709,6 +712,7 @@ impl Kernel {
             return t;
         }
         let (nid, order) = (p.nid as usize, p.order as u32);
+        let t = t + self.c.free_large_folio;
         self.stat.add(Stat::NrAnonLarge, -(1i64 << order));
         let queued = p.flags & pg::DEFERRED_SPLIT != 0;
         if !queued && !self.anon_policy.free_always_locks_split_queue() {

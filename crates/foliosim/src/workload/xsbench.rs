@@ -263,6 +263,10 @@ impl Workload for XsBench {
         op
     }
 
+    fn iterations(&self, task: TaskId) -> Option<u64> {
+        self.tasks.get(task).map(|i| self.st[i].lookups)
+    }
+
     fn peak_bytes(&self) -> Option<u64> {
         let stacks = self.stack * self.threads as u64;
         Some(self.code + self.grid + pte_table_bytes(self.grid) + stacks + pte_table_bytes(stacks))
