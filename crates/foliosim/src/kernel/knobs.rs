@@ -53,6 +53,11 @@ pub enum Mutant {
     /// Large anon folios: no pte_none scan and no re-check under the PTL, so
     /// a fresh folio may overwrite populated PTEs (I-7).
     MthpSkipPteRecheck,
+    /// Large anon folios: the re-check under the PTL looks only at the
+    /// faulting PTE, not at the whole block (pte_range_none), so a PTE that
+    /// another CPU populated in the block after the order was chosen is
+    /// overwritten (I-7).
+    MthpRecheckFaultPteOnly,
     /// wp fault: copy even when the page is AnonExclusive (I-12; RFC v2's bug P-10).
     MthpCowExclusive,
     /// Freeing a large folio forgets to take it off the deferred-split queue (I-15).
@@ -184,6 +189,7 @@ pub const MUTANTS: &[&str] = &[
     "buddy_no_merge",
     "mthp_skip_vma_bound",
     "mthp_skip_pte_recheck",
+    "mthp_recheck_fault_pte_only",
     "mthp_cow_exclusive",
     "mthp_skip_unqueue",
     "fpr_keep_reported_on_alloc",
@@ -556,6 +562,7 @@ impl Knobs {
                     "fpr_skip_host_fault" => Mutant::FprSkipHostFault,
                     "mthp_skip_vma_bound" => Mutant::MthpSkipVmaBound,
                     "mthp_skip_pte_recheck" => Mutant::MthpSkipPteRecheck,
+                    "mthp_recheck_fault_pte_only" => Mutant::MthpRecheckFaultPteOnly,
                     "mthp_cow_exclusive" => Mutant::MthpCowExclusive,
                     "mthp_skip_unqueue" => Mutant::MthpSkipUnqueue,
                     "spf_skip_seq_check" => Mutant::SpfSkipSeqCheck,
