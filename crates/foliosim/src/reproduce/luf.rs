@@ -319,9 +319,9 @@ const XS_TIME_DIV: u64 = 1000;
 pub(crate) const XS_FULL: XsScale = XsScale { div: 16, threads: 14, lookups: 1_700_000, max_s: 600.0 };
 
 fn xs_toml(s: &XsScale, luf: bool, batch_flush: bool) -> String {
-    let (dram, far, grid) = (XS_SEED_DRAM_MIB / s.div, XS_SEED_FAR_MIB / s.div, XS_SEED_GRID_MIB / s.div);
+    let (dram, far, gridpoints) = (XS_SEED_DRAM_MIB / s.div, XS_SEED_FAR_MIB / s.div, 11303 / s.div);
     format!(
-        "seed = {SEED}\n[machine]\nprofile = \"{XS_PROFILE}\"\nnode_mem_mib = [{dram}, {far}]\n[workload]\nname = \"xsbench\"\nthreads = {}\ngrid_mib = {grid}\nlookups = {}\nloads_per_lookup = {XS_LOADS}\ncompute_ns = {XS_COMPUTE_NS}\n[run]\nwarmup_s = 0.0\nduration_s = {}\n[knobs]\n{TIERING}\"luf.enabled\" = {luf}\n\"migrate.batch_flush\" = {batch_flush}\n\"kernel.numa_balancing_scan_delay_ms\" = {}\n\"kernel.numa_balancing_scan_period_min_ms\" = {}\n\"kernel.numa_balancing_hot_threshold_ms\" = {}\n\"kernel.numa_balancing_scan_size_mb\" = {}\n",
+        "seed = {SEED}\n[machine]\nprofile = \"{XS_PROFILE}\"\nnode_mem_mib = [{dram}, {far}]\n[workload]\nname = \"xsbench\"\nthreads = {}\ngridpoints = {gridpoints}\nlookups = {}\ncompute_ns = {XS_COMPUTE_NS}\n[run]\nwarmup_s = 0.0\nduration_s = {}\n[knobs]\n{TIERING}\"luf.enabled\" = {luf}\n\"migrate.batch_flush\" = {batch_flush}\n\"kernel.numa_balancing_scan_delay_ms\" = {}\n\"kernel.numa_balancing_scan_period_min_ms\" = {}\n\"kernel.numa_balancing_hot_threshold_ms\" = {}\n\"kernel.numa_balancing_scan_size_mb\" = {}\n",
         s.threads, s.lookups, s.max_s, (1000 / XS_TIME_DIV).max(1), (1000 / XS_TIME_DIV).max(1), (1000 / XS_TIME_DIV).max(1), (256 / s.div).max(1)
     )
 }
