@@ -2,7 +2,9 @@
  * kernel. Each testcase defines testcase() (never returns; increments
  * *iterations once per op, exactly where will-it-scale does) and may define
  * testcase_prepare()/testcase_cleanup(). Written for foliosim; semantics
- * follow spec/workloads.md section 5. */
+ * follow will-it-scale's main.c and the test cases in its tests/ directory
+ * (github.com/antonblanchard/will-it-scale), as do the simulated workloads
+ * (docs/mechanisms/core.md). */
 #ifndef FOLIOSIM_HARNESS_H
 #define FOLIOSIM_HARNESS_H
 #include <stddef.h>
