@@ -25,7 +25,7 @@ LINT_STAMP := $(VENV)/.lint-stamp
 
 RAY_STAMP := $(VENV)/.ray-stamp
 
-.PHONY: demo test venv develop cargo-test pytest bench clean browser ray docs-tables validation fuzz validate golden lint toolchain
+.PHONY: demo test venv develop cargo-test pytest bench clean browser ray docs-tables validation fuzz validate golden lint toolchain reproductions check-reproductions docs-validation
 
 demo: develop
 	$(VENV)/bin/foliosim run configs/default.toml
@@ -101,13 +101,27 @@ $(RAY_STAMP): $(STAMP)
 	if $(VPY) -m pip install $(PIP_FLAGS) 'ray>=2.9'; then touch $@; \
 	else echo "make: pip install ray failed: the Ray test will skip"; fi
 
-# The published-vs-simulated tables of docs/mechanisms/*.md and the headline
-# table of README.md, from
-# `foliosim reproduce all --json` (so they never drift from the simulator).
+# docs/reproductions.{json,md}: every experiment rerun (experiments/*/*.toml,
+# two processes, about ten minutes). `make test` checks them cheaply (hashes
+# of the inputs, the cheap experiments rerun); check-reproductions reruns all.
+reproductions: develop
+	$(VPY) -m foliosim.reproduce.docs write
+
+check-reproductions: develop
+	$(VPY) -m foliosim.reproduce.docs check
+
+# The published-vs-simulated tables in README.md and docs/mechanisms/*.md,
+# from docs/reproductions.json (`make reproductions` first when it is stale).
 docs-tables: develop
-	mkdir -p results/reproduce
-	$(VENV)/bin/foliosim reproduce all --json --quiet --out results/reproduce > results/reproduce/all.json
-	$(VPY) -m foliosim.doctables results/reproduce/all.json README.md docs/mechanisms/*.md
+	$(VPY) -m foliosim.doctables docs/reproductions.json README.md docs/mechanisms/*.md
+
+# docs/validation.md from a full `foliosim validate --json` on this host (root,
+# the THP knobs; about 10 minutes; run it on a quiet machine): real against
+# predicted, the held-out headline, medians of 5 interleaved repeats.
+docs-validation: develop validation
+	mkdir -p results/validate
+	$(VENV)/bin/foliosim validate --json --out results/validate > results/validate/report.json
+	$(VPY) -m foliosim.validation_doc results/validate/report.json docs/validation.md
 
 # Rewrites tests/golden/expected/ from the current code: for a deliberate
 # change of output (commit the files with it and say which figures moved).

@@ -83,5 +83,8 @@ def catalog() -> dict[str, Any]:
 
 
 def experiments() -> list[tuple[str, str]]:
-    """Registered reproductions as (name, help)."""
-    return list(_core.experiments())
+    """The experiments (`experiments/*/*.toml`) as (name, title); run them
+    with :mod:`foliosim.reproduce`."""
+    from . import reproduce
+
+    return [(e["name"], e["help"]) for e in reproduce.catalog()]

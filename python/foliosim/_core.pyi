@@ -21,10 +21,8 @@ __all__ = [
     "bench_instructions_json",
     "bench_json",
     "catalog_json",
-    "experiments",
     "load_json",
     "load_toml",
-    "reproduce_json",
     "resolve_paths",
     "run_json",
     "trace_from_valgrind_log",
@@ -78,13 +76,7 @@ def run_json(config_json: str, progress: _ProgressCallback | None = None, cancel
     """
 
 def catalog_json() -> str:
-    """Workloads, profiles, knobs, counters and experiments as JSON."""
-
-def experiments() -> list[tuple[str, str]]:
-    """Registered reproductions as (name, help)."""
-
-def reproduce_json(name: str, progress: _ProgressCallback | None = None, cancel: Cancel | None = None) -> str:
-    """Run a reproduction: {"name","title","rows":[...],"notes":[...]} as JSON."""
+    """Workloads, profiles (with their TOML), knobs, counters and tracepoints as JSON."""
 
 def bench_json(which: str) -> str:
     """One speed benchmark ("anon_faults", "tlb_hits", "pf1_threads64",

@@ -1,8 +1,22 @@
 """`foliosim calibrate`: measure this host and write a machine profile.
 
-The measurements are validation/calibrate.c (see its comments); this module
-turns them into a profile in the schema of profiles/generic-x86.toml. What it
-cannot measure is copied from generic-x86 and says so in its comment."""
+The fault-path costs are measured through the real kernel's own paths
+(validation/faultcost.c, one case per run: anonymous write faults at every
+folio size the host offers, under its per-size THP knob; the zero-page read
+fault; tmpfs file faults, shared and private; munmap and MADV_DONTNEED of
+what they mapped; a sequential re-touch; the mprotect scan). Each case runs
+in every round, the rounds interleaved (a slow spell of a shared machine
+hits every case alike), and every figure used is the median over the rounds,
+with its min-max spread. Fixed and per-page costs are fitted by least
+squares, each fit printed with its residual. The rest (syscall, mmap and
+munmap calls, bandwidths, the random page walk, the cache-resident clear)
+comes from validation/calibrate.c. What cannot be measured is copied from
+generic-x86 and says so in its comment; every measured value says how.
+
+The profile's terms are those the model charges (docs/DEVELOPING.md, "The
+time model"), so the derivation below follows what the model adds up for
+each measured case; `verify` then runs the model on the same cases with the
+written profile and prints model against host, case by case."""
 
 from __future__ import annotations
 
@@ -11,12 +25,25 @@ import contextlib
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
-from ._host import THP, HostError, build_validation, knobs_available, read_knob, thp_settings, write_text_atomic
+from ._host import (
+    THP,
+    HostError,
+    build_validation,
+    knobs_available,
+    knobs_changed,
+    knobs_for,
+    mthp_sizes_kib,
+    read_knob,
+    thp_settings,
+    tmp_fs_kind,
+    write_text_atomic,
+)
 from .tomlout import _value
 
 try:
@@ -25,6 +52,20 @@ except ImportError:  # pragma: no cover
     tomllib = None  # type: ignore
 
 GENERIC = "generic-x86"
+PMD_KIB = 2048
+# Regions: "cold" is far beyond the caches, "warm" is reused within them.
+COLD_MIB, WARM_MIB = 128, 2
+# The region sweep that sizes the cache (warm_cache_bytes), PMD THP.
+SWEEP_MIB = (2, 8, 16, 32, 64, COLD_MIB)
+DEFAULT_ROUNDS = 5
+# Folio sizes left out of every fit, so that `foliosim validate` tests the
+# model on sizes calibration never saw (its held-out rows).
+HELD_OUT_KIB = (32, 64)
+
+
+def _say(msg: str, quiet: bool) -> None:
+    if not quiet:
+        print(msg, file=sys.stderr, flush=True)
 
 
 def generic_profile() -> dict[str, Any]:
@@ -34,9 +75,10 @@ def generic_profile() -> dict[str, Any]:
         return tomllib.loads(f.read().decode())
 
 
-def measure(quiet: bool = True) -> dict[str, Any]:
-    """Run validation/bin/calibrate; if PMD THP is off for madvised memory
-    and we may change the knobs, turn it on (madvise) for the run."""
+# ---------------------------------------------------------------- measure --
+def measure_micro() -> dict[str, Any]:
+    """validation/bin/calibrate (user-space microbenchmarks); PMD THP on for
+    madvised memory during the run if we may change the knobs."""
     binary = build_validation() / "calibrate"
     want: dict[Path, str] = {}
     if knobs_available() is None and (read_knob(THP / "enabled") == "never" or read_knob(THP / "hugepages-2048kB" / "enabled") == "never"):
@@ -48,6 +90,290 @@ def measure(quiet: bool = True) -> dict[str, Any]:
     if r.returncode != 0:
         raise HostError(f"calibrate benchmark failed: {(r.stderr.strip().splitlines() or ['exit ' + str(r.returncode)])[-1]}")
     return json.loads(r.stdout)
+
+
+def plan(sizes_kib: list[int]) -> list[tuple[int, list[tuple[str, int]]]]:
+    """(folio size in KiB, [(case, MiB)]) per setting, in run order."""
+    out: list[tuple[int, list[tuple[str, int]]]] = [(4, [
+        ("anon", COLD_MIB), ("anon", WARM_MIB), ("zero", COLD_MIB), ("shmem-shared", COLD_MIB),
+        ("shmem-private", COLD_MIB), ("retouch", COLD_MIB), ("mprotect", COLD_MIB), ("anon-dontneed", COLD_MIB)])]
+    for s in sizes_kib:
+        if 4 < s < PMD_KIB and s not in HELD_OUT_KIB:
+            out.append((s, [("anon", COLD_MIB), ("anon", WARM_MIB)]))
+    if PMD_KIB in sizes_kib:
+        out.append((PMD_KIB, [("anon", m) for m in SWEEP_MIB] + [("retouch", COLD_MIB)]))
+    return out
+
+
+def key(size_kib: int, case: str, mib: int) -> str:
+    return f"{size_kib}K:{case}:{mib}"
+
+
+def run_faultcost(binary: Path, case: str, mib: int, passes: int, tmpdir: str) -> dict[str, Any]:
+    r = subprocess.run([str(binary), case, "-m", str(mib), "-p", str(passes), "-d", tmpdir],
+                       stdin=subprocess.DEVNULL, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise HostError(f"faultcost {case} failed: {(r.stderr.strip().splitlines() or ['exit ' + str(r.returncode)])[-1]}")
+    return json.loads(r.stdout)
+
+
+def measure_series(rounds: int, passes: int = 3, quiet: bool = True, tmpdir: str | None = None) -> dict[str, list[dict[str, Any]]]:
+    """Every case of `plan` in every round, rounds interleaved. Needs the
+    THP knobs (root): a host without them is measured at 4 KiB only."""
+    binary = build_validation() / "faultcost"
+    tmpdir = tmpdir or ("/dev/shm" if tmp_fs_kind("/dev/shm") == "tmpfs" else "/tmp")
+    can_knob = knobs_available() is None
+    sizes = mthp_sizes_kib() if can_knob else []
+    series: dict[str, list[dict[str, Any]]] = {}
+    for rnd in range(rounds):
+        for size, cases in plan(sizes):
+            want = knobs_for([] if size == 4 else [size]) if can_knob else {}
+            with thp_settings(want):
+                for case, mib in cases:
+                    _say(f"foliosim calibrate: round {rnd + 1}/{rounds}: {size} KiB folios, {case}, {mib} MiB", quiet)
+                    rec = run_faultcost(binary, case, mib, passes, tmpdir)
+                    changed = knobs_changed(want)
+                    if changed:
+                        raise HostError(f"THP knobs changed by another process during calibration: {changed[0]}; rerun when it is done")
+                    series.setdefault(key(size, case, mib), []).append(rec)
+    return series
+
+
+# -------------------------------------------------------------------- fit --
+def med(series: dict[str, list[dict[str, Any]]], k: str, field: str = "ns_per_page") -> float:
+    return statistics.median(r[field] for r in series[k])
+
+
+def spread(series: dict[str, list[dict[str, Any]]], k: str, field: str = "ns_per_page") -> tuple[float, float]:
+    v = [r[field] for r in series[k]]
+    return min(v), max(v)
+
+
+def fit_line(xs: list[float], ys: list[float]) -> tuple[float, float, float]:
+    """Least squares y = a + b x: (a, b, root-mean-square residual)."""
+    n = len(xs)
+    if n < 2:
+        raise ValueError("a line needs two points")
+    mx, my = sum(xs) / n, sum(ys) / n
+    sxx = sum((x - mx) ** 2 for x in xs)
+    if sxx == 0:
+        raise ValueError("a line needs two distinct x")
+    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx
+    a = my - b * mx
+    rms = (sum((a + b * x - y) ** 2 for x, y in zip(xs, ys, strict=True)) / n) ** 0.5
+    return a, b, rms
+
+
+def fit_warm_cache(regions_mib: list[float], per_page: list[float], warm: float) -> tuple[float, float, float]:
+    """The model's warm fraction after a free of R MiB reused last-freed
+    first is min(1, K/R): per page p(R) = warm + (cold - warm) * max(0, 1 - K/R).
+    Least squares over K (a 1/8 MiB grid) and cold: (K MiB, cold, rms)."""
+    best: tuple[float, float, float] | None = None
+    for i in range(1, 8 * 256 + 1):
+        k = i / 8
+        xs = [max(0.0, 1 - k / r) for r in regions_mib]
+        sxx = sum(x * x for x in xs)
+        if sxx == 0:
+            continue
+        # p - warm = (cold - warm) x: slope through the origin.
+        d = sum(x * (p - warm) for x, p in zip(xs, per_page, strict=True)) / sxx
+        rms = (sum((warm + d * x - p) ** 2 for x, p in zip(xs, per_page, strict=True)) / len(xs)) ** 0.5
+        if best is None or rms < best[2] - 1e-9:
+            best = (k, warm + d, rms)
+    if best is None:
+        raise ValueError("no cache size fits")
+    return best
+
+
+def per_fault(series: dict[str, list[dict[str, Any]]], size: int, mib: int) -> tuple[float, float]:
+    """(pages per fault, ns per fault) of the anonymous write faults."""
+    k = key(size, "anon", mib)
+    fpp = med(series, k, "faults_per_page")
+    return 1 / fpp, med(series, k) / fpp
+
+
+class Derivation:
+    """Profile values from the measurements, each with how it was measured,
+    and the fits' lines (value, residual) for the report."""
+
+    def __init__(self, micro: dict[str, Any], series: dict[str, list[dict[str, Any]]], rounds: int):
+        self.m, self.s, self.rounds = micro, series, rounds
+        self.g = generic_profile()
+        self.vals: dict[str, tuple[float, str]] = {}
+        self.fits: list[str] = []
+        self.derive()
+
+    def put(self, k: str, v: float, how: str, floor: float = 0.0) -> float:
+        if v < floor:
+            how = f"{how}; the measurement gives {v:.1f}, below the floor {floor:g} used"
+            v = floor
+        self.vals[k] = (v, how)
+        return v
+
+    def sp(self, k: str, field: str = "ns_per_page") -> str:
+        lo, hi = spread(self.s, k, field)
+        return f"{lo:.0f}-{hi:.0f}"
+
+    def derive(self) -> None:
+        s, m, gc = self.s, self.m, self.g["cost"]
+        src = f"validation/faultcost.c, median of {self.rounds} interleaved rounds"
+        sizes = sorted({int(k.split("K:")[0]) for k in s})
+        mthp = [x for x in sizes if 4 < x < PMD_KIB]
+        have_pmd = PMD_KIB in sizes
+        # The cache size: the PMD THP region sweep (a cleared 2 MiB folio is
+        # the cleanest clearing signal); without PMD THP, the generic value.
+        if have_pmd:
+            regions = [r for r in SWEEP_MIB if key(PMD_KIB, "anon", r) in s]
+            pp = [med(s, key(PMD_KIB, "anon", r)) for r in regions]
+            k_mib, cold_pp, rms = fit_warm_cache([float(r) for r in regions], pp, pp[0])
+            self.fits.append(f"warm cache: PMD THP faults per 4 KiB page over {'/'.join(map(str, regions))} MiB regions "
+                             f"= {' / '.join(f'{x:.0f}' for x in pp)} ns; fit warm {pp[0]:.0f} + (cold {cold_pp:.0f} - warm) * "
+                             f"max(0, 1 - K/R): K = {k_mib:g} MiB, residual {rms:.1f} ns rms")
+            self.put("warm_cache_bytes", k_mib * (1 << 20),
+                     f"{src}: PMD THP write faults over {'/'.join(map(str, regions))} MiB regions reused last-freed first, per page "
+                     f"{' / '.join(f'{x:.0f}' for x in pp)} ns, least squares of warm + (cold - warm) * max(0, 1 - K/R): "
+                     f"K = {k_mib:g} MiB (residual {rms:.1f} ns rms)")
+        else:
+            k_mib = gc["warm_cache_bytes"] / (1 << 20)
+        f_cold = min(1.0, k_mib / COLD_MIB)
+        # The 4 KiB faults and the zero-page read fault.
+        a_c_meas, a_w = med(s, key(4, "anon", COLD_MIB)), med(s, key(4, "anon", WARM_MIB))
+        a_c = (a_c_meas - f_cold * a_w) / (1 - f_cold)
+        zero = med(s, key(4, "zero", COLD_MIB))
+        clear_w = m["clear_warm_ns"]
+        fc: float | None = None
+        fw: float | None = None
+        sc: float | None = None
+        sw: float | None = None
+        # Large folios: time per fault = fixed + per-page x pages, fitted as
+        # time per page = per-page + fixed / pages (every size weighs alike).
+        if len(mthp) >= 2:
+            xc, yc = zip(*(per_fault(s, x, COLD_MIB) for x in mthp), strict=True)
+            xw, yw = zip(*(per_fault(s, x, WARM_MIB) for x in mthp), strict=True)
+            sc_meas, fc, rc = fit_line([1 / x for x in xc], [y / x for x, y in zip(xc, yc, strict=True)])
+            sw, fw, rw = fit_line([1 / x for x in xw], [y / x for x, y in zip(xw, yw, strict=True)])
+            sc = (sc_meas - f_cold * sw) / (1 - f_cold)
+            for lab, xs, ys, a, b, r in (("cold", xc, yc, fc, sc_meas, rc), ("warm", xw, yw, fw, sw, rw)):
+                self.fits.append(f"anon fault, {lab} ({COLD_MIB if lab == 'cold' else WARM_MIB} MiB regions), sizes "
+                                 f"{'/'.join(f'{x}K' for x in mthp)}: per fault = {a:.0f} + {b:.1f} ns x pages "
+                                 f"(residual {r:.1f} ns per page rms over {len(xs)} sizes; pages:ns per fault "
+                                 + ", ".join(f"{x:.0f}:{y:.0f}" for x, y in zip(xs, ys, strict=True)) + ")")
+            self.fits.append(f"cold slope without the warm share ({100 * f_cold:.1f}% of a {COLD_MIB} MiB region): {sc:.1f} ns per page")
+        self.put("zero_warm_bw_gbps", 4096 / clear_w, "validation/calibrate.c: rep stosb (clear_page_erms' instruction) of 4 KiB pages "
+                 f"over a 1 MiB working set, {clear_w:.1f} ns per page")
+        # PMD THP faults: per page a clear and a tail preparation, nothing per
+        # PTE. Warm, they give the tail; cold, the cold clear.
+        if have_pmd and fc is not None and fw is not None:
+            n, t_pmd_w = per_fault(s, PMD_KIB, WARM_MIB)
+            s_pmd_w = (t_pmd_w - fw) / n
+            tail = self.put("prep_tail_ns", s_pmd_w - clear_w,
+                            f"{src}: a PMD THP fault over a {WARM_MIB} MiB region, {t_pmd_w:.0f} ns ({self.sp(key(PMD_KIB, 'anon', WARM_MIB))} ns/page), "
+                            f"is {s_pmd_w:.1f} ns per page beyond the warm mTHP fit's fixed part ({fw:.0f} ns); minus the warm clear", floor=0.0)
+            n, t_pmd_c = per_fault(s, PMD_KIB, COLD_MIB)
+            s_pmd_c = ((t_pmd_c - f_cold * t_pmd_w) / (1 - f_cold) - fc) / n
+            clear_c = s_pmd_c - tail
+            self.fits.append(f"PMD THP: warm {s_pmd_w:.1f} ns per page = clear {clear_w:.1f} + tail {tail:.1f}; cold {s_pmd_c:.1f} "
+                             f"(without the warm share) = tail + clear {clear_c:.1f} ns per cold 4 KiB page")
+            self.put("node.zero_bw_gbps", 4096 / max(clear_c, clear_w),
+                     f"{src}: PMD THP write faults over {COLD_MIB} MiB, {s_pmd_c:.0f} ns per page beyond the cold mTHP fit's fixed part "
+                     f"({fc:.0f} ns), minus prep_tail_ns: {clear_c:.0f} ns per cold 4 KiB page")
+        else:
+            clear_c = clear_w + (a_c - a_w)
+            tail = self.put("prep_tail_ns", gc["prep_tail_ns"], "[generic-x86] no PMD THP on this host to measure it")
+            self.fits.append(f"clearing (no PMD THP): warm {clear_w:.1f} + the 4 KiB faults' cold-warm difference {a_c - a_w:.1f} = cold {clear_c:.1f} ns")
+            self.put("node.zero_bw_gbps", 4096 / max(clear_c, clear_w),
+                     f"{src}: the warm clear ({clear_w:.1f} ns) + the difference of 4 KiB write faults over {COLD_MIB} MiB and {WARM_MIB} MiB")
+        self.fits.append(f"4 KiB check: the clears' cold-warm difference {clear_c - clear_w:.1f} ns against the 4 KiB faults' own "
+                         f"{a_c - a_w:.1f} (residual {a_c - a_w - (clear_c - clear_w):+.1f} ns)")
+        # Zap and free per folio: munmap of what the faults mapped. Per page
+        # of a PTE-mapped large folio: pte_clear + rmap_page + free_tail;
+        # of a PMD THP: free_tail.
+        u1 = med(s, key(4, "anon", COLD_MIB), "unmap_ns_per_page")
+        if len(mthp) >= 2 and have_pmd:
+            pages = [1 / med(s, key(x, "anon", COLD_MIB), "faults_per_page") for x in mthp]
+            per_folio = [med(s, key(x, "anon", COLD_MIB), "unmap_ns_per_page") * n for x, n in zip(mthp, pages, strict=True)]
+            zp, z0, zr = fit_line([1 / x for x in pages], [y / x for x, y in zip(pages, per_folio, strict=True)])
+            n = 1 / med(s, key(PMD_KIB, "anon", COLD_MIB), "faults_per_page")
+            u_pmd = med(s, key(PMD_KIB, "anon", COLD_MIB), "unmap_ns_per_page") * n
+            z_pmd = max((u_pmd - z0) / n, 0.0)
+            self.fits.append(f"munmap per folio, sizes {'/'.join(f'{x}K' for x in mthp)}: {z0:.0f} + {zp:.1f} ns x pages "
+                             f"(residual {zr:.1f} ns per page rms); PMD THP: {u_pmd:.0f} ns per folio = {z_pmd:.1f} ns per page beyond that fixed part")
+            free_tail = self.put("free_tail_ns", z_pmd, f"{src}: munmap of {COLD_MIB} MiB of PMD THPs, {u_pmd:.0f} ns per folio, per page beyond "
+                                 f"the fixed part of the mTHP munmap fit ({z0:.0f} ns)")
+            per = max(zp - free_tail, 1.0) / 2
+            half = (f"{src}: the mTHP munmap fit's {zp:.1f} ns per page minus free_tail_ns; [assumed] half of it: only the sum of "
+                    "zap_pte_range's PTE clear and folio_remove_rmap_ptes' per-page mapcount drop is measured")
+            self.put("pte_clear_ns", per, half)
+            rmap_page = self.put("rmap_page_ns", per, half)
+        else:
+            for k in ("free_tail_ns", "pte_clear_ns", "rmap_page_ns"):
+                self.put(k, gc[k], "[generic-x86] no large folios on this host to measure it")
+            rmap_page = gc["rmap_page_ns"]
+        # What a PTE-mapped large folio's fault costs per page beyond a PMD
+        # THP's: set_ptes and the per-page rmap updates.
+        if have_pmd and sc is not None and fc is not None:
+            per_pte = sc - s_pmd_c
+            self.put("pte_set_ns", per_pte - rmap_page,
+                     f"{src}: the cold mTHP fit's {sc:.1f} ns per page minus the cold PMD THP's {s_pmd_c:.1f} (set_ptes and the per-page "
+                     "rmap updates of a PTE-mapped folio), minus rmap_page_ns", floor=0.5)
+            if sw is not None:
+                warm_model = clear_w + tail + self.vals["pte_set_ns"][0] + rmap_page
+                self.fits.append(f"mTHP warm check: {sw:.1f} ns per page measured, {warm_model:.1f} modelled (residual {sw - warm_model:+.1f} ns: "
+                                 "the PTE and rmap work is taken from the cold faults)")
+        else:
+            self.put("pte_set_ns", gc["pte_set_ns"], "[generic-x86] no large folios on this host to measure it")
+        # The 4 KiB fault: the zero-page read fault gives the common path.
+        walk_c = max(med(s, key(4, "retouch", COLD_MIB)) - med(s, key(PMD_KIB, "retouch", COLD_MIB)), 0.5) if have_pmd else None
+        if walk_c is not None:
+            self.put("walk_cached_ns", walk_c, f"{src}: a store to each populated 4 KiB page of {COLD_MIB} MiB in order "
+                     f"({med(s, key(4, 'retouch', COLD_MIB)):.1f} ns) minus the same over PMD THPs ({med(s, key(PMD_KIB, 'retouch', COLD_MIB)):.1f} ns): "
+                     "the TLB miss and walk into a cached PTE table")
+        walk_cached = walk_c if walk_c is not None else self.g["tlb"]["walk_cached_ns"]
+        pte_set = self.vals["pte_set_ns"][0]
+        fixed = gc["trap_ns"] + gc["vma_lookup_ns"] + pte_set + 2 * walk_cached + gc["user_access_ns"]
+        self.put("fault_base_ns", zero - fixed,
+                 f"{src}: the zero-page read fault, {zero:.0f} ns ({self.sp(key(4, 'zero', COLD_MIB))}), minus [generic-x86] trap_ns, vma_lookup_ns, "
+                 "user_access_ns, pte_set_ns and the two walks (before and after the fault)", floor=10.0)
+        parts = ["alloc_pcp_ns", "rmap_ns", "memcg_charge_ns", "lru_add_ns"]
+        gen_extra = sum(gc[k] for k in parts) + gc["lru_lock_per_folio_ns"] / gc["lru_batch"]
+        extra = a_c - zero - clear_c
+        scale = max(extra, 0.1 * gen_extra) / gen_extra
+        self.fits.append(f"4 KiB anon write fault: cold {a_c:.0f} ns (measured {a_c_meas:.0f}, {self.sp(key(4, 'anon', COLD_MIB))}, without the warm share), "
+                         f"warm {a_w:.0f}; minus the zero-page fault {zero:.0f} and the cold clear {clear_c:.0f}: {extra:.0f} ns of allocation, "
+                         f"charge, rmap and LRU = generic split x {scale:.3f}; warm check: {a_w - zero - clear_w:.0f} ns "
+                         f"(residual {a_w - zero - clear_w - extra:+.0f} ns)")
+        for k in parts:
+            self.put(k, gc[k] * scale, f"[generic-x86] {gc[k]} x {scale:.3f}: the generic split scaled so that the modelled 4 KiB anonymous "
+                     f"write fault totals the measured {a_c:.0f} ns ({src})")
+        rmap = self.vals["rmap_ns"][0]
+        # The order-0 zap: pte_clear + rmap + the LRU removal + the pcp free.
+        self.put("free_pcp_ns", u1 - self.vals["pte_clear_ns"][0] - rmap - gc["lru_lock_per_folio_ns"],
+                 f"{src}: munmap of {COLD_MIB} MiB of 4 KiB pages, {u1:.0f} ns per page ({self.sp(key(4, 'anon', COLD_MIB), 'unmap_ns_per_page')}), "
+                 "minus pte_clear_ns, rmap_ns and [generic-x86] lru_lock_per_folio_ns", floor=5.0)
+        # tmpfs file faults.
+        sh, pr = med(s, key(4, "shmem-shared", COLD_MIB)), med(s, key(4, "shmem-private", COLD_MIB))
+        self.put("pagecache_lookup_ns", sh - zero - rmap,
+                 f"{src}: the shared tmpfs write fault on a cached page, {sh:.0f} ns ({self.sp(key(4, 'shmem-shared', COLD_MIB))}), minus the "
+                 "zero-page fault and rmap_ns", floor=5.0)
+        alloc = sum(self.vals[k][0] for k in ("alloc_pcp_ns", "memcg_charge_ns", "lru_add_ns")) + gc["lru_lock_per_folio_ns"] / gc["lru_batch"]
+        copy = pr - sh - alloc
+        self.put("node.copy_bw_gbps", 4096 / max(copy, 1.0),
+                 f"{src}: the private tmpfs write fault (copy of a cached page), {pr:.0f} ns ({self.sp(key(4, 'shmem-private', COLD_MIB))}), minus the "
+                 f"shared one and the allocation, charge and LRU work: {copy:.0f} ns per 4 KiB copied")
+        # The mprotect scan (issue #18 point 6).
+        mp = med(s, key(4, "mprotect", COLD_MIB))
+        self.put("change_pte_scan_ns", mp - pte_set,
+                 f"{src}: mprotect(PROT_READ) of {COLD_MIB} MiB of populated 4 KiB pages, {mp:.1f} ns per page ({self.sp(key(4, 'mprotect', COLD_MIB))}), "
+                 "minus pte_set_ns: the NUMA scan's skip path reads the same PTEs and folios but writes none", floor=1.0)
+        # From calibrate.c.
+        syscall = m["syscall_ns"]
+        self.put("syscall_ns", syscall, "validation/calibrate.c: getppid() loop")
+        self.put("mmap_ns", m["mmap_ns"] - syscall, f"validation/calibrate.c: mmap of 128 MiB anonymous ({m['mmap_ns']:.0f} ns) minus syscall_ns", floor=10.0)
+        self.put("munmap_ns", m["munmap_ns"] - syscall, f"validation/calibrate.c: munmap of an untouched 128 MiB mapping ({m['munmap_ns']:.0f} ns) minus syscall_ns", floor=10.0)
+        dn1 = med(s, key(4, "anon-dontneed", COLD_MIB), "unmap_ns_per_page")
+        self.put("madvise_ns", m["dontneed_one_page_call_ns"] - syscall - dn1 - gc["tlb_flush_one_ns"],
+                 f"validation/calibrate.c: a one-page MADV_DONTNEED call ({m['dontneed_one_page_call_ns']:.0f} ns) minus syscall_ns, the per-page "
+                 f"zap ({dn1:.0f} ns, {src}) and [generic-x86] tlb_flush_one_ns", floor=10.0)
 
 
 def _cpu_topology() -> tuple[int, int, float | None]:
@@ -94,36 +420,19 @@ def _f(v: float) -> str:
     return f"{v:.1f}" if abs(v) >= 10 else f"{v:.3f}"
 
 
-def make_profile(m: dict[str, Any], name: str = "host") -> str:
-    g = generic_profile()
+def make_profile(d: Derivation, name: str = "host") -> str:
+    g, m, vals = d.g, d.m, d.vals
     gc, gt = g["cost"], g["tlb"]
     ncpu, sockets, mhz = _cpu_topology()
     nodes = _nodes()
-    zero_4k = 4096.0 / m["zero_bw_gbps"]
-    walk = m["latency_4k_ns"] - m["latency_2m_ns"]
     huge_ok = m.get("huge_fraction", 0) >= 0.9
-    # The modelled zero-page read fault is trap + fault_base + vma_lookup +
-    # pte_set (+ the TLB walk of the retried access): fault_base absorbs the
-    # measured total beyond the generic trap, lookup and PTE figures.
-    fault_base = m["zero_page_read_fault_ns"] - gc["trap_ns"] - gc["vma_lookup_ns"] - gc["pte_set_ns"] - (walk if huge_ok else gt["walk_ns"])
-    fault_base = max(fault_base, 10.0)
-    # The anonymous write fault adds allocation, clearing, rmap, memcg and LRU
-    # work to that: the generic split of the non-clearing part is scaled to
-    # the measured difference.
-    parts = ["alloc_pcp_ns", "rmap_ns", "memcg_charge_ns", "lru_add_ns"]
-    gen_extra = sum(gc[k] for k in parts) + gc["lru_lock_per_folio_ns"] / gc["lru_batch"]
-    extra = m["anon_write_fault_ns"] - m["zero_page_read_fault_ns"] - zero_4k
-    scale = max(extra, 0.1 * gen_extra) / gen_extra
-    syscall = m["syscall_ns"]
-    dn_page = m["dontneed_per_page_ns"]
-    # zap of one page = pte_clear + rmap + free_pcp in the model
-    free_pcp = max(dn_page - gc["pte_clear_ns"] - gc["rmap_ns"] * scale, 5.0)
-    madvise = max(m["dontneed_one_page_call_ns"] - syscall - dn_page - gc["tlb_flush_one_ns"], 10.0)
-    src = "validation/calibrate.c"
+    walk = m["latency_4k_ns"] - m["latency_2m_ns"]
     L: list[str] = []
-    L.append(f"# Machine profile measured on this host by `foliosim calibrate` ({src}, median of {m.get('reps', 5)} runs).")
+    L.append(f"# Machine profile measured on this host by `foliosim calibrate` (validation/faultcost.c and validation/calibrate.c; {d.rounds} interleaved rounds).")
     L.append("# Values marked [generic-x86] could not be measured and are copied from profiles/generic-x86.toml.")
-    L.append(f"# Raw measurements: {json.dumps(m, sort_keys=True)}")
+    for line in d.fits:
+        L.append(f"# fit: {line}")
+    L.append(f"# Raw microbenchmarks: {json.dumps(m, sort_keys=True)}")
     L.append(f'name = "{name}"')
     L.append(f'description = "This host as measured by foliosim calibrate: {ncpu} CPUs, {sum(n for n, _ in nodes)} MiB"')
     L.append("")
@@ -142,13 +451,17 @@ def make_profile(m: dict[str, Any], name: str = "host") -> str:
         L.append(f"mem_mib = {mib}        # MemTotal of this node (/sys/devices/system/node)")
         L.append(f"has_cpus = {'true' if has_cpus else 'false'}")
         if huge_ok:
-            L.append(f"latency_ns = {_f(m['latency_2m_ns'])}    # dependent loads over 1 GiB with 2 MiB pages (no TLB misses), one line per 4 KiB")
+            L.append(f"latency_ns = {_f(m['latency_2m_ns'])}    # validation/calibrate.c: dependent loads over 1 GiB with 2 MiB pages (no TLB misses), one line per 4 KiB")
         else:
-            L.append(f"latency_ns = {_f(m['latency_4k_ns'] - gt['walk_ns'])}    # dependent loads over 1 GiB with 4 KiB pages minus the [generic-x86] walk_ns (2 MiB pages unavailable)")
-        L.append(f"read_bw_gbps = {_f(m['read_bw_gbps'])}    # one core summing 256 MiB sequentially")
-        L.append(f"zero_bw_gbps = {_f(m['zero_bw_gbps'])}    # memset of 256 MiB in 4 KiB chunks (clear_page stand-in)")
-        L.append(f"copy_bw_gbps = {_f(m['copy_bw_gbps'])}    # memcpy of 256 MiB in 4 KiB chunks (copy_page stand-in)")
-        written_node = {"kind", "mem_mib", "has_cpus", "latency_ns", "read_bw_gbps", "zero_bw_gbps", "copy_bw_gbps"}
+            L.append(f"latency_ns = {_f(m['latency_4k_ns'] - gt['walk_ns'])}    # validation/calibrate.c: dependent loads over 1 GiB with 4 KiB pages "
+                     "minus the [generic-x86] walk_ns (2 MiB pages unavailable)")
+        L.append(f"read_bw_gbps = {_f(m['read_bw_gbps'])}    # validation/calibrate.c: one core summing 256 MiB sequentially")
+        zb, zhow = vals["node.zero_bw_gbps"]
+        L.append(f"zero_bw_gbps = {_f(zb)}    # {zhow}")
+        L.append("zero_call_ns = 0.0    # [assumed] clear_page (rep stosb) per 4 KiB page: the per-page overheads are prep_tail_ns, no per-call warm-up")
+        cb, chow = vals["node.copy_bw_gbps"]
+        L.append(f"copy_bw_gbps = {_f(cb)}    # {chow}")
+        written_node = {"kind", "mem_mib", "has_cpus", "latency_ns", "read_bw_gbps", "zero_bw_gbps", "zero_call_ns", "copy_bw_gbps"}
         for k, v in g["nodes"][0].items():
             if k not in written_node:
                 L.append(f"{k} = {_value(v)}    # [generic-x86]")
@@ -160,36 +473,30 @@ def make_profile(m: dict[str, Any], name: str = "host") -> str:
     L.append(f"stlb_holds_2m = {'true' if gt['stlb_holds_2m'] else 'false'}")
     L.append(f"stlb_hit_ns = {gt['stlb_hit_ns']}    # [generic-x86]")
     if huge_ok and walk > 0:
-        L.append(f"walk_ns = {_f(walk)}    # TLB miss cost: latency with 4 KiB pages ({_f(m['latency_4k_ns'])} ns) minus with 2 MiB pages ({_f(m['latency_2m_ns'])} ns)")
+        L.append(f"walk_ns = {_f(walk)}    # validation/calibrate.c: a random pointer chase over 1 GiB, one line per page: latency with 4 KiB "
+                 f"pages ({_f(m['latency_4k_ns'])} ns) minus with 2 MiB pages ({_f(m['latency_2m_ns'])} ns)")
     else:
         L.append(f"walk_ns = {gt['walk_ns']}    # [generic-x86] 2 MiB pages unavailable or no measurable difference")
+    if "walk_cached_ns" in vals:
+        v, how = vals["walk_cached_ns"]
+        L.append(f"walk_cached_ns = {_f(v)}    # {how}")
+    else:
+        L.append(f"walk_cached_ns = {gt['walk_cached_ns']}    # [generic-x86] no PMD THP to compare with")
     L.append(f"contpte = {'true' if gt.get('contpte') else 'false'}")
     L.append(f"coalesce_order = {gt.get('coalesce_order', 0)}")
     written_tlb = {"l1d_entries", "l1d_ways", "l1i_entries", "l1i_ways", "l1d_2m_entries", "l1d_2m_ways", "stlb_entries",
-                   "stlb_ways", "stlb_holds_2m", "stlb_hit_ns", "walk_ns", "contpte", "coalesce_order"}
+                   "stlb_ways", "stlb_holds_2m", "stlb_hit_ns", "walk_ns", "walk_cached_ns", "contpte", "coalesce_order"}
     for k, v in gt.items():
         if k not in written_tlb:
             L.append(f"{k} = {_value(v)}    # [generic-x86]")
     L.append("")
     L.append("[cost]")
-    measured = {
-        "syscall_ns": (syscall, "getppid() loop"),
-        "fault_base_ns": (fault_base, f"read fault mapping the zero page ({_f(m['zero_page_read_fault_ns'])} ns, 4 KiB pages) minus [generic-x86] trap, vma_lookup, pte_set and the walk"),
-        "mmap_ns": (max(m["mmap_ns"] - syscall, 10.0), f"mmap of 128 MiB anonymous ({_f(m['mmap_ns'])} ns) minus syscall_ns"),
-        "munmap_ns": (max(m["munmap_ns"] - syscall, 10.0), f"munmap of an untouched 128 MiB mapping ({_f(m['munmap_ns'])} ns) minus syscall_ns"),
-        "free_pcp_ns": (free_pcp, f"MADV_DONTNEED of 128 MiB: {_f(dn_page)} ns per page, minus the modelled pte_clear and rmap"),
-        "madvise_ns": (madvise, f"one-page MADV_DONTNEED call ({_f(m['dontneed_one_page_call_ns'])} ns) minus syscall_ns, the per-page zap and tlb_flush_one_ns"),
-    }
-    for k in parts:
-        measured[k] = (gc[k] * scale, f"[generic-x86] {gc[k]} x {scale:.3f}: generic split scaled so that the modelled 4 KiB anon write fault totals the measured {_f(m['anon_write_fault_ns'])} ns")
     for k, v in gc.items():
-        if k in measured:
-            val, why = measured[k]
-            L.append(f"{k} = {_f(val)}    # {why}")
+        if k in vals:
+            val, why = vals[k]
+            L.append(f"{k} = {round(val) if isinstance(v, int) and not isinstance(v, bool) else _f(val)}    # {why}")
         elif isinstance(v, bool):
             L.append(f"{k} = {'true' if v else 'false'}    # [generic-x86]")
-        elif isinstance(v, int):
-            L.append(f"{k} = {v}    # [generic-x86]")
         else:
             L.append(f"{k} = {v}    # [generic-x86]")
     L.append("")
@@ -205,21 +512,130 @@ def make_profile(m: dict[str, Any], name: str = "host") -> str:
     return "\n".join(L) + "\n"
 
 
-def cmd_calibrate(args: argparse.Namespace) -> int:
-    out = Path(args.out)
-    if sys.stderr.isatty() and not getattr(args, "quiet", False):
-        print("foliosim calibrate: measuring this host (about 30 s) ...", file=sys.stderr, flush=True)
-    m = measure()
-    text = make_profile(m, name=args.name or out.stem)
+# ----------------------------------------------------------------- verify --
+def verify(profile: str, series: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """The model on the measured anonymous-fault cases (page_fault1 over the
+    same region, the same folio size): fault time per fault and munmap time
+    per page, model against host."""
+    from . import run as _run
+    rows = []
+    for k in sorted(series, key=lambda x: (int(x.split("K:")[0]), x)):
+        size, case, mib = k.split(":")
+        if case != "anon":
+            continue
+        kib, mib_i = int(size[:-1]), int(mib)
+        knobs = {"anon_folio.mode": "upstream"}
+        if kib == PMD_KIB:
+            knobs["kernel/mm/transparent_hugepage/enabled"] = "always"
+        elif kib > 4:
+            knobs[f"kernel/mm/transparent_hugepage/hugepages-{kib}kB/enabled"] = "always"
+        cfg = {"seed": 1, "machine": {"profile": profile}, "workload": {"name": "page_fault1", "size_mib": mib_i},
+               "knobs": knobs, "run": {"warmup_s": 0.05, "duration_s": 0.1}}
+        raw = _run(cfg).raw
+        faults = raw["vmstat"].get("pgfault", 0)
+        ops = raw["summary"]["ops_total"]
+        t = raw.get("time_ns", {})
+        if not faults or not ops:
+            continue
+        real_fault = med(series, k) / med(series, k, "faults_per_page")
+        rows.append({"case": k, "pages_per_fault": ops / faults,
+                     "fault_ns": (t.get("fault", 0) / faults, real_fault),
+                     "unmap_ns_per_page": (t.get("munmap", 0) / ops, med(series, k, "unmap_ns_per_page"))})
+    return rows
+
+
+def format_verify(rows: list[dict[str, Any]]) -> list[str]:
+    out = ["model against this host on the measured cases (page_fault1, same region and folio size):",
+           f"  {'case':<22} {'pages/fault':>11} {'fault ns model':>15} {'host':>8} {'err':>7} {'munmap ns/page model':>21} {'host':>7} {'err':>7}"]
+    for r in rows:
+        (fm, fh), (um, uh) = r["fault_ns"], r["unmap_ns_per_page"]
+        out.append(f"  {r['case']:<22} {r['pages_per_fault']:>11.1f} {fm:>15.0f} {fh:>8.0f} {100 * (fm - fh) / fh:>+6.1f}% "
+                   f"{um:>21.1f} {uh:>7.1f} {100 * (um - uh) / uh:>+6.1f}%")
+    return out
+
+
+def fit_on_model(d: Derivation, out: Path, name: str) -> list[dict[str, Any]]:
+    """The two per-folio terms of large folios, alloc_anon_folio_ns and
+    free_large_folio_ns, are what the host's large-folio fault and munmap
+    take beyond everything else the model charges there: the model runs the
+    measured mTHP cases with both at 0 (each is charged once per folio), and
+    each is set to the mean difference, host minus model. Writes the profile
+    and returns the verification with the fitted values."""
+    for k in ("alloc_anon_folio_ns", "free_large_folio_ns"):
+        d.vals[k] = (0.0, "fitting")
+    write_text_atomic(out, make_profile(d, name=name))
+    rows = [r for r in verify(str(out.resolve()), d.s) if 4 < int(r["case"].split("K:")[0]) < PMD_KIB]
+    src = f"validation/faultcost.c, median of {d.rounds} interleaved rounds"
+    cold = [r for r in rows if r["case"].endswith(f":{COLD_MIB}")]
+    if cold:
+        # A constant per folio, fitted on time per page (weights 1/pages^2):
+        # every size weighs alike, as in the per-page fits.
+        w = [1 / r["pages_per_fault"] ** 2 for r in cold]
+        fd = [r["fault_ns"][1] - r["fault_ns"][0] for r in cold]
+        ud = [(r["unmap_ns_per_page"][1] - r["unmap_ns_per_page"][0]) * r["pages_per_fault"] for r in cold]
+        a = sum(x * y for x, y in zip(w, fd, strict=True)) / sum(w)
+        f = sum(x * y for x, y in zip(w, ud, strict=True)) / sum(w)
+        sizes = "/".join(r["case"].split(":")[0] for r in cold)
+        d.fits.append(f"large-folio fault beyond the rest of the model: {a:.0f} ns (host minus model per fault over {sizes}, "
+                      f"{COLD_MIB} MiB: " + ", ".join(f"{x:.0f}" for x in fd) + ")")
+        d.fits.append(f"large-folio free beyond the rest of the model: {f:.0f} ns (host minus model munmap per folio over {sizes}, "
+                      f"{COLD_MIB} MiB: " + ", ".join(f"{x:.0f}" for x in ud) + ")")
+        how = (f"{src}: least squares on the model: host minus model time per {{}} over the {len(cold)} cold mTHP cases ({sizes}) "
+               "with this term at 0, weighted per page (charged once per large folio)")
+        d.put("alloc_anon_folio_ns", a, how.format("fault"), floor=0.0)
+        d.put("free_large_folio_ns", f, how.format("folio unmapped"), floor=0.0)
+    else:
+        gc = d.g["cost"]
+        d.put("alloc_anon_folio_ns", gc["alloc_anon_folio_ns"], "[generic-x86] no mTHP sizes on this host to fit it")
+        d.put("free_large_folio_ns", gc["free_large_folio_ns"], "[generic-x86] no mTHP sizes on this host to fit it")
+    write_text_atomic(out, make_profile(d, name=name))
+    return verify(str(out.resolve()), d.s)
+
+
+def calibrate(out: Path, rounds: int, name: str, quiet: bool = True,
+              saved: dict[str, Any] | None = None) -> tuple[Derivation, list[dict[str, Any]]]:
+    """Measure (or take `saved`, an earlier --json document), derive, write
+    the profile to `out`, fit the per-folio terms on the model, verify."""
+    if saved is not None:
+        micro, series, rounds = saved["micro"], saved["series"], saved["rounds"]
+    else:
+        _say("foliosim calibrate: measuring this host (a few minutes) ...", quiet)
+        micro = measure_micro()
+        series = measure_series(rounds, quiet=quiet)
+    d = Derivation(micro, series, rounds)
     # The file must load as a profile: check through the core.
     from . import _core
     cfg = json.dumps({"machine": {"profile": str(out.resolve())}, "workload": {"name": "mmap1"}})
-    write_text_atomic(out, text)
+    write_text_atomic(out, make_profile(d, name=name))
     try:
         _core.load_json(cfg, "<calibrate>")
     except Exception as e:
         raise HostError(f"{out}: the written profile does not load: {e}") from e
+    return d, fit_on_model(d, out, name)
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    out = Path(args.out)
+    quiet = getattr(args, "quiet", False) or not sys.stderr.isatty()
+    rounds = args.rounds
+    if rounds < 1 or rounds > 100:
+        raise HostError(f"--rounds: {rounds}: must be 1..100")
+    saved = None
+    if args.from_json:
+        # Re-derive from the measurements of an earlier `calibrate --json`.
+        try:
+            saved = json.loads(Path(args.from_json).read_text())
+            _ = saved["micro"], saved["series"], saved["rounds"]
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise HostError(f"--from {args.from_json}: not the output of `foliosim calibrate --json` ({e})") from e
+    d, rows = calibrate(out, rounds, args.name or out.stem, quiet, saved)
+    for line in d.fits:
+        print(f"foliosim calibrate: fit: {line}", file=sys.stderr)
+    for line in format_verify(rows):
+        print(f"foliosim calibrate: {line}", file=sys.stderr)
     print(f"foliosim calibrate: wrote {out}", file=sys.stderr if args.json else sys.stdout)  # --json: stdout is the JSON
     if args.json:
-        sys.stdout.write(json.dumps({"profile": str(out), "measurements": m}) + "\n")
+        sys.stdout.write(json.dumps({"profile": str(out), "rounds": d.rounds, "micro": d.m, "series": d.s, "fits": d.fits,
+                                     "values": {k: {"value": v, "how": h} for k, (v, h) in d.vals.items()},
+                                     "verify": rows}) + "\n")
     return 0

@@ -43,6 +43,9 @@ BENCH_TARGETS: list[tuple[str, str, str, Callable[[float], bool]]] = [
     ("fpr_overhead", "fpr_overhead_host_s", "reproduce fpr-overhead: < 60 host s", lambda v: v < 60.0),
 ]
 
+# Benchmarks that time a whole experiment (experiments/*/NAME.toml).
+REPRODUCTION_BENCHES = {"fpr_overhead", "mthp_will_it_scale", "mthp_memory", "mthp_kernel_build"}
+
 # Whole reproductions, run with `foliosim bench --slow` (minutes in all).
 SLOW_BENCH_TARGETS: list[tuple[str, str, str, Callable[[float], bool]]] = [
     ("mthp_will_it_scale", "mthp_will_it_scale_host_s", "reproduce mthp-will-it-scale: < 60 host s", lambda v: v < 60.0),
@@ -316,7 +319,7 @@ _signals = _Signals()
 
 
 # -------------------------------------------------------------------- list --
-LIST_SECTIONS = ("config", "workloads", "profiles", "knobs", "counters", "experiments")
+LIST_SECTIONS = ("config", "workloads", "profiles", "knobs", "counters", "probes", "experiments")
 
 
 def _matches(pattern: str | None, name: str) -> bool:
@@ -402,13 +405,23 @@ def format_catalog(cat: dict[str, Any], sections: Sequence[str], pattern: str | 
         body = [f"  {c.get('name')}{' (gauge)' if c.get('gauge') else ''}: {_one_line(c.get('help', ''))}"
                 for c in cat.get("counters", []) if _matches(pattern, str(c.get("name")))]
         section("Counters (/proc/vmstat names):", body)
+    if "probes" in sections:
+        body = [f"  {t.get('name')}: {_one_line(t.get('help', ''))}"
+                for t in cat.get("probes", []) if _matches(pattern, str(t.get("name")))]
+        section("Tracepoints ([run] probes = [NAME, ...], probes_record for every event; Linux's names):", body)
     if "experiments" in sections:
         exps = [e for e in cat.get("experiments", []) if _matches(pattern, str(e.get("name")))]
         body = [f"  {e.get('name')}: {_one_line(e.get('help', ''))}" for e in exps]
         if not cat.get("experiments") and not pattern:
             body = ["  (none registered yet)"]
-        section("Experiments (foliosim reproduce NAME):", body)
+        section("Experiments (foliosim reproduce NAME; experiments/MECHANISM/NAME.toml):", body)
     return out
+
+
+def _repro_catalog() -> list[dict[str, Any]]:
+    from . import reproduce as _repro
+
+    return _repro.catalog()
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -422,11 +435,15 @@ def cmd_list(args: argparse.Namespace) -> int:
     pattern = words[0] if words else None
     cat = json.loads(_core.catalog_json())
     if args.json:
+        if "experiments" in sections:
+            cat["experiments"] = _repro_catalog()
         key_of = {"config": "key", "knobs": "key"}
         obj = {s: [x for x in cat.get(s, []) if _matches(pattern, str(x.get(key_of.get(s, "name")) if s != "config"
                     else (f"{x['table']}.{x['key']}" if x.get("table") else x["key"])))] for s in sections}
         sys.stdout.write(json.dumps(obj) + "\n")
         return EXIT_OK
+    if "experiments" in sections:
+        cat["experiments"] = _repro_catalog()
     out = format_catalog(cat, sections, pattern)
     if not out and pattern:
         raise UsageError(f"list: nothing {'in ' + sections[0] + ' ' if len(sections) == 1 else ''}matches {pattern!r} "
@@ -453,9 +470,15 @@ def version_string() -> str:
 
 def format_reproduction(rep: dict[str, Any]) -> str:
     rows = rep.get("rows", [])
-    cols = ["label", "metric", "unit", "seed", "simulated"]
-    cells = [[("—" if r.get(c) is None else _fmt_int(r.get(c))) if c in ("seed", "simulated") else str(r.get(c, ""))
-              for c in cols] for r in rows]
+    cols = ["label", "metric", "unit", "published", "simulated"]
+
+    def cell(r: dict[str, Any], c: str) -> str:
+        v = r.get("published", r.get("seed")) if c == "published" else r.get(c)
+        if c in ("published", "simulated"):
+            return "—" if v is None else _fmt_int(v)
+        return str(v if v is not None else "")
+
+    cells = [[cell(r, c) for c in cols] for r in rows]
     widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(cols)]
     lines = [f"{rep.get('name')}: {rep.get('title', '')}".rstrip(": ")]
     lines.append("  ".join(c.ljust(wd) for c, wd in zip(cols, widths, strict=False)))
@@ -467,49 +490,64 @@ def format_reproduction(rep: dict[str, Any]) -> str:
 
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
-    registry = dict(_core.experiments())
+    from . import reproduce as _repro
+
+    known = _repro.find()
     if args.name == "all":
-        names = list(registry)
+        names = list(known)
         if not names:
             if args.json:
                 sys.stdout.write("[]\n")
             else:
-                print("foliosim: no experiments are registered yet; they are added as mechanisms land")
+                print(f"foliosim: no experiments found in {_repro.default_dir()}")
             return EXIT_OK
-    elif args.name in registry:
+    elif args.name in known:
         names = [args.name]
     else:
-        known = ", ".join(sorted(registry)) or "none registered yet"
-        _err(f"unknown experiment {args.name!r} (known: {known})")
+        _err(f"unknown experiment {args.name!r} (known: {', '.join(known) or 'none'})")
         return EXIT_USAGE
     out_dir = Path(args.out) if args.out else Path("results") / "reproduce"
     for flag, d in (("--out", out_dir), ("--report", Path(args.report) if args.report else None)):
         if d is not None:
             check_out_dir(flag, d)
+    if args.jobs is not None and args.jobs < 1:
+        _err("--jobs: must be at least 1")
+        return EXIT_USAGE
+    try:
+        exps = _repro.load_all(names)
+    except (_repro.ExperimentError, ConfigError) as e:
+        _err(str(e))
+        return EXIT_USAGE
     reports: list[dict[str, Any]] = []
     interrupted = False
-    for name in names:
-        with ProgressBar(name, enabled=_show_progress(args)) as bar:
-            rep = json.loads(_core.reproduce_json(name, bar, _signals.cancel))
-        reports.append(rep)
-        if not args.json:
-            print(format_reproduction(rep))
-            print()
-        try:
-            with _signals.held():
-                write_text_atomic(out_dir / f"{name}.json", json.dumps(rep, indent=1) + "\n")
-        except OSError as e:
-            if args.json:
-                sys.stdout.write(json.dumps(reports if args.name == "all" else reports[0]) + "\n")
-            sys.stdout.flush()
-            _err(f"--out {out_dir}: {name}.json could not be written ({_os_reason(e)})")
-            return EXIT_USAGE
-        if rep.get("interrupted"):
-            interrupted = True
-            break
+    label = args.name if args.name != "all" else f"{len(names)} experiments"
+    try:
+        with ProgressBar(label, enabled=_show_progress(args), unit="runs") as bar:
+            for rep in _repro.run_experiments(exps, jobs=args.jobs or 2, progress=bar):
+                reports.append(rep)
+                if not args.json:
+                    print(format_reproduction(rep))
+                    print()
+                try:
+                    with _signals.held():
+                        write_text_atomic(out_dir / f"{rep['name']}.json", json.dumps(rep, indent=1) + "\n")
+                except OSError as e:
+                    if args.json:
+                        sys.stdout.write(json.dumps(reports if args.name == "all" else reports[0]) + "\n")
+                    sys.stdout.flush()
+                    _err(f"--out {out_dir}: {rep['name']}.json could not be written ({_os_reason(e)})")
+                    return EXIT_USAGE
+                if rep.get("interrupted"):
+                    interrupted = True
+                    break
+    except KeyboardInterrupt:
+        interrupted = True
+    except _repro.ExperimentError as e:
+        _err(str(e))
+        return EXIT_USAGE
     if args.json:
-        sys.stdout.write(json.dumps(reports if args.name == "all" else reports[0]) + "\n")
-    if args.report:
+        sys.stdout.write(json.dumps(reports if args.name == "all" else (reports[0] if reports else {})) + "\n")
+    if args.report and reports:
         from . import report as _report
 
         profiles = {p.get("name"): p for p in json.loads(_core.catalog_json()).get("profiles", [])}
@@ -591,6 +629,19 @@ def _bench_big() -> tuple[dict[str, Any], float]:
     return json.loads(proc.stdout), peak_gib
 
 
+def _bench_reproduction(name: str) -> dict[str, Any]:
+    """Host seconds of one experiment, run as `foliosim reproduce` runs it
+    (two processes)."""
+    import time
+
+    from . import reproduce as _repro
+
+    exp_name = name.replace("_", "-")
+    t0 = time.monotonic()
+    reps = list(_repro.run_experiments(_repro.load_all([exp_name])))
+    return {f"{name}_host_s": time.monotonic() - t0, "rows": len(reps[0]["rows"]) if reps else 0}
+
+
 def _count_child() -> list[str]:
     """The command `_core.bench_instructions_json` runs under callgrind: this
     interpreter on the compiled module alone (see _bench_count.py)."""
@@ -611,6 +662,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
             value: float | None
             if name == "big_machine":
                 data, value = _bench_big()
+            elif name in REPRODUCTION_BENCHES:
+                data = _bench_reproduction(name)
+                value = _figure(data, key)
             elif name.endswith("_instructions"):
                 data = json.loads(_core.bench_instructions_json(name, _count_child()))
                 value = _figure(data, key)
@@ -676,13 +730,15 @@ def build_parser() -> argparse.ArgumentParser:
     li.add_argument("--json", action="store_true", help="print the catalog (or the sections asked for) as one JSON object")
     li.set_defaults(func=cmd_list)
 
-    rp = sub.add_parser("reproduce", help="rerun a seed's experiment beside its published figures")
+    rp = sub.add_parser("reproduce", help="rerun an experiment (experiments/*/NAME.toml) beside its published figures")
     rp.add_argument("name", metavar="NAME|all")
     rp.add_argument("--json", action="store_true", help="print JSON (a list for `all`)")
     rp.add_argument("--out", metavar="DIR", help="where to write NAME.json (default results/reproduce/)")
     rp.add_argument("--report", metavar="DIR", help="also write DIR/report.html (one self-contained page: "
                     "tables, plots, configs, profile, version, seed), a DIR/NAME.png plot per experiment and "
                     "its configs as DIR/NAME/LABEL.toml")
+    rp.add_argument("--jobs", "-j", type=int, metavar="N", help="runs at a time, each in its own process "
+                    "(default 2); the rows do not depend on it")
     rp.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     rp.set_defaults(func=cmd_reproduce)
 
@@ -747,13 +803,18 @@ def _add_host_commands(sub: Any) -> None:
     c = sub.add_parser("calibrate", help="measure this host and write a machine profile")
     c.add_argument("--out", default="host.toml", metavar="FILE", help="profile to write (default host.toml)")
     c.add_argument("--name", help="profile name (default: the file's stem)")
-    c.add_argument("--json", action="store_true", help="also print the raw measurements as JSON")
+    c.add_argument("--json", action="store_true", help="print the measurements, fits and derived values as one JSON document")
+    c.add_argument("--rounds", type=int, default=5, metavar="N",
+                   help="interleaved rounds of every fault-path case (default 5; the medians are used)")
+    c.add_argument("--from", dest="from_json", metavar="FILE.json",
+                   help="derive the profile from the measurements an earlier `calibrate --json` printed (no measuring)")
     c.add_argument("--quiet", "-q", action="store_true")
     c.set_defaults(func=_host_cmd("calibrate"))
 
     v = sub.add_parser("validate", help="compare the model with this kernel under several THP settings (root)")
-    v.add_argument("--json", action="store_true", help='print {"rows": [...], "max_rel_error": {...}} or {"skipped": reason}')
-    v.add_argument("--quick", action="store_true", help="short runs (CI)")
+    v.add_argument("--json", action="store_true", help='print the report (rows, headline, fit and held-out errors) as one JSON document, or {"skipped": reason}')
+    v.add_argument("--quick", action="store_true", help="short runs, 2 repeats (CI; not for the headline)")
+    v.add_argument("--repeats", type=int, metavar="N", help="interleaved repeats of every real run (default 5; the medians are compared)")
     v.add_argument("--profile", metavar="FILE", help="calibrated profile (default results/calibrate/host.toml, measured if missing)")
     v.add_argument("--out", metavar="DIR", help="where to write validate.json and validate.md (default results/validate/)")
     v.add_argument("--tmpdir", metavar="DIR", help="where the file-backed tests keep their files (default /dev/shm if tmpfs, else /tmp)")

@@ -1,6 +1,6 @@
-"""Fill the published-vs-simulated tables of the docs from `foliosim
-reproduce --json` output, so that they never drift from what the simulator
-gives.
+"""Fill the published-vs-simulated tables of the docs from
+docs/reproductions.json (or `foliosim reproduce all --json` output), so that
+they never drift from what the simulator gives.
 
     python -m foliosim.doctables REPRODUCE.json FILE.md...   (`make docs-tables`)
 
@@ -195,7 +195,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         reps = json.loads(Path(args[0]).read_text(encoding="utf-8"))
         if isinstance(reps, dict):
-            reps = [reps]
+            reps = reps.get("experiments", [reps])
         if not isinstance(reps, list):
             raise ValueError(f"{args[0]}: expected the JSON of `foliosim reproduce all --json`")
         for f in args[1:]:

@@ -134,18 +134,28 @@ def test_reproduce_unknown_name():
     assert len(lines) == 1 and "no-such-experiment" in lines[0]
 
 
-def test_reproduce_all_empty_registry(monkeypatch, capsys, tmp_path):
-    """`reproduce all` with nothing registered (the registry stubbed empty:
-    the real one is never empty, and running it all takes many minutes)
-    says so, or prints [] with --json, and writes nothing."""
-    monkeypatch.setattr(cli._core, "experiments", list)
-    monkeypatch.setattr(cli._core, "reproduce_json", lambda *a, **k: pytest.fail("nothing should run"))
+def test_reproduce_all_empty_folder(tmp_path):
+    # An experiments folder with nothing in it: says so, or prints [] with
+    # --json, and writes nothing.
+    env = {"FOLIOSIM_EXPERIMENTS": str(tmp_path / "exps")}
+    (tmp_path / "exps").mkdir()
     out = tmp_path / "out"
-    assert cli.main(["reproduce", "all", "--out", str(out)]) == 0
-    assert "no experiments" in capsys.readouterr().out
-    assert cli.main(["reproduce", "all", "--json", "--out", str(out)]) == 0
-    assert one_json(capsys.readouterr().out) == []
+    proc = run_cli("reproduce", "all", "--out", str(out), env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert "no experiments" in proc.stdout
+    proc = run_cli("reproduce", "all", "--json", "--out", str(out), env=env)
+    assert proc.returncode == 0
+    assert one_json(proc.stdout) == []
     assert not out.exists()
+
+
+def test_reproduce_bad_experiment_file_is_one_line(tmp_path):
+    (tmp_path / "core").mkdir()
+    (tmp_path / "core" / "broken.toml").write_text('title = "x"\n[config]\nworkload.name = "nope"\n[runs.a]\n')
+    proc = run_cli("reproduce", "broken", env={"FOLIOSIM_EXPERIMENTS": str(tmp_path)})
+    assert proc.returncode == 2
+    lines = stderr_lines(proc)
+    assert len(lines) == 1 and "broken.toml" in lines[0] and "workload" in lines[0], lines
 
 
 def test_bench_reporting(monkeypatch, capsys):
@@ -160,6 +170,7 @@ def test_bench_reporting(monkeypatch, capsys):
     monkeypatch.setattr(cli._core, "bench_json", lambda which: json.dumps(figures[which]))
     monkeypatch.setattr(cli._core, "bench_instructions_json", lambda which, child: json.dumps(figures[which]))
     monkeypatch.setattr(cli, "_bench_big", lambda: ({"host_s": 1.0}, 2.5))
+    monkeypatch.setattr(cli, "_bench_reproduction", lambda which: figures[which])
     assert cli.main(["bench", "--json"]) == 0
     obj = json.loads(capsys.readouterr().out)
     for k in ("instructions_per_anon_fault", "instructions_per_tlb_hit", "anon_faults_per_host_s", "tlb_hit_accesses_per_host_s",

@@ -520,14 +520,17 @@ def test_a_failing_recorded_program_shows_its_status_and_stderr(tmp_path):
 # ------------------------------------------------------------- 14: --json --
 def test_calibrate_json_is_one_document(tmp_path, monkeypatch, capsys):
     from foliosim import calibrate
+    from test_calibrate_fit import synthetic  # a host made of known costs
 
-    monkeypatch.setattr(calibrate, "measure", lambda *a, **k: {"zero_bw_gbps": 10.0})
-    monkeypatch.setattr(calibrate, "make_profile", lambda m, name="host": GENERIC.replace('"generic-x86"', f'"{name}"'))
+    micro, series = synthetic()
+    monkeypatch.setattr(calibrate, "measure_micro", lambda: micro)
+    monkeypatch.setattr(calibrate, "measure_series", lambda rounds, **k: series)
     rc = cli.main(["calibrate", "--out", str(tmp_path / "h.toml"), "--json"])
     cap = capsys.readouterr()
     assert rc == 0, cap.err
-    assert json.loads(cap.out)["profile"] == str(tmp_path / "h.toml")
-    assert "wrote" in cap.err
+    doc = json.loads(cap.out)
+    assert doc["profile"] == str(tmp_path / "h.toml") and doc["series"] == series
+    assert "wrote" in cap.err and "fit:" in cap.err
 
 
 def test_json_commands_print_one_document(tiny_config, tmp_path):

@@ -231,20 +231,6 @@ fn catalog_json(py: Python<'_>) -> PyResult<String> {
     py.detach(|| guarded(api::catalog_json)).map_err(panic_error)
 }
 
-/// Registered reproductions as (name, help) pairs.
-#[pyfunction]
-fn experiments() -> PyResult<Vec<(String, String)>> {
-    guarded(api::experiments).map_err(panic_error)
-}
-
-/// Run a registered reproduction; returns its JSON.
-#[pyfunction]
-#[pyo3(signature = (name, progress = None, cancel = None))]
-fn reproduce_json(py: Python<'_>, name: &str, progress: Option<Py<PyAny>>, cancel: Option<Py<Cancel>>) -> PyResult<String> {
-    let name = name.to_owned();
-    with_progress(py, progress, cancel, move |cb| api::reproduce_json(&name, cb))
-}
-
 /// One speed benchmark of the simulator: "anon_faults", "tlb_hits",
 /// "pf1_threads64" or "big_machine". Returns JSON with the figures measured.
 #[pyfunction]
@@ -313,8 +299,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(_panic_for_tests, m)?)?;
     m.add_function(wrap_pyfunction!(run_json, m)?)?;
     m.add_function(wrap_pyfunction!(catalog_json, m)?)?;
-    m.add_function(wrap_pyfunction!(experiments, m)?)?;
-    m.add_function(wrap_pyfunction!(reproduce_json, m)?)?;
     m.add_function(wrap_pyfunction!(bench_json, m)?)?;
     m.add_function(wrap_pyfunction!(bench_instructions_json, m)?)?;
     m.add_function(wrap_pyfunction!(bench_events, m)?)?;

@@ -1,22 +1,9 @@
-//! Run one config file (TOML) and print the result JSON summary, or a
-//! reproduction by name: `cargo run --release --example sim -- FILE.toml`
-//! or `-- --reproduce NAME`. A developer convenience beside the Python CLI.
+//! Run one config file (TOML) and print the result JSON summary:
+//! `cargo run --release --example sim -- FILE.toml`. A developer
+//! convenience beside the Python CLI (experiments: `foliosim reproduce`).
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    if args.first().map(|s| s.as_str()) == Some("--reproduce") {
-        let name = args.get(1).expect("--reproduce NAME");
-        let t0 = std::time::Instant::now();
-        match foliosim::api::reproduce_json(name, &mut |_| true) {
-            Ok(j) => println!("{j}"),
-            Err(e) => {
-                eprintln!("{e}");
-                std::process::exit(2);
-            }
-        }
-        eprintln!("host time {:.1} s", t0.elapsed().as_secs_f64());
-        return;
-    }
     let file = args.first().expect("config file");
     let text = std::fs::read_to_string(file).expect("read config");
     let cfg = foliosim::config::from_toml(&text, file).unwrap_or_else(|e| panic!("{e}"));

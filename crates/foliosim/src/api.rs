@@ -105,20 +105,10 @@ pub fn run_json(config_json: &str, progress: &mut dyn FnMut(&Progress) -> bool) 
 ///  "profiles": [{"name","description","nr_cpus","mem_mib"}],
 ///  "knobs": [{"key","default","help","values"}],
 ///  "counters": [{"name","help","gauge"}],
-///  "experiments": [{"name","help"}]}
+///  "probes": [{"name","help"}]}
+/// (The experiments are files of experiments/, listed by the Python layer.)
 pub fn catalog_json() -> String {
     crate::catalog::catalog().to_string()
-}
-
-/// A registered reproduction: runs and returns
-/// {"name": .., "title": .., "rows": [{"label","metric","unit","seed","simulated"}], "notes": [..]}
-pub fn reproduce_json(name: &str, progress: &mut dyn FnMut(&Progress) -> bool) -> Result<String, ConfigError> {
-    crate::reproduce::run(name, progress).map(|v| v.to_string())
-}
-
-/// Names and one-line descriptions of registered reproductions.
-pub fn experiments() -> Vec<(String, String)> {
-    crate::reproduce::registry().into_iter().map(|e| (e.name.to_string(), e.title.to_string())).collect()
 }
 
 /// Speed benchmarks of the simulator itself. `which` is one of

@@ -93,37 +93,8 @@ pub fn run(which: &str) -> Result<Value, String> {
             )?;
             Ok(json!({"big_machine_host_s": host, "nr_file_pages": o.kernel.stat.get(Stat::NrFilePages), "mem_map_bytes": o.kernel.mem_map.footprint_bytes()}))
         }
-        "promo_table" => {
-            // promo-table's five configurations (docs/mechanisms/pagecache-promotion.md) at full scale (issue 5 target:
-            // under 2 minutes and 8 GiB peak RSS, measured by the caller).
-            let t0 = Instant::now();
-            let v = crate::reproduce::run("promo-table", &mut |_| true).map_err(|e| e.to_string())?;
-            Ok(json!({"promo_table_host_s": t0.elapsed().as_secs_f64(), "rows": v["rows"]}))
-        }
-        "luf_llama" => {
-            // luf-llama, scaled 1/512, LUF off and on
-            // (issue 7 target: under 2 minutes of host time for both).
-            let t0 = Instant::now();
-            let v = crate::reproduce::run("luf-llama", &mut |_| true).map_err(|e| e.to_string())?;
-            Ok(json!({"luf_llama_host_s": t0.elapsed().as_secs_f64(), "rows": v["rows"]}))
-        }
-        "fpr_overhead" => {
-            // fpr-overhead: 16 page-fault runs of a 32 GiB guest, each
-            // after a 34 s idle settle (issue 6 target: under 60 s).
-            let t0 = Instant::now();
-            let v = crate::reproduce::run("fpr-overhead", &mut |_| true).map_err(|e| e.to_string())?;
-            Ok(json!({"fpr_overhead_host_s": t0.elapsed().as_secs_f64(), "rows": v["rows"]}))
-        }
-        // The mthp-* reproductions (issue 3 targets: will-it-scale and
-        // memory under 60 s each, kernel-build with -j160 under 3 minutes).
-        "mthp_will_it_scale" | "mthp_memory" | "mthp_kernel_build" => {
-            let name = which.replace('_', "-");
-            let t0 = Instant::now();
-            let v = crate::reproduce::run(&name, &mut |_| true).map_err(|e| e.to_string())?;
-            Ok(json!({format!("{which}_host_s"): t0.elapsed().as_secs_f64(), "rows": v["rows"].as_array().map_or(0, |r| r.len())}))
-        }
         _ => Err(format!(
-            "unknown benchmark \"{which}\" (anon_faults, tlb_hits, pf1_threads64, big_machine, promo_table, luf_llama, fpr_overhead, mthp_will_it_scale, mthp_memory, mthp_kernel_build; instruction counts: {})",
+            "unknown benchmark \"{which}\" (anon_faults, tlb_hits, pf1_threads64, big_machine; the experiments are timed by `foliosim bench` itself; instruction counts: {})",
             COUNTED.iter().map(|c| c.name).collect::<Vec<_>>().join(", ")
         )),
     }

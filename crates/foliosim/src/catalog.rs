@@ -12,17 +12,17 @@ pub fn catalog() -> Value {
     let profiles: Vec<Value> = profile::BUILTIN
         .iter()
         .filter_map(|(name, text)| toml::from_str::<Profile>(text).ok().map(|p| (name, p)))
-        .map(|(name, p)| json!({"name": name, "description": p.description, "nr_cpus": p.cpu.nr_cpus, "mem_mib": p.total_mem_mib(), "nodes": p.nodes.len()}))
+        .map(|(name, p)| json!({"name": name, "description": p.description, "nr_cpus": p.cpu.nr_cpus, "mem_mib": p.total_mem_mib(), "nodes": p.nodes.len(), "toml": profile::builtin(name)}))
         .collect();
     let knobs: Vec<Value> =
         knobs::registry().iter().map(|k| json!({"key": k.key, "default": k.default, "help": k.help, "values": k.values})).collect();
     let counters: Vec<Value> = (0..NR_STATS)
         .map(|i| json!({"name": STAT_NAMES[i], "help": STAT_HELP[i], "gauge": Stat::from_name(STAT_NAMES[i]).unwrap().is_gauge()}))
         .collect();
-    let experiments: Vec<Value> = crate::reproduce::registry().iter().map(|e| json!({"name": e.name, "help": e.title})).collect();
+    let probes: Vec<Value> = crate::kernel::trace::known().into_iter().map(|(n, h)| json!({"name": n, "help": h})).collect();
     let config: Vec<Value> = crate::config::CONFIG_KEYS
         .iter()
         .map(|k| json!({"table": k.table, "key": k.key, "default": k.default, "range": k.range, "help": k.help}))
         .collect();
-    json!({"workloads": workloads, "profiles": profiles, "knobs": knobs, "counters": counters, "experiments": experiments, "config": config})
+    json!({"workloads": workloads, "profiles": profiles, "knobs": knobs, "counters": counters, "probes": probes, "config": config})
 }

@@ -19,6 +19,12 @@ pub struct RunCfg {
     pub audit_interval_ms: f64,
     /// Simulated milliseconds between time-series samples.
     pub sample_ms: f64,
+    /// Tracepoints counted (kernel/trace.rs), by name.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub probes: Vec<String>,
+    /// Tracepoints counted and recorded event by event.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub probes_record: Vec<String>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -86,6 +92,8 @@ pub const CONFIG_KEYS: &[ConfigKey] = &[
     ConfigKey { table: "run", key: "check", default: Some(Bool(false)), range: None, help: "the invariant checker (slower; `foliosim run --check`)" },
     ConfigKey { table: "run", key: "audit_interval_ms", default: Some(Num(50.0)), range: Some((0.001, 1e9)), help: "simulated milliseconds between the checker's full audits" },
     ConfigKey { table: "run", key: "sample_ms", default: Some(Num(1000.0)), range: Some((1.0, 1e9)), help: "simulated milliseconds between two rows of the time series" },
+    ConfigKey { table: "run", key: "probes", default: None, range: None, help: "tracepoints to count (`foliosim list probes`): the result's probes.NAME.count, per CPU and per task" },
+    ConfigKey { table: "run", key: "probes_record", default: None, range: None, help: "tracepoints whose events are also recorded, each with its time, CPU, task and value" },
 ];
 
 /// The entry of `CONFIG_KEYS` for `table.key` (every key the parser reads has one).
@@ -317,6 +325,29 @@ fn get_bool(ctx: &Ctx, t: &mut toml::Table, table: &str, key: &str) -> Result<bo
     }
 }
 
+/// A list of tracepoint names (`[run] probes`), each checked.
+fn get_probes(ctx: &Ctx, t: &mut toml::Table, key: &str) -> Result<Vec<String>, ConfigError> {
+    let arr = match t.remove(key) {
+        None => return Ok(Vec::new()),
+        Some(toml::Value::Array(a)) => a,
+        Some(v) => return Err(ctx.err("run", key, format!("expected a list of tracepoint names, got {}", v.type_str()))),
+    };
+    let mut out = Vec::new();
+    for v in arr {
+        let toml::Value::String(name) = v else {
+            return Err(ctx.err("run", key, format!("expected tracepoint names (strings), got {}", v.type_str())));
+        };
+        if crate::kernel::trace::Tp::from_name(&name).is_none() {
+            let known: Vec<String> = crate::kernel::trace::known().into_iter().map(|(n, _)| n).collect();
+            return Err(ctx.err("run", key, format!("unknown tracepoint \"{name}\" (known: {})", known.join(", "))));
+        }
+        if !out.contains(&name) {
+            out.push(name);
+        }
+    }
+    Ok(out)
+}
+
 fn no_leftovers(ctx: &Ctx, t: &toml::Table, table: &str) -> Result<(), ConfigError> {
     match t.keys().next() {
         Some(k) => {
@@ -492,6 +523,8 @@ fn from_table(mut root: toml::Table, ctx: &Ctx) -> Result<Config, ConfigError> {
         check: get_bool(ctx, &mut r, "run", "check")?,
         audit_interval_ms: get_f64(ctx, &mut r, "run", "audit_interval_ms")?,
         sample_ms: get_f64(ctx, &mut r, "run", "sample_ms")?,
+        probes: get_probes(ctx, &mut r, "probes")?,
+        probes_record: get_probes(ctx, &mut r, "probes_record")?,
     };
     no_leftovers(ctx, &r, "run")?;
     // --- knobs
@@ -706,6 +739,7 @@ mod tests {
                 (Some(Str(s)), _) => toml::Value::String(s.into()),
                 (None, "node_mem_mib") => toml::Value::Array(vec![toml::Value::Integer(1024); 2]),
                 (None, "tlb_contpte") => toml::Value::Boolean(true),
+                (None, "probes" | "probes_record") => toml::Value::Array(vec![toml::Value::String("tlb:tlb_flush".into())]),
                 (None, _) => toml::Value::Integer(k.range.unwrap().1 as i64),
             };
             let mut t: toml::Table = "[workload]\nname = \"page_fault1\"\n".parse().unwrap();
@@ -754,6 +788,21 @@ mod tests {
         let e = from_toml("[workload]\nname = \"page_fault1\"\n[knobs]\nvm.min_free_kbytes = 1024\n", "c.toml").unwrap_err();
         assert!(e.reason.contains("knobs.\"vm.min_free_kbytes\""), "{e}");
         assert_eq!(e.line, Some(4), "{e}");
+    }
+
+    #[test]
+    fn probes_are_checked_and_kept_out_of_the_config_when_unused() {
+        let base = "[workload]\nname = \"page_fault1\"\n[run]\n";
+        let e = from_toml(&format!("{base}probes = [\"tlb:nope\"]\n"), "p.toml").unwrap_err();
+        assert_eq!((e.line, e.key.as_str()), (Some(4), "run.probes"));
+        assert!(e.reason.contains("tlb:tlb_flush"), "lists the known ones: {e}");
+        let e = from_toml(&format!("{base}probes_record = \"tlb:tlb_flush\"\n"), "p.toml").unwrap_err();
+        assert_eq!(e.key, "run.probes_record");
+        let c = from_toml(&format!("{base}probes = [\"tlb:tlb_flush\", \"tlb:tlb_flush\"]\n"), "p.toml").unwrap();
+        assert_eq!(c.run.probes, ["tlb:tlb_flush"]);
+        assert_eq!(c.normalized["run"]["probes"], serde_json::json!(["tlb:tlb_flush"]));
+        let c = from_toml(base, "p.toml").unwrap();
+        assert!(c.normalized["run"].get("probes").is_none(), "a config without probes normalises as before");
     }
 
     #[test]

@@ -9,8 +9,6 @@ pub mod config;
 pub mod hw;
 pub mod kernel;
 pub mod mm;
-pub mod reproduce;
-pub mod reproduce_promo;
 pub mod run;
 pub mod sim;
 pub mod virt;

@@ -19,6 +19,8 @@ struct Env<'a> {
     k: &'a mut Kernel,
     seed: u64,
     next_cpu: u32,
+    /// The stand-in file of the process images' mappings, once made.
+    image_file: Option<FileId>,
 }
 
 impl SetupEnv for Env<'_> {
@@ -65,6 +67,20 @@ impl SetupEnv for Env<'_> {
     fn seed(&self) -> u64 {
         self.seed
     }
+    fn map_process_image(&mut self, task: TaskId) -> Result<(), String> {
+        let segs = crate::mm::exec::GLIBC_2_36_X86_64;
+        let file = match self.image_file {
+            Some(f) => f,
+            None => {
+                let bytes = segs.iter().filter(|s| s.map).map(|s| s.len).sum();
+                let f = self.create_file(FsKind::Disk, bytes, false)?;
+                self.image_file = Some(f);
+                f
+            }
+        };
+        let mm = self.k.tasks.get(task as usize).ok_or_else(|| format!("map_process_image: no task {task}"))?.mm;
+        self.k.map_process_image(mm, file, segs)
+    }
 }
 
 impl Env<'_> {
@@ -98,6 +114,10 @@ pub struct Outcome {
     pub samples_ops: Vec<u64>,
     pub samples_stat: Vec<[i64; NR_STATS]>,
     pub ops_at_warmup: Vec<u64>,
+    /// Each task's iterations (Workload::iterations) when the measured
+    /// window opened, and at the end.
+    pub iterations_at_warmup: Vec<Option<u64>>,
+    pub iterations: Vec<Option<u64>>,
     pub warmup_ns: Ns,
     pub measured_ns: Ns,
 }
@@ -200,6 +220,7 @@ pub(crate) struct Driver {
     next_sample: Ns,
     next_audit: Ns,
     ops_at_warmup: Option<Vec<u64>>,
+    iterations_at_warmup: Vec<Option<u64>>,
     pub(crate) steps: u64,
     pub(crate) now: Ns,
 }
@@ -215,9 +236,10 @@ impl Driver {
         boot_hook: &mut dyn FnMut(&mut Kernel),
     ) -> Result<Driver, String> {
         let mut k = Kernel::boot(cfg.profile.clone(), cfg.knobs.clone(), cfg.run.check, seed)?;
+        k.trace = crate::kernel::trace::Tracing::new(&cfg.run.probes, &cfg.run.probes_record, k.nr_cpus());
         boot_hook(&mut k);
         {
-            let mut env = Env { k: &mut k, seed, next_cpu: 0 };
+            let mut env = Env { k: &mut k, seed, next_cpu: 0, image_file: None };
             wl.setup(&mut env)?;
         }
         if k.tasks.is_empty() {
@@ -247,6 +269,7 @@ impl Driver {
         }
         let out_stat = vec![k.stat.v];
         let ops_at_warmup = if warmup_ns == 0 { Some(vec![0; k.tasks.len()]) } else { None };
+        let iterations_at_warmup = if warmup_ns == 0 { (0..k.tasks.len() as u32).map(|t| wl.iterations(t)).collect() } else { Vec::new() };
         Ok(Driver {
             k,
             wl,
@@ -262,6 +285,7 @@ impl Driver {
             next_sample: sample_every,
             next_audit: audit_every,
             ops_at_warmup,
+            iterations_at_warmup,
             steps: 0,
             now: 0,
         })
@@ -296,6 +320,7 @@ impl Driver {
         // Everything before a boundary has run: record it.
         if self.ops_at_warmup.is_none() && t >= self.warmup_ns {
             self.ops_at_warmup = Some(k.tasks.iter().map(|x| x.ops).collect());
+            self.iterations_at_warmup = (0..k.tasks.len() as u32).map(|t| self.wl.iterations(t)).collect();
         }
         while t >= self.next_sample {
             self.out_t.push(self.next_sample as f64 / NSEC_PER_SEC as f64);
@@ -391,8 +416,11 @@ impl Driver {
             check::audit(k);
         }
         let ops_at_warmup = self.ops_at_warmup.unwrap_or_else(|| vec![0; k.tasks.len()]);
+        let iterations = (0..k.tasks.len() as u32).map(|t| self.wl.iterations(t)).collect();
         Outcome {
             ops_at_warmup,
+            iterations_at_warmup: self.iterations_at_warmup,
+            iterations,
             kernel: self.k,
             interrupted,
             sim_end,
@@ -495,7 +523,12 @@ pub fn result_json(cfg: &Config, o: &Outcome) -> Value {
         .iter()
         .map(|t| {
             let base = o.ops_at_warmup.get(t.id as usize).copied().unwrap_or(0);
-            json!({"task": t.id, "cpu": t.cpu, "mm": t.mm, "ops": t.ops, "ops_measured": t.ops - base.min(t.ops), "user_ns": t.user_ns, "sys_ns": t.sys_ns, "exited": t.exited})
+            // Kernel time by entry point (the non-zero ones).
+            let entries: Map<String, Value> =
+                ENTRY_NAMES.iter().zip(t.entry_ns.iter()).filter(|(_, &ns)| ns > 0).map(|(n, &ns)| ((*n).to_string(), ns.into())).collect();
+            let iters = o.iterations.get(t.id as usize).copied().flatten();
+            let at_warmup = o.iterations_at_warmup.get(t.id as usize).copied().flatten().unwrap_or(0);
+            json!({"task": t.id, "cpu": t.cpu, "mm": t.mm, "kthread": t.kthread.is_some(), "ops": t.ops, "ops_measured": t.ops - base.min(t.ops), "iterations": iters, "iterations_measured": iters.map(|n| n - at_warmup.min(n)), "user_ns": t.user_ns, "sys_ns": t.sys_ns, "time_ns": entries, "exited": t.exited, "clock_ns": t.clock})
         })
         .collect();
     let nr_user = k.tasks.iter().filter(|t| t.kthread.is_none()).count();
@@ -506,6 +539,18 @@ pub fn result_json(cfg: &Config, o: &Outcome) -> Value {
     let ops_total: u64 = k.tasks.iter().map(|t| t.ops).sum();
     let ops_measured: u64 = k.tasks.iter().map(|t| t.ops - o.ops_at_warmup.get(t.id as usize).copied().unwrap_or(0).min(t.ops)).sum();
     let ops_per_s = if measured_s > 0.0 { ops_measured as f64 / measured_s } else { 0.0 };
+    // Whole iterations of the workload's loops (None: it has none).
+    let iters: Vec<(u64, u64)> = o
+        .iterations
+        .iter()
+        .enumerate()
+        .filter_map(|(i, n)| n.map(|n| (n, n - o.iterations_at_warmup.get(i).copied().flatten().unwrap_or(0).min(n))))
+        .collect();
+    let (iterations, iterations_measured) = if iters.is_empty() {
+        (Value::Null, Value::Null)
+    } else {
+        (iters.iter().map(|x| x.0).sum::<u64>().into(), iters.iter().map(|x| x.1).sum::<u64>().into())
+    };
     let mut ts = Map::new();
     ts.insert("t_s".into(), o.samples_t.clone().into());
     ts.insert("ops".into(), o.samples_ops.clone().into());
@@ -544,6 +589,8 @@ pub fn result_json(cfg: &Config, o: &Outcome) -> Value {
             "measured_s": measured_s,
             "ops_per_s": ops_per_s,
             "ops_per_s_per_task": if nr_user == 0 { 0.0 } else { ops_per_s / nr_user as f64 },
+            "iterations": iterations,
+            "iterations_measured": iterations_measured,
             "workload_finished_s": finished_ns.map(|t| t as f64 / 1e9),
         },
         "vmstat": vmstat,
@@ -566,6 +613,8 @@ pub fn result_json(cfg: &Config, o: &Outcome) -> Value {
             "split_queue_lock_wait_ns": k.split_queues.iter().map(|q| q.lock.wait_ns).sum::<u64>(),
         },
         "memory": {
+            // MemTotal.
+            "mem_total_kib": k.mem_bytes() >> 10,
             "mem_map_bytes": k.mem_map.footprint_bytes(),
             "nr_free_pages": k.stat.get(Stat::NrFreePages),
             // VmHWM: the largest peak RSS of any mm, and each mm's (KiB).
@@ -579,6 +628,9 @@ pub fn result_json(cfg: &Config, o: &Outcome) -> Value {
             "violations": k.check.violations,
         },
     });
+    if k.trace.any() {
+        v["probes"] = k.trace.to_json();
+    }
     if !k.fault_trace.is_empty() {
         // [time_ns, cpu, address, event] per fault-locking event (debug.fault_trace).
         v["fault_trace"] = k.fault_trace.iter().map(|&(t, c, a, e)| json!([t, c, a, e])).collect::<Vec<_>>().into();

@@ -224,13 +224,21 @@ fn remote_invalidation_is_a_hole_in_v10_v11_and_the_hook_closes_it() {
 
 // ---- per-CPU shootdown counts --------------------------------------------------
 
-/// irq_tlb_count per CPU adds up to nr_tlb_remote_flush_received, and only
-/// CPUs that ran the flushed mms receive any.
+/// The shootdowns each CPU took (tlb:tlb_flush with reason
+/// TLB_REMOTE_SHOOTDOWN, /proc/interrupts' irq_tlb_count) add up to
+/// nr_tlb_remote_flush_received, and only CPUs that ran the flushed mms
+/// receive any.
 #[test]
 fn per_cpu_shootdowns_add_up() {
     for knobs in [BASE, LUF11] {
         let h = scenario_dirty_writeback(knobs, 3, 0);
-        let per: Vec<u64> = h.k.cpus.iter().map(|c| c.irq_tlb_count).collect();
+        let probes = h.k.trace.to_json();
+        let per: Vec<u64> = probes["tlb:tlb_flush"]["by_reason"]["TLB_REMOTE_SHOOTDOWN"]["per_cpu"]
+            .as_array()
+            .expect("tlb:tlb_flush counted")
+            .iter()
+            .map(|v| v.as_u64().unwrap())
+            .collect();
         for v in 0..3 {
             let h = scenario_dirty_writeback(knobs, 3, v);
             assert!(h.stat("foliosim_pageout") >= PAGES as i64, "variant {v}: pageout {}", h.stat("foliosim_pageout"));

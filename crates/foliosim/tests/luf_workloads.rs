@@ -1,7 +1,7 @@
 //! The LUF workloads (docs/mechanisms/lazy-unmap-flush.md#workloads-and-scaling) on the real kernel model: llama
 //! (mmapped read-only models streamed per token on a tiered machine) and
 //! xsbench (XSBench's grids written once, then lookups). Small
-//! versions of the experiments' configs (reproduce/luf.rs).
+//! versions of the experiments' configs (experiments/lazy-unmap-flush/).
 
 use foliosim::config;
 use foliosim::mm::vmstat::Stat;

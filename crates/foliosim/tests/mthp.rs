@@ -249,7 +249,8 @@ fn range_reuse_after_the_child_exits() {
     assert_eq!(reuse, 16, "the parent reuses all 16 pages in one fault, got {reuse}");
     assert_eq!(o.kernel.mthp.path_d_pages[4], 1);
     // Upstream: reuse page by page (each exclusive-less page copies or reuses alone).
-    let mut parent: Vec<Step> = vec![mmap_any(1 << 20), store_rel(0), Box::new(|_| Op::Fork), Box::new(|_| Op::Compute { ns: 5_000_000 })];
+    // 2 MiB: a PMD multiple, which 6.12 aligns, so the first 64 KiB block is whole.
+    let mut parent: Vec<Step> = vec![mmap_any(2 << 20), store_rel(0), Box::new(|_| Op::Fork), Box::new(|_| Op::Compute { ns: 5_000_000 })];
     for i in 0..16 {
         parent.push(store_rel(i * 4096));
     }
@@ -292,6 +293,10 @@ fn rfc_v2_aligns_unhinted_mmaps_to_64k() {
 
 fn will_it_scale(w: &str, knobs: &str, profile: &str) -> Outcome {
     let size = if matches!(w, "tlb_flush2" | "read1" | "read2") { "" } else { "size_mib = 4" };
+    will_it_scale_with(w, knobs, profile, size)
+}
+
+fn will_it_scale_with(w: &str, knobs: &str, profile: &str, size: &str) -> Outcome {
     let c = cfg(&format!(
         "[machine]\nprofile = \"{profile}\"\nnr_cpus = 4\nnode_mem_mib = [1024, 1024]\n[workload]\nname = \"{w}\"\nmode = \"processes\"\ntasks = 2\n{size}\n[run]\nwarmup_s = 0.0\nduration_s = 0.01\ncheck = true\naudit_interval_ms = 2.0\n[knobs]\n{knobs}\n"
     ));
@@ -315,8 +320,10 @@ fn will_it_scale_runs_clean_with_large_folios() {
 
 #[test]
 fn page_fault1_maps_16_pages_per_fault_and_runs_faster() {
-    let base = will_it_scale("page_fault1", "", "generic-x86");
-    let rfc = will_it_scale("page_fault1", RFC, "generic-x86");
+    // 64 MiB regions: beyond the profile's warm cache, so that both runs
+    // clear cold pages, as page_fault1's 128 MiB does.
+    let base = will_it_scale_with("page_fault1", "", "generic-x86", "size_mib = 64");
+    let rfc = will_it_scale_with("page_fault1", RFC, "generic-x86", "size_mib = 64");
     assert!(rfc.kernel.check.violations.is_empty(), "{:?}", rfc.kernel.check.violations);
     let pages = stat(&rfc, "foliosim_fault_anon_pages") as f64;
     let faults = stat(&rfc, "foliosim_fault_anon") as f64;
@@ -389,38 +396,6 @@ fn checker_catches_a_missing_deferred_split_unqueue() {
     let dn: Step = Box::new(|b| Op::Madvise { addr: b + 0x1000, len: 4096, advice: Advice::DontNeed });
     let v = mutant("mthp_skip_unqueue", vec![mmap_any(1 << 20), store_rel(0), dn, munmap], vec![]);
     assert!(v.iter().any(|s| s.contains("I-15")), "{v:?}");
-}
-
-/// Prints a reproduction's JSON: `cargo test -p foliosim --test mthp print_reproduction -- --ignored --nocapture`
-/// with FOLIOSIM_EXP=name.
-#[test]
-#[ignore]
-fn print_reproduction() {
-    let name = std::env::var("FOLIOSIM_EXP").unwrap_or_else(|_| "mthp-will-it-scale".into());
-    let t0 = std::time::Instant::now();
-    let v = foliosim::reproduce::run(&name, &mut |_| true).unwrap();
-    for r in v["rows"].as_array().unwrap() {
-        println!(
-            "{:<14} {:<40} seed {:>12} sim {:>12}",
-            r["label"].as_str().unwrap_or(""),
-            r["metric"].as_str().unwrap_or(""),
-            r["seed"].to_string(),
-            format!("{:.1}", r["simulated"].as_f64().unwrap_or(f64::NAN))
-        );
-    }
-    for n in v["notes"].as_array().unwrap() {
-        println!("note: {}", n.as_str().unwrap());
-    }
-    println!("host time {:.1} s", t0.elapsed().as_secs_f64());
-}
-
-/// Writes `[reproduce all]` JSON to $FOLIOSIM_JSON (for the docs tables without the Python build).
-#[test]
-#[ignore]
-fn dump_all_reproductions() {
-    let path = std::env::var("FOLIOSIM_JSON").unwrap_or_else(|_| "/tmp/reproduce-all.json".into());
-    let all: Vec<_> = foliosim::reproduce::registry().iter().map(|e| foliosim::reproduce::run(e.name, &mut |_| true).unwrap()).collect();
-    std::fs::write(&path, serde_json::to_string_pretty(&all).unwrap()).unwrap();
 }
 
 /// The deferred-split queue lock is one per node (one memcg): with many

@@ -20,19 +20,23 @@ fn stat(o: &Outcome, name: &str) -> i64 {
 /// of 4 calls promotes 4096 of the 16384 pages.
 fn tiered(cycles: u32, knobs: &str) -> String {
     format!(
-        "[machine]\nprofile = \"cxl-1tb\"\nnr_cpus = 2\nnode_mem_mib = [1024, 512]\n[workload]\nname = \"file_reader\"\nfs = \"disk\"\nfile_mib = 64\npopulate = true\npopulate_node = 1\nchunk_kib = 16384\ncycles = {cycles}\n[run]\nwarmup_s = 0.0\nduration_s = 10.0\nsample_ms = 100.0\ncheck = true\naudit_interval_ms = 5.0\n[knobs]\n{knobs}\n"
+        "[machine]\nprofile = \"cxl-1tb\"\nnr_cpus = 2\nnode_mem_mib = [1024, 512]\n[workload]\nname = \"file_reader\"\nfs = \"disk\"\nfile_mib = 64\npopulate = true\npopulate_node = 1\nchunk_kib = 16384\ncycles = {cycles}\n[run]\nwarmup_s = 0.0\nduration_s = 10.0\nsample_ms = 100.0\ncheck = true\naudit_interval_ms = 5.0\nprobes_record = [\"syscalls:sys_exit_read\"]\n[knobs]\n{knobs}\n"
     )
 }
 
 const ON: &str = "\"kernel.numa_balancing\" = 2\n\"kernel/mm/numa/pagecache_promotion_enabled\" = true\n\"kernel.numa_balancing_promote_rate_limit_MBps\" = 1024\n";
 
+/// Seconds of each pass over the file: the reader's read() calls that
+/// returned 0 (tracepoint syscalls:sys_exit_read, recorded by `tiered`).
 fn cycle_times(o: &Outcome) -> Vec<f64> {
+    let probes = o.kernel.trace.to_json();
+    let events = probes["syscalls:sys_exit_read"]["events"].as_array().expect("sys_exit_read recorded").clone();
     let mut prev = 0u64;
-    o.kernel
-        .tier
-        .eof_times
+    events
         .iter()
-        .map(|&t| {
+        .filter(|e| e[3] == 0)
+        .map(|e| {
+            let t = e[0].as_u64().unwrap();
             let d = t - prev;
             prev = t;
             d as f64 / 1e9

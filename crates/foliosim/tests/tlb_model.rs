@@ -339,6 +339,7 @@ fn spec(g: &[(u32, u32); 4], stlb_holds_2m: bool) -> TlbSpec {
         stlb_holds_2m,
         stlb_hit_ns: 1.0,
         walk_ns: 10.0,
+        walk_cached_ns: 2.0,
         contpte: false,
         coalesce_order: 0,
     }

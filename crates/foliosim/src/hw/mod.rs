@@ -1,4 +1,5 @@
 //! The simulated machine: memory nodes, per-CPU TLBs, the cost profile.
 
+pub mod cache;
 pub mod profile;
 pub mod tlb;

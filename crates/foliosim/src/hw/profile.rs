@@ -109,8 +109,14 @@ pub struct TlbSpec {
     pub stlb_holds_2m: bool,
     /// Extra latency of an L1 miss that hits the STLB, ns.
     pub stlb_hit_ns: f64,
-    /// Page walk on an STLB miss with page-table lines in cache, ns.
+    /// Page walk on an STLB miss whose page-table lines are not in this
+    /// CPU's caches (a walk into a PTE table other than the last one this
+    /// CPU walked: a random access over a large range), ns.
     pub walk_ns: f64,
+    /// Page walk on an STLB miss into the PTE table this CPU walked last
+    /// (its lines cached: a sequential or strided pass, the re-walk after a
+    /// fault that just wrote the PTE), ns.
+    pub walk_cached_ns: f64,
     /// arm64 contiguous-PTE hint honoured (16 x 4 KiB -> one entry).
     #[serde(default)]
     pub contpte: bool,
@@ -131,13 +137,50 @@ pub struct CostSpec {
     // --- fault path (software part, excluding alloc, zeroing, PTE, rmap, LRU)
     pub fault_base_ns: f64,
     pub vma_lookup_ns: f64,
+    /// set_pte_at / set_ptes, per PTE written.
     pub pte_set_ns: f64,
     /// change_pte_range, per present PTE that is looked at and left as it
     /// is (the NUMA-balancing scan skipping a folio): PTE load, folio
     /// lookup and its node and flag tests.
     pub change_pte_scan_ns: f64,
+    /// ptep_get_and_clear in zap_pte_range, per PTE (one per PMD for a
+    /// PMD-mapped THP, zap_huge_pmd).
     pub pte_clear_ns: f64,
+    /// Per rmap call (one per folio, or per batch of its PTEs when the zap
+    /// batches them): the mapcount atomics, rss and NR_ANON accounting.
     pub rmap_ns: f64,
+    /// Per page of a large folio mapped or unmapped by PTEs: the per-page
+    /// _mapcount and PageAnonExclusive updates of folio_add_new_anon_rmap
+    /// and folio_remove_rmap_ptes (a PMD mapping has none).
+    pub rmap_page_ns: f64,
+    /// Per tail page of a freshly allocated large folio: prep_compound_tail
+    /// and post_alloc_hook's per-page work, and folio_zero_user's per-page
+    /// clear call and cond_resched (the bytes are charged at the clearing
+    /// bandwidth).
+    pub prep_tail_ns: f64,
+    /// Per large anonymous folio fault (mTHP or PMD THP), its work beyond
+    /// the order-0 fault's: thp_vma_allowable_orders, the PTE-range scans
+    /// of the candidate orders, folio_prep_large_rmappable, the mTHP
+    /// counters (the allocation, clearing and per-page work are charged
+    /// apart).
+    pub alloc_anon_folio_ns: f64,
+    /// Per large anonymous folio freed, its work beyond an order-0 page's:
+    /// folio_undo_large_rmappable and the compound page's uncharge and
+    /// free_pages_prepare (the tail pages, the zone lock and the buddy
+    /// merges are charged apart).
+    pub free_large_folio_ns: f64,
+    /// Per tail page of a freed large folio: free_pages_prepare's
+    /// free_tail_page_prepare check and flag reset.
+    pub free_tail_ns: f64,
+    /// Bandwidth of clearing a page whose lines are still in this CPU's
+    /// caches (a page this CPU freed recently, reused while the cache holds
+    /// it; a cold page clears at the node's zero_bw_gbps), GB/s.
+    pub zero_warm_bw_gbps: f64,
+    /// How much memory a CPU can allocate after freeing a page before that
+    /// page's lines have left its caches: a page reused within this many
+    /// bytes of allocations on the CPU that freed it clears at
+    /// zero_warm_bw_gbps, bytes.
+    pub warm_cache_bytes: u64,
     pub memcg_charge_ns: f64,
     pub lru_add_ns: f64,
     /// Per folio moved while holding lru_lock (batch drain, isolation).
@@ -249,6 +292,7 @@ const UNITS: &[(&str, Unit)] = &[
     ("*_ghz", Unit { what: "a frequency in GHz", lo: 0.0, lo_ok: false, hi: 20.0 }),
     ("*_mib", Unit { what: "a size in MiB", lo: 1.0, lo_ok: true, hi: (64u64 << 20) as f64 }),
     ("*_kib", Unit { what: "a size in KiB", lo: 1.0, lo_ok: true, hi: (1u64 << 20) as f64 }),
+    ("*_bytes", Unit { what: "a size in bytes", lo: 0.0, lo_ok: true, hi: (1u64 << 40) as f64 }),
     ("*_entries", Unit { what: "a number of TLB entries", lo: 1.0, lo_ok: true, hi: (1u64 << 20) as f64 }),
     ("*_ways", Unit { what: "a TLB associativity", lo: 1.0, lo_ok: true, hi: (1u64 << 20) as f64 }),
     ("*_order", Unit { what: "a page order", lo: 0.0, lo_ok: true, hi: 18.0 }),
@@ -396,6 +440,9 @@ impl Profile {
             if w == 0 || e == 0 || e % w != 0 || !(e / w).is_power_of_two() {
                 return Err((format!("tlb.{k}_entries"), format!("{e} entries / {w} ways must give a power-of-two number of sets")));
             }
+        }
+        if !(self.cost.zero_warm_bw_gbps > 0.0 && self.cost.zero_warm_bw_gbps.is_finite()) {
+            return Err(("cost.zero_warm_bw_gbps".into(), "must be a positive number".into()));
         }
         if self.cost.lru_batch == 0 {
             return Err(("cost.lru_batch".into(), "must be at least 1".into()));

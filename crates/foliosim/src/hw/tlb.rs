@@ -923,6 +923,7 @@ mod tests {
             stlb_holds_2m: true,
             stlb_hit_ns: 1.0,
             walk_ns: 10.0,
+            walk_cached_ns: 2.0,
             contpte: false,
             coalesce_order: 0,
         }

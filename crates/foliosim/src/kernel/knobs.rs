@@ -53,6 +53,11 @@ pub enum Mutant {
     /// Large anon folios: no pte_none scan and no re-check under the PTL, so
     /// a fresh folio may overwrite populated PTEs (I-7).
     MthpSkipPteRecheck,
+    /// Large anon folios: the re-check under the PTL looks only at the
+    /// faulting PTE, not at the whole block (pte_range_none), so a PTE that
+    /// another CPU populated in the block after the order was chosen is
+    /// overwritten (I-7).
+    MthpRecheckFaultPteOnly,
     /// wp fault: copy even when the page is AnonExclusive (I-12; RFC v2's bug P-10).
     MthpCowExclusive,
     /// Freeing a large folio forgets to take it off the deferred-split queue (I-15).
@@ -184,6 +189,7 @@ pub const MUTANTS: &[&str] = &[
     "buddy_no_merge",
     "mthp_skip_vma_bound",
     "mthp_skip_pte_recheck",
+    "mthp_recheck_fault_pte_only",
     "mthp_cow_exclusive",
     "mthp_skip_unqueue",
     "fpr_keep_reported_on_alloc",
@@ -245,6 +251,52 @@ impl ThpEnabled {
     }
 }
 
+/// Which unhinted anonymous mmaps the kernel aligns to a PMD boundary
+/// (so that THPs can back them), by the rule of each kernel era.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ThpAnonAlign {
+    /// Up to Linux 6.6: none (an anonymous mapping goes through
+    /// mm_get_unmapped_area, page-aligned).
+    None,
+    /// Linux 6.7-6.11 ("mm: align larger anonymous mappings on THP
+    /// boundaries"): every anonymous mapping goes through
+    /// thp_get_unmapped_area, whose __thp_get_unmapped_area aligns a
+    /// length of at least PMD_SIZE.
+    LenGePmd,
+    /// Linux 6.12 on ("mm, mmap: limit THP alignment of anonymous mappings
+    /// to PMD-aligned sizes"): __get_unmapped_area calls
+    /// thp_get_unmapped_area_vmflags only when IS_ALIGNED(len, PMD_SIZE).
+    LenPmdAligned,
+}
+
+impl ThpAnonAlign {
+    pub const VALUES: &'static [&'static str] = &["none", "len_ge_pmd", "len_pmd_aligned"];
+
+    pub fn parse(s: &str) -> ThpAnonAlign {
+        match s {
+            "none" => ThpAnonAlign::None,
+            "len_ge_pmd" => ThpAnonAlign::LenGePmd,
+            _ => ThpAnonAlign::LenPmdAligned,
+        }
+    }
+
+    /// The alignment of an unhinted anonymous mapping of `len` bytes.
+    pub fn align(self, len: u64) -> u64 {
+        const PMD_SIZE: u64 = 2 << 20;
+        let aligned = match self {
+            ThpAnonAlign::None => false,
+            ThpAnonAlign::LenGePmd => len >= PMD_SIZE,
+            ThpAnonAlign::LenPmdAligned => len.is_multiple_of(PMD_SIZE),
+        };
+        if aligned {
+            PMD_SIZE
+        } else {
+            4096
+        }
+    }
+}
+
 /// The per-size directories `hugepages-<size>kB` (orders 2..=9 at 4 KiB pages).
 pub const MTHP_SIZE_KEYS: [&str; 8] = [
     "kernel/mm/transparent_hugepage/hugepages-16kB/enabled",
@@ -268,6 +320,9 @@ pub struct AnonFolioKnobs {
     pub cow_reuse_range: bool,
     pub cow_copy_large: bool,
     pub mmap_align_unhinted: bool,
+    /// `anon_folio.thp_get_unmapped_area`: the PMD alignment rule of
+    /// unhinted anonymous mmaps.
+    pub thp_anon_align: ThpAnonAlign,
     pub batch_zap: bool,
     pub free_listempty_check: bool,
     /// `kernel/mm/transparent_hugepage/enabled`.
@@ -287,6 +342,7 @@ impl Default for AnonFolioKnobs {
             cow_reuse_range: true,
             cow_copy_large: true,
             mmap_align_unhinted: true,
+            thp_anon_align: ThpAnonAlign::LenPmdAligned,
             batch_zap: true,
             free_listempty_check: false,
             thp_enabled: ThpEnabled::Never,
@@ -320,6 +376,7 @@ pub fn registry() -> Vec<KnobSpec> {
         KnobSpec { key: "anon_folio.cow_reuse_range", default: Bool(true), help: "rfc-v2 patches 9-10: a write fault reuses the whole contiguous run of a folio that only this mapping references", values: None, range: None },
         KnobSpec { key: "anon_folio.cow_copy_large", default: Bool(true), help: "rfc-v2 patches 11-14: CoW of a non-exclusive large folio copies the largest aligned maybe-shared block (<= source order) into a large folio", values: None, range: None },
         KnobSpec { key: "anon_folio.mmap_align_unhinted", default: Bool(true), help: "rfc-v2 patch 16: unhinted mmaps are aligned to 2^max_order pages", values: None, range: None },
+        KnobSpec { key: "anon_folio.thp_get_unmapped_area", default: Str("len_pmd_aligned"), help: "which unhinted anonymous mmaps are aligned to a PMD (2 MiB) boundary: \"none\" (Linux <= 6.6), \"len_ge_pmd\" (6.7-6.11: every one of at least 2 MiB, thp_get_unmapped_area), \"len_pmd_aligned\" (6.12 on: only lengths that are multiples of 2 MiB, IS_ALIGNED(len, PMD_SIZE)); rfc-v2's own patch 16 (anon_folio.mmap_align_unhinted) comes first", values: Some(ThpAnonAlign::VALUES), range: None },
         KnobSpec { key: "anon_folio.batch_zap", default: Bool(true), help: "rfc-v2 patch 17: zap a large anon folio's PTEs in one batch (one rmap removal; a whole unmap does not queue it for deferred split)", values: None, range: None },
         KnobSpec { key: "anon_folio.free_listempty_check", default: Bool(false), help: "rfc-v2: check the deferred-split list without split_queue_lock when freeing a large folio (Yin's patch; always on upstream)", values: None, range: None },
         KnobSpec { key: MTHP_SIZE_KEYS[0], default: Str("never"), help: "upstream mTHP: 16 KiB anonymous folios (order 2)", values: Some(&["always", "inherit", "madvise", "never"]), range: None },
@@ -510,6 +567,7 @@ impl Knobs {
                     "fpr_skip_host_fault" => Mutant::FprSkipHostFault,
                     "mthp_skip_vma_bound" => Mutant::MthpSkipVmaBound,
                     "mthp_skip_pte_recheck" => Mutant::MthpSkipPteRecheck,
+                    "mthp_recheck_fault_pte_only" => Mutant::MthpRecheckFaultPteOnly,
                     "mthp_cow_exclusive" => Mutant::MthpCowExclusive,
                     "mthp_skip_unqueue" => Mutant::MthpSkipUnqueue,
                     "spf_skip_seq_check" => Mutant::SpfSkipSeqCheck,
@@ -532,6 +590,7 @@ impl Knobs {
             ("anon_folio.cow_reuse_range", KnobValue::Bool(b)) => self.anon_folio.cow_reuse_range = *b,
             ("anon_folio.cow_copy_large", KnobValue::Bool(b)) => self.anon_folio.cow_copy_large = *b,
             ("anon_folio.mmap_align_unhinted", KnobValue::Bool(b)) => self.anon_folio.mmap_align_unhinted = *b,
+            ("anon_folio.thp_get_unmapped_area", KnobValue::Str(v)) => self.anon_folio.thp_anon_align = ThpAnonAlign::parse(v),
             ("anon_folio.batch_zap", KnobValue::Bool(b)) => self.anon_folio.batch_zap = *b,
             ("anon_folio.free_listempty_check", KnobValue::Bool(b)) => self.anon_folio.free_listempty_check = *b,
             ("kernel/mm/transparent_hugepage/enabled", KnobValue::Str(s)) => self.anon_folio.thp_enabled = ThpEnabled::parse(s),

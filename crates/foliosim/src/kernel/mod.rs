@@ -8,6 +8,7 @@ pub mod knobs;
 pub mod kthread;
 pub mod syscalls;
 pub mod task;
+pub mod trace;
 pub mod wait;
 
 use crate::check::Checker;
@@ -45,9 +46,9 @@ pub struct Cpu {
     pub landing: Vec<(Ns, u32)>,
     /// x86 cpu_tlbstate: the loaded mm and the dynamic ASID slots (mm/asid.rs).
     pub tlbstate: crate::mm::asid::TlbState,
-    /// /proc/interrupts "TLB shootdowns" of this CPU (irq_tlb_count): flush
-    /// IPIs whose handler ran here.
-    pub irq_tlb_count: u64,
+    /// What this CPU's caches hold of recently freed pages and of its last
+    /// page walk (hw/cache.rs).
+    pub cache: crate::hw::cache::CpuCache,
 }
 
 /// One memory node (pg_data_t).
@@ -123,6 +124,8 @@ pub struct Kernel {
     pub luf_lock: crate::sim::lock::SpinLock,
     /// The code running now has IRQs disabled (an atomic allocation).
     pub irqs_off: bool,
+    /// Tracepoints (`[run] probes`), all off unless the config asks.
+    pub trace: trace::Tracing,
 }
 
 impl Kernel {
@@ -198,7 +201,7 @@ impl Kernel {
                 node: cpu_node(i),
                 landing: Vec::new(),
                 tlbstate: Default::default(),
-                irq_tlb_count: 0,
+                cache: crate::hw::cache::CpuCache::new(),
             })
             .collect();
         let anon_policy = crate::mm::huge_memory::policy(&knobs.anon_folio);
@@ -235,6 +238,7 @@ impl Kernel {
             luf: Default::default(),
             luf_lock: Default::default(),
             irqs_off: false,
+            trace: Default::default(),
             prof,
         };
         k.split_queues = (0..k.nodes.len()).map(|_| Default::default()).collect();

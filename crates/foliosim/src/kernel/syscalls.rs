@@ -1,5 +1,6 @@
 //! System calls and user memory accesses: what a workload's operations do.
 
+use super::trace::Tp;
 use super::Kernel;
 use crate::hw::tlb::TlbLookup;
 use crate::mm::memory::{access_permitted, Fault};
@@ -147,18 +148,11 @@ impl Kernel {
                 self.check.bump_data((false, f.inode + 1, i));
             }
         }
-        if !write && self.tier.first_read_at.is_none() {
-            self.tier.first_read_at = Some(t);
-        }
         let r = if write { self.filemap_write(t0, cpu, f.inode, f.pos, len) } else { self.filemap_read(t0, cpu, f.inode, f.pos, len) };
         match r {
             None => (Ret::Err(errno::ENOMEM), t),
             Some((n, t)) => {
                 self.mms[mm as usize].fd(fd).unwrap().pos += n;
-                if n == 0 && !write {
-                    // End of a read cycle (the promotion experiments time these).
-                    self.tier.eof_times.push(t);
-                }
                 (Ret::Val(n as i64), t)
             }
         }
@@ -171,7 +165,19 @@ impl Kernel {
             let tk = &self.tasks[tid as usize];
             (tk.clock, tk.cpu, tk.mm)
         };
-        let (r, t) = f(self, t0 + self.c.syscall / 2, cpu, mm);
+        let t_body = t0 + self.c.syscall / 2;
+        if self.trace.on(Tp::SysEnter(entry)) {
+            self.trace.emit(Tp::SysEnter(entry), t_body, cpu, &[tid as i64]);
+        }
+        let (r, t) = f(self, t_body, cpu, mm);
+        if self.trace.on(Tp::SysExit(entry)) {
+            let ret = match r {
+                Ret::Val(v) => v,
+                Ret::Err(e) => -e,
+                Ret::Start => 0,
+            };
+            self.trace.emit(Tp::SysExit(entry), t, cpu, &[tid as i64, ret]);
+        }
         // Task work queued during the call (page-cache promotion) runs on
         // the way back to user space, charged to this task and call.
         let t = self.task_numa_promotion_work(t, tid);
@@ -248,7 +254,9 @@ impl Kernel {
                 Access::Ifetch => Stat::ItlbMisses,
             });
         }
-        cost += self.c.walk;
+        // A walk into the PTE table this CPU walked last finds its lines in
+        // cache (hw/cache.rs).
+        cost += if self.cpus[cpu as usize].cache.walk(crate::hw::cache::walk_key(mm, va)) { self.c.walk_cached } else { self.c.walk };
         {
             let tk = &mut self.tasks[tid as usize];
             tk.clock += cost;
@@ -302,7 +310,14 @@ impl Kernel {
                 return Ret::Val(0);
             }
             match self.handle_mm_fault(tid, addr, kind) {
-                Fault::Done => continue,
+                Fault::Done => {
+                    // The access is retried: a walk of the PTE the fault
+                    // just wrote, its line in cache.
+                    let tk = &mut self.tasks[tid as usize];
+                    tk.clock += self.c.walk_cached;
+                    tk.user_ns += self.c.walk_cached;
+                    continue;
+                }
                 Fault::Segv => return Ret::Err(errno::EFAULT),
                 Fault::Oom => return Ret::Err(errno::ENOMEM),
                 Fault::Pending => return Ret::Val(0),

@@ -76,8 +76,9 @@ impl Kernel {
 
     /// compaction_alloc: the next isolated free frame as a migration
     /// target (order 0 only; a large source fails). The frame leaves the
-    /// allocator here: the copy into it is its new owner's first write.
-    pub(crate) fn compaction_alloc(&mut self, t: Ns, order: u32, free: &mut Vec<Pfn>) -> Result<(Pfn, Ns), Ns> {
+    /// allocator here: the copy into it, on `cpu`, the migrating CPU, is its
+    /// new owner's first write.
+    pub(crate) fn compaction_alloc(&mut self, t: Ns, cpu: u32, order: u32, free: &mut Vec<Pfn>) -> Result<(Pfn, Ns), Ns> {
         if order != 0 {
             return Err(t);
         }
@@ -88,8 +89,8 @@ impl Kernel {
         let pfn = free.remove(0);
         let nid = self.pfn_to_nid(pfn);
         self.pa.isolated_to_allocated(pfn, 0);
-        // No CPU is needed: the generation was checked at isolation.
-        let t = self.post_alloc_hook(t, 0, pfn, 0, nid, LufExit::Checked, "compaction free page");
+        // The generation was checked at isolation.
+        let t = self.post_alloc_hook(t, cpu, pfn, 0, nid, LufExit::Checked, "compaction free page");
         Ok((pfn, t))
     }
 

@@ -70,7 +70,7 @@ impl Kernel {
             self.stat.add(Stat::Pgpgin, 4);
         } else {
             // A hole, or a new shmem page: cleared.
-            t += self.nodes[pnid].zero_4k;
+            t += self.clear_folio_cost(cpu, pnid, 0);
         }
         self.check_guest_write(pfn, 0, "filled");
         {

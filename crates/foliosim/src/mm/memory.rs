@@ -90,7 +90,7 @@ impl Kernel {
             LufExit::Checked => t,
         };
         self.check_alloc_exit(t, pfn, order, what);
-        self.prep_new_folio(pfn, order, nid);
+        t += self.prep_new_folio_on(cpu, pfn, order, nid);
         self.check.on_alloc(&self.mem_map, &self.pa, pfn, order);
         if self.host.is_some() {
             t += self.guest_alloc_touch(pfn, order);
@@ -150,6 +150,30 @@ impl Kernel {
                 return Some(self.alloc_folio_prep(a, cpu, order));
             }
         }
+    }
+
+    /// prep_new_page on `cpu`, the allocating CPU: `prep_new_folio`, and
+    /// whether the folio is still in this CPU's caches (hw/cache.rs: the
+    /// stamp its frames carry since their free decides how fast it
+    /// clears). Returns the time of the tail pages' preparation.
+    #[inline(always)]
+    pub(crate) fn prep_new_folio_on(&mut self, cpu: u32, pfn: Pfn, order: u32, nid: u32) -> Ns {
+        let p = self.mem_map.get(pfn);
+        let stamp = (p.lru_prev, p.lru_next);
+        self.cpus[cpu as usize].cache.on_alloc(cpu, stamp, 1 << order, self.c.warm_cache_pages);
+        self.prep_new_folio(pfn, order, nid);
+        self.c.prep_tail * ((1 << order) - 1)
+    }
+
+    /// Clearing a 2^order-page folio just allocated on `cpu` on node `nid`
+    /// (clear_page, folio_zero_user): one clear call plus its bytes, at the
+    /// cache bandwidth when the allocation found the folio still in this
+    /// CPU's caches, else at the node's.
+    #[inline(always)]
+    pub(crate) fn clear_folio_cost(&self, cpu: u32, nid: usize, order: u32) -> Ns {
+        let n = &self.nodes[nid];
+        let page = if self.cpus[cpu as usize].cache.alloc_warm { self.c.zero_warm_4k } else { n.zero_4k - n.zero_call };
+        n.zero_call + (page << order)
     }
 
     /// prep_new_page: per-page state of a fresh folio (HEAD/TAIL, order on
@@ -412,7 +436,7 @@ impl Kernel {
         p.flags |= pg::ANON | pg::SWAPBACKED | pg::ANON_EXCLUSIVE | pg::UPTODATE;
         p.mapping = av;
         p.index = vma.linear_page_index(addr);
-        let t = t + if zero { self.nodes[pnid].zero_4k } else { 0 } + self.c.memcg;
+        let t = t + if zero { self.clear_folio_cost(cpu, pnid, 0) } else { 0 } + self.c.memcg;
         self.check_guest_write(pfn, 0, if zero { "cleared" } else { "copied into" });
         // The allocation reference becomes the mapping's reference.
         Some((pfn, t))
@@ -788,6 +812,9 @@ impl Kernel {
             // mapcounts are not read here).
             let mut done = 0;
             let (mut zero, mut unmapped, mut unmapped_last) = (0i64, 0i64, 0i64);
+            // PTEs of a PMD-mapped THP (one entry to clear per PMD) and of
+            // PTE-mapped large folios (per-page rmap work).
+            let (mut huge, mut large) = (0u64, 0u64);
             let mut a = va;
             while a < stop {
                 let slot = &mut tbl.ptes[pte_index(a)];
@@ -810,6 +837,11 @@ impl Kernel {
                         let pfn = pte.pfn();
                         let p = self.mem_map.get_mut_inline(pfn);
                         let o = p.order as u32;
+                        if pte.0 & Pte::HUGE != 0 {
+                            huge += 1;
+                        } else if o != 0 {
+                            large += 1;
+                        }
                         if in_order && o == 0 && pte.0 & Pte::HUGE == 0 && p.flags & pg::ANON != 0 {
                             if let Some(l) = page_dec_mapcount(p, leak_mapcount) {
                                 unmapped += 1;
@@ -837,7 +869,10 @@ impl Kernel {
                 tlb.add_range(lo);
                 tlb.add_range(hi);
             }
-            let hold = self.c.pte_clear * cleared.len() as Ns + self.c.rmap * runs;
+            // zap_huge_pmd clears one entry per PMD; folio_remove_rmap_ptes
+            // drops every page's mapcount of a PTE-mapped large folio.
+            let entries = cleared.len() as u64 - huge + huge.div_ceil(512);
+            let hold = self.c.pte_clear * entries + self.c.rmap * runs + self.c.rmap_page * large;
             t = tbl.ptl.lock_for(t, cpu, hold, &lc);
             self.mms[mm as usize].rss_anon -= unmapped;
             self.stat.add(Stat::NrAnonPages, -unmapped_last);

@@ -118,26 +118,12 @@ pub struct TierState {
     pub nbp: Vec<NodeBalance>,
     /// kswapd thread id per node (spawned when demotion is enabled).
     pub kswapd: Vec<Option<u32>>,
-    /// foliosim instrumentation: completion time of every read() that
-    /// returned 0 (end of a pass over the file), for per-cycle times.
-    pub eof_times: Vec<Ns>,
-    /// foliosim instrumentation: when the first read() began, so that the
-    /// first cycle leaves out the reader's setup (its buffer), as the seed's
-    /// timings do.
-    pub first_read_at: Option<Ns>,
 }
 
 impl TierState {
     pub fn new(prof: &Profile) -> TierState {
         let n = prof.nodes.len();
-        TierState {
-            tiers: MemoryTiers::new(prof),
-            promo: Vec::new(),
-            nbp: vec![NodeBalance::default(); n],
-            kswapd: vec![None; n],
-            eof_times: Vec::new(),
-            first_read_at: None,
-        }
+        TierState { tiers: MemoryTiers::new(prof), promo: Vec::new(), nbp: vec![NodeBalance::default(); n], kswapd: vec![None; n] }
     }
 }
 

@@ -87,7 +87,7 @@ impl Kernel {
         let anon = flags & pg::ANON != 0;
         let (new, mut t) = match dst {
             MigrateDst::Node(nid) => self.alloc_migration_target(t, cpu, order, *nid)?,
-            MigrateDst::Isolated(free) => self.compaction_alloc(t, order, free)?,
+            MigrateDst::Isolated(free) => self.compaction_alloc(t, cpu, order, free)?,
         };
         let dnid = self.mem_map.get(new).nid as usize;
         // Lock, freeze the reference count, copy, switch the xarray entry.

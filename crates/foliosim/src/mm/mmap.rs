@@ -22,8 +22,13 @@ pub mod vm {
 }
 
 pub const TASK_SIZE: u64 = 1 << 47;
-/// Top of the mmap area (below a 128 MiB stack gap), as with ASLR off.
-pub const MMAP_BASE: u64 = TASK_SIZE - (128 << 20) - (1 << 30);
+/// Top of the mmap area as x86-64 Linux puts it with ASLR off
+/// (arch/x86/mm/mmap.c mmap_base): below TASK_SIZE_MAX (one page under
+/// 2^47) by the stack gap, the stack rlimit plus the guard gap, at least
+/// 128 MiB. Where a mapping lands below it depends on what is already
+/// mapped there (mm/exec.rs: a process image): alignment falls where it
+/// falls on Linux.
+pub const MMAP_BASE: u64 = TASK_SIZE - 4096 - (128 << 20);
 pub const MMAP_MIN_ADDR: u64 = 1 << 16;
 /// Start of the heap (brk) with ASLR off, after a small text+data image.
 pub const BRK_START: u64 = 0x0060_0000;

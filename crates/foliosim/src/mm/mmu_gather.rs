@@ -6,6 +6,7 @@ use super::mem_map::pg;
 use super::vmstat::{Entry, Stat};
 use super::Pfn;
 use crate::kernel::knobs::Mutant;
+use crate::kernel::trace::TlbFlushReason;
 use crate::kernel::Kernel;
 use crate::sim::Ns;
 
@@ -61,10 +62,12 @@ impl Kernel {
                 self.cpus[cpu as usize].tlb.flush_asid(asid);
                 self.mm_caught_up(mm, cpu);
                 self.stat.inc(Stat::NrTlbLocalFlushAll);
+                self.trace.tlb_flush(t, cpu, TlbFlushReason::LocalMmShootdown, None);
                 t += self.c.flush_all;
             } else {
                 self.cpus[cpu as usize].tlb.flush_range(asid, start, end);
                 self.stat.add(Stat::NrTlbLocalFlushOne, pages as i64);
+                self.trace.tlb_flush(t, cpu, TlbFlushReason::LocalMmShootdown, Some(pages));
                 t += self.c.flush_one * pages;
             }
         }
@@ -80,7 +83,8 @@ impl Kernel {
         self.stat.add(Stat::NrTlbRemoteFlushReceived, remote.len() as i64);
         self.stat.add(Stat::TlbFlushEvents, remote.len() as i64);
         let recv = self.c.ipi_recv + if full { self.c.flush_all } else { self.c.flush_one * pages };
-        for &c in &remote {
+        for (i, &c) in remote.iter().enumerate() {
+            self.trace.tlb_flush(t + self.c.ipi_send * (i as Ns + 1), c, TlbFlushReason::RemoteShootdown, (!full).then_some(pages));
             let tlb = &mut self.cpus[c as usize].tlb;
             if full {
                 tlb.flush_asid(asid);
@@ -89,7 +93,6 @@ impl Kernel {
                 tlb.flush_range(asid, start, end);
             }
             self.cpus[c as usize].irq_debt += recv;
-            self.cpus[c as usize].irq_tlb_count += 1;
         }
         t + self.c.ipi_send * remote.len() as Ns + self.c.ipi_ack
     }
@@ -130,17 +133,18 @@ impl Kernel {
                     self.cpus[c as usize].tlb.flush_asid(m);
                 }
                 self.stat.inc(Stat::NrTlbLocalFlushAll);
+                self.trace.tlb_flush(t_local, c, TlbFlushReason::LocalShootdown, None);
                 t_local += self.c.flush_all;
                 continue;
             }
             sent += 1;
+            self.trace.tlb_flush(t + self.c.ipi_send * sent, c, TlbFlushReason::RemoteShootdown, None);
             // The handler's flush is done when its IRQ work is.
             let at = t + self.c.ipi_send * sent + self.c.ipi_recv;
             for m in stale {
                 self.cpus[c as usize].landing.push((at, m));
             }
             self.cpus[c as usize].irq_debt += recv;
-            self.cpus[c as usize].irq_tlb_count += 1;
         }
         if sent == 0 {
             return t_local;
@@ -234,6 +238,7 @@ impl Kernel {
                 }
             }
             self.stat.inc(Stat::NrTlbLocalFlushAll);
+            self.trace.tlb_flush(t, cpu, TlbFlushReason::LocalMmShootdown, None);
             t += self.c.flush_all;
         } else if tlb.end > tlb.start {
             t = self.flush_tlb_mm_range(t, cpu, tlb.mm, tlb.start, tlb.end, !tlb.tables.is_empty());

@@ -147,8 +147,9 @@ impl Kernel {
             let t = self.mms[mm as usize].lines.rmw(obj + vl::VM_REF_COUNT, t, cpu, &lc);
             return FastFault::Done(Fault::Segv, t);
         }
-        // S12: the IRQ-off walk; SPF never allocates page tables (patch 22).
-        let t = t + self.c.walk;
+        // S12: the IRQ-off walk of the table the faulting access just
+        // walked (its lines cached); SPF never allocates page tables (patch 22).
+        let t = t + self.c.walk_cached;
         let (pud, pmd, pte) = self.mms[mm as usize].pt.missing(addr);
         if pud || pmd || pte {
             self.stat.inc(if pud || pmd { Stat::SpfAbortPtPud } else { Stat::SpfAbortPtPmdNone });

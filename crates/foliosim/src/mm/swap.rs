@@ -3,6 +3,7 @@
 use super::mem_map::{pg, MemMap};
 use super::vmstat::Stat;
 use super::Pfn;
+use crate::hw::cache::FreeStamp;
 use crate::kernel::Kernel;
 use crate::sim::lock::SpinLock;
 use crate::sim::Ns;
@@ -146,13 +147,16 @@ fn lru_take(p: &mut crate::mm::mem_map::Page) -> (u32, usize, u8, u32, u32) {
     r
 }
 
-/// What freeing a frame clears besides its mapcount (free_folio_reset).
+/// What freeing a frame clears besides its mapcount (free_folio_reset),
+/// and the stamp it carries while free (hw/cache.rs), in the LRU links a
+/// free frame does not use.
 #[inline(always)]
-fn clear_freed_page(p: &mut crate::mm::mem_map::Page) {
+fn clear_freed_page(p: &mut crate::mm::mem_map::Page, stamp: FreeStamp) {
     p.flags = 0;
     p.mapping = 0;
     p.index = 0;
     p.private = 0;
+    (p.lru_prev, p.lru_next) = stamp;
 }
 
 impl Kernel {
@@ -347,6 +351,7 @@ impl Kernel {
         // nothing reads the fields it clears before they would. `reset`
         // says whether every dead folio so far got it.
         let eager = !self.check.enabled && !self.knobs.init_on_free;
+        let stamp = self.cpus[cpu as usize].cache.free_stamp(cpu);
         let mut reset = true;
         let mut acc = [0; NR_LRU_LISTS];
         for &p in folios {
@@ -371,7 +376,7 @@ impl Kernel {
                     None
                 };
                 if eager && pg.order == 0 && pg.mapcount == 0 {
-                    clear_freed_page(pg);
+                    clear_freed_page(pg, stamp);
                 } else {
                     reset = false;
                 }
@@ -396,7 +401,7 @@ impl Kernel {
             // free the batch in one allocator call.
             if !reset {
                 for &p in &dead {
-                    self.free_folio_reset(p, 0);
+                    self.free_folio_reset(p, 0, stamp);
                 }
             }
             t = self.pa.free_pages_bulk_ugen(t, cpu, &dead, ugen, &mut self.stat);
@@ -409,9 +414,10 @@ impl Kernel {
         t
     }
 
-    /// The frames of a freed folio lose their mapping state.
+    /// The frames of a freed folio lose their mapping state and carry
+    /// `stamp` while free.
     #[inline(always)]
-    fn free_folio_reset(&mut self, pfn: Pfn, order: u32) {
+    fn free_folio_reset(&mut self, pfn: Pfn, order: u32, stamp: FreeStamp) {
         for i in 0..(1u32 << order) {
             let p = self.mem_map.get_mut(pfn + i);
             if p.mapcount != 0 {
@@ -419,7 +425,7 @@ impl Kernel {
                 self.check.report(format!("frame {}: freed while its mapcount is {m}", pfn + i));
             }
             p.mapcount = 0;
-            clear_freed_page(p);
+            clear_freed_page(p, stamp);
         }
     }
 
@@ -433,7 +439,10 @@ impl Kernel {
         let order = self.mem_map.get(pfn).order as u32;
         // Large folios leave the deferred-split queue first (free_transhuge_page).
         let t = if order >= 2 { self.free_large_folio(t, cpu, pfn) } else { t };
-        self.free_folio_reset(pfn, order);
+        let stamp = self.cpus[cpu as usize].cache.free_stamp(cpu);
+        self.free_folio_reset(pfn, order, stamp);
+        // free_pages_prepare checks and resets every tail page.
+        let t = t + self.c.free_tail * ((1 << order) - 1);
         self.check.on_free(pfn, order);
         let mut t = t;
         let mut ugen = ugen;

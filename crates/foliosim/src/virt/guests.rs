@@ -158,7 +158,12 @@ pub fn result_json(cfg: &Config, o: &GuestsOutcome) -> Value {
         .enumerate()
         .map(|(g, go)| {
             let r = run::result_json(cfg, go);
-            json!({"guest": g, "seed": cfg.seed + g as u64, "summary": r["summary"], "vmstat": r["vmstat"], "checker": r["checker"]})
+            let mut v = json!({"guest": g, "seed": cfg.seed + g as u64, "summary": r["summary"], "vmstat": r["vmstat"], "checker": r["checker"],
+                   "timeseries": {"t_s": r["timeseries"]["t_s"], "ops": r["timeseries"]["ops"]}});
+            if let Some(p) = r.get("probes") {
+                v["probes"] = p.clone();
+            }
+            v
         })
         .collect();
     v["guests"] = per.into();

@@ -8,7 +8,6 @@
 //! violation, host fault, zeroing, or a swap-in), and what dropping a
 //! reported range costs the host.
 
-pub mod experiments;
 pub mod guests;
 pub mod host;
 pub mod virtio_balloon;

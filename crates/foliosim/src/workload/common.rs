@@ -26,6 +26,10 @@ pub struct TaskCfg {
     pub tasks: u32,
     /// Pin task i to CPU `i % nr_cpus` (will-it-scale's default; `-n` turns it off).
     pub pin: bool,
+    /// Each process starts with a dynamically linked program's mappings
+    /// in its mmap area (`process_image = "glibc"`), so that its own
+    /// mappings land where they land on Linux.
+    pub image: bool,
 }
 
 impl TaskCfg {
@@ -40,7 +44,8 @@ impl TaskCfg {
             return Err(format!("tasks: must be between 1 and {MAX_TASKS}, got {tasks}"));
         }
         let pin = p.bool("pin", true)?;
-        Ok(TaskCfg { mode, tasks: tasks as u32, pin })
+        let image = p.choice("process_image", "glibc", &["glibc", "none"])? == "glibc";
+        Ok(TaskCfg { mode, tasks: tasks as u32, pin, image })
     }
 
     pub fn specs() -> Vec<ParamSpec> {
@@ -55,6 +60,11 @@ impl TaskCfg {
                 name: "pin",
                 default: "true".into(),
                 help: "pin task i to CPU i % nr_cpus (false = let the scheduler place tasks, like will-it-scale -n)",
+            },
+            ParamSpec {
+                name: "process_image",
+                default: "glibc".into(),
+                help: "\"glibc\": each process starts with ld.so, the vDSO, libc and their allocations in its mmap area (x86-64, glibc 2.36, ASLR off), so that its mmaps land where Linux puts them; \"none\": an empty mmap area",
             },
         ]
     }
@@ -71,7 +81,13 @@ impl TaskCfg {
             let cpu = if self.pin { Some(i % nr_cpus) } else { None };
             let id = match (self.mode, i) {
                 (Mode::Threads, i) if i > 0 => env.spawn_thread(ids[0], cpu)?,
-                _ => env.spawn_process(cpu)?,
+                _ => {
+                    let id = env.spawn_process(cpu)?;
+                    if self.image {
+                        env.map_process_image(id)?;
+                    }
+                    id
+                }
             };
             ids.push(id);
         }
@@ -394,7 +410,7 @@ mod tests {
     #[test]
     fn spawn_threads_and_processes_pinned_modulo_cpus() {
         let mut env = FakeEnv::new(3);
-        let cfg = TaskCfg { mode: Mode::Threads, tasks: 5, pin: true };
+        let cfg = TaskCfg { mode: Mode::Threads, tasks: 5, pin: true, image: true };
         let ids = cfg.spawn(&mut env).unwrap();
         assert_eq!(ids, env.ids());
         assert_eq!(env.tasks[0].1, Spawn::Process { cpu: Some(0) });
@@ -402,7 +418,7 @@ mod tests {
             assert_eq!(env.tasks[i].1, Spawn::Thread { of: ids[0], cpu: Some(i as u32 % 3) });
         }
         let mut env = FakeEnv::new(2);
-        let cfg = TaskCfg { mode: Mode::Processes, tasks: 3, pin: false };
+        let cfg = TaskCfg { mode: Mode::Processes, tasks: 3, pin: false, image: true };
         cfg.spawn(&mut env).unwrap();
         assert!(env.tasks.iter().all(|t| t.1 == Spawn::Process { cpu: None }));
     }

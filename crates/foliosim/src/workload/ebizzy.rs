@@ -28,6 +28,8 @@ enum Phase {
 struct St {
     phase: Phase,
     base: u64,
+    /// Iterations: records (ebizzy) or regions written (spf_mixed).
+    iters: u64,
 }
 
 pub struct Ebizzy {
@@ -61,10 +63,10 @@ impl Workload for Ebizzy {
         "ebizzy"
     }
     fn setup(&mut self, env: &mut dyn SetupEnv) -> Result<(), String> {
-        let cfg = TaskCfg { mode: Mode::Threads, tasks: self.tasks_n, pin: true };
+        let cfg = TaskCfg { mode: Mode::Threads, tasks: self.tasks_n, pin: true, image: false };
         let ids = cfg.spawn(env)?;
         self.tasks = TaskMap::new(&ids)?;
-        self.st = vec![St { phase: Phase::Start, base: 0 }; ids.len()];
+        self.st = vec![St { phase: Phase::Start, base: 0, iters: 0 }; ids.len()];
         Ok(())
     }
     fn next_op(&mut self, task: TaskId, last: Ret, ops: &mut u64) -> Op {
@@ -77,6 +79,7 @@ impl Workload for Ebizzy {
             Phase::Start | Phase::Unmapped | Phase::Guard1 | Phase::Guard2 => {
                 if st.phase == Phase::Unmapped {
                     *ops += 1;
+                    st.iters += 1;
                 }
                 st.phase = Phase::Mapped;
                 anon(self.chunk)
@@ -94,6 +97,9 @@ impl Workload for Ebizzy {
         };
         self.st[i] = st;
         op
+    }
+    fn iterations(&self, task: TaskId) -> Option<u64> {
+        self.tasks.get(task).map(|i| self.st[i].iters)
     }
     fn peak_bytes(&self) -> Option<u64> {
         Some(self.tasks_n as u64 * (self.chunk + pte_table_bytes(self.chunk)))
@@ -140,10 +146,10 @@ impl Workload for SpfMixed {
         "spf_mixed"
     }
     fn setup(&mut self, env: &mut dyn SetupEnv) -> Result<(), String> {
-        let cfg = TaskCfg { mode: Mode::Threads, tasks: self.faulters + self.mappers, pin: true };
+        let cfg = TaskCfg { mode: Mode::Threads, tasks: self.faulters + self.mappers, pin: true, image: false };
         let ids = cfg.spawn(env)?;
         self.tasks = TaskMap::new(&ids)?;
-        self.st = vec![St { phase: Phase::Start, base: 0 }; ids.len()];
+        self.st = vec![St { phase: Phase::Start, base: 0, iters: 0 }; ids.len()];
         Ok(())
     }
     fn next_op(&mut self, task: TaskId, last: Ret, ops: &mut u64) -> Op {
@@ -176,6 +182,7 @@ impl Workload for SpfMixed {
                 }
                 Phase::Touched => {
                     *ops += pages;
+                    st.iters += 1;
                     st.phase = Phase::Unmapped;
                     Op::Madvise { addr: st.base, len: self.region, advice: Advice::DontNeed }
                 }
@@ -194,6 +201,7 @@ impl Workload for SpfMixed {
                 }
                 Phase::Touched => {
                     *ops += pages;
+                    st.iters += 1;
                     st.phase = Phase::Unmapped;
                     Op::Munmap { addr: st.base, len: self.map_len }
                 }
@@ -202,6 +210,9 @@ impl Workload for SpfMixed {
         };
         self.st[i] = st;
         op
+    }
+    fn iterations(&self, task: TaskId) -> Option<u64> {
+        self.tasks.get(task).map(|i| self.st[i].iters)
     }
     fn peak_bytes(&self) -> Option<u64> {
         let f = self.faulters as u64 * (self.region + pte_table_bytes(self.region));

@@ -188,6 +188,10 @@ impl Workload for FileReader {
         op
     }
 
+    fn iterations(&self, task: TaskId) -> Option<u64> {
+        self.tasks.get(task).map(|i| self.st[i].pass)
+    }
+
     fn peak_bytes(&self) -> Option<u64> {
         // tmpfs pages cannot be reclaimed (no swap); a populated disk file
         // must fit when it is populated. A cold disk file's cache is

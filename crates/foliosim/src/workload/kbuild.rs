@@ -303,6 +303,10 @@ impl Workload for Kbuild {
         Ok(())
     }
 
+    fn iterations(&self, task: TaskId) -> Option<u64> {
+        self.tasks.get(task).map(|i| self.st[i].job)
+    }
+
     fn on_fork(&mut self, parent: TaskId, child: TaskId) {
         let Some(i) = self.tasks.get(parent) else { return };
         let nr = self.st[i].job;

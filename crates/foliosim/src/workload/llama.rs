@@ -394,6 +394,10 @@ impl Workload for Llama {
         op
     }
 
+    fn iterations(&self, task: TaskId) -> Option<u64> {
+        self.tasks.get(task).map(|i| self.st[i].token)
+    }
+
     fn peak_bytes(&self) -> Option<u64> {
         // The model's page cache is reclaimable (a disk file) unless on tmpfs.
         let per_proc =

@@ -39,6 +39,8 @@ struct TaskState {
     inflight: u64,
     pass: u64,
     cycle: u64,
+    /// Iterations: passes completed (every page written once).
+    iters: u64,
 }
 
 pub struct Memhog {
@@ -106,7 +108,7 @@ impl Workload for Memhog {
     fn setup(&mut self, env: &mut dyn SetupEnv) -> Result<(), String> {
         let ids = self.cfg.spawn(env)?;
         self.tasks = TaskMap::new(&ids)?;
-        self.st = vec![TaskState { phase: Phase::Start, base: 0, page: 0, inflight: 0, pass: 0, cycle: 0 }; ids.len()];
+        self.st = vec![TaskState { phase: Phase::Start, base: 0, page: 0, inflight: 0, pass: 0, cycle: 0, iters: 0 }; ids.len()];
         Ok(())
     }
 
@@ -130,6 +132,7 @@ impl Workload for Memhog {
                 if st.page == self.pages() {
                     st.page = 0;
                     st.pass += 1;
+                    st.iters += 1;
                 }
                 if st.pass < self.passes {
                     self.touch(&mut st)
@@ -154,6 +157,10 @@ impl Workload for Memhog {
         };
         self.st[i] = st;
         op
+    }
+
+    fn iterations(&self, task: TaskId) -> Option<u64> {
+        self.tasks.get(task).map(|i| self.st[i].iters)
     }
 
     fn peak_bytes(&self) -> Option<u64> {

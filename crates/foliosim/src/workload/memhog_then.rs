@@ -101,6 +101,14 @@ impl Workload for MemhogThen {
         self.test.next_op(task, last, ops)
     }
 
+    fn iterations(&self, task: TaskId) -> Option<u64> {
+        if task == self.hog_task {
+            self.hog.iterations(task)
+        } else {
+            self.test.iterations(task)
+        }
+    }
+
     fn peak_bytes(&self) -> Option<u64> {
         Some(self.hog.peak_bytes().unwrap_or(0).max(self.test.peak_bytes().unwrap_or(0)))
     }

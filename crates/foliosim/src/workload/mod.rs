@@ -219,6 +219,12 @@ pub trait SetupEnv {
     fn spawn_thread(&mut self, of: TaskId, cpu: Option<u32>) -> Result<TaskId, String>;
     /// Seed for the workload's own random stream.
     fn seed(&self) -> u64;
+    /// Give task `task`'s mm the mappings a dynamically linked program has
+    /// in its mmap area before main() (mm/exec.rs GLIBC_2_36_X86_64).
+    fn map_process_image(&mut self, task: TaskId) -> Result<(), String> {
+        let _ = task;
+        Ok(())
+    }
 }
 
 /// Description of a workload parameter, for `foliosim list`.
@@ -237,6 +243,13 @@ pub trait Workload: Send {
     fn next_op(&mut self, task: TaskId, last: Ret, ops: &mut u64) -> Op;
     /// A fork created `child` from `parent`.
     fn on_fork(&mut self, _parent: TaskId, _child: TaskId) {}
+    /// Whole iterations of `task`'s loop completed so far: what a reader
+    /// checks a measured window against (will-it-scale: munmaps returned;
+    /// memhog and file_reader: passes; kbuild: jobs reaped; llama: tokens).
+    /// None: the task has no loop (a forked child, a replayed trace).
+    fn iterations(&self, _task: TaskId) -> Option<u64> {
+        None
+    }
     /// Bytes of memory this workload needs at its peak (for an early, clear
     /// error when the machine cannot hold it). None = unknown.
     fn peak_bytes(&self) -> Option<u64> {

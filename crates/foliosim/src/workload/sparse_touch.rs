@@ -34,6 +34,8 @@ struct TaskState {
     next: u64,
     inflight: u64,
     cycle: u64,
+    /// Iterations: times the whole region was touched.
+    iters: u64,
 }
 
 pub struct SparseTouch {
@@ -109,7 +111,7 @@ impl Workload for SparseTouch {
     fn setup(&mut self, env: &mut dyn SetupEnv) -> Result<(), String> {
         let ids = self.cfg.spawn(env)?;
         self.tasks = TaskMap::new(&ids)?;
-        self.st = vec![TaskState { phase: Phase::Start, base: 0, next: 0, inflight: 0, cycle: 0 }; ids.len()];
+        self.st = vec![TaskState { phase: Phase::Start, base: 0, next: 0, inflight: 0, cycle: 0, iters: 0 }; ids.len()];
         Ok(())
     }
 
@@ -137,6 +139,7 @@ impl Workload for SparseTouch {
                 if st.next < self.touches() {
                     self.touch(&mut st)
                 } else {
+                    st.iters += 1;
                     st.phase = Phase::Holding;
                     Op::Compute { ns: self.hold.max(1) }
                 }
@@ -158,6 +161,10 @@ impl Workload for SparseTouch {
         };
         self.st[i] = st;
         op
+    }
+
+    fn iterations(&self, task: TaskId) -> Option<u64> {
+        self.tasks.get(task).map(|i| self.st[i].iters)
     }
 
     fn peak_bytes(&self) -> Option<u64> {

@@ -15,8 +15,13 @@
 //! the real code ignores (munmap, madvise): looping on them would only hide
 //! the failure.
 //!
-//! Not modelled: the harness's counter area (a `MAP_SHARED` tmp file; each
-//! `(*iterations)++` is a load+store to it), read1's 1 MiB stack buffer and
+//! Each process starts with a glibc program's mmap area (`process_image`,
+//! mm/exec.rs: ld.so, the vDSO, libc, the harness's counter page), so that
+//! the testcase's mappings land where Linux puts them (a 1 MiB tlb_flush2
+//! region is not 64 KiB aligned, a 128 MiB one is PMD aligned).
+//!
+//! Not modelled: the loads and stores to the harness's counter page (each
+//! `(*iterations)++`), the binary and its bss (read1's buffer), read1's 1 MiB stack buffer and
 //! its initial write(2) calls (the file is created populated instead, and the
 //! EOF offset is set with an initial `lseek`), mkstemp/unlink (files are made
 //! in `setup`; the O_RDONLY of read2's open is not expressible).
@@ -232,8 +237,12 @@ struct TaskState {
     file: FileId,
     fd: Fd,
     base: u64,
-    /// Offset of the current page in the region.
+    /// Offset of the current page in the region (the read tests: reads
+    /// that returned data in this pass).
     off: u64,
+    /// Iterations completed: munmaps returned, or (read tests) passes that
+    /// read the file to its end.
+    iters: u64,
 }
 
 /// One will-it-scale testcase.
@@ -398,14 +407,19 @@ impl WillItScale {
                 if matches!(self.body, Body::MapUnmap | Body::Malloc) {
                     *ops += 1;
                 }
+                st.iters += 1;
                 self.mmap(&mut st)
             }
             Phase::Reading => {
                 if last.val() == 0 {
+                    // read1 starts at EOF: its first, empty pass is no iteration.
+                    st.iters += (st.off > 0) as u64;
+                    st.off = 0;
                     st.phase = Phase::Rewinding;
                     Op::Lseek { fd: st.fd, off: 0 }
                 } else {
                     *ops += 1;
+                    st.off += 1;
                     Self::read(&mut st)
                 }
             }
@@ -448,7 +462,7 @@ impl Workload for WillItScale {
             } else {
                 shared
             };
-            self.st.push(TaskState { phase: Phase::Start, file, fd: -1, base: 0, off: 0 });
+            self.st.push(TaskState { phase: Phase::Start, file, fd: -1, base: 0, off: 0, iters: 0 });
         }
         Ok(())
     }
@@ -465,6 +479,10 @@ impl Workload for WillItScale {
             return Op::Access { addr: cur.base + cur.off, kind: Access::Store };
         }
         self.next_op_slow(i, last, ops)
+    }
+
+    fn iterations(&self, task: TaskId) -> Option<u64> {
+        self.tasks.get(task).map(|i| self.st[i].iters)
     }
 
     fn peak_bytes(&self) -> Option<u64> {

@@ -435,6 +435,10 @@ impl Workload for XsBench {
         op
     }
 
+    fn iterations(&self, task: TaskId) -> Option<u64> {
+        self.tasks.get(task).map(|i| self.st[i].lookups)
+    }
+
     fn peak_bytes(&self) -> Option<u64> {
         let stacks = self.stack * self.threads as u64;
         let tables: u64 = self.sizes().iter().map(|&b| b + pte_table_bytes(b)).sum();

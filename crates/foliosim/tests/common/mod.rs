@@ -26,11 +26,10 @@ impl H {
         let node0 = if knobs.contains("page_reporting.enabled") { 256 } else { 64 };
         let text = format!("seed = {seed}\n[machine]\nprofile = \"generic-x86\"\nnr_cpus = 16\nnode_mem_mib = [{node0}, 64]\n[workload]\nname = \"mmap1\"\n[run]\nduration_s = 0.01\ncheck = true\n[knobs]\n{knobs}\n");
         let c = config::from_toml(&text, "luf-test").unwrap();
-        H {
-            k: Kernel::boot(c.profile, c.knobs, true, seed).unwrap(),
-            rng: seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1,
-            arena: Default::default(),
-        }
+        let mut k = Kernel::boot(c.profile, c.knobs, true, seed).unwrap();
+        // Shootdowns per CPU, for the tests that count them.
+        k.trace = foliosim::kernel::trace::Tracing::new(&["tlb:tlb_flush".into()], &[], k.nr_cpus());
+        H { k, rng: seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1, arena: Default::default() }
     }
 
     /// A small xorshift: the scenario's own choices, separate from the kernel's RNG.

@@ -1,0 +1,256 @@
+//! Each per-page cost term is charged where Linux does the work, as often
+//! as Linux does it: a fault, zap or free is timed with the term at 0 and
+//! at a known value, and the difference must be exactly that many charges.
+//! (What the terms are worth is `foliosim calibrate`'s job; these tests
+//! only count.)
+
+mod common;
+
+use common::H;
+use foliosim::config;
+use foliosim::hw::profile::Profile;
+use foliosim::kernel::Kernel;
+use foliosim::mm::vmstat::Entry;
+use foliosim::sim::Ns;
+use foliosim::workload::{map, prot, Access, Op};
+
+const UPSTREAM: &str = "\"anon_folio.mode\" = \"upstream\"";
+const MTHP_64K: &str = "\"anon_folio.mode\" = \"upstream\"\n\"kernel/mm/transparent_hugepage/hugepages-64kB/enabled\" = \"always\"";
+const THP_2M: &str = "\"anon_folio.mode\" = \"upstream\"\n\"kernel/mm/transparent_hugepage/enabled\" = \"always\"";
+const MIB: u64 = 1 << 20;
+
+fn boot(knobs: &str, tweak: &dyn Fn(&mut Profile)) -> H {
+    let text = format!(
+        "seed = 1\n[machine]\nprofile = \"generic-x86\"\nnr_cpus = 2\nnode_mem_mib = [512, 64]\n[workload]\nname = \"mmap1\"\n[run]\nduration_s = 0.01\ncheck = true\n[knobs]\n{knobs}\n"
+    );
+    let mut c = config::from_toml(&text, "costs-test").unwrap();
+    tweak(&mut c.profile);
+    H { k: Kernel::boot(c.profile, c.knobs, true, 1).unwrap(), rng: 1, arena: Default::default() }
+}
+
+fn entry(h: &H, tid: u32, e: Entry) -> Ns {
+    h.k.tasks[tid as usize].entry_ns[e as usize]
+}
+
+fn mmap(h: &mut H, tid: u32, len: u64) -> u64 {
+    let (a, _) =
+        h.val(tid, 0, Op::Mmap { addr: 0, len, prot: prot::READ | prot::WRITE, flags: map::PRIVATE | map::ANONYMOUS, fd: -1, off: 0 });
+    a as u64
+}
+
+/// Time of the fault a store to `addr` takes.
+fn fault(h: &mut H, tid: u32, addr: u64) -> Ns {
+    let f0 = entry(h, tid, Entry::Fault);
+    h.run(tid, 0, Op::Access { addr, kind: Access::Store });
+    entry(h, tid, Entry::Fault) - f0
+}
+
+fn munmap(h: &mut H, tid: u32, addr: u64, len: u64) -> Ns {
+    let u0 = entry(h, tid, Entry::Munmap);
+    h.val(tid, 0, Op::Munmap { addr, len });
+    entry(h, tid, Entry::Munmap) - u0
+}
+
+/// The first fault in a fresh 4 MiB mapping (PMD-aligned: a PMD multiple)
+/// and the munmap of it, with the profile tweaked.
+fn fault_and_unmap(knobs: &str, tweak: &dyn Fn(&mut Profile)) -> (Ns, Ns) {
+    let mut h = boot(knobs, tweak);
+    let t = h.process(0);
+    let a = mmap(&mut h, t, 4 * MIB);
+    let f = fault(&mut h, t, a + 4096);
+    let u = munmap(&mut h, t, a, 4 * MIB);
+    assert!(h.k.check.violations.is_empty(), "{:?}", h.k.check.violations);
+    (f, u)
+}
+
+/// (fault, munmap) time added by raising one term by `by`.
+fn added(knobs: &str, tweak: fn(&mut Profile, f64), by: f64) -> (i64, i64) {
+    let (f0, u0) = fault_and_unmap(knobs, &|p| tweak(p, 0.0));
+    let (f1, u1) = fault_and_unmap(knobs, &|p| tweak(p, by));
+    (f1 as i64 - f0 as i64, u1 as i64 - u0 as i64)
+}
+
+#[test]
+fn a_large_folio_fault_prepares_every_tail_page() {
+    let tail = |p: &mut Profile, v: f64| p.cost.prep_tail_ns = v;
+    assert_eq!(added(UPSTREAM, tail, 100.0).0, 0, "an order-0 folio has no tail");
+    assert_eq!(added(MTHP_64K, tail, 100.0).0, 15 * 100, "a 64 KiB folio has 15 tail pages");
+    assert_eq!(added(THP_2M, tail, 100.0).0, 511 * 100, "a PMD THP has 511");
+}
+
+#[test]
+fn per_page_rmap_work_is_charged_for_pte_mapped_large_folios_only() {
+    let rmap = |p: &mut Profile, v: f64| p.cost.rmap_page_ns = v;
+    assert_eq!(added(UPSTREAM, rmap, 100.0), (0, 0), "an order-0 page: rmap_ns covers it");
+    // folio_add_new_anon_rmap and folio_remove_rmap_ptes touch every page.
+    assert_eq!(added(MTHP_64K, rmap, 100.0), (16 * 100, 16 * 100));
+    // A PMD mapping updates the entire mapcount only.
+    assert_eq!(added(THP_2M, rmap, 100.0), (0, 0));
+}
+
+#[test]
+fn every_pte_is_set_and_cleared_and_a_pmd_is_one_entry() {
+    let set = |p: &mut Profile, v: f64| p.cost.pte_set_ns = v;
+    let clear = |p: &mut Profile, v: f64| p.cost.pte_clear_ns = v;
+    assert_eq!(added(MTHP_64K, set, 100.0).0, 16 * 100);
+    assert_eq!(added(MTHP_64K, clear, 100.0).1, 16 * 100);
+    assert_eq!(added(THP_2M, set, 100.0).0, 100);
+    assert_eq!(added(THP_2M, clear, 100.0).1, 100, "zap_huge_pmd clears one entry");
+}
+
+#[test]
+fn freeing_a_large_folio_checks_every_tail_page() {
+    let free = |p: &mut Profile, v: f64| p.cost.free_tail_ns = v;
+    assert_eq!(added(UPSTREAM, free, 100.0).1, 0);
+    assert_eq!(added(MTHP_64K, free, 100.0).1, 15 * 100);
+    assert_eq!(added(THP_2M, free, 100.0).1, 511 * 100);
+}
+
+/// Orders above PAGE_ALLOC_COSTLY_ORDER (3) but below PMD_ORDER skip the
+/// per-CPU lists: their free takes zone->lock and merges in the buddy.
+#[test]
+fn an_order_4_free_takes_the_zone_lock_and_smaller_orders_do_not() {
+    for (knobs, locks) in [
+        (MTHP_64K, true),
+        ("\"anon_folio.mode\" = \"upstream\"\n\"kernel/mm/transparent_hugepage/hugepages-32kB/enabled\" = \"always\"", false),
+    ] {
+        let mut h = boot(knobs, &|_| {});
+        let t = h.process(0);
+        let a = mmap(&mut h, t, 4 * MIB);
+        fault(&mut h, t, a);
+        let before = h.k.pa.zone_lock_stats(0).acquisitions;
+        munmap(&mut h, t, a, 4 * MIB);
+        let after = h.k.pa.zone_lock_stats(0).acquisitions;
+        assert_eq!(after > before, locks, "{knobs}: zone lock taken {} times by the free", after - before);
+    }
+}
+
+/// A page freed by this CPU and reused before the CPU allocated more than
+/// warm_cache_bytes since clears at the cache bandwidth; a page fresh from
+/// the allocator, one another CPU freed, and one reused after the cache
+/// turned over, at the node's.
+#[test]
+fn a_page_clears_at_the_warm_bandwidth_only_while_this_cpus_cache_holds_it() {
+    // The times of the refaults of `n` pages faulted and zapped on CPU 0,
+    // refaulted on CPU `second`, with a 64-page cache.
+    fn refaults(warm_bw: f64, second: u32, n: u64) -> Vec<Ns> {
+        let mut h = boot(UPSTREAM, &|p| {
+            p.cost.zero_warm_bw_gbps = warm_bw;
+            p.cost.warm_cache_bytes = 64 * 4096;
+        });
+        let t0 = h.process(0);
+        let t1 = h.process(1);
+        let a = mmap(&mut h, t0, 4 * MIB);
+        let b = mmap(&mut h, t1, 4 * MIB);
+        // Page tables of both first, so the refaults allocate data pages only.
+        fault(&mut h, t1, b + 2 * MIB);
+        for i in 0..n {
+            fault(&mut h, t0, a + i * 4096);
+        }
+        // MADV_DONTNEED frees them on CPU 0 (to its per-CPU list, which
+        // hands them back last-freed first).
+        h.val(t0, 0, Op::Madvise { addr: a, len: n * 4096, advice: foliosim::workload::Advice::DontNeed });
+        let (tid, at) = if second == 0 { (t0, a) } else { (t1, b) };
+        let f = (0..n).map(|i| fault(&mut h, tid, at + i * 4096)).collect();
+        assert!(h.k.check.violations.is_empty(), "{:?}", h.k.check.violations);
+        f
+    }
+    let clear = |gbps: f64| (4096.0 / gbps).round() as i64;
+    // Reused on the same CPU: the first 64 (the cache) at the warm
+    // bandwidth, exactly; the rest as if cold.
+    let (slow, fast) = (refaults(10.0, 0, 100), refaults(40.0, 0, 100));
+    let d: Vec<i64> = slow.iter().zip(&fast).map(|(s, f)| *s as i64 - *f as i64).collect();
+    assert!(d[..64].iter().all(|&x| x == clear(10.0) - clear(40.0)), "{d:?}");
+    assert!(d[64..].iter().all(|&x| x == 0), "{d:?}");
+    // Reused on another CPU: all cold.
+    assert_eq!(refaults(10.0, 1, 100), refaults(40.0, 1, 100));
+    // The first touch of fresh memory is cold.
+    let first = |bw: f64| fault_and_unmap(UPSTREAM, &|p| p.cost.zero_warm_bw_gbps = bw).0;
+    assert_eq!(first(10.0), first(40.0));
+}
+
+/// A TLB miss walks: at walk_cached_ns into the PTE table this CPU walked
+/// last, at walk_ns into another one.
+#[test]
+fn a_walk_into_the_last_walked_table_is_cheaper() {
+    let user = |walk: f64, cached: f64, stride: u64| -> Ns {
+        let mut h = boot(UPSTREAM, &|p| {
+            p.tlb.walk_ns = walk;
+            p.tlb.walk_cached_ns = cached;
+        });
+        let t = h.process(0);
+        let a = mmap(&mut h, t, 64 * MIB);
+        for i in 0..8 {
+            fault(&mut h, t, a + i * stride);
+        }
+        // Re-touch the populated pages: every access misses the TLB
+        // (flushed), none faults.
+        h.k.cpus[0].tlb.flush_all();
+        let u0 = h.k.tasks[t as usize].user_ns;
+        for i in 0..8 {
+            h.run(t, 0, Op::Access { addr: a + i * stride, kind: Access::Store });
+        }
+        h.k.tasks[t as usize].user_ns - u0
+    };
+    // Consecutive pages share one PTE table: one walk that is not cached
+    // (the table of the last fault's re-walk is the same: all cached).
+    assert_eq!(user(1000.0, 0.0, 4096), user(0.0, 0.0, 4096));
+    assert_eq!(user(0.0, 10.0, 4096) - user(0.0, 0.0, 4096), 8 * 10);
+    // Pages 2 MiB apart are each in another table: every walk random.
+    assert_eq!(user(100.0, 0.0, 2 * MIB) - user(0.0, 0.0, 2 * MIB), 8 * 100);
+}
+
+#[test]
+fn a_large_folio_fault_and_free_pay_their_fixed_extra_once() {
+    let alloc = |p: &mut Profile, v: f64| p.cost.alloc_anon_folio_ns = v;
+    let free = |p: &mut Profile, v: f64| p.cost.free_large_folio_ns = v;
+    assert_eq!(added(UPSTREAM, alloc, 100.0), (0, 0));
+    assert_eq!(added(MTHP_64K, alloc, 100.0), (100, 0));
+    assert_eq!(added(THP_2M, alloc, 100.0), (100, 0));
+    assert_eq!(added(UPSTREAM, free, 100.0), (0, 0));
+    assert_eq!(added(MTHP_64K, free, 100.0), (0, 100));
+    assert_eq!(added(THP_2M, free, 100.0), (0, 100));
+}
+
+// ---------------------------------------------------------------- placement --
+
+/// Where an unhinted anonymous mmap lands: each era's PMD alignment rule,
+/// below a glibc process image (so that the mmap area's top is not aligned).
+#[test]
+fn each_alignment_rule_aligns_the_lengths_its_kernel_aligns() {
+    let lands = |rule: &str, len: u64| -> u64 {
+        let mut h = boot(&format!("{UPSTREAM}\n\"anon_folio.thp_get_unmapped_area\" = \"{rule}\""), &|_| {});
+        let t = h.process(0);
+        let mm = h.k.tasks[t as usize].mm;
+        let f = h.file(1);
+        h.k.map_process_image(mm, f, foliosim::mm::exec::GLIBC_2_36_X86_64).unwrap();
+        mmap(&mut h, t, len)
+    };
+    let pmd = |a: u64| a.is_multiple_of(2 * MIB);
+    for (rule, aligned) in [("none", [false, false, false]), ("len_ge_pmd", [false, true, true]), ("len_pmd_aligned", [false, false, true])]
+    {
+        let got = [pmd(lands(rule, MIB)), pmd(lands(rule, 2 * MIB + 4096)), pmd(lands(rule, 4 * MIB))];
+        assert_eq!(got, aligned, "{rule}: 1 MiB, 2 MiB + 4 KiB, 4 MiB");
+    }
+}
+
+/// The glibc image puts tlb_flush2's 1 MiB where the development host's
+/// tlb_flush2 had it under `setarch -R` (0x7ffff7cd2000, 8 KiB past a 64 KiB
+/// boundary): with only 64K folios, 15 whole blocks and 16 order-0 pages
+/// per pass, 1 + 31/256 faults per op, as the real run counts.
+#[test]
+fn a_process_image_puts_the_mapping_where_linux_does() {
+    let mut h = boot(MTHP_64K, &|_| {});
+    let t = h.process(0);
+    let mm = h.k.tasks[t as usize].mm;
+    let f = h.file(1);
+    h.k.map_process_image(mm, f, foliosim::mm::exec::GLIBC_2_36_X86_64).unwrap();
+    let a = mmap(&mut h, t, MIB);
+    assert_eq!(a, 0x7fff_f7cd_2000);
+    let faults = |h: &H| h.k.stat.get(foliosim::mm::vmstat::Stat::Pgfault);
+    let f0 = faults(&h);
+    for i in 0..256 {
+        h.run(t, 0, Op::Access { addr: a + i * 4096, kind: Access::Store });
+    }
+    assert_eq!(faults(&h) - f0, 15 + 16);
+}

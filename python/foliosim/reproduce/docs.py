@@ -1,0 +1,275 @@
+"""`docs/reproductions.md` and `docs/reproductions.json`: every experiment's
+rows, generated from the experiments and checked against the code.
+
+    python -m foliosim.reproduce.docs write   # `make reproductions`: run all, write both
+    python -m foliosim.reproduce.docs write NAME...  # rerun only these (the others' inputs unchanged)
+    python -m foliosim.reproduce.docs check   # `make check-reproductions`: run all, compare
+    python -m foliosim.reproduce.docs render  # rewrite the Markdown from the JSON only
+
+The JSON keeps, per experiment, its rows, notes and sources and the hash of
+everything its rows depend on (`inputs_sha256`: the experiment file, the
+machine profiles, the engine's and the runner's sources and the lock file),
+so a test can tell cheaply whether the committed tables still come from the
+committed code: `tests/python/test_reproductions.py` recomputes the hashes,
+reruns the cheap experiments row by row, and checks that the Markdown is the
+rendering of the JSON.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import sys
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from ..result import write_text_atomic
+from . import find, load_all, run_experiments
+
+__all__ = ["check", "inputs_hash", "main", "render", "repo_root", "write"]
+
+# Experiments a test reruns (`make test`): the cheap ones, a minute or two
+# of host time together; the others are checked by their inputs' hash and by
+# `make check-reproductions`.
+CHEAP = ("core-pf1-scaling", "spf-kernbench", "spf-vs-per-vma", "mthp-tlb-reach")
+
+MECHANISM_TITLES = {
+    "core": "The simulator core",
+    "large-anon-folios": "Large anonymous folios (mTHP)",
+    "speculative-page-faults": "Speculative page faults and per-VMA locks",
+    "pagecache-promotion": "Page-cache promotion",
+    "free-page-reporting": "Free page reporting",
+    "lazy-unmap-flush": "Lazy unmap flush (LUF)",
+}
+
+
+def repo_root() -> Path:
+    return Path(__file__).resolve().parents[3]
+
+
+def _files(root: Path, patterns: Iterable[str]) -> list[Path]:
+    out: set[Path] = set()
+    for pat in patterns:
+        out.update(p for p in root.glob(pat) if p.is_file())
+    return sorted(out)
+
+
+ENGINE = ("crates/foliosim/src/**/*.rs", "crates/foliosim/Cargo.toml", "crates/foliosim-py/src/**/*.rs",
+          "crates/foliosim-py/Cargo.toml", "Cargo.lock", "profiles/*.toml", "python/foliosim/reproduce/__init__.py",
+          "python/foliosim/reproduce/expr.py", "python/foliosim/reproduce/spec.py", "python/foliosim/reproduce/runner.py")
+
+
+def inputs_hash(exp_file: Path, root: Path | None = None) -> str:
+    """SHA-256 of what an experiment's rows depend on: its file, the engine
+    and bindings sources, the profiles, the runner, the lock file (paths and
+    contents, in a fixed order)."""
+    root = root or repo_root()
+    h = hashlib.sha256()
+    for p in [exp_file, *_files(root, ENGINE)]:
+        h.update(str(p.relative_to(root) if p.is_relative_to(root) else p.name).encode())
+        h.update(b"\0")
+        h.update(p.read_bytes())
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+def _keep(rep: dict[str, Any], root: Path) -> dict[str, Any]:
+    path = find()[rep["name"]]
+    return {
+        "name": rep["name"], "title": rep["title"], "mechanism": rep.get("mechanism", ""),
+        "file": str(path.relative_to(root)) if path.is_relative_to(root) else path.name,
+        "inputs_sha256": inputs_hash(path, root),
+        "rows": rep["rows"], "notes": rep["notes"], "sources": rep.get("sources", {}),
+        "windows": rep.get("windows", []),
+    }
+
+
+# --------------------------------------------------------------- Markdown --
+def _fmt(v: Any) -> str:
+    from ..report import fmt
+
+    return str(fmt(v))
+
+
+def _cell(s: Any) -> str:
+    return str(s if s is not None else "").replace("|", "/").replace("\n", " ")
+
+
+def _source_line(sid: str, s: dict[str, Any]) -> str:
+    bits = [f"**{sid}**: {s.get('title', '')}"]
+    if s.get("message_id"):
+        bits.append(f"message-id `{s['message_id']}`")
+    if s.get("url"):
+        bits.append(f"<{s['url']}>")
+    if s.get("commit"):
+        bits.append(f"commit `{s['commit']}`")
+    if s.get("list") or s.get("date"):
+        bits.append(", ".join(x for x in (s.get("list"), s.get("date")) if x))
+    if s.get("where"):
+        bits.append(str(s["where"]))
+    return "- " + "; ".join(bits)
+
+
+def _anchor(heading: str) -> str:
+    """The anchor GitHub gives a heading: lower case, punctuation dropped,
+    spaces as hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-")
+
+
+def render(data: dict[str, Any]) -> str:
+    """The Markdown of `docs/reproductions.json`."""
+    from ..report import difference
+
+    exps = data["experiments"]
+    out = ["# Reproductions", "",
+           "Every experiment's rows: the published figure beside the simulated one, with the notes",
+           "and the public sources of the figures. Generated by `make reproductions` from",
+           "`experiments/*/*.toml` (the rows are also in `reproductions.json`); do not edit by hand:",
+           "`make test` checks that both still come from the code, `make check-reproductions`",
+           "reruns every experiment. How to read and add experiments: `docs/experiments.md`.", ""]
+    mechs: list[str] = []
+    for e in exps:
+        if e["mechanism"] not in mechs:
+            mechs.append(e["mechanism"])
+    for m in mechs:
+        out.append(f"- [{MECHANISM_TITLES.get(m, m)}](#{_anchor(MECHANISM_TITLES.get(m, m))})")
+    for m in mechs:
+        out += ["", f"## {MECHANISM_TITLES.get(m, m)}", "",
+                f"Mechanism: [docs/mechanisms/{m}.md](mechanisms/{m}.md)."]
+        for e in (x for x in exps if x["mechanism"] == m):
+            out += ["", f"### `{e['name']}`: {_cell(e['title'])}", "",
+                    f"From [`{e['file']}`](../{e['file']}); `foliosim reproduce {e['name']}`.", "",
+                    "| label | metric | published | simulated | difference | note |",
+                    "| --- | --- | ---: | ---: | ---: | --- |"]
+            for r in e["rows"]:
+                pub = r.get("published", r.get("seed"))
+                d, p = difference(pub, r.get("simulated"))
+                diff = "—" if d is None else (f"{_fmt(d)} ({p:+.1f}%)" if p is not None else _fmt(d))
+                unit = f" {r['unit']}" if r.get("unit") else ""
+                shown_pub = "—" if pub is None else f"{_fmt(pub)}{unit}"
+                sim = "—" if r.get("simulated") is None else f"{_fmt(r.get('simulated'))}{unit}"
+                head = " **(headline)**" if r.get("headline") else ""
+                out.append(f"| {_cell(r.get('label'))}{head} | {_cell(r.get('metric'))} | {shown_pub} | {sim} | {diff} | "
+                           f"{_cell(r.get('note'))} |")
+            if e["notes"]:
+                out += ["", "Notes:", ""] + [f"- {_cell(n)}" for n in e["notes"]]
+            if e.get("windows"):
+                out += ["", "Measured windows (whole iterations of each task's loop: will-it-scale's munmaps, passes, "
+                        "jobs reaped, tokens; `steady`: at least one before the window and one inside it):", "",
+                        "| run | window | tasks | iterations before (min per task) | in the window (min per task) "
+                        "| in the window (all tasks) | ops per iteration | |",
+                        "| --- | --- | ---: | ---: | ---: | ---: | ---: | --- |"]
+                for w in e["windows"]:
+                    verdict = "ok" if w["ok"] else f"**short**: {_cell(w['reason'])}"
+                    out.append(f"| {_cell(w['label'])} | {w['kind']} | {w['tasks']} | {_fmt(w['iterations_before_min'])} | "
+                               f"{_fmt(w['iterations_measured_min'])} | {_fmt(w['iterations_measured'])} | "
+                               f"{_fmt(w['ops_per_iteration'])} | {verdict} |")
+            figs: dict[str, list[str]] = {}
+            for r in e["rows"]:
+                for s in r.get("sources") or []:
+                    line = f"{s['figure']} ({s['where']})"
+                    figs.setdefault(s["source"], [])
+                    if line not in figs[s["source"]]:
+                        figs[s["source"]].append(line)
+            if e["sources"]:
+                out += ["", "Sources:", ""]
+                for sid, s in e["sources"].items():
+                    out.append(_source_line(sid, s))
+                    out += [f"  - {_cell(f)}" for f in figs.get(sid, [])]
+    return "\n".join(out) + "\n"
+
+
+# ----------------------------------------------------------------- actions --
+def _run_all(progress: bool, names: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    exps = load_all(names)
+    total = len(exps)
+
+    def bar(done: float, n: float) -> None:
+        if progress:
+            print(f"\rmake reproductions: {done:.0f}/{n:.0f} runs", end="", file=sys.stderr, flush=True)
+
+    reps = list(run_experiments(exps, progress=bar))
+    if progress:
+        print(file=sys.stderr)
+    if len(reps) != total or any(r.get("interrupted") for r in reps):
+        raise SystemExit("foliosim: interrupted: nothing written")
+    return reps
+
+
+def write(root: Path | None = None, progress: bool = True, names: Sequence[str] = ()) -> None:
+    """Run every experiment (or only `names`, keeping the others' committed
+    rows, which must still come from the same inputs) and write both files."""
+    root = root or repo_root()
+    if names:
+        old = json.loads((root / "docs" / "reproductions.json").read_text(encoding="utf-8"))["experiments"]
+        fresh = {r["name"]: _keep(r, root) for r in _run_all(progress, names)}
+        stale = [e["name"] for e in old if e["name"] not in fresh and e["inputs_sha256"] != inputs_hash(root / e["file"], root)]
+        if stale:
+            raise SystemExit(f"foliosim: {', '.join(stale)}: inputs changed too; run `make reproductions` (all)")
+        kept = [fresh.pop(e["name"], e) for e in old]
+        data = {"generated_by": "make reproductions", "experiments": kept + list(fresh.values())}
+    else:
+        data = {"generated_by": "make reproductions", "experiments": [_keep(r, root) for r in _run_all(progress)]}
+    write_text_atomic(root / "docs" / "reproductions.json", json.dumps(data, indent=1, ensure_ascii=False) + "\n")
+    write_text_atomic(root / "docs" / "reproductions.md", render(data))
+
+
+def compare_rows(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """Where two experiments' rows and notes differ (empty: identical)."""
+    out = []
+    if len(old["rows"]) != len(new["rows"]):
+        out.append(f"{old['name']}: {len(old['rows'])} rows committed, {len(new['rows'])} now")
+    for a, b in zip(old["rows"], new["rows"], strict=False):
+        for k in ("label", "metric", "unit", "published", "simulated", "note", "window"):
+            if a.get(k) != b.get(k):
+                out.append(f"{old['name']}: {a.get('label')} / {a.get('metric')}: {k} {a.get(k)!r} committed, {b.get(k)!r} now")
+    if old["notes"] != new["notes"]:
+        out.append(f"{old['name']}: notes differ")
+    return out
+
+
+def check(root: Path | None = None, progress: bool = True) -> list[str]:
+    root = root or repo_root()
+    data = json.loads((root / "docs" / "reproductions.json").read_text(encoding="utf-8"))
+    committed = {e["name"]: e for e in data["experiments"]}
+    problems: list[str] = []
+    for rep in _run_all(progress):
+        new = _keep(rep, root)
+        old = committed.get(new["name"])
+        if old is None:
+            problems.append(f"{new['name']}: not in docs/reproductions.json")
+            continue
+        problems += compare_rows(old, new)
+        if old["inputs_sha256"] != new["inputs_sha256"]:
+            problems.append(f"{new['name']}: inputs changed since the tables were made")
+    if (root / "docs" / "reproductions.md").read_text(encoding="utf-8") != render(data):
+        problems.append("docs/reproductions.md is not the rendering of docs/reproductions.json")
+    return problems
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    what = args[0] if args else ""
+    root = repo_root()
+    if what == "write":
+        write(root, names=args[1:])
+        print("wrote docs/reproductions.json and docs/reproductions.md")
+        return 0
+    if what == "render":
+        data = json.loads((root / "docs" / "reproductions.json").read_text(encoding="utf-8"))
+        write_text_atomic(root / "docs" / "reproductions.md", render(data))
+        return 0
+    if what == "check":
+        problems = check(root)
+        for p in problems:
+            print(f"foliosim: {p}", file=sys.stderr)
+        print("reproductions: up to date" if not problems else f"reproductions: {len(problems)} differences (run `make reproductions`)")
+        return 1 if problems else 0
+    print("usage: python -m foliosim.reproduce.docs write|check|render", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

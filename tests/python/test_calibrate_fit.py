@@ -1,0 +1,125 @@
+"""`foliosim calibrate`'s fits on synthetic measurements with known answers
+(no host needed): the least-squares line, the cache-size fit, and the whole
+derivation of profile terms from a series made by the model's own cost
+structure with chosen values."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from foliosim import _core
+from foliosim import calibrate as cal
+
+# The truth the synthetic host is made of.
+K_MIB = 8.0
+CLEAR_W, CLEAR_C, TAIL = 47.0, 330.0, 32.0
+RMAP_PAGE = PTE_CLEAR = 8.0
+FREE_TAIL, PTE_SET = 9.0, 40.0
+FIXED = 1700.0  # a large-folio fault beyond its per-page work
+ZERO, EXTRA = 820.0, 560.0  # the zero-page fault; alloc + charge + rmap + LRU
+Z0 = 400.0  # a large folio's munmap beyond its per-page work
+SIZES = [16, 128, 256, 512, 1024]
+
+
+def rec(ns_per_page: float, faults_per_page: float = 1.0, unmap: float = 30.0) -> dict:
+    return {"ns_per_page": ns_per_page, "faults_per_page": faults_per_page, "unmap_ns_per_page": unmap}
+
+
+def synthetic(rounds: int = 3) -> tuple[dict, dict]:
+    f = K_MIB / cal.COLD_MIB  # the warm share of a cold region, as the model has it
+    cold_pte = CLEAR_C + TAIL + PTE_SET + RMAP_PAGE
+    warm_pte = CLEAR_W + TAIL + PTE_SET + RMAP_PAGE
+    s: dict[str, list[dict]] = {}
+
+    def put(size: int, case: str, mib: int, r: dict) -> None:
+        s[cal.key(size, case, mib)] = [dict(r) for _ in range(rounds)]
+
+    a_c, a_w = ZERO + CLEAR_C + EXTRA, ZERO + CLEAR_W + EXTRA
+    put(4, "anon", cal.COLD_MIB, rec((1 - f) * a_c + f * a_w, unmap=250.0))
+    put(4, "anon", cal.WARM_MIB, rec(a_w, unmap=200.0))
+    put(4, "zero", cal.COLD_MIB, rec(ZERO))
+    put(4, "shmem-shared", cal.COLD_MIB, rec(1300.0))
+    put(4, "shmem-private", cal.COLD_MIB, rec(2200.0))
+    put(4, "retouch", cal.COLD_MIB, rec(16.0))
+    put(4, "mprotect", cal.COLD_MIB, rec(90.0))
+    put(4, "anon-dontneed", cal.COLD_MIB, rec(a_c, unmap=260.0))
+    for kib in SIZES:
+        n = kib / 4
+        cold = (1 - f) * (FIXED + cold_pte * n) + f * (FIXED + warm_pte * n)
+        unmap = (Z0 + (PTE_CLEAR + RMAP_PAGE + FREE_TAIL) * n) / n
+        put(kib, "anon", cal.COLD_MIB, rec(cold / n, 1 / n, unmap))
+        put(kib, "anon", cal.WARM_MIB, rec((FIXED + warm_pte * n) / n, 1 / n, unmap))
+    n = 512
+    pmd_w, pmd_c = FIXED + (CLEAR_W + TAIL) * n, FIXED + (CLEAR_C + TAIL) * n
+    for r in cal.SWEEP_MIB:
+        warm = min(1.0, K_MIB / r)
+        per = (warm * pmd_w + (1 - warm) * pmd_c) / n
+        put(cal.PMD_KIB, "anon", r, rec(per, 1 / n, (Z0 + FREE_TAIL * n) / n))
+    put(cal.PMD_KIB, "retouch", cal.COLD_MIB, rec(12.0))
+    micro = {"clear_warm_ns": CLEAR_W, "syscall_ns": 100.0, "mmap_ns": 1500.0, "munmap_ns": 1300.0,
+             "dontneed_one_page_call_ns": 900.0, "latency_4k_ns": 180.0, "latency_2m_ns": 100.0,
+             "huge_fraction": 1.0, "read_bw_gbps": 20.0}
+    return micro, s
+
+
+def test_fit_line_recovers_a_line_and_reports_the_residual():
+    a, b, r = cal.fit_line([1, 2, 3, 4], [5, 7, 9, 11])
+    assert (a, b, r) == pytest.approx((3, 2, 0))
+    a, b, r = cal.fit_line([1, 2, 3, 4], [5, 8, 9, 11])
+    assert r > 0.3 and b == pytest.approx(1.9)
+    with pytest.raises(ValueError):
+        cal.fit_line([1, 1], [2, 3])
+
+
+def test_fit_warm_cache_recovers_the_cache_size():
+    regions = [2.0, 8.0, 16.0, 32.0, 64.0, 128.0]
+    per = [80 + 260 * max(0.0, 1 - 12 / r) for r in regions]
+    k, cold, rms = cal.fit_warm_cache(regions, per, per[0])
+    assert (k, cold, rms) == pytest.approx((12, 340, 0), abs=1e-6)
+
+
+def test_derivation_recovers_every_term_of_a_synthetic_host():
+    micro, series = synthetic()
+    d = cal.Derivation(micro, series, 3)
+    v = {k: x for k, (x, _) in d.vals.items()}
+    assert v["warm_cache_bytes"] == pytest.approx(K_MIB * (1 << 20))
+    assert v["zero_warm_bw_gbps"] == pytest.approx(4096 / CLEAR_W)
+    assert v["node.zero_bw_gbps"] == pytest.approx(4096 / CLEAR_C)
+    assert v["prep_tail_ns"] == pytest.approx(TAIL)
+    assert v["free_tail_ns"] == pytest.approx(FREE_TAIL)
+    assert v["pte_clear_ns"] == pytest.approx(PTE_CLEAR)
+    assert v["rmap_page_ns"] == pytest.approx(RMAP_PAGE)
+    assert v["pte_set_ns"] == pytest.approx(PTE_SET)
+    assert v["walk_cached_ns"] == pytest.approx(4.0)
+    # The mprotect scan: the measured per-page time minus the PTE write.
+    assert v["change_pte_scan_ns"] == pytest.approx(90.0 - PTE_SET)
+    # Every value says how it was measured, and every fit has a residual.
+    assert all(how for _, how in d.vals.values())
+    assert all("residual" in f for f in d.fits if f.startswith(("anon fault", "munmap", "warm cache")))
+
+
+def test_a_broken_host_series_shows_in_the_residuals():
+    micro, series = synthetic()
+    # One size 20% off its line: the fit's residual says so.
+    k = cal.key(128, "anon", cal.COLD_MIB)
+    for r in series[k]:
+        r["ns_per_page"] *= 1.2
+    d = cal.Derivation(micro, series, 3)
+    line = next(f for f in d.fits if f.startswith("anon fault, cold"))
+    assert "residual 0.0 ns" not in line
+
+
+def test_the_derived_profile_loads(tmp_path):
+    micro, series = synthetic()
+    d = cal.Derivation(micro, series, 3)
+    d.vals["alloc_anon_folio_ns"] = (200.0, "test")
+    d.vals["free_large_folio_ns"] = (100.0, "test")
+    p = tmp_path / "host.toml"
+    p.write_text(cal.make_profile(d, "host"))
+    _core.load_json(json.dumps({"machine": {"profile": str(p)}, "workload": {"name": "mmap1"}}), "<test>")
+    text = p.read_text()
+    for k in ("prep_tail_ns", "rmap_page_ns", "free_tail_ns", "zero_warm_bw_gbps", "warm_cache_bytes", "walk_cached_ns", "change_pte_scan_ns"):
+        line = next(ln for ln in text.splitlines() if ln.startswith(k + " "))
+        assert "faultcost.c" in line or "calibrate.c" in line, line

@@ -1,0 +1,281 @@
+"""Experiments as data (`experiments/*/*.toml`, `foliosim.reproduce`): the
+rule language, the note rule, the file format's checks, and a small
+experiment run end to end through the ordinary run path."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from foliosim import reproduce as R
+from foliosim.reproduce.expr import ExprError, Template, TemplateError, check_note_text, evaluate
+
+REPO = Path(__file__).resolve().parents[2]
+DATA = Path(__file__).resolve().parent / "data" / "experiments"
+TINY = DATA / "demo" / "pf1-tasks.toml"
+
+
+# ------------------------------------------------------------ rule language --
+def test_rules_read_results_and_compute():
+    env = {"a": {"summary": {"ops_per_s": 100.0}}, "b": {"summary": {"ops_per_s": 150.0}},
+           "xs": [{"ops": 1, "kthread": False}, {"ops": 5, "kthread": True}, {"ops": 2, "kthread": False}]}
+    assert evaluate("b.summary.ops_per_s / a.summary.ops_per_s - 1", env) == pytest.approx(0.5)
+    assert evaluate("sum([x.ops for x in xs if not x.kthread])", env) == 3
+    assert evaluate("{k: v * 2 for k, v in zip(['p', 'q'], [1, 2])}", env) == {"p": 2, "q": 4}
+    assert evaluate("median([4, 1, 3, 2])", env) == 2.5
+    assert evaluate("a['summary']['ops_per_s'] if 1 < 2 <= 2 else 0", env) == 100.0
+    assert evaluate("f'{len(xs)} tasks'", env) == "3 tasks"
+    assert evaluate("first([x for x in [1, 2, 3] if x > 5], None)", env) is None
+    assert evaluate("spans([0, 1, 1, 0, 1, 0, 1], 0.5)", env) == [1.0, 0.5], "a run still going at the end is left out"
+
+
+def test_sum_is_a_plain_left_fold():
+    # Python 3.12's sum() of floats is compensated; the rules must give
+    # what a sequential sum (the Rust experiments') gave.
+    xs = [1e16, 1.0, -1e16, 1.0]
+    acc = 0.0
+    for x in xs:
+        acc += x
+    assert evaluate("sum(xs, 0.0)", {"xs": xs}) == acc
+
+
+@pytest.mark.parametrize("bad", [
+    "__import__('os')", "x.__class__", "x._private", "lambda: 1", "open('/etc/passwd')", "(1).real",
+    "[].append(1)", "x.keys()", "2 ** 10 ** 10", "'a' * 10 ** 9", "{**x}", "(y := 1)", "x if",
+])
+def test_rules_refuse_what_is_not_the_language(bad):
+    with pytest.raises(ExprError):
+        evaluate(bad, {"x": {"a": 1}})
+
+
+def test_rule_errors_name_the_missing_key():
+    with pytest.raises(ExprError, match="no key 'nope'"):
+        evaluate("r.vmstat.nope", {"r": {"vmstat": {"pgfault": 1}}})
+    with pytest.raises(ExprError, match="unknown name"):
+        evaluate("missing + 1", {})
+    with pytest.raises(ExprError, match="division by zero"):
+        evaluate("1 / x", {"x": 0})
+
+
+def test_templates_format_from_values():
+    t = Template("SPF loses {pct:+.1f}% here against {pub:.1f}% published, {{braces}} kept")
+    assert t.render({"pct": -28.04, "pub": -12.0}) == "SPF loses -28.0% here against -12.0% published, {braces} kept"
+    assert Template("{n} ops, {x}").render({"n": 1234567, "x": 0.01234}) == "1,234,567 ops, 0.0123"
+    assert Template("{'a:b' if ok else 'c'}").render({"ok": True}) == "a:b"
+    for bad in ["{unclosed", "single } brace", "{x.__class__}"]:
+        with pytest.raises(TemplateError):
+            Template(bad)
+
+
+# --------------------------------------------------------------- note rule --
+@pytest.mark.parametrize("text", [
+    "page_fault2 and page_fault3 on x86 with -j160, v12 and E5-2630v3, order-4 folios",
+    "4 KiB pages and 2 MiB THPs, 64KiB folios",
+    "the knob `mmap_lock.rwsem_semantics = \"5.1\"` and commit 7e12beb8ca2a",
+    "SPF loses {row.pf2.simulated:+.1f}% against {pub.lkp:.1f}%",
+])
+def test_notes_may_name_things(text):
+    assert check_note_text(text) == []
+
+
+@pytest.mark.parametrize("text, figure", [
+    ("the model gives -1% to +1%", "-1%"),
+    ("-0.5% / 0.0% agree in size", "-0.5%"),
+    ("ops are ~3.3x the seed's", "3.3x"),
+    ("2.18x at 8 KiB", "2.18x"),
+    ("0.05% against 0.007%", "0.05%"),
+    ("settles in 30 s", "30"),
+    ("Linux 6.4 added them", "6.4"),
+    ("order 4 folios", "4"),
+])
+def test_notes_may_not_type_figures(text, figure):
+    assert any(figure in b for b in check_note_text(text)), check_note_text(text)
+
+
+# ------------------------------------------------------------- file format --
+def _write(tmp: Path, text: str) -> Path:
+    d = tmp / "mech"
+    d.mkdir(parents=True, exist_ok=True)
+    p = d / "x.toml"
+    p.write_text(text)
+    return p
+
+
+BASE = """title = "t"
+[config]
+workload.name = "page_fault1"
+workload.size_mib = 1
+run.warmup_s = 0.0
+run.duration_s = 0.001
+[runs.a]
+label = "a"
+"""
+
+
+@pytest.mark.parametrize("extra, where", [
+    ("bogus = 1\n", "bogus: unknown key"),
+    ('[[rows]]\nlabel = "x"\nmetric = "m"\nsimulated = "a.summary.ops_per_s"\nwat = 1\n', "rows[0].wat: unknown key"),
+    ('[[rows]]\nlabel = "x"\nmetric = "m"\n', "rows[0].simulated: missing"),
+    ('[[rows]]\nlabel = "x"\nmetric = "m"\nsimulated = "a.__dict__"\n', "rows[0].simulated"),
+    ('[published.p]\nvalue = 1.0\nsource = "nowhere"\nwhere = "w"\n', "published.p.source"),
+    ('[sources.s]\ntitle = "a thread"\n', "sources.s"),
+])
+def test_bad_files_name_file_and_key(tmp_path, extra, where):
+    text = BASE if extra.startswith("[") else extra + BASE
+    if extra.startswith("["):
+        text = BASE + extra
+    p = _write(tmp_path, text)
+    with pytest.raises(R.ExperimentError) as e:
+        R.load(p)
+    assert str(e.value).startswith(str(p)), e.value
+    assert where in str(e.value), e.value
+
+
+def test_a_bad_config_key_is_reported_before_anything_runs(tmp_path):
+    p = _write(tmp_path, BASE + 'workload.tasks = 0\n[[rows]]\nlabel = "x"\nmetric = "m"\nsimulated = "1"\n')
+    with pytest.raises(R.ExperimentError) as e:
+        R.load(p)
+    msg = str(e.value)
+    assert "runs.a" in msg and "workload" in msg, msg
+
+
+def test_a_published_value_needs_its_figure(tmp_path):
+    p = _write(tmp_path, BASE + '[[rows]]\nlabel = "x"\nmetric = "m"\npublished = "42.0"\nsimulated = "1"\n')
+    exp = R.load(p)
+    with pytest.raises(R.ExperimentError, match="published figure comes from"):
+        R.evaluate_experiment(exp, {exp.runs["a"].id: {"summary": {}}})
+
+
+def test_every_shipped_experiment_loads():
+    files = R.find()
+    assert len(files) >= 20, files
+    mechanisms = {p.stem for p in (REPO / "docs" / "mechanisms").glob("*.md")}
+    for name, path in files.items():
+        exp = R.load(path)
+        assert exp.mechanism in mechanisms, f"{path}: folder must name a docs/mechanisms page"
+        assert exp.rows and exp.runs, name
+        for f in exp.published.values():
+            assert f["source"] in exp.sources
+
+
+# ----------------------------------------------------------------- running --
+def test_tiny_experiment_runs_through_the_ordinary_run_path():
+    (exp,) = [R.load(TINY)]
+    reps = list(R.run_experiments([exp], jobs=1))
+    assert len(reps) == 1
+    rep = reps[0]
+    assert rep["name"] == "pf1-tasks" and rep["mechanism"] == "demo" and not rep["interrupted"]
+    rows = {(r["label"], r["metric"]): r for r in rep["rows"]}
+    one = rows[("1 task", "page_fault1 ops/s")]["simulated"]
+    two = rows[("2 tasks", "page_fault1 ops/s")]["simulated"]
+    head = rows[("2 tasks", "ops/s, 2 tasks / 1 task")]
+    assert head["simulated"] == two / one and head["headline"]
+    assert head["published"] == head["seed"] == 2.0, "the deprecated 'seed' key mirrors 'published'"
+    assert head["sources"] == [{"figure": "two_over_one", "source": "example", "where": "what perfect scaling would give"}]
+    assert head["note"] == f"{two / one:.2f}x where perfect scaling gives 2x"
+    # The same simulated figures as `foliosim run` of the configs gives.
+    import foliosim
+
+    cfg = next(c["config"] for c in rep["configs"] if c["label"] == "1 task")
+    assert foliosim.run(cfg).summary["ops_per_s"] == one
+    assert rep["profile"]["name"] == "generic-x86" and "[cpu]" in (rep["profile"]["toml"] or "")
+
+
+def test_a_window_that_cuts_the_workload_short_is_said(tmp_path):
+    # The tutorial's experiment with a window too short for a whole
+    # iteration (a 4 MiB region faulted in and unmapped) before it opens:
+    # every row that reads those runs says so, the windows list says why.
+    text = TINY.read_text().replace("run.warmup_s = 0.005", "run.warmup_s = 0.0001")
+    assert text != TINY.read_text()
+    (tmp_path / "demo").mkdir()
+    short = tmp_path / "demo" / "pf1-tasks.toml"
+    short.write_text(text)
+    (rep,) = list(R.run_experiments([R.load(short)], jobs=1))
+    assert [w["ok"] for w in rep["windows"]] == [False, False], rep["windows"]
+    assert all("whole iteration when the measured window opened" in w["reason"] for w in rep["windows"])
+    for r in rep["rows"]:
+        assert r["note"].startswith("Window too short ("), r
+        assert "1 task" in r["window"] or "2 tasks" in r["window"]
+    head = next(r for r in rep["rows"] if r.get("headline"))
+    assert "1 task:" in head["window"] and "2 tasks:" in head["window"], "the ratio reads both runs"
+    # The shipped window holds: no row says so.
+    (ok,) = list(R.run_experiments([R.load(TINY)], jobs=1))
+    assert all(w["ok"] for w in ok["windows"]) and not any("window" in r for r in ok["rows"])
+    assert all(w["iterations_before_min"] >= 1 and w["iterations_measured_min"] >= 1 for w in ok["windows"])
+
+
+def test_window_kinds_read_the_result():
+    from foliosim.reproduce.runner import window
+
+    def run(tasks, warmup=0.001):
+        return {"config": {"run": {"warmup_s": warmup}}, "per_task": tasks}
+
+    t = {"kthread": False, "exited": False, "clock_ns": 5_000_000, "ops_measured": 10}
+    assert window(run([{**t, "iterations": 3, "iterations_measured": 1}]), "steady")["ok"]
+    assert not window(run([{**t, "iterations": 1, "iterations_measured": 1}]), "steady")["ok"], "none before the window"
+    assert not window(run([{**t, "iterations": 2, "iterations_measured": 0}]), "steady")["ok"], "none inside it"
+    assert not window(run([{**t, "iterations": None, "iterations_measured": None}]), "steady")["ok"], "nothing counted"
+    assert not window(run([{**t, "iterations": 5, "iterations_measured": 5}]), "finished")["ok"], "still running"
+    assert window(run([{**t, "exited": True, "iterations": 5, "iterations_measured": 5}]), "finished")["ok"]
+    assert not window(run([{**t, "iterations": 0, "iterations_measured": 0}]), "iterated")["ok"]
+    assert window(run([{**t, "iterations": 1, "iterations_measured": 1}]), "iterated")["ok"]
+    # A task that ended before the window opened (memhog_then's memhog) is not in it.
+    gone = {**t, "exited": True, "clock_ns": 500_000, "iterations": 1, "iterations_measured": 0}
+    assert window(run([gone, {**t, "iterations": 3, "iterations_measured": 1}]), "steady")["ok"]
+    # Every task done before the window: nothing in it, and it says so.
+    assert window(run([gone]), "steady")["reason"] == "every task had finished before the measured window opened"
+
+
+def test_output_does_not_depend_on_the_number_of_processes():
+    exp = R.load(TINY)
+    a = list(R.run_experiments([exp], jobs=1))
+    b = list(R.run_experiments([exp], jobs=2))
+    assert json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+
+
+def test_cli_runs_an_experiment_from_a_user_folder(tmp_path):
+    root = tmp_path / "exps"
+    shutil.copytree(DATA, root)
+    env = dict(os.environ, FOLIOSIM_EXPERIMENTS=str(root))
+    proc = subprocess.run([sys.executable, "-m", "foliosim", "reproduce", "pf1-tasks", "--json", "--quiet",
+                           "--out", str(tmp_path / "out")], capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stderr
+    rep = json.loads(proc.stdout)
+    assert rep["name"] == "pf1-tasks" and len(rep["rows"]) == 3
+    assert (tmp_path / "out" / "pf1-tasks.json").is_file()
+    listing = subprocess.run([sys.executable, "-m", "foliosim", "list"], capture_output=True, text=True, env=env,
+                             stdin=subprocess.DEVNULL)
+    assert "pf1-tasks: page_fault1: two processes against one" in listing.stdout
+
+
+def test_the_tutorial_shows_the_tested_experiment():
+    text = (REPO / "docs" / "tutorial.md").read_text()
+    assert "```toml\n" + TINY.read_text() + "```" in text, "docs/tutorial.md must show tests/python/data/experiments/demo/pf1-tasks.toml as it is"
+
+
+def test_no_note_of_a_shipped_experiment_types_a_figure():
+    bad = {}
+    for name, path in R.find().items():
+        exp = R.load(path)
+        lets = dict(exp.lets)
+        for where, t in exp.templates():
+            figures = check_note_text(t, lets)
+            if figures:
+                bad[f"{name} {where}"] = figures
+    assert not bad, bad
+
+
+def test_experiments_cite_public_sources_not_working_notes():
+    # Titles, labels, notes and sources name what a reader can find (a
+    # thread, a commit, a mechanism page), never a document outside the
+    # repository.
+    for path in R.find().values():
+        text = path.read_text()
+        for needle in ("spec/", "§", "seeds/"):
+            assert needle not in text, f"{path}: {needle!r}"

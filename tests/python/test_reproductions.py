@@ -1,0 +1,50 @@
+"""docs/reproductions.{md,json} are generated (`make reproductions`) and must
+still come from the code: the Markdown is the rendering of the JSON, every
+experiment's inputs (its file, the engine, the runner, the profiles) hash to
+what the JSON recorded, and the cheap experiments, rerun here, give the
+committed rows exactly. `make check-reproductions` reruns all of them."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from foliosim import reproduce as R
+from foliosim.reproduce import docs as D
+
+ROOT = D.repo_root()
+STALE = "stale: run `make reproductions` and commit docs/reproductions.{json,md}"
+
+
+@pytest.fixture(scope="module")
+def committed():
+    return json.loads((ROOT / "docs" / "reproductions.json").read_text(encoding="utf-8"))
+
+
+def test_markdown_is_the_rendering_of_the_json(committed):
+    assert (ROOT / "docs" / "reproductions.md").read_text(encoding="utf-8") == D.render(committed), STALE
+
+
+def test_every_experiment_is_there_once(committed):
+    names = [e["name"] for e in committed["experiments"]]
+    assert names == list(R.find()), STALE
+
+
+def test_inputs_have_not_changed(committed):
+    files = R.find()
+    stale = [e["name"] for e in committed["experiments"] if D.inputs_hash(files[e["name"]]) != e["inputs_sha256"]]
+    assert not stale, f"{STALE} ({', '.join(stale)}: inputs changed)"
+
+
+def test_every_experiment_has_one_headline_row(committed):
+    for e in committed["experiments"]:
+        heads = [r for r in e["rows"] if r.get("headline")]
+        assert len(heads) == 1, (e["name"], len(heads))
+
+
+@pytest.mark.parametrize("name", D.CHEAP)
+def test_cheap_experiments_give_the_committed_rows(committed, name):
+    old = next(e for e in committed["experiments"] if e["name"] == name)
+    (rep,) = R.run_experiments(R.load_all([name]))
+    assert D.compare_rows(old, rep) == [], STALE
