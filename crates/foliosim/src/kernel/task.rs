@@ -40,6 +40,9 @@ pub struct Task {
     pub in_wait: bool,
     /// Asleep on mmap_lock (mm/mmap_lock.rs): what resumes when it wakes.
     pub lock_wait: Option<LockWait>,
+    /// NUMA balancing's per-task scan period and fault statistics
+    /// (mm/numa_balancing.rs).
+    pub numa: crate::mm::numa_balancing::TaskNuma,
 }
 
 /// Where a task sleeping on mmap_lock resumes.
@@ -85,6 +88,7 @@ impl Task {
             children: Vec::new(),
             in_wait: false,
             lock_wait: None,
+            numa: Default::default(),
         }
     }
 }
