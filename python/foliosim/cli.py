@@ -44,13 +44,15 @@ BENCH_TARGETS: list[tuple[str, str, str, Callable[[float], bool]]] = [
 ]
 
 # Benchmarks that time a whole experiment (experiments/*/NAME.toml).
-REPRODUCTION_BENCHES = {"fpr_overhead", "mthp_will_it_scale", "mthp_memory", "mthp_kernel_build"}
+REPRODUCTION_BENCHES = {"fpr_overhead", "mthp_will_it_scale", "mthp_memory", "mthp_kernel_build", "luf_xsbench", "luf_llama"}
 
 # Whole reproductions, run with `foliosim bench --slow` (minutes in all).
 SLOW_BENCH_TARGETS: list[tuple[str, str, str, Callable[[float], bool]]] = [
     ("mthp_will_it_scale", "mthp_will_it_scale_host_s", "reproduce mthp-will-it-scale: < 60 host s", lambda v: v < 60.0),
     ("mthp_memory", "mthp_memory_host_s", "reproduce mthp-memory: < 60 host s", lambda v: v < 60.0),
     ("mthp_kernel_build", "mthp_kernel_build_host_s", "reproduce mthp-kernel-build (-j8 and -j160): < 180 host s", lambda v: v < 180.0),
+    ("luf_xsbench", "luf_xsbench_host_s", "reproduce luf-xsbench (off, on, reverted): < 600 host s", lambda v: v < 600.0),
+    ("luf_llama", "luf_llama_host_s", "reproduce luf-llama (off, on): < 600 host s", lambda v: v < 600.0),
 ]
 
 
@@ -770,7 +772,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--json", action="store_true", help="print one JSON object")
     b.add_argument("--quiet", "-q", action="store_true", help="no progress lines on stderr")
     b.add_argument("--strict", action="store_true", help="exit 1 if a target is not met")
-    b.add_argument("--slow", action="store_true", help="also time whole reproductions (mthp-will-it-scale, mthp-memory, mthp-kernel-build)")
+    b.add_argument("--slow", action="store_true", help="also time whole reproductions (mthp-will-it-scale, mthp-memory, mthp-kernel-build, luf-xsbench, luf-llama)")
     b.set_defaults(func=cmd_bench)
 
     _add_host_commands(sub)

@@ -50,9 +50,9 @@ def table(reps: Sequence[dict[str, Any]], globs: Sequence[str]) -> str:
             d, p = difference(published(r), r.get("simulated"))
             diff = "—" if d is None else (f"{fmt(d)} ({p:+.1f}%)" if p is not None else fmt(d))
             unit = f" {r.get('unit')}" if r.get("unit") else ""
-            seed = "—" if published(r) is None else f"{fmt(published(r))}{unit}"
+            pub = "—" if published(r) is None else f"{fmt(published(r))}{unit}"
             note = str(r.get("note") or "").replace("|", "/").replace("\n", " ")
-            out.append(f"| `{rep.get('name')}` | {r.get('label', '')} | {r.get('metric', '')} | {seed} | "
+            out.append(f"| `{rep.get('name')}` | {r.get('label', '')} | {r.get('metric', '')} | {pub} | "
                        f"{fmt(r.get('simulated'))}{unit} | {diff} | {note} |")
     return "\n".join(out)
 

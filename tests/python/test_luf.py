@@ -22,7 +22,7 @@ def test_list_shows_luf_workloads_profiles_and_experiments():
 def test_xsbench_runs_from_python():
     cfg = {
         "machine": {"profile": "luf-xsbench-qemu", "node_mem_mib": [64, 128]},
-        "workload": {"name": "xsbench", "threads": 2, "grid_mib": 8, "lookups": 100, "loads_per_lookup": 4},
+        "workload": {"name": "xsbench", "threads": 2, "gridpoints": 16, "lookups": 100},
         "run": {"warmup_s": 0.0, "duration_s": 1.0},
     }
     a = foliosim.run(cfg)
@@ -34,7 +34,7 @@ def test_xsbench_runs_from_python():
 @pytest.mark.parametrize("workload,key", [
     ({"name": "llama", "threads": 0}, "workload.threads"),
     ({"name": "llama", "loads_per_page": 3}, "workload.loads_per_page"),
-    ({"name": "xsbench", "grid_mib": 0}, "workload.grid_mib"),
+    ({"name": "xsbench", "gridpoints": 0}, "workload.gridpoints"),
 ])
 def test_bad_luf_workload_parameters_name_the_key(workload, key):
     with pytest.raises(foliosim.ConfigError) as e:

@@ -1,6 +1,6 @@
 //! The LUF workloads (docs/mechanisms/lazy-unmap-flush.md#workloads-and-scaling) on the real kernel model: llama
 //! (mmapped read-only models streamed per token on a tiered machine) and
-//! xsbench (anonymous tables written once, then random lookups). Small
+//! xsbench (XSBench's grids written once, then lookups). Small
 //! versions of the experiments' configs (experiments/lazy-unmap-flush/).
 
 use foliosim::config;
@@ -35,7 +35,7 @@ fn llama(threads: u32, tokens: u32, knobs: &str, check: bool) -> String {
 
 fn xsbench(knobs: &str, check: bool) -> String {
     format!(
-        "seed = 3\n[machine]\nprofile = \"luf-xsbench-qemu\"\nnode_mem_mib = [64, 256]\n[workload]\nname = \"xsbench\"\nthreads = 6\ngrid_mib = 96\nlookups = 3000\nloads_per_lookup = 8\ncompute_ns = 2000\n[run]\nwarmup_s = 0.0\nduration_s = 10.0\ncheck = {check}\naudit_interval_ms = 20.0\n[knobs]\n{knobs}"
+        "seed = 3\n[machine]\nprofile = \"luf-xsbench-qemu\"\nnode_mem_mib = [64, 256]\n[workload]\nname = \"xsbench\"\nthreads = 6\ngridpoints = 200\nlookups = 3000\ncompute_ns = 2000\n[run]\nwarmup_s = 0.0\nduration_s = 10.0\ncheck = {check}\naudit_interval_ms = 20.0\n[knobs]\n{knobs}"
     )
 }
 
@@ -90,9 +90,10 @@ fn xsbench_is_deterministic_initialises_and_looks_up() {
     assert_eq!(users.len(), 6);
     assert!(users.iter().all(|t| t.exited), "3000 lookups finish well within 10 s");
     assert_eq!(users.iter().map(|t| t.ops).sum::<u64>(), 3000);
-    // 96 MiB of tables written once (anonymous faults) on a 64 MiB DRAM node:
-    // the rest lands on the far node.
-    assert!(stat(&a, Stat::FaultAnon) >= 96 * 256);
+    // 100 MiB of tables (355 x 200 points: 3.4 MB of nuclide grid, 0.6 MB
+    // of energies, 101 MB of index grid) written once (anonymous faults) on
+    // a 64 MiB DRAM node: the rest lands on the far node.
+    assert!(stat(&a, Stat::FaultAnon) >= (355 * 200 * (48 + 8 + 355 * 4)) / 4096);
     assert!(lookups(&a, Access::Ifetch) > 0 && lookups(&a, Access::Store) > 0);
     assert!(stat(&a, Stat::DtlbLoadMisses) > 0);
     // A different seed gives different lookups.

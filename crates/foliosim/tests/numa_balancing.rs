@@ -297,6 +297,29 @@ fn the_hot_threshold_rejects_cold_pages() {
     assert!(stat(&o, "numa_hint_faults") >= stat(&o, "pgpromote_success") + cold.len() as i64);
 }
 
+/// update_task_scan_period in tiering mode: the only hint faults
+/// task_numa_fault records are promotions, all remote and private, so
+/// each pass over the mm that promotes doubles the task's scan period
+/// (from task_scan_min, here scan_period_min: the mm is one scan window)
+/// up to task_scan_max.
+#[test]
+fn a_promoting_task_scans_ever_slower_up_to_scan_period_max() {
+    let knobs = |max: u32| {
+        format!("{TIERING}\"kernel.numa_balancing_scan_delay_ms\" = 100\n\"kernel.numa_balancing_scan_period_min_ms\" = 100\n\"kernel.numa_balancing_scan_period_max_ms\" = {max}\n")
+    };
+    let user = |o: &Outcome| o.kernel.tasks.iter().find(|t| t.kthread.is_none()).unwrap().numa;
+    let o = sim(Params::default(), 3.0, &knobs(60_000));
+    no_violations(&o);
+    assert!(stat(&o, "pgpromote_success") > 0);
+    let n = user(&o);
+    assert_eq!(n.scan_period_max_ms, 60_000);
+    assert!(n.scan_period_ms >= 200 && (n.scan_period_ms / 100).is_power_of_two(), "{}", n.scan_period_ms);
+    // Capped at task_scan_max.
+    let o = sim(Params::default(), 3.0, &knobs(150));
+    let n = user(&o);
+    assert_eq!((n.scan_period_ms, n.scan_period_max_ms), (150, 150));
+}
+
 #[test]
 fn deterministic() {
     let a = sim(Params::default(), 2.5, TIERING);
@@ -321,8 +344,10 @@ fn deterministic() {
 fn mode_3_also_scans_the_top_tier_and_only_restores_it() {
     // NUMA_BALANCING_NORMAL | MEMORY_TIERING: top-tier pages get hinting
     // PTEs too; their faults are local and (normal placement not being
-    // modelled) only make the PTE accessible again.
-    let o = sim(Params::default(), 3.0, "\"kernel.numa_balancing\" = 3\n");
+    // modelled) only make the PTE accessible again. The first pass (at
+    // 1 s) promotes the data, which doubles the scan period: the second
+    // pass, the first over the promoted pages, comes at 3 s.
+    let o = sim(Params::default(), 5.0, "\"kernel.numa_balancing\" = 3\n");
     no_violations(&o);
     assert!(stat(&o, "pgpromote_success") >= 4096 - 64);
     assert!(stat(&o, "numa_hint_faults_local") > 0);

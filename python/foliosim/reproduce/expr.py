@@ -24,7 +24,7 @@ from __future__ import annotations
 import ast
 import math
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 __all__ = ["FUNCTIONS", "Expr", "ExprError", "Template", "TemplateError", "check_note_text", "evaluate", "texts_of"]
@@ -412,11 +412,12 @@ class TemplateError(ValueError):
     """A malformed note or label template (one line)."""
 
 
-def _split_placeholder(body: str) -> tuple[str, str]:
-    """'expr:spec' -> (expr, spec); the spec is after the last ':' at depth 0
-    outside strings."""
-    depth, quote, cut, esc = 0, "", -1, False
-    for i, ch in enumerate(body):
+def _outside_strings(s: str, start: int = 0) -> Iterator[tuple[int, str]]:
+    """(index, char) of `s` from `start`, skipping Python string literals
+    (their quotes included, backslash escapes honoured)."""
+    quote, esc = "", False
+    for i in range(start, len(s)):
+        ch = s[i]
         if quote:
             if esc:
                 esc = False
@@ -424,10 +425,18 @@ def _split_placeholder(body: str) -> tuple[str, str]:
                 esc = True
             elif ch == quote:
                 quote = ""
-            continue
-        if ch in "'\"":
+        elif ch in "'\"":
             quote = ch
-        elif ch in "([{":
+        else:
+            yield i, ch
+
+
+def _split_placeholder(body: str) -> tuple[str, str]:
+    """'expr:spec' -> (expr, spec); the spec is after the last ':' at depth 0
+    outside strings."""
+    depth, cut = 0, -1
+    for i, ch in _outside_strings(body):
+        if ch in "([{":
             depth += 1
         elif ch in ")]}":
             depth -= 1
@@ -499,20 +508,9 @@ class Template:
 
 
 def _matching_brace(s: str, start: int) -> int:
-    depth, quote, esc = 0, "", False
-    for i in range(start, len(s)):
-        ch = s[i]
-        if quote:
-            if esc:
-                esc = False
-            elif ch == "\\":
-                esc = True
-            elif ch == quote:
-                quote = ""
-            continue
-        if ch in "'\"":
-            quote = ch
-        elif ch == "{":
+    depth = 0
+    for i, ch in _outside_strings(s, start):
+        if ch == "{":
             depth += 1
         elif ch == "}":
             depth -= 1

@@ -53,6 +53,11 @@ pub enum Mutant {
     /// Large anon folios: no pte_none scan and no re-check under the PTL, so
     /// a fresh folio may overwrite populated PTEs (I-7).
     MthpSkipPteRecheck,
+    /// Large anon folios: the re-check under the PTL looks only at the
+    /// faulting PTE, not at the whole block (pte_range_none), so a PTE that
+    /// another CPU populated in the block after the order was chosen is
+    /// overwritten (I-7).
+    MthpRecheckFaultPteOnly,
     /// wp fault: copy even when the page is AnonExclusive (I-12; RFC v2's bug P-10).
     MthpCowExclusive,
     /// Freeing a large folio forgets to take it off the deferred-split queue (I-15).
@@ -184,6 +189,7 @@ pub const MUTANTS: &[&str] = &[
     "buddy_no_merge",
     "mthp_skip_vma_bound",
     "mthp_skip_pte_recheck",
+    "mthp_recheck_fault_pte_only",
     "mthp_cow_exclusive",
     "mthp_skip_unqueue",
     "fpr_keep_reported_on_alloc",
@@ -394,7 +400,8 @@ pub fn registry() -> Vec<KnobSpec> {
         KnobSpec { key: "init_on_free", default: Bool(false), help: "boot parameter init_on_free=1: freed pages are zeroed (their contents change while free)", values: None, range: None },
         KnobSpec { key: "migrate.batch_flush", default: Bool(true), help: "migrate_pages unmaps a batch with TTU_BATCH_FLUSH and flushes once (Linux 6.4+, commit 7e12beb8ca2a); false: every unmapped PTE is flushed at once (ptep_clear_flush), as before that commit, and LUF cannot defer", values: None, range: None },
         KnobSpec { key: "kernel.numa_balancing_scan_delay_ms", default: Int(1000), help: "NUMA balancing: the first scan of an mm waits this long, ms (debugfs sched/numa_balancing/scan_delay_ms)", values: None, range: Some((0, 1 << 32)) },
-        KnobSpec { key: "kernel.numa_balancing_scan_period_min_ms", default: Int(1000), help: "NUMA balancing: task_numa_work rescans an mm this often, ms (sysctl before 5.13, debugfs sched/numa_balancing/scan_period_min_ms since; foliosim keeps the period at this minimum: no adaptive scan period)", values: None, range: Some((1, 1 << 32)) },
+        KnobSpec { key: "kernel.numa_balancing_scan_period_min_ms", default: Int(1000), help: "NUMA balancing: the shortest scan period of an mm, ms, divided by its RSS in scan_size windows (task_scan_min; sysctl before 5.13, debugfs sched/numa_balancing/scan_period_min_ms since)", values: None, range: Some((1, 1 << 32)) },
+        KnobSpec { key: "kernel.numa_balancing_scan_period_max_ms", default: Int(60000), help: "NUMA balancing: the longest scan period, ms, divided by the RSS in scan_size windows (task_scan_max), and the period of the hot-threshold adjustment (debugfs sched/numa_balancing/scan_period_max_ms)", values: None, range: Some((1, 1 << 32)) },
         KnobSpec { key: "kernel.numa_balancing_scan_size_mb", default: Int(256), help: "NUMA balancing: MB of PTEs made PROT_NONE per task_numa_work pass (up to 8x that of address space walked)", values: None, range: Some((1, 1 << 32)) },
         KnobSpec { key: "kernel.numa_balancing_hot_threshold_ms", default: Int(1000), help: "NUMA balancing memory tiering: a lower-tier page whose hint fault came less than this after its scan is hot (debugfs sched/numa_balancing/hot_threshold_ms)", values: None, range: Some((1, 1 << 32)) },
         KnobSpec { key: "debug.mutant", default: Str("none"), help: "a deliberately broken mechanism, to show the invariant checker catches it (tests only)", values: Some(MUTANTS), range: None },
@@ -437,6 +444,8 @@ pub struct Knobs {
     pub promote_rate_limit_mbps: u64,
     /// kernel.numa_balancing_scan_period_min_ms.
     pub numa_scan_period_min_ms: u64,
+    /// kernel.numa_balancing_scan_period_max_ms.
+    pub numa_scan_period_max_ms: u64,
     /// kernel.numa_balancing_scan_delay_ms.
     pub numa_scan_delay_ms: u64,
     /// kernel.numa_balancing_scan_size_mb.
@@ -480,6 +489,7 @@ impl Default for Knobs {
             numa_balancing: 0,
             promote_rate_limit_mbps: 65536,
             numa_scan_period_min_ms: 1000,
+            numa_scan_period_max_ms: 60000,
             numa_scan_delay_ms: 1000,
             numa_scan_size_mb: 256,
             numa_hot_threshold_ms: 1000,
@@ -531,6 +541,7 @@ impl Knobs {
             ("kernel.numa_balancing", KnobValue::Int(i)) => self.numa_balancing = *i as u8,
             ("kernel.numa_balancing_promote_rate_limit_MBps", KnobValue::Int(i)) => self.promote_rate_limit_mbps = *i as u64,
             ("kernel.numa_balancing_scan_period_min_ms", KnobValue::Int(i)) => self.numa_scan_period_min_ms = *i as u64,
+            ("kernel.numa_balancing_scan_period_max_ms", KnobValue::Int(i)) => self.numa_scan_period_max_ms = *i as u64,
             ("kernel.numa_balancing_scan_delay_ms", KnobValue::Int(i)) => self.numa_scan_delay_ms = *i as u64,
             ("kernel.numa_balancing_scan_size_mb", KnobValue::Int(i)) => self.numa_scan_size_mb = *i as u64,
             ("kernel.numa_balancing_hot_threshold_ms", KnobValue::Int(i)) => self.numa_hot_threshold_ms = *i as u64,
@@ -556,6 +567,7 @@ impl Knobs {
                     "fpr_skip_host_fault" => Mutant::FprSkipHostFault,
                     "mthp_skip_vma_bound" => Mutant::MthpSkipVmaBound,
                     "mthp_skip_pte_recheck" => Mutant::MthpSkipPteRecheck,
+                    "mthp_recheck_fault_pte_only" => Mutant::MthpRecheckFaultPteOnly,
                     "mthp_cow_exclusive" => Mutant::MthpCowExclusive,
                     "mthp_skip_unqueue" => Mutant::MthpSkipUnqueue,
                     "spf_skip_seq_check" => Mutant::SpfSkipSeqCheck,

@@ -49,6 +49,9 @@ pub struct Task {
     /// The address of the access a fault that spanned steps re-executes:
     /// its TLB miss and walk were counted when it first faulted.
     pub fault_retry: Option<u64>,
+    /// NUMA balancing's per-task scan period and fault statistics
+    /// (mm/numa_balancing.rs).
+    pub numa: crate::mm::numa_balancing::TaskNuma,
 }
 
 /// Where a task sleeping on mmap_lock resumes.
@@ -110,6 +113,7 @@ impl Task {
             fault_redo: None,
             fault_unlock: None,
             fault_retry: None,
+            numa: Default::default(),
         }
     }
 }

@@ -480,16 +480,19 @@ impl Kernel {
         let hold = if pmd { self.c.pte_set + self.c.rmap } else { (self.c.pte_set + self.c.rmap_page) * n + self.c.rmap };
         let lc = self.lc;
         let recheck = self.knobs.mutant != Mutant::MthpSkipPteRecheck;
+        let whole_block = self.knobs.mutant != Mutant::MthpRecheckFaultPteOnly;
         let tbl = self.mms[mm as usize].pt.table_mut(addr).expect("pte table exists");
         let (_, t) = tbl.ptl.lock_span(t, cpu, hold, &lc);
         if recheck {
+            // The block was scanned without the PTL; another CPU may have
+            // populated any PTE of it since (pte_range_none under the PTL).
             let ok = (0..n).all(|i| {
                 let va = base + i * 4096;
                 let slot = tbl.ptes[pte_index(va)];
                 if va == addr {
                     slot == expect
                 } else {
-                    slot.is_none()
+                    slot.is_none() || !whole_block
                 }
             });
             if !ok {
@@ -940,5 +943,82 @@ impl Kernel {
                 *p = p.without(Pte::HUGE);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernel::task::Task;
+    use crate::workload::{map, prot, Access, Op, Ret};
+
+    /// Two threads of one mm (tasks 0 and 1 on CPUs 0 and 1), 64 KiB anon
+    /// folios on, and a 128 KiB region at 0x10000000 whose first 64 KiB
+    /// block task 0 has faulted in (the anon_vma and PTE table exist).
+    fn setup(mutant: &str) -> Kernel {
+        let toml = format!(
+            "[machine]\nprofile = \"generic-x86\"\nnode_mem_mib = [256, 256]\nnr_cpus = 4\n[workload]\nname = \"mmap1\"\n[knobs]\n\
+             \"anon_folio.mode\" = \"upstream\"\n\"kernel/mm/transparent_hugepage/hugepages-64kB/enabled\" = \"always\"\n\"debug.mutant\" = \"{mutant}\"\n"
+        );
+        let cfg = crate::config::from_toml(&toml, "<test>").unwrap();
+        let mut k = Kernel::boot(cfg.profile.clone(), cfg.knobs.clone(), true, 1).unwrap();
+        let mm = k.new_mm();
+        k.tasks.push(Task::new(0, mm, 0, 0));
+        k.tasks.push(Task::new(1, mm, 1, 0));
+        k.mms[mm as usize].users = 2;
+        let op = Op::Mmap {
+            addr: REGION,
+            len: 32 << 12,
+            prot: prot::READ | prot::WRITE,
+            flags: map::PRIVATE | map::ANONYMOUS | map::FIXED,
+            fd: -1,
+            off: 0,
+        };
+        assert_eq!(k.exec(0, op), Some(Ret::Val(REGION as i64)));
+        assert_eq!(k.exec(0, Op::Access { addr: REGION, kind: Access::Store }), Some(Ret::Val(0)));
+        k
+    }
+
+    const REGION: u64 = 0x1000_0000;
+    const BLOCK: u64 = REGION + (16 << 12);
+
+    /// Two faults race over one 64 KiB block: task 0 chooses order 4 and
+    /// allocates its folio (outside the PTL), then task 1 read-faults the
+    /// zero page into another PTE of the block, then task 0 takes the PTL
+    /// to install. Returns the kernel and task 0's install outcome.
+    fn race(mutant: &str) -> (Kernel, Install, Pfn) {
+        let mut k = setup(mutant);
+        let (cpu, mm, addr) = (0, k.tasks[0].mm, BLOCK + 0x2000);
+        let vma = k.mms[mm as usize].vma_lookup(addr).unwrap().clone();
+        let order = k.anon_fault_order(mm, &vma, addr, Pte::NONE, 1 << 4);
+        assert_eq!(order, 4, "the block is empty: task 0 chooses 64 KiB");
+        let t = k.tasks[0].clock;
+        let (got, _) = k.alloc_large_folio(t, cpu, 0, order, 1 << 4);
+        let (pfn, t, order) = got.expect("a 64 KiB block is free");
+        // Task 1, after task 0's choice and before its PTL.
+        k.tasks[1].clock = t;
+        assert_eq!(k.exec(1, Op::Access { addr: BLOCK + 0x9000, kind: Access::Load }), Some(Ret::Val(0)));
+        assert!(k.mms[mm as usize].pt.pte(BLOCK + 0x9000).present(), "task 1's read fault mapped a page");
+        let how = k.anon_folio_install(t, cpu, mm, &vma, addr, Pte::NONE, pfn, order, false);
+        (k, how, pfn)
+    }
+
+    #[test]
+    fn a_large_folio_fault_that_loses_the_race_frees_its_folio() {
+        let (k, how, pfn) = race("none");
+        assert!(matches!(how, Install::Race(_)), "the re-check under the PTL sees task 1's PTE");
+        assert_eq!(k.stat.get(Stat::MthpRaceRetry), 1);
+        let mm = k.tasks[0].mm as usize;
+        assert!(k.mms[mm].pt.pte(BLOCK + 0x2000).is_none(), "nothing installed at the faulting address");
+        assert!(k.mms[mm].pt.pte(BLOCK + 0x9000).present(), "task 1's PTE is kept");
+        assert_eq!(k.mem_map.get(pfn).refcount, 0, "the losing folio went back to the allocator");
+        assert!(k.check.violations.is_empty(), "{:?}", k.check.violations);
+    }
+
+    #[test]
+    fn checker_catches_a_recheck_of_the_faulting_pte_only() {
+        let (k, how, _) = race("mthp_recheck_fault_pte_only");
+        assert!(matches!(how, Install::Done(_)), "the broken re-check misses task 1's PTE");
+        assert!(k.check.violations.iter().any(|v| v.contains("I-7")), "{:?}", k.check.violations);
     }
 }

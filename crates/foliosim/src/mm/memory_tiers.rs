@@ -199,16 +199,16 @@ impl Kernel {
         let rate_pages = self.knobs.promote_rate_limit_mbps << (20 - 12);
         let hot_threshold_ms = self.knobs.numa_hot_threshold_ms;
         // Adjust the threshold once per scan_period_max (60 s).
+        let period_ms = self.knobs.numa_scan_period_max_ms;
         let nb = &mut self.tier.nbp[dst as usize];
         if nb.threshold_ms == 0 {
             nb.threshold_ms = hot_threshold_ms;
             nb.th_period_start = now_ms;
             nb.th_nr_cand = 0;
         }
-        const PERIOD_MS: u64 = 60_000;
-        if now_ms >= nb.th_period_start + PERIOD_MS {
+        if now_ms >= nb.th_period_start + period_ms {
             let step = 2 * hot_threshold_ms / 16;
-            let ref_cand = rate_pages * PERIOD_MS / 1000;
+            let ref_cand = rate_pages * period_ms / 1000;
             if nb.th_nr_cand > ref_cand * 11 / 10 {
                 nb.threshold_ms = nb.threshold_ms.saturating_sub(step).max(step);
             } else if nb.th_nr_cand < ref_cand * 9 / 10 {

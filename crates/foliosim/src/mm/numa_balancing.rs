@@ -26,12 +26,27 @@
 //!   Otherwise the PTE is made accessible again (numa_rebuild_single_mapping
 //!   / numa_rebuild_large_mapping).
 //!
-//! Not modelled: the adaptive scan period (the period stays at
-//! scan_period_min), per-VMA scan delays and PID-activity filters
-//! (numab_state), NUMA_BALANCING_NORMAL placement (mode 1: the scanner does
-//! not run; in mode 3 top-tier pages are scanned but a hint fault on them
-//! only restores the PTE), task NUMA fault statistics and numa groups, and
-//! PMD-mapped THPs (their PTEs are skipped by the scanner).
+//! * The scan period is each task's own (p->numa_scan_period), sized by
+//!   the mm's RSS in scan windows of scan_size MB (task_nr_scan_windows):
+//!   it starts at task_scan_start = task_scan_min (scan_period_min /
+//!   windows, but never more than MAX_SCAN_WINDOW MB/s), and
+//!   update_task_scan_period adapts it once per full pass over the mm
+//!   (numa_scan_seq), from the hint faults task_numa_fault recorded since:
+//!   with no local and no shared fault it doubles, up to task_scan_max
+//!   (scan_period_max / windows). In tiering mode task_numa_fault records
+//!   only faults whose page ends on a top-tier node, i.e. promotions, all
+//!   "private" (the slow page's cpupid field holds its scan time) and
+//!   remote (it was on the slow node): so the period of a task that
+//!   promotes doubles every pass until it reaches task_scan_max.
+//!
+//! Not modelled: per-VMA scan delays and PID-activity filters
+//! (numab_state), task_tick_numa's runtime-based trigger (a thread scans
+//! on its return to user space once the mm's scan is due) and its 3 % cap,
+//! numa_migrate_retry's delay of placement, NUMA_BALANCING_NORMAL placement
+//! (mode 1: the scanner does not run; in mode 3 top-tier pages are scanned
+//! but a hint fault on them only restores the PTE), preferred nodes and
+//! numa groups, and PMD-mapped THPs (their PTEs are skipped by the
+//! scanner).
 
 use super::mem_map::pg;
 use super::memory::Fault;
@@ -43,6 +58,28 @@ use crate::kernel::Kernel;
 use crate::sim::Ns;
 
 const HPAGE_SIZE: u64 = 1 << PMD_SHIFT;
+/// kernel/sched/fair.c: never scan more PTEs than this many MB a second.
+const MAX_SCAN_WINDOW: u64 = 2560;
+/// update_task_scan_period's ratios are in tenths; at or above 7 the
+/// period grows.
+const NUMA_PERIOD_SLOTS: u64 = 10;
+const NUMA_PERIOD_THRESHOLD: u64 = 7;
+
+/// A task's NUMA-balancing state (task_struct's numa_* fields).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct TaskNuma {
+    /// p->numa_scan_period, ms; 0 until the task first scans.
+    pub scan_period_ms: u64,
+    /// p->numa_scan_period_max, ms.
+    pub scan_period_max_ms: u64,
+    /// p->numa_scan_seq: the mm's pass count at the task's last placement.
+    pub scan_seq: u32,
+    /// p->numa_faults_locality: pages of remote and local hint faults and
+    /// of failed migrations since the last placement.
+    pub faults_locality: [u64; 3],
+    /// The NUMA_MEMBUF faults since the last placement: shared, private.
+    pub faults_buf: [u64; 2],
+}
 
 impl Kernel {
     /// task_tick_numa + task_numa_work for user task `tid`, on its return
@@ -68,7 +105,13 @@ impl Kernel {
         if now < m.numa_next_scan {
             return;
         }
-        m.numa_next_scan = now + self.knobs.numa_scan_period_min_ms * 1_000_000;
+        if self.tasks[tid as usize].numa.scan_period_ms == 0 {
+            let (start, max) = (self.task_scan_min(mm), self.task_scan_max(mm));
+            let n = &mut self.tasks[tid as usize].numa;
+            n.scan_period_ms = start;
+            n.scan_period_max_ms = max;
+        }
+        self.mms[mm as usize].numa_next_scan = now + self.tasks[tid as usize].numa.scan_period_ms * 1_000_000;
         let lc = self.lc;
         let Some(mut t) = self.mms[mm as usize].mmap_lock.down_read_trylock(now, cpu, &lc) else { return };
         let mut pages = (self.knobs.numa_scan_size_mb << (20 - 12)) as i64;
@@ -119,6 +162,79 @@ impl Kernel {
         let tk = &mut self.tasks[tid as usize];
         tk.sys_ns += t - now;
         tk.clock = t;
+    }
+
+    /// task_nr_scan_windows: the mm's RSS in scan_size windows (at least 1).
+    fn task_nr_scan_windows(&self, mm: u32) -> u64 {
+        let m = &self.mms[mm as usize];
+        let scan_pages = self.knobs.numa_scan_size_mb << (20 - 12);
+        let rss = (m.rss_anon + m.rss_file).max(0) as u64;
+        rss.max(1).div_ceil(scan_pages)
+    }
+
+    /// task_scan_min, ms: scan_period_min over the windows, but no faster
+    /// than MAX_SCAN_WINDOW MB/s.
+    fn task_scan_min(&self, mm: u32) -> u64 {
+        let size = self.knobs.numa_scan_size_mb;
+        let windows = if size < MAX_SCAN_WINDOW { MAX_SCAN_WINDOW / size } else { 1 };
+        (1000 / windows).max(self.knobs.numa_scan_period_min_ms / self.task_nr_scan_windows(mm))
+    }
+
+    /// task_scan_max, ms (no numa group: no scaling for shared faults).
+    fn task_scan_max(&self, mm: u32) -> u64 {
+        (self.knobs.numa_scan_period_max_ms / self.task_nr_scan_windows(mm)).max(self.task_scan_min(mm))
+    }
+
+    /// task_numa_fault for a hint fault of task `tid` whose page ends on a
+    /// top-tier node (the only ones recorded in tiering mode: promotions,
+    /// and in mode 3 faults on top-tier pages):
+    /// task_numa_placement first (once per pass over the mm), then the
+    /// fault's pages counted as private (the slow page's cpupid held its
+    /// scan time) and remote or `local`.
+    fn task_numa_fault(&mut self, tid: u32, t: Ns, pages: u64, local: bool) {
+        let mm = self.tasks[tid as usize].mm;
+        let seq = self.mms[mm as usize].numa_scan_seq;
+        if self.tasks[tid as usize].numa.scan_seq != seq {
+            let max = self.task_scan_max(mm);
+            let n = &mut self.tasks[tid as usize].numa;
+            n.scan_seq = seq;
+            n.scan_period_max_ms = max;
+            let [shared, private] = std::mem::take(&mut n.faults_buf);
+            self.update_task_scan_period(tid, t, shared, private);
+        }
+        let n = &mut self.tasks[tid as usize].numa;
+        n.faults_buf[1] += pages;
+        n.faults_locality[local as usize] += pages;
+    }
+
+    /// update_task_scan_period: scan slower when no fault was local or
+    /// shared (doubling; Linux tests local + shared, not local + remote) or
+    /// a migration failed; otherwise step the period by the private and
+    /// local shares of the faults.
+    fn update_task_scan_period(&mut self, tid: u32, t: Ns, shared: u64, private: u64) {
+        let mm = self.tasks[tid as usize].mm;
+        let (min, max) = (self.task_scan_min(mm), self.task_scan_max(mm));
+        let n = &mut self.tasks[tid as usize].numa;
+        let [remote, local, failed] = std::mem::take(&mut n.faults_locality);
+        if local + shared == 0 || failed != 0 {
+            n.scan_period_ms = n.scan_period_max_ms.min(n.scan_period_ms << 1);
+            let next = t + n.scan_period_ms * 1_000_000;
+            self.mms[mm as usize].numa_next_scan = next;
+            return;
+        }
+        let period = n.scan_period_ms as i64;
+        let slot = n.scan_period_ms.div_ceil(NUMA_PERIOD_SLOTS) as i64;
+        let lr = (local * NUMA_PERIOD_SLOTS / (local + remote)) as i64;
+        let ps = (private * NUMA_PERIOD_SLOTS / (private + shared)) as i64;
+        let th = NUMA_PERIOD_THRESHOLD as i64;
+        let diff = if ps >= th {
+            (ps - th).max(1) * slot
+        } else if lr >= th {
+            (lr - th).max(1) * slot
+        } else {
+            -(th - lr.max(ps)) * slot
+        };
+        n.scan_period_ms = (period + diff).clamp(min as i64, max as i64) as u64;
     }
 
     /// reset_ptenuma_scan: the next scan starts over at the bottom.
@@ -270,9 +386,15 @@ impl Kernel {
                 let (moved, t1) = self.migrate_misplaced_folio_batch(t, cpu, &[head], here);
                 t = t1;
                 if moved > 0 {
+                    self.task_numa_fault(self.current_tid(cpu), t, nr, false);
                     return (Fault::Done, t);
                 }
             }
+        }
+        // task_numa_fault records a fault that leaves its page on a
+        // top-tier node (mode 3's scans of the top tier), local or remote.
+        if self.node_is_toptier(nid) {
+            self.task_numa_fault(self.current_tid(cpu), t, nr, nid == here);
         }
         // out_map: make the PTE(s) accessible again, unless it changed
         // under us (a failed migration already restored it).

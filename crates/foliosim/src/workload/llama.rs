@@ -11,7 +11,10 @@
 //! whole model is read once per token. Per chunk of `chunk_kib` weights a
 //! thread fetches the hot text (one instruction fetch per code page), loads
 //! the chunk (`loads_per_page` loads per 4 KiB page) and stores then loads
-//! `state_pages` pages of its slice of the KV area (cycling through it).
+//! `state_pages` pages of its slice of the KV area (cycling through it),
+//! then computes `page_compute_ns` per page of the chunk (the
+//! matrix-vector work on the weights, which bounds how fast llama.cpp
+//! streams them).
 //! Threads of one process meet at a barrier after each token (llama.cpp's
 //! threads sync after every graph; only the per-token one is modelled),
 //! polling every `barrier_poll_us` of user time (ggml threads spin).
@@ -81,6 +84,8 @@ pub struct Llama {
     code: u64,
     kv: u64,
     state_pages: u64,
+    /// User time per weight page streamed.
+    page_compute: Ns,
     fs: FsKind,
     pin: bool,
     barrier_poll: Ns,
@@ -127,6 +132,10 @@ impl Llama {
         if state_pages > 4096 {
             return Err(format!("state_pages: must be between 0 and 4096, got {state_pages}"));
         }
+        let page_compute = p.u64("page_compute_ns", 0)?;
+        if page_compute > 1_000_000_000 {
+            return Err(format!("page_compute_ns: must be at most 1000000000, got {page_compute}"));
+        }
         let fs = read_fs(p, "fs", "disk")?;
         let pin = p.bool("pin", true)?;
         let poll = p.u64("barrier_poll_us", 20)?;
@@ -145,6 +154,7 @@ impl Llama {
             code,
             kv,
             state_pages,
+            page_compute,
             fs,
             pin,
             barrier_poll: poll * 1000,
@@ -187,6 +197,11 @@ impl Llama {
                 name: "state_pages",
                 default: "4".into(),
                 help: "pages of its KV slice a thread stores to and then loads per chunk",
+            },
+            ParamSpec {
+                name: "page_compute_ns",
+                default: "0".into(),
+                help: "user time per 4 KiB weight page streamed (the matrix-vector work that bounds the streaming rate), ns",
             },
             ParamSpec {
                 name: "fs",
@@ -246,6 +261,11 @@ impl Llama {
                 }
                 s.phase = Phase::Run(sub + 1);
                 Op::AccessRange { addr, stride: PAGE, count: n, kind }
+            }
+            // The work on the chunk's weights.
+            4 if self.page_compute > 0 => {
+                s.phase = Phase::Run(5);
+                Op::Compute { ns: s.chunk_pages * self.page_compute }
             }
             // Chunk done: advance.
             _ => {
@@ -462,6 +482,36 @@ mod tests {
     }
 
     #[test]
+    fn computes_per_weight_page_after_each_chunk() {
+        let mut kv = small();
+        kv.push(("page_compute_ns", i(1000)));
+        let mut w = build("llama", &kv).unwrap();
+        let mut env = FakeEnv::new(4);
+        w.setup(&mut env).unwrap();
+        let ids = env.ids();
+        let mut k = FakeKernel::new(&env);
+        k.run(&mut *w, &ids, 100_000);
+        for &t in &ids {
+            // Every chunk's weights are followed by their compute, and the
+            // compute adds up to 1 us per page streamed.
+            let (mut pending, mut ns, mut after_ifetch) = (0, 0, false);
+            for st in k.log(t) {
+                match st.op {
+                    Op::AccessRange { kind: Access::Load, count, .. } if after_ifetch => pending = count,
+                    Op::Compute { ns: c } if c != 20_000 => {
+                        assert_eq!(c, pending * 1000);
+                        ns += c;
+                        pending = 0;
+                    }
+                    _ => {}
+                }
+                after_ifetch = matches!(st.op, Op::AccessRange { kind: Access::Ifetch, .. });
+            }
+            assert_eq!(ns, k.ops[&t] * 1000, "task {t}");
+        }
+    }
+
+    #[test]
     fn parameters_are_validated() {
         for (kv, key) in [
             (vec![("threads", i(0))], "threads"),
@@ -473,6 +523,7 @@ mod tests {
             (vec![("kv_mib", i(0))], "kv_mib"),
             (vec![("fs", s("xfs"))], "fs"),
             (vec![("barrier_poll_us", i(0))], "barrier_poll_us"),
+            (vec![("page_compute_ns", i(2_000_000_000))], "page_compute_ns"),
             (vec![("nope", i(1))], "nope"),
         ] {
             let e = build("llama", &kv).err().unwrap_or_else(|| panic!("{key} accepted"));
