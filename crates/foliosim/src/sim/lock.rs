@@ -190,8 +190,10 @@ const LINE_FOLD_AT: usize = 64;
 /// delays an earlier one, and no gap is left unused.
 #[derive(Clone, Debug, Default)]
 pub struct CacheLine {
-    /// Recent requests in arrival order (ties: in the order processed).
-    q: Vec<Req>,
+    /// Recent requests in arrival order (ties: in the order processed). A
+    /// deque: folding takes from the front, and a saturated line (whose
+    /// requests all end beyond the frontier) folds one per request.
+    q: std::collections::VecDeque<Req>,
     /// The state after `q`'s last request.
     cur: LineState,
     /// The state before `q`'s first one (the requests folded away).
@@ -232,7 +234,7 @@ impl CacheLine {
 
     #[inline(always)]
     fn request(&mut self, mut r: Req, lc: &LineCost) -> (Ns, Ns) {
-        if self.q.last().is_some_and(|b| b.arrival > r.arrival) {
+        if self.q.back().is_some_and(|b| b.arrival > r.arrival) {
             return self.insert_late(r, lc);
         }
         let (s, e, bounced) = self.cur.serve(&r, lc);
@@ -249,7 +251,7 @@ impl CacheLine {
         if self.q.len() >= LINE_FOLD_AT {
             self.fold_old();
         }
-        self.q.push(r);
+        self.q.push_back(r);
     }
 
     /// Fold the leading requests that ended before the frontier (and any
@@ -259,18 +261,18 @@ impl CacheLine {
     fn fold_old(&mut self) {
         let frontier = super::frontier();
         let over = self.q.len().saturating_sub(LINE_WINDOW - 1);
-        let n = over + self.q[over..].iter().take_while(|r| r.end < frontier).count();
+        let n = over + self.q.range(over..).take_while(|r| r.end < frontier).count();
         if n == 0 {
             return;
         }
         self.base = self.state_before(n);
-        self.base_arrival = self.base_arrival.max(self.q[..n].iter().map(|r| r.arrival).max().unwrap_or(0));
+        self.base_arrival = self.base_arrival.max(self.q.range(..n).map(|r| r.arrival).max().unwrap_or(0));
         self.q.drain(..n);
     }
 
     /// The state after the first `p` requests of the window.
     fn state_before(&self, p: usize) -> LineState {
-        let (mut s, from) = match self.q[..p].iter().rposition(|r| !r.read()) {
+        let (mut s, from) = match self.q.range(..p).rposition(|r| !r.read()) {
             Some(i) => {
                 let mut s = LineState::default();
                 s.absorb(&self.q[i]);
@@ -278,7 +280,7 @@ impl CacheLine {
             }
             None => (self.base.clone(), 0),
         };
-        for r in &self.q[from..p] {
+        for r in self.q.range(from..p) {
             s.absorb(r);
         }
         s
