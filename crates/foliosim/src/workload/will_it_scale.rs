@@ -3,7 +3,9 @@
 //! Each testcase is its own workload ("page_fault1", ..., "read2"). The
 //! harness part that belongs to a workload is reproduced here: task creation
 //! as processes (own mm) or threads (one shared mm), pinning task i to CPU
-//! `i % nr_cpus`, per-task files on `/tmp` (tmpfs or a disk file system), and
+//! `i % nr_cpus`, the start gate (every task polls one pipe that the parent
+//! writes once all exist, so they start one wake-up apart: `start_gate`),
+//! per-task files on `/tmp` (tmpfs or a disk file system), and
 //! the per-task counter, which `next_op` increments exactly where the real
 //! testcase does `(*iterations)++`. Sampling (1 s samples, 6 warm-up samples,
 //! measured seconds, ops/s) is the engine's job.
@@ -450,6 +452,8 @@ impl Workload for WillItScale {
         // read2's testcase_prepare: one shared file, made before the tasks.
         let shared = if self.test == Test::Read2 { env.create_file(self.tmp_fs, self.size, true)? } else { NO_FILE };
         let ids = self.cfg.spawn(env)?;
+        // main.c: every task polls the pipe the parent writes once all exist.
+        env.start_gate(&ids)?;
         self.tasks = TaskMap::new(&ids)?;
         self.st.clear();
         for _ in &ids {
