@@ -388,6 +388,44 @@ pub fn check_values(doc: &toml::Table) -> Result<(), ValueAt> {
 }
 
 impl Profile {
+    /// The profile with some numbers replaced (a config's `machine.costs`,
+    /// a sensitivity run): each key is a `[cost]` key
+    /// (`cacheline_cross_socket_ns`) or `table.key` of `cpu`, `tlb`, `host`
+    /// or `nodes` (every node). Values are checked against their unit as
+    /// in a profile file. Errors are (key, reason).
+    pub fn with_numbers(&self, over: &toml::Table) -> Result<Profile, (String, String)> {
+        let toml::Value::Table(mut doc) = toml::Value::try_from(self).map_err(|e| (String::new(), e.to_string()))? else {
+            unreachable!("a profile serialises to a table")
+        };
+        for (k, v) in over {
+            let err = |reason: &str| (k.clone(), reason.to_string());
+            let x = match v {
+                toml::Value::Float(f) => *f,
+                toml::Value::Integer(i) => *i as f64,
+                v => return Err(err(&format!("expected a number, got {}", v.type_str()))),
+            };
+            let (table, key) = k.split_once('.').unwrap_or(("cost", k));
+            let tables: Vec<&mut toml::Table> = match doc.get_mut(table) {
+                Some(toml::Value::Table(t)) if table != "nodes" => vec![t],
+                Some(toml::Value::Array(a)) if table == "nodes" => a.iter_mut().filter_map(|n| n.as_table_mut()).collect(),
+                _ => return Err(err("unknown profile table (a [cost] key, or cost., cpu., tlb., host. or nodes. and a key)")),
+            };
+            for t in tables {
+                match t.get_mut(key) {
+                    Some(toml::Value::Float(old)) => *old = x,
+                    Some(toml::Value::Integer(old)) if x.fract() == 0.0 && x.abs() < i64::MAX as f64 => *old = x as i64,
+                    Some(toml::Value::Integer(_)) => return Err(err(&format!("expected an integer, got {x}"))),
+                    Some(_) => return Err(err("not a number in the profile")),
+                    None => {
+                        return Err(err(&format!("unknown profile key (the profile's [{table}] has no {key}; `foliosim list profiles`)")))
+                    }
+                }
+            }
+        }
+        check_values(&doc).map_err(|at| (at.path(), at.reason))?;
+        toml::Value::Table(doc).try_into().map_err(|e: toml::de::Error| (String::new(), e.message().to_string()))
+    }
+
     pub fn total_mem_mib(&self) -> u64 {
         self.nodes.iter().map(|n| n.mem_mib).sum()
     }
