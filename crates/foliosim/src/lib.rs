@@ -11,5 +11,6 @@ pub mod kernel;
 pub mod mm;
 pub mod run;
 pub mod sim;
+pub mod types;
 pub mod virt;
 pub mod workload;

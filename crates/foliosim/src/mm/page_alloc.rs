@@ -86,19 +86,7 @@ pub enum FpiPlace {
     Tail,
 }
 
-/// A free block on a buddy free list. Free memory has no `struct Page`
-/// state in foliosim: this node is all there is.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct FreeBlock {
-    pub prev: Pfn, // PFN + 1 of the previous block on the same list, 0 = none
-    pub next: Pfn,
-    pub order: u8,
-    pub mt: u8,
-    /// PG_reported (free page reporting).
-    pub reported: bool,
-    /// LUF unmap generation carried by the block (0 = none).
-    pub ugen: u16,
-}
+pub use free_blocks::FreeBlock;
 
 /// Allocator parameters derived from knobs and the profile.
 #[derive(Clone, Debug)]

@@ -10,9 +10,7 @@ use crate::sim::lock::SpinLock;
 use rustc_hash::FxHashMap;
 use std::cell::Cell;
 
-pub const PMD_SHIFT: u32 = 21;
-pub const PUD_SHIFT: u32 = 30;
-pub const PGDIR_SHIFT: u32 = 39;
+pub use crate::types::{PGDIR_SHIFT, PMD_SHIFT, PUD_SHIFT};
 
 /// A page-table entry, packed into a u64 like the hardware's.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
