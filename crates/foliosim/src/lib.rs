@@ -2,6 +2,7 @@
 //! subsystem. See DESIGN.md in the shared folder for the architecture.
 
 pub mod api;
+pub mod arch;
 pub mod bench;
 pub mod catalog;
 pub mod check;
