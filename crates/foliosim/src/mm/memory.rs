@@ -3,6 +3,7 @@
 //! with fault-around, do_cow_fault, do_shared_fault, do_wp_page (reuse,
 //! wp_page_copy, wp_page_shared) — and zap_pte_range.
 
+pub(crate) use super::luf::LufExit;
 use super::mem_map::pg;
 use super::mmap::{vm, Vma};
 use super::mmu_gather::MmuGather;
@@ -26,18 +27,6 @@ pub enum Fault {
     /// in the task's next step (`Task::fault_cont`), or the fault sleeps on
     /// mmap_lock behind a queued writer (`Task::lock_wait`).
     Pending,
-}
-
-/// How the block `post_alloc_hook` prepares was checked for a pending
-/// lazy-unmap flush.
-#[derive(Clone, Copy, Debug)]
-pub(crate) enum LufExit {
-    /// An ordinary allocation that took a block carrying this generation.
-    Alloc(u16),
-    /// Free pages taken off the lists by another door (compaction capture).
-    Isolation(u16),
-    /// Already checked when the frames were isolated.
-    Checked,
 }
 
 /// mm/internal.h: reclaim rounds without progress before the allocator gives up.
