@@ -162,3 +162,32 @@ pub fn tlb_hit_run(
     }
     (hits, stlb, None)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_walk_sets_accessed_and_dirty_where_it_may() {
+        // A writable clean PTE (after MADV_FREE or writeback): a load sets
+        // the accessed bit only, a store the dirty bit too.
+        let clean = Pte::new(7, Pte::WRITE);
+        let mut slot = clean;
+        assert_eq!(walk_pte(Some(&mut slot), Access::Load), Some(clean.with(Pte::YOUNG)));
+        assert!(!slot.dirty());
+        assert_eq!(walk_pte(Some(&mut slot), Access::Store), Some(clean.with(Pte::YOUNG | Pte::DIRTY)));
+        assert!(slot.dirty());
+        // No permission: the walk faults and leaves the PTE alone.
+        for (pte, kind) in [
+            (Pte::new(7, 0), Access::Store),
+            (Pte::new(7, Pte::WRITE), Access::Ifetch),
+            (Pte::new(7, Pte::WRITE | Pte::PROTNONE), Access::Load),
+            (Pte::NONE, Access::Load),
+        ] {
+            let mut slot = pte;
+            assert_eq!(walk_pte(Some(&mut slot), kind), None, "{pte:?} {kind:?}");
+            assert_eq!(slot, pte);
+        }
+        assert_eq!(walk_pte(None, Access::Load), None);
+    }
+}
