@@ -3,6 +3,7 @@
 //! with fault-around, do_cow_fault, do_shared_fault, do_wp_page (reuse,
 //! wp_page_copy, wp_page_shared) — and zap_pte_range.
 
+pub(crate) use super::luf::LufExit;
 use super::mem_map::pg;
 use super::mmap::{vm, Vma};
 use super::mmu_gather::MmuGather;
@@ -28,18 +29,6 @@ pub enum Fault {
     Pending,
 }
 
-/// How the block `post_alloc_hook` prepares was checked for a pending
-/// lazy-unmap flush.
-#[derive(Clone, Copy, Debug)]
-pub(crate) enum LufExit {
-    /// An ordinary allocation that took a block carrying this generation.
-    Alloc(u16),
-    /// Free pages taken off the lists by another door (compaction capture).
-    Isolation(u16),
-    /// Already checked when the frames were isolated.
-    Checked,
-}
-
 /// mm/internal.h: reclaim rounds without progress before the allocator gives up.
 pub(crate) const MAX_RECLAIM_RETRIES: u32 = 16;
 
@@ -50,7 +39,7 @@ impl Kernel {
     /// layer around alloc_pages, cheaper without the call.
     #[inline(always)]
     pub fn alloc_folio(&mut self, t: Ns, cpu: u32, order: u32, nid: u32, mt: MigrateType) -> Option<(Pfn, Ns)> {
-        match self.pa.alloc_pages_inline(t, cpu, order, nid, mt, &mut self.stat) {
+        match self.pa.alloc_pages(t, cpu, order, nid, mt, &mut self.stat) {
             Some(a) => Some(self.alloc_folio_prep(a, cpu, order)),
             None => self.alloc_folio_slow(t, cpu, order, nid, mt),
         }
@@ -295,13 +284,11 @@ impl Kernel {
         tk.clock = t;
     }
 
-    pub(crate) fn handle_pte_fault(&mut self, t: Ns, cpu: u32, mm: u32, vma: &Vma, addr: u64, kind: Access) -> (Fault, Ns) {
-        self.handle_pte_fault_inline(t, cpu, mm, vma, addr, kind)
-    }
-
-    /// `handle_pte_fault`, inlined into the classic fault.
+    /// handle_pte_fault: the fault on one PTE, the VMA found and allowing
+    /// the access. Always inlined: the fault paths that call it (classic,
+    /// per-VMA, speculative) are the hot ones, and each gets one copy.
     #[inline(always)]
-    pub(crate) fn handle_pte_fault_inline(&mut self, t: Ns, cpu: u32, mm: u32, vma: &Vma, addr: u64, kind: Access) -> (Fault, Ns) {
+    pub(crate) fn handle_pte_fault(&mut self, t: Ns, cpu: u32, mm: u32, vma: &Vma, addr: u64, kind: Access) -> (Fault, Ns) {
         // pte_alloc, then the PTE: one table lookup when the table exists,
         // as it almost always does.
         let (pte, t) = match self.mms[mm as usize].pt.table(addr) {
@@ -341,13 +328,9 @@ impl Kernel {
 
     /// Install `pte` at `addr` under the table's PTL, holding it for `hold`.
     /// Returns false (and installs nothing) if the slot is no longer `expect`.
-    pub(crate) fn set_pte_locked(&mut self, t: Ns, cpu: u32, mm: u32, addr: u64, expect: Pte, pte: Pte, hold: Ns) -> (bool, Ns) {
-        self.set_pte_locked_inline(t, cpu, mm, addr, expect, pte, hold)
-    }
-
-    /// `set_pte_locked`, inlined into the anonymous write fault.
+    /// Always inlined: the anonymous write fault is its hot caller.
     #[inline(always)]
-    fn set_pte_locked_inline(&mut self, t: Ns, cpu: u32, mm: u32, addr: u64, expect: Pte, pte: Pte, hold: Ns) -> (bool, Ns) {
+    pub(crate) fn set_pte_locked(&mut self, t: Ns, cpu: u32, mm: u32, addr: u64, expect: Pte, pte: Pte, hold: Ns) -> (bool, Ns) {
         // LUF v11: a fault installing a writable PTE flushes every deferral.
         let t = if pte.write() && self.knobs.luf.v11_hooks && self.luf_hooks_on() {
             self.luf_flush(t, cpu, self.cpus[cpu as usize].curr, crate::mm::luf::ForcedBy::FaultWritable)
@@ -473,7 +456,7 @@ impl Kernel {
         };
         let pte = Pte::new(pfn, Pte::WRITE | Pte::DIRTY | Pte::YOUNG | exec_bit(vma));
         let hold = self.c.pte_set + self.c.rmap;
-        let (ok, t) = self.set_pte_locked_inline(t, cpu, mm, addr, Pte::NONE, pte, hold);
+        let (ok, t) = self.set_pte_locked(t, cpu, mm, addr, Pte::NONE, pte, hold);
         if !ok {
             // Lost a race: give the page back.
             let t = self.release_folios(t, cpu, &[pfn]);
@@ -683,7 +666,7 @@ impl Kernel {
         }
         if flags & pg::ANON != 0 {
             let head = self.mem_map.folio_head(old);
-            if self.mem_map.get(head).order > 0 && self.anon_policy.reuse_range() {
+            if self.mem_map.get(head).order > 0 && self.anon_paths.reuse_range {
                 // RFC patches 9-10: reuse the whole contiguous run (path D).
                 if let Some(r) = self.wp_reuse_range(t, cpu, mm, vma, addr, pte) {
                     return r;
@@ -699,7 +682,7 @@ impl Kernel {
             let p = self.mem_map.get(old);
             // 6.12 never reuses a non-exclusive page of a large folio
             // (wp_can_reuse_anon_folio); 6.3 (and the RFC) test the refcount.
-            let large_no_reuse = self.mem_map.get(head).order > 0 && !self.anon_policy.reuse_large_by_refcount();
+            let large_no_reuse = self.mem_map.get(head).order > 0 && !self.anon_paths.reuse_large_by_refcount;
             let only_ref = !large_no_reuse && p.mapcount == 1 && self.mem_map.get(head).refcount == 1;
             let exclusive = p.flags & pg::ANON_EXCLUSIVE != 0 && self.knobs.mutant != Mutant::MthpCowExclusive;
             if exclusive || only_ref {
@@ -713,7 +696,7 @@ impl Kernel {
                 return (Fault::Done, t);
             }
             // Path C (RFC patches 11-14): a large copy where the block allows.
-            if self.mem_map.get(head).order >= 2 && self.anon_policy.cow_copy_large() {
+            if self.mem_map.get(head).order >= 2 && self.anon_paths.cow_copy_large {
                 if let Some(r) = self.wp_page_copy_large(t, cpu, mm, vma, addr, pte) {
                     return r;
                 }
@@ -806,7 +789,7 @@ impl Kernel {
             // Batch zap (RFC v2 patch 17): consecutive PTEs mapping
             // consecutive pages of one large anon folio are one rmap call.
             // The runs are counted as the PTEs are cleared (one pass).
-            let batch = self.anon_policy.batch_zap();
+            let batch = self.anon_paths.batch_zap;
             let leak_mapcount = self.knobs.mutant == Mutant::LeakMapcount;
             let mut runs = 0u64;
             // The page of the previous PTE, unless that was special.
