@@ -799,6 +799,7 @@ mod tests {
                 (Some(Str(s)), _) => toml::Value::String(s.into()),
                 (None, "node_mem_mib") => toml::Value::Array(vec![toml::Value::Integer(1024); 2]),
                 (None, "tlb_contpte") => toml::Value::Boolean(true),
+                (None, "costs") => toml::Value::Table("trap_ns = 250.0".parse().unwrap()),
                 (None, "probes" | "probes_record") => toml::Value::Array(vec![toml::Value::String("tlb:tlb_flush".into())]),
                 (None, _) => toml::Value::Integer(k.range.unwrap().1 as i64),
             };

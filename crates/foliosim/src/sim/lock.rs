@@ -658,6 +658,13 @@ mod tests {
             // 5, then +50 per same-socket hand-over, +150 across to CPU 4.
             assert_eq!(last, 5 + 3 * 50 + 150 + 3 * 50, "the count's line serialises the RMWs");
             assert_eq!(r.sleeps, 0, "no writer: no sleep (5.1 = {rwsem_51})");
+            // Sixty-four more: the last waits far beyond spin_limit for the
+            // line, and still spins on it, as a stalled `lock xadd` does.
+            for cpu in 0..64 {
+                last = r.down_read(0, cpu % 8, &LC, &SC);
+            }
+            assert!(last > SC.spin_limit * 2, "the line wait exceeds spin_limit ({last} ns)");
+            assert_eq!(r.sleeps, 0, "a long line wait is no sleep (5.1 = {rwsem_51})");
         }
     }
 
