@@ -68,18 +68,21 @@ impl SetupEnv for Env<'_> {
         self.seed
     }
     fn map_process_image(&mut self, task: TaskId) -> Result<(), String> {
-        let segs = crate::mm::exec::GLIBC_2_36_X86_64;
+        let img = &crate::mm::exec::GLIBC_2_36_X86_64;
         let file = match self.image_file {
             Some(f) => f,
             None => {
-                let bytes = segs.iter().filter(|s| s.map).map(|s| s.len).sum();
-                let f = self.create_file(FsKind::Disk, bytes, false)?;
+                // The binary and libraries are in the page cache, as on any
+                // host that ran them before. A tmpfs file: populating a disk
+                // one would count its read-in as major faults.
+                let f = self.create_file(FsKind::Tmpfs, img.file_bytes(), true)?;
                 self.image_file = Some(f);
                 f
             }
         };
         let mm = self.k.tasks.get(task as usize).ok_or_else(|| format!("map_process_image: no task {task}"))?.mm;
-        self.k.map_process_image(mm, file, segs)
+        self.k.map_process_image(mm, file, img)?;
+        self.k.touch_process_image(task, img)
     }
 }
 
@@ -244,6 +247,9 @@ impl Driver {
         }
         if k.tasks.is_empty() {
             return Err("the workload created no tasks".into());
+        }
+        for m in k.mms.iter_mut() {
+            m.base_rss = m.rss_anon + m.rss_file;
         }
         let warmup_ns = (cfg.run.warmup_s * NSEC_PER_SEC as f64) as Ns;
         let measured_ns = (cfg.run.duration_s * NSEC_PER_SEC as f64) as Ns;
@@ -620,6 +626,9 @@ pub fn result_json(cfg: &Config, o: &Outcome) -> Value {
             // VmHWM: the largest peak RSS of any mm, and each mm's (KiB).
             "peak_rss_kib": k.mms.iter().map(|m| m.hiwater_rss.max(0) as u64 * 4).max().unwrap_or(0),
             "peak_rss_kib_by_mm": k.mms.iter().map(|m| m.hiwater_rss.max(0) as u64 * 4).collect::<Vec<_>>(),
+            // RSS when the run started (a process image's pages), the
+            // largest of any mm: the harness's baseline.
+            "base_rss_kib": k.mms.iter().map(|m| m.base_rss.max(0) as u64 * 4).max().unwrap_or(0),
         },
         "checker": {
             "enabled": k.check.enabled,

@@ -22,12 +22,12 @@
 //! charge failures, contpte fold/unfold costs.
 
 use super::mem_map::pg;
-use super::mmap::{vm, Vma};
+use super::mmap::{vm, Placement, Vma};
 use super::page_alloc::MigrateType;
 use super::pgtable::{pte_index, Pte, PMD_SHIFT};
 use super::vmstat::Stat;
 use super::{Pfn, PMD_ORDER};
-use crate::kernel::knobs::{AnonFolioKnobs, AnonFolioMode, Mutant, ThpEnabled};
+use crate::kernel::knobs::{AnonFolioKnobs, AnonFolioMode, Mutant, ThpAnonAlign, ThpEnabled};
 use crate::kernel::Kernel;
 use crate::mm::memory::Fault;
 use crate::mm::memory::LufExit;
@@ -72,8 +72,9 @@ pub trait AnonOrderPolicy: Send {
     /// Freeing a large anon folio takes split_queue_lock even when the
     /// folio was never queued (6.3 free_transhuge_page).
     fn free_always_locks_split_queue(&self) -> bool;
-    /// Alignment of an mmap with no address hint.
-    fn mmap_align(&self, len: u64, anon: bool) -> u64;
+    /// Placement of an mmap with no address hint (`anon`: a private
+    /// anonymous one).
+    fn mmap_align(&self, len: u64, anon: bool) -> Placement;
 }
 
 /// PMD THP for the VMA from a sysfs `enabled` value (and the top level, for inherit).
@@ -90,10 +91,19 @@ fn thp_allowed(v: ThpEnabled, top: ThpEnabled, vma: &Vma) -> bool {
     }
 }
 
+/// An unhinted private anonymous mapping under the era's THP rule.
+fn anon_placement(rule: ThpAnonAlign, len: u64) -> Placement {
+    if rule.thp_aligned(len) {
+        Placement::ThpPadded
+    } else {
+        Placement::Page
+    }
+}
+
 /// The baseline: order 0, plus PMD THP as the top-level `enabled` says.
 struct Off {
     top: ThpEnabled,
-    align: crate::kernel::knobs::ThpAnonAlign,
+    align: ThpAnonAlign,
 }
 
 impl AnonOrderPolicy for Off {
@@ -124,11 +134,11 @@ impl AnonOrderPolicy for Off {
     fn free_always_locks_split_queue(&self) -> bool {
         false
     }
-    fn mmap_align(&self, len: u64, anon: bool) -> u64 {
+    fn mmap_align(&self, len: u64, anon: bool) -> Placement {
         if anon {
-            self.align.align(len)
+            anon_placement(self.align, len)
         } else {
-            4096
+            Placement::Page
         }
     }
 }
@@ -165,14 +175,14 @@ impl AnonOrderPolicy for RfcV2 {
     fn free_always_locks_split_queue(&self) -> bool {
         !self.k.free_listempty_check
     }
-    fn mmap_align(&self, len: u64, anon: bool) -> u64 {
+    fn mmap_align(&self, len: u64, anon: bool) -> Placement {
         // Patch 16: every unhinted map, file or anon, to 2^ANON_FOLIO_ORDER_MAX pages.
         if self.k.mmap_align_unhinted {
-            4096 << self.k.max_order
+            Placement::AlignMask(4096 << self.k.max_order)
         } else if anon {
-            self.k.thp_anon_align.align(len)
+            anon_placement(self.k.thp_anon_align, len)
         } else {
-            4096
+            Placement::Page
         }
     }
 }
@@ -218,12 +228,12 @@ impl AnonOrderPolicy for Upstream {
     fn free_always_locks_split_queue(&self) -> bool {
         false
     }
-    fn mmap_align(&self, len: u64, anon: bool) -> u64 {
-        // __get_unmapped_area: anonymous and unhinted, by the era's rule.
+    fn mmap_align(&self, len: u64, anon: bool) -> Placement {
+        // __get_unmapped_area: private anonymous and unhinted, by the era's rule.
         if anon {
-            self.k.thp_anon_align.align(len)
+            anon_placement(self.k.thp_anon_align, len)
         } else {
-            4096
+            Placement::Page
         }
     }
 }

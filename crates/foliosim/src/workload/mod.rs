@@ -220,7 +220,8 @@ pub trait SetupEnv {
     /// Seed for the workload's own random stream.
     fn seed(&self) -> u64;
     /// Give task `task`'s mm the mappings a dynamically linked program has
-    /// in its mmap area before main() (mm/exec.rs GLIBC_2_36_X86_64).
+    /// when its loop starts, with their resident pages touched (mm/exec.rs
+    /// GLIBC_2_36_X86_64).
     fn map_process_image(&mut self, task: TaskId) -> Result<(), String> {
         let _ = task;
         Ok(())
