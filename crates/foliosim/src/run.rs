@@ -21,6 +21,8 @@ struct Env<'a> {
     next_cpu: u32,
     /// The stand-in file of the process images' mappings, once made.
     image_file: Option<FileId>,
+    /// Tasks whose image is mapped, to touch once their clocks are set.
+    imaged: Vec<TaskId>,
 }
 
 impl SetupEnv for Env<'_> {
@@ -82,7 +84,8 @@ impl SetupEnv for Env<'_> {
         };
         let mm = self.k.tasks.get(task as usize).ok_or_else(|| format!("map_process_image: no task {task}"))?.mm;
         self.k.map_process_image(mm, file, img)?;
-        self.k.touch_process_image(task, img)
+        self.imaged.push(task);
+        Ok(())
     }
 }
 
@@ -241,15 +244,13 @@ impl Driver {
         let mut k = Kernel::boot(cfg.profile.clone(), cfg.knobs.clone(), cfg.run.check, seed)?;
         k.trace = crate::kernel::trace::Tracing::new(&cfg.run.probes, &cfg.run.probes_record, k.nr_cpus());
         boot_hook(&mut k);
-        {
-            let mut env = Env { k: &mut k, seed, next_cpu: 0, image_file: None };
+        let imaged = {
+            let mut env = Env { k: &mut k, seed, next_cpu: 0, image_file: None, imaged: Vec::new() };
             wl.setup(&mut env)?;
-        }
+            env.imaged
+        };
         if k.tasks.is_empty() {
             return Err("the workload created no tasks".into());
-        }
-        for m in k.mms.iter_mut() {
-            m.base_rss = m.rss_anon + m.rss_file;
         }
         let warmup_ns = (cfg.run.warmup_s * NSEC_PER_SEC as f64) as Ns;
         let measured_ns = (cfg.run.duration_s * NSEC_PER_SEC as f64) as Ns;
@@ -262,6 +263,14 @@ impl Driver {
             for w in k.wakeups.iter_mut() {
                 w.0 += start;
             }
+        }
+        // Each imaged process starts up (touches its image) at its own
+        // start, a late-booting guest's included.
+        for &tid in &imaged {
+            k.touch_process_image(tid, &crate::mm::exec::GLIBC_2_36_X86_64)?;
+        }
+        for m in k.mms.iter_mut() {
+            m.base_rss = m.rss_anon + m.rss_file;
         }
         let mut q = Queue { heap: BinaryHeap::new(), seq: 0 };
         for i in 0..k.tasks.len() {
