@@ -68,3 +68,29 @@ def stderr_lines(proc: subprocess.CompletedProcess) -> list[str]:
 def one_json(stdout: str):
     """stdout must be exactly one JSON value (json.loads rejects trailing data)."""
     return json.loads(stdout)
+
+
+def one_line_error(proc: subprocess.CompletedProcess, *needles: str) -> str:
+    """The run failed as bad input must: exit 2, one line on stderr holding
+    every needle, no traceback or panic. Returns the line."""
+    lines = stderr_lines(proc)
+    assert proc.returncode == 2, (proc.returncode, proc.stdout[-2000:], proc.stderr)
+    assert len(lines) == 1, proc.stderr
+    assert "Traceback" not in proc.stderr and "PanicException" not in proc.stderr and "panicked" not in proc.stderr
+    for n in needles:
+        assert n in lines[0], (n, lines[0])
+    return lines[0]
+
+
+def line_of(text: str, needle: str) -> int:
+    """1-based number of the first line of `text` holding `needle`."""
+    return next(i for i, ln in enumerate(text.splitlines(), 1) if needle in ln)
+
+
+def tiny_runs(d: Path, tasks: dict[str, int]) -> None:
+    """Run TINY once per entry into `d/<name>`, with that many tasks."""
+    cfg = d / "tiny.toml"
+    cfg.write_text(TINY)
+    for name, n in tasks.items():
+        proc = run_cli("run", str(cfg), "--out", str(d / name), "--set", f"workload.tasks={n}", "--quiet")
+        assert proc.returncode == 0, proc.stderr

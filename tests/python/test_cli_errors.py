@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TINY, run_cli, stderr_lines
+from conftest import TINY, line_of, one_line_error, run_cli, stderr_lines
 
 
 def write(tmp_path: Path, text: str, name: str = "bad.toml") -> Path:
@@ -16,25 +16,16 @@ def write(tmp_path: Path, text: str, name: str = "bad.toml") -> Path:
 
 
 def assert_one_line_error(proc, *must_contain: str) -> str:
-    lines = stderr_lines(proc)
-    assert proc.returncode == 2, (proc.returncode, proc.stderr)
-    assert len(lines) == 1, proc.stderr
-    line = lines[0]
+    """A config error before any run: nothing on stdout, the line prefixed."""
+    line = one_line_error(proc, *must_contain)
     assert line.startswith("foliosim: error: "), line
-    assert "Traceback" not in proc.stderr and "panicked" not in proc.stderr
     assert proc.stdout == ""
-    for s in must_contain:
-        assert s in line, (s, line)
     return line
 
 
 def replace_line(text: str, old: str, new: str) -> str:
     assert old in text
     return text.replace(old, new)
-
-
-def line_of(text: str, needle: str) -> int:
-    return next(i for i, ln in enumerate(text.splitlines(), 1) if needle in ln)
 
 
 def test_malformed_toml(tmp_path):

@@ -6,18 +6,14 @@ import json
 
 import pytest
 
-from conftest import TINY, one_json, run_cli, stderr_lines
+from conftest import one_json, run_cli, stderr_lines, tiny_runs
 from foliosim import compare
 
 
 @pytest.fixture(scope="module")
 def two_runs(tmp_path_factory):
     d = tmp_path_factory.mktemp("cmp")
-    cfg = d / "tiny.toml"
-    cfg.write_text(TINY)
-    for name, tasks in (("a", 2), ("b", 4)):
-        proc = run_cli("run", str(cfg), "--out", str(d / name), "--set", f"workload.tasks={tasks}", "--quiet")
-        assert proc.returncode == 0, proc.stderr
+    tiny_runs(d, {"a": 2, "b": 4})
     return d / "a", d / "b"
 
 

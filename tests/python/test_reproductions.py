@@ -37,6 +37,19 @@ def test_inputs_have_not_changed(committed):
     assert not stale, f"{STALE} ({', '.join(stale)}: inputs changed)"
 
 
+def test_inputs_hash_reads_a_profiles_values_not_its_comments(tmp_path):
+    (tmp_path / "profiles").mkdir()
+    prof = tmp_path / "profiles" / "box.toml"
+    exp = tmp_path / "exp.toml"
+    exp.write_text('title = "x"\n')
+    prof.write_text("[cost]\ntrap_ns = 100.0  # measured\n")
+    before = D.inputs_hash(exp, tmp_path)
+    prof.write_text("# source: a datasheet\n[cost]\ntrap_ns = 100.0  # assumed\n")
+    assert D.inputs_hash(exp, tmp_path) == before
+    prof.write_text("[cost]\ntrap_ns = 101.0\n")
+    assert D.inputs_hash(exp, tmp_path) != before
+
+
 def test_every_experiment_has_one_headline_row(committed):
     for e in committed["experiments"]:
         heads = [r for r in e["rows"] if r.get("headline")]

@@ -24,25 +24,10 @@ from pathlib import Path
 import pytest
 
 import foliosim
-from conftest import REPO, TINY, TINY_DICT, one_json, run_cli, stderr_lines
+from conftest import REPO, TINY, TINY_DICT, line_of, one_json, one_line_error, run_cli, stderr_lines, tiny_runs
 from foliosim import _core, cli
 from foliosim import result as result_mod
 from foliosim import sweep as sw
-
-
-def one_line_error(proc, *needles: str, code: int = 2) -> str:
-    lines = stderr_lines(proc)
-    assert proc.returncode == code, (proc.returncode, proc.stdout[-2000:], proc.stderr)
-    assert len(lines) == 1, proc.stderr
-    assert "Traceback" not in proc.stderr and "PanicException" not in proc.stderr
-    for n in needles:
-        assert n in lines[0], (n, lines[0])
-    return lines[0]
-
-
-def line_no(text: str, needle: str) -> int:
-    return next(i for i, ln in enumerate(text.splitlines(), 1) if needle in ln)
-
 
 LONG = TINY.replace("duration_s = 0.05", "duration_s = 1000.0")
 
@@ -66,7 +51,7 @@ def test_bad_profile_value_is_one_line_naming_file_line_and_key(tmp_path, old, n
     cfg = tmp_path / "c.toml"
     cfg.write_text(TINY.replace('profile = "generic-x86"', f'profile = "{prof.name}"'))
     err = one_line_error(run_cli("run", str(cfg), "--out", str(tmp_path / "o")), key)
-    assert f"{prof}:{line_no(text, new)}: {key}:" in err
+    assert f"{prof}:{line_of(text, new)}: {key}:" in err
 
 
 def test_builtin_profiles_pass_the_value_checks():
@@ -186,11 +171,7 @@ def test_reproduce_and_sweep_check_out_first(tmp_path):
 @pytest.fixture(scope="module")
 def runs_and_sweep(tmp_path_factory):
     d = tmp_path_factory.mktemp("cmp8")
-    cfg = d / "tiny.toml"
-    cfg.write_text(TINY)
-    for name, tasks in (("a", 2), ("b", 3)):
-        proc = run_cli("run", str(cfg), "--out", str(d / name), "--set", f"workload.tasks={tasks}", "--quiet")
-        assert proc.returncode == 0, proc.stderr
+    tiny_runs(d, {"a": 2, "b": 3})
     spec = d / "s.toml"
     spec.write_text('base = "tiny.toml"\n[grid]\nseed = [1, 2]\n')
     proc = run_cli("sweep", str(spec), "--out", str(d / "sw"), "--jobs", "1", "--quiet")
@@ -294,11 +275,11 @@ def test_a_missing_path_names_the_file_and_line(tree):
     text = cfg.read_text()
     cfg.write_text(text.replace("../traces/t.fstrace", "../traces/nope.fstrace"))
     err = one_line_error(run_cli("run", str(cfg), "--out", str(root / "o")), "workload.path", "nope.fstrace")
-    assert f"{cfg}:{line_no(text, 'path =')}:" in err
+    assert f"{cfg}:{line_of(text, 'path =')}:" in err
     cfg.write_text(text.replace("../profiles/mine.toml", "mine.toml"))
     err = one_line_error(run_cli("run", str(cfg), "--out", str(root / "o")), "machine.profile",
                          str(root / "cfgs" / "mine.toml"))
-    assert f"{cfg}:{line_no(text, 'profile =')}:" in err
+    assert f"{cfg}:{line_of(text, 'profile =')}:" in err
 
 
 def test_set_and_sweep_base_resolve_against_their_own_files(tree):

@@ -1,43 +1,7 @@
 //! The library's front door, used by the Python bindings and the tests.
 //! (INTERFACE — bodies are being written; signatures are stable.)
 
-use serde::Serialize;
-
-/// A config error that names where it happened. Display gives the one-line
-/// message the CLI prints: `FILE:LINE: KEY: REASON` (LINE omitted if unknown).
-#[derive(Clone, Debug, Serialize)]
-pub struct ConfigError {
-    pub file: String,
-    pub line: Option<usize>,
-    pub key: String,
-    pub reason: String,
-}
-
-/// Keys and values come from user input: escape control characters so the
-/// message stays on one line whatever the input holds.
-fn one_line(s: &str) -> String {
-    s.chars().map(|c| if c.is_control() { c.escape_default().to_string() } else { c.to_string() }).collect()
-}
-
-impl std::fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let (file, key, reason) = (one_line(&self.file), one_line(&self.key), one_line(&self.reason));
-        match self.line {
-            Some(l) => write!(f, "{file}:{l}: {key}: {reason}"),
-            None => write!(f, "{file}: {key}: {reason}"),
-        }
-    }
-}
-
-impl std::error::Error for ConfigError {}
-
-/// Progress of a run, reported about every 100 ms of host time.
-#[derive(Clone, Debug, Serialize)]
-pub struct Progress {
-    /// Simulated seconds done and in total.
-    pub sim_s: f64,
-    pub sim_total_s: f64,
-}
+pub use crate::types::{ConfigError, Progress};
 
 /// Validate and normalise a TOML config; returns the normalised config as JSON
 /// (all defaults filled in), which `run_json` accepts.

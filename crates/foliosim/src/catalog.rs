@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 
 pub fn catalog() -> Value {
     let workloads: Vec<Value> =
-        workload::registry().iter().map(|w| json!({"name": w.name, "help": w.help, "params": (w.params)()})).collect();
+        workload::registry::registry().iter().map(|w| json!({"name": w.name, "help": w.help, "params": (w.params)()})).collect();
     let profiles: Vec<Value> = profile::BUILTIN
         .iter()
         .filter_map(|(name, text)| toml::from_str::<Profile>(text).ok().map(|p| (name, p)))

@@ -2,9 +2,9 @@
 //! Every error names the file, the line where the key stands (when it can
 //! be found) and the key.
 
-use crate::api::ConfigError;
 use crate::hw::profile::{self, Profile};
 use crate::kernel::knobs::{self, KnobValue, Knobs};
+use crate::types::ConfigError;
 use crate::workload::{self, params::Params, RawParams};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -559,8 +559,8 @@ fn from_table(mut root: toml::Table, ctx: &Ctx) -> Result<Config, ConfigError> {
         None => return Err(ctx.err("workload", "name", "missing: which workload to run (see `foliosim list`)")),
         Some(v) => return Err(ctx.err("workload", "name", format!("expected a string, got {}", v.type_str()))),
     };
-    let info =
-        workload::find(&name).ok_or_else(|| ctx.err("workload", "name", format!("unknown workload \"{name}\" (see `foliosim list`)")))?;
+    let info = workload::registry::find(&name)
+        .ok_or_else(|| ctx.err("workload", "name", format!("unknown workload \"{name}\" (see `foliosim list`)")))?;
     let mut raw: RawParams = w.into_iter().collect();
     for (k, v) in raw.iter_mut() {
         if let (true, toml::Value::String(p)) = (workload::params::is_path(k), v) {

@@ -2,6 +2,7 @@
 //! subsystem. See DESIGN.md in the shared folder for the architecture.
 
 pub mod api;
+pub mod arch;
 pub mod bench;
 pub mod catalog;
 pub mod check;
@@ -11,5 +12,6 @@ pub mod kernel;
 pub mod mm;
 pub mod run;
 pub mod sim;
+pub mod types;
 pub mod virt;
 pub mod workload;

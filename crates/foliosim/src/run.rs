@@ -1,7 +1,6 @@
 //! The simulation driver: boots the kernel, lets the workload set up, runs
 //! task steps in simulated-time order, samples counters, collects results.
 
-use crate::api::Progress;
 use crate::check;
 use crate::config::Config;
 use crate::kernel::task::Task;
@@ -9,6 +8,7 @@ use crate::kernel::Kernel;
 use crate::mm::filemap::Inode;
 use crate::mm::vmstat::{Stat, ENTRY_NAMES, NR_STATS, STAT_NAMES};
 use crate::sim::{Ns, NSEC_PER_SEC};
+use crate::types::Progress;
 use crate::workload::{self, params::Params, FileId, FsKind, Op, Ret, SetupEnv, TaskId, Workload};
 use serde_json::{json, Map, Value};
 use std::cmp::Reverse;
@@ -150,7 +150,7 @@ fn enqueue(k: &mut Kernel, q: &mut Queue, t: Ns, tid: u32) {
 }
 
 pub fn build_workload(cfg: &Config) -> Result<Box<dyn Workload>, String> {
-    let info = workload::find(&cfg.workload).ok_or_else(|| format!("unknown workload {}", cfg.workload))?;
+    let info = workload::registry::find(&cfg.workload).ok_or_else(|| format!("unknown workload {}", cfg.workload))?;
     (info.build)(&mut Params::new(cfg.workload_params.clone()))
 }
 

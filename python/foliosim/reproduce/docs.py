@@ -21,6 +21,7 @@ import hashlib
 import json
 import re
 import sys
+import tomllib
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -70,9 +71,18 @@ def inputs_hash(exp_file: Path, root: Path | None = None) -> str:
     for p in [exp_file, *_files(root, ENGINE)]:
         h.update(str(p.relative_to(root) if p.is_relative_to(root) else p.name).encode())
         h.update(b"\0")
-        h.update(p.read_bytes())
+        h.update(_content(p, root))
         h.update(b"\0")
     return h.hexdigest()
+
+
+def _content(p: Path, root: Path) -> bytes:
+    """What of a file the rows depend on: a profile's parsed values (a
+    comment or a source line changes no result), any other file whole."""
+    if p.suffix == ".toml" and p.parent == root / "profiles":
+        with p.open("rb") as f:
+            return json.dumps(tomllib.load(f), sort_keys=True, default=str).encode()
+    return p.read_bytes()
 
 
 def _keep(rep: dict[str, Any], root: Path) -> dict[str, Any]:

@@ -75,7 +75,7 @@ from .. import config as _config
 from ..sweep import point_id
 from .expr import Expr, ExprError, Template, TemplateError, evaluate
 
-__all__ = ["Experiment", "ExperimentError", "NoteSpec", "RowSpec", "RunSpec", "SeriesSpec", "load"]
+__all__ = ["EntrySpec", "Experiment", "ExperimentError", "NoteSpec", "RowSpec", "RunSpec", "SeriesSpec", "load"]
 
 CONFIG_KEYS = ("seed", "machine", "workload", "run", "knobs")
 RESERVED = {"runs", "pub", "row", "rows", "config", "experiment", *CONFIG_KEYS}
@@ -111,19 +111,18 @@ class RunSpec:
 
 
 @dataclass
-class RowSpec:
+class EntrySpec:
+    """One `[[rows]]` or `[[series]]` entry: its parsed fields, its `for`
+    loops and its `when` condition (the two kinds differ only in fields)."""
+
     index: int
     fields: dict[str, Any]
     loops: list[tuple[str, Any]]
     when: Expr | None
 
 
-@dataclass
-class SeriesSpec:
-    index: int
-    fields: dict[str, Any]
-    loops: list[tuple[str, Any]]
-    when: Expr | None
+RowSpec = EntrySpec
+SeriesSpec = EntrySpec
 
 
 @dataclass

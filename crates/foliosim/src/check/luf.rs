@@ -22,19 +22,7 @@ use crate::mm::Pfn;
 use crate::sim::Ns;
 use crate::workload::Access;
 
-/// What a page holds, independent of the frame: (anon, mapping, index).
-pub type Ident = (bool, u32, u64);
-
-#[derive(Clone, Debug)]
-pub struct StaleRec {
-    pub cpu: u32,
-    pub mm: u32,
-    pub va: u64,
-    pub since: Ns,
-    pub ident: Ident,
-    pub ver: u64,
-    pub writable: bool,
-}
+pub use super::{Ident, StaleRec};
 
 impl Checker {
     /// Record that `rec` (its `ver` is filled in here) still shows `pfn`.
@@ -71,7 +59,7 @@ impl Kernel {
     }
 
     /// Live stale records of `pfn` at `t`; forgets the dead ones.
-    fn live_stale(&mut self, pfn: Pfn, t: Ns) -> Vec<super::luf::StaleRec> {
+    fn live_stale(&mut self, pfn: Pfn, t: Ns) -> Vec<StaleRec> {
         let Some(recs) = self.check.stale.remove(&pfn) else { return Vec::new() };
         let live: Vec<StaleRec> = recs.into_iter().filter(|r| self.tlb_live_entry(r.cpu, r.mm, r.va, pfn, t)).collect();
         if !live.is_empty() {

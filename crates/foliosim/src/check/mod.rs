@@ -11,6 +11,7 @@ use crate::mm::mmap::Mm;
 use crate::mm::page_alloc::PageAlloc;
 use crate::mm::pgtable::PMD_SHIFT;
 use crate::mm::Pfn;
+use crate::sim::Ns;
 use crate::workload::Access;
 use rustc_hash::FxHashMap;
 
@@ -18,6 +19,20 @@ pub mod luf;
 
 /// Keep the first violations only: one broken rule tends to repeat.
 const MAX_VIOLATIONS: usize = 32;
+
+/// What a page holds, independent of the frame: (anon, mapping, index).
+pub type Ident = (bool, u32, u64);
+
+#[derive(Clone, Debug)]
+pub struct StaleRec {
+    pub cpu: u32,
+    pub mm: u32,
+    pub va: u64,
+    pub since: Ns,
+    pub ident: Ident,
+    pub ver: u64,
+    pub writable: bool,
+}
 
 #[derive(Default)]
 pub struct Checker {
@@ -27,9 +42,9 @@ pub struct Checker {
     pub tlb_checks: u64,
     /// Deferred-flush ground truth (check/luf.rs): frame -> CPUs that may
     /// still cache a translation to it cleared without a flush.
-    pub stale: FxHashMap<Pfn, Vec<luf::StaleRec>>,
+    pub stale: FxHashMap<Pfn, Vec<StaleRec>>,
     /// Data versions of the pages some stale entry still shows.
-    pub data_ver: FxHashMap<luf::Ident, u64>,
+    pub data_ver: FxHashMap<Ident, u64>,
 }
 
 impl Checker {

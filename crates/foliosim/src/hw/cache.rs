@@ -66,7 +66,7 @@ impl CpuCache {
 /// The key `CpuCache::walk` takes for (mm, va).
 #[inline(always)]
 pub fn walk_key(mm: u32, va: u64) -> u64 {
-    (mm as u64) << 40 | va >> crate::mm::pgtable::PMD_SHIFT
+    (mm as u64) << 40 | va >> crate::types::PMD_SHIFT
 }
 
 #[cfg(test)]

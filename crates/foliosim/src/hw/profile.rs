@@ -423,7 +423,7 @@ impl Profile {
                 }
             }
         }
-        let max_mib = crate::mm::MAX_NR_FRAMES >> (20 - crate::mm::PAGE_SHIFT);
+        let max_mib = crate::types::MAX_NR_FRAMES >> (20 - crate::types::PAGE_SHIFT);
         if self.total_mem_mib() > max_mib {
             return Err((
                 "nodes".into(),

@@ -33,8 +33,7 @@
 //! (`*_MISSES.MISS_CAUSES_A_WALK`).
 
 use super::profile::TlbSpec;
-use crate::mm::{Pfn, PAGE_SHIFT};
-use crate::workload::Access;
+use crate::types::{Access, Pfn, PAGE_SHIFT};
 
 /// Size codes (log2 of base pages covered) used by the kernel model.
 pub mod size {
@@ -905,7 +904,7 @@ impl Tlb {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::workload::Access::{Ifetch, Load, Store};
+    use crate::types::Access::{Ifetch, Load, Store};
 
     const K4: u64 = 4096;
 

@@ -1,6 +1,6 @@
 //! The simulated kernel: one struct holding the machine and all mm state.
 //! Its methods are spread over the files of `mm/` (memory.rs holds the
-//! fault paths, mmu_gather.rs the TLB flushing, ...) like Linux's functions
+//! fault paths, mmu_gather.rs the freeing after a TLB flush, ...) like Linux's functions
 //! over its files; `kernel/syscalls.rs` dispatches a workload's operations.
 
 pub mod costs;
@@ -44,8 +44,8 @@ pub struct Cpu {
     /// Batched-flush IPIs in flight to this CPU: (when the handler runs,
     /// mm whose entries it drops). Applied before the CPU's next TLB use.
     pub landing: Vec<(Ns, u32)>,
-    /// x86 cpu_tlbstate: the loaded mm and the dynamic ASID slots (mm/asid.rs).
-    pub tlbstate: crate::mm::asid::TlbState,
+    /// x86 cpu_tlbstate: the loaded mm and the dynamic ASID slots (arch/x86/tlbflush.rs).
+    pub tlbstate: crate::arch::x86::tlbflush::TlbState,
     /// What this CPU's caches hold of recently freed pages and of its last
     /// page walk (hw/cache.rs).
     pub cache: crate::hw::cache::CpuCache,

@@ -2,7 +2,8 @@
 
 use super::trace::Tp;
 use super::Kernel;
-use crate::hw::tlb::TlbLookup;
+use crate::hw::mmu;
+use crate::hw::tlb::{size, TlbLookup};
 use crate::mm::memory::{access_permitted, Fault};
 use crate::mm::mmap::{vm, OpenFile, Vma};
 use crate::mm::mmu_gather::MmuGather;
@@ -263,18 +264,7 @@ impl Kernel {
             tk.user_ns += cost;
         }
         for _ in 0..3 {
-            // One walk finds the PTE for both the permission check and the
-            // accessed/dirty update.
-            let walked = match self.mms[mm as usize].pt.pte_slot_mut(va) {
-                Some(slot) if pte_allows(*slot, kind) => {
-                    // Hardware sets accessed/dirty bits on the walk.
-                    let bits = Pte::YOUNG | if kind == Access::Store { Pte::DIRTY } else { 0 };
-                    *slot = slot.with(bits);
-                    Some(*slot)
-                }
-                _ => None,
-            };
-            if let Some(pte) = walked {
+            if let Some(pte) = mmu::walk_pte(self.mms[mm as usize].pt.pte_slot_mut(va), kind) {
                 if kind == Access::Store && self.check.enabled && !self.check.data_ver.is_empty() {
                     let id = self.page_ident(pte.pfn());
                     self.check.bump_data(id);
@@ -290,22 +280,15 @@ impl Kernel {
                     tk.user_ns += c;
                 }
                 let epoch = self.mem_map.get(pte.pfn()).alloc_epoch;
-                use crate::hw::tlb::{flags, size, TlbEntry};
-                let f = flags::USER
-                    | if pte.write() { flags::WRITE } else { 0 }
-                    | if pte.dirty() { flags::DIRTY } else { 0 }
-                    | if pte.exec() { flags::EXEC } else { 0 };
-                // Large entries: PMD THP, contpte, HPA (mm/huge_memory.rs).
+                // Large entries: PMD THP, contpte, HPA; the mm decides the
+                // size (mm/huge_memory.rs).
                 if pte.0 & Pte::HUGE != 0 || self.prof.tlb.contpte || self.prof.tlb.coalesce_order != 0 {
                     let sz = self.tlb_fill_size(mm, va, pte);
                     let epoch = if sz > 0 { self.mem_map.get(pte.pfn() & !((1u32 << sz) - 1)).alloc_epoch } else { epoch };
-                    let e = TlbEntry::new(mm, va, pte.pfn(), sz, f, epoch);
-                    self.cpus[cpu as usize].tlb.fill_walked(kind, e, missed);
+                    mmu::tlb_fill(&mut self.cpus[cpu as usize].tlb, kind, mm, va, pte, sz, epoch, missed);
                 } else {
-                    // The common 4 KiB fill on its own path: the compiler
-                    // drops the size-dependent alignment and structure choice.
-                    let e = TlbEntry::new(mm, va, pte.pfn(), size::PTE, f, epoch);
-                    self.cpus[cpu as usize].tlb.fill_walked(kind, e, missed);
+                    // The common 4 KiB fill on its own path: a constant size.
+                    mmu::tlb_fill(&mut self.cpus[cpu as usize].tlb, kind, mm, va, pte, size::PTE, epoch, missed);
                 }
                 return Ret::Val(0);
             }
@@ -350,9 +333,9 @@ impl Kernel {
             // One copy of the loop per access kind: the kind tests inside
             // the lookup and the store check fold away.
             let (hits, stlb, lk) = match kind {
-                Access::Load => tlb_hit_run(tlb, mm, Access::Load, &mut a, stride, &mut n, &mut done),
-                Access::Store => tlb_hit_run(tlb, mm, Access::Store, &mut a, stride, &mut n, &mut done),
-                Access::Ifetch => tlb_hit_run(tlb, mm, Access::Ifetch, &mut a, stride, &mut n, &mut done),
+                Access::Load => mmu::tlb_hit_run(tlb, mm, Access::Load, &mut a, stride, &mut n, &mut done, MAX_RANGE_STEP),
+                Access::Store => mmu::tlb_hit_run(tlb, mm, Access::Store, &mut a, stride, &mut n, &mut done, MAX_RANGE_STEP),
+                Access::Ifetch => mmu::tlb_hit_run(tlb, mm, Access::Ifetch, &mut a, stride, &mut n, &mut done, MAX_RANGE_STEP),
             };
             pending_lk = lk.map(|lk| (mm, cpu, lk));
             if hits > 0 {
@@ -860,62 +843,7 @@ fn mmap_lock_use(op: &Op) -> Option<(Entry, bool)> {
     })
 }
 
-/// Would the hardware walk succeed for this access with this PTE? A
-/// PROT_NONE hinting PTE is present but grants nothing: the walk faults
-/// and the TLB is never filled from it.
-#[inline]
-fn pte_allows(pte: Pte, kind: Access) -> bool {
-    pte.present()
-        && pte.0 & Pte::PROTNONE == 0
-        && match kind {
-            Access::Store => pte.write(),
-            Access::Ifetch => pte.exec(),
-            Access::Load => true,
-        }
-}
-
 #[allow(dead_code)]
 fn _uses(_: &dyn Fn(&crate::mm::mmap::Vma, Access) -> bool) {
     let _ = access_permitted;
-}
-
-/// The fast path of `access_range`: accesses from `*a` on that hit the
-/// TLB with the permission they need, at most `MAX_RANGE_STEP` in all
-/// (`*done` counts them). Returns the hits, how many of them hit the STLB,
-/// and the lookup that stopped the run (a miss or a store needing a
-/// re-walk), if one did. Inlined with a constant `kind` at each call.
-#[inline(always)]
-fn tlb_hit_run(
-    tlb: &mut crate::hw::tlb::Tlb,
-    mm: u32,
-    kind: Access,
-    a: &mut u64,
-    stride: u64,
-    n: &mut u64,
-    done: &mut u64,
-) -> (u64, u64, Option<TlbLookup>) {
-    let (mut hits, mut stlb) = (0u64, 0u64);
-    while *n > 0 && *done < MAX_RANGE_STEP {
-        let lk = tlb.lookup(mm, *a & !4095, kind);
-        let e = match lk {
-            TlbLookup::L1Hit(e) => e,
-            TlbLookup::StlbHit(e) => {
-                stlb += 1;
-                e
-            }
-            TlbLookup::Miss => return (hits, stlb, Some(lk)),
-        };
-        if kind == Access::Store && !(e.writable() && e.dirty()) {
-            // A store needing a re-walk: the slow path, with this lookup.
-            if matches!(lk, TlbLookup::StlbHit(_)) {
-                stlb -= 1;
-            }
-            return (hits, stlb, Some(lk));
-        }
-        hits += 1;
-        *a += stride;
-        *n -= 1;
-        *done += 1;
-    }
-    (hits, stlb, None)
 }

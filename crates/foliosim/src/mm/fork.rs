@@ -155,7 +155,7 @@ impl Kernel {
         // lazy TLB mode on it, and none switches back. Flushes of it from
         // here reach no CPU (x86 flush_tlb_func moves a lazy CPU to
         // init_mm without flushing the ASID): its entries stay, unreachable,
-        // until another mm takes the ASID slot (mm/asid.rs).
+        // until another mm takes the ASID slot (arch/x86/tlbflush.rs).
         self.mms[mm as usize].alive = false;
         let vmas: Vec<_> = std::mem::take(&mut self.mms[mm as usize].vmas).into_values().collect();
         let mut tlb = MmuGather::new(mm, true);

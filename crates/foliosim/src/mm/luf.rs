@@ -24,8 +24,19 @@ use super::vmstat::Stat;
 use super::Pfn;
 use crate::kernel::knobs::{LufMutant, Mutant};
 use crate::kernel::Kernel;
-use crate::mm::memory::LufExit;
 use crate::sim::Ns;
+
+/// How the block `post_alloc_hook` prepares was checked for a pending
+/// lazy-unmap flush.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum LufExit {
+    /// An ordinary allocation that took a block carrying this generation.
+    Alloc(u16),
+    /// Free pages taken off the lists by another door (compaction capture).
+    Isolation(u16),
+    /// Already checked when the frames were isolated.
+    Checked,
+}
 
 /// Windows older than this behind the current time are forgotten.
 const WINDOW_HORIZON: Ns = 10_000_000;

@@ -3,6 +3,7 @@
 //! with fault-around, do_cow_fault, do_shared_fault, do_wp_page (reuse,
 //! wp_page_copy, wp_page_shared) — and zap_pte_range.
 
+pub(crate) use super::luf::LufExit;
 use super::mem_map::pg;
 use super::mmap::{vm, Vma};
 use super::mmu_gather::MmuGather;
@@ -28,18 +29,6 @@ pub enum Fault {
     Pending,
 }
 
-/// How the block `post_alloc_hook` prepares was checked for a pending
-/// lazy-unmap flush.
-#[derive(Clone, Copy, Debug)]
-pub(crate) enum LufExit {
-    /// An ordinary allocation that took a block carrying this generation.
-    Alloc(u16),
-    /// Free pages taken off the lists by another door (compaction capture).
-    Isolation(u16),
-    /// Already checked when the frames were isolated.
-    Checked,
-}
-
 /// mm/internal.h: reclaim rounds without progress before the allocator gives up.
 pub(crate) const MAX_RECLAIM_RETRIES: u32 = 16;
 
@@ -50,7 +39,7 @@ impl Kernel {
     /// layer around alloc_pages, cheaper without the call.
     #[inline(always)]
     pub fn alloc_folio(&mut self, t: Ns, cpu: u32, order: u32, nid: u32, mt: MigrateType) -> Option<(Pfn, Ns)> {
-        match self.pa.alloc_pages_inline(t, cpu, order, nid, mt, &mut self.stat) {
+        match self.pa.alloc_pages(t, cpu, order, nid, mt, &mut self.stat) {
             Some(a) => Some(self.alloc_folio_prep(a, cpu, order)),
             None => self.alloc_folio_slow(t, cpu, order, nid, mt),
         }
@@ -286,13 +275,11 @@ impl Kernel {
         tk.clock = t;
     }
 
-    pub(crate) fn handle_pte_fault(&mut self, t: Ns, cpu: u32, mm: u32, vma: &Vma, addr: u64, kind: Access) -> (Fault, Ns) {
-        self.handle_pte_fault_inline(t, cpu, mm, vma, addr, kind)
-    }
-
-    /// `handle_pte_fault`, inlined into the classic fault.
+    /// handle_pte_fault: the fault on one PTE, the VMA found and allowing
+    /// the access. Always inlined: the fault paths that call it (classic,
+    /// per-VMA, speculative) are the hot ones, and each gets one copy.
     #[inline(always)]
-    pub(crate) fn handle_pte_fault_inline(&mut self, t: Ns, cpu: u32, mm: u32, vma: &Vma, addr: u64, kind: Access) -> (Fault, Ns) {
+    pub(crate) fn handle_pte_fault(&mut self, t: Ns, cpu: u32, mm: u32, vma: &Vma, addr: u64, kind: Access) -> (Fault, Ns) {
         // pte_alloc, then the PTE: one table lookup when the table exists,
         // as it almost always does.
         let (pte, t) = match self.mms[mm as usize].pt.table(addr) {
@@ -332,13 +319,9 @@ impl Kernel {
 
     /// Install `pte` at `addr` under the table's PTL, holding it for `hold`.
     /// Returns false (and installs nothing) if the slot is no longer `expect`.
-    pub(crate) fn set_pte_locked(&mut self, t: Ns, cpu: u32, mm: u32, addr: u64, expect: Pte, pte: Pte, hold: Ns) -> (bool, Ns) {
-        self.set_pte_locked_inline(t, cpu, mm, addr, expect, pte, hold)
-    }
-
-    /// `set_pte_locked`, inlined into the anonymous write fault.
+    /// Always inlined: the anonymous write fault is its hot caller.
     #[inline(always)]
-    fn set_pte_locked_inline(&mut self, t: Ns, cpu: u32, mm: u32, addr: u64, expect: Pte, pte: Pte, hold: Ns) -> (bool, Ns) {
+    pub(crate) fn set_pte_locked(&mut self, t: Ns, cpu: u32, mm: u32, addr: u64, expect: Pte, pte: Pte, hold: Ns) -> (bool, Ns) {
         // LUF v11: a fault installing a writable PTE flushes every deferral.
         let t = if pte.write() && self.knobs.luf.v11_hooks && self.luf_hooks_on() {
             self.luf_flush(t, cpu, self.cpus[cpu as usize].curr, crate::mm::luf::ForcedBy::FaultWritable)
@@ -464,7 +447,7 @@ impl Kernel {
         };
         let pte = Pte::new(pfn, Pte::WRITE | Pte::DIRTY | Pte::YOUNG | exec_bit(vma));
         let hold = self.c.pte_set + self.c.rmap;
-        let (ok, t) = self.set_pte_locked_inline(t, cpu, mm, addr, Pte::NONE, pte, hold);
+        let (ok, t) = self.set_pte_locked(t, cpu, mm, addr, Pte::NONE, pte, hold);
         if !ok {
             // Lost a race: give the page back.
             let t = self.release_folios(t, cpu, &[pfn]);

@@ -14,7 +14,7 @@ use super::page_alloc::MigrateType;
 use super::vmstat::Stat;
 use super::Pfn;
 use crate::kernel::Kernel;
-use crate::mm::memory::LufExit;
+use crate::mm::luf::LufExit;
 use crate::sim::Ns;
 
 /// Where destination folios come from (migrate_pages' get_new_folio).

@@ -303,7 +303,7 @@ impl Kernel {
         };
         let (res, t) = match copy.as_deref() {
             Some(vma) if found && super::memory::access_permitted(vma, kind) => {
-                self.handle_pte_fault_inline(t + self.c.fault_base, cpu, mm, vma, addr & !4095, kind)
+                self.handle_pte_fault(t + self.c.fault_base, cpu, mm, vma, addr & !4095, kind)
             }
             _ => (Fault::Segv, t),
         };

@@ -32,22 +32,6 @@ pub mod vmscan;
 pub mod vmstat;
 pub mod xarray;
 
-/// Page frame number. 32 bits cover 16 TiB of 4 KiB frames, less one:
-/// `Pfn::MAX` means "none" (xarray slots) and LRU links hold PFN + 1 in a
-/// `u32` (mem_map::Page), so frames are 0..MAX_NR_FRAMES. (Widening it would
-/// grow every struct page and page-cache slot for machines past 16 TiB.)
-pub type Pfn = u32;
-
-/// Most frames a machine may have: the PFNs below `Pfn::MAX`.
-pub const MAX_NR_FRAMES: u64 = Pfn::MAX as u64;
-
-pub const PAGE_SHIFT: u32 = 12;
-pub const PAGE_SIZE: u64 = 1 << PAGE_SHIFT;
-/// Orders 0..=MAX_PAGE_ORDER are managed by the buddy allocator (6.12 naming).
-pub const MAX_PAGE_ORDER: u32 = 10;
-pub const NR_PAGE_ORDERS: usize = MAX_PAGE_ORDER as usize + 1;
-/// 2 MiB on x86-64 and arm64 with 4 KiB pages.
-pub const PMD_ORDER: u32 = 9;
-pub const PTRS_PER_PTE: usize = 512;
-/// pageblock_order = PMD order on x86-64 (HUGETLB_PAGE_ORDER).
-pub const PAGEBLOCK_ORDER: u32 = PMD_ORDER;
+pub use crate::types::{
+    Pfn, MAX_NR_FRAMES, MAX_PAGE_ORDER, NR_PAGE_ORDERS, PAGEBLOCK_ORDER, PAGE_SHIFT, PAGE_SIZE, PMD_ORDER, PTRS_PER_PTE,
+};

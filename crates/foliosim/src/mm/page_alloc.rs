@@ -86,19 +86,7 @@ pub enum FpiPlace {
     Tail,
 }
 
-/// A free block on a buddy free list. Free memory has no `struct Page`
-/// state in foliosim: this node is all there is.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct FreeBlock {
-    pub prev: Pfn, // PFN + 1 of the previous block on the same list, 0 = none
-    pub next: Pfn,
-    pub order: u8,
-    pub mt: u8,
-    /// PG_reported (free page reporting).
-    pub reported: bool,
-    /// LUF unmap generation carried by the block (0 = none).
-    pub ugen: u16,
-}
+pub use free_blocks::FreeBlock;
 
 /// Allocator parameters derived from knobs and the profile.
 #[derive(Clone, Debug)]
@@ -1167,15 +1155,12 @@ impl PageAlloc {
     /// Watermarks are checked against buddy free pages only, as the kernel
     /// does: pages parked on pcp lists do not count, so a caller that gets
     /// None may `drain_all_pages` and retry, as direct reclaim does.
-    pub fn alloc_pages(&mut self, now: Ns, cpu: u32, order: u32, nid: u32, mt: MigrateType, stat: &mut VmStat) -> Option<Alloc> {
-        self.alloc_pages_inline(now, cpu, order, nid, mt, stat)
-    }
-
-    /// `alloc_pages`, inlined into the caller: a caller with a constant
-    /// order and migratetype (the fault path's `alloc_folio`) folds the
-    /// order and type tests of the fast path away.
+    ///
+    /// Always inlined: a caller with a constant order and migratetype (the
+    /// fault path's `alloc_folio`) folds the order and type tests of the
+    /// fast path away; the rest (`alloc_pages_slow`) is out of line.
     #[inline(always)]
-    pub fn alloc_pages_inline(&mut self, now: Ns, cpu: u32, order: u32, nid: u32, mt: MigrateType, stat: &mut VmStat) -> Option<Alloc> {
+    pub fn alloc_pages(&mut self, now: Ns, cpu: u32, order: u32, nid: u32, mt: MigrateType, stat: &mut VmStat) -> Option<Alloc> {
         assert!(order <= MAX_PAGE_ORDER, "order {order} too large");
         if nid as usize >= self.zonelists.len() {
             self.build_zonelists(nid as usize + 1);

@@ -20,7 +20,7 @@ use super::page_alloc::{ugen_latest, MigrateType};
 use super::vmstat::Stat;
 use super::Pfn;
 use crate::kernel::Kernel;
-use crate::mm::memory::LufExit;
+use crate::mm::luf::LufExit;
 use crate::sim::Ns;
 
 impl Kernel {

@@ -10,76 +10,9 @@ use crate::sim::lock::SpinLock;
 use rustc_hash::FxHashMap;
 use std::cell::Cell;
 
-pub const PMD_SHIFT: u32 = 21;
-pub const PUD_SHIFT: u32 = 30;
-pub const PGDIR_SHIFT: u32 = 39;
+pub use crate::types::{PGDIR_SHIFT, PMD_SHIFT, PUD_SHIFT};
 
-/// A page-table entry, packed into a u64 like the hardware's.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Pte(pub u64);
-
-impl Pte {
-    pub const NONE: Pte = Pte(0);
-    pub const PRESENT: u64 = 1 << 0;
-    pub const WRITE: u64 = 1 << 1;
-    pub const DIRTY: u64 = 1 << 2;
-    pub const YOUNG: u64 = 1 << 3;
-    /// pte_special: the shared zero page (no struct page refcounting).
-    pub const SPECIAL: u64 = 1 << 4;
-    /// PROT_NONE mapping kept present for NUMA hinting.
-    pub const PROTNONE: u64 = 1 << 5;
-    /// arm64 contiguous hint.
-    pub const CONT: u64 = 1 << 6;
-    pub const EXEC: u64 = 1 << 7;
-    /// One of the 512 PTEs standing for a PMD mapping of an order-9 folio
-    /// (foliosim models a PMD entry as its 512 PTEs; the TLB caches 2 MiB).
-    pub const HUGE: u64 = 1 << 8;
-    /// A migration entry (not present): the PFN is the folio under
-    /// migration; WRITE/DIRTY/EXEC say what the restored PTE gets back.
-    pub const MIGRATION: u64 = 1 << 9;
-    const PFN_SHIFT: u32 = 12;
-
-    #[inline]
-    pub fn new(pfn: Pfn, bits: u64) -> Pte {
-        Pte(((pfn as u64) << Self::PFN_SHIFT) | bits | Self::PRESENT)
-    }
-    #[inline]
-    pub fn is_none(self) -> bool {
-        self.0 == 0
-    }
-    #[inline]
-    pub fn present(self) -> bool {
-        self.0 & Self::PRESENT != 0
-    }
-    #[inline]
-    pub fn write(self) -> bool {
-        self.0 & Self::WRITE != 0
-    }
-    #[inline]
-    pub fn dirty(self) -> bool {
-        self.0 & Self::DIRTY != 0
-    }
-    #[inline]
-    pub fn special(self) -> bool {
-        self.0 & Self::SPECIAL != 0
-    }
-    #[inline]
-    pub fn exec(self) -> bool {
-        self.0 & Self::EXEC != 0
-    }
-    #[inline]
-    pub fn pfn(self) -> Pfn {
-        (self.0 >> Self::PFN_SHIFT) as Pfn
-    }
-    #[inline]
-    pub fn with(self, bits: u64) -> Pte {
-        Pte(self.0 | bits)
-    }
-    #[inline]
-    pub fn without(self, bits: u64) -> Pte {
-        Pte(self.0 & !bits)
-    }
-}
+pub use crate::hw::mmu::Pte;
 
 pub struct PteTable {
     pub ptes: [Pte; 512],

@@ -12,10 +12,10 @@
 //! steps and taken back after: the guest kernels need no shared handle, and
 //! a single guest keeps owning its host as before.
 
-use crate::api::Progress;
 use crate::config::Config;
 use crate::run::{self, Driver, Outcome, Stepped};
 use crate::sim::{Ns, NSEC_PER_SEC};
+use crate::types::Progress;
 use crate::virt::host::{Discard, Host, HostCosts};
 use serde_json::{json, Value};
 use std::time::Instant;

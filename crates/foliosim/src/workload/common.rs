@@ -156,6 +156,7 @@ pub fn pte_table_bytes(len: u64) -> u64 {
 pub mod testutil {
     //! A fake `SetupEnv` and a fake kernel to drive workloads in tests.
 
+    use super::super::registry::find;
     use super::super::*;
     use std::collections::BTreeMap;
 
@@ -434,7 +435,7 @@ mod tests {
     /// advertised params set to its advertised default; names are unique.
     #[test]
     fn registry_param_specs_are_accepted() {
-        let reg = super::super::registry();
+        let reg = super::super::registry::registry();
         let mut names: Vec<_> = reg.iter().map(|w| w.name).collect();
         assert_eq!(names.len(), 21);
         names.sort();

@@ -6,7 +6,7 @@
 //! Trace replay is one more implementation of the same trait.
 
 use crate::sim::Ns;
-use std::collections::BTreeMap;
+pub use params::RawParams;
 
 pub mod common;
 pub mod ebizzy;
@@ -16,6 +16,7 @@ pub mod llama;
 pub mod memhog;
 pub mod memhog_then;
 pub mod params;
+pub mod registry;
 pub mod sparse_touch;
 pub mod trace;
 pub mod trace_format;
@@ -28,13 +29,7 @@ pub type TaskId = u32;
 pub type Fd = i32;
 pub type FileId = u32;
 
-/// Kind of a user memory access.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Access {
-    Load,
-    Store,
-    Ifetch,
-}
+pub use crate::types::Access;
 
 pub mod prot {
     pub const NONE: u32 = 0;
@@ -265,31 +260,3 @@ pub struct WorkloadInfo {
     pub params: fn() -> Vec<ParamSpec>,
     pub build: fn(&mut params::Params) -> Result<Box<dyn Workload>, String>,
 }
-
-/// Every workload foliosim knows, by name.
-pub fn registry() -> Vec<WorkloadInfo> {
-    let mut v = Vec::new();
-    v.extend(registered());
-    v
-}
-
-// Filled by the workload modules.
-fn registered() -> Vec<WorkloadInfo> {
-    let mut v = will_it_scale::infos();
-    v.push(memhog::info());
-    v.push(memhog_then::info());
-    v.push(file_reader::info());
-    v.push(sparse_touch::info());
-    v.push(trace::info());
-    v.push(kbuild::info());
-    v.extend(ebizzy::infos());
-    v.push(llama::info());
-    v.push(xsbench::info());
-    v
-}
-
-pub fn find(name: &str) -> Option<WorkloadInfo> {
-    registry().into_iter().find(|w| w.name == name)
-}
-
-pub type RawParams = BTreeMap<String, toml::Value>;

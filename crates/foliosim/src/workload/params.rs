@@ -1,6 +1,9 @@
 //! Typed access to a workload's parameters, with errors that name the key.
 
-use super::RawParams;
+use std::collections::BTreeMap;
+
+/// A workload's parameters as the config gives them.
+pub type RawParams = BTreeMap<String, toml::Value>;
 
 /// Whether the workload parameter `key` is a file path: `path` or a name
 /// ending in `_path`. Config loading resolves such a parameter relative to

@@ -11,8 +11,21 @@
 //! small block is gone (allocated or merged back into a whole chunk). Free
 //! blocks never span chunks, since blocks are naturally aligned.
 
-use super::FreeBlock;
 use crate::mm::{Pfn, MAX_PAGE_ORDER};
+
+/// A free block on a buddy free list. Free memory has no `struct Page`
+/// state in foliosim: this node is all there is.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FreeBlock {
+    pub prev: Pfn, // PFN + 1 of the previous block on the same list, 0 = none
+    pub next: Pfn,
+    pub order: u8,
+    pub mt: u8,
+    /// PG_reported (free page reporting).
+    pub reported: bool,
+    /// LUF unmap generation carried by the block (0 = none).
+    pub ugen: u16,
+}
 
 const CHUNK_SHIFT: u32 = MAX_PAGE_ORDER;
 const CHUNK_MASK: Pfn = (1 << CHUNK_SHIFT) - 1;

@@ -1,0 +1,3 @@
+//! arch/x86/mm/.
+
+pub mod tlb;

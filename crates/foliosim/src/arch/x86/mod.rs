@@ -1,0 +1,4 @@
+//! x86-64 (arch/x86/).
+
+pub mod mm;
+pub mod tlbflush;

@@ -1,0 +1,555 @@
+//! The crate's layers, in one place, and the check that its imports point
+//! one way: from a higher layer to a lower one, never back up, and no file
+//! reaching itself through others (no import cycle).
+//!
+//! It reads `src/**/*.rs` as text: every `use` statement and every inline
+//! path that starts with `crate::`, `super::`, `self::` or the name of a
+//! child module, with comments, strings and `#[cfg(test)]` items left out
+//! (a unit test may build a whole machine from below). A path is an arrow
+//! to the file that holds the module it names, so an import through a
+//! re-export (`pub use`) is an arrow to the file that re-exports.
+//!
+//! `ALLOWED` lists the arrows that still break the rules, each with the
+//! reason it is not gone yet. The check fails on a new offending arrow and
+//! on an entry that no longer offends, so the list can only shrink.
+//! `cargo test -p foliosim --test layers -- --nocapture` prints the counts.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// The layers, lowest first. A file belongs to the layer of the longest
+/// prefix of its path (relative to `src/`) listed here; a file may import
+/// from its own layer and the ones below it.
+const LAYERS: &[(&str, &[&str])] = &[
+    // Values every layer names: errors, page frame numbers and sizes,
+    // progress reports, access kinds. Imports nothing of the crate.
+    ("types", &["types.rs"]),
+    // The discrete-event engine: clocks, locks in simulated time, RNG.
+    ("sim", &["sim/"]),
+    // The machine: cost profile, TLBs, caches, the page walk.
+    ("hw", &["hw/"]),
+    // Architecture state that owns its data (x86 cpu_tlbstate's ASIDs);
+    // arch code that works on the whole kernel is in the kernel layer.
+    ("arch", &["arch/"]),
+    // Workload generators: they emit operations, they know no kernel.
+    ("workload", &["workload/"]),
+    // The kernel model: the `Kernel` struct, mm/, its checker, and the
+    // hypervisor under a guest kernel (its host memory, the balloon).
+    ("kernel", &["kernel/", "mm/", "check/", "virt/", "arch/x86/mm/"]),
+    // A config file parsed into a machine, a workload and knobs.
+    ("config", &["config.rs", "catalog.rs"]),
+    // The driver: run queue, sampling, result JSON; VM guests over it.
+    ("run", &["run.rs", "virt/guests.rs"]),
+    // The front doors: the API the bindings use, the benchmarks.
+    ("api", &["api.rs", "bench.rs", "lib.rs"]),
+];
+
+/// Arrows that still break the rules: (from, to, why). Paths relative to
+/// `src/`. Remove an entry when its arrow goes; never add one without a
+/// reason that says what has to move first.
+///
+/// All of them close the one cycle left, around `struct Kernel`: it holds
+/// the state of subsystems whose functions are `impl Kernel` blocks in the
+/// same files, so each such file imports kernel/mod.rs and is imported by
+/// it. An entry goes when its subsystem's state is a struct in a file of
+/// its own that takes an explicit context instead of the whole Kernel
+/// (issue 23, point 2), as PageAlloc (mm/page_alloc.rs) and TlbState
+/// (arch/x86/tlbflush.rs) already are.
+const ALLOWED: &[(&str, &str, &str)] = &[
+    ("kernel/mod.rs", "check/mod.rs", "Kernel holds the Checker; the checker's audits read the whole Kernel"),
+    ("kernel/mod.rs", "kernel/kthread.rs", "Kernel holds the kernel threads (dyn Kthread), whose run() takes the Kernel"),
+    ("kernel/mod.rs", "mm/filemap.rs", HOLDS),
+    ("kernel/mod.rs", "mm/huge_memory.rs", HOLDS),
+    ("kernel/mod.rs", "mm/luf.rs", HOLDS),
+    ("kernel/mod.rs", "mm/memory_tiers.rs", HOLDS),
+    ("kernel/mod.rs", "mm/mmap_lock.rs", HOLDS),
+    ("kernel/mod.rs", "mm/page_reporting.rs", HOLDS),
+    ("kernel/mod.rs", "mm/swap.rs", HOLDS),
+    ("kernel/task.rs", "mm/numa_balancing.rs", TASK_HOLDS),
+    ("kernel/task.rs", "mm/rmap.rs", TASK_HOLDS),
+    ("kernel/task.rs", "mm/spf.rs", TASK_HOLDS),
+    (
+        "mm/memory.rs",
+        "mm/mmap_lock.rs",
+        "the fault entry (memory.rs) takes FastFault from the fault-locking paths (mmap_lock.rs), \
+         which call the fault handlers back; the fault-locking policy interface (issue 23, point 3) is to own that type",
+    ),
+];
+
+const HOLDS: &str = "struct Kernel holds this subsystem's state, whose functions are impl Kernel blocks in the same file";
+const TASK_HOLDS: &str = "struct Task holds this subsystem's per-task state, whose functions are impl Kernel blocks in the same file";
+
+fn src_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+}
+
+fn rs_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    let mut entries: Vec<_> = std::fs::read_dir(dir).expect("read src/").map(|e| e.expect("dir entry").path()).collect();
+    entries.sort();
+    for p in entries {
+        if p.is_dir() {
+            rs_files(&p, out);
+        } else if p.extension().is_some_and(|e| e == "rs") {
+            out.push(p);
+        }
+    }
+}
+
+/// The module path of a file: `mm/mod.rs` is `[mm]`, `mm/page_alloc/free_blocks.rs`
+/// is `[mm, page_alloc, free_blocks]`, `lib.rs` is `[]`.
+fn module_of(rel: &str) -> Vec<String> {
+    let mut segs: Vec<String> = rel.trim_end_matches(".rs").split('/').map(str::to_string).collect();
+    if matches!(segs.last().map(String::as_str), Some("mod") | Some("lib")) {
+        segs.pop();
+    }
+    segs
+}
+
+/// The source with comments, string and char literals blanked out, so
+/// that only code is searched for paths.
+fn strip(src: &str) -> String {
+    let b = src.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let c = b[i];
+        if c == b'/' && b.get(i + 1) == Some(&b'/') {
+            while i < b.len() && b[i] != b'\n' {
+                i += 1;
+            }
+        } else if c == b'/' && b.get(i + 1) == Some(&b'*') {
+            let mut depth = 0;
+            while i < b.len() {
+                if b[i] == b'/' && b.get(i + 1) == Some(&b'*') {
+                    depth += 1;
+                    i += 2;
+                } else if b[i] == b'*' && b.get(i + 1) == Some(&b'/') {
+                    depth -= 1;
+                    i += 2;
+                    if depth == 0 {
+                        break;
+                    }
+                } else {
+                    if b[i] == b'\n' {
+                        out.push(b'\n');
+                    }
+                    i += 1;
+                }
+            }
+            out.push(b' ');
+        } else if c == b'r' && (b.get(i + 1) == Some(&b'"') || b.get(i + 1) == Some(&b'#')) && (i == 0 || !is_ident(b[i - 1])) {
+            // Raw string r"..." or r#"..."#.
+            let mut j = i + 1;
+            let mut hashes = 0;
+            while b.get(j) == Some(&b'#') {
+                hashes += 1;
+                j += 1;
+            }
+            if b.get(j) != Some(&b'"') {
+                out.push(c);
+                i += 1;
+                continue;
+            }
+            j += 1;
+            loop {
+                if j >= b.len() {
+                    break;
+                }
+                if b[j] == b'"' && (1..=hashes).all(|k| b.get(j + k) == Some(&b'#')) {
+                    j += 1 + hashes;
+                    break;
+                }
+                if b[j] == b'\n' {
+                    out.push(b'\n');
+                }
+                j += 1;
+            }
+            out.extend_from_slice(b"\"\"");
+            i = j;
+        } else if c == b'"' {
+            i += 1;
+            while i < b.len() && b[i] != b'"' {
+                if b[i] == b'\\' {
+                    i += 1;
+                }
+                if i < b.len() && b[i] == b'\n' {
+                    out.push(b'\n');
+                }
+                i += 1;
+            }
+            i += 1;
+            out.extend_from_slice(b"\"\"");
+        } else if c == b'\'' {
+            // A char literal ('a', '\n', '\u{..}') or a lifetime ('a).
+            if b.get(i + 1) == Some(&b'\\') {
+                let mut j = i + 2;
+                while j < b.len() && b[j] != b'\'' {
+                    j += 1;
+                }
+                i = j + 1;
+                out.extend_from_slice(b"' '");
+            } else if b.get(i + 2) == Some(&b'\'') {
+                i += 3;
+                out.extend_from_slice(b"' '");
+            } else {
+                out.push(c);
+                i += 1;
+            }
+        } else {
+            out.push(c);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).expect("utf-8 source")
+}
+
+fn is_ident(c: u8) -> bool {
+    c.is_ascii_alphanumeric() || c == b'_'
+}
+
+/// The code with every `#[cfg(test)]` item removed (the attribute and the
+/// item after it: up to its `;` or through its braced body).
+fn drop_test_items(code: &str) -> String {
+    let b = code.as_bytes();
+    let mut out = String::with_capacity(code.len());
+    let mut i = 0;
+    let pat = "#[cfg(test)]";
+    while let Some(k) = code[i..].find(pat) {
+        out.push_str(&code[i..i + k]);
+        let mut j = i + k + pat.len();
+        let mut depth = 0;
+        while j < b.len() {
+            match b[j] {
+                b'{' => depth += 1,
+                b'}' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        j += 1;
+                        break;
+                    }
+                }
+                b';' if depth == 0 => {
+                    j += 1;
+                    break;
+                }
+                _ => {}
+            }
+            j += 1;
+        }
+        i = j;
+    }
+    out.push_str(&code[i..]);
+    out
+}
+
+/// Expands one `use` tree (`a::{b, c::{d as e, *}}`) into its paths.
+fn expand_use(tree: &str, prefix: &str, out: &mut Vec<String>) {
+    let tree = tree.trim();
+    if let Some(open) = tree.find('{') {
+        let head = tree[..open].trim().trim_end_matches("::");
+        let inner = &tree[open + 1..tree.rfind('}').expect("balanced use braces")];
+        let base = join(prefix, head);
+        let mut depth = 0;
+        let mut start = 0;
+        for (k, ch) in inner.char_indices() {
+            match ch {
+                '{' => depth += 1,
+                '}' => depth -= 1,
+                ',' if depth == 0 => {
+                    expand_use(&inner[start..k], &base, out);
+                    start = k + 1;
+                }
+                _ => {}
+            }
+        }
+        expand_use(&inner[start..], &base, out);
+    } else if !tree.is_empty() {
+        let path = tree.split(" as ").next().expect("a path").trim();
+        let path = path.trim_end_matches("::*").trim_end_matches("::self");
+        if path == "self" {
+            out.push(prefix.to_string());
+        } else if path != "*" {
+            out.push(join(prefix, path));
+        }
+    }
+}
+
+fn join(a: &str, b: &str) -> String {
+    match (a.is_empty(), b.is_empty()) {
+        (true, _) => b.to_string(),
+        (_, true) => a.to_string(),
+        _ => format!("{a}::{b}"),
+    }
+}
+
+struct Crate {
+    /// Module path -> file (relative to src/).
+    files: BTreeMap<Vec<String>, String>,
+}
+
+impl Crate {
+    /// The file holding the module a path names (`crate::mm::memory::X`:
+    /// mm/memory.rs), for a path seen in the file of module `here`; None
+    /// for a path outside the crate (std, serde, ...).
+    fn resolve(&self, here: &[String], path: &str) -> Option<&String> {
+        let segs: Vec<&str> = path.split("::").map(str::trim).filter(|s| !s.is_empty()).collect();
+        let (mut abs, rest): (Vec<String>, &[&str]) = match segs.first() {
+            Some(&"crate") => (vec![], &segs[1..]),
+            Some(&"self") => (here.to_vec(), &segs[1..]),
+            Some(&"super") => {
+                let mut m = here.to_vec();
+                let mut k = 0;
+                while segs.get(k) == Some(&"super") {
+                    m.pop();
+                    k += 1;
+                }
+                (m, &segs[k..])
+            }
+            Some(first) => {
+                // A child module of this one, named bare (`use costs::Costs`).
+                let mut child = here.to_vec();
+                child.push(first.to_string());
+                if !self.files.contains_key(&child) {
+                    return None;
+                }
+                (child, &segs[1..])
+            }
+            None => return None,
+        };
+        for s in rest {
+            abs.push(s.to_string());
+            if !self.files.contains_key(&abs) {
+                abs.pop();
+                break;
+            }
+        }
+        self.files.get(&abs)
+    }
+}
+
+/// Every arrow of the crate: file -> the files it imports (not itself).
+fn arrows() -> BTreeMap<String, BTreeSet<String>> {
+    let src = src_dir();
+    let mut paths = Vec::new();
+    rs_files(&src, &mut paths);
+    let rels: Vec<String> = paths.iter().map(|p| p.strip_prefix(&src).expect("under src/").to_string_lossy().replace('\\', "/")).collect();
+    // Unit-test files (`#[cfg(test)] mod tests;`) are not part of the layering.
+    let rels: Vec<String> = rels.into_iter().filter(|r| !r.ends_with("/tests.rs")).collect();
+    let krate = Crate { files: rels.iter().map(|r| (module_of(r), r.clone())).collect() };
+    let mut out = BTreeMap::new();
+    for rel in &rels {
+        let here = module_of(rel);
+        let text = std::fs::read_to_string(src.join(rel)).expect("read source");
+        let code = drop_test_items(&strip(&text));
+        let mut found: Vec<String> = Vec::new();
+        // `use` statements, braces expanded.
+        let mut rest = code.as_str();
+        let mut code_wo_use = String::new();
+        while let Some(k) = find_word(rest, "use") {
+            code_wo_use.push_str(&rest[..k]);
+            let end = rest[k..].find(';').map_or(rest.len(), |e| k + e);
+            expand_use(&rest[k + 3..end], "", &mut found);
+            rest = &rest[(end + 1).min(rest.len())..];
+        }
+        code_wo_use.push_str(rest);
+        // Inline paths: crate::a::b, super::x, self::x, child::x.
+        let b = code_wo_use.as_bytes();
+        let mut i = 0;
+        while i < b.len() {
+            if is_ident(b[i]) && (i == 0 || !(is_ident(b[i - 1]) || b[i - 1] == b':')) {
+                let mut j = i;
+                while j < b.len() && (is_ident(b[j]) || (b[j] == b':' && b.get(j + 1) == Some(&b':'))) {
+                    j += if b[j] == b':' { 2 } else { 1 };
+                }
+                let p = &code_wo_use[i..j];
+                if p.contains("::") {
+                    found.push(p.trim_end_matches("::").to_string());
+                }
+                i = j.max(i + 1);
+            } else {
+                i += 1;
+            }
+        }
+        let set: BTreeSet<String> = found.iter().filter_map(|p| krate.resolve(&here, p)).filter(|f| *f != rel).cloned().collect();
+        out.insert(rel.clone(), set);
+    }
+    out
+}
+
+/// The byte offset of the next `use` keyword starting a statement.
+fn find_word(s: &str, w: &str) -> Option<usize> {
+    let b = s.as_bytes();
+    let mut from = 0;
+    while let Some(k) = s[from..].find(w) {
+        let at = from + k;
+        let before_ok = at == 0 || !is_ident(b[at - 1]);
+        let after_ok = b.get(at + w.len()).is_some_and(|c| c.is_ascii_whitespace());
+        if before_ok && after_ok {
+            return Some(at);
+        }
+        from = at + w.len();
+    }
+    None
+}
+
+fn layer_of(rel: &str) -> (usize, &'static str) {
+    let mut best: Option<(usize, usize, &'static str)> = None;
+    for (idx, (name, prefixes)) in LAYERS.iter().enumerate() {
+        for p in *prefixes {
+            if rel.starts_with(p) && best.is_none_or(|(len, _, _)| p.len() > len) {
+                best = Some((p.len(), idx, name));
+            }
+        }
+    }
+    let (_, idx, name) = best.unwrap_or_else(|| panic!("src/{rel} is in no layer: add its path to LAYERS in tests/layers.rs"));
+    (idx, name)
+}
+
+/// Strongly connected components of more than one file (Tarjan).
+fn cycles(g: &BTreeMap<String, BTreeSet<String>>) -> Vec<Vec<String>> {
+    struct St<'a> {
+        g: &'a BTreeMap<String, BTreeSet<String>>,
+        index: BTreeMap<&'a str, usize>,
+        low: BTreeMap<&'a str, usize>,
+        stack: Vec<&'a str>,
+        on: BTreeSet<&'a str>,
+        out: Vec<Vec<String>>,
+    }
+    fn visit<'a>(s: &mut St<'a>, v: &'a str) {
+        let n = s.index.len();
+        s.index.insert(v, n);
+        s.low.insert(v, n);
+        s.stack.push(v);
+        s.on.insert(v);
+        let g = s.g;
+        for w in g.get(v).into_iter().flatten() {
+            let w = w.as_str();
+            if !s.index.contains_key(w) {
+                visit(s, w);
+                let lw = s.low[w];
+                let lv = s.low.get_mut(v).expect("visited");
+                *lv = (*lv).min(lw);
+            } else if s.on.contains(w) {
+                let iw = s.index[w];
+                let lv = s.low.get_mut(v).expect("visited");
+                *lv = (*lv).min(iw);
+            }
+        }
+        if s.low[v] == s.index[v] {
+            let mut comp = Vec::new();
+            loop {
+                let w = s.stack.pop().expect("on stack");
+                s.on.remove(w);
+                comp.push(w.to_string());
+                if w == v {
+                    break;
+                }
+            }
+            if comp.len() > 1 {
+                comp.sort();
+                s.out.push(comp);
+            }
+        }
+    }
+    let mut s = St { g, index: BTreeMap::new(), low: BTreeMap::new(), stack: Vec::new(), on: BTreeSet::new(), out: Vec::new() };
+    for v in g.keys() {
+        if !s.index.contains_key(v.as_str()) {
+            visit(&mut s, v);
+        }
+    }
+    s.out
+}
+
+fn upward(g: &BTreeMap<String, BTreeSet<String>>) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for (from, tos) in g {
+        for to in tos {
+            if layer_of(from).0 < layer_of(to).0 {
+                out.push((from.clone(), to.clone()));
+            }
+        }
+    }
+    out
+}
+
+type Graph = BTreeMap<String, BTreeSet<String>>;
+
+/// What breaks the rules in `all`, given `ALLOWED`: one line each.
+fn problems(all: &Graph) -> Vec<String> {
+    let allowed: BTreeSet<(&str, &str)> = ALLOWED.iter().map(|&(a, b, _)| (a, b)).collect();
+    let cyc = cycles(all);
+    let mut out = Vec::new();
+    for (a, b, _) in ALLOWED {
+        if !all.get(*a).is_some_and(|t| t.contains(*b)) {
+            out.push(format!("ALLOWED lists {a} -> {b}, which the code no longer has: remove the entry"));
+        } else if layer_of(a).0 >= layer_of(b).0 && !cyc.iter().any(|c| c.iter().any(|f| f == a) && c.iter().any(|f| f == b)) {
+            out.push(format!("ALLOWED lists {a} -> {b}, which is neither upward nor in a cycle: remove the entry"));
+        }
+    }
+    let rest: Graph = all
+        .iter()
+        .map(|(a, tos)| (a.clone(), tos.iter().filter(|b| !allowed.contains(&(a.as_str(), b.as_str()))).cloned().collect()))
+        .collect();
+    for (a, b) in upward(&rest) {
+        out.push(format!("src/{a} (layer {}) imports src/{b} (layer {}), a higher layer", layer_of(&a).1, layer_of(&b).1));
+    }
+    for c in cycles(&rest) {
+        let inside: Vec<String> =
+            c.iter().flat_map(|a| rest[a].iter().filter(|b| c.contains(b)).map(move |b| format!("{a} -> {b}"))).collect();
+        out.push(format!("import cycle of {} files: {}", c.len(), inside.join(", ")));
+    }
+    out
+}
+
+#[test]
+fn imports_point_one_way() {
+    let all = arrows();
+    let ups = upward(&all);
+    let cyc = cycles(&all);
+    println!("all arrows: {} upward imports, {} cycles ({} files)", ups.len(), cyc.len(), cyc.iter().map(Vec::len).sum::<usize>());
+    for c in &cyc {
+        println!("  cycle of {}: {}", c.len(), c.join(" "));
+    }
+    for (a, b) in &ups {
+        println!("  up: {a} ({}) -> {b} ({})", layer_of(a).1, layer_of(b).1);
+    }
+    let problems = problems(&all);
+    assert!(problems.is_empty(), "imports that break the layering (tests/layers.rs):\n{}", problems.join("\n"));
+}
+
+/// The check itself: an arrow up, a new cycle and an allowed arrow that
+/// went are each reported, on the crate's real graph.
+#[test]
+fn the_check_catches_what_it_should() {
+    let all = arrows();
+    assert!(all["hw/tlb.rs"].contains("hw/profile.rs"), "the scanner reads `use super::profile::TlbSpec`");
+    assert!(all["kernel/mod.rs"].contains("kernel/costs.rs"), "the scanner reads `use costs::Costs` (a child module)");
+    assert!(all["kernel/mod.rs"].contains("mm/luf.rs"), "the scanner reads an inline crate:: path");
+    assert!(problems(&all).is_empty());
+
+    let mut up = all.clone();
+    up.get_mut("hw/tlb.rs").expect("a file").insert("mm/mod.rs".to_string());
+    let p = problems(&up);
+    assert!(p.iter().any(|l| l.contains("src/hw/tlb.rs (layer hw) imports src/mm/mod.rs")), "{p:?}");
+
+    let mut cyc = all.clone();
+    cyc.get_mut("hw/profile.rs").expect("a file").insert("hw/tlb.rs".to_string());
+    let p = problems(&cyc);
+    assert!(p.iter().any(|l| l.starts_with("import cycle of 2 files") && l.contains("hw/profile.rs -> hw/tlb.rs")), "{p:?}");
+
+    let (a, b, _) = ALLOWED[0];
+    let mut gone = all.clone();
+    gone.get_mut(a).expect("a file").remove(b);
+    let p = problems(&gone);
+    assert!(p.iter().any(|l| l.contains(&format!("ALLOWED lists {a} -> {b}, which the code no longer has"))), "{p:?}");
+}
+
+#[test]
+fn use_trees_expand() {
+    let mut out = Vec::new();
+    expand_use("crate::{a::b, c::{self, d as e, f::*}}", "", &mut out);
+    assert_eq!(out, ["crate::a::b", "crate::c", "crate::c::d", "crate::c::f"]);
+    let code = strip("let s = \"crate::x::y\"; // crate::z\n/* crate::w */ let c = '{'; crate::v::u");
+    assert!(!code.contains("crate::x") && !code.contains("crate::z") && !code.contains("crate::w") && code.contains("crate::v::u"));
+    assert_eq!(drop_test_items("a #[cfg(test)] mod tests { use crate::run; { } } b"), "a  b");
+}
