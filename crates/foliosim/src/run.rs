@@ -21,6 +21,8 @@ struct Env<'a> {
     next_cpu: u32,
     /// The stand-in file of the process images' mappings, once made.
     image_file: Option<FileId>,
+    /// Tasks whose image is mapped, to touch once their clocks are set.
+    imaged: Vec<TaskId>,
 }
 
 impl SetupEnv for Env<'_> {
@@ -86,18 +88,22 @@ impl SetupEnv for Env<'_> {
         Ok(())
     }
     fn map_process_image(&mut self, task: TaskId) -> Result<(), String> {
-        let segs = crate::mm::exec::GLIBC_2_36_X86_64;
+        let img = &crate::mm::exec::GLIBC_2_36_X86_64;
         let file = match self.image_file {
             Some(f) => f,
             None => {
-                let bytes = segs.iter().filter(|s| s.map).map(|s| s.len).sum();
-                let f = self.create_file(FsKind::Disk, bytes, false)?;
+                // The binary and libraries are in the page cache, as on any
+                // host that ran them before. A tmpfs file: populating a disk
+                // one would count its read-in as major faults.
+                let f = self.create_file(FsKind::Tmpfs, img.file_bytes(), true)?;
                 self.image_file = Some(f);
                 f
             }
         };
         let mm = self.k.tasks.get(task as usize).ok_or_else(|| format!("map_process_image: no task {task}"))?.mm;
-        self.k.map_process_image(mm, file, segs)
+        self.k.map_process_image(mm, file, img)?;
+        self.imaged.push(task);
+        Ok(())
     }
 }
 
@@ -256,10 +262,11 @@ impl Driver {
         let mut k = Kernel::boot(cfg.profile.clone(), cfg.knobs.clone(), cfg.run.check, seed)?;
         k.trace = crate::kernel::trace::Tracing::new(&cfg.run.probes, &cfg.run.probes_record, k.nr_cpus());
         boot_hook(&mut k);
-        {
-            let mut env = Env { k: &mut k, seed, next_cpu: 0, image_file: None };
+        let imaged = {
+            let mut env = Env { k: &mut k, seed, next_cpu: 0, image_file: None, imaged: Vec::new() };
             wl.setup(&mut env)?;
-        }
+            env.imaged
+        };
         if k.tasks.is_empty() {
             return Err("the workload created no tasks".into());
         }
@@ -274,6 +281,14 @@ impl Driver {
             for w in k.wakeups.iter_mut() {
                 w.0 += start;
             }
+        }
+        // Each imaged process starts up (touches its image) at its own
+        // start, a late-booting guest's included.
+        for &tid in &imaged {
+            k.touch_process_image(tid, &crate::mm::exec::GLIBC_2_36_X86_64)?;
+        }
+        for m in k.mms.iter_mut() {
+            m.base_rss = m.rss_anon + m.rss_file;
         }
         let mut q = Queue { heap: BinaryHeap::new(), seq: 0 };
         for i in 0..k.tasks.len() {
@@ -650,6 +665,9 @@ pub fn result_json(cfg: &Config, o: &Outcome) -> Value {
             // VmHWM: the largest peak RSS of any mm, and each mm's (KiB).
             "peak_rss_kib": k.mms.iter().map(|m| m.hiwater_rss.max(0) as u64 * 4).max().unwrap_or(0),
             "peak_rss_kib_by_mm": k.mms.iter().map(|m| m.hiwater_rss.max(0) as u64 * 4).collect::<Vec<_>>(),
+            // RSS when the run started (a process image's pages), the
+            // largest of any mm: the harness's baseline.
+            "base_rss_kib": k.mms.iter().map(|m| m.base_rss.max(0) as u64 * 4).max().unwrap_or(0),
         },
         "checker": {
             "enabled": k.check.enabled,

@@ -458,10 +458,15 @@ impl Kernel {
             }
             addr
         } else {
-            // thp_get_unmapped_area-style alignment of unhinted maps (the policy's).
-            let align = if addr == 0 { self.anon_policy.mmap_align(len, file == 0, &self.knobs) } else { 4096 };
-            let m = &mut self.mms[mm as usize];
-            match m.get_unmapped_area(len, align) {
+            // Unhinted maps as the policy places them; THP alignment is for
+            // private anonymous ones (a shared one is shmem's, not aligned
+            // with shmem_enabled = never).
+            let place = if addr == 0 {
+                self.anon_policy.mmap_align(len, file == 0 && flags & map::SHARED == 0, &self.knobs)
+            } else {
+                crate::mm::mmap::Placement::Page
+            };
+            match self.mms[mm as usize].place(len, place) {
                 Some(a) => a,
                 None => {
                     let t = self.mmap_write_unlock(t, cpu, mm);

@@ -223,7 +223,8 @@ pub trait SetupEnv {
         Ok(())
     }
     /// Give task `task`'s mm the mappings a dynamically linked program has
-    /// in its mmap area before main() (mm/exec.rs GLIBC_2_36_X86_64).
+    /// when its loop starts, with their resident pages touched (mm/exec.rs
+    /// GLIBC_2_36_X86_64).
     fn map_process_image(&mut self, task: TaskId) -> Result<(), String> {
         let _ = task;
         Ok(())

@@ -17,13 +17,17 @@
 //! the real code ignores (munmap, madvise): looping on them would only hide
 //! the failure.
 //!
-//! Each process starts with a glibc program's mmap area (`process_image`,
-//! mm/exec.rs: ld.so, the vDSO, libc, the harness's counter page), so that
-//! the testcase's mappings land where Linux puts them (a 1 MiB tlb_flush2
-//! region is not 64 KiB aligned, a 128 MiB one is PMD aligned).
+//! Each process starts with a glibc program's address space as the
+//! harness leaves it when the loop starts (`process_image`, mm/exec.rs: the
+//! binary, its bss and brk heap, the stack, ld.so, the vDSO, libc, the
+//! harness's counter page, their resident pages touched), so that the
+//! testcase's mappings land where Linux puts them (a 1 MiB tlb_flush2
+//! region is not 64 KiB aligned, a 128 MiB one is PMD aligned) and its RSS
+//! starts from the harness's baseline.
 //!
 //! Not modelled: the loads and stores to the harness's counter page (each
-//! `(*iterations)++`), the binary and its bss (read1's buffer), read1's 1 MiB stack buffer and
+//! `(*iterations)++`), read1's buffer in the bss (read() carries no user
+//! buffer, so copy_to_user's first fault on it is missing), read1's 1 MiB stack buffer and
 //! its initial write(2) calls (the file is created populated instead, and the
 //! EOF offset is set with an initial `lseek`), mkstemp/unlink (files are made
 //! in `setup`; the O_RDONLY of read2's open is not expressible).
