@@ -695,7 +695,7 @@ mod tests {
     /// 100, wake-up 3000): the waker on CPU 0 wakes the last task first.
     #[test]
     fn the_start_gate_wakes_the_last_poller_first_one_wake_up_apart() {
-        let toml = "seed = 1\n[machine]\nprofile = \"skl-2s-72\"\nnr_cpus = 4\n[workload]\nname = \"page_fault1\"\nmode = \"threads\"\ntasks = 4\nsize_mib = 1\n[run]\nwarmup_s = 0.0\nduration_s = 0.001\n";
+        let toml = "seed = 1\n[machine]\nprofile = \"skl-2s-72\"\nnr_cpus = 4\n[workload]\nname = \"page_fault1\"\nmode = \"threads\"\ntasks = 4\nsize_mib = 1\nprocess_image = \"none\"\n[run]\nwarmup_s = 0.0\nduration_s = 0.001\n";
         let cfg = crate::config::from_toml(toml, "<test>").unwrap();
         let d = Driver::new(&cfg, cfg.seed, 0, build_workload(&cfg).unwrap(), &mut |_| {}).unwrap();
         let clocks: Vec<Ns> = d.k.tasks.iter().map(|t| t.clock).collect();
