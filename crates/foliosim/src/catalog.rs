@@ -1,7 +1,6 @@
 //! What `foliosim list` shows.
 
 use crate::hw::profile::{self, Profile};
-use crate::kernel::knobs;
 use crate::mm::vmstat::{Stat, NR_STATS, STAT_HELP, STAT_NAMES};
 use crate::workload;
 use serde_json::{json, Value};
@@ -15,7 +14,7 @@ pub fn catalog() -> Value {
         .map(|(name, p)| json!({"name": name, "description": p.description, "nr_cpus": p.cpu.nr_cpus, "mem_mib": p.total_mem_mib(), "nodes": p.nodes.len(), "toml": profile::builtin(name)}))
         .collect();
     let knobs: Vec<Value> =
-        knobs::registry().iter().map(|k| json!({"key": k.key, "default": k.default, "help": k.help, "values": k.values})).collect();
+        crate::policy::knobs().iter().map(|k| json!({"key": k.key, "default": k.default, "help": k.help, "values": k.values})).collect();
     let counters: Vec<Value> = (0..NR_STATS)
         .map(|i| json!({"name": STAT_NAMES[i], "help": STAT_HELP[i], "gauge": Stat::from_name(STAT_NAMES[i]).unwrap().is_gauge()}))
         .collect();

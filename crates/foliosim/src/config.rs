@@ -413,7 +413,7 @@ fn dotted_knob(head: &str, t: &toml::Table) -> Option<String> {
         }
     }
     walk(head, t, &mut names);
-    names.into_iter().find(|n| knobs::registry().iter().any(|s| s.key == n))
+    names.into_iter().find(|n| crate::policy::find(n).is_some())
 }
 
 /// Most VM guests `machine.guests` may ask for.
@@ -541,16 +541,25 @@ fn from_table(mut root: toml::Table, ctx: &Ctx) -> Result<Config, ConfigError> {
                 ));
             }
         }
-        let val = knobs::validate(&k, &v).map_err(|reason| ctx.err("knobs", &k, reason))?;
-        kn.set(&k, &val);
+        let spec = crate::policy::find(&k).ok_or_else(|| ctx.err("knobs", &k, "unknown knob (see `foliosim list`)"))?;
+        let val = knobs::validate(spec, &v).map_err(|reason| ctx.err("knobs", &k, reason))?;
+        kn.set(spec, &val);
         knob_values.insert(k, val);
     }
     // Setting a per-size mTHP knob means the 6.8+ kernel those knobs belong
     // to, unless the model switch says otherwise.
     if !knob_values.contains_key("anon_folio.mode") && knobs::MTHP_SIZE_KEYS[..7].iter().any(|k| knob_values.contains_key(*k)) {
         let v = KnobValue::Str("upstream".into());
-        kn.set("anon_folio.mode", &v);
+        kn.set(crate::policy::find("anon_folio.mode").expect("anon_folio.mode is a knob"), &v);
         knob_values.insert("anon_folio.mode".into(), v);
+    }
+    // A policy's own knob needs that policy selected.
+    for k in knob_values.keys() {
+        let spec = crate::policy::find(k).expect("validated above");
+        if !crate::policy::selected(spec, |sel| knob_values.get(sel).cloned()) {
+            let (sel, name) = spec.owner.expect("only a policy's knob can be unselected");
+            return Err(ctx.err("knobs", k, format!("belongs to the policy \"{name}\": it needs {sel} = \"{name}\"")));
+        }
     }
     // --- workload
     let mut w = take_table(ctx, &mut root, "workload")?;
@@ -602,7 +611,7 @@ fn from_table(mut root: toml::Table, ctx: &Ctx) -> Result<Config, ConfigError> {
     }
     // Normalised form: everything explicit.
     let mut knobs_json = serde_json::Map::new();
-    for spec in knobs::registry() {
+    for spec in crate::policy::knobs().iter().filter(|s| crate::policy::selected(s, |sel| knob_values.get(sel).cloned())) {
         let v = match knob_values.get(spec.key) {
             Some(KnobValue::Int(i)) => serde_json::Value::from(*i),
             Some(KnobValue::Bool(b)) => serde_json::Value::from(*b),
@@ -817,15 +826,15 @@ mod tests {
     fn a_per_size_mthp_knob_selects_the_upstream_policy() {
         let base = "[workload]\nname = \"page_fault1\"\n[knobs]\n";
         let c = from_toml(&format!("{base}\"kernel/mm/transparent_hugepage/hugepages-64kB/enabled\" = \"always\"\n"), "c.toml").unwrap();
-        assert_eq!(c.knobs.anon_folio.mode, crate::kernel::knobs::AnonFolioMode::Upstream);
+        assert_eq!(c.knobs.anon_folio.mode, "upstream");
         assert_eq!(c.normalized["knobs"]["anon_folio.mode"], "upstream");
         let c = from_toml(
             &format!("{base}\"kernel/mm/transparent_hugepage/hugepages-64kB/enabled\" = \"always\"\n\"anon_folio.mode\" = \"rfc-v2\"\n"),
             "c.toml",
         )
         .unwrap();
-        assert_eq!(c.knobs.anon_folio.mode, crate::kernel::knobs::AnonFolioMode::RfcV2, "an explicit mode wins");
+        assert_eq!(c.knobs.anon_folio.mode, "rfc-v2", "an explicit mode wins");
         let c = from_toml(base, "c.toml").unwrap();
-        assert_eq!(c.knobs.anon_folio.mode, crate::kernel::knobs::AnonFolioMode::Off);
+        assert_eq!(c.knobs.anon_folio.mode, "off");
     }
 }

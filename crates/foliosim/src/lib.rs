@@ -10,6 +10,7 @@ pub mod config;
 pub mod hw;
 pub mod kernel;
 pub mod mm;
+pub mod policy;
 pub mod run;
 pub mod sim;
 pub mod types;

@@ -15,6 +15,19 @@ pub enum KnobDefault {
     Str(&'static str),
 }
 
+/// Where a knob's value lands in `Knobs` (its type is the default's).
+#[derive(Clone, Copy, Debug)]
+pub enum Land {
+    Int(fn(&mut Knobs, i64)),
+    Bool(fn(&mut Knobs, bool)),
+    Str(fn(&mut Knobs, &str)),
+    /// A knob a policy declares (policy/): kept by key in `Knobs::params`,
+    /// read by the policy when it is built.
+    Param,
+}
+
+/// One knob, written once: its key, default (and so its type), help,
+/// allowed values or range, and where its value lands.
 #[derive(Clone, Debug, Serialize)]
 pub struct KnobSpec {
     pub key: &'static str,
@@ -25,12 +38,72 @@ pub struct KnobSpec {
     /// Inclusive integer range.
     #[serde(skip)]
     pub range: Option<(i64, i64)>,
+    #[serde(skip)]
+    pub land: Land,
+    /// For a policy's own knob: the selector knob and the policy's name
+    /// (the knob counts only when that policy is selected).
+    #[serde(skip)]
+    pub owner: Option<(&'static str, &'static str)>,
+}
+
+impl KnobSpec {
+    /// An integer knob in the inclusive `range`.
+    pub const fn int(key: &'static str, default: i64, range: (i64, i64), help: &'static str, land: fn(&mut Knobs, i64)) -> KnobSpec {
+        KnobSpec { key, default: KnobDefault::Int(default), help, values: None, range: Some(range), land: Land::Int(land), owner: None }
+    }
+
+    /// A boolean knob (also written 0 or 1).
+    pub const fn flag(key: &'static str, default: bool, help: &'static str, land: fn(&mut Knobs, bool)) -> KnobSpec {
+        KnobSpec { key, default: KnobDefault::Bool(default), help, values: None, range: None, land: Land::Bool(land), owner: None }
+    }
+
+    /// A string knob taking one of `values`.
+    pub const fn choice(
+        key: &'static str,
+        default: &'static str,
+        values: &'static [&'static str],
+        help: &'static str,
+        land: fn(&mut Knobs, &str),
+    ) -> KnobSpec {
+        KnobSpec { key, default: KnobDefault::Str(default), help, values: Some(values), range: None, land: Land::Str(land), owner: None }
+    }
+
+    /// The knob that selects a policy of one kind by name; the policy
+    /// registry (policy/mod.rs) fills in the names.
+    pub const fn selector(key: &'static str, default: &'static str, help: &'static str, land: fn(&mut Knobs, &str)) -> KnobSpec {
+        KnobSpec { key, default: KnobDefault::Str(default), help, values: None, range: None, land: Land::Str(land), owner: None }
+    }
+
+    /// A policy's own integer knob (policy/): the value is kept in `Knobs::params`.
+    pub const fn int_param(key: &'static str, default: i64, range: (i64, i64), help: &'static str) -> KnobSpec {
+        KnobSpec { key, default: KnobDefault::Int(default), help, values: None, range: Some(range), land: Land::Param, owner: None }
+    }
+
+    /// A policy's own boolean knob.
+    pub const fn flag_param(key: &'static str, default: bool, help: &'static str) -> KnobSpec {
+        KnobSpec { key, default: KnobDefault::Bool(default), help, values: None, range: None, land: Land::Param, owner: None }
+    }
+
+    /// A policy's own string knob taking one of `values`.
+    pub const fn choice_param(key: &'static str, default: &'static str, values: &'static [&'static str], help: &'static str) -> KnobSpec {
+        KnobSpec { key, default: KnobDefault::Str(default), help, values: Some(values), range: None, land: Land::Param, owner: None }
+    }
+
+    /// The default as a value.
+    pub fn default_value(&self) -> KnobValue {
+        match self.default {
+            KnobDefault::Int(i) => KnobValue::Int(i),
+            KnobDefault::Bool(b) => KnobValue::Bool(b),
+            KnobDefault::Str(s) => KnobValue::Str(s.to_string()),
+        }
+    }
 }
 
 /// Deliberately broken variants of core mechanisms, for showing that the
 /// invariant checker catches them. Never use outside tests.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Default)]
 pub enum Mutant {
+    #[default]
     None,
     /// munmap/zap flushes only the local TLB: remote CPUs keep stale entries.
     SkipShootdown,
@@ -134,29 +207,6 @@ pub enum LufMutant {
     ZapSkipsEmptyTable,
 }
 
-/// (debug.mutant value, mutant) for the LUF mutants.
-pub const LUF_MUTANTS: &[(&str, LufMutant)] = &[
-    ("luf_skip_alloc_flush", LufMutant::SkipAllocFlush),
-    ("luf_large_skip_alloc_flush", LufMutant::LargeSkipAllocFlush),
-    ("luf_d1_order_as_ugen", LufMutant::D1OrderAsUgen),
-    ("luf_merge_keeps_older", LufMutant::MergeKeepsOlder),
-    ("luf_d2_split_drops", LufMutant::D2SplitDrops),
-    ("luf_d3_refill_drops", LufMutant::D3RefillDrops),
-    ("luf_skip_isolation_check", LufMutant::SkipIsolationCheck),
-    ("luf_no_on_flushing_refusal", LufMutant::NoOnFlushingRefusal),
-    ("luf_no_wait", LufMutant::NoWait),
-    ("luf_early_done", LufMutant::EarlyDone),
-    ("luf_defer_writable", LufMutant::DeferWritable),
-    ("luf_d6_no_wp_pending_check", LufMutant::D6NoWpPendingCheck),
-    ("luf_no_wp_hooks", LufMutant::NoWpHooks),
-    ("luf_poison_pending", LufMutant::PoisonPending),
-    ("luf_signed_compare", LufMutant::SignedCompare),
-    ("luf_d5_irq_off_flush", LufMutant::D5IrqOffFlush),
-    ("luf_defer_memory_failure", LufMutant::DeferMemoryFailure),
-    ("luf_handover_overwrites", LufMutant::HandoverOverwrites),
-    ("luf_zap_skips_empty_table", LufMutant::ZapSkipsEmptyTable),
-];
-
 /// Lazy unmap flush (docs/mechanisms/lazy-unmap-flush.md): `luf.*` knobs.
 #[derive(Clone, Copy, Debug, Serialize, Default)]
 pub struct LufKnobs {
@@ -170,73 +220,67 @@ pub struct LufKnobs {
     pub invalidate_hook: bool,
 }
 
-/// How page faults synchronise with writers of the VMA tree (`fault_locking`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-pub enum FaultLocking {
-    /// Every fault takes mmap_lock for read.
-    MmapLock,
-    /// Linux 6.4+ per-VMA locks (lock_vma_under_rcu), mmap_lock on failure.
-    PerVma,
-    /// The speculative page fault series (SPF v12), mmap_lock on abort.
-    Spf,
-}
-
-pub const MUTANTS: &[&str] = &[
-    "none",
-    "skip_shootdown",
-    "leak_mapcount",
-    "buddy_skip_nr_free_dec",
-    "buddy_no_merge",
-    "mthp_skip_vma_bound",
-    "mthp_skip_pte_recheck",
-    "mthp_recheck_fault_pte_only",
-    "mthp_cow_exclusive",
-    "mthp_skip_unqueue",
-    "fpr_keep_reported_on_alloc",
-    "fpr_skip_host_fault",
-    "spf_skip_seq_check",
-    "promo_skip_task_work",
-    "promo_ignore_watermark",
-    "luf_skip_alloc_flush",
-    "luf_large_skip_alloc_flush",
-    "luf_d1_order_as_ugen",
-    "luf_merge_keeps_older",
-    "luf_d2_split_drops",
-    "luf_d3_refill_drops",
-    "luf_skip_isolation_check",
-    "luf_no_on_flushing_refusal",
-    "luf_no_wait",
-    "luf_early_done",
-    "luf_defer_writable",
-    "luf_d6_no_wp_pending_check",
-    "luf_no_wp_hooks",
-    "luf_poison_pending",
-    "luf_signed_compare",
-    "luf_d5_irq_off_flush",
-    "luf_defer_memory_failure",
-    "luf_handover_overwrites",
-    "luf_zap_skips_empty_table",
-    "asid_no_flush_on_reuse",
-    "reclaim_skip_dirty_flush",
+/// Every `debug.mutant` value and the mutant it selects: the knob's values
+/// and its parsing both come from here.
+pub const MUTANTS: &[(&str, Mutant)] = &[
+    ("none", Mutant::None),
+    ("skip_shootdown", Mutant::SkipShootdown),
+    ("leak_mapcount", Mutant::LeakMapcount),
+    ("buddy_skip_nr_free_dec", Mutant::BuddySkipNrFreeDec),
+    ("buddy_no_merge", Mutant::BuddyNoMerge),
+    ("mthp_skip_vma_bound", Mutant::MthpSkipVmaBound),
+    ("mthp_skip_pte_recheck", Mutant::MthpSkipPteRecheck),
+    ("mthp_recheck_fault_pte_only", Mutant::MthpRecheckFaultPteOnly),
+    ("mthp_cow_exclusive", Mutant::MthpCowExclusive),
+    ("mthp_skip_unqueue", Mutant::MthpSkipUnqueue),
+    ("fpr_keep_reported_on_alloc", Mutant::FprKeepReportedOnAlloc),
+    ("fpr_skip_host_fault", Mutant::FprSkipHostFault),
+    ("spf_skip_seq_check", Mutant::SpfSkipSeqCheck),
+    ("promo_skip_task_work", Mutant::PromoSkipTaskWork),
+    ("promo_ignore_watermark", Mutant::PromoIgnoreWatermark),
+    ("luf_skip_alloc_flush", Mutant::Luf(LufMutant::SkipAllocFlush)),
+    ("luf_large_skip_alloc_flush", Mutant::Luf(LufMutant::LargeSkipAllocFlush)),
+    ("luf_d1_order_as_ugen", Mutant::Luf(LufMutant::D1OrderAsUgen)),
+    ("luf_merge_keeps_older", Mutant::Luf(LufMutant::MergeKeepsOlder)),
+    ("luf_d2_split_drops", Mutant::Luf(LufMutant::D2SplitDrops)),
+    ("luf_d3_refill_drops", Mutant::Luf(LufMutant::D3RefillDrops)),
+    ("luf_skip_isolation_check", Mutant::Luf(LufMutant::SkipIsolationCheck)),
+    ("luf_no_on_flushing_refusal", Mutant::Luf(LufMutant::NoOnFlushingRefusal)),
+    ("luf_no_wait", Mutant::Luf(LufMutant::NoWait)),
+    ("luf_early_done", Mutant::Luf(LufMutant::EarlyDone)),
+    ("luf_defer_writable", Mutant::Luf(LufMutant::DeferWritable)),
+    ("luf_d6_no_wp_pending_check", Mutant::Luf(LufMutant::D6NoWpPendingCheck)),
+    ("luf_no_wp_hooks", Mutant::Luf(LufMutant::NoWpHooks)),
+    ("luf_poison_pending", Mutant::Luf(LufMutant::PoisonPending)),
+    ("luf_signed_compare", Mutant::Luf(LufMutant::SignedCompare)),
+    ("luf_d5_irq_off_flush", Mutant::Luf(LufMutant::D5IrqOffFlush)),
+    ("luf_defer_memory_failure", Mutant::Luf(LufMutant::DeferMemoryFailure)),
+    ("luf_handover_overwrites", Mutant::Luf(LufMutant::HandoverOverwrites)),
+    ("luf_zap_skips_empty_table", Mutant::Luf(LufMutant::ZapSkipsEmptyTable)),
+    ("asid_no_flush_on_reuse", Mutant::AsidNoFlushOnReuse),
+    ("reclaim_skip_dirty_flush", Mutant::ReclaimSkipDirtyFlush),
 ];
 
-/// Policy for large anonymous folios (`anon_folio.mode`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-pub enum AnonFolioMode {
-    /// Order 0 only, except PMD THP (the baseline kernel).
-    Off,
-    /// The RFC v2 series as posted: orders up to `anon_folio.max_order`.
-    RfcV2,
-    /// Linux 6.8+ multi-size THP (commit 19eaf44954df): per-size sysfs controls.
-    Upstream,
+impl Mutant {
+    /// The `debug.mutant` values, in `MUTANTS` order.
+    pub fn names() -> &'static [&'static str] {
+        static NAMES: std::sync::OnceLock<Vec<&'static str>> = std::sync::OnceLock::new();
+        NAMES.get_or_init(|| MUTANTS.iter().map(|(n, _)| *n).collect())
+    }
+
+    /// The mutant a (validated) `debug.mutant` value names.
+    pub fn named(s: &str) -> Mutant {
+        MUTANTS.iter().find(|(n, _)| *n == s).map_or(Mutant::None, |(_, m)| *m)
+    }
 }
 
 /// A THP sysfs `enabled` value (top level: always/madvise/never; per size also inherit).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Default)]
 pub enum ThpEnabled {
     Always,
     Inherit,
     Madvise,
+    #[default]
     Never,
 }
 
@@ -253,7 +297,7 @@ impl ThpEnabled {
 
 /// Which unhinted anonymous mmaps the kernel aligns to a PMD boundary
 /// (so that THPs can back them), by the rule of each kernel era.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Default)]
 #[serde(rename_all = "snake_case")]
 pub enum ThpAnonAlign {
     /// Up to Linux 6.6: none (an anonymous mapping goes through
@@ -267,6 +311,7 @@ pub enum ThpAnonAlign {
     /// Linux 6.12 on ("mm, mmap: limit THP alignment of anonymous mappings
     /// to PMD-aligned sizes"): __get_unmapped_area calls
     /// thp_get_unmapped_area_vmflags only when IS_ALIGNED(len, PMD_SIZE).
+    #[default]
     LenPmdAligned,
 }
 
@@ -309,10 +354,12 @@ pub const MTHP_SIZE_KEYS: [&str; 8] = [
     "kernel/mm/transparent_hugepage/hugepages-2048kB/enabled",
 ];
 
-/// The large-anon-folio knobs.
-#[derive(Clone, Debug, Serialize)]
+/// The large-anon-folio knobs. `Default` is blank: `Knobs::default()`
+/// fills it from the knob table.
+#[derive(Clone, Debug, Serialize, Default)]
 pub struct AnonFolioKnobs {
-    pub mode: AnonFolioMode,
+    /// The order policy's name (`anon_folio.mode`, policy/mod.rs).
+    pub mode: String,
     /// RFC v2: ANON_FOLIO_ORDER_MAX.
     pub max_order: u32,
     /// RFC v2 per-patch switches (docs/mechanisms/large-anon-folios.md#knobs).
@@ -331,85 +378,82 @@ pub struct AnonFolioKnobs {
     pub per_size: [ThpEnabled; 8],
 }
 
-impl Default for AnonFolioKnobs {
-    fn default() -> Self {
-        let mut per_size = [ThpEnabled::Never; 8];
-        per_size[7] = ThpEnabled::Inherit; // the PMD size inherits (6.8+ default)
-        AnonFolioKnobs {
-            mode: AnonFolioMode::Off,
-            max_order: 4,
-            zero_page_large: true,
-            cow_reuse_range: true,
-            cow_copy_large: true,
-            mmap_align_unhinted: true,
-            thp_anon_align: ThpAnonAlign::LenPmdAligned,
-            batch_zap: true,
-            free_listempty_check: false,
-            thp_enabled: ThpEnabled::Never,
-            per_size,
-        }
-    }
-}
-
-pub fn registry() -> Vec<KnobSpec> {
-    use KnobDefault::*;
+/// The kernel's knobs, in the order `foliosim list` and a normalised
+/// config show them. The policy registry (policy/mod.rs) adds the names of
+/// the selectors' policies and each policy's own knobs.
+pub fn table() -> Vec<KnobSpec> {
     vec![
-        KnobSpec { key: "vm.min_free_kbytes", default: Int(-1), help: "free memory the kernel keeps for atomic allocations; sets zone watermarks (-1: the kernel's sqrt formula)", values: None, range: Some((-1, 1 << 40)) },
-        KnobSpec { key: "vm.watermark_scale_factor", default: Int(10), help: "distance between min/low/high watermarks in 1/10000 of zone memory", values: None, range: Some((1, 3000)) },
-        KnobSpec { key: "vm.percpu_pagelist_high_fraction", default: Int(0), help: "per-CPU page list high mark as a fraction of zone memory (0: derived from the low watermark)", values: None, range: Some((0, 1 << 20)) },
-        KnobSpec { key: "debug/fault_around_bytes", default: Int(65536), help: "bytes of cached file pages mapped around a read fault (do_fault_around); 4096 disables", values: None, range: Some((4096, 1 << 21)) },
-        KnobSpec { key: "kernel/mm/transparent_hugepage/enabled", default: Str("never"), help: "THP for anonymous memory: the PMD size, and every hugepages-<size>kB set to inherit (modelled as 512 PTEs of one order-9 folio plus a 2 MiB TLB entry)", values: Some(&["always", "madvise", "never"]), range: None },
-        KnobSpec { key: "fault_locking", default: Str("mmap_lock"), help: "how page faults synchronise with mmap/munmap: mmap_lock (every fault takes mmap_lock for read), per_vma (6.4+ lock_vma_under_rcu, fallback to mmap_lock), spf (speculative page faults v12: RCU lookup, vm_sequence snapshot validated under the PTL, retry through mmap_lock)", values: Some(&["mmap_lock", "per_vma", "spf"]), range: None },
-        KnobSpec { key: "vm.speculative_page_fault", default: Int(1), help: "with fault_locking = \"spf\": 0 disables the speculative attempt (gate G1 of the series' sysctl; the writer bookkeeping stays)", values: None, range: Some((i64::MIN, i64::MAX)) },
-        KnobSpec { key: "mmap_lock.rwsem_semantics", default: Str("5.3+"), help: "mmap_lock's rwsem: \"5.3+\" readers spin briefly before sleeping (reader optimistic spinning, 5.3); \"5.1\" readers sleep as soon as they wait for a writer (the SPF seed's kernels)", values: Some(&["5.3+", "5.1"]), range: None },
-        KnobSpec { key: "page_alloc.shuffle", default: Bool(false), help: "randomise the order of free memory at boot and on large frees (shuffle_pick_tail)", values: None, range: None },
-        KnobSpec { key: "page_reporting.enabled", default: Bool(false), help: "a virtio-balloon device with VIRTIO_BALLOON_F_REPORTING registers for free page reporting (mm/page_reporting.c); off = the series applied but the feature not offered", values: None, range: None },
-        KnobSpec { key: "page_reporting.page_reporting_order", default: Int(-1), help: "lowest buddy order reported to the host (module parameter; -1: the driver's choice, pageblock_order = 9 on x86-64)", values: None, range: Some((-1, 10)) },
-        KnobSpec { key: "page_reporting.reported_putback", default: Str("tail"), help: "where reported pages go back on their free list: \"tail\" (FPI_TO_TAIL, Linux 5.10+) or \"v17_head_rules\" (Linux 5.7: the ordinary head/tail rules of __free_one_page)", values: Some(&["tail", "v17_head_rules"]), range: None },
-        KnobSpec { key: "host.discard", default: Str("dontneed"), help: "how the hypervisor drops a reported range: \"dontneed\" (MADV_DONTNEED, QEMU's ram_block_discard_range: refault zero-fills) or \"free\" (MADV_FREE, the RFC: kept until host pressure, refault without zeroing)", values: Some(&["dontneed", "free"]), range: None },
-        KnobSpec { key: "host.thp", default: Bool(false), help: "the host backs guest memory with 2 MiB transparent huge pages where a whole aligned 2 MiB range is unbacked", values: None, range: None },
-        KnobSpec { key: "host.mem_mib", default: Int(0), help: "host memory available to this guest, MiB (0: no limit); beyond it the host reclaims (MADV_FREE'd pages first, then swaps guest pages out)", values: None, range: Some((0, 1 << 34)) },
-        KnobSpec { key: "host.prealloc", default: Bool(false), help: "all guest memory is backed at boot (QEMU -mem-prealloc, or the state after the guest touched all of it)", values: None, range: None },
-        KnobSpec { key: "anon_folio.mode", default: Str("off"), help: "large anonymous folios: off (order 0 + PMD THP), rfc-v2 (the 2023 series: orders up to anon_folio.max_order, large zero-page write, range reuse, 64 KiB mmap alignment), upstream (6.8+ multi-size THP, per-size hugepages-<size>kB/enabled); setting a per-size knob without this one selects upstream", values: Some(&["off", "rfc-v2", "upstream"]), range: None },
-        KnobSpec { key: "anon_folio.max_order", default: Int(4), help: "rfc-v2: ANON_FOLIO_ORDER_MAX, the largest order of a fresh anonymous folio (4 = 64 KiB)", values: None, range: Some((2, 9)) },
-        KnobSpec { key: "anon_folio.zero_page_large", default: Bool(true), help: "rfc-v2 patch 15: a write to the zero page allocates a large folio", values: None, range: None },
-        KnobSpec { key: "anon_folio.cow_reuse_range", default: Bool(true), help: "rfc-v2 patches 9-10: a write fault reuses the whole contiguous run of a folio that only this mapping references", values: None, range: None },
-        KnobSpec { key: "anon_folio.cow_copy_large", default: Bool(true), help: "rfc-v2 patches 11-14: CoW of a non-exclusive large folio copies the largest aligned maybe-shared block (<= source order) into a large folio", values: None, range: None },
-        KnobSpec { key: "anon_folio.mmap_align_unhinted", default: Bool(true), help: "rfc-v2 patch 16: unhinted mmaps are aligned to 2^max_order pages", values: None, range: None },
-        KnobSpec { key: "anon_folio.thp_get_unmapped_area", default: Str("len_pmd_aligned"), help: "which unhinted anonymous mmaps are aligned to a PMD (2 MiB) boundary: \"none\" (Linux <= 6.6), \"len_ge_pmd\" (6.7-6.11: every one of at least 2 MiB, thp_get_unmapped_area), \"len_pmd_aligned\" (6.12 on: only lengths that are multiples of 2 MiB, IS_ALIGNED(len, PMD_SIZE)); rfc-v2's own patch 16 (anon_folio.mmap_align_unhinted) comes first", values: Some(ThpAnonAlign::VALUES), range: None },
-        KnobSpec { key: "anon_folio.batch_zap", default: Bool(true), help: "rfc-v2 patch 17: zap a large anon folio's PTEs in one batch (one rmap removal; a whole unmap does not queue it for deferred split)", values: None, range: None },
-        KnobSpec { key: "anon_folio.free_listempty_check", default: Bool(false), help: "rfc-v2: check the deferred-split list without split_queue_lock when freeing a large folio (Yin's patch; always on upstream)", values: None, range: None },
-        KnobSpec { key: MTHP_SIZE_KEYS[0], default: Str("never"), help: "upstream mTHP: 16 KiB anonymous folios (order 2)", values: Some(&["always", "inherit", "madvise", "never"]), range: None },
-        KnobSpec { key: MTHP_SIZE_KEYS[1], default: Str("never"), help: "upstream mTHP: 32 KiB anonymous folios (order 3)", values: Some(&["always", "inherit", "madvise", "never"]), range: None },
-        KnobSpec { key: MTHP_SIZE_KEYS[2], default: Str("never"), help: "upstream mTHP: 64 KiB anonymous folios (order 4)", values: Some(&["always", "inherit", "madvise", "never"]), range: None },
-        KnobSpec { key: MTHP_SIZE_KEYS[3], default: Str("never"), help: "upstream mTHP: 128 KiB anonymous folios (order 5)", values: Some(&["always", "inherit", "madvise", "never"]), range: None },
-        KnobSpec { key: MTHP_SIZE_KEYS[4], default: Str("never"), help: "upstream mTHP: 256 KiB anonymous folios (order 6)", values: Some(&["always", "inherit", "madvise", "never"]), range: None },
-        KnobSpec { key: MTHP_SIZE_KEYS[5], default: Str("never"), help: "upstream mTHP: 512 KiB anonymous folios (order 7)", values: Some(&["always", "inherit", "madvise", "never"]), range: None },
-        KnobSpec { key: MTHP_SIZE_KEYS[6], default: Str("never"), help: "upstream mTHP: 1 MiB anonymous folios (order 8)", values: Some(&["always", "inherit", "madvise", "never"]), range: None },
-        KnobSpec { key: MTHP_SIZE_KEYS[7], default: Str("inherit"), help: "upstream: PMD-size (2 MiB) THP, mapped as 512 PTEs of one order-9 folio plus a 2 MiB TLB entry", values: Some(&["always", "inherit", "madvise", "never"]), range: None },
-        KnobSpec { key: "debug.fault_trace", default: Int(0), help: "record up to this many fault-locking events (SPF attempts, aborts by reason, per-VMA lock outcomes) as [time_ns, cpu, address, event] in the result's fault_trace", values: None, range: Some((0, 10_000_000)) },
-        KnobSpec { key: "kernel/mm/numa/demotion_enabled", default: Bool(false), help: "reclaim migrates folios to the next lower memory tier instead of dropping them", values: None, range: None },
-        KnobSpec { key: "kernel/mm/numa/pagecache_promotion_enabled", default: Bool(false), help: "promote unmapped page-cache folios from lower tiers when folio_mark_accessed finds them hot (RFC v3, needs kernel.numa_balancing = 2)", values: None, range: None },
-        KnobSpec { key: "kernel.numa_balancing", default: Int(0), help: "NUMA balancing: 0 off, 1 normal, 2 memory tiering, 3 both", values: None, range: Some((0, 3)) },
-        KnobSpec { key: "kernel.numa_balancing_promote_rate_limit_MBps", default: Int(65536), help: "promotion rate limit, MB/s; the page-cache promotion list cap compares pages with this value", values: None, range: Some((0, 1 << 40)) },
-        KnobSpec { key: "promotion_list_order", default: Str("tail"), help: "foliosim model switch: promotion_candidate appends with list_add_tail (v3, \"tail\") or list_add (the development build, \"head\")", values: Some(&["tail", "head"]), range: None },
-        KnobSpec { key: "luf.enabled", default: Bool(false), help: "lazy unmap flush (LUF v10 series, never merged): defer the TLB shootdown of read-only order-0 folios unmapped by reclaim or async migration until the frame leaves the page allocator again", values: None, range: None },
-        KnobSpec { key: "luf.granularity", default: Str("global"), help: "LUF pending set: one global cpumask and generation (v10) or one per zone (RFC v12-like)", values: Some(&["global", "zone"]), range: None },
-        KnobSpec { key: "luf.v11_hooks", default: Bool(false), help: "LUF v11 forced flushes as well as v10's: a fault installing a writable PTE, file write(), init_on_free", values: None, range: None },
-        KnobSpec { key: "luf.invalidate_hook", default: Bool(false), help: "foliosim's fix, in no posted LUF version: invalidate_inode_pages2 (a file changed remotely: NFS, FUSE) forces the deferred flush first, as v11's write() hook does for local writes", values: None, range: None },
-        KnobSpec { key: "init_on_free", default: Bool(false), help: "boot parameter init_on_free=1: freed pages are zeroed (their contents change while free)", values: None, range: None },
-        KnobSpec { key: "migrate.batch_flush", default: Bool(true), help: "migrate_pages unmaps a batch with TTU_BATCH_FLUSH and flushes once (Linux 6.4+, commit 7e12beb8ca2a); false: every unmapped PTE is flushed at once (ptep_clear_flush), as before that commit, and LUF cannot defer", values: None, range: None },
-        KnobSpec { key: "kernel.numa_balancing_scan_delay_ms", default: Int(1000), help: "NUMA balancing: the first scan of an mm waits this long, ms (debugfs sched/numa_balancing/scan_delay_ms)", values: None, range: Some((0, 1 << 32)) },
-        KnobSpec { key: "kernel.numa_balancing_scan_period_min_ms", default: Int(1000), help: "NUMA balancing: the shortest scan period of an mm, ms, divided by its RSS in scan_size windows (task_scan_min; sysctl before 5.13, debugfs sched/numa_balancing/scan_period_min_ms since)", values: None, range: Some((1, 1 << 32)) },
-        KnobSpec { key: "kernel.numa_balancing_scan_period_max_ms", default: Int(60000), help: "NUMA balancing: the longest scan period, ms, divided by the RSS in scan_size windows (task_scan_max), and the period of the hot-threshold adjustment (debugfs sched/numa_balancing/scan_period_max_ms)", values: None, range: Some((1, 1 << 32)) },
-        KnobSpec { key: "kernel.numa_balancing_scan_size_mb", default: Int(256), help: "NUMA balancing: MB of PTEs made PROT_NONE per task_numa_work pass (up to 8x that of address space walked)", values: None, range: Some((1, 1 << 32)) },
-        KnobSpec { key: "kernel.numa_balancing_hot_threshold_ms", default: Int(1000), help: "NUMA balancing memory tiering: a lower-tier page whose hint fault came less than this after its scan is hot (debugfs sched/numa_balancing/hot_threshold_ms)", values: None, range: Some((1, 1 << 32)) },
-        KnobSpec { key: "debug.mutant", default: Str("none"), help: "a deliberately broken mechanism, to show the invariant checker catches it (tests only)", values: Some(MUTANTS), range: None },
-        KnobSpec { key: "spf.tree_protection", default: Str("rcu+refcount"), help: "with fault_locking = \"spf\": how the speculative VMA lookup is protected against tree changes: rcu+refcount (v12: RCU walk, get_vma/put_vma on the VMA's line) or rwlock (v11: also read_lock/read_unlock of the per-mm mm_rb_lock, two RMWs on one shared mm_struct line per lookup)", values: Some(&["rcu+refcount", "rwlock"]), range: None },
+        KnobSpec::int("vm.min_free_kbytes", -1, (-1, 1 << 40), "free memory the kernel keeps for atomic allocations; sets zone watermarks (-1: the kernel's sqrt formula)", |k, i| k.min_free_kbytes = (i >= 0).then_some(i as u64)),
+        KnobSpec::int("vm.watermark_scale_factor", 10, (1, 3000), "distance between min/low/high watermarks in 1/10000 of zone memory", |k, i| k.watermark_scale_factor = i as u64),
+        KnobSpec::int("vm.percpu_pagelist_high_fraction", 0, (0, 1 << 20), "per-CPU page list high mark as a fraction of zone memory (0: derived from the low watermark)", |k, i| k.percpu_pagelist_high_fraction = i as u64),
+        KnobSpec::int("debug/fault_around_bytes", 65536, (4096, 1 << 21), "bytes of cached file pages mapped around a read fault (do_fault_around); 4096 disables", |k, i| k.fault_around_bytes = i as u64),
+        KnobSpec::choice("kernel/mm/transparent_hugepage/enabled", "never", &["always", "madvise", "never"], "THP for anonymous memory: the PMD size, and every hugepages-<size>kB set to inherit (modelled as 512 PTEs of one order-9 folio plus a 2 MiB TLB entry)", |k, s| k.anon_folio.thp_enabled = ThpEnabled::parse(s)),
+        KnobSpec::selector("fault_locking", "mmap_lock", "how page faults synchronise with mmap/munmap: mmap_lock (every fault takes mmap_lock for read), per_vma (6.4+ lock_vma_under_rcu, fallback to mmap_lock), spf (speculative page faults v12: RCU lookup, vm_sequence snapshot validated under the PTL, retry through mmap_lock)", |k, s| k.fault_locking = s.to_string()),
+        KnobSpec::int("vm.speculative_page_fault", 1, (i64::MIN, i64::MAX), "with fault_locking = \"spf\": 0 disables the speculative attempt (gate G1 of the series' sysctl; the writer bookkeeping stays)", |k, i| k.speculative_page_fault = i != 0),
+        KnobSpec::choice("mmap_lock.rwsem_semantics", "5.3+", &["5.3+", "5.1"], "mmap_lock's rwsem: \"5.3+\" readers spin briefly before sleeping (reader optimistic spinning, 5.3); \"5.1\" readers sleep as soon as they wait for a writer (the SPF seed's kernels)", |k, s| k.rwsem_51 = s == "5.1"),
+        KnobSpec::flag("page_alloc.shuffle", false, "randomise the order of free memory at boot and on large frees (shuffle_pick_tail)", |k, b| k.shuffle = b),
+        KnobSpec::flag("page_reporting.enabled", false, "a virtio-balloon device with VIRTIO_BALLOON_F_REPORTING registers for free page reporting (mm/page_reporting.c); off = the series applied but the feature not offered", |k, b| k.page_reporting = b),
+        KnobSpec::int("page_reporting.page_reporting_order", -1, (-1, 10), "lowest buddy order reported to the host (module parameter; -1: the driver's choice, pageblock_order = 9 on x86-64)", |k, i| k.page_reporting_order = (i >= 0).then_some(i as u32)),
+        KnobSpec::choice("page_reporting.reported_putback", "tail", &["tail", "v17_head_rules"], "where reported pages go back on their free list: \"tail\" (FPI_TO_TAIL, Linux 5.10+) or \"v17_head_rules\" (Linux 5.7: the ordinary head/tail rules of __free_one_page)", |k, s| k.reported_putback_tail = s == "tail"),
+        KnobSpec::choice("host.discard", "dontneed", &["dontneed", "free"], "how the hypervisor drops a reported range: \"dontneed\" (MADV_DONTNEED, QEMU's ram_block_discard_range: refault zero-fills) or \"free\" (MADV_FREE, the RFC: kept until host pressure, refault without zeroing)", |k, s| k.host_discard_free = s == "free"),
+        KnobSpec::flag("host.thp", false, "the host backs guest memory with 2 MiB transparent huge pages where a whole aligned 2 MiB range is unbacked", |k, b| k.host_thp = b),
+        KnobSpec::int("host.mem_mib", 0, (0, 1 << 34), "host memory available to this guest, MiB (0: no limit); beyond it the host reclaims (MADV_FREE'd pages first, then swaps guest pages out)", |k, i| k.host_mem_mib = i as u64),
+        KnobSpec::flag("host.prealloc", false, "all guest memory is backed at boot (QEMU -mem-prealloc, or the state after the guest touched all of it)", |k, b| k.host_prealloc = b),
+        KnobSpec::selector("anon_folio.mode", "off", "large anonymous folios: off (order 0 + PMD THP), rfc-v2 (the 2023 series: orders up to anon_folio.max_order, large zero-page write, range reuse, 64 KiB mmap alignment), upstream (6.8+ multi-size THP, per-size hugepages-<size>kB/enabled); setting a per-size knob without this one selects upstream", |k, s| k.anon_folio.mode = s.to_string()),
+        KnobSpec::int("anon_folio.max_order", 4, (2, 9), "rfc-v2: ANON_FOLIO_ORDER_MAX, the largest order of a fresh anonymous folio (4 = 64 KiB)", |k, i| k.anon_folio.max_order = i as u32),
+        KnobSpec::flag("anon_folio.zero_page_large", true, "rfc-v2 patch 15: a write to the zero page allocates a large folio", |k, b| k.anon_folio.zero_page_large = b),
+        KnobSpec::flag("anon_folio.cow_reuse_range", true, "rfc-v2 patches 9-10: a write fault reuses the whole contiguous run of a folio that only this mapping references", |k, b| k.anon_folio.cow_reuse_range = b),
+        KnobSpec::flag("anon_folio.cow_copy_large", true, "rfc-v2 patches 11-14: CoW of a non-exclusive large folio copies the largest aligned maybe-shared block (<= source order) into a large folio", |k, b| k.anon_folio.cow_copy_large = b),
+        KnobSpec::flag("anon_folio.mmap_align_unhinted", true, "rfc-v2 patch 16: unhinted mmaps are aligned to 2^max_order pages", |k, b| k.anon_folio.mmap_align_unhinted = b),
+        KnobSpec::choice("anon_folio.thp_get_unmapped_area", "len_pmd_aligned", ThpAnonAlign::VALUES, "which unhinted anonymous mmaps are aligned to a PMD (2 MiB) boundary: \"none\" (Linux <= 6.6), \"len_ge_pmd\" (6.7-6.11: every one of at least 2 MiB, thp_get_unmapped_area), \"len_pmd_aligned\" (6.12 on: only lengths that are multiples of 2 MiB, IS_ALIGNED(len, PMD_SIZE)); rfc-v2's own patch 16 (anon_folio.mmap_align_unhinted) comes first", |k, s| k.anon_folio.thp_anon_align = ThpAnonAlign::parse(s)),
+        KnobSpec::flag("anon_folio.batch_zap", true, "rfc-v2 patch 17: zap a large anon folio's PTEs in one batch (one rmap removal; a whole unmap does not queue it for deferred split)", |k, b| k.anon_folio.batch_zap = b),
+        KnobSpec::flag("anon_folio.free_listempty_check", false, "rfc-v2: check the deferred-split list without split_queue_lock when freeing a large folio (Yin's patch; always on upstream)", |k, b| k.anon_folio.free_listempty_check = b),
+        KnobSpec::choice(MTHP_SIZE_KEYS[0], "never", &["always", "inherit", "madvise", "never"], "upstream mTHP: 16 KiB anonymous folios (order 2)", |k, s| k.anon_folio.per_size[0] = ThpEnabled::parse(s)),
+        KnobSpec::choice(MTHP_SIZE_KEYS[1], "never", &["always", "inherit", "madvise", "never"], "upstream mTHP: 32 KiB anonymous folios (order 3)", |k, s| k.anon_folio.per_size[1] = ThpEnabled::parse(s)),
+        KnobSpec::choice(MTHP_SIZE_KEYS[2], "never", &["always", "inherit", "madvise", "never"], "upstream mTHP: 64 KiB anonymous folios (order 4)", |k, s| k.anon_folio.per_size[2] = ThpEnabled::parse(s)),
+        KnobSpec::choice(MTHP_SIZE_KEYS[3], "never", &["always", "inherit", "madvise", "never"], "upstream mTHP: 128 KiB anonymous folios (order 5)", |k, s| k.anon_folio.per_size[3] = ThpEnabled::parse(s)),
+        KnobSpec::choice(MTHP_SIZE_KEYS[4], "never", &["always", "inherit", "madvise", "never"], "upstream mTHP: 256 KiB anonymous folios (order 6)", |k, s| k.anon_folio.per_size[4] = ThpEnabled::parse(s)),
+        KnobSpec::choice(MTHP_SIZE_KEYS[5], "never", &["always", "inherit", "madvise", "never"], "upstream mTHP: 512 KiB anonymous folios (order 7)", |k, s| k.anon_folio.per_size[5] = ThpEnabled::parse(s)),
+        KnobSpec::choice(MTHP_SIZE_KEYS[6], "never", &["always", "inherit", "madvise", "never"], "upstream mTHP: 1 MiB anonymous folios (order 8)", |k, s| k.anon_folio.per_size[6] = ThpEnabled::parse(s)),
+        KnobSpec::choice(MTHP_SIZE_KEYS[7], "inherit", &["always", "inherit", "madvise", "never"], "upstream: PMD-size (2 MiB) THP, mapped as 512 PTEs of one order-9 folio plus a 2 MiB TLB entry", |k, s| k.anon_folio.per_size[7] = ThpEnabled::parse(s)),
+        KnobSpec::int("debug.fault_trace", 0, (0, 10_000_000), "record up to this many fault-locking events (SPF attempts, aborts by reason, per-VMA lock outcomes) as [time_ns, cpu, address, event] in the result's fault_trace", |k, i| k.fault_trace = i as usize),
+        KnobSpec::flag("kernel/mm/numa/demotion_enabled", false, "reclaim migrates folios to the next lower memory tier instead of dropping them", |k, b| k.demotion_enabled = b),
+        KnobSpec::flag("kernel/mm/numa/pagecache_promotion_enabled", false, "promote unmapped page-cache folios from lower tiers when folio_mark_accessed finds them hot (RFC v3, needs kernel.numa_balancing = 2)", |k, b| k.pagecache_promotion_enabled = b),
+        KnobSpec::int("kernel.numa_balancing", 0, (0, 3), "NUMA balancing: 0 off, 1 normal, 2 memory tiering, 3 both", |k, i| k.numa_balancing = i as u8),
+        KnobSpec::int("kernel.numa_balancing_promote_rate_limit_MBps", 65536, (0, 1 << 40), "promotion rate limit, MB/s; the page-cache promotion list cap compares pages with this value", |k, i| k.promote_rate_limit_mbps = i as u64),
+        KnobSpec::selector("promotion_list_order", "tail", "foliosim model switch: promotion_candidate appends with list_add_tail (v3, \"tail\") or list_add (the development build, \"head\")", |k, s| k.promotion_policy = s.to_string()),
+        KnobSpec::flag("luf.enabled", false, "lazy unmap flush (LUF v10 series, never merged): defer the TLB shootdown of read-only order-0 folios unmapped by reclaim or async migration until the frame leaves the page allocator again", |k, b| k.luf.enabled = b),
+        KnobSpec::choice("luf.granularity", "global", &["global", "zone"], "LUF pending set: one global cpumask and generation (v10) or one per zone (RFC v12-like)", |k, s| k.luf.per_zone = s == "zone"),
+        KnobSpec::flag("luf.v11_hooks", false, "LUF v11 forced flushes as well as v10's: a fault installing a writable PTE, file write(), init_on_free", |k, b| k.luf.v11_hooks = b),
+        KnobSpec::flag("luf.invalidate_hook", false, "foliosim's fix, in no posted LUF version: invalidate_inode_pages2 (a file changed remotely: NFS, FUSE) forces the deferred flush first, as v11's write() hook does for local writes", |k, b| k.luf.invalidate_hook = b),
+        KnobSpec::flag("init_on_free", false, "boot parameter init_on_free=1: freed pages are zeroed (their contents change while free)", |k, b| k.init_on_free = b),
+        KnobSpec::flag("migrate.batch_flush", true, "migrate_pages unmaps a batch with TTU_BATCH_FLUSH and flushes once (Linux 6.4+, commit 7e12beb8ca2a); false: every unmapped PTE is flushed at once (ptep_clear_flush), as before that commit, and LUF cannot defer", |k, b| k.migrate_batch_flush = b),
+        KnobSpec::int("kernel.numa_balancing_scan_delay_ms", 1000, (0, 1 << 32), "NUMA balancing: the first scan of an mm waits this long, ms (debugfs sched/numa_balancing/scan_delay_ms)", |k, i| k.numa_scan_delay_ms = i as u64),
+        KnobSpec::int("kernel.numa_balancing_scan_period_min_ms", 1000, (1, 1 << 32), "NUMA balancing: the shortest scan period of an mm, ms, divided by its RSS in scan_size windows (task_scan_min; sysctl before 5.13, debugfs sched/numa_balancing/scan_period_min_ms since)", |k, i| k.numa_scan_period_min_ms = i as u64),
+        KnobSpec::int("kernel.numa_balancing_scan_period_max_ms", 60000, (1, 1 << 32), "NUMA balancing: the longest scan period, ms, divided by the RSS in scan_size windows (task_scan_max), and the period of the hot-threshold adjustment (debugfs sched/numa_balancing/scan_period_max_ms)", |k, i| k.numa_scan_period_max_ms = i as u64),
+        KnobSpec::int("kernel.numa_balancing_scan_size_mb", 256, (1, 1 << 32), "NUMA balancing: MB of PTEs made PROT_NONE per task_numa_work pass (up to 8x that of address space walked)", |k, i| k.numa_scan_size_mb = i as u64),
+        KnobSpec::int("kernel.numa_balancing_hot_threshold_ms", 1000, (1, 1 << 32), "NUMA balancing memory tiering: a lower-tier page whose hint fault came less than this after its scan is hot (debugfs sched/numa_balancing/hot_threshold_ms)", |k, i| k.numa_hot_threshold_ms = i as u64),
+        KnobSpec::choice("debug.mutant", "none", Mutant::names(), "a deliberately broken mechanism, to show the invariant checker catches it (tests only)", |k, s| k.mutant = Mutant::named(s)),
+        KnobSpec::choice("spf.tree_protection", "rcu+refcount", &["rcu+refcount", "rwlock"], "with fault_locking = \"spf\": how the speculative VMA lookup is protected against tree changes: rcu+refcount (v12: RCU walk, get_vma/put_vma on the VMA's line) or rwlock (v11: also read_lock/read_unlock of the per-mm mm_rb_lock, two RMWs on one shared mm_struct line per lookup)", |k, s| k.spf_tree_rwlock = s == "rwlock"),
     ]
 }
 
-/// The knob values one simulation runs with.
+/// Declares `Knobs` and its blank value (every field zero, false or
+/// empty), the starting point the table's defaults are applied to.
+macro_rules! knob_values {
+    ($(#[$m:meta])* pub struct $name:ident { $($(#[$fm:meta])* pub $f:ident : $t:ty,)* }) => {
+        $(#[$m])* pub struct $name { $($(#[$fm])* pub $f: $t,)* }
+        impl $name {
+            fn blank() -> Self {
+                $name { $($f: Default::default(),)* }
+            }
+        }
+    };
+}
+
+knob_values! {
+/// The knob values one simulation runs with. Each field is set by its row
+/// of `table()`; `Default` applies every row's default.
 #[derive(Clone, Debug, Serialize)]
 pub struct Knobs {
     pub min_free_kbytes: Option<u64>,
@@ -431,7 +475,8 @@ pub struct Knobs {
     pub host_mem_mib: u64,
     pub host_prealloc: bool,
     pub anon_folio: AnonFolioKnobs,
-    pub fault_locking: FaultLocking,
+    /// The fault-locking policy's name (`fault_locking`, policy/mod.rs).
+    pub fault_locking: String,
     /// debug.fault_trace: how many fault-locking events to record.
     pub fault_trace: usize,
     /// mmap_lock.rwsem_semantics = "5.1": readers do not spin.
@@ -452,8 +497,9 @@ pub struct Knobs {
     pub numa_scan_size_mb: u64,
     /// kernel.numa_balancing_hot_threshold_ms.
     pub numa_hot_threshold_ms: u64,
-    /// list_add (head) instead of list_add_tail for the promotion list.
-    pub promo_list_head: bool,
+    /// The page-cache promotion policy's name (`promotion_list_order`,
+    /// policy/mod.rs).
+    pub promotion_policy: String,
     pub luf: LufKnobs,
     /// init_on_free=1.
     pub init_on_free: bool,
@@ -461,44 +507,19 @@ pub struct Knobs {
     pub migrate_batch_flush: bool,
     /// spf.tree_protection = "rwlock" (SPF v11's mm_rb_lock).
     pub spf_tree_rwlock: bool,
+    /// The values of policies' own knobs (`Land::Param`), by key.
+    #[serde(skip)]
+    pub params: std::collections::BTreeMap<&'static str, KnobValue>,
+}
 }
 
 impl Default for Knobs {
     fn default() -> Self {
-        Knobs {
-            min_free_kbytes: None,
-            watermark_scale_factor: 10,
-            percpu_pagelist_high_fraction: 0,
-            fault_around_bytes: 65536,
-            shuffle: false,
-            mutant: Mutant::None,
-            page_reporting: false,
-            page_reporting_order: None,
-            reported_putback_tail: true,
-            host_discard_free: false,
-            host_thp: false,
-            host_mem_mib: 0,
-            host_prealloc: false,
-            anon_folio: AnonFolioKnobs::default(),
-            fault_locking: FaultLocking::MmapLock,
-            speculative_page_fault: true,
-            fault_trace: 0,
-            rwsem_51: false,
-            demotion_enabled: false,
-            pagecache_promotion_enabled: false,
-            numa_balancing: 0,
-            promote_rate_limit_mbps: 65536,
-            numa_scan_period_min_ms: 1000,
-            numa_scan_period_max_ms: 60000,
-            numa_scan_delay_ms: 1000,
-            numa_scan_size_mb: 256,
-            numa_hot_threshold_ms: 1000,
-            promo_list_head: false,
-            luf: LufKnobs::default(),
-            init_on_free: false,
-            migrate_batch_flush: true,
-            spf_tree_rwlock: false,
+        let mut k = Knobs::blank();
+        for spec in table() {
+            k.set(&spec, &spec.default_value());
         }
+        k
     }
 }
 
@@ -511,101 +532,27 @@ pub enum KnobValue {
 }
 
 impl Knobs {
-    /// Apply one validated value. `key` must be registered.
-    pub fn set(&mut self, key: &str, v: &KnobValue) {
-        match (key, v) {
-            ("vm.min_free_kbytes", KnobValue::Int(i)) => self.min_free_kbytes = (*i >= 0).then_some(*i as u64),
-            ("vm.watermark_scale_factor", KnobValue::Int(i)) => self.watermark_scale_factor = *i as u64,
-            ("vm.percpu_pagelist_high_fraction", KnobValue::Int(i)) => self.percpu_pagelist_high_fraction = *i as u64,
-            ("debug/fault_around_bytes", KnobValue::Int(i)) => self.fault_around_bytes = *i as u64,
-            ("page_alloc.shuffle", KnobValue::Bool(b)) => self.shuffle = *b,
-            ("page_reporting.enabled", KnobValue::Bool(b)) => self.page_reporting = *b,
-            ("page_reporting.page_reporting_order", KnobValue::Int(i)) => self.page_reporting_order = (*i >= 0).then_some(*i as u32),
-            ("page_reporting.reported_putback", KnobValue::Str(s)) => self.reported_putback_tail = s == "tail",
-            ("host.discard", KnobValue::Str(s)) => self.host_discard_free = s == "free",
-            ("host.thp", KnobValue::Bool(b)) => self.host_thp = *b,
-            ("host.mem_mib", KnobValue::Int(i)) => self.host_mem_mib = *i as u64,
-            ("host.prealloc", KnobValue::Bool(b)) => self.host_prealloc = *b,
-            ("mmap_lock.rwsem_semantics", KnobValue::Str(s)) => self.rwsem_51 = s == "5.1",
-            ("debug.fault_trace", KnobValue::Int(i)) => self.fault_trace = *i as usize,
-            ("vm.speculative_page_fault", KnobValue::Int(i)) => self.speculative_page_fault = *i != 0,
-            ("fault_locking", KnobValue::Str(s)) => {
-                self.fault_locking = match s.as_str() {
-                    "per_vma" => FaultLocking::PerVma,
-                    "spf" => FaultLocking::Spf,
-                    _ => FaultLocking::MmapLock,
-                }
+    /// Apply one value of `spec`'s type (`validate` checked it).
+    pub fn set(&mut self, spec: &KnobSpec, v: &KnobValue) {
+        match (spec.land, v) {
+            (Land::Int(f), KnobValue::Int(i)) => f(self, *i),
+            (Land::Bool(f), KnobValue::Bool(b)) => f(self, *b),
+            (Land::Str(f), KnobValue::Str(s)) => f(self, s),
+            (Land::Param, v) => {
+                self.params.insert(spec.key, v.clone());
             }
-            ("kernel/mm/numa/demotion_enabled", KnobValue::Bool(b)) => self.demotion_enabled = *b,
-            ("kernel/mm/numa/pagecache_promotion_enabled", KnobValue::Bool(b)) => self.pagecache_promotion_enabled = *b,
-            ("kernel.numa_balancing", KnobValue::Int(i)) => self.numa_balancing = *i as u8,
-            ("kernel.numa_balancing_promote_rate_limit_MBps", KnobValue::Int(i)) => self.promote_rate_limit_mbps = *i as u64,
-            ("kernel.numa_balancing_scan_period_min_ms", KnobValue::Int(i)) => self.numa_scan_period_min_ms = *i as u64,
-            ("kernel.numa_balancing_scan_period_max_ms", KnobValue::Int(i)) => self.numa_scan_period_max_ms = *i as u64,
-            ("kernel.numa_balancing_scan_delay_ms", KnobValue::Int(i)) => self.numa_scan_delay_ms = *i as u64,
-            ("kernel.numa_balancing_scan_size_mb", KnobValue::Int(i)) => self.numa_scan_size_mb = *i as u64,
-            ("kernel.numa_balancing_hot_threshold_ms", KnobValue::Int(i)) => self.numa_hot_threshold_ms = *i as u64,
-            ("promotion_list_order", KnobValue::Str(s)) => self.promo_list_head = s == "head",
-            ("luf.enabled", KnobValue::Bool(b)) => self.luf.enabled = *b,
-            ("luf.granularity", KnobValue::Str(s)) => self.luf.per_zone = s == "zone",
-            ("luf.v11_hooks", KnobValue::Bool(b)) => self.luf.v11_hooks = *b,
-            ("luf.invalidate_hook", KnobValue::Bool(b)) => self.luf.invalidate_hook = *b,
-            ("init_on_free", KnobValue::Bool(b)) => self.init_on_free = *b,
-            ("migrate.batch_flush", KnobValue::Bool(b)) => self.migrate_batch_flush = *b,
-            ("spf.tree_protection", KnobValue::Str(s)) => self.spf_tree_rwlock = s == "rwlock",
-            ("debug.mutant", KnobValue::Str(s)) => {
-                if let Some((_, m)) = LUF_MUTANTS.iter().find(|(n, _)| n == s) {
-                    self.mutant = Mutant::Luf(*m);
-                    return;
-                }
-                self.mutant = match s.as_str() {
-                    "skip_shootdown" => Mutant::SkipShootdown,
-                    "leak_mapcount" => Mutant::LeakMapcount,
-                    "buddy_skip_nr_free_dec" => Mutant::BuddySkipNrFreeDec,
-                    "buddy_no_merge" => Mutant::BuddyNoMerge,
-                    "fpr_keep_reported_on_alloc" => Mutant::FprKeepReportedOnAlloc,
-                    "fpr_skip_host_fault" => Mutant::FprSkipHostFault,
-                    "mthp_skip_vma_bound" => Mutant::MthpSkipVmaBound,
-                    "mthp_skip_pte_recheck" => Mutant::MthpSkipPteRecheck,
-                    "mthp_recheck_fault_pte_only" => Mutant::MthpRecheckFaultPteOnly,
-                    "mthp_cow_exclusive" => Mutant::MthpCowExclusive,
-                    "mthp_skip_unqueue" => Mutant::MthpSkipUnqueue,
-                    "spf_skip_seq_check" => Mutant::SpfSkipSeqCheck,
-                    "promo_skip_task_work" => Mutant::PromoSkipTaskWork,
-                    "promo_ignore_watermark" => Mutant::PromoIgnoreWatermark,
-                    "asid_no_flush_on_reuse" => Mutant::AsidNoFlushOnReuse,
-                    "reclaim_skip_dirty_flush" => Mutant::ReclaimSkipDirtyFlush,
-                    _ => Mutant::None,
-                }
-            }
-            ("anon_folio.mode", KnobValue::Str(s)) => {
-                self.anon_folio.mode = match s.as_str() {
-                    "rfc-v2" => AnonFolioMode::RfcV2,
-                    "upstream" => AnonFolioMode::Upstream,
-                    _ => AnonFolioMode::Off,
-                }
-            }
-            ("anon_folio.max_order", KnobValue::Int(i)) => self.anon_folio.max_order = *i as u32,
-            ("anon_folio.zero_page_large", KnobValue::Bool(b)) => self.anon_folio.zero_page_large = *b,
-            ("anon_folio.cow_reuse_range", KnobValue::Bool(b)) => self.anon_folio.cow_reuse_range = *b,
-            ("anon_folio.cow_copy_large", KnobValue::Bool(b)) => self.anon_folio.cow_copy_large = *b,
-            ("anon_folio.mmap_align_unhinted", KnobValue::Bool(b)) => self.anon_folio.mmap_align_unhinted = *b,
-            ("anon_folio.thp_get_unmapped_area", KnobValue::Str(v)) => self.anon_folio.thp_anon_align = ThpAnonAlign::parse(v),
-            ("anon_folio.batch_zap", KnobValue::Bool(b)) => self.anon_folio.batch_zap = *b,
-            ("anon_folio.free_listempty_check", KnobValue::Bool(b)) => self.anon_folio.free_listempty_check = *b,
-            ("kernel/mm/transparent_hugepage/enabled", KnobValue::Str(s)) => self.anon_folio.thp_enabled = ThpEnabled::parse(s),
-            (k, KnobValue::Str(s)) if MTHP_SIZE_KEYS.contains(&k) => {
-                let i = MTHP_SIZE_KEYS.iter().position(|x| *x == k).unwrap();
-                self.anon_folio.per_size[i] = ThpEnabled::parse(s);
-            }
-            _ => {}
+            (_, v) => unreachable!("knob {}: a {v:?} passed validation against {:?}", spec.key, spec.default),
         }
+    }
+
+    /// A policy's own knob: the value set, else its default.
+    pub fn param(&self, spec: &KnobSpec) -> KnobValue {
+        self.params.get(spec.key).cloned().unwrap_or_else(|| spec.default_value())
     }
 }
 
-/// Type-check `v` against the registered knob `key`.
-pub fn validate(key: &str, v: &toml::Value) -> Result<KnobValue, String> {
-    let spec = registry().into_iter().find(|k| k.key == key).ok_or_else(|| "unknown knob (see `foliosim list`)".to_string())?;
+/// Type-check `v` against the knob `spec`.
+pub fn validate(spec: &KnobSpec, v: &toml::Value) -> Result<KnobValue, String> {
     match (&spec.default, v) {
         (KnobDefault::Int(_), toml::Value::Integer(i)) => {
             if let Some((lo, hi)) = spec.range {

@@ -115,6 +115,12 @@ pub struct Kernel {
     /// `anon_policy.order0_only()`, read once: every anonymous fault asks,
     /// and the default policy's answer spares it a virtual call.
     pub anon_order0_only: bool,
+    /// `anon_policy.paths()`, read once.
+    pub anon_paths: crate::mm::huge_memory::AnonPaths,
+    /// The fault-locking policy (`fault_locking`, mm/mmap_lock.rs).
+    pub fault_lock: &'static dyn crate::mm::mmap_lock::FaultLockPolicy,
+    /// The page-cache promotion policy (`promotion_list_order`, mm/memory_tiers.rs).
+    pub promotion: Box<dyn crate::mm::memory_tiers::PromotionPolicy>,
     pub split_queues: Vec<crate::mm::huge_memory::SplitQueue>,
     pub mthp: crate::mm::huge_memory::MthpStats,
     /// Memory tiers, promotion lists, kswapd threads (mm/memory_tiers.rs).
@@ -204,7 +210,9 @@ impl Kernel {
                 cache: crate::hw::cache::CpuCache::new(),
             })
             .collect();
-        let anon_policy = crate::mm::huge_memory::policy(&knobs.anon_folio);
+        let anon_policy = crate::policy::anon_order(&knobs)?;
+        let fault_lock = crate::policy::fault_lock(&knobs)?;
+        let promotion = crate::policy::promotion(&knobs)?;
         let mut k = Kernel {
             mem_map: MemMap::new(start),
             c,
@@ -231,7 +239,10 @@ impl Kernel {
             host: None,
             prdev: None,
             anon_order0_only: anon_policy.order0_only(),
+            anon_paths: anon_policy.paths(),
             anon_policy,
+            fault_lock,
+            promotion,
             split_queues: Vec::new(),
             mthp: Default::default(),
             tier: crate::mm::memory_tiers::TierState::new(&prof),

@@ -420,7 +420,7 @@ impl Kernel {
             addr
         } else {
             // thp_get_unmapped_area-style alignment of unhinted maps (the policy's).
-            let align = if addr == 0 { self.anon_policy.mmap_align(len, file == 0) } else { 4096 };
+            let align = if addr == 0 { self.anon_policy.mmap_align(len, file == 0, &self.knobs) } else { 4096 };
             let m = &mut self.mms[mm as usize];
             match m.get_unmapped_area(len, align) {
                 Some(a) => a,

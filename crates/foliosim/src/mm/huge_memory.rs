@@ -24,10 +24,11 @@
 use super::mem_map::pg;
 use super::mmap::{vm, Vma};
 use super::page_alloc::MigrateType;
-use super::pgtable::{pte_index, Pte, PMD_SHIFT};
+use super::page_alloc::PageAlloc;
+use super::pgtable::{pte_index, Pte, PteTable, PMD_SHIFT};
 use super::vmstat::Stat;
 use super::{Pfn, PMD_ORDER};
-use crate::kernel::knobs::{AnonFolioKnobs, AnonFolioMode, Mutant, ThpEnabled};
+use crate::kernel::knobs::{Knobs, Mutant, ThpEnabled};
 use crate::kernel::Kernel;
 use crate::mm::memory::Fault;
 use crate::mm::memory::LufExit;
@@ -37,47 +38,139 @@ use std::collections::BTreeSet;
 
 const PMD_SIZE: u64 = 1 << PMD_SHIFT;
 /// Orders a PTE-mapped anonymous folio may have: 2..=PMD_ORDER.
-const PTE_ORDERS: u32 = ((1 << (PMD_ORDER + 1)) - 1) & !0b11;
+pub const PTE_ORDERS: u32 = ((1 << (PMD_ORDER + 1)) - 1) & !0b11;
 
-/// Which orders a fresh anonymous fault may use, and how the paths behave.
+/// What a fresh anonymous fault shows its order policy: read-only, built
+/// only when a large folio is possible at all.
+pub struct AnonFaultCtx<'a> {
+    pub vma: &'a Vma,
+    /// The faulting address.
+    pub addr: u64,
+    /// What the faulting PTE holds: none (path A) or the zero page (path B,
+    /// and the CoW copy of path C).
+    pub expect: Pte,
+    /// The PTE table covering `addr` (None: not allocated yet, every PTE none).
+    pub ptes: Option<&'a PteTable>,
+    /// The node the folio would come from, and its allocator.
+    pub nid: u32,
+    pub pa: &'a PageAlloc,
+    pub knobs: &'a Knobs,
+}
+
+impl AnonFaultCtx<'_> {
+    /// The naturally aligned block of 2^order pages around `addr` lies in
+    /// the VMA and all its PTEs are none but the faulting one (which holds
+    /// `expect`): pte_range_none as alloc_anon_folio asks it.
+    pub fn pte_range_none(&self, order: u32) -> bool {
+        let size = 4096u64 << order;
+        let base = self.addr & !(size - 1);
+        if base < self.vma.start || base + size > self.vma.end {
+            return false;
+        }
+        let Some(tbl) = self.ptes else { return true };
+        (0..1u64 << order).all(|i| {
+            let va = base + i * 4096;
+            let slot = tbl.ptes[pte_index(va)];
+            if va == self.addr & !4095 {
+                slot == self.expect
+            } else {
+                slot.is_none()
+            }
+        })
+    }
+
+    /// Free pages of the node's zone (zone_page_state(NR_FREE_PAGES)).
+    pub fn zone_free_pages(&self) -> u64 {
+        self.pa.zone_free_pages(self.nid)
+    }
+
+    /// Whether a sysfs `enabled` value (with the top level, for inherit)
+    /// allows THP in this VMA (hugepage_vma_check's VM_HUGEPAGE /
+    /// VM_NOHUGEPAGE part).
+    pub fn thp_allowed(&self, v: ThpEnabled) -> bool {
+        thp_allowed(v, self.knobs.anon_folio.thp_enabled, self.vma)
+    }
+}
+
+/// The orders an order policy lets a fault try.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AnonOrders {
+    /// Bit k: a PTE-mapped folio of order k (2 <= k <= PMD_ORDER) may be
+    /// tried; the fault keeps the highest one whose block is free
+    /// (`Kernel::anon_fault_order`), falling back order by order.
+    pub pte: u32,
+    /// A PMD-mapped THP may be tried first (do_huge_pmd_anonymous_page).
+    pub pmd: bool,
+}
+
+/// How the large-folio fault paths behave beyond the order choice; read
+/// once at boot. `Default` is Linux's (6.8+) behaviour.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AnonPaths {
+    /// After losing a PTE race, retry one order lower (RFC) instead of
+    /// dropping the folio and refaulting (upstream).
+    pub retry_lower_on_race: bool,
+    /// A write to a zero-page PTE allocates a large folio (RFC patch 15).
+    pub zero_page_large: bool,
+    /// A write fault reuses the contiguous read-only run of a folio that
+    /// only this mapping references (RFC patches 9-10).
+    pub reuse_range: bool,
+    /// A write to a non-exclusive page of a large folio may reuse it when
+    /// the folio's only reference is this PTE (6.3, RFC); 6.12 never does.
+    pub reuse_large_by_refcount: bool,
+    /// CoW of a non-exclusive large folio copies into a large folio (RFC
+    /// patches 11-14) instead of one page.
+    pub cow_copy_large: bool,
+    /// Zap removes a folio's PTEs in one rmap call (RFC patch 17, upstream
+    /// folio_pte_batch): a whole unmap does not queue it for deferred split.
+    pub batch_zap: bool,
+    /// Freeing a large anon folio takes split_queue_lock even when the
+    /// folio was never queued (6.3 free_transhuge_page).
+    pub free_always_locks_split_queue: bool,
+}
+
+impl Default for AnonPaths {
+    fn default() -> Self {
+        AnonPaths {
+            retry_lower_on_race: false,
+            zero_page_large: false,
+            reuse_range: false,
+            reuse_large_by_refcount: true,
+            cow_copy_large: false,
+            batch_zap: true,
+            free_always_locks_split_queue: false,
+        }
+    }
+}
+
+/// An anonymous-folio order policy (`anon_folio.mode`): given the fault,
+/// which orders to try (thp_vma_allowable_orders and the policy's own
+/// filter; the VMA-bound and pte_none checks of alloc_anon_folio follow in
+/// the fault path). Implementations live in policy/, one file each.
 pub trait AnonOrderPolicy: Send {
-    fn name(&self) -> &'static str;
-    /// Orders (bit k = order k, k in 2..=9) a fresh anonymous fault in `vma`
-    /// may map with PTEs, and whether a PMD-mapped THP may be tried first.
-    fn fault_orders(&self, vma: &Vma) -> (u32, bool);
-    /// `fault_orders` is (0, false) for every VMA: no fault maps a large
-    /// folio, so the fault path need not ask (`Kernel::anon_order0_only`).
+    fn orders(&self, f: &AnonFaultCtx) -> AnonOrders;
+    /// `orders` is empty for every fault: the fault path need not ask
+    /// (`Kernel::anon_order0_only`).
     fn order0_only(&self) -> bool {
         false
     }
-    /// After losing a PTE race, retry one order lower (RFC) instead of
-    /// dropping the folio and refaulting (upstream).
-    fn retry_lower_on_race(&self) -> bool;
-    /// A write to a zero-page PTE allocates a large folio (RFC patch 15).
-    fn zero_page_large(&self) -> bool;
-    /// A write fault reuses the contiguous read-only run of a folio that
-    /// only this mapping references (RFC patches 9-10).
-    fn reuse_range(&self) -> bool;
-    /// A write to a non-exclusive page of a large folio may reuse it when
-    /// the folio's only reference is this PTE (6.3, RFC); 6.12 never does.
-    fn reuse_large_by_refcount(&self) -> bool {
-        true
+    /// The paths' behaviour (`Kernel::anon_paths`).
+    fn paths(&self) -> AnonPaths {
+        AnonPaths::default()
     }
-    /// CoW of a non-exclusive large folio copies into a large folio (RFC
-    /// patches 11-14) instead of one page.
-    fn cow_copy_large(&self) -> bool;
-    /// Zap removes a folio's PTEs in one rmap call (RFC patch 17, upstream
-    /// folio_pte_batch): a whole unmap does not queue it for deferred split.
-    fn batch_zap(&self) -> bool;
-    /// Freeing a large anon folio takes split_queue_lock even when the
-    /// folio was never queued (6.3 free_transhuge_page).
-    fn free_always_locks_split_queue(&self) -> bool;
-    /// Alignment of an mmap with no address hint.
-    fn mmap_align(&self, len: u64, anon: bool) -> u64;
+    /// Alignment of an mmap with no address hint: page-aligned, except
+    /// anonymous maps by the era's PMD rule (`anon_folio.thp_get_unmapped_area`).
+    fn mmap_align(&self, len: u64, anon: bool, k: &Knobs) -> u64 {
+        if anon {
+            k.anon_folio.thp_anon_align.align(len)
+        } else {
+            4096
+        }
+    }
 }
 
 /// PMD THP for the VMA from a sysfs `enabled` value (and the top level, for inherit).
-fn thp_allowed(v: ThpEnabled, top: ThpEnabled, vma: &Vma) -> bool {
+pub fn thp_allowed(v: ThpEnabled, top: ThpEnabled, vma: &Vma) -> bool {
     if vma.flags & vm::NOHUGEPAGE != 0 {
         return false;
     }
@@ -87,152 +180,6 @@ fn thp_allowed(v: ThpEnabled, top: ThpEnabled, vma: &Vma) -> bool {
         ThpEnabled::Madvise => madv,
         ThpEnabled::Inherit => top == ThpEnabled::Always || (top == ThpEnabled::Madvise && madv),
         ThpEnabled::Never => false,
-    }
-}
-
-/// The baseline: order 0, plus PMD THP as the top-level `enabled` says.
-struct Off {
-    top: ThpEnabled,
-    align: crate::kernel::knobs::ThpAnonAlign,
-}
-
-impl AnonOrderPolicy for Off {
-    fn name(&self) -> &'static str {
-        "off"
-    }
-    fn fault_orders(&self, vma: &Vma) -> (u32, bool) {
-        (0, thp_allowed(self.top, self.top, vma))
-    }
-    fn order0_only(&self) -> bool {
-        self.top == ThpEnabled::Never
-    }
-    fn retry_lower_on_race(&self) -> bool {
-        false
-    }
-    fn zero_page_large(&self) -> bool {
-        false
-    }
-    fn reuse_range(&self) -> bool {
-        false
-    }
-    fn cow_copy_large(&self) -> bool {
-        false
-    }
-    fn batch_zap(&self) -> bool {
-        true
-    }
-    fn free_always_locks_split_queue(&self) -> bool {
-        false
-    }
-    fn mmap_align(&self, len: u64, anon: bool) -> u64 {
-        if anon {
-            self.align.align(len)
-        } else {
-            4096
-        }
-    }
-}
-
-/// RFC v2 (April 2023): every order from `max_order` down to 2, whatever
-/// the THP sysfs settings say (the RFC checks only hardware support).
-struct RfcV2 {
-    k: AnonFolioKnobs,
-}
-
-impl AnonOrderPolicy for RfcV2 {
-    fn name(&self) -> &'static str {
-        "rfc-v2"
-    }
-    fn fault_orders(&self, vma: &Vma) -> (u32, bool) {
-        let max = self.k.max_order.min(PMD_ORDER);
-        ((((1u32 << (max + 1)) - 1) & PTE_ORDERS), thp_allowed(self.k.thp_enabled, self.k.thp_enabled, vma))
-    }
-    fn retry_lower_on_race(&self) -> bool {
-        true
-    }
-    fn zero_page_large(&self) -> bool {
-        self.k.zero_page_large
-    }
-    fn reuse_range(&self) -> bool {
-        self.k.cow_reuse_range
-    }
-    fn cow_copy_large(&self) -> bool {
-        self.k.cow_copy_large
-    }
-    fn batch_zap(&self) -> bool {
-        self.k.batch_zap
-    }
-    fn free_always_locks_split_queue(&self) -> bool {
-        !self.k.free_listempty_check
-    }
-    fn mmap_align(&self, len: u64, anon: bool) -> u64 {
-        // Patch 16: every unhinted map, file or anon, to 2^ANON_FOLIO_ORDER_MAX pages.
-        if self.k.mmap_align_unhinted {
-            4096 << self.k.max_order
-        } else if anon {
-            self.k.thp_anon_align.align(len)
-        } else {
-            4096
-        }
-    }
-}
-
-/// Linux 6.8+ (as in 6.12): per-size `hugepages-<size>kB/enabled`.
-struct Upstream {
-    k: AnonFolioKnobs,
-}
-
-impl AnonOrderPolicy for Upstream {
-    fn name(&self) -> &'static str {
-        "upstream"
-    }
-    fn reuse_large_by_refcount(&self) -> bool {
-        false
-    }
-    fn fault_orders(&self, vma: &Vma) -> (u32, bool) {
-        // thp_vma_allowable_orders: always | madvise (VM_HUGEPAGE) | inherit
-        // (top level), none at all with VM_NOHUGEPAGE.
-        let mut mask = 0;
-        for order in 2..PMD_ORDER {
-            if thp_allowed(self.k.per_size[(order - 2) as usize], self.k.thp_enabled, vma) {
-                mask |= 1 << order;
-            }
-        }
-        (mask, thp_allowed(self.k.per_size[7], self.k.thp_enabled, vma))
-    }
-    fn retry_lower_on_race(&self) -> bool {
-        false
-    }
-    fn zero_page_large(&self) -> bool {
-        false
-    }
-    fn reuse_range(&self) -> bool {
-        false
-    }
-    fn cow_copy_large(&self) -> bool {
-        false
-    }
-    fn batch_zap(&self) -> bool {
-        true
-    }
-    fn free_always_locks_split_queue(&self) -> bool {
-        false
-    }
-    fn mmap_align(&self, len: u64, anon: bool) -> u64 {
-        // __get_unmapped_area: anonymous and unhinted, by the era's rule.
-        if anon {
-            self.k.thp_anon_align.align(len)
-        } else {
-            4096
-        }
-    }
-}
-
-pub fn policy(k: &AnonFolioKnobs) -> Box<dyn AnonOrderPolicy> {
-    match k.mode {
-        AnonFolioMode::Off => Box::new(Off { top: k.thp_enabled, align: k.thp_anon_align }),
-        AnonFolioMode::RfcV2 => Box::new(RfcV2 { k: k.clone() }),
-        AnonFolioMode::Upstream => Box::new(Upstream { k: k.clone() }),
     }
 }
 
@@ -296,6 +243,20 @@ enum Install {
 }
 
 impl Kernel {
+    /// Ask the order policy about a fault at `addr` in `vma` whose PTE holds `expect`.
+    fn anon_orders(&self, cpu: u32, mm: u32, vma: &Vma, addr: u64, expect: Pte) -> AnonOrders {
+        let ctx = AnonFaultCtx {
+            vma,
+            addr,
+            expect,
+            ptes: self.mms[mm as usize].pt.table(addr),
+            nid: self.cpus[cpu as usize].node,
+            pa: &self.pa,
+            knobs: &self.knobs,
+        };
+        self.anon_policy.orders(&ctx)
+    }
+
     /// The highest order in `mask` whose naturally aligned block around
     /// `addr` lies inside the VMA and has every PTE `none`, except the
     /// faulting slot, which must equal `expect` (calc_anon_folio_order_alloc,
@@ -356,10 +317,10 @@ impl Kernel {
     #[inline]
     pub(crate) fn do_anonymous_large(&mut self, t: Ns, cpu: u32, mm: u32, vma: &Vma, addr: u64, expect: Pte) -> Result<(Fault, Ns), Ns> {
         let zero = expect.present();
-        if self.anon_order0_only || zero && !self.anon_policy.zero_page_large() {
+        if self.anon_order0_only || zero && !self.anon_paths.zero_page_large {
             return Err(t);
         }
-        let (mask, pmd) = self.anon_policy.fault_orders(vma);
+        let AnonOrders { pte: mask, pmd } = self.anon_orders(cpu, mm, vma, addr, expect);
         if (!pmd || zero) && mask & PTE_ORDERS == 0 {
             // No large order allowed (every fault with mTHP off): the order-0
             // path, without entering the large-folio machinery below.
@@ -420,7 +381,7 @@ impl Kernel {
                 Install::Race(t2) => {
                     t = t2;
                     let still = self.mms[mm as usize].pt.pte(addr) == expect;
-                    if !(self.anon_policy.retry_lower_on_race() && still) {
+                    if !(self.anon_paths.retry_lower_on_race && still) {
                         return Ok((Fault::Done, t)); // refault, or someone served it
                     }
                     mask &= (1 << k) - 1;
@@ -718,7 +679,7 @@ impl Kernel {
         let t = t + self.c.free_large_folio;
         self.stat.add(Stat::NrAnonLarge, -(1i64 << order));
         let queued = p.flags & pg::DEFERRED_SPLIT != 0;
-        if !queued && !self.anon_policy.free_always_locks_split_queue() {
+        if !queued && !self.anon_paths.free_always_locks_split_queue {
             return t;
         }
         if queued && self.knobs.mutant == Mutant::MthpSkipUnqueue {
@@ -744,7 +705,7 @@ impl Kernel {
         let old = pte.pfn();
         let ohead = self.mem_map.folio_head(old);
         let oorder = self.mem_map.get(ohead).order as u32;
-        let (pte_mask, _) = self.anon_policy.fault_orders(vma);
+        let pte_mask = self.anon_orders(cpu, mm, vma, addr, pte).pte;
         let cap = oorder.min(31 - pte_mask.max(1).leading_zeros());
         if cap < 2 {
             return None;

@@ -653,7 +653,7 @@ impl Kernel {
         }
         if flags & pg::ANON != 0 {
             let head = self.mem_map.folio_head(old);
-            if self.mem_map.get(head).order > 0 && self.anon_policy.reuse_range() {
+            if self.mem_map.get(head).order > 0 && self.anon_paths.reuse_range {
                 // RFC patches 9-10: reuse the whole contiguous run (path D).
                 if let Some(r) = self.wp_reuse_range(t, cpu, mm, vma, addr, pte) {
                     return r;
@@ -669,7 +669,7 @@ impl Kernel {
             let p = self.mem_map.get(old);
             // 6.12 never reuses a non-exclusive page of a large folio
             // (wp_can_reuse_anon_folio); 6.3 (and the RFC) test the refcount.
-            let large_no_reuse = self.mem_map.get(head).order > 0 && !self.anon_policy.reuse_large_by_refcount();
+            let large_no_reuse = self.mem_map.get(head).order > 0 && !self.anon_paths.reuse_large_by_refcount;
             let only_ref = !large_no_reuse && p.mapcount == 1 && self.mem_map.get(head).refcount == 1;
             let exclusive = p.flags & pg::ANON_EXCLUSIVE != 0 && self.knobs.mutant != Mutant::MthpCowExclusive;
             if exclusive || only_ref {
@@ -683,7 +683,7 @@ impl Kernel {
                 return (Fault::Done, t);
             }
             // Path C (RFC patches 11-14): a large copy where the block allows.
-            if self.mem_map.get(head).order >= 2 && self.anon_policy.cow_copy_large() {
+            if self.mem_map.get(head).order >= 2 && self.anon_paths.cow_copy_large {
                 if let Some(r) = self.wp_page_copy_large(t, cpu, mm, vma, addr, pte) {
                     return r;
                 }
@@ -776,7 +776,7 @@ impl Kernel {
             // Batch zap (RFC v2 patch 17): consecutive PTEs mapping
             // consecutive pages of one large anon folio are one rmap call.
             // The runs are counted as the PTEs are cleared (one pass).
-            let batch = self.anon_policy.batch_zap();
+            let batch = self.anon_paths.batch_zap;
             let mut runs = 0u64;
             // The page of the previous PTE, unless that was special.
             let mut last: Option<Pfn> = None;

@@ -127,6 +127,40 @@ impl TierState {
     }
 }
 
+/// Which end of the task's promotion list a candidate joins.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ListEnd {
+    /// list_add.
+    Head,
+    /// list_add_tail.
+    Tail,
+}
+
+/// A page-cache folio that passed promotion_candidate's checks (not top
+/// tier, under the task's cap, hot by should_numa_migrate_memory, clean or
+/// swap-backed, the target above its watermark, on an LRU): what a
+/// promotion policy sees before it is isolated.
+pub struct PromoCandidate {
+    pub pfn: Pfn,
+    /// Its node, and the node it would move to.
+    pub nid: u32,
+    pub dst: u32,
+    pub order: u32,
+    /// Its page flags (mem_map.rs `pg`).
+    pub flags: u32,
+    /// Pages on the task's promotion list already, and the cap.
+    pub queued: u64,
+    pub cap: u64,
+}
+
+/// A page-cache promotion policy (`promotion_list_order`): whether and
+/// where a candidate joins the task's promotion list. Implementations live
+/// in policy/, one file each.
+pub trait PromotionPolicy: Send {
+    /// None: leave the folio on its LRU.
+    fn enqueue(&self, c: &PromoCandidate) -> Option<ListEnd>;
+}
+
 /// Whether page-cache promotion can run at all (the two inline checks in
 /// folio_mark_accessed besides the isolated test).
 #[inline]
@@ -274,6 +308,9 @@ impl Kernel {
         if flags & pg::LRU == 0 {
             return t; // already isolated (by reclaim or another task)
         }
+        let queued = self.tier.promo.get(tid as usize).map_or(0, |l| l.count);
+        let cand = PromoCandidate { pfn, nid, dst: here, order, flags, queued, cap };
+        let Some(end) = self.promotion.enqueue(&cand) else { return t };
         if self.check.enabled && !self.migrate_balanced_pgdat(here, nr) {
             self.check.report(format!("folio {pfn}: isolated for promotion while node {here} is below its high watermark + {nr}"));
         }
@@ -284,16 +321,14 @@ impl Kernel {
         if exiting {
             return self.putback_folio(t, cpu, pfn);
         }
-        let head = self.knobs.promo_list_head;
         let l = self.promo_list(tid);
         if l.folios.is_empty() {
             l.work_queued = true;
         }
-        // 7. Append (list_add_tail in v3; list_add in the development build).
-        if head {
-            l.folios.push_front(pfn);
-        } else {
-            l.folios.push_back(pfn);
+        // 7. Append where the policy says (list_add_tail in v3).
+        match end {
+            ListEnd::Head => l.folios.push_front(pfn),
+            ListEnd::Tail => l.folios.push_back(pfn),
         }
         l.count += nr;
         let count = l.count;

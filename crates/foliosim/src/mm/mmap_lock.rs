@@ -23,7 +23,6 @@
 use super::memory::Fault;
 use super::vmstat::Entry;
 use super::vmstat::Stat;
-use crate::kernel::knobs::FaultLocking;
 use crate::kernel::task::LockWait;
 use crate::kernel::Kernel;
 use crate::sim::Ns;
@@ -37,6 +36,23 @@ pub enum FastFault {
     Pending(Ns),
     /// Not handled: take mmap_lock for read and run the classic fault from here.
     Fallback(Ns),
+}
+
+/// A fault-locking policy (`fault_locking`): how a fault enters before it
+/// would take mmap_lock for read, and what a writer's vma_start_write
+/// waits for. Implementations live in policy/, one file each; they are
+/// stateless (knobs are read from the kernel when needed).
+pub trait FaultLockPolicy: Sync {
+    /// The fast path, entered from the trap at `t` (the kernel's
+    /// `fault_trace_ctx` is set): done, pending, or fall back to the
+    /// classic fault under mmap_lock.
+    #[allow(clippy::too_many_arguments)]
+    fn fast(&self, k: &mut Kernel, tid: u32, t: Ns, cpu: u32, mm: u32, addr: u64, kind: Access) -> FastFault;
+    /// vma_start_write waits for the faults holding the VMA's lock for
+    /// read (per-VMA locks); otherwise it only marks the VMA.
+    fn vma_start_write_waits(&self) -> bool {
+        false
+    }
 }
 
 /// One record of the fault-locking trace (`debug.fault_trace`): when the
@@ -247,7 +263,7 @@ impl Kernel {
     /// the cycle's end). Every policy marks the state (cheap; the classic
     /// policy never reads it). Mmap_lock must be held for write.
     pub fn vma_start_write_range(&mut self, t: Ns, cpu: u32, mm: u32, lo: u64, hi: u64) -> Ns {
-        let per_vma = self.knobs.fault_locking == FaultLocking::PerVma;
+        let per_vma = self.fault_lock.vma_start_write_waits();
         let (lc, sc) = (self.lc, self.sc);
         let m = &mut self.mms[mm as usize];
         let cyc = m.mm_lock_seq;
@@ -267,19 +283,11 @@ impl Kernel {
         t
     }
 
-    /// The fast path of the configured policy, entered from the trap at `t`.
+    /// The fast path of the configured policy (`FaultLockPolicy::fast`), entered from the trap at `t`.
     pub(crate) fn fault_lock_fast(&mut self, tid: u32, t: Ns, cpu: u32, mm: u32, addr: u64, kind: Access) -> FastFault {
         self.fault_trace_ctx = (t, cpu, addr);
-        match self.knobs.fault_locking {
-            FaultLocking::MmapLock => FastFault::Fallback(t),
-            FaultLocking::PerVma => {
-                if self.fault_kernel_mode {
-                    return FastFault::Fallback(t);
-                }
-                self.fault_per_vma(t, cpu, mm, addr, kind)
-            }
-            FaultLocking::Spf => self.spf_fault_begin(tid, t, cpu, mm, addr, kind),
-        }
+        let policy = self.fault_lock;
+        policy.fast(self, tid, t, cpu, mm, addr, kind)
     }
 
     /// The classic fault under mmap_lock for read. Always inlined (two
@@ -316,7 +324,7 @@ impl Kernel {
     /// (6.12). One step: the VMA read lock is held over the whole fault, so
     /// a writer whose step comes later waits for it in vma_start_write, and
     /// a fault after a writer's mark fails the vm_lock_seq test.
-    fn fault_per_vma(&mut self, t: Ns, cpu: u32, mm: u32, addr: u64, kind: Access) -> FastFault {
+    pub(crate) fn fault_per_vma(&mut self, t: Ns, cpu: u32, mm: u32, addr: u64, kind: Access) -> FastFault {
         let lc = self.lc;
         // RCU maple-tree walk.
         let t = t + self.c.vma_lookup;
