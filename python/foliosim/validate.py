@@ -144,11 +144,17 @@ def run_sim(name: str, params: dict[str, Any], knobs: dict[str, str], profile: s
     raw = res.raw
     ops = raw["summary"]["ops_total"]
     vm = raw["vmstat"]
+    # Faults since the run started (the first sample, taken after setup):
+    # the harness counts from its snapshot at the loop's start, so a
+    # process image's start-up faults are not the testcase's.
+    faults = vm.get("pgfault", 0) - (raw.get("timeseries", {}).get("pgfault") or [0])[0]
     return {
         "ops": ops,
         "ops_per_s": raw["summary"]["ops_per_s"],
-        "faults_per_op": vm.get("pgfault", 0) / ops if ops else 0.0,
-        "rss_kib": raw.get("memory", {}).get("peak_rss_kib", 0),
+        "faults_per_op": faults / ops if ops else 0.0,
+        # As the harness reports it: the peak above the RSS the task had
+        # when its loop started (its binary, libraries, stack).
+        "rss_kib": raw.get("memory", {}).get("peak_rss_kib", 0) - raw.get("memory", {}).get("base_rss_kib", 0),
         "sim_s": raw.get("sim_time_s"),
     }
 

@@ -279,3 +279,54 @@ def test_experiments_cite_public_sources_not_working_notes():
         text = path.read_text()
         for needle in ("spec/", "§", "seeds/"):
             assert needle not in text, f"{path}: {needle!r}"
+
+
+# ------------------------------------------------------------- sensitivity --
+def test_sensitivity_reruns_the_published_rows_with_each_cost_scaled(tmp_path):
+    # The tutorial's experiment with one uncertain cost: the published row
+    # (which reads both runs) comes back at half and double that cost, each
+    # value the row's rule applied to runs made with the cost overridden,
+    # and docs/reproductions.md shows them beside the row.
+    import foliosim
+    from foliosim.reproduce.docs import render
+
+    text = TINY.read_text() + '\n[sensitivity]\ncosts = ["fault_base_ns"]\n'
+    (tmp_path / "demo").mkdir()
+    p = tmp_path / "demo" / "pf1-tasks.toml"
+    p.write_text(text)
+    (rep,) = list(R.run_experiments([R.load(p)], jobs=1))
+    base = foliosim.run(next(c["config"] for c in rep["configs"] if c["label"] == "1 task"))
+    assert rep["sensitivity"] == {"costs": {"fault_base_ns": 300.0}, "factors": [0.5, 2.0]}
+    head = next(r for r in rep["rows"] if r.get("headline"))
+    assert [(s["cost"], s["factor"], s["value"]) for s in head["sensitivity"]] == [
+        ("fault_base_ns", 0.5, 150.0), ("fault_base_ns", 2.0, 600.0)]
+    ratios = {}
+    for f, v in ((0.5, 150.0), (2.0, 600.0)):
+        ops = []
+        for c in rep["configs"]:
+            cfg = json.loads(json.dumps(c["config"]))
+            cfg["machine"]["costs"] = {"fault_base_ns": v}
+            ops.append(foliosim.run(cfg).summary["ops_per_s"])
+        ratios[f] = ops[1] / ops[0]
+    assert [s["simulated"] for s in head["sensitivity"]] == [ratios[0.5], ratios[2.0]]
+    assert head["sensitivity"][0]["simulated"] != head["simulated"]
+    # Rows without a published figure are not rerun.
+    assert not any("sensitivity" in r for r in rep["rows"] if not r.get("published"))
+    assert base.summary["ops_per_s"] == next(r for r in rep["rows"] if r["label"] == "1 task")["simulated"]
+    md = render({"experiments": [{**rep, "file": "demo/pf1-tasks.toml"}]})
+    line = next(x for x in md.splitlines() if x.startswith("| 2 tasks: ops/s, 2 tasks / 1 task |"))
+    assert "/" in line and line.count("|") == 4, line
+    assert "`fault_base_ns` = 300: x0.5 / x2" in md
+
+
+@pytest.mark.parametrize("block, where", [
+    ('[sensitivity]\ncosts = ["cacheline_bogus_ns"]\n', "sensitivity.costs.cacheline_bogus_ns"),
+    ('[sensitivity]\ncosts = []\n', "sensitivity.costs"),
+    ('[sensitivity]\ncosts = ["trap_ns"]\nfactors = [1]\n', "sensitivity.factors"),
+    ('[sensitivity]\ncosts = ["trap_ns"]\nwat = 1\n', "sensitivity.wat"),
+])
+def test_a_bad_sensitivity_block_names_file_and_key(tmp_path, block, where):
+    p = _write(tmp_path, BASE + '[[rows]]\nlabel = "x"\nmetric = "m"\nsimulated = "1"\n' + block)
+    with pytest.raises(R.ExperimentError) as e:
+        R.load(p)
+    assert str(e.value).startswith(str(p)) and where in str(e.value), e.value

@@ -20,6 +20,11 @@ fn main() {
         }
     }
     println!("violations: {}", j["checker"]["violations"]);
+    // LOCKS=1 prints the lock statistics and the time spent per entry.
+    if std::env::var("LOCKS").is_ok() {
+        println!("locks {}", j["locks"]);
+        println!("time_ns {}", j["time_ns"]);
+    }
     // SERIES=name,name prints those time series (per-sample deltas for events).
     if let Ok(names) = std::env::var("SERIES") {
         let ts = &j["timeseries"];

@@ -198,7 +198,8 @@ mod tests {
         let short = events("anon_faults", 0.001).unwrap();
         let long = events("anon_faults", 0.002).unwrap();
         assert!(short > 0 && long > short, "{short} {long}");
-        assert!(events("tlb_hits", 0.0005).unwrap() > 0);
+        // 1 ms: past the process's start-up (its image) and the first pass.
+        assert!(events("tlb_hits", 0.001).unwrap() > 0);
         assert!(events("pf1_threads64", 0.1).is_err());
     }
 }

@@ -85,6 +85,7 @@ pub const CONFIG_KEYS: &[ConfigKey] = &[
     ConfigKey { table: "machine", key: "node_mem_mib", default: None, range: Some((64.0, (64u64 << 20) as f64)), help: "MiB of each memory node, an array with one size per node of the profile (in all at most 16 TiB less 1 MiB)" },
     ConfigKey { table: "machine", key: "tlb_contpte", default: None, range: None, help: "true: the arm64 contiguous-PTE hint is honoured (16 x 4 KiB in one TLB entry)" },
     ConfigKey { table: "machine", key: "tlb_coalesce_order", default: None, range: Some((0.0, 2.0)), help: "HPA-style TLB coalescing of aligned groups of 2^order PTEs: 0 (none) or 2" },
+    ConfigKey { table: "machine", key: "costs", default: None, range: None, help: "numbers of the profile replaced, a table: `{ cacheline_cross_socket_ns = 270.0 }` ([cost] keys bare; `host.`, `tlb.`, `cpu.` or `nodes.` (every node) before others)" },
     ConfigKey { table: "machine", key: "guests", default: Some(Int(1)), range: Some((1.0, MAX_GUESTS as f64)), help: "the machine is this many identical VM guests on one host (1: a single kernel)" },
     ConfigKey { table: "machine", key: "guest_stagger_ms", default: Some(Num(0.0)), range: Some((0.0, 3.6e6)), help: "guest g boots g times this many milliseconds late (needs guests >= 2)" },
     ConfigKey { table: "run", key: "warmup_s", default: Some(Num(1.0)), range: Some((0.0, 3600.0)), help: "simulated seconds before counting starts (at least one full iteration of the workload)" },
@@ -513,6 +514,19 @@ fn from_table(mut root: toml::Table, ctx: &Ctx) -> Result<Config, ConfigError> {
     if guest_stagger_ms > 0.0 && guests < 2 {
         return Err(ctx.err("machine", "guest_stagger_ms", "staggers the boot of several guests: needs machine.guests >= 2"));
     }
+    let costs = match m.remove("costs") {
+        None => None,
+        Some(toml::Value::Table(t)) => {
+            prof = prof.with_numbers(&t).map_err(|(k, reason)| ConfigError {
+                file: ctx.file.to_string(),
+                line: find_line(ctx.text, "machine", "costs").or_else(|| find_line(ctx.text, "machine.costs", &k)),
+                key: format!("machine.costs.{k}"),
+                reason,
+            })?;
+            Some(t)
+        }
+        Some(v) => return Err(ctx.err("machine", "costs", format!("expected a table of profile keys and numbers, got {}", v.type_str()))),
+    };
     no_leftovers(ctx, &m, "machine")?;
     prof.validate().map_err(|(k, r)| ctx.err("machine", "", format!("{k}: {r}")))?;
     // --- run
@@ -634,6 +648,9 @@ fn from_table(mut root: toml::Table, ctx: &Ctx) -> Result<Config, ConfigError> {
     for (k, v) in tlb_overrides {
         machine_json.insert(k.into(), v);
     }
+    if let Some(t) = costs {
+        machine_json.insert("costs".into(), toml_to_json(&toml::Value::Table(t)));
+    }
     if guests > 1 {
         machine_json.insert("guests".into(), guests.into());
         machine_json.insert("guest_stagger_ms".into(), guest_stagger_ms.into());
@@ -677,6 +694,40 @@ mod tests {
         assert_eq!(e.line, Some(1));
         let e = from_toml("[workload]\nname = \"nope\"\n", "f.toml").unwrap_err();
         assert_eq!(e.key, "workload.name");
+    }
+
+    /// `machine.costs` replaces profile numbers: the value lands in the
+    /// profile (every node for `nodes.`) and in the normalised config; a
+    /// key the profile lacks, a bad value or a non-table is an error naming
+    /// the file, line and key.
+    #[test]
+    fn machine_costs_override_profile_numbers() {
+        let text = "[workload]\nname = \"page_fault1\"\n[machine]\nprofile = \"skl-2s-72\"\ncosts = { cacheline_cross_socket_ns = 270.0, \"nodes.zero_bw_gbps\" = 3.5, \"host.fault_4k_ns\" = 1 }\n";
+        let c = from_toml(text, "c.toml").unwrap();
+        assert_eq!(c.profile.cost.cacheline_cross_socket_ns, 270.0);
+        assert!(c.profile.nodes.iter().all(|n| n.zero_bw_gbps == 3.5));
+        assert_eq!(c.profile.host.fault_4k_ns, 1.0);
+        let plain = from_toml("[workload]\nname = \"page_fault1\"\n[machine]\nprofile = \"skl-2s-72\"\n", "c.toml").unwrap();
+        assert_eq!(c.profile.cost.cacheline_same_socket_ns, plain.profile.cost.cacheline_same_socket_ns);
+        assert_ne!(plain.profile.cost.cacheline_cross_socket_ns, 270.0);
+        assert_eq!(c.normalized["machine"]["costs"]["cacheline_cross_socket_ns"], 270.0);
+        // The overridden value reaches the engine's line costs.
+        let k = crate::kernel::Kernel::boot(c.profile.clone(), c.knobs.clone(), false, 1).unwrap();
+        assert_eq!(k.lc.cross_socket, 270);
+        for (costs, key, why) in [
+            ("{ cacheline_bogus_ns = 1.0 }", "machine.costs.cacheline_bogus_ns", "unknown profile key"),
+            ("{ \"tlb.bogus_entries\" = 1 }", "machine.costs.tlb.bogus_entries", "unknown profile key"),
+            ("{ \"bogus.trap_ns\" = 1.0 }", "machine.costs.bogus.trap_ns", "unknown profile table"),
+            ("{ trap_ns = \"fast\" }", "machine.costs.trap_ns", "expected a number"),
+            ("{ trap_ns = -1.0 }", "machine.costs.cost.trap_ns", "out of range"),
+            ("{ lru_batch = 1.5 }", "machine.costs.lru_batch", "expected an integer"),
+            ("3", "machine.costs", "expected a table"),
+        ] {
+            let text = format!("seed = 1\n[machine]\nprofile = \"skl-2s-72\"\ncosts = {costs}\n[workload]\nname = \"page_fault1\"\n");
+            let e = from_toml(&text, "c.toml").unwrap_err();
+            assert_eq!((e.key.as_str(), e.line), (key, Some(4)), "{e}");
+            assert!(e.to_string().starts_with(&format!("c.toml:4: {key}: ")) && e.reason.contains(why), "{e}");
+        }
     }
 
     /// A profile file with a bad number: the error names the profile file,
@@ -748,6 +799,7 @@ mod tests {
                 (Some(Str(s)), _) => toml::Value::String(s.into()),
                 (None, "node_mem_mib") => toml::Value::Array(vec![toml::Value::Integer(1024); 2]),
                 (None, "tlb_contpte") => toml::Value::Boolean(true),
+                (None, "costs") => toml::Value::Table("trap_ns = 250.0".parse().unwrap()),
                 (None, "probes" | "probes_record") => toml::Value::Array(vec![toml::Value::String("tlb:tlb_flush".into())]),
                 (None, _) => toml::Value::Integer(k.range.unwrap().1 as i64),
             };

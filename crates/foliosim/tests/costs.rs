@@ -214,24 +214,83 @@ fn a_large_folio_fault_and_free_pay_their_fixed_extra_once() {
 
 // ---------------------------------------------------------------- placement --
 
+const GLIBC: &foliosim::mm::exec::ProcessImage = &foliosim::mm::exec::GLIBC_2_36_X86_64;
+
+/// A process with the glibc image mapped (not touched).
+fn imaged(knobs: &str) -> (H, u32) {
+    let mut h = boot(knobs, &|_| {});
+    let t = h.process(0);
+    let mm = h.k.tasks[t as usize].mm;
+    let f = h.file(GLIBC.file_bytes() >> 12);
+    h.k.map_process_image(mm, f, GLIBC).unwrap();
+    (h, t)
+}
+
+fn rule(r: &str) -> String {
+    format!("{UPSTREAM}\n\"anon_folio.thp_get_unmapped_area\" = \"{r}\"")
+}
+
 /// Where an unhinted anonymous mmap lands: each era's PMD alignment rule,
 /// below a glibc process image (so that the mmap area's top is not aligned).
 #[test]
 fn each_alignment_rule_aligns_the_lengths_its_kernel_aligns() {
-    let lands = |rule: &str, len: u64| -> u64 {
-        let mut h = boot(&format!("{UPSTREAM}\n\"anon_folio.thp_get_unmapped_area\" = \"{rule}\""), &|_| {});
+    let lands = |r: &str, len: u64| mmap(&mut imaged(&rule(r)).0, 0, len);
+    let pmd = |a: u64| a.is_multiple_of(2 * MIB);
+    for (r, aligned) in [("none", [false, false, false]), ("len_ge_pmd", [false, true, true]), ("len_pmd_aligned", [false, false, true])] {
+        let got = [pmd(lands(r, MIB)), pmd(lands(r, 2 * MIB + 4096)), pmd(lands(r, 4 * MIB))];
+        assert_eq!(got, aligned, "{r}: 1 MiB, 2 MiB + 4 KiB, 4 MiB");
+    }
+}
+
+/// The addresses, worked by hand from an empty mmap area (top 0x7ffff7fff000):
+/// unaligned, a length lands at the top minus itself; aligned,
+/// thp_get_unmapped_area finds len + 2 MiB at top - len - 2 MiB and rounds
+/// that up to the next 2 MiB boundary.
+#[test]
+fn each_alignment_rule_puts_2_mib_plus_4_kib_where_its_kernel_does() {
+    let at = |r: &str, len: u64| {
+        let mut h = boot(&rule(r), &|_| {});
         let t = h.process(0);
-        let mm = h.k.tasks[t as usize].mm;
-        let f = h.file(1);
-        h.k.map_process_image(mm, f, foliosim::mm::exec::GLIBC_2_36_X86_64).unwrap();
         mmap(&mut h, t, len)
     };
-    let pmd = |a: u64| a.is_multiple_of(2 * MIB);
-    for (rule, aligned) in [("none", [false, false, false]), ("len_ge_pmd", [false, true, true]), ("len_pmd_aligned", [false, false, true])]
-    {
-        let got = [pmd(lands(rule, MIB)), pmd(lands(rule, 2 * MIB + 4096)), pmd(lands(rule, 4 * MIB))];
-        assert_eq!(got, aligned, "{rule}: 1 MiB, 2 MiB + 4 KiB, 4 MiB");
-    }
+    // 0x7ffff7fff000 - 0x201000 = 0x7ffff7dfe000;
+    // 0x7ffff7fff000 - 0x401000 = 0x7ffff7bfe000, rounded up: 0x7ffff7c00000.
+    assert_eq!(at("none", 2 * MIB + 4096), 0x7fff_f7df_e000);
+    assert_eq!(at("len_ge_pmd", 2 * MIB + 4096), 0x7fff_f7c0_0000);
+    assert_eq!(at("len_pmd_aligned", 2 * MIB + 4096), 0x7fff_f7df_e000);
+    // 2 MiB: 0x7ffff7dff000 unaligned; 0x7ffff7bff000 rounded up: 0x7ffff7c00000.
+    assert_eq!(at("none", 2 * MIB), 0x7fff_f7df_f000);
+    assert_eq!(at("len_ge_pmd", 2 * MIB), 0x7fff_f7c0_0000);
+    assert_eq!(at("len_pmd_aligned", 2 * MIB), 0x7fff_f7c0_0000);
+}
+
+/// thp_get_unmapped_area needs a gap of len + 2 MiB: the 2 MiB hole an
+/// aligned 2 MiB mapping leaves is not reused by the next one. Addresses
+/// as the development host (Linux 6.18) gave them under `setarch -R` below
+/// a glibc image: a at 0x7ffff7a00000, b at 0x7ffff7800000, and after
+/// munmap(a) the next 2 MiB at 0x7ffff7600000.
+#[test]
+fn an_aligned_mapping_needs_its_padding_in_the_gap() {
+    let (mut h, t) = imaged(UPSTREAM);
+    let a = mmap(&mut h, t, 2 * MIB);
+    let b = mmap(&mut h, t, 2 * MIB);
+    assert_eq!((a, b), (0x7fff_f7a0_0000, 0x7fff_f780_0000));
+    munmap(&mut h, t, a, 2 * MIB);
+    assert_eq!(mmap(&mut h, t, 2 * MIB), 0x7fff_f760_0000);
+}
+
+/// A shared anonymous mapping is shmem's (shmem_get_unmapped_area, with
+/// shmem_enabled = never: not aligned), whatever the anonymous rule says.
+#[test]
+fn a_shared_anonymous_mapping_is_not_thp_aligned() {
+    let mut h = boot(&rule("len_pmd_aligned"), &|_| {});
+    let t = h.process(0);
+    let (a, _) = h.val(
+        t,
+        0,
+        Op::Mmap { addr: 0, len: 2 * MIB, prot: prot::READ | prot::WRITE, flags: map::SHARED | map::ANONYMOUS, fd: -1, off: 0 },
+    );
+    assert_eq!(a as u64, 0x7fff_f7df_f000);
 }
 
 /// The glibc image puts tlb_flush2's 1 MiB where the development host's
@@ -240,11 +299,7 @@ fn each_alignment_rule_aligns_the_lengths_its_kernel_aligns() {
 /// per pass, 1 + 31/256 faults per op, as the real run counts.
 #[test]
 fn a_process_image_puts_the_mapping_where_linux_does() {
-    let mut h = boot(MTHP_64K, &|_| {});
-    let t = h.process(0);
-    let mm = h.k.tasks[t as usize].mm;
-    let f = h.file(1);
-    h.k.map_process_image(mm, f, foliosim::mm::exec::GLIBC_2_36_X86_64).unwrap();
+    let (mut h, t) = imaged(MTHP_64K);
     let a = mmap(&mut h, t, MIB);
     assert_eq!(a, 0x7fff_f7cd_2000);
     let faults = |h: &H| h.k.stat.get(foliosim::mm::vmstat::Stat::Pgfault);
@@ -253,4 +308,43 @@ fn a_process_image_puts_the_mapping_where_linux_does() {
         h.run(t, 0, Op::Access { addr: a + i * 4096, kind: Access::Store });
     }
     assert_eq!(faults(&h) - f0, 15 + 16);
+}
+
+/// A will-it-scale process starts its loop with the image's mappings
+/// (binary at ELF_ET_DYN_BASE, the brk heap after its bss, the stack under
+/// STACK_TOP, libc and ld.so in the mmap area) and their resident pages:
+/// its RSS before the loop is the image's, 2196 KiB (the sum of the
+/// resident sizes; the real harness's baseline was 2188 KiB).
+#[test]
+fn a_will_it_scale_process_starts_with_its_image_resident() {
+    let cfg = r#"{"seed": 1, "machine": {"profile": "generic-x86", "nr_cpus": 2}, "workload": {"name": "tlb_flush2"},
+                  "run": {"warmup_s": 0.0, "duration_s": 0.0001, "check": true}}"#;
+    let out: serde_json::Value = serde_json::from_str(&foliosim::api::run_json(cfg, &mut |_| true).unwrap()).unwrap();
+    assert_eq!(out["memory"]["base_rss_kib"], 2196);
+    assert_eq!(out["checker"]["violations"].as_array().map(|v| v.len()), Some(0));
+    let none = cfg.replace(r#""tlb_flush2"}"#, r#""tlb_flush2", "process_image": "none"}"#);
+    let out: serde_json::Value = serde_json::from_str(&foliosim::api::run_json(&none, &mut |_| true).unwrap()).unwrap();
+    assert_eq!(out["memory"]["base_rss_kib"], 0);
+
+    let (mut h, t) = imaged(UPSTREAM);
+    let mm = h.k.tasks[t as usize].mm as usize;
+    h.k.touch_process_image(t, GLIBC).unwrap();
+    let m = &h.k.mms[mm];
+    let vma = |a: u64| m.vma_lookup(a).map(|v| (v.start, v.end, v.flags, v.is_anon()));
+    use foliosim::mm::mmap::vm;
+    assert_eq!(vma(0x5555_5555_4000).map(|v| v.0), Some(0x5555_5555_4000), "binary");
+    assert_eq!(
+        vma(0x5555_5557_5000),
+        Some((0x5555_5557_5000, 0x5555_5559_6000, vm::READ | vm::WRITE | vm::MAYWRITE | vm::BRK, true)),
+        "heap"
+    );
+    assert_eq!((m.brk_start, m.brk), (0x5555_5557_5000, 0x5555_5559_6000));
+    assert_eq!(
+        vma(0x7fff_ffff_e000),
+        Some((0x7fff_fffd_e000, 0x7fff_ffff_f000, vm::READ | vm::WRITE | vm::MAYWRITE | vm::GROWSDOWN, true)),
+        "stack"
+    );
+    assert_eq!(vma(0x7fff_f7dd_5000).map(|v| (v.0, v.3)), Some((0x7fff_f7dd_5000, false)), "libc's first segment");
+    assert!(vma(0x7fff_f7fb_7000).is_none(), "ld.so's hole");
+    assert_eq!((m.rss_anon + m.rss_file) * 4, 2196);
 }

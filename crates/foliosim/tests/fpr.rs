@@ -123,10 +123,12 @@ fn memhog_then_runs_the_test_after_memhog() {
 /// memhog 448 MiB once and idles; guest 1 boots 40 s later and does the
 /// same. Without reporting guest 0 keeps its 448 MiB on the host and guest
 /// 1's memhog makes the host swap; with it, guest 0 has given its memory
-/// back and guest 1 uses it with no host swap at all.
+/// back and guest 1 uses it with no host swap at all. No process image:
+/// its start-up pages are touched at setup, which the shared host sees
+/// before guest 1 boots (its backing is not timed).
 fn two_guests(reporting: bool) -> foliosim::virt::guests::GuestsOutcome {
     let toml = format!(
-        "[machine]\nprofile = \"e5-2630v3-guest-32g\"\nnode_mem_mib = [512]\nguests = 2\nguest_stagger_ms = 40000\n[workload]\nname = \"memhog\"\nsize_mib = 448\n[knobs]\n\"host.mem_mib\" = 640\n\"page_reporting.enabled\" = {reporting}\n[run]\nwarmup_s = 0.0\nduration_s = 45.0\nsample_ms = 500.0\ncheck = true\naudit_interval_ms = 2000.0\n"
+        "[machine]\nprofile = \"e5-2630v3-guest-32g\"\nnode_mem_mib = [512]\nguests = 2\nguest_stagger_ms = 40000\n[workload]\nname = \"memhog\"\nsize_mib = 448\nprocess_image = \"none\"\n[knobs]\n\"host.mem_mib\" = 640\n\"page_reporting.enabled\" = {reporting}\n[run]\nwarmup_s = 0.0\nduration_s = 45.0\nsample_ms = 500.0\ncheck = true\naudit_interval_ms = 2000.0\n"
     );
     let c = config::from_toml(&toml, "<test>").unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(c.guests, 2);

@@ -158,14 +158,18 @@ fn demotion_ages_active_anon_when_the_inactive_list_is_low() {
     // rightly rotated), kswapd's scans must find victims. The bug this
     // guards against stole nothing while scanning millions of pages; a
     // working LRU under XSBench's steady access rotates the young pages it
-    // meets, about a dozen scanned per page demoted here.
-    let at = |name: &str, t: f64| {
+    // meets, about a dozen scanned per page demoted here. Judged over the
+    // lookup phase: from the first sample with lookups done (the tables
+    // are built) to the first with all of them done.
+    let total = *o.samples_ops.last().unwrap();
+    let from = o.samples_ops.iter().position(|&n| n > 0).expect("no lookup done");
+    let to = o.samples_ops.iter().position(|&n| n == total).unwrap();
+    let at = |name: &str, k: usize| {
         let i = foliosim::mm::vmstat::Stat::from_name(name).unwrap() as usize;
-        let k = o.samples_t.iter().position(|&x| x >= t).unwrap_or(o.samples_t.len() - 1);
         o.samples_stat[k][i]
     };
-    let end = *o.samples_t.last().unwrap();
-    let scan = at("pgscan_kswapd", end) - at("pgscan_kswapd", 0.5);
-    let steal = at("pgsteal_kswapd", end) - at("pgsteal_kswapd", 0.5);
-    assert!(steal > 0 && scan < 20 * steal, "after 0.5 s kswapd scanned {scan} pages to demote {steal}");
+    let scan = at("pgscan_kswapd", to) - at("pgscan_kswapd", from);
+    let steal = at("pgsteal_kswapd", to) - at("pgsteal_kswapd", from);
+    let (t0, t1) = (o.samples_t[from], o.samples_t[to]);
+    assert!(steal > 0 && scan < 20 * steal, "from {t0} s to {t1} s kswapd scanned {scan} pages to demote {steal}");
 }

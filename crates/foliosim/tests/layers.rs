@@ -67,6 +67,7 @@ const ALLOWED: &[(&str, &str, &str)] = &[
     ("kernel/mod.rs", "mm/mmap_lock.rs", HOLDS),
     ("kernel/mod.rs", "mm/page_reporting.rs", HOLDS),
     ("kernel/mod.rs", "mm/swap.rs", HOLDS),
+    ("kernel/task.rs", "mm/mmap_lock.rs", "struct Task holds the fault a task asleep on mmap_lock resumes (PendingUnlock), whose functions are impl Kernel blocks in mm/mmap_lock.rs"),
     ("kernel/task.rs", "mm/numa_balancing.rs", TASK_HOLDS),
     ("kernel/task.rs", "mm/rmap.rs", TASK_HOLDS),
     ("kernel/task.rs", "mm/spf.rs", TASK_HOLDS),

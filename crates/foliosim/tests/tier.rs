@@ -18,9 +18,11 @@ fn stat(o: &Outcome, name: &str) -> i64 {
 /// populated on the CXL node, read in 16 MiB calls. The cap is the
 /// rate-limit value in pages: 1024 pages (4 MiB) per read call, so a pass
 /// of 4 calls promotes 4096 of the 16384 pages.
+/// No process image in these configs: the tests count the file's pages
+/// exactly, and the image's file would add its own.
 fn tiered(cycles: u32, knobs: &str) -> String {
     format!(
-        "[machine]\nprofile = \"cxl-1tb\"\nnr_cpus = 2\nnode_mem_mib = [1024, 512]\n[workload]\nname = \"file_reader\"\nfs = \"disk\"\nfile_mib = 64\npopulate = true\npopulate_node = 1\nchunk_kib = 16384\ncycles = {cycles}\n[run]\nwarmup_s = 0.0\nduration_s = 10.0\nsample_ms = 100.0\ncheck = true\naudit_interval_ms = 5.0\nprobes_record = [\"syscalls:sys_exit_read\"]\n[knobs]\n{knobs}\n"
+        "[machine]\nprofile = \"cxl-1tb\"\nnr_cpus = 2\nnode_mem_mib = [1024, 512]\n[workload]\nname = \"file_reader\"\nprocess_image = \"none\"\nfs = \"disk\"\nfile_mib = 64\npopulate = true\npopulate_node = 1\nchunk_kib = 16384\ncycles = {cycles}\n[run]\nwarmup_s = 0.0\nduration_s = 10.0\nsample_ms = 100.0\ncheck = true\naudit_interval_ms = 5.0\nprobes_record = [\"syscalls:sys_exit_read\"]\n[knobs]\n{knobs}\n"
     )
 }
 
@@ -163,7 +165,7 @@ fn a_hot_cache_reaches_the_hook_on_the_first_pass() {
 fn kswapd_demotes_to_cxl_when_enabled_and_drops_otherwise() {
     // A 320 MiB file populated on a 256 MiB DRAM node spills onto CXL and
     // leaves DRAM below its low watermark: kswapd reclaims DRAM.
-    let base = "[machine]\nprofile = \"cxl-1tb\"\nnr_cpus = 2\nnode_mem_mib = [256, 512]\n[workload]\nname = \"file_reader\"\nfs = \"disk\"\nfile_mib = 320\npopulate = true\nchunk_kib = 4096\ncycles = 1\n[run]\nwarmup_s = 0.0\nduration_s = 5.0\ncheck = true\naudit_interval_ms = 5.0\n[knobs]\n";
+    let base = "[machine]\nprofile = \"cxl-1tb\"\nnr_cpus = 2\nnode_mem_mib = [256, 512]\n[workload]\nname = \"file_reader\"\nprocess_image = \"none\"\nfs = \"disk\"\nfile_mib = 320\npopulate = true\nchunk_kib = 4096\ncycles = 1\n[run]\nwarmup_s = 0.0\nduration_s = 5.0\ncheck = true\naudit_interval_ms = 5.0\n[knobs]\n";
     let on = sim(&format!("{base}\"kernel/mm/numa/demotion_enabled\" = true\n"));
     assert!(on.kernel.check.violations.is_empty(), "{:?}", on.kernel.check.violations);
     assert!(stat(&on, "pgdemote_kswapd") > 0);

@@ -93,6 +93,7 @@ def _keep(rep: dict[str, Any], root: Path) -> dict[str, Any]:
         "inputs_sha256": inputs_hash(path, root),
         "rows": rep["rows"], "notes": rep["notes"], "sources": rep.get("sources", {}),
         "windows": rep.get("windows", []),
+        **({"sensitivity": rep["sensitivity"]} if rep.get("sensitivity") else {}),
     }
 
 
@@ -163,6 +164,7 @@ def render(data: dict[str, Any]) -> str:
                 head = " **(headline)**" if r.get("headline") else ""
                 out.append(f"| {_cell(r.get('label'))}{head} | {_cell(r.get('metric'))} | {shown_pub} | {sim} | {diff} | "
                            f"{_cell(r.get('note'))} |")
+            out += _sensitivity_table(e)
             if e["notes"]:
                 out += ["", "Notes:", ""] + [f"- {_cell(n)}" for n in e["notes"]]
             if e.get("windows"):
@@ -189,6 +191,28 @@ def render(data: dict[str, Any]) -> str:
                     out.append(_source_line(sid, s))
                     out += [f"  - {_cell(f)}" for f in figs.get(sid, [])]
     return "\n".join(out) + "\n"
+
+
+def _sensitivity_table(e: dict[str, Any]) -> list[str]:
+    """Each published row beside its value with every [sensitivity] cost at
+    each factor of its profile value."""
+    sens = e.get("sensitivity")
+    rows = [r for r in e["rows"] if r.get("sensitivity")]
+    if not sens or not rows:
+        return []
+    costs, factors = list(sens["costs"]), sens["factors"]
+    out = ["", "Sensitivity: each published row rerun with one profile cost at "
+           + " and ".join(f"x{_fmt(f)}" for f in factors) + " its value (the others as profiled):", "",
+           "| label | simulated | " + " | ".join(f"`{c}`" + ("" if sens["costs"][c] is None else f" = {_fmt(sens['costs'][c])}") + ": "
+                                         + " / ".join(f"x{_fmt(f)}" for f in factors)
+                                         for c in costs) + " |",
+           "| --- | ---: | " + " | ".join("---:" for _ in costs) + " |"]
+    for r in rows:
+        unit = f" {r['unit']}" if r.get("unit") else ""
+        by = {(s["cost"], s["factor"]): s["simulated"] for s in r["sensitivity"]}
+        cells = [" / ".join("—" if by.get((c, f)) is None else _fmt(by[(c, f)]) for f in factors) + unit for c in costs]
+        out.append(f"| {_cell(r.get('label'))}: {_cell(r.get('metric'))} | {_fmt(r.get('simulated'))}{unit} | " + " | ".join(cells) + " |")
+    return out
 
 
 # ----------------------------------------------------------------- actions --

@@ -18,7 +18,7 @@ from typing import Any
 
 from .. import _core
 from .expr import Expr, ExprError, Template, evaluate
-from .spec import Experiment, ExperimentError, RowSpec, SeriesSpec
+from .spec import Experiment, ExperimentError, RowSpec, SeriesSpec, variant
 
 __all__ = ["evaluate_experiment", "run_experiments"]
 
@@ -190,7 +190,8 @@ def _rows(exp: Experiment, spec: RowSpec, env: dict[str, Any], partial: bool,
                 "seed": published,
                 "simulated": _number(_ev(f["simulated"], e, exp, f"{where}.simulated", partial), f"{where}.simulated", exp),
             }
-            short = [windows[n] for n in sorted(_READS.now if _READS else ()) if n in windows and not windows[n]["ok"]]
+            row["_reads"] = sorted(_READS.now if _READS else ())
+            short = [windows[n] for n in row["_reads"] if n in windows and not windows[n]["ok"]]
             row["note"] = ""
             if "note" in f:
                 ne = {**e, "this": row}
@@ -293,6 +294,9 @@ def evaluate_experiment(exp: Experiment, results: Mapping[str, dict[str, Any]], 
             except _Missing:
                 continue
     series = [s for spec in exp.series for s in _series(exp, spec, env, partial)]
+    reads = [r.pop("_reads", []) for r in rows]
+    if exp.sensitivity and not partial and _SENSITIVITY_ON:
+        _sensitivity(exp, results, rows, reads)
     out: dict[str, Any] = {
         "name": exp.name,
         "title": exp.title,
@@ -302,6 +306,13 @@ def evaluate_experiment(exp: Experiment, results: Mapping[str, dict[str, Any]], 
     }
     if series:
         out["series"] = series
+    if exp.sensitivity:
+        from .spec import profile_number
+
+        cfgs = [json.loads(r.cfg_json) for r in exp.runs.values()]
+        # Each cost's profile value, when every run has the same (else None).
+        values = {c: {profile_number(cfg, c) for cfg in cfgs} for c in exp.sensitivity}
+        out["sensitivity"] = {"costs": {c: v.pop() if len(v) == 1 else None for c, v in values.items()}, "factors": exp.factors}
     out["seed"] = exp.seed
     out["profile"] = _profile(exp.profile, profiles or {})
     out["configs"] = [{"label": r.label, "config": json.loads(r.cfg_json)} for r in exp.runs.values() if r.id in results]
@@ -309,6 +320,43 @@ def evaluate_experiment(exp: Experiment, results: Mapping[str, dict[str, Any]], 
     out["sources"] = exp.sources
     out["interrupted"] = bool(partial)
     return out
+
+
+# ----------------------------------------------------------- sensitivity --
+# Off while the variants' own rows are evaluated (no variants of variants).
+_SENSITIVITY_ON = True
+_JOBS = 2
+
+
+def _sensitivity(exp: Experiment, results: Mapping[str, dict[str, Any]], rows: list[dict[str, Any]],
+                 reads: list[list[str]]) -> None:
+    """Rerun the runs the published rows read with each [sensitivity] cost
+    at each factor, and give each such row its value there
+    (`row["sensitivity"]`: cost, factor, value of the cost, simulated)."""
+    global _SENSITIVITY_ON
+    shown = [i for i, r in enumerate(rows) if r.get("published") is not None and r.get("simulated") is not None]
+    if not shown:
+        return
+    names = sorted({n for i in shown for n in reads[i] if n in exp.runs})
+    todo = [(c, f, variant(exp, exp.runs[n], c, f)) for c in exp.sensitivity for f in exp.factors for n in names]
+    got = {rid: json.loads(raw) for rid, raw, err in _results(list({v.id: (v.id, v.cfg_json) for _, _, v in todo}.values()), _JOBS)
+           if raw is not None and err is None}
+    for i in shown:
+        rows[i]["sensitivity"] = []
+    _SENSITIVITY_ON = False
+    try:
+        for c in exp.sensitivity:
+            for f in exp.factors:
+                over = {exp.runs[v.name].id: got[v.id] for cc, ff, v in todo if cc == c and ff == f and v.id in got}
+                if len(over) != len(names):
+                    raise ExperimentError(str(exp.path), f"sensitivity.costs.{c}", f"a run at x{f:g} failed")
+                alt = evaluate_experiment(exp, {**results, **over})["rows"]
+                cfg = json.loads(next(v for cc, ff, v in todo if cc == c and ff == f).cfg_json)
+                for i in shown:
+                    rows[i]["sensitivity"].append({"cost": c, "factor": f, "value": cfg["machine"]["costs"][c],
+                                                   "simulated": alt[i]["simulated"] if i < len(alt) else None})
+    finally:
+        _SENSITIVITY_ON = True
 
 
 # ------------------------------------------------------------------ runs --
@@ -336,6 +384,8 @@ def run_experiments(exps: Sequence[Experiment], *, jobs: int = 2, progress: Prog
     the experiment being waited for comes out with ``interrupted`` and the
     rows its finished runs give, and nothing after it. A run that fails is
     an ExperimentError naming the experiment and the run."""
+    global _JOBS
+    _JOBS = jobs
     profiles = _profiles()
     order: list[tuple[str, str]] = []
     users: dict[str, int] = {}

@@ -149,6 +149,11 @@ class Experiment:
     rows: list[RowSpec] = field(default_factory=list)
     series: list[SeriesSpec] = field(default_factory=list)
     notes: list[NoteSpec] = field(default_factory=list)
+    # [sensitivity]: profile numbers (machine.costs keys) whose value is
+    # uncertain; the runs the published rows read are rerun with each at
+    # every factor (runner.sensitivity).
+    sensitivity: list[str] = field(default_factory=list)
+    factors: list[float] = field(default_factory=lambda: [0.5, 2.0])
 
     def err(self, key: str, reason: str) -> ExperimentError:
         return ExperimentError(str(self.path), key, reason, line_of(self.text, key))
@@ -268,7 +273,7 @@ def _loops(exp: Experiment, t: dict[str, Any], where: str) -> list[tuple[str, An
 
 ROW_KEYS = {"id", "for", "when", "label", "metric", "unit", "published", "simulated", "note", "note_when", "headline"}
 SERIES_KEYS = {"for", "when", "name", "x", "y", "xlabel", "ylabel"}
-TOP_KEYS = {"title", "window", "sources", "published", "config", "runs", "sweeps", "let", "rows", "series", "notes"}
+TOP_KEYS = {"title", "window", "sources", "published", "config", "runs", "sweeps", "let", "rows", "series", "notes", "sensitivity"}
 
 
 def load(path: str | Path) -> Experiment:
@@ -379,6 +384,7 @@ def load(path: str | Path) -> Experiment:
         names.add(sname)
     if not exp.runs:
         raise exp.err("runs", "an experiment needs at least one run ([runs.NAME] or [sweeps.NAME])")
+    _load_sensitivity(exp, doc.get("sensitivity"))
     # rules
     lets = doc.get("let") or {}
     if not isinstance(lets, dict):
@@ -456,3 +462,70 @@ def load(path: str | Path) -> Experiment:
         else:
             raise exp.err(f"notes[{i}]", "a note is text, or a table { text = ..., when = ..., for = ... }")
     return exp
+
+
+def _load_sensitivity(exp: Experiment, t: Any) -> None:
+    """`[sensitivity] costs = [KEY, ...]` (and `factors`, default 0.5 and 2):
+    every key must be a number of every run's profile, which the engine
+    checks by loading each run with it overridden."""
+    if t is None:
+        return
+    if not isinstance(t, dict):
+        raise exp.err("sensitivity", "expected a table: costs = [profile keys], factors = [numbers]")
+    extra = set(t) - {"costs", "factors"}
+    if extra:
+        raise exp.err(f"sensitivity.{sorted(extra)[0]}", "unknown key (expected costs, factors)")
+    costs = t.get("costs")
+    if not isinstance(costs, list) or not costs or not all(isinstance(c, str) and c for c in costs) or len(set(costs)) != len(costs):
+        raise exp.err("sensitivity.costs", "expected a list of distinct profile keys (machine.costs keys: cacheline_cross_socket_ns, nodes.zero_bw_gbps)")
+    factors = t.get("factors", [0.5, 2.0])
+    if not isinstance(factors, list) or not factors or not all(
+            isinstance(f, (int, float)) and not isinstance(f, bool) and f > 0 and f != 1 for f in factors):
+        raise exp.err("sensitivity.factors", "expected a list of positive factors other than 1")
+    exp.sensitivity = list(costs)
+    exp.factors = [float(f) for f in factors]
+    for r in exp.runs.values():
+        for c in exp.sensitivity:
+            try:
+                variant(exp, r, c, exp.factors[0])
+            except ExperimentError as e:
+                raise ExperimentError(e.file, f"sensitivity.costs.{c}", f"run {r.name}: {e.reason}", line_of(exp.text, "costs")) from None
+
+
+def profile_number(cfg: dict[str, Any], key: str) -> float:
+    """The number `key` (a machine.costs key) has in the profile of the run
+    whose normalised config is `cfg` (after its own machine.costs)."""
+    m = cfg["machine"]
+    if key in (m.get("costs") or {}):
+        return float(m["costs"][key])
+    name = m["profile"]
+    text = next((p.get("toml") for p in json.loads(_core.catalog_json()).get("profiles", []) if p.get("name") == name), None)
+    if text is None:
+        text = Path(name).read_text(encoding="utf-8")
+    doc = tomllib.loads(text)
+    table, _, k = key.rpartition(".") if "." in key else ("cost", "", key)
+    t = doc.get(table)
+    vals = [n.get(k) for n in t] if isinstance(t, list) else [t.get(k)] if isinstance(t, dict) else [None]
+    if any(not isinstance(v, (int, float)) or isinstance(v, bool) for v in vals) or len(set(vals)) != 1:
+        raise ValueError(f"{key}: not one number in profile {name}")
+    return float(vals[0])
+
+
+def variant(exp: Experiment, r: RunSpec, key: str, factor: float) -> RunSpec:
+    """Run `r` with profile number `key` at `factor` times its value."""
+    cfg = json.loads(r.cfg_json)
+    try:
+        value = profile_number(cfg, key) * factor
+    except (ValueError, OSError, KeyError):
+        value = None
+    cfg["machine"].setdefault("costs", {})[key] = value if value is not None else 0.0
+    where = f"{exp.path} [sensitivity {key} x{factor:g}, run {r.name}]"
+    try:
+        cfg_json = _core.load_json(json.dumps(cfg), where)
+    except _core.ConfigError as e:
+        raise ExperimentError(str(exp.path), getattr(e, "key", "") or "(config)", getattr(e, "reason", None) or str(e)) from None
+    if value is None:
+        raise ExperimentError(str(exp.path), f"sensitivity.costs.{key}", "not one number in the run's profile (nodes. keys need the same value on every node)")
+    v = RunSpec(r.name, r.label, cfg, r.params, r.sweep, cfg_json=cfg_json, window=r.window)
+    v.id = point_id(cfg_json)
+    return v

@@ -242,9 +242,20 @@ pub struct CostSpec {
     /// Above this many pages a ranged flush becomes a full flush (x86 tlb_single_page_flush_ceiling = 33).
     pub tlb_flush_ceiling: u32,
     // --- coherence and scheduling
+    /// Atomic RMW on a line this CPU already holds exclusive.
     pub cacheline_local_ns: f64,
+    /// Exclusive transfer of a line (an RMW or store taking it, or a load
+    /// of a line modified elsewhere) from another CPU of the same socket.
     pub cacheline_same_socket_ns: f64,
+    /// The same from a CPU on another socket.
     pub cacheline_cross_socket_ns: f64,
+    /// Shared read miss: a load of a line clean in another cache of the
+    /// same socket.
+    pub cacheline_read_same_socket_ns: f64,
+    /// A load of a line clean only in a cache on another socket.
+    pub cacheline_read_cross_socket_ns: f64,
+    /// How long a writer spins on a reader-owned rwsem before it sleeps
+    /// (5.3+ rwsem_rspin_threshold; a 5.1 writer never spins on readers).
     pub spin_limit_ns: f64,
     pub context_switch_ns: f64,
     /// list_add/list_del of one folio on the deferred-split queue, held under split_queue_lock.
@@ -264,6 +275,8 @@ pub const BUILTIN: &[(&str, &str)] = &[
     ("cxl-1tb", include_str!("../../../../profiles/cxl-1tb.toml")),
     ("luf-llama-tiered", include_str!("../../../../profiles/luf-llama-tiered.toml")),
     ("luf-xsbench-qemu", include_str!("../../../../profiles/luf-xsbench-qemu.toml")),
+    ("skl-2s-72", include_str!("../../../../profiles/skl-2s-72.toml")),
+    ("bdw-2s-48", include_str!("../../../../profiles/bdw-2s-48.toml")),
 ];
 
 pub fn builtin(name: &str) -> Option<&'static str> {
@@ -375,6 +388,44 @@ pub fn check_values(doc: &toml::Table) -> Result<(), ValueAt> {
 }
 
 impl Profile {
+    /// The profile with some numbers replaced (a config's `machine.costs`,
+    /// a sensitivity run): each key is a `[cost]` key
+    /// (`cacheline_cross_socket_ns`) or `table.key` of `cpu`, `tlb`, `host`
+    /// or `nodes` (every node). Values are checked against their unit as
+    /// in a profile file. Errors are (key, reason).
+    pub fn with_numbers(&self, over: &toml::Table) -> Result<Profile, (String, String)> {
+        let toml::Value::Table(mut doc) = toml::Value::try_from(self).map_err(|e| (String::new(), e.to_string()))? else {
+            unreachable!("a profile serialises to a table")
+        };
+        for (k, v) in over {
+            let err = |reason: &str| (k.clone(), reason.to_string());
+            let x = match v {
+                toml::Value::Float(f) => *f,
+                toml::Value::Integer(i) => *i as f64,
+                v => return Err(err(&format!("expected a number, got {}", v.type_str()))),
+            };
+            let (table, key) = k.split_once('.').unwrap_or(("cost", k));
+            let tables: Vec<&mut toml::Table> = match doc.get_mut(table) {
+                Some(toml::Value::Table(t)) if table != "nodes" => vec![t],
+                Some(toml::Value::Array(a)) if table == "nodes" => a.iter_mut().filter_map(|n| n.as_table_mut()).collect(),
+                _ => return Err(err("unknown profile table (a [cost] key, or cost., cpu., tlb., host. or nodes. and a key)")),
+            };
+            for t in tables {
+                match t.get_mut(key) {
+                    Some(toml::Value::Float(old)) => *old = x,
+                    Some(toml::Value::Integer(old)) if x.fract() == 0.0 && x.abs() < i64::MAX as f64 => *old = x as i64,
+                    Some(toml::Value::Integer(_)) => return Err(err(&format!("expected an integer, got {x}"))),
+                    Some(_) => return Err(err("not a number in the profile")),
+                    None => {
+                        return Err(err(&format!("unknown profile key (the profile's [{table}] has no {key}; `foliosim list profiles`)")))
+                    }
+                }
+            }
+        }
+        check_values(&doc).map_err(|at| (at.path(), at.reason))?;
+        toml::Value::Table(doc).try_into().map_err(|e: toml::de::Error| (String::new(), e.message().to_string()))
+    }
+
     pub fn total_mem_mib(&self) -> u64 {
         self.nodes.iter().map(|n| n.mem_mib).sum()
     }

@@ -326,18 +326,19 @@ impl ThpAnonAlign {
         }
     }
 
-    /// The alignment of an unhinted anonymous mapping of `len` bytes.
-    pub fn align(self, len: u64) -> u64 {
+    /// Does __get_unmapped_area send an unhinted private anonymous mapping
+    /// of `len` bytes to thp_get_unmapped_area (64-bit kernel, native
+    /// syscall: __thp_get_unmapped_area does nothing for 32-bit kernels or
+    /// compat syscalls)? A shared anonymous mapping goes to
+    /// shmem_get_unmapped_area instead; MAP_STACK, which only makes the VMA
+    /// VM_NOHUGEPAGE, does not change the placement.
+    pub fn thp_aligned(self, len: u64) -> bool {
         const PMD_SIZE: u64 = 2 << 20;
-        let aligned = match self {
+        match self {
             ThpAnonAlign::None => false,
+            // __thp_get_unmapped_area gives up below one whole PMD.
             ThpAnonAlign::LenGePmd => len >= PMD_SIZE,
             ThpAnonAlign::LenPmdAligned => len.is_multiple_of(PMD_SIZE),
-        };
-        if aligned {
-            PMD_SIZE
-        } else {
-            4096
         }
     }
 }
@@ -405,7 +406,7 @@ pub fn table() -> Vec<KnobSpec> {
         KnobSpec::flag("anon_folio.cow_reuse_range", true, "rfc-v2 patches 9-10: a write fault reuses the whole contiguous run of a folio that only this mapping references", |k, b| k.anon_folio.cow_reuse_range = b),
         KnobSpec::flag("anon_folio.cow_copy_large", true, "rfc-v2 patches 11-14: CoW of a non-exclusive large folio copies the largest aligned maybe-shared block (<= source order) into a large folio", |k, b| k.anon_folio.cow_copy_large = b),
         KnobSpec::flag("anon_folio.mmap_align_unhinted", true, "rfc-v2 patch 16: unhinted mmaps are aligned to 2^max_order pages", |k, b| k.anon_folio.mmap_align_unhinted = b),
-        KnobSpec::choice("anon_folio.thp_get_unmapped_area", "len_pmd_aligned", ThpAnonAlign::VALUES, "which unhinted anonymous mmaps are aligned to a PMD (2 MiB) boundary: \"none\" (Linux <= 6.6), \"len_ge_pmd\" (6.7-6.11: every one of at least 2 MiB, thp_get_unmapped_area), \"len_pmd_aligned\" (6.12 on: only lengths that are multiples of 2 MiB, IS_ALIGNED(len, PMD_SIZE)); rfc-v2's own patch 16 (anon_folio.mmap_align_unhinted) comes first", |k, s| k.anon_folio.thp_anon_align = ThpAnonAlign::parse(s)),
+        KnobSpec::choice("anon_folio.thp_get_unmapped_area", "len_pmd_aligned", ThpAnonAlign::VALUES, "which unhinted private anonymous mmaps thp_get_unmapped_area places (padded by 2 MiB, then aligned to a PMD boundary; shared ones are shmem's): \"none\" (Linux <= 6.6), \"len_ge_pmd\" (6.7-6.11: every one of at least 2 MiB, thp_get_unmapped_area), \"len_pmd_aligned\" (6.12 on: only lengths that are multiples of 2 MiB, IS_ALIGNED(len, PMD_SIZE)); rfc-v2's own patch 16 (anon_folio.mmap_align_unhinted) comes first", |k, s| k.anon_folio.thp_anon_align = ThpAnonAlign::parse(s)),
         KnobSpec::flag("anon_folio.batch_zap", true, "rfc-v2 patch 17: zap a large anon folio's PTEs in one batch (one rmap removal; a whole unmap does not queue it for deferred split)", |k, b| k.anon_folio.batch_zap = b),
         KnobSpec::flag("anon_folio.free_listempty_check", false, "rfc-v2: check the deferred-split list without split_queue_lock when freeing a large folio (Yin's patch; always on upstream)", |k, b| k.anon_folio.free_listempty_check = b),
         KnobSpec::choice(MTHP_SIZE_KEYS[0], "never", &["always", "inherit", "madvise", "never"], "upstream mTHP: 16 KiB anonymous folios (order 2)", |k, s| k.anon_folio.per_size[0] = ThpEnabled::parse(s)),

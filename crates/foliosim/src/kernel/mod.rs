@@ -139,10 +139,14 @@ impl Kernel {
     pub fn boot(prof: Profile, knobs: Knobs, check: bool, seed: u64) -> Result<Kernel, String> {
         let c = Costs::from_profile(&prof);
         let nr_cpus = prof.cpu.nr_cpus;
+        // A new simulation on this thread: its lines keep what they see.
+        crate::sim::set_frontier(0);
         let lc = LineCost {
             local_rmw: c.line_local,
             same_socket: c.line_same,
             cross_socket: c.line_cross,
+            read_same_socket: c.line_read_same,
+            read_cross_socket: c.line_read_cross,
             cpus_per_socket: (nr_cpus / prof.cpu.sockets).max(1),
         };
         let sc = SleepCost { spin_limit: c.spin_limit, sleep_wake: c.context_switch };
@@ -314,7 +318,7 @@ impl Kernel {
     pub fn new_mm(&mut self) -> u32 {
         let id = self.mms.len() as u32;
         self.mms.push(Mm::new(id, self.nr_cpus()));
-        self.mms[id as usize].mmap_lock.reader_no_spin = self.knobs.rwsem_51;
+        self.mms[id as usize].mmap_lock.rwsem_51 = self.knobs.rwsem_51;
         id
     }
 }

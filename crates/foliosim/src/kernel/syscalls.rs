@@ -20,6 +20,10 @@ impl Kernel {
     /// rest is left in `task.pending`).
     #[inline]
     pub fn exec(&mut self, tid: u32, op: Op) -> Option<Ret> {
+        // A fault of the previous step still holds its lock: release it now.
+        if self.tasks[tid as usize].fault_unlock.is_some() {
+            self.fault_unlock_finish(tid);
+        }
         // The op of most steps (one per page in the page-fault tests) is
         // dispatched here, without entering the large body below.
         if let Op::Access { addr, kind } = op {
@@ -215,6 +219,7 @@ impl Kernel {
         let mut cost = self.c.user_access;
         self.stat.inc(Stat::TlbAccesses);
         let missed = matches!(lk, TlbLookup::Miss);
+        let stlb = matches!(lk, TlbLookup::StlbHit(_));
         let hit = match lk {
             TlbLookup::L1Hit(e) => Some(e),
             TlbLookup::StlbHit(e) => {
@@ -258,6 +263,9 @@ impl Kernel {
         // A walk into the PTE table this CPU walked last finds its lines in
         // cache (hw/cache.rs).
         cost += if self.cpus[cpu as usize].cache.walk(crate::hw::cache::walk_key(mm, va)) { self.c.walk_cached } else { self.c.walk };
+        if self.tasks[tid as usize].fault_retry.is_some() {
+            self.fault_retried(tid, va, kind, missed, stlb, &mut cost);
+        }
         {
             let tk = &mut self.tasks[tid as usize];
             tk.clock += cost;
@@ -303,10 +311,41 @@ impl Kernel {
                 }
                 Fault::Segv => return Ret::Err(errno::EFAULT),
                 Fault::Oom => return Ret::Err(errno::ENOMEM),
-                Fault::Pending => return Ret::Val(0),
+                Fault::Pending => {
+                    self.tasks[tid as usize].fault_retry = Some(va);
+                    return Ret::Val(0);
+                }
             }
         }
         Ret::Err(errno::EFAULT)
+    }
+
+    /// The access a fault that spanned steps re-executes (`fault_retry`):
+    /// its TLB access, miss and walk were counted and charged when it first
+    /// faulted, as for a fault that ends in its own step, whose walk is
+    /// retried without another lookup.
+    #[cold]
+    #[inline(never)]
+    fn fault_retried(&mut self, tid: u32, va: u64, kind: Access, missed: bool, stlb: bool, cost: &mut Ns) {
+        if self.tasks[tid as usize].fault_retry.take() != Some(va) {
+            return;
+        }
+        self.stat.add(Stat::TlbAccesses, -1);
+        if missed {
+            self.stat.add(
+                match kind {
+                    Access::Load => Stat::DtlbLoadMisses,
+                    Access::Store => Stat::DtlbStoreMisses,
+                    Access::Ifetch => Stat::ItlbMisses,
+                },
+                -1,
+            );
+        } else if stlb {
+            self.stat.add(Stat::StlbHits, -1);
+        }
+        // As when the fault is done within its step: the retry is one walk
+        // of the PTE the fault just wrote, its line in cache.
+        *cost = self.c.walk_cached;
     }
 
     /// A user loop over many addresses. Runs until the first access that
@@ -419,10 +458,15 @@ impl Kernel {
             }
             addr
         } else {
-            // thp_get_unmapped_area-style alignment of unhinted maps (the policy's).
-            let align = if addr == 0 { self.anon_policy.mmap_align(len, file == 0, &self.knobs) } else { 4096 };
-            let m = &mut self.mms[mm as usize];
-            match m.get_unmapped_area(len, align) {
+            // Unhinted maps as the policy places them; THP alignment is for
+            // private anonymous ones (a shared one is shmem's, not aligned
+            // with shmem_enabled = never).
+            let place = if addr == 0 {
+                self.anon_policy.mmap_align(len, file == 0 && flags & map::SHARED == 0, &self.knobs)
+            } else {
+                crate::mm::mmap::Placement::Page
+            };
+            match self.mms[mm as usize].place(len, place) {
                 Some(a) => a,
                 None => {
                     let t = self.mmap_write_unlock(t, cpu, mm);

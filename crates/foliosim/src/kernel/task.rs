@@ -40,6 +40,15 @@ pub struct Task {
     pub in_wait: bool,
     /// Asleep on mmap_lock (mm/mmap_lock.rs): what resumes when it wakes.
     pub lock_wait: Option<LockWait>,
+    /// A fault whose fast path failed after an attempt: the classic fault
+    /// of (address, access) runs in the next step.
+    pub fault_redo: Option<(u64, crate::workload::Access)>,
+    /// A finished fault's lock, released at the start of the task's next
+    /// step (`Kernel::exec`), before the return to user mode.
+    pub fault_unlock: Option<crate::mm::mmap_lock::PendingUnlock>,
+    /// The address of the access a fault that spanned steps re-executes:
+    /// its TLB miss and walk were counted when it first faulted.
+    pub fault_retry: Option<u64>,
     /// NUMA balancing's per-task scan period and fault statistics
     /// (mm/numa_balancing.rs).
     pub numa: crate::mm::numa_balancing::TaskNuma,
@@ -58,11 +67,24 @@ pub enum LockWait {
 
 impl Task {
     /// A fault of this task did not finish in its step (a speculative
-    /// fault's second step, or a fault asleep on mmap_lock): the access
-    /// re-executes after it.
+    /// fault's second step, the classic fault after a failed attempt, or a
+    /// fault asleep on mmap_lock): the access re-executes after it.
     #[inline]
     pub fn mid_fault(&self) -> bool {
-        self.fault_cont.is_some() || matches!(self.lock_wait, Some(LockWait::Fault { .. }))
+        self.fault_resumes()
+    }
+
+    /// The rest of the fault runs in the next step (`Kernel::fault_continue`):
+    /// a speculative fault's second step, the classic fault after a failed
+    /// attempt, or a fault woken on mmap_lock.
+    #[inline]
+    pub fn fault_resumes(&self) -> bool {
+        self.fault_cont.is_some() || self.fault_redo.is_some() || self.fault_waits()
+    }
+
+    #[inline]
+    fn fault_waits(&self) -> bool {
+        matches!(self.lock_wait, Some(LockWait::Fault { .. }))
     }
 
     pub fn new(id: u32, mm: u32, cpu: u32, clock: Ns) -> Task {
@@ -88,6 +110,9 @@ impl Task {
             children: Vec::new(),
             in_wait: false,
             lock_wait: None,
+            fault_redo: None,
+            fault_unlock: None,
+            fault_retry: None,
             numa: Default::default(),
         }
     }

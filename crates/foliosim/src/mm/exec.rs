@@ -166,66 +166,194 @@ impl Kernel {
     }
 }
 
-/// One piece of a process image in the mmap area, top-down from the mmap
-/// base: a mapping, or a hole something unmapped again.
+/// What one piece of a process image is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SegKind {
+    /// A segment of the binary or of a shared library (a private file
+    /// mapping; the harness reads every page of it before its baseline).
+    File,
+    /// Anonymous memory: bss, an allocation of ld.so or libc, the heap.
+    Anon,
+    /// A special mapping holding no page of the process (vvar, vdso).
+    Special,
+    /// Address space something mapped and unmapped again.
+    Hole,
+}
+
+/// One piece of a process image.
 #[derive(Clone, Copy, Debug)]
 pub struct ImageSeg {
     pub len: u64,
-    pub map: bool,
+    pub kind: SegKind,
+    pub write: bool,
+    /// Bytes of it resident when the testcase's loop starts (its first
+    /// pages; the stack's top ones).
+    pub resident: u64,
     pub what: &'static str,
 }
 
-/// What a dynamically linked program has in its mmap area when main()
-/// starts, top-down from the mmap base, as exec and ld.so leave it on
-/// x86-64 with glibc 2.36 (Debian 12) and ASLR off: /proc/PID/maps of
-/// validation/bin/tlb_flush2 under `setarch -R` on the development host
-/// (Linux 6.18). Its binary, heap and stack lie outside the mmap area and do
-/// not change where an mmap lands.
-pub const GLIBC_2_36_X86_64: &[ImageSeg] = &[
-    ImageSeg { len: 0x35000, map: true, what: "ld-linux-x86-64.so.2 (mapped by exec, load_elf_interp)" },
-    ImageSeg { len: 0x8000, map: true, what: "[vvar], [vvar_vclock], [vdso]" },
-    ImageSeg { len: 0x2000, map: true, what: "ld.so's first anonymous allocation" },
-    ImageSeg { len: 0x1000, map: true, what: "the harness's shared counter page (MAP_SHARED, before fork)" },
-    ImageSeg { len: 0x8000, map: false, what: "a hole ld.so leaves (a temporary mapping, unmapped)" },
-    ImageSeg { len: 0x1e2000, map: true, what: "libc.so.6: its five segments and its bss" },
-    ImageSeg { len: 0x3000, map: true, what: "the static TLS block and DTV ld.so allocates" },
-];
+const fn seg(len: u64, kind: SegKind, write: bool, resident: u64, what: &'static str) -> ImageSeg {
+    ImageSeg { len, kind, write, resident, what }
+}
+
+/// A process's address space when its benchmark loop starts.
+#[derive(Clone, Copy, Debug)]
+pub struct ProcessImage {
+    /// Where the (position-independent) binary is loaded.
+    pub binary_base: u64,
+    /// Bottom-up from `binary_base`: the binary's segments, its bss and,
+    /// last, the brk heap.
+    pub low: &'static [ImageSeg],
+    /// The stack VMA, ending at `stack_top`.
+    pub stack: ImageSeg,
+    pub stack_top: u64,
+    /// Top-down from the mmap base: the mmap area.
+    pub mmap_area: &'static [ImageSeg],
+}
+
+use SegKind::{Anon, File, Hole, Special};
+
+/// A will-it-scale task of validation/ (a harness binary, forked, set up,
+/// parked before its loop), dynamically linked against glibc 2.36 (Debian
+/// 12) on x86-64 with ASLR off: /proc/self/smaps of
+/// validation/bin/image_layout under `setarch -R` on the development host
+/// (Linux 6.18), which prints it as its loop starts (the dump itself may
+/// touch a stack or heap page more). Resident: the harness reads every page
+/// of the file mappings; the anonymous pages are what exec, ld.so, libc's
+/// start-up and the harness wrote. The RELRO pages ld.so wrote before
+/// making them read-only count as mapped file pages here (the same RSS;
+/// their copy-on-write is not modelled).
+pub const GLIBC_2_36_X86_64: ProcessImage = ProcessImage {
+    // ELF_ET_DYN_BASE (2/3 of TASK_SIZE, page aligned) with ASLR off.
+    binary_base: 0x5555_5555_4000,
+    low: &[
+        seg(0x2000, File, false, 0x2000, "binary: ELF headers, .rodata of the first PT_LOAD"),
+        seg(0x3000, File, false, 0x3000, "binary: .text"),
+        seg(0x1000, File, false, 0x1000, "binary: .rodata, .eh_frame"),
+        seg(0x1000, File, false, 0x1000, "binary: RELRO"),
+        seg(0x1000, File, true, 0x1000, "binary: .data"),
+        seg(0x19000, Anon, true, 0x1000, "binary: .bss (the harness's arrays)"),
+        seg(0x21000, Anon, true, 0x3000, "[heap]: the 132 KiB glibc's first malloc takes by brk"),
+    ],
+    // 132 KiB: exec's stack grown by the first touches of main().
+    stack: seg(0x21000, Anon, true, 0x6000, "[stack]"),
+    // STACK_TOP with ASLR off: one page below 2^47.
+    stack_top: 0x7fff_ffff_f000,
+    mmap_area: &[
+        seg(0x2000, File, true, 0x2000, "ld-linux-x86-64.so.2: .data, .bss"),
+        seg(0x2000, File, false, 0x2000, "ld-linux-x86-64.so.2: RELRO"),
+        seg(0xa000, File, false, 0xa000, "ld-linux-x86-64.so.2: .rodata"),
+        seg(0x26000, File, false, 0x26000, "ld-linux-x86-64.so.2: .text"),
+        seg(0x1000, File, false, 0x1000, "ld-linux-x86-64.so.2: ELF headers"),
+        seg(0x8000, Special, false, 0, "[vvar], [vvar_vclock], [vdso]"),
+        seg(0x2000, Anon, true, 0x1000, "ld.so's first anonymous allocation"),
+        seg(0x1000, File, true, 0x1000, "the harness's shared counter page (MAP_SHARED, before fork)"),
+        seg(0x8000, Hole, false, 0, "a hole ld.so leaves (a temporary mapping, unmapped)"),
+        seg(0xd000, Anon, true, 0x5000, "libc.so.6: .bss"),
+        seg(0x2000, File, true, 0x2000, "libc.so.6: .data"),
+        seg(0x4000, File, false, 0x4000, "libc.so.6: RELRO"),
+        seg(0x53000, File, false, 0x53000, "libc.so.6: .rodata"),
+        seg(0x156000, File, false, 0x156000, "libc.so.6: .text"),
+        seg(0x26000, File, false, 0x26000, "libc.so.6: ELF headers, .rodata"),
+        seg(0x3000, Anon, true, 0x2000, "the static TLS block and DTV ld.so allocates"),
+    ],
+};
+
+impl ProcessImage {
+    /// Bytes of the stand-in file the image's file mappings map: each
+    /// mapping at its own offset, a page apart, so that no two merge (the
+    /// real ones are separate VMAs: different files, offsets or flags).
+    pub fn file_bytes(&self) -> u64 {
+        self.all().map(|(_, s)| s.len + 4096).sum()
+    }
+
+    /// Every mapped piece with its start address.
+    fn all(&self) -> impl Iterator<Item = (u64, &ImageSeg)> + '_ {
+        let low = self.low.iter().scan(self.binary_base, |a, s| {
+            let at = *a;
+            *a += s.len;
+            Some((at, s))
+        });
+        let stack = std::iter::once((self.stack_top - self.stack.len, &self.stack));
+        let high = self.mmap_area.iter().scan(super::mmap::MMAP_BASE, |top, s| {
+            *top = top.saturating_sub(s.len);
+            Some((*top, s))
+        });
+        low.chain(stack).chain(high).filter(|(_, s)| s.kind != Hole)
+    }
+}
 
 impl Kernel {
-    /// Give `mm` the mappings of process image `segs` in its mmap area
-    /// (setup: no simulated time), each a private mapping of `file`, never
-    /// touched: they take address space, not memory. File mappings, so that
-    /// none merges with a program's anonymous mapping next to it (the real
-    /// ones do not either: in a forked child their anon_vma chain is not
-    /// singular).
-    pub fn map_process_image(&mut self, mm: u32, file: crate::workload::FileId, segs: &[ImageSeg]) -> Result<(), String> {
+    /// Give `mm` the mappings of process image `img` (setup, no simulated
+    /// time), untouched. Everything in the mmap area is a private mapping
+    /// of `file` (anonymous pieces too), so that none merges with a
+    /// program's anonymous mapping next to it (the real ones do not either:
+    /// in a forked child their anon_vma chain is not singular). The heap is
+    /// the brk VMA and the stack grows down.
+    pub fn map_process_image(&mut self, mm: u32, file: crate::workload::FileId, img: &ProcessImage) -> Result<(), String> {
         let ino = file + 1;
-        let mut top = super::mmap::MMAP_BASE;
         let mut off = 0;
-        for s in segs {
-            if s.len == 0 || !s.len.is_multiple_of(4096) || s.len > top - super::mmap::MMAP_MIN_ADDR {
-                return Err(format!("process image: {}: bad length {:#x}", s.what, s.len));
+        let last_low = img.binary_base + img.low.iter().map(|s| s.len).sum::<u64>();
+        let heap = img.low.last().map(|s| last_low - s.len);
+        for (start, s) in img.all() {
+            let end = start + s.len;
+            if s.len == 0 || !s.len.is_multiple_of(4096) || start < super::mmap::MMAP_MIN_ADDR || s.resident > s.len {
+                return Err(format!("process image: {}: bad length {:#x} or resident {:#x}", s.what, s.len, s.resident));
             }
-            top -= s.len;
-            if !s.map {
-                continue;
+            if !self.mms[mm as usize].range_free(start, end) {
+                return Err(format!("process image: {} at {start:#x} overlaps a mapping", s.what));
             }
-            if !self.mms[mm as usize].range_free(top, top + s.len) {
-                return Err(format!("process image: {} at {top:#x} overlaps a mapping", s.what));
+            let in_mmap_area = start >= last_low && start < img.stack_top - img.stack.len;
+            let anon = s.kind == Anon && !in_mmap_area;
+            let mut flags = vm::READ;
+            if s.write {
+                flags |= vm::WRITE | vm::MAYWRITE;
+            }
+            if Some(start) == heap {
+                flags |= vm::BRK;
+            }
+            if start == img.stack_top - img.stack.len {
+                flags |= vm::GROWSDOWN;
             }
             let v = Vma {
-                start: top,
-                end: top + s.len,
-                flags: vm::READ,
-                file: ino,
-                pgoff: off >> 12,
+                start,
+                end,
+                flags,
+                file: if anon { 0 } else { ino },
+                pgoff: if anon { start >> 12 } else { off >> 12 },
                 anon_vma: 0,
                 seq: 0,
                 vm_lock: Default::default(),
             };
-            off += s.len;
-            self.inodes[file as usize].i_mmap += 1;
+            off += s.len + 4096;
+            if !anon {
+                self.inodes[file as usize].i_mmap += 1;
+            }
             self.mms[mm as usize].insert_vma(v);
+        }
+        let m = &mut self.mms[mm as usize];
+        if let Some(h) = heap {
+            m.brk_start = h;
+            m.brk = last_low;
+        }
+        Ok(())
+    }
+
+    /// Task `tid` touches what its image says is resident (a store to a
+    /// writable page, a load otherwise), through the fault path: the
+    /// start-up a real process goes through before its loop, so that its
+    /// RSS, page tables and page cache hold them. It takes the task's
+    /// simulated time, before its first op.
+    pub fn touch_process_image(&mut self, tid: u32, img: &ProcessImage) -> Result<(), String> {
+        let stack_start = img.stack_top - img.stack.len;
+        for (start, s) in img.all() {
+            let (lo, hi) = if start == stack_start { (img.stack_top - s.resident, img.stack_top) } else { (start, start + s.resident) };
+            let kind = if s.write { Access::Store } else { Access::Load };
+            for a in (lo..hi).step_by(4096) {
+                if let Ret::Err(e) = self.user_access(tid, a, kind) {
+                    return Err(format!("process image: {}: touching {a:#x} failed (errno {e})", s.what));
+                }
+            }
         }
         Ok(())
     }

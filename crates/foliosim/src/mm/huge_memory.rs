@@ -22,13 +22,13 @@
 //! charge failures, contpte fold/unfold costs.
 
 use super::mem_map::pg;
-use super::mmap::{vm, Vma};
+use super::mmap::{vm, Placement, Vma};
 use super::page_alloc::MigrateType;
 use super::page_alloc::PageAlloc;
 use super::pgtable::{pte_index, Pte, PteTable, PMD_SHIFT};
 use super::vmstat::Stat;
 use super::{Pfn, PMD_ORDER};
-use crate::kernel::knobs::{Knobs, Mutant, ThpEnabled};
+use crate::kernel::knobs::{Knobs, Mutant, ThpAnonAlign, ThpEnabled};
 use crate::kernel::Kernel;
 use crate::mm::memory::Fault;
 use crate::mm::memory::LufExit;
@@ -158,14 +158,24 @@ pub trait AnonOrderPolicy: Send {
     fn paths(&self) -> AnonPaths {
         AnonPaths::default()
     }
-    /// Alignment of an mmap with no address hint: page-aligned, except
-    /// anonymous maps by the era's PMD rule (`anon_folio.thp_get_unmapped_area`).
-    fn mmap_align(&self, len: u64, anon: bool, k: &Knobs) -> u64 {
+    /// Placement of an mmap with no address hint (`anon`: a private
+    /// anonymous one): page-aligned, except private anonymous maps by the
+    /// era's PMD rule (`anon_folio.thp_get_unmapped_area`).
+    fn mmap_align(&self, len: u64, anon: bool, k: &Knobs) -> Placement {
         if anon {
-            k.anon_folio.thp_anon_align.align(len)
+            anon_placement(k.anon_folio.thp_anon_align, len)
         } else {
-            4096
+            Placement::Page
         }
+    }
+}
+
+/// An unhinted private anonymous mapping under the era's THP rule.
+pub fn anon_placement(rule: ThpAnonAlign, len: u64) -> Placement {
+    if rule.thp_aligned(len) {
+        Placement::ThpPadded
+    } else {
+        Placement::Page
     }
 }
 

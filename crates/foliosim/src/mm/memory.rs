@@ -250,7 +250,16 @@ impl Kernel {
         let t = t0 + self.c.trap / 2;
         let (res, t) = match self.fault_lock_fast(tid, t, cpu, mm, addr, kind) {
             super::mmap_lock::FastFault::Done(r, t) => (r, t),
+            super::mmap_lock::FastFault::Unlock(r, t, held) => return self.fault_unlock(tid, t0, t, cpu, mm, r, held),
             super::mmap_lock::FastFault::Fallback(t) => return self.fault_classic(tid, mm, cpu, t0, t, addr, kind),
+            super::mmap_lock::FastFault::Redo(t) => {
+                let tk = &mut self.tasks[tid as usize];
+                tk.fault_redo = Some((addr, kind));
+                tk.entry_ns[crate::mm::vmstat::Entry::Fault as usize] += t - t0;
+                tk.sys_ns += t - t0;
+                tk.clock = t;
+                return Fault::Pending;
+            }
             super::mmap_lock::FastFault::Pending(t) => {
                 let tk = &mut self.tasks[tid as usize];
                 tk.entry_ns[crate::mm::vmstat::Entry::Fault as usize] += t - t0;

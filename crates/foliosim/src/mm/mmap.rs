@@ -172,6 +172,9 @@ pub struct Mm {
     pub rss_file: i64,
     /// Peak of rss_anon + rss_file in pages (Linux's mm->hiwater_rss, VmHWM).
     pub hiwater_rss: i64,
+    /// rss_anon + rss_file when the run started (after the workload's
+    /// setup: a process image's resident pages), in pages.
+    pub base_rss: i64,
     /// The fd table (shared by the threads of a process, copied by fork).
     pub fds: Vec<Option<OpenFile>>,
     pub alive: bool,
@@ -219,6 +222,18 @@ pub struct Mm {
     last_vma: std::cell::Cell<u64>,
 }
 
+/// How __get_unmapped_area places an unhinted mapping.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Placement {
+    /// The highest page-aligned gap (mm_get_unmapped_area).
+    Page,
+    /// The highest start aligned to this many bytes (vm_unmapped_area's
+    /// align_mask; the RFC's patch 16).
+    AlignMask(u64),
+    /// thp_get_unmapped_area: padded by a PMD, then PMD aligned.
+    ThpPadded,
+}
+
 /// Outcome of inserting a new mapping.
 pub struct Placed {
     pub start: u64,
@@ -239,6 +254,7 @@ impl Mm {
             rss_anon: 0,
             rss_file: 0,
             hiwater_rss: 0,
+            base_rss: 0,
             fds: Vec::new(),
             alive: true,
             mm_lock_seq: 0,
@@ -339,7 +355,14 @@ impl Mm {
         if addr < (1 << 40) {
             return; // no object
         }
-        let lc = crate::sim::lock::LineCost { local_rmw: 0, same_socket: 0, cross_socket: 0, cpus_per_socket: 1 };
+        let lc = crate::sim::lock::LineCost {
+            local_rmw: 0,
+            same_socket: 0,
+            cross_socket: 0,
+            read_same_socket: 0,
+            read_cross_socket: 0,
+            cpus_per_socket: 1,
+        };
         let (t, cpu) = (self.mmap_lock.writer_from, self.mmap_lock.writer_cpu);
         self.lines.rmw(addr, t, cpu, &lc);
     }
@@ -419,6 +442,33 @@ impl Mm {
             }
         }
         fits(floor, gap_end)
+    }
+
+    /// thp_get_unmapped_area (mm/huge_memory.c, top-down, file offset 0):
+    /// search for `len` plus a PMD of padding, and take the PMD-aligned
+    /// start inside what was found: the highest one, the found start
+    /// itself pushed up by a whole PMD when it was already aligned. A gap
+    /// holding an aligned `len` but not `len + PMD` is not taken (a 2 MiB
+    /// hole left by an aligned 2 MiB mapping is not reused by the next
+    /// one). When the padded search fails, the plain search decides.
+    pub fn thp_get_unmapped_area(&self, len: u64) -> Option<u64> {
+        const PMD_SIZE: u64 = 2 << 20;
+        match self.get_unmapped_area(len + PMD_SIZE, 4096) {
+            Some(ret) => {
+                let off_sub = ret.wrapping_neg() & (PMD_SIZE - 1);
+                Some(if off_sub == 0 { ret + PMD_SIZE } else { ret + off_sub })
+            }
+            None => self.get_unmapped_area(len, 4096),
+        }
+    }
+
+    /// Where an unhinted mapping of `len` bytes goes, as `place` says.
+    pub fn place(&self, len: u64, place: Placement) -> Option<u64> {
+        match place {
+            Placement::Page => self.get_unmapped_area(len, 4096),
+            Placement::AlignMask(a) => self.get_unmapped_area(len, a),
+            Placement::ThpPadded => self.thp_get_unmapped_area(len),
+        }
     }
 
     /// Is [start, end) free of VMAs?

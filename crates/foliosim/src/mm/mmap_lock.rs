@@ -32,10 +32,37 @@ use crate::workload::Access;
 pub enum FastFault {
     /// Finished (success or signal) at the given time.
     Done(Fault, Ns),
+    /// Finished at the given time, still holding a lock to release.
+    Unlock(Fault, Ns, FaultUnlock),
     /// The fault continues in a later step (`Task::fault_cont`); the step ends here.
     Pending(Ns),
     /// Not handled: take mmap_lock for read and run the classic fault from here.
     Fallback(Ns),
+    /// Not handled after an attempt: the classic fault runs in the task's
+    /// next step, at the given time (`fault_redo_resume`).
+    Redo(Ns),
+}
+
+/// The lock a finished fault still holds. Its release is an RMW on a line
+/// other CPUs use, a whole fault after the step began: the step ends there
+/// (a faulting access ends its step), and the task's next step makes it, at
+/// its own time (`fault_unlock_finish`), so the line sees it in arrival
+/// order among the other CPUs' requests.
+#[derive(Clone, Copy, Debug)]
+pub enum FaultUnlock {
+    /// mmap_read_unlock.
+    MmapRead,
+    /// vma_end_read of the VMA at `key`, whose vma_lock object is `lock_obj`.
+    VmaRead { key: u64, lock_obj: u64 },
+}
+
+/// A fault that still holds its lock (`Task::fault_unlock`): what to
+/// release, when the fault was entered, and when it finished.
+#[derive(Clone, Copy, Debug)]
+pub struct PendingUnlock {
+    pub what: FaultUnlock,
+    pub t0: Ns,
+    pub at: Ns,
 }
 
 /// A fault-locking policy (`fault_locking`): how a fault enters before it
@@ -146,8 +173,9 @@ impl Kernel {
         }
         let t_req = now + self.c.syscall / 2;
         let free_at = sem.holders_until();
-        if write && free_at > t_req + self.sc.spin_limit {
-            // rwsem_down_write_slowpath: queue, sleep until the hand-over.
+        if write && sem.writer_sleeps(t_req, &self.sc) {
+            // rwsem_down_write_slowpath: no (more) optimistic spinning on
+            // the readers holding it: queue, sleep until the hand-over.
             sem.queued_writer = Some(tid);
             sem.write_queued += 1;
             let tk = &mut self.tasks[tid as usize];
@@ -194,11 +222,8 @@ impl Kernel {
             woken.push(waiters[0]);
             left.extend_from_slice(&waiters[1..]);
         } else {
-            let upto = if m.mmap_lock.reader_no_spin {
-                waiters.iter().position(|&w| is_writer(w)).unwrap_or(waiters.len())
-            } else {
-                waiters.len()
-            };
+            let upto =
+                if m.mmap_lock.rwsem_51 { waiters.iter().position(|&w| is_writer(w)).unwrap_or(waiters.len()) } else { waiters.len() };
             for (i, &w) in waiters.iter().enumerate() {
                 if i < upto && !is_writer(w) {
                     woken.push(w);
@@ -237,9 +262,23 @@ impl Kernel {
             self.mmap_lock_sleep(tid, mm, LockWait::Fault { addr, kind, t0, t_req: t });
             return Fault::Pending;
         }
-        let (res, t) = self.fault_under_mmap_lock(t, cpu, mm, addr, kind);
-        self.fault_return(tid, t0, t, res);
-        res
+        self.fault_under_mmap_lock(tid, t0, t, cpu, mm, addr, kind)
+    }
+
+    /// The rest of a fault that did not finish in its step: a speculative
+    /// fault's second step, the classic fault after a failed attempt, or a
+    /// fault woken on mmap_lock. Returns its outcome (Pending: still not
+    /// finished).
+    pub fn fault_continue(&mut self, tid: u32) -> Fault {
+        let tk = &mut self.tasks[tid as usize];
+        if tk.fault_cont.is_some() {
+            return self.spf_fault_finish(tid);
+        }
+        if let Some((addr, kind)) = tk.fault_redo.take() {
+            let (mm, cpu, now) = (tk.mm, tk.cpu, tk.clock);
+            return self.fault_classic(tid, mm, cpu, now, now, addr, kind);
+        }
+        self.mmap_lock_fault_resume(tid)
     }
 
     /// A fault woken from mmap_lock: it holds it for read now; run the
@@ -250,9 +289,70 @@ impl Kernel {
         let (mm, cpu, now) = (self.tasks[tid as usize].mm, self.tasks[tid as usize].cpu, self.tasks[tid as usize].clock);
         // Woken holding the lock for read (rwsem_mark_wake grants it).
         self.mms[mm as usize].mmap_lock.slept(t_req, now, false);
-        let (res, t) = self.fault_under_mmap_lock(now, cpu, mm, addr, kind);
+        self.fault_under_mmap_lock(tid, t0, now, cpu, mm, addr, kind)
+    }
+
+    /// The end of a fault that finished at `t` holding `what`: a fault taken
+    /// from user mode that succeeded keeps it until its task's next step,
+    /// which releases it at `t` and returns to user mode
+    /// (`fault_unlock_finish`); the faulting access completes now (its
+    /// retried walk costs nothing). Any other fault releases it now and
+    /// returns. Returns the fault's outcome.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    pub(crate) fn fault_unlock(&mut self, tid: u32, t0: Ns, t: Ns, cpu: u32, mm: u32, res: Fault, what: FaultUnlock) -> Fault {
+        if res == Fault::Done && !self.fault_kernel_mode {
+            // Until the release, the lock counts as held to `t` (writers
+            // deciding whether to wait see the reader).
+            match what {
+                FaultUnlock::MmapRead => {
+                    let sem = &mut self.mms[mm as usize].mmap_lock;
+                    sem.readers_until = sem.readers_until.max(t);
+                }
+                FaultUnlock::VmaRead { key, .. } => {
+                    if let Some(v) = self.mms[mm as usize].vmas.get_mut(&key) {
+                        v.vm_lock.sem.readers_until = v.vm_lock.sem.readers_until.max(t);
+                    }
+                }
+            }
+            let tk = &mut self.tasks[tid as usize];
+            tk.fault_unlock = Some(PendingUnlock { what, t0, at: t });
+            tk.clock = t;
+            return Fault::Done;
+        }
+        let t = self.fault_release(what, t, cpu, mm);
         self.fault_return(tid, t0, t, res);
         res
+    }
+
+    /// Release `what` at `t`; returns when the release RMW completed.
+    fn fault_release(&mut self, what: FaultUnlock, t: Ns, cpu: u32, mm: u32) -> Ns {
+        let lc = self.lc;
+        let m = &mut self.mms[mm as usize];
+        match what {
+            FaultUnlock::MmapRead => m.mmap_lock.up_read(t, cpu, &lc),
+            FaultUnlock::VmaRead { key, lock_obj } => {
+                // vma_end_read: up_read, an RMW on the vma_lock's count word.
+                let end = m.lines.rmw(lock_obj, t, cpu, &lc);
+                if let Some(v) = m.vmas.get_mut(&key) {
+                    v.vm_lock.sem.readers_until = v.vm_lock.sem.readers_until.max(end);
+                }
+                end
+            }
+        }
+    }
+
+    /// The release a fault of task `tid` left for this step (its clock is
+    /// the release's time), then the return to user mode.
+    #[inline]
+    pub fn fault_unlock_finish(&mut self, tid: u32) {
+        let Some(p) = self.tasks[tid as usize].fault_unlock.take() else { return };
+        let (mm, cpu, now) = (self.tasks[tid as usize].mm, self.tasks[tid as usize].cpu, self.tasks[tid as usize].clock);
+        let t = self.fault_release(p.what, now, cpu, mm);
+        // What the task's clock moved since the fault finished (an
+        // interrupt's handler, a wait for the CPU) is charged elsewhere.
+        let moved = now.saturating_sub(p.at);
+        self.fault_return(tid, p.t0 + moved, t, Fault::Done);
     }
 
     /// vma_start_write on every VMA overlapping or touching [lo, hi] (the
@@ -292,8 +392,9 @@ impl Kernel {
 
     /// The classic fault under mmap_lock for read. Always inlined (two
     /// callers): every classic fault passes through it.
+    #[allow(clippy::too_many_arguments)]
     #[inline(always)]
-    pub(crate) fn fault_under_mmap_lock(&mut self, t: Ns, cpu: u32, mm: u32, addr: u64, kind: Access) -> (Fault, Ns) {
+    pub(crate) fn fault_under_mmap_lock(&mut self, tid: u32, t0: Ns, t: Ns, cpu: u32, mm: u32, addr: u64, kind: Access) -> Fault {
         let t = self.mms[mm as usize].mmap_lock.down_read(t, cpu, &self.lc, &self.sc);
         let t = t + self.c.vma_lookup;
         // The fault works from a copy of the VMA (it needs `&mut self`),
@@ -316,8 +417,7 @@ impl Kernel {
             _ => (Fault::Segv, t),
         };
         self.fault_vma = copy;
-        let t = self.mms[mm as usize].mmap_lock.up_read(t, cpu, &self.lc);
-        (res, t)
+        self.fault_unlock(tid, t0, t, cpu, mm, res, FaultUnlock::MmapRead)
     }
 
     /// lock_vma_under_rcu + handle_mm_fault(FAULT_FLAG_VMA_LOCK) + vma_end_read
@@ -350,15 +450,8 @@ impl Kernel {
         }
         v.vm_lock.sem.read_acquisitions += 1;
         let vma = v.fault_copy();
-        // vma_end_read: up_read, another RMW on that word.
-        let unlock = move |k: &mut Kernel, t: Ns| -> Ns {
-            let m = &mut k.mms[mm as usize];
-            let end = m.lines.rmw(lock_obj, t, cpu, &lc);
-            if let Some(v) = m.vmas.get_mut(&key) {
-                v.vm_lock.sem.readers_until = v.vm_lock.sem.readers_until.max(end);
-            }
-            end
-        };
+        let held = FaultUnlock::VmaRead { key, lock_obj };
+        let unlock = |k: &mut Kernel, t: Ns| k.fault_release(held, t, cpu, mm);
         if !super::memory::access_permitted(&vma, kind) {
             // An access error under the VMA lock is a SIGSEGV, counted as a success.
             let t = unlock(self, t);
@@ -388,9 +481,8 @@ impl Kernel {
         }
         let (res, t) = self.handle_pte_fault(t + self.c.fault_base, cpu, mm, &vma, addr & !4095, kind);
         self.check_fault_install(mm, addr, &vma);
-        let t = unlock(self, t);
         self.fault_event(Stat::VmaLockSuccess);
-        FastFault::Done(res, t)
+        FastFault::Unlock(res, t, held)
     }
 
     /// I1 (docs/mechanisms/speculative-page-faults.md#what-it-models) for faults outside mmap_lock, on ground truth: the

@@ -204,8 +204,8 @@ impl Kernel {
             Some(v) => v.seq != p.vma.seq,
         };
         let skip = self.knobs.mutant == Mutant::SpfSkipSeqCheck;
-        // A writer that spins for mmap_lock (a wait within spin_limit) runs
-        // its section in the step of its call, so it may have run although
+        // A writer that spins for mmap_lock (behind a writer, or 5.3+ behind
+        // readers for at most spin_limit) runs its section in the step of its call, so it may have run although
         // it acquires only after this validation. Then, in time, this fault
         // validated first: it completes, and the writers' changes apply to
         // its PTE (zapped if one of them unmapped the address). (A writer
@@ -341,10 +341,12 @@ impl Kernel {
         self.spf_abort(t_begin, t)
     }
 
-    /// Abort in step 1: the time so far is wasted; the classic path follows.
+    /// Abort in step 1: the time so far is wasted; the classic path follows,
+    /// from the next step (its down_read comes a whole attempt after this
+    /// step began, behind other CPUs' requests made meanwhile).
     fn spf_abort(&mut self, t_begin: Ns, t: Ns) -> FastFault {
         self.stat.add(Stat::SpfWastedNs, (t - t_begin) as i64);
-        FastFault::Fallback(t)
+        FastFault::Redo(t)
     }
 }
 
@@ -366,9 +368,31 @@ mod tests {
             panic!()
         };
         let a = a as u64;
-        assert_eq!(k.exec(0, Op::Access { addr: a, kind: Access::Store }), Some(Ret::Val(0)));
+        assert_eq!(run_op(&mut k, 0, Op::Access { addr: a, kind: Access::Store }), Some(Ret::Val(0)));
         assert!(k.tasks[0].fault_cont.is_none(), "the first fault (no anon_vma) is classic");
         (k, a)
+    }
+
+    /// `exec` of `op` by task `tid`, then what its fault left for the
+    /// task's next steps: the classic fault after a failed attempt (then the
+    /// access again), the release of its lock (as the driver runs them).
+    fn run_op(k: &mut Kernel, tid: u32, op: Op) -> Option<Ret> {
+        let mut r = k.exec(tid, op);
+        loop {
+            if k.tasks[tid as usize].fault_unlock.is_some() {
+                k.fault_unlock_finish(tid);
+            }
+            if r.is_some() || k.tasks[tid as usize].fault_redo.is_none() {
+                return r;
+            }
+            // The classic fault after a failed attempt: its own step.
+            if k.fault_continue(tid) == crate::mm::memory::Fault::Segv {
+                k.tasks[tid as usize].pending = None;
+                return Some(Ret::Err(crate::workload::errno::EFAULT));
+            }
+            let op = k.tasks[tid as usize].pending.take().expect("the faulting access");
+            r = k.exec(tid, op);
+        }
     }
 
     fn st(k: &Kernel, s: Stat) -> i64 {
@@ -439,7 +463,7 @@ mod tests {
         assert_eq!(k.mms[0].mmap_lock.queued_writer, Some(1));
         assert!(k.tasks[1].sleeping);
         k.tasks[0].clock = t + 10 + dt;
-        let r = k.exec(0, Op::Access { addr: a + 2 * 4096, kind: Access::Store });
+        let r = run_op(&mut k, 0, Op::Access { addr: a + 2 * 4096, kind: Access::Store });
         (k, a, r)
     }
 
@@ -549,13 +573,13 @@ mod tests {
         assert!(we > ws);
         // A fault whose snapshot falls inside that cycle.
         k.tasks[0].clock = ws + (we - ws) / 2 - k.c.trap;
-        assert_eq!(k.exec(0, Op::Access { addr: a + 4096, kind: Access::Store }), Some(Ret::Val(0)));
+        assert_eq!(run_op(&mut k, 0, Op::Access { addr: a + 4096, kind: Access::Store }), Some(Ret::Val(0)));
         assert_eq!(st(&k, Stat::SpfAbortSeqOdd), 1, "vm_sequence odd at the snapshot: S2 aborts");
         assert_eq!(st(&k, Stat::SpfVmaChanged), 1);
         assert!(k.tasks[0].clock > we, "the classic retry waits for the writer on mmap_lock");
         assert!(k.mms[0].pt.pte(a + 4096).write(), "the retry installs the page");
         // After the cycle the same VMA is open to speculation again.
-        assert_eq!(k.exec(0, Op::Access { addr: a + 2 * 4096, kind: Access::Store }), None);
+        assert_eq!(run_op(&mut k, 0, Op::Access { addr: a + 2 * 4096, kind: Access::Store }), None);
         k.spf_fault_finish(0);
         assert_eq!(st(&k, Stat::SpfAbortSeqOdd), 1);
         assert!(k.check.violations.is_empty(), "{:?}", k.check.violations);
@@ -591,7 +615,7 @@ mod tests {
         // A fault inside the first cycle: its VMA's count is odd then,
         // although the last cycle never touched it.
         k.tasks[0].clock = s1 + (e1 - s1) / 2 - k.c.trap;
-        assert_eq!(k.exec(0, Op::Access { addr: a + 4096, kind: Access::Store }), Some(Ret::Val(0)));
+        assert_eq!(run_op(&mut k, 0, Op::Access { addr: a + 4096, kind: Access::Store }), Some(Ret::Val(0)));
         assert_eq!(st(&k, Stat::SpfAbortSeqOdd), 1);
         assert!(k.check.violations.is_empty(), "{:?}", k.check.violations);
     }
@@ -602,7 +626,7 @@ mod tests {
         // vma_start_read inside the first cycle finds the VMA write-locked.
         let before = st(&k, Stat::VmaLockAbort);
         k.tasks[0].clock = s1 + (e1 - s1) / 2 - k.c.trap;
-        assert_eq!(k.exec(0, Op::Access { addr: a + 4096, kind: Access::Store }), Some(Ret::Val(0)));
+        assert_eq!(run_op(&mut k, 0, Op::Access { addr: a + 4096, kind: Access::Store }), Some(Ret::Val(0)));
         assert_eq!(st(&k, Stat::VmaLockAbort), before + 1);
         assert!(k.check.violations.is_empty(), "{:?}", k.check.violations);
     }
@@ -611,7 +635,7 @@ mod tests {
     fn mutant_without_the_final_check_installs_into_a_read_only_vma() {
         let (mut k, a) = setup("spf");
         k.knobs.mutant = Mutant::SpfSkipSeqCheck;
-        assert_eq!(k.exec(0, Op::Access { addr: a + 4096, kind: Access::Store }), None);
+        assert_eq!(run_op(&mut k, 0, Op::Access { addr: a + 4096, kind: Access::Store }), None);
         k.tasks[1].clock = k.tasks[0].clock - 2000;
         k.exec(1, Op::Mprotect { addr: a, len: 16 << 12, prot: prot::READ });
         k.spf_fault_finish(0);
@@ -622,7 +646,7 @@ mod tests {
     fn per_vma_writer_waits_for_the_fault_holding_the_vma_and_later_faults_fall_back() {
         let (mut k, a) = setup("per_vma");
         let c0 = k.tasks[0].clock;
-        assert_eq!(k.exec(0, Op::Access { addr: a + 4096, kind: Access::Store }), Some(Ret::Val(0)));
+        assert_eq!(run_op(&mut k, 0, Op::Access { addr: a + 4096, kind: Access::Store }), Some(Ret::Val(0)));
         assert_eq!(st(&k, Stat::VmaLockSuccess), 2);
         // A writer arriving while the fault holds the VMA's read lock waits for it.
         k.tasks[1].clock = c0 + 10;
@@ -634,7 +658,7 @@ mod tests {
         let (ws, we) = (k.mms[0].cycle_log.back().unwrap().start, k.mms[0].cycle_log.back().unwrap().end);
         assert!(we > ws);
         k.tasks[0].clock = ws + (we - ws) / 2;
-        assert_eq!(k.exec(0, Op::Access { addr: a + 2 * 4096, kind: Access::Store }), Some(Ret::Val(0)));
+        assert_eq!(run_op(&mut k, 0, Op::Access { addr: a + 2 * 4096, kind: Access::Store }), Some(Ret::Val(0)));
         assert_eq!(st(&k, Stat::VmaLockAbort), 1);
         assert!(k.tasks[0].clock > we, "the fallback waits for the writer on mmap_lock");
         crate::check::audit(&mut k);
@@ -682,8 +706,11 @@ mod tests {
 
     /// A store by task `tid` to `addr`, run to completion (both SPF steps).
     fn store(k: &mut Kernel, tid: u32, addr: u64) {
-        if k.exec(tid, Op::Access { addr, kind: Access::Store }).is_none() {
+        if run_op(k, tid, Op::Access { addr, kind: Access::Store }).is_none() {
             k.spf_fault_finish(tid);
+            if k.tasks[tid as usize].fault_unlock.is_some() {
+                k.fault_unlock_finish(tid);
+            }
         }
     }
 
@@ -710,6 +737,50 @@ mod tests {
         }
         assert!(k.check.violations.is_empty(), "{:?}", k.check.violations);
         (o1, o2, k.mms[0].lines.total_bounces() - b0, (st(&k, Stat::SpeculativePgfault) - s0) as u64)
+    }
+
+    /// Sixteen threads (CPUs 0-15 of a 16-CPU box) faulting their own pages
+    /// of one mapping at the same instant, classic faults only: readers of
+    /// mmap_lock and no writer. They stall on the count's line, one RMW after
+    /// another, but none sleeps, under either rwsem.
+    #[test]
+    fn no_rwsem_sleep_is_charged_without_a_writer_in_the_queue() {
+        for rwsem in ["5.1", "5.3+"] {
+            let cfg = crate::config::from_toml(
+                &format!("[machine]\nprofile = \"generic-x86\"\nnode_mem_mib = [256, 256]\nnr_cpus = 16\n[workload]\nname = \"mmap1\"\n[knobs]\n\"mmap_lock.rwsem_semantics\" = \"{rwsem}\"\n"),
+                "<test>",
+            )
+            .unwrap();
+            let mut k = Kernel::boot(cfg.profile.clone(), cfg.knobs.clone(), true, 1).unwrap();
+            let mm = k.new_mm();
+            for cpu in 0..16 {
+                k.tasks.push(Task::new(cpu, mm, cpu, 0));
+            }
+            k.mms[mm as usize].users = 16;
+            // Four regions of 16 pages, one per round, mapped before any fault.
+            let regions: Vec<u64> = (0..4u64).map(|r| 0x10_0000_0000 + (r << 24)).collect();
+            for &r in &regions {
+                map_at(&mut k, 0, r);
+            }
+            let t = k.tasks.iter().map(|t| t.clock).max().unwrap() + 100_000;
+            let (sleeps0, wait0, faults0) = (k.mms[0].mmap_lock.sleeps, k.mms[0].mmap_lock.read_wait_ns, st(&k, Stat::Pgfault));
+            for (round, &r) in regions.iter().enumerate() {
+                for tid in 0..16u32 {
+                    k.tasks[tid as usize].clock = t + round as Ns * 50_000;
+                    let op = Op::Access { addr: r + tid as u64 * 4096, kind: Access::Store };
+                    assert_eq!(run_op(&mut k, tid, op), Some(Ret::Val(0)));
+                }
+            }
+            assert_eq!(st(&k, Stat::Pgfault) - faults0, 64);
+            let m = &k.mms[0].mmap_lock;
+            assert!(
+                m.read_wait_ns - wait0 > 16 * 200,
+                "rwsem {rwsem}: the readers stall on the count's line ({} ns)",
+                m.read_wait_ns - wait0
+            );
+            assert_eq!(m.sleeps - sleeps0, 0, "rwsem {rwsem}: a reader slept with no writer in the queue");
+            assert!(k.check.violations.is_empty(), "{:?}", k.check.violations);
+        }
     }
 
     #[test]

@@ -6,7 +6,8 @@
 
 use super::Policy;
 use crate::kernel::knobs::{AnonFolioKnobs, Knobs};
-use crate::mm::huge_memory::{AnonFaultCtx, AnonOrderPolicy, AnonOrders, AnonPaths, PTE_ORDERS};
+use crate::mm::huge_memory::{anon_placement, AnonFaultCtx, AnonOrderPolicy, AnonOrders, AnonPaths, PTE_ORDERS};
+use crate::mm::mmap::Placement;
 use crate::mm::PMD_ORDER;
 
 pub const POLICY: Policy<Box<dyn AnonOrderPolicy>> = Policy {
@@ -40,14 +41,14 @@ impl AnonOrderPolicy for RfcV2 {
             ..AnonPaths::default()
         }
     }
-    fn mmap_align(&self, len: u64, anon: bool, k: &Knobs) -> u64 {
+    fn mmap_align(&self, len: u64, anon: bool, k: &Knobs) -> Placement {
         // Patch 16: every unhinted map, file or anon, to 2^ANON_FOLIO_ORDER_MAX pages.
         if self.k.mmap_align_unhinted {
-            4096 << self.k.max_order
+            Placement::AlignMask(4096 << self.k.max_order)
         } else if anon {
-            k.anon_folio.thp_anon_align.align(len)
+            anon_placement(k.anon_folio.thp_anon_align, len)
         } else {
-            4096
+            Placement::Page
         }
     }
 }

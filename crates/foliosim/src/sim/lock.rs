@@ -1,325 +1,336 @@
-//! Modelled locks and shared cache lines, as timelines in simulated time.
+//! Modelled locks and shared cache lines in simulated time.
 //!
-//! Every lock here is acquired by a step at its current time `now`; it returns
-//! when the caller actually holds it (>= now). Waiting is therefore charged as
-//! real simulated time. Hand-off between CPUs pays a cache-line transfer, and
-//! the lock word itself is a cache line whose RMWs serialise.
+//! A shared cache line is a FIFO server: requests are served in the order
+//! they arrive (their simulated request time), whatever order the steps that
+//! make them run in. An RMW or a store needs the line exclusive: it waits
+//! for everything that arrived before it and pays a transfer from the CPU
+//! that held the line (and from the farthest CPU holding a shared copy, all
+//! of which it invalidates). A load needs the line shared: it waits for the
+//! exclusive requests that arrived before it, and loads that arrive between
+//! two exclusive requests are served together. Every lock is such a line:
+//! a spinlock's critical section holds its word exclusive, an rwsem's count
+//! is RMWed at every down and up. Waiting for a line is time spent stalled
+//! on it, never a sleep; only an rwsem puts its waiters to sleep, by its
+//! own rules (`RwSem`).
 
 use super::Ns;
 
 /// Cost of moving a cache line between CPUs, from the machine profile.
 #[derive(Clone, Copy, Debug)]
 pub struct LineCost {
-    /// Atomic RMW on a line already owned by this CPU.
+    /// Atomic RMW on a line already held exclusive by this CPU.
     pub local_rmw: Ns,
-    /// Transfer from another CPU on the same socket.
+    /// Exclusive transfer (a modified line, or an RFO invalidating copies)
+    /// from another CPU on the same socket.
     pub same_socket: Ns,
-    /// Transfer from a CPU on another socket.
+    /// The same from a CPU on another socket.
     pub cross_socket: Ns,
+    /// A load missing on a line that is clean in another cache of the same
+    /// socket (shared read miss).
+    pub read_same_socket: Ns,
+    /// A load missing on a line that is clean only on another socket.
+    pub read_cross_socket: Ns,
     /// CPUs per socket, to tell the two apart.
     pub cpus_per_socket: u32,
 }
 
 impl LineCost {
     #[inline]
+    fn same_socket_as(&self, a: u32, b: u32) -> bool {
+        a / self.cpus_per_socket == b / self.cpus_per_socket
+    }
+
+    /// Taking the line exclusive on `to` from `from` (u32::MAX: nobody).
+    #[inline]
     pub fn transfer(&self, from: u32, to: u32) -> Ns {
         if from == to || from == u32::MAX {
             self.local_rmw
-        } else if from / self.cpus_per_socket == to / self.cpus_per_socket {
+        } else if self.same_socket_as(from, to) {
             self.same_socket
         } else {
             self.cross_socket
         }
     }
-}
 
-/// Reservations of a resource in simulated time: non-overlapping busy
-/// intervals, sorted. Steps run in start-time order but a step may reserve
-/// a resource later than another step's earlier request (a release at the
-/// end of a long hold); a request takes the earliest gap at or after its
-/// time, so it neither jumps a reservation it overlaps nor waits behind one
-/// that starts after it is done.
-#[derive(Clone, Debug, Default)]
-pub struct Timeline {
-    /// The live reservations are `iv[head..]`. Forgetting the oldest only
-    /// advances `head` (the storage is compacted now and then): cheaper on
-    /// this hot path than a ring buffer's index wrapping.
-    iv: Vec<(Ns, Ns, u32)>,
-    head: usize,
-}
-
-/// Reservations ending this long before a request are forgotten: a request
-/// can only precede the latest reservation by about one step's length, and
-/// steps (a fault, a syscall) are microseconds. The cap bounds memory per
-/// lock and keeps the search cache-resident; a request that would have
-/// fitted before a forgotten interval is simply served at its time.
-const HORIZON: Ns = 2_000_000;
-const MAX_INTERVALS: usize = 256;
-
-impl Timeline {
-    /// Reserve the earliest slot at or after `t` for `cpu`; `len(prev)`
-    /// gives the slot's length given the previous holder. Returns (start,
-    /// end, previous holder of the slot taken: u32::MAX for none).
-    /// The common case (after everything reserved so far) is inlined into
-    /// every lock operation; the gap search is out of line.
-    #[inline(always)]
-    pub fn reserve(&mut self, t: Ns, cpu: u32, len: impl Fn(u32) -> Ns) -> (Ns, Ns, u32) {
-        match self.last_holder(t) {
-            Some(owner) => {
-                let end = t + len(owner);
-                self.push((t, end, cpu));
-                (t, end, owner)
-            }
-            None => self.reserve_in_gap(t, cpu, &len),
-        }
-    }
-
-    /// Forget what ended before the horizon, then: the previous holder of
-    /// a slot at `t` when `t` is after everything reserved so far (u32::MAX
-    /// for none), or None when the slot needs the gap search. The hot lock
-    /// operations append with `push` on Some and take a cold path on None,
-    /// so their fast path carries no gap bookkeeping (its start is `t`).
-    /// Calling it again at the same `t` forgets nothing more.
-    #[inline(always)]
-    fn last_holder(&mut self, t: Ns) -> Option<u32> {
-        // The cap is applied by `push` and `reserve_in_gap` as they add
-        // (the same positions the old test at the next request dropped):
-        // here only the horizon, whose first test almost always fails.
-        let n = self.iv.len();
-        let mut head = self.head;
-        if head < n && self.iv[head].1 + HORIZON < t {
-            head += 1;
-            while head < n && self.iv[head].1 + HORIZON < t {
-                head += 1;
-            }
-            self.head = head;
-        }
-        if head < n {
-            let (_, e, owner) = self.iv[n - 1];
-            if e > t {
-                return None;
-            }
-            Some(owner)
+    /// A load on `to` of a line clean in `from`'s cache.
+    #[inline]
+    pub fn read_miss(&self, from: u32, to: u32) -> Ns {
+        if self.same_socket_as(from, to) {
+            self.read_same_socket
         } else {
-            Some(u32::MAX)
+            self.read_cross_socket
         }
-    }
-
-    /// Append a reservation. The forgotten ones' storage is dropped only
-    /// when the vector is full (instead of a test on every call): the live
-    /// ones are at most MAX_INTERVALS, so the vector stops growing.
-    #[inline(always)]
-    fn push(&mut self, iv: (Ns, Ns, u32)) {
-        if self.iv.len() == self.iv.capacity() {
-            self.compact();
-        }
-        self.iv.push(iv);
-        self.cap_live();
-    }
-
-    /// Forget the oldest reservation beyond the cap, right after one was
-    /// added (the live ones were at most MAX_INTERVALS before it).
-    #[inline(always)]
-    fn cap_live(&mut self) {
-        if self.iv.len() - self.head > MAX_INTERVALS {
-            self.head += 1;
-        }
-    }
-
-    /// Drop the forgotten reservations' storage when at least half of it
-    /// is forgotten (amortised: it moves at most as many live entries as
-    /// forgotten ones), else let the vector grow.
-    #[cold]
-    #[inline(never)]
-    fn compact(&mut self) {
-        if self.head >= 64 && 2 * self.head >= self.iv.len() {
-            self.iv.drain(..self.head);
-            self.head = 0;
-        } else {
-            self.iv.reserve(self.iv.len().max(64));
-        }
-    }
-
-    /// `reserve` when `t` is before the end of the latest reservation.
-    #[inline(never)]
-    fn reserve_in_gap(&mut self, t: Ns, cpu: u32, len: &dyn Fn(u32) -> Ns) -> (Ns, Ns, u32) {
-        let head = self.head;
-        let live = &self.iv[head..];
-        // First interval that ends after t.
-        let mut i = live.partition_point(|iv| iv.1 <= t);
-        let mut s = t;
-        let mut owner = if i > 0 { live[i - 1].2 } else { u32::MAX };
-        loop {
-            if i == live.len() {
-                break;
-            }
-            let (is, ie, io) = live[i];
-            if is <= s || s + len(owner) > is {
-                s = s.max(ie);
-                owner = io;
-                i += 1;
-                continue;
-            }
-            break;
-        }
-        let end = s + len(owner);
-        self.iv.insert(head + i, (s, end, cpu));
-        self.cap_live();
-        (s, end, owner)
-    }
-
-    /// End of the latest reservation.
-    pub fn busy_until(&self) -> Ns {
-        self.iv[self.head..].last().map_or(0, |x| x.1)
     }
 }
 
-/// A shared, written cache line (a counter, a lock word, a refcount). RMWs
-/// on it serialise: each one waits for the line and pays a transfer if
-/// another CPU owned it.
+/// One request to a line: when it arrived, when it was served to its end,
+/// the critical section it holds the line exclusive for (`READ`: a load),
+/// and its CPU.
+#[derive(Clone, Copy, Debug)]
+struct Req {
+    arrival: Ns,
+    end: Ns,
+    hold: u32,
+    cpu: u32,
+}
+
+const READ: u32 = u32::MAX;
+
+impl Req {
+    #[inline]
+    fn read(&self) -> bool {
+        self.hold == READ
+    }
+}
+
+/// What the line looks like after the requests served so far.
+#[derive(Clone, Debug)]
+struct LineState {
+    /// CPU of the latest exclusive request (u32::MAX: never written, as
+    /// fresh from memory: free to anyone).
+    owner: u32,
+    /// When that request's service ended: nothing is served before.
+    excl_end: Ns,
+    /// The latest end among the loads since: the next exclusive request
+    /// waits for them.
+    reads_end: Ns,
+    /// When the first load since that request had its copy: until then
+    /// the line is modified in the owner's cache, which must forward it.
+    clean_from: Ns,
+    /// CPUs other than `owner` that loaded it since (valid shared copies).
+    sharers: Vec<u32>,
+}
+
+impl Default for LineState {
+    fn default() -> Self {
+        LineState { owner: u32::MAX, excl_end: 0, reads_end: 0, clean_from: Ns::MAX, sharers: Vec::new() }
+    }
+}
+
+impl LineState {
+    /// Serve `r` after every request before it; returns its start and end
+    /// and whether it paid a transfer.
+    #[inline(always)]
+    fn serve(&mut self, r: &Req, lc: &LineCost) -> (Ns, Ns, bool) {
+        if r.read() {
+            let start = r.arrival.max(self.excl_end);
+            if r.cpu == self.owner || self.owner == u32::MAX || self.sharers.contains(&r.cpu) {
+                return (start, start, false);
+            }
+            // Still modified in the owner's cache (no load since the write
+            // has its copy yet): the owner forwards it, as for an exclusive
+            // transfer. Once clean, the nearest copy answers.
+            let cost = if start < self.clean_from {
+                lc.transfer(self.owner, r.cpu)
+            } else {
+                self.sharers.iter().chain(std::iter::once(&self.owner)).map(|&c| lc.read_miss(c, r.cpu)).min().unwrap_or(0)
+            };
+            self.sharers.push(r.cpu);
+            let end = start + cost;
+            self.reads_end = self.reads_end.max(end);
+            self.clean_from = self.clean_from.min(end);
+            return (start, end, true);
+        }
+        let start = r.arrival.max(self.excl_end).max(self.reads_end);
+        let mut cost = lc.transfer(self.owner, r.cpu);
+        let mut bounced = self.owner != r.cpu && self.owner != u32::MAX;
+        if !self.sharers.is_empty() {
+            // The RFO invalidates every shared copy: the farthest answers last.
+            let inval = self.sharers.iter().filter(|&&c| c != r.cpu).map(|&c| lc.transfer(c, r.cpu)).max().unwrap_or(0);
+            bounced |= inval > 0 && inval != lc.local_rmw;
+            cost = cost.max(inval);
+            self.sharers.clear();
+        }
+        let end = start + cost + r.hold as Ns;
+        self.owner = r.cpu;
+        self.excl_end = end;
+        self.reads_end = 0;
+        self.clean_from = Ns::MAX;
+        (start, end, bounced)
+    }
+
+    /// Fold a request already served (`r.end` known) into the state.
+    fn absorb(&mut self, r: &Req) {
+        if r.read() {
+            if r.cpu != self.owner && self.owner != u32::MAX && !self.sharers.contains(&r.cpu) {
+                self.sharers.push(r.cpu);
+                self.reads_end = self.reads_end.max(r.end);
+                self.clean_from = self.clean_from.min(r.end);
+            }
+        } else {
+            self.owner = r.cpu;
+            self.excl_end = r.end;
+            self.reads_end = 0;
+            self.clean_from = Ns::MAX;
+            self.sharers.clear();
+        }
+    }
+}
+
+/// Requests kept for placing a late-processed earlier one: those that ended
+/// before the engine's frontier (`sim::frontier`) are folded into the base
+/// state, for no request still to come arrives before them. At most
+/// `LINE_WINDOW` are kept (beyond, the oldest are folded, and a request
+/// arriving before them is placed after them). A line checks the frontier
+/// once it keeps `LINE_FOLD_AT` requests.
+const LINE_WINDOW: usize = 1 << 16;
+const LINE_FOLD_AT: usize = 64;
+
+/// A shared cache line (a counter, a lock word, a refcount, fields read by
+/// one CPU and written by another): a FIFO server of exclusive requests
+/// (RMWs, stores, a spinlock's critical section) and loads.
+///
+/// Steps run in order of their start time, but a step's own requests fall
+/// later than its start (a lock taken after a page was zeroed), so a request
+/// can be processed after one that arrived later. It is then placed by its
+/// arrival: served after everything that arrived before it and before what
+/// arrived after it, whose service moves later on the line (they already
+/// returned their times to their steps; how much later is `late_ns`, the
+/// model's own error). Nothing is reserved ahead: a later request never
+/// delays an earlier one, and no gap is left unused.
 #[derive(Clone, Debug, Default)]
 pub struct CacheLine {
-    tl: Timeline,
-    /// Total time callers spent waiting for the line (for reports).
-    pub wait_ns: Ns,
+    /// Recent requests in arrival order (ties: in the order processed). A
+    /// deque: folding takes from the front, and a saturated line (whose
+    /// requests all end beyond the frontier) folds one per request.
+    q: std::collections::VecDeque<Req>,
+    /// The state after `q`'s last request.
+    cur: LineState,
+    /// The state before `q`'s first one (the requests folded away).
+    base: LineState,
+    /// The latest arrival folded into `base`.
+    base_arrival: Ns,
+    /// Transfers paid (exclusive requests taking the line from another CPU
+    /// or invalidating copies, and loads that missed).
     pub bounces: u64,
+    /// Time requests waited for the line before their own service.
+    pub wait_ns: Ns,
+    /// How much later on the line requests already answered were served
+    /// once an earlier one processed after them took its place.
+    pub late_ns: Ns,
 }
 
 impl CacheLine {
-    /// Perform one atomic RMW at `now` from `cpu`; returns completion time.
-    #[inline]
+    /// One atomic RMW (or a store) at `now` from `cpu`; returns completion.
+    #[inline(always)]
     pub fn rmw(&mut self, now: Ns, cpu: u32, lc: &LineCost) -> Ns {
-        // The bounce follows from the previous holder the reservation
-        // returns: a closure recording it would live in memory.
-        let (s, e, prev) = self.tl.reserve(now, cpu, |prev| lc.transfer(prev, cpu));
-        self.bounces += (prev != cpu && prev != u32::MAX) as u64;
-        self.wait_ns += s - now;
-        e
+        self.request(Req { arrival: now, end: 0, hold: 0, cpu }, lc).1
+    }
+
+    /// A load at `now` from `cpu`; returns when the value is there. A CPU
+    /// holding a valid copy pays nothing beyond the step's own constants.
+    #[inline(always)]
+    pub fn read(&mut self, now: Ns, cpu: u32, lc: &LineCost) -> Ns {
+        self.request(Req { arrival: now, end: 0, hold: READ, cpu }, lc).1
+    }
+
+    /// Take the line exclusive at `now` and keep it for `hold` (a spinlock's
+    /// critical section); returns (start of the service, end of the hold).
+    #[inline(always)]
+    pub fn hold(&mut self, now: Ns, cpu: u32, hold: Ns, lc: &LineCost) -> (Ns, Ns) {
+        let hold = hold.min(READ as Ns - 1) as u32;
+        self.request(Req { arrival: now, end: 0, hold, cpu }, lc)
+    }
+
+    #[inline(always)]
+    fn request(&mut self, mut r: Req, lc: &LineCost) -> (Ns, Ns) {
+        if self.q.back().is_some_and(|b| b.arrival > r.arrival) {
+            return self.insert_late(r, lc);
+        }
+        let (s, e, bounced) = self.cur.serve(&r, lc);
+        self.bounces += bounced as u64;
+        self.wait_ns += s - r.arrival;
+        r.end = e;
+        self.push(r);
+        (s, e)
+    }
+
+    /// Append a served request, folding the oldest ones away.
+    #[inline(always)]
+    fn push(&mut self, r: Req) {
+        if self.q.len() >= LINE_FOLD_AT {
+            self.fold_old();
+        }
+        self.q.push_back(r);
+    }
+
+    /// Fold the leading requests that ended before the frontier (and any
+    /// beyond the window) into the base state.
+    #[cold]
+    #[inline(never)]
+    fn fold_old(&mut self) {
+        let frontier = super::frontier();
+        let over = self.q.len().saturating_sub(LINE_WINDOW - 1);
+        let n = over + self.q.range(over..).take_while(|r| r.end < frontier).count();
+        if n == 0 {
+            return;
+        }
+        self.base = self.state_before(n);
+        self.base_arrival = self.base_arrival.max(self.q.range(..n).map(|r| r.arrival).max().unwrap_or(0));
+        self.q.drain(..n);
+    }
+
+    /// The state after the first `p` requests of the window.
+    fn state_before(&self, p: usize) -> LineState {
+        let (mut s, from) = match self.q.range(..p).rposition(|r| !r.read()) {
+            Some(i) => {
+                let mut s = LineState::default();
+                s.absorb(&self.q[i]);
+                (s, i + 1)
+            }
+            None => (self.base.clone(), 0),
+        };
+        for r in self.q.range(from..p) {
+            s.absorb(r);
+        }
+        s
+    }
+
+    /// A request that arrived before the latest one processed: serve it in
+    /// its place and serve again, in order, those that arrived after it.
+    #[inline(never)]
+    fn insert_late(&mut self, mut r: Req, lc: &LineCost) -> (Ns, Ns) {
+        // A request older than the window is placed at its front, behind
+        // requests that may have arrived after it (rare: the window spans
+        // far more than a step).
+        let p = self.q.partition_point(|x| x.arrival <= r.arrival);
+        let mut s = self.state_before(p);
+        let (start, end, bounced) = s.serve(&r, lc);
+        self.bounces += bounced as u64;
+        self.wait_ns += start - r.arrival.min(start);
+        r.end = end;
+        self.q.insert(p, r);
+        for i in p + 1..self.q.len() {
+            let old = self.q[i];
+            let (_, e, _) = s.serve(&old, lc);
+            self.q[i].end = e;
+            self.late_ns += e.saturating_sub(old.end);
+            if !old.read() && e == old.end {
+                // The state after an exclusive request is its CPU and end:
+                // from here on nothing moves.
+                return (start, end);
+            }
+        }
+        self.cur = s;
+        (start, end)
     }
 }
 
 /// Cache-line size of every modelled machine (x86-64 and arm64 profiles).
 pub const LINE_BYTES: u64 = 64;
 
-/// A line that is both written and read (the fields of slab-packed VMAs,
-/// the mmap_lock count next to mm_users): RMWs serialise on its timeline as
-/// on a `CacheLine` and take the line exclusive, which invalidates the CPUs
-/// that read it since (the farthest one's transfer). A read by a CPU
-/// without a valid copy fetches one: the first read after an RMW takes the
-/// line from its modified owner, serialised with the RMWs like a transfer
-/// (the owner forwards it); later reads find it shared and only pay the
-/// transfer's latency. With RMWs only it behaves exactly as a `CacheLine`.
-#[derive(Clone, Debug)]
-pub struct SharedLine {
-    tl: Timeline,
-    /// CPU of the last RMW (u32::MAX: none yet).
-    owner: u32,
-    /// CPUs other than `owner` holding a shared copy since that RMW.
-    sharers: Vec<u32>,
-    /// No read since the last RMW: the line is modified in `owner`'s cache.
-    modified: bool,
-    /// Transfers paid (RMWs from another CPU or invalidating readers, and
-    /// reads that missed).
-    pub bounces: u64,
-    pub wait_ns: Ns,
-}
-
-impl Default for SharedLine {
-    fn default() -> Self {
-        SharedLine { tl: Timeline::default(), owner: u32::MAX, sharers: Vec::new(), modified: false, bounces: 0, wait_ns: 0 }
-    }
-}
-
-impl SharedLine {
-    /// One atomic RMW (or a store) at `now` from `cpu`; returns completion.
-    /// Taking the line from readers costs as much as a transfer from the
-    /// farthest of them. Always inlined: mmap_lock's down_read and up_read
-    /// on every fault, where a call would cost more than the fast path.
-    #[inline(always)]
-    pub fn rmw(&mut self, now: Ns, cpu: u32, lc: &LineCost) -> Ns {
-        if !self.sharers.is_empty() {
-            return self.rmw_invalidating(now, cpu, lc);
-        }
-        // Nobody read it since the last RMW (always so for mmap_lock's count
-        // under the classic policy): a `CacheLine` RMW, on the hot path.
-        // After everything reserved it starts at `now` (no wait to add);
-        // the gap search and its bookkeeping are out of line.
-        let Some(prev) = self.tl.last_holder(now) else {
-            return self.rmw_in_gap(now, cpu, lc);
-        };
-        // The bounce test shares `transfer`'s local-RMW branch: nothing to
-        // count when this CPU (or nobody) held the line.
-        let e = if prev == cpu || prev == u32::MAX {
-            now + lc.local_rmw
-        } else {
-            self.bounces += 1;
-            now + lc.transfer(prev, cpu)
-        };
-        self.tl.push((now, e, cpu));
-        self.owner = cpu;
-        self.modified = true;
-        e
-    }
-
-    /// `rmw` when it must find a gap before the latest reservation.
-    #[inline(never)]
-    fn rmw_in_gap(&mut self, now: Ns, cpu: u32, lc: &LineCost) -> Ns {
-        let (s, e, prev) = self.tl.reserve_in_gap(now, cpu, &|prev| lc.transfer(prev, cpu));
-        self.owner = cpu;
-        self.modified = true;
-        self.bounces += (prev != cpu && prev != u32::MAX) as u64;
-        self.wait_ns += s - now;
-        e
-    }
-
-    /// `rmw` when readers hold copies the RMW must invalidate.
-    #[inline(never)]
-    fn rmw_invalidating(&mut self, now: Ns, cpu: u32, lc: &LineCost) -> Ns {
-        let inval = self.sharers.iter().filter(|&&c| c != cpu).map(|&c| lc.transfer(c, cpu)).max().unwrap_or(0);
-        let (s, e, prev) = self.tl.reserve(now, cpu, |prev| lc.transfer(prev, cpu).max(inval));
-        let bounced = (prev != cpu && prev != u32::MAX) || inval > 0;
-        self.sharers.clear();
-        self.owner = cpu;
-        self.modified = true;
-        self.bounces += bounced as u64;
-        self.wait_ns += s - now;
-        e
-    }
-
-    /// A load at `now` from `cpu`; returns when the value is there. A CPU
-    /// with a valid copy pays nothing beyond the step's own constants.
-    #[inline]
-    pub fn read(&mut self, now: Ns, cpu: u32, lc: &LineCost) -> Ns {
-        if self.owner == cpu || self.owner == u32::MAX || self.sharers.contains(&cpu) {
-            return now;
-        }
-        self.sharers.push(cpu);
-        self.bounces += 1;
-        if !self.modified {
-            return now + lc.transfer(self.owner, cpu);
-        }
-        // The owner keeps a shared copy: its next RMW must invalidate ours,
-        // and ours must invalidate its copy.
-        self.modified = false;
-        self.sharers.push(self.owner);
-        let (s, e, _) = self.tl.reserve(now, cpu, |prev| lc.transfer(prev, cpu));
-        self.wait_ns += s - now;
-        e
-    }
-}
-
 /// The shared lines of one address space's kernel objects, keyed by line
 /// address; a line's state is created at its first access and kept (the
 /// slab reuses addresses), so accesses do not allocate.
 #[derive(Clone, Debug, Default)]
 pub struct LineStore {
-    lines: rustc_hash::FxHashMap<u64, SharedLine>,
+    lines: rustc_hash::FxHashMap<u64, CacheLine>,
 }
 
 impl LineStore {
     /// The line holding byte address `addr`.
     #[inline]
-    pub fn line(&mut self, addr: u64) -> &mut SharedLine {
+    pub fn line(&mut self, addr: u64) -> &mut CacheLine {
         self.lines.entry(addr / LINE_BYTES).or_default()
     }
     #[inline]
@@ -337,14 +348,18 @@ impl LineStore {
     pub fn total_bounces(&self) -> u64 {
         self.lines.values().map(|l| l.bounces).sum()
     }
+    /// Time requests waited on these lines (reports).
+    pub fn total_wait_ns(&self) -> Ns {
+        self.lines.values().map(|l| l.wait_ns).sum()
+    }
 }
 
-/// A queued spinlock (FIFO, like qspinlock). The holder's critical section is
-/// known when it takes the lock, so acquisition reserves the lock-word
-/// transfer plus the hold.
+/// A queued spinlock (FIFO, like qspinlock): its word is a line the holder
+/// keeps exclusive through the critical section, whose length it knows
+/// when it takes the lock. A waiter spins (never sleeps).
 #[derive(Clone, Debug, Default)]
 pub struct SpinLock {
-    tl: Timeline,
+    line: CacheLine,
     pub acquisitions: u64,
     pub contended: u64,
     pub wait_ns: Ns,
@@ -352,65 +367,55 @@ pub struct SpinLock {
 
 impl SpinLock {
     /// Take the lock at `now`, hold it for `hold`; returns the release time.
-    /// Always inlined: the fast path is shorter than a call's register
-    /// saves (the PTE lock on every fault, the lru_lock per batch).
     #[inline(always)]
     pub fn lock_for(&mut self, now: Ns, cpu: u32, hold: Ns, lc: &LineCost) -> Ns {
-        // After everything reserved it is taken at `now`, uncontended.
-        if let Some(prev) = self.tl.last_holder(now) {
-            let e = now + lc.transfer(prev, cpu) + hold;
-            self.tl.push((now, e, cpu));
-            self.acquisitions += 1;
-            return e;
-        }
-        self.lock_in_gap(now, cpu, hold, lc)
-    }
-
-    /// `lock_for` when it must find a gap before the latest reservation.
-    #[inline(never)]
-    fn lock_in_gap(&mut self, now: Ns, cpu: u32, hold: Ns, lc: &LineCost) -> Ns {
-        let (s, e, _) = self.tl.reserve_in_gap(now, cpu, &|prev| lc.transfer(prev, cpu) + hold);
-        if s > now {
-            self.contended += 1;
-            self.wait_ns += s - now;
-        }
-        self.acquisitions += 1;
-        e
+        self.lock_span(now, cpu, hold, lc).1
     }
 
     /// As `lock_for`, returning when the critical section starts (after
     /// the lock word arrived) and when it ends.
     #[inline(always)]
     pub fn lock_span(&mut self, now: Ns, cpu: u32, hold: Ns, lc: &LineCost) -> (Ns, Ns) {
-        let e = self.lock_for(now, cpu, hold, lc);
+        let (s, e) = self.line.hold(now, cpu, hold, lc);
+        self.acquisitions += 1;
+        if s > now {
+            self.contended += 1;
+            self.wait_ns += s - now;
+        }
         (e - hold, e)
     }
 }
 
-/// Reader/writer semaphore (mmap_lock). Readers share; a writer excludes all.
-/// FIFO fairness as in the kernel's rwsem: a reader arriving while a writer is
-/// waiting or holding queues behind that writer. Waiting beyond a short spin
-/// sleeps, which costs a context switch and a wake-up on the waiter's CPU.
+/// Reader/writer semaphore (mmap_lock, a VMA's vm_lock). Readers share; a
+/// writer excludes all; FIFO as in the kernel's rwsem: a reader arriving
+/// while a writer holds the lock or waits for it queues behind that writer.
+/// Every down and up is an RMW on the count's line, which may stall (never
+/// sleep). Who sleeps, by `rwsem_51` (kernel/locking/rwsem.c and its 5.1
+/// predecessor rwsem-xadd.c):
+/// - a reader behind a writer: 5.1 sleeps at once (no reader spinning
+///   before 5.3); 5.3+ spins while the writer runs its section;
+/// - a writer: spins while a writer owns the lock; behind readers, 5.1
+///   sleeps at once (it never spins on a reader-owned lock), 5.3+ spins
+///   for `SleepCost::spin_limit` (rwsem_rspin_threshold) and then sleeps.
 #[derive(Clone, Debug, Default)]
 pub struct RwSem {
-    /// The count word: every down/up is an RMW on it. (A `SharedLine`: SPF
-    /// reads mm_users on mmap_lock's line.)
-    pub line: SharedLine,
+    /// The count word: every down/up is an RMW on it. (SPF also reads
+    /// mm_users on mmap_lock's line.)
+    pub line: CacheLine,
     /// End of the latest reader's hold.
     pub readers_until: Ns,
     /// End of the latest (held or queued) writer's hold.
     pub writer_until: Ns,
-    /// Start of the latest writer's hold: readers arriving before it share
-    /// with the readers ahead of it.
+    /// Start of the latest writer's hold.
     pub writer_from: Ns,
     pub read_acquisitions: u64,
     pub write_acquisitions: u64,
     pub read_wait_ns: Ns,
     pub write_wait_ns: Ns,
     pub sleeps: u64,
-    /// Readers never spin: any wait for a writer sleeps (rwsem before 5.3,
-    /// when reader optimistic spinning arrived). Default false (5.3+).
-    pub reader_no_spin: bool,
+    /// The 5.1 rwsem of the SPF seed's kernels: nobody spins on a reader,
+    /// readers never spin. False: 5.3+ optimistic spinning.
+    pub rwsem_51: bool,
     /// A writer asleep in the wait queue, not yet holding: the task whose
     /// locked section has not run. Every other request waits behind it
     /// (FIFO: no reader overtakes a waiting writer), which the caller must
@@ -427,53 +432,28 @@ pub struct RwSem {
 /// Costs of sleeping on a semaphore.
 #[derive(Clone, Copy, Debug)]
 pub struct SleepCost {
-    /// Waits shorter than this are spent spinning (optimistic spinning).
+    /// How long a 5.3+ writer spins on a reader-owned rwsem before it
+    /// sleeps (rwsem_rspin_threshold).
     pub spin_limit: Ns,
     /// Context switch out plus wake-up latency when a waiter slept.
     pub sleep_wake: Ns,
 }
 
 impl RwSem {
-    /// down_read at `now`, holding for `hold`. Returns (acquired_at, released_at).
-    #[inline]
-    pub fn read_for(&mut self, now: Ns, cpu: u32, hold: Ns, lc: &LineCost, sc: &SleepCost) -> (Ns, Ns) {
-        let t = self.line.rmw(now, cpu, lc);
-        let mut start = t;
-        // A writer holds or is queued at or before our arrival: wait for it.
-        // Steps run in time order, so any writer still holding or queued was
-        // requested before us.
-        if self.writer_until > t {
-            start = self.writer_until;
-        }
-        start = self.reader_wait_cost(t, now, start, sc);
-        self.read_wait_ns += start - now;
-        self.read_acquisitions += 1;
-        let end = start + hold;
-        // up_read is another RMW on the count line.
-        let end = self.line.rmw(end, cpu, lc);
-        self.readers_until = self.readers_until.max(end);
-        (start, end)
-    }
-
-    /// down_write at `now`, holding for `hold`. Returns (acquired_at, released_at).
-    #[inline]
-    pub fn write_for(&mut self, now: Ns, cpu: u32, hold: Ns, lc: &LineCost, sc: &SleepCost) -> (Ns, Ns) {
-        let t = self.line.rmw(now, cpu, lc);
-        let start = t.max(self.holders_until());
-        let start = self.wait_cost(now, start, sc);
-        self.write_wait_ns += start - now;
-        self.write_acquisitions += 1;
-        self.writer_from = start;
-        self.writer_cpu = cpu;
-        let end = self.line.rmw(start + hold, cpu, lc);
-        self.writer_until = end;
-        (start, end)
-    }
-
     /// When the current holders (readers and the last writer) are all gone.
     #[inline]
     pub fn holders_until(&self) -> Ns {
         self.readers_until.max(self.writer_until)
+    }
+
+    /// Whether a writer requesting at `t` sleeps before it gets the lock:
+    /// some reader will own it while it waits (after the owning writer, if
+    /// any, releases), and it does not spin on readers (5.1) or not that
+    /// long (5.3+).
+    #[inline]
+    pub fn writer_sleeps(&self, t: Ns, sc: &SleepCost) -> bool {
+        let readers_from = t.max(self.writer_until);
+        self.readers_until > readers_from && (self.rwsem_51 || self.readers_until > readers_from + sc.spin_limit)
     }
 
     /// Account a sleep in the wait queue from `from` until the waiter ran
@@ -488,16 +468,28 @@ impl RwSem {
         self.sleeps += 1;
     }
 
-    /// down_read at `now`; returns when held. Pair with `up_read` in the same step.
+    /// down_read at `now`; returns when held. Pair with `up_read`.
     #[inline(always)]
     pub fn down_read(&mut self, now: Ns, cpu: u32, lc: &LineCost, sc: &SleepCost) -> Ns {
         let t = self.line.rmw(now, cpu, lc);
-        let start = if self.writer_until > t { self.writer_until } else { t };
-        let start = self.reader_wait_cost(t, now, start, sc);
+        // Steps run in time order, so a writer still holding was granted
+        // the lock before this request: wait for it.
+        let start = if self.writer_until > t { self.reader_behind_writer(sc) } else { t };
         // Waiting is what goes beyond the uncontended atomic.
         self.read_wait_ns += start.saturating_sub(now + lc.local_rmw);
         self.read_acquisitions += 1;
         start
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn reader_behind_writer(&mut self, sc: &SleepCost) -> Ns {
+        if self.rwsem_51 {
+            self.sleeps += 1;
+            self.writer_until + sc.sleep_wake
+        } else {
+            self.writer_until
+        }
     }
 
     /// down_read_trylock at `now`: one RMW on the count (a failed cmpxchg
@@ -525,13 +517,16 @@ impl RwSem {
     #[inline]
     pub fn down_write(&mut self, now: Ns, cpu: u32, lc: &LineCost, sc: &SleepCost) -> Ns {
         let t = self.line.rmw(now, cpu, lc);
-        let start = t.max(self.holders_until());
-        let start = self.wait_cost(now, start, sc);
+        let mut start = t.max(self.holders_until());
+        if self.writer_sleeps(t, sc) {
+            self.sleeps += 1;
+            start += sc.sleep_wake;
+        }
         self.write_wait_ns += start.saturating_sub(now + lc.local_rmw);
         self.write_acquisitions += 1;
         self.writer_from = start;
         self.writer_cpu = cpu;
-        // Reserve until released: later readers in this step's future queue behind.
+        // Held until released: a reader in this step's future queues behind.
         self.writer_until = Ns::MAX;
         start
     }
@@ -551,43 +546,14 @@ impl RwSem {
         self.writer_until = end;
         end
     }
-
-    /// Write section followed by a downgrade to read (munmap since 4.20):
-    /// `hold_w` exclusive, then `hold_r` shared. Returns (acquired, downgraded, released).
-    pub fn write_downgrade_for(&mut self, now: Ns, cpu: u32, hold_w: Ns, hold_r: Ns, lc: &LineCost, sc: &SleepCost) -> (Ns, Ns, Ns) {
-        let (start, down) = self.write_for(now, cpu, hold_w, lc, sc);
-        let end = self.line.rmw(down + hold_r, cpu, lc);
-        self.readers_until = self.readers_until.max(end);
-        (start, down, end)
-    }
-
-    /// A reader's wait: as `wait_cost`, but without spinning when
-    /// `reader_no_spin` (it sleeps as soon as it must wait for a writer).
-    #[inline]
-    fn reader_wait_cost(&mut self, t: Ns, now: Ns, start: Ns, sc: &SleepCost) -> Ns {
-        if self.reader_no_spin && start > t {
-            self.sleeps += 1;
-            return start + sc.sleep_wake;
-        }
-        self.wait_cost(now, start, sc)
-    }
-
-    #[inline]
-    fn wait_cost(&mut self, now: Ns, start: Ns, sc: &SleepCost) -> Ns {
-        if start > now + sc.spin_limit {
-            self.sleeps += 1;
-            start + sc.sleep_wake
-        } else {
-            start
-        }
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    const LC: LineCost = LineCost { local_rmw: 5, same_socket: 50, cross_socket: 150, cpus_per_socket: 4 };
-    const SC: SleepCost = SleepCost { spin_limit: 100, sleep_wake: 3000 };
+    const LC: LineCost =
+        LineCost { local_rmw: 5, same_socket: 50, cross_socket: 150, read_same_socket: 20, read_cross_socket: 100, cpus_per_socket: 4 };
+    const SC: SleepCost = SleepCost { spin_limit: 1000, sleep_wake: 3000 };
 
     #[test]
     fn rmw_on_one_line_serialises() {
@@ -601,68 +567,133 @@ mod tests {
         assert_eq!(l.bounces, 2);
     }
 
+    /// A schedule worked out by hand: CPUs 0-3 on socket 0, 4-7 on socket 1.
+    /// Given in arrival order, each request's end is what the FIFO gives.
+    const SCHEDULE: [(Ns, bool, u32, Ns); 7] = [
+        // (arrival, read, cpu, expected end)
+        (0, false, 0, 5),    // RMW, fresh line: local, [0, 5]
+        (10, true, 1, 60),   // load, modified in CPU 0: forwarded, [10, 60]
+        (12, true, 5, 162),  // load, served with the first: [12, 162] (still modified: from CPU 0, across)
+        (20, false, 2, 312), // RMW: after both loads (162), invalidates CPU 5 across: [162, 312]
+        (30, true, 2, 312),  // load by the owner: a hit, after the RMW
+        (400, true, 6, 550), // load: modified in CPU 2 across: [400, 550]
+        (600, true, 7, 620), // load: clean on CPU 6 since 550, same socket: [600, 620]
+    ];
+
     #[test]
-    fn a_future_reservation_does_not_block_an_earlier_request() {
+    fn the_line_serves_requests_in_arrival_order() {
         let mut l = CacheLine::default();
-        l.rmw(1000, 0, &LC);
-        // An RMW at t=10 fits before the one reserved at t=1000 (no owner
-        // before it: a local RMW).
-        assert_eq!(l.rmw(10, 1, &LC), 10 + 5);
-        // One overlapping the reservation waits for it.
-        assert!(l.rmw(990, 2, &LC) >= 1005);
-        let mut s = SpinLock::default();
-        s.lock_for(1000, 0, 100, &LC);
-        assert!(s.lock_for(0, 1, 100, &LC) <= 300);
-        assert!(s.lock_for(950, 1, 100, &LC) >= 1105);
+        for (arrival, read, cpu, end) in SCHEDULE {
+            let got = if read { l.read(arrival, cpu, &LC) } else { l.rmw(arrival, cpu, &LC) };
+            assert_eq!(got, end, "request at {arrival} (cpu {cpu}, read {read})");
+        }
+        // An RMW after the last two loads invalidates both: the farthest
+        // copy (CPU 6 or 7, across from CPU 0) answers last.
+        assert_eq!(l.rmw(700, 0, &LC), 700 + 150);
+    }
+
+    #[test]
+    fn a_request_processed_late_is_served_in_its_arrival_place() {
+        // The RMWs at 0 and 100 are processed first; the one at 50 after.
+        let mut l = CacheLine::default();
+        assert_eq!(l.rmw(0, 0, &LC), 5);
+        assert_eq!(l.rmw(100, 1, &LC), 150, "alone after CPU 0: [100, 150]");
+        // By arrival, CPU 2's RMW at 50 precedes CPU 1's: [50, 100] from CPU 0 ...
+        assert_eq!(l.rmw(50, 2, &LC), 100);
+        // ... which then takes the line from CPU 2 at 100: unchanged end
+        // (its own answer stays), and the line's state moves on from there.
+        assert_eq!(l.late_ns, 0);
+        assert_eq!(l.rmw(150, 3, &LC), 200);
+        // An early request that overlaps a later one's service pushes it.
+        let mut l = CacheLine::default();
+        l.rmw(0, 0, &LC);
+        assert_eq!(l.rmw(100, 4, &LC), 250, "across from CPU 0: [100, 250]");
+        assert_eq!(l.rmw(90, 1, &LC), 140, "arrived first: served first, [90, 140]");
+        assert_eq!(l.late_ns, 290 - 250, "CPU 4's RMW moved to [140, 290] on the line");
+        assert_eq!(l.rmw(300, 4, &LC), 305, "the line is CPU 4's from 290: local");
+        // Nothing is reserved ahead: an early request never waits for a later one.
+        let mut l = CacheLine::default();
+        l.rmw(1_000, 0, &LC);
+        assert_eq!(l.rmw(10, 1, &LC), 15);
+    }
+
+    #[test]
+    fn the_schedule_is_the_same_whatever_order_requests_are_processed_in() {
+        // Process SCHEDULE back to front: each request is placed by its
+        // arrival, and the line ends as when processed in order.
+        let mut l = CacheLine::default();
+        for &(arrival, read, cpu, _) in SCHEDULE.iter().rev() {
+            if read {
+                l.read(arrival, cpu, &LC);
+            } else {
+                l.rmw(arrival, cpu, &LC);
+            }
+        }
+        let ends: Vec<Ns> = l.q.iter().map(|r| r.end).collect();
+        assert_eq!(ends, SCHEDULE.iter().map(|s| s.3).collect::<Vec<_>>());
+        assert_eq!(l.rmw(700, 0, &LC), 700 + 150);
     }
 
     #[test]
     fn spinlock_is_fifo_and_exclusive() {
         let mut s = SpinLock::default();
         let e1 = s.lock_for(0, 0, 100, &LC);
-        let e2 = s.lock_for(10, 1, 100, &LC);
-        assert!(e2 >= e1 + 100);
+        assert_eq!(e1, 105);
+        let (c2, e2) = s.lock_span(10, 1, 100, &LC);
+        assert_eq!((c2, e2), (105 + 50, 255), "waits for the holder, then takes the word");
         assert_eq!(s.contended, 1);
+        assert_eq!(s.wait_ns, 95);
     }
 
     #[test]
-    fn readers_share_writer_excludes_and_blocks_later_readers() {
-        let mut r = RwSem::default();
-        let (s1, e1) = r.read_for(0, 0, 1000, &LC, &SC);
-        let (s2, _e2) = r.read_for(10, 1, 1000, &LC, &SC);
-        assert!(s2 < e1, "second reader shares with the first");
-        assert!(s1 < 100);
-        let (ws, we) = r.write_for(20, 2, 500, &LC, &SC);
-        assert!(ws >= e1, "writer waits for readers");
-        let (s3, _) = r.read_for(30, 3, 10, &LC, &SC);
-        assert!(s3 >= we, "reader behind a queued writer waits for it");
-        assert!(r.sleeps >= 2);
-    }
-
-    #[test]
-    fn readers_sleep_without_spinning_under_5_1_semantics() {
-        for no_spin in [false, true] {
-            let mut r = RwSem { reader_no_spin: no_spin, ..Default::default() };
-            let w = r.down_write(0, 0, &LC, &SC);
-            let end = r.up_write(w + 280, 0, &LC);
-            // A reader arriving near the end of the write section waits < spin_limit.
-            let s = r.down_read(200, 1, &LC, &SC);
-            assert!(end - 200 < SC.spin_limit);
-            assert_eq!(r.sleeps, no_spin as u64, "no_spin = {no_spin}");
-            assert!(s >= end);
-            assert_eq!(s >= end + SC.sleep_wake, no_spin);
+    fn readers_share_and_never_sleep_without_a_writer() {
+        for rwsem_51 in [false, true] {
+            let mut r = RwSem { rwsem_51, ..Default::default() };
+            // Eight readers arriving together stall on the count line (one
+            // RMW after another, hundreds of ns), but nobody sleeps.
+            let mut last = 0;
+            for cpu in 0..8 {
+                last = r.down_read(0, cpu, &LC, &SC);
+            }
+            // 5, then +50 per same-socket hand-over, +150 across to CPU 4.
+            assert_eq!(last, 5 + 3 * 50 + 150 + 3 * 50, "the count's line serialises the RMWs");
+            assert_eq!(r.sleeps, 0, "no writer: no sleep (5.1 = {rwsem_51})");
+            // Sixty-four more: the last waits far beyond spin_limit for the
+            // line, and still spins on it, as a stalled `lock xadd` does.
+            for cpu in 0..64 {
+                last = r.down_read(0, cpu % 8, &LC, &SC);
+            }
+            assert!(last > SC.spin_limit * 2, "the line wait exceeds spin_limit ({last} ns)");
+            assert_eq!(r.sleeps, 0, "a long line wait is no sleep (5.1 = {rwsem_51})");
         }
     }
 
     #[test]
-    fn split_api_matches_reservations() {
-        let mut r = RwSem::default();
-        let a = r.down_read(0, 0, &LC, &SC);
-        let a_end = r.up_read(a + 1000, 0, &LC);
-        let w = r.down_write(10, 1, &LC, &SC);
-        assert!(w >= a_end);
-        let w_end = r.up_write(w + 500, 1, &LC);
-        let b = r.down_read(20, 2, &LC, &SC);
-        assert!(b >= w_end);
+    fn a_reader_behind_a_writer_sleeps_under_5_1_and_spins_under_5_3() {
+        for rwsem_51 in [false, true] {
+            let mut r = RwSem { rwsem_51, ..Default::default() };
+            let w = r.down_write(0, 0, &LC, &SC);
+            let end = r.up_write(w + 280, 0, &LC);
+            let s = r.down_read(200, 1, &LC, &SC);
+            assert_eq!(r.sleeps, rwsem_51 as u64, "5.1 = {rwsem_51}");
+            assert_eq!(s, if rwsem_51 { end + SC.sleep_wake } else { end });
+        }
+    }
+
+    #[test]
+    fn a_writer_sleeps_behind_readers_under_5_1_and_after_its_spin_under_5_3() {
+        for (rwsem_51, hold, sleeps) in [(true, 200, 1), (false, 200, 0), (false, 5_000, 1)] {
+            let mut r = RwSem { rwsem_51, ..Default::default() };
+            let a = r.down_read(0, 0, &LC, &SC);
+            let a_end = r.up_read(a + hold, 0, &LC);
+            let w = r.down_write(10, 1, &LC, &SC);
+            assert_eq!(r.sleeps, sleeps, "5.1 = {rwsem_51}, readers hold {hold} ns");
+            assert!(w >= a_end);
+            // Behind a writer, a writer spins.
+            let w_end = r.up_write(w + 500, 1, &LC);
+            let w2 = r.down_write(w + 10, 2, &LC, &SC);
+            assert_eq!(r.sleeps, sleeps);
+            assert!(w2 >= w_end);
+        }
     }
 }

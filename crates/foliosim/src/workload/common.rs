@@ -27,7 +27,7 @@ pub struct TaskCfg {
     /// Pin task i to CPU `i % nr_cpus` (will-it-scale's default; `-n` turns it off).
     pub pin: bool,
     /// Each process starts with a dynamically linked program's mappings
-    /// in its mmap area (`process_image = "glibc"`), so that its own
+    /// and resident pages (`process_image = "glibc"`), so that its own
     /// mappings land where they land on Linux.
     pub image: bool,
 }
@@ -64,7 +64,7 @@ impl TaskCfg {
             ParamSpec {
                 name: "process_image",
                 default: "glibc".into(),
-                help: "\"glibc\": each process starts with ld.so, the vDSO, libc and their allocations in its mmap area (x86-64, glibc 2.36, ASLR off), so that its mmaps land where Linux puts them; \"none\": an empty mmap area",
+                help: "\"glibc\": each process starts with a will-it-scale binary's address space (binary, bss, brk heap, stack, ld.so, the vDSO, libc; x86-64, glibc 2.36, ASLR off) and its resident pages, so that its mmaps land where Linux puts them and its RSS starts where the real one does; \"none\": an empty address space",
             },
         ]
     }

@@ -214,8 +214,17 @@ pub trait SetupEnv {
     fn spawn_thread(&mut self, of: TaskId, cpu: Option<u32>) -> Result<TaskId, String>;
     /// Seed for the workload's own random stream.
     fn seed(&self) -> u64;
+    /// A start gate (will-it-scale's): `tasks`, in the order they were
+    /// created, each block in poll() on one pipe until the parent writes
+    /// it; that one wake-up releases them one after another. Without it
+    /// (the default here) every task starts at time 0.
+    fn start_gate(&mut self, tasks: &[TaskId]) -> Result<(), String> {
+        let _ = tasks;
+        Ok(())
+    }
     /// Give task `task`'s mm the mappings a dynamically linked program has
-    /// in its mmap area before main() (mm/exec.rs GLIBC_2_36_X86_64).
+    /// when its loop starts, with their resident pages touched (mm/exec.rs
+    /// GLIBC_2_36_X86_64).
     fn map_process_image(&mut self, task: TaskId) -> Result<(), String> {
         let _ = task;
         Ok(())

@@ -3,7 +3,9 @@
 //! Each testcase is its own workload ("page_fault1", ..., "read2"). The
 //! harness part that belongs to a workload is reproduced here: task creation
 //! as processes (own mm) or threads (one shared mm), pinning task i to CPU
-//! `i % nr_cpus`, per-task files on `/tmp` (tmpfs or a disk file system), and
+//! `i % nr_cpus`, the start gate (every task polls one pipe that the parent
+//! writes once all exist, so they start one wake-up apart: `start_gate`),
+//! per-task files on `/tmp` (tmpfs or a disk file system), and
 //! the per-task counter, which `next_op` increments exactly where the real
 //! testcase does `(*iterations)++`. Sampling (1 s samples, 6 warm-up samples,
 //! measured seconds, ops/s) is the engine's job.
@@ -15,13 +17,17 @@
 //! the real code ignores (munmap, madvise): looping on them would only hide
 //! the failure.
 //!
-//! Each process starts with a glibc program's mmap area (`process_image`,
-//! mm/exec.rs: ld.so, the vDSO, libc, the harness's counter page), so that
-//! the testcase's mappings land where Linux puts them (a 1 MiB tlb_flush2
-//! region is not 64 KiB aligned, a 128 MiB one is PMD aligned).
+//! Each process starts with a glibc program's address space as the
+//! harness leaves it when the loop starts (`process_image`, mm/exec.rs: the
+//! binary, its bss and brk heap, the stack, ld.so, the vDSO, libc, the
+//! harness's counter page, their resident pages touched), so that the
+//! testcase's mappings land where Linux puts them (a 1 MiB tlb_flush2
+//! region is not 64 KiB aligned, a 128 MiB one is PMD aligned) and its RSS
+//! starts from the harness's baseline.
 //!
 //! Not modelled: the loads and stores to the harness's counter page (each
-//! `(*iterations)++`), the binary and its bss (read1's buffer), read1's 1 MiB stack buffer and
+//! `(*iterations)++`), read1's buffer in the bss (read() carries no user
+//! buffer, so copy_to_user's first fault on it is missing), read1's 1 MiB stack buffer and
 //! its initial write(2) calls (the file is created populated instead, and the
 //! EOF offset is set with an initial `lseek`), mkstemp/unlink (files are made
 //! in `setup`; the O_RDONLY of read2's open is not expressible).
@@ -450,6 +456,8 @@ impl Workload for WillItScale {
         // read2's testcase_prepare: one shared file, made before the tasks.
         let shared = if self.test == Test::Read2 { env.create_file(self.tmp_fs, self.size, true)? } else { NO_FILE };
         let ids = self.cfg.spawn(env)?;
+        // main.c: every task polls the pipe the parent writes once all exist.
+        env.start_gate(&ids)?;
         self.tasks = TaskMap::new(&ids)?;
         self.st.clear();
         for _ in &ids {

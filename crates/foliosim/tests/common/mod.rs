@@ -77,6 +77,11 @@ impl H {
             let op = self.k.tasks[tid as usize].pending.take().expect("a pending op");
             r = self.k.exec(tid, op);
         }
+        // A fault's lock released in the task's next step: release it now,
+        // at its time, before the caller moves the clock.
+        if self.k.tasks[tid as usize].fault_unlock.is_some() {
+            self.k.fault_unlock_finish(tid);
+        }
         (r.unwrap(), self.k.tasks[tid as usize].clock)
     }
 
