@@ -497,29 +497,25 @@ impl Assoc {
         self.nr_valid += 1;
     }
 
-    /// Insert (or overwrite the same key), evicting the set's LRU entry.
-    fn insert(&mut self, e: TlbEntry) {
-        let h = entry_hash(&e);
-        let existing = self.find_h::<0>(h, e.asid, e.vpn >> e.size, e.size as u32);
-        self.insert_at::<0>(&e, h, existing)
-    }
-
-    /// `insert` for an entry known to be absent (after a miss); `h` is
-    /// `entry_hash(&e)`.
+    /// Insert `e` (`h` its `entry_hash`) over the entry with its key, else
+    /// into the set's first empty or least recently used way. `absent`:
+    /// the caller knows no entry has the key (a probe just missed it), so
+    /// the search for one is skipped. `W` as in `find_h`. `e` by reference:
+    /// an STLB hit refills the L1 from the STLB slot itself, a whole-entry
+    /// copy instead of the entry's fields passing through registers and
+    /// the stack.
     #[inline(always)]
-    fn insert_absent<const W: usize>(&mut self, e: &TlbEntry, h: u32) {
+    fn insert<const W: usize>(&mut self, e: &TlbEntry, h: u32, absent: bool) {
         debug_assert!(h == entry_hash(e));
-        debug_assert!(self.find(e.asid, e.vpn >> e.size, e.size as u32).is_none());
-        self.insert_at::<W>(e, h, None)
-    }
-
-    /// `e` by reference: an STLB hit refills the L1 from the STLB slot
-    /// itself, a whole-entry copy instead of the entry's fields passing
-    /// through registers and the stack.
-    #[inline(always)]
-    fn insert_at<const W: usize>(&mut self, e: &TlbEntry, h: u32, existing: Option<usize>) {
         let s = e.size as u32;
-        let base = self.set_base::<W>(e.vpn >> s);
+        let tag = e.vpn >> s;
+        let existing = if absent {
+            debug_assert!(self.find(e.asid, tag, s).is_none());
+            None
+        } else {
+            self.find_h::<W>(h, e.asid, tag, s)
+        };
+        let base = self.set_base::<W>(tag);
         // Work on the set's own slices.
         let ways = if W == 0 { self.ways } else { W };
         let way_mask = self.way_mask::<W>();
@@ -705,63 +701,59 @@ impl Tlb {
         }
     }
 
-    /// `fill_after_miss` if the walk followed a missed lookup, else `fill`.
-    /// Inlined, so that a caller that knows the entry's size gets a fill
-    /// specialised to it.
+    /// Install `e` after a page walk for an access of `kind`: into that
+    /// kind's L1 and into the STLB (a 2M entry only if the STLB holds 2M).
+    /// An existing entry with the same (asid, vpn, size) is replaced, so
+    /// re-filling after a dirty-bit re-walk updates the flags in place.
+    /// `missed`: the walk followed a lookup of this address that missed,
+    /// so the entry is in no structure and no search for an old copy is
+    /// needed. Inlined, so that a caller that knows the entry's size gets
+    /// a fill specialised to it.
     #[inline(always)]
     pub fn fill_walked(&mut self, kind: Access, e: TlbEntry, missed: bool) {
-        if missed {
-            self.fill_after_miss(kind, e)
-        } else {
-            self.fill(kind, e)
-        }
-    }
-
-    #[inline(always)]
-    /// `fill` right after `lookup` returned Miss for this address: the entry
-    /// is in no structure, so no search for an old copy is needed.
-    pub fn fill_after_miss(&mut self, kind: Access, e: TlbEntry) {
         if self.ways_4_16[kind as usize] {
-            self.fill_after_miss_w::<4, 16>(kind, e)
+            self.fill_w::<4, 16>(kind, e, missed)
         } else {
-            self.fill_after_miss_w::<0, 0>(kind, e)
+            self.fill_w::<0, 0>(kind, e, missed)
         }
     }
 
-    /// `fill_after_miss` with the way counts as in `lookup_w`.
+    /// `fill_walked` after a missed lookup.
     #[inline(always)]
-    fn fill_after_miss_w<const L1W: usize, const SW: usize>(&mut self, kind: Access, e: TlbEntry) {
+    pub fn fill_after_miss(&mut self, kind: Access, e: TlbEntry) {
+        self.fill_walked(kind, e, true)
+    }
+
+    /// `fill_walked` with no lookup before it.
+    #[inline]
+    pub fn fill(&mut self, kind: Access, e: TlbEntry) {
+        self.fill_walked(kind, e, false)
+    }
+
+    /// `fill_walked` with the way counts as in `lookup_w`.
+    #[inline(always)]
+    fn fill_w<const L1W: usize, const SW: usize>(&mut self, kind: Access, e: TlbEntry, missed: bool) {
+        debug_assert!(e.size <= size::MAX && e.vpn & (e.nr_pages() - 1) == 0, "unaligned TLB entry {e:?}");
         self.stats.fills += 1;
         let h = entry_hash(&e);
-        Self::l1_fill_absent::<L1W>(&mut self.l1i, &mut self.l1d, &mut self.l1d_2m, kind, &e, h);
+        Self::l1_fill::<L1W>(&mut self.l1i, &mut self.l1d, &mut self.l1d_2m, kind, &e, h, missed);
         if e.size < size::PMD || self.stlb_holds_2m {
-            self.stlb.insert_absent::<SW>(&e, h);
+            self.stlb.insert::<SW>(&e, h, missed);
         }
     }
 
-    /// The L1s by field, so that `e` may borrow a slot of the STLB.
+    /// The L1 of `kind` (and of e's size) gets `e`; `absent` as in
+    /// `Assoc::insert`. The L1s by field, so that `e` may borrow a slot of
+    /// the STLB.
     #[inline(always)]
-    fn l1_fill_absent<const L1W: usize>(l1i: &mut Assoc, l1d: &mut Assoc, l1d_2m: &mut Assoc, kind: Access, e: &TlbEntry, h: u32) {
+    fn l1_fill<const L1W: usize>(l1i: &mut Assoc, l1d: &mut Assoc, l1d_2m: &mut Assoc, kind: Access, e: &TlbEntry, h: u32, absent: bool) {
         match kind {
-            Access::Ifetch => l1i.insert_absent::<L1W>(e, h),
+            Access::Ifetch => l1i.insert::<L1W>(e, h, absent),
             Access::Load | Access::Store => {
                 if e.size >= size::PMD {
-                    l1d_2m.insert_absent::<0>(e, h)
+                    l1d_2m.insert::<0>(e, h, absent)
                 } else {
-                    l1d.insert_absent::<L1W>(e, h)
-                }
-            }
-        }
-    }
-
-    fn l1_fill(&mut self, kind: Access, e: TlbEntry) {
-        match kind {
-            Access::Ifetch => self.l1i.insert(e),
-            Access::Load | Access::Store => {
-                if e.size >= size::PMD {
-                    self.l1d_2m.insert(e)
-                } else {
-                    self.l1d.insert(e)
+                    l1d.insert::<L1W>(e, h, absent)
                 }
             }
         }
@@ -799,27 +791,13 @@ impl Tlb {
             // entry has e's key: skip the search for an old copy.
             let e = &self.stlb.slot_at(i).ent;
             let h = if e.size == 0 { h0 } else { entry_hash(e) };
-            Self::l1_fill_absent::<L1W>(&mut self.l1i, &mut self.l1d, &mut self.l1d_2m, kind, e, h);
+            Self::l1_fill::<L1W>(&mut self.l1i, &mut self.l1d, &mut self.l1d_2m, kind, e, h, true);
             // Read back after the copy: the caller's uses load only the
             // fields they need.
             return TlbLookup::StlbHit(self.stlb.slot_at(i).ent);
         }
         self.stats.walks[k] += 1;
         TlbLookup::Miss
-    }
-
-    /// Install `e` after a page walk for an access of `kind`: into that
-    /// kind's L1 and into the STLB (a 2M entry only if the STLB holds 2M).
-    /// An existing entry with the same (asid, vpn, size) is replaced, so
-    /// re-filling after a dirty-bit re-walk updates the flags in place.
-    #[inline]
-    pub fn fill(&mut self, kind: Access, e: TlbEntry) {
-        debug_assert!(e.size <= size::MAX && e.vpn & (e.nr_pages() - 1) == 0, "unaligned TLB entry {e:?}");
-        self.stats.fills += 1;
-        self.l1_fill(kind, e);
-        if e.size < size::PMD || self.stlb_holds_2m {
-            self.stlb.insert(e);
-        }
     }
 
     fn structures_mut(&mut self) -> [&mut Assoc; 4] {
@@ -1295,11 +1273,7 @@ mod tests {
                                 None => base + (0..ways).min_by_key(|&w| set[w]).unwrap(),
                             },
                         };
-                        if old.is_some() {
-                            a.insert(e);
-                        } else {
-                            a.insert_absent::<W>(&e, h);
-                        }
+                        a.insert::<W>(&e, h, old.is_none());
                         assert_eq!(a.find(1, tag, s as u32), Some(want), "step {step}");
                         model[want] = Some(step);
                     }

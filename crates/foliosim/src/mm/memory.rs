@@ -377,26 +377,22 @@ impl Kernel {
     }
 
     /// Account the removal of a mapping (folio_remove_rmap_pte).
+    #[inline]
     pub(crate) fn page_remove_rmap(&mut self, mm: u32, pfn: Pfn) {
-        let leak_mapcount = self.knobs.mutant == Mutant::LeakMapcount;
-        let p = self.mem_map.get_mut(pfn);
-        let anon = p.flags & pg::ANON != 0;
-        if let Some(last) = page_dec_mapcount(p, leak_mapcount) {
-            self.page_remove_rmap_acct(mm, last, anon);
+        if self.knobs.mutant == Mutant::LeakMapcount {
+            return;
         }
-    }
-
-    /// The counting of `page_remove_rmap` once the mapcount went down
-    /// (`last`: to 0).
-    #[inline(always)]
-    fn page_remove_rmap_acct(&mut self, mm: u32, last: bool, anon: bool) {
+        let p = self.mem_map.get_mut_inline(pfn);
+        p.mapcount -= 1;
+        let (last, anon) = (p.mapcount == 0, p.flags & pg::ANON != 0);
+        let m = &mut self.mms[mm as usize];
         if anon {
-            self.mms[mm as usize].rss_anon -= 1;
+            m.rss_anon -= 1;
             if last {
                 self.stat.add(Stat::NrAnonPages, -1);
             }
         } else {
-            self.mms[mm as usize].rss_file -= 1;
+            m.rss_file -= 1;
             if last {
                 self.stat.add(Stat::NrMapped, -1);
             }
@@ -790,20 +786,9 @@ impl Kernel {
             // consecutive pages of one large anon folio are one rmap call.
             // The runs are counted as the PTEs are cleared (one pass).
             let batch = self.anon_paths.batch_zap;
-            let leak_mapcount = self.knobs.mutant == Mutant::LeakMapcount;
             let mut runs = 0u64;
             // The page of the previous PTE, unless that was special.
             let mut last: Option<Pfn> = None;
-            // Zero-page PTEs and order-0 anon pages mapped by PTEs (the
-            // common case) are unmapped as they are cleared, in the lookup
-            // that gives the page's order, up to the first PTE the loop
-            // below must take (which goes on from there, so tlb.pages keeps
-            // the PTE order). The leading entries of `cleared` done so, and
-            // the counts they move, once the table is done (nothing reads
-            // those counters in between; the rmap only counts, and the
-            // mapcounts are not read here).
-            let mut done = 0;
-            let (mut zero, mut unmapped, mut unmapped_last) = (0i64, 0i64, 0i64);
             // PTEs of a PMD-mapped THP (one entry to clear per PMD) and of
             // PTE-mapped large folios (per-page rmap work).
             let (mut huge, mut large) = (0u64, 0u64);
@@ -814,33 +799,19 @@ impl Kernel {
                     let pte = *slot;
                     cleared.push((a, pte));
                     *slot = Pte::NONE;
-                    let in_order = done + 1 == cleared.len();
                     if pte.special() {
                         last = None;
                         runs += 1;
-                        if in_order {
-                            zero += 1;
-                            done += 1;
-                        }
                     } else {
                         // The run goes on if this is the next page of the
                         // same folio (mem_map's orders do not change in
                         // this loop).
                         let pfn = pte.pfn();
-                        let p = self.mem_map.get_mut_inline(pfn);
-                        let o = p.order as u32;
+                        let o = self.mem_map.get(pfn).order as u32;
                         if pte.0 & Pte::HUGE != 0 {
                             huge += 1;
                         } else if o != 0 {
                             large += 1;
-                        }
-                        if in_order && o == 0 && pte.0 & Pte::HUGE == 0 && p.flags & pg::ANON != 0 {
-                            if let Some(l) = page_dec_mapcount(p, leak_mapcount) {
-                                unmapped += 1;
-                                unmapped_last += l as i64;
-                            }
-                            tlb.pages.push(pfn);
-                            done += 1;
                         }
                         // An order-0 page heads its own folio, which l
                         // (below it) is not in: its head is read alone.
@@ -866,10 +837,8 @@ impl Kernel {
             let entries = cleared.len() as u64 - huge + huge.div_ceil(512);
             let hold = self.c.pte_clear * entries + self.c.rmap * runs + self.c.rmap_page * large;
             t = tbl.ptl.lock_for(t, cpu, hold, &lc);
-            self.mms[mm as usize].rss_anon -= unmapped;
-            self.stat.add(Stat::NrAnonPages, -unmapped_last);
-            self.stat.add(Stat::NrZeroPageMapped, -zero);
-            let mut i = done;
+            // The rmap and the freeing, in PTE order (tlb.pages keeps it).
+            let mut i = 0;
             while i < cleared.len() {
                 let (a, pte) = cleared[i];
                 if pte.special() {
@@ -878,29 +847,8 @@ impl Kernel {
                     continue;
                 }
                 let pfn = pte.pfn();
-                // One lookup gives the folio (head and order) and the flags
-                // (the frame is allocated, so its section is there).
-                let p = self.mem_map.get_mut_inline(pfn);
+                let p = self.mem_map.get(pfn);
                 let (o, mut flags) = (p.order, p.flags);
-                if o == 0 && pte.0 & Pte::HUGE == 0 {
-                    // An order-0 folio mapped by a PTE (the common case): its
-                    // own head, one PTE, what the general path below does
-                    // with n = 1 and nothing to split.
-                    if flags & pg::ANON != 0 {
-                        // page_remove_rmap of an anon page, in the same lookup.
-                        if let Some(last) = page_dec_mapcount(p, leak_mapcount) {
-                            self.page_remove_rmap_acct(mm, last, true);
-                        }
-                    } else {
-                        if pte.dirty() {
-                            self.folio_mark_dirty(pfn);
-                        }
-                        self.page_remove_rmap(mm, pfn);
-                    }
-                    tlb.pages.push(pfn);
-                    i += 1;
-                    continue;
-                }
                 let head = pfn & !((1u32 << o) - 1);
                 let horder = if head == pfn { o } else { self.mem_map.get(head).order };
                 let mut n = 1;
@@ -983,18 +931,6 @@ impl Kernel {
             }
         }
     }
-}
-
-/// page_remove_rmap's mapcount drop, in the frame lookup that found the
-/// page: whether it was the last mapping (for `page_remove_rmap_acct`), or
-/// None if the mutant leaks it (no counting either).
-#[inline(always)]
-fn page_dec_mapcount(p: &mut super::mem_map::Page, leak_mapcount: bool) -> Option<bool> {
-    if leak_mapcount {
-        return None;
-    }
-    p.mapcount -= 1;
-    Some(p.mapcount == 0)
 }
 
 /// Does the VMA allow this access (the check in lock_mm_and_find_vma / access_error)?

@@ -349,8 +349,9 @@ impl Kernel {
         // the lookup that finds it dead when it will not report (mapcount
         // 0): it is idempotent, so the free paths below may repeat it, and
         // nothing reads the fields it clears before they would. `reset`
-        // says whether every dead folio so far got it.
-        let eager = !self.check.enabled && !self.knobs.init_on_free;
+        // says whether every dead folio so far got it. (init_on_free
+        // zeroes each frame: the per-folio path below.)
+        let eager = !self.knobs.init_on_free;
         let stamp = self.cpus[cpu as usize].cache.free_stamp(cpu);
         let mut reset = true;
         let mut acc = [0; NR_LRU_LISTS];
@@ -395,13 +396,21 @@ impl Kernel {
             t = self.lru_lock_folios(t, cpu, nid, on_lru);
         }
         if all_small && eager {
-            // free_folio_ugen of order-0 folios with the checker and
-            // init_on_free off: the per-frame reset touches only mem_map
-            // and the allocator never reads it, so reset them all, then
-            // free the batch in one allocator call.
+            // free_folio_ugen of order-0 folios with init_on_free off: the
+            // per-frame reset touches only mem_map and the allocator never
+            // reads it, so reset them all, then free the batch in one
+            // allocator call.
             if !reset {
                 for &p in &dead {
                     self.free_folio_reset(p, 0, stamp);
+                }
+            }
+            // The checker sees each frame as free_folio_ugen shows it to
+            // it, at the moment the batch goes to the allocator.
+            if self.check.enabled {
+                for &p in &dead {
+                    self.check.on_free(p, 0);
+                    self.check_free_flushed(t, p, 0, ugen);
                 }
             }
             t = self.pa.free_pages_bulk_ugen(t, cpu, &dead, ugen, &mut self.stat);
