@@ -294,9 +294,9 @@ def evaluate_experiment(exp: Experiment, results: Mapping[str, dict[str, Any]], 
             except _Missing:
                 continue
     series = [s for spec in exp.series for s in _series(exp, spec, env, partial)]
-    reads = [r.pop("_reads", []) for r in rows]
+    row_reads: list[list[str]] = [r.pop("_reads", []) for r in rows]
     if exp.sensitivity and not partial and _SENSITIVITY_ON:
-        _sensitivity(exp, results, rows, reads)
+        _sensitivity(exp, results, rows, row_reads)
     out: dict[str, Any] = {
         "name": exp.name,
         "title": exp.title,

@@ -508,7 +508,9 @@ def profile_number(cfg: dict[str, Any], key: str) -> float:
     vals = [n.get(k) for n in t] if isinstance(t, list) else [t.get(k)] if isinstance(t, dict) else [None]
     if any(not isinstance(v, (int, float)) or isinstance(v, bool) for v in vals) or len(set(vals)) != 1:
         raise ValueError(f"{key}: not one number in profile {name}")
-    return float(vals[0])
+    v = vals[0]
+    assert isinstance(v, (int, float))
+    return float(v)
 
 
 def variant(exp: Experiment, r: RunSpec, key: str, factor: float) -> RunSpec:
