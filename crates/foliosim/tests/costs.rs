@@ -331,7 +331,7 @@ fn a_will_it_scale_process_starts_with_its_image_resident() {
     h.k.touch_process_image(t, GLIBC).unwrap();
     let m = &h.k.mms[mm];
     let vma = |a: u64| m.vma_lookup(a).map(|v| (v.start, v.end, v.flags, v.is_anon()));
-    use foliosim::mm::mmap::vm;
+    use foliosim::mm::vma::vm;
     assert_eq!(vma(0x5555_5555_4000).map(|v| v.0), Some(0x5555_5555_4000), "binary");
     assert_eq!(
         vma(0x5555_5557_5000),

@@ -7,9 +7,9 @@
 use crate::hw::tlb::TlbEntry;
 use crate::kernel::Kernel;
 use crate::mm::mem_map::{pg, MemMap};
-use crate::mm::mmap::Mm;
 use crate::mm::page_alloc::PageAlloc;
 use crate::mm::pgtable::PMD_SHIFT;
+use crate::mm::vma::Mm;
 use crate::mm::Pfn;
 use crate::sim::Ns;
 use crate::workload::Access;
@@ -205,11 +205,11 @@ pub fn audit(k: &mut Kernel) {
                 }
                 match mm.vma_lookup(va) {
                     None => found.push(format!("mm {} va {va:#x}: PTE outside any VMA", mm.id)),
-                    Some(v) if pte.write() && v.flags & crate::mm::mmap::vm::WRITE == 0 => {
+                    Some(v) if pte.write() && v.flags & crate::mm::vma::vm::WRITE == 0 => {
                         found.push(format!("mm {} va {va:#x}: writable PTE in a read-only VMA", mm.id))
                     }
                     Some(v)
-                        if pte.write() && !pte.special() && v.flags & crate::mm::mmap::vm::SHARED == 0 && {
+                        if pte.write() && !pte.special() && v.flags & crate::mm::vma::vm::SHARED == 0 && {
                             let f = k.mem_map.get(pte.pfn()).flags;
                             f & pg::ANON != 0 && f & pg::ANON_EXCLUSIVE == 0
                         } =>

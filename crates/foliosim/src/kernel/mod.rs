@@ -16,9 +16,9 @@ use crate::hw::profile::Profile;
 use crate::hw::tlb::Tlb;
 use crate::mm::filemap::Inode;
 use crate::mm::mem_map::{pg, MemMap};
-use crate::mm::mmap::Mm;
 use crate::mm::page_alloc::{AllocMutant, AllocParams, MigrateType, PageAlloc, ZoneSpec};
 use crate::mm::swap::LruVec;
+use crate::mm::vma::Mm;
 use crate::mm::vmstat::VmStat;
 use crate::mm::Pfn;
 use crate::sim::lock::{LineCost, SleepCost};
@@ -103,7 +103,7 @@ pub struct Kernel {
     /// Reused VMA copy of the classic fault (`fault_under_mmap_lock`):
     /// refilling its fields is cheaper than building and dropping a VMA
     /// (with its lock state) per fault. None while a fault borrows it.
-    pub fault_vma: Option<Box<crate::mm::mmap::Vma>>,
+    pub fault_vma: Option<Box<crate::mm::vma::Vma>>,
     /// The hypervisor backing this machine's memory, when it is modelled
     /// as a VM guest (virt/).
     pub host: Option<crate::virt::Host>,

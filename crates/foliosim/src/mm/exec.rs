@@ -7,7 +7,7 @@
 //! process exec'ing the same binary maps the same page-cache folios: text
 //! faults are do_read_fault with fault-around, data writes do_cow_fault.
 
-use super::mmap::{vm, Vma, TASK_SIZE};
+use super::vma::{vm, Vma, TASK_SIZE};
 use super::vmstat::{Entry, Stat};
 use crate::kernel::Kernel;
 use crate::sim::Ns;
@@ -275,7 +275,7 @@ impl ProcessImage {
             Some((at, s))
         });
         let stack = std::iter::once((self.stack_top - self.stack.len, &self.stack));
-        let high = self.mmap_area.iter().scan(super::mmap::MMAP_BASE, |top, s| {
+        let high = self.mmap_area.iter().scan(super::vma::MMAP_BASE, |top, s| {
             *top = top.saturating_sub(s.len);
             Some((*top, s))
         });
@@ -297,7 +297,7 @@ impl Kernel {
         let heap = img.low.last().map(|s| last_low - s.len);
         for (start, s) in img.all() {
             let end = start + s.len;
-            if s.len == 0 || !s.len.is_multiple_of(4096) || start < super::mmap::MMAP_MIN_ADDR || s.resident > s.len {
+            if s.len == 0 || !s.len.is_multiple_of(4096) || start < super::vma::MMAP_MIN_ADDR || s.resident > s.len {
                 return Err(format!("process image: {}: bad length {:#x} or resident {:#x}", s.what, s.len, s.resident));
             }
             if !self.mms[mm as usize].range_free(start, end) {

@@ -2,9 +2,9 @@
 //! (exit_mmap).
 
 use super::mem_map::pg;
-use super::mmap::Mm;
 use super::mmu_gather::MmuGather;
 use super::pgtable::{pte_index, Pte};
+use super::vma::Mm;
 use super::vmstat::{Entry, Stat};
 use crate::kernel::task::Task;
 use crate::kernel::Kernel;
@@ -165,7 +165,7 @@ impl Kernel {
                 self.inodes[(v.file - 1) as usize].i_mmap -= 1;
             }
         }
-        self.free_pgtables(mm, 0, super::mmap::TASK_SIZE, &mut tlb);
+        self.free_pgtables(mm, 0, super::vma::TASK_SIZE, &mut tlb);
         t = self.tlb_finish_mmu(t, cpu, tlb);
         let m = &mut self.mms[mm as usize];
         m.alive = false;

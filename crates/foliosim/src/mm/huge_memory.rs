@@ -22,10 +22,10 @@
 //! charge failures, contpte fold/unfold costs.
 
 use super::mem_map::pg;
-use super::mmap::{vm, Placement, Vma};
 use super::page_alloc::MigrateType;
 use super::page_alloc::PageAlloc;
 use super::pgtable::{pte_index, Pte, PteTable, PMD_SHIFT};
+use super::vma::{vm, Placement, Vma};
 use super::vmstat::Stat;
 use super::{Pfn, PMD_ORDER};
 use crate::kernel::knobs::{Knobs, Mutant, ThpAnonAlign, ThpEnabled};

@@ -5,10 +5,10 @@
 
 pub(crate) use super::luf::LufExit;
 use super::mem_map::pg;
-use super::mmap::{vm, Vma};
 use super::mmu_gather::MmuGather;
 use super::page_alloc::MigrateType;
 use super::pgtable::{pte_index, Pte, PteTable, PGDIR_SHIFT, PMD_SHIFT, PUD_SHIFT};
+use super::vma::{vm, Vma};
 use super::vmstat::Stat;
 use super::Pfn;
 use crate::kernel::knobs::{LufMutant, Mutant};

@@ -115,7 +115,7 @@ impl Kernel {
         if m.cycle_log.len() >= 256 {
             m.cycle_log.pop_front();
         }
-        m.cycle_log.push_back(super::mmap::WriteCycle { seq: m.mm_lock_seq, start: t, end: Ns::MAX, ..Default::default() });
+        m.cycle_log.push_back(super::vma::WriteCycle { seq: m.mm_lock_seq, start: t, end: Ns::MAX, ..Default::default() });
         t
     }
 
@@ -488,7 +488,7 @@ impl Kernel {
     /// I1 (docs/mechanisms/speculative-page-faults.md#what-it-models) for faults outside mmap_lock, on ground truth: the
     /// VMA now covering `addr` has the range, flags and anon_vma the fault
     /// used (anon_vma may have been set by this very fault).
-    pub(crate) fn check_fault_install(&mut self, mm: u32, addr: u64, used: &super::mmap::Vma) {
+    pub(crate) fn check_fault_install(&mut self, mm: u32, addr: u64, used: &super::vma::Vma) {
         if !self.check.enabled {
             return;
         }

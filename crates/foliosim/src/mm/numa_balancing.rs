@@ -51,8 +51,8 @@
 use super::mem_map::pg;
 use super::memory::Fault;
 use super::memory_tiers::{NUMA_BALANCING_MEMORY_TIERING, NUMA_BALANCING_NORMAL};
-use super::mmap::{vm, Vma};
 use super::pgtable::{pte_index, Pte, PMD_SHIFT};
+use super::vma::{vm, Vma};
 use super::vmstat::Stat;
 use crate::kernel::Kernel;
 use crate::sim::Ns;

@@ -17,8 +17,8 @@
 //! file or anon_vma. Workloads that reclaim mapped memory have few.
 
 use super::mem_map::pg;
-use super::mmap::Mm;
 use super::pgtable::{pte_index, Pte};
+use super::vma::Mm;
 use super::Pfn;
 use crate::kernel::knobs::{LufMutant, Mutant};
 use crate::kernel::Kernel;

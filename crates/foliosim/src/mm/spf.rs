@@ -14,16 +14,17 @@
 //!    on failure, free what was allocated (wasted work) and run the classic
 //!    fault under mmap_lock.
 //!
-//! Writers (kernel/syscalls.rs) change a VMA's vm_sequence (a fresh value,
-//! `Mm::vma_mark_modified`) in `vma_start_write_range` and in every split,
-//! merge or field change, inside their locked section (one step at the
-//! time they acquire mmap_lock; mm/mmap_lock.rs).
+//! Writers (mm/mmap.rs, mprotect.rs, mremap.rs, madvise.rs) change a VMA's
+//! vm_sequence (a fresh value, `Mm::vma_mark_modified`) in
+//! `vma_start_write_range` and in every split, merge or field change,
+//! inside their locked section (one step at the time they acquire
+//! mmap_lock; mm/mmap_lock.rs).
 
 use super::memory::{exec_bit, Fault};
-use super::mmap::{vm, Vma};
 use super::mmap_lock::FastFault;
 use super::pgtable::Pte;
 use super::slub::vma_layout as vl;
+use super::vma::{vm, Vma};
 use super::vmstat::Stat;
 use super::Pfn;
 use crate::kernel::knobs::Mutant;

@@ -8,7 +8,7 @@
 use super::Policy;
 use crate::kernel::knobs::{KnobSpec, Knobs};
 use crate::mm::huge_memory::{AnonFaultCtx, AnonOrderPolicy, AnonOrders};
-use crate::mm::mmap::vm;
+use crate::mm::vma::vm;
 
 const ONLY_ORDER: KnobSpec = KnobSpec::int_param(
     "anon_folio.only_order",
