@@ -125,8 +125,11 @@ pub fn tlb_fill(tlb: &mut Tlb, kind: Access, mm: u32, va: u64, pte: Pte, size: u
 /// TLB with the permission they need, at most `max` in all
 /// (`*done` counts them). Returns the hits, how many of them hit the STLB,
 /// and the lookup that stopped the run (a miss or a store needing a
-/// re-walk), if one did. Inlined with a constant `kind` at each call.
+/// re-walk), if one did. `observe` sees each hit's page address and entry
+/// (the invariant checker; a no-op closure in production, which folds
+/// away). Inlined with a constant `kind` at each call.
 #[inline(always)]
+#[allow(clippy::too_many_arguments)]
 pub fn tlb_hit_run(
     tlb: &mut Tlb,
     mm: u32,
@@ -136,6 +139,7 @@ pub fn tlb_hit_run(
     n: &mut u64,
     done: &mut u64,
     max: u64,
+    observe: &mut impl FnMut(u64, &TlbEntry),
 ) -> (u64, u64, Option<TlbLookup>) {
     let (mut hits, mut stlb) = (0u64, 0u64);
     while *n > 0 && *done < max {
@@ -155,6 +159,7 @@ pub fn tlb_hit_run(
             }
             return (hits, stlb, Some(lk));
         }
+        observe(*a & !4095, &e);
         hits += 1;
         *a += stride;
         *n -= 1;

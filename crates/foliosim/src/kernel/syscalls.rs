@@ -5,7 +5,7 @@
 use super::trace::Tp;
 use super::Kernel;
 use crate::hw::mmu;
-use crate::hw::tlb::{size, TlbLookup};
+use crate::hw::tlb::{size, TlbEntry, TlbLookup};
 use crate::mm::memory::{access_permitted, Fault};
 use crate::mm::pgtable::Pte;
 use crate::mm::vma::OpenFile;
@@ -231,21 +231,12 @@ impl Kernel {
             TlbLookup::Miss => None,
         };
         if let Some(e) = hit {
-            if self.check.enabled {
-                self.check.on_tlb_hit(&self.mms[mm as usize], &self.mem_map, cpu, va, &e, kind);
-                self.check_stale_hit(cpu, mm, va, &e, kind);
-                if kind == Access::Store && e.writable() && e.dirty() && !self.check.data_ver.is_empty() {
-                    let id = self.page_ident(e.pfn_of(va));
-                    self.check.bump_data(id);
-                }
-            }
             if let Some(h) = self.host.as_mut() {
                 // A page the host swapped out is read back on access.
-                let pfn = e.pfn_of(va);
-                cost += h.access(pfn, &mut self.stat);
-                if self.check.enabled && pfn != self.zero_pfn {
-                    self.check.on_guest_use(h, pfn, 1, "accessed");
-                }
+                cost += h.access(e.pfn_of(va), &mut self.stat);
+            }
+            if self.check.enabled {
+                self.check_tlb_hit(cpu, mm, va, &e, kind);
             }
             if kind != Access::Store || (e.writable() && e.dirty()) {
                 let tk = &mut self.tasks[tid as usize];
@@ -349,6 +340,24 @@ impl Kernel {
         *cost = self.c.walk_cached;
     }
 
+    /// The checker's view of one TLB hit (the slow path's and each of the
+    /// fast run's): the entry against the page table, a stale entry's
+    /// data, and the host page behind the frame.
+    fn check_tlb_hit(&mut self, cpu: u32, mm: u32, va: u64, e: &TlbEntry, kind: Access) {
+        self.check.on_tlb_hit(&self.mms[mm as usize], &self.mem_map, cpu, va, e, kind);
+        self.check_stale_hit(cpu, mm, va, e, kind);
+        if kind == Access::Store && e.writable() && e.dirty() && !self.check.data_ver.is_empty() {
+            let id = self.page_ident(e.pfn_of(va));
+            self.check.bump_data(id);
+        }
+        let pfn = e.pfn_of(va);
+        if let Some(h) = self.host.as_ref() {
+            if pfn != self.zero_pfn {
+                self.check.on_guest_use(h, pfn, 1, "accessed");
+            }
+        }
+    }
+
     /// A user loop over many addresses. Runs until the first access that
     /// faulted (so that other CPUs interleave at fault granularity) or a
     /// bounded number of accesses, leaving the rest pending.
@@ -359,9 +368,12 @@ impl Kernel {
         let mut done = 0;
         // Fast path: accesses that hit the TLB with the permission they need
         // change nothing but the clock and the counters; run them in a tight
-        // loop. (Not with the checker on: it inspects every hit.)
+        // loop. With the checker on, the same loop runs and the checker
+        // sees each hit afterwards (nothing it reads changes during the
+        // loop). Not while the host has swapped pages out: a hit on one
+        // reads it back (the slow path's `Host::access`).
         let mut pending_lk = None;
-        if !self.check.enabled {
+        if self.host.as_ref().is_none_or(|h| !h.any_swapped()) {
             let (mm, cpu) = (self.tasks[tid as usize].mm, self.tasks[tid as usize].cpu);
             if self.cpus[cpu as usize].tlbstate.loaded_mm != mm {
                 self.switch_mm_irqs_off(cpu, mm);
@@ -370,13 +382,26 @@ impl Kernel {
                 self.tlb_apply_landed(cpu, self.tasks[tid as usize].clock);
             }
             let tlb = &mut self.cpus[cpu as usize].tlb;
-            // One copy of the loop per access kind: the kind tests inside
-            // the lookup and the store check fold away.
-            let (hits, stlb, lk) = match kind {
-                Access::Load => mmu::tlb_hit_run(tlb, mm, Access::Load, &mut a, stride, &mut n, &mut done, MAX_RANGE_STEP),
-                Access::Store => mmu::tlb_hit_run(tlb, mm, Access::Store, &mut a, stride, &mut n, &mut done, MAX_RANGE_STEP),
-                Access::Ifetch => mmu::tlb_hit_run(tlb, mm, Access::Ifetch, &mut a, stride, &mut n, &mut done, MAX_RANGE_STEP),
+            let (hits, stlb, lk) = if self.check.enabled {
+                let seen = &mut self.check.fast_hits;
+                tlb_hit_run_kind(tlb, mm, kind, &mut a, stride, &mut n, &mut done, &mut |va, e| seen.push((va, *e)))
+            } else {
+                tlb_hit_run_kind(tlb, mm, kind, &mut a, stride, &mut n, &mut done, &mut |_, _| {})
             };
+            if self.check.enabled {
+                let mut seen = std::mem::take(&mut self.check.fast_hits);
+                for (va, e) in seen.drain(..) {
+                    if kind == Access::Store && !(e.writable() && e.dirty()) {
+                        // The CPU re-walks for such a store; only the slow
+                        // path may take it.
+                        self.check.report(format!(
+                            "cpu {cpu} mm {mm} va {va:#x}: the fast run took a store through a read-only or clean TLB entry"
+                        ));
+                    }
+                    self.check_tlb_hit(cpu, mm, va, &e, kind);
+                }
+                self.check.fast_hits = seen;
+            }
             pending_lk = lk.map(|lk| (mm, cpu, lk));
             if hits > 0 {
                 self.stat.add(Stat::TlbAccesses, hits as i64);
@@ -428,6 +453,28 @@ impl Kernel {
         }
         self.tasks[tid as usize].pending = Some(Op::AccessRange { addr: a, stride, count: n, kind });
         None
+    }
+}
+
+/// `mmu::tlb_hit_run` with `kind` made a constant: one copy of the loop per
+/// access kind, so the kind tests inside the lookup and the store check
+/// fold away.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn tlb_hit_run_kind(
+    tlb: &mut crate::hw::tlb::Tlb,
+    mm: u32,
+    kind: Access,
+    a: &mut u64,
+    stride: u64,
+    n: &mut u64,
+    done: &mut u64,
+    observe: &mut impl FnMut(u64, &TlbEntry),
+) -> (u64, u64, Option<TlbLookup>) {
+    match kind {
+        Access::Load => mmu::tlb_hit_run(tlb, mm, Access::Load, a, stride, n, done, MAX_RANGE_STEP, observe),
+        Access::Store => mmu::tlb_hit_run(tlb, mm, Access::Store, a, stride, n, done, MAX_RANGE_STEP, observe),
+        Access::Ifetch => mmu::tlb_hit_run(tlb, mm, Access::Ifetch, a, stride, n, done, MAX_RANGE_STEP, observe),
     }
 }
 

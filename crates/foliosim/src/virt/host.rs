@@ -383,6 +383,13 @@ impl Host {
         t
     }
 
+    /// Whether any guest page is swapped out on the host (else `access`
+    /// costs nothing and changes nothing).
+    #[inline]
+    pub fn any_swapped(&self) -> bool {
+        self.nr_swapped != 0
+    }
+
     /// A guest access to an allocated frame: only a host swap-out can have
     /// taken its page away. Cheap when nothing is swapped.
     #[inline]
