@@ -103,6 +103,7 @@ fn knob_table_is_consistent() {
     assert_eq!(values("anon_folio.mode"), policy::ANON_ORDER.policies.iter().map(|p| p.name).collect::<Vec<_>>());
     assert_eq!(values("fault_locking"), policy::FAULT_LOCK.policies.iter().map(|p| p.name).collect::<Vec<_>>());
     assert_eq!(values("promotion_list_order"), policy::PROMOTION.policies.iter().map(|p| p.name).collect::<Vec<_>>());
+    assert_eq!(values("host.discard"), policy::HOST_DISCARD.policies.iter().map(|p| p.name).collect::<Vec<_>>());
     let d = Knobs::default();
     for spec in all.iter().filter(|s| s.owner.is_none()) {
         let mut k = d.clone();

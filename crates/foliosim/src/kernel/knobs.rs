@@ -396,7 +396,7 @@ pub fn table() -> Vec<KnobSpec> {
         KnobSpec::flag("page_reporting.enabled", false, "a virtio-balloon device with VIRTIO_BALLOON_F_REPORTING registers for free page reporting (mm/page_reporting.c); off = the series applied but the feature not offered", |k, b| k.page_reporting = b),
         KnobSpec::int("page_reporting.page_reporting_order", -1, (-1, 10), "lowest buddy order reported to the host (module parameter; -1: the driver's choice, pageblock_order = 9 on x86-64)", |k, i| k.page_reporting_order = (i >= 0).then_some(i as u32)),
         KnobSpec::choice("page_reporting.reported_putback", "tail", &["tail", "v17_head_rules"], "where reported pages go back on their free list: \"tail\" (FPI_TO_TAIL, Linux 5.10+) or \"v17_head_rules\" (Linux 5.7: the ordinary head/tail rules of __free_one_page)", |k, s| k.reported_putback_tail = s == "tail"),
-        KnobSpec::choice("host.discard", "dontneed", &["dontneed", "free"], "how the hypervisor drops a reported range: \"dontneed\" (MADV_DONTNEED, QEMU's ram_block_discard_range: refault zero-fills) or \"free\" (MADV_FREE, the RFC: kept until host pressure, refault without zeroing)", |k, s| k.host_discard_free = s == "free"),
+        KnobSpec::selector("host.discard", "dontneed", "how the hypervisor drops a reported range: \"dontneed\" (MADV_DONTNEED, QEMU's ram_block_discard_range: refault zero-fills) or \"free\" (MADV_FREE, the RFC: kept until host pressure, refault without zeroing); a policy (policy/discard_*.rs)", |k, s| k.host_discard = s.to_string()),
         KnobSpec::flag("host.thp", false, "the host backs guest memory with 2 MiB transparent huge pages where a whole aligned 2 MiB range is unbacked", |k, b| k.host_thp = b),
         KnobSpec::int("host.mem_mib", 0, (0, 1 << 34), "host memory available to this guest, MiB (0: no limit); beyond it the host reclaims (MADV_FREE'd pages first, then swaps guest pages out)", |k, i| k.host_mem_mib = i as u64),
         KnobSpec::flag("host.prealloc", false, "all guest memory is backed at boot (QEMU -mem-prealloc, or the state after the guest touched all of it)", |k, b| k.host_prealloc = b),
@@ -469,8 +469,8 @@ pub struct Knobs {
     pub page_reporting_order: Option<u32>,
     /// page_reporting.reported_putback == "tail".
     pub reported_putback_tail: bool,
-    /// host.discard == "free" (MADV_FREE) rather than MADV_DONTNEED.
-    pub host_discard_free: bool,
+    /// The host's discard policy's name (`host.discard`, policy/mod.rs).
+    pub host_discard: String,
     pub host_thp: bool,
     /// host.mem_mib (0: unlimited).
     pub host_mem_mib: u64,

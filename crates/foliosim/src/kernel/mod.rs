@@ -217,6 +217,7 @@ impl Kernel {
         let anon_policy = crate::policy::anon_order(&knobs)?;
         let fault_lock = crate::policy::fault_lock(&knobs)?;
         let promotion = crate::policy::promotion(&knobs)?;
+        let host_discard = crate::policy::host_discard(&knobs)?;
         let mut k = Kernel {
             mem_map: MemMap::new(start),
             c,
@@ -268,19 +269,21 @@ impl Kernel {
         p.flags = pg::ZERO_PAGE | pg::ALLOCATED | pg::HEAD;
         p.refcount = 1;
         p.nid = zp.nid as u8;
-        k.boot_virt(start);
+        k.boot_virt(start, host_discard);
         Ok(k)
     }
 
     /// The machine as a VM guest: a host under its memory (when a host
     /// knob or page reporting asks for one) and the virtio-balloon device
     /// with free page reporting.
-    fn boot_virt(&mut self, nr_frames: u64) {
+    fn boot_virt(&mut self, nr_frames: u64, discard: std::sync::Arc<dyn crate::virt::host::DiscardPolicy>) {
         let kn = &self.knobs;
-        let want_host = kn.page_reporting || kn.host_mem_mib > 0 || kn.host_prealloc || kn.host_thp || kn.host_discard_free;
+        // A discard policy other than the default asks for a host too.
+        let discard_set =
+            crate::policy::find("host.discard").is_some_and(|s| s.default_value() != knobs::KnobValue::Str(kn.host_discard.clone()));
+        let want_host = kn.page_reporting || kn.host_mem_mib > 0 || kn.host_prealloc || kn.host_thp || discard_set;
         if want_host {
-            use crate::virt::host::{Discard, Host, HostCosts};
-            let discard = if kn.host_discard_free { Discard::Free } else { Discard::DontNeed };
+            use crate::virt::host::{Host, HostCosts};
             let limit = (kn.host_mem_mib > 0).then_some(kn.host_mem_mib << (20 - 12));
             let h = Host::new(nr_frames, HostCosts::from_profile(&self.prof), discard, kn.host_thp, limit, kn.host_prealloc);
             h.sync_gauges(&mut self.stat);

@@ -1,7 +1,8 @@
 //! The policy registry: every policy of every kind names itself here and
 //! declares its own knobs. A kind is an interface of the mm (an order
 //! policy for anonymous folios, a fault-locking policy, a page-cache
-//! promotion policy) and a selector knob that picks one of its policies
+//! promotion policy) or of the host under a guest (the discard of free
+//! page reporting) and a selector knob that picks one of its policies
 //! by name. Adding a policy is one new file in this directory plus one
 //! line in `registry!` below (docs/tutorial.md, "Add a policy").
 //!
@@ -14,7 +15,8 @@ use crate::kernel::knobs::{self, KnobSpec, KnobValue, Knobs};
 use crate::mm::huge_memory::AnonOrderPolicy;
 use crate::mm::memory_tiers::PromotionPolicy;
 use crate::mm::mmap_lock::FaultLockPolicy;
-use std::sync::OnceLock;
+use crate::virt::host::DiscardPolicy;
+use std::sync::{Arc, OnceLock};
 
 /// One policy: its name (the selector's value), a line of help, the knobs
 /// only it reads, and how to build it from the knob values.
@@ -59,6 +61,11 @@ registry! {
         promo_head,
         promo_order0,
     ];
+    /// The host's discard of a reported range (virt/host.rs `DiscardPolicy`).
+    HOST_DISCARD: Arc<dyn DiscardPolicy> = "host.discard" [
+        discard_dontneed,
+        discard_free,
+    ];
 }
 
 /// What the knob registry needs of a kind, whatever its policies build.
@@ -76,7 +83,7 @@ impl<B: 'static> KindInfo for Kind<B> {
     }
 }
 
-const KINDS: &[&dyn KindInfo] = &[&ANON_ORDER, &FAULT_LOCK, &PROMOTION];
+const KINDS: &[&dyn KindInfo] = &[&ANON_ORDER, &FAULT_LOCK, &PROMOTION, &HOST_DISCARD];
 
 /// Every knob: the kernel's table (kernel/knobs.rs) with each selector's
 /// values filled in from its kind's policies, then every policy's own
@@ -135,6 +142,11 @@ pub fn fault_lock(k: &Knobs) -> Result<&'static dyn FaultLockPolicy, String> {
 /// The page-cache promotion policy `promotion_list_order` selects.
 pub fn promotion(k: &Knobs) -> Result<Box<dyn PromotionPolicy>, String> {
     build(&PROMOTION, k, &k.promotion_policy)
+}
+
+/// The host's discard policy `host.discard` selects.
+pub fn host_discard(k: &Knobs) -> Result<Arc<dyn DiscardPolicy>, String> {
+    build(&HOST_DISCARD, k, &k.host_discard)
 }
 
 /// A policy's own integer knob (the value set, else its default).

@@ -16,7 +16,7 @@ use crate::config::Config;
 use crate::run::{self, Driver, Outcome, Stepped};
 use crate::sim::{Ns, NSEC_PER_SEC};
 use crate::types::Progress;
-use crate::virt::host::{Discard, Host, HostCosts};
+use crate::virt::host::{Host, HostCosts};
 use serde_json::{json, Value};
 use std::time::Instant;
 
@@ -63,10 +63,10 @@ pub fn simulate_guests(cfg: &Config, progress: &mut dyn FnMut(&Progress) -> bool
         // A guest that booted without a host (no host knob set) gets the
         // default one: nothing discarded, 4 KiB backing on first touch.
         let nr_frames = d.k.mem_bytes() >> 12;
-        let part =
-            d.k.host
-                .take()
-                .unwrap_or_else(|| Host::new(nr_frames, HostCosts::from_profile(&d.k.prof), Discard::DontNeed, false, None, false));
+        let part = match d.k.host.take() {
+            Some(h) => h,
+            None => Host::new(nr_frames, HostCosts::from_profile(&d.k.prof), crate::policy::host_discard(&d.k.knobs)?, false, None, false),
+        };
         parts.push(part);
         ds.push(d);
     }

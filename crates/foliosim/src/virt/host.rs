@@ -39,6 +39,7 @@ use crate::hw::profile::Profile;
 use crate::mm::vmstat::{Stat, VmStat};
 use crate::mm::Pfn;
 use crate::sim::{ns, Ns};
+use std::sync::Arc;
 
 /// One bit per guest frame.
 #[derive(Clone, Debug, Default)]
@@ -122,13 +123,35 @@ impl HostCosts {
     }
 }
 
-/// How the VMM drops a reported range.
+/// The madvise the VMM issues on a reported range.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Discard {
-    /// MADV_DONTNEED (QEMU's ram_block_discard_range for anonymous RAM).
+pub enum Advice {
+    /// MADV_DONTNEED: the pages go at once; a refault zero-fills.
     DontNeed,
-    /// MADV_FREE (the RFC in the v17 cover letter).
+    /// MADV_FREE: the pages stay until host reclaim takes them (first, at
+    /// no I/O cost); a refault before that finds the old page.
     Free,
+}
+
+/// What a discard policy sees of one reported range and of the host,
+/// read-only. Frames are the reporting guest's.
+pub struct DiscardCtx {
+    pub pfn: Pfn,
+    pub nr_pages: u64,
+    /// Host THP (a whole 2 MiB range is one PMD zap).
+    pub thp: bool,
+    /// Guest pages the host holds, lazily freed ones among them, and the
+    /// limit (None: no limit).
+    pub rss: u64,
+    pub nr_lazy: u64,
+    pub limit: Option<u64>,
+}
+
+/// The host's free-page-reporting discard policy (`host.discard`): which
+/// madvise the VMM issues for a reported range. Implementations live in
+/// policy/, one file each.
+pub trait DiscardPolicy: Send + Sync {
+    fn advice(&self, c: &DiscardCtx) -> Advice;
 }
 
 /// 2 MiB in 4 KiB frames.
@@ -146,7 +169,7 @@ struct GuestSpan {
 
 pub struct Host {
     pub c: HostCosts,
-    pub discard: Discard,
+    pub discard: Arc<dyn DiscardPolicy>,
     pub thp: bool,
     /// Pages the guests may hold on the host (None: no limit).
     pub limit: Option<u64>,
@@ -172,7 +195,7 @@ pub struct Host {
 impl Host {
     /// A host for a guest of `nr_frames` frames; `prealloc` backs them all
     /// (QEMU -mem-prealloc, or a guest that has touched all its memory).
-    pub fn new(nr_frames: u64, c: HostCosts, discard: Discard, thp: bool, limit_pages: Option<u64>, prealloc: bool) -> Host {
+    pub fn new(nr_frames: u64, c: HostCosts, discard: Arc<dyn DiscardPolicy>, thp: bool, limit_pages: Option<u64>, prealloc: bool) -> Host {
         Host {
             c,
             discard,
@@ -209,7 +232,7 @@ impl Host {
         let first = &parts[0];
         let mut h = Host {
             c: first.c.clone(),
-            discard: first.discard,
+            discard: Arc::clone(&first.discard),
             thp: first.thp,
             limit: limit_pages,
             nr_frames: base,
@@ -452,6 +475,8 @@ impl Host {
     /// call). Returns the host time it takes.
     pub fn discard_range(&mut self, pfn: Pfn, n: u64, stat: &mut VmStat) -> Ns {
         let mut t = self.c.madvise;
+        let ctx = DiscardCtx { pfn, nr_pages: n, thp: self.thp, rss: self.rss, nr_lazy: self.nr_lazy, limit: self.limit };
+        let advice = self.discard.advice(&ctx);
         let gi = self.cur;
         let s = self.base + pfn as u64;
         let end = s + n;
@@ -472,8 +497,8 @@ impl Host {
                 if !self.backed.get(g) {
                     continue;
                 }
-                match self.discard {
-                    Discard::DontNeed => {
+                match advice {
+                    Advice::DontNeed => {
                         if self.lazy.get(g) {
                             self.lazy.clear(g);
                             self.nr_lazy -= 1;
@@ -484,7 +509,7 @@ impl Host {
                         gs.rss -= 1;
                         present += 1;
                     }
-                    Discard::Free => {
+                    Advice::Free => {
                         if !self.lazy.get(g) {
                             self.lazy.set(g);
                             self.nr_lazy += 1;
@@ -565,10 +590,23 @@ mod tests {
         }
     }
 
+    /// A policy that always gives `Advice` (policy/ has the real ones).
+    struct Fixed(Advice);
+
+    impl DiscardPolicy for Fixed {
+        fn advice(&self, _: &DiscardCtx) -> Advice {
+            self.0
+        }
+    }
+
+    fn fixed(a: Advice) -> Arc<dyn DiscardPolicy> {
+        Arc::new(Fixed(a))
+    }
+
     #[test]
     fn dontneed_discard_then_refault_zeroes() {
         let mut st = VmStat::default();
-        let mut h = Host::new(4096, costs(), Discard::DontNeed, false, None, true);
+        let mut h = Host::new(4096, costs(), fixed(Advice::DontNeed), false, None, true);
         assert_eq!(h.touch(0, 512, &mut st), 0, "backed memory costs nothing");
         let t = h.discard_range(512, 512, &mut st);
         assert_eq!(t, 1000 + 512 * 80);
@@ -584,7 +622,7 @@ mod tests {
     #[test]
     fn madv_free_keeps_rss_and_refaults_without_zeroing_until_reclaimed() {
         let mut st = VmStat::default();
-        let mut h = Host::new(2048, costs(), Discard::Free, false, Some(2048), true);
+        let mut h = Host::new(2048, costs(), fixed(Advice::Free), false, Some(2048), true);
         h.discard_range(0, 1024, &mut st);
         assert_eq!((h.rss(), h.nr_lazy()), (2048, 1024), "MADV_FREE does not lower RSS by itself");
         assert_eq!(h.touch(0, 1, &mut st), 1000, "only the EPT refault");
@@ -603,7 +641,7 @@ mod tests {
     #[test]
     fn limit_swaps_out_and_refaults_swap_in() {
         let mut st = VmStat::default();
-        let mut h = Host::new(1024, costs(), Discard::DontNeed, false, Some(512), false);
+        let mut h = Host::new(1024, costs(), fixed(Advice::DontNeed), false, Some(512), false);
         h.touch(0, 512, &mut st);
         assert_eq!(st.get(Stat::HostPswpout), 0);
         let t = h.touch(512, 1, &mut st);
@@ -619,7 +657,7 @@ mod tests {
     #[test]
     fn host_thp_backs_whole_empty_2m_ranges() {
         let mut st = VmStat::default();
-        let mut h = Host::new(2048, costs(), Discard::DontNeed, true, None, false);
+        let mut h = Host::new(2048, costs(), fixed(Advice::DontNeed), true, None, false);
         let t = h.touch(5, 1, &mut st);
         assert_eq!(t, 1000 + 2000 + 512 * 1000);
         assert_eq!((h.rss(), st.get(Stat::HostThpFaults)), (512, 1));
