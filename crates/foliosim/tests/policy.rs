@@ -1,7 +1,8 @@
 //! The policy registry (crates/foliosim/src/policy/): a policy selected by
 //! name in a config is the one that runs, its own knobs reach it and need
-//! it selected, and the example order policy of docs/tutorial.md maps the
-//! orders it says (counted as in hugepages-<size>kB/stats).
+//! it selected, the example order policy of docs/tutorial.md maps the
+//! orders it says (counted as in hugepages-<size>kB/stats), and its example
+//! promotion policy takes order-0 folios only.
 
 use foliosim::kernel::knobs::{KnobDefault, Knobs};
 use serde_json::Value;
@@ -120,4 +121,37 @@ fn knob_table_is_consistent() {
         assert_eq!(foliosim::kernel::knobs::Mutant::named(name), *mutant);
         assert!(m[..i].iter().all(|(_, o)| o != mutant), "{name}: two names for one mutant");
     }
+}
+
+/// The example promotion policy of docs/tutorial.md (policy/promo_order0.rs,
+/// `promotion_list_order = "order0"`): an order-0 candidate joins the tail
+/// of the task's list as with the default ("tail"); a large one stays on its
+/// LRU where the default would take it. The model's page cache holds only
+/// order-0 folios, so the large case is asked of the policy's interface;
+/// the order-0 case also runs end to end, selected by name in a config.
+#[test]
+fn example_promotion_policy_promotes_only_order0_folios() {
+    use foliosim::mm::memory_tiers::{ListEnd, PromoCandidate};
+    use foliosim::policy;
+    let build = |name: &str| (policy::PROMOTION.policies.iter().find(|p| p.name == name).unwrap().build)(&Knobs::default());
+    let (order0, default) = (build("order0"), build("tail"));
+    let cand = |order| PromoCandidate { pfn: 1 << 18, nid: 1, dst: 0, order, flags: 0, queued: 0, cap: 1024 };
+    assert_eq!(order0.enqueue(&cand(0)), Some(ListEnd::Tail));
+    for order in [2, 4, 9] {
+        assert_eq!(default.enqueue(&cand(order)), Some(ListEnd::Tail), "the default takes an order-{order} folio");
+        assert_eq!(order0.enqueue(&cand(order)), None, "order0 leaves an order-{order} folio on its LRU");
+    }
+    // A 16 MiB file on the CXL node read in 16 MiB calls: passes 1-3 make
+    // its folios hot, then each pass promotes the per-call cap (1024 pages).
+    let text = |mode: &str| {
+        format!(
+            "[machine]\nprofile = \"cxl-1tb\"\nnr_cpus = 2\nnode_mem_mib = [1024, 512]\n[workload]\nname = \"file_reader\"\nprocess_image = \"none\"\nfs = \"disk\"\nfile_mib = 16\npopulate = true\npopulate_node = 1\nchunk_kib = 16384\ncycles = 9\n[run]\nwarmup_s = 0.0\nduration_s = 10.0\nsample_ms = 100.0\ncheck = true\n[knobs]\n\"kernel.numa_balancing\" = 2\n\"kernel/mm/numa/pagecache_promotion_enabled\" = true\n\"kernel.numa_balancing_promote_rate_limit_MBps\" = 1024\n\"promotion_list_order\" = \"{mode}\"\n"
+        )
+    };
+    let v = run(&text("order0"), "order0.toml");
+    assert_eq!(v["config"]["knobs"]["promotion_list_order"], "order0");
+    assert_eq!(v["checker"]["violations"].as_array().unwrap().len(), 0, "{}", v["checker"]);
+    let promoted = |v: &Value| v["vmstat"]["pgpromote_success"].as_i64().unwrap();
+    assert_eq!(promoted(&v), 4096, "order0 promotes every (order-0) page of the file");
+    assert_eq!(promoted(&v), promoted(&run(&text("tail"), "tail.toml")), "on order-0 folios it is the default");
 }
