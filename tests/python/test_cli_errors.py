@@ -112,3 +112,20 @@ def test_debug_env_not_needed_for_config_errors(tmp_path):
     proc = run_cli("run", str(p), env={"FOLIOSIM_DEBUG": "1"})
     assert proc.returncode != 0
     assert "bogus_key" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("costs", "key"),
+    [
+        ("{ trap_ns = -1.0 }", "machine.costs.trap_ns"),
+        ('{ trap_ns = "fast" }', "machine.costs.trap_ns"),
+        ('{ "nodes.latency_ns" = -1.0 }', "machine.costs.nodes.latency_ns"),
+    ],
+)
+def test_machine_costs_errors_name_the_key_as_written(tmp_path, costs, key):
+    # An out-of-range number and a wrong type name the same key: the one
+    # the config wrote, not its place in the profile ([cost] trap_ns).
+    text = replace_line(TINY, "[machine]\n", f"[machine]\ncosts = {costs}\n")
+    p = write(tmp_path, text)
+    line = assert_one_line_error(run_cli("run", str(p)), f"{p}:{line_of(text, 'costs = ')}: {key}: ")
+    assert ".cost." not in line, line

@@ -719,7 +719,9 @@ mod tests {
             ("{ \"tlb.bogus_entries\" = 1 }", "machine.costs.tlb.bogus_entries", "unknown profile key"),
             ("{ \"bogus.trap_ns\" = 1.0 }", "machine.costs.bogus.trap_ns", "unknown profile table"),
             ("{ trap_ns = \"fast\" }", "machine.costs.trap_ns", "expected a number"),
-            ("{ trap_ns = -1.0 }", "machine.costs.cost.trap_ns", "out of range"),
+            ("{ trap_ns = -1.0 }", "machine.costs.trap_ns", "out of range"),
+            ("{ \"cost.trap_ns\" = -1.0 }", "machine.costs.cost.trap_ns", "out of range"),
+            ("{ \"nodes.latency_ns\" = -1.0 }", "machine.costs.nodes.latency_ns", "out of range"),
             ("{ lru_batch = 1.5 }", "machine.costs.lru_batch", "expected an integer"),
             ("3", "machine.costs", "expected a table"),
         ] {

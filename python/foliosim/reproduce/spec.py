@@ -506,11 +506,10 @@ def profile_number(cfg: dict[str, Any], key: str) -> float:
     table, _, k = key.rpartition(".") if "." in key else ("cost", "", key)
     t = doc.get(table)
     vals = [n.get(k) for n in t] if isinstance(t, list) else [t.get(k)] if isinstance(t, dict) else [None]
-    if any(not isinstance(v, (int, float)) or isinstance(v, bool) for v in vals) or len(set(vals)) != 1:
+    nums = [v for v in vals if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    if len(nums) != len(vals) or len(set(nums)) != 1:
         raise ValueError(f"{key}: not one number in profile {name}")
-    v = vals[0]
-    assert isinstance(v, (int, float))
-    return float(v)
+    return float(nums[0])
 
 
 def variant(exp: Experiment, r: RunSpec, key: str, factor: float) -> RunSpec:

@@ -422,7 +422,15 @@ impl Profile {
                 }
             }
         }
-        check_values(&doc).map_err(|at| (at.path(), at.reason))?;
+        // A value out of range is named as the caller wrote its key
+        // (`trap_ns`, `nodes.latency_ns`), not by its place in the profile.
+        check_values(&doc).map_err(|at| {
+            let written = over.keys().find(|k| {
+                let (table, key) = k.split_once('.').unwrap_or(("cost", k));
+                table == at.table && key == at.key
+            });
+            (written.cloned().unwrap_or_else(|| at.path()), at.reason)
+        })?;
         toml::Value::Table(doc).try_into().map_err(|e: toml::de::Error| (String::new(), e.message().to_string()))
     }
 
