@@ -155,3 +155,61 @@ fn example_promotion_policy_promotes_only_order0_folios() {
     assert_eq!(promoted(&v), 4096, "order0 promotes every (order-0) page of the file");
     assert_eq!(promoted(&v), promoted(&run(&text("tail"), "tail.toml")), "on order-0 folios it is the default");
 }
+
+/// Every field of `Knobs` is some row's, and every row lands somewhere: for
+/// each row of the table, a value other than its default (another allowed
+/// string, the other boolean, a different integer in range) must change
+/// the knob values, and together the rows must change every field (each
+/// element of an array field too). A field added without a row, or a row
+/// whose `land` writes nothing, fails here instead of being silently
+/// stuck at zero or ignored.
+#[test]
+fn every_knob_field_has_a_row_and_every_row_lands() {
+    use foliosim::kernel::knobs::KnobValue;
+    use foliosim::policy;
+    fn leaves(v: &Value, path: String, out: &mut Vec<(String, Value)>) {
+        match v {
+            Value::Object(m) => m.iter().for_each(|(k, x)| leaves(x, format!("{path}.{k}"), out)),
+            Value::Array(a) => a.iter().enumerate().for_each(|(i, x)| leaves(x, format!("{path}[{i}]"), out)),
+            _ => out.push((path, v.clone())),
+        }
+    }
+    let flat = |k: &Knobs| {
+        let mut out = Vec::new();
+        leaves(&serde_json::to_value(k).unwrap(), String::new(), &mut out);
+        out
+    };
+    let d = Knobs::default();
+    let base = flat(&d);
+    let mut covered = vec![false; base.len()];
+    for spec in policy::knobs().iter().filter(|s| s.owner.is_none()) {
+        let others: Vec<KnobValue> = match &spec.default {
+            KnobDefault::Bool(b) => vec![KnobValue::Bool(!b)],
+            KnobDefault::Str(s) => spec.values.unwrap_or(&[]).iter().filter(|v| *v != s).map(|v| KnobValue::Str(v.to_string())).collect(),
+            KnobDefault::Int(i) => {
+                let (lo, hi) = spec.range.unwrap_or((i64::MIN, i64::MAX));
+                [lo, hi, i.saturating_add(1), i.saturating_sub(1), 0]
+                    .into_iter()
+                    .filter(|x| x != i && (lo..=hi).contains(x))
+                    .map(KnobValue::Int)
+                    .collect()
+            }
+        };
+        let mut lands = false;
+        for v in others {
+            let mut k = d.clone();
+            k.set(spec, &v);
+            // By path: a value may change shape (debug.mutant's Luf(..)).
+            let now: std::collections::BTreeMap<String, Value> = flat(&k).into_iter().collect();
+            for (i, (p, a)) in base.iter().enumerate() {
+                if now.get(p) != Some(a) {
+                    covered[i] = true;
+                    lands = true;
+                }
+            }
+        }
+        assert!(lands, "{}: no value other than its default changes any field (its row lands nowhere)", spec.key);
+    }
+    let orphans: Vec<&str> = base.iter().zip(&covered).filter(|(_, c)| !**c).map(|((p, _), _)| p.as_str()).collect();
+    assert!(orphans.is_empty(), "fields no row of the knob table sets: {orphans:?}");
+}
