@@ -132,6 +132,11 @@ def test_real_reuses_an_earlier_reports_repeats_and_reruns_only_the_model(tmp_pa
     assert rep["real_reused"]["date"] == "2026-01-02 03:04:05 UTC" and rep["real_reused"]["file"] == str(src)
     last = v.format_table(rep).splitlines()[-1]
     assert "real figures reused" in last and "2026-01-02 03:04:05 UTC" in last and "/old/host.toml" in last
+    # docs/validation.md says so too.
+    doc, src_rep = tmp_path / "validation.md", tmp_path / "re.json"
+    src_rep.write_text(json.dumps(rep))
+    assert validation_doc.main([str(src_rep), str(doc)]) == 0
+    assert "not measured in this run" in doc.read_text() and "2026-01-02 03:04:05 UTC" in doc.read_text()
     # Reusing the re-prediction names the measured report, not itself.
     again = tmp_path / "again.json"
     again.write_text(json.dumps(rep))
