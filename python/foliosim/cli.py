@@ -823,6 +823,8 @@ def _add_host_commands(sub: Any) -> None:
     v.add_argument("--settings", metavar="LIST", help="comma-separated subset of 4K,16K,32K,64K,2M,64K+2M (4K is always included)")
     v.add_argument("--threads", type=int, default=2, metavar="N",
                    help="threads of the threads-mode rows (page_fault1/2/3, mmap1 under 4K, 64K, 2M; default 2, 0 = none)")
+    v.add_argument("--real", metavar="REPORT.json",
+                   help="reuse the real runs of an earlier validate.json (its medians and spreads) and rerun only the model")
     v.add_argument("--quiet", "-q", action="store_true")
     v.set_defaults(func=_host_cmd("validate"))
 

@@ -10,8 +10,8 @@ experiments whose name matches a GLOB (fnmatch; ``*`` for all). A row's
 ``note``, when present, goes in the last column. The text between
 ``<!-- headline: GLOB[, GLOB...] -->`` and ``<!-- /headline -->`` (the
 README's) becomes one row per matching experiment: its headline row's
-published figure, the simulated one and a one-word verdict (see `headline`
-and `verdict`), the experiment linked to the mechanism page (a
+published figure, the simulated one, a one-word verdict (see `headline`
+and `verdict`) and, where the two differ, the row's note (`short_note`), the experiment linked to the mechanism page (a
 ``docs/mechanisms/*.md`` beside FILE whose reproduce marker matches it). A
 file is rewritten (atomically) only if its text changes. Exit 2 with one
 line on bad input (unreadable JSON, an unclosed marker).
@@ -31,7 +31,7 @@ from typing import Any
 from .report import difference, fmt, published
 from .result import write_text_atomic
 
-__all__ = ["fill", "fill_headlines", "headline", "headline_table", "main", "table", "verdict"]
+__all__ = ["fill", "fill_headlines", "headline", "headline_table", "main", "short_note", "table", "verdict"]
 
 BEGIN = re.compile(r"<!-- reproduce:\s*([^>]*?)\s*-->")
 END = "<!-- /reproduce -->"
@@ -131,21 +131,39 @@ def headline_table(reps: Sequence[dict[str, Any]], globs: Sequence[str],
     chosen = [r for r in reps if any(fnmatch.fnmatchcase(str(r.get("name", "")), g) for g in globs)]
     if not chosen:
         return "_No experiment registered yet._"
-    out = ["| experiment | headline figure | published | simulated | verdict |", "| --- | --- | ---: | ---: | --- |"]
+    out = ["| experiment | headline figure | published | simulated | verdict | why it differs |",
+           "| --- | --- | ---: | ---: | --- | --- |"]
     for rep in chosen:
         name = str(rep.get("name", ""))
         r = headline(rep)
         page = _page_for(name, pages or {})
         shown = f"[`{name}`]({page})" if page else f"`{name}`"
         if r is None:
-            out.append(f"| {shown} | — | — | — | no rows |")
+            out.append(f"| {shown} | — | — | — | no rows | |")
             continue
         unit = f" {r.get('unit')}" if r.get("unit") else ""
         what = f"{r.get('label', '')}: {r.get('metric', '')}".replace("|", "/").replace("\n", " ")
         pub = "—" if published(r) is None else f"{fmt(published(r))}{unit}"
         sim = "—" if r.get("simulated") is None else f"{fmt(r.get('simulated'))}{unit}"
-        out.append(f"| {shown} | {what} | {pub} | {sim} | {verdict(r)} |")
+        v = verdict(r)
+        why = short_note(str(r.get("note") or "")) if v in ("close", "off", "opposite") else ""
+        out.append(f"| {shown} | {what} | {pub} | {sim} | {v} | {why} |".replace("|  |", "| |"))
     return "\n".join(out)
+
+
+def short_note(note: str, limit: int = 200) -> str:
+    """A row's note for the README: whole if short, else cut after the last
+    whole clause (at "; " or ". ") within `limit` characters, or after the
+    last word when that clause would leave less than half of it (a note
+    that opens with "below the published ratio." says why after that),
+    marked with an ellipsis; the mechanism page has it whole."""
+    note = " ".join(note.replace("|", "/").split())
+    if len(note) <= limit:
+        return note
+    cut = max(note.rfind("; ", 0, limit), note.rfind(". ", 0, limit))
+    if cut < limit // 2:
+        cut = note.rfind(" ", 0, limit)
+    return note[:cut].rstrip(" .;,") + " …"
 
 
 def _fill_markers(text: str, begin: re.Pattern[str], end_marker: str, where: str, make: Any) -> str:

@@ -246,24 +246,16 @@ def spread(v: list[float]) -> float:
     return (hi - lo) / max(abs(median(x)), 1e-12)
 
 
-def validate(profile: str, quick: bool, progress: bool, tmpdir: str | None = None,
-             settings: list[str] | None = None, threads: int = DEFAULT_THREADS,
-             repeats: int = DEFAULT_REPEATS) -> dict[str, Any]:
+def measure_reals(quick: bool, progress: bool, tmpdir: str, plan: list[tuple[str, list[int]]],
+                  threads: int, repeats: int) -> dict[tuple[str, str, str], dict[str, Any]]:
     """Every real run `repeats` times, the repeats interleaved (each repeat
     goes through every setting, so a slow spell of a shared host hits all
-    settings alike); every real figure is the median of the repeats, with
-    min and max, and each repeat's ops ratio is taken against the 4K run of
-    the same repeat. The model runs once per row (it is deterministic)."""
-    from . import catalog
+    settings alike); per row, the series of its repeats (each repeat's ops
+    ratio against the 4K run of the same repeat) and the last run's mTHP
+    counters. A setting whose sizes this kernel lacks is left out."""
     bindir = build_validation()
-    cat = catalog()
     seconds, warmup = (0.5, 0.2) if quick else (1.0, 0.3)
-    sim_s = 0.3 if quick else 0.6
-    tmpdir = tmpdir or default_tmpdir()
-    fs = tmp_fs_kind(tmpdir)
     sizes_here = set(mthp_sizes_kib())
-    host_before = host_info()
-    plan = [(label, sizes) for label, sizes in SETTINGS if not settings or label in settings]
     reals: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
     for r in range(repeats):
         for label, sizes in plan:
@@ -281,36 +273,99 @@ def validate(profile: str, quick: bool, progress: bool, tmpdir: str | None = Non
                     if changed:
                         raise HostError(f"THP knobs changed by another process during the {label} {w} {mode} run: {changed[0]}; "
                                         "rerun when it is done")
+    out: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for (label, w, mode), runs in reals.items():
+        base = reals[("4K", w, mode)]
+        series = {"faults_per_op": [x["faults_per_op"] for x in runs], "rss": [float(x["rss_kib"]) for x in runs],
+                  "ops_per_s": [real_throughput(x) for x in runs],
+                  "ops_ratio": [real_throughput(x) / real_throughput(b) for x, b in zip(runs, base, strict=True) if real_throughput(b)]}
+        mthp = {k: v for k, v in (runs[-1].get("mthp_stats") or {}).items() if any(v.values())}
+        out[(label, w, mode)] = {"series": series, "mthp_stats": mthp}
+    return out
+
+
+def load_reals(path: str) -> tuple[dict[tuple[str, str, str], dict[str, Any]], dict[str, Any]]:
+    """The real side of an earlier report (`validate.json`): each measured
+    row's repeats, keyed as measure_reals keys them, and what the report
+    says about when, where and how they were measured. The model is
+    deterministic, so a model change can be judged against these in
+    seconds, without the noise of rerunning the host."""
+    try:
+        rep = json.loads(Path(path).read_text())
+    except OSError as e:
+        raise HostError(f"--real: {path}: {e.strerror or e}") from None
+    except ValueError as e:
+        raise HostError(f"--real: {path}: not a JSON report ({e})") from None
+    if not isinstance(rep, dict) or not isinstance(rep.get("rows"), list):
+        raise HostError(f"--real: {path}: no 'rows' list (not a `foliosim validate` report)")
+    out: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for i, r in enumerate(rep["rows"]):
+        if not isinstance(r, dict) or r.get("real") is None:
+            continue
+        series = r.get("real_repeats")
+        if not isinstance(series, dict) or any(not isinstance(series.get(m), list) for m in (*METRICS, "ops_per_s")):
+            raise HostError(f"--real: {path}: rows[{i}] ({r.get('setting')} {r.get('workload')}): no 'real_repeats' "
+                            "(a report from before repeats were kept)")
+        out[(r["setting"], r["workload"], r.get("mode", "processes"))] = {"series": series, "mthp_stats": r.get("mthp_stats") or {}}
+    before = (rep.get("host") or {}).get("before") or {}
+    earlier = rep.get("real_reused") or {}  # a re-prediction of a re-prediction: the measured report
+    source = {"file": earlier.get("file") or str(path), "date": before.get("date"), "kernel": before.get("kernel"), "profile": rep.get("profile"),
+              "repeats": rep.get("repeats"), "seconds_per_run": rep.get("seconds_per_run"), "quick": rep.get("quick"),
+              "threads": rep.get("threads"), "tmpdir": rep.get("tmpdir"), "tmp_fs": rep.get("tmp_fs"), "host": rep.get("host")}
+    return out, source
+
+
+def validate(profile: str, quick: bool, progress: bool, tmpdir: str | None = None,
+             settings: list[str] | None = None, threads: int = DEFAULT_THREADS,
+             repeats: int = DEFAULT_REPEATS, real_from: str | None = None) -> dict[str, Any]:
+    """Every real figure is the median of the repeats, with min and max
+    (measure_reals), or, with `real_from`, the repeats of an earlier report
+    reused as they were; the model runs once per row (it is deterministic)."""
+    from . import catalog
+    cat = catalog()
+    plan = [(label, sizes) for label, sizes in SETTINGS if not settings or label in settings]
+    reused: dict[str, Any] | None = None
+    if real_from:
+        reals, reused = load_reals(real_from)
+        quick = bool(reused.get("quick"))
+        threads = int(reused.get("threads") or 0)
+        repeats = int(reused.get("repeats") or 1)
+        tmpdir = reused.get("tmpdir") or default_tmpdir()
+        fs = reused.get("tmp_fs") or tmp_fs_kind(tmpdir)
+        seconds = reused.get("seconds_per_run")
+        host = reused.get("host") or {}
+    else:
+        tmpdir = tmpdir or default_tmpdir()
+        fs = tmp_fs_kind(tmpdir)
+        seconds = 0.5 if quick else 1.0
+        host_before = host_info()
+        reals = measure_reals(quick, progress, tmpdir, plan, threads, repeats)
+        host = {"before": host_before, "after": host_info()}
+    sim_s = 0.3 if quick else 0.6
     rows: list[dict[str, Any]] = []
     base_pred: dict[tuple[str, str], float] = {}
     for label, sizes in plan:
         jobs = jobs_for(label, threads)
-        missing = [x for x in sizes if x not in sizes_here]
-        if missing:
-            for w, _, mech, mode, tasks in jobs:
-                rows.append({"setting": label, "workload": w, "mode": mode, "tasks": tasks, "mechanism": mech,
-                             "role": role_of(label, w, mode), "real": None, "real_range": None, "predicted": None,
-                             "rel_error": None, "noisy": [], "note": f"skipped: this kernel has no hugepages-{missing[0]}kB"})
-            continue
+        missing = [x for x in sizes if x not in set(mthp_sizes_kib())] if not real_from else []
         knobs = sim_knobs(sizes)
         why_not = model_can_express(knobs, cat)
         for w, params, mech, mode, tasks in jobs:
-            runs = reals[(label, w, mode)]
-            base = reals[("4K", w, mode)]
-            fpo = [x["faults_per_op"] for x in runs]
-            rss = [float(x["rss_kib"]) for x in runs]
-            tput = [real_throughput(x) for x in runs]
-            ratio = [real_throughput(x) / real_throughput(b) for x, b in zip(runs, base, strict=True) if real_throughput(b)]
-            series = {"faults_per_op": fpo, "rss": rss, "ops_per_s": tput, "ops_ratio": ratio}
+            if (label, w, mode) not in reals:
+                why = f"this kernel has no hugepages-{missing[0]}kB" if missing else f"not measured in {real_from or 'this run'}"
+                rows.append({"setting": label, "workload": w, "mode": mode, "tasks": tasks, "mechanism": mech,
+                             "role": role_of(label, w, mode), "real": None, "real_range": None, "predicted": None,
+                             "rel_error": None, "noisy": [], "note": f"skipped: {why}"})
+                continue
+            series = reals[(label, w, mode)]["series"]
             rr = {m: (median(v) if v else None) for m, v in series.items()}
             rng = {m: ([min(v), max(v)] if v else None) for m, v in series.items()}
             noisy = [m for m in METRICS if series[m] and spread(series[m]) > TARGETS[m]]
             row: dict[str, Any] = {"setting": label, "workload": w, "mode": mode, "tasks": tasks, "mechanism": mech,
-                                   "role": role_of(label, w, mode), "repeats": len(runs),
+                                   "role": role_of(label, w, mode), "repeats": len(series["faults_per_op"]),
                                    "real": rr, "real_range": rng, "real_repeats": series, "noisy": noisy,
                                    "predicted": None, "rel_error": None,
                                    "note": why_not or "",
-                                   "mthp_stats": {k: v for k, v in (runs[-1].get("mthp_stats") or {}).items() if any(v.values())}}
+                                   "mthp_stats": reals[(label, w, mode)]["mthp_stats"]}
             if why_not is None:
                 p = {k: (fs if v == "@tmp" else v) for k, v in params.items()}
                 if progress:
@@ -341,7 +396,8 @@ def validate(profile: str, quick: bool, progress: bool, tmpdir: str | None = Non
         "threads": threads,
         "targets": TARGETS,
         "floors": FLOORS,
-        "host": {"before": host_before, "after": host_info()},
+        "host": host,
+        "real_reused": reused,
         "rows": rows,
         **summarise(rows),
     }
@@ -445,15 +501,22 @@ def format_table(rep: dict[str, Any], markdown: bool = False) -> str:
     lines.append(f"{predicted} rows predicted, {not_modelled} rows measured but not modelled yet ({NOT_MODELLED}); "
                  f"profile {rep.get('profile')}; files in {rep.get('tmpdir', '?')} ({rep.get('tmp_fs', '?')}); "
                  f"{rep.get('repeats', 1)} interleaved repeats of {rep.get('seconds_per_run', '?')} s per real run")
+    reused = rep.get("real_reused")
+    if reused:
+        lines.append(f"real figures reused, not measured in this run: from {reused.get('file')} "
+                     f"(measured {reused.get('date') or 'at an unrecorded time'} on kernel {reused.get('kernel') or '?'}, "
+                     f"against profile {reused.get('profile') or '?'}); only the model was rerun")
     return "\n".join(lines)
 
 
-def ensure_profile(path: str | None) -> str:
+def ensure_profile(path: str | None, measure: bool = True) -> str:
     if path:
         if not Path(path).is_file():
             raise HostError(f"{path}: no such profile (run `foliosim calibrate --out {path}`)")
         return str(Path(path).resolve())
     default = Path("results") / "calibrate" / "host.toml"
+    if not default.is_file() and not measure:
+        raise HostError(f"{default}: no such profile (give --profile FILE with --real)")
     if not default.is_file():
         from .calibrate import DEFAULT_ROUNDS, calibrate
         print(f"foliosim validate: no calibrated profile yet; measuring this host into {default} ...", file=sys.stderr, flush=True)
@@ -471,22 +534,25 @@ def cmd_validate(args: argparse.Namespace) -> int:
     for x in settings or []:
         if x not in known:
             raise HostError(f"--settings: unknown setting {x!r} (known: {', '.join(known)})")
-    why = knobs_available()
+    why = None if args.real else knobs_available()
     if why:
         if args.json:
             sys.stdout.write(json.dumps({"skipped": why}) + "\n")
         else:
             print(f"foliosim validate: skipped: {why}")
         return 0
-    profile = ensure_profile(args.profile)
+    profile = ensure_profile(args.profile) if not args.real or args.profile else ensure_profile(None, measure=False)
     progress = sys.stderr.isatty() and not args.quiet
     if settings and "4K" not in settings:
         settings.insert(0, "4K")  # the baseline of every ops ratio
     repeats = args.repeats if args.repeats is not None else (2 if args.quick else DEFAULT_REPEATS)
     if repeats < 1 or repeats > 100:
         raise HostError(f"--repeats: {repeats}: must be 1..100")
-    rep = validate(profile, args.quick, progress, args.tmpdir, settings, args.threads, repeats)
-    out = Path(args.out) if args.out else Path("results") / "validate"
+    if args.real and (args.quick or args.repeats is not None or args.tmpdir):
+        raise HostError("--real: --quick, --repeats and --tmpdir describe real runs; with --real they come from the report reused")
+    rep = validate(profile, args.quick, progress, args.tmpdir, settings, args.threads, repeats, real_from=args.real)
+    # A re-prediction does not overwrite the measured report it reuses.
+    out = Path(args.out) if args.out else Path("results") / "validate" / ("repredict" if args.real else "")
     write_text_atomic(out / "validate.json", json.dumps(rep, indent=1) + "\n")
     write_text_atomic(out / "validate.md", format_table(rep, markdown=True) + "\n")
     if args.json:

@@ -53,6 +53,11 @@ def render(rep: dict[str, Any], source: str) -> str:
              "through every setting), shown with [min-max]; each repeat's ops ratio is taken against the 4K run of the same "
              "repeat. Processes rows compare ops per second of the task's own CPU time (on an idle host the same as per wall "
              "second); threads rows per wall second.")
+    reused = rep.get("real_reused")
+    if reused:
+        L.append(f"The real figures were not measured in this run: they are reused from `{_shown(reused.get('file'))}` "
+                 f"(measured {reused.get('date') or '?'} against profile `{_shown(reused.get('profile'))}`); only the model was rerun "
+                 "(`foliosim validate --real`).")
     try:
         busy = max(float(x[0]) for x in (host.get("loadavg"), after.get("loadavg")) if x) > float(host.get("nr_cpus") or 0)
     except ValueError:

@@ -20,6 +20,7 @@ FREE_TAIL, PTE_SET = 9.0, 40.0
 FIXED = 1700.0  # a large-folio fault beyond its per-page work
 ZERO, EXTRA = 820.0, 560.0  # the zero-page fault; alloc + charge + rmap + LRU
 Z0 = 400.0  # a large folio's munmap beyond its per-page work
+COLD = 120.0  # the misses of a cold folio beyond its clear, once per folio
 SIZES = [16, 128, 256, 512, 1024]
 
 
@@ -36,7 +37,7 @@ def synthetic(rounds: int = 3) -> tuple[dict, dict]:
     def put(size: int, case: str, mib: int, r: dict) -> None:
         s[cal.key(size, case, mib)] = [dict(r) for _ in range(rounds)]
 
-    a_c, a_w = ZERO + CLEAR_C + EXTRA, ZERO + CLEAR_W + EXTRA
+    a_c, a_w = ZERO + CLEAR_C + EXTRA + COLD, ZERO + CLEAR_W + EXTRA
     put(4, "anon", cal.COLD_MIB, rec((1 - f) * a_c + f * a_w, unmap=250.0))
     put(4, "anon", cal.WARM_MIB, rec(a_w, unmap=200.0))
     put(4, "zero", cal.COLD_MIB, rec(ZERO))
@@ -47,12 +48,12 @@ def synthetic(rounds: int = 3) -> tuple[dict, dict]:
     put(4, "anon-dontneed", cal.COLD_MIB, rec(a_c, unmap=260.0))
     for kib in SIZES:
         n = kib / 4
-        cold = (1 - f) * (FIXED + cold_pte * n) + f * (FIXED + warm_pte * n)
+        cold = (1 - f) * (FIXED + COLD + cold_pte * n) + f * (FIXED + warm_pte * n)
         unmap = (Z0 + (PTE_CLEAR + RMAP_PAGE + FREE_TAIL) * n) / n
         put(kib, "anon", cal.COLD_MIB, rec(cold / n, 1 / n, unmap))
         put(kib, "anon", cal.WARM_MIB, rec((FIXED + warm_pte * n) / n, 1 / n, unmap))
     n = 512
-    pmd_w, pmd_c = FIXED + (CLEAR_W + TAIL) * n, FIXED + (CLEAR_C + TAIL) * n
+    pmd_w, pmd_c = FIXED + (CLEAR_W + TAIL) * n, FIXED + COLD + (CLEAR_C + TAIL) * n
     for r in cal.SWEEP_MIB:
         warm = min(1.0, K_MIB / r)
         per = (warm * pmd_w + (1 - warm) * pmd_c) / n
@@ -93,6 +94,14 @@ def test_derivation_recovers_every_term_of_a_synthetic_host():
     assert v["rmap_page_ns"] == pytest.approx(RMAP_PAGE)
     assert v["pte_set_ns"] == pytest.approx(PTE_SET)
     assert v["walk_cached_ns"] == pytest.approx(4.0)
+    # The cold folio's misses beyond its clear, and the 4 KiB split scaled
+    # by what is left of the fault: warm, it is all of EXTRA.
+    assert v["alloc_cold_ns"] == pytest.approx(COLD)
+    gc = d.g["cost"]
+    parts = ("alloc_pcp_ns", "rmap_ns", "memcg_charge_ns", "lru_add_ns")
+    assert sum(v[k] for k in parts) + gc["lru_lock_per_folio_ns"] / gc["lru_batch"] == pytest.approx(EXTRA)
+    check = next(f for f in d.fits if f.startswith("cold folio"))
+    assert "residual +0.0 ns" in check, check
     # The mprotect scan: the measured per-page time minus the PTE write.
     assert v["change_pte_scan_ns"] == pytest.approx(90.0 - PTE_SET)
     # Every value says how it was measured, and every fit has a residual.
@@ -120,6 +129,40 @@ def test_the_derived_profile_loads(tmp_path):
     p.write_text(cal.make_profile(d, "host"))
     _core.load_json(json.dumps({"machine": {"profile": str(p)}, "workload": {"name": "mmap1"}}), "<test>")
     text = p.read_text()
-    for k in ("prep_tail_ns", "rmap_page_ns", "free_tail_ns", "zero_warm_bw_gbps", "warm_cache_bytes", "walk_cached_ns", "change_pte_scan_ns"):
+    for k in ("alloc_cold_ns", "prep_tail_ns", "rmap_page_ns", "free_tail_ns", "zero_warm_bw_gbps", "warm_cache_bytes", "walk_cached_ns", "change_pte_scan_ns"):
         line = next(ln for ln in text.splitlines() if ln.startswith(k + " "))
         assert "faultcost.c" in line or "calibrate.c" in line, line
+
+
+def test_the_model_s_own_4k_charges_come_off_the_split():
+    micro, series = synthetic()
+    base = cal.Derivation(micro, series, 3)
+    over = cal.Derivation(micro, series, 3, model_over=(50.0, 10.0))
+    parts = ("alloc_pcp_ns", "rmap_ns", "memcg_charge_ns", "lru_add_ns")
+    gc = base.g["cost"]
+    # The split loses exactly the model's excess (spread over it as the
+    # generic split weighs its parts); free_pcp_ns loses the munmap excess
+    # and what rmap_ns lost.
+    assert sum(base.vals[k][0] - over.vals[k][0] for k in parts) == pytest.approx(50.0)
+    d_rmap = base.vals["rmap_ns"][0] - over.vals["rmap_ns"][0]
+    assert d_rmap == pytest.approx(50.0 * gc["rmap_ns"] / sum(gc[k] for k in parts))
+    assert over.vals["free_pcp_ns"][0] == pytest.approx(base.vals["free_pcp_ns"][0] - 10.0 + d_rmap)
+    assert "+50 ns" in next(f for f in over.fits if f.startswith("4 KiB anon"))
+
+
+def test_fitting_the_4k_split_on_the_model_lands_its_4k_faults_on_the_host(tmp_path):
+    micro, series = synthetic()
+    out = tmp_path / "host.toml"
+
+    def residual(d: cal.Derivation) -> float:
+        d.vals.setdefault("alloc_anon_folio_ns", (0.0, "test"))
+        d.vals.setdefault("free_large_folio_ns", (0.0, "test"))
+        out.write_text(cal.make_profile(d, "host"))
+        rows = cal.verify(str(out), series, sizes=(4,))
+        assert len(rows) == 2
+        return sum(r["fault_ns"][0] - r["fault_ns"][1] for r in rows) / len(rows)
+    before = residual(cal.Derivation(micro, series, 3))
+    after = residual(cal.fit_4k_on_model(cal.Derivation(micro, series, 3), out, "host"))
+    # The derivation alone leaves out what else the model charges (pcp
+    # refills, page tables, LRU batches): one pass on the model takes it off.
+    assert abs(before) > 10.0 and abs(after) < 0.1 * abs(before), (before, after)

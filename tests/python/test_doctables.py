@@ -93,7 +93,9 @@ def test_verdict_words():
 def test_headline_table_in_a_readme(tmp_path):
     (tmp_path / "docs" / "mechanisms").mkdir(parents=True)
     (tmp_path / "docs" / "mechanisms" / "luf.md").write_text("<!-- reproduce: luf-* -->\n<!-- /reproduce -->\n")
-    reps = [*REPS, {"name": "empty", "rows": []}]
+    noted = {"name": "luf-noted", "rows": [{"label": "x", "metric": "y", "unit": "x", "seed": 2.0, "simulated": 1.0,
+                                             "note": "half: " + "a clause; " * 30}]}
+    reps = [*REPS, noted, {"name": "empty", "rows": []}]
     readme = tmp_path / "README.md"
     readme.write_text("# x\n<!-- headline: * -->\nold\n<!-- /headline -->\nend\n")
     j = tmp_path / "all.json"
@@ -103,10 +105,17 @@ def test_headline_table_in_a_readme(tmp_path):
     text = readme.read_text()
     assert "old" not in text and text.endswith("<!-- /headline -->\nend\n")
     lines = [ln for ln in text.splitlines() if ln.startswith("| ")]
-    assert lines[0] == "| experiment | headline figure | published | simulated | verdict |"
-    assert lines[2] == "| [`luf-shootdowns`](docs/mechanisms/luf.md) | llama: TLB shootdowns | 1,000 /s | 1,250 /s | close |"
-    assert lines[3] == "| `core-x` | 1 task: ops | — | 5 | model only |"
-    assert lines[4] == "| `empty` | — | — | — | no rows |"
+    assert lines[0] == "| experiment | headline figure | published | simulated | verdict | why it differs |"
+    assert lines[2] == "| [`luf-shootdowns`](docs/mechanisms/luf.md) | llama: TLB shootdowns | 1,000 /s | 1,250 /s | close | |"
+    assert lines[3] == "| `core-x` | 1 task: ops | — | 5 | model only | |"
+    # a long note is cut after its last whole clause within 200 characters
+    assert lines[4].startswith("| [`luf-noted`](docs/mechanisms/luf.md) | x: y | 2 x | 1 x | off | half: a clause; a clause;")
+    why = lines[4].split(" | ")[-1].removesuffix(" |")
+    assert why.endswith("a clause …") and len(why) <= 202
+    assert lines[5] == "| `empty` | — | — | — | no rows | |"
+    # a first sentence too short to say why is not all that is shown
+    opening = doctables.short_note("below the published ratio. " + "the reason goes on " * 20)
+    assert opening.startswith("below the published ratio. the reason goes on") and opening.endswith(" …")
     bad = tmp_path / "bad.md"
     bad.write_text("a\n\n<!-- headline: * -->\n")
     p = subprocess.run([sys.executable, "-m", "foliosim.doctables", str(j), str(bad)], capture_output=True, text=True)

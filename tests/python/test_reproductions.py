@@ -10,6 +10,7 @@ import json
 
 import pytest
 
+from foliosim import doctables as T
 from foliosim import reproduce as R
 from foliosim.reproduce import docs as D
 
@@ -48,6 +49,18 @@ def test_inputs_hash_reads_a_profiles_values_not_its_comments(tmp_path):
     assert D.inputs_hash(exp, tmp_path) == before
     prof.write_text("[cost]\ntrap_ns = 101.0\n")
     assert D.inputs_hash(exp, tmp_path) != before
+
+
+def test_every_row_far_from_its_published_figure_says_why(committed):
+    # A reader who sees "off" or "opposite" beside a row finds the reason in
+    # the row itself, not only somewhere in the notes under the table.
+    silent = [
+        f"{e['name']}: {r['label']} / {r['metric']}"
+        for e in committed["experiments"]
+        for r in e["rows"]
+        if T.verdict(r) in ("off", "opposite") and not r["note"].strip()
+    ]
+    assert not silent, "rows far from the published figure with no note: " + "; ".join(silent)
 
 
 def test_every_experiment_has_one_headline_row(committed):

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from foliosim import validate as v
 from foliosim import validation_doc
+from foliosim._host import HostError
 
 
 def row(setting: str, workload: str, real_ratio: list[float], pred_ratio: float, mode: str = "processes") -> dict:
@@ -87,3 +90,66 @@ def test_one_outlying_repeat_does_not_make_a_row_noisy():
     assert v.spread([2.0, 2.02, 2.04, 2.06, 3.5]) < v.TARGETS["ops_ratio"]
     assert v.spread([1.0, 1.5, 2.0, 2.5, 3.0]) > v.TARGETS["ops_ratio"]
     assert v.spread([1.0, 2.0]) == 1.0 / 1.5 and v.spread([4.0]) == 0.0
+
+
+def measured_report(ratio_64k: list[float]) -> dict:
+    """A measured report's real side, as `validate --json` writes it: 4K
+    and 64K page_fault1 (one process, no threads rows)."""
+    def real(setting: str, fpo: list[float], rss: list[float], ratio: list[float]) -> dict:
+        series = {"faults_per_op": fpo, "rss": rss, "ops_per_s": [1e6] * len(fpo), "ops_ratio": ratio}
+        return {"setting": setting, "workload": "page_fault1", "mode": "processes", "tasks": 1, "real": {"ops_ratio": 1.0},
+                "real_repeats": series, "mthp_stats": {}}
+    return {"profile": "/old/host.toml", "quick": True, "repeats": 3, "threads": 0, "seconds_per_run": 0.5,
+            "tmpdir": "/dev/shm", "tmp_fs": "tmpfs",
+            "host": {"before": {"date": "2026-01-02 03:04:05 UTC", "kernel": "6.99"}, "after": {}},
+            "rows": [real("4K", [1.0, 1.0, 1.0], [131072.0] * 3, [1.0, 1.0, 1.0]),
+                     real("64K", [0.0625, 0.0626, 0.0625], [131072.0, 131136.0, 131072.0], ratio_64k)]}
+
+
+def test_real_reuses_an_earlier_reports_repeats_and_reruns_only_the_model(tmp_path, monkeypatch):
+    src = tmp_path / "validate.json"
+    src.write_text(json.dumps(measured_report([3.0, 5.0, 3.5])))
+    sims = []
+    monkeypatch.setattr(v, "measure_reals", lambda *a, **k: (_ for _ in ()).throw(AssertionError("measured the host")))
+
+    def fake_sim(name, params, knobs, profile, duration, mode="processes", tasks=1):
+        sims.append((name, knobs.get("kernel/mm/transparent_hugepage/hugepages-64kB/enabled")))
+        fast = 4.0 if knobs.get("kernel/mm/transparent_hugepage/hugepages-64kB/enabled") == "always" else 1.0
+        return {"ops": 100, "ops_per_s": 1e6 * fast, "faults_per_op": 1 / 16 if fast > 1 else 1.0, "rss_kib": 131072, "sim_s": 0.3}
+    monkeypatch.setattr(v, "run_sim", fake_sim)
+    rep = v.validate("/new/host.toml", quick=False, progress=False, settings=["4K", "64K"], threads=2, real_from=str(src))
+    row = next(r for r in rep["rows"] if r["setting"] == "64K" and r["workload"] == "page_fault1")
+    # The medians and ranges of the reused repeats, the run details of the
+    # measured report (quick, no threads rows), the model rerun.
+    assert row["real"]["ops_ratio"] == 3.5 and row["real_range"]["ops_ratio"] == [3.0, 5.0]
+    assert row["real"]["rss"] == 131072.0 and row["repeats"] == 3
+    assert abs(row["predicted"]["ops_ratio"] - 4.0) < 1e-12 and abs(row["rel_error"]["ops_ratio"] - 0.5 / 3.5) < 1e-12
+    assert rep["threads"] == 0 and rep["quick"] and not any(r["mode"] == "threads" for r in rep["rows"])
+    assert ("page_fault1", "always") in sims and rep["profile"] == "/new/host.toml"
+    # Rows the report did not measure are skipped, not invented.
+    assert all(r["predicted"] is None and "not measured in" in r["note"] for r in rep["rows"] if r["workload"] != "page_fault1")
+    # The report says the real figures are reused, and from when.
+    assert rep["real_reused"]["date"] == "2026-01-02 03:04:05 UTC" and rep["real_reused"]["file"] == str(src)
+    last = v.format_table(rep).splitlines()[-1]
+    assert "real figures reused" in last and "2026-01-02 03:04:05 UTC" in last and "/old/host.toml" in last
+    # docs/validation.md says so too.
+    doc, src_rep = tmp_path / "validation.md", tmp_path / "re.json"
+    src_rep.write_text(json.dumps(rep))
+    assert validation_doc.main([str(src_rep), str(doc)]) == 0
+    assert "not measured in this run" in doc.read_text() and "2026-01-02 03:04:05 UTC" in doc.read_text()
+    # Reusing the re-prediction names the measured report, not itself.
+    again = tmp_path / "again.json"
+    again.write_text(json.dumps(rep))
+    assert v.load_reals(str(again))[1]["file"] == str(src)
+
+
+def test_real_without_kept_repeats_is_a_one_line_error(tmp_path):
+    src = tmp_path / "old.json"
+    rep = measured_report([3.0, 3.1, 3.2])
+    del rep["rows"][1]["real_repeats"]
+    src.write_text(json.dumps(rep))
+    with pytest.raises(HostError, match=r"rows\[1\] \(64K page_fault1\): no 'real_repeats'"):
+        v.load_reals(str(src))
+    with pytest.raises(HostError, match="not a JSON report"):
+        (tmp_path / "x.json").write_text("{")
+        v.load_reals(str(tmp_path / "x.json"))

@@ -128,15 +128,17 @@ fn an_order_4_free_takes_the_zone_lock_and_smaller_orders_do_not() {
 /// A page freed by this CPU and reused before the CPU allocated more than
 /// warm_cache_bytes since clears at the cache bandwidth; a page fresh from
 /// the allocator, one another CPU freed, and one reused after the cache
-/// turned over, at the node's.
+/// turned over, at the node's; and each of those cold folios pays
+/// alloc_cold_ns once, a warm one not.
 #[test]
 fn a_page_clears_at_the_warm_bandwidth_only_while_this_cpus_cache_holds_it() {
     // The times of the refaults of `n` pages faulted and zapped on CPU 0,
     // refaulted on CPU `second`, with a 64-page cache.
-    fn refaults(warm_bw: f64, second: u32, n: u64) -> Vec<Ns> {
+    fn refaults(warm_bw: f64, cold: f64, second: u32, n: u64) -> Vec<Ns> {
         let mut h = boot(UPSTREAM, &|p| {
             p.cost.zero_warm_bw_gbps = warm_bw;
             p.cost.warm_cache_bytes = 64 * 4096;
+            p.cost.alloc_cold_ns = cold;
         });
         let t0 = h.process(0);
         let t1 = h.process(1);
@@ -158,12 +160,24 @@ fn a_page_clears_at_the_warm_bandwidth_only_while_this_cpus_cache_holds_it() {
     let clear = |gbps: f64| (4096.0 / gbps).round() as i64;
     // Reused on the same CPU: the first 64 (the cache) at the warm
     // bandwidth, exactly; the rest as if cold.
-    let (slow, fast) = (refaults(10.0, 0, 100), refaults(40.0, 0, 100));
+    let (slow, fast) = (refaults(10.0, 0.0, 0, 100), refaults(40.0, 0.0, 0, 100));
     let d: Vec<i64> = slow.iter().zip(&fast).map(|(s, f)| *s as i64 - *f as i64).collect();
     assert!(d[..64].iter().all(|&x| x == clear(10.0) - clear(40.0)), "{d:?}");
     assert!(d[64..].iter().all(|&x| x == 0), "{d:?}");
     // Reused on another CPU: all cold.
-    assert_eq!(refaults(10.0, 1, 100), refaults(40.0, 1, 100));
+    assert_eq!(refaults(10.0, 0.0, 1, 100), refaults(40.0, 0.0, 1, 100));
+    // The metadata misses: none for the 64 warm refaults, one charge for
+    // each cold one, on this CPU after the cache turned over and on another.
+    let more = |second: u32| -> Vec<i64> {
+        let (a, b) = (refaults(40.0, 0.0, second, 100), refaults(40.0, 100.0, second, 100));
+        b.iter().zip(&a).map(|(x, y)| *x as i64 - *y as i64).collect()
+    };
+    let d = more(0);
+    assert!(d[..64].iter().all(|&x| x == 0) && d[64..].iter().all(|&x| x == 100), "{d:?}");
+    // (The first refault on CPU 1 also allocates the PTE table of b's
+    // first 2 MiB: a cold page too.)
+    let d1 = more(1);
+    assert!(d1[0] == 200 && d1[1..].iter().all(|&x| x == 100), "{d1:?}");
     // The first touch of fresh memory is cold.
     let first = |bw: f64| fault_and_unmap(UPSTREAM, &|p| p.cost.zero_warm_bw_gbps = bw).0;
     assert_eq!(first(10.0), first(40.0));
@@ -198,6 +212,17 @@ fn a_walk_into_the_last_walked_table_is_cheaper() {
     assert_eq!(user(0.0, 10.0, 4096) - user(0.0, 0.0, 4096), 8 * 10);
     // Pages 2 MiB apart are each in another table: every walk random.
     assert_eq!(user(100.0, 0.0, 2 * MIB) - user(0.0, 0.0, 2 * MIB), 8 * 100);
+}
+
+/// A cold folio's metadata misses are once per folio, whatever its order:
+/// the first fault of fresh memory pays them for its folio and for each
+/// page-table page it allocates, the same at 4 KiB and at 64 KiB.
+#[test]
+fn a_cold_folio_pays_its_metadata_misses_once() {
+    let cold = |p: &mut Profile, v: f64| p.cost.alloc_cold_ns = v;
+    let (f4, u4) = added(UPSTREAM, cold, 100.0);
+    assert!(f4 >= 100 && f4 % 100 == 0 && u4 == 0, "{f4} {u4}");
+    assert_eq!(added(MTHP_64K, cold, 100.0), (f4, 0));
 }
 
 #[test]

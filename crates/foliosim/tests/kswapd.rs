@@ -158,7 +158,9 @@ fn demotion_ages_active_anon_when_the_inactive_list_is_low() {
     // rightly rotated), kswapd's scans must find victims. The bug this
     // guards against stole nothing while scanning millions of pages; a
     // working LRU under XSBench's steady access rotates the young pages it
-    // meets, about a dozen scanned per page demoted here. Judged over the
+    // meets, 12 to 24 scanned per page demoted here as the timing of the
+    // threads' allocations shifts (alloc_cold_ns from 0 to 250 ns gave
+    // 12.6, 18.5, 19.5, 15.9, 20.4, 17.8, 24.0). Judged over the
     // lookup phase: from the first sample with lookups done (the tables
     // are built) to the first with all of them done.
     let total = *o.samples_ops.last().unwrap();
@@ -171,5 +173,5 @@ fn demotion_ages_active_anon_when_the_inactive_list_is_low() {
     let scan = at("pgscan_kswapd", to) - at("pgscan_kswapd", from);
     let steal = at("pgsteal_kswapd", to) - at("pgsteal_kswapd", from);
     let (t0, t1) = (o.samples_t[from], o.samples_t[to]);
-    assert!(steal > 0 && scan < 20 * steal, "from {t0} s to {t1} s kswapd scanned {scan} pages to demote {steal}");
+    assert!(steal > 0 && scan < 32 * steal, "from {t0} s to {t1} s kswapd scanned {scan} pages to demote {steal}");
 }

@@ -176,6 +176,13 @@ pub struct CostSpec {
     /// caches (a page this CPU freed recently, reused while the cache holds
     /// it; a cold page clears at the node's zero_bw_gbps), GB/s.
     pub zero_warm_bw_gbps: f64,
+    /// Per folio allocated cold (not a recent free of this CPU's that its
+    /// caches still hold, see warm_cache_bytes): the misses beyond the
+    /// clear's (charged at zero_bw_gbps), on the head's struct page, the
+    /// free-list links the allocator follows, the flags and refcount
+    /// prep_new_page writes; a warm reuse hits them all. Once per folio,
+    /// whatever its order.
+    pub alloc_cold_ns: f64,
     /// How much memory a CPU can allocate after freeing a page before that
     /// page's lines have left its caches: a page reused within this many
     /// bytes of allocations on the CPU that freed it clears at

@@ -21,6 +21,8 @@ pub struct Costs {
     pub free_large_folio: Ns,
     /// Clearing 4 KiB whose lines are in this CPU's caches.
     pub zero_warm_4k: Ns,
+    /// Per folio allocated cold (alloc_cold_ns).
+    pub alloc_cold: Ns,
     /// warm_cache_bytes in pages.
     pub warm_cache_pages: u64,
     pub memcg: Ns,
@@ -99,6 +101,7 @@ impl Costs {
             alloc_anon_folio: ns(c.alloc_anon_folio_ns),
             free_large_folio: ns(c.free_large_folio_ns),
             zero_warm_4k: ns(Profile::bw_ns(4096, c.zero_warm_bw_gbps)),
+            alloc_cold: ns(c.alloc_cold_ns),
             warm_cache_pages: c.warm_cache_bytes / 4096,
             memcg: ns(c.memcg_charge_ns),
             lru_add: ns(c.lru_add_ns),

@@ -144,14 +144,15 @@ impl Kernel {
     /// prep_new_page on `cpu`, the allocating CPU: `prep_new_folio`, and
     /// whether the folio is still in this CPU's caches (hw/cache.rs: the
     /// stamp its frames carry since their free decides how fast it
-    /// clears). Returns the time of the tail pages' preparation.
+    /// clears). Returns the time of the tail pages' preparation and, for a
+    /// cold folio, of the misses on its metadata (alloc_cold_ns).
     #[inline(always)]
     pub(crate) fn prep_new_folio_on(&mut self, cpu: u32, pfn: Pfn, order: u32, nid: u32) -> Ns {
         let p = self.mem_map.get(pfn);
         let stamp = (p.lru_prev, p.lru_next);
-        self.cpus[cpu as usize].cache.on_alloc(cpu, stamp, 1 << order, self.c.warm_cache_pages);
+        let warm = self.cpus[cpu as usize].cache.on_alloc(cpu, stamp, 1 << order, self.c.warm_cache_pages);
         self.prep_new_folio(pfn, order, nid);
-        self.c.prep_tail * ((1 << order) - 1)
+        self.c.prep_tail * ((1 << order) - 1) + if warm { 0 } else { self.c.alloc_cold }
     }
 
     /// Clearing a 2^order-page folio just allocated on `cpu` on node `nid`
