@@ -58,12 +58,6 @@ const LAYERS: &[(&str, &[&str])] = &[
 /// (mm/page_reporting.rs), LruVec (mm/mmzone.rs), with the calls that need
 /// the whole Kernel in kernel/ or in the mm file of the callers.
 const ALLOWED: &[(&str, &str, &str)] = &[
-    (
-        "kernel/mod.rs",
-        "check/mod.rs",
-        "Kernel holds the Checker, defined with the audits that read the whole Kernel; \
-         goes when the Checker's own state and per-event checks are a file of their own",
-    ),
     ("kernel/mod.rs", "kernel/kthread.rs", "Kernel holds the kernel threads (dyn Kthread), whose run() takes the Kernel"),
     (
         "kernel/mod.rs",

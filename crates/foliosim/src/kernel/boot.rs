@@ -8,7 +8,7 @@
 use super::costs::Costs;
 use super::knobs::{self, Knobs};
 use super::{Cpu, Kernel, Node};
-use crate::check::Checker;
+use crate::check::checker::Checker;
 use crate::hw::profile::Profile;
 use crate::hw::tlb::Tlb;
 use crate::mm::mem_map::{pg, MemMap};

@@ -15,7 +15,7 @@ pub mod task;
 pub mod trace;
 pub mod wait;
 
-use crate::check::Checker;
+use crate::check::checker::Checker;
 use crate::hw::profile::Profile;
 use crate::hw::tlb::Tlb;
 use crate::mm::fs::Inode;
