@@ -95,7 +95,7 @@ pub struct Kernel {
     /// a user-mode trap: the fast fault-locking paths are not tried.
     pub fault_kernel_mode: bool,
     /// Fault-locking events recorded with `debug.fault_trace` > 0.
-    pub fault_trace: Vec<crate::mm::mmap_lock::FaultTraceEvent>,
+    pub fault_trace: Vec<crate::mm::fault_lock::FaultTraceEvent>,
     /// (time, cpu, address) of the fault being handled, for the trace.
     pub fault_trace_ctx: (Ns, u32, u64),
     /// Kernel-thread bodies, indexed by `Task::kthread`.
@@ -122,7 +122,7 @@ pub struct Kernel {
     /// `anon_policy.paths()`, read once.
     pub anon_paths: crate::mm::huge_mm::AnonPaths,
     /// The fault-locking policy (`fault_locking`, mm/mmap_lock.rs).
-    pub fault_lock: &'static dyn crate::mm::mmap_lock::FaultLockPolicy,
+    pub fault_lock: &'static dyn crate::mm::fault_lock::FaultLockPolicy,
     /// The page-cache promotion policy (`promotion_list_order`, mm/memory_tiers.rs).
     pub promotion: Box<dyn crate::mm::memory_tiers::PromotionPolicy>,
     pub split_queues: Vec<crate::mm::huge_mm::SplitQueue>,

@@ -16,18 +16,7 @@ use crate::kernel::Kernel;
 use crate::sim::Ns;
 use crate::workload::{Access, FsKind};
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Fault {
-    Done,
-    /// SIGSEGV: no VMA or the VMA forbids the access.
-    Segv,
-    /// Out of memory with nothing reclaimable.
-    Oom,
-    /// A speculative fault ended its step after its snapshot and continues
-    /// in the task's next step (`Task::fault_cont`), or the fault sleeps on
-    /// mmap_lock behind a queued writer (`Task::lock_wait`).
-    Pending,
-}
+pub use super::mm_types_task::Fault;
 
 /// mm/internal.h: reclaim rounds without progress before the allocator gives up.
 pub(crate) const MAX_RECLAIM_RETRIES: u32 = 16;
@@ -250,10 +239,10 @@ impl Kernel {
         self.stat.inc(Stat::Pgfault);
         let t = t0 + self.c.trap / 2;
         let (res, t) = match self.fault_lock_fast(tid, t, cpu, mm, addr, kind) {
-            super::mmap_lock::FastFault::Done(r, t) => (r, t),
-            super::mmap_lock::FastFault::Unlock(r, t, held) => return self.fault_unlock(tid, t0, t, cpu, mm, r, held),
-            super::mmap_lock::FastFault::Fallback(t) => return self.fault_classic(tid, mm, cpu, t0, t, addr, kind),
-            super::mmap_lock::FastFault::Redo(t) => {
+            super::fault_lock::FastFault::Done(r, t) => (r, t),
+            super::fault_lock::FastFault::Unlock(r, t, held) => return self.fault_unlock(tid, t0, t, cpu, mm, r, held),
+            super::fault_lock::FastFault::Fallback(t) => return self.fault_classic(tid, mm, cpu, t0, t, addr, kind),
+            super::fault_lock::FastFault::Redo(t) => {
                 let tk = &mut self.tasks[tid as usize];
                 tk.fault_redo = Some((addr, kind));
                 tk.entry_ns[crate::mm::vmstat::Entry::Fault as usize] += t - t0;
@@ -261,7 +250,7 @@ impl Kernel {
                 tk.clock = t;
                 return Fault::Pending;
             }
-            super::mmap_lock::FastFault::Pending(t) => {
+            super::fault_lock::FastFault::Pending(t) => {
                 let tk = &mut self.tasks[tid as usize];
                 tk.entry_ns[crate::mm::vmstat::Entry::Fault as usize] += t - t0;
                 tk.sys_ns += t - t0;

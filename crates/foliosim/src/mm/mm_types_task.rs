@@ -170,3 +170,17 @@ pub struct PendingUnlock {
     pub t0: Ns,
     pub at: Ns,
 }
+
+/// How a fault ended (vm_fault_t).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    Done,
+    /// SIGSEGV: no VMA or the VMA forbids the access.
+    Segv,
+    /// Out of memory with nothing reclaimable.
+    Oom,
+    /// A speculative fault ended its step after its snapshot and continues
+    /// in the task's next step (`Task::fault_cont`), or the fault sleeps on
+    /// mmap_lock behind a queued writer (`Task::lock_wait`).
+    Pending,
+}

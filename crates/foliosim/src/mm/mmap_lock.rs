@@ -20,6 +20,7 @@
 //! == mm_lock_seq until mmap_write_unlock bumps mm_lock_seq; the same test
 //! stands for SPF's odd vm_sequence.
 
+use super::fault_lock::{FastFault, FaultLockCtx, FaultPath};
 use super::memory::Fault;
 use super::mm_types_task::{FaultUnlock, PendingUnlock};
 use super::vmstat::Entry;
@@ -28,42 +29,6 @@ use crate::kernel::task::LockWait;
 use crate::kernel::Kernel;
 use crate::sim::Ns;
 use crate::workload::Access;
-
-/// What the fast path of a fault-locking policy did.
-pub enum FastFault {
-    /// Finished (success or signal) at the given time.
-    Done(Fault, Ns),
-    /// Finished at the given time, still holding a lock to release.
-    Unlock(Fault, Ns, FaultUnlock),
-    /// The fault continues in a later step (`Task::fault_cont`); the step ends here.
-    Pending(Ns),
-    /// Not handled: take mmap_lock for read and run the classic fault from here.
-    Fallback(Ns),
-    /// Not handled after an attempt: the classic fault runs in the task's
-    /// next step, at the given time (`fault_redo_resume`).
-    Redo(Ns),
-}
-
-/// A fault-locking policy (`fault_locking`): how a fault enters before it
-/// would take mmap_lock for read, and what a writer's vma_start_write
-/// waits for. Implementations live in policy/, one file each; they are
-/// stateless (knobs are read from the kernel when needed).
-pub trait FaultLockPolicy: Sync {
-    /// The fast path, entered from the trap at `t` (the kernel's
-    /// `fault_trace_ctx` is set): done, pending, or fall back to the
-    /// classic fault under mmap_lock.
-    #[allow(clippy::too_many_arguments)]
-    fn fast(&self, k: &mut Kernel, tid: u32, t: Ns, cpu: u32, mm: u32, addr: u64, kind: Access) -> FastFault;
-    /// vma_start_write waits for the faults holding the VMA's lock for
-    /// read (per-VMA locks); otherwise it only marks the VMA.
-    fn vma_start_write_waits(&self) -> bool {
-        false
-    }
-}
-
-/// One record of the fault-locking trace (`debug.fault_trace`): when the
-/// fault's step began, its CPU and address, and the event (a counter's name).
-pub type FaultTraceEvent = (Ns, u32, u64, &'static str);
 
 impl Kernel {
     /// Count a fault-locking event and, with `debug.fault_trace` > 0, record
@@ -368,11 +333,17 @@ impl Kernel {
         t
     }
 
-    /// The fast path of the configured policy (`FaultLockPolicy::fast`), entered from the trap at `t`.
+    /// The fast path of the way the configured policy chooses
+    /// (`FaultLockPolicy::path`), entered from the trap at `t`: done,
+    /// pending, or fall back to the classic fault under mmap_lock.
     pub(crate) fn fault_lock_fast(&mut self, tid: u32, t: Ns, cpu: u32, mm: u32, addr: u64, kind: Access) -> FastFault {
         self.fault_trace_ctx = (t, cpu, addr);
-        let policy = self.fault_lock;
-        policy.fast(self, tid, t, cpu, mm, addr, kind)
+        let f = FaultLockCtx { mm, cpu, addr, kind, kernel_mode: self.fault_kernel_mode };
+        match self.fault_lock.path(&f) {
+            FaultPath::MmapLock => FastFault::Fallback(t),
+            FaultPath::PerVma => self.fault_per_vma(t, cpu, mm, addr, kind),
+            FaultPath::Spf => self.spf_fault_begin(tid, t, cpu, mm, addr, kind),
+        }
     }
 
     /// The classic fault under mmap_lock for read. Always inlined (two

@@ -3,6 +3,7 @@
 pub mod asid;
 pub mod compaction;
 pub mod exec;
+pub mod fault_lock;
 pub mod filemap;
 pub mod fork;
 pub mod fs;

@@ -20,9 +20,9 @@
 //! inside their locked section (one step at the time they acquire
 //! mmap_lock; mm/mmap_lock.rs).
 
+use super::fault_lock::FastFault;
 use super::memory::{exec_bit, Fault};
 use super::mm_types_task::SpfPending;
-use super::mmap_lock::FastFault;
 use super::pgtable::Pte;
 use super::slub::vma_layout as vl;
 use super::vma::vm;

@@ -3,10 +3,7 @@
 
 use super::Policy;
 use crate::kernel::knobs::Knobs;
-use crate::kernel::Kernel;
-use crate::mm::mmap_lock::{FastFault, FaultLockPolicy};
-use crate::sim::Ns;
-use crate::workload::Access;
+use crate::mm::fault_lock::{FaultLockCtx, FaultLockPolicy, FaultPath};
 
 pub const POLICY: Policy<&'static dyn FaultLockPolicy> =
     Policy { name: "mmap_lock", help: "every fault takes mmap_lock for read", knobs: &[], build };
@@ -18,7 +15,7 @@ fn build(_: &Knobs) -> &'static dyn FaultLockPolicy {
 struct MmapLock;
 
 impl FaultLockPolicy for MmapLock {
-    fn fast(&self, _: &mut Kernel, _: u32, t: Ns, _: u32, _: u32, _: u64, _: Access) -> FastFault {
-        FastFault::Fallback(t)
+    fn path(&self, _: &FaultLockCtx) -> FaultPath {
+        FaultPath::MmapLock
     }
 }

@@ -4,10 +4,7 @@
 
 use super::Policy;
 use crate::kernel::knobs::Knobs;
-use crate::kernel::Kernel;
-use crate::mm::mmap_lock::{FastFault, FaultLockPolicy};
-use crate::sim::Ns;
-use crate::workload::Access;
+use crate::mm::fault_lock::{FaultLockCtx, FaultLockPolicy, FaultPath};
 
 pub const POLICY: Policy<&'static dyn FaultLockPolicy> =
     Policy { name: "spf", help: "speculative page faults (SPF v12), mmap_lock on abort", knobs: &[], build };
@@ -19,7 +16,7 @@ fn build(_: &Knobs) -> &'static dyn FaultLockPolicy {
 struct Spf;
 
 impl FaultLockPolicy for Spf {
-    fn fast(&self, k: &mut Kernel, tid: u32, t: Ns, cpu: u32, mm: u32, addr: u64, kind: Access) -> FastFault {
-        k.spf_fault_begin(tid, t, cpu, mm, addr, kind)
+    fn path(&self, _: &FaultLockCtx) -> FaultPath {
+        FaultPath::Spf
     }
 }

@@ -12,9 +12,9 @@
 //! lists them only then.
 
 use crate::kernel::knobs::{self, KnobSpec, KnobValue, Knobs};
+use crate::mm::fault_lock::FaultLockPolicy;
 use crate::mm::huge_mm::AnonOrderPolicy;
 use crate::mm::memory_tiers::PromotionPolicy;
-use crate::mm::mmap_lock::FaultLockPolicy;
 use crate::virt::host::DiscardPolicy;
 use std::sync::{Arc, OnceLock};
 
@@ -49,7 +49,7 @@ registry! {
         anon_upstream,
         anon_only_order,
     ];
-    /// Fault-locking policies (mm/mmap_lock.rs `FaultLockPolicy`).
+    /// Fault-locking policies (mm/fault_lock.rs `FaultLockPolicy`).
     FAULT_LOCK: &'static dyn FaultLockPolicy = "fault_locking" [
         lock_mmap_lock,
         lock_per_vma,
