@@ -119,4 +119,11 @@ fn knob_table_is_consistent() {
         assert_eq!(foliosim::kernel::knobs::Mutant::named(name), *mutant);
         assert!(m[..i].iter().all(|(_, o)| o != mutant), "{name}: two names for one mutant");
     }
+    // The line/rwsem mutants reach the line model (Kernel::boot puts them in
+    // its LineCost); sim/lock.rs's tests show each breaks a test there.
+    use foliosim::sim::lock::LockMutant;
+    let lock = |n: &str| foliosim::kernel::knobs::Mutant::named(n).lock_mutant();
+    assert_eq!(lock("line_out_of_order"), LockMutant::LineOutOfOrder);
+    assert_eq!(lock("rwsem_reader_sleeps_without_writer"), LockMutant::ReaderSleepsWithoutWriter);
+    assert_eq!(lock("spf_skip_seq_check"), LockMutant::None);
 }

@@ -32,6 +32,7 @@ impl Kernel {
             read_same_socket: c.line_read_same,
             read_cross_socket: c.line_read_cross,
             cpus_per_socket: (nr_cpus / prof.cpu.sockets).max(1),
+            mutant: knobs.mutant.lock_mutant(),
         };
         let sc = SleepCost { spin_limit: c.spin_limit, sleep_wake: c.context_switch };
         // Nodes get consecutive PFN ranges; CPUs are spread over nodes with CPUs.

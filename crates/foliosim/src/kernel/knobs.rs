@@ -153,6 +153,12 @@ pub enum Mutant {
     /// try_to_unmap_flush_dirty: CPUs may still write it through cached
     /// writable entries while the IO reads it (scenario 15).
     ReclaimSkipDirtyFlush,
+    /// A contended cache line serves a request processed late behind the
+    /// later arrivals already served, not in arrival order (sim/lock.rs).
+    LineOutOfOrder,
+    /// An rwsem reader sleeps after a long wait on the count's line with
+    /// no writer holding or queued (sim/lock.rs).
+    RwsemReaderSleepsWithoutWriter,
 }
 
 /// Broken variants of lazy unmap flush, each one a defect of the v10 text
@@ -259,6 +265,8 @@ pub const MUTANTS: &[(&str, Mutant)] = &[
     ("luf_zap_skips_empty_table", Mutant::Luf(LufMutant::ZapSkipsEmptyTable)),
     ("asid_no_flush_on_reuse", Mutant::AsidNoFlushOnReuse),
     ("reclaim_skip_dirty_flush", Mutant::ReclaimSkipDirtyFlush),
+    ("line_out_of_order", Mutant::LineOutOfOrder),
+    ("rwsem_reader_sleeps_without_writer", Mutant::RwsemReaderSleepsWithoutWriter),
 ];
 
 impl Mutant {
@@ -266,6 +274,16 @@ impl Mutant {
     pub fn names() -> &'static [&'static str] {
         static NAMES: std::sync::OnceLock<Vec<&'static str>> = std::sync::OnceLock::new();
         NAMES.get_or_init(|| MUTANTS.iter().map(|(n, _)| *n).collect())
+    }
+
+    /// The line/rwsem model's broken variant this mutant selects.
+    pub fn lock_mutant(self) -> crate::sim::lock::LockMutant {
+        use crate::sim::lock::LockMutant;
+        match self {
+            Mutant::LineOutOfOrder => LockMutant::LineOutOfOrder,
+            Mutant::RwsemReaderSleepsWithoutWriter => LockMutant::ReaderSleepsWithoutWriter,
+            _ => LockMutant::None,
+        }
     }
 
     /// The mutant a (validated) `debug.mutant` value names.

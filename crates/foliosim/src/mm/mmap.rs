@@ -362,6 +362,7 @@ impl Mm {
             read_same_socket: 0,
             read_cross_socket: 0,
             cpus_per_socket: 1,
+            mutant: crate::sim::lock::LockMutant::None,
         };
         let (t, cpu) = (self.mmap_lock.writer_from, self.mmap_lock.writer_cpu);
         self.lines.rmw(addr, t, cpu, &lc);

@@ -354,8 +354,14 @@ impl Kernel {
                 continue; // already marked in this cycle
             }
             if per_vma {
-                let s = v.vm_lock.sem.down_write(t, cpu, &lc, &sc);
-                t = v.vm_lock.sem.up_write(s, cpu, &lc);
+                // down_write/up_write RMW the count word of the VMA's struct
+                // vma_lock: the line the faults' down_read_trylock and
+                // up_read RMW (`Mm::lines` at lock_obj).
+                let l = v.vm_lock.lock_obj;
+                let r = m.lines.rmw(l, t, cpu, &lc);
+                let s = v.vm_lock.sem.write_granted(t, r, cpu, &lc, &sc);
+                let e = m.lines.rmw(l, s, cpu, &lc);
+                t = v.vm_lock.sem.write_released(e);
             }
             m.vma_mark_modified(k);
         }

@@ -32,6 +32,22 @@ pub struct LineCost {
     pub read_cross_socket: Ns,
     /// CPUs per socket, to tell the two apart.
     pub cpus_per_socket: u32,
+    /// A deliberately broken line or rwsem (`debug.mutant`; tests only).
+    pub mutant: LockMutant,
+}
+
+/// Broken variants of the line and rwsem model, to show the tests catch
+/// them (kernel/knobs.rs `MUTANTS` maps `debug.mutant` onto them).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum LockMutant {
+    #[default]
+    None,
+    /// A request processed after one that arrived later is served after
+    /// it, in processing order, instead of in its arrival place.
+    LineOutOfOrder,
+    /// down_read sleeps when it waited on the count's line longer than
+    /// `spin_limit`, with no writer holding or queued.
+    ReaderSleepsWithoutWriter,
 }
 
 impl LineCost {
@@ -232,7 +248,7 @@ impl CacheLine {
 
     #[inline(always)]
     fn request(&mut self, mut r: Req, lc: &LineCost) -> (Ns, Ns) {
-        if self.q.back().is_some_and(|b| b.arrival > r.arrival) {
+        if self.q.back().is_some_and(|b| b.arrival > r.arrival) && lc.mutant != LockMutant::LineOutOfOrder {
             return self.insert_late(r, lc);
         }
         let (s, e, bounced) = self.cur.serve(&r, lc);
@@ -471,7 +487,14 @@ impl RwSem {
         let t = self.line.rmw(now, cpu, lc);
         // Steps run in time order, so a writer still holding was granted
         // the lock before this request: wait for it.
-        let start = if self.writer_until > t { self.reader_behind_writer(sc) } else { t };
+        let start = if self.writer_until > t {
+            self.reader_behind_writer(sc)
+        } else if lc.mutant == LockMutant::ReaderSleepsWithoutWriter && t > now + sc.spin_limit {
+            self.sleeps += 1;
+            t + sc.sleep_wake
+        } else {
+            t
+        };
         // Waiting is what goes beyond the uncontended atomic.
         self.read_wait_ns += start.saturating_sub(now + lc.local_rmw);
         self.read_acquisitions += 1;
@@ -514,6 +537,14 @@ impl RwSem {
     #[inline]
     pub fn down_write(&mut self, now: Ns, cpu: u32, lc: &LineCost, sc: &SleepCost) -> Ns {
         let t = self.line.rmw(now, cpu, lc);
+        self.write_granted(now, t, cpu, lc, sc)
+    }
+
+    /// down_write requested at `now` whose RMW on the count completed at
+    /// `t` on a line kept outside this struct (a slab object's line in a
+    /// `LineStore`, shared with the readers' RMWs); returns when held.
+    #[inline]
+    pub fn write_granted(&mut self, now: Ns, t: Ns, cpu: u32, lc: &LineCost, sc: &SleepCost) -> Ns {
         let mut start = t.max(self.holders_until());
         if self.writer_sleeps(t, sc) {
             self.sleeps += 1;
@@ -531,6 +562,13 @@ impl RwSem {
     #[inline]
     pub fn up_write(&mut self, t: Ns, cpu: u32, lc: &LineCost) -> Ns {
         let end = self.line.rmw(t, cpu, lc);
+        self.write_released(end)
+    }
+
+    /// up_write whose RMW on the count completed at `end` on a line kept
+    /// outside this struct (as `write_granted`).
+    #[inline]
+    pub fn write_released(&mut self, end: Ns) -> Ns {
         self.writer_until = end;
         end
     }
@@ -548,8 +586,15 @@ impl RwSem {
 #[cfg(test)]
 mod tests {
     use super::*;
-    const LC: LineCost =
-        LineCost { local_rmw: 5, same_socket: 50, cross_socket: 150, read_same_socket: 20, read_cross_socket: 100, cpus_per_socket: 4 };
+    const LC: LineCost = LineCost {
+        local_rmw: 5,
+        same_socket: 50,
+        cross_socket: 150,
+        read_same_socket: 20,
+        read_cross_socket: 100,
+        cpus_per_socket: 4,
+        mutant: LockMutant::None,
+    };
     const SC: SleepCost = SleepCost { spin_limit: 1000, sleep_wake: 3000 };
 
     #[test]
@@ -614,21 +659,50 @@ mod tests {
         assert_eq!(l.rmw(10, 1, &LC), 15);
     }
 
+    /// SCHEDULE processed back to front on a line with costs `lc`: each
+    /// request's end on the line, in arrival order.
+    fn schedule_back_to_front(lc: &LineCost) -> (CacheLine, Vec<Ns>) {
+        let mut l = CacheLine::default();
+        for &(arrival, read, cpu, _) in SCHEDULE.iter().rev() {
+            if read {
+                l.read(arrival, cpu, lc);
+            } else {
+                l.rmw(arrival, cpu, lc);
+            }
+        }
+        let mut ends: Vec<(Ns, Ns)> = l.q.iter().map(|r| (r.arrival, r.end)).collect();
+        ends.sort_by_key(|e| e.0);
+        (l, ends.into_iter().map(|e| e.1).collect())
+    }
+
     #[test]
     fn the_schedule_is_the_same_whatever_order_requests_are_processed_in() {
         // Process SCHEDULE back to front: each request is placed by its
         // arrival, and the line ends as when processed in order.
-        let mut l = CacheLine::default();
-        for &(arrival, read, cpu, _) in SCHEDULE.iter().rev() {
-            if read {
-                l.read(arrival, cpu, &LC);
-            } else {
-                l.rmw(arrival, cpu, &LC);
-            }
-        }
-        let ends: Vec<Ns> = l.q.iter().map(|r| r.end).collect();
+        let (mut l, ends) = schedule_back_to_front(&LC);
         assert_eq!(ends, SCHEDULE.iter().map(|s| s.3).collect::<Vec<_>>());
         assert_eq!(l.rmw(700, 0, &LC), 700 + 150);
+    }
+
+    #[test]
+    fn serving_out_of_arrival_order_breaks_the_hand_computed_schedule() {
+        // The mutant serves a late-processed request behind the later
+        // arrivals already served: the schedule test above sees it.
+        let lc = LineCost { mutant: LockMutant::LineOutOfOrder, ..LC };
+        let (_, ends) = schedule_back_to_front(&lc);
+        assert_ne!(ends, SCHEDULE.iter().map(|s| s.3).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn a_reader_sleeping_without_a_writer_is_caught() {
+        // The mutant turns a long wait for the count's line into a sleep:
+        // sixty-four readers with no writer, and sleeps appear.
+        let lc = LineCost { mutant: LockMutant::ReaderSleepsWithoutWriter, ..LC };
+        let mut r = RwSem { rwsem_51: true, ..Default::default() };
+        for cpu in 0..64 {
+            r.down_read(0, cpu % 8, &lc, &SC);
+        }
+        assert!(r.sleeps > 0, "the mutant must sleep where readers_share_and_never_sleep_without_a_writer forbids it");
     }
 
     #[test]
