@@ -5,7 +5,7 @@ use crate::check;
 use crate::config::Config;
 use crate::kernel::task::Task;
 use crate::kernel::Kernel;
-use crate::mm::filemap::Inode;
+use crate::mm::fs::Inode;
 use crate::mm::vmstat::{Stat, ENTRY_NAMES, NR_STATS, STAT_NAMES};
 use crate::sim::{Ns, NSEC_PER_SEC};
 use crate::types::Progress;
@@ -604,7 +604,7 @@ pub fn result_json(cfg: &Config, o: &Outcome) -> Value {
         mmap_bounces += m.mmap_lock.line.bounces;
         mmap_queued += m.mmap_lock.write_queued;
     }
-    let lru_wait: Ns = k.nodes.iter().map(|n| n.lruvec.lru_lock.wait_ns).sum();
+    let lru_wait: Ns = k.nodes.iter().map(|n| n.lruvec.lru_lock().wait_ns).sum();
     let zone =
         k.pa.nids()
             .iter()

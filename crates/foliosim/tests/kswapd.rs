@@ -3,6 +3,7 @@
 //! progress on the node (direct reclaim) brings it back.
 
 use foliosim::config;
+use foliosim::mm::mmzone::Lru;
 use foliosim::run::{self, Outcome};
 use foliosim::workload::{FsKind, Op, Ret, SetupEnv, TaskId, Workload};
 
@@ -96,7 +97,7 @@ fn stat(o: &Outcome, name: &str) -> i64 {
 
 /// kswapd0's system time.
 fn kswapd_sys_ns(o: &Outcome) -> u64 {
-    let tid = o.kernel.tier.kswapd[0].expect("kswapd runs");
+    let tid = o.kernel.tier.kswapd(0).expect("kswapd runs");
     o.kernel.tasks[tid as usize].sys_ns
 }
 
@@ -110,7 +111,10 @@ fn kswapd_gives_up_on_a_node_it_cannot_reclaim() {
     let k = &long.kernel;
     assert!(k.pa.zone_free_pages(0) < k.kswapd_target(0), "the node stays below kswapd's target");
     assert_eq!(k.nodes[0].kswapd_failures, 16, "MAX_RECLAIM_RETRIES failed runs");
-    let lru = k.nodes[0].lruvec.lists.iter().map(|l| l.pages).sum::<u64>();
+    let lru = [Lru::InactiveAnon, Lru::ActiveAnon, Lru::InactiveFile, Lru::ActiveFile, Lru::Unevictable]
+        .iter()
+        .map(|&l| k.nodes[0].lruvec.list(l).pages())
+        .sum::<u64>();
     let scanned = stat(&long, "pgscan_kswapd") as u64;
     assert!(scanned >= 16 * lru / 2, "each failed run scans about the LRU once: {scanned} for {lru} pages");
     assert!(scanned <= 2 * 16 * lru, "kswapd scanned {scanned} pages for {lru} pages of LRU");

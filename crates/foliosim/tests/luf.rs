@@ -358,8 +358,7 @@ fn scenario_init_on_free(knobs: &str, seed: u64) -> H {
 fn scenario_wrap(knobs: &str, seed: u64) -> H {
     let mut h = H::boot(knobs, seed);
     let d = h.allocator(3);
-    h.k.luf.sets =
-        vec![foliosim::mm::luf::LufSet { gen: 0x7fff, gen_next: 0x8000, gen_done: 0x7fff, done_prev: 0x7fff, ..Default::default() }];
+    h.k.luf = foliosim::mm::luf::Luf::at_generation(0x7fff);
     let f = h.file(PAGES);
     let a0 = h.process(0);
     let a1 = h.thread(a0, 1);
@@ -385,7 +384,7 @@ fn scenario_reporting(knobs: &str, seed: u64) -> H {
         seed,
         &[],
     );
-    let worker = h.k.prdev.as_ref().expect("reporting device").tid;
+    let worker = h.k.prdev.as_ref().expect("reporting device").tid();
     let t = h.k.pa.drain_pages(t, 3);
     let c = h.k.tasks[a[0] as usize].cpu;
     let _ = c;

@@ -55,8 +55,8 @@ fn cxl_pages(o: &Outcome) -> usize {
 fn tiers_put_the_cpu_less_cxl_node_below_dram() {
     let o = sim(&tiered(1, ""));
     let k = &o.kernel;
-    assert!(k.node_is_toptier(0));
-    assert!(!k.node_is_toptier(1));
+    assert!(k.tier.node_is_toptier(0));
+    assert!(!k.tier.node_is_toptier(1));
     assert_eq!(k.tier.tiers.tier_of(0), 4, "DRAM is memory_tier4");
     assert!(k.tier.tiers.tier_of(1) > 4);
     assert_eq!(k.tier.tiers.demotion_target[0], Some(1));

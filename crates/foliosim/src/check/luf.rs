@@ -156,8 +156,7 @@ impl Kernel {
             if pfn >= e.pfn + (1 << e.order) {
                 continue;
             }
-            let set = if self.knobs.luf.per_zone { self.pfn_to_nid(pfn) as usize } else { 0 };
-            let done = self.luf.sets.get(set).map_or(0, |s| s.done_seen(t));
+            let done = self.luf.done_seen(self.pfn_to_nid(pfn), t, &self.knobs);
             let pending = e.ugen != 0 && crate::mm::page_alloc::ugen_before(done, e.ugen);
             if pending {
                 continue;

@@ -140,8 +140,8 @@ fn audit_page_reporting(k: &Kernel, found: &mut Vec<String>) {
     for &(pfn, order) in &reported {
         flagged += 1 << order;
         if let Some(pr) = &k.prdev {
-            if order < pr.order {
-                found.push(format!("block {pfn} of order {order} is PG_reported below page_reporting_order {}", pr.order));
+            if order < pr.order() {
+                found.push(format!("block {pfn} of order {order} is PG_reported below page_reporting_order {}", pr.order()));
             }
         } else {
             found.push(format!("block {pfn} is PG_reported but no reporting device is registered"));
@@ -162,15 +162,15 @@ fn audit_page_reporting(k: &Kernel, found: &mut Vec<String>) {
         found.push(format!("reported_pages {zone_reported} but {flagged} pages are flagged"));
     }
     let isolated: u64 = nids.iter().map(|&n| k.pa.zone_isolated_pages(n)).sum();
-    let in_sg: u64 = k.prdev.as_ref().map_or(0, |p| p.sg.iter().map(|b| 1u64 << b.order).sum());
+    let in_sg: u64 = k.prdev.as_ref().map_or(0, |p| p.isolated_pages());
     if isolated != in_sg {
         found.push(format!("{isolated} pages isolated from the free lists but the reporting scatterlist holds {in_sg}"));
     }
     if let Some(pr) = &k.prdev {
-        if pr.sg.len() > crate::mm::page_reporting::PAGE_REPORTING_CAPACITY {
-            found.push(format!("scatterlist holds {} blocks", pr.sg.len()));
+        if pr.sg().len() > crate::mm::page_reporting::PAGE_REPORTING_CAPACITY {
+            found.push(format!("scatterlist holds {} blocks", pr.sg().len()));
         }
-        for b in &pr.sg {
+        for b in pr.sg() {
             if k.pa.is_free(b.pfn) || k.pa.free_block(b.pfn).is_some() {
                 found.push(format!("block {} is both isolated for reporting and on a free list", b.pfn));
             }
@@ -259,10 +259,8 @@ pub fn audit(k: &mut Kernel) {
         }
     }
     // Folios isolated on a promotion list hold the isolation reference.
-    for l in &k.tier.promo {
-        for &p in &l.folios {
-            *batch_refs.entry(p).or_default() += 1;
-        }
+    for p in k.tier.promo_folios() {
+        *batch_refs.entry(p).or_default() += 1;
     }
     let mut cached: FxHashMap<Pfn, ()> = FxHashMap::default();
     for ino in &k.inodes {

@@ -21,7 +21,7 @@ pub struct Task {
     pub pending: Option<Op>,
     pub exited: bool,
     /// A speculative fault waiting for its second step (validation and install).
-    pub fault_cont: Option<crate::mm::spf::SpfPending>,
+    pub fault_cont: Option<crate::mm::mm_types_task::SpfPending>,
     /// Index of this task's body in `Kernel::kthreads` if it is a kernel thread.
     pub kthread: Option<u32>,
     /// A kernel thread waiting to be woken, or for its timer.
@@ -31,7 +31,7 @@ pub struct Task {
     /// Sequence number of this task's one valid run-queue entry (older ones are stale).
     pub qseq: u64,
     /// Unmap batches and LUF state (mm/rmap.rs).
-    pub ubc: crate::mm::rmap::TaskUbc,
+    pub ubc: crate::mm::mm_types_task::TaskUbc,
     /// The task that forked this one (None: spawned by the workload).
     pub parent: Option<u32>,
     /// Children not yet reaped by wait4, live or exited (zombies).
@@ -45,13 +45,13 @@ pub struct Task {
     pub fault_redo: Option<(u64, crate::workload::Access)>,
     /// A finished fault's lock, released at the start of the task's next
     /// step (`Kernel::exec`), before the return to user mode.
-    pub fault_unlock: Option<crate::mm::mmap_lock::PendingUnlock>,
+    pub fault_unlock: Option<crate::mm::mm_types_task::PendingUnlock>,
     /// The address of the access a fault that spanned steps re-executes:
     /// its TLB miss and walk were counted when it first faulted.
     pub fault_retry: Option<u64>,
     /// NUMA balancing's per-task scan period and fault statistics
     /// (mm/numa_balancing.rs).
-    pub numa: crate::mm::numa_balancing::TaskNuma,
+    pub numa: crate::mm::mm_types_task::TaskNuma,
 }
 
 /// Where a task sleeping on mmap_lock resumes.

@@ -6,36 +6,11 @@ use super::page_alloc::MigrateType;
 use super::vmstat::Stat;
 use super::Pfn;
 use crate::kernel::Kernel;
-use crate::sim::lock::CacheLine;
 use crate::sim::Ns;
 use crate::workload::FsKind;
 
-/// Cache lines standing for the hot `struct folio` words of a file's
-/// folios (refcount, flags), hashed by page index. Readers of one file on
-/// many CPUs bounce these lines, which is what limits read2.
-const FOLIO_LINES: usize = 1024;
-
 /// MAX_RW_COUNT = INT_MAX & PAGE_MASK: the most one read() or write() moves.
 pub const MAX_RW_COUNT: u64 = (i32::MAX as u64) & !4095;
-
-pub struct Inode {
-    pub id: u32,
-    pub fs: FsKind,
-    pub size: u64,
-    /// Page index -> folio head (the xarray).
-    pub pages: super::xarray::XArray,
-    /// Pages [0, data_pages) have blocks on disk; beyond is a hole.
-    pub data_pages: u64,
-    /// VMAs mapping this file (i_mmap), counted.
-    pub i_mmap: u32,
-    pub lines: Vec<CacheLine>,
-}
-
-impl Inode {
-    pub fn new(id: u32, fs: FsKind, size: u64) -> Inode {
-        Inode { id, fs, size, pages: Default::default(), data_pages: 0, i_mmap: 0, lines: vec![CacheLine::default(); FOLIO_LINES] }
-    }
-}
 
 /// How a page-cache lookup went.
 pub enum CacheHit {
@@ -148,7 +123,7 @@ impl Kernel {
                 CacheHit::Hit(p) | CacheHit::Filled(p) => p,
             };
             // folio_get / folio_put around the copy: RMWs on the folio's line.
-            let li = (idx as usize) % FOLIO_LINES;
+            let li = (idx as usize) % super::fs::FOLIO_LINES;
             t = self.inodes[ino as usize].lines[li].rmw(t1, cpu, &self.lc);
             t = self.folio_mark_accessed(t, cpu, pfn);
             let chunk = ((idx + 1) << 12).min(end) - (idx << 12).max(pos);

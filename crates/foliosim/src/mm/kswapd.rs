@@ -17,7 +17,7 @@
 
 use super::memory::MAX_RECLAIM_RETRIES;
 use super::memory_tiers::NUMA_BALANCING_MEMORY_TIERING;
-use super::swap::Lru;
+use super::mmzone::Lru;
 use super::vmstat::Stat;
 use crate::kernel::kthread::{Kthread, KthreadNext};
 use crate::kernel::Kernel;
@@ -60,7 +60,7 @@ impl Kernel {
     /// wakeup_kswapd: wake the node's kswapd if it exists and the node is
     /// short of its target.
     pub fn wakeup_kswapd(&mut self, t: Ns, nid: u32) {
-        if let Some(Some(tid)) = self.tier.kswapd.get(nid as usize).copied() {
+        if let Some(tid) = self.tier.kswapd(nid) {
             // A hopeless node is left to direct reclaim.
             if self.nodes[nid as usize].kswapd_failures >= MAX_RECLAIM_RETRIES {
                 return;
@@ -75,7 +75,7 @@ impl Kernel {
     /// (the check of the allocator slow path).
     #[inline]
     pub fn kswapd_check_low(&mut self, t: Ns, nid: u32) {
-        if self.tier.kswapd.get(nid as usize).copied().flatten().is_some() {
+        if self.tier.kswapd(nid).is_some() {
             let (_, low, _) = self.pa.zone_watermarks(nid);
             if self.pa.zone_free_pages(nid) < low {
                 self.wakeup_kswapd(t, nid);
@@ -89,7 +89,7 @@ impl Kernel {
             // Bound to the first CPU of the node, or CPU 0 for CPU-less nodes.
             let cpu = (0..self.nr_cpus()).find(|&c| self.cpus[c as usize].node == nid).unwrap_or(0);
             let tid = self.spawn_kthread(cpu, None, Box::new(Kswapd::new(nid)));
-            self.tier.kswapd[nid as usize] = Some(tid);
+            self.tier.set_kswapd(nid, tid);
         }
     }
 
@@ -97,9 +97,9 @@ impl Kernel {
     /// anonymous ones when they can be demoted (get_scan_count).
     fn kswapd_lru_pages(&self, nid: usize) -> u64 {
         let l = &self.nodes[nid].lruvec;
-        let mut n = l.lists[Lru::InactiveFile as usize].pages + l.lists[Lru::ActiveFile as usize].pages;
-        if self.next_demotion_node(nid as u32).is_some() {
-            n += l.lists[Lru::InactiveAnon as usize].pages + l.lists[Lru::ActiveAnon as usize].pages;
+        let mut n = l.list(Lru::InactiveFile).pages() + l.list(Lru::ActiveFile).pages();
+        if self.tier.next_demotion_node(nid as u32, &self.knobs).is_some() {
+            n += l.list(Lru::InactiveAnon).pages() + l.list(Lru::ActiveAnon).pages();
         }
         n
     }
@@ -108,12 +108,12 @@ impl Kernel {
     /// (pages freed on this node, folios scanned, time).
     pub fn kswapd_shrink_node(&mut self, t: Ns, cpu: u32, nid: usize) -> (u64, usize, Ns) {
         let mut cand: Vec<u32> =
-            self.nodes[nid].lruvec.lists[Lru::InactiveFile as usize].iter_from_tail(&self.mem_map).take(SWAP_CLUSTER_MAX).collect();
+            self.nodes[nid].lruvec.list(Lru::InactiveFile).iter_from_tail(&self.mem_map).take(SWAP_CLUSTER_MAX).collect();
         let mut t = t;
         if cand.is_empty() {
             // shrink_active_list: age the oldest active folios.
             self.refill_inactive_file(t, cpu, nid, &mut t);
-            cand = self.nodes[nid].lruvec.lists[Lru::InactiveFile as usize].iter_from_tail(&self.mem_map).take(SWAP_CLUSTER_MAX).collect();
+            cand = self.nodes[nid].lruvec.list(Lru::InactiveFile).iter_from_tail(&self.mem_map).take(SWAP_CLUSTER_MAX).collect();
         }
         cand.extend(self.anon_demotion_candidates(nid));
         if cand.is_empty() {

@@ -11,12 +11,10 @@
 //! migrated in one batch by the task work that runs when the task returns
 //! to user space (end of the read() syscall), charged to that task.
 
-use super::mem_map::pg;
-use super::vmstat::Stat;
+use super::vmstat::{Stat, VmStat};
 use super::Pfn;
 use crate::hw::profile::Profile;
-use crate::kernel::knobs::{Knobs, Mutant};
-use crate::kernel::Kernel;
+use crate::kernel::knobs::Knobs;
 use crate::sim::Ns;
 
 /// MEMTIER_CHUNK_BITS: a tier spans 128 units of abstract distance.
@@ -92,38 +90,190 @@ impl MemoryTiers {
 /// numa_promo_work). Folios are kept in list order; `Vec` order is the
 /// order of list_add_tail, and head insertion pushes at the front.
 #[derive(Clone, Debug, Default)]
-pub struct PromoList {
-    pub folios: std::collections::VecDeque<Pfn>,
+struct PromoList {
+    folios: std::collections::VecDeque<Pfn>,
     /// Base pages queued (promo_count).
-    pub count: u64,
+    count: u64,
     /// numa_promo_work is queued (TWA_RESUME).
-    pub work_queued: bool,
+    work_queued: bool,
 }
 
 /// The per-node promotion rate limiter and threshold state (nbp_rl_*, nbp_th_*).
 #[derive(Clone, Debug, Default)]
-pub struct NodeBalance {
-    pub rl_window_start: Ns,
-    pub rl_nr_cand: u64,
-    pub th_period_start: Ns,
-    pub th_nr_cand: u64,
-    pub threshold_ms: u64,
+struct NodeBalance {
+    rl_window_start: Ns,
+    rl_nr_cand: u64,
+    th_period_start: Ns,
+    th_nr_cand: u64,
+    threshold_ms: u64,
 }
 
-/// All tiering state of the kernel.
+/// All tiering state of the kernel: the tiers, the tasks' promotion
+/// lists, the per-node promotion threshold and rate limit, the kswapd
+/// threads. Its methods take what they need of the rest of the kernel as
+/// arguments; the calls that need the whole kernel (isolating and
+/// migrating folios, waking kswapd) are in kernel/memory_tiers.rs.
 pub struct TierState {
+    /// Computed once at boot, read-only after.
     pub tiers: MemoryTiers,
     /// Per task id, grown on demand.
-    pub promo: Vec<PromoList>,
-    pub nbp: Vec<NodeBalance>,
+    promo: Vec<PromoList>,
+    nbp: Vec<NodeBalance>,
     /// kswapd thread id per node (spawned when demotion is enabled).
-    pub kswapd: Vec<Option<u32>>,
+    kswapd: Vec<Option<u32>>,
 }
 
 impl TierState {
     pub fn new(prof: &Profile) -> TierState {
         let n = prof.nodes.len();
         TierState { tiers: MemoryTiers::new(prof), promo: Vec::new(), nbp: vec![NodeBalance::default(); n], kswapd: vec![None; n] }
+    }
+
+    /// node_is_toptier.
+    #[inline]
+    pub fn node_is_toptier(&self, nid: u32) -> bool {
+        self.tiers.adistance[nid as usize] <= self.tiers.top_tier_adistance
+    }
+
+    /// next_demotion_node, when demotion is enabled.
+    pub fn next_demotion_node(&self, nid: u32, kn: &Knobs) -> Option<u32> {
+        if !kn.demotion_enabled {
+            return None;
+        }
+        self.tiers.demotion_target[nid as usize]
+    }
+
+    /// The kswapd thread of node `nid`, if one was spawned.
+    #[inline]
+    pub fn kswapd(&self, nid: u32) -> Option<u32> {
+        self.kswapd.get(nid as usize).copied().flatten()
+    }
+
+    pub fn set_kswapd(&mut self, nid: u32, tid: u32) {
+        self.kswapd[nid as usize] = Some(tid);
+    }
+
+    fn promo_list(&mut self, tid: u32) -> &mut PromoList {
+        let i = tid as usize;
+        if self.promo.len() <= i {
+            self.promo.resize_with(i + 1, PromoList::default);
+        }
+        &mut self.promo[i]
+    }
+
+    /// Base pages on task `tid`'s promotion list (promo_count).
+    pub fn promo_count(&mut self, tid: u32) -> u64 {
+        self.promo_list(tid).count
+    }
+
+    /// should_numa_migrate_memory's threshold and rate limit for a folio of
+    /// `nr` pages last accessed at `last_ms` (modulo 2^16) moving to `dst`
+    /// at `now_ms`, given whether `dst` has free space enough
+    /// (pgdat_free_space_enough): numa_promotion_adjust_threshold, the
+    /// hint-fault latency against the hot threshold and
+    /// numa_promotion_rate_limit.
+    pub fn should_promote(
+        &mut self,
+        now_ms: u64,
+        last_ms: u64,
+        dst: u32,
+        nr: u64,
+        free_space_enough: bool,
+        kn: &Knobs,
+        stat: &mut VmStat,
+    ) -> bool {
+        if free_space_enough {
+            self.nbp[dst as usize].threshold_ms = 0;
+            return true;
+        }
+        let latency = (now_ms as u16).wrapping_sub(last_ms as u16) as u64;
+        let rate_pages = kn.promote_rate_limit_mbps << (20 - 12);
+        let hot_threshold_ms = kn.numa_hot_threshold_ms;
+        // Adjust the threshold once per scan_period_max (60 s).
+        let period_ms = kn.numa_scan_period_max_ms;
+        let nb = &mut self.nbp[dst as usize];
+        if nb.threshold_ms == 0 {
+            nb.threshold_ms = hot_threshold_ms;
+            nb.th_period_start = now_ms;
+            nb.th_nr_cand = 0;
+        }
+        if now_ms >= nb.th_period_start + period_ms {
+            let step = 2 * hot_threshold_ms / 16;
+            let ref_cand = rate_pages * period_ms / 1000;
+            if nb.th_nr_cand > ref_cand * 11 / 10 {
+                nb.threshold_ms = nb.threshold_ms.saturating_sub(step).max(step);
+            } else if nb.th_nr_cand < ref_cand * 9 / 10 {
+                nb.threshold_ms = (nb.threshold_ms + step).min(2 * hot_threshold_ms);
+            }
+            nb.th_period_start = now_ms;
+            nb.th_nr_cand = 0;
+        }
+        if latency >= nb.threshold_ms {
+            return false;
+        }
+        // Per-node rate limit over 1 s windows.
+        stat.add(Stat::PgpromoteCandidate, nr as i64);
+        nb.th_nr_cand += nr;
+        if now_ms >= nb.rl_window_start + 1000 {
+            nb.rl_window_start = now_ms;
+            nb.rl_nr_cand = 0;
+        }
+        nb.rl_nr_cand += nr;
+        nb.rl_nr_cand <= rate_pages
+    }
+
+    /// Pages on task `tid`'s promotion list, without growing the lists.
+    pub fn queued(&self, tid: u32) -> u64 {
+        self.promo.get(tid as usize).map_or(0, |l| l.count)
+    }
+
+    /// Put an isolated folio of `nr` pages on task `tid`'s promotion list
+    /// at `end`, queueing the task work on the empty -> non-empty
+    /// transition. Returns the list's new promo_count.
+    pub fn promo_list_add(&mut self, tid: u32, pfn: Pfn, nr: u64, end: ListEnd) -> u64 {
+        let l = self.promo_list(tid);
+        if l.folios.is_empty() {
+            l.work_queued = true;
+        }
+        match end {
+            ListEnd::Head => l.folios.push_front(pfn),
+            ListEnd::Tail => l.folios.push_back(pfn),
+        }
+        l.count += nr;
+        l.count
+    }
+
+    /// Task `tid` has its promotion work queued.
+    #[inline]
+    pub fn work_queued(&self, tid: u32) -> bool {
+        self.promo.get(tid as usize).is_some_and(|l| l.work_queued)
+    }
+
+    /// Take task `tid`'s promotion list for the task work, leaving it
+    /// empty with no work queued.
+    pub fn take_promo_list(&mut self, tid: u32) -> Vec<Pfn> {
+        let l = &mut self.promo[tid as usize];
+        l.work_queued = false;
+        l.count = 0;
+        std::mem::take(&mut l.folios).into()
+    }
+
+    /// Every folio on some task's promotion list.
+    pub fn promo_folios(&self) -> impl Iterator<Item = Pfn> + '_ {
+        self.promo.iter().flat_map(|l| l.folios.iter().copied())
+    }
+
+    /// The lists are empty between steps (the work runs before any return
+    /// to user space). Returns the folios still queued.
+    pub fn audit_lists(&self, found: &mut Vec<String>) -> i64 {
+        let mut queued = 0i64;
+        for (tid, l) in self.promo.iter().enumerate() {
+            if !l.folios.is_empty() || l.count != 0 || l.work_queued {
+                found.push(format!("task {tid}: {} folios still on its promotion list after returning to user space", l.folios.len()));
+            }
+            queued += l.folios.len() as i64;
+        }
+        queued
     }
 }
 
@@ -166,283 +316,4 @@ pub trait PromotionPolicy: Send {
 #[inline]
 pub fn pagecache_promotion_on(k: &Knobs) -> bool {
     k.numa_balancing & NUMA_BALANCING_MEMORY_TIERING != 0 && k.pagecache_promotion_enabled
-}
-
-impl Kernel {
-    /// node_is_toptier.
-    #[inline]
-    pub fn node_is_toptier(&self, nid: u32) -> bool {
-        self.tier.tiers.adistance[nid as usize] <= self.tier.tiers.top_tier_adistance
-    }
-
-    /// next_demotion_node, when demotion is enabled.
-    pub fn next_demotion_node(&self, nid: u32) -> Option<u32> {
-        if !self.knobs.demotion_enabled {
-            return None;
-        }
-        self.tier.tiers.demotion_target[nid as usize]
-    }
-
-    /// WMARK_PROMO = high + (high - low): the headroom kswapd keeps in
-    /// tiering mode so that promotions find room.
-    pub fn wmark_promo(&self, nid: u32) -> u64 {
-        let (_, low, high) = self.pa.zone_watermarks(nid);
-        high + (high - low)
-    }
-
-    /// migrate_balanced_pgdat: some zone has more than high + nr free.
-    pub fn migrate_balanced_pgdat(&self, nid: u32, nr: u64) -> bool {
-        let (_, _, high) = self.pa.zone_watermarks(nid);
-        self.pa.zone_free_pages(nid) > high + nr
-    }
-
-    /// pgdat_free_space_enough: free above WMARK_PROMO + max(1 GiB, node/16).
-    pub fn pgdat_free_space_enough(&self, nid: u32) -> bool {
-        let enough = (1u64 << (30 - 12)).max(self.nodes[nid as usize].nr_pages >> 4);
-        self.pa.zone_free_pages(nid) > self.wmark_promo(nid) + enough
-    }
-
-    fn promo_list(&mut self, tid: u32) -> &mut PromoList {
-        let i = tid as usize;
-        if self.tier.promo.len() <= i {
-            self.tier.promo.resize_with(i + 1, PromoList::default);
-        }
-        &mut self.tier.promo[i]
-    }
-
-    /// should_numa_migrate_memory, tiering branch, for a folio on a slow
-    /// node and a top-tier target (kernel/sched/fair.c): pgdat_free_space_enough,
-    /// numa_promotion_adjust_threshold, the hint-fault latency against the
-    /// hot threshold (kernel.numa_balancing_hot_threshold_ms) and
-    /// numa_promotion_rate_limit. Shared by page-cache promotion and the
-    /// NUMA hinting fault (mm/numa_balancing.rs).
-    pub(crate) fn should_promote(&mut self, t: Ns, pfn: Pfn, dst: u32, nr: u64) -> bool {
-        if self.nodes[dst as usize].nr_pages == 0 {
-            return false;
-        }
-        let now_ms = t / 1_000_000;
-        // The folio's access time lives in its last_cpupid bits (here
-        // `private`, in ms modulo 2^16); store the new one as we read it.
-        let last = self.mem_map.get(pfn).private as u64;
-        self.mem_map.get_mut(pfn).private = now_ms as u16;
-        if self.pgdat_free_space_enough(dst) {
-            self.tier.nbp[dst as usize].threshold_ms = 0;
-            return true;
-        }
-        let latency = (now_ms as u16).wrapping_sub(last as u16) as u64;
-        let rate_pages = self.knobs.promote_rate_limit_mbps << (20 - 12);
-        let hot_threshold_ms = self.knobs.numa_hot_threshold_ms;
-        // Adjust the threshold once per scan_period_max (60 s).
-        let period_ms = self.knobs.numa_scan_period_max_ms;
-        let nb = &mut self.tier.nbp[dst as usize];
-        if nb.threshold_ms == 0 {
-            nb.threshold_ms = hot_threshold_ms;
-            nb.th_period_start = now_ms;
-            nb.th_nr_cand = 0;
-        }
-        if now_ms >= nb.th_period_start + period_ms {
-            let step = 2 * hot_threshold_ms / 16;
-            let ref_cand = rate_pages * period_ms / 1000;
-            if nb.th_nr_cand > ref_cand * 11 / 10 {
-                nb.threshold_ms = nb.threshold_ms.saturating_sub(step).max(step);
-            } else if nb.th_nr_cand < ref_cand * 9 / 10 {
-                nb.threshold_ms = (nb.threshold_ms + step).min(2 * hot_threshold_ms);
-            }
-            nb.th_period_start = now_ms;
-            nb.th_nr_cand = 0;
-        }
-        if latency >= nb.threshold_ms {
-            return false;
-        }
-        // Per-node rate limit over 1 s windows.
-        self.stat.add(Stat::PgpromoteCandidate, nr as i64);
-        let nb = &mut self.tier.nbp[dst as usize];
-        nb.th_nr_cand += nr;
-        if now_ms >= nb.rl_window_start + 1000 {
-            nb.rl_window_start = now_ms;
-            nb.rl_nr_cand = 0;
-        }
-        nb.rl_nr_cand += nr;
-        nb.rl_nr_cand <= rate_pages
-    }
-
-    /// promotion_candidate (RFC v3 patch 6), called from folio_mark_accessed
-    /// by task `tid` for a referenced, active, evictable folio.
-    pub fn promotion_candidate(&mut self, t: Ns, cpu: u32, tid: u32, pfn: Pfn) -> Ns {
-        let mut t = t + self.c.promotion_candidate;
-        let (nid, order, flags) = {
-            let p = self.mem_map.get(pfn);
-            (p.nid as u32, p.order as u32, p.flags)
-        };
-        // 1. Tier and context filter.
-        if self.node_is_toptier(nid) || self.tasks[tid as usize].kthread.is_some() {
-            return t;
-        }
-        // 2. Per-task cap: pages compared with the MB/s sysctl value.
-        let cap = self.knobs.promote_rate_limit_mbps;
-        if self.promo_list(tid).count >= cap {
-            return t;
-        }
-        // 3. numa_migrate_check with a NULL vmf: count the hint, ask the
-        // (default, per-node preferred MPOL_F_MOF|MOF_ON) task policy for a
-        // target: this CPU's node, if should_numa_migrate_memory agrees.
-        t += self.c.numa_migrate_check;
-        let here = self.cpus[cpu as usize].node;
-        self.stat.inc(Stat::NumaHintPageCache);
-        if nid == here {
-            self.stat.inc(Stat::NumaHintPageCacheLocal);
-            return t;
-        }
-        let nr = 1u64 << order;
-        if !self.should_promote(t, pfn, here, nr) {
-            return t;
-        }
-        // 5. migrate_misplaced_folio_prepare(folio, NULL, target).
-        if flags & pg::DIRTY != 0 && flags & pg::SWAPBACKED == 0 {
-            return t;
-        }
-        if !self.migrate_balanced_pgdat(here, nr) && self.knobs.mutant != Mutant::PromoIgnoreWatermark {
-            self.wakeup_kswapd(t, here);
-            return t;
-        }
-        if flags & pg::LRU == 0 {
-            return t; // already isolated (by reclaim or another task)
-        }
-        let queued = self.tier.promo.get(tid as usize).map_or(0, |l| l.count);
-        let cand = PromoCandidate { pfn, nid, dst: here, order, flags, queued, cap };
-        let Some(end) = self.promotion.enqueue(&cand) else { return t };
-        if self.check.enabled && !self.migrate_balanced_pgdat(here, nr) {
-            self.check.report(format!("folio {pfn}: isolated for promotion while node {here} is below its high watermark + {nr}"));
-        }
-        t = self.lru_lock_folios(t, cpu, nid as usize, 1);
-        self.folio_isolate_lru(pfn);
-        // 6. Queue the work on the empty -> non-empty transition.
-        let exiting = self.tasks[tid as usize].exited;
-        if exiting {
-            return self.putback_folio(t, cpu, pfn);
-        }
-        let l = self.promo_list(tid);
-        if l.folios.is_empty() {
-            l.work_queued = true;
-        }
-        // 7. Append where the policy says (list_add_tail in v3).
-        match end {
-            ListEnd::Head => l.folios.push_front(pfn),
-            ListEnd::Tail => l.folios.push_back(pfn),
-        }
-        l.count += nr;
-        let count = l.count;
-        // Cap bound (the per-task cap of RFC v3 patch 6): the list overshoots by at most one folio.
-        if self.check.enabled && count > cap + nr - 1 && cap > 0 {
-            self.check.report(format!("task {tid}: promo_count {count} exceeds the cap {cap} by more than one folio"));
-        }
-        t
-    }
-
-    /// Return an isolated folio to its LRU (putback_movable_pages for one folio).
-    pub fn putback_folio(&mut self, t: Ns, cpu: u32, pfn: Pfn) -> Ns {
-        let (nid, order, anon) = {
-            let p = self.mem_map.get(pfn);
-            (p.nid as usize, p.order, p.flags & pg::ANON != 0)
-        };
-        let t = self.lru_lock_folios(t, cpu, nid, 1);
-        self.mem_map.get_mut(pfn).flags &= !pg::ISOLATED;
-        self.lruvec_add_folio(pfn);
-        self.stat.add(if anon { Stat::NrIsolatedAnon } else { Stat::NrIsolatedFile }, -(1i64 << order));
-        self.release_folios(t, cpu, &[pfn])
-    }
-
-    /// task_numa_promotion_work: runs when task `tid` returns to user space
-    /// (or exits), charged to it. Returns the new time.
-    pub fn task_numa_promotion_work(&mut self, t: Ns, tid: u32) -> Ns {
-        if self.tier.promo.len() <= tid as usize || !self.tier.promo[tid as usize].work_queued {
-            return t;
-        }
-        if self.knobs.mutant == Mutant::PromoSkipTaskWork && !self.tasks[tid as usize].exited {
-            return t;
-        }
-        let cpu = self.tasks[tid as usize].cpu;
-        let l = &mut self.tier.promo[tid as usize];
-        l.work_queued = false;
-        let list: Vec<Pfn> = std::mem::take(&mut l.folios).into();
-        l.count = 0;
-        if list.is_empty() {
-            return t;
-        }
-        if self.check.enabled {
-            for &p in &list {
-                let f = self.mem_map.get(p).flags;
-                if f & pg::LRU != 0 || f & pg::ISOLATED == 0 {
-                    self.check.report(format!(
-                        "folio {p}: on task {tid}'s promotion list but {} (a folio on two lists)",
-                        if f & pg::LRU != 0 { "also on an LRU" } else { "not isolated" }
-                    ));
-                }
-            }
-        }
-        // The destination is the node of the CPU the work runs on.
-        let dst = self.cpus[cpu as usize].node;
-        let isolated_before = self.stat.get(Stat::NrIsolatedFile);
-        let nr_list: i64 = list.iter().map(|&p| 1i64 << self.mem_map.get(p).order).sum();
-        let (_, t) = self.migrate_misplaced_folio_batch(t, cpu, &list, dst);
-        if self.check.enabled && self.stat.get(Stat::NrIsolatedFile) != isolated_before - nr_list {
-            self.check.report(format!(
-                "task {tid}: nr_isolated_file {} after the promotion batch, expected {}",
-                self.stat.get(Stat::NrIsolatedFile),
-                isolated_before - nr_list
-            ));
-        }
-        t
-    }
-
-    /// migrate_misplaced_folio_batch: migrate the list to `dst`, put back
-    /// what failed, count pgpromote_success/numa_pages_migrated.
-    pub fn migrate_misplaced_folio_batch(&mut self, t: Ns, cpu: u32, list: &[Pfn], dst: u32) -> (u64, Ns) {
-        let (moved, failed, t) = self.migrate_pages(t, cpu, list, dst);
-        let mut t = t;
-        for pfn in failed {
-            t = self.putback_folio(t, cpu, pfn);
-        }
-        if moved > 0 {
-            self.stat.add(Stat::NumaPagesMigrated, moved as i64);
-            self.stat.add(Stat::PgpromoteSuccess, moved as i64);
-        }
-        (moved, t)
-    }
-
-    /// Audit part for tiering: promotion lists are empty between steps (the
-    /// work runs before any return to user space); every page-cache folio
-    /// off the LRU is accounted for; nr_isolated_file matches.
-    pub fn tier_audit(&self, found: &mut Vec<String>) {
-        let mut queued = 0i64;
-        for (tid, l) in self.tier.promo.iter().enumerate() {
-            if !l.folios.is_empty() || l.count != 0 || l.work_queued {
-                found.push(format!("task {tid}: {} folios still on its promotion list after returning to user space", l.folios.len()));
-            }
-            queued += l.folios.len() as i64;
-        }
-        let mut in_batch: rustc_hash::FxHashSet<Pfn> = Default::default();
-        for c in &self.cpus {
-            in_batch.extend(c.lru_add.iter().copied());
-        }
-        let mut on_promo: rustc_hash::FxHashSet<Pfn> = Default::default();
-        for l in &self.tier.promo {
-            on_promo.extend(l.folios.iter().copied());
-        }
-        let mut leaked = 0;
-        for ino in &self.inodes {
-            for &p in ino.pages.values() {
-                let f = self.mem_map.get(p).flags;
-                if f & pg::LRU == 0 && !in_batch.contains(&p) && !on_promo.contains(&p) {
-                    if leaked < 4 {
-                        found.push(format!("folio {p}: page-cache folio isolated (flags {f:#x}) but on no list (leaked isolation)"));
-                    }
-                    leaked += 1;
-                }
-            }
-        }
-        if self.stat.get(Stat::NrIsolatedFile) != queued {
-            found.push(format!("nr_isolated_file {} but {queued} folios are queued for promotion", self.stat.get(Stat::NrIsolatedFile)));
-        }
-    }
 }

@@ -21,6 +21,7 @@
 //! stands for SPF's odd vm_sequence.
 
 use super::memory::Fault;
+use super::mm_types_task::{FaultUnlock, PendingUnlock};
 use super::vmstat::Entry;
 use super::vmstat::Stat;
 use crate::kernel::task::LockWait;
@@ -41,28 +42,6 @@ pub enum FastFault {
     /// Not handled after an attempt: the classic fault runs in the task's
     /// next step, at the given time (`fault_redo_resume`).
     Redo(Ns),
-}
-
-/// The lock a finished fault still holds. Its release is an RMW on a line
-/// other CPUs use, a whole fault after the step began: the step ends there
-/// (a faulting access ends its step), and the task's next step makes it, at
-/// its own time (`fault_unlock_finish`), so the line sees it in arrival
-/// order among the other CPUs' requests.
-#[derive(Clone, Copy, Debug)]
-pub enum FaultUnlock {
-    /// mmap_read_unlock.
-    MmapRead,
-    /// vma_end_read of the VMA at `key`, whose vma_lock object is `lock_obj`.
-    VmaRead { key: u64, lock_obj: u64 },
-}
-
-/// A fault that still holds its lock (`Task::fault_unlock`): what to
-/// release, when the fault was entered, and when it finished.
-#[derive(Clone, Copy, Debug)]
-pub struct PendingUnlock {
-    pub what: FaultUnlock,
-    pub t0: Ns,
-    pub at: Ns,
 }
 
 /// A fault-locking policy (`fault_locking`): how a fault enters before it

@@ -65,22 +65,6 @@ const MAX_SCAN_WINDOW: u64 = 2560;
 const NUMA_PERIOD_SLOTS: u64 = 10;
 const NUMA_PERIOD_THRESHOLD: u64 = 7;
 
-/// A task's NUMA-balancing state (task_struct's numa_* fields).
-#[derive(Clone, Copy, Debug, Default)]
-pub struct TaskNuma {
-    /// p->numa_scan_period, ms; 0 until the task first scans.
-    pub scan_period_ms: u64,
-    /// p->numa_scan_period_max, ms.
-    pub scan_period_max_ms: u64,
-    /// p->numa_scan_seq: the mm's pass count at the task's last placement.
-    pub scan_seq: u32,
-    /// p->numa_faults_locality: pages of remote and local hint faults and
-    /// of failed migrations since the last placement.
-    pub faults_locality: [u64; 3],
-    /// The NUMA_MEMBUF faults since the last placement: shared, private.
-    pub faults_buf: [u64; 2],
-}
-
 impl Kernel {
     /// task_tick_numa + task_numa_work for user task `tid`, on its return
     /// to user space: scan its mm if the scan is due (once per
@@ -298,7 +282,7 @@ impl Kernel {
                 if target_node == Some(nid) {
                     continue;
                 }
-                let toptier = self.node_is_toptier(nid);
+                let toptier = self.tier.node_is_toptier(nid);
                 if !normal && toptier {
                     continue;
                 }
@@ -362,8 +346,11 @@ impl Kernel {
         // is this CPU's node if should_numa_migrate_memory agrees. Only the
         // tiering branch is modelled: lower-tier pages, top-tier target.
         let tiering = self.knobs.numa_balancing & NUMA_BALANCING_MEMORY_TIERING != 0;
-        let target =
-            tiering && nid != here && !self.node_is_toptier(nid) && self.node_is_toptier(here) && self.should_promote(t, head, here, nr);
+        let target = tiering
+            && nid != here
+            && !self.tier.node_is_toptier(nid)
+            && self.tier.node_is_toptier(here)
+            && self.should_promote(t, head, here, nr);
         if target {
             // migrate_misplaced_folio_prepare.
             let prepared = if !anon && flags & pg::DIRTY != 0 {
@@ -393,7 +380,7 @@ impl Kernel {
         }
         // task_numa_fault records a fault that leaves its page on a
         // top-tier node (mode 3's scans of the top tier), local or remote.
-        if self.node_is_toptier(nid) {
+        if self.tier.node_is_toptier(nid) {
             self.task_numa_fault(self.current_tid(cpu), t, nr, nid == here);
         }
         // out_map: make the PTE(s) accessible again, unless it changed

@@ -17,109 +17,11 @@
 //! file or anon_vma. Workloads that reclaim mapped memory have few.
 
 use super::mem_map::pg;
-use super::mmap::Mm;
 use super::pgtable::{pte_index, Pte};
 use super::Pfn;
 use crate::kernel::knobs::{LufMutant, Mutant};
 use crate::kernel::Kernel;
 use crate::sim::Ns;
-
-/// struct tlbflush_unmap_batch: the CPUs (x86 cpumask) and address spaces
-/// whose TLB generation moved, waiting for one flush.
-#[derive(Clone, Debug, Default)]
-pub struct TlbBatch {
-    pub cpus: Vec<u64>,
-    /// mms whose TLB generation was bumped (x86 inc_mm_tlb_gen): a target
-    /// CPU flushes their entries in full.
-    pub mms: Vec<u32>,
-    pub flush_required: bool,
-    /// A dirty PTE was cleared: flush before writeback IO.
-    pub writable: bool,
-}
-
-impl TlbBatch {
-    /// arch_tlbbatch_add_pending (x86): OR in mm_cpumask and bump the mm's generation.
-    pub fn add_mm(&mut self, mm: &Mm) {
-        if self.cpus.len() < mm.cpumask.len() {
-            self.cpus.resize(mm.cpumask.len(), 0);
-        }
-        for (w, &b) in self.cpus.iter_mut().zip(&mm.cpumask) {
-            *w |= b;
-        }
-        if !self.mms.contains(&mm.id) {
-            self.mms.push(mm.id);
-        }
-        self.flush_required = true;
-    }
-
-    /// arch_tlbbatch_fold: move `other` into this batch, leaving it empty.
-    pub fn fold(&mut self, other: &mut TlbBatch) {
-        if !other.flush_required {
-            return;
-        }
-        if self.cpus.len() < other.cpus.len() {
-            self.cpus.resize(other.cpus.len(), 0);
-        }
-        for (w, &b) in self.cpus.iter_mut().zip(&other.cpus) {
-            *w |= b;
-        }
-        for &m in &other.mms {
-            if !self.mms.contains(&m) {
-                self.mms.push(m);
-            }
-        }
-        self.flush_required = true;
-        self.writable |= other.writable;
-        other.clear();
-    }
-
-    /// arch_tlbbatch_clear.
-    pub fn clear(&mut self) {
-        self.cpus.iter_mut().for_each(|w| *w = 0);
-        self.mms.clear();
-        self.flush_required = false;
-        self.writable = false;
-    }
-
-    /// arch_tlbbatch_done: drop the CPUs of a finished flush; true if none is left.
-    pub fn done(&mut self, flushed: &[u64]) -> bool {
-        for (w, &b) in self.cpus.iter_mut().zip(flushed) {
-            *w &= !b;
-        }
-        let empty = self.cpus.iter().all(|&w| w == 0);
-        if empty {
-            self.clear();
-        }
-        empty
-    }
-
-    pub fn has_cpu(&self, cpu: u32) -> bool {
-        self.cpus.get((cpu / 64) as usize).is_some_and(|w| w & (1 << (cpu % 64)) != 0)
-    }
-
-    pub fn cpus_iter(&self) -> impl Iterator<Item = u32> + '_ {
-        self.cpus
-            .iter()
-            .enumerate()
-            .flat_map(|(w, &bits)| (0..64u32).filter(move |b| bits & (1u64 << b) != 0).map(move |b| w as u32 * 64 + b))
-    }
-}
-
-/// A task's unmap batches (current->tlb_ubc, tlb_ubc_ro, tlb_ubc_luf) and
-/// its LUF state.
-#[derive(Clone, Debug, Default)]
-pub struct TaskUbc {
-    pub ubc: TlbBatch,
-    /// Read-only PTEs of the folio being unmapped.
-    pub ro: TlbBatch,
-    /// CPUs of LUF-able folios not yet handed to the global pending set.
-    pub luf: TlbBatch,
-    /// The current folio's walk met only read-only PTEs so far.
-    pub can_luf: bool,
-    /// Latest generation of the free pages this task took out of the
-    /// allocator and has not checked yet (current->luf_ugen).
-    pub ugen: u16,
-}
 
 /// One mapping of a page found by the rmap walk.
 #[derive(Clone, Copy, Debug)]

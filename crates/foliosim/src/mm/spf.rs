@@ -20,7 +20,8 @@
 //! time they acquire mmap_lock; mm/mmap_lock.rs).
 
 use super::memory::{exec_bit, Fault};
-use super::mmap::{vm, Vma};
+use super::mm_types_task::SpfPending;
+use super::mmap::vm;
 use super::mmap_lock::FastFault;
 use super::pgtable::Pte;
 use super::slub::vma_layout as vl;
@@ -30,27 +31,6 @@ use crate::kernel::knobs::Mutant;
 use crate::kernel::Kernel;
 use crate::sim::Ns;
 use crate::workload::Access;
-
-/// A speculative fault between its two steps (the parts of struct vm_fault
-/// the series adds: the sequence snapshot, the flags snapshot, orig_pte).
-#[derive(Clone, Debug)]
-pub struct SpfPending {
-    pub addr: u64,
-    pub kind: Access,
-    /// The VMA as snapshotted (its `seq` is vmf->sequence).
-    pub vma: Vma,
-    pub orig_pte: Pte,
-    /// The page allocated and zeroed for a write to a none PTE.
-    pub page: Option<Pfn>,
-    /// When the attempt began (for wasted-time accounting) and the trap entry.
-    pub t_begin: Ns,
-    pub t_trap: Ns,
-    /// mm_lock_seq and the read-side bump count at the snapshot.
-    pub cycle: u64,
-    pub read_bumps: u64,
-    /// The VMA's vm_area_struct (the pinned pointer): its lines.
-    pub obj: u64,
-}
 
 impl Kernel {
     /// Step 1 of a speculative fault (the gate, S1–S13, allocation).

@@ -1,140 +1,14 @@
 //! LRU lists and the per-CPU LRU-add batch (mm/swap.c), folio release.
 
-use super::mem_map::{pg, MemMap};
+use super::mem_map::pg;
+use super::mmzone::{folio_lru_list, NR_LRU_LISTS};
 use super::vmstat::Stat;
 use super::Pfn;
 use crate::hw::cache::FreeStamp;
 use crate::kernel::Kernel;
-use crate::sim::lock::SpinLock;
 use crate::sim::Ns;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(usize)]
-pub enum Lru {
-    InactiveAnon = 0,
-    ActiveAnon = 1,
-    InactiveFile = 2,
-    ActiveFile = 3,
-    Unevictable = 4,
-}
-pub const NR_LRU_LISTS: usize = 5;
 const LRU_STAT: [Stat; 4] = [Stat::NrInactiveAnon, Stat::NrActiveAnon, Stat::NrInactiveFile, Stat::NrActiveFile];
-
-/// An intrusive list over mem_map, linked through Page::lru_prev/lru_next (PFN + 1).
-#[derive(Clone, Copy, Debug, Default)]
-pub struct ListHead {
-    pub head: u32,
-    pub tail: u32,
-    /// Folios on the list.
-    pub len: u64,
-    /// Base pages on the list.
-    pub pages: u64,
-}
-
-impl ListHead {
-    pub fn add_head(&mut self, mm: &mut MemMap, pfn: Pfn) {
-        // One frame lookup for the links and the order.
-        let order = {
-            let p = mm.get_mut(pfn);
-            p.lru_prev = 0;
-            p.lru_next = self.head;
-            p.order
-        };
-        self.link_head(mm, pfn, order);
-    }
-
-    /// `add_head` once the entry's own links point at the old head.
-    #[inline(always)]
-    fn link_head(&mut self, mm: &mut MemMap, pfn: Pfn, order: u8) {
-        let old = self.head;
-        if old != 0 {
-            mm.get_mut_inline(old - 1).lru_prev = pfn + 1;
-        } else {
-            self.tail = pfn + 1;
-        }
-        self.head = pfn + 1;
-        self.len += 1;
-        self.pages += 1 << order;
-    }
-
-    pub fn add_tail(&mut self, mm: &mut MemMap, pfn: Pfn) {
-        let old = self.tail;
-        {
-            let p = mm.get_mut(pfn);
-            p.lru_next = 0;
-            p.lru_prev = old;
-        }
-        if old != 0 {
-            mm.get_mut(old - 1).lru_next = pfn + 1;
-        } else {
-            self.head = pfn + 1;
-        }
-        self.tail = pfn + 1;
-        self.len += 1;
-        self.pages += 1 << mm.get(pfn).order;
-    }
-
-    pub fn del(&mut self, mm: &mut MemMap, pfn: Pfn) {
-        // Read and clear the entry's links in one frame lookup (a listed
-        // entry is never its own neighbour).
-        let (prev, next, order) = {
-            let p = mm.get_mut(pfn);
-            let r = (p.lru_prev, p.lru_next, p.order);
-            p.lru_prev = 0;
-            p.lru_next = 0;
-            r
-        };
-        self.unlink(mm, prev, next, order);
-    }
-
-    /// `del` once the entry's links (`prev`, `next`) are read and cleared.
-    #[inline(always)]
-    fn unlink(&mut self, mm: &mut MemMap, prev: u32, next: u32, order: u8) {
-        if prev != 0 {
-            mm.get_mut(prev - 1).lru_next = next;
-        } else {
-            self.head = next;
-        }
-        if next != 0 {
-            mm.get_mut(next - 1).lru_prev = prev;
-        } else {
-            self.tail = prev;
-        }
-        self.len -= 1;
-        self.pages -= 1 << order;
-    }
-
-    /// Iterate heads from the tail (oldest first), as reclaim scans.
-    pub fn iter_from_tail<'a>(&self, mm: &'a MemMap) -> impl Iterator<Item = Pfn> + 'a {
-        let mut cur = self.tail;
-        std::iter::from_fn(move || {
-            if cur == 0 {
-                return None;
-            }
-            let pfn = cur - 1;
-            cur = mm.get(pfn).lru_prev;
-            Some(pfn)
-        })
-    }
-}
-
-/// Per-node LRU lists with their lock (lruvec + lru_lock).
-#[derive(Default)]
-pub struct LruVec {
-    pub lists: [ListHead; NR_LRU_LISTS],
-    pub lru_lock: SpinLock,
-}
-
-/// Which LRU list a folio belongs on, from its flags: an index of `Lru`
-/// (and of `LruVec::lists`), without branches but PG_unevictable's.
-#[inline(always)]
-pub fn folio_lru_list(flags: u32) -> usize {
-    if flags & pg::UNEVICTABLE != 0 {
-        return Lru::Unevictable as usize;
-    }
-    // InactiveAnon, ActiveAnon, InactiveFile, ActiveFile: file is bit 1.
-    (((flags & pg::SWAPBACKED == 0) as usize) << 1) | (flags & pg::ACTIVE != 0) as usize
-}
 
 /// Clear a listed folio's PG_lru and LRU links; returns its flags (as they
 /// were), node, order and old links, for `Kernel::lruvec_unlink`.
@@ -202,10 +76,10 @@ impl Kernel {
         let (flags, nid, order) = (p.flags, p.nid as usize, p.order);
         p.flags |= pg::LRU;
         let lru = folio_lru_list(flags);
-        let list = &mut nodes[nid].lruvec.lists[lru];
+        let lruvec = &mut nodes[nid].lruvec;
         p.lru_prev = 0;
-        p.lru_next = list.head;
-        list.link_head(&mut self.mem_map, pfn, order);
+        p.lru_next = lruvec.head(lru);
+        lruvec.link_head(&mut self.mem_map, lru, pfn, order);
         acc[lru] += 1 << order;
         (nid, last)
     }
@@ -227,7 +101,7 @@ impl Kernel {
     #[inline(always)]
     fn lruvec_unlink(&mut self, flags: u32, nid: usize, order: u8, prev: u32, next: u32, acc: &mut [i64; NR_LRU_LISTS]) {
         let lru = folio_lru_list(flags);
-        self.nodes[nid].lruvec.lists[lru].unlink(&mut self.mem_map, prev, next, order);
+        self.nodes[nid].lruvec.unlink(&mut self.mem_map, lru, prev, next, order);
         acc[lru] -= 1 << order;
     }
 
@@ -324,8 +198,7 @@ impl Kernel {
     /// folios, from `t`; returns its end.
     #[inline(always)]
     pub(crate) fn lru_lock_folios(&mut self, t: Ns, cpu: u32, nid: usize, n: usize) -> Ns {
-        let hold = self.c.lru_lock_per_folio * n as Ns;
-        self.nodes[nid].lruvec.lru_lock.lock_for(t, cpu, hold, &self.lc)
+        self.nodes[nid].lruvec.lock_folios(t, cpu, n, self.c.lru_lock_per_folio, &self.lc)
     }
 
     /// Drop one reference from each folio (folios_put / release_pages):
@@ -505,7 +378,7 @@ mod tests {
         }
         let hold = k.c.lru_lock_per_folio * batch as u64;
         assert!(hold > 0);
-        let lock = &k.nodes[0].lruvec.lru_lock;
+        let lock = k.nodes[0].lruvec.lru_lock();
         assert_eq!((lock.acquisitions, lock.contended), (2, 1));
         assert!(lock.wait_ns >= hold, "the second drain waited {} ns, the first held {hold} ns", lock.wait_ns);
         assert!(pfns.iter().all(|&p| k.mem_map.get(p).flags & pg::LRU != 0));

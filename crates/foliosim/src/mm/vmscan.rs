@@ -4,7 +4,7 @@
 //! is not reclaimed (no swap device is modelled yet).
 
 use super::mem_map::pg;
-use super::swap::Lru;
+use super::mmzone::Lru;
 use super::vmstat::Stat;
 use super::Pfn;
 use crate::kernel::Kernel;
@@ -71,7 +71,7 @@ impl Kernel {
     /// without swap (can_demote): the tail of the inactive anon list, the
     /// oldest active ones moved there first when it is empty.
     pub(crate) fn anon_demotion_candidates(&mut self, nid: usize) -> Vec<Pfn> {
-        let Some(dst) = self.next_demotion_node(nid as u32) else { return Vec::new() };
+        let Some(dst) = self.tier.next_demotion_node(nid as u32, &self.knobs) else { return Vec::new() };
         // Demotion targets are allocated without reclaim above the min
         // mark (alloc_migration_target): while the lower tier has no room
         // above its high mark, scanning anon would only fail and rotate.
@@ -79,9 +79,8 @@ impl Kernel {
         if !self.pa.zone_watermark_ok(dst, 0, high) {
             return Vec::new();
         }
-        let take = |k: &Self, l: Lru| -> Vec<Pfn> {
-            k.nodes[nid].lruvec.lists[l as usize].iter_from_tail(&k.mem_map).take(SWAP_CLUSTER_MAX).collect()
-        };
+        let take =
+            |k: &Self, l: Lru| -> Vec<Pfn> { k.nodes[nid].lruvec.list(l).iter_from_tail(&k.mem_map).take(SWAP_CLUSTER_MAX).collect() };
         // shrink_lruvec rebalances: while the inactive list is low against
         // the active one, the oldest active folios are aged onto it
         // (shrink_active_list), even when it is not empty.
@@ -95,8 +94,9 @@ impl Kernel {
     /// inactive_is_low: the inactive list holds less than 1/ratio of the
     /// active one, ratio = sqrt(10 x GiB of both lists) (1 below 1 GiB).
     fn inactive_is_low(&self, nid: usize, inactive: Lru) -> bool {
-        let l = &self.nodes[nid].lruvec.lists;
-        let (i, a) = (l[inactive as usize].pages, l[inactive as usize + 1].pages);
+        let l = &self.nodes[nid].lruvec;
+        let active = if inactive == Lru::InactiveAnon { Lru::ActiveAnon } else { Lru::ActiveFile };
+        let (i, a) = (l.list(inactive).pages(), l.list(active).pages());
         let gb = (i + a) >> (30 - 12);
         let ratio = if gb > 0 { (10 * gb).isqrt() } else { 1 };
         i * ratio < a
@@ -106,8 +106,7 @@ impl Kernel {
         // Direct reclaim takes page cache only; anonymous memory is demoted
         // by kswapd (a simplification: the kernel's direct reclaim may
         // demote anon folios too).
-        let cand: Vec<u32> =
-            self.nodes[nid].lruvec.lists[Lru::InactiveFile as usize].iter_from_tail(&self.mem_map).take(SWAP_CLUSTER_MAX).collect();
+        let cand: Vec<u32> = self.nodes[nid].lruvec.list(Lru::InactiveFile).iter_from_tail(&self.mem_map).take(SWAP_CLUSTER_MAX).collect();
         if cand.is_empty() {
             return (0, t, 0);
         }
@@ -161,7 +160,7 @@ impl Kernel {
         let mut t = t;
         let tid = self.current_tid(cpu);
         let can_unmap = !self.tasks.is_empty();
-        let demote_to = self.next_demotion_node(nid as u32);
+        let demote_to = self.tier.next_demotion_node(nid as u32, &self.knobs);
         let mut freed = 0;
         // Evicted folios: [0] flushed before they are freed, [1] LUF'd.
         let mut victims: [Vec<Pfn>; 2] = Default::default();
@@ -304,8 +303,7 @@ impl Kernel {
     /// shrink_active_list for file pages: move the oldest active folios to
     /// the inactive list. Returns false when there was nothing to move.
     pub(crate) fn refill_inactive_file(&mut self, t: Ns, cpu: u32, nid: usize, out: &mut Ns) -> bool {
-        let cand: Vec<u32> =
-            self.nodes[nid].lruvec.lists[Lru::ActiveFile as usize].iter_from_tail(&self.mem_map).take(SWAP_CLUSTER_MAX).collect();
+        let cand: Vec<u32> = self.nodes[nid].lruvec.list(Lru::ActiveFile).iter_from_tail(&self.mem_map).take(SWAP_CLUSTER_MAX).collect();
         if cand.is_empty() {
             return false;
         }

@@ -4,7 +4,7 @@
 
 use super::Policy;
 use crate::kernel::knobs::{Knobs, ThpEnabled};
-use crate::mm::huge_memory::{AnonFaultCtx, AnonOrderPolicy, AnonOrders};
+use crate::mm::huge_mm::{AnonFaultCtx, AnonOrderPolicy, AnonOrders};
 
 pub const POLICY: Policy<Box<dyn AnonOrderPolicy>> =
     Policy { name: "off", help: "order 0, plus PMD THP as transparent_hugepage/enabled says (the baseline kernel)", knobs: &[], build };

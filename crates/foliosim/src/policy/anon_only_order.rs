@@ -7,7 +7,7 @@
 
 use super::Policy;
 use crate::kernel::knobs::{KnobSpec, Knobs};
-use crate::mm::huge_memory::{AnonFaultCtx, AnonOrderPolicy, AnonOrders};
+use crate::mm::huge_mm::{AnonFaultCtx, AnonOrderPolicy, AnonOrders};
 use crate::mm::mmap::vm;
 
 const ONLY_ORDER: KnobSpec = KnobSpec::int_param(

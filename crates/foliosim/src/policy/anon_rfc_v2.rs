@@ -6,7 +6,7 @@
 
 use super::Policy;
 use crate::kernel::knobs::{AnonFolioKnobs, Knobs};
-use crate::mm::huge_memory::{anon_placement, AnonFaultCtx, AnonOrderPolicy, AnonOrders, AnonPaths, PTE_ORDERS};
+use crate::mm::huge_mm::{anon_placement, AnonFaultCtx, AnonOrderPolicy, AnonOrders, AnonPaths, PTE_ORDERS};
 use crate::mm::mmap::Placement;
 use crate::mm::PMD_ORDER;
 

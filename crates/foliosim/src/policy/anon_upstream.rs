@@ -5,7 +5,7 @@
 
 use super::Policy;
 use crate::kernel::knobs::{Knobs, ThpEnabled};
-use crate::mm::huge_memory::{AnonFaultCtx, AnonOrderPolicy, AnonOrders, AnonPaths};
+use crate::mm::huge_mm::{AnonFaultCtx, AnonOrderPolicy, AnonOrders, AnonPaths};
 use crate::mm::PMD_ORDER;
 
 pub const POLICY: Policy<Box<dyn AnonOrderPolicy>> = Policy {

@@ -11,7 +11,7 @@
 //! lists them only then.
 
 use crate::kernel::knobs::{self, KnobSpec, KnobValue, Knobs};
-use crate::mm::huge_memory::AnonOrderPolicy;
+use crate::mm::huge_mm::AnonOrderPolicy;
 use crate::mm::memory_tiers::PromotionPolicy;
 use crate::mm::mmap_lock::FaultLockPolicy;
 use std::sync::OnceLock;

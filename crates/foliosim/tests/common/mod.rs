@@ -6,7 +6,7 @@
 use foliosim::config;
 use foliosim::kernel::task::Task;
 use foliosim::kernel::Kernel;
-use foliosim::mm::filemap::Inode;
+use foliosim::mm::fs::Inode;
 use foliosim::sim::Ns;
 use foliosim::workload::{map, prot, Access, FsKind, Op, Ret};
 

@@ -94,7 +94,7 @@ impl Kernel {
     /// remote handlers run as the IPIs arrive, so their flushes land over
     /// [t, end) in simulated time; the initiator returns at `end`, when
     /// every acknowledgement is back.
-    pub fn arch_tlbbatch_flush(&mut self, t: Ns, cpu: u32, b: &crate::mm::rmap::TlbBatch) -> Ns {
+    pub fn arch_tlbbatch_flush(&mut self, t: Ns, cpu: u32, b: &crate::mm::mm_types_task::TlbBatch) -> Ns {
         self.stat.inc(Stat::TlbBatchedFlush);
         let targets: Vec<u32> = b.cpus_iter().collect();
         let mut t_local = t;

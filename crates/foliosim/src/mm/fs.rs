@@ -1,0 +1,33 @@
+//! A file as the page cache sees it (include/linux/fs.h: struct inode and
+//! its address_space). Apart from mm/filemap.rs, whose lookups and I/O
+//! work on the whole kernel, so that struct Kernel can hold the inodes
+//! without depending on those paths.
+
+use crate::sim::lock::CacheLine;
+use crate::workload::FsKind;
+
+/// Cache lines standing for the hot `struct folio` words of a file's
+/// folios (refcount, flags), hashed by page index. Readers of one file on
+/// many CPUs bounce these lines, which is what limits read2.
+pub const FOLIO_LINES: usize = 1024;
+
+/// One file: its size, its page cache (index -> folio head) and the
+/// cache lines of its folios' hot words.
+pub struct Inode {
+    pub id: u32,
+    pub fs: FsKind,
+    pub size: u64,
+    /// Page index -> folio head (the xarray).
+    pub pages: super::xarray::XArray,
+    /// Pages [0, data_pages) have blocks on disk; beyond is a hole.
+    pub data_pages: u64,
+    /// VMAs mapping this file (i_mmap), counted.
+    pub i_mmap: u32,
+    pub lines: Vec<CacheLine>,
+}
+
+impl Inode {
+    pub fn new(id: u32, fs: FsKind, size: u64) -> Inode {
+        Inode { id, fs, size, pages: Default::default(), data_pages: 0, i_mmap: 0, lines: vec![CacheLine::default(); FOLIO_LINES] }
+    }
+}

@@ -1,0 +1,172 @@
+//! The mm state a task carries (include/linux/mm_types_task.h, and the
+//! task_struct and vm_fault fields the mm adds): the unmap batches, NUMA
+//! balancing's per-task statistics, a speculative fault between its
+//! steps, the lock a finished fault still holds.
+//!
+//! Only the types are here, apart from the files whose functions fill
+//! them through the whole kernel (mm/rmap.rs, mm/numa_balancing.rs,
+//! mm/spf.rs, mm/mmap_lock.rs), so that struct Task (kernel/task.rs) and
+//! the LUF pending sets (mm/luf.rs) can hold them without depending on
+//! those functions.
+
+use super::mmap::{Mm, Vma};
+use super::pgtable::Pte;
+use super::Pfn;
+use crate::sim::Ns;
+use crate::workload::Access;
+
+/// struct tlbflush_unmap_batch: the CPUs (x86 cpumask) and address spaces
+/// whose TLB generation moved, waiting for one flush.
+#[derive(Clone, Debug, Default)]
+pub struct TlbBatch {
+    pub cpus: Vec<u64>,
+    /// mms whose TLB generation was bumped (x86 inc_mm_tlb_gen): a target
+    /// CPU flushes their entries in full.
+    pub mms: Vec<u32>,
+    pub flush_required: bool,
+    /// A dirty PTE was cleared: flush before writeback IO.
+    pub writable: bool,
+}
+
+impl TlbBatch {
+    /// arch_tlbbatch_add_pending (x86): OR in mm_cpumask and bump the mm's generation.
+    pub fn add_mm(&mut self, mm: &Mm) {
+        if self.cpus.len() < mm.cpumask.len() {
+            self.cpus.resize(mm.cpumask.len(), 0);
+        }
+        for (w, &b) in self.cpus.iter_mut().zip(&mm.cpumask) {
+            *w |= b;
+        }
+        if !self.mms.contains(&mm.id) {
+            self.mms.push(mm.id);
+        }
+        self.flush_required = true;
+    }
+
+    /// arch_tlbbatch_fold: move `other` into this batch, leaving it empty.
+    pub fn fold(&mut self, other: &mut TlbBatch) {
+        if !other.flush_required {
+            return;
+        }
+        if self.cpus.len() < other.cpus.len() {
+            self.cpus.resize(other.cpus.len(), 0);
+        }
+        for (w, &b) in self.cpus.iter_mut().zip(&other.cpus) {
+            *w |= b;
+        }
+        for &m in &other.mms {
+            if !self.mms.contains(&m) {
+                self.mms.push(m);
+            }
+        }
+        self.flush_required = true;
+        self.writable |= other.writable;
+        other.clear();
+    }
+
+    /// arch_tlbbatch_clear.
+    pub fn clear(&mut self) {
+        self.cpus.iter_mut().for_each(|w| *w = 0);
+        self.mms.clear();
+        self.flush_required = false;
+        self.writable = false;
+    }
+
+    /// arch_tlbbatch_done: drop the CPUs of a finished flush; true if none is left.
+    pub fn done(&mut self, flushed: &[u64]) -> bool {
+        for (w, &b) in self.cpus.iter_mut().zip(flushed) {
+            *w &= !b;
+        }
+        let empty = self.cpus.iter().all(|&w| w == 0);
+        if empty {
+            self.clear();
+        }
+        empty
+    }
+
+    pub fn has_cpu(&self, cpu: u32) -> bool {
+        self.cpus.get((cpu / 64) as usize).is_some_and(|w| w & (1 << (cpu % 64)) != 0)
+    }
+
+    pub fn cpus_iter(&self) -> impl Iterator<Item = u32> + '_ {
+        self.cpus
+            .iter()
+            .enumerate()
+            .flat_map(|(w, &bits)| (0..64u32).filter(move |b| bits & (1u64 << b) != 0).map(move |b| w as u32 * 64 + b))
+    }
+}
+
+/// A task's unmap batches (current->tlb_ubc, tlb_ubc_ro, tlb_ubc_luf) and
+/// its LUF state.
+#[derive(Clone, Debug, Default)]
+pub struct TaskUbc {
+    pub ubc: TlbBatch,
+    /// Read-only PTEs of the folio being unmapped.
+    pub ro: TlbBatch,
+    /// CPUs of LUF-able folios not yet handed to the global pending set.
+    pub luf: TlbBatch,
+    /// The current folio's walk met only read-only PTEs so far.
+    pub can_luf: bool,
+    /// Latest generation of the free pages this task took out of the
+    /// allocator and has not checked yet (current->luf_ugen).
+    pub ugen: u16,
+}
+
+/// A task's NUMA-balancing state (task_struct's numa_* fields).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct TaskNuma {
+    /// p->numa_scan_period, ms; 0 until the task first scans.
+    pub scan_period_ms: u64,
+    /// p->numa_scan_period_max, ms.
+    pub scan_period_max_ms: u64,
+    /// p->numa_scan_seq: the mm's pass count at the task's last placement.
+    pub scan_seq: u32,
+    /// p->numa_faults_locality: pages of remote and local hint faults and
+    /// of failed migrations since the last placement.
+    pub faults_locality: [u64; 3],
+    /// The NUMA_MEMBUF faults since the last placement: shared, private.
+    pub faults_buf: [u64; 2],
+}
+
+/// A speculative fault between its two steps (the parts of struct vm_fault
+/// the series adds: the sequence snapshot, the flags snapshot, orig_pte).
+#[derive(Clone, Debug)]
+pub struct SpfPending {
+    pub addr: u64,
+    pub kind: Access,
+    /// The VMA as snapshotted (its `seq` is vmf->sequence).
+    pub vma: Vma,
+    pub orig_pte: Pte,
+    /// The page allocated and zeroed for a write to a none PTE.
+    pub page: Option<Pfn>,
+    /// When the attempt began (for wasted-time accounting) and the trap entry.
+    pub t_begin: Ns,
+    pub t_trap: Ns,
+    /// mm_lock_seq and the read-side bump count at the snapshot.
+    pub cycle: u64,
+    pub read_bumps: u64,
+    /// The VMA's vm_area_struct (the pinned pointer): its lines.
+    pub obj: u64,
+}
+
+/// The lock a finished fault still holds. Its release is an RMW on a line
+/// other CPUs use, a whole fault after the step began: the step ends there
+/// (a faulting access ends its step), and the task's next step makes it, at
+/// its own time (`fault_unlock_finish`), so the line sees it in arrival
+/// order among the other CPUs' requests.
+#[derive(Clone, Copy, Debug)]
+pub enum FaultUnlock {
+    /// mmap_read_unlock.
+    MmapRead,
+    /// vma_end_read of the VMA at `key`, whose vma_lock object is `lock_obj`.
+    VmaRead { key: u64, lock_obj: u64 },
+}
+
+/// A fault that still holds its lock (`Task::fault_unlock`): what to
+/// release, when the fault was entered, and when it finished.
+#[derive(Clone, Copy, Debug)]
+pub struct PendingUnlock {
+    pub what: FaultUnlock,
+    pub t0: Ns,
+    pub at: Ns,
+}
