@@ -642,6 +642,11 @@ def fit_on_model(d: Derivation, out: Path, name: str) -> list[dict[str, Any]]:
     return verify(str(out.resolve()), d.s)
 
 
+def measurements_path(out: Path) -> Path:
+    """Where calibrate keeps the raw measurements of the profile `out`."""
+    return out.with_name(out.stem + ".measurements.json")
+
+
 def calibrate(out: Path, rounds: int, name: str, quiet: bool = True,
               saved: dict[str, Any] | None = None) -> tuple[Derivation, list[dict[str, Any]]]:
     """Measure (or take `saved`, an earlier --json document), derive, write
@@ -652,6 +657,11 @@ def calibrate(out: Path, rounds: int, name: str, quiet: bool = True,
         _say("foliosim calibrate: measuring this host (a few minutes) ...", quiet)
         micro = measure_micro()
         series = measure_series(rounds, quiet=quiet)
+        # Minutes of measuring: keep them before deriving, which may fail
+        # (a host whose series do not fit); `--from` derives from this file.
+        raw = measurements_path(out)
+        write_text_atomic(raw, json.dumps({"rounds": rounds, "micro": micro, "series": series}) + "\n")
+        print(f"foliosim calibrate: measurements written to {raw} (re-derive with --from {raw})", file=sys.stderr)
     d = Derivation(micro, series, rounds)
     # The file must load as a profile: check through the core.
     from . import _core

@@ -809,7 +809,8 @@ def _add_host_commands(sub: Any) -> None:
     c.add_argument("--rounds", type=int, default=5, metavar="N",
                    help="interleaved rounds of every fault-path case (default 5; the medians are used)")
     c.add_argument("--from", dest="from_json", metavar="FILE.json",
-                   help="derive the profile from the measurements an earlier `calibrate --json` printed (no measuring)")
+                   help="derive the profile from the measurements an earlier run kept in OUT.measurements.json "
+                        "(or printed with --json); no measuring")
     c.add_argument("--quiet", "-q", action="store_true")
     c.set_defaults(func=_host_cmd("calibrate"))
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import re
 import statistics
 import subprocess
 import sys
@@ -83,8 +84,22 @@ MEAN_TARGETS = {"ops_ratio": 0.07}
 NOT_MODELLED = "mTHP not modelled yet"
 
 
-def sim_knobs(sizes: list[int]) -> dict[str, str]:
-    k = {"kernel/mm/transparent_hugepage/enabled": "always" if 2048 in sizes else "never"}
+def fault_locking_of(kernel: str | None) -> str:
+    """How the measured kernel's page faults synchronise with mmap/munmap:
+    per-VMA locks (lock_vma_under_rcu) since Linux 6.4 (x86 selects
+    ARCH_SUPPORTS_PER_VMA_LOCK and PER_VMA_LOCK defaults to y), every fault
+    under mmap_lock before. An unreadable release is taken as current Linux."""
+    m = re.match(r"(\d+)\.(\d+)", kernel or "")
+    if m and (int(m[1]), int(m[2])) < (6, 4):
+        return "mmap_lock"
+    return "per_vma"
+
+
+def sim_knobs(sizes: list[int], kernel: str | None = None) -> dict[str, str]:
+    """The simulator's knobs for a THP setting on the kernel `kernel` (its
+    release string; None: this host's)."""
+    k = {"kernel/mm/transparent_hugepage/enabled": "always" if 2048 in sizes else "never",
+         "fault_locking": fault_locking_of(kernel if kernel is not None else platform.release())}
     for s in sizes:
         k[f"kernel/mm/transparent_hugepage/hugepages-{s}kB/enabled"] = "always"
     return k
@@ -347,7 +362,7 @@ def validate(profile: str, quick: bool, progress: bool, tmpdir: str | None = Non
     for label, sizes in plan:
         jobs = jobs_for(label, threads)
         missing = [x for x in sizes if x not in set(mthp_sizes_kib())] if not real_from else []
-        knobs = sim_knobs(sizes)
+        knobs = sim_knobs(sizes, ((host.get("before") or {}).get("kernel")) or None)
         why_not = model_can_express(knobs, cat)
         for w, params, mech, mode, tasks in jobs:
             if (label, w, mode) not in reals:
@@ -394,6 +409,8 @@ def validate(profile: str, quick: bool, progress: bool, tmpdir: str | None = Non
         "seconds_per_run": seconds,
         "repeats": repeats,
         "threads": threads,
+        # The simulated fault-locking mode, the measured kernel's.
+        "fault_locking": fault_locking_of(((host.get("before") or {}).get("kernel")) or platform.release()),
         "targets": TARGETS,
         "floors": FLOORS,
         "host": host,

@@ -514,6 +514,32 @@ def test_calibrate_json_is_one_document(tmp_path, monkeypatch, capsys):
     assert "wrote" in cap.err and "fit:" in cap.err
 
 
+def test_calibrate_keeps_its_measurements_when_deriving_fails(tmp_path, monkeypatch, capsys):
+    from foliosim import calibrate
+    from test_calibrate_fit import synthetic
+
+    micro, series = synthetic()
+    monkeypatch.setattr(calibrate, "measure_micro", lambda: micro)
+    monkeypatch.setattr(calibrate, "measure_series", lambda rounds, **k: series)
+    real_derivation = calibrate.Derivation
+
+    def broken(*a, **k):
+        raise calibrate.HostError("the series do not fit")
+
+    monkeypatch.setattr(calibrate, "Derivation", broken)
+    out = tmp_path / "h.toml"
+    assert cli.main(["calibrate", "--out", str(out), "--json", "--rounds", "3"]) == 2
+    cap = capsys.readouterr()
+    saved = tmp_path / "h.measurements.json"
+    assert cap.out == "" and str(saved) in cap.err and "do not fit" in cap.err
+    assert json.loads(saved.read_text()) == {"rounds": 3, "micro": micro, "series": series}
+    # ... and the profile can be derived from them later without measuring.
+    monkeypatch.setattr(calibrate, "Derivation", real_derivation)
+    monkeypatch.setattr(calibrate, "measure_series", lambda rounds, **k: pytest.fail("measured again"))
+    assert cli.main(["calibrate", "--out", str(out), "--from", str(saved)]) == 0
+    assert out.exists()
+
+
 def test_json_commands_print_one_document(tiny_config, tmp_path):
     for args in (["list", "--json"], ["run", str(tiny_config), "--json", "--out", str(tmp_path / "a")],
                  ["run", str(tiny_config), "--json", "--out", str(tmp_path / "b")],

@@ -153,3 +153,23 @@ def test_real_without_kept_repeats_is_a_one_line_error(tmp_path):
     with pytest.raises(HostError, match="not a JSON report"):
         (tmp_path / "x.json").write_text("{")
         v.load_reals(str(tmp_path / "x.json"))
+
+
+def test_the_model_locks_faults_as_the_measured_kernel_does(tmp_path, monkeypatch):
+    # Per-VMA locks since 6.4 (PER_VMA_LOCK defaults to y on x86), mmap_lock before.
+    assert v.fault_locking_of("6.18.44-fc-v669") == "per_vma" and v.fault_locking_of("6.4.0") == "per_vma"
+    assert v.fault_locking_of("6.3.13-generic") == "mmap_lock" and v.fault_locking_of("5.15.0") == "mmap_lock"
+    # Reusing a report, the kernel is the measured one, not this host's.
+    for kernel, want in (("6.1.0-old", "mmap_lock"), ("6.12.9", "per_vma")):
+        rep = measured_report([3.0, 5.0, 3.5])
+        rep["host"] = {"before": {"kernel": kernel, "date": "2026-01-02 03:04:05 UTC"}}
+        src = tmp_path / f"{kernel}.json"
+        src.write_text(json.dumps(rep))
+        seen: set[str | None] = set()
+
+        def fake_sim(name, params, knobs, profile, duration, mode="processes", tasks=1, seen=seen):
+            seen.add(knobs.get("fault_locking"))
+            return {"ops": 100, "ops_per_s": 1e6, "faults_per_op": 1.0, "rss_kib": 131072, "sim_s": 0.3}
+        monkeypatch.setattr(v, "run_sim", fake_sim)
+        out = v.validate("/new/host.toml", quick=False, progress=False, settings=["4K", "64K"], threads=2, real_from=str(src))
+        assert seen == {want} and out["fault_locking"] == want

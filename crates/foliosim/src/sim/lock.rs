@@ -214,8 +214,6 @@ pub struct CacheLine {
     cur: LineState,
     /// The state before `q`'s first one (the requests folded away).
     base: LineState,
-    /// The latest arrival folded into `base`.
-    base_arrival: Ns,
     /// Transfers paid (exclusive requests taking the line from another CPU
     /// or invalidating copies, and loads that missed).
     pub bounces: u64,
@@ -282,7 +280,6 @@ impl CacheLine {
             return;
         }
         self.base = self.state_before(n);
-        self.base_arrival = self.base_arrival.max(self.q.range(..n).map(|r| r.arrival).max().unwrap_or(0));
         self.q.drain(..n);
     }
 
