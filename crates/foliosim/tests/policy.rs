@@ -1,8 +1,9 @@
 //! The policy registry (crates/foliosim/src/policy/): a policy selected by
 //! name in a config is the one that runs, its own knobs reach it and need
 //! it selected, the example order policy of docs/tutorial.md maps the
-//! orders it says (counted as in hugepages-<size>kB/stats), and its example
-//! promotion policy takes order-0 folios only.
+//! orders it says (counted as in hugepages-<size>kB/stats), its example
+//! promotion policy takes order-0 folios only, and each fault-locking
+//! policy chooses its way from the fault context it sees.
 
 use foliosim::kernel::knobs::{KnobDefault, Knobs};
 use serde_json::Value;
@@ -219,4 +220,25 @@ fn every_knob_field_has_a_row_and_every_row_lands() {
     }
     let orphans: Vec<&str> = base.iter().zip(&covered).filter(|(_, c)| !**c).map(|((p, _), _)| p.as_str()).collect();
     assert!(orphans.is_empty(), "fields no row of the knob table sets: {orphans:?}");
+}
+
+/// Each fault-locking policy chooses its way from the fault it sees: a
+/// fault taken in kernel mode (a uaccess) takes mmap_lock under per-VMA
+/// locks (lock_vma_under_rcu is tried only for user faults), and SPF and
+/// the classic policy choose the same way whatever the mode.
+#[test]
+fn fault_lock_policies_choose_from_what_they_see() {
+    use foliosim::mm::fault_lock::{FaultLockCtx, FaultPath};
+    use foliosim::workload::Access;
+    let build = |name: &str| (foliosim::policy::FAULT_LOCK.policies.iter().find(|p| p.name == name).unwrap().build)(&Knobs::default());
+    let f = |kernel_mode| FaultLockCtx { mm: 0, cpu: 0, addr: 0x1000, kind: Access::Store, kernel_mode };
+    for (name, user, kernel) in [
+        ("mmap_lock", FaultPath::MmapLock, FaultPath::MmapLock),
+        ("per_vma", FaultPath::PerVma, FaultPath::MmapLock),
+        ("spf", FaultPath::Spf, FaultPath::Spf),
+    ] {
+        let p = build(name);
+        assert_eq!((p.path(&f(false)), p.path(&f(true))), (user, kernel), "{name}");
+    }
+    assert!(build("per_vma").vma_start_write_waits() && !build("spf").vma_start_write_waits());
 }
