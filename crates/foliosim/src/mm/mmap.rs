@@ -114,14 +114,26 @@ impl Kernel {
 
     /// Detach and zap [start, end) with mmap_lock already held for write.
     fn unmap_region_locked(&mut self, t: Ns, cpu: u32, mm: u32, start: u64, end: u64) -> Ns {
+        let (gone, t) = self.detach_vmas_locked(t, cpu, mm, start, end);
+        self.zap_detached(t, cpu, mm, &gone)
+    }
+
+    /// The part of an unmap that needs mmap_lock for write: write-lock the
+    /// VMAs in [start, end), split at its ends and detach them.
+    fn detach_vmas_locked(&mut self, t: Ns, cpu: u32, mm: u32, start: u64, end: u64) -> (Vec<Vma>, Ns) {
         let t = self.vma_start_write_range(t, cpu, mm, start, end);
         self.mms[mm as usize].log_unmap(start, end);
         let (gone, splits) = self.mms[mm as usize].detach_range(start, end);
-        let mut t = t + self.c.vma_split * splits as Ns;
         self.stat.add(Stat::VmaSplit, splits as i64);
-        t = self.lru_add_drain_cpu(t, cpu);
+        (gone, t + self.c.vma_split * splits as Ns)
+    }
+
+    /// The part that a read hold suffices for: zap the detached VMAs, free
+    /// their page tables and flush.
+    fn zap_detached(&mut self, t: Ns, cpu: u32, mm: u32, gone: &[Vma]) -> Ns {
+        let mut t = self.lru_add_drain_cpu(t, cpu);
         let mut tlb = MmuGather::new(mm, false);
-        for v in &gone {
+        for v in gone {
             t = self.zap_page_range(t, cpu, mm, v.start, v.end, &mut tlb);
             if v.file != 0 {
                 self.inodes[(v.file - 1) as usize].i_mmap -= 1;
@@ -143,24 +155,9 @@ impl Kernel {
         // page-table free and the shootdown (since 4.20).
         let lc = self.lc;
         let t = self.mmap_write_lock(t, cpu, mm);
-        let t = self.vma_start_write_range(t, cpu, mm, addr, end);
-        self.mms[mm as usize].log_unmap(addr, end);
-        let (gone, splits) = self.mms[mm as usize].detach_range(addr, end);
-        let t = t + self.c.munmap + self.c.vma_split * splits as Ns;
-        self.stat.add(Stat::VmaSplit, splits as i64);
-        let mut t = self.mmap_write_downgrade(t, cpu, mm);
-        t = self.lru_add_drain_cpu(t, cpu);
-        let mut tlb = MmuGather::new(mm, false);
-        for v in &gone {
-            t = self.zap_page_range(t, cpu, mm, v.start, v.end, &mut tlb);
-            if v.file != 0 {
-                self.inodes[(v.file - 1) as usize].i_mmap -= 1;
-            }
-        }
-        if let (Some(f), Some(l)) = (gone.first(), gone.last()) {
-            self.free_pgtables(mm, f.start, l.end, &mut tlb);
-        }
-        let t = self.tlb_finish_mmu(t, cpu, tlb);
+        let (gone, t) = self.detach_vmas_locked(t, cpu, mm, addr, end);
+        let t = self.mmap_write_downgrade(t + self.c.munmap, cpu, mm);
+        let t = self.zap_detached(t, cpu, mm, &gone);
         let t = self.mms[mm as usize].mmap_lock.up_read(t, cpu, &lc);
         (Ret::Val(0), t)
     }
