@@ -242,11 +242,19 @@ def test_validate_quick_bounds_on_what_the_model_covers(host_profile):
     assert thr[("64K", "page_fault1")]["real"]["faults_per_op"] < thr[("4K", "page_fault1")]["real"]["faults_per_op"] / 8
     # The CI-asserted threads row: page_fault3 (shared file write faults of two
     # threads into one mm) within every target. Its peak RSS is the most
-    # stable of the threads rows (the others' depends on how far the real
-    # threads drift out of phase; validate says so in their notes).
+    # stable of the threads rows, yet still depends on how far the two real
+    # threads drift out of phase: where the repeats themselves spread beyond
+    # the target (validate marks the row noisy), the prediction must lie
+    # inside the repeats' range widened by the target instead.
     x = thr[("4K", "page_fault3")]
     e = x["rel_error"]
-    assert e["faults_per_op"] <= 0.05 and e["rss"] <= 0.05 and e["ops_ratio"] <= 0.15, (x["real"], x["predicted"], x["note"])
+    for m, target in (("faults_per_op", 0.05), ("rss", 0.05), ("ops_ratio", 0.15)):
+        if m in x["noisy"]:
+            lo, hi = x["real_range"][m]
+            assert lo * (1 - target) <= x["predicted"][m] <= hi * (1 + target), (m, x["real_repeats"], x["predicted"], x["note"])
+            assert "noisy" in x["note"] and m in x["note"], x["note"]
+        else:
+            assert e[m] <= target, (m, x["real"], x["predicted"], x["note"])
 
 
 # ----------------------------------------------------------- trace replay --
