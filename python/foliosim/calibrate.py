@@ -374,6 +374,8 @@ class Derivation:
         # free. What the free costs beyond the pcp list add is the same for
         # a folio of any order (a large one leaving by the buddy path does
         # it too): it goes to free_folio_ns, not to free_pcp_ns.
+        self.put("free_pcp_ns", gc["free_pcp_ns"], "[generic-x86] the pcp list add alone: a 4 KiB munmap cannot tell it from the "
+                 "per-folio free work (free_folio_ns)")
         self.put("free_folio_ns", u1 - self.vals["pte_clear_ns"][0] - rmap - gc["lru_lock_per_folio_ns"] - gc["free_pcp_ns"] - over_u,
                  f"{src}: munmap of {COLD_MIB} MiB of 4 KiB pages, {u1:.0f} ns per page ({self.sp(key(4, 'anon', COLD_MIB), 'unmap_ns_per_page')}), "
                  "minus pte_clear_ns, rmap_ns and [generic-x86] lru_lock_per_folio_ns and free_pcp_ns (the pcp list add)"
