@@ -125,7 +125,6 @@ impl Kernel {
             kthreads: Vec::new(),
             wakeups: Vec::new(),
             scratch_dead: Vec::new(),
-            fault_vma: None,
             host: None,
             prdev: None,
             anon_order0_only: anon_policy.order0_only(),
