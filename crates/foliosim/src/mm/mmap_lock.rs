@@ -271,13 +271,13 @@ impl Kernel {
 
     /// Release `what` at `t`; returns when the release RMW completed.
     fn fault_release(&mut self, what: FaultUnlock, t: Ns, cpu: u32, mm: u32) -> Ns {
-        let lc = self.lc;
+        let lc = &self.lc;
         let m = &mut self.mms[mm as usize];
         match what {
-            FaultUnlock::MmapRead => m.mmap_lock.up_read(t, cpu, &lc),
+            FaultUnlock::MmapRead => m.mmap_lock.up_read(t, cpu, lc),
             FaultUnlock::VmaRead { key, lock_obj } => {
                 // vma_end_read: up_read, an RMW on the vma_lock's count word.
-                let end = m.lines.rmw(lock_obj, t, cpu, &lc);
+                let end = m.lines.rmw(lock_obj, t, cpu, lc);
                 if let Some(v) = m.vmas.get_mut(&key) {
                     v.vm_lock.sem.readers_until = v.vm_lock.sem.readers_until.max(end);
                 }
