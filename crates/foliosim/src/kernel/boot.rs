@@ -125,7 +125,6 @@ impl Kernel {
             fault_trace_ctx: (0, 0, 0),
             wakeups: Vec::new(),
             scratch_dead: Vec::new(),
-            fault_vma: None,
             host: None,
             prdev: None,
             anon_order0_only: anon_policy.order0_only(),

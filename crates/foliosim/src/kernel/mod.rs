@@ -105,10 +105,6 @@ pub struct Kernel {
     pub wakeups: Vec<(Ns, u32)>,
     /// Reused buffer of folios whose last reference went (release_folios).
     pub scratch_dead: Vec<Pfn>,
-    /// Reused VMA copy of the classic fault (`fault_under_mmap_lock`):
-    /// refilling its fields is cheaper than building and dropping a VMA
-    /// (with its lock state) per fault. None while a fault borrows it.
-    pub fault_vma: Option<Box<crate::mm::vma::Vma>>,
     /// The hypervisor backing this machine's memory, when it is modelled
     /// as a VM guest (virt/).
     pub host: Option<crate::virt::Host>,

@@ -157,7 +157,7 @@ impl Kernel {
         // init_mm without flushing the ASID): its entries stay, unreachable,
         // until another mm takes the ASID slot (arch/x86/tlbflush.rs).
         self.mms[mm as usize].alive = false;
-        let vmas: Vec<_> = std::mem::take(&mut self.mms[mm as usize].vmas).into_values().collect();
+        let vmas = self.mms[mm as usize].vmas.take_all();
         let mut tlb = MmuGather::new(mm, true);
         for v in &vmas {
             t = self.zap_page_range(t, cpu, mm, v.start, v.end, &mut tlb);

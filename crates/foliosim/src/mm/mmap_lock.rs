@@ -271,13 +271,13 @@ impl Kernel {
 
     /// Release `what` at `t`; returns when the release RMW completed.
     fn fault_release(&mut self, what: FaultUnlock, t: Ns, cpu: u32, mm: u32) -> Ns {
-        let lc = self.lc;
+        let lc = &self.lc;
         let m = &mut self.mms[mm as usize];
         match what {
-            FaultUnlock::MmapRead => m.mmap_lock.up_read(t, cpu, &lc),
+            FaultUnlock::MmapRead => m.mmap_lock.up_read(t, cpu, lc),
             FaultUnlock::VmaRead { key, lock_obj } => {
                 // vma_end_read: up_read, an RMW on the vma_lock's count word.
-                let end = m.lines.rmw(lock_obj, t, cpu, &lc);
+                let end = m.lines.rmw(lock_obj, t, cpu, lc);
                 if let Some(v) = m.vmas.get_mut(&key) {
                     v.vm_lock.sem.readers_until = v.vm_lock.sem.readers_until.max(end);
                 }
@@ -353,26 +353,19 @@ impl Kernel {
     pub(crate) fn fault_under_mmap_lock(&mut self, tid: u32, t0: Ns, t: Ns, cpu: u32, mm: u32, addr: u64, kind: Access) -> Fault {
         let t = self.mms[mm as usize].mmap_lock.down_read(t, cpu, &self.lc, &self.sc);
         let t = t + self.c.vma_lookup;
-        // The fault works from a copy of the VMA (it needs `&mut self`),
-        // refilled in the reused one when no other fault holds it.
-        let mut copy = self.fault_vma.take();
-        let found = match self.mms[mm as usize].vma_lookup(addr) {
-            None => false,
-            Some(v) => {
-                match copy.as_deref_mut() {
-                    Some(c) => v.fault_copy_into(c),
-                    None => copy = Some(Box::new(v.fault_copy())),
-                }
-                true
-            }
-        };
+        // The fault works from a copy of the VMA (it needs `&mut self`).
+        let m = &mut self.mms[mm as usize];
+        let seq = m.vmas.seqnum();
+        let copy = m.fault_vma_take(addr);
         let (res, t) = match copy.as_deref() {
-            Some(vma) if found && super::memory::access_permitted(vma, kind) => {
+            Some(vma) if super::memory::access_permitted(vma, kind) => {
                 self.handle_pte_fault(t + self.c.fault_base, cpu, mm, vma, addr & !4095, kind)
             }
             _ => (Fault::Segv, t),
         };
-        self.fault_vma = copy;
+        if let Some(c) = copy {
+            self.mms[mm as usize].fault_vma_put(seq, c);
+        }
         self.fault_unlock(tid, t0, t, cpu, mm, res, FaultUnlock::MmapRead)
     }
 

@@ -137,6 +137,55 @@ impl Vma {
     }
 }
 
+/// The VMA tree: a BTreeMap keyed by vm_start (standing in for the maple
+/// tree), read through `Deref`, changed only through the methods below,
+/// each of which bumps `seqnum` — as Linux's vmacache_invalidate bumped
+/// mm->vmacache_seqnum — so that a copy of a VMA tagged with the seqnum it
+/// was made at (`Mm::fault_vma_take`) is known current without a lookup.
+#[derive(Debug, Default)]
+pub struct VmaTree {
+    map: BTreeMap<u64, Vma>,
+    seqnum: u64,
+}
+
+impl std::ops::Deref for VmaTree {
+    type Target = BTreeMap<u64, Vma>;
+    #[inline]
+    fn deref(&self) -> &BTreeMap<u64, Vma> {
+        &self.map
+    }
+}
+
+impl VmaTree {
+    /// The tree after every change so far; never repeats in an mm's life.
+    #[inline]
+    pub fn seqnum(&self) -> u64 {
+        self.seqnum
+    }
+    /// The tree, to change: every change goes through here.
+    #[inline]
+    fn changed(&mut self) -> &mut BTreeMap<u64, Vma> {
+        self.seqnum += 1;
+        &mut self.map
+    }
+    pub fn get_mut(&mut self, key: &u64) -> Option<&mut Vma> {
+        self.changed().get_mut(key)
+    }
+    pub fn insert(&mut self, key: u64, v: Vma) -> Option<Vma> {
+        self.changed().insert(key, v)
+    }
+    pub fn remove(&mut self, key: &u64) -> Option<Vma> {
+        self.changed().remove(key)
+    }
+    pub fn range_mut<R: std::ops::RangeBounds<u64>>(&mut self, r: R) -> std::collections::btree_map::RangeMut<'_, u64, Vma> {
+        self.changed().range_mut(r)
+    }
+    /// Empty the tree, returning its VMAs in address order.
+    pub fn take_all(&mut self) -> Vec<Vma> {
+        std::mem::take(self.changed()).into_values().collect()
+    }
+}
+
 /// An open file description (fd table entry).
 #[derive(Clone, Copy, Debug)]
 pub struct OpenFile {
@@ -161,7 +210,7 @@ pub struct WriteCycle {
 
 pub struct Mm {
     pub id: u32,
-    pub vmas: BTreeMap<u64, Vma>,
+    pub vmas: VmaTree,
     pub pt: PageTable,
     pub mmap_lock: RwSem,
     pub brk_start: u64,
@@ -222,6 +271,9 @@ pub struct Mm {
     /// tree (the VMA at that key must contain the address, and VMAs never
     /// overlap), so a stale hint only costs the full search.
     last_vma: std::cell::Cell<u64>,
+    /// vmacache: the copy of a VMA the last fault worked from, and the
+    /// tree's seqnum it is a copy at (`fault_vma_take`).
+    fault_vma: Option<(u64, Box<Vma>)>,
 }
 
 /// How __get_unmapped_area places an unhinted mapping.
@@ -246,7 +298,7 @@ impl Mm {
     pub fn new(id: u32, nr_cpus: u32) -> Self {
         Mm {
             id,
-            vmas: BTreeMap::new(),
+            vmas: VmaTree::default(),
             pt: PageTable::default(),
             mmap_lock: RwSem::default(),
             brk_start: BRK_START,
@@ -276,6 +328,7 @@ impl Mm {
             numa_scan_seq: 0,
             lock_waiters: Vec::new(),
             last_vma: std::cell::Cell::new(u64::MAX),
+            fault_vma: None,
         }
     }
 
@@ -414,6 +467,37 @@ impl Mm {
         let v = self.vmas.range(..=addr).next_back().map(|(_, v)| v).filter(|v| v.contains(addr))?;
         self.last_vma.set(v.start);
         Some(v)
+    }
+
+    /// The VMA containing `addr`, as the copy a fault works from while it
+    /// changes the kernel (None: no VMA there). The copy the last fault
+    /// gave back serves again, without a lookup, if the tree has not
+    /// changed since it was made (vmacache) and it contains `addr`; else
+    /// it is refilled from the tree. Give it back with `fault_vma_put`.
+    #[inline(always)]
+    pub fn fault_vma_take(&mut self, addr: u64) -> Option<Box<Vma>> {
+        match self.fault_vma.take() {
+            Some((seq, c)) if seq == self.vmas.seqnum() && c.contains(addr) => Some(c),
+            cached => {
+                let v = self.vma_lookup(addr)?;
+                Some(match cached {
+                    Some((_, mut c)) => {
+                        v.fault_copy_into(&mut c);
+                        c
+                    }
+                    None => Box::new(v.fault_copy()),
+                })
+            }
+        }
+    }
+
+    /// Give back a copy `fault_vma_take` made when the tree was at `seq`:
+    /// it serves the next fault if the tree is still there (the seqnum
+    /// never comes back to an older value, so a copy from before a change
+    /// never matches again; it keeps its allocation for the refill).
+    #[inline(always)]
+    pub fn fault_vma_put(&mut self, seq: u64, c: Box<Vma>) {
+        self.fault_vma = Some((seq, c));
     }
 
     #[inline]
@@ -619,6 +703,38 @@ mod tests {
         assert_eq!(b, a - (1 << 20));
         mm.detach_range(a, a + (1 << 20));
         assert_eq!(mm.get_unmapped_area(1 << 20, 4096).unwrap(), a);
+    }
+
+    /// The fault's cached copy (vmacache) follows every change of the tree:
+    /// a field changed in place, a split, a removal.
+    #[test]
+    fn fault_vma_copy_follows_every_change() {
+        let mut mm = Mm::new(1, 4);
+        mm.insert_vma(anon(0x10000, 0x20000));
+        let take = |mm: &mut Mm, addr: u64| {
+            let seq = mm.vmas.seqnum();
+            let c = mm.fault_vma_take(addr);
+            let v = c.as_deref().map(Vma::fault_copy);
+            if let Some(c) = c {
+                mm.fault_vma_put(seq, c);
+            }
+            v
+        };
+        assert_eq!(take(&mut mm, 0x11000).unwrap().flags, vm::READ | vm::WRITE);
+        mm.vmas.get_mut(&0x10000).unwrap().flags = vm::READ;
+        assert_eq!(take(&mut mm, 0x11000).unwrap().flags, vm::READ);
+        mm.split_at(0x18000);
+        assert_eq!(take(&mut mm, 0x11000).unwrap().end, 0x18000);
+        assert_eq!(take(&mut mm, 0x19000).unwrap().start, 0x18000);
+        mm.detach_range(0x18000, 0x20000);
+        assert!(take(&mut mm, 0x19000).is_none());
+        // A copy given back after the tree changed under it (as the first
+        // fault's anon_vma_prepare changes it) is not reused.
+        let seq = mm.vmas.seqnum();
+        let c = mm.fault_vma_take(0x11000).unwrap();
+        mm.vmas.get_mut(&0x10000).unwrap().anon_vma = 7;
+        mm.fault_vma_put(seq, c);
+        assert_eq!(take(&mut mm, 0x11000).unwrap().anon_vma, 7);
     }
 
     #[test]
