@@ -245,7 +245,37 @@ def host_info() -> dict[str, Any]:
         load = []
     import os
     return {"kernel": platform.release(), "cpu": cpu, "nr_cpus": os.cpu_count(), "loadavg": load,
-            "date": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
+            "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "mm_activity": mm_activity()}
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return ""
+
+
+def mm_activity(sys: Path = Path("/sys")) -> list[str]:
+    """What else on the host works on memory while the real runs measure:
+    running DAMON contexts with their schemes' actions (a kdamond is a
+    thread of its own on the host's CPUs; `pageout` reclaims what it finds
+    cold) and virtio-balloon free page reporting (the guest's
+    page_reporting worker). One phrase each; empty when none is found."""
+    out = []
+    kd = sys / "kernel/mm/damon/admin/kdamonds"
+    for d in sorted(kd.glob("[0-9]*")) if kd.is_dir() else []:
+        if _read(d / "state") != "on":
+            continue
+        for c in sorted((d / "contexts").glob("[0-9]*")):
+            acts = sorted({_read(s / "action") for s in (c / "schemes").glob("[0-9]*")} - {""})
+            out.append(f"DAMON kdamond {d.name} on {_read(c / 'operations') or '?'}"
+                       + (f", schemes: {', '.join(acts)}" if acts else ", no schemes"))
+    order = _read(sys / "module/page_reporting/parameters/page_reporting_order")
+    # A balloon device (virtio id 5) that negotiated VIRTIO_BALLOON_F_REPORTING (bit 5).
+    devs = sorted((sys / "bus/virtio/devices").glob("virtio*")) if (sys / "bus/virtio/devices").is_dir() else []
+    if order and any(_read(d / "device") == "0x0005" and _read(d / "features")[5:6] == "1" for d in devs):
+        out.append(f"virtio-balloon free page reporting (page_reporting_order {order})")
+    return out
 
 
 def spread(v: list[float]) -> float:

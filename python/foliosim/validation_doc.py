@@ -53,6 +53,9 @@ def render(rep: dict[str, Any], source: str) -> str:
              "through every setting), shown with [min-max]; each repeat's ops ratio is taken against the 4K run of the same "
              "repeat. Processes rows compare ops per second of the task's own CPU time (on an idle host the same as per wall "
              "second); threads rows per wall second.")
+    if host.get("mm_activity"):
+        L.append("Also working on memory on the host during the real runs: " + "; ".join(host["mm_activity"])
+                 + " (left as found: the real figures include them, the model does not).")
     reused = rep.get("real_reused")
     if reused:
         L.append(f"The real figures were not measured in this run: they are reused from `{_shown(reused.get('file'))}` "

@@ -370,3 +370,27 @@ def test_record_sqlite3_and_replay_against_native(tmp_path, host_profile):
     # the recorder's known gaps (ELF image replayed as anonymous memory).
     assert row["rel_error"]["minflt"] < 0.5, row
     assert row["rel_error"]["rss"] < 0.5, row
+
+
+# ------------------------------------------------- host facts in the report --
+def test_mm_activity_names_damon_schemes_and_free_page_reporting(tmp_path):
+    from foliosim.validate import mm_activity
+
+    def put(rel: str, text: str) -> None:
+        p = tmp_path / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text + "\n")
+
+    assert mm_activity(tmp_path) == []
+    kd = "kernel/mm/damon/admin/kdamonds/0"
+    put(f"{kd}/state", "on")
+    put(f"{kd}/contexts/0/operations", "paddr")
+    put(f"{kd}/contexts/0/schemes/0/action", "pageout")
+    put("module/page_reporting/parameters/page_reporting_order", "9")
+    put("bus/virtio/devices/virtio0/device", "0x0005")
+    put("bus/virtio/devices/virtio0/features", "0000010000")  # bit 5: REPORTING
+    assert mm_activity(tmp_path) == ["DAMON kdamond 0 on paddr, schemes: pageout",
+                                     "virtio-balloon free page reporting (page_reporting_order 9)"]
+    put(f"{kd}/state", "off")
+    put("bus/virtio/devices/virtio0/features", "0000000000")  # reporting not negotiated
+    assert mm_activity(tmp_path) == []
