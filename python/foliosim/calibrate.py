@@ -370,12 +370,17 @@ class Derivation:
                      f"write fault totals the measured {a_c:.0f} ns cold, {a_w:.0f} ns warm ({src})"
                      + (f", with what else the model charges there ({over_f:+.0f} ns, model minus host before this fit)" if over_f else ""))
         rmap = self.vals["rmap_ns"][0]
-        # The order-0 zap: pte_clear + rmap + the LRU removal + the pcp free.
-        self.put("free_pcp_ns", u1 - self.vals["pte_clear_ns"][0] - rmap - gc["lru_lock_per_folio_ns"] - over_u,
+        # The order-0 zap: pte_clear + rmap + the LRU removal + the folio's
+        # free. What the free costs beyond the pcp list add is the same for
+        # a folio of any order (a large one leaving by the buddy path does
+        # it too): it goes to free_folio_ns, not to free_pcp_ns.
+        self.put("free_pcp_ns", gc["free_pcp_ns"], "[generic-x86] the pcp list add alone: a 4 KiB munmap cannot tell it from the "
+                 "per-folio free work (free_folio_ns)")
+        self.put("free_folio_ns", u1 - self.vals["pte_clear_ns"][0] - rmap - gc["lru_lock_per_folio_ns"] - gc["free_pcp_ns"] - over_u,
                  f"{src}: munmap of {COLD_MIB} MiB of 4 KiB pages, {u1:.0f} ns per page ({self.sp(key(4, 'anon', COLD_MIB), 'unmap_ns_per_page')}), "
-                 "minus pte_clear_ns, rmap_ns and [generic-x86] lru_lock_per_folio_ns"
+                 "minus pte_clear_ns, rmap_ns and [generic-x86] lru_lock_per_folio_ns and free_pcp_ns (the pcp list add)"
                  + (f" and what else the model charges there ({over_u:+.1f} ns per page, model minus host before this fit)" if over_u else ""),
-                 floor=5.0)
+                 floor=0.0)
         # tmpfs file faults.
         sh, pr = med(s, key(4, "shmem-shared", COLD_MIB)), med(s, key(4, "shmem-private", COLD_MIB))
         self.put("pagecache_lookup_ns", sh - zero - rmap,
@@ -589,7 +594,7 @@ def fit_4k_on_model(d: Derivation, out: Path, name: str) -> Derivation:
     munmaps, work those terms leave out (pcp refills and drains through the
     buddy lists, page-table pages, LRU batches). Run the model on the
     measured 4 KiB cases and derive again with its excess, model minus host,
-    taken off the split (faults, both regions) and off free_pcp_ns (munmap):
+    taken off the split (faults, both regions) and off free_folio_ns (munmap):
     both are charged once per 4 KiB fault and per page unmapped, so one
     pass lands on the host up to the model's own nonlinearity."""
     for k in ("alloc_anon_folio_ns", "free_large_folio_ns"):

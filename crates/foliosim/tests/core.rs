@@ -266,60 +266,6 @@ fn fork_copy_on_write_then_reuse() {
     assert!(stat(&o, "nr_tlb_local_flush_all") + stat(&o, "nr_tlb_local_flush_one") > 0, "fork write-protect must flush the parent");
 }
 
-/// A kernel thread that runs every millisecond for 10 µs, and one that
-/// sleeps until the first one wakes it.
-struct Ticker {
-    runs: std::sync::Arc<std::sync::atomic::AtomicU64>,
-    wake: Option<u32>,
-}
-
-impl foliosim::kernel::kthread::Kthread for Ticker {
-    fn name(&self) -> &str {
-        "ticker"
-    }
-    fn run(&mut self, k: &mut foliosim::kernel::Kernel, tid: u32) -> foliosim::kernel::kthread::KthreadNext {
-        self.runs.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let t = k.tasks[tid as usize].clock + 10_000;
-        k.tasks[tid as usize].clock = t;
-        k.tasks[tid as usize].sys_ns += 10_000;
-        match self.wake {
-            Some(w) => {
-                k.wake_up(w, t);
-                foliosim::kernel::kthread::KthreadNext::At(t + 990_000)
-            }
-            None => foliosim::kernel::kthread::KthreadNext::Sleep,
-        }
-    }
-}
-
-#[test]
-fn kernel_threads_run_on_timers_and_wake_ups() {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    use std::sync::Arc;
-    let ticks = Arc::new(AtomicU64::new(0));
-    let woken = Arc::new(AtomicU64::new(0));
-    let c = cfg("[machine]\nnode_mem_mib = [512, 512]\n[workload]\nname = \"page_fault1\"\nsize_mib = 4\n[run]\nwarmup_s = 0.0\nduration_s = 0.0105\n");
-    let wl = run::build_workload(&c).unwrap();
-    let (t2, w2) = (ticks.clone(), woken.clone());
-    let o = run::simulate_hooked(
-        &c,
-        wl,
-        &mut |k| {
-            let sleeper = k.spawn_kthread(1, None, Box::new(Ticker { runs: w2.clone(), wake: None }));
-            k.spawn_kthread(0, Some(0), Box::new(Ticker { runs: t2.clone(), wake: Some(sleeper) }));
-        },
-        &mut |_| true,
-    )
-    .unwrap();
-    // Every ms for 10.5 ms: runs at 0, 1, ..., 10 ms.
-    assert_eq!(ticks.load(Ordering::Relaxed), 11);
-    assert_eq!(woken.load(Ordering::Relaxed), 11, "each tick wakes the sleeper once");
-    // The ticker shares CPU 0 with the page_fault1 task, which keeps running.
-    let user = o.kernel.tasks.iter().find(|t| t.kthread.is_none()).unwrap();
-    assert!(user.ops > 0);
-    assert_eq!(o.kernel.tasks[1].sys_ns, 11 * 10_000, "the ticker's time is charged to it");
-}
-
 fn stat_of(v: &Value, name: &str) -> i64 {
     v["vmstat"][name].as_i64().unwrap()
 }

@@ -237,6 +237,23 @@ fn a_large_folio_fault_and_free_pay_their_fixed_extra_once() {
     assert_eq!(added(THP_2M, free, 100.0), (0, 100));
 }
 
+/// The per-folio free work is the same whichever path a freed block leaves
+/// by: an order-0 page, a page-table page and a PMD THP through a pcp list
+/// (each pays the list add too), a 64 KiB folio (order 4, no pcp list)
+/// straight to the buddy lists (it pays the free work, not the list add).
+#[test]
+fn every_block_freed_pays_the_free_work_once_whichever_list_takes_it() {
+    let free = |p: &mut Profile, v: f64| p.cost.free_folio_ns = v;
+    let pcp = |p: &mut Profile, v: f64| p.cost.free_pcp_ns = v;
+    let (_, u4) = added(UPSTREAM, free, 100.0);
+    assert!(u4 >= 100, "{u4}");
+    assert_eq!(added(UPSTREAM, free, 100.0), added(UPSTREAM, pcp, 100.0));
+    assert_eq!(added(THP_2M, free, 100.0), added(THP_2M, pcp, 100.0));
+    let (f, u) = added(MTHP_64K, free, 100.0);
+    let (_, u_pcp) = added(MTHP_64K, pcp, 100.0);
+    assert_eq!((f, u - u_pcp), (0, 100), "the 64 KiB folio pays it once, by the buddy path");
+}
+
 // ---------------------------------------------------------------- placement --
 
 const GLIBC: &foliosim::mm::exec::ProcessImage = &foliosim::mm::exec::GLIBC_2_36_X86_64;

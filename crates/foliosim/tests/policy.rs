@@ -2,8 +2,10 @@
 //! name in a config is the one that runs, its own knobs reach it and need
 //! it selected, the example order policy of docs/tutorial.md maps the
 //! orders it says (counted as in hugepages-<size>kB/stats), its example
-//! promotion policy takes order-0 folios only, and each fault-locking
-//! policy chooses its way from the fault context it sees.
+//! promotion policy takes order-0 folios only, its example discard policy
+//! frees lazily below its threshold, the tutorial shows those examples as
+//! they are, and each fault-locking policy chooses its way from the fault
+//! context it sees.
 
 use foliosim::kernel::knobs::{KnobDefault, Knobs};
 use serde_json::Value;
@@ -162,6 +164,59 @@ fn example_promotion_policy_promotes_only_order0_folios() {
     let promoted = |v: &Value| v["vmstat"]["pgpromote_success"].as_i64().unwrap();
     assert_eq!(promoted(&v), 4096, "order0 promotes every (order-0) page of the file");
     assert_eq!(promoted(&v), promoted(&run(&text("tail"), "tail.toml")), "on order-0 folios it is the default");
+}
+
+/// The example discard policy of docs/tutorial.md (policy/discard_pressure.rs,
+/// `host.discard = "pressure"`): MADV_FREE below `host.discard_free_below_pct`
+/// of the host's limit (or with no limit), MADV_DONTNEED from there. Asked
+/// of the interface at both sides of the threshold, then run end to end
+/// in a guest with a host limit: with the threshold at 0 every range is
+/// dropped and the run is the "dontneed" one, counter for counter; at 100
+/// (the host never holds the whole limit) every range is lazily freed, so
+/// the second memhog cycle refaults them unzeroed, as with "free".
+#[test]
+fn example_discard_policy_frees_lazily_below_its_threshold() {
+    use foliosim::policy;
+    use foliosim::virt::host::{Advice, DiscardCtx};
+    let p = policy::HOST_DISCARD.policies.iter().find(|p| p.name == "pressure").unwrap();
+    let pressure = (p.build)(&Knobs::default());
+    let ctx = |rss, limit| DiscardCtx { pfn: 0, nr_pages: 512, thp: false, rss, nr_lazy: 0, limit };
+    assert_eq!(pressure.advice(&ctx(1 << 20, None)), Advice::Free, "no limit: always lazily");
+    assert_eq!(pressure.advice(&ctx(499, Some(1000))), Advice::Free, "below half the limit (the default)");
+    assert_eq!(pressure.advice(&ctx(500, Some(1000))), Advice::DontNeed, "from half the limit on");
+    let text = |knobs: &str| {
+        format!(
+            "[machine]\nprofile = \"e5-2630v3-guest-32g\"\nnode_mem_mib = [512]\n[workload]\nname = \"memhog\"\nsize_mib = 256\ncycles = 2\nsleep_ms = 6000\n[knobs]\n\"host.prealloc\" = true\n\"host.mem_mib\" = 1024\n\"page_reporting.enabled\" = true\n{knobs}\n[run]\nwarmup_s = 0.0\nduration_s = 7.0\ncheck = true\n"
+        )
+    };
+    let stat = |v: &Value, k: &str| v["vmstat"][k].as_i64().unwrap();
+    let none = run(&text("\"host.discard\" = \"pressure\"\n\"host.discard_free_below_pct\" = 0"), "pressure0.toml");
+    assert_eq!(none["config"]["knobs"]["host.discard_free_below_pct"], 0);
+    assert_eq!(none["checker"]["violations"].as_array().unwrap().len(), 0, "{}", none["checker"]);
+    assert!(stat(&none, "foliosim_host_faults") > 0, "the second cycle refaults dropped ranges");
+    assert_eq!(none["vmstat"], run(&text("\"host.discard\" = \"dontneed\""), "dontneed.toml")["vmstat"], "threshold 0: the dontneed run");
+    let all = run(&text("\"host.discard\" = \"pressure\"\n\"host.discard_free_below_pct\" = 100"), "pressure100.toml");
+    assert_eq!(all["checker"]["violations"].as_array().unwrap().len(), 0, "{}", all["checker"]);
+    assert!(stat(&all, "foliosim_host_lazyfree_reuse") > 0, "threshold 100: ranges are lazily freed and found again");
+    assert_eq!(stat(&all, "foliosim_host_zeroed_pages"), 0, "and never zeroed on refault");
+}
+
+/// docs/tutorial.md shows each example policy as the file in the
+/// repository has it (after the file's `//!` header), so the code the
+/// tutorial teaches is the code these tests compile and run.
+#[test]
+fn the_tutorial_shows_the_example_policies_as_they_are() {
+    let tutorial = std::fs::read_to_string(repo().join("docs/tutorial.md")).unwrap();
+    for file in ["anon_only_order.rs", "promo_order0.rs", "discard_pressure.rs"] {
+        let src = std::fs::read_to_string(repo().join("crates/foliosim/src/policy").join(file)).unwrap();
+        let body: Vec<&str> = src.lines().skip_while(|l| l.starts_with("//!")).skip_while(|l| l.is_empty()).collect();
+        // At the margin, or indented under a list item.
+        let shown = ["", "   "].iter().any(|indent| {
+            let lines: Vec<String> = body.iter().map(|l| if l.is_empty() { String::new() } else { format!("{indent}{l}") }).collect();
+            tutorial.contains(&format!("{indent}```rust\n{}\n{indent}```", lines.join("\n")))
+        });
+        assert!(shown, "docs/tutorial.md must show crates/foliosim/src/policy/{file} (after its //! header) as it is");
+    }
 }
 
 /// Every field of `Knobs` is some row's, and every row lands somewhere: for

@@ -42,7 +42,7 @@ pub struct Checker {
     pub stale: FxHashMap<Pfn, Vec<StaleRec>>,
     /// Data versions of the pages some stale entry still shows.
     pub data_ver: FxHashMap<Ident, u64>,
-    /// The TLB hits of a user loop's fast run (kernel/syscalls.rs:
+    /// The TLB hits of a user loop's fast run (arch/x86/mm/fault.rs:
     /// access_range), checked one by one after it as the slow path checks
     /// each of its hits.
     pub fast_hits: Vec<(u64, TlbEntry)>,

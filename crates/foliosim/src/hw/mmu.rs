@@ -3,7 +3,7 @@
 //! the leaf PTE) and the TLB fill from what the walk found. Where the PTE
 //! table lives and which TLB entry size a mapping gets are the mm's
 //! (mm/pgtable.rs, mm/huge_memory.rs: tlb_fill_size); this file gets the
-//! slot and the size from its caller (kernel/syscalls.rs: user_access).
+//! slot and the size from its caller (arch/x86/mm/fault.rs: user_access).
 
 use super::tlb::{flags, Tlb, TlbEntry, TlbLookup};
 use crate::types::{Access, Pfn};
@@ -127,10 +127,32 @@ pub fn tlb_fill(tlb: &mut Tlb, kind: Access, mm: u32, va: u64, pte: Pte, size: u
 /// and the lookup that stopped the run (a miss or a store needing a
 /// re-walk), if one did. `observe` sees each hit's page address and entry
 /// (the invariant checker; a no-op closure in production, which folds
-/// away). Inlined with a constant `kind` at each call.
+/// away). One copy of the loop per access kind, `kind` made a constant in
+/// each, so the kind tests inside the lookup and the store check fold away.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 pub fn tlb_hit_run(
+    tlb: &mut Tlb,
+    mm: u32,
+    kind: Access,
+    a: &mut u64,
+    stride: u64,
+    n: &mut u64,
+    done: &mut u64,
+    max: u64,
+    observe: &mut impl FnMut(u64, &TlbEntry),
+) -> (u64, u64, Option<TlbLookup>) {
+    match kind {
+        Access::Load => tlb_hit_run_of(tlb, mm, Access::Load, a, stride, n, done, max, observe),
+        Access::Store => tlb_hit_run_of(tlb, mm, Access::Store, a, stride, n, done, max, observe),
+        Access::Ifetch => tlb_hit_run_of(tlb, mm, Access::Ifetch, a, stride, n, done, max, observe),
+    }
+}
+
+/// `tlb_hit_run`'s loop, for the constant `kind` it is inlined with.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn tlb_hit_run_of(
     tlb: &mut Tlb,
     mm: u32,
     kind: Access,

@@ -196,7 +196,15 @@ pub struct CostSpec {
     pub lru_batch: u32,
     // --- page allocator
     pub alloc_pcp_ns: f64,
+    /// Putting a freed block on a pcp list (free_unref_folios' list add).
     pub free_pcp_ns: f64,
+    /// Per folio freed to the page allocator, whatever its order and
+    /// whichever path it takes (a pcp list, or straight to the buddy lists
+    /// for orders without one): what folios_put_refs and free_unref_folios
+    /// do for every folio before the list operation (the last reference's
+    /// atomic, the memcg uncharge, free_pages_prepare's head-page checks).
+    /// The list operation is free_pcp_ns or buddy_op_ns apart.
+    pub free_folio_ns: f64,
     /// Per block taken from or given to the buddy lists under zone->lock.
     pub buddy_op_ns: f64,
     // --- page tables

@@ -57,6 +57,7 @@ impl Kernel {
                 read_4k: c.node_read_4k[i],
                 has_cpus: n.has_cpus,
                 kswapd_failures: 0,
+                kswapd_run: None,
             });
             start += pages;
         }
@@ -122,7 +123,6 @@ impl Kernel {
             fault_kernel_mode: false,
             fault_trace: Vec::new(),
             fault_trace_ctx: (0, 0, 0),
-            kthreads: Vec::new(),
             wakeups: Vec::new(),
             scratch_dead: Vec::new(),
             fault_vma: None,

@@ -31,6 +31,8 @@ pub struct Costs {
     pub lru_batch: usize,
     pub alloc_pcp: Ns,
     pub free_pcp: Ns,
+    /// Per folio freed, any order (free_folio_ns).
+    pub free_folio: Ns,
     pub buddy_op: Ns,
     pub pgtable_alloc: Ns,
     pub pgtable_free: Ns,
@@ -109,6 +111,7 @@ impl Costs {
             lru_batch: c.lru_batch as usize,
             alloc_pcp: ns(c.alloc_pcp_ns),
             free_pcp: ns(c.free_pcp_ns),
+            free_folio: ns(c.free_folio_ns),
             buddy_op: ns(c.buddy_op_ns),
             pgtable_alloc: ns(c.pgtable_alloc_ns),
             pgtable_free: ns(c.pgtable_free_ns),

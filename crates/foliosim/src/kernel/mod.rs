@@ -72,6 +72,9 @@ pub struct Node {
     /// pgdat->kswapd_failures: kswapd runs (balance_pgdat) in a row that
     /// reclaimed nothing; any reclaim progress on the node resets it.
     pub kswapd_failures: u32,
+    /// The node's kswapd: the balance_pgdat run in progress, which spans
+    /// several of its steps (mm/kswapd.rs).
+    pub kswapd_run: Option<crate::mm::mmzone::KswapdRun>,
 }
 
 pub struct Kernel {
@@ -98,8 +101,6 @@ pub struct Kernel {
     pub fault_trace: Vec<crate::mm::fault_lock::FaultTraceEvent>,
     /// (time, cpu, address) of the fault being handled, for the trace.
     pub fault_trace_ctx: (Ns, u32, u64),
-    /// Kernel-thread bodies, indexed by `Task::kthread`.
-    pub kthreads: Vec<Option<Box<dyn kthread::Kthread>>>,
     /// Tasks made runnable by the kernel during a step, for the driver's run queue.
     pub wakeups: Vec<(Ns, u32)>,
     /// Reused buffer of folios whose last reference went (release_folios).

@@ -2,7 +2,8 @@
 //! the device state and the free-list walk): registration, the request
 //! from the free path, the report to the host and the worker thread.
 
-use crate::kernel::kthread::{Kthread, KthreadNext};
+use crate::kernel::kthread::KthreadNext;
+use crate::kernel::task::KthreadFn;
 use crate::kernel::Kernel;
 use crate::mm::page_alloc::{FpiPlace, MigrateType};
 use crate::mm::page_reporting::{PageReportingDev, Pass, Walk, PAGE_REPORTING_CAPACITY, PAGE_REPORTING_DELAY};
@@ -19,7 +20,7 @@ impl Kernel {
         }
         let order = self.knobs.page_reporting_order.unwrap_or(PAGEBLOCK_ORDER).min(MAX_PAGE_ORDER);
         let cpu = self.nr_cpus() - 1;
-        let tid = self.spawn_kthread(cpu, None, Box::new(PageReportingWork::default()));
+        let tid = self.spawn_kthread(cpu, None, KthreadFn::PageReporting);
         let putback = if self.knobs.reported_putback_tail { FpiPlace::Tail } else { FpiPlace::Head };
         self.prdev = Some(PageReportingDev::new(order, putback, tid));
         self.page_reporting_request(now);
@@ -80,12 +81,6 @@ impl Kernel {
     }
 }
 
-/// The delayed work item, page_reporting_process, as a kernel thread.
-#[derive(Default)]
-pub struct PageReportingWork {
-    pass: Option<Pass>,
-}
-
 /// page_reporting_cycle on node `nid`'s list: a walk costs a cache miss
 /// on the node per block visited.
 fn cycle(k: &mut Kernel, nid: u32, order: u32, mt: MigrateType, pass: &mut Pass, t: &mut Ns, cpu: u32) -> Walk {
@@ -95,33 +90,32 @@ fn cycle(k: &mut Kernel, nid: u32, order: u32, mt: MigrateType, pass: &mut Pass,
     pr.cycle(&mut k.pa, &mut k.stat, nid, order, mt, pass, t, cpu, step_ns, k.c.buddy_op, &k.lc)
 }
 
-impl Kthread for PageReportingWork {
-    fn name(&self) -> &str {
-        "kworker/page_reporting"
-    }
-
-    fn run(&mut self, k: &mut Kernel, tid: u32) -> KthreadNext {
-        let (t0, cpu) = (k.tasks[tid as usize].clock, k.tasks[tid as usize].cpu);
+impl Kernel {
+    /// The delayed work item, page_reporting_process, run as kernel thread
+    /// `tid`: one pass over the free lists, suspended (in the device)
+    /// while each report is in flight.
+    pub fn page_reporting_process(&mut self, tid: u32) -> KthreadNext {
+        let (t0, cpu) = (self.tasks[tid as usize].clock, self.tasks[tid as usize].cpu);
         let mut t = t0;
-        let mut pass = match self.pass.take() {
+        let mut pass = match self.prdev.as_mut().expect("registered").pass_resume() {
             Some(p) => p,
             None => {
-                let pass = k.prdev.as_mut().expect("registered").pass_begin();
-                k.stat.inc(Stat::PageReportingPasses);
+                let pass = self.prdev.as_mut().expect("registered").pass_begin();
+                self.stat.inc(Stat::PageReportingPasses);
                 pass
             }
         };
-        let order0 = k.prdev.as_ref().unwrap().order();
-        let nids = k.pa.nids();
-        let lc = k.lc;
+        let order0 = self.prdev.as_ref().unwrap().order();
+        let nids = self.pa.nids();
+        let lc = self.lc;
         let next = loop {
             // Finish a report that was in flight: retake the lock, drain.
             if let Some(full) = pass.after_report.take() {
                 let nid = nids[pass.zone];
-                let ops0 = k.pa.zone_list_ops(nid);
-                k.prdev.as_mut().expect("registered").drain(&mut k.pa, true, &mut k.stat);
-                let hold = (k.pa.zone_list_ops(nid) - ops0) * k.c.buddy_op;
-                t = k.pa.zone_lock(nid).lock_for(t, cpu, hold, &lc);
+                let ops0 = self.pa.zone_list_ops(nid);
+                self.prdev.as_mut().expect("registered").drain(&mut self.pa, true, &mut self.stat);
+                let hold = (self.pa.zone_list_ops(nid) - ops0) * self.c.buddy_op;
+                t = self.pa.zone_lock(nid).lock_for(t, cpu, hold, &lc);
                 if full {
                     // One budget unit spent; the walk restarts at the head.
                     if let Some(b) = pass.budget.as_mut() {
@@ -137,14 +131,14 @@ impl Kthread for PageReportingWork {
             }
             if pass.zone >= nids.len() {
                 // End of the pass: ACTIVE -> IDLE unless asked again.
-                break if k.prdev.as_mut().unwrap().pass_end() { KthreadNext::At(t + PAGE_REPORTING_DELAY) } else { KthreadNext::Sleep };
+                break if self.prdev.as_mut().unwrap().pass_end() { KthreadNext::At(t + PAGE_REPORTING_DELAY) } else { KthreadNext::Sleep };
             }
             let nid = nids[pass.zone];
             if !pass.zone_started {
-                let (_, low, _) = k.pa.zone_watermarks(nid);
+                let (_, low, _) = self.pa.zone_watermarks(nid);
                 let mark = low + ((PAGE_REPORTING_CAPACITY as u64) << order0);
-                if !k.pa.zone_watermark_ok(nid, 0, mark) {
-                    k.stat.inc(Stat::PageReportingZoneSkipped);
+                if !self.pa.zone_watermark_ok(nid, 0, mark) {
+                    self.stat.inc(Stat::PageReportingZoneSkipped);
                     pass.zone += 1;
                     continue;
                 }
@@ -155,12 +149,12 @@ impl Kthread for PageReportingWork {
             }
             if pass.order <= MAX_PAGE_ORDER {
                 let mt = MigrateType::ALL[pass.mt];
-                let walk = if mt == MigrateType::Isolate { Walk::Done } else { cycle(k, nid, pass.order, mt, &mut pass, &mut t, cpu) };
+                let walk = if mt == MigrateType::Isolate { Walk::Done } else { cycle(self, nid, pass.order, mt, &mut pass, &mut t, cpu) };
                 match walk {
                     Walk::Report => {
-                        let done = k.page_reporting_report(t, cpu);
+                        let done = self.page_reporting_report(t, cpu);
                         pass.after_report = Some(true);
-                        self.pass = Some(pass);
+                        self.prdev.as_mut().expect("registered").pass_suspend(pass);
                         break KthreadNext::At(done);
                     }
                     Walk::Done => {
@@ -175,19 +169,19 @@ impl Kthread for PageReportingWork {
                 }
             }
             // Every list walked: report the leftover, or go to the next zone.
-            if !k.prdev.as_ref().unwrap().sg().is_empty() {
-                let done = k.page_reporting_report(t, cpu);
+            if !self.prdev.as_ref().unwrap().sg().is_empty() {
+                let done = self.page_reporting_report(t, cpu);
                 pass.after_report = Some(false);
-                self.pass = Some(pass);
+                self.prdev.as_mut().expect("registered").pass_suspend(pass);
                 break KthreadNext::At(done);
             }
             pass.zone += 1;
             pass.zone_started = false;
         };
-        let tk = &mut k.tasks[tid as usize];
+        let tk = &mut self.tasks[tid as usize];
         tk.sys_ns += t - t0;
         tk.clock = t;
-        k.page_reporting_gauges();
+        self.page_reporting_gauges();
         next
     }
 }

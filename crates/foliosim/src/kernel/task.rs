@@ -4,6 +4,25 @@ use crate::mm::vmstat::NR_ENTRIES;
 use crate::sim::Ns;
 use crate::workload::{Op, Ret};
 
+/// A kernel thread's function (what `kthread_run` was given). The thread's
+/// state between runs lives with its subsystem, so a kernel thread is only
+/// this id: `Kernel::kthread_step` (kernel/kthread.rs) runs the function.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KthreadFn {
+    /// kswapd of node `nid` (mm/kswapd.rs); its balance_pgdat run in
+    /// progress is the node's (`Node::kswapd_run`).
+    Kswapd(u32),
+    /// The page-reporting work item, page_reporting_process
+    /// (kernel/page_reporting.rs); its pass in progress is the device's
+    /// (`PageReportingDev`).
+    PageReporting,
+    /// A test thread (kernel/kthread.rs): 10 µs of work per run; with
+    /// `wake`, it wakes that thread and sleeps on a timer until the next
+    /// millisecond, else it sleeps until woken.
+    #[cfg(test)]
+    Ticker { wake: Option<u32> },
+}
+
 pub struct Task {
     pub id: u32,
     pub mm: u32,
@@ -22,8 +41,8 @@ pub struct Task {
     pub exited: bool,
     /// A speculative fault waiting for its second step (validation and install).
     pub fault_cont: Option<crate::mm::mm_types_task::SpfPending>,
-    /// Index of this task's body in `Kernel::kthreads` if it is a kernel thread.
-    pub kthread: Option<u32>,
+    /// The thread function if this task is a kernel thread.
+    pub kthread: Option<KthreadFn>,
     /// A kernel thread waiting to be woken, or for its timer.
     pub sleeping: bool,
     /// The sleep ends at `clock` by itself (a timer), unless woken earlier.

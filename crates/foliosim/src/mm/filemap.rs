@@ -7,7 +7,7 @@ use super::vmstat::Stat;
 use super::Pfn;
 use crate::kernel::Kernel;
 use crate::sim::Ns;
-use crate::workload::FsKind;
+use crate::workload::{errno, FsKind, Ret};
 
 /// MAX_RW_COUNT = INT_MAX & PAGE_MASK: the most one read() or write() moves.
 pub const MAX_RW_COUNT: u64 = (i32::MAX as u64) & !4095;
@@ -20,6 +20,35 @@ pub enum CacheHit {
 }
 
 impl Kernel {
+    /// read()/write() at the file position of `fd`, advancing it
+    /// (fs/read_write.c: ksys_read, ksys_write).
+    pub fn file_rw(&mut self, t: Ns, cpu: u32, mm: u32, fd: i32, len: u64, write: bool) -> (Ret, Ns) {
+        let Some(f) = self.mms[mm as usize].fd(fd).copied() else { return (Ret::Err(errno::EBADF), t) };
+        self.stat.inc(if write { Stat::FileWrite } else { Stat::FileRead });
+        let t0 = t + self.c.file_op;
+        // rw_verify_area: one call moves at most MAX_RW_COUNT.
+        let len = len.min(MAX_RW_COUNT);
+        // LUF v11: file_end_write flushes every deferral.
+        let t0 = if write && self.knobs.luf.v11_hooks && self.luf_hooks_on() {
+            self.luf_flush(t0, cpu, self.cpus[cpu as usize].curr, crate::mm::luf::ForcedBy::FileWrite)
+        } else {
+            t0
+        };
+        if write && self.check.enabled {
+            for i in f.pos >> 12..(f.pos + len).div_ceil(4096) {
+                self.check.bump_data((false, f.inode + 1, i));
+            }
+        }
+        let r = if write { self.filemap_write(t0, cpu, f.inode, f.pos, len) } else { self.filemap_read(t0, cpu, f.inode, f.pos, len) };
+        match r {
+            None => (Ret::Err(errno::ENOMEM), t),
+            Some((n, t)) => {
+                self.mms[mm as usize].fd(fd).unwrap().pos += n;
+                (Ret::Val(n as i64), t)
+            }
+        }
+    }
+
     /// Find the folio at `index` of inode `ino`, reading it in if missing
     /// (filemap_get_folio + filemap_add_folio + read_folio; shmem allocates
     /// a zeroed folio). Returns (head pfn, done time) or None on OOM.

@@ -17,35 +17,16 @@
 
 use super::memory::MAX_RECLAIM_RETRIES;
 use super::memory_tiers::NUMA_BALANCING_MEMORY_TIERING;
-use super::mmzone::Lru;
+use super::mmzone::{KswapdRun, Lru};
 use super::vmstat::Stat;
-use crate::kernel::kthread::{Kthread, KthreadNext};
+use crate::kernel::kthread::KthreadNext;
+use crate::kernel::task::KthreadFn;
 use crate::kernel::Kernel;
 use crate::sim::Ns;
 
 const SWAP_CLUSTER_MAX: usize = 32;
 /// mm/vmscan.c: the priority a balance_pgdat run starts at.
 const DEF_PRIORITY: u32 = 12;
-
-pub struct Kswapd {
-    pub nid: u32,
-    /// The balance_pgdat run in progress (it spans several steps).
-    run: Option<Balance>,
-}
-
-/// Where a balance_pgdat run stands.
-struct Balance {
-    priority: u32,
-    /// Pages left to scan at this priority.
-    to_scan: u64,
-    reclaimed: u64,
-}
-
-impl Kswapd {
-    pub fn new(nid: u32) -> Kswapd {
-        Kswapd { nid, run: None }
-    }
-}
 
 impl Kernel {
     /// The free-page level kswapd reclaims a node up to.
@@ -88,7 +69,7 @@ impl Kernel {
         for nid in 0..self.nodes.len() as u32 {
             // Bound to the first CPU of the node, or CPU 0 for CPU-less nodes.
             let cpu = (0..self.nr_cpus()).find(|&c| self.cpus[c as usize].node == nid).unwrap_or(0);
-            let tid = self.spawn_kthread(cpu, None, Box::new(Kswapd::new(nid)));
+            let tid = self.spawn_kthread(cpu, None, KthreadFn::Kswapd(nid));
             self.tier.set_kswapd(nid, tid);
         }
     }
@@ -126,58 +107,54 @@ impl Kernel {
         self.stat.add(Stat::PgstealKswapd, freed as i64);
         (freed, cand.len(), t)
     }
-}
 
-impl Kthread for Kswapd {
-    fn name(&self) -> &str {
-        "kswapd"
-    }
-
-    fn run(&mut self, k: &mut Kernel, tid: u32) -> KthreadNext {
-        let t0 = k.tasks[tid as usize].clock;
-        let cpu = k.tasks[tid as usize].cpu;
-        let nid = self.nid as usize;
+    /// kswapd's loop: one step of node `nid`'s kswapd, task `tid`; the
+    /// balance_pgdat run it continues is the node's `kswapd_run`.
+    pub fn kswapd(&mut self, tid: u32, nid: u32) -> KthreadNext {
+        let t0 = self.tasks[tid as usize].clock;
+        let cpu = self.tasks[tid as usize].cpu;
+        let n = nid as usize;
         let mut t = t0;
-        let target = k.kswapd_target(self.nid);
+        let target = self.kswapd_target(nid);
         // One batch of rounds per run, so user tasks interleave.
         for _ in 0..64 {
             // prepare_kswapd_sleep: a hopeless node, or a balanced one.
-            if k.nodes[nid].kswapd_failures >= MAX_RECLAIM_RETRIES || k.pa.zone_free_pages(self.nid) >= target {
-                self.run = None;
+            if self.nodes[n].kswapd_failures >= MAX_RECLAIM_RETRIES || self.pa.zone_free_pages(nid) >= target {
+                self.nodes[n].kswapd_run = None;
                 break;
             }
-            let b = self.run.get_or_insert_with(|| Balance {
-                priority: DEF_PRIORITY,
-                to_scan: (k.kswapd_lru_pages(nid) >> DEF_PRIORITY).max(1),
-                reclaimed: 0,
-            });
-            let (freed, scanned, t1) = k.kswapd_shrink_node(t, cpu, nid);
+            let mut b = match self.nodes[n].kswapd_run.take() {
+                Some(b) => b,
+                None => KswapdRun { priority: DEF_PRIORITY, to_scan: (self.kswapd_lru_pages(n) >> DEF_PRIORITY).max(1), reclaimed: 0 },
+            };
+            let (freed, scanned, t1) = self.kswapd_shrink_node(t, cpu, n);
             t = t1;
             b.reclaimed += freed;
             b.to_scan = b.to_scan.saturating_sub(scanned as u64);
             if scanned > 0 && b.to_scan > 0 {
+                self.nodes[n].kswapd_run = Some(b);
                 continue;
             }
             // This priority is done (or there was nothing to scan): the
             // next one scans twice as much; after priority 1 the run ends.
             if b.priority > 1 {
                 b.priority -= 1;
-                b.to_scan = (k.kswapd_lru_pages(nid) >> b.priority).max(1);
+                b.to_scan = (self.kswapd_lru_pages(n) >> b.priority).max(1);
+                self.nodes[n].kswapd_run = Some(b);
                 continue;
             }
             if b.reclaimed == 0 {
-                k.nodes[nid].kswapd_failures += 1;
+                self.nodes[n].kswapd_failures += 1;
             }
-            self.run = None;
             if scanned == 0 {
                 break;
             }
         }
-        let tk = &mut k.tasks[tid as usize];
+        let tk = &mut self.tasks[tid as usize];
         tk.sys_ns += t - t0;
         tk.clock = t;
-        let hopeless = k.nodes[nid].kswapd_failures >= MAX_RECLAIM_RETRIES;
-        if !hopeless && k.pa.zone_free_pages(self.nid) < target && t > t0 {
+        let hopeless = self.nodes[n].kswapd_failures >= MAX_RECLAIM_RETRIES;
+        if !hopeless && self.pa.zone_free_pages(nid) < target && t > t0 {
             KthreadNext::At(t)
         } else {
             KthreadNext::Sleep

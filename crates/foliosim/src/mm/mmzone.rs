@@ -18,6 +18,16 @@ pub enum Lru {
 }
 pub const NR_LRU_LISTS: usize = 5;
 
+/// Where a node's kswapd stands in a balance_pgdat run (mm/kswapd.rs),
+/// which spans several of its steps so that user tasks interleave.
+#[derive(Clone, Copy, Debug)]
+pub struct KswapdRun {
+    pub priority: u32,
+    /// Pages left to scan at this priority.
+    pub to_scan: u64,
+    pub reclaimed: u64,
+}
+
 /// An intrusive list over mem_map, linked through Page::lru_prev/lru_next (PFN + 1).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ListHead {

@@ -89,12 +89,15 @@ pub struct PageReportingDev {
     /// (the kernel fills slots from the top, so its index order is the
     /// reverse of this).
     sg: Vec<IsolatedBlock>,
+    /// The worker's pass, suspended while a report is in flight; the
+    /// worker (page_reporting_process) resumes it on its next run.
+    pass: Option<Pass>,
 }
 
 impl PageReportingDev {
     /// page_reporting_register's device, IDLE, with its worker `tid`.
     pub fn new(order: u32, putback: FpiPlace, tid: u32) -> PageReportingDev {
-        PageReportingDev { state: PrState::Idle, order, putback, tid, sg: Vec::with_capacity(PAGE_REPORTING_CAPACITY) }
+        PageReportingDev { state: PrState::Idle, order, putback, tid, sg: Vec::with_capacity(PAGE_REPORTING_CAPACITY), pass: None }
     }
 
     /// page_reporting_order.
@@ -137,6 +140,16 @@ impl PageReportingDev {
     pub fn pass_begin(&mut self) -> Pass {
         self.state = PrState::Active;
         Pass { order: self.order, ..Default::default() }
+    }
+
+    /// The pass the worker suspended for a report, if any.
+    pub fn pass_resume(&mut self) -> Option<Pass> {
+        self.pass.take()
+    }
+
+    /// The worker suspends `pass` until the report in flight returns.
+    pub fn pass_suspend(&mut self, pass: Pass) {
+        self.pass = Some(pass);
     }
 
     /// A pass ends: ACTIVE goes back to IDLE unless someone asked again

@@ -286,6 +286,7 @@ impl Kernel {
                     self.check_free_flushed(t, p, 0, ugen);
                 }
             }
+            t += self.c.free_folio * dead.len() as Ns;
             t = self.pa.free_pages_bulk_ugen(t, cpu, &dead, ugen, &mut self.stat);
         } else {
             for &p in &dead {
@@ -324,7 +325,7 @@ impl Kernel {
         let stamp = self.cpus[cpu as usize].cache.free_stamp(cpu);
         self.free_folio_reset(pfn, order, stamp);
         // free_pages_prepare checks and resets every tail page.
-        let t = t + self.c.free_tail * ((1 << order) - 1);
+        let t = t + self.c.free_folio + self.c.free_tail * ((1 << order) - 1);
         self.check.on_free(pfn, order);
         let mut t = t;
         let mut ugen = ugen;

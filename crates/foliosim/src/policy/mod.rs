@@ -65,6 +65,7 @@ registry! {
     HOST_DISCARD: Arc<dyn DiscardPolicy> = "host.discard" [
         discard_dontneed,
         discard_free,
+        discard_pressure,
     ];
 }
 

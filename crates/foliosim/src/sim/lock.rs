@@ -50,6 +50,20 @@ pub enum LockMutant {
     ReaderSleepsWithoutWriter,
 }
 
+/// The line costs the unit tests run with (sim/lock.rs, mm/page_alloc):
+/// round numbers with a local RMW well below a same-socket transfer, and
+/// that below a cross-socket one, so each kind of transfer shows.
+#[cfg(test)]
+pub const TEST_LINE_COST: LineCost = LineCost {
+    local_rmw: 5,
+    same_socket: 50,
+    cross_socket: 150,
+    read_same_socket: 20,
+    read_cross_socket: 100,
+    cpus_per_socket: 4,
+    mutant: LockMutant::None,
+};
+
 impl LineCost {
     #[inline]
     fn same_socket_as(&self, a: u32, b: u32) -> bool {
@@ -590,15 +604,7 @@ impl RwSem {
 #[cfg(test)]
 mod tests {
     use super::*;
-    const LC: LineCost = LineCost {
-        local_rmw: 5,
-        same_socket: 50,
-        cross_socket: 150,
-        read_same_socket: 20,
-        read_cross_socket: 100,
-        cpus_per_socket: 4,
-        mutant: LockMutant::None,
-    };
+    const LC: LineCost = TEST_LINE_COST;
     const SC: SleepCost = SleepCost { spin_limit: 1000, sleep_wake: 3000 };
 
     #[test]

@@ -2,15 +2,7 @@ use super::*;
 use crate::sim::rng::Rng;
 use proptest::prelude::*;
 
-const LC: LineCost = LineCost {
-    local_rmw: 5,
-    same_socket: 50,
-    cross_socket: 150,
-    read_same_socket: 20,
-    read_cross_socket: 100,
-    cpus_per_socket: 4,
-    mutant: crate::sim::lock::LockMutant::None,
-};
+const LC: LineCost = crate::sim::lock::TEST_LINE_COST;
 const ALLOC_PCP: Ns = 20;
 const FREE_PCP: Ns = 25;
 const BUDDY_OP: Ns = 40;

@@ -1,3 +1,4 @@
 //! arch/x86/mm/.
 
+pub mod fault;
 pub mod tlb;

@@ -1,0 +1,283 @@
+//! A user access as the CPU runs it, and its page-fault entry
+//! (arch/x86/mm/fault.c: exc_page_fault, do_user_addr_fault): the TLB
+//! lookup, on a miss the hardware's page walk and TLB fill (hw/mmu.rs:
+//! walk_pte, tlb_fill, with the entry size the mm chooses,
+//! mm/huge_memory.rs: tlb_fill_size), the fault into handle_mm_fault
+//! when the walk finds no usable PTE, and the retried access after it.
+//! A user loop over many addresses (`Op::AccessRange`) runs its TLB hits
+//! in the MMU's tight loop (hw/mmu.rs: tlb_hit_run) and the rest here.
+
+use crate::hw::mmu;
+use crate::hw::tlb::{size, TlbEntry, TlbLookup};
+use crate::kernel::Kernel;
+use crate::mm::memory::Fault;
+use crate::mm::pgtable::Pte;
+use crate::mm::vmstat::Stat;
+use crate::sim::Ns;
+use crate::workload::{errno, Access, Op, Ret};
+
+/// The most accesses of a user loop one step runs, so that other CPUs
+/// interleave.
+const MAX_RANGE_STEP: u64 = 4096;
+
+impl Kernel {
+    /// One user access: TLB lookup, page walk on a miss, fault if the walk
+    /// finds no usable PTE, then retry.
+    pub fn user_access(&mut self, tid: u32, addr: u64, kind: Access) -> Ret {
+        let (mm, cpu) = {
+            let tk = &self.tasks[tid as usize];
+            (tk.mm, tk.cpu)
+        };
+        if self.cpus[cpu as usize].tlbstate.loaded_mm != mm {
+            self.switch_mm_irqs_off(cpu, mm);
+        }
+        if !self.cpus[cpu as usize].landing.is_empty() {
+            self.tlb_apply_landed(cpu, self.tasks[tid as usize].clock);
+        }
+        let lk = self.cpus[cpu as usize].tlb.lookup(mm, addr & !4095, kind);
+        self.user_access_after(tid, mm, cpu, addr, kind, lk)
+    }
+
+    /// The rest of a user access whose TLB lookup gave `lk` (`mm` and `cpu`:
+    /// the task's, as the caller read them).
+    #[inline(always)]
+    fn user_access_after(&mut self, tid: u32, mm: u32, cpu: u32, addr: u64, kind: Access, lk: TlbLookup) -> Ret {
+        let va = addr & !4095;
+        let mut cost = self.c.user_access;
+        self.stat.inc(Stat::TlbAccesses);
+        let missed = matches!(lk, TlbLookup::Miss);
+        let stlb = matches!(lk, TlbLookup::StlbHit(_));
+        let hit = match lk {
+            TlbLookup::L1Hit(e) => Some(e),
+            TlbLookup::StlbHit(e) => {
+                self.stat.inc(Stat::StlbHits);
+                cost += self.c.stlb_hit;
+                Some(e)
+            }
+            TlbLookup::Miss => None,
+        };
+        if let Some(e) = hit {
+            if let Some(h) = self.host.as_mut() {
+                // A page the host swapped out is read back on access.
+                cost += h.access(e.pfn_of(va), &mut self.stat);
+            }
+            if self.check.enabled {
+                self.check_tlb_hit(cpu, mm, va, &e, kind);
+            }
+            if kind != Access::Store || (e.writable() && e.dirty()) {
+                let tk = &mut self.tasks[tid as usize];
+                tk.clock += cost;
+                tk.user_ns += cost;
+                return Ret::Val(0);
+            }
+            // Store through a read-only or clean entry: the CPU re-walks.
+        } else {
+            self.stat.inc(match kind {
+                Access::Load => Stat::DtlbLoadMisses,
+                Access::Store => Stat::DtlbStoreMisses,
+                Access::Ifetch => Stat::ItlbMisses,
+            });
+        }
+        // A walk into the PTE table this CPU walked last finds its lines in
+        // cache (hw/cache.rs).
+        cost += if self.cpus[cpu as usize].cache.walk(crate::hw::cache::walk_key(mm, va)) { self.c.walk_cached } else { self.c.walk };
+        if self.tasks[tid as usize].fault_retry.is_some() {
+            self.fault_retried(tid, va, kind, missed, stlb, &mut cost);
+        }
+        {
+            let tk = &mut self.tasks[tid as usize];
+            tk.clock += cost;
+            tk.user_ns += cost;
+        }
+        for _ in 0..3 {
+            if let Some(pte) = mmu::walk_pte(self.mms[mm as usize].pt.pte_slot_mut(va), kind) {
+                if kind == Access::Store && self.check.enabled && !self.check.data_ver.is_empty() {
+                    let id = self.page_ident(pte.pfn());
+                    self.check.bump_data(id);
+                }
+                if let Some(h) = self.host.as_mut() {
+                    let c = h.access(pte.pfn(), &mut self.stat);
+                    // The zero page is kernel image memory, never handed out.
+                    if self.check.enabled && !pte.special() {
+                        self.check.on_guest_use(h, pte.pfn(), 1, "accessed");
+                    }
+                    let tk = &mut self.tasks[tid as usize];
+                    tk.clock += c;
+                    tk.user_ns += c;
+                }
+                let epoch = self.mem_map.get(pte.pfn()).alloc_epoch;
+                // Large entries: PMD THP, contpte, HPA; the mm decides the
+                // size (mm/huge_memory.rs).
+                if pte.0 & Pte::HUGE != 0 || self.prof.tlb.contpte || self.prof.tlb.coalesce_order != 0 {
+                    let sz = self.tlb_fill_size(mm, va, pte);
+                    let epoch = if sz > 0 { self.mem_map.get(pte.pfn() & !((1u32 << sz) - 1)).alloc_epoch } else { epoch };
+                    mmu::tlb_fill(&mut self.cpus[cpu as usize].tlb, kind, mm, va, pte, sz, epoch, missed);
+                } else {
+                    // The common 4 KiB fill on its own path: a constant size.
+                    mmu::tlb_fill(&mut self.cpus[cpu as usize].tlb, kind, mm, va, pte, size::PTE, epoch, missed);
+                }
+                return Ret::Val(0);
+            }
+            match self.handle_mm_fault(tid, addr, kind) {
+                Fault::Done => {
+                    // The access is retried: a walk of the PTE the fault
+                    // just wrote, its line in cache.
+                    let tk = &mut self.tasks[tid as usize];
+                    tk.clock += self.c.walk_cached;
+                    tk.user_ns += self.c.walk_cached;
+                    continue;
+                }
+                Fault::Segv => return Ret::Err(errno::EFAULT),
+                Fault::Oom => return Ret::Err(errno::ENOMEM),
+                Fault::Pending => {
+                    self.tasks[tid as usize].fault_retry = Some(va);
+                    return Ret::Val(0);
+                }
+            }
+        }
+        Ret::Err(errno::EFAULT)
+    }
+
+    /// The access a fault that spanned steps re-executes (`fault_retry`):
+    /// its TLB access, miss and walk were counted and charged when it first
+    /// faulted, as for a fault that ends in its own step, whose walk is
+    /// retried without another lookup.
+    #[cold]
+    #[inline(never)]
+    fn fault_retried(&mut self, tid: u32, va: u64, kind: Access, missed: bool, stlb: bool, cost: &mut Ns) {
+        if self.tasks[tid as usize].fault_retry.take() != Some(va) {
+            return;
+        }
+        self.stat.add(Stat::TlbAccesses, -1);
+        if missed {
+            self.stat.add(
+                match kind {
+                    Access::Load => Stat::DtlbLoadMisses,
+                    Access::Store => Stat::DtlbStoreMisses,
+                    Access::Ifetch => Stat::ItlbMisses,
+                },
+                -1,
+            );
+        } else if stlb {
+            self.stat.add(Stat::StlbHits, -1);
+        }
+        // As when the fault is done within its step: the retry is one walk
+        // of the PTE the fault just wrote, its line in cache.
+        *cost = self.c.walk_cached;
+    }
+
+    /// The checker's view of one TLB hit (the slow path's and each of the
+    /// fast run's): the entry against the page table, a stale entry's
+    /// data, and the host page behind the frame.
+    fn check_tlb_hit(&mut self, cpu: u32, mm: u32, va: u64, e: &TlbEntry, kind: Access) {
+        self.check.on_tlb_hit(&self.mms[mm as usize], &self.mem_map, cpu, va, e, kind);
+        self.check_stale_hit(cpu, mm, va, e, kind);
+        if kind == Access::Store && e.writable() && e.dirty() && !self.check.data_ver.is_empty() {
+            let id = self.page_ident(e.pfn_of(va));
+            self.check.bump_data(id);
+        }
+        let pfn = e.pfn_of(va);
+        if let Some(h) = self.host.as_ref() {
+            if pfn != self.zero_pfn {
+                self.check.on_guest_use(h, pfn, 1, "accessed");
+            }
+        }
+    }
+
+    /// A user loop over many addresses. Runs until the first access that
+    /// faulted (so that other CPUs interleave at fault granularity) or a
+    /// bounded number of accesses, leaving the rest pending.
+    pub fn access_range(&mut self, tid: u32, addr: u64, stride: u64, count: u64, kind: Access) -> Option<Ret> {
+        let mut a = addr;
+        let mut n = count;
+        let faults0 = self.stat.get(Stat::Pgfault);
+        let mut done = 0;
+        // Fast path: accesses that hit the TLB with the permission they need
+        // change nothing but the clock and the counters; run them in a tight
+        // loop. With the checker on, the same loop runs and the checker
+        // sees each hit afterwards (nothing it reads changes during the
+        // loop). Not while the host has swapped pages out: a hit on one
+        // reads it back (the slow path's `Host::access`).
+        let mut pending_lk = None;
+        if self.host.as_ref().is_none_or(|h| !h.any_swapped()) {
+            let (mm, cpu) = (self.tasks[tid as usize].mm, self.tasks[tid as usize].cpu);
+            if self.cpus[cpu as usize].tlbstate.loaded_mm != mm {
+                self.switch_mm_irqs_off(cpu, mm);
+            }
+            if !self.cpus[cpu as usize].landing.is_empty() {
+                self.tlb_apply_landed(cpu, self.tasks[tid as usize].clock);
+            }
+            let tlb = &mut self.cpus[cpu as usize].tlb;
+            let (hits, stlb, lk) = if self.check.enabled {
+                let seen = &mut self.check.fast_hits;
+                mmu::tlb_hit_run(tlb, mm, kind, &mut a, stride, &mut n, &mut done, MAX_RANGE_STEP, &mut |va, e| seen.push((va, *e)))
+            } else {
+                mmu::tlb_hit_run(tlb, mm, kind, &mut a, stride, &mut n, &mut done, MAX_RANGE_STEP, &mut |_, _| {})
+            };
+            if self.check.enabled {
+                let mut seen = std::mem::take(&mut self.check.fast_hits);
+                for (va, e) in seen.drain(..) {
+                    if kind == Access::Store && !(e.writable() && e.dirty()) {
+                        // The CPU re-walks for such a store; only the slow
+                        // path may take it.
+                        self.check.report(format!(
+                            "cpu {cpu} mm {mm} va {va:#x}: the fast run took a store through a read-only or clean TLB entry"
+                        ));
+                    }
+                    self.check_tlb_hit(cpu, mm, va, &e, kind);
+                }
+                self.check.fast_hits = seen;
+            }
+            pending_lk = lk.map(|lk| (mm, cpu, lk));
+            if hits > 0 {
+                self.stat.add(Stat::TlbAccesses, hits as i64);
+                self.stat.add(Stat::StlbHits, stlb as i64);
+                let c = self.c.user_access * hits + self.c.stlb_hit * stlb;
+                let tk = &mut self.tasks[tid as usize];
+                tk.clock += c;
+                tk.user_ns += c;
+            }
+        }
+        if let Some((mm, cpu, lk)) = pending_lk {
+            let r = self.user_access_after(tid, mm, cpu, a, kind, lk);
+            if self.tasks[tid as usize].mid_fault() {
+                self.tasks[tid as usize].pending = Some(Op::AccessRange { addr: a, stride, count: n, kind });
+                return None;
+            }
+            if r.is_err() {
+                return Some(r);
+            }
+            a += stride;
+            n -= 1;
+            done += 1;
+            if self.stat.get(Stat::Pgfault) != faults0 {
+                if n == 0 {
+                    return Some(Ret::Val(count as i64));
+                }
+                self.tasks[tid as usize].pending = Some(Op::AccessRange { addr: a, stride, count: n, kind });
+                return None;
+            }
+        }
+        while n > 0 {
+            let r = self.user_access(tid, a, kind);
+            if self.tasks[tid as usize].mid_fault() {
+                self.tasks[tid as usize].pending = Some(Op::AccessRange { addr: a, stride, count: n, kind });
+                return None;
+            }
+            if r.is_err() {
+                return Some(r);
+            }
+            a += stride;
+            n -= 1;
+            done += 1;
+            if self.stat.get(Stat::Pgfault) != faults0 || done >= MAX_RANGE_STEP {
+                break;
+            }
+        }
+        if n == 0 {
+            return Some(Ret::Val(count as i64));
+        }
+        self.tasks[tid as usize].pending = Some(Op::AccessRange { addr: a, stride, count: n, kind });
+        None
+    }
+}
