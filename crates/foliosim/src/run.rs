@@ -394,8 +394,9 @@ impl Driver {
             self.next_sample.min(self.end).min(if k.check.enabled { self.next_audit } else { Ns::MAX })
         };
         // Run steps of this task while it is still the earliest.
+        let mut earliest = q.heap.peek().map_or(Ns::MAX, |Reverse((t, _, _))| *t).min(horizon);
         loop {
-            crate::sim::set_frontier(k.tasks[tid as usize].clock);
+            crate::sim::set_frontier(k.tasks[tid as usize].clock, earliest);
             k.charge_irq(tid, cpu as u32);
             let ended = step(k, self.wl.as_mut(), tid, q);
             self.steps += 1;
@@ -426,7 +427,7 @@ impl Driver {
             if c >= k.cpus[cpu].slice_end {
                 k.cpus[cpu].slice_end = c + SCHED_SLICE;
             }
-            let earliest = q.heap.peek().map_or(Ns::MAX, |Reverse((t, _, _))| *t).min(horizon);
+            earliest = q.heap.peek().map_or(Ns::MAX, |Reverse((t, _, _))| *t).min(horizon);
             if c < earliest && c < stop && self.steps & 0xfff != 0 {
                 continue;
             }

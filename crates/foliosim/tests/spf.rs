@@ -238,3 +238,41 @@ fn fault_trace_records_events_on_request() {
     let (o, _) = policy_run("ebizzy", "threads = 2", "spf", 4, 0.001, "");
     assert!(o.kernel.fault_trace.is_empty());
 }
+
+/// Sixteen threads faulting on one mm saturate mmap_lock's count line (and,
+/// with SPF, read mm_users on it at each attempt). Every request on it is
+/// made from a step that starts no later than any other task's, so the
+/// line serves them in arrival order: none is processed after a later
+/// arrival, and no answered request is moved (`late_ns`).
+#[test]
+fn a_contended_mmap_lock_line_is_served_first_come_first_served() {
+    for policy in ["mmap_lock", "spf", "per_vma"] {
+        let (o, _) = policy_run(
+            "page_fault3",
+            "mode = \"threads\"\ntasks = 16\nsize_mib = 2",
+            policy,
+            16,
+            0.002,
+            "\"mmap_lock.rwsem_semantics\" = \"5.1\"\n",
+        );
+        assert!(o.kernel.check.violations.is_empty(), "{policy}: {:?}", o.kernel.check.violations);
+        let faults = stat(&o, "pgfault") as u64;
+        let line = &o.kernel.mms[0].mmap_lock.line;
+        let fault_ns: u64 = o.kernel.tasks.iter().map(|t| t.entry_ns[foliosim::mm::vmstat::Entry::Fault as usize]).sum();
+        eprintln!(
+            "{policy}: {faults} faults, {:.2} transfers and {:.0} ns waited on the line per fault, late {} ns in all",
+            line.bounces as f64 / faults as f64,
+            line.wait_ns as f64 / faults as f64,
+            line.late_ns
+        );
+        if policy != "per_vma" {
+            assert!(line.bounces > faults, "{policy}: the count's line moves at every down_read and up_read");
+            assert!(line.wait_ns > 100 * faults, "{policy}: faults queue on the line");
+        }
+        assert!(
+            line.late_ns * 1000 <= fault_ns,
+            "{policy}: {} ns of answered requests moved, against {fault_ns} ns of faults",
+            line.late_ns
+        );
+    }
+}

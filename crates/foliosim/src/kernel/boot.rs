@@ -24,7 +24,7 @@ impl Kernel {
         let c = Costs::from_profile(&prof);
         let nr_cpus = prof.cpu.nr_cpus;
         // A new simulation on this thread: its lines keep what they see.
-        crate::sim::set_frontier(0);
+        crate::sim::set_frontier(0, crate::sim::Ns::MAX);
         let lc = LineCost {
             local_rmw: c.line_local,
             same_socket: c.line_same,

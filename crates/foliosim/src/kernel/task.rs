@@ -59,9 +59,11 @@ pub struct Task {
     pub in_wait: bool,
     /// Asleep on mmap_lock (mm/mmap_lock.rs): what resumes when it wakes.
     pub lock_wait: Option<LockWait>,
-    /// A fault whose fast path failed after an attempt: the classic fault
-    /// of (address, access) runs in the next step.
-    pub fault_redo: Option<(u64, crate::workload::Access)>,
+    /// A fault of (address, access) that continues in the next step, from
+    /// where it says: its next request on a shared line falls after
+    /// another task's step begins, or its fast path failed after an
+    /// attempt (`Kernel::fault_redo_later`).
+    pub fault_redo: Option<(u64, crate::workload::Access, crate::mm::mm_types_task::FaultRedo)>,
     /// A finished fault's lock, released at the start of the task's next
     /// step (`Kernel::exec`), before the return to user mode.
     pub fault_unlock: Option<crate::mm::mm_types_task::PendingUnlock>,

@@ -58,7 +58,7 @@ pub enum FastFault {
     /// Not handled: take mmap_lock for read and run the classic fault from here.
     Fallback(Ns),
     /// Not handled after an attempt: the classic fault runs in the task's
-    /// next step, at the given time (`fault_redo_resume`).
+    /// next step, at the given time (`Kernel::fault_redo_later`).
     Redo(Ns),
 }
 

@@ -5,6 +5,7 @@
 
 pub(crate) use super::luf::LufExit;
 use super::mem_map::pg;
+use super::mm_types_task::FaultRedo;
 use super::mmu_gather::MmuGather;
 use super::page_alloc::MigrateType;
 use super::pgtable::{pte_index, Pte, PteTable, PGDIR_SHIFT, PMD_SHIFT, PUD_SHIFT};
@@ -232,24 +233,29 @@ impl Kernel {
     /// (mm/mmap_lock.rs) tries its fast path first; the classic path takes
     /// mmap_lock for read.
     pub fn handle_mm_fault(&mut self, tid: u32, addr: u64, kind: Access) -> Fault {
-        let (mm, cpu, t0) = {
-            let tk = &self.tasks[tid as usize];
-            (tk.mm, tk.cpu, tk.clock)
-        };
+        let t0 = self.tasks[tid as usize].clock;
         self.stat.inc(Stat::Pgfault);
         let t = t0 + self.c.trap / 2;
+        // Every way in starts with a request on a line the mm's faulting
+        // CPUs share: made from a step that starts at its time if another
+        // task's step begins first (sim::horizon), so the line serves it in
+        // arrival order.
+        if t > crate::sim::horizon() && !self.fault_kernel_mode {
+            return self.fault_redo_later(tid, t0, t, addr, kind, FaultRedo::Entry);
+        }
+        self.fault_enter(tid, t0, t, addr, kind)
+    }
+
+    /// The fault of `tid` at `addr` from its entry at `t` (trapped at `t0`)
+    /// through the return to user mode.
+    #[inline(always)]
+    pub(crate) fn fault_enter(&mut self, tid: u32, t0: Ns, t: Ns, addr: u64, kind: Access) -> Fault {
+        let (mm, cpu) = (self.tasks[tid as usize].mm, self.tasks[tid as usize].cpu);
         let (res, t) = match self.fault_lock_fast(tid, t, cpu, mm, addr, kind) {
             super::fault_lock::FastFault::Done(r, t) => (r, t),
             super::fault_lock::FastFault::Unlock(r, t, held) => return self.fault_unlock(tid, t0, t, cpu, mm, r, held),
             super::fault_lock::FastFault::Fallback(t) => return self.fault_classic(tid, mm, cpu, t0, t, addr, kind),
-            super::fault_lock::FastFault::Redo(t) => {
-                let tk = &mut self.tasks[tid as usize];
-                tk.fault_redo = Some((addr, kind));
-                tk.entry_ns[crate::mm::vmstat::Entry::Fault as usize] += t - t0;
-                tk.sys_ns += t - t0;
-                tk.clock = t;
-                return Fault::Pending;
-            }
+            super::fault_lock::FastFault::Redo(t) => return self.fault_redo_later(tid, t0, t, addr, kind, FaultRedo::Classic),
             super::fault_lock::FastFault::Pending(t) => {
                 let tk = &mut self.tasks[tid as usize];
                 tk.entry_ns[crate::mm::vmstat::Entry::Fault as usize] += t - t0;

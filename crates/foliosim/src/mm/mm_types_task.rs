@@ -162,6 +162,20 @@ pub enum FaultUnlock {
     VmaRead { key: u64, lock_obj: u64 },
 }
 
+/// Where a fault that ended its step before its next request on a shared
+/// line resumes (`Task::fault_redo`), from the time the step ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FaultRedo {
+    /// Its entry, right after the trap: the fault-locking policy's way in,
+    /// whose first request (down_read, SPF's read of mm_users, the VMA
+    /// lock's trylock) falls after another task's step begins.
+    Entry,
+    /// The classic fault under mmap_lock: after a fast path's failed
+    /// attempt, or a fallback whose down_read falls after another task's
+    /// step begins.
+    Classic,
+}
+
 /// A fault that still holds its lock (`Task::fault_unlock`): what to
 /// release, when the fault was entered, and when it finished.
 #[derive(Clone, Copy, Debug)]

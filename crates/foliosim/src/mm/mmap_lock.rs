@@ -22,7 +22,7 @@
 
 use super::fault_lock::{FastFault, FaultLockCtx, FaultPath};
 use super::memory::Fault;
-use super::mm_types_task::{FaultUnlock, PendingUnlock};
+use super::mm_types_task::{FaultRedo, FaultUnlock, PendingUnlock};
 use super::vmstat::Entry;
 use super::vmstat::Stat;
 use crate::kernel::task::LockWait;
@@ -198,15 +198,39 @@ impl Kernel {
     /// Behind a queued writer it sleeps at its down_read instead
     /// (Fault::Pending) and resumes in `mmap_lock_fault_resume`; a fault
     /// taken for the kernel (MAP_POPULATE, inside a call that holds or just
-    /// held the lock) never finds one.
+    /// held the lock) never finds one. A down_read that would arrive after
+    /// another task's step begins (`sim::horizon`) is made from the task's
+    /// next step, at `t`: that step runs in time order among the others, so
+    /// the count's line serves the RMW after every earlier one and before
+    /// every later one (an RMW processed out of order would move requests
+    /// already answered). A fault taken for the kernel keeps one step.
     #[inline(always)]
     pub(crate) fn fault_classic(&mut self, tid: u32, mm: u32, cpu: u32, t0: Ns, t: Ns, addr: u64, kind: Access) -> Fault {
-        if !self.fault_kernel_mode && self.mms[mm as usize].mmap_lock.queued_writer.is_some() {
-            self.tasks[tid as usize].clock = t;
-            self.mmap_lock_sleep(tid, mm, LockWait::Fault { addr, kind, t0, t_req: t });
-            return Fault::Pending;
+        if !self.fault_kernel_mode {
+            if self.mms[mm as usize].mmap_lock.queued_writer.is_some() {
+                self.tasks[tid as usize].clock = t;
+                self.mmap_lock_sleep(tid, mm, LockWait::Fault { addr, kind, t0, t_req: t });
+                return Fault::Pending;
+            }
+            if t > crate::sim::horizon() {
+                return self.fault_redo_later(tid, t0, t, addr, kind, FaultRedo::Classic);
+            }
         }
         self.fault_under_mmap_lock(tid, t0, t, cpu, mm, addr, kind)
+    }
+
+    /// End the step of a fault trapped at `t0` at `t`: the fault of
+    /// (`addr`, `kind`) continues from `from` in the task's next step, at
+    /// `t` (`fault_continue`); the time so far is the fault's.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn fault_redo_later(&mut self, tid: u32, t0: Ns, t: Ns, addr: u64, kind: Access, from: FaultRedo) -> Fault {
+        let tk = &mut self.tasks[tid as usize];
+        tk.fault_redo = Some((addr, kind, from));
+        tk.entry_ns[Entry::Fault as usize] += t - t0;
+        tk.sys_ns += t - t0;
+        tk.clock = t;
+        Fault::Pending
     }
 
     /// The rest of a fault that did not finish in its step: a speculative
@@ -218,9 +242,12 @@ impl Kernel {
         if tk.fault_cont.is_some() {
             return self.spf_fault_finish(tid);
         }
-        if let Some((addr, kind)) = tk.fault_redo.take() {
+        if let Some((addr, kind, from)) = tk.fault_redo.take() {
             let (mm, cpu, now) = (tk.mm, tk.cpu, tk.clock);
-            return self.fault_classic(tid, mm, cpu, now, now, addr, kind);
+            return match from {
+                FaultRedo::Entry => self.fault_enter(tid, now, now, addr, kind),
+                FaultRedo::Classic => self.fault_classic(tid, mm, cpu, now, now, addr, kind),
+            };
         }
         self.mmap_lock_fault_resume(tid)
     }
@@ -336,6 +363,7 @@ impl Kernel {
     /// The fast path of the way the configured policy chooses
     /// (`FaultLockPolicy::path`), entered from the trap at `t`: done,
     /// pending, or fall back to the classic fault under mmap_lock.
+    #[inline(always)]
     pub(crate) fn fault_lock_fast(&mut self, tid: u32, t: Ns, cpu: u32, mm: u32, addr: u64, kind: Access) -> FastFault {
         self.fault_trace_ctx = (t, cpu, addr);
         let f = FaultLockCtx { mm, cpu, addr, kind, kernel_mode: self.fault_kernel_mode };

@@ -211,9 +211,13 @@ const LINE_FOLD_AT: usize = 64;
 /// (RMWs, stores, a spinlock's critical section) and loads.
 ///
 /// Steps run in order of their start time, but a step's own requests fall
-/// later than its start (a lock taken after a page was zeroed), so a request
-/// can be processed after one that arrived later. It is then placed by its
-/// arrival: served after everything that arrived before it and before what
+/// later than its start (a lock taken after a page was zeroed). A path
+/// whose request on a contended line would fall after another task's step
+/// begins ends its step there (`sim::horizon`; a fault does so at its entry
+/// and at its down_read, and releases its lock from its next step), so
+/// the requests on mmap_lock's line are processed in arrival order. A
+/// request elsewhere can still be processed after one that arrived later.
+/// It is then placed by its arrival: served after everything that arrived before it and before what
 /// arrived after it, whose service moves later on the line (they already
 /// returned their times to their steps; how much later is `late_ns`, the
 /// model's own error). Nothing is reserved ahead: a later request never
