@@ -228,6 +228,10 @@ pub struct CacheLine {
     /// deque: folding takes from the front, and a saturated line (whose
     /// requests all end beyond the frontier) folds one per request.
     q: std::collections::VecDeque<Req>,
+    /// The arrival of `q`'s last request (0 when empty): a request arriving
+    /// before it is placed late. Kept apart, as a deque's back is costly to
+    /// reach on every request.
+    last_arrival: Ns,
     /// The state after `q`'s last request.
     cur: LineState,
     /// The state before `q`'s first one (the requests folded away).
@@ -266,7 +270,7 @@ impl CacheLine {
 
     #[inline(always)]
     fn request(&mut self, mut r: Req, lc: &LineCost) -> (Ns, Ns) {
-        if self.q.back().is_some_and(|b| b.arrival > r.arrival) && lc.mutant != LockMutant::LineOutOfOrder {
+        if self.last_arrival > r.arrival && lc.mutant != LockMutant::LineOutOfOrder {
             return self.insert_late(r, lc);
         }
         let (s, e, bounced) = self.cur.serve(&r, lc);
@@ -284,6 +288,7 @@ impl CacheLine {
             self.fold_old();
         }
         self.q.push_back(r);
+        self.last_arrival = r.arrival;
     }
 
     /// Fold the leading requests that ended before the frontier (and any
@@ -299,6 +304,7 @@ impl CacheLine {
         }
         self.base = self.state_before(n);
         self.q.drain(..n);
+        self.last_arrival = self.q.back().map_or(0, |b| b.arrival);
     }
 
     /// The state after the first `p` requests of the window.
