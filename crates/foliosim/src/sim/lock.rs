@@ -224,13 +224,15 @@ const LINE_FOLD_AT: usize = 64;
 /// delays an earlier one, and no gap is left unused.
 #[derive(Clone, Debug, Default)]
 pub struct CacheLine {
-    /// Recent requests in arrival order (ties: in the order processed). A
-    /// deque: folding takes from the front, and a saturated line (whose
-    /// requests all end beyond the frontier) folds one per request.
-    q: std::collections::VecDeque<Req>,
+    /// Recent requests in arrival order (ties: in the order processed),
+    /// from `head` on: those before it are folded, and removed once they
+    /// are at least as many as the rest (a saturated line, whose requests
+    /// all end beyond the frontier, folds one per request). A plain vector
+    /// rather than a deque: appending is the hot path.
+    q: Vec<Req>,
+    head: usize,
     /// The arrival of `q`'s last request (0 when empty): a request arriving
-    /// before it is placed late. Kept apart, as a deque's back is costly to
-    /// reach on every request.
+    /// before it is placed late.
     last_arrival: Ns,
     /// The state after `q`'s last request.
     cur: LineState,
@@ -284,10 +286,10 @@ impl CacheLine {
     /// Append a served request, folding the oldest ones away.
     #[inline(always)]
     fn push(&mut self, r: Req) {
-        if self.q.len() >= LINE_FOLD_AT {
+        if self.q.len() - self.head >= LINE_FOLD_AT {
             self.fold_old();
         }
-        self.q.push_back(r);
+        self.q.push(r);
         self.last_arrival = r.arrival;
     }
 
@@ -297,27 +299,40 @@ impl CacheLine {
     #[inline(never)]
     fn fold_old(&mut self) {
         let frontier = super::frontier();
-        let over = self.q.len().saturating_sub(LINE_WINDOW - 1);
-        let n = over + self.q.range(over..).take_while(|r| r.end < frontier).count();
+        let w = self.window();
+        let over = w.len().saturating_sub(LINE_WINDOW - 1);
+        let n = over + w[over..].iter().take_while(|r| r.end < frontier).count();
         if n == 0 {
             return;
         }
         self.base = self.state_before(n);
-        self.q.drain(..n);
-        self.last_arrival = self.q.back().map_or(0, |b| b.arrival);
+        self.head += n;
+        if self.head >= self.q.len() - self.head {
+            // Moves no more requests than were folded since the last time.
+            self.q.drain(..self.head);
+            self.head = 0;
+        }
+        self.last_arrival = self.q.last().map_or(0, |b| b.arrival);
+    }
+
+    /// The requests not folded yet.
+    #[inline]
+    fn window(&self) -> &[Req] {
+        &self.q[self.head..]
     }
 
     /// The state after the first `p` requests of the window.
     fn state_before(&self, p: usize) -> LineState {
-        let (mut s, from) = match self.q.range(..p).rposition(|r| !r.read()) {
+        let w = &self.window()[..p];
+        let (mut s, from) = match w.iter().rposition(|r| !r.read()) {
             Some(i) => {
                 let mut s = LineState::default();
-                s.absorb(&self.q[i]);
+                s.absorb(&w[i]);
                 (s, i + 1)
             }
             None => (self.base.clone(), 0),
         };
-        for r in self.q.range(from..p) {
+        for r in &w[from..] {
             s.absorb(r);
         }
         s
@@ -330,8 +345,9 @@ impl CacheLine {
         // A request older than the window is placed at its front, behind
         // requests that may have arrived after it (rare: the window spans
         // far more than a step).
-        let p = self.q.partition_point(|x| x.arrival <= r.arrival);
+        let p = self.window().partition_point(|x| x.arrival <= r.arrival);
         let mut s = self.state_before(p);
+        let p = self.head + p;
         let (start, end, bounced) = s.serve(&r, lc);
         self.bounces += bounced as u64;
         self.wait_ns += start - r.arrival.min(start);
@@ -686,7 +702,7 @@ mod tests {
                 l.rmw(arrival, cpu, lc);
             }
         }
-        let mut ends: Vec<(Ns, Ns)> = l.q.iter().map(|r| (r.arrival, r.end)).collect();
+        let mut ends: Vec<(Ns, Ns)> = l.window().iter().map(|r| (r.arrival, r.end)).collect();
         ends.sort_by_key(|e| e.0);
         (l, ends.into_iter().map(|e| e.1).collect())
     }
