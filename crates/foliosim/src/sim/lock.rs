@@ -301,7 +301,7 @@ impl CacheLine {
         let frontier = super::frontier();
         let w = self.window();
         let over = w.len().saturating_sub(LINE_WINDOW - 1);
-        let n = over + w[over..].iter().take_while(|r| r.end < frontier).count();
+        let n = over + ended_before(&w[over..], frontier);
         if n == 0 {
             return;
         }
@@ -367,6 +367,19 @@ impl CacheLine {
         self.cur = s;
         (start, end)
     }
+}
+
+/// How many leading requests of `w` (served in order) ended before `t`.
+/// An exclusive request is served after every request before it, so none
+/// of those ended later: one that ended before `t` answers for all before
+/// it, and the scan goes by strides of such requests.
+fn ended_before(w: &[Req], t: Ns) -> usize {
+    const STRIDE: usize = 8;
+    let mut n = 0;
+    while w.get(n + STRIDE - 1).is_some_and(|r| !r.read() && r.end < t) {
+        n += STRIDE;
+    }
+    n + w[n..].iter().take_while(|r| r.end < t).count()
 }
 
 /// Cache-line size of every modelled machine (x86-64 and arm64 profiles).
@@ -735,6 +748,22 @@ mod tests {
             r.down_read(0, cpu % 8, &lc, &SC);
         }
         assert!(r.sleeps > 0, "the mutant must sleep where readers_share_and_never_sleep_without_a_writer forbids it");
+    }
+
+    #[test]
+    fn the_fold_counts_the_leading_requests_that_ended() {
+        let excl = |end| Req { arrival: 0, end, hold: 0, cpu: 0 };
+        let load = |end| Req { arrival: 0, end, hold: READ, cpu: 1 };
+        // Exclusive requests served in order: the first 13 ended before 14,
+        // across a stride.
+        let w: Vec<Req> = (1..=20).map(excl).collect();
+        assert_eq!(ended_before(&w, 14), 13);
+        assert_eq!(ended_before(&w, 100), 20);
+        // A load that ended early answers for nobody before it: the second
+        // request (a remote load, still being served) stops the count.
+        let mut w = vec![excl(10), load(100)];
+        w.extend((0..14).map(|_| load(20)));
+        assert_eq!(ended_before(&w, 50), 1);
     }
 
     #[test]
