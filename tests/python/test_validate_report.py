@@ -57,6 +57,16 @@ def test_the_headline_is_the_held_out_rows_without_the_noisy_ones():
     assert "ops_ratio      max error   10.0%  mean    7.0% over 2 held-out rows" in lines, lines
     assert "MISSED" not in lines.splitlines()[0]  # 10% <= 15% and 7.0% <= 7%
     assert "noisy rows" in lines
+    # The noisy row's prediction (3.0) lies above every repeat (1.0-2.0).
+    assert rep["noisy_outside"]["ops_ratio"] == ["64K tlb_flush2 processes"]
+    assert "predicted outside every repeat" in lines and "64K tlb_flush2 processes" in lines
+
+
+def test_a_noisy_row_inside_its_repeats_is_not_named():
+    rows = [row("4K", "page_fault1", [1, 1, 1], 1.0), row("64K", "tlb_flush2", [1.0, 2.0, 1.5], 1.9)]
+    rep = {"rows": rows, **v.summarise(rows)}
+    assert rep["noisy_rows"]["ops_ratio"] == 1 and rep["noisy_outside"]["ops_ratio"] == []
+    assert "outside every repeat" not in "\n".join(v.headline_lines(rep))
 
 
 def test_a_held_out_miss_fails_the_headline():
