@@ -116,23 +116,26 @@ impl Kernel {
         let n = nid as usize;
         let mut t = t0;
         let target = self.kswapd_target(nid);
+        // The balance_pgdat run this step continues; the node keeps it
+        // between steps.
+        let mut run = self.nodes[n].kswapd_run.take();
         // One batch of rounds per run, so user tasks interleave.
         for _ in 0..64 {
             // prepare_kswapd_sleep: a hopeless node, or a balanced one.
             if self.nodes[n].kswapd_failures >= MAX_RECLAIM_RETRIES || self.pa.zone_free_pages(nid) >= target {
-                self.nodes[n].kswapd_run = None;
+                run = None;
                 break;
             }
-            let mut b = match self.nodes[n].kswapd_run.take() {
-                Some(b) => b,
-                None => KswapdRun { priority: DEF_PRIORITY, to_scan: (self.kswapd_lru_pages(n) >> DEF_PRIORITY).max(1), reclaimed: 0 },
-            };
+            let b = run.get_or_insert_with(|| KswapdRun {
+                priority: DEF_PRIORITY,
+                to_scan: (self.kswapd_lru_pages(n) >> DEF_PRIORITY).max(1),
+                reclaimed: 0,
+            });
             let (freed, scanned, t1) = self.kswapd_shrink_node(t, cpu, n);
             t = t1;
             b.reclaimed += freed;
             b.to_scan = b.to_scan.saturating_sub(scanned as u64);
             if scanned > 0 && b.to_scan > 0 {
-                self.nodes[n].kswapd_run = Some(b);
                 continue;
             }
             // This priority is done (or there was nothing to scan): the
@@ -140,16 +143,17 @@ impl Kernel {
             if b.priority > 1 {
                 b.priority -= 1;
                 b.to_scan = (self.kswapd_lru_pages(n) >> b.priority).max(1);
-                self.nodes[n].kswapd_run = Some(b);
                 continue;
             }
             if b.reclaimed == 0 {
                 self.nodes[n].kswapd_failures += 1;
             }
+            run = None;
             if scanned == 0 {
                 break;
             }
         }
+        self.nodes[n].kswapd_run = run;
         let tk = &mut self.tasks[tid as usize];
         tk.sys_ns += t - t0;
         tk.clock = t;
