@@ -56,15 +56,17 @@ impl SetupEnv for Env<'_> {
         Ok(id)
     }
     fn spawn_process(&mut self, cpu: Option<u32>) -> Result<TaskId, String> {
+        let pinned = cpu.is_some();
         let cpu = self.pick_cpu(cpu)?;
         let mm = self.k.new_mm();
-        Ok(self.add_task(mm, cpu))
+        Ok(self.add_task(mm, cpu, pinned))
     }
     fn spawn_thread(&mut self, of: TaskId, cpu: Option<u32>) -> Result<TaskId, String> {
+        let pinned = cpu.is_some();
         let cpu = self.pick_cpu(cpu)?;
         let mm = self.k.tasks.get(of as usize).ok_or_else(|| format!("spawn_thread: no task {of}"))?.mm;
         self.k.mms[mm as usize].users += 1;
-        Ok(self.add_task(mm, cpu))
+        Ok(self.add_task(mm, cpu, pinned))
     }
     fn seed(&self) -> u64 {
         self.seed
@@ -120,9 +122,11 @@ impl Env<'_> {
             }
         }
     }
-    fn add_task(&mut self, mm: u32, cpu: u32) -> TaskId {
+    fn add_task(&mut self, mm: u32, cpu: u32, pinned: bool) -> TaskId {
         let id = self.k.tasks.len() as u32;
-        self.k.tasks.push(Task::new(id, mm, cpu, 0));
+        let mut t = Task::new(id, mm, cpu, 0);
+        t.pinned = pinned;
+        self.k.tasks.push(t);
         self.k.mms[mm as usize].cpumask_set(cpu);
         id
     }
@@ -521,8 +525,8 @@ fn step(k: &mut Kernel, wl: &mut dyn Workload, tid: u32, q: &mut Queue) -> Optio
         Some(op) => op,
         None => wl.next_op(tid, tk.last, &mut tk.ops),
     };
-    // (Only whether it was a fork is needed after exec: the op moves in.)
-    let fork = matches!(op, Op::Fork);
+    // (Only whether it made a task is needed after exec: the op moves in.)
+    let fork = matches!(op, Op::Fork | Op::Vfork | Op::Clone);
     let r = k.exec(tid, op);
     // page_reporting_notify_free for the frees this step made.
     k.page_reporting_poll(tid);

@@ -151,6 +151,10 @@ impl Kernel {
         tk.user_ns = user0;
         tk.entry_ns[Entry::Execve as usize] += t - t0;
         tk.clock = t;
+        // exec_mm_release: a vfork parent waits no longer.
+        if let Some(p) = tk.vfork_parent.take() {
+            self.wake_up(p, t);
+        }
         if r.is_err() {
             return r;
         }
