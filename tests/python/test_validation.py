@@ -258,7 +258,7 @@ def test_validate_quick_bounds_on_what_the_model_covers(host_profile):
 
 
 # ----------------------------------------------------------- trace replay --
-def write_trace(path: Path, version: int = 1, truncate: int = 0) -> None:
+def write_trace(path: Path, version: int = 3, truncate: int = 0) -> None:
     """A small valid trace written by the core's converter from a fake valgrind log."""
     log = path.with_suffix(".log")
     log.write_text(
@@ -291,15 +291,21 @@ def test_trace_replay_faults_and_rss(tmp_path):
 
 
 @pytest.mark.parametrize("kind,needle", [("truncated", "truncated"), ("newer", "newer"), ("garbage", "bad magic"),
-                                         ("corrupt", "corrupt"), ("v3", "version 3 is newer")])
+                                         ("corrupt", "corrupt"), ("older", "version 2 is older"),
+                                         ("machine", "another kind of machine (aarch64, 64 KiB pages)")])
 def test_bad_traces_are_one_line_errors(tmp_path, kind, needle):
     t = tmp_path / "bad.fstrace"
     if kind == "truncated":
         write_trace(t, truncate=7)
     elif kind == "newer":
         write_trace(t, version=99)
-    elif kind == "v3":
-        write_trace(t, version=3)
+    elif kind == "older":
+        write_trace(t, version=2)
+    elif kind == "machine":
+        write_trace(t)
+        data = bytearray(t.read_bytes())
+        data[11], data[12:14] = 16, (183).to_bytes(2, "little")
+        t.write_bytes(bytes(data))
     elif kind == "corrupt":
         write_trace(t)
         data = bytearray(t.read_bytes())
@@ -346,7 +352,7 @@ def test_record_a_process_tree_and_replay_it(tmp_path):
     r = cli("record", "-o", str(out), "--json", "--", "sh", "-c", "cat /etc/hostname >/dev/null; true")
     assert r.returncode == 0, r.stderr
     info = json.loads(r.stdout.strip().splitlines()[-1])["info"]
-    assert info["version"] == 2 and info["processes"] == 2, info
+    assert info["version"] == 3 and info["processes"] == 2, info
     from foliosim import _core  # noqa: F401
     res = foliosim.run(replay_cfg(out) | {"run": {"warmup_s": 0.0, "duration_s": 60.0}})
     vm = res.raw["vmstat"]

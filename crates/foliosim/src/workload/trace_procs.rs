@@ -16,14 +16,14 @@
 //! prints the same layout, but it keeps fd 2 for itself: a program that
 //! closes its stderr and checks the result, as xz and mawk do, fails.)
 //!
-//! The trace holds one section per process (`Process`, then its instances
-//! in order), its `Fork`/`Wait` records where the parent made the calls,
-//! and an `Exit` at the end of each.
+//! Each process is a task of the trace (its pid): its instances in order,
+//! its `Fork`/`Wait` records where it made the calls, and an `Exit` at the
+//! end.
 
 use super::map;
-use super::trace_format::{Record, TraceReader, TraceWriter};
-use super::trace_record::{convert, Conv, RecordStats};
-use std::collections::{BTreeMap, HashMap};
+use super::trace_format::{Record, TraceWriter};
+use super::trace_record::{convert, Conv, Files, RecordStats};
+use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::path::Path;
 
@@ -186,65 +186,35 @@ fn logs(dir: &Path) -> Result<BTreeMap<u64, BTreeMap<u64, std::path::PathBuf>>, 
 }
 
 /// Convert the logs of a recorded process tree in `dir` into the trace
-/// `out_path`; `root` is the pid of the recorded command.
+/// `out_path`; `root` is the pid of the recorded command. Each process is
+/// the task of its pid.
 pub fn from_valgrind_logs(dir: &Path, out_path: &Path, meta_json: &str, root: u64) -> Result<RecordStats, String> {
     let all = logs(dir)?;
     if !all.contains_key(&root) {
         return Err(format!("valgrind wrote no log for the recorded command (pid {root})"));
     }
     let o = std::fs::File::create(out_path).map_err(|e| format!("{}: {e}", out_path.display()))?;
-    let mut w = TraceWriter::new(std::io::BufWriter::new(o)).map_err(|e| format!("cannot write the trace: {e}"))?;
     let werr = |e: std::io::Error| format!("cannot write the trace: {e}");
-    w.write(&Record::Meta { json: meta_json.to_string() }).map_err(werr)?;
+    let mut w = TraceWriter::new(std::io::BufWriter::new(o)).map_err(werr)?;
+    w.write_global(&Record::Meta { json: meta_json.to_string() }).map_err(werr)?;
+    w.write_global(&Record::Root { tid: root }).map_err(werr)?;
     let mut total = RecordStats::default();
-    let mut files: HashMap<String, u32> = HashMap::new();
+    let mut files = Files::new();
     let order = std::iter::once(root).chain(all.keys().copied().filter(|&p| p != root));
     for pid in order {
         let mut exit_code = 0;
-        for (k, (_, log)) in all[&pid].iter().enumerate() {
+        for (_, log) in all[&pid].iter() {
             let img = image(&startup_layout(log));
-            let sec = dir.join(format!("sec.{pid}.{k}"));
             let f = std::fs::File::open(log).map_err(|e| format!("{}: {e}", log.display()))?;
-            let o = std::fs::File::create(&sec).map_err(|e| format!("{}: {e}", sec.display()))?;
             let size = Box::new(|p: &str| std::fs::metadata(p).ok().map(|m| m.len()));
-            let (o, st) = convert(BufReader::with_capacity(1 << 20, f), std::io::BufWriter::new(o), size, |c| {
-                img.as_ref().map_or(Ok(()), |i| put_image(c, i))
-            })?;
-            drop(o);
-            if k == 0 {
-                let parent = if pid == root { 0 } else { st.parent };
-                w.write(&Record::Process { pid, parent }).map_err(werr)?;
-            }
+            let (w2, st, f2) =
+                convert(BufReader::with_capacity(1 << 20, f), w, pid, size, files, |c| img.as_ref().map_or(Ok(()), |i| put_image(c, i)))?;
+            (w, files) = (w2, f2);
             exit_code = st.exit_code.unwrap_or(exit_code);
             add(&mut total, &st);
-            // Copy the section, its File indices made global.
-            let f = std::fs::File::open(&sec).map_err(|e| format!("{}: {e}", sec.display()))?;
-            let mut r = TraceReader::new(BufReader::with_capacity(1 << 20, f))?;
-            let mut local: Vec<u32> = Vec::new();
-            while let Some(rec) = r.next_record()? {
-                let rec = match rec {
-                    Record::File { size, path } => {
-                        let n = files.len() as u32;
-                        let g = *files.entry(path.clone()).or_insert(n);
-                        if g == n {
-                            w.write(&Record::File { size, path }).map_err(werr)?;
-                        }
-                        local.push(g);
-                        continue;
-                    }
-                    Record::Mmap { addr, len, prot, flags, file, off, ret } => {
-                        Record::Mmap { addr, len, prot, flags, file: file.map(|f| local[f as usize]), off, ret }
-                    }
-                    Record::Exec { file, vaddr, text, data, data_off, bss } => {
-                        Record::Exec { file: local[file as usize], vaddr, text, data, data_off, bss }
-                    }
-                    r => r,
-                };
-                w.write(&rec).map_err(werr)?;
-            }
-            let _ = std::fs::remove_file(&sec);
         }
-        w.write(&Record::Exit { code: exit_code }).map_err(werr)?;
+        w.write_task(pid, &Record::Exit { code: exit_code }).map_err(werr)?;
+        w.flush_task(pid).map_err(werr)?;
     }
     total.files = files.len() as u64;
     let o = w.finish().map_err(werr)?;
@@ -386,16 +356,17 @@ mod tests {
         assert_eq!(
             kinds,
             [
-                "Meta", "Process", "Fork", "Access", "Wait", "Region", "Exit", "Process", "File", "Exec", "File", "Mmap", "Mmap", "Access",
-                "Access", "Exit"
+                "Meta", "Root", "Task", "Fork", "Access", "Wait", "Region", "Exit", "File", "File", "Task", "Exec", "Mmap", "Mmap",
+                "Access", "Access", "Exit"
             ]
         );
-        assert_eq!(rs[1], Record::Process { pid: 10, parent: 0 });
-        assert_eq!(rs[2], Record::Fork { child: 11 });
-        assert_eq!(rs[4], Record::Wait { child: 11 });
-        assert_eq!(rs[7], Record::Process { pid: 11, parent: 10 });
-        assert_eq!(rs[15], Record::Exit { code: 1 });
+        assert_eq!(rs[1], Record::Root { tid: 10 });
+        assert_eq!(rs[2], Record::Task { tid: 10 });
+        assert_eq!(rs[3], Record::Fork { child: 11 });
+        assert_eq!(rs[5], Record::Wait { child: 11, flags: 0 });
+        assert_eq!(rs[10], Record::Task { tid: 11 });
+        assert_eq!(rs[16], Record::Exit { code: 1 });
         // The child's accesses fall in its image: no Region for them.
-        assert_eq!(rs[9], Record::Exec { file: 0, vaddr: 0x40_0000, text: 0x3000, data: 0x1000, data_off: 0x3000, bss: 0x2000 });
+        assert_eq!(rs[11], Record::Exec { file: 0, vaddr: 0x40_0000, text: 0x3000, data: 0x1000, data_off: 0x3000, bss: 0x2000 });
     }
 }
