@@ -25,7 +25,7 @@ LINT_STAMP := $(VENV)/.lint-stamp
 
 RAY_STAMP := $(VENV)/.ray-stamp
 
-.PHONY: demo test venv develop cargo-test pytest bench clean browser ray docs-tables validation fuzz validate golden lint toolchain reproductions check-reproductions docs-validation
+.PHONY: demo test venv develop cargo-test pytest bench clean browser ray docs-tables validation fuzz validate golden lint toolchain reproductions check-reproductions docs-validation record-test-traces
 
 demo: develop
 	$(VENV)/bin/foliosim run configs/default.toml
@@ -132,17 +132,32 @@ pytest: $(STAMP)
 	$(VPY) -m pytest -q tests/python
 
 # Real-kernel microbenchmarks (C), used by calibrate/validate/record. The
-# recorder needs valgrind (and the examples sqlite3): installed from Debian's
-# packages when missing and we may (root with apt-get); otherwise the tests
-# that need them skip and say why.
+# recorder needs perf (Debian's linux-perf) and, with --mode valgrind,
+# valgrind (the examples sqlite3): installed from Debian's packages when
+# missing and we may (root with apt-get); otherwise the tests that need them
+# skip and say why.
 validation:
 	$(MAKE) --no-print-directory -C validation
-	@if ! command -v valgrind >/dev/null || ! command -v sqlite3 >/dev/null; then \
+	@if ! command -v valgrind >/dev/null || ! command -v sqlite3 >/dev/null || ! command -v perf >/dev/null; then \
 		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-			DEBIAN_FRONTEND=noninteractive apt-get install -y -qq valgrind sqlite3 >/dev/null || \
-				echo "note: could not install valgrind/sqlite3; record tests will skip"; \
-		else echo "note: valgrind/sqlite3 missing and not root; record tests will skip"; fi; \
+			DEBIAN_FRONTEND=noninteractive apt-get install -y -qq valgrind sqlite3 linux-perf >/dev/null || \
+				echo "note: could not install valgrind/sqlite3/linux-perf; record tests will skip"; \
+		else echo "note: valgrind/sqlite3/perf missing and not root; record tests will skip"; fi; \
 	fi
+
+# The small traces the tests, the golden outputs and the fuzzer replay
+# (committed: CI does not record them), from tests/data/tinyproj: its
+# `make -j2` build and a program of four threads, recorded with perf (root);
+# and /bin/true recorded with valgrind, a seed of the other recorder.
+TRACES := tests/data/traces
+record-test-traces: develop validation
+	mkdir -p $(TRACES)
+	$(MAKE) -s -C tests/data/tinyproj clean threads
+	$(VENV)/bin/foliosim record -o $(TRACES)/make-j2.fstrace -- make -s -j2 -C tests/data/tinyproj tiny
+	$(VENV)/bin/foliosim record -o $(TRACES)/threads.fstrace -- tests/data/tinyproj/threads
+	$(VENV)/bin/foliosim record --mode valgrind -o fuzz/seeds/true-valgrind.fstrace -- true
+	cp $(TRACES)/threads.fstrace fuzz/seeds/threads.fstrace
+	$(MAKE) -s -C tests/data/tinyproj clean
 
 # The trace reader fuzzer. cargo-fuzz (libFuzzer) when it is installed and
 # builds on this toolchain (stable + RUSTC_BOOTSTRAP=1), for FUZZ_SECONDS;

@@ -25,9 +25,11 @@ __all__ = [
     "load_toml",
     "resolve_paths",
     "run_json",
+    "trace_from_perf",
     "trace_from_valgrind_log",
     "trace_from_valgrind_logs",
     "trace_info",
+    "trace_meta",
 ]
 
 _ProgressCallback = Callable[[float, float], bool | None]
@@ -105,6 +107,14 @@ def trace_from_valgrind_logs(dir: str, out_path: str, meta_json: str, root: int)
 def trace_info(path: str) -> str:
     """Read and check a whole trace; {"records", "accesses", "files", "regions",
     "meta"} as JSON. Raises ValueError."""
+
+def trace_from_perf(input_path: str, out_path: str, meta_json: str, status_path: str, tracefs: str) -> str:
+    """Convert perf's pipe stream read from ``input_path`` into a trace at
+    ``out_path`` (tracepoint formats from ``tracefs``; the recorder's status
+    file read when the stream ends); statistics as JSON. Raises ValueError."""
+
+def trace_meta(path: str) -> str:
+    """The Meta JSON at the head of a trace ("" if none). Raises ValueError."""
 
 def _panic_for_tests(message: str) -> None:
     """Panics inside the core's guard, as a bug would (tests of the panic ->

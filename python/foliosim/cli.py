@@ -106,6 +106,18 @@ def _time_rows(tn: dict[str, Any]) -> list[tuple[str, float]]:
     return rows
 
 
+def _trace_lacks(path: str) -> str:
+    """Which recorder made the trace at `path` and what it lacks, from its
+    head ("" when unknown)."""
+    try:
+        meta = json.loads(_core.trace_meta(path) or "{}")
+    except (ValueError, OSError):
+        return ""
+    if not isinstance(meta, dict) or "lacks" not in meta:
+        return ""
+    return f"recorded with {meta.get('mode', '?')}: {meta['lacks']}"
+
+
 def format_summary(r: Result, out_dir: Path | None = None, all_rows: bool = False) -> str:
     """The human summary of a run. Rows that are zero are left out (one line
     says how many) unless `all_rows`; time shares are of user + sys."""
@@ -130,6 +142,9 @@ def format_summary(r: Result, out_dir: Path | None = None, all_rows: bool = Fals
         lines.append(f"trace: replayed to its end at {done:.6f} simulated s" if done is not None else
                      f"trace: NOT replayed to its end: cut at {r.sim_time_s:.3f} simulated s "
                      "(a longer run.duration_s replays more)")
+        lacks = _trace_lacks(str(wl.get("path", "")))
+        if lacks:
+            lines.append(f"trace: {lacks}")
     elif done is not None:
         lines.append(f"every task exited at {done:.6f} simulated s")
     lines.append("")
@@ -262,7 +277,11 @@ def check_out_dir(flag: str, path: Path) -> None:
 
 def check_out_file(flag: str, path: Path) -> None:
     """Before anything runs: the output file `path` can be written."""
-    if path.is_dir():
+    try:
+        is_dir = path.is_dir()
+    except OSError as e:  # a folder on the way we may not enter
+        raise UsageError(f"{flag} {path}: {e.strerror}") from None
+    if is_dir:
         raise UsageError(f"{flag} {path}: is a folder; give a file name")
     _probe_writable(flag, path, _nearest_existing(path.parent))
 
@@ -831,6 +850,11 @@ def _add_host_commands(sub: Any) -> None:
 
     r = sub.add_parser("record", help="record a program's memory behaviour into a trace: foliosim record -- CMD ARGS")
     r.add_argument("--out", "-o", metavar="FILE", help="trace file (default CMD.fstrace)")
+    r.add_argument("--mode", choices=("perf", "valgrind"), default="perf",
+                   help="perf (default): natively, the page faults, memory calls, file I/O, processes and CPU time the kernel sees "
+                        "(root); valgrind: every memory access, thousands of times slower")
+    r.add_argument("--timeout", type=float, metavar="SECONDS",
+                   help="kill the recorded command (every process of it) after this long; no trace is written")
     r.add_argument("--validate", action="store_true", help="then compare native minor faults and RSS with the replay")
     r.add_argument("--profile", metavar="FILE", help="profile for --validate (default results/calibrate/host.toml)")
     r.add_argument("--json", action="store_true")

@@ -472,7 +472,7 @@ def fclose_prog(tmp_path_factory):
 @needs_valgrind
 def test_record_a_program_that_checks_the_close_of_stderr(fclose_prog, tmp_path):
     out = tmp_path / "fcl.fstrace"
-    proc = run_cli("record", "-o", str(out), "--json", "--", str(fclose_prog), timeout=300)
+    proc = run_cli("record", "--mode", "valgrind", "-o", str(out), "--json", "--", str(fclose_prog), timeout=300)
     assert proc.returncode == 0, proc.stderr
     st = one_json(proc.stdout)  # 14: stdout is the JSON alone
     assert "to stdout" in proc.stderr and "to stderr" in proc.stderr
@@ -490,7 +490,7 @@ def test_record_a_program_that_checks_the_close_of_stderr(fclose_prog, tmp_path)
 def test_a_failing_recorded_program_shows_its_status_and_stderr(tmp_path):
     out = tmp_path / "t.fstrace"
     # (What it prints is computed: the error's quote of the command cannot hold it.)
-    proc = run_cli("record", "-o", str(out), "--", "sh", "-c", "echo first >&2; echo disk $((6*7)) on fire >&2; exit 3",
+    proc = run_cli("record", "--mode", "valgrind", "-o", str(out), "--", "sh", "-c", "echo first >&2; echo disk $((6*7)) on fire >&2; exit 3",
                    timeout=300)
     err = stderr_lines(proc)[-1]
     assert proc.returncode == 2, proc.stderr

@@ -276,6 +276,34 @@ fn trace_from_valgrind_logs(py: Python<'_>, dir: &str, out_path: &str, meta_json
         .map_err(pyo3::exceptions::PyValueError::new_err)
 }
 
+/// Convert perf's pipe stream read from `input_path` (its stdout as
+/// /proc/self/fd/N) into a trace at `out_path`, the tracepoints' formats
+/// read from `tracefs`; the recorder's wrapper's status file is read when
+/// the stream ends. Statistics as JSON. Errors are ValueError.
+#[pyfunction]
+fn trace_from_perf(
+    py: Python<'_>,
+    input_path: &str,
+    out_path: &str,
+    meta_json: &str,
+    status_path: &str,
+    tracefs: &str,
+) -> PyResult<String> {
+    let a = [input_path, out_path, meta_json, status_path, tracefs].map(str::to_string);
+    py.detach(move || guarded(|| foliosim::workload::trace_perf::convert_files_json(&a[0], &a[1], &a[2], &a[3], &a[4])))
+        .map_err(panic_error)?
+        .map_err(pyo3::exceptions::PyValueError::new_err)
+}
+
+/// The Meta JSON of a trace (read from its head only), "" if it has none.
+#[pyfunction]
+fn trace_meta(py: Python<'_>, path: &str) -> PyResult<String> {
+    let p = path.to_string();
+    py.detach(move || guarded(|| foliosim::workload::trace_format::meta_of(std::path::Path::new(&p))))
+        .map_err(panic_error)?
+        .map_err(pyo3::exceptions::PyValueError::new_err)
+}
+
 /// Read and check a whole trace; returns {"records", "accesses", "files", "regions", "meta"} as JSON.
 #[pyfunction]
 fn trace_info(py: Python<'_>, path: &str) -> PyResult<String> {
@@ -305,5 +333,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(trace_from_valgrind_log, m)?)?;
     m.add_function(wrap_pyfunction!(trace_from_valgrind_logs, m)?)?;
     m.add_function(wrap_pyfunction!(trace_info, m)?)?;
+    m.add_function(wrap_pyfunction!(trace_from_perf, m)?)?;
+    m.add_function(wrap_pyfunction!(trace_meta, m)?)?;
     Ok(())
 }

@@ -20,6 +20,7 @@ pub mod registry;
 pub mod sparse_touch;
 pub mod trace;
 pub mod trace_format;
+pub mod trace_perf;
 pub mod trace_procs;
 pub mod trace_record;
 pub mod will_it_scale;
