@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import collections
 import contextlib
+import fcntl
 import json
 import os
 import platform
@@ -74,8 +75,16 @@ PERF_EVENTS = [
     "writeback:writeback_dirty_folio",
     "filemap:mm_filemap_map_pages",
 ]
-#: perf's ring buffer per CPU: large enough that a burst of faults is not lost.
-PERF_MMAP = "16M"
+#: perf's ring buffers, all CPUs together: a burst of faults while perf or
+#: the converter waits for a CPU must not overflow them (on this 2-CPU host,
+#: under load, 16 MiB per CPU lost 63,180 events of a kernel build's 1.9 M).
+PERF_BUFFER_BUDGET = 512 << 20
+
+
+def perf_mmap_size(cpus: int) -> str:
+    """perf's -m: the budget over the CPUs, a power of two from 4 to 128 MiB."""
+    per = max(4 << 20, min(128 << 20, PERF_BUFFER_BUDGET // max(cpus, 1)))
+    return f"{1 << (per.bit_length() - 1) >> 20}M"
 
 # Every process of the tree under valgrind; a forked child is silent until it
 # execs; one log per instance. `-v -v` names in each log the ELF image and
@@ -88,6 +97,9 @@ VALGRIND_ARGS = ["--tool=lackey", "--trace-mem=yes", "--trace-syscalls=yes", "--
 
 #: Lines of the program's stderr an error quotes when it fails.
 STDERR_TAIL = 5
+
+
+F_SETPIPE_SZ = 1031  # fcntl.F_SETPIPE_SZ, from Python 3.10 on Linux; named here for mypy
 
 
 class _Timeout(Exception):
@@ -316,7 +328,7 @@ def _record_perf(perf: str, cmd: list[str], tmp_out: Path, timeout: float | None
     with tempfile.TemporaryDirectory(prefix="foliosim-record-") as td, fault_around_one_page() as fab:
         status = Path(td) / "status.json"
         argv_perf = [perf, "record", "-q", "--no-buildid", "--no-buildid-cache", *events, "--switch-events", "--data",
-                     "-m", PERF_MMAP, "-o", "-", "--"]
+                     "-m", perf_mmap_size(os.cpu_count() or 1), "-o", "-", "--"]
         around = "off (fault_around_bytes = 4096)" if fab == 4096 else \
             "on: the pages it mapped were recovered from the tracepoint filemap:mm_filemap_map_pages"
         if fab != 4096 and not quiet:
@@ -330,9 +342,15 @@ def _record_perf(perf: str, cmd: list[str], tmp_out: Path, timeout: float | None
         # The program's stdout: ours (perf's own stdout is the trace stream).
         outfd = os.dup(sys.stderr.fileno() if stdout_to_stderr else sys.stdout.fileno())
         rfd, wfd = os.pipe()
+        with contextlib.suppress(OSError):  # the largest pipe allowed: slack for perf while we wait for a CPU
+            fcntl.fcntl(wfd, F_SETPIPE_SZ, _read_int(Path("/proc/sys/fs/pipe-max-size")) or 1 << 20)
         result: dict[str, Any] = {}
 
         def convert() -> None:
+            # A little ahead of the recorded program for the CPU (root may):
+            # perf blocks on a full pipe and its buffers overflow meanwhile.
+            with contextlib.suppress(OSError, AttributeError):
+                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), -5)
             try:
                 result["stats"] = json.loads(_core().trace_from_perf(f"/proc/self/fd/{rfd}", str(tmp_out), meta, str(status),
                                                                      str(TRACEFS)))
@@ -364,7 +382,8 @@ def _record_perf(perf: str, cmd: list[str], tmp_out: Path, timeout: float | None
             raise HostError(f"recording failed: {' '.join(str(e).split())}") from e
         stats: dict[str, Any] = result["stats"]
         if stats.get("lost_events"):
-            print(f"foliosim: warning: perf lost {stats['lost_events']:,} events (its buffers overflowed): the trace misses them",
+            print(f"foliosim: warning: perf lost {stats['lost_events']:,} of {stats['perf_records']:,} events (its buffers "
+                  "overflowed while it or the converter waited for a CPU): the trace misses them; record on a quieter host",
                   file=sys.stderr)
         return {"rusage": st.get("rusage", {}), "wall_s": st.get("wall_ns", 0) / 1e9, **stats}
 
