@@ -15,6 +15,7 @@ __all__ = [
     "Cancel",
     "ConfigError",
     "InternalError",
+    "ValgrindListener",
     "__version__",
     "_panic_for_tests",
     "bench_events",
@@ -54,6 +55,18 @@ class Cancel:
     def cancel(self) -> None: ...
     @property
     def cancelled(self) -> bool: ...
+
+@final
+class ValgrindListener:
+    """A listener for the logs valgrind streams with ``--log-socket``:
+    ``port`` to give valgrind, ``convert`` to run in a thread (it returns
+    once ``stop`` was called and every connection is read)."""
+
+    def __init__(self) -> None: ...
+    @property
+    def port(self) -> int: ...
+    def stop(self) -> None: ...
+    def convert(self, out_path: str, meta_json: str, root: int) -> str: ...
 
 def load_toml(text: str, filename: str = "<string>") -> str:
     """Validate and normalise a TOML config; the normalised config as JSON.

@@ -14,7 +14,9 @@ Two recorders:
   fault-around is set to one page meanwhile (so every file page's first
   touch is a fault too), under the knob lock, and restored.
 - `valgrind`: every memory access (lackey), thousands of times slower;
-  for what needs every access (TLB hits and misses, LRU ageing).
+  for what needs every access (TLB hits and misses, LRU ageing). Each
+  process image's log streams over a socket of its own into the core's
+  converter (trace_procs), nothing goes to disk but the trace.
 
 The trace is written to a temporary file next to the output and renamed
 into place only when the program exited 0 and the whole trace reads back.
@@ -87,7 +89,7 @@ def perf_mmap_size(cpus: int) -> str:
     return f"{1 << (per.bit_length() - 1) >> 20}M"
 
 # Every process of the tree under valgrind; a forked child is silent until it
-# execs; one log per instance. `-v -v` names in each log the ELF image and
+# execs; one log per instance (a connection of its own to --log-socket). `-v -v` names in each log the ELF image and
 # ld.so valgrind's loader mapped, with their load addresses (the converter
 # reads their segments from the files). Not `-d`: it keeps fd 2 for valgrind,
 # and a program that closes its stderr and checks the result (xz, mawk)
@@ -399,18 +401,38 @@ def _read_status(p: Path) -> dict[str, Any] | None:
 def _record_valgrind(vg: str, cmd: list[str], tmp_out: Path, timeout: float | None, stdout_to_stderr: bool) -> dict[str, Any]:
     vgver = subprocess.run([vg, "--version"], capture_output=True, text=True).stdout.strip()
     meta = _meta(cmd, "valgrind", {"recorder": "valgrind " + " ".join(VALGRIND_ARGS), "valgrind": vgver})
-    # The logs can be large (about 15 bytes per memory access): they go to a
-    # temporary directory removed on every way out.
-    with tempfile.TemporaryDirectory(prefix="foliosim-record-") as td:
-        root: dict[str, int] = {}
-        rc, tail = _run_tree([vg, *VALGRIND_ARGS, f"--log-file={td}/log.%p.%n", *cmd], timeout, stdout_to_stderr,
-                             on_started=lambda p: root.setdefault("pid", p.pid))
-        if rc != 0:
-            raise HostError(f"{' '.join(cmd)} {_status(rc)} while recording; no trace written{_quote(tail)}")
+    # Each process image's log comes on a connection of its own to the
+    # core's listener, which converts it as it arrives (about 15 bytes a
+    # memory access that never reach the disk).
+    listener = _core().ValgrindListener()
+    result: dict[str, Any] = {}
+
+    def convert(root: int) -> None:
         try:
-            stats: dict[str, Any] = json.loads(_core().trace_from_valgrind_logs(td, str(tmp_out), meta, root["pid"]))
-        except BaseException as e:
-            raise HostError(f"recording failed: {' '.join(str(e).split())}") from e
+            result["stats"] = json.loads(listener.convert(str(tmp_out), meta, root))
+        except BaseException as e:  # noqa: BLE001 -- handed to the main thread
+            result["error"] = e
+
+    th = threading.Thread(target=lambda: None)
+
+    def started(p: subprocess.Popen[bytes]) -> None:
+        nonlocal th
+        th = threading.Thread(target=convert, args=(p.pid,), daemon=True)
+        th.start()
+
+    try:
+        rc, tail = _run_tree([vg, *VALGRIND_ARGS, f"--log-socket=127.0.0.1:{listener.port}", *cmd], timeout, stdout_to_stderr,
+                             on_started=started)
+    finally:
+        listener.stop()
+        if th.is_alive():
+            th.join()
+    if rc != 0:
+        raise HostError(f"{' '.join(cmd)} {_status(rc)} while recording; no trace written{_quote(tail)}")
+    if "error" in result:
+        e = result["error"]
+        raise HostError(f"recording failed: {' '.join(str(e).split())}") from e
+    stats: dict[str, Any] = result["stats"]
     return stats
 
 

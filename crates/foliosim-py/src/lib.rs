@@ -304,6 +304,47 @@ fn trace_meta(py: Python<'_>, path: &str) -> PyResult<String> {
         .map_err(pyo3::exceptions::PyValueError::new_err)
 }
 
+/// A listener for the logs valgrind streams with --log-socket: `port` to
+/// give valgrind, `convert` to run (in a thread: it returns once `stop` was
+/// called and every connection is read), `stop` when valgrind has exited.
+#[pyclass(frozen)]
+struct ValgrindListener {
+    listener: std::sync::Mutex<Option<std::net::TcpListener>>,
+    stop: std::sync::atomic::AtomicBool,
+    port: u16,
+}
+
+#[pymethods]
+impl ValgrindListener {
+    #[new]
+    fn new() -> PyResult<Self> {
+        let l = foliosim::workload::trace_procs::bind_valgrind_socket().map_err(pyo3::exceptions::PyOSError::new_err)?;
+        let port = l.local_addr().map_err(|e| pyo3::exceptions::PyOSError::new_err(e.to_string()))?.port();
+        Ok(ValgrindListener { listener: std::sync::Mutex::new(Some(l)), stop: false.into(), port })
+    }
+
+    #[getter]
+    fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// valgrind has exited: `convert` returns once it has read what is left.
+    fn stop(&self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Convert every instance's log as it arrives into the trace
+    /// `out_path` (`root`: the recorded command's pid); statistics as JSON.
+    fn convert(&self, py: Python<'_>, out_path: &str, meta_json: &str, root: u64) -> PyResult<String> {
+        let l = self.listener.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let l = l.ok_or_else(|| pyo3::exceptions::PyValueError::new_err("this listener has converted already"))?;
+        let (o, m) = (out_path.to_string(), meta_json.to_string());
+        py.detach(|| guarded(|| foliosim::workload::trace_procs::from_valgrind_socket_json(l, &self.stop, &o, &m, root)))
+            .map_err(panic_error)?
+            .map_err(pyo3::exceptions::PyValueError::new_err)
+    }
+}
+
 /// Read and check a whole trace; returns {"records", "accesses", "files", "regions", "meta"} as JSON.
 #[pyfunction]
 fn trace_info(py: Python<'_>, path: &str) -> PyResult<String> {
@@ -320,6 +361,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("ConfigError", py.get_type::<ConfigError>())?;
     m.add("InternalError", py.get_type::<InternalError>())?;
     m.add_class::<Cancel>()?;
+    m.add_class::<ValgrindListener>()?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_function(wrap_pyfunction!(load_toml, m)?)?;
     m.add_function(wrap_pyfunction!(load_json, m)?)?;
