@@ -174,10 +174,8 @@ def fault_around_one_page() -> Iterator[int | None]:
         old = _read_int(FAULT_AROUND)
         try:
             if old is not None and old != 4096:
-                try:
+                with contextlib.suppress(OSError):
                     FAULT_AROUND.write_text("4096")
-                except OSError:
-                    pass
             yield _read_int(FAULT_AROUND)
         finally:
             if old is not None and _read_int(FAULT_AROUND) != old:
@@ -282,10 +280,8 @@ def record(cmd: list[str], out: Path, mode: str = "perf", timeout: float | None 
     _remove_stale(out)
     tmp_out = out.with_name(f".{out.name}.tmp.{os.getpid()}")
     try:
-        if mode == "perf":
-            stats = _record_perf(tool, cmd, tmp_out, timeout, stdout_to_stderr, quiet)
-        else:
-            stats = _record_valgrind(tool, cmd, tmp_out, timeout, stdout_to_stderr)
+        stats = (_record_perf(tool, cmd, tmp_out, timeout, stdout_to_stderr, quiet) if mode == "perf"
+                 else _record_valgrind(tool, cmd, tmp_out, timeout, stdout_to_stderr))
         # Check the whole file before it gets its final name.
         try:
             info = json.loads(_core().trace_info(str(tmp_out)))
@@ -356,7 +352,7 @@ def _record_perf(perf: str, cmd: list[str], tmp_out: Path, timeout: float | None
             try:
                 result["stats"] = json.loads(_core().trace_from_perf(f"/proc/self/fd/{rfd}", str(tmp_out), meta, str(status),
                                                                      str(TRACEFS)))
-            except BaseException as e:  # noqa: BLE001 -- handed to the main thread
+            except BaseException as e:  # handed to the main thread
                 result["error"] = e
             finally:
                 os.close(rfd)
@@ -410,7 +406,7 @@ def _record_valgrind(vg: str, cmd: list[str], tmp_out: Path, timeout: float | No
     def convert(root: int) -> None:
         try:
             result["stats"] = json.loads(listener.convert(str(tmp_out), meta, root))
-        except BaseException as e:  # noqa: BLE001 -- handed to the main thread
+        except BaseException as e:  # handed to the main thread
             result["error"] = e
 
     th = threading.Thread(target=lambda: None)
