@@ -25,7 +25,7 @@ LINT_STAMP := $(VENV)/.lint-stamp
 
 RAY_STAMP := $(VENV)/.ray-stamp
 
-.PHONY: demo test venv develop cargo-test pytest bench clean browser ray docs-tables validation fuzz validate golden lint toolchain reproductions check-reproductions docs-validation record-test-traces
+.PHONY: demo test venv develop cargo-test pytest bench clean browser ray docs-tables validation fuzz validate golden lint toolchain reproductions check-reproductions docs-validation record-test-traces bench-record
 
 demo: develop
 	$(VENV)/bin/foliosim run configs/default.toml
@@ -176,6 +176,15 @@ validate: develop validation
 
 bench: develop
 	$(VENV)/bin/foliosim bench
+
+# What recording with perf costs (docs/performance.md, "Recording
+# overhead"): root, on a quiet host, about an hour on 2 CPUs. Installs
+# Debian's linux-source-6.12 (the kernel build's source) when missing;
+# fills the tables of docs/performance.md and docs/tutorial.md.
+bench-record: develop validation
+	@test -f /usr/src/linux-source-6.12.tar.xz || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq linux-source-6.12 >/dev/null
+	$(VENV)/bin/foliosim bench --record --out results/bench-record
+	$(VPY) -m foliosim.record_bench doc results/bench-record/record-bench.json docs/performance.md docs/tutorial.md
 
 clean: toolchain
 	rm -rf $(VENV) results python/foliosim/_core*.so

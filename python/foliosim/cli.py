@@ -671,6 +671,10 @@ def _count_child() -> list[str]:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    if args.record:
+        if args.repeats < 1:
+            raise UsageError(f"--repeats {args.repeats}: must be at least 1")
+        return _host_cmd("record_bench")(args)
     results: dict[str, Any] = {}
     details: dict[str, Any] = {}
     verdicts: dict[str, bool | None] = {}
@@ -792,6 +796,15 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--quiet", "-q", action="store_true", help="no progress lines on stderr")
     b.add_argument("--strict", action="store_true", help="exit 1 if a target is not met")
     b.add_argument("--slow", action="store_true", help="also time whole reproductions (mthp-will-it-scale, mthp-memory, mthp-kernel-build, luf-xsbench, luf-llama)")
+    b.add_argument("--record", action="store_true",
+                   help="instead: what recording with perf costs (root): a kernel build, xz -9, python3, sqlite3 run natively "
+                        "and under `foliosim record`, interleaved; trace sizes, replay speeds")
+    b.add_argument("--scale", choices=("small", "full"), default="full",
+                   help="with --record: full (the programs of docs/performance.md) or small (a check of the tooling)")
+    b.add_argument("--repeats", type=int, default=3, metavar="N", help="with --record: interleaved runs of each (default 3)")
+    b.add_argument("--only", metavar="LIST", help="with --record: a subset of kernel,xz,python3,sqlite3")
+    b.add_argument("--out", metavar="DIR", help="with --record: where the report and traces go (default results/bench-record)")
+    b.add_argument("--cache", metavar="DIR", help="with --record: the kernel tree and inputs (default $FOLIOSIM_CACHE or results/cache)")
     b.set_defaults(func=cmd_bench)
 
     _add_host_commands(sub)
@@ -808,7 +821,7 @@ def _host_cmd(name: str) -> Callable[[argparse.Namespace], int]:
         mod = importlib.import_module(f"foliosim.{name}")
         out = getattr(args, "out", None)
         if out:  # before minutes of measuring or recording
-            (check_out_dir if name == "validate" else check_out_file)("--out", Path(out))
+            (check_out_dir if name in ("validate", "record_bench") else check_out_file)("--out", Path(out))
         try:
             return int(getattr(mod, f"cmd_{name}")(args))
         except HostError as e:
