@@ -25,7 +25,7 @@ from typing import Any, NoReturn
 
 from . import _core
 from . import config as _config
-from ._core import ConfigError, InternalError
+from ._core import Cancelled, ConfigError, Error, InternalError
 from .progress import ProgressBar
 from .result import Result, write_text_atomic
 
@@ -849,7 +849,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return int(args.func(args))
     except SystemExit as e:
         return e.code if isinstance(e.code, int) else (0 if e.code is None else EXIT_USAGE)
-    except (ConfigError, UsageError) as e:
+    except UsageError as e:
         if debug:
             raise
         _err(str(e))
@@ -859,7 +859,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print(f"foliosim: internal error: {_one_line(e)} (a bug: please report it; FOLIOSIM_DEBUG=1 shows the backtrace)",
               file=sys.stderr)
-        return EXIT_INTERNAL
+        return e.exit_code
+    except Cancelled:
+        # Stopped in the warm-up, by a signal: as for any other stop.
+        print(f"foliosim: {_signals.what()}", file=sys.stderr)
+        return _signals.exit_code()
+    except Error as e:
+        if debug:
+            raise
+        _err(str(e))
+        return e.exit_code
     except KeyboardInterrupt:
         print(f"foliosim: {_signals.what()}", file=sys.stderr)
         return _signals.exit_code()

@@ -1,5 +1,6 @@
 //! foliosim: a fast, deterministic simulator of the Linux memory-management
-//! subsystem. See DESIGN.md in the shared folder for the architecture.
+//! subsystem. `api` is the front door (the Python binding's); the map of
+//! the modules, their layers and the time model is docs/DEVELOPING.md.
 
 pub mod api;
 pub mod arch;

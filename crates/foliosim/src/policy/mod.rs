@@ -15,6 +15,7 @@ use crate::kernel::knobs::{self, KnobSpec, KnobValue, Knobs};
 use crate::mm::fault_lock::FaultLockPolicy;
 use crate::mm::huge_mm::AnonOrderPolicy;
 use crate::mm::memory_tiers::PromotionPolicy;
+use crate::types::{ConfigError, Error};
 use crate::virt::host::DiscardPolicy;
 use std::sync::{Arc, OnceLock};
 
@@ -123,30 +124,35 @@ pub fn selected(spec: &KnobSpec, value: impl Fn(&str) -> Option<KnobValue>) -> b
     }
 }
 
-fn build<B>(kind: &Kind<B>, k: &Knobs, name: &str) -> Result<B, String> {
+fn build<B>(kind: &Kind<B>, k: &Knobs, name: &str) -> Result<B, Error> {
     match kind.policies.iter().find(|p| p.name == name) {
         Some(p) => Ok((p.build)(k)),
-        None => Err(format!("{}: unknown policy \"{name}\" (see `foliosim list`)", kind.selector)),
+        None => Err(Error::Config(ConfigError {
+            file: "(knobs)".into(),
+            line: None,
+            key: kind.selector.into(),
+            reason: format!("unknown policy \"{name}\" (see `foliosim list`)"),
+        })),
     }
 }
 
 /// The anonymous-folio order policy `anon_folio.mode` selects.
-pub fn anon_order(k: &Knobs) -> Result<Box<dyn AnonOrderPolicy>, String> {
+pub fn anon_order(k: &Knobs) -> Result<Box<dyn AnonOrderPolicy>, Error> {
     build(&ANON_ORDER, k, &k.anon_folio.mode)
 }
 
 /// The fault-locking policy `fault_locking` selects.
-pub fn fault_lock(k: &Knobs) -> Result<&'static dyn FaultLockPolicy, String> {
+pub fn fault_lock(k: &Knobs) -> Result<&'static dyn FaultLockPolicy, Error> {
     build(&FAULT_LOCK, k, &k.fault_locking)
 }
 
 /// The page-cache promotion policy `promotion_list_order` selects.
-pub fn promotion(k: &Knobs) -> Result<Box<dyn PromotionPolicy>, String> {
+pub fn promotion(k: &Knobs) -> Result<Box<dyn PromotionPolicy>, Error> {
     build(&PROMOTION, k, &k.promotion_policy)
 }
 
 /// The host's discard policy `host.discard` selects.
-pub fn host_discard(k: &Knobs) -> Result<Arc<dyn DiscardPolicy>, String> {
+pub fn host_discard(k: &Knobs) -> Result<Arc<dyn DiscardPolicy>, Error> {
     build(&HOST_DISCARD, k, &k.host_discard)
 }
 
