@@ -71,6 +71,7 @@ pub fn run_json(config_json: &str, progress: &mut dyn FnMut(&Progress) -> bool) 
 /// {"workloads": [{"name", "help", "params": [{"name","default","help"}]}],
 ///  "profiles": [{"name","description","nr_cpus","mem_mib"}],
 ///  "knobs": [{"key","default","help","values"}],
+///  "policies": [{"selector","kind","name","default","help","knobs": [{"key","default","help","values","range"}]}],
 ///  "counters": [{"name","help","gauge"}],
 ///  "probes": [{"name","help"}]}
 /// (The experiments are files of experiments/, listed by the Python layer.)
