@@ -11,6 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+import foliosim
 from conftest import RESULT_KEYS, one_json, run_cli, stderr_lines
 from foliosim import _core, cli
 from foliosim.result import deterministic_view
@@ -206,7 +207,7 @@ def test_bench_count_child_runs_the_workload():
                           capture_output=True, text=True, stdin=subprocess.DEVNULL)
     assert proc.returncode == 0, proc.stderr
     assert int(proc.stdout) > 0 and "pandas" not in proc.stderr
-    with pytest.raises(RuntimeError, match="unknown counted workload"):
+    with pytest.raises(foliosim.WorkloadError, match="unknown counted workload"):
         _core.bench_events("pf1_threads64", 0.1)
 
 
