@@ -243,8 +243,11 @@ def build_ref(root: Path, sha: str, progress: Callable[[str], None] | None = Non
     driver = root / DRIVER_SRC
     if not driver.exists():
         raise PairedError(f"{driver}: missing (the driver both builds run)")
-    (src / DRIVER_SRC).parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(driver, src / DRIVER_SRC)
+    dest = src / DRIVER_SRC
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    # Only when it differs: a new mtime would have cargo link it again.
+    if not dest.exists() or dest.read_bytes() != driver.read_bytes():
+        shutil.copyfile(driver, dest)
     if progress:
         progress(f"building {sha[:12]} (log: {base / 'build.log'})")
     return _cargo_build(src, base / "target", _toolchain(root), base / "build.log")
