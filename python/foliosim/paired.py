@@ -296,13 +296,14 @@ def paired(ref: str, pairs: int, workloads: Sequence[str], start: Path,
         raise PairedError(f"--pairs {pairs}: at least 1")
     root = repo_root(start)
     sha = resolve(root, ref)
+    # What the candidate is, as it is built (the tree may change later).
+    head = _git(root, "rev-parse", "HEAD")
+    dirty = bool(_git(root, "status", "--porcelain", "--untracked-files=no"))
     exes = {REF: build_ref(root, sha, progress), CAND: build_candidate(root, progress)}
     load_before = load_average()
     with tempfile.TemporaryDirectory(prefix="foliosim-paired.") as d:
         runners = {side: driver_runner(exe, Path(d)) for side, exe in exes.items()}
         runs = run_pairs(runners, pairs, workloads, progress)
-    head = _git(root, "rev-parse", "HEAD")
-    dirty = bool(_git(root, "status", "--porcelain", "--untracked-files=no"))
     return {
         "ref": ref,
         "ref_commit": sha,
