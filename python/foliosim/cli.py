@@ -25,7 +25,7 @@ from typing import Any, NoReturn
 
 from . import _core
 from . import config as _config
-from ._core import ConfigError, InternalError
+from ._core import Cancelled, ConfigError, Error, InternalError
 from .progress import ProgressBar
 from .result import Result, write_text_atomic
 
@@ -340,7 +340,7 @@ _signals = _Signals()
 
 
 # -------------------------------------------------------------------- list --
-LIST_SECTIONS = ("config", "workloads", "profiles", "knobs", "counters", "probes", "experiments")
+LIST_SECTIONS = ("config", "workloads", "profiles", "knobs", "policies", "counters", "probes", "experiments")
 
 
 def _matches(pattern: str | None, name: str) -> bool:
@@ -422,6 +422,20 @@ def format_catalog(cat: dict[str, Any], sections: Sequence[str], pattern: str | 
                 vs = f"  [{', '.join(map(str, vals))}]" if vals else ""
                 body.append(f"  {k.get('key')} = {k.get('default')}{vs}  {_one_line(k.get('help', ''))}")
         section('Knobs ([knobs] "KEY" = VALUE, quoted: the names have dots and slashes; default shown):', body)
+    if "policies" in sections:
+        body = []
+        selector = None
+        for p in cat.get("policies", []):
+            if not (_matches(pattern, str(p.get("name"))) or _matches(pattern, str(p.get("selector")))):
+                continue
+            if p.get("selector") != selector:
+                selector = p.get("selector")
+                body.append(f'  "{selector}": {_one_line(p.get("kind", ""))}')
+            default = "  (default)" if p.get("default") else ""
+            body.append(f"    {p.get('name')}{default}  {_one_line(p.get('help', ''))}")
+            for k in p.get("knobs", []):
+                body.append(f"        {k.get('key')} = {k.get('default')}  {_one_line(k.get('help', ''))}")
+        section('Policies ([knobs] "SELECTOR" = NAME; a policy\'s own knobs count only when it is selected):', body)
     if "counters" in sections:
         body = [f"  {c.get('name')}{' (gauge)' if c.get('gauge') else ''}: {_one_line(c.get('help', ''))}"
                 for c in cat.get("counters", []) if _matches(pattern, str(c.get("name")))]
@@ -670,11 +684,24 @@ def _count_child() -> list[str]:
     return [sys.executable, "-P", "-S", "-s", str(script), str(_core.__file__)]
 
 
+def cmd_bench_paired(args: argparse.Namespace) -> int:
+    from . import paired as _paired
+
+    workloads = [w for w in args.workloads.split(",") if w] if args.workloads else list(_paired.WORKLOADS)
+    try:
+        return _paired.main_paired(args.paired, args.pairs, workloads, args.json, not args.quiet)
+    except _paired.PairedError as e:
+        _err(str(e))
+        return EXIT_USAGE
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     if args.record:
         if args.repeats < 1:
             raise UsageError(f"--repeats {args.repeats}: must be at least 1")
         return _host_cmd("record_bench")(args)
+    if args.paired is not None:
+        return cmd_bench_paired(args)
     results: dict[str, Any] = {}
     details: dict[str, Any] = {}
     verdicts: dict[str, bool | None] = {}
@@ -696,6 +723,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
             else:
                 data = json.loads(_core.bench_json(name))
                 value = _figure(data, key)
+                if name == "pf1_threads64" and data.get("pf1_threads64_host_s"):
+                    # The run's rate, beside anon_faults' (the target is its time).
+                    data["pf1_threads64_faults_per_host_s"] = data["faults"] / data["pf1_threads64_host_s"]
             details[name] = data
         except (RuntimeError, ValueError) as e:
             errors[name] = _one_line(e)
@@ -747,7 +777,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "--set 'knobs.\"vm.min_free_kbytes\"=131072' (repeatable)")
     r.set_defaults(func=cmd_run)
 
-    li = sub.add_parser("list", help="config keys, workloads, profiles, knobs, counters and experiments",
+    li = sub.add_parser("list", help="config keys, workloads, profiles, knobs, policies, counters and experiments",
                         description="What a config may say. `foliosim list SECTION` prints one section "
                                     f"({', '.join(LIST_SECTIONS)}); a PATTERN (a substring, or a glob with * ? [...]) "
                                     "keeps the names that match, e.g. `foliosim list knobs 'vm.*'`.")
@@ -805,6 +835,11 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--only", metavar="LIST", help="with --record: a subset of kernel,xz,python3,sqlite3")
     b.add_argument("--out", metavar="DIR", help="with --record: where the report and traces go (default results/bench-record)")
     b.add_argument("--cache", metavar="DIR", help="with --record: the kernel tree and inputs (default $FOLIOSIM_CACHE or results/cache)")
+    b.add_argument("--paired", metavar="REF", help="instead: build git REF and the working tree, run them interleaved "
+                   "(--pairs pairs, the order alternating) and print each workload's throughput ratio, "
+                   "candidate/ref: median [IQR] (min-max) of the per-pair ratios (docs/performance.md)")
+    b.add_argument("--pairs", type=int, default=5, metavar="N", help="with --paired: pairs of runs per workload (default 5)")
+    b.add_argument("--workloads", metavar="W,...", help="with --paired: pf1_1task, pf1_threads64, tlb_hits (default: all)")
     b.set_defaults(func=cmd_bench)
 
     _add_host_commands(sub)
@@ -886,7 +921,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return int(args.func(args))
     except SystemExit as e:
         return e.code if isinstance(e.code, int) else (0 if e.code is None else EXIT_USAGE)
-    except (ConfigError, UsageError) as e:
+    except UsageError as e:
         if debug:
             raise
         _err(str(e))
@@ -896,7 +931,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print(f"foliosim: internal error: {_one_line(e)} (a bug: please report it; FOLIOSIM_DEBUG=1 shows the backtrace)",
               file=sys.stderr)
-        return EXIT_INTERNAL
+        return e.exit_code
+    except Cancelled:
+        # Stopped in the warm-up, by a signal: as for any other stop.
+        print(f"foliosim: {_signals.what()}", file=sys.stderr)
+        return _signals.exit_code()
+    except Error as e:
+        if debug:
+            raise
+        _err(str(e))
+        return e.exit_code
     except KeyboardInterrupt:
         print(f"foliosim: {_signals.what()}", file=sys.stderr)
         return _signals.exit_code()

@@ -1,6 +1,6 @@
 //! A simulated task (thread or process) as the kernel sees it.
 
-use crate::mm::vmstat::NR_ENTRIES;
+use crate::mm::vmstat::{Entry, NR_ENTRIES};
 use crate::sim::Ns;
 use crate::workload::{Op, Ret};
 
@@ -21,6 +21,15 @@ pub enum KthreadFn {
     /// millisecond, else it sleeps until woken.
     #[cfg(test)]
     Ticker { wake: Option<u32> },
+}
+
+/// What a kernel thread does after one run of its function.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KthreadNext {
+    /// Run again at this time (a timer: schedule_delayed_work, msleep).
+    At(Ns),
+    /// Sleep until `Kernel::wake_up` (a wait queue).
+    Sleep,
 }
 
 pub struct Task {
@@ -111,6 +120,16 @@ impl Task {
     #[inline]
     fn fault_waits(&self) -> bool {
         matches!(self.lock_wait, Some(LockWait::Fault { .. }))
+    }
+
+    /// The epilogue of a kernel entry (a fault, a system call, a sleep in
+    /// one) that ran from `t0` to `t`: the time is the task's system time
+    /// and the entry's, and the task's clock moves to `t`.
+    #[inline(always)]
+    pub fn charge_sys(&mut self, entry: Entry, t0: Ns, t: Ns) {
+        self.entry_ns[entry as usize] += t - t0;
+        self.sys_ns += t - t0;
+        self.clock = t;
     }
 
     pub fn new(id: u32, mm: u32, cpu: u32, clock: Ns) -> Task {

@@ -11,6 +11,7 @@ use super::vma::{vm, Vma, TASK_SIZE};
 use super::vmstat::{Entry, Stat};
 use crate::kernel::Kernel;
 use crate::sim::Ns;
+use crate::types::Error;
 use crate::workload::{errno, Access, FileId, Ret};
 
 /// Top of the user stack with ASLR off (arm64 and x86-64: STACK_TOP = TASK_SIZE).
@@ -47,9 +48,7 @@ impl Kernel {
         if bad {
             let t = t0 + self.c.syscall;
             let tk = &mut self.tasks[tid as usize];
-            tk.entry_ns[Entry::Execve as usize] += t - t0;
-            tk.sys_ns += t - t0;
-            tk.clock = t;
+            tk.charge_sys(Entry::Execve, t0, t);
             return Ret::Err(if file as usize >= self.inodes.len() { errno::ENOENT } else { errno::EINVAL });
         }
         // open_exec + prepare_binprm: the first page of the binary is read
@@ -163,9 +162,7 @@ impl Kernel {
 
     fn execve_fail(&mut self, tid: u32, t0: Ns, t: Ns) -> Ret {
         let tk = &mut self.tasks[tid as usize];
-        tk.entry_ns[Entry::Execve as usize] += t - t0;
-        tk.sys_ns += t - t0;
-        tk.clock = t;
+        tk.charge_sys(Entry::Execve, t0, t);
         Ret::Err(errno::ENOMEM)
     }
 }
@@ -348,14 +345,15 @@ impl Kernel {
     /// start-up a real process goes through before its loop, so that its
     /// RSS, page tables and page cache hold them. It takes the task's
     /// simulated time, before its first op.
-    pub fn touch_process_image(&mut self, tid: u32, img: &ProcessImage) -> Result<(), String> {
+    pub fn touch_process_image(&mut self, tid: u32, img: &ProcessImage) -> Result<(), Error> {
         let stack_start = img.stack_top - img.stack.len;
         for (start, s) in img.all() {
             let (lo, hi) = if start == stack_start { (img.stack_top - s.resident, img.stack_top) } else { (start, start + s.resident) };
             let kind = if s.write { Access::Store } else { Access::Load };
             for a in (lo..hi).step_by(4096) {
                 if let Ret::Err(e) = self.user_access(tid, a, kind) {
-                    return Err(format!("process image: {}: touching {a:#x} failed (errno {e})", s.what));
+                    let what = format!("process image: {}: touching {a:#x} failed (errno {e})", s.what);
+                    return Err(if e == errno::ENOMEM { Error::OutOfMemory(what) } else { Error::Internal(what) });
                 }
             }
         }

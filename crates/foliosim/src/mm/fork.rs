@@ -108,9 +108,7 @@ impl Kernel {
         self.tasks[tid as usize].children.push(child);
         self.stat.inc(Stat::Fork);
         let tk = &mut self.tasks[tid as usize];
-        tk.entry_ns[Entry::Fork as usize] += t - t0;
-        tk.sys_ns += t - t0;
-        tk.clock = t;
+        tk.charge_sys(Entry::Fork, t0, t);
         Ret::Val(child as i64)
     }
 
@@ -213,9 +211,7 @@ impl Kernel {
         }
         self.stat.inc(Stat::Exit);
         let tk = &mut self.tasks[tid as usize];
-        tk.entry_ns[Entry::Exit as usize] += t - t0;
-        tk.sys_ns += t - t0;
-        tk.clock = t;
+        tk.charge_sys(Entry::Exit, t0, t);
         tk.exited = true;
         // mm_release: a vfork parent waits no longer.
         if let Some(p) = tk.vfork_parent.take() {
