@@ -592,6 +592,11 @@ def ensure_profile(path: str | None, measure: bool = True) -> str:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
+    if args.programs:
+        from .validate_programs import cmd_programs
+        return cmd_programs(args)
+    if args.only or args.cache or args.scale != "full":
+        raise HostError("--only, --scale and --cache go with --programs")
     if args.threads < 0 or args.threads == 1:
         raise HostError(f"--threads: {args.threads}: the threads rows need 2 or more threads (0 leaves them out)")
     if args.threads > 2048:
