@@ -49,7 +49,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ._host import HostError, write_text_atomic
+from ._host import HostError, fill_marked, write_text_atomic
+from .record_bench import Program
 
 #: The settings compared: label, anonymous folio sizes in KiB.
 SETTINGS: list[tuple[str, list[int]]] = [("4K", []), ("64K", [64]), ("2M", [2048])]
@@ -62,14 +63,6 @@ MARK = "<!-- validate-programs -->"
 END_MARK = "<!-- /validate-programs -->"
 #: /proc/vmstat counters kept for each real run (deltas).
 VMSTAT_KEYS = ("pgfault", "pgmajfault", "thp_fault_alloc", "thp_fault_fallback")
-
-
-class Program:
-    """A program to validate: its command, where it runs, and what runs
-    (untimed) before every run of it."""
-
-    def __init__(self, name: str, cmd: list[str], cwd: Path, what: str, before: list[list[str]] | None = None) -> None:
-        self.name, self.cmd, self.cwd, self.what, self.before = name, cmd, cwd, what, before or []
 
 
 # --------------------------------------------------------------- programs --
@@ -130,32 +123,32 @@ def programs(cache: Path, scale: str, only: list[str] | None = None) -> list[Pro
             if not (d / "Makefile").exists():
                 _c_project(d, files)
             jobs = os.cpu_count() or 1
-            out.append(Program("make", ["make", "-s", f"-j{jobs}", "prog"], d, f"make -j{jobs} of a generated C project "
-                               f"({files + 1} files, gcc -O2)", [["make", "-s", "clean"]]))
+            out.append(Program("make", ["make", "-s", f"-j{jobs}", "prog"], d, [["make", "-s", "clean"]],
+                               what=f"make -j{jobs} of a generated C project ({files + 1} files, gcc -O2)"))
         elif name == "gzip":
-            out.append(Program("gzip", ["gzip", "-6", "-k", "-f", str(words)], cache, f"gzip -6 of {mib} MiB of words"))
+            out.append(Program("gzip", ["gzip", "-6", "-k", "-f", str(words)], cache, what=f"gzip -6 of {mib} MiB of words"))
         elif name == "python3":
             n = 50_000 if small else 600_000
             prog = cache / "validate.py"
             prog.write_text(PY_PROGRAM)
             out.append(Program("python3", [_python3(), str(prog), str(n), str(cache / "validate-py.json")], cache,
-                               f"python3: a dict of {n:,} entries built, sorted, written as JSON"))
+                               what=f"python3: a dict of {n:,} entries built, sorted, written as JSON"))
         elif name == "sqlite3":
             rows = 10_000 if small else 150_000
             script = cache / f"validate-{rows}.sql"
             script.write_text(_sqlite_script(rows))
             db = cache / "validate.db"
             out.append(Program("sqlite3", ["sqlite3", "-init", str(script), str(db), ".quit"], cache,
-                               f"sqlite3: {rows:,} rows inserted, indexed, aggregated (file database)",
-                               [["rm", "-f", str(db), f"{db}-wal", f"{db}-shm"]]))
+                               [["rm", "-f", str(db), f"{db}-wal", f"{db}-shm"]],
+                               what=f"sqlite3: {rows:,} rows inserted, indexed, aggregated (file database)"))
         elif name == "sort":
             lines = cache / f"lines-{mib}m.txt"
             if not lines.exists():
                 _lines(lines, mib)
             out.append(Program("sort", ["env", "LC_ALL=C", "sort", "-o", str(cache / "sorted.txt"), str(lines)], cache,
-                               f"sort (LC_ALL=C) of {mib} MiB of lines"))
+                               what=f"sort (LC_ALL=C) of {mib} MiB of lines"))
         elif name == "awk":
-            out.append(Program("awk", ["awk", AWK_PROGRAM, str(words)], cache, f"awk: word frequencies of {mib} MiB of words"))
+            out.append(Program("awk", ["awk", AWK_PROGRAM, str(words)], cache, what=f"awk: word frequencies of {mib} MiB of words"))
         else:
             raise HostError(f"--only: unknown program {name!r} (known: {', '.join(NAMES)})")
     return out
@@ -179,11 +172,8 @@ def _vmstat() -> dict[str, int]:
 
 
 def _before(p: Program) -> None:
-    for c in p.before:
-        r = subprocess.run(c, cwd=p.cwd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        if r.returncode != 0:
-            tail = (r.stderr.strip().splitlines() or ["?"])[-1]
-            raise HostError(f"{' '.join(c)} (in {p.cwd}) exited with status {r.returncode}: {tail}")
+    from .record_bench import _check
+    _check(p.before, p.cwd)
 
 
 def run_real(p: Program, runstat: Path) -> dict[str, Any]:
@@ -329,13 +319,7 @@ def summary(rep: dict[str, Any]) -> dict[str, Any]:
 
 def fill_doc(report: Path, doc: Path) -> None:
     """Replace the table between the validate-programs markers of `doc`."""
-    rep = json.loads(report.read_text())
-    text = doc.read_text()
-    if MARK not in text or END_MARK not in text:
-        raise HostError(f"{doc}: no {MARK} ... {END_MARK} markers")
-    head, rest = text.split(MARK, 1)
-    _, tail = rest.split(END_MARK, 1)
-    write_text_atomic(doc, f"{head}{MARK}\n{render(rep)}\n{END_MARK}{tail}")
+    fill_marked(doc, MARK, END_MARK, render(json.loads(report.read_text())))
 
 
 # ------------------------------------------------------------- the runs --
