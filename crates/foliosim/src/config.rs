@@ -366,14 +366,20 @@ pub fn load_profile(name: &str, base: &Path) -> Result<Profile, (String, Option<
         Some(t) => (t.to_string(), format!("<builtin profile {name}>")),
         None => {
             let p = resolve_path(base, name);
-            match std::fs::read_to_string(&p) {
+            let read = |p: &Path| -> Result<String, String> {
+                let mut text = String::new();
+                std::io::Read::read_to_string(&mut crate::types::open_input(p)?, &mut text)
+                    .map_err(|e| format!("{}: {e}", p.display()))?;
+                Ok(text)
+            };
+            match read(&p) {
                 Ok(t) => (t, p.display().to_string()),
                 Err(e) => {
                     return Err((
                         String::new(),
                         None,
                         "machine.profile".into(),
-                        format!("\"{name}\" is neither a builtin profile nor a readable file ({}: {e})", p.display()),
+                        format!("\"{name}\" is neither a builtin profile nor a readable file ({e})"),
                     ))
                 }
             }
