@@ -72,6 +72,14 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(EXIT_USAGE)
 
 
+def _path(s: str) -> str:
+    """A path argument: an empty one is refused (it would otherwise read as
+    "not given" and quietly mean the default)."""
+    if not s.strip():
+        raise argparse.ArgumentTypeError("an empty path")
+    return s
+
+
 def _show_progress(args: argparse.Namespace) -> bool:
     return not getattr(args, "quiet", False) and sys.stderr.isatty()
 
@@ -265,6 +273,28 @@ def check_out_file(flag: str, path: Path) -> None:
     if path.is_dir():
         raise UsageError(f"{flag} {path}: is a folder; give a file name")
     _probe_writable(flag, path, _nearest_existing(path.parent))
+
+
+def check_in_file(flag: str, path: Path) -> None:
+    """Before anything runs: the input file `path` exists, is a regular file
+    (a FIFO or a device may never end) and can be read."""
+    try:
+        st = path.stat()
+    except OSError as e:
+        raise UsageError(f"{flag} {path}: {e.strerror or e}") from None
+    why = _config.not_a_file(st)
+    if why:
+        raise UsageError(f"{flag} {path}: {why}")
+    if not os.access(path, os.R_OK):
+        raise UsageError(f"{flag} {path}: cannot be read (permission denied)")
+
+
+def check_work_dir(flag: str, path: Path) -> None:
+    """Before anything runs: `path` is an existing folder that can be written
+    (a program will make its files there; nothing creates it)."""
+    if not path.exists():
+        raise UsageError(f"{flag} {path}: no such folder")
+    _probe_writable(flag, path, path)
 
 
 class _Signals:
@@ -508,13 +538,13 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     else:
         _err(f"unknown experiment {args.name!r} (known: {', '.join(known) or 'none'})")
         return EXIT_USAGE
+    if args.jobs is not None and args.jobs < 1:
+        _err("--jobs: must be at least 1")
+        return EXIT_USAGE
     out_dir = Path(args.out) if args.out else Path("results") / "reproduce"
     for flag, d in (("--out", out_dir), ("--report", Path(args.report) if args.report else None)):
         if d is not None:
             check_out_dir(flag, d)
-    if args.jobs is not None and args.jobs < 1:
-        _err("--jobs: must be at least 1")
-        return EXIT_USAGE
     try:
         exps = _repro.load_all(names)
     except (_repro.ExperimentError, ConfigError) as e:
@@ -712,10 +742,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub.required = True
 
     r = sub.add_parser("run", help="run one simulation and print a vmstat-like summary")
-    r.add_argument("config", metavar="CONFIG.toml", help="the config file")
+    r.add_argument("config", metavar="CONFIG.toml", type=_path, help="the config file")
     r.add_argument("--json", action="store_true", help="print the result as one JSON object")
     r.add_argument("--check", action="store_true", help="turn on the invariant checker (run.check = true)")
-    r.add_argument("--out", metavar="DIR", help="where to write result.json and the Parquet files "
+    r.add_argument("--out", metavar="DIR", type=_path, help="where to write result.json and the Parquet files "
                    "(default results/<config stem>/)")
     r.add_argument("--all", action="store_true", help="also print the counters, times and lock figures that are zero")
     r.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
@@ -735,8 +765,8 @@ def build_parser() -> argparse.ArgumentParser:
     rp = sub.add_parser("reproduce", help="rerun an experiment (experiments/*/NAME.toml) beside its published figures")
     rp.add_argument("name", metavar="NAME|all")
     rp.add_argument("--json", action="store_true", help="print JSON (a list for `all`)")
-    rp.add_argument("--out", metavar="DIR", help="where to write NAME.json (default results/reproduce/)")
-    rp.add_argument("--report", metavar="DIR", help="also write DIR/report.html (one self-contained page: "
+    rp.add_argument("--out", metavar="DIR", type=_path, help="where to write NAME.json (default results/reproduce/)")
+    rp.add_argument("--report", metavar="DIR", type=_path, help="also write DIR/report.html (one self-contained page: "
                     "tables, plots, configs, profile, version, seed), a DIR/NAME.png plot per experiment and "
                     "its configs as DIR/NAME/LABEL.toml")
     rp.add_argument("--jobs", "-j", type=int, metavar="N", help="runs at a time, each in its own process "
@@ -745,9 +775,9 @@ def build_parser() -> argparse.ArgumentParser:
     rp.set_defaults(func=cmd_reproduce)
 
     sw = sub.add_parser("sweep", help="run a grid of configs (local process pool, or Ray with --ray)")
-    sw.add_argument("spec", metavar="SPEC.toml", help="the sweep spec: base config, [grid] and [[zip]] "
+    sw.add_argument("spec", metavar="SPEC.toml", type=_path, help="the sweep spec: base config, [grid] and [[zip]] "
                     "(see docs/tutorial.md)")
-    sw.add_argument("--out", metavar="DIR", help="the Parquet dataset, one row per run; a rerun resumes "
+    sw.add_argument("--out", metavar="DIR", type=_path, help="the Parquet dataset, one row per run; a rerun resumes "
                     "(default results/sweeps/<spec stem>/)")
     sw.add_argument("--jobs", "-j", type=int, metavar="N", help="local pool size (default: CPUs; 1 runs in "
                     "this process)")
@@ -758,8 +788,8 @@ def build_parser() -> argparse.ArgumentParser:
     sw.set_defaults(func=cmd_sweep)
 
     c = sub.add_parser("compare", help="two result sets side by side, most changed counters first")
-    c.add_argument("a", metavar="A", help="a run folder or result.json, a sweep folder, or a reproduction JSON")
-    c.add_argument("b", metavar="B", help="the same, compared with A")
+    c.add_argument("a", metavar="A", type=_path, help="a run folder or result.json, a sweep folder, or a reproduction JSON")
+    c.add_argument("b", metavar="B", type=_path, help="the same, compared with A")
     c.add_argument("--limit", "-n", type=int, default=30, metavar="N", help="lines shown (default 30; 0: all)")
     c.add_argument("--all", action="store_true", help="also list unchanged counters")
     c.add_argument("--json", action="store_true", help="print one JSON object")
@@ -787,9 +817,15 @@ def _host_cmd(name: str) -> Callable[[argparse.Namespace], int]:
 
         from ._host import HostError
         mod = importlib.import_module(f"foliosim.{name}")
+        # Before minutes of measuring or recording, or any knob written.
         out = getattr(args, "out", None)
-        if out:  # before minutes of measuring or recording
+        if out:
             (check_out_dir if name == "validate" else check_out_file)("--out", Path(out))
+        for flag, dest in (("--profile", "profile"), ("--real", "real"), ("--from", "from_json")):
+            if getattr(args, dest, None):
+                check_in_file(flag, Path(getattr(args, dest)))
+        if getattr(args, "tmpdir", None):
+            check_work_dir("--tmpdir", Path(args.tmpdir))
         try:
             return int(getattr(mod, f"cmd_{name}")(args))
         except HostError as e:
@@ -803,12 +839,12 @@ def _host_cmd(name: str) -> Callable[[argparse.Namespace], int]:
 
 def _add_host_commands(sub: Any) -> None:
     c = sub.add_parser("calibrate", help="measure this host and write a machine profile")
-    c.add_argument("--out", default="host.toml", metavar="FILE", help="profile to write (default host.toml)")
+    c.add_argument("--out", default="host.toml", metavar="FILE", type=_path, help="profile to write (default host.toml)")
     c.add_argument("--name", help="profile name (default: the file's stem)")
     c.add_argument("--json", action="store_true", help="print the measurements, fits and derived values as one JSON document")
     c.add_argument("--rounds", type=int, default=5, metavar="N",
                    help="interleaved rounds of every fault-path case (default 5; the medians are used)")
-    c.add_argument("--from", dest="from_json", metavar="FILE.json",
+    c.add_argument("--from", dest="from_json", metavar="FILE.json", type=_path,
                    help="derive the profile from the measurements an earlier run kept in OUT.measurements.json "
                         "(or printed with --json); no measuring")
     c.add_argument("--quiet", "-q", action="store_true")
@@ -818,21 +854,21 @@ def _add_host_commands(sub: Any) -> None:
     v.add_argument("--json", action="store_true", help='print the report (rows, headline, fit and held-out errors) as one JSON document, or {"skipped": reason}')
     v.add_argument("--quick", action="store_true", help="short runs, 2 repeats (CI; not for the headline)")
     v.add_argument("--repeats", type=int, metavar="N", help="interleaved repeats of every real run (default 5; the medians are compared)")
-    v.add_argument("--profile", metavar="FILE", help="calibrated profile (default results/calibrate/host.toml, measured if missing)")
-    v.add_argument("--out", metavar="DIR", help="where to write validate.json and validate.md (default results/validate/)")
-    v.add_argument("--tmpdir", metavar="DIR", help="where the file-backed tests keep their files (default /dev/shm if tmpfs, else /tmp)")
+    v.add_argument("--profile", metavar="FILE", type=_path, help="calibrated profile (default results/calibrate/host.toml, measured if missing)")
+    v.add_argument("--out", metavar="DIR", type=_path, help="where to write validate.json and validate.md (default results/validate/)")
+    v.add_argument("--tmpdir", metavar="DIR", type=_path, help="where the file-backed tests keep their files (default /dev/shm if tmpfs, else /tmp)")
     v.add_argument("--settings", metavar="LIST", help="comma-separated subset of 4K,16K,32K,64K,2M,64K+2M (4K is always included)")
     v.add_argument("--threads", type=int, default=2, metavar="N",
                    help="threads of the threads-mode rows (page_fault1/2/3, mmap1 under 4K, 64K, 2M; default 2, 0 = none)")
-    v.add_argument("--real", metavar="REPORT.json",
+    v.add_argument("--real", metavar="REPORT.json", type=_path,
                    help="reuse the real runs of an earlier validate.json (its medians and spreads) and rerun only the model")
     v.add_argument("--quiet", "-q", action="store_true")
     v.set_defaults(func=_host_cmd("validate"))
 
     r = sub.add_parser("record", help="record a program's memory behaviour into a trace: foliosim record -- CMD ARGS")
-    r.add_argument("--out", "-o", metavar="FILE", help="trace file (default CMD.fstrace)")
+    r.add_argument("--out", "-o", metavar="FILE", type=_path, help="trace file (default CMD.fstrace)")
     r.add_argument("--validate", action="store_true", help="then compare native minor faults and RSS with the replay")
-    r.add_argument("--profile", metavar="FILE", help="profile for --validate (default results/calibrate/host.toml)")
+    r.add_argument("--profile", metavar="FILE", type=_path, help="profile for --validate (default results/calibrate/host.toml)")
     r.add_argument("--json", action="store_true")
     r.add_argument("--quiet", "-q", action="store_true")
     r.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD ARGS")

@@ -9,12 +9,14 @@ compute as such and speaks LKP's and mmtests' formats; text-mode
 
 from __future__ import annotations
 
+import argparse
 import os
 from pathlib import Path
 
 import pytest
 
 from conftest import one_line_error, run_cli
+from foliosim import cli
 
 EXPERIMENTS = Path(__file__).resolve().parent / "data" / "experiments"
 REPO_CONFIGS = Path(__file__).resolve().parents[2] / "configs"
@@ -59,3 +61,61 @@ def test_a_config_larger_than_any_config_is_refused(tmp_path):
     with open(big, "wb") as f:
         f.truncate(config.MAX_CONFIG_BYTES + 1)
     one_line_error(run_cli("run", str(big), "--out", str(tmp_path / "o"), timeout=30), "larger than a config can be")
+
+
+# ------------------------------------------ validate checks its arguments --
+@pytest.fixture
+def no_host_work(monkeypatch, tmp_path):
+    """validate as if on a host whose THP knobs can be changed, where
+    calibrating, building the harness or writing a knob fails the test:
+    an argument error must come before any of them."""
+    import foliosim.calibrate as calibrate
+    import foliosim.validate as validate
+
+    done: list[str] = []
+
+    def forbidden(what: str):
+        def f(*_a, **_k):
+            done.append(what)
+            raise AssertionError(f"{what} before the arguments were checked")
+        return f
+
+    monkeypatch.setattr(validate, "knobs_available", lambda: None)
+    monkeypatch.setattr(calibrate, "calibrate", forbidden("calibrate"))
+    monkeypatch.setattr(validate, "build_validation", forbidden("build validation/"))
+    monkeypatch.setattr(validate, "thp_settings", forbidden("THP knobs written"))
+    monkeypatch.setattr(validate, "measure_reals", forbidden("real runs"))
+    monkeypatch.chdir(tmp_path)
+    return done
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--repeats", "0"], "--repeats"),
+    (["--repeats", "101"], "--repeats"),
+    (["--tmpdir", "/nonexistent/folder"], "--tmpdir /nonexistent/folder: no such folder"),
+    (["--tmpdir", "/etc/hostname"], "is not a folder"),
+    (["--settings", "4K,3K"], "--settings"),
+    (["--threads", "1"], "--threads"),
+    (["--profile", "missing.toml"], "--profile missing.toml"),
+    (["--real", "missing.json"], "--real missing.json"),
+    (["--out", ""], "--out: an empty path"),
+])
+def test_validate_checks_its_arguments_before_it_measures(no_host_work, tmp_path, capsys, args, needle):
+    rc = cli.main(["validate", *args])
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert (rc, no_host_work) == (2, []), err
+    assert len(err) == 1 and needle in err[0], err
+    assert not (tmp_path / "results").exists(), "nothing written before the arguments are checked"
+
+
+def test_every_path_argument_refuses_an_empty_path():
+    parser = cli.build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    paths = [(name, a.dest, a.type) for name, p in sub.choices.items() for a in p._actions
+             if a.metavar in ("DIR", "FILE", "FILE.json", "REPORT.json", "CONFIG.toml", "SPEC.toml", "A", "B")]
+    assert len(paths) >= 14
+    assert [(n, d) for n, d, t in paths if t is not cli._path] == []
+    for args in (["run", "", "--out", "x"], ["run", "c.toml", "--out", ""], ["reproduce", "x", "--report", ""],
+                 ["sweep", ""], ["compare", "", "b"], ["record", "--out", "", "--", "true"]):
+        proc = run_cli(*args, timeout=60)
+        one_line_error(proc, "an empty path")
