@@ -27,6 +27,7 @@ from . import _core
 from . import config as _config
 from ._core import ConfigError, InternalError
 from .progress import ProgressBar
+from .reproduce.spec import ExperimentError
 from .result import Result, write_text_atomic
 
 EXIT_OK, EXIT_INTERNAL, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -885,7 +886,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return int(args.func(args))
     except SystemExit as e:
         return e.code if isinstance(e.code, int) else (0 if e.code is None else EXIT_USAGE)
-    except (ConfigError, UsageError) as e:
+    except (ConfigError, UsageError, ExperimentError) as e:
         if debug:
             raise
         _err(str(e))

@@ -94,20 +94,24 @@ def _tomllib_error(file: str, e: tomllib.TOMLDecodeError) -> ConfigError:
 
 
 def parse_override(arg: str) -> dict[str, Any]:
-    """`KEY=VALUE` (KEY a TOML dotted key, VALUE a TOML literal; a bare word
-    that is not one is taken as a string) -> a nested dict."""
+    """`KEY=VALUE` (KEY a TOML dotted key, VALUE a TOML literal) -> a nested
+    dict. A value that is no TOML literal is an error, never taken as a
+    string: `--set workload.mode=thread` would otherwise pass a typo on."""
     key, sep, value = arg.partition("=")
     key, value = key.strip(), value.strip()
     if not sep or not key:
         raise _error("--set", arg, "expected KEY=VALUE")
     try:
+        tomllib.loads(f"{key} = 0")
+    except tomllib.TOMLDecodeError:
+        raise _error("--set", key, "not a valid TOML dotted key (quote a name with dots or slashes: "
+                     'knobs."vm.min_free_kbytes")') from None
+    try:
         return tomllib.loads(f"{key} = {value}")
     except tomllib.TOMLDecodeError:
         pass
-    try:
-        return tomllib.loads(f"{key} = {json.dumps(value, ensure_ascii=False)}")
-    except tomllib.TOMLDecodeError:
-        raise _error("--set", key, f"not a valid TOML key or value: {value!r}") from None
+    hint = f" (a string is quoted: {key}='{json.dumps(value, ensure_ascii=False)}')" if value else ""
+    raise _error("--set", key, f"{value!r} is not a TOML literal{hint}") from None
 
 
 def _merge(base: dict[str, Any], over: Mapping[str, Any], path: str) -> None:

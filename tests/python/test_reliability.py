@@ -119,3 +119,82 @@ def test_every_path_argument_refuses_an_empty_path():
                  ["sweep", ""], ["compare", "", "b"], ["record", "--out", "", "--", "true"]):
         proc = run_cli(*args, timeout=60)
         one_line_error(proc, "an empty path")
+
+
+# ------------------------------------ contradictions and impossible values --
+KNOBS = '\n[knobs]\n'
+
+
+@pytest.mark.parametrize("knobs,key,why", [
+    ('"anon_folio.mode" = "off"\n"kernel/mm/transparent_hugepage/hugepages-64kB/enabled" = "always"\n',
+     "knobs.kernel/mm/transparent_hugepage/hugepages-64kB/enabled", 'anon_folio.mode = "off"'),
+    ('"anon_folio.mode" = "rfc-v2"\n"kernel/mm/transparent_hugepage/hugepages-16kB/enabled" = "madvise"\n',
+     "knobs.kernel/mm/transparent_hugepage/hugepages-16kB/enabled", "only \"upstream\" reads"),
+    ('"kernel/mm/transparent_hugepage/hugepages-2048kB/enabled" = "always"\n',
+     "knobs.kernel/mm/transparent_hugepage/hugepages-2048kB/enabled", "PMD THPs follow"),
+    ('"vm.percpu_pagelist_high_fraction" = 1\n', "knobs.vm.percpu_pagelist_high_fraction", "minimum of 8"),
+    ('"vm.percpu_pagelist_high_fraction" = 7\n', "knobs.vm.percpu_pagelist_high_fraction", "minimum of 8"),
+    ('"kernel.numa_balancing_scan_period_min_ms" = 120000\n',
+     "knobs.kernel.numa_balancing_scan_period_min_ms", "above the longest"),
+    ('"kernel.numa_balancing_scan_period_max_ms" = 10\n',
+     "knobs.kernel.numa_balancing_scan_period_max_ms", "above the longest"),
+    ('"luf.v11_hooks" = true\n', "knobs.luf.v11_hooks", "without luf.enabled = true"),
+    ('"luf.granularity" = "zone"\n', "knobs.luf.granularity", "without luf.enabled = true"),
+    ('"kernel/mm/numa/pagecache_promotion_enabled" = true\n',
+     "knobs.kernel/mm/numa/pagecache_promotion_enabled", "kernel.numa_balancing = 0"),
+    ('"vm.min_free_kbytes" = 1000000000000\n', "knobs.vm.min_free_kbytes", "out of range"),
+    ('"vm.min_free_kbytes" = 2000000000\n', "knobs.vm.min_free_kbytes", "not below the machine's memory"),
+])
+def test_contradictions_and_impossible_knobs_are_one_line(tmp_path, knobs, key, why):
+    from conftest import TINY, line_of
+
+    text = TINY + KNOBS + knobs
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(text)
+    err = one_line_error(run_cli("run", str(cfg), "--out", str(tmp_path / "o"), timeout=60), why)
+    first = knobs.split("\n")[-2].split(" = ")[0]  # the knob the rule names is the last one written
+    assert err.startswith(f"foliosim: error: {cfg}:{line_of(text, first)}: {key}: "), err
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("knobs", [
+    '"anon_folio.mode" = "off"\n"kernel/mm/transparent_hugepage/hugepages-64kB/enabled" = "never"\n',
+    '"kernel/mm/transparent_hugepage/enabled" = "always"\n"kernel/mm/transparent_hugepage/hugepages-2048kB/enabled" = "always"\n',
+    '"kernel/mm/transparent_hugepage/hugepages-64kB/enabled" = "always"\n',  # selects upstream
+    '"luf.enabled" = true\n"luf.v11_hooks" = true\n',
+    '"luf.granularity" = "global"\n',
+    '"vm.percpu_pagelist_high_fraction" = 8\n',
+    '"vm.percpu_pagelist_high_fraction" = 0\n',
+    '"kernel.numa_balancing_scan_period_min_ms" = 5000\n"kernel.numa_balancing_scan_period_max_ms" = 5000\n',
+])
+def test_consistent_knobs_still_load(knobs):
+    import foliosim
+    from conftest import TINY
+
+    foliosim.load_config(TINY + KNOBS + knobs)
+
+
+def test_kbuild_needs_a_job(tmp_path):
+    from conftest import line_of
+
+    text = "[workload]\nname = \"kbuild\"\ntasks = 2\njobs = 0\n"
+    cfg = tmp_path / "k.toml"
+    cfg.write_text(text)
+    one_line_error(run_cli("run", str(cfg), "--out", str(tmp_path / "o"), timeout=60),
+                   f"{cfg}:{line_of(text, 'jobs')}: workload.jobs: must be between 1 and")
+
+
+@pytest.mark.parametrize("value,needle", [
+    ("threads", "'threads' is not a TOML literal (a string is quoted: workload.mode='\"threads\"')"),
+    ("", "'' is not a TOML literal"),
+    ("[1, ", "not a TOML literal"),
+])
+def test_a_set_value_must_be_a_toml_literal(tiny_config, value, needle):
+    one_line_error(run_cli("run", str(tiny_config), "--set", f"workload.mode={value}", timeout=60),
+                   "--set: workload.mode: ", needle)
+
+
+def test_experiments_folder_that_is_missing_is_one_line(tmp_path):
+    env = {"FOLIOSIM_EXPERIMENTS": str(tmp_path / "nope")}
+    for args in (["reproduce", "all"], ["list", "experiments"], ["reproduce", "x"]):
+        one_line_error(run_cli(*args, env=env, timeout=60), f"FOLIOSIM_EXPERIMENTS: {tmp_path / 'nope'}: no such folder")

@@ -573,6 +573,7 @@ fn from_table(mut root: toml::Table, ctx: &Ctx) -> Result<Config, ConfigError> {
         kn.set(crate::policy::find("anon_folio.mode").expect("anon_folio.mode is a knob"), &v);
         knob_values.insert("anon_folio.mode".into(), v);
     }
+    kn.check(&|k| knob_values.contains_key(k), prof.total_mem_mib() << 10).map_err(|(k, reason)| ctx.err("knobs", k, reason))?;
     // A policy's own knob needs that policy selected.
     for k in knob_values.keys() {
         let spec = crate::policy::find(k).expect("validated above");
@@ -888,12 +889,13 @@ mod tests {
         let c = from_toml(&format!("{base}\"kernel/mm/transparent_hugepage/hugepages-64kB/enabled\" = \"always\"\n"), "c.toml").unwrap();
         assert_eq!(c.knobs.anon_folio.mode, "upstream");
         assert_eq!(c.normalized["knobs"]["anon_folio.mode"], "upstream");
-        let c = from_toml(
+        // Another mode, written, would leave the size off without a word: refused.
+        let e = from_toml(
             &format!("{base}\"kernel/mm/transparent_hugepage/hugepages-64kB/enabled\" = \"always\"\n\"anon_folio.mode\" = \"rfc-v2\"\n"),
             "c.toml",
         )
-        .unwrap();
-        assert_eq!(c.knobs.anon_folio.mode, "rfc-v2", "an explicit mode wins");
+        .unwrap_err();
+        assert_eq!((e.line, e.key.as_str()), (Some(4), "knobs.kernel/mm/transparent_hugepage/hugepages-64kB/enabled"), "{e}");
         let c = from_toml(base, "c.toml").unwrap();
         assert_eq!(c.knobs.anon_folio.mode, "off");
     }
