@@ -584,8 +584,15 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         from . import report as _report
 
         profiles = {p.get("name"): p for p in json.loads(_core.catalog_json()).get("profiles", [])}
-        page = _report.write_report(reports, Path(args.report), version=version_string(), profiles=profiles,
-                                    command=f"foliosim reproduce {args.name} --report {args.report}")
+        try:
+            with _signals.held():
+                page = _report.write_report(reports, Path(args.report), version=version_string(), profiles=profiles,
+                                            command=f"foliosim reproduce {args.name} --report {args.report}")
+        except OSError as e:
+            sys.stdout.flush()
+            _err(f"--report {args.report}: the report could not be written ({_os_reason(e)}); nothing was written "
+                 f"there (the rows are in {out_dir}/)")
+            return EXIT_USAGE
         print(f"foliosim: report written to {page}", file=sys.stderr if args.json else sys.stdout)
     if interrupted:
         print(f"foliosim: {_signals.what()}; partial results written to {out_dir}/", file=sys.stderr)

@@ -13,7 +13,8 @@ from typing import Any
 
 import pandas as pd
 
-__all__ = ["HOST_TIME_KEYS", "Result", "atomic_write", "deterministic_view"]
+__all__ = ["HOST_TIME_KEYS", "Result", "atomic_write", "deterministic_view", "staged_folder",
+           "write_synced", "write_text_atomic"]
 
 #: Fields that measure the host, not the simulation (``host_time_s``, and any
 #: other ``host_*`` key at any depth): they differ between two runs of the same
@@ -31,6 +32,11 @@ def deterministic_view(raw: Any) -> Any:
     return raw
 
 
+def staging_path(final: Path) -> Path:
+    """The hidden staging name of `final` for this process (beside it)."""
+    return final.parent / f".{final.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+
+
 @contextlib.contextmanager
 def atomic_write(path: str | os.PathLike) -> Iterator[str]:
     """Yields a temporary path in the same folder as `path`; on success it is
@@ -39,7 +45,7 @@ def atomic_write(path: str | os.PathLike) -> Iterator[str]:
     path.parent.mkdir(parents=True, exist_ok=True)
     # Same folder (os.replace must not cross file systems); the mode follows
     # the umask like any new file (mkstemp would make it 0600).
-    tmp = str(path.parent / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    tmp = str(staging_path(path))
     os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
     try:
         yield tmp
@@ -55,6 +61,44 @@ def atomic_write(path: str | os.PathLike) -> Iterator[str]:
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:
     with atomic_write(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
         f.write(text)
+
+
+@contextlib.contextmanager
+def staged_folder(directory: str | os.PathLike) -> Iterator[Path]:
+    """Yields an empty staging folder for the files of `directory` (created
+    if needed); when the block ends without error they move in, all or
+    nothing: a new folder is renamed into place whole, and into an existing
+    one each file replaces its old self (sub-folders merge the same way),
+    other files are left alone. On an error (a full disk) the staging
+    folder is removed and `directory` is as it was."""
+    d = Path(directory)
+    exists = d.is_dir()
+    if not exists:
+        d.parent.mkdir(parents=True, exist_ok=True)
+    # Staging on the same file system as the final place (os.rename): in
+    # the folder itself when it exists, so that only it need be writable.
+    stage = staging_path(d / d.name if exists else d)
+    stage.mkdir()  # (mode from the umask, as any new folder)
+    try:
+        yield stage
+        if exists:
+            _merge_into(stage, d)
+            stage.rmdir()
+        else:
+            os.rename(stage, d)
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
+
+
+def _merge_into(src: Path, dst: Path) -> None:
+    for e in sorted(os.scandir(src), key=lambda e: e.name):
+        target = dst / e.name
+        if e.is_dir(follow_symlinks=False) and target.is_dir():
+            _merge_into(Path(e.path), target)
+            os.rmdir(e.path)
+        else:
+            os.replace(e.path, target)
 
 
 class Result:
@@ -112,31 +156,15 @@ class Result:
         """Write result.json, vmstat.parquet and timeseries.parquet into
         `directory` (created if needed), all or nothing.
 
-        The files are written into a hidden staging folder beside them first;
-        only when all three are complete do they move in (a new folder is
-        renamed into place whole; in an existing one each file replaces its
-        old self, other files are left alone). A failure (a full disk) leaves
-        `directory` as it was and no staging folder behind."""
+        The files are written into a hidden staging folder first and move in
+        only when all three are complete (`staged_folder`). A failure (a
+        full disk) leaves `directory` as it was and no staging folder
+        behind."""
         d = Path(directory)
-        exists = d.is_dir()
-        if not exists:
-            d.parent.mkdir(parents=True, exist_ok=True)
-        # Staging on the same file system as the final place (os.rename).
-        stage = (d if exists else d.parent) / f".{d.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
-        stage.mkdir()  # (mode from the umask, as any new folder)
-        try:
+        with staged_folder(d) as stage:
             _write_synced(stage / "result.json", lambda f: f.write((self.to_json(indent=1) + "\n").encode()))
             _write_synced(stage / "vmstat.parquet", lambda f: self.counters.to_parquet(f, index=False, engine="pyarrow"))
             _write_synced(stage / "timeseries.parquet", lambda f: self.timeseries.to_parquet(f, index=False, engine="pyarrow"))
-            if exists:
-                for name in RESULT_FILES:
-                    os.replace(stage / name, d / name)
-                stage.rmdir()
-            else:
-                os.rename(stage, d)
-        except BaseException:
-            shutil.rmtree(stage, ignore_errors=True)
-            raise
         return d
 
     def __repr__(self) -> str:
@@ -156,4 +184,10 @@ def _write_synced(path: Path, write: Callable[[Any], Any]) -> None:
         write(f)
         f.flush()
         os.fsync(f.fileno())
+
+
+def write_synced(path: Path, data: bytes) -> None:
+    """A new file `path` holding `data`, on disk when this returns (for the
+    files of a `staged_folder`)."""
+    _write_synced(path, lambda f: f.write(data))
 

@@ -198,3 +198,48 @@ def test_experiments_folder_that_is_missing_is_one_line(tmp_path):
     env = {"FOLIOSIM_EXPERIMENTS": str(tmp_path / "nope")}
     for args in (["reproduce", "all"], ["list", "experiments"], ["reproduce", "x"]):
         one_line_error(run_cli(*args, env=env, timeout=60), f"FOLIOSIM_EXPERIMENTS: {tmp_path / 'nope'}: no such folder")
+
+
+# ------------------------------------------------- full disk on --report --
+
+
+def _enospc_on(name: str, monkeypatch):
+    """Opening a file whose name holds `name` for writing fails as on a full
+    disk (the files written before it are there)."""
+    import builtins
+    import errno
+
+    real = builtins.open
+
+    def fake_open(file, mode="r", *a, **k):
+        if isinstance(file, (str, os.PathLike)) and name in os.fspath(file) and any(c in mode for c in "wxa"):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), os.fspath(file))
+        return real(file, mode, *a, **k)
+
+    monkeypatch.setattr(builtins, "open", fake_open)
+
+
+def _left(folder: Path) -> list[str]:
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
+
+
+@pytest.mark.parametrize("existing", [False, True])
+def test_reproduce_report_on_a_full_disk_ends_like_run(tmp_path, monkeypatch, capsys, existing):
+    monkeypatch.setenv("FOLIOSIM_EXPERIMENTS", str(EXPERIMENTS))
+    rep = tmp_path / "rep"
+    if existing:
+        rep.mkdir()
+        (rep / "report.html").write_text("the old report")
+    before = _left(tmp_path)
+    _enospc_on("report.html", monkeypatch)
+    rc = cli.main(["reproduce", "pf1-tasks", "--quiet", "--report", str(rep), "--out", str(tmp_path / "json")])
+    out, err = capsys.readouterr()
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert rc == 2, err
+    assert "pf1-tasks" in out and "page_fault1 ops/s" in out, "the rows are shown first"
+    assert len(lines) == 1 and lines[0].startswith(f"foliosim: error: --report {rep}: ") and \
+        "No space left on device" in lines[0] and "nothing was written there" in lines[0], lines
+    after = [p for p in _left(tmp_path) if not p.startswith("json")]
+    assert after == before, "no half-written report, no staging folder"
+    if existing:
+        assert (rep / "report.html").read_text() == "the old report"
