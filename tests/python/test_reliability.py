@@ -243,3 +243,71 @@ def test_reproduce_report_on_a_full_disk_ends_like_run(tmp_path, monkeypatch, ca
     assert after == before, "no half-written report, no staging folder"
     if existing:
         assert (rep / "report.html").read_text() == "the old report"
+
+
+# ------------------------------------------- what killed writers left --
+def _dead_pid() -> int:
+    import subprocess
+
+    p = subprocess.Popen(["true"])
+    p.wait()
+    return p.pid  # reaped: no process has it (until the PID space wraps)
+
+
+def test_staging_left_by_killed_writers_is_removed_by_the_next_write(tiny_config, tmp_path):
+    import time
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "result.json").write_text("{}")
+    dead = _dead_pid()
+    stale = [tmp_path / f".out.{dead}.0123abcd.tmp", out / f".out.{dead}.89abcdef.tmp",
+             tmp_path / f".part-x.parquet.{dead}.00ff00ff.tmp"]
+    stale[0].mkdir()
+    (stale[0] / "result.json").write_text("half")
+    stale[1].mkdir()
+    stale[2].write_text("half")
+    # A live writer's staging (this test's own process) stays, and so does
+    # one whose PID now belongs to a process started after it was made.
+    live = tmp_path / f".out.{os.getpid()}.0000beef.tmp"
+    live.mkdir()
+    reused = tmp_path / f".out.{os.getppid()}.0000cafe.tmp"
+    reused.mkdir()
+    old = time.time() - 10 * 365 * 86400
+    os.utime(reused, (old, old))  # made "before" the parent process started
+    proc = run_cli("run", str(tiny_config), "--out", str(out), "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    assert [p for p in stale if p.exists()] == [], "stale staging removed"
+    assert live.is_dir(), "a live writer's staging is left alone"
+    assert not reused.exists(), "a PID reused by a later process does not keep a stale name"
+    assert sorted(p.name for p in out.iterdir()) == ["result.json", "timeseries.parquet", "vmstat.parquet"]
+
+
+def test_a_run_killed_while_writing_leaves_nothing_after_the_next_run(tiny_config, tmp_path):
+    # Kill the writer for real, in the middle of its write: the process
+    # dies with its staging folder in place; the next run removes it.
+    import signal
+    import subprocess
+    import sys
+    import textwrap
+
+    out = tmp_path / "out"
+    script = textwrap.dedent(f"""
+        import os, signal
+        import foliosim
+        from foliosim import result
+        real = result._write_synced
+        def write(path, w):
+            real(path, w)
+            if path.name == "vmstat.parquet":
+                os.kill(os.getpid(), signal.SIGKILL)
+        result._write_synced = write
+        foliosim.run({str(tiny_config)!r}).save({str(out)!r})
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    left = [p.name for p in tmp_path.iterdir() if p.name.startswith(".out.")]
+    assert len(left) == 1 and not out.exists(), left
+    proc = run_cli("run", str(tiny_config), "--out", str(out), "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
