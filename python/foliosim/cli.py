@@ -29,6 +29,7 @@ from ._core import ConfigError, InternalError
 from .progress import ProgressBar
 from .reproduce.spec import ExperimentError
 from .result import Result, write_text_atomic
+from .sweep import MAX_POINTS
 
 EXIT_OK, EXIT_INTERNAL, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -607,9 +608,20 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if args.jobs is not None and args.jobs < 1:
         _err(f"--jobs {args.jobs}: must be at least 1")
         return EXIT_USAGE
-    spec = _sweep.load_spec(args.spec)
     out = Path(args.out) if args.out else Path("results") / "sweeps" / (Path(args.spec).stem or "sweep")
     check_out_dir("--out", out)
+    say = not args.quiet
+
+    def counted(n: int) -> None:
+        if say and n > 1000:
+            print(f"foliosim sweep: {n:,} points; checking their configs ...", file=sys.stderr, flush=True)
+
+    spec = _sweep.load_spec(args.spec, max_points=None if args.yes else _sweep.MAX_POINTS, on_count=counted)
+    if say:
+        done = len({p.id for p in spec.points} & _sweep.done_points(out))
+        dup = f" ({spec.duplicates:,} duplicate{'s' if spec.duplicates != 1 else ''} dropped)" if spec.duplicates else ""
+        print(f"foliosim sweep: {len(spec.points):,} points{dup}, {done:,} already in {out}/, "
+              f"{len(spec.points) - done:,} to run", file=sys.stderr, flush=True)
     try:
         with ProgressBar(Path(args.spec).stem, enabled=_show_progress(args), unit="points") as bar:
             s = _sweep.run_sweep(spec, out, jobs=args.jobs, ray=args.ray, progress=bar)
@@ -791,6 +803,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "this process)")
     sw.add_argument("--ray", metavar="ADDRESS", help="run on a Ray cluster (`local` starts one here, `auto` "
                     "finds a running one); needs pip install 'foliosim[ray]'")
+    sw.add_argument("--yes", action="store_true", help=f"run a grid of more than the {MAX_POINTS:,} points a "
+                    "sweep otherwise refuses")
     sw.add_argument("--json", action="store_true", help="print a JSON summary")
     sw.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     sw.set_defaults(func=cmd_sweep)

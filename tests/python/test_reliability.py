@@ -311,3 +311,35 @@ def test_a_run_killed_while_writing_leaves_nothing_after_the_next_run(tiny_confi
     proc = run_cli("run", str(tiny_config), "--out", str(out), "--quiet")
     assert proc.returncode == 0, proc.stderr
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+# ----------------------------------------------------- sweep grids --
+def test_a_grid_beyond_the_limit_is_refused_before_it_is_expanded(tmp_path):
+    import time
+
+    from foliosim import sweep
+
+    spec = tmp_path / "big.toml"
+    values = ", ".join(str(i) for i in range(1, 101))
+    spec.write_text(f'base = "{REPO_CONFIGS / "default.toml"}"\n\n[grid]\nseed = [{values}]\n'
+                    f'"run.duration_s" = [{", ".join(str(i / 1000) for i in range(1, 101))}]\n'
+                    f'"workload.size_mib" = [{values}]\n')
+    t0 = time.monotonic()
+    proc = run_cli("sweep", str(spec), "--out", str(tmp_path / "o"), timeout=60)
+    one_line_error(proc, f"{spec}:3: grid: 1,000,000 points, more than the {sweep.MAX_POINTS:,}", "--yes")
+    assert time.monotonic() - t0 < 30, "refused from the count, not after making a million configs"
+    assert not (tmp_path / "o").exists()
+    with pytest.raises(sweep.SweepError):
+        sweep.load_spec(spec, max_points=sweep.MAX_POINTS)
+
+
+def test_a_sweep_says_how_many_points_it_will_run_first(tmp_path):
+    spec = tmp_path / "s.toml"
+    spec.write_text(f'base = "{REPO_CONFIGS / "default.toml"}"\n[config]\nrun.warmup_s = 0.0\n'
+                    'run.duration_s = 0.002\nworkload.size_mib = 1\n[grid]\n"workload.tasks" = [1, 2, 1]\n')
+    proc = run_cli("sweep", str(spec), "--out", str(tmp_path / "o"), "--jobs", "1")
+    assert proc.returncode == 0, proc.stderr
+    first = proc.stderr.splitlines()[0]
+    assert first == f"foliosim sweep: 2 points (1 duplicate dropped), 0 already in {tmp_path / 'o'}/, 2 to run", first
+    proc = run_cli("sweep", str(spec), "--out", str(tmp_path / "o"), "--jobs", "1")
+    assert proc.stderr.splitlines()[0].endswith(", 2 already in " + f"{tmp_path / 'o'}/, 0 to run")
