@@ -44,23 +44,39 @@ class ResultSet:
         return f"{self.path} ({self.kind}, {n}{', mean' if self.runs > 1 else ''})"
 
 
+def _number(v: Any) -> float | None:
+    """A measurement as a float: a number, or a string that spells one (a
+    result written by another tool may store counters as strings); None
+    for anything else (a flag, a name, a list)."""
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, (int, float)):
+        return float(v)
+    if isinstance(v, str):
+        try:
+            return float(v.strip().replace("_", ""))
+        except ValueError:
+            return None
+    return None
+
+
 def _flat_numbers(raw: dict[str, Any]) -> dict[str, float]:
     from .sweep import flatten_result
 
     out: dict[str, float] = {}
     for k, v in flatten_result(raw).items():
-        if k in _NOT_MEASURED or isinstance(v, bool) or not isinstance(v, (int, float)):
-            continue
-        out[k] = float(v)
+        x = _number(v)
+        if k not in _NOT_MEASURED and x is not None:
+            out[k] = x
     return out
 
 
 def _from_reproduction(rep: dict[str, Any]) -> dict[str, float]:
     out: dict[str, float] = {}
     for r in rep.get("rows") or []:
-        v = r.get("simulated")
-        if isinstance(v, (int, float)) and not isinstance(v, bool):
-            out[f"{r.get('label', '')}: {r.get('metric', '')}"] = float(v)
+        v = _number(r.get("simulated"))
+        if v is not None:
+            out[f"{r.get('label', '')}: {r.get('metric', '')}"] = v
     return out
 
 
@@ -69,8 +85,14 @@ def _from_sweep_rows(name: str, df: Any) -> ResultSet:
             and c.split(".", 1)[0] in ("summary", "vmstat", "time_ns", "locks", "memory", "checker"))
             or c == "sim_time_s"]
     values: dict[str, float] = {}
+    import pandas as pd
+
     for c in cols:
         s = df[c]
+        if s.dtype.kind == "O":  # strings: numbers if every one spells a number
+            num = pd.to_numeric(s.map(lambda v: _number(v) if v is not None else None), errors="coerce")
+            if num.notna().sum() == s.notna().sum():
+                s = num
         if s.dtype.kind in "iuf":
             values[c] = float(s.mean())
     return ResultSet(name, "sweep", len(df), values)
@@ -139,31 +161,51 @@ def load(path: str | os.PathLike) -> ResultSet:
 @dataclass
 class Line:
     name: str
-    a: float | None
-    b: float | None
+    a: float | None  # None: not in A
+    b: float | None  # None: not in B
     delta: float
-    pct: float | None  # None: from zero (or missing) to non-zero
+    pct: float | None  # None: no percentage (see status)
+    # "changed" (pct holds it), "new" (not in A, or from zero), "gone" (not
+    # in B), "nan" (A or B is not a number: nothing can be said of it).
+    status: str = "changed"
 
     def as_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "a": self.a, "b": self.b, "delta": self.delta, "pct": self.pct}
+        def finite(v: float | None) -> float | None:  # JSON has no NaN
+            return v if v is None or math.isfinite(v) else None
+
+        return {"name": self.name, "a": finite(self.a), "b": finite(self.b), "delta": finite(self.delta),
+                "pct": finite(self.pct), "status": self.status}
 
 
 def diff(a: ResultSet, b: ResultSet, *, all_lines: bool = False) -> list[Line]:
-    """Lines for every name in either set, most changed first: those that
-    appear from zero (pct None), then by |relative change|, then by name.
-    Unchanged ones only with `all_lines`."""
+    """Lines for every name in either set, most changed first: those
+    without a percentage (not a number, gone from B, new in B or from
+    zero), then by |relative change|, then by name. Unchanged ones only
+    with `all_lines`."""
     out: list[Line] = []
     for name in sorted(set(a.values) | set(b.values)):
         va, vb = a.values.get(name), b.values.get(name)
-        x, y = va or 0.0, vb or 0.0
-        d = y - x
+        if (va is not None and math.isnan(va)) or (vb is not None and math.isnan(vb)):
+            out.append(Line(name, va, vb, math.nan, None, "nan"))
+            continue
+        if vb is None:
+            if va or all_lines:
+                out.append(Line(name, va, None, -(va or 0.0), None, "gone"))
+            continue
+        x = va or 0.0
+        d = vb - x
         if d == 0 and not all_lines:
             continue
-        pct = 100.0 * d / abs(x) if x != 0 else (0.0 if d == 0 else None)
-        out.append(Line(name, va, vb, d, pct))
+        if x != 0:
+            out.append(Line(name, va, vb, d, 100.0 * d / abs(x)))
+        else:
+            out.append(Line(name, va, vb, d, 0.0) if d == 0 else Line(name, va, vb, d, None, "new"))
+
+    order = {"nan": 0, "gone": 1, "new": 2, "changed": 3}
 
     def key(ln: Line) -> tuple[int, float, str]:
-        return (0 if ln.pct is None else 1, -abs(ln.pct or 0.0) if ln.pct is not None else -abs(ln.delta), ln.name)
+        size = abs(ln.pct) if ln.pct is not None else (abs(ln.delta) if math.isfinite(ln.delta) else 0.0)
+        return (order[ln.status], -size, ln.name)
 
     return sorted(out, key=key)
 
@@ -171,6 +213,8 @@ def diff(a: ResultSet, b: ResultSet, *, all_lines: bool = False) -> list[Line]:
 def _fmt(v: float | None) -> str:
     if v is None:
         return "-"
+    if math.isnan(v):
+        return "NaN"
     if math.isfinite(v) and v == int(v) and abs(v) < 1e15:
         return f"{int(v):,}"
     if abs(v) >= 1000:
@@ -188,8 +232,9 @@ def format_diff(a: ResultSet, b: ResultSet, lines: list[Line], limit: int | None
     wb = max([len("B")] + [len(_fmt(ln.b)) for ln in shown])
     out.append(f"# {'Delta %':>9}  {'A':>{wa}}  {'B':>{wb}}  Counter")
     for ln in shown:
-        pct = "new" if ln.pct is None else f"{ln.pct:+.2f}%"
+        pct = {"nan": "NaN", "gone": "gone", "new": "new"}.get(ln.status) or f"{ln.pct:+.2f}%"
         out.append(f"  {pct:>9}  {_fmt(ln.a):>{wa}}  {_fmt(ln.b):>{wb}}  {ln.name}")
     if len(shown) < len(lines):
         out.append(f"# {len(lines) - len(shown)} more changed (--limit 0 shows all)")
     return "\n".join(out)
+

@@ -343,3 +343,50 @@ def test_a_sweep_says_how_many_points_it_will_run_first(tmp_path):
     assert first == f"foliosim sweep: 2 points (1 duplicate dropped), 0 already in {tmp_path / 'o'}/, 2 to run", first
     proc = run_cli("sweep", str(spec), "--out", str(tmp_path / "o"), "--jobs", "1")
     assert proc.stderr.splitlines()[0].endswith(", 2 already in " + f"{tmp_path / 'o'}/, 0 to run")
+
+
+# ------------------------------------------------------------- compare --
+def test_compare_says_nan_gone_and_reads_numbers_stored_as_strings(tmp_path, capsys):
+    import json
+    import math
+
+    from foliosim import compare
+
+    a = {"vmstat": {"pgfault": "1000", "nr_free_pages": 50, "pgmajfault": 7, "thp_fault_alloc": 3},
+         "summary": {"ops_per_s": 10.0}}
+    b = {"vmstat": {"pgfault": 1500, "nr_free_pages": float("nan"), "thp_fault_alloc": 3},
+         "summary": {"ops_per_s": "12.5"}}
+    for name, obj in (("a", a), ("b", b)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "result.json").write_text(json.dumps(obj))
+    A, B = compare.load(tmp_path / "a"), compare.load(tmp_path / "b")
+    assert A.values["vmstat.pgfault"] == 1000.0 and B.values["summary.ops_per_s"] == 12.5
+    lines = {ln.name: ln for ln in compare.diff(A, B)}
+    assert lines["vmstat.pgfault"].pct == 50.0, "a string counter is a number, not a new counter"
+    assert lines["summary.ops_per_s"].pct == 25.0
+    assert lines["vmstat.nr_free_pages"].status == "nan" and lines["vmstat.nr_free_pages"].pct is None
+    assert lines["vmstat.pgmajfault"].status == "gone" and lines["vmstat.pgmajfault"].pct is None
+    assert "vmstat.thp_fault_alloc" not in lines
+    text = compare.format_diff(A, B, compare.diff(A, B), None)
+    row = {ln.split()[-1]: ln.split()[0] for ln in text.splitlines() if not ln.startswith("#")}
+    assert row == {"vmstat.nr_free_pages": "NaN", "vmstat.pgmajfault": "gone", "vmstat.pgfault": "+50.00%",
+                   "summary.ops_per_s": "+25.00%"}, text
+    assert "nan%" not in text and "-100" not in text
+    # --json stays JSON (no NaN literal) and says why a line has no percentage.
+    assert cli.main(["compare", str(tmp_path / "a"), str(tmp_path / "b"), "--json"]) == 0
+    obj = json.loads(capsys.readouterr().out, parse_constant=lambda c: pytest.fail(f"{c} in JSON"))
+    by = {ln["name"]: ln for ln in obj["lines"]}
+    assert by["vmstat.nr_free_pages"] == {"name": "vmstat.nr_free_pages", "a": 50.0, "b": None, "delta": None,
+                                          "pct": None, "status": "nan"}
+    assert by["vmstat.pgmajfault"]["status"] == "gone" and not math.isnan(by["vmstat.pgmajfault"]["delta"])
+
+
+def test_compare_reads_a_sweep_column_of_numbers_stored_as_strings():
+    import pandas as pd
+
+    from foliosim import compare
+
+    df = pd.DataFrame({"point": ["p", "q"], "summary.ops_per_s": ["10", "20"], "vmstat.pgfault": [1, 3],
+                       "summary.name": ["x", "y"]})
+    rs = compare._from_sweep_rows("s", df)
+    assert rs.values == {"summary.ops_per_s": 15.0, "vmstat.pgfault": 2.0}
