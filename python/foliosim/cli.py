@@ -502,22 +502,46 @@ def version_string() -> str:
 
 
 
+WINDOW_FLAG = "WINDOW TOO SHORT"
+
+
 def format_reproduction(rep: dict[str, Any]) -> str:
+    """An experiment's rows as a table, as the JSON has them: a row's note
+    is a numbered footnote under the table, a row whose measured window was
+    too short (the JSON's "window") says so in its notes column, and a
+    warning line counts the runs whose window was too short."""
     rows = rep.get("rows", [])
-    cols = ["label", "metric", "unit", "published", "simulated"]
+    cols = ["label", "metric", "unit", "published", "simulated", "notes"]
+    footnotes: list[str] = []
 
     def cell(r: dict[str, Any], c: str) -> str:
         v = r.get("published", r.get("seed")) if c == "published" else r.get(c)
         if c in ("published", "simulated"):
             return "—" if v is None else _fmt_int(v)
+        if c == "notes":
+            flags = []
+            if r.get("note"):
+                footnotes.append(_one_line(r["note"]))
+                flags.append(f"[{len(footnotes)}]")
+            if r.get("window"):
+                flags.append(WINDOW_FLAG)
+            return " ".join(flags)
         return str(v if v is not None else "")
 
     cells = [[cell(r, c) for c in cols] for r in rows]
+    if not any(row[-1] for row in cells):
+        cols, cells = cols[:-1], [row[:-1] for row in cells]
     widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(cols)]
     lines = [f"{rep.get('name')}: {rep.get('title', '')}".rstrip(": ")]
-    lines.append("  ".join(c.ljust(wd) for c, wd in zip(cols, widths, strict=False)))
+    lines.append("  ".join(c.ljust(wd) for c, wd in zip(cols, widths, strict=False)).rstrip())
     for row in cells:
-        lines.append("  ".join(v.ljust(wd) for v, wd in zip(row, widths, strict=False)))
+        lines.append("  ".join(v.ljust(wd) for v, wd in zip(row, widths, strict=False)).rstrip())
+    lines.extend(f"[{i}] {n}" for i, n in enumerate(footnotes, 1))
+    short = [w for w in rep.get("windows") or [] if not w.get("ok", True)]
+    if short:
+        runs = ", ".join(str(w.get("label") or w.get("run")) for w in short)
+        lines.append(f"warning: the measured window was too short in {_plural(len(short), 'run')} ({runs}): "
+                     f"the rows marked {WINDOW_FLAG} are not steady state (their notes say why)")
     for n in rep.get("notes", []) or []:
         lines.append(f"note: {_one_line(n)}")
     return "\n".join(lines)

@@ -390,3 +390,28 @@ def test_compare_reads_a_sweep_column_of_numbers_stored_as_strings():
                        "summary.name": ["x", "y"]})
     rs = compare._from_sweep_rows("s", df)
     assert rs.values == {"summary.ops_per_s": 15.0, "vmstat.pgfault": 2.0}
+
+
+# ----------------------------------------- text-mode reproduce flags --
+def test_text_reproduce_shows_the_window_flag_and_every_row_note(tmp_path):
+    import json
+
+    # The tutorial's experiment with a window too short for one whole
+    # iteration before it opens (test_experiments.py has it in JSON).
+    src = (EXPERIMENTS / "demo" / "pf1-tasks.toml").read_text()
+    text = src.replace("run.warmup_s = 0.005", "run.warmup_s = 0.0001")
+    assert text != src
+    (tmp_path / "exps" / "demo").mkdir(parents=True)
+    (tmp_path / "exps" / "demo" / "pf1-tasks.toml").write_text(text)
+    env = {"FOLIOSIM_EXPERIMENTS": str(tmp_path / "exps")}
+    proc = run_cli("reproduce", "pf1-tasks", "--quiet", "--out", str(tmp_path / "o"), env=env)
+    assert proc.returncode == 0, proc.stderr
+    rep = json.loads((tmp_path / "o" / "pf1-tasks.json").read_text())
+    out = proc.stdout.splitlines()
+    table = out[2:2 + len(rep["rows"])]
+    for i, (line, row) in enumerate(zip(table, rep["rows"], strict=True), 1):
+        assert row["label"] in line and row["metric"] in line
+        assert line.endswith(f"[{i}] {cli.WINDOW_FLAG}"), line
+        assert f"[{i}] {' '.join(row['note'].split())}" in out, "the row's note, in full"
+    warn = [ln for ln in out if ln.startswith("warning: the measured window was too short in 2 runs")]
+    assert len(warn) == 1 and "1 task, 2 tasks" in warn[0]
