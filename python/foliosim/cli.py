@@ -681,7 +681,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
         obj = {"a": a.describe(), "b": b.describe(), "lines": [ln.as_dict() for ln in lines]}
         sys.stdout.write(json.dumps(obj) + "\n")
     else:
-        print(_compare.format_diff(a, b, lines, args.limit))
+        fmt = {"perf": _compare.format_diff, "lkp": _compare.format_lkp, "mmtests": _compare.format_mmtests}[args.format]
+        print(fmt(a, b, lines, args.limit))
     return EXIT_OK
 
 
@@ -838,6 +839,10 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("b", metavar="B", type=_path, help="the same, compared with A")
     c.add_argument("--limit", "-n", type=int, default=30, metavar="N", help="lines shown (default 30; 0: all)")
     c.add_argument("--all", action="store_true", help="also list unchanged counters")
+    c.add_argument("--format", choices=("perf", "lkp", "mmtests"), default="perf",
+                   help="perf: like perf diff (default); lkp: the kernel test robot's %%change table (base, "
+                        "%%stddev, %%change, head, %%stddev, metric); mmtests: compare-kernels.sh rows (Hmean for "
+                        "ops/s, Amean for the rest), to paste into a list thread")
     c.add_argument("--json", action="store_true", help="print one JSON object")
     c.set_defaults(func=cmd_compare)
 

@@ -14,13 +14,14 @@ from __future__ import annotations
 import json
 import math
 import os
-from dataclasses import dataclass
+import statistics
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ._core import ConfigError
 
-__all__ = ["ResultSet", "diff", "format_diff", "load"]
+__all__ = ["FORMATS", "ResultSet", "diff", "format_diff", "format_lkp", "format_mmtests", "load"]
 
 # Columns of a sweep dataset that are not measurements.
 _NOT_MEASURED = {"index", "point", "config", "interrupted", "host_time_s", "checker.enabled"}
@@ -38,6 +39,13 @@ class ResultSet:
     kind: str  # "run", "sweep", "reproduce"
     runs: int
     values: dict[str, float]
+    # Every run's value of a name, where there are several (a sweep's
+    # runs): the spread LKP's %stddev and mmtests' significance read.
+    samples: dict[str, list[float]] = field(default_factory=dict)
+
+    def runs_of(self, name: str) -> list[float]:
+        v = self.values.get(name)
+        return self.samples.get(name) or ([] if v is None else [v])
 
     def describe(self) -> str:
         n = f"{self.runs} run{'s' if self.runs != 1 else ''}"
@@ -85,6 +93,7 @@ def _from_sweep_rows(name: str, df: Any) -> ResultSet:
             and c.split(".", 1)[0] in ("summary", "vmstat", "time_ns", "locks", "memory", "checker"))
             or c == "sim_time_s"]
     values: dict[str, float] = {}
+    samples: dict[str, list[float]] = {}
     import pandas as pd
 
     for c in cols:
@@ -95,7 +104,8 @@ def _from_sweep_rows(name: str, df: Any) -> ResultSet:
                 s = num
         if s.dtype.kind in "iuf":
             values[c] = float(s.mean())
-    return ResultSet(name, "sweep", len(df), values)
+            samples[c] = [float(x) for x in s.dropna()]
+    return ResultSet(name, "sweep", len(df), values, samples)
 
 
 def _from_parquet(name: str, p: Path) -> ResultSet:
@@ -238,3 +248,114 @@ def format_diff(a: ResultSet, b: ResultSet, lines: list[Line], limit: int | None
         out.append(f"# {len(lines) - len(shown)} more changed (--limit 0 shows all)")
     return "\n".join(out)
 
+
+# ------------------------------------------------- the community's formats --
+#: `foliosim compare --format`: perf diff's layout (the default), LKP's
+#: %change table, mmtests' compare-kernels rows.
+FORMATS = ("perf", "lkp", "mmtests")
+
+_MARK = {"nan": "NaN", "gone": "gone", "new": "new"}
+
+
+def _side_name(rs: ResultSet) -> str:
+    return Path(rs.path).name or rs.path
+
+
+def _lkp_name(name: str) -> str:
+    """LKP calls /proc/vmstat's fields proc-vmstat.NAME."""
+    return "proc-vmstat." + name[len("vmstat."):] if name.startswith("vmstat.") else name
+
+
+def _lkp_value(avg: float) -> str:
+    # lkp-tests lib/compare.rb, show_perf_change: 10 wide; two decimals
+    # below 1000, %g beyond 1e8, an integer between.
+    if not math.isfinite(avg):
+        return f"{'NaN' if math.isnan(avg) else avg:>10}"
+    if abs(avg) < 1000:
+        return f"{avg:10.2f}"
+    if abs(avg) > 100_000_000:
+        return f"{avg:10.4g}"
+    return f"{int(avg):10d}"
+
+
+def _lkp_stddev(runs: list[float], avg: float) -> str:
+    """` ±NN%` (population standard deviation over the runs, as a percentage
+    of their mean) where it is above 2%, else blank; blank for one run."""
+    if len(runs) < 2 or not all(map(math.isfinite, runs)):
+        return " " * 6
+    sd = statistics.pstdev(runs)
+    pct = 100 * sd / avg if avg != 0 else sd
+    return f" ±{int(pct):3d}%" if pct > 2 else " " * 6
+
+
+def format_lkp(a: ResultSet, b: ResultSet, lines: list[Line], limit: int | None) -> str:
+    """The lines as the kernel test robot (LKP) reports a change: the base
+    value and its %stddev, %change, the head value and its %stddev, the
+    metric; /proc/vmstat fields named proc-vmstat.NAME as LKP names them.
+    A line without a percentage says why in the %change column (new, gone,
+    NaN)."""
+    shown = lines if limit is None or limit <= 0 else lines[:limit]
+    out = ["result: ", f"  {a.path}", f"  {b.path}", "",
+           f"{_side_name(a)[:16]:>16} {_side_name(b)[:27]:>27} ", f"{'-' * 16} {'-' * 27} ",
+           "         %stddev     %change         %stddev", "             \\          |                \\  "]
+    for ln in shown:
+        ra, rb = a.runs_of(ln.name), b.runs_of(ln.name)
+        va, vb = (ln.a if ln.a is not None else 0.0), (ln.b if ln.b is not None else 0.0)
+        if ln.pct is None:
+            change = f"{_MARK.get(ln.status, 'new'):>10}  "
+        else:
+            fmt = ".1f" if abs(ln.pct) < 100_000 else ".2g"
+            change = f"{ln.pct:+10{fmt}}% "
+        out.append(f"{_lkp_value(va)}{_lkp_stddev(ra, va)}{change}{_lkp_value(vb)}{_lkp_stddev(rb, vb)}  "
+                   f"{_lkp_name(ln.name)}")
+    if len(shown) < len(lines):
+        out.append(f"# {len(lines) - len(shown)} more changed (--limit 0 shows all)")
+    return "\n".join(out)
+
+
+def _is_rate(name: str) -> bool:
+    return name.endswith(("_per_s", "/s")) or "ops/s" in name
+
+
+def _hmean(runs: list[float]) -> float | None:
+    """The harmonic mean, mmtests' summary of a rate; None where it does not
+    apply (a value not above zero)."""
+    return statistics.harmonic_mean(runs) if runs and all(x > 0 for x in runs) else None
+
+
+def _significant(ra: list[float], rb: list[float]) -> bool:
+    """Whether two sides' runs differ beyond their noise (Welch's t above 2,
+    about 95%); never for single runs (a simulation has no noise to test)."""
+    if len(ra) < 2 or len(rb) < 2:
+        return False
+    se = math.sqrt(statistics.variance(ra) / len(ra) + statistics.variance(rb) / len(rb))
+    d = abs(statistics.fmean(rb) - statistics.fmean(ra))
+    return d > 0 if se == 0 else d / se > 2
+
+
+def format_mmtests(a: ResultSet, b: ResultSet, lines: list[Line], limit: int | None) -> str:
+    """The lines as mmtests' compare-kernels.sh prints a comparison: a rate
+    (ops/s) as an `Hmean` row (the harmonic mean of the runs), anything else
+    as an `Amean` row, each value `%12.2f` with its difference from A
+    (`%7.2f%%`) in parentheses, or between asterisks where the runs of the
+    two sides differ beyond their spread. A line without a percentage says
+    why in its place (new, gone, NaN)."""
+    shown = lines if limit is None or limit <= 0 else lines[:limit]
+    label_w = max([len(ln.name) for ln in shown] + [1])
+    opw = 9  # compare-kernels' widest summary name (BAmean-99): Hmean rows line up with its other rows
+    out = [f"{'':<{opw + 1 + label_w}}{_side_name(a):>23}{_side_name(b):>23}"]
+    for ln in shown:
+        ra, rb = a.runs_of(ln.name), b.runs_of(ln.name)
+        op, ma, mb = "Amean", ln.a, ln.b
+        if _is_rate(ln.name) and _hmean(ra) is not None and _hmean(rb) is not None:
+            op, ma, mb = "Hmean", _hmean(ra), _hmean(rb)
+        va, vb = (ma if ma is not None else 0.0), (mb if mb is not None else 0.0)
+        if ln.pct is None:
+            cmp = f" ({_MARK.get(ln.status, 'new'):>8})"
+        else:
+            pct = 100.0 * (vb - va) / abs(va) if va else ln.pct
+            cmp = f" *{pct:7.2f}%*" if _significant(ra, rb) else f" ({pct:7.2f}%)"
+        out.append(f"{op:<{opw}} {ln.name:<{label_w}}{va:12.2f} ({0.0:7.2f}%){vb:12.2f}{cmp}")
+    if len(shown) < len(lines):
+        out.append(f"# {len(lines) - len(shown)} more changed (--limit 0 shows all)")
+    return "\n".join(out)

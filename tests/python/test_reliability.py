@@ -415,3 +415,61 @@ def test_text_reproduce_shows_the_window_flag_and_every_row_note(tmp_path):
         assert f"[{i}] {' '.join(row['note'].split())}" in out, "the row's note, in full"
     warn = [ln for ln in out if ln.startswith("warning: the measured window was too short in 2 runs")]
     assert len(warn) == 1 and "1 task, 2 tasks" in warn[0]
+
+
+# ---------------------------------------- LKP and mmtests formats --
+def _pair():
+    from foliosim import compare
+
+    a = compare.ResultSet("results/base", "sweep", 3, {"summary.ops_per_s": 1000.0, "vmstat.pgfault": 262144.0,
+                                                       "vmstat.nr_free_pages": 5e8, "vmstat.pgmajfault": 3.0},
+                          {"summary.ops_per_s": [900.0, 1000.0, 1100.0], "vmstat.pgfault": [262144.0] * 3})
+    b = compare.ResultSet("results/head", "sweep", 3, {"summary.ops_per_s": 1500.0, "vmstat.pgfault": 131072.0,
+                                                       "vmstat.nr_free_pages": 5e8 + 1, "vmstat.thp_fault_alloc": 64.0},
+                          {"summary.ops_per_s": [1490.0, 1500.0, 1510.0], "vmstat.pgfault": [131072.0] * 3})
+    return a, b, compare.diff(a, b)
+
+
+def test_compare_prints_lkps_change_table():
+    from foliosim import compare
+
+    a, b, lines = _pair()
+    text = compare.format_lkp(a, b, lines, None).splitlines()
+    # As the kernel test robot's reports lay it out (lkp-tests lib/compare.rb).
+    assert text[:8] == ["result: ", "  results/base", "  results/head", "",
+                        "            base                        head ", "---------------- --------------------------- ",
+                        "         %stddev     %change         %stddev", "             \\          |                \\  "]
+    rows = {ln[44:].strip(): ln for ln in text[8:]}
+    assert rows["summary.ops_per_s"] == "      1000 ±  8%     +50.0%       1500        summary.ops_per_s", \
+        "population stddev of 900/1000/1100 is 8.2% of the mean; 0.7% is below LKP's 2% and left blank"
+    assert rows["proc-vmstat.pgfault"] == "    262144           -50.0%     131072        proc-vmstat.pgfault"
+    assert rows["proc-vmstat.nr_free_pages"] == "     5e+08            +0.0%      5e+08        proc-vmstat.nr_free_pages"
+    assert rows["proc-vmstat.thp_fault_alloc"] == "      0.00             new       64.00        proc-vmstat.thp_fault_alloc"
+    assert rows["proc-vmstat.pgmajfault"] == "      3.00            gone        0.00        proc-vmstat.pgmajfault"
+
+
+def test_compare_prints_mmtests_hmean_rows(tmp_path, capsys):
+    from foliosim import compare
+
+    a, b, lines = _pair()
+    text = compare.format_mmtests(a, b, lines, None).splitlines()
+    w = max(len(ln.name) for ln in lines)
+    assert text[0] == " " * (10 + w) + f"{'base':>23}{'head':>23}"
+    rows = {ln.split()[1]: ln for ln in text[1:]}
+    # The harmonic means of the runs; asterisks: the runs differ beyond their spread.
+    ha, hb = 3 / (1 / 900 + 1 / 1000 + 1 / 1100), 3 / (1 / 1490 + 1 / 1500 + 1 / 1510)
+    assert rows["summary.ops_per_s"] == \
+        f"Hmean     {'summary.ops_per_s':<{w}}{ha:12.2f} (   0.00%){hb:12.2f} *{100 * (hb - ha) / ha:7.2f}%*"
+    assert rows["vmstat.pgfault"] == f"Amean     {'vmstat.pgfault':<{w}}   262144.00 (   0.00%)   131072.00 * -50.00%*", \
+        "no spread on either side: any difference is beyond it"
+    assert rows["vmstat.nr_free_pages"].endswith("(   0.00%)"), "one run a side: no spread known, parentheses"
+    assert rows["vmstat.thp_fault_alloc"].endswith("       64.00 (     new)")
+    # From the command line, on two runs.
+    for name, ops in (("a", 10.0), ("b", 12.5)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "result.json").write_text(f'{{"vmstat": {{"pgfault": 7}}, "summary": {{"ops_per_s": {ops}}}}}')
+    assert cli.main(["compare", str(tmp_path / "a"), str(tmp_path / "b"), "--format", "mmtests"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[1] == "Hmean     summary.ops_per_s       10.00 (   0.00%)       12.50 (  25.00%)", out
+    assert cli.main(["compare", str(tmp_path / "a"), str(tmp_path / "b"), "--format", "lkp"]) == 0
+    assert capsys.readouterr().out.splitlines()[8] == "     10.00           +25.0%      12.50        summary.ops_per_s"
