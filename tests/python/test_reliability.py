@@ -313,6 +313,18 @@ def test_a_run_killed_while_writing_leaves_nothing_after_the_next_run(tiny_confi
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
 
 
+def test_calibrate_and_validate_write_through_the_same_staging(tmp_path):
+    from foliosim import _host
+    from foliosim import result as result_mod
+
+    # Their leftovers follow the one pattern that the next write removes.
+    assert _host.write_text_atomic is result_mod.write_text_atomic
+    stale = tmp_path / f".validate.json.{_dead_pid()}.0badf00d.tmp"
+    stale.write_text("half")
+    _host.write_text_atomic(tmp_path / "validate.json", "{}\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["validate.json"]
+
+
 # ----------------------------------------------------- sweep grids --
 def test_a_grid_beyond_the_limit_is_refused_before_it_is_expanded(tmp_path):
     import time
