@@ -79,7 +79,7 @@ pub struct ConfigKey {
 use KeyValue::{Bool, Int, Num, Str};
 
 pub const CONFIG_KEYS: &[ConfigKey] = &[
-    ConfigKey { table: "", key: "seed", default: Some(Int(1)), range: Some((0.0, i64::MAX as f64)), help: "the run's seed: the same config and seed give the same numbers (guest g of machine.guests runs with seed + g)" },
+    ConfigKey { table: "", key: "seed", default: Some(Int(1)), range: Some((0.0, i64::MAX as f64)), help: "the run's seed: the same config and seed give the same numbers; another seed moves what is random on a real machine (ASLR's mmap base, page_alloc.shuffle, some workloads' choices: docs/tutorial.md, What the seed varies; guest g of machine.guests runs with seed + g)" },
     ConfigKey { table: "machine", key: "profile", default: Some(Str("generic-x86")), range: None, help: "a built-in machine profile (`foliosim list profiles`) or the path of a profile file, such as one `foliosim calibrate` wrote (relative to the config file)" },
     ConfigKey { table: "machine", key: "nr_cpus", default: None, range: Some((1.0, 4096.0)), help: "logical CPUs, in place of the profile's (sockets become 1 if they no longer divide them)" },
     ConfigKey { table: "machine", key: "node_mem_mib", default: None, range: Some((64.0, (64u64 << 20) as f64)), help: "MiB of each memory node, an array with one size per node of the profile (in all at most 16 TiB less 1 MiB)" },

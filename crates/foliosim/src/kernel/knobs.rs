@@ -404,6 +404,8 @@ pub fn table() -> Vec<KnobSpec> {
     vec![
         KnobSpec::int("vm.min_free_kbytes", -1, (-1, i32::MAX as i64), "free memory the kernel keeps for atomic allocations; sets zone watermarks (-1: the kernel's sqrt formula)", |k, i| k.min_free_kbytes = (i >= 0).then_some(i as u64)),
         KnobSpec::int("vm.watermark_scale_factor", 10, (1, 3000), "distance between min/low/high watermarks in 1/10000 of zone memory", |k, i| k.watermark_scale_factor = i as u64),
+        KnobSpec::int("kernel.randomize_va_space", 2, (0, 2), "ASLR: 1 or 2 (the default) put a new address space's mmap base a random number of pages (vm.mmap_rnd_bits bits, from the run's seed) below the stack gap, as exec does on every run of a real program; the processes a workload starts share one base, as children forked from one launcher do. 0 puts it where ASLR off does (setarch -R). The stack, the brk heap and a PIE binary's base stay at their ASLR-off places in either case", |k, i| k.randomize_va_space = i as u8),
+        KnobSpec::int("vm.mmap_rnd_bits", 28, (28, 32), "bits of randomness in the mmap base when kernel.randomize_va_space is on (x86-64: CONFIG_ARCH_MMAP_RND_BITS, 28 by default, 28..32)", |k, i| k.mmap_rnd_bits = i as u32),
         KnobSpec::int("vm.percpu_pagelist_high_fraction", 0, (0, 1 << 20), "per-CPU page list high mark as a fraction of zone memory (0: derived from the low watermark)", |k, i| k.percpu_pagelist_high_fraction = i as u64),
         KnobSpec::int("debug/fault_around_bytes", 65536, (4096, 1 << 21), "bytes of cached file pages mapped around a read fault (do_fault_around); 4096 disables", |k, i| k.fault_around_bytes = i as u64),
         KnobSpec::choice("kernel/mm/transparent_hugepage/enabled", "never", &["always", "madvise", "never"], "THP for anonymous memory: the PMD size, and every hugepages-<size>kB set to inherit (modelled as 512 PTEs of one order-9 folio plus a 2 MiB TLB entry)", |k, s| k.anon_folio.thp_enabled = ThpEnabled::parse(s)),
@@ -476,6 +478,10 @@ knob_values! {
 #[derive(Clone, Debug, Serialize)]
 pub struct Knobs {
     pub min_free_kbytes: Option<u64>,
+    /// kernel.randomize_va_space (0: ASLR off).
+    pub randomize_va_space: u8,
+    /// vm.mmap_rnd_bits.
+    pub mmap_rnd_bits: u32,
     pub watermark_scale_factor: u64,
     pub percpu_pagelist_high_fraction: u64,
     pub fault_around_bytes: u64,
