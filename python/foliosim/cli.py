@@ -981,9 +981,9 @@ def _add_host_commands(sub: Any) -> None:
     v.add_argument("--real", metavar="REPORT.json", type=_path,
                    help="reuse the real runs of an earlier validate.json (its medians and spreads) and rerun only the model")
     v.add_argument("--programs", action="store_true",
-                   help="instead: real programs (make -jN of a C project, gzip, python3, sqlite3, sort, awk) recorded, run natively "
+                   help="instead: real programs (make -jN of a C project, xz, python3, sqlite3, sort, awk) recorded, run natively "
                         "and replayed under 4K, 64K and 2M; faults, peak RSS, sys time and its change compared (root, perf)")
-    v.add_argument("--only", metavar="LIST", help="with --programs: a subset of make,gzip,python3,sqlite3,sort,awk")
+    v.add_argument("--only", metavar="LIST", help="with --programs: a subset of make,xz,python3,sqlite3,sort,awk")
     v.add_argument("--scale", choices=("full", "small"), default="full",
                    help="with --programs: full (seconds a program) or small (a check of the tooling)")
     v.add_argument("--cache", metavar="DIR", type=_path, help="with --programs: the programs' inputs (default $FOLIOSIM_CACHE or results/cache)")
