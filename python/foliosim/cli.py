@@ -426,6 +426,42 @@ def _repro_catalog() -> list[dict[str, Any]]:
     return _repro.catalog()
 
 
+def format_explain(data: dict[str, Any]) -> list[str]:
+    """`foliosim list profiles NAME --explain`: every value of a profile and
+    where it comes from (docs/profiles.md); public sources as numbered notes
+    under the table."""
+    vals = data["values"]
+    head = [f"{data['name']}: {data['description']}"]
+    if data.get("host"):
+        head.append(f"derived from the public figures of this machine and the costs measured on the host "
+                    f"{data['host']}, by the rule of docs/profiles.md")
+    counts: dict[str, int] = {}
+    for v in vals:
+        counts[v["kind"]] = counts.get(v["kind"], 0) + 1
+    head.append(", ".join(f"{n} {k}" for k, n in sorted(counts.items(), key=lambda kv: -kv[1])) + f" of {len(vals)} values")
+    cites: list[str] = []
+    width = max((len(v["path"]) for v in vals), default=0)
+    out = [*head, ""]
+    for v in vals:
+        val = v["value"]
+        shown = f"{val:.6g}" if isinstance(val, float) else json.dumps(val)
+        what = v["what"]
+        if v["kind"] == "public" and what:
+            refs = []
+            for c in what.split("; "):
+                if c not in cites:
+                    cites.append(c)
+                refs.append(f"[{cites.index(c) + 1}]")
+            what = " ".join(refs)
+        src = v["kind"] + (f" {what}" if v["kind"] == "public" else (f" ({what})" if what else ""))
+        out.append(f"  {v['path']:<{width}}  {shown:>12}  {src}")
+        if v["note"]:
+            out.append(f"  {'':<{width}}  {'':>12}  {v['note']}")
+    if cites:
+        out += ["", "sources:", *(f"  [{i + 1}] {c}" for i, c in enumerate(cites))]
+    return out
+
+
 def cmd_list(args: argparse.Namespace) -> int:
     words = list(args.what or [])
     sections: Sequence[str] = LIST_SECTIONS
@@ -435,6 +471,16 @@ def cmd_list(args: argparse.Namespace) -> int:
         raise UsageError(f"list: one SECTION and one PATTERN at most, got {' '.join(args.what)!r} "
                          f"(sections: {', '.join(LIST_SECTIONS)})")
     pattern = words[0] if words else None
+    if args.explain:
+        if list(sections) != ["profiles"] or pattern is None:
+            raise UsageError("list: --explain explains one profile: foliosim list profiles NAME --explain "
+                             "(NAME a built-in profile or a profile file)")
+        data = json.loads(_core.profile_explain_json(pattern, os.getcwd()))
+        if args.json:
+            sys.stdout.write(json.dumps(data) + "\n")
+        else:
+            print("\n".join(format_explain(data)))
+        return EXIT_OK
     cat = json.loads(_core.catalog_json())
     if args.json:
         if "experiments" in sections:
@@ -730,6 +776,10 @@ def build_parser() -> argparse.ArgumentParser:
                                     "keeps the names that match, e.g. `foliosim list knobs 'vm.*'`.")
     li.add_argument("what", nargs="*", metavar="[SECTION] [PATTERN]", help=f"SECTION: {'|'.join(LIST_SECTIONS)}")
     li.add_argument("--json", action="store_true", help="print the catalog (or the sections asked for) as one JSON object")
+    li.add_argument("--explain", action="store_true",
+                    help="with `profiles NAME`: every value of that profile and where it comes from: measured here (by which "
+                         "program), a public figure (its source), derived by the rule of docs/profiles.md (its arithmetic) "
+                         "or assumed (why)")
     li.set_defaults(func=cmd_list)
 
     rp = sub.add_parser("reproduce", help="rerun an experiment (experiments/*/NAME.toml) beside its published figures")

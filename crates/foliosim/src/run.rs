@@ -692,17 +692,23 @@ mod tests {
     use super::*;
 
     /// will-it-scale's start gate on two sockets of two CPUs (skl-2s-72's
-    /// costs: local line 8 ns, same socket 48, other socket 135, IPI send
-    /// 100, wake-up 3000): the waker on CPU 0 wakes the last task first.
+    /// costs): the waker on CPU 0 wakes the last task first, each wake-up
+    /// an IPI after a transfer of the pipe's line from where it was.
     #[test]
     fn the_start_gate_wakes_the_last_poller_first_one_wake_up_apart() {
         let toml = "seed = 1\n[machine]\nprofile = \"skl-2s-72\"\nnr_cpus = 4\n[workload]\nname = \"page_fault1\"\nmode = \"threads\"\ntasks = 4\nsize_mib = 1\nprocess_image = \"none\"\n[run]\nwarmup_s = 0.0\nduration_s = 0.001\n";
         let cfg = crate::config::from_toml(toml, "<test>").unwrap();
         let d = Driver::new(&cfg, cfg.seed, 0, build_workload(&cfg).unwrap(), &mut |_| {}).unwrap();
         let clocks: Vec<Ns> = d.k.tasks.iter().map(|t| t.clock).collect();
-        // task 3 (CPU 3, other socket): 135 + 100; task 2 (CPU 2): + 235;
-        // task 1 (CPU 1): + 48 + 100; task 0 (CPU 0): + 8 + 100; each runs
-        // 3000 after its wake-up.
-        assert_eq!(clocks, [3726, 3618, 3470, 3235]);
+        // task 3 (CPU 3, other socket): a cross-socket transfer and an IPI;
+        // task 2 (CPU 2): the same again; task 1 (CPU 1): a same-socket
+        // transfer and an IPI; task 0 (CPU 0): a local RMW and an IPI; each
+        // runs a context switch after its wake-up.
+        let c = &d.k.c;
+        let w3 = c.line_cross + c.ipi_send;
+        let w2 = w3 + c.line_cross + c.ipi_send;
+        let w1 = w2 + c.line_same + c.ipi_send;
+        let w0 = w1 + c.line_local + c.ipi_send;
+        assert_eq!(clocks, [w0, w1, w2, w3].map(|w| w + c.context_switch));
     }
 }

@@ -23,7 +23,8 @@ pub struct Costs {
     pub zero_warm_4k: Ns,
     /// Per folio allocated cold (alloc_cold_ns).
     pub alloc_cold: Ns,
-    /// warm_cache_bytes in pages.
+    /// What the caches of a CPU hold of the pages it freed, in pages: its
+    /// L2 and its socket's last-level cache (cpu.l2_kib + cpu.llc_kib).
     pub warm_cache_pages: u64,
     pub memcg: Ns,
     pub lru_add: Ns,
@@ -104,7 +105,7 @@ impl Costs {
             free_large_folio: ns(c.free_large_folio_ns),
             zero_warm_4k: ns(Profile::bw_ns(4096, c.zero_warm_bw_gbps)),
             alloc_cold: ns(c.alloc_cold_ns),
-            warm_cache_pages: c.warm_cache_bytes / 4096,
+            warm_cache_pages: (p.cpu.l2_kib + p.cpu.llc_kib) / 4,
             memcg: ns(c.memcg_charge_ns),
             lru_add: ns(c.lru_add_ns),
             lru_lock_per_folio: ns(c.lru_lock_per_folio_ns),
