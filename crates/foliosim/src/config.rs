@@ -466,7 +466,7 @@ fn from_table(mut root: toml::Table, ctx: &Ctx) -> Result<Config, ConfigError> {
         if prof.cpu.nr_cpus % prof.cpu.sockets != 0 {
             prof.cpu.sockets = 1;
         }
-        if (prof.cpu.nr_cpus / prof.cpu.sockets) % prof.cpu.threads_per_core != 0 {
+        if !(prof.cpu.nr_cpus / prof.cpu.sockets).is_multiple_of(prof.cpu.threads_per_core) {
             prof.cpu.threads_per_core = 1;
         }
     }

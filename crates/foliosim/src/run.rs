@@ -114,7 +114,7 @@ impl Env<'_> {
             Some(c) if c < n => Ok(c),
             Some(c) => Err(format!("cpu {c} does not exist (the machine has {n})")),
             None => {
-                let c = self.next_cpu % n;
+                let c = self.k.topo.placement(self.next_cpu % n);
                 self.next_cpu += 1;
                 Ok(c)
             }
@@ -396,7 +396,8 @@ impl Driver {
         // Run steps of this task while it is still the earliest.
         let mut earliest = q.heap.peek().map_or(Ns::MAX, |Reverse((t, _, _))| *t).min(horizon);
         loop {
-            crate::sim::set_frontier(k.tasks[tid as usize].clock, earliest);
+            let start = k.tasks[tid as usize].clock;
+            crate::sim::set_frontier(start, earliest);
             k.charge_irq(tid, cpu as u32);
             let ended = step(k, self.wl.as_mut(), tid, q);
             self.steps += 1;
@@ -407,7 +408,15 @@ impl Driver {
                 }
             }
             let tk = &k.tasks[tid as usize];
-            let c = tk.clock;
+            let c = if tk.exited || tk.sleeping {
+                k.cpus[cpu].busy_until = ended.unwrap_or(tk.clock);
+                tk.clock
+            } else {
+                let c = k.smt_share(cpu as u32, start, tk.clock);
+                k.tasks[tid as usize].clock = c;
+                c
+            };
+            let tk = &k.tasks[tid as usize];
             if tk.exited || tk.sleeping {
                 // (A sleeping kernel thread's wake-up entry is already queued.)
                 // The CPU is free from the end of the step, not from a
@@ -669,6 +678,13 @@ pub fn result_json(cfg: &Config, o: &Outcome) -> Value {
             // RSS when the run started (a process image's pages), the
             // largest of any mm: the harness's baseline.
             "base_rss_kib": k.mms.iter().map(|m| m.base_rss.max(0) as u64 * 4).max().unwrap_or(0),
+            // What the CPUs moved through each node's shared bandwidth and
+            // through the socket links (sim/bw.rs), and the time transfers
+            // waited for them beyond what one CPU alone takes.
+            "node_bw_bytes": k.nodes.iter().map(|n| n.bw.bytes).collect::<Vec<_>>(),
+            "node_bw_wait_ns": k.nodes.iter().map(|n| n.bw.wait_ns).collect::<Vec<_>>(),
+            "link_bw_bytes": k.nodes.iter().map(|n| n.link.bytes).sum::<u64>(),
+            "link_bw_wait_ns": k.nodes.iter().map(|n| n.link.wait_ns).sum::<u64>(),
         },
         "checker": {
             "enabled": k.check.enabled,

@@ -7,3 +7,4 @@ pub mod profile;
 pub mod profile_load;
 pub mod provenance;
 pub mod tlb;
+pub mod topology;

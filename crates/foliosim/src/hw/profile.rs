@@ -536,6 +536,9 @@ impl Profile {
         if self.cpu.page_size_kib != 4 {
             return Err(("cpu.page_size_kib".into(), "only 4 KiB base pages are modelled so far".into()));
         }
+        if self.cpu.threads_per_core > 2 {
+            return Err(("cpu.threads_per_core".into(), "1 or 2: SMT2 is what the model shares a core between".into()));
+        }
         if !(self.cpu.nr_cpus / self.cpu.sockets).is_multiple_of(self.cpu.threads_per_core) {
             return Err(("cpu.threads_per_core".into(), "must divide the CPUs of a socket (cpu.nr_cpus / cpu.sockets)".into()));
         }
