@@ -128,3 +128,30 @@ fn software_time_follows_the_clock_of_a_derived_profile() {
     let _ = std::fs::remove_dir_all(&dir);
     assert!((half / fast - 0.5).abs() < 0.02, "half the clock: {:.3} of the ops", half / fast);
 }
+
+/// llama's threads read their weights from memory (`Op::Stream`): what a
+/// token reads goes through the node holding the model, and eight threads
+/// streaming from a node of 2 GB/s take longer than from one of 1000 GB/s.
+#[test]
+fn threads_streaming_from_a_node_share_its_bandwidth() {
+    let run = |gbps: f64| {
+        result(&format!(
+            "seed = 1\n[machine]\nprofile = \"luf-llama-tiered\"\nnode_mem_mib = [512, 512]\ncosts = {{ \"nodes.shared_bw_gbps\" = {gbps} }}\n[workload]\nname = \"llama\"\nprocesses = 1\nthreads = 8\nmodel_mib = 16\ntokens = 2\nfs = \"tmpfs\"\n[run]\nwarmup_s = 0.0\nduration_s = 5.0\ncheck = true\n"
+        ))
+    };
+    let runtime = |r: &Value| {
+        let tasks = r["per_task"].as_array().unwrap().iter().filter(|t| t["kthread"] == false);
+        tasks
+            .map(|t| {
+                assert_eq!(t["exited"], true, "every thread ran to its end");
+                t["clock_ns"].as_f64().unwrap()
+            })
+            .fold(0.0, f64::max)
+    };
+    let (wide, narrow) = (run(1000.0), run(2.0));
+    // Two tokens, each a pass over the 16 MiB model.
+    let read = narrow["memory"]["node_bw_bytes"].as_array().unwrap().iter().map(|b| b.as_f64().unwrap()).sum::<f64>();
+    assert!(read >= 2.0 * 16.0 * 1048576.0, "{read} bytes through the nodes");
+    assert!(runtime(&narrow) > 2.0 * runtime(&wide), "{} ns on 2 GB/s, {} ns on 1000 GB/s", runtime(&narrow), runtime(&wide));
+    assert!(narrow["memory"]["node_bw_wait_ns"].as_array().unwrap().iter().any(|w| w.as_u64().unwrap() > 0));
+}
