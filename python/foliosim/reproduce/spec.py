@@ -499,13 +499,15 @@ def profile_number(cfg: dict[str, Any], key: str) -> float:
     if key in (m.get("costs") or {}):
         return float(m["costs"][key])
     name = m["profile"]
-    text = next((p.get("toml") for p in json.loads(_core.catalog_json()).get("profiles", []) if p.get("name") == name), None)
-    if text is None:
-        text = Path(name).read_text(encoding="utf-8")
-    doc = tomllib.loads(text)
+    # The profile as loaded (a derived one completed by the rule of
+    # docs/profiles.md), not its file's text.
+    try:
+        values = {v["path"]: v["value"] for v in json.loads(_core.profile_explain_json(name))["values"]}
+    except _core.ConfigError as e:
+        raise ValueError(f"{key}: profile {name}: {e}") from None
     table, _, k = key.rpartition(".") if "." in key else ("cost", "", key)
-    t = doc.get(table)
-    vals = [n.get(k) for n in t] if isinstance(t, list) else [t.get(k)] if isinstance(t, dict) else [None]
+    vals = ([v for p, v in values.items() if p.startswith("nodes[") and p.endswith(f"].{k}")] if table == "nodes"
+            else [values.get(f"{table}.{k}")])
     nums = [v for v in vals if isinstance(v, (int, float)) and not isinstance(v, bool)]
     if len(nums) != len(vals) or len(set(nums)) != 1:
         raise ValueError(f"{key}: not one number in profile {name}")
