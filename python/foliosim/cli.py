@@ -471,13 +471,18 @@ def version_string() -> str:
 
 
 def format_reproduction(rep: dict[str, Any]) -> str:
+    from .verdict import count_within, noise, verdict
+
     rows = rep.get("rows", [])
-    cols = ["label", "metric", "unit", "published", "simulated"]
+    cols = ["label", "metric", "unit", "published", "simulated", "verdict"]
 
     def cell(r: dict[str, Any], c: str) -> str:
+        if c == "verdict":
+            return verdict(r)
         v = r.get("published", r.get("seed")) if c == "published" else r.get(c)
         if c in ("published", "simulated"):
-            return "—" if v is None else _fmt_int(v)
+            shown = "—" if v is None else _fmt_int(v)
+            return shown + (f" ± {_fmt_int(noise(r))}" if c == "published" and v is not None and noise(r) else "")
         return str(v if v is not None else "")
 
     cells = [[cell(r, c) for c in cols] for r in rows]
@@ -485,7 +490,10 @@ def format_reproduction(rep: dict[str, Any]) -> str:
     lines = [f"{rep.get('name')}: {rep.get('title', '')}".rstrip(": ")]
     lines.append("  ".join(c.ljust(wd) for c, wd in zip(cols, widths, strict=False)))
     for row in cells:
-        lines.append("  ".join(v.ljust(wd) for v, wd in zip(row, widths, strict=False)))
+        lines.append("  ".join(v.ljust(wd) for v, wd in zip(row, widths, strict=False)).rstrip())
+    near, judged = count_within(rows)
+    if judged:
+        lines.append(f"{near} of {judged} rows with a published figure within 25% of it")
     for n in rep.get("notes", []) or []:
         lines.append(f"note: {_one_line(n)}")
     return "\n".join(lines)

@@ -46,8 +46,11 @@ def test_headline_table_has_one_row_per_experiment():
     assert names == [n for n, _ in foliosim.experiments()], "run `make docs-tables`"
     for row in body.strip().splitlines()[2:]:
         cells = [c.strip() for c in row.strip().strip("|").split(" | ")]
-        verdict, why = cells[-2], cells[-1]
+        verdict, within, why = cells[-3], cells[-2], cells[-1]
         assert verdict in ("matches", "close", "off", "opposite", "model only", "no value"), row
+        # how many of the experiment's rows are within 25%: "N of M" (M > 0), or a dash
+        m = re.fullmatch(r"(\d+) of (\d+)", within)
+        assert (m and int(m.group(1)) <= int(m.group(2)) > 0) or (within == "—" and verdict == "model only"), row
         # a row far from its published figure says why in the README itself
         assert why or verdict not in ("off", "opposite"), row
 
