@@ -809,6 +809,25 @@ def _host_cmd(name: str) -> Callable[[argparse.Namespace], int]:
     return run
 
 
+def _validate(args: argparse.Namespace) -> int:
+    """`validate --public` runs only the model (validation/public/); plain
+    `validate` measures this host's kernel as well."""
+    if args.public:
+        from . import public
+
+        for flag in ("real", "profile", "settings", "tmpdir", "repeats"):
+            if getattr(args, flag, None) is not None:
+                _err(f"--{flag}: not with --public (it compares stored public results, not this host)")
+                return EXIT_USAGE
+        if args.out:
+            check_out_dir("--out", Path(args.out))
+        return public.cmd_public(args)
+    if args.points is not None:
+        _err("--points: only with --public")
+        return EXIT_USAGE
+    return _host_cmd("validate")(args)
+
+
 def _add_host_commands(sub: Any) -> None:
     c = sub.add_parser("calibrate", help="measure this host and write a machine profile")
     c.add_argument("--out", default="host.toml", metavar="FILE", help="profile to write (default host.toml)")
@@ -834,8 +853,13 @@ def _add_host_commands(sub: Any) -> None:
                    help="threads of the threads-mode rows (page_fault1/2/3, mmap1 under 4K, 64K, 2M; default 2, 0 = none)")
     v.add_argument("--real", metavar="REPORT.json",
                    help="reuse the real runs of an earlier validate.json (its medians and spreads) and rerun only the model")
+    v.add_argument("--public", action="store_true",
+                   help="instead: predict the public real-kernel results of other machines in validation/public/ "
+                        "(no root; docs/validation-public.md)")
+    v.add_argument("--points", metavar="ID,...", help="with --public: only these points")
+    v.add_argument("--jobs", type=int, default=2, metavar="N", help="with --public: runs at once (default 2)")
     v.add_argument("--quiet", "-q", action="store_true")
-    v.set_defaults(func=_host_cmd("validate"))
+    v.set_defaults(func=_validate)
 
     r = sub.add_parser("record", help="record a program's memory behaviour into a trace: foliosim record -- CMD ARGS")
     r.add_argument("--out", "-o", metavar="FILE", help="trace file (default CMD.fstrace)")
