@@ -275,6 +275,10 @@ def profile_for(m: Machine, cache: Path) -> tuple[str, str]:
         return m.profile, "rule"
     own = default_dir() / "profiles" / f"{m.profile}.toml"
     if own.is_file():
+        # A profile here is one the rule derives: public figures in a
+        # [derive] table, the rest the rule's (docs/profiles.md).
+        if "derive" not in tomllib.loads(own.read_text(encoding="utf-8")):
+            raise PublicError(str(own), "derive", "a public machine's profile is derived by the rule: it needs a [derive] table")
         return str(own), "rule"
     doc = tomllib.loads(cat["generic-x86"]["toml"])
     node = dict(doc["nodes"][0])
