@@ -351,6 +351,18 @@ def _run_all(configs: dict[str, dict[str, Any]], jobs: int, progress: Progress |
     return out
 
 
+def _ops_per_iteration(workload: Mapping[str, Any]) -> float:
+    """Operations in one iteration of a will-it-scale test's loop: a page
+    each of its region (page_faultN, tlb_flush1/3), of its 1 MiB region
+    (tlb_flush2) or file (read1/2, a read of 4 KiB each); one mmap or malloc."""
+    test = workload["name"]
+    if test.startswith("page_fault") or test in ("tlb_flush1", "tlb_flush3"):
+        return float(workload.get("size_mib", 128) * 256)
+    if test in ("tlb_flush2", "read1", "read2"):
+        return 256.0
+    return 1.0
+
+
 def _per_task(result: Mapping[str, Any], tasks: int) -> float:
     return float(result["summary"]["ops_per_s"]) / tasks
 
@@ -380,10 +392,11 @@ def predict(points: Sequence[Point], machines: Mapping[str, Machine], *, jobs: i
     plan = {p.id: _runs_of(p, machines[p.machine], profiles[p.machine][0], scale) for p in points}
     results: dict[str, dict[str, Any]] = {}
     windows: dict[str, dict[str, Any]] = {}
-    # Runs whose measured window does not hold a whole iteration of every task
-    # before it and inside it are run again four times longer (at most three
-    # times): the same config and seed give the same result, so this is
-    # deterministic.
+    # A run whose measured window does not hold a whole iteration of every
+    # task before it and inside it is run again, with a window made from what
+    # the short run measured (an iteration's operations over a task's rate,
+    # with room to spare), then four times longer if that still falls short:
+    # the same config and seed give the same result, so this is deterministic.
     pending = {r.key: r for runs in plan.values() for rs in runs.values() for r in rs}
     for _round in range(4):
         got = _run_all({k: r.config for k, r in pending.items()}, jobs, progress)
@@ -391,12 +404,21 @@ def predict(points: Sequence[Point], machines: Mapping[str, Machine], *, jobs: i
         for key, res in got.items():
             w = window(res, "steady")
             results[key], windows[key] = res, w
-            if not w["ok"] and _round < 3:
-                r = pending[key]
-                longer = json.loads(json.dumps(r.config))
-                longer["run"]["warmup_s"] *= 4
-                longer["run"]["duration_s"] *= 4
-                again[key] = Run(key, longer, r.tasks)
+            if w["ok"] or _round == 3:
+                continue
+            r = pending[key]
+            longer = json.loads(json.dumps(r.config))
+            run = longer["run"]
+            rate = _per_task(res, r.tasks)
+            per_iter = w.get("ops_per_iteration") or _ops_per_iteration(r.config["workload"])
+            if _round == 0 and rate > 0 and per_iter > 0:
+                iteration_s = per_iter / rate
+                run["warmup_s"] = max(run["warmup_s"], round(2.0 * iteration_s, 6))
+                run["duration_s"] = max(run["duration_s"], round(2.5 * iteration_s, 6))
+            else:
+                run["warmup_s"] *= 4
+                run["duration_s"] *= 4
+            again[key] = Run(key, longer, r.tasks)
         pending = again
         if not pending:
             break
