@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import statistics
 import sys
 import tomllib
@@ -166,8 +167,75 @@ def load_machines(root: Path) -> dict[str, Machine]:
             raise PublicError(file, f"{mid}.printed", f"threads, sockets and memory as printed: {problem}")
         if m.threads < 1 or m.sockets < 1 or m.threads % m.sockets:
             raise PublicError(file, f"{mid}.threads", "a whole number of threads per socket")
+        own = root / "profiles" / f"{m.profile}.toml"
+        if own.is_file():
+            check_profile(own, m)
         out[mid] = m
     return out
+
+
+# What a public machine's profile gives, the same for every machine: what its
+# report prints and what the vendor specifies for the SKU; the derivation
+# rule makes every other value (docs/profiles.md). Giving more (a latency, a
+# cost) would be a value chosen per machine, which is what the rule is for.
+PROFILE_GIVES = {
+    "derive": {"host", "dram_channels", "dram_mts"},
+    "cpu": {"nr_cpus", "sockets", "freq_ghz", "core", "threads_per_core", "l2_kib", "llc_kib"},
+    "nodes": {"kind", "mem_mib", "has_cpus"},
+}
+_TAG = re.compile(r"^\[(?:public: (?P<keys>[\w.-]+(?:, [\w.-]+)*)\]|assumed\] \S)")
+
+
+def check_profile(path: Path, m: Machine) -> None:
+    """A public machine's profile: a derived one (a [derive] table), of that
+    machine (its name, threads, sockets and memory), giving exactly the
+    figures of PROFILE_GIVES, each with its source ([public: KEY] citing its
+    [sources], or [assumed] and why). A PublicError otherwise."""
+    file = str(path)
+    text = path.read_text(encoding="utf-8")
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise PublicError(file, "(file)", str(e)) from None
+    if not isinstance(doc.get("derive"), dict) or not doc["derive"].get("host"):
+        raise PublicError(file, "derive", "a public machine's profile is derived by the rule: it needs a [derive] table naming its host")
+    if doc.get("name") != m.profile:
+        raise PublicError(file, "name", f"expected {m.profile!r}, the machine's profile in machines.toml")
+    extra = set(doc) - {"name", "description", "sources", *PROFILE_GIVES}
+    if extra:
+        raise PublicError(file, sorted(extra)[0], "the rule makes these values: a public machine's profile gives only "
+                          + ", ".join(f"{t}.{{{','.join(sorted(k))}}}" for t, k in PROFILE_GIVES.items()))
+    nodes = doc.get("nodes", [])
+    for table, keys in PROFILE_GIVES.items():
+        for i, t in enumerate(nodes if table == "nodes" else [doc.get(table, {})]):
+            where = f"nodes[{i}]" if table == "nodes" else table
+            if set(t) != keys:
+                odd = sorted(set(t) ^ keys)[0]
+                raise PublicError(file, f"{where}.{odd}", "every public machine's profile gives exactly "
+                                  + ", ".join(sorted(keys)) + f" in {table}")
+    cpu = doc["cpu"]
+    if cpu["nr_cpus"] != m.threads or cpu["sockets"] != m.sockets:
+        raise PublicError(file, "cpu.nr_cpus", f"{cpu['nr_cpus']} CPUs on {cpu['sockets']} sockets; the report prints "
+                          f"{m.threads} threads on {m.sockets}")
+    if len(nodes) != m.sockets or sum(n["mem_mib"] for n in nodes) != m.memory_gib * 1024:
+        raise PublicError(file, "nodes", f"one node a socket, {m.memory_gib} GiB in all, as the report prints")
+    cites = set(doc.get("sources", {}))
+    table = ""
+    for n, line in enumerate(text.splitlines(), 1):
+        head = re.match(r"^\s*\[\[?([\w.]+)\]\]?", line)
+        if head:
+            table = head.group(1)
+            continue
+        kv = re.match(r"^\s*([\w-]+)\s*=[^#]*(?:#\s*(.*))?$", line)
+        if not kv or table in ("", "sources") or (table, kv.group(1)) == ("derive", "host"):
+            continue
+        tag = _TAG.match(kv.group(2) or "")
+        if not tag:
+            raise PublicError(file, f"{table}.{kv.group(1)}", f"line {n}: no source: its comment opens with "
+                              "[public: KEY] or [assumed] why")
+        missing = [k for k in (tag.group("keys") or "").split(", ") if k and k not in cites]
+        if missing:
+            raise PublicError(file, f"{table}.{kv.group(1)}", f"line {n}: {missing[0]!r} is not in [sources]")
 
 
 REPORT_KEYS = {"title", "message_id", "url", "date", "from", "machine", "test", "kernels", "points"}
@@ -264,10 +332,30 @@ def _catalog() -> dict[str, dict[str, Any]]:
     return {p.get("name"): p for p in json.loads(_core.catalog_json()).get("profiles", [])}
 
 
+def engine_derives() -> bool:
+    """Whether this build of the engine has the derivation rule (a profile
+    file with a [derive] table; docs/profiles.md). Until it has, every
+    machine runs on a stand-in."""
+    return hasattr(_core, "profile_explain_json")
+
+
+def _shown_path(profile: str) -> str:
+    """A profile as the report shows it: a built-in name, a path in the
+    repository relative to its root, else the path as it is."""
+    path = Path(profile)
+    if not path.is_absolute():
+        return profile
+    try:
+        return str(path.resolve().relative_to(repo_root().resolve()))
+    except ValueError:
+        return profile
+
+
 def profile_for(m: Machine, cache: Path) -> tuple[str, str]:
     """(the profile a run names, what it is): the rule's profile of the
-    machine where there is one (built in, or validation/public/profiles/),
-    else a stand-in written to `cache`: generic-x86 with the machine's
+    machine where there is one (built in, or validation/public/profiles/
+    when the engine has the rule), else a stand-in written to `cache`:
+    generic-x86 with the machine's
     threads, sockets and one node per socket. A stand-in is no prediction
     of the rule; every row run on one says so."""
     cat = _catalog()
@@ -279,7 +367,8 @@ def profile_for(m: Machine, cache: Path) -> tuple[str, str]:
         # [derive] table, the rest the rule's (docs/profiles.md).
         if "derive" not in tomllib.loads(own.read_text(encoding="utf-8")):
             raise PublicError(str(own), "derive", "a public machine's profile is derived by the rule: it needs a [derive] table")
-        return str(own), "rule"
+        if engine_derives():
+            return str(own), "rule"
     doc = tomllib.loads(cat["generic-x86"]["toml"])
     node = dict(doc["nodes"][0])
     node["mem_mib"] = 1024
@@ -423,7 +512,9 @@ def predict(points: Sequence[Point], machines: Mapping[str, Machine], *, jobs: i
         if not pending:
             break
     rows = [_row(p, machines[p.machine], profiles[p.machine][1], plan[p.id], results, windows) for p in points]
-    return {"points": rows, "summary": summarize(rows), "profiles": {k: {"profile": v[0], "kind": v[1]} for k, v in profiles.items()},
+    return {"points": rows, "summary": summarize(rows),
+            "profiles": {k: {"profile": _shown_path(v[0]), "kind": v[1]} for k, v in profiles.items()},
+            "engine_derives": engine_derives(),
             "targets": {"per_task_ops": TARGET_ABSOLUTE, "change": TARGET_CHANGE, "noisy_change_points": NOISY_CHANGE_POINTS},
             "quick": quick}
 
@@ -516,11 +607,23 @@ Everything is in `validation/public/`, in the repository:
 - `machines.toml`: each test machine as the message that reports on it
   prints it (its threads, sockets and memory are checked against that
   text), its vendor and microarchitecture, and `profile`, the name of the
-  machine profile the derivation rule makes for it. Until a profile of that
-  name exists (built in, or `validation/public/profiles/NAME.toml`), the
-  point runs on a *stand-in*, generic-x86 with the machine's threads and
-  sockets, and its row says so: such a row checks the pipeline, not the
-  rule.
+  machine profile the derivation rule makes for it.
+- `profiles/NAME.toml`: that profile, a derived one (docs/profiles.md): a
+  `[derive]` table naming the host whose measured costs the rule scales,
+  and the same few public figures for every machine, each tagged with its
+  source: the threads, sockets and memory the report prints; the clock it
+  prints (the base clock: no all-core clock under the test's load is
+  published for these boxes, so every machine gets its base clock, decided
+  before any was run); the core (a key of `profiles/rule.toml`); L2 per
+  core and L3 per socket, DRAM channels and speed from the vendor's
+  specification of the SKU. Everything else (memory latency, core-to-core
+  transfers, TLBs, every software cost) is the rule's: scaled from the host
+  or, where nothing is published, the host's own, marked assumed
+  (`foliosim list profiles validation/public/profiles/NAME.toml --explain`).
+  Where no such profile exists, or the engine has no derivation rule yet,
+  the point runs on a *stand-in*, generic-x86 with the machine's threads
+  and sockets, and its row says so: such a row checks the pipeline, not
+  the rule.
 - `reports/*.toml`: one file per message (a kernel test robot report, a
   mail with a table): its title, message id, URL and date; the test
   (will-it-scale's test, `mode`, `nr_task` and the task counts it means on
@@ -563,6 +666,9 @@ def render_markdown(rep: Mapping[str, Any], command: str = "make validation-publ
            f"message that reports it. Targets: per-task throughput within {100 * TARGET_ABSOLUTE:.0f}%, a change within "
            f"{100 * TARGET_CHANGE:.0f}% of it (or {NOISY_CHANGE_POINTS:.0f} points where the noise the source states for it "
            "is wider) and never of the other sign.", ""]
+    if s.get("stand_in") and rep.get("engine_derives") is False:
+        out += ["**No derivation rule in this engine** (issue 30, points 1 and 2): every machine ran on a stand-in, "
+                "whatever `validation/public/profiles/` holds.", ""]
     if s.get("stand_in"):
         out += [f"**Stand-in profiles**: {', '.join(s['stand_in'])} ran on generic-x86 with the machine's threads and "
                 "sockets, not on a profile the derivation rule made: their rows check the pipeline, not the rule.", ""]
@@ -596,7 +702,8 @@ def render_markdown(rep: Mapping[str, Any], command: str = "make validation-publ
     out += ["", "## Machines", "", "| machine | as printed | profile |", "| --- | --- | --- |"]
     for mid, v in sorted(rep["profiles"].items()):
         printed = next(r["machine_printed"] for r in rep["points"] if r["machine"] == mid)
-        out.append(f"| {mid} | {printed} | {v['kind']} |")
+        shown = f"`{v['profile']}` (derived by the rule)" if v["kind"] == "rule" else "stand-in (generic-x86 resized)"
+        out.append(f"| {mid} | {printed} | {shown} |")
     out += ["", "## Sources", ""]
     for src in sorted({json.dumps(r["source"], sort_keys=True) for r in rep["points"]}):
         d = json.loads(src)

@@ -76,6 +76,53 @@ def test_a_machine_is_checked_against_its_printed_description(tmp_path):
         P.load(root)
 
 
+def test_every_machine_has_a_profile_the_rule_derives(data):
+    machines, _ = data
+    for m in machines.values():
+        path = DATA / "profiles" / f"{m.profile}.toml"
+        assert path.is_file(), m.id
+        P.check_profile(path, m)
+
+
+@pytest.mark.parametrize("old, new, key", [
+    # not derived: a profile of values chosen by hand
+    ('[derive]\nhost = "generic-x86"\n', "", "derive"),
+    # a value with no source
+    ("l2_kib = 1024            # [public: intel-orm]", "l2_kib = 1024            #", "cpu.l2_kib"),
+    # a source the file does not cite
+    ("# [public: intel-orm]", "# [public: nowhere]", "cpu.l2_kib"),
+    # a figure chosen for this machine only: the rule makes latencies
+    ("has_cpus = true          # [public: lkp] socket 0\n",
+     "has_cpus = true          # [public: lkp] socket 0\nlatency_ns = 90.0 # [assumed] a guess\n", "nodes[0].latency_ns"),
+    # a cost: the rule scales the host's
+    ("\n[[nodes]]", "\n[cost]\nfault_base_ns = 100.0  # [assumed] a guess\n\n[[nodes]]", "cost"),
+    # another machine's threads
+    ("nr_cpus = 104", "nr_cpus = 112", "cpu.nr_cpus"),
+])
+def test_a_bad_profile_is_one_line_naming_file_and_key(tmp_path, old, new, key):
+    root = _copy(tmp_path)
+    f = root / "profiles" / "lkp-skl-fpga01.toml"
+    text = f.read_text()
+    assert old in text
+    f.write_text(text.replace(old, new, 1))
+    with pytest.raises(P.PublicError) as e:
+        P.load(root)
+    assert str(e.value).startswith(str(f)) and f": {key}:" in str(e.value), e.value
+    assert "\n" not in str(e.value)
+
+
+def test_profiles_run_only_where_the_engine_derives(data, tmp_path, monkeypatch):
+    machines, _ = data
+    m = machines["lkp-skl-fpga01"]
+    monkeypatch.setattr(P, "engine_derives", lambda: True)
+    path, kind = P.profile_for(m, tmp_path)
+    assert kind == "rule" and path.endswith("validation/public/profiles/lkp-skl-fpga01.toml")
+    assert P._shown_path(path) == "validation/public/profiles/lkp-skl-fpga01.toml"
+    monkeypatch.setattr(P, "engine_derives", lambda: False)
+    path, kind = P.profile_for(m, tmp_path)
+    assert kind == "stand-in" and path.startswith(str(tmp_path))
+
+
 def test_a_change_is_judged_by_its_target_and_its_sign(data):
     machines, points = data
     p = next(x for x in points if x.id == "skl-mmap1-t52-change")
