@@ -646,8 +646,16 @@ run (memory is scaled, time is not); the note says where.
 
 `role` says whether the derivation rule was shaped on a point (`fit`) or not
 (`held-out`, the default); a point is never both, and the two are reported
-apart. A change's noise band is the one the message prints (LKP's %stddev of
-each figure, carried to the change); a figure printed without one has none.
+apart. Every point here is held-out: the rule's own figures
+(`profiles/rule.toml`: published per-clock comparisons, SMT throughput and
+STREAM efficiency) and each machine's (its report's and its vendor's
+specification) were chosen without any result of `validation/public/reports/`,
+and no value was changed after one was run. A point that ever shapes the
+rule (a constant of `rule.toml` or of the host worked back from it) must be
+marked `role = "fit"` and is then reported apart, never as a check.
+
+A change's noise band is the one the message prints (LKP's %stddev of each
+figure, carried to the change); a figure printed without one has none.
 
 Run it (no root, about a minute a point on two cores):
 `foliosim validate --public [--points ID,...] [--jobs N] [--out DIR]`;
