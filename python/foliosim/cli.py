@@ -25,7 +25,7 @@ from typing import Any, NoReturn
 
 from . import _core
 from . import config as _config
-from ._core import ConfigError, InternalError
+from ._core import Cancelled, ConfigError, Error, InternalError
 from .progress import ProgressBar
 from .result import Result, write_text_atomic
 
@@ -321,7 +321,7 @@ _signals = _Signals()
 
 
 # -------------------------------------------------------------------- list --
-LIST_SECTIONS = ("config", "workloads", "profiles", "knobs", "counters", "probes", "experiments")
+LIST_SECTIONS = ("config", "workloads", "profiles", "knobs", "policies", "counters", "probes", "experiments")
 
 
 def _matches(pattern: str | None, name: str) -> bool:
@@ -403,6 +403,20 @@ def format_catalog(cat: dict[str, Any], sections: Sequence[str], pattern: str | 
                 vs = f"  [{', '.join(map(str, vals))}]" if vals else ""
                 body.append(f"  {k.get('key')} = {k.get('default')}{vs}  {_one_line(k.get('help', ''))}")
         section('Knobs ([knobs] "KEY" = VALUE, quoted: the names have dots and slashes; default shown):', body)
+    if "policies" in sections:
+        body = []
+        selector = None
+        for p in cat.get("policies", []):
+            if not (_matches(pattern, str(p.get("name"))) or _matches(pattern, str(p.get("selector")))):
+                continue
+            if p.get("selector") != selector:
+                selector = p.get("selector")
+                body.append(f'  "{selector}": {_one_line(p.get("kind", ""))}')
+            default = "  (default)" if p.get("default") else ""
+            body.append(f"    {p.get('name')}{default}  {_one_line(p.get('help', ''))}")
+            for k in p.get("knobs", []):
+                body.append(f"        {k.get('key')} = {k.get('default')}  {_one_line(k.get('help', ''))}")
+        section('Policies ([knobs] "SELECTOR" = NAME; a policy\'s own knobs count only when it is selected):', body)
     if "counters" in sections:
         body = [f"  {c.get('name')}{' (gauge)' if c.get('gauge') else ''}: {_one_line(c.get('help', ''))}"
                 for c in cat.get("counters", []) if _matches(pattern, str(c.get("name")))]
@@ -517,13 +531,18 @@ def version_string() -> str:
 
 
 def format_reproduction(rep: dict[str, Any]) -> str:
+    from .verdict import count_within, noise, verdict
+
     rows = rep.get("rows", [])
-    cols = ["label", "metric", "unit", "published", "simulated"]
+    cols = ["label", "metric", "unit", "published", "simulated", "verdict"]
 
     def cell(r: dict[str, Any], c: str) -> str:
+        if c == "verdict":
+            return verdict(r)
         v = r.get("published", r.get("seed")) if c == "published" else r.get(c)
         if c in ("published", "simulated"):
-            return "—" if v is None else _fmt_int(v)
+            shown = "—" if v is None else _fmt_int(v)
+            return shown + (f" ± {_fmt_int(noise(r))}" if c == "published" and v is not None and noise(r) else "")
         return str(v if v is not None else "")
 
     cells = [[cell(r, c) for c in cols] for r in rows]
@@ -531,7 +550,10 @@ def format_reproduction(rep: dict[str, Any]) -> str:
     lines = [f"{rep.get('name')}: {rep.get('title', '')}".rstrip(": ")]
     lines.append("  ".join(c.ljust(wd) for c, wd in zip(cols, widths, strict=False)))
     for row in cells:
-        lines.append("  ".join(v.ljust(wd) for v, wd in zip(row, widths, strict=False)))
+        lines.append("  ".join(v.ljust(wd) for v, wd in zip(row, widths, strict=False)).rstrip())
+    near, judged = count_within(rows)
+    if judged:
+        lines.append(f"{near} of {judged} rows with a published figure within 25% of it")
     for n in rep.get("notes", []) or []:
         lines.append(f"note: {_one_line(n)}")
     return "\n".join(lines)
@@ -697,7 +719,20 @@ def _count_child() -> list[str]:
     return [sys.executable, "-P", "-S", "-s", str(script), str(_core.__file__)]
 
 
+def cmd_bench_paired(args: argparse.Namespace) -> int:
+    from . import paired as _paired
+
+    workloads = [w for w in args.workloads.split(",") if w] if args.workloads else list(_paired.WORKLOADS)
+    try:
+        return _paired.main_paired(args.paired, args.pairs, workloads, args.json, not args.quiet)
+    except _paired.PairedError as e:
+        _err(str(e))
+        return EXIT_USAGE
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
+    if args.paired is not None:
+        return cmd_bench_paired(args)
     results: dict[str, Any] = {}
     details: dict[str, Any] = {}
     verdicts: dict[str, bool | None] = {}
@@ -719,6 +754,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
             else:
                 data = json.loads(_core.bench_json(name))
                 value = _figure(data, key)
+                if name == "pf1_threads64" and data.get("pf1_threads64_host_s"):
+                    # The run's rate, beside anon_faults' (the target is its time).
+                    data["pf1_threads64_faults_per_host_s"] = data["faults"] / data["pf1_threads64_host_s"]
             details[name] = data
         except (RuntimeError, ValueError) as e:
             errors[name] = _one_line(e)
@@ -770,7 +808,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "--set 'knobs.\"vm.min_free_kbytes\"=131072' (repeatable)")
     r.set_defaults(func=cmd_run)
 
-    li = sub.add_parser("list", help="config keys, workloads, profiles, knobs, counters and experiments",
+    li = sub.add_parser("list", help="config keys, workloads, profiles, knobs, policies, counters and experiments",
                         description="What a config may say. `foliosim list SECTION` prints one section "
                                     f"({', '.join(LIST_SECTIONS)}); a PATTERN (a substring, or a glob with * ? [...]) "
                                     "keeps the names that match, e.g. `foliosim list knobs 'vm.*'`.")
@@ -823,6 +861,11 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--quiet", "-q", action="store_true", help="no progress lines on stderr")
     b.add_argument("--strict", action="store_true", help="exit 1 if a target is not met")
     b.add_argument("--slow", action="store_true", help="also time whole reproductions (mthp-will-it-scale, mthp-memory, mthp-kernel-build, luf-xsbench, luf-llama)")
+    b.add_argument("--paired", metavar="REF", help="instead: build git REF and the working tree, run them interleaved "
+                   "(--pairs pairs, the order alternating) and print each workload's throughput ratio, "
+                   "candidate/ref: median [IQR] (min-max) of the per-pair ratios (docs/performance.md)")
+    b.add_argument("--pairs", type=int, default=5, metavar="N", help="with --paired: pairs of runs per workload (default 5)")
+    b.add_argument("--workloads", metavar="W,...", help="with --paired: pf1_1task, pf1_threads64, tlb_hits (default: all)")
     b.set_defaults(func=cmd_bench)
 
     _add_host_commands(sub)
@@ -851,6 +894,25 @@ def _host_cmd(name: str) -> Callable[[argparse.Namespace], int]:
     return run
 
 
+def _validate(args: argparse.Namespace) -> int:
+    """`validate --public` runs only the model (validation/public/); plain
+    `validate` measures this host's kernel as well."""
+    if args.public:
+        from . import public
+
+        for flag in ("real", "profile", "settings", "tmpdir", "repeats"):
+            if getattr(args, flag, None) is not None:
+                _err(f"--{flag}: not with --public (it compares stored public results, not this host)")
+                return EXIT_USAGE
+        if args.out:
+            check_out_dir("--out", Path(args.out))
+        return public.cmd_public(args)
+    if args.points is not None:
+        _err("--points: only with --public")
+        return EXIT_USAGE
+    return _host_cmd("validate")(args)
+
+
 def _add_host_commands(sub: Any) -> None:
     c = sub.add_parser("calibrate", help="measure this host and write a machine profile")
     c.add_argument("--out", default="host.toml", metavar="FILE", help="profile to write (default host.toml)")
@@ -876,8 +938,13 @@ def _add_host_commands(sub: Any) -> None:
                    help="threads of the threads-mode rows (page_fault1/2/3, mmap1 under 4K, 64K, 2M; default 2, 0 = none)")
     v.add_argument("--real", metavar="REPORT.json",
                    help="reuse the real runs of an earlier validate.json (its medians and spreads) and rerun only the model")
+    v.add_argument("--public", action="store_true",
+                   help="instead: predict the public real-kernel results of other machines in validation/public/ "
+                        "(no root; docs/validation-public.md)")
+    v.add_argument("--points", metavar="ID,...", help="with --public: only these points")
+    v.add_argument("--jobs", type=int, default=2, metavar="N", help="with --public: runs at once (default 2)")
     v.add_argument("--quiet", "-q", action="store_true")
-    v.set_defaults(func=_host_cmd("validate"))
+    v.set_defaults(func=_validate)
 
     r = sub.add_parser("record", help="record a program's memory behaviour into a trace: foliosim record -- CMD ARGS")
     r.add_argument("--out", "-o", metavar="FILE", help="trace file (default CMD.fstrace)")
@@ -899,7 +966,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return int(args.func(args))
     except SystemExit as e:
         return e.code if isinstance(e.code, int) else (0 if e.code is None else EXIT_USAGE)
-    except (ConfigError, UsageError) as e:
+    except UsageError as e:
         if debug:
             raise
         _err(str(e))
@@ -909,7 +976,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print(f"foliosim: internal error: {_one_line(e)} (a bug: please report it; FOLIOSIM_DEBUG=1 shows the backtrace)",
               file=sys.stderr)
-        return EXIT_INTERNAL
+        return e.exit_code
+    except Cancelled:
+        # Stopped in the warm-up, by a signal: as for any other stop.
+        print(f"foliosim: {_signals.what()}", file=sys.stderr)
+        return _signals.exit_code()
+    except Error as e:
+        if debug:
+            raise
+        _err(str(e))
+        return e.exit_code
     except KeyboardInterrupt:
         print(f"foliosim: {_signals.what()}", file=sys.stderr)
         return _signals.exit_code()
