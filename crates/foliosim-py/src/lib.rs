@@ -319,7 +319,7 @@ fn catalog_json(py: Python<'_>) -> PyResult<String> {
 #[pyo3(signature = (name, base_dir = ""))]
 fn profile_explain_json(py: Python<'_>, name: &str, base_dir: &str) -> PyResult<String> {
     let (name, dir) = (name.to_owned(), base_dir.to_owned());
-    py.detach(move || guarded(|| api::profile_explain_json(&name, &dir))).map_err(panic_error)?.map_err(|e| config_error(py, e))
+    engine(py, py.detach(move || guarded(|| api::profile_explain_json(&name, &dir).map_err(api::Error::from))))
 }
 
 /// One speed benchmark of the simulator: "anon_faults", "tlb_hits",
