@@ -374,8 +374,7 @@ fn load_profile_from(name: &str, base: &Path, depth: u32) -> Result<Profile, (St
             let p = resolve_path(base, name);
             let read = |p: &Path| -> Result<String, String> {
                 let mut text = String::new();
-                std::io::Read::read_to_string(&mut crate::types::open_input(p)?, &mut text)
-                    .map_err(|e| format!("{}: {e}", p.display()))?;
+                std::io::Read::read_to_string(&mut crate::types::open_input(p)?, &mut text).map_err(|e| format!("{}: {e}", p.display()))?;
                 Ok(text)
             };
             match read(&p) {
