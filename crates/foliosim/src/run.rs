@@ -573,8 +573,12 @@ fn step(k: &mut Kernel, wl: &mut dyn Workload, tid: u32, q: &mut Queue, run: Opt
     };
     // (Only what kind of op it was is needed after exec: the op moves in.)
     let fork = matches!(op, Op::Fork);
-    let access = matches!(op, Op::Access { .. } | Op::AccessRange { .. });
+    let (access, range) = (matches!(op, Op::Access { .. }), matches!(op, Op::AccessRange { .. }));
     let r = k.exec(tid, op);
+    // A run follows a single access, or a range of them that a fault
+    // interrupted; after a whole range (memhog's pass: one step for many
+    // TLB hits) the next op is the workload's, whatever it is.
+    let runs = access || (range && k.tasks[tid as usize].pending.is_some());
     // page_reporting_notify_free for the frees this step made.
     k.page_reporting_poll(tid);
     if let Some(r) = r {
@@ -587,7 +591,7 @@ fn step(k: &mut Kernel, wl: &mut dyn Workload, tid: u32, q: &mut Queue, run: Opt
         }
     }
     match run {
-        Some(b) if access && b.steps > 0 && k.tasks[tid as usize].clock < b.until => (None, 1 + access_run(k, wl, tid, b)),
+        Some(b) if runs && b.steps > 0 && k.tasks[tid as usize].clock < b.until => (None, 1 + access_run(k, wl, tid, b)),
         _ => (None, 1),
     }
 }
