@@ -159,6 +159,13 @@ pub enum Mutant {
     /// An rwsem reader sleeps after a long wait on the count's line with
     /// no writer holding or queued (sim/lock.rs).
     RwsemReaderSleepsWithoutWriter,
+    /// A run of steps (run.rs: access_run) goes on past another task's
+    /// next step: its steps come out of time order.
+    RunPastOtherSteps,
+    /// A run of steps does not advance its task's op counter for the
+    /// accesses it ran (the workload's `access_run_done` gets a scratch
+    /// counter): one counter the step-by-step path advances is left out.
+    RunSkipsOpCount,
 }
 
 /// Broken variants of lazy unmap flush, each one a defect of the v10 text
@@ -267,6 +274,8 @@ pub const MUTANTS: &[(&str, Mutant)] = &[
     ("reclaim_skip_dirty_flush", Mutant::ReclaimSkipDirtyFlush),
     ("line_out_of_order", Mutant::LineOutOfOrder),
     ("rwsem_reader_sleeps_without_writer", Mutant::RwsemReaderSleepsWithoutWriter),
+    ("run_past_other_steps", Mutant::RunPastOtherSteps),
+    ("run_skips_op_count", Mutant::RunSkipsOpCount),
 ];
 
 impl Mutant {
