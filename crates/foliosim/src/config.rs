@@ -595,15 +595,17 @@ fn from_table(mut root: toml::Table, ctx: &Ctx) -> Result<Config, ConfigError> {
         ctx.err("workload", k, reason.to_string())
     })?;
     if let Some(need) = wl.peak_bytes() {
-        let have = prof.total_mem_mib() << 20;
+        // Anonymous memory beyond RAM may live on the swap device.
+        let have = (prof.total_mem_mib() + kn.swap_size_mib) << 20;
         if need > have {
             return Err(ctx.err(
                 "workload",
                 "",
                 format!(
-                    "needs about {:.1} GiB but the machine has {:.1} GiB",
+                    "needs about {:.1} GiB but the machine has {:.1} GiB{}",
                     need as f64 / (1u64 << 30) as f64,
-                    have as f64 / (1u64 << 30) as f64
+                    have as f64 / (1u64 << 30) as f64,
+                    if kn.swap_size_mib > 0 { " with its swap" } else { "" }
                 ),
             ));
         }

@@ -76,18 +76,30 @@ pub fn audit(k: &mut Kernel) {
     // Mappings per frame, from the page tables.
     let mut maps: FxHashMap<Pfn, i32> = FxHashMap::default();
     let mut zero_ptes: i64 = 0;
+    // Swap PTEs per slot, against the device's counts.
+    let mut swap_refs: FxHashMap<u32, u32> = FxHashMap::default();
     for mm in k.mms.iter().filter(|m| m.alive) {
         let mut keys: Vec<u64> = mm.pt.pte_tables.keys().copied().collect();
         keys.sort_unstable();
+        let mut swap_ents = 0i64;
         for key in keys {
             let tbl = &mm.pt.pte_tables[&key];
             let mut present = 0u16;
             for (i, pte) in tbl.ptes.iter().enumerate() {
+                let va = (key << PMD_SHIFT) | ((i as u64) << 12);
+                if pte.is_swap() {
+                    present += 1;
+                    swap_ents += 1;
+                    *swap_refs.entry(pte.swp_offset()).or_default() += 1;
+                    if mm.vma_lookup(va).is_none_or(|v| v.anon_vma == 0) {
+                        found.push(format!("mm {} va {va:#x}: swap PTE outside an anonymous VMA", mm.id));
+                    }
+                    continue;
+                }
                 if !pte.present() {
                     continue;
                 }
                 present += 1;
-                let va = (key << PMD_SHIFT) | ((i as u64) << 12);
                 if pte.0 & crate::mm::pgtable::Pte::PROTNONE != 0 && (pte.write() || pte.special()) {
                     found.push(format!("mm {} va {va:#x}: PROT_NONE hinting PTE {:#x} is writable or maps the zero page", mm.id, pte.0));
                 }
@@ -129,9 +141,23 @@ pub fn audit(k: &mut Kernel) {
                 *maps.entry(pfn).or_default() += 1;
             }
             if present != tbl.nr_present {
-                found.push(format!("mm {} table {key:#x}: nr_present {} but {present} PTEs present", mm.id, tbl.nr_present));
+                found.push(format!("mm {} table {key:#x}: nr_present {} but {present} PTEs present or swapped", mm.id, tbl.nr_present));
             }
         }
+        if swap_ents != mm.swap_ents {
+            found.push(format!("mm {}: MM_SWAPENTS {} but {swap_ents} swap PTEs", mm.id, mm.swap_ents));
+        }
+    }
+    let mut inuse = 0;
+    for (slot, c) in k.swap.counts() {
+        let refs = swap_refs.get(&slot).copied().unwrap_or(0);
+        if c as u32 != refs {
+            found.push(format!("swap slot {slot}: swap_map counts {c} but {refs} swap PTEs name it"));
+        }
+        inuse += (c > 0) as u64;
+    }
+    if inuse != k.swap.inuse {
+        found.push(format!("swap device: {} slots in use but {inuse} counted", k.swap.inuse));
     }
     // Per-CPU LRU batches hold a reference each.
     let mut batch_refs: FxHashMap<Pfn, i32> = FxHashMap::default();

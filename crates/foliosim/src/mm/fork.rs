@@ -94,6 +94,23 @@ impl Kernel {
                             self.mms[cmm as usize].rss_file += 1;
                         }
                     }
+                } else if pte.is_swap() {
+                    // copy_nonpresent_pte: the child's PTE names the slot too.
+                    if !self.swap.swap_duplicate(pte.swp_offset()) {
+                        return self.fork_fail(tid, cmm, t0, t);
+                    }
+                    match self.pte_alloc_pub(t, cpu, cmm, va) {
+                        Some(t1) => t = t1,
+                        None => {
+                            self.swap.swap_free(pte.swp_offset());
+                            return self.fork_fail(tid, cmm, t0, t);
+                        }
+                    }
+                    let tbl = self.mms[cmm as usize].pt.table_mut(va).unwrap();
+                    tbl.ptes[pte_index(va)] = pte;
+                    tbl.nr_present += 1;
+                    self.mms[cmm as usize].swap_ents += 1;
+                    t += self.c.pte_set;
                 }
                 va += 4096;
             }

@@ -35,6 +35,7 @@ pub mod shuffle;
 pub mod slub;
 pub mod spf;
 pub mod swap;
+pub mod swapfile;
 pub mod truncate;
 pub mod vma;
 pub mod vmscan;

@@ -63,7 +63,7 @@ impl Kernel {
         while va < addr + old_len {
             if let Some(tbl) = m.pt.table_mut(va) {
                 let slot = &mut tbl.ptes[pte_index(va)];
-                if slot.present() {
+                if slot.present() || slot.is_swap() {
                     entries.push((va - addr, *slot));
                     *slot = Pte::NONE;
                     tbl.nr_present -= 1;

@@ -221,6 +221,8 @@ pub struct Mm {
     pub users: u32,
     pub rss_anon: i64,
     pub rss_file: i64,
+    /// Swap PTEs of this mm (MM_SWAPENTS, VmSwap).
+    pub swap_ents: i64,
     /// Peak of rss_anon + rss_file in pages (Linux's mm->hiwater_rss, VmHWM).
     pub hiwater_rss: i64,
     /// rss_anon + rss_file when the run started (after the workload's
@@ -307,6 +309,7 @@ impl Mm {
             users: 1,
             rss_anon: 0,
             rss_file: 0,
+            swap_ents: 0,
             hiwater_rss: 0,
             base_rss: 0,
             fds: Vec::new(),
