@@ -162,6 +162,9 @@ pub enum Mutant {
     /// zap_pte_range clears a swap PTE without swap_free: the slot stays
     /// counted with no PTE naming it (mm/swapfile.rs).
     SwapZapKeepsSlot,
+    /// Reclaim discards a lazily freed (MADV_FREE) folio that was written
+    /// again since the madvise (mm/madvise.rs): the write is lost.
+    LazyfreeDiscardRedirtied,
 }
 
 /// Broken variants of lazy unmap flush, each one a defect of the v10 text
@@ -245,6 +248,7 @@ pub const MUTANTS: &[(&str, Mutant)] = &[
     ("fpr_keep_reported_on_alloc", Mutant::FprKeepReportedOnAlloc),
     ("fpr_skip_host_fault", Mutant::FprSkipHostFault),
     ("swap_zap_keeps_slot", Mutant::SwapZapKeepsSlot),
+    ("lazyfree_discard_redirtied", Mutant::LazyfreeDiscardRedirtied),
     ("spf_skip_seq_check", Mutant::SpfSkipSeqCheck),
     ("promo_skip_task_work", Mutant::PromoSkipTaskWork),
     ("promo_ignore_watermark", Mutant::PromoIgnoreWatermark),

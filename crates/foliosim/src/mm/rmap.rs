@@ -210,10 +210,21 @@ impl Kernel {
         let mut t = t + self.c.rmap;
         self.ttu_begin(tid);
         let mut wp_pending = false;
+        let flags = self.mem_map.get(head).flags;
+        let lazyfree = matches!(with, Replace::None) && flags & (pg::ANON | pg::SWAPBACKED) == pg::ANON;
         for &mp in &maps {
             let cur = self.mms[mp.mm as usize].pt.pte(mp.va);
             if !cur.present() {
                 continue;
+            }
+            if lazyfree
+                && (cur.dirty() || self.mem_map.get(head).flags & pg::DIRTY != 0)
+                && self.knobs.mutant != Mutant::LazyfreeDiscardRedirtied
+            {
+                // MADV_FREE page check: written again, so it cannot be
+                // discarded; the PTEs already cleared were clean.
+                self.mem_map.get_mut(head).flags |= pg::SWAPBACKED;
+                break;
             }
             wp_pending |= self.mms[mp.mm as usize].tlb_flush_pending > 0;
             // make_readable/writable_migration_entry: a PROT_NONE hinting

@@ -218,8 +218,12 @@ impl Kernel {
             let p = self.mem_map.get(pfn);
             let mapped = self.folio_mapcount(pfn);
             let anon = p.flags & pg::ANON != 0;
+            // MADV_FREE'd: dropped unless written again (mm/madvise.rs).
+            let lazyfree = anon && p.flags & pg::SWAPBACKED == 0;
             // Anonymous folios leave by demotion, or to swap.
-            let evictable = if anon {
+            let evictable = if lazyfree {
+                p.refcount == mapped && can_unmap
+            } else if anon {
                 (demote_to.is_some() || self.can_swap()) && p.refcount == mapped && can_unmap
             } else {
                 // A dirty folio that is mapped is written back by pageout
@@ -244,7 +248,9 @@ impl Kernel {
                 demote.push(pfn);
                 continue;
             }
-            let (n, t1) = if anon {
+            let (n, t1) = if lazyfree {
+                self.evict_isolated_lazyfree(t, cpu, tid, pfn, &mut victims)
+            } else if anon {
                 self.evict_isolated_anon(t, cpu, tid, pfn, &mut victims)
             } else {
                 self.evict_isolated_file(t, cpu, tid, pfn, &mut victims)
@@ -364,6 +370,25 @@ impl Kernel {
         p.flags &= !(pg::ISOLATED | pg::DIRTY);
         self.stat.add(Stat::NrIsolatedAnon, -(nr as i64));
         // The isolation's reference is the last: release_folios frees it.
+        victims[luf as usize].push(pfn);
+        (nr, t)
+    }
+
+    /// Drop an isolated lazily freed folio (MADV_FREE): unmapped without a
+    /// swap entry, nothing written. try_to_unmap stops at a PTE written
+    /// since the madvise, or at a folio someone dirtied without a PTE (a
+    /// get_user_pages writer), and makes the folio swap-backed again: it
+    /// goes back to its (now anon) list. Returns the pages dropped.
+    fn evict_isolated_lazyfree(&mut self, t: Ns, cpu: u32, tid: u32, pfn: Pfn, victims: &mut [Vec<Pfn>; 2]) -> (u64, Ns) {
+        let nr = 1u64 << self.mem_map.get(pfn).order;
+        let (unmapped, luf, t) = self.try_to_unmap(t, cpu, tid, pfn, true);
+        if !unmapped || self.mem_map.get(pfn).flags & pg::SWAPBACKED != 0 {
+            self.folio_putback_lru(pfn);
+            return (0, t);
+        }
+        self.mem_map.get_mut(pfn).flags &= !pg::ISOLATED;
+        self.stat.add(Stat::NrIsolatedAnon, -(nr as i64));
+        self.stat.add(Stat::Pglazyfreed, nr as i64);
         victims[luf as usize].push(pfn);
         (nr, t)
     }

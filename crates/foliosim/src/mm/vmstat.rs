@@ -55,6 +55,8 @@ stats! {
     Pgpgin = "pgpgin" : "KiB read from the disk-like file system",
     Pswpin = "pswpin" : "pages read back from swap",
     Pswpout = "pswpout" : "pages written out to swap",
+    Pglazyfree = "pglazyfree" : "anonymous pages MADV_FREE marked lazily freed",
+    Pglazyfreed = "pglazyfreed" : "lazily freed pages reclaim dropped without writing them",
     AllocstallNormal = "allocstall_normal" : "allocations that entered direct reclaim",
     Oom = "oom_kill" : "allocations that failed outright (no reclaimable memory)",
     NrTlbRemoteFlush = "nr_tlb_remote_flush" : "shootdown rounds sent to other CPUs",
