@@ -116,7 +116,9 @@ impl Kernel {
             }
         }
         if wrprotected {
-            // The parent's writable translations must go before anyone writes.
+            // The parent's writable translations must go before anyone
+            // writes, a secondary MMU's too (copy_page_range's notifier).
+            t += self.mms[pmm as usize].mmu_notifier_invalidate(0, !4095, t);
             t = self.flush_tlb_mm_range(t, cpu, pmm, 0, !4095, false);
         }
         let t = self.mmap_write_unlock(t, cpu, pmm) + self.c.syscall / 2;

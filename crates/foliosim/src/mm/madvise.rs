@@ -101,7 +101,7 @@ impl Kernel {
     /// on `tlb`'s range: a TLB entry still cached dirty would let a write
     /// through without setting the PTE's dirty bit again.
     fn madvise_free_range(&mut self, t: Ns, cpu: u32, mm: u32, start: u64, end: u64, tlb: &mut MmuGather) -> Ns {
-        let mut t = t;
+        let mut t = t + self.mms[mm as usize].mmu_notifier_invalidate(start, end, t);
         let lc = self.lc;
         let mut va = start;
         while va < end {

@@ -775,7 +775,7 @@ impl Kernel {
     /// zap_pte_range over [start, end) of `mm`: clear PTEs, drop rmap and
     /// rss, and queue the pages on the gather for freeing after the flush.
     pub fn zap_page_range(&mut self, t: Ns, cpu: u32, mm: u32, start: u64, end: u64, tlb: &mut MmuGather) -> Ns {
-        let mut t = t;
+        let mut t = t + self.mms[mm as usize].mmu_notifier_invalidate(start, end, t);
         let mut va = start;
         let lc = self.lc;
         while va < end {

@@ -22,6 +22,7 @@ pub mod mm_types_task;
 pub mod mmap;
 pub mod mmap_lock;
 pub mod mmu_gather;
+pub mod mmu_notifier;
 pub mod mmzone;
 pub mod mprotect;
 pub mod mremap;

@@ -212,6 +212,9 @@ impl Kernel {
         let mut wp_pending = false;
         let flags = self.mem_map.get(head).flags;
         let lazyfree = matches!(with, Replace::None) && flags & (pg::ANON | pg::SWAPBACKED) == pg::ANON;
+        // The range of the folio in each mm, for one notifier call per mm
+        // (try_to_unmap_one's mmu_notifier_range covers the folio).
+        let mut notify: Option<(u32, u64, u64)> = None;
         for &mp in &maps {
             let cur = self.mms[mp.mm as usize].pt.pte(mp.va);
             if !cur.present() {
@@ -241,6 +244,14 @@ impl Kernel {
                     Pte::swp_entry(slot)
                 }
             };
+            notify = match notify {
+                Some((m, lo, hi)) if m == mp.mm => Some((m, lo.min(mp.va), hi.max(mp.va + 4096))),
+                Some((m, lo, hi)) => {
+                    t += self.mms[m as usize].mmu_notifier_invalidate(lo, hi, t);
+                    Some((mp.mm, mp.va, mp.va + 4096))
+                }
+                None => Some((mp.mm, mp.va, mp.va + 4096)),
+            };
             let old = self.ttu_clear_pte(&mut t, cpu, tid, mp, batch, replace);
             if old.dirty() {
                 self.folio_mark_dirty(head);
@@ -248,6 +259,9 @@ impl Kernel {
             self.page_remove_rmap(mp.mm, mp.pfn);
             // The mapping's reference.
             self.mem_map.get_mut(head).refcount -= 1;
+        }
+        if let Some((m, lo, hi)) = notify {
+            t += self.mms[m as usize].mmu_notifier_invalidate(lo, hi, t);
         }
         let luf = self.ttu_end(tid, head, wp_pending);
         (self.folio_mapcount(head) == 0, luf, t)

@@ -177,9 +177,12 @@ impl Kernel {
         let mut young = 0;
         let mut exec = false;
         for mp in &maps {
-            if let Some(tbl) = self.mms[mp.mm as usize].pt.table_mut(mp.va) {
+            let m = &mut self.mms[mp.mm as usize];
+            // ptep_clear_young_notify: the PTE's bit, or a secondary MMU's.
+            let secondary = m.mmu_notifier_clear_young(mp.va);
+            if let Some(tbl) = m.pt.table_mut(mp.va) {
                 let slot = &mut tbl.ptes[super::pgtable::pte_index(mp.va)];
-                if slot.0 & super::pgtable::Pte::YOUNG != 0 {
+                if slot.0 & super::pgtable::Pte::YOUNG != 0 || secondary {
                     young += 1;
                     exec |= slot.exec();
                     *slot = slot.without(super::pgtable::Pte::YOUNG);
