@@ -8,17 +8,18 @@ use foliosim::mm::vmstat::Stat;
 use foliosim::run::{self, Outcome};
 
 /// memhog over one 256 MiB node, with `knobs` (TOML lines), the checker on.
-fn memhog(size_mib: u64, passes: u64, knobs: &str) -> Outcome {
+/// Returns the outcome and the profile's swap_read_4k_ns.
+fn memhog(size_mib: u64, passes: u64, knobs: &str) -> (Outcome, f64) {
     let text = format!(
         "[machine]\nprofile = \"e5-2630v3-guest-32g\"\nnr_cpus = 2\nnode_mem_mib = [256]\n[workload]\nname = \"memhog\"\ntasks = 1\nsize_mib = {size_mib}\npasses = {passes}\n[run]\nwarmup_s = 0.0\nduration_s = 20.0\ncheck = true\naudit_interval_ms = 200\n[knobs]\n{knobs}\n"
     );
     let c = config::from_toml(&text, "swap-test").unwrap_or_else(|e| panic!("{e}"));
-    run::simulate(&c, &mut |_| true).unwrap()
+    (run::simulate(&c, &mut |_| true).unwrap(), c.profile.cost.swap_read_4k_ns)
 }
 
 #[test]
 fn memory_beyond_ram_goes_to_swap_and_comes_back() {
-    let o = memhog(320, 2, "\"swap.size_mib\" = 512");
+    let (o, swap_read_ns) = memhog(320, 2, "\"swap.size_mib\" = 512");
     let k = &o.kernel;
     assert!(k.check.violations.is_empty(), "{:?}", &k.check.violations[..k.check.violations.len().min(5)]);
     let (out, inn) = (k.stat.get(Stat::Pswpout), k.stat.get(Stat::Pswpin));
@@ -31,12 +32,12 @@ fn memory_beyond_ram_goes_to_swap_and_comes_back() {
     assert_eq!(k.stat.get(Stat::SwapUsed), 0);
     // The task waited for the device: the reads alone take this long.
     let sys: u64 = k.tasks.iter().map(|t| t.sys_ns).sum();
-    assert!(sys >= inn as u64 * k.c.swap_read_4k);
+    assert!(sys as f64 >= inn as f64 * swap_read_ns);
 }
 
 #[test]
 fn without_a_device_anonymous_memory_stays() {
-    let o = memhog(192, 1, "");
+    let (o, _) = memhog(192, 1, "");
     let k = &o.kernel;
     assert_eq!(k.stat.get(Stat::Pswpout), 0);
     assert_eq!(k.swap.nr_slots, 0);
@@ -45,7 +46,7 @@ fn without_a_device_anonymous_memory_stays() {
 
 #[test]
 fn a_zap_that_keeps_the_slot_is_caught() {
-    let o = memhog(320, 1, "\"swap.size_mib\" = 512\n\"debug.mutant\" = \"swap_zap_keeps_slot\"");
+    let (o, _) = memhog(320, 1, "\"swap.size_mib\" = 512\n\"debug.mutant\" = \"swap_zap_keeps_slot\"");
     let v = &o.kernel.check.violations;
     assert!(v.iter().any(|m| m.contains("swap slot") && m.contains("0 swap PTEs name it")), "{:?}", &v[..v.len().min(5)]);
 }

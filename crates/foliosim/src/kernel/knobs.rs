@@ -387,18 +387,9 @@ pub const MTHP_SIZE_KEYS: [&str; 8] = [
 pub struct AnonFolioKnobs {
     /// The order policy's name (`anon_folio.mode`, policy/mod.rs).
     pub mode: String,
-    /// RFC v2: ANON_FOLIO_ORDER_MAX.
-    pub max_order: u32,
-    /// RFC v2 per-patch switches (docs/mechanisms/large-anon-folios.md#knobs).
-    pub zero_page_large: bool,
-    pub cow_reuse_range: bool,
-    pub cow_copy_large: bool,
-    pub mmap_align_unhinted: bool,
     /// `anon_folio.thp_get_unmapped_area`: the PMD alignment rule of
     /// unhinted anonymous mmaps.
     pub thp_anon_align: ThpAnonAlign,
-    pub batch_zap: bool,
-    pub free_listempty_check: bool,
     /// `kernel/mm/transparent_hugepage/enabled`.
     pub thp_enabled: ThpEnabled,
     /// `hugepages-<16 << i>kB/enabled`, i = order - 2.
@@ -410,31 +401,26 @@ pub struct AnonFolioKnobs {
 /// the selectors' policies and each policy's own knobs.
 pub fn table() -> Vec<KnobSpec> {
     vec![
-        KnobSpec::int("vm.min_free_kbytes", -1, (-1, 1 << 40), "free memory the kernel keeps for atomic allocations; sets zone watermarks (-1: the kernel's sqrt formula)", |k, i| k.min_free_kbytes = (i >= 0).then_some(i as u64)),
+        KnobSpec::int("vm.min_free_kbytes", -1, (-1, i32::MAX as i64), "free memory the kernel keeps for atomic allocations; sets zone watermarks (-1: the kernel's sqrt formula)", |k, i| k.min_free_kbytes = (i >= 0).then_some(i as u64)),
         KnobSpec::int("vm.watermark_scale_factor", 10, (1, 3000), "distance between min/low/high watermarks in 1/10000 of zone memory", |k, i| k.watermark_scale_factor = i as u64),
+        KnobSpec::int("kernel.randomize_va_space", 2, (0, 2), "ASLR: 1 or 2 (the default) put a new address space's mmap base a random number of pages (vm.mmap_rnd_bits bits, from the run's seed) below the stack gap, as exec does on every run of a real program; the processes a workload starts share one base, as children forked from one launcher do. 0 puts it where ASLR off does (setarch -R). The stack, the brk heap and a PIE binary's base stay at their ASLR-off places in either case", |k, i| k.randomize_va_space = i as u8),
+        KnobSpec::int("vm.mmap_rnd_bits", 28, (28, 32), "bits of randomness in the mmap base when kernel.randomize_va_space is on (x86-64: CONFIG_ARCH_MMAP_RND_BITS, 28 by default, 28..32)", |k, i| k.mmap_rnd_bits = i as u32),
         KnobSpec::int("vm.percpu_pagelist_high_fraction", 0, (0, 1 << 20), "per-CPU page list high mark as a fraction of zone memory (0: derived from the low watermark)", |k, i| k.percpu_pagelist_high_fraction = i as u64),
         KnobSpec::int("debug/fault_around_bytes", 65536, (4096, 1 << 21), "bytes of cached file pages mapped around a read fault (do_fault_around); 4096 disables", |k, i| k.fault_around_bytes = i as u64),
         KnobSpec::choice("kernel/mm/transparent_hugepage/enabled", "never", &["always", "madvise", "never"], "THP for anonymous memory: the PMD size, and every hugepages-<size>kB set to inherit (modelled as 512 PTEs of one order-9 folio plus a 2 MiB TLB entry)", |k, s| k.anon_folio.thp_enabled = ThpEnabled::parse(s)),
-        KnobSpec::selector("fault_locking", "mmap_lock", "how page faults synchronise with mmap/munmap: mmap_lock (every fault takes mmap_lock for read), per_vma (6.4+ lock_vma_under_rcu, fallback to mmap_lock), spf (speculative page faults v12: RCU lookup, vm_sequence snapshot validated under the PTL, retry through mmap_lock)", |k, s| k.fault_locking = s.to_string()),
+        KnobSpec::selector("fault_locking", "mmap_lock", "how page faults synchronise with mmap/munmap: the way a fault enters before it would take mmap_lock for read (mm/fault_lock.rs)", |k, s| k.fault_locking = s.to_string()),
         KnobSpec::int("vm.speculative_page_fault", 1, (i64::MIN, i64::MAX), "with fault_locking = \"spf\": 0 disables the speculative attempt (gate G1 of the series' sysctl; the writer bookkeeping stays)", |k, i| k.speculative_page_fault = i != 0),
         KnobSpec::choice("mmap_lock.rwsem_semantics", "5.3+", &["5.3+", "5.1"], "mmap_lock's rwsem: \"5.3+\" readers spin briefly before sleeping (reader optimistic spinning, 5.3); \"5.1\" readers sleep as soon as they wait for a writer (the SPF seed's kernels)", |k, s| k.rwsem_51 = s == "5.1"),
         KnobSpec::flag("page_alloc.shuffle", false, "randomise the order of free memory at boot and on large frees (shuffle_pick_tail)", |k, b| k.shuffle = b),
         KnobSpec::flag("page_reporting.enabled", false, "a virtio-balloon device with VIRTIO_BALLOON_F_REPORTING registers for free page reporting (mm/page_reporting.c); off = the series applied but the feature not offered", |k, b| k.page_reporting = b),
         KnobSpec::int("page_reporting.page_reporting_order", -1, (-1, 10), "lowest buddy order reported to the host (module parameter; -1: the driver's choice, pageblock_order = 9 on x86-64)", |k, i| k.page_reporting_order = (i >= 0).then_some(i as u32)),
         KnobSpec::choice("page_reporting.reported_putback", "tail", &["tail", "v17_head_rules"], "where reported pages go back on their free list: \"tail\" (FPI_TO_TAIL, Linux 5.10+) or \"v17_head_rules\" (Linux 5.7: the ordinary head/tail rules of __free_one_page)", |k, s| k.reported_putback_tail = s == "tail"),
-        KnobSpec::selector("host.discard", "dontneed", "how the hypervisor drops a reported range: \"dontneed\" (MADV_DONTNEED, QEMU's ram_block_discard_range: refault zero-fills) or \"free\" (MADV_FREE, the RFC: kept until host pressure, refault without zeroing); a policy (policy/discard_*.rs)", |k, s| k.host_discard = s.to_string()),
+        KnobSpec::selector("host.discard", "dontneed", "how the hypervisor drops a range a guest reported free (virt/host.rs)", |k, s| k.host_discard = s.to_string()),
         KnobSpec::flag("host.thp", false, "the host backs guest memory with 2 MiB transparent huge pages where a whole aligned 2 MiB range is unbacked", |k, b| k.host_thp = b),
         KnobSpec::int("host.mem_mib", 0, (0, 1 << 34), "host memory available to this guest, MiB (0: no limit); beyond it the host reclaims (MADV_FREE'd pages first, then swaps guest pages out)", |k, i| k.host_mem_mib = i as u64),
         KnobSpec::flag("host.prealloc", false, "all guest memory is backed at boot (QEMU -mem-prealloc, or the state after the guest touched all of it)", |k, b| k.host_prealloc = b),
-        KnobSpec::selector("anon_folio.mode", "off", "large anonymous folios: off (order 0 + PMD THP), rfc-v2 (the 2023 series: orders up to anon_folio.max_order, large zero-page write, range reuse, 64 KiB mmap alignment), upstream (6.8+ multi-size THP, per-size hugepages-<size>kB/enabled); setting a per-size knob without this one selects upstream", |k, s| k.anon_folio.mode = s.to_string()),
-        KnobSpec::int("anon_folio.max_order", 4, (2, 9), "rfc-v2: ANON_FOLIO_ORDER_MAX, the largest order of a fresh anonymous folio (4 = 64 KiB)", |k, i| k.anon_folio.max_order = i as u32),
-        KnobSpec::flag("anon_folio.zero_page_large", true, "rfc-v2 patch 15: a write to the zero page allocates a large folio", |k, b| k.anon_folio.zero_page_large = b),
-        KnobSpec::flag("anon_folio.cow_reuse_range", true, "rfc-v2 patches 9-10: a write fault reuses the whole contiguous run of a folio that only this mapping references", |k, b| k.anon_folio.cow_reuse_range = b),
-        KnobSpec::flag("anon_folio.cow_copy_large", true, "rfc-v2 patches 11-14: CoW of a non-exclusive large folio copies the largest aligned maybe-shared block (<= source order) into a large folio", |k, b| k.anon_folio.cow_copy_large = b),
-        KnobSpec::flag("anon_folio.mmap_align_unhinted", true, "rfc-v2 patch 16: unhinted mmaps are aligned to 2^max_order pages", |k, b| k.anon_folio.mmap_align_unhinted = b),
+        KnobSpec::selector("anon_folio.mode", "off", "the policy that chooses the order of a fresh anonymous folio and the large-folio paths (mm/huge_memory.rs); setting a per-size hugepages-<size>kB knob without this one selects upstream", |k, s| k.anon_folio.mode = s.to_string()),
         KnobSpec::choice("anon_folio.thp_get_unmapped_area", "len_pmd_aligned", ThpAnonAlign::VALUES, "which unhinted private anonymous mmaps thp_get_unmapped_area places (padded by 2 MiB, then aligned to a PMD boundary; shared ones are shmem's): \"none\" (Linux <= 6.6), \"len_ge_pmd\" (6.7-6.11: every one of at least 2 MiB, thp_get_unmapped_area), \"len_pmd_aligned\" (6.12 on: only lengths that are multiples of 2 MiB, IS_ALIGNED(len, PMD_SIZE)); rfc-v2's own patch 16 (anon_folio.mmap_align_unhinted) comes first", |k, s| k.anon_folio.thp_anon_align = ThpAnonAlign::parse(s)),
-        KnobSpec::flag("anon_folio.batch_zap", true, "rfc-v2 patch 17: zap a large anon folio's PTEs in one batch (one rmap removal; a whole unmap does not queue it for deferred split)", |k, b| k.anon_folio.batch_zap = b),
-        KnobSpec::flag("anon_folio.free_listempty_check", false, "rfc-v2: check the deferred-split list without split_queue_lock when freeing a large folio (Yin's patch; always on upstream)", |k, b| k.anon_folio.free_listempty_check = b),
         KnobSpec::choice(MTHP_SIZE_KEYS[0], "never", &["always", "inherit", "madvise", "never"], "upstream mTHP: 16 KiB anonymous folios (order 2)", |k, s| k.anon_folio.per_size[0] = ThpEnabled::parse(s)),
         KnobSpec::choice(MTHP_SIZE_KEYS[1], "never", &["always", "inherit", "madvise", "never"], "upstream mTHP: 32 KiB anonymous folios (order 3)", |k, s| k.anon_folio.per_size[1] = ThpEnabled::parse(s)),
         KnobSpec::choice(MTHP_SIZE_KEYS[2], "never", &["always", "inherit", "madvise", "never"], "upstream mTHP: 64 KiB anonymous folios (order 4)", |k, s| k.anon_folio.per_size[2] = ThpEnabled::parse(s)),
@@ -448,7 +434,7 @@ pub fn table() -> Vec<KnobSpec> {
         KnobSpec::flag("kernel/mm/numa/pagecache_promotion_enabled", false, "promote unmapped page-cache folios from lower tiers when folio_mark_accessed finds them hot (RFC v3, needs kernel.numa_balancing = 2)", |k, b| k.pagecache_promotion_enabled = b),
         KnobSpec::int("kernel.numa_balancing", 0, (0, 3), "NUMA balancing: 0 off, 1 normal, 2 memory tiering, 3 both", |k, i| k.numa_balancing = i as u8),
         KnobSpec::int("kernel.numa_balancing_promote_rate_limit_MBps", 65536, (0, 1 << 40), "promotion rate limit, MB/s; the page-cache promotion list cap compares pages with this value", |k, i| k.promote_rate_limit_mbps = i as u64),
-        KnobSpec::selector("promotion_list_order", "tail", "foliosim model switch: promotion_candidate appends with list_add_tail (v3, \"tail\") or list_add (the development build, \"head\")", |k, s| k.promotion_policy = s.to_string()),
+        KnobSpec::selector("promotion_list_order", "tail", "foliosim model switch: where promotion_candidate queues a page-cache folio it promotes, or whether it does (mm/memory_tiers.rs)", |k, s| k.promotion_policy = s.to_string()),
         KnobSpec::flag("luf.enabled", false, "lazy unmap flush (LUF v10 series, never merged): defer the TLB shootdown of read-only order-0 folios unmapped by reclaim or async migration until the frame leaves the page allocator again", |k, b| k.luf.enabled = b),
         KnobSpec::choice("luf.granularity", "global", &["global", "zone"], "LUF pending set: one global cpumask and generation (v10) or one per zone (RFC v12-like)", |k, s| k.luf.per_zone = s == "zone"),
         KnobSpec::flag("luf.v11_hooks", false, "LUF v11 forced flushes as well as v10's: a fault installing a writable PTE, file write(), init_on_free", |k, b| k.luf.v11_hooks = b),
@@ -486,6 +472,10 @@ knob_values! {
 #[derive(Clone, Debug, Serialize)]
 pub struct Knobs {
     pub min_free_kbytes: Option<u64>,
+    /// kernel.randomize_va_space (0: ASLR off).
+    pub randomize_va_space: u8,
+    /// vm.mmap_rnd_bits.
+    pub mmap_rnd_bits: u32,
     pub watermark_scale_factor: u64,
     pub percpu_pagelist_high_fraction: u64,
     pub fault_around_bytes: u64,
@@ -581,6 +571,94 @@ impl Knobs {
     /// A policy's own knob: the value set, else its default.
     pub fn param(&self, spec: &KnobSpec) -> KnobValue {
         self.params.get(spec.key).cloned().unwrap_or_else(|| spec.default_value())
+    }
+}
+
+/// The bits of kernel.numa_balancing: NUMA placement, memory tiering.
+pub const NUMA_BALANCING_NORMAL: u8 = 1;
+pub const NUMA_BALANCING_MEMORY_TIERING: u8 = 2;
+
+/// The kernel's lowest non-zero vm.percpu_pagelist_high_fraction
+/// (mm/page_alloc.c: its sysctl handler refuses 1..7 with -EINVAL).
+pub const MIN_PERCPU_PAGELIST_HIGH_FRACTION: u64 = 8;
+
+impl Knobs {
+    /// What the per-knob checks (type, range, allowed values) cannot see: a
+    /// value the kernel refuses by a rule of its own, two knobs that
+    /// contradict each other, a knob that does nothing without another,
+    /// one the machine (`mem_kib` of memory) cannot hold. Every such rule
+    /// is here, and config loading runs them all. `written` says whether
+    /// the config set a key (the defaults never conflict); the error names
+    /// the knob to change and says why.
+    pub fn check(&self, written: &dyn Fn(&str) -> bool, mem_kib: u64) -> Result<(), (&'static str, String)> {
+        let f = self.percpu_pagelist_high_fraction;
+        if f != 0 && f < MIN_PERCPU_PAGELIST_HIGH_FRACTION {
+            return Err((
+                "vm.percpu_pagelist_high_fraction",
+                format!(
+                    "{f} is below the kernel's minimum of {MIN_PERCPU_PAGELIST_HIGH_FRACTION} (MIN_PERCPU_PAGELIST_HIGH_FRACTION; 0 keeps the default pcp->high)"
+                ),
+            ));
+        }
+        if let Some(m) = self.min_free_kbytes.filter(|&m| m >= mem_kib) {
+            return Err((
+                "vm.min_free_kbytes",
+                format!("{m} KiB is not below the machine's memory ({mem_kib} KiB): the min watermark would leave nothing to allocate"),
+            ));
+        }
+        let (lo, hi) = (self.numa_scan_period_min_ms, self.numa_scan_period_max_ms);
+        if lo > hi {
+            let (min_key, max_key) = ("kernel.numa_balancing_scan_period_min_ms", "kernel.numa_balancing_scan_period_max_ms");
+            let key = if written(min_key) { min_key } else { max_key };
+            return Err((key, format!("the shortest scan period ({lo} ms) is above the longest ({hi} ms)")));
+        }
+        if !self.luf.enabled {
+            for (key, on) in
+                [("luf.v11_hooks", self.luf.v11_hooks), ("luf.granularity", self.luf.per_zone), ("luf.invalidate_hook", self.luf.invalidate_hook)]
+            {
+                if on {
+                    return Err((key, "has no effect without luf.enabled = true".into()));
+                }
+            }
+        }
+        if self.pagecache_promotion_enabled && self.numa_balancing & NUMA_BALANCING_MEMORY_TIERING == 0 {
+            return Err((
+                "kernel/mm/numa/pagecache_promotion_enabled",
+                format!(
+                    "has no effect with kernel.numa_balancing = {} (page-cache promotion is part of memory tiering: 2 or 3)",
+                    self.numa_balancing
+                ),
+            ));
+        }
+        self.check_mthp_sizes(written)
+    }
+
+    /// The per-size `hugepages-<size>kB/enabled` knobs are read by the
+    /// upstream order policy only: under another `anon_folio.mode` a size
+    /// written to be enabled would silently stay off (and a PMD size
+    /// written other than the top-level `enabled` says, silently follow it).
+    fn check_mthp_sizes(&self, written: &dyn Fn(&str) -> bool) -> Result<(), (&'static str, String)> {
+        let a = &self.anon_folio;
+        if a.mode == "upstream" {
+            return Ok(());
+        }
+        let effective = |e: ThpEnabled| if e == ThpEnabled::Inherit { a.thp_enabled } else { e };
+        for (i, key) in MTHP_SIZE_KEYS.iter().enumerate() {
+            let v = a.per_size[i];
+            let does = if i == 7 { effective(v) == a.thp_enabled } else { effective(v) == ThpEnabled::Never };
+            if written(key) && !does {
+                let said = format!("{v:?}").to_lowercase();
+                let what = if i == 7 { "PMD THPs follow transparent_hugepage/enabled alone" } else { "these folios are never made" };
+                return Err((
+                    key,
+                    format!(
+                        "\"{said}\" has no effect with anon_folio.mode = \"{}\": only \"upstream\" reads the per-size knobs, and {what} (leave anon_folio.mode out, or set it to \"upstream\")",
+                        a.mode
+                    ),
+                ));
+            }
+        }
+        Ok(())
     }
 }
 
