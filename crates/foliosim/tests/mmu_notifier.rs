@@ -88,3 +88,23 @@ fn aging_reads_the_secondary_accessed_bits() {
     assert_eq!(young, PAGES, "every page was found used");
     assert!(out > 0 && scan_used > scan_cold, "the used pages cost a second pass: {scan_used} scanned against {scan_cold}");
 }
+
+/// Swap-out of the subscribed pages, then the full audit. Returns the
+/// violations it found.
+fn swap_out_then_audit(knobs: &str) -> Vec<String> {
+    let (mut h, p, _) = subscribed(&format!("\"swap.size_mib\" = 64\n{knobs}"), false);
+    let c = h.process(3);
+    let t = h.k.tasks[p as usize].clock;
+    h.reclaim(c, t + 1000, PAGES);
+    assert!(h.stat("pswpout") > 0);
+    foliosim::check::audit(&mut h.k);
+    h.violations()
+}
+
+#[test]
+fn the_audit_finds_a_translation_kept_past_its_pte() {
+    let v = swap_out_then_audit("");
+    assert!(v.is_empty(), "{v:?}");
+    let v = swap_out_then_audit("\"debug.mutant\" = \"mmu_notifier_skip_unmap\"");
+    assert!(v.iter().any(|m| m.contains("the secondary MMU maps a page whose PTE")), "{:?}", &v[..v.len().min(5)]);
+}

@@ -67,6 +67,22 @@ fn audit_page_reporting(k: &Kernel, found: &mut Vec<String>) {
     }
 }
 
+/// Secondary MMUs (part of `audit`): each translation a subscriber keeps
+/// is of a page its mm maps there, accessible: whatever took the mm's PTE
+/// away (zap, swap-out, migration, NUMA hinting) told the subscriber first.
+fn audit_secondary_mmus(k: &Kernel, found: &mut Vec<String>) {
+    for mm in k.mms.iter().filter(|m| m.alive) {
+        let Some(s) = mm.notifier.as_deref() else { continue };
+        for i in s.present.iter_set() {
+            let va = s.start + (i << 12);
+            let pte = mm.pt.pte(va);
+            if !pte.present() || pte.0 & crate::mm::pgtable::Pte::PROTNONE != 0 {
+                found.push(format!("mm {} va {va:#x}: the secondary MMU maps a page whose PTE is {:#x} (an invalidation skipped)", mm.id, pte.0));
+            }
+        }
+    }
+}
+
 /// Full audit of the kernel state; records every violation found.
 pub fn audit(k: &mut Kernel) {
     let mut found: Vec<String> = Vec::new();
@@ -74,6 +90,7 @@ pub fn audit(k: &mut Kernel) {
         found.push(format!("page allocator: {e}"));
     }
     audit_page_reporting(k, &mut found);
+    audit_secondary_mmus(k, &mut found);
     let (maps, zero_ptes) = audit_page_tables(k, &mut found);
     let (anon, mapped_file, flagged) = audit_frames(k, &maps, &mut found);
     audit_split_queues(k, flagged, &mut found);

@@ -165,6 +165,10 @@ pub enum Mutant {
     /// Reclaim discards a lazily freed (MADV_FREE) folio that was written
     /// again since the madvise (mm/madvise.rs): the write is lost.
     LazyfreeDiscardRedirtied,
+    /// try_to_unmap/try_to_migrate change a folio's PTEs without calling
+    /// the mmu notifier: a secondary MMU (KVM's EPT) keeps translating to
+    /// a page the mm no longer maps there (mm/mmu_notifier.rs).
+    MmuNotifierSkipUnmap,
 }
 
 /// Broken variants of lazy unmap flush, each one a defect of the v10 text
@@ -249,6 +253,7 @@ pub const MUTANTS: &[(&str, Mutant)] = &[
     ("fpr_skip_host_fault", Mutant::FprSkipHostFault),
     ("swap_zap_keeps_slot", Mutant::SwapZapKeepsSlot),
     ("lazyfree_discard_redirtied", Mutant::LazyfreeDiscardRedirtied),
+    ("mmu_notifier_skip_unmap", Mutant::MmuNotifierSkipUnmap),
     ("spf_skip_seq_check", Mutant::SpfSkipSeqCheck),
     ("promo_skip_task_work", Mutant::PromoSkipTaskWork),
     ("promo_ignore_watermark", Mutant::PromoIgnoreWatermark),

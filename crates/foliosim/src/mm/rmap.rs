@@ -215,6 +215,7 @@ impl Kernel {
         // The range of the folio in each mm, for one notifier call per mm
         // (try_to_unmap_one's mmu_notifier_range covers the folio).
         let mut notify: Option<(u32, u64, u64)> = None;
+        let notifies = self.knobs.mutant != Mutant::MmuNotifierSkipUnmap;
         for &mp in &maps {
             let cur = self.mms[mp.mm as usize].pt.pte(mp.va);
             if !cur.present() {
@@ -247,7 +248,9 @@ impl Kernel {
             notify = match notify {
                 Some((m, lo, hi)) if m == mp.mm => Some((m, lo.min(mp.va), hi.max(mp.va + 4096))),
                 Some((m, lo, hi)) => {
-                    t += self.mms[m as usize].mmu_notifier_invalidate(lo, hi, t);
+                    if notifies {
+                        t += self.mms[m as usize].mmu_notifier_invalidate(lo, hi, t);
+                    }
                     Some((mp.mm, mp.va, mp.va + 4096))
                 }
                 None => Some((mp.mm, mp.va, mp.va + 4096)),
@@ -260,7 +263,7 @@ impl Kernel {
             // The mapping's reference.
             self.mem_map.get_mut(head).refcount -= 1;
         }
-        if let Some((m, lo, hi)) = notify {
+        if let Some((m, lo, hi)) = notify.filter(|_| notifies) {
             t += self.mms[m as usize].mmu_notifier_invalidate(lo, hi, t);
         }
         let luf = self.ttu_end(tid, head, wp_pending);
