@@ -6,6 +6,7 @@ pub mod fault_lock;
 pub mod filemap;
 pub mod fork;
 pub mod fs;
+pub mod gup;
 pub mod huge_memory;
 pub mod huge_mm;
 pub mod kswapd;
