@@ -77,7 +77,10 @@ fn audit_secondary_mmus(k: &Kernel, found: &mut Vec<String>) {
             let va = s.start + (i << 12);
             let pte = mm.pt.pte(va);
             if !pte.present() || pte.0 & crate::mm::pgtable::Pte::PROTNONE != 0 {
-                found.push(format!("mm {} va {va:#x}: the secondary MMU maps a page whose PTE is {:#x} (an invalidation skipped)", mm.id, pte.0));
+                found.push(format!(
+                    "mm {} va {va:#x}: the secondary MMU maps a page whose PTE is {:#x} (an invalidation skipped)",
+                    mm.id, pte.0
+                ));
             }
         }
     }
