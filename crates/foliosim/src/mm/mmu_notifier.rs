@@ -17,15 +17,25 @@
 
 use crate::sim::Ns;
 
-/// One bit per page (or per block).
+/// One bit per page (or per block); the bitmap host (virt/host.rs) keeps
+/// its per-frame states in it too.
 #[derive(Clone, Debug, Default)]
 pub struct Bitmap {
-    w: Vec<u64>,
+    pub(crate) w: Vec<u64>,
 }
 
 impl Bitmap {
     pub fn new(n: u64) -> Bitmap {
         Bitmap { w: vec![0; n.div_ceil(64) as usize] }
+    }
+    /// `n` bits, all set.
+    pub fn filled(n: u64) -> Bitmap {
+        let words = n.div_ceil(64) as usize;
+        let mut b = Bitmap { w: vec![!0; words] };
+        if !n.is_multiple_of(64) {
+            b.w[words - 1] = (1u64 << (n % 64)) - 1;
+        }
+        b
     }
     #[inline]
     pub fn get(&self, i: u64) -> bool {
