@@ -8,19 +8,15 @@ mod common;
 use common::{H, PAGES};
 use foliosim::mm::gup::Gup;
 use foliosim::mm::memory::Fault;
-use foliosim::workload::{map, prot, Access, Advice, Op};
+use foliosim::workload::{Access, Advice, Op};
 
 /// A process with an anonymous read-write mapping of PAGES pages, none
 /// touched. Returns (harness, task, base, time).
 fn mapped() -> (H, u32, u64, u64) {
     let mut h = H::boot("", 1);
     let p = h.process(0);
-    let (a, t) = h.val(
-        p,
-        0,
-        Op::Mmap { addr: 0, len: PAGES << 12, prot: prot::READ | prot::WRITE, flags: map::PRIVATE | map::ANONYMOUS, fd: -1, off: 0 },
-    );
-    (h, p, a as u64, t)
+    let (base, t) = h.anon(p, 0, false);
+    (h, p, base, t)
 }
 
 #[test]

@@ -5,7 +5,7 @@ mod common;
 
 use common::{H, PAGES};
 use foliosim::mm::pgtable::Pte;
-use foliosim::workload::{map, prot, Access, Advice, Op};
+use foliosim::workload::{Access, Advice, Op};
 
 /// A process writes PAGES anonymous pages, MADV_FREEs them, writes page
 /// `again` once more, then reclaim runs. Returns the harness and the base.
@@ -13,10 +13,7 @@ fn free_write_reclaim(knobs: &str, again: u64) -> (H, u64) {
     let mut h = H::boot(knobs, 1);
     let p = h.process(0);
     let len = PAGES << 12;
-    let (a, t) =
-        h.val(p, 0, Op::Mmap { addr: 0, len, prot: prot::READ | prot::WRITE, flags: map::PRIVATE | map::ANONYMOUS, fd: -1, off: 0 });
-    let base = a as u64;
-    let (_, t) = h.run(p, t, Op::AccessRange { addr: base, stride: 4096, count: PAGES, kind: Access::Store });
+    let (base, t) = h.anon(p, 0, true);
     let (_, t) = h.val(p, t, Op::Madvise { addr: base, len, advice: Advice::Free });
     assert_eq!(h.stat("pglazyfree"), PAGES as i64, "every page marked lazily freed");
     let mm = h.k.tasks[p as usize].mm;

@@ -7,18 +7,14 @@ mod common;
 use common::{H, PAGES};
 use foliosim::mm::mmu_notifier::SecondaryMmu;
 use foliosim::mm::pgtable::Pte;
-use foliosim::workload::{map, prot, Access, Advice, Op};
+use foliosim::workload::{Advice, Op};
 
 /// A process with PAGES anonymous pages written, and a secondary MMU that
 /// maps all of them (accessed bits as given). Returns (harness, task, base).
 fn subscribed(knobs: &str, accessed: bool) -> (H, u32, u64) {
     let mut h = H::boot(knobs, 1);
     let p = h.process(0);
-    let len = PAGES << 12;
-    let (a, t) =
-        h.val(p, 0, Op::Mmap { addr: 0, len, prot: prot::READ | prot::WRITE, flags: map::PRIVATE | map::ANONYMOUS, fd: -1, off: 0 });
-    let base = a as u64;
-    h.run(p, t, Op::AccessRange { addr: base, stride: 4096, count: PAGES, kind: Access::Store });
+    let (base, _) = h.anon(p, 0, true);
     let mut s = SecondaryMmu::new(base, PAGES, 5_000);
     for i in 0..PAGES {
         s.present.set(i);
