@@ -27,6 +27,7 @@ __all__ = [
     "catalog_json",
     "load_json",
     "load_toml",
+    "profile_explain_json",
     "resolve_paths",
     "run_json",
     "trace_from_valgrind_log",
@@ -100,6 +101,11 @@ def run_json(config_json: str, progress: _ProgressCallback | None = None, cancel
 
 def catalog_json() -> str:
     """Workloads, profiles (with their TOML), knobs, counters and tracepoints as JSON."""
+
+def profile_explain_json(name: str, base_dir: str = "") -> str:
+    """Each value of a machine profile (a built-in name or a path relative to
+    `base_dir`) with its source: measured, public, derived (with the rule's
+    arithmetic) or assumed; JSON. Raises ConfigError."""
 
 def bench_json(which: str) -> str:
     """One speed benchmark ("anon_faults", "tlb_hits", "pf1_threads64",
