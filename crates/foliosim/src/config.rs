@@ -456,7 +456,7 @@ fn from_table(mut root: toml::Table, ctx: &Ctx) -> Result<Config, ConfigError> {
     let machine = machine_from(&mut root, ctx)?;
     let run = run_from(&mut root, ctx)?;
     let (kn, knob_values) = knobs_from(&mut root, ctx, machine.prof.total_mem_mib() << 10)?;
-    let (name, raw) = workload_from(&mut root, ctx, &machine.prof)?;
+    let (name, raw) = workload_from(&mut root, ctx, &machine.prof, kn.swap_size_mib)?;
     let Machine { profile_name, prof, tlb_overrides, guests, guest_stagger_ms, costs } = machine;
     if let Some(k) = root.keys().next() {
         return Err(ctx.err("", k, "unknown key (expected seed, machine, workload, run, knobs)"));
@@ -717,8 +717,8 @@ fn knobs_from(root: &mut toml::Table, ctx: &Ctx, mem_kib: u64) -> Result<(Knobs,
 }
 
 /// `[workload]`: its name and parameters (paths made absolute), checked by
-/// building it once; it must fit in `prof`'s memory.
-fn workload_from(root: &mut toml::Table, ctx: &Ctx, prof: &Profile) -> Result<(String, RawParams), ConfigError> {
+/// building it once; it must fit in `prof`'s memory and `swap_mib` of swap.
+fn workload_from(root: &mut toml::Table, ctx: &Ctx, prof: &Profile, swap_mib: u64) -> Result<(String, RawParams), ConfigError> {
     let mut w = take_table(ctx, root, "workload")?;
     let name = match w.remove("name") {
         Some(toml::Value::String(s)) => s,
@@ -738,15 +738,17 @@ fn workload_from(root: &mut toml::Table, ctx: &Ctx, prof: &Profile) -> Result<(S
         ctx.err("workload", k, reason.to_string())
     })?;
     if let Some(need) = wl.peak_bytes() {
-        let have = prof.total_mem_mib() << 20;
+        // Anonymous memory beyond RAM may live on the swap device.
+        let have = (prof.total_mem_mib() + swap_mib) << 20;
         if need > have {
             return Err(ctx.err(
                 "workload",
                 "",
                 format!(
-                    "needs about {:.1} GiB but the machine has {:.1} GiB",
+                    "needs about {:.1} GiB but the machine has {:.1} GiB{}",
                     need as f64 / (1u64 << 30) as f64,
-                    have as f64 / (1u64 << 30) as f64
+                    have as f64 / (1u64 << 30) as f64,
+                    if swap_mib > 0 { " with its swap" } else { "" }
                 ),
             ));
         }
