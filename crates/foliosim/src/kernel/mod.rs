@@ -147,6 +147,8 @@ pub struct Kernel {
     pub tier: crate::mm::memory_tiers::TierState,
     /// Lazy unmap flush pending sets and luf_lock (mm/luf.rs).
     pub luf: crate::mm::luf::Luf,
+    /// The swap device (`swap.size_mib`; no slots without one).
+    pub swap: crate::mm::swapfile::SwapInfo,
     /// The code running now has IRQs disabled (an atomic allocation).
     pub(crate) irqs_off: bool,
     /// Tracepoints (`[run] probes`), all off unless the config asks.

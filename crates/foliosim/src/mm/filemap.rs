@@ -206,7 +206,11 @@ impl Kernel {
         let p = self.mem_map.get_mut(pfn);
         if p.flags & pg::DIRTY == 0 {
             p.flags |= pg::DIRTY;
-            self.stat.inc(Stat::NrDirty);
+            // nr_dirty counts the page cache's; an anonymous folio's flag
+            // is set without accounting (it has no mapping to account to).
+            if p.flags & pg::ANON == 0 {
+                self.stat.inc(Stat::NrDirty);
+            }
         }
     }
 

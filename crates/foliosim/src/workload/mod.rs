@@ -195,6 +195,16 @@ pub enum Op {
     },
 }
 
+/// What `Workload::access_run` announces: `count` accesses of `kind`
+/// from `addr`, `stride` bytes apart, one op each.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AccessRun {
+    pub addr: u64,
+    pub stride: u64,
+    pub count: u64,
+    pub kind: Access,
+}
+
 /// Result of the previous operation, as the syscall would return it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Ret {
@@ -270,6 +280,23 @@ pub trait Workload: Send {
     /// The next operation of `task`. Add to `ops` whatever this workload
     /// counts as an operation (will-it-scale's per-task counter).
     fn next_op(&mut self, task: TaskId, last: Ret, ops: &mut u64) -> Op;
+    /// The accesses `task`'s next calls of `next_op` return, one op each,
+    /// as long as each returned `Ret::Val(0)`: a user loop the workload
+    /// runs op by op (will-it-scale's touch of its region). The driver
+    /// runs them without asking `next_op` (a run of steps,
+    /// docs/fault-path-speed.md) and then calls `access_run_done`. None:
+    /// the next op is something else, or the workload does not say.
+    fn access_run(&self, _task: TaskId) -> Option<AccessRun> {
+        None
+    }
+    /// `n` accesses of the run `access_run` announced were made (every one
+    /// but the last returned `Ret::Val(0)`): advance as `n` calls of
+    /// `next_op` would have, `ops` included.
+    fn access_run_done(&mut self, task: TaskId, n: u64, ops: &mut u64) {
+        for _ in 0..n {
+            self.next_op(task, Ret::Val(0), ops);
+        }
+    }
     /// A fork created `child` from `parent`.
     fn on_fork(&mut self, _parent: TaskId, _child: TaskId) {}
     /// Whole iterations of `task`'s loop completed so far: what a reader
