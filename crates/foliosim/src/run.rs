@@ -60,6 +60,7 @@ impl SetupEnv for Env<'_> {
         Ok(id)
     }
     fn spawn_process(&mut self, cpu: Option<u32>) -> Result<TaskId, String> {
+        let pinned = cpu.is_some();
         let cpu = self.pick_cpu(cpu)?;
         let mm = self.k.new_mm();
         // Forked from one launcher: its mmap base, as dup_mm copies it.
@@ -68,13 +69,14 @@ impl SetupEnv for Env<'_> {
             None => *self.launcher_mmap_base.insert(self.k.arch_pick_mmap_base()),
         };
         self.k.mms[mm as usize].mmap_base = base;
-        Ok(self.add_task(mm, cpu))
+        Ok(self.add_task(mm, cpu, pinned))
     }
     fn spawn_thread(&mut self, of: TaskId, cpu: Option<u32>) -> Result<TaskId, String> {
+        let pinned = cpu.is_some();
         let cpu = self.pick_cpu(cpu)?;
         let mm = self.k.tasks.get(of as usize).ok_or_else(|| format!("spawn_thread: no task {of}"))?.mm;
         self.k.mms[mm as usize].users += 1;
-        Ok(self.add_task(mm, cpu))
+        Ok(self.add_task(mm, cpu, pinned))
     }
     fn seed(&self) -> u64 {
         self.seed
@@ -130,9 +132,11 @@ impl Env<'_> {
             }
         }
     }
-    fn add_task(&mut self, mm: u32, cpu: u32) -> TaskId {
+    fn add_task(&mut self, mm: u32, cpu: u32, pinned: bool) -> TaskId {
         let id = self.k.tasks.len() as u32;
-        self.k.tasks.push(Task::new(id, mm, cpu, 0));
+        let mut t = Task::new(id, mm, cpu, 0);
+        t.pinned = pinned;
+        self.k.tasks.push(t);
         self.k.mms[mm as usize].cpumask_set(cpu);
         id
     }
@@ -581,7 +585,7 @@ fn step(k: &mut Kernel, wl: &mut dyn Workload, tid: u32, q: &mut Queue, run: Opt
         None => wl.next_op(tid, tk.last, &mut tk.ops),
     };
     // (Only what kind of op it was is needed after exec: the op moves in.)
-    let fork = matches!(op, Op::Fork);
+    let fork = matches!(op, Op::Fork | Op::Vfork | Op::Clone);
     let (access, range) = (matches!(op, Op::Access { .. }), matches!(op, Op::AccessRange { .. }));
     let r = k.exec(tid, op);
     // A run follows a single access, or a range of them that a fault

@@ -132,6 +132,8 @@ impl Kernel {
             fault_trace: Vec::new(),
             fault_trace_ctx: (0, 0, 0),
             wakeups: Vec::new(),
+            live_tasks: Vec::new(),
+            live_seen: 0,
             scratch_dead: Vec::new(),
             host: None,
             prdev: None,

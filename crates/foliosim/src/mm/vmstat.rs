@@ -272,8 +272,11 @@ pub enum Entry {
     Irq,
     Execve,
     Wait4,
+    /// System calls the model does not run, charged the time a replayed
+    /// trace recorded for them (Op::SysTime).
+    Other,
 }
-pub const NR_ENTRIES: usize = Entry::Wait4 as usize + 1;
+pub const NR_ENTRIES: usize = Entry::Other as usize + 1;
 pub const ENTRY_NAMES: [&str; NR_ENTRIES] = [
     "fault",
     "mmap",
@@ -293,6 +296,7 @@ pub const ENTRY_NAMES: [&str; NR_ENTRIES] = [
     "irq",
     "execve",
     "wait4",
+    "other",
 ];
 
 #[cfg(test)]

@@ -20,6 +20,7 @@ pub mod registry;
 pub mod sparse_touch;
 pub mod trace;
 pub mod trace_format;
+pub mod trace_perf;
 pub mod trace_procs;
 pub mod trace_record;
 pub mod will_it_scale;
@@ -179,6 +180,19 @@ pub enum Op {
     /// wait4(-1): reap an exited child (its task id), sleeping until one
     /// exits; ECHILD when the task has no children left.
     Wait,
+    /// vfork() (clone with CLONE_VM | CLONE_VFORK): the child runs in the
+    /// parent's mm, the parent sleeps until the child execs or exits. The
+    /// parent gets the child's task id, the child starts with Ret::Val(0).
+    Vfork,
+    /// clone() of a thread (CLONE_VM | CLONE_THREAD): a new task in the
+    /// caller's mm; the caller gets its task id, the thread starts with
+    /// Ret::Val(0).
+    Clone,
+    /// `ns` of system time in calls the model does not run (a replayed
+    /// trace's recorded time), charged to the `other` entry.
+    SysTime {
+        ns: Ns,
+    },
 }
 
 /// What `Workload::access_run` announces: `count` accesses of `kind`
