@@ -99,7 +99,14 @@ pub fn simulate_guests(cfg: &Config, progress: &mut dyn FnMut(&Progress) -> bool
         ds.push(d);
     }
     let mut host = if cfg.host.is_some() {
-        Host::Kvm(Box::new(boot_kvm(cfg, &ds)?))
+        let mut kvm = boot_kvm(cfg, &ds)?;
+        // What each guest's boot and set-up wrote (its kernel's pages, the
+        // process images) the host backs before the run, untimed.
+        for (g, d) in ds.iter().enumerate() {
+            kvm.cur = g;
+            kvm.back_allocated(&d.k)?;
+        }
+        Host::Kvm(Box::new(kvm))
     } else {
         let limit = (cfg.knobs.host_mem_mib > 0).then_some(cfg.knobs.host_mem_mib << (20 - 12));
         Host::Bitmap(Box::new(host::Host::shared(parts, limit)))
@@ -110,6 +117,7 @@ pub fn simulate_guests(cfg: &Config, progress: &mut dyn FnMut(&Progress) -> bool
     sample(&host, &mut st, &mut srss, &mut sswap, 0);
     let mut next_sample = sample_every;
     let mut over = vec![false; n];
+    let mut audits_seen = vec![0u64; n];
     let mut interrupted = false;
     let mut last_progress = Instant::now();
     loop {
@@ -145,6 +153,16 @@ pub fn simulate_guests(cfg: &Config, progress: &mut dyn FnMut(&Progress) -> bool
         if let Host::Kvm(h) = &mut host {
             if let Some(e) = h.failed.take() {
                 return Err(Error::OutOfMemory(e));
+            }
+            // The checker runs over the host and its guests together: when
+            // a guest's audit ran, so does the host kernel's (each SPTE
+            // against the VMM's PTEs, the host's LUF and rmap rules), its
+            // findings the guest's.
+            if d.k.check.audits != audits_seen[g] {
+                audits_seen[g] = d.k.check.audits;
+                if let Err(e) = h.check() {
+                    d.k.check.report(e);
+                }
             }
         }
         match r {

@@ -116,6 +116,9 @@ impl KvmHost {
                 return Err(Error::OutOfMemory(format!("host: no room to map guest {g}'s RAM")));
             };
             let base = (a as u64).next_multiple_of(BLOCK_PAGES << 12);
+            // QEMU advises huge pages on all guest RAM (ram_block_add:
+            // QEMU_MADV_HUGEPAGE): the host's THP `madvise` mode backs it.
+            run(&mut k, vmm, 0, Op::Madvise { addr: base, len: s.nr_frames << 12, advice: MAdvice::HugePage });
             // kvm_flush_remote_tlbs waits for every vCPU's acknowledgement
             // (KVM_REQUEST_WAIT): a kick per vCPU, then the slowest exit.
             let nv = vcpus.len() as Ns;
@@ -236,6 +239,18 @@ impl KvmHost {
             self.sync_gauges(stat);
         }
         Ok(t)
+    }
+
+    /// Back every frame the current guest's kernel `guest` has allocated
+    /// (what it wrote before it ran on this host), at time 0.
+    pub fn back_allocated(&mut self, guest: &Kernel) -> Result<(), Error> {
+        let mut st = VmStat::default();
+        for f in 0..self.vms[self.cur].nr_frames {
+            if guest.mem_map.get(f as Pfn).flags & pg::ALLOCATED != 0 && !self.ept(self.cur).present.get(f) {
+                self.touch(0, f as Pfn, 1, 0, &mut st)?;
+            }
+        }
+        Ok(())
     }
 
     /// kvm_tdp_page_fault for guest `g`'s frame `f`, taken on vCPU `cpu`, at `t`.

@@ -127,7 +127,8 @@ impl Host {
     }
 
     /// The host's own consistency check (the bitmap host's counters; a
-    /// host kernel is audited by its own checker, virt/guests.rs).
+    /// host kernel is audited by its own checker when the guests' audits
+    /// run, virt/guests.rs).
     pub fn check(&self) -> Result<(), String> {
         match self {
             Host::Bitmap(h) => h.check(),
