@@ -18,6 +18,7 @@ pub mod memhog_then;
 pub mod params;
 pub mod registry;
 pub mod sparse_touch;
+pub mod syscost;
 pub mod trace;
 pub mod trace_format;
 pub mod trace_procs;
