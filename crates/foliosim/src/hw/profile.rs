@@ -176,6 +176,11 @@ pub struct CostSpec {
     /// caches (a page this CPU freed recently, reused while the cache holds
     /// it; a cold page clears at the node's zero_bw_gbps), GB/s.
     pub zero_warm_bw_gbps: f64,
+    /// Bandwidth of copying a page-cache page whose lines are in this
+    /// CPU's caches to or from a user buffer (copy_page_to_iter of read(),
+    /// copy_page_from_iter of write(): a file this CPU copied lately, while
+    /// it fits; a cold one copies at the node's bandwidth), GB/s.
+    pub copy_warm_bw_gbps: f64,
     /// Per folio allocated cold (not a recent free of this CPU's that its
     /// caches still hold, see warm_cache_bytes): the misses beyond the
     /// clear's (charged at zero_bw_gbps), on the head's struct page, the
@@ -223,6 +228,14 @@ pub struct CostSpec {
     // --- page cache and files
     pub pagecache_lookup_ns: f64,
     pub pagecache_insert_ns: f64,
+    /// Per folio read() copies out of the page cache, beyond the copy:
+    /// filemap_read's batch lookup (filemap_get_read_batch),
+    /// folio_mark_accessed and the loop around copy_folio_to_iter.
+    pub pagecache_read_ns: f64,
+    /// Per folio write() copies into the page cache, beyond the copy:
+    /// generic_perform_write's write_begin (the folio looked up and
+    /// locked) and write_end (marked dirty, unlocked).
+    pub pagecache_write_ns: f64,
     /// Shared-file write fault on a disk file system (page_mkwrite, block reservation).
     pub page_mkwrite_ns: f64,
     /// Reading a page that is not cached from the disk-like file system, ns.
@@ -515,8 +528,10 @@ impl Profile {
                 return Err((format!("tlb.{k}_entries"), format!("{e} entries / {w} ways must give a power-of-two number of sets")));
             }
         }
-        if !(self.cost.zero_warm_bw_gbps > 0.0 && self.cost.zero_warm_bw_gbps.is_finite()) {
-            return Err(("cost.zero_warm_bw_gbps".into(), "must be a positive number".into()));
+        for (k, v) in [("cost.zero_warm_bw_gbps", self.cost.zero_warm_bw_gbps), ("cost.copy_warm_bw_gbps", self.cost.copy_warm_bw_gbps)] {
+            if !(v > 0.0 && v.is_finite()) {
+                return Err((k.into(), "must be a positive number".into()));
+            }
         }
         if self.cost.lru_batch == 0 {
             return Err(("cost.lru_batch".into(), "must be at least 1".into()));

@@ -21,6 +21,8 @@ pub struct Costs {
     pub free_large_folio: Ns,
     /// Clearing 4 KiB whose lines are in this CPU's caches.
     pub zero_warm_4k: Ns,
+    /// Copying a page-cache page in this CPU's caches to or from user memory.
+    pub copy_warm_4k: Ns,
     /// Per folio allocated cold (alloc_cold_ns).
     pub alloc_cold: Ns,
     /// warm_cache_bytes in pages.
@@ -48,6 +50,8 @@ pub struct Costs {
     pub exec_base: Ns,
     pub pc_lookup: Ns,
     pub pc_insert: Ns,
+    pub pc_read: Ns,
+    pub pc_write: Ns,
     pub page_mkwrite: Ns,
     pub disk_read: Ns,
     pub pageout: Ns,
@@ -103,6 +107,7 @@ impl Costs {
             alloc_anon_folio: ns(c.alloc_anon_folio_ns),
             free_large_folio: ns(c.free_large_folio_ns),
             zero_warm_4k: ns(Profile::bw_ns(4096, c.zero_warm_bw_gbps)),
+            copy_warm_4k: ns(Profile::bw_ns(4096, c.copy_warm_bw_gbps)),
             alloc_cold: ns(c.alloc_cold_ns),
             warm_cache_pages: c.warm_cache_bytes / 4096,
             memcg: ns(c.memcg_charge_ns),
@@ -127,6 +132,8 @@ impl Costs {
             exec_base: ns(c.exec_base_ns),
             pc_lookup: ns(c.pagecache_lookup_ns),
             pc_insert: ns(c.pagecache_insert_ns),
+            pc_read: ns(c.pagecache_read_ns),
+            pc_write: ns(c.pagecache_write_ns),
             page_mkwrite: ns(c.page_mkwrite_ns),
             disk_read: ns(c.disk_read_ns),
             pageout: ns(c.pageout_ns),
