@@ -229,10 +229,10 @@ impl Workload for DirtyThenRead {
             1 => Op::Open { file: self.file },
             2 => {
                 self.fd = last.val() as i32;
-                Op::Write { fd: self.fd, len: 4096 }
+                Op::Write { fd: self.fd, len: 4096, buf: 0 }
             }
             3 | 5 => Op::Lseek { fd: self.fd, off: 0 },
-            4 | 6 => Op::Read { fd: self.fd, len: 1 << 20 },
+            4 | 6 => Op::Read { fd: self.fd, len: 1 << 20, buf: 0 },
             _ => Op::Exit,
         }
     }

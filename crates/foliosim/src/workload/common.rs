@@ -319,7 +319,7 @@ pub mod testutil {
                     self.fds.insert(fd, OpenFile { file, off: 0 });
                     Ret::Val(fd as i64)
                 }
-                Op::Read { fd, len } => {
+                Op::Read { fd, len, .. } => {
                     let Some(f) = self.fds.get_mut(&fd) else { return Ret::Err(errno::EBADF) };
                     let size = self.file_sizes[&f.file];
                     let n = len.min(size.saturating_sub(f.off));

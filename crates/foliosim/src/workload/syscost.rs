@@ -242,11 +242,11 @@ impl Syscost {
             Case::Fork => Op::Fork,
             Case::Read => {
                 self.step = Step::Undo;
-                Op::Read { fd: self.fd, len: self.x * PAGE }
+                Op::Read { fd: self.fd, len: self.x * PAGE, buf: 0 }
             }
             Case::Write => {
                 self.step = Step::Undo;
-                Op::Write { fd: self.fd, len: self.x * PAGE }
+                Op::Write { fd: self.fd, len: self.x * PAGE, buf: 0 }
             }
             _ => unreachable!("the other cases start with their call"),
         }
