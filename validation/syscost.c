@@ -11,7 +11,7 @@
  *   munmap     a 2 MiB-aligned region of X PTE tables, one page written in
  *              each ("prep_ns": per fault, each allocating its PTE table),
  *              then its munmap ("ns"): the zap of X pages and free_pgtables'
- *              teardown of X PTE tables
+ *              teardown of the X PTE tables
  *   brk        brk(2) raising the break by X pages ("ns"), then lowering it
  *              back ("undo_ns"); nothing is touched (the break stays a page
  *              above its start, so that the heap VMA is extended and split,
@@ -35,11 +35,16 @@
  *              CPU time, the exit and the teardown of its copy of the mm,
  *              from wait4's rusage)
  *
- * Every call is timed with CLOCK_THREAD_CPUTIME_ID around it, less the cost
- * of a pair of clock reads (measured here), so that what other programs
- * take of the CPU on a shared machine is left out. One pass times -n calls;
- * one JSON line gives the medians over -p passes (after one unmeasured
- * pass) of the mean time per call, with their min and max. Times in ns. */
+ * Calls are timed in batches (BATCH calls, on as many separate regions,
+ * then as many undoings) with CLOCK_THREAD_CPUTIME_ID, less the cost of a
+ * clock read (measured here): what other programs take of the CPU on a
+ * shared machine is left out, and the clock read, a system call of its own
+ * on a VM, is spread over the batch. The fork case times each call. In the
+ * munmap case a page written at the start of the area keeps its upper page
+ * tables, so that each munmap frees PTE tables only. One pass times -n
+ * calls (rounded up to whole batches); one JSON line gives the medians over
+ * -p passes (after one unmeasured pass) of the mean time per call, with
+ * their min and max. Times in ns. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -119,9 +124,9 @@ static char *map_anon(size_t len)
  * (and their munmaps split it again). */
 #define AREA 0x200000000000UL
 
-static char *map_at(size_t len, int b, size_t stride)
+static char *map_at(uintptr_t base, size_t len, int b, size_t stride)
 {
-	void *want = (void *)(AREA + (uintptr_t)b * stride);
+	void *want = (void *)(base + (uintptr_t)b * stride);
 	char *p = mmap(want, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (p == MAP_FAILED)
 		die("mmap");
@@ -186,6 +191,7 @@ static long fork_exit_child(void)
 
 struct result {
 	double ns, undo_ns, prep_ns;
+	unsigned long n; /* calls timed */
 };
 
 struct opts {
@@ -201,13 +207,13 @@ struct opts {
 
 static struct result pass_mmap(const struct opts *o, double clk)
 {
-	struct result r = {0, 0, 0};
+	struct result r = {0, 0, 0, 0};
 	size_t len = o->x * MiB, stride = stride_for(len);
 	char *p[BATCH];
 	for (unsigned long i = 0; i < o->calls; i += BATCH) {
 		double t0 = now();
 		for (int b = 0; b < BATCH; b++)
-			p[b] = map_at(len, b, stride);
+			p[b] = map_at(AREA, len, b, stride);
 		double t1 = now();
 		double t2 = now();
 		for (int b = 0; b < BATCH; b++)
@@ -215,30 +221,42 @@ static struct result pass_mmap(const struct opts *o, double clk)
 		double t3 = now();
 		r.ns += t1 - t0 - clk;
 		r.undo_ns += t3 - t2 - clk;
+		r.n += BATCH;
 	}
 	return r;
 }
 
+/* The munmap case's batch: its regions after the anchor page, all in the
+ * 1 GiB one PMD table maps, so that the anchor keeps it (and the PUD
+ * table above): every munmap frees its own PTE tables, no upper level. */
+static int munmap_batch(size_t stride)
+{
+	size_t n = (1024 * MiB - PMD) / stride;
+	return n < 1 ? 1 : n > BATCH ? BATCH : (int)n;
+}
+
 static struct result pass_munmap(const struct opts *o, double clk)
 {
-	struct result r = {0, 0, 0};
+	struct result r = {0, 0, 0, 0};
 	size_t len = o->x * PMD, stride = stride_for(len);
+	int batch = munmap_batch(stride);
 	volatile char *p[BATCH];
-	for (unsigned long i = 0; i < o->calls; i += BATCH) {
-		for (int b = 0; b < BATCH; b++) {
-			p[b] = map_at(len, b, stride);
+	for (unsigned long i = 0; i < o->calls; i += (unsigned long)batch) {
+		for (int b = 0; b < batch; b++) {
+			p[b] = map_at(AREA + PMD, len, b, stride);
 			madvise((void *)p[b], len, MADV_NOHUGEPAGE); /* 4 KiB pages whatever the THP knobs say */
 		}
 		double t0 = now();
-		for (int b = 0; b < BATCH; b++)
+		for (int b = 0; b < batch; b++)
 			for (size_t a = 0; a < len; a += PMD)
 				p[b][a] = 1;
 		double t1 = now();
-		for (int b = 0; b < BATCH; b++)
+		for (int b = 0; b < batch; b++)
 			munmap((void *)p[b], len);
 		double t2 = now();
 		r.prep_ns += (t1 - t0 - clk) / (double)o->x;
 		r.ns += t2 - t1 - clk;
+		r.n += (unsigned long)batch;
 	}
 	return r;
 }
@@ -246,7 +264,7 @@ static struct result pass_munmap(const struct opts *o, double clk)
 /* The break is raised BATCH times by X pages, then lowered as often. */
 static struct result pass_brk(const struct opts *o, double clk)
 {
-	struct result r = {0, 0, 0};
+	struct result r = {0, 0, 0, 0};
 	/* One page above the start, so that the heap VMA always exists. */
 	uintptr_t cur = (uintptr_t)syscall(SYS_brk, 0) + PG;
 	if ((uintptr_t)syscall(SYS_brk, cur) != cur) {
@@ -269,6 +287,7 @@ static struct result pass_brk(const struct opts *o, double clk)
 		double t3 = now();
 		r.ns += t1 - t0 - clk;
 		r.undo_ns += t3 - t2 - clk;
+		r.n += BATCH;
 	}
 	return r;
 }
@@ -277,7 +296,7 @@ static struct result pass_brk(const struct opts *o, double clk)
  * between two PROT_NONE guard pages (so that it merges with nothing else). */
 static struct result pass_mprotect(const struct opts *o, double clk, int split)
 {
-	struct result r = {0, 0, 0};
+	struct result r = {0, 0, 0, 0};
 	size_t pages = split ? 3 * o->x : o->x, stride = (pages + 1) * PG;
 	char *g = map_anon(BATCH * stride + PG);
 	for (int b = 0; b <= BATCH; b++)
@@ -298,6 +317,7 @@ static struct result pass_mprotect(const struct opts *o, double clk, int split)
 			die("mprotect");
 		r.ns += t1 - t0 - clk;
 		r.undo_ns += t3 - t2 - clk;
+		r.n += BATCH;
 	}
 	munmap(g, BATCH * stride + PG);
 	return r;
@@ -305,11 +325,11 @@ static struct result pass_mprotect(const struct opts *o, double clk, int split)
 
 static struct result pass_madvise(const struct opts *o, double clk)
 {
-	struct result r = {0, 0, 0};
+	struct result r = {0, 0, 0, 0};
 	/* Ranges of MADVISE_RANGE pages, 2 MiB aligned and a range apart: none
 	 * spans two PTE tables. */
 	size_t n = MADVISE_RANGE, stride = 2 * n * PG;
-	volatile char *p = map_at(BATCH * stride, 0, 0);
+	volatile char *p = map_at(AREA, BATCH * stride, 0, 0);
 	madvise((void *)p, BATCH * stride, MADV_NOHUGEPAGE);
 	for (unsigned long i = 0; i < o->calls; i += BATCH) {
 		for (int b = 0; b < BATCH; b++)
@@ -323,6 +343,7 @@ static struct result pass_madvise(const struct opts *o, double clk)
 		if (e)
 			die("madvise");
 		r.ns += t1 - t0 - clk;
+		r.n += BATCH;
 	}
 	munmap((void *)p, BATCH * stride);
 	return r;
@@ -333,7 +354,7 @@ static char *rw_buf;
 
 static struct result pass_rw(const struct opts *o, double clk, int write)
 {
-	struct result r = {0, 0, 0};
+	struct result r = {0, 0, 0, 0};
 	size_t len = o->x * PG, file = o->file_kib * 1024;
 	off_t off = 0;
 	for (unsigned long i = 0; i < o->calls; i += BATCH) {
@@ -350,6 +371,7 @@ static struct result pass_rw(const struct opts *o, double clk, int write)
 		if (bad)
 			die(write ? "pwrite" : "pread");
 		r.ns += t1 - t0 - clk;
+		r.n += BATCH;
 	}
 	return r;
 }
@@ -358,7 +380,7 @@ static char *fork_mem;
 
 static struct result pass_fork(const struct opts *o, double clk)
 {
-	struct result r = {0, 0, 0};
+	struct result r = {0, 0, 0, 0};
 	for (unsigned long i = 0; i < o->calls; i++) {
 		/* Write every page again: the last fork left them write-protected
 		 * (the child is gone, so each is reused in place). */
@@ -378,6 +400,7 @@ static struct result pass_fork(const struct opts *o, double clk)
 		r.ns += t1 - t0 - clk;
 		r.undo_ns += ((double)ru.ru_utime.tv_sec + (double)ru.ru_stime.tv_sec) * 1e9 +
 			     ((double)ru.ru_utime.tv_usec + (double)ru.ru_stime.tv_usec) * 1e3;
+		r.n++;
 	}
 	return r;
 }
@@ -425,6 +448,12 @@ int main(int argc, char **argv)
 		rw_buf = map_anon(o.x * PG);
 		memset(rw_buf, 1, o.x * PG);
 	}
+	if (k == MUNMAP) {
+		/* The anchor: a page written at the area's start keeps its upper
+		 * page tables (see munmap_batch). */
+		volatile char *anchor = map_at(AREA, PG, 0, 0);
+		anchor[0] = 1;
+	}
 	if (k == FORK && o.x) {
 		fork_mem = map_anon(o.x * PG);
 		madvise(fork_mem, o.x * PG, MADV_NOHUGEPAGE);
@@ -446,7 +475,7 @@ int main(int argc, char **argv)
 		}
 		if (pass < 0)
 			continue; /* the unmeasured pass */
-		double n = k == FORK ? (double)o.calls : (double)(o.calls + BATCH - 1) / BATCH * BATCH;
+		double n = (double)r.n;
 		a[pass] = r.ns / n;
 		b[pass] = r.undo_ns / n;
 		pr[pass] = r.prep_ns / n;

@@ -24,6 +24,9 @@
 //! The real program runs each call in batches on separate regions spaced
 //! apart (so that nothing merges); here every region is placed with
 //! MAP_FIXED at the same spacing, the batch being irrelevant to the model.
+//! In the munmap case a page written at the start of the area keeps the
+//! upper page tables, as in the real program: each munmap frees its PTE
+//! tables only.
 
 use super::common::{TaskCfg, TaskMap, KIB, MIB, PAGE};
 use super::params::Params;
@@ -34,6 +37,7 @@ const AREA: u64 = 0x2000_0000_0000;
 const PMD: u64 = 2 * MIB;
 /// madvise's range, in pages.
 const MADVISE_RANGE: u64 = 32;
+
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Case {
@@ -70,6 +74,10 @@ enum Step {
     GuardProt(u8),
     BrkQuery,
     BrkSetup,
+    /// munmap's anchor page mapped, then written: it keeps the upper
+    /// page tables of the area, so that a munmap frees PTE tables only.
+    Anchor,
+    AnchorWritten,
     /// The region mapped (munmap), its pages to write next.
     Mapped,
     /// The case's call, and its undoing.
@@ -86,6 +94,8 @@ pub struct Syscost {
     case: Case,
     x: u64,
     file_kib: u64,
+    /// Repetitions before the process exits (0: until the run ends).
+    calls: u64,
     cfg: TaskCfg,
     tasks: TaskMap,
     parent: TaskId,
@@ -104,6 +114,7 @@ impl Syscost {
         let case = CASES.iter().find(|(n, _)| *n == name).map(|(_, c)| *c).expect("a choice");
         let x = p.u64("x", 1)?;
         let file_kib = p.u64("file_kib", 4096)?;
+        let calls = p.u64("calls", 0)?;
         let mut cfg = TaskCfg::read(p)?;
         p.finish()?;
         let max = match case {
@@ -127,6 +138,7 @@ impl Syscost {
             case,
             x,
             file_kib,
+            calls,
             cfg,
             tasks: TaskMap::default(),
             parent: 0,
@@ -153,6 +165,7 @@ impl Syscost {
                 help: "the case's size: MiB (mmap), PTE tables (munmap), pages (the others; madvise: pages written of its 32)",
             },
             ParamSpec { name: "file_kib", default: "4096".into(), help: "read, write: the populated tmpfs file's size, KiB" },
+            ParamSpec { name: "calls", default: "0".into(), help: "repetitions before the process exits (0: until the run ends)" },
         ]);
         v
     }
@@ -170,15 +183,25 @@ impl Syscost {
         }
     }
 
-    fn map_fixed(&self, len: u64) -> Op {
-        Op::Mmap { addr: AREA, len, prot: prot::READ | prot::WRITE, flags: map::PRIVATE | map::ANONYMOUS | map::FIXED, fd: -1, off: 0 }
+    /// Where the case's region starts: the area's start, but for munmap's
+    /// (past the anchor page at the area's start, in the next PTE table).
+    fn base(&self) -> u64 {
+        if self.case == Case::Munmap {
+            AREA + PMD
+        } else {
+            AREA
+        }
+    }
+
+    fn map_fixed(&self, addr: u64, len: u64) -> Op {
+        Op::Mmap { addr, len, prot: prot::READ | prot::WRITE, flags: map::PRIVATE | map::ANONYMOUS | map::FIXED, fd: -1, off: 0 }
     }
 
     /// What a case changes with mprotect: [start, start + len) inside the
     /// guarded VMA at AREA + PAGE.
     fn mprotect_range(&self) -> (u64, u64) {
         let len = self.x * PAGE;
-        let start = AREA + PAGE + if self.case == Case::MprotectSplit { len } else { 0 };
+        let start = self.base() + PAGE + if self.case == Case::MprotectSplit { len } else { 0 };
         (start, len)
     }
 
@@ -187,11 +210,11 @@ impl Syscost {
         match self.case {
             Case::Mmap => {
                 self.step = Step::Call;
-                self.map_fixed(self.region())
+                self.map_fixed(self.base(), self.region())
             }
             Case::Munmap => {
                 self.step = Step::Mapped;
-                self.map_fixed(self.region())
+                self.map_fixed(self.base(), self.region())
             }
             Case::Brk => {
                 self.step = Step::Call;
@@ -224,7 +247,7 @@ impl Syscost {
         if count == 0 {
             return self.call();
         }
-        Op::AccessRange { addr: AREA, stride, count, kind: Access::Store }
+        Op::AccessRange { addr: self.base(), stride, count, kind: Access::Store }
     }
 
     /// The call itself, after its setup.
@@ -233,11 +256,11 @@ impl Syscost {
         match self.case {
             Case::Munmap => {
                 self.step = Step::Undo;
-                Op::Munmap { addr: AREA, len: self.region() }
+                Op::Munmap { addr: self.base(), len: self.region() }
             }
             Case::Madvise => {
                 self.step = Step::Undo;
-                Op::Madvise { addr: AREA, len: self.region(), advice: Advice::DontNeed }
+                Op::Madvise { addr: self.base(), len: self.region(), advice: Advice::DontNeed }
             }
             Case::Fork => Op::Fork,
             Case::Read => {
@@ -267,7 +290,11 @@ impl Syscost {
                     self.step = Step::Guard;
                     // Two guard pages around the region (mprotect's), the region.
                     let len = self.region() + if matches!(self.case, Case::Mprotect | Case::MprotectSplit) { 2 * PAGE } else { 0 };
-                    self.map_fixed(len)
+                    self.map_fixed(self.base(), len)
+                }
+                Case::Munmap => {
+                    self.step = Step::Anchor;
+                    self.map_fixed(AREA, PAGE)
                 }
                 Case::Brk => {
                     self.step = Step::BrkQuery;
@@ -282,14 +309,14 @@ impl Syscost {
             Step::Guard => {
                 if matches!(self.case, Case::Mprotect | Case::MprotectSplit) {
                     self.step = Step::GuardProt(0);
-                    Op::Mprotect { addr: AREA, len: PAGE, prot: prot::NONE }
+                    Op::Mprotect { addr: self.base(), len: PAGE, prot: prot::NONE }
                 } else {
                     self.begin()
                 }
             }
             Step::GuardProt(0) => {
                 self.step = Step::GuardProt(1);
-                Op::Mprotect { addr: AREA + self.region() + PAGE, len: PAGE, prot: prot::NONE }
+                Op::Mprotect { addr: self.base() + self.region() + PAGE, len: PAGE, prot: prot::NONE }
             }
             Step::GuardProt(_) => self.begin(),
             Step::BrkQuery => {
@@ -299,13 +326,18 @@ impl Syscost {
                 Op::Brk { addr: self.brk }
             }
             Step::BrkSetup => self.begin(),
+            Step::Anchor => {
+                self.step = Step::AnchorWritten;
+                Op::Access { addr: AREA, kind: Access::Store }
+            }
+            Step::AnchorWritten => self.begin(),
             Step::Mapped => self.touch(),
             Step::Touch => self.call(),
             Step::Seek => self.call(),
             Step::Call => {
                 self.step = Step::Undo;
                 match self.case {
-                    Case::Mmap => Op::Munmap { addr: AREA, len: self.region() },
+                    Case::Mmap => Op::Munmap { addr: self.base(), len: self.region() },
                     Case::Brk => Op::Brk { addr: self.brk },
                     Case::Mprotect | Case::MprotectSplit => {
                         let (addr, len) = self.mprotect_range();
@@ -323,6 +355,10 @@ impl Syscost {
                 self.iters += 1;
                 if matches!(self.case, Case::Read | Case::Write) {
                     self.off += self.x * PAGE;
+                }
+                if self.calls != 0 && self.iters >= self.calls {
+                    self.step = Step::Done;
+                    return Op::Exit;
                 }
                 self.begin()
             }
