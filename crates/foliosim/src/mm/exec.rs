@@ -333,7 +333,10 @@ impl Kernel {
         let heap = img.low.last().map(|s| last_low - s.len);
         for (start, s) in img.all() {
             let end = start + s.len;
-            if s.len == 0 || !s.len.is_multiple_of(4096) || start < super::vma::MMAP_MIN_ADDR || s.resident.iter().any(|r| r.end as u64 * 4096 > s.len)
+            if s.len == 0
+                || !s.len.is_multiple_of(4096)
+                || start < super::vma::MMAP_MIN_ADDR
+                || s.resident.iter().any(|r| r.end as u64 * 4096 > s.len)
             {
                 return Err(format!("process image: {}: bad length {:#x} or resident pages {:?}", s.what, s.len, s.resident));
             }

@@ -38,7 +38,6 @@ const PMD: u64 = 2 * MIB;
 /// madvise's range, in pages.
 const MADVISE_RANGE: u64 = 32;
 
-
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Case {
     Mmap,
