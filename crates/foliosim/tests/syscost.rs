@@ -104,10 +104,10 @@ fn a_file_that_fits_the_cache_is_copied_from_it_after_its_first_pass() {
 #[test]
 fn fork_and_exit_charge_their_fixed_parts_once() {
     // Five forks, then the parent exits.
-    let run5 = |term: &str, v: f64| {
+    let run5x = |x: u64, term: &str, v: f64| {
         let cfg = json!({
             "seed": 1, "machine": {"profile": "generic-x86", "nr_cpus": 2, "costs": {term: v}},
-            "workload": {"name": "syscost", "case": "fork", "x": 8, "calls": 5},
+            "workload": {"name": "syscost", "case": "fork", "x": x, "calls": 5},
             "run": {"warmup_s": 0.0, "duration_s": 0.05, "check": true},
         });
         let out: Value = serde_json::from_str(&foliosim::api::run_json(&cfg.to_string(), &mut |_| true).unwrap()).unwrap();
@@ -117,8 +117,13 @@ fn fork_and_exit_charge_their_fixed_parts_once() {
         let exits: Vec<i64> = tasks[1..].iter().map(|t| t["time_ns"]["exit"].as_i64().unwrap()).collect();
         (fork, exits)
     };
+    let run5 = |term: &str, v: f64| run5x(8, term, v);
     let (a, b) = (run5("fork_base_ns", 0.0), run5("fork_base_ns", 1000.0));
     assert_eq!((b.0 - a.0, &b.1), (5000, &a.1), "once per fork, nothing in the children's exits");
     let (a, b) = (run5("exit_base_ns", 0.0), run5("exit_base_ns", 1000.0));
     assert_eq!(b.1.iter().zip(&a.1).map(|(b, a)| b - a).collect::<Vec<_>>(), vec![1000; 5]);
+    // copy_present_pte: once per present PTE of a private mapping with
+    // anonymous pages (the image's too): 8 pages written more, 8 more each.
+    let per_pte = |x: u64| run5x(x, "copy_pte_ns", 1000.0).0 - run5x(x, "copy_pte_ns", 0.0).0;
+    assert_eq!(per_pte(16) - per_pte(8), 5 * 8 * 1000);
 }

@@ -224,6 +224,9 @@ pub struct CostSpec {
     pub madvise_ns: f64,
     pub brk_ns: f64,
     pub fork_base_ns: f64,
+    /// Per present PTE fork copies (copy_present_pte: the PTE copied, the
+    /// parent's write-protected, the folio's reference and rmap dup).
+    pub copy_pte_ns: f64,
     pub exit_base_ns: f64,
     // --- page cache and files
     pub pagecache_lookup_ns: f64,

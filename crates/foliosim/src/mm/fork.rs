@@ -77,7 +77,7 @@ impl Kernel {
                     let tbl = self.mms[cmm as usize].pt.table_mut(va).unwrap();
                     tbl.ptes[pte_index(va)] = pte;
                     tbl.nr_present += 1;
-                    t += self.c.pte_set + self.c.rmap;
+                    t += self.c.copy_pte;
                     if pte.special() {
                         self.stat.inc(Stat::NrZeroPageMapped);
                     } else {
