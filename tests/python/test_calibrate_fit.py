@@ -171,3 +171,43 @@ def test_fitting_the_4k_split_on_the_model_lands_its_4k_faults_on_the_host(tmp_p
     # The derivation alone leaves out what else the model charges (pcp
     # refills, page tables, LRU batches): one pass on the model takes it off.
     assert abs(before) > 10.0 and abs(after) < 0.1 * abs(before), (before, after)
+
+
+# ---------------------------------------------------------- system calls --
+SYS_TRUTH = {"mmap_ns": 1700.0, "munmap_ns": 1400.0, "madvise_ns": 350.0, "tlb_flush_one_ns": 120.0,
+             "file_op_ns": 260.0, "pagecache_read_ns": 150.0, "pagecache_write_ns": 210.0}
+
+
+def sys_host(monkeypatch, truth: dict) -> dict:
+    """A host whose system calls take what the model charges with `truth`
+    (validation/syscost.c's cases, three rounds alike), on a smaller plan."""
+    from foliosim import syscost
+    monkeypatch.setattr(syscost, "PLAN", [("mmap", [1, 8], []), ("madvise", [0, 8, 32], []), ("read", [2, 8], []), ("write", [1, 8], [])])
+    monkeypatch.setattr(syscost, "FITS", [f for f in syscost.FITS if set(f.terms) & set(truth)])
+    series = {}
+    for case, sizes, _ in syscost.PLAN:
+        for x in sizes:
+            m = syscost.sim_case("generic-x86", case, x, truth)
+            series[syscost.key(case, x)] = [dict(m) for _ in range(3)]
+    return series
+
+
+def test_every_system_call_term_is_recovered_from_a_host_made_of_the_model(monkeypatch):
+    from foliosim import syscost
+    series = sys_host(monkeypatch, SYS_TRUTH)
+    vals, lines = syscost.fit_all("generic-x86", series, {}, 3)
+    assert {k: round(v) for k, (v, _) in vals.items()} == {k: round(v) for k, v in SYS_TRUTH.items()}
+    # Two and three terms fitted together (the call and its per-page work);
+    # every fit says its residual, zero here.
+    assert all("residual 0 ns rms" in x for x in lines), lines
+    assert all("validation/syscost.c" in how for _, how in vals.values())
+
+
+def test_a_system_call_the_model_gets_wrong_shows_in_its_residual(monkeypatch):
+    from foliosim import syscost
+    series = sys_host(monkeypatch, SYS_TRUTH)
+    for r in series[syscost.key("madvise", 32)]:
+        r["ns"] += 2000.0  # 32 pages zapped: the host takes 2 us more than the model can say
+    _, lines = syscost.fit_all("generic-x86", series, {}, 3)
+    madv = next(x for x in lines if x.startswith("MADV_DONTNEED"))
+    assert "residual 0 ns rms" not in madv and "madvise ns x=32" in madv, madv
