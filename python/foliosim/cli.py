@@ -651,7 +651,20 @@ def _count_child() -> list[str]:
     return [sys.executable, "-P", "-S", "-s", str(script), str(_core.__file__)]
 
 
+def cmd_bench_paired(args: argparse.Namespace) -> int:
+    from . import paired as _paired
+
+    workloads = [w for w in args.workloads.split(",") if w] if args.workloads else list(_paired.WORKLOADS)
+    try:
+        return _paired.main_paired(args.paired, args.pairs, workloads, args.json, not args.quiet)
+    except _paired.PairedError as e:
+        _err(str(e))
+        return EXIT_USAGE
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
+    if args.paired is not None:
+        return cmd_bench_paired(args)
     results: dict[str, Any] = {}
     details: dict[str, Any] = {}
     verdicts: dict[str, bool | None] = {}
@@ -673,6 +686,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
             else:
                 data = json.loads(_core.bench_json(name))
                 value = _figure(data, key)
+                if name == "pf1_threads64" and data.get("pf1_threads64_host_s"):
+                    # The run's rate, beside anon_faults' (the target is its time).
+                    data["pf1_threads64_faults_per_host_s"] = data["faults"] / data["pf1_threads64_host_s"]
             details[name] = data
         except (RuntimeError, ValueError) as e:
             errors[name] = _one_line(e)
@@ -773,6 +789,11 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--quiet", "-q", action="store_true", help="no progress lines on stderr")
     b.add_argument("--strict", action="store_true", help="exit 1 if a target is not met")
     b.add_argument("--slow", action="store_true", help="also time whole reproductions (mthp-will-it-scale, mthp-memory, mthp-kernel-build, luf-xsbench, luf-llama)")
+    b.add_argument("--paired", metavar="REF", help="instead: build git REF and the working tree, run them interleaved "
+                   "(--pairs pairs, the order alternating) and print each workload's throughput ratio, "
+                   "candidate/ref: median [IQR] (min-max) of the per-pair ratios (docs/performance.md)")
+    b.add_argument("--pairs", type=int, default=5, metavar="N", help="with --paired: pairs of runs per workload (default 5)")
+    b.add_argument("--workloads", metavar="W,...", help="with --paired: pf1_1task, pf1_threads64, tlb_hits (default: all)")
     b.set_defaults(func=cmd_bench)
 
     _add_host_commands(sub)

@@ -5,6 +5,8 @@ rows, generated from the experiments and checked against the code.
     python -m foliosim.reproduce.docs write NAME...  # rerun only these (the others' inputs unchanged)
     python -m foliosim.reproduce.docs check   # `make check-reproductions`: run all, compare
     python -m foliosim.reproduce.docs render  # rewrite the Markdown from the JSON only
+    python -m foliosim.reproduce.docs rehash  # new input hashes, rows kept: only after an
+                                              # output-neutral change (golden files identical)
 
 The JSON keeps, per experiment, its rows, notes and sources and the hash of
 everything its rows depend on (`inputs_sha256`: the experiment file, the
@@ -29,7 +31,7 @@ from typing import Any
 from ..result import write_text_atomic
 from . import find, load_all, run_experiments
 
-__all__ = ["check", "inputs_hash", "main", "render", "repo_root", "write"]
+__all__ = ["check", "inputs_hash", "main", "rehash", "render", "repo_root", "write"]
 
 # Experiments a test reruns (`make test`): the cheap ones, a minute or two
 # of host time together; the others are checked by their inputs' hash and by
@@ -250,6 +252,23 @@ def write(root: Path | None = None, progress: bool = True, names: Sequence[str] 
     write_text_atomic(root / "docs" / "reproductions.md", render(data))
 
 
+def rehash(root: Path | None = None) -> list[str]:
+    """Record the current input hashes and keep every row: for a change that
+    moved no output (a refactor whose golden files are byte-identical), so the
+    tables need not be rerun. Returns the experiments whose hash moved."""
+    root = root or repo_root()
+    data = json.loads((root / "docs" / "reproductions.json").read_text(encoding="utf-8"))
+    moved = []
+    for e in data["experiments"]:
+        h = inputs_hash(root / e["file"], root)
+        if h != e["inputs_sha256"]:
+            e["inputs_sha256"] = h
+            moved.append(e["name"])
+    write_text_atomic(root / "docs" / "reproductions.json", json.dumps(data, indent=1, ensure_ascii=False) + "\n")
+    write_text_atomic(root / "docs" / "reproductions.md", render(data))
+    return moved
+
+
 def compare_rows(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     """Where two experiments' rows and notes differ (empty: identical)."""
     out = []
@@ -295,13 +314,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         data = json.loads((root / "docs" / "reproductions.json").read_text(encoding="utf-8"))
         write_text_atomic(root / "docs" / "reproductions.md", render(data))
         return 0
+    if what == "rehash":
+        moved = rehash(root)
+        print(f"rehashed {len(moved)} experiments (rows kept): {', '.join(moved) or 'none'}")
+        return 0
     if what == "check":
         problems = check(root)
         for p in problems:
             print(f"foliosim: {p}", file=sys.stderr)
         print("reproductions: up to date" if not problems else f"reproductions: {len(problems)} differences (run `make reproductions`)")
         return 1 if problems else 0
-    print("usage: python -m foliosim.reproduce.docs write|check|render", file=sys.stderr)
+    print("usage: python -m foliosim.reproduce.docs write|check|render|rehash", file=sys.stderr)
     return 2
 
 

@@ -198,9 +198,7 @@ impl Kernel {
         let t = self.task_numa_promotion_work(t, tid);
         let t = t + self.c.syscall / 2;
         let tk = &mut self.tasks[tid as usize];
-        tk.entry_ns[entry as usize] += t - t0;
-        tk.sys_ns += t - t0;
-        tk.clock = t;
+        tk.charge_sys(entry, t0, t);
         r
     }
 }

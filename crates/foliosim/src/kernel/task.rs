@@ -1,6 +1,6 @@
 //! A simulated task (thread or process) as the kernel sees it.
 
-use crate::mm::vmstat::NR_ENTRIES;
+use crate::mm::vmstat::{Entry, NR_ENTRIES};
 use crate::sim::Ns;
 use crate::workload::{Op, Ret};
 
@@ -106,6 +106,16 @@ impl Task {
     #[inline]
     fn fault_waits(&self) -> bool {
         matches!(self.lock_wait, Some(LockWait::Fault { .. }))
+    }
+
+    /// The epilogue of a kernel entry (a fault, a system call, a sleep in
+    /// one) that ran from `t0` to `t`: the time is the task's system time
+    /// and the entry's, and the task's clock moves to `t`.
+    #[inline(always)]
+    pub fn charge_sys(&mut self, entry: Entry, t0: Ns, t: Ns) {
+        self.entry_ns[entry as usize] += t - t0;
+        self.sys_ns += t - t0;
+        self.clock = t;
     }
 
     pub fn new(id: u32, mm: u32, cpu: u32, clock: Ns) -> Task {

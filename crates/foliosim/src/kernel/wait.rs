@@ -35,9 +35,7 @@ impl Kernel {
         } else {
             tk.in_wait = false;
         }
-        tk.entry_ns[Entry::Wait4 as usize] += t - t0;
-        tk.sys_ns += t - t0;
-        tk.clock = t;
+        tk.charge_sys(Entry::Wait4, t0, t);
         r
     }
 

@@ -48,9 +48,7 @@ impl Kernel {
         if bad {
             let t = t0 + self.c.syscall;
             let tk = &mut self.tasks[tid as usize];
-            tk.entry_ns[Entry::Execve as usize] += t - t0;
-            tk.sys_ns += t - t0;
-            tk.clock = t;
+            tk.charge_sys(Entry::Execve, t0, t);
             return Ret::Err(if file as usize >= self.inodes.len() { errno::ENOENT } else { errno::EINVAL });
         }
         // open_exec + prepare_binprm: the first page of the binary is read
@@ -160,9 +158,7 @@ impl Kernel {
 
     fn execve_fail(&mut self, tid: u32, t0: Ns, t: Ns) -> Ret {
         let tk = &mut self.tasks[tid as usize];
-        tk.entry_ns[Entry::Execve as usize] += t - t0;
-        tk.sys_ns += t - t0;
-        tk.clock = t;
+        tk.charge_sys(Entry::Execve, t0, t);
         Ret::Err(errno::ENOMEM)
     }
 }

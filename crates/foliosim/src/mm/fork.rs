@@ -113,9 +113,7 @@ impl Kernel {
         self.mms[cmm as usize].cpumask_set(cpu);
         self.stat.inc(Stat::Fork);
         let tk = &mut self.tasks[tid as usize];
-        tk.entry_ns[Entry::Fork as usize] += t - t0;
-        tk.sys_ns += t - t0;
-        tk.clock = t;
+        tk.charge_sys(Entry::Fork, t0, t);
         Ret::Val(child as i64)
     }
 
@@ -140,9 +138,7 @@ impl Kernel {
         }
         self.stat.inc(Stat::Exit);
         let tk = &mut self.tasks[tid as usize];
-        tk.entry_ns[Entry::Exit as usize] += t - t0;
-        tk.sys_ns += t - t0;
-        tk.clock = t;
+        tk.charge_sys(Entry::Exit, t0, t);
         tk.exited = true;
         self.reparent_children(tid);
         self.notify_parent(tid);

@@ -25,13 +25,14 @@ use super::huge_mm::{AnonFaultCtx, AnonOrders, PTE_ORDERS};
 use super::mem_map::pg;
 use super::page_alloc::MigrateType;
 use super::pgtable::{pte_index, Pte, PMD_SHIFT};
-use super::vma::{vm, Vma};
+use super::vma::vm;
 use super::vmstat::Stat;
 use super::{Pfn, PMD_ORDER};
 use crate::kernel::knobs::Mutant;
 use crate::kernel::Kernel;
 use crate::mm::memory::Fault;
 use crate::mm::memory::LufExit;
+use crate::mm::mm_types_task::VmFault;
 use crate::sim::Ns;
 
 const PMD_SIZE: u64 = 1 << PMD_SHIFT;
@@ -44,14 +45,14 @@ enum Install {
 }
 
 impl Kernel {
-    /// Ask the order policy about a fault at `addr` in `vma` whose PTE holds `expect`.
-    fn anon_orders(&self, cpu: u32, mm: u32, vma: &Vma, addr: u64, expect: Pte) -> AnonOrders {
+    /// Ask the order policy about the fault `vmf`.
+    fn anon_orders(&self, vmf: &VmFault) -> AnonOrders {
         let ctx = AnonFaultCtx {
-            vma,
-            addr,
-            expect,
-            ptes: self.mms[mm as usize].pt.table(addr),
-            nid: self.cpus[cpu as usize].node,
+            vma: vmf.vma,
+            addr: vmf.address,
+            expect: vmf.orig_pte,
+            ptes: self.mms[vmf.mm as usize].pt.table(vmf.address),
+            nid: self.cpus[vmf.cpu as usize].node,
             pa: &self.pa,
             knobs: &self.knobs,
         };
@@ -59,10 +60,12 @@ impl Kernel {
     }
 
     /// The highest order in `mask` whose naturally aligned block around
-    /// `addr` lies inside the VMA and has every PTE `none`, except the
-    /// faulting slot, which must equal `expect` (calc_anon_folio_order_alloc,
-    /// with its first_bad shortcut; runs without the PTL). 0 if none.
-    pub(crate) fn anon_fault_order(&self, mm: u32, vma: &Vma, addr: u64, expect: Pte, mask: u32) -> u32 {
+    /// the fault's address lies inside the VMA and has every PTE `none`,
+    /// except the faulting slot, which must equal orig_pte
+    /// (calc_anon_folio_order_alloc, with its first_bad shortcut; runs
+    /// without the PTL). 0 if none.
+    pub(crate) fn anon_fault_order(&self, vmf: &VmFault, mask: u32) -> u32 {
+        let (mm, vma, addr, expect) = (vmf.mm, vmf.vma, vmf.address, vmf.orig_pte);
         if mask & PTE_ORDERS == 0 && mask & (1 << PMD_ORDER) == 0 {
             // No order to try (every 4 KiB-only fault): skip the table lookup.
             return 0;
@@ -116,33 +119,23 @@ impl Kernel {
     /// with an all-none aligned block, falling back order by order on
     /// allocation failure. `Err(t)`: use the order-0 path from `t`.
     #[inline]
-    pub(crate) fn do_anonymous_large(&mut self, t: Ns, cpu: u32, mm: u32, vma: &Vma, addr: u64, expect: Pte) -> Result<(Fault, Ns), Ns> {
-        let zero = expect.present();
+    pub(crate) fn do_anonymous_large(&mut self, t: Ns, vmf: &VmFault) -> Result<(Fault, Ns), Ns> {
+        let zero = vmf.orig_pte.present();
         if self.anon_order0_only || zero && !self.anon_paths.zero_page_large {
             return Err(t);
         }
-        let AnonOrders { pte: mask, pmd } = self.anon_orders(cpu, mm, vma, addr, expect);
+        let AnonOrders { pte: mask, pmd } = self.anon_orders(vmf);
         if (!pmd || zero) && mask & PTE_ORDERS == 0 {
             // No large order allowed (every fault with mTHP off): the order-0
             // path, without entering the large-folio machinery below.
             return Err(t);
         }
-        self.do_anonymous_large_orders(t, cpu, mm, vma, addr, expect, mask, pmd)
+        self.do_anonymous_large_orders(t, vmf, mask, pmd)
     }
 
-    #[allow(clippy::too_many_arguments)]
     #[inline(never)]
-    fn do_anonymous_large_orders(
-        &mut self,
-        t: Ns,
-        cpu: u32,
-        mm: u32,
-        vma: &Vma,
-        addr: u64,
-        expect: Pte,
-        mask: u32,
-        pmd: bool,
-    ) -> Result<(Fault, Ns), Ns> {
+    fn do_anonymous_large_orders(&mut self, t: Ns, vmf: &VmFault, mask: u32, pmd: bool) -> Result<(Fault, Ns), Ns> {
+        let (cpu, mm, vma, addr, expect) = (vmf.cpu, vmf.mm, vmf.vma, vmf.address, vmf.orig_pte);
         let zero = expect.present();
         let mut mask = mask;
         let nid = self.cpus[cpu as usize].node;
@@ -150,13 +143,12 @@ impl Kernel {
         // do_huge_pmd_anonymous_page: unchanged, tried first (as in the RFC).
         if pmd && !zero {
             let base = addr & !(PMD_SIZE - 1);
-            if base >= vma.start && base + PMD_SIZE <= vma.end && self.anon_fault_order(mm, vma, addr, expect, 1 << PMD_ORDER) == PMD_ORDER
-            {
+            if base >= vma.start && base + PMD_SIZE <= vma.end && self.anon_fault_order(vmf, 1 << PMD_ORDER) == PMD_ORDER {
                 match self.pa.alloc_pages(t, cpu, PMD_ORDER, nid, MigrateType::Movable, &mut self.stat) {
                     Some(a) => {
                         let pfn = a.pfn;
                         let done = self.post_alloc_hook(a.done, cpu, pfn, PMD_ORDER, a.nid, LufExit::Alloc(a.ugen), "THP");
-                        match self.anon_folio_install(done, cpu, mm, vma, addr, expect, pfn, PMD_ORDER, true) {
+                        match self.anon_folio_install(done, vmf, pfn, PMD_ORDER, true) {
                             Install::Done(t) => return Ok((Fault::Done, t)),
                             Install::Race(t) => return Ok((Fault::Done, t)),
                         }
@@ -170,14 +162,14 @@ impl Kernel {
         }
         mask &= PTE_ORDERS;
         loop {
-            let order = self.anon_fault_order(mm, vma, addr, expect, mask);
+            let order = self.anon_fault_order(vmf, mask);
             if order == 0 {
                 return Err(t);
             }
             let (got, t2) = self.alloc_large_folio(t, cpu, nid, order, mask);
             t = t2;
             let Some((pfn, t1, k)) = got else { return Err(t) };
-            match self.anon_folio_install(t1, cpu, mm, vma, addr, expect, pfn, k, false) {
+            match self.anon_folio_install(t1, vmf, pfn, k, false) {
                 Install::Done(t) => return Ok((Fault::Done, t)),
                 Install::Race(t2) => {
                     t = t2;
@@ -216,19 +208,8 @@ impl Kernel {
 
     /// Zero, charge, and map folio `pfn` of `order` at its aligned block
     /// around `addr` under the PTL, after re-checking the block.
-    #[allow(clippy::too_many_arguments)]
-    fn anon_folio_install(
-        &mut self,
-        t: Ns,
-        cpu: u32,
-        mm: u32,
-        vma: &Vma,
-        addr: u64,
-        expect: Pte,
-        pfn: Pfn,
-        order: u32,
-        pmd: bool,
-    ) -> Install {
+    fn anon_folio_install(&mut self, t: Ns, vmf: &VmFault, pfn: Pfn, order: u32, pmd: bool) -> Install {
+        let (cpu, mm, vma, addr, expect) = (vmf.cpu, vmf.mm, vmf.vma, vmf.address, vmf.orig_pte);
         let n = 1u64 << order;
         let base = addr & !((4096 << order) - 1);
         let pnid = self.mem_map.get(pfn).nid as usize;
@@ -340,11 +321,12 @@ impl Kernel {
     }
 
     /// Path D (RFC patches 9-10): reuse the contiguous run R of read-only
-    /// PTEs around `addr` that map consecutive pages of the faulting page's
+    /// PTEs around the fault's address that map consecutive pages of the faulting page's
     /// folio (within the folio, the VMA and the PMD), when every page in R
     /// is exclusive or the folio's references are exactly R's PTEs. None:
     /// cannot reuse, copy instead.
-    pub(crate) fn wp_reuse_range(&mut self, t: Ns, cpu: u32, mm: u32, vma: &Vma, addr: u64, pte: Pte) -> Option<(Fault, Ns)> {
+    pub(crate) fn wp_reuse_range(&mut self, t: Ns, vmf: &VmFault) -> Option<(Fault, Ns)> {
+        let (cpu, mm, vma, addr, pte) = (vmf.cpu, vmf.mm, vmf.vma, vmf.address, vmf.orig_pte);
         let pfn = pte.pfn();
         let head = self.mem_map.folio_head(pfn);
         let order = self.mem_map.get(pfn).order as u32;
@@ -502,11 +484,12 @@ impl Kernel {
     /// largest order <= min(source order, max) whose source PTEs are all
     /// present, read-only, contiguous from the faulting page, inside the
     /// source folio and the VMA, and maybe-shared. None: copy one page.
-    pub(crate) fn wp_page_copy_large(&mut self, t: Ns, cpu: u32, mm: u32, vma: &Vma, addr: u64, pte: Pte) -> Option<(Fault, Ns)> {
-        let old = pte.pfn();
+    pub(crate) fn wp_page_copy_large(&mut self, t: Ns, vmf: &VmFault) -> Option<(Fault, Ns)> {
+        let (cpu, mm, vma, addr) = (vmf.cpu, vmf.mm, vmf.vma, vmf.address);
+        let old = vmf.orig_pte.pfn();
         let ohead = self.mem_map.folio_head(old);
         let oorder = self.mem_map.get(ohead).order as u32;
-        let pte_mask = self.anon_orders(cpu, mm, vma, addr, pte).pte;
+        let pte_mask = self.anon_orders(vmf).pte;
         let cap = oorder.min(31 - pte_mask.max(1).leading_zeros());
         if cap < 2 {
             return None;
@@ -712,6 +695,7 @@ impl Kernel {
 mod tests {
     use super::*;
     use crate::kernel::task::Task;
+    use crate::mm::mm_types_task::fault_flag;
     use crate::workload::{map, prot, Access, Op, Ret};
 
     /// Two threads of one mm (tasks 0 and 1 on CPUs 0 and 1), 64 KiB anon
@@ -752,7 +736,8 @@ mod tests {
         let mut k = setup(mutant);
         let (cpu, mm, addr) = (0, k.tasks[0].mm, BLOCK + 0x2000);
         let vma = k.mms[mm as usize].vma_lookup(addr).unwrap().clone();
-        let order = k.anon_fault_order(mm, &vma, addr, Pte::NONE, 1 << 4);
+        let vmf = VmFault { tid: 0, mm, cpu, vma: &vma, address: addr, kind: Access::Store, flags: fault_flag::USER, orig_pte: Pte::NONE };
+        let order = k.anon_fault_order(&vmf, 1 << 4);
         assert_eq!(order, 4, "the block is empty: task 0 chooses 64 KiB");
         let t = k.tasks[0].clock;
         let (got, _) = k.alloc_large_folio(t, cpu, 0, order, 1 << 4);
@@ -761,7 +746,7 @@ mod tests {
         k.tasks[1].clock = t;
         assert_eq!(k.exec(1, Op::Access { addr: BLOCK + 0x9000, kind: Access::Load }), Some(Ret::Val(0)));
         assert!(k.mms[mm as usize].pt.pte(BLOCK + 0x9000).present(), "task 1's read fault mapped a page");
-        let how = k.anon_folio_install(t, cpu, mm, &vma, addr, Pte::NONE, pfn, order, false);
+        let how = k.anon_folio_install(t, &vmf, pfn, order, false);
         (k, how, pfn)
     }
 

@@ -5,7 +5,7 @@
 
 pub(crate) use super::luf::LufExit;
 use super::mem_map::pg;
-use super::mm_types_task::FaultRedo;
+use super::mm_types_task::VmFault;
 use super::mmu_gather::MmuGather;
 use super::page_alloc::MigrateType;
 use super::pgtable::{pte_index, Pte, PteTable, PGDIR_SHIFT, PMD_SHIFT, PUD_SHIFT};
@@ -228,63 +228,20 @@ impl Kernel {
         Some(t)
     }
 
-    /// handle_mm_fault for a user access by task `tid` at `addr`, entered
-    /// from the trap. Charges the task's clock. The fault-locking policy
-    /// (mm/mmap_lock.rs) tries its fast path first; the classic path takes
-    /// mmap_lock for read.
-    pub fn handle_mm_fault(&mut self, tid: u32, addr: u64, kind: Access) -> Fault {
-        let t0 = self.tasks[tid as usize].clock;
-        self.stat.inc(Stat::Pgfault);
-        let t = t0 + self.c.trap / 2;
-        // Every way in starts with a request on a line the mm's faulting
-        // CPUs share: made from a step that starts at its time if another
-        // task's step begins first (sim::horizon), so the line serves it in
-        // arrival order.
-        if t > crate::sim::horizon() && !self.fault_kernel_mode {
-            return self.fault_redo_later(tid, t0, t, addr, kind, FaultRedo::Entry);
-        }
-        self.fault_enter(tid, t0, t, addr, kind)
-    }
-
-    /// The fault of `tid` at `addr` from its entry at `t` (trapped at `t0`)
-    /// through the return to user mode.
+    /// handle_mm_fault: the fault of `vmf` under the lock its way in took
+    /// (mmap_lock, the VMA's lock), from `t`. Always inlined: the ways in
+    /// that call it (classic, per-VMA) are the hot ones.
     #[inline(always)]
-    pub(crate) fn fault_enter(&mut self, tid: u32, t0: Ns, t: Ns, addr: u64, kind: Access) -> Fault {
-        let (mm, cpu) = (self.tasks[tid as usize].mm, self.tasks[tid as usize].cpu);
-        let (res, t) = match self.fault_lock_fast(tid, t, cpu, mm, addr, kind) {
-            super::fault_lock::FastFault::Done(r, t) => (r, t),
-            super::fault_lock::FastFault::Unlock(r, t, held) => return self.fault_unlock(tid, t0, t, cpu, mm, r, held),
-            super::fault_lock::FastFault::Fallback(t) => return self.fault_classic(tid, mm, cpu, t0, t, addr, kind),
-            super::fault_lock::FastFault::Redo(t) => return self.fault_redo_later(tid, t0, t, addr, kind, FaultRedo::Classic),
-            super::fault_lock::FastFault::Pending(t) => {
-                let tk = &mut self.tasks[tid as usize];
-                tk.entry_ns[crate::mm::vmstat::Entry::Fault as usize] += t - t0;
-                tk.sys_ns += t - t0;
-                tk.clock = t;
-                return Fault::Pending;
-            }
-        };
-        self.fault_return(tid, t0, t, res);
-        res
-    }
-
-    /// Return from the fault to user mode at `t` (the fault began at `t0`).
-    pub(crate) fn fault_return(&mut self, tid: u32, t0: Ns, t: Ns, res: Fault) {
-        let t = t + self.c.trap / 2;
-        if res == Fault::Segv {
-            self.stat.inc(Stat::Segv);
-        }
-        let tk = &mut self.tasks[tid as usize];
-        tk.entry_ns[crate::mm::vmstat::Entry::Fault as usize] += t - t0;
-        tk.sys_ns += t - t0;
-        tk.clock = t;
+    pub(crate) fn handle_mm_fault(&mut self, t: Ns, vmf: &VmFault) -> (Fault, Ns) {
+        self.handle_pte_fault(t + self.c.fault_base, vmf)
     }
 
     /// handle_pte_fault: the fault on one PTE, the VMA found and allowing
     /// the access. Always inlined: the fault paths that call it (classic,
     /// per-VMA, speculative) are the hot ones, and each gets one copy.
     #[inline(always)]
-    pub(crate) fn handle_pte_fault(&mut self, t: Ns, cpu: u32, mm: u32, vma: &Vma, addr: u64, kind: Access) -> (Fault, Ns) {
+    pub(crate) fn handle_pte_fault(&mut self, t: Ns, vmf: &VmFault) -> (Fault, Ns) {
+        let (cpu, mm, addr) = (vmf.cpu, vmf.mm, vmf.address);
         // pte_alloc, then the PTE: one table lookup when the table exists,
         // as it almost always does.
         let (pte, t) = match self.mms[mm as usize].pt.table(addr) {
@@ -294,25 +251,26 @@ impl Kernel {
                 None => return (Fault::Oom, t),
             },
         };
-        let write = kind == Access::Store;
+        let vmf = &VmFault { orig_pte: pte, ..*vmf };
+        let (vma, write) = (vmf.vma, vmf.write());
         if pte.is_none() {
             return if vma.is_anon() {
-                self.do_anonymous_page(t, cpu, mm, vma, addr, write)
+                self.do_anonymous_page(t, vmf)
             } else if !write {
-                self.do_read_fault(t, cpu, mm, vma, addr)
+                self.do_read_fault(t, vmf)
             } else if !vma.is_shared() {
-                self.do_cow_fault(t, cpu, mm, vma, addr)
+                self.do_cow_fault(t, vmf)
             } else {
-                self.do_shared_fault(t, cpu, mm, vma, addr)
+                self.do_shared_fault(t, vmf)
             };
         }
         if pte.present() && pte.0 & Pte::PROTNONE != 0 {
             // A NUMA hinting PTE (mm/numa_balancing.rs): the VMA allows the
             // access, the PTE does not.
-            return self.do_numa_page(t, cpu, mm, vma, addr, pte);
+            return self.do_numa_page(t, vmf);
         }
         if write && !pte.write() {
-            return self.do_wp_page(t, cpu, mm, vma, addr, pte);
+            return self.do_wp_page(t, vmf);
         }
         // Another CPU fixed it, or only young/dirty needed setting.
         self.stat.inc(Stat::FaultSpurious);
@@ -410,7 +368,8 @@ impl Kernel {
     /// A fresh anonymous folio for `addr`, zeroed, charged, rmap'd as new.
     /// Always inlined (the anonymous write fault's allocation).
     #[inline(always)]
-    pub(crate) fn alloc_anon_page(&mut self, t: Ns, cpu: u32, mm: u32, vma: &Vma, addr: u64, zero: bool) -> Option<(Pfn, Ns)> {
+    pub(crate) fn alloc_anon_page(&mut self, t: Ns, vmf: &VmFault, zero: bool) -> Option<(Pfn, Ns)> {
+        let (cpu, mm, vma, addr) = (vmf.cpu, vmf.mm, vmf.vma, vmf.address);
         let nid = self.cpus[cpu as usize].node;
         let (pfn, t) = self.alloc_folio(t, cpu, 0, nid, MigrateType::Movable)?;
         let av = self.anon_vma_prepare(mm, vma);
@@ -428,8 +387,9 @@ impl Kernel {
 
     /// do_anonymous_page: a read maps the shared zero page; a write
     /// allocates and zeroes a page (path A of the large-folio series).
-    fn do_anonymous_page(&mut self, t: Ns, cpu: u32, mm: u32, vma: &Vma, addr: u64, write: bool) -> (Fault, Ns) {
-        if !write {
+    fn do_anonymous_page(&mut self, t: Ns, vmf: &VmFault) -> (Fault, Ns) {
+        let (cpu, mm, vma, addr) = (vmf.cpu, vmf.mm, vmf.vma, vmf.address);
+        if !vmf.write() {
             let pte = Pte::new(self.zero_pfn, Pte::SPECIAL | Pte::YOUNG | exec_bit(vma));
             let (ok, t) = self.set_pte_locked(t, cpu, mm, addr, Pte::NONE, pte, self.c.pte_set);
             if ok {
@@ -439,11 +399,11 @@ impl Kernel {
             return (Fault::Done, t);
         }
         // Large folios (path A, docs/mechanisms/large-anon-folios.md#rules-it-implements); Err: order 0 from here.
-        let t = match self.do_anonymous_large(t, cpu, mm, vma, addr, Pte::NONE) {
+        let t = match self.do_anonymous_large(t, vmf) {
             Ok(r) => return r,
             Err(t) => t,
         };
-        let Some((pfn, t)) = self.alloc_anon_page(t, cpu, mm, vma, addr, true) else {
+        let Some((pfn, t)) = self.alloc_anon_page(t, vmf, true) else {
             return (Fault::Oom, t);
         };
         let pte = Pte::new(pfn, Pte::WRITE | Pte::DIRTY | Pte::YOUNG | exec_bit(vma));
@@ -472,7 +432,8 @@ impl Kernel {
     }
 
     /// The page-cache folio backing file VMA `vma` at `addr`.
-    fn file_folio(&mut self, t: Ns, cpu: u32, vma: &Vma, addr: u64) -> Option<(Pfn, Ns)> {
+    fn file_folio(&mut self, t: Ns, vmf: &VmFault) -> Option<(Pfn, Ns)> {
+        let (cpu, vma, addr) = (vmf.cpu, vmf.vma, vmf.address);
         let ino = vma.file - 1;
         let idx = vma.linear_page_index(addr);
         let (hit, t) = self.filemap_get_folio(t, cpu, ino, idx)?;
@@ -489,7 +450,8 @@ impl Kernel {
 
     /// do_read_fault: map the cached page read-only, plus up to
     /// fault_around_bytes of neighbours already in the cache (do_fault_around).
-    fn do_read_fault(&mut self, t: Ns, cpu: u32, mm: u32, vma: &Vma, addr: u64) -> (Fault, Ns) {
+    fn do_read_fault(&mut self, t: Ns, vmf: &VmFault) -> (Fault, Ns) {
+        let (cpu, mm, vma, addr) = (vmf.cpu, vmf.mm, vmf.vma, vmf.address);
         if self.beyond_eof(vma, addr) {
             return (Fault::Segv, t); // SIGBUS in Linux
         }
@@ -502,7 +464,7 @@ impl Kernel {
                 return (Fault::Done, t);
             }
         }
-        let Some((pfn, t)) = self.file_folio(t, cpu, vma, addr) else {
+        let Some((pfn, t)) = self.file_folio(t, vmf) else {
             return (Fault::Oom, t);
         };
         let pte = Pte::new(pfn, Pte::YOUNG | exec_bit(vma));
@@ -557,14 +519,15 @@ impl Kernel {
 
     /// do_cow_fault: write to a private file mapping with no PTE: copy the
     /// cached page into a new anonymous page.
-    fn do_cow_fault(&mut self, t: Ns, cpu: u32, mm: u32, vma: &Vma, addr: u64) -> (Fault, Ns) {
+    fn do_cow_fault(&mut self, t: Ns, vmf: &VmFault) -> (Fault, Ns) {
+        let (cpu, mm, vma, addr) = (vmf.cpu, vmf.mm, vmf.vma, vmf.address);
         if self.beyond_eof(vma, addr) {
             return (Fault::Segv, t);
         }
-        let Some((src, t)) = self.file_folio(t, cpu, vma, addr) else {
+        let Some((src, t)) = self.file_folio(t, vmf) else {
             return (Fault::Oom, t);
         };
-        let Some((pfn, t)) = self.alloc_anon_page(t, cpu, mm, vma, addr, false) else {
+        let Some((pfn, t)) = self.alloc_anon_page(t, vmf, false) else {
             return (Fault::Oom, t);
         };
         let snid = self.mem_map.get(src).nid as usize;
@@ -584,11 +547,12 @@ impl Kernel {
 
     /// do_shared_fault: write to a shared file mapping with no PTE: map the
     /// cached page writable and dirty it (page_mkwrite on a disk fs).
-    fn do_shared_fault(&mut self, t: Ns, cpu: u32, mm: u32, vma: &Vma, addr: u64) -> (Fault, Ns) {
+    fn do_shared_fault(&mut self, t: Ns, vmf: &VmFault) -> (Fault, Ns) {
+        let (cpu, mm, vma, addr) = (vmf.cpu, vmf.mm, vmf.vma, vmf.address);
         if self.beyond_eof(vma, addr) {
             return (Fault::Segv, t);
         }
-        let Some((pfn, mut t)) = self.file_folio(t, cpu, vma, addr) else {
+        let Some((pfn, mut t)) = self.file_folio(t, vmf) else {
             return (Fault::Oom, t);
         };
         if self.inodes[(vma.file - 1) as usize].fs == FsKind::Disk {
@@ -609,7 +573,8 @@ impl Kernel {
     }
 
     /// do_wp_page: a write to a present, read-only PTE.
-    fn do_wp_page(&mut self, t: Ns, cpu: u32, mm: u32, vma: &Vma, addr: u64, pte: Pte) -> (Fault, Ns) {
+    fn do_wp_page(&mut self, t: Ns, vmf: &VmFault) -> (Fault, Ns) {
+        let (cpu, mm, vma, addr, pte) = (vmf.cpu, vmf.mm, vmf.vma, vmf.address, vmf.orig_pte);
         let pte = if pte.0 & Pte::HUGE != 0 {
             // A write to a read-only PMD-mapped THP: split the PMD mapping
             // and continue at PTE level (do_huge_pmd_wp_page's fallback).
@@ -618,6 +583,7 @@ impl Kernel {
         } else {
             pte
         };
+        let vmf = &VmFault { orig_pte: pte, ..*vmf };
         // LUF v10: a write fault on a folio gives up every deferral first
         // (the folio may be one a stale entry still shows).
         let t = if !pte.special() && self.luf_hooks_on() {
@@ -628,15 +594,15 @@ impl Kernel {
         if pte.special() {
             // The zero page: copy = allocate a zeroed page (wp_page_copy);
             // large under the RFC's patch 15 (path B).
-            let t = match self.do_anonymous_large(t, cpu, mm, vma, addr, pte) {
+            let t = match self.do_anonymous_large(t, vmf) {
                 Ok(r) => return r,
                 Err(t) => t,
             };
             self.mthp.path_b[0] += 1;
-            let Some((pfn, t)) = self.alloc_anon_page(t, cpu, mm, vma, addr, true) else {
+            let Some((pfn, t)) = self.alloc_anon_page(t, vmf, true) else {
                 return (Fault::Oom, t);
             };
-            return self.wp_replace(t, cpu, mm, vma, addr, pte, pfn, None);
+            return self.wp_replace(t, vmf, pfn, None);
         }
         let old = pte.pfn();
         let flags = self.mem_map.get(old).flags;
@@ -660,7 +626,7 @@ impl Kernel {
             let head = self.mem_map.folio_head(old);
             if self.mem_map.get(head).order > 0 && self.anon_paths.reuse_range {
                 // RFC patches 9-10: reuse the whole contiguous run (path D).
-                if let Some(r) = self.wp_reuse_range(t, cpu, mm, vma, addr, pte) {
+                if let Some(r) = self.wp_reuse_range(t, vmf) {
                     return r;
                 }
             }
@@ -689,32 +655,32 @@ impl Kernel {
             }
             // Path C (RFC patches 11-14): a large copy where the block allows.
             if self.mem_map.get(head).order >= 2 && self.anon_paths.cow_copy_large {
-                if let Some(r) = self.wp_page_copy_large(t, cpu, mm, vma, addr, pte) {
+                if let Some(r) = self.wp_page_copy_large(t, vmf) {
                     return r;
                 }
             }
-            let Some((pfn, t)) = self.alloc_anon_page(t, cpu, mm, vma, addr, false) else {
+            let Some((pfn, t)) = self.alloc_anon_page(t, vmf, false) else {
                 return (Fault::Oom, t);
             };
             let snid = self.mem_map.get(old).nid as usize;
             let t = t + self.nodes[snid].copy_4k;
             self.check_guest_write(pfn, 0, "copied into");
-            return self.wp_replace(t, cpu, mm, vma, addr, pte, pfn, Some(old));
+            return self.wp_replace(t, vmf, pfn, Some(old));
         }
         // A file page in a private mapping: copy it.
-        let Some((pfn, t)) = self.alloc_anon_page(t, cpu, mm, vma, addr, false) else {
+        let Some((pfn, t)) = self.alloc_anon_page(t, vmf, false) else {
             return (Fault::Oom, t);
         };
         let snid = self.mem_map.get(old).nid as usize;
         let t = t + self.nodes[snid].copy_4k;
         self.check_guest_write(pfn, 0, "copied into");
-        self.wp_replace(t, cpu, mm, vma, addr, pte, pfn, Some(old))
+        self.wp_replace(t, vmf, pfn, Some(old))
     }
 
     /// Second half of wp_page_copy: swap the PTE to the new page, flush the
     /// old translation, drop the old page's mapping.
-    #[allow(clippy::too_many_arguments)]
-    fn wp_replace(&mut self, t: Ns, cpu: u32, mm: u32, vma: &Vma, addr: u64, old_pte: Pte, pfn: Pfn, old: Option<Pfn>) -> (Fault, Ns) {
+    fn wp_replace(&mut self, t: Ns, vmf: &VmFault, pfn: Pfn, old: Option<Pfn>) -> (Fault, Ns) {
+        let (cpu, mm, vma, addr, old_pte) = (vmf.cpu, vmf.mm, vmf.vma, vmf.address, vmf.orig_pte);
         let pte = Pte::new(pfn, Pte::WRITE | Pte::DIRTY | Pte::YOUNG | exec_bit(vma));
         if let Some(o) = old {
             // I-12 (docs/mechanisms/large-anon-folios.md#rules-it-implements): never CoW-replace a page still marked exclusive.

@@ -128,6 +128,90 @@ pub struct TaskNuma {
     pub faults_buf: [u64; 2],
 }
 
+/// FAULT_FLAG_* (include/linux/mm_types.h): what a fault knows of how
+/// it was taken. The access kind (FAULT_FLAG_WRITE, FAULT_FLAG_INSTRUCTION)
+/// is `Access` in the fault itself.
+pub mod fault_flag {
+    /// Taken from user mode (a trap), not on the kernel's behalf
+    /// (MAP_POPULATE, exec copying its arguments: the fast fault-locking
+    /// paths are not tried and the lock is released in the same step).
+    pub const USER: u32 = 1 << 6;
+    /// Handled under the VMA's read lock, not mmap_lock (lock_vma_under_rcu).
+    pub const VMA_LOCK: u32 = 1 << 12;
+    /// Handled speculatively, from a snapshot of the VMA (the SPF series'
+    /// FAULT_FLAG_SPECULATIVE).
+    pub const SPECULATIVE: u32 = 1 << 13;
+}
+
+/// A page fault as the arch entry takes it (do_user_addr_fault, before a
+/// VMA is found): which task faulted on which CPU in which mm, at which
+/// address and how, and when it trapped, the time its epilogue charges
+/// from (`Task::charge_sys`).
+#[derive(Clone, Copy, Debug)]
+pub struct PageFault {
+    pub tid: u32,
+    pub mm: u32,
+    pub cpu: u32,
+    /// The address as accessed (vmf->real_address).
+    pub addr: u64,
+    pub kind: Access,
+    /// `fault_flag` bits.
+    pub flags: u32,
+    /// When the fault trapped (or the step it resumes in began).
+    pub t0: Ns,
+}
+
+impl PageFault {
+    #[inline(always)]
+    pub fn user(&self) -> bool {
+        self.flags & fault_flag::USER != 0
+    }
+
+    /// The fault once its VMA is found: struct vm_fault, its orig_pte not
+    /// read yet.
+    #[inline(always)]
+    pub fn with_vma<'a>(&self, vma: &'a Vma, flags: u32) -> VmFault<'a> {
+        VmFault {
+            tid: self.tid,
+            mm: self.mm,
+            cpu: self.cpu,
+            vma,
+            address: self.addr & !4095,
+            kind: self.kind,
+            flags: self.flags | flags,
+            orig_pte: Pte::NONE,
+        }
+    }
+}
+
+/// struct vm_fault: one fault as the mm handles it once its VMA is found
+/// (the copy the fault works from: the VMA may change under a fault that
+/// does not hold mmap_lock), the page-aligned address, the access, the
+/// flags and the PTE as first read. The handlers take it with the time
+/// and return the time they finish.
+#[derive(Clone, Copy, Debug)]
+pub struct VmFault<'a> {
+    pub tid: u32,
+    pub mm: u32,
+    pub cpu: u32,
+    pub vma: &'a Vma,
+    /// The faulting address, page-aligned (vmf->address).
+    pub address: u64,
+    pub kind: Access,
+    /// `fault_flag` bits.
+    pub flags: u32,
+    /// The PTE as handle_pte_fault first read it (vmf->orig_pte): what a
+    /// handler compares the slot against under the PTL.
+    pub orig_pte: Pte,
+}
+
+impl VmFault<'_> {
+    #[inline(always)]
+    pub fn write(&self) -> bool {
+        self.kind == Access::Store
+    }
+}
+
 /// A speculative fault between its two steps (the parts of struct vm_fault
 /// the series adds: the sequence snapshot, the flags snapshot, orig_pte).
 #[derive(Clone, Debug)]

@@ -1,9 +1,10 @@
 //! How faults synchronise with the writers of an address space
 //! (`fault_locking`): the mmap_lock write side every writer goes through
 //! (include/linux/mmap_lock.h), the per-VMA write marks (vma_start_write),
-//! and the fault-side policies: the classic mmap_lock read side, per-VMA
-//! locks (lock_vma_under_rcu, mm/memory.c, 6.4+) and speculative faults
-//! (mm/spf.rs).
+//! and the ways a fault takes that the arch entry chooses between
+//! (arch/x86/mm/fault.rs: do_user_addr_fault): the classic mmap_lock read
+//! side, per-VMA locks (lock_vma_under_rcu, mm/memory.c, 6.4+) and
+//! speculative faults (mm/spf.rs).
 //!
 //! Time model. A writer's locked section runs as one step at the time it
 //! acquires mmap_lock. A writer that would wait for the holders beyond a
@@ -20,15 +21,14 @@
 //! == mm_lock_seq until mmap_write_unlock bumps mm_lock_seq; the same test
 //! stands for SPF's odd vm_sequence.
 
-use super::fault_lock::{FastFault, FaultLockCtx, FaultPath};
+use super::fault_lock::FastFault;
 use super::memory::Fault;
-use super::mm_types_task::{FaultRedo, FaultUnlock, PendingUnlock};
+use super::mm_types_task::{fault_flag, FaultUnlock, PageFault};
 use super::vmstat::Entry;
 use super::vmstat::Stat;
 use crate::kernel::task::LockWait;
 use crate::kernel::Kernel;
 use crate::sim::Ns;
-use crate::workload::Access;
 
 impl Kernel {
     /// Count a fault-locking event and, with `debug.fault_trace` > 0, record
@@ -107,9 +107,7 @@ impl Kernel {
             }
             granted = !write;
             sem.slept(t_step, now, write);
-            let tk = &mut self.tasks[tid as usize];
-            tk.entry_ns[entry as usize] += now - t_step;
-            tk.sys_ns += now - t_step;
+            self.tasks[tid as usize].charge_sys(entry, t_step, now);
         }
         let sem = &mut self.mms[mm as usize].mmap_lock;
         if sem.queued_writer.is_some() && !granted {
@@ -133,7 +131,7 @@ impl Kernel {
     }
 
     /// Put `tid` to sleep behind the queued writer of `mm`.
-    fn mmap_lock_sleep(&mut self, tid: u32, mm: u32, w: LockWait) -> bool {
+    pub(crate) fn mmap_lock_sleep(&mut self, tid: u32, mm: u32, w: LockWait) -> bool {
         self.mms[mm as usize].lock_waiters.push(tid);
         let tk = &mut self.tasks[tid as usize];
         tk.lock_wait = Some(w);
@@ -193,111 +191,21 @@ impl Kernel {
         }
     }
 
-    /// The classic fault of `tid` (in `mm`, on `cpu`) after its fast path
-    /// fell back at `t` (trapped at `t0`), through the return to user mode.
-    /// Behind a queued writer it sleeps at its down_read instead
-    /// (Fault::Pending) and resumes in `mmap_lock_fault_resume`; a fault
-    /// taken for the kernel (MAP_POPULATE, inside a call that holds or just
-    /// held the lock) never finds one. A down_read that would arrive after
-    /// another task's step begins (`sim::horizon`) is made from the task's
-    /// next step, at `t`: that step runs in time order among the others, so
-    /// the count's line serves the RMW after every earlier one and before
-    /// every later one (an RMW processed out of order would move requests
-    /// already answered). A fault taken for the kernel keeps one step.
-    #[inline(always)]
-    pub(crate) fn fault_classic(&mut self, tid: u32, mm: u32, cpu: u32, t0: Ns, t: Ns, addr: u64, kind: Access) -> Fault {
-        if !self.fault_kernel_mode {
-            if self.mms[mm as usize].mmap_lock.queued_writer.is_some() {
-                self.tasks[tid as usize].clock = t;
-                self.mmap_lock_sleep(tid, mm, LockWait::Fault { addr, kind, t0, t_req: t });
-                return Fault::Pending;
-            }
-            if t > crate::sim::horizon() {
-                return self.fault_redo_later(tid, t0, t, addr, kind, FaultRedo::Classic);
-            }
-        }
-        self.fault_under_mmap_lock(tid, t0, t, cpu, mm, addr, kind)
-    }
-
-    /// End the step of a fault trapped at `t0` at `t`: the fault of
-    /// (`addr`, `kind`) continues from `from` in the task's next step, at
-    /// `t` (`fault_continue`); the time so far is the fault's.
-    #[cold]
-    #[inline(never)]
-    pub(crate) fn fault_redo_later(&mut self, tid: u32, t0: Ns, t: Ns, addr: u64, kind: Access, from: FaultRedo) -> Fault {
-        let tk = &mut self.tasks[tid as usize];
-        tk.fault_redo = Some((addr, kind, from));
-        tk.entry_ns[Entry::Fault as usize] += t - t0;
-        tk.sys_ns += t - t0;
-        tk.clock = t;
-        Fault::Pending
-    }
-
-    /// The rest of a fault that did not finish in its step: a speculative
-    /// fault's second step, the classic fault after a failed attempt, or a
-    /// fault woken on mmap_lock. Returns its outcome (Pending: still not
-    /// finished).
-    pub fn fault_continue(&mut self, tid: u32) -> Fault {
-        let tk = &mut self.tasks[tid as usize];
-        if tk.fault_cont.is_some() {
-            return self.spf_fault_finish(tid);
-        }
-        if let Some((addr, kind, from)) = tk.fault_redo.take() {
-            let (mm, cpu, now) = (tk.mm, tk.cpu, tk.clock);
-            return match from {
-                FaultRedo::Entry => self.fault_enter(tid, now, now, addr, kind),
-                FaultRedo::Classic => self.fault_classic(tid, mm, cpu, now, now, addr, kind),
-            };
-        }
-        self.mmap_lock_fault_resume(tid)
-    }
-
-    /// A fault woken from mmap_lock: it holds it for read now; run the
-    /// classic fault.
-    pub fn mmap_lock_fault_resume(&mut self, tid: u32) -> Fault {
-        let Some(LockWait::Fault { addr, kind, t0, t_req }) = self.tasks[tid as usize].lock_wait else { return Fault::Done };
+    /// A fault woken from mmap_lock (`Task::lock_wait`): it holds it for
+    /// read now. Returns the fault (its trap time: when it trapped), or
+    /// None if the task was not asleep in a fault.
+    pub(crate) fn mmap_lock_fault_woken(&mut self, tid: u32) -> Option<PageFault> {
+        let Some(LockWait::Fault { addr, kind, t0, t_req }) = self.tasks[tid as usize].lock_wait else { return None };
         self.tasks[tid as usize].lock_wait = None;
-        let (mm, cpu, now) = (self.tasks[tid as usize].mm, self.tasks[tid as usize].cpu, self.tasks[tid as usize].clock);
+        let pf = self.page_fault(tid, addr, kind, t0);
         // Woken holding the lock for read (rwsem_mark_wake grants it).
-        self.mms[mm as usize].mmap_lock.slept(t_req, now, false);
-        self.fault_under_mmap_lock(tid, t0, now, cpu, mm, addr, kind)
-    }
-
-    /// The end of a fault that finished at `t` holding `what`: a fault taken
-    /// from user mode that succeeded keeps it until its task's next step,
-    /// which releases it at `t` and returns to user mode
-    /// (`fault_unlock_finish`); the faulting access completes now (its
-    /// retried walk costs nothing). Any other fault releases it now and
-    /// returns. Returns the fault's outcome.
-    #[allow(clippy::too_many_arguments)]
-    #[inline(always)]
-    pub(crate) fn fault_unlock(&mut self, tid: u32, t0: Ns, t: Ns, cpu: u32, mm: u32, res: Fault, what: FaultUnlock) -> Fault {
-        if res == Fault::Done && !self.fault_kernel_mode {
-            // Until the release, the lock counts as held to `t` (writers
-            // deciding whether to wait see the reader).
-            match what {
-                FaultUnlock::MmapRead => {
-                    let sem = &mut self.mms[mm as usize].mmap_lock;
-                    sem.readers_until = sem.readers_until.max(t);
-                }
-                FaultUnlock::VmaRead { key, .. } => {
-                    if let Some(v) = self.mms[mm as usize].vmas.get_mut(&key) {
-                        v.vm_lock.sem.readers_until = v.vm_lock.sem.readers_until.max(t);
-                    }
-                }
-            }
-            let tk = &mut self.tasks[tid as usize];
-            tk.fault_unlock = Some(PendingUnlock { what, t0, at: t });
-            tk.clock = t;
-            return Fault::Done;
-        }
-        let t = self.fault_release(what, t, cpu, mm);
-        self.fault_return(tid, t0, t, res);
-        res
+        let now = self.tasks[tid as usize].clock;
+        self.mms[pf.mm as usize].mmap_lock.slept(t_req, now, false);
+        Some(pf)
     }
 
     /// Release `what` at `t`; returns when the release RMW completed.
-    fn fault_release(&mut self, what: FaultUnlock, t: Ns, cpu: u32, mm: u32) -> Ns {
+    pub(crate) fn fault_release(&mut self, what: FaultUnlock, t: Ns, cpu: u32, mm: u32) -> Ns {
         let lc = &self.lc;
         let m = &mut self.mms[mm as usize];
         match what {
@@ -311,19 +219,6 @@ impl Kernel {
                 end
             }
         }
-    }
-
-    /// The release a fault of task `tid` left for this step (its clock is
-    /// the release's time), then the return to user mode.
-    #[inline]
-    pub fn fault_unlock_finish(&mut self, tid: u32) {
-        let Some(p) = self.tasks[tid as usize].fault_unlock.take() else { return };
-        let (mm, cpu, now) = (self.tasks[tid as usize].mm, self.tasks[tid as usize].cpu, self.tasks[tid as usize].clock);
-        let t = self.fault_release(p.what, now, cpu, mm);
-        // What the task's clock moved since the fault finished (an
-        // interrupt's handler, a wait for the CPU) is charged elsewhere.
-        let moved = now.saturating_sub(p.at);
-        self.fault_return(tid, p.t0 + moved, t, Fault::Done);
     }
 
     /// vma_start_write on every VMA overlapping or touching [lo, hi] (the
@@ -360,48 +255,35 @@ impl Kernel {
         t
     }
 
-    /// The fast path of the way the configured policy chooses
-    /// (`FaultLockPolicy::path`), entered from the trap at `t`: done,
-    /// pending, or fall back to the classic fault under mmap_lock.
+    /// lock_mm_and_find_vma and handle_mm_fault: the classic fault of `pf`
+    /// under mmap_lock for read from `t`. Returns with the lock still held
+    /// (`FaultUnlock::MmapRead`). Always inlined (two callers): every
+    /// classic fault passes through it.
     #[inline(always)]
-    pub(crate) fn fault_lock_fast(&mut self, tid: u32, t: Ns, cpu: u32, mm: u32, addr: u64, kind: Access) -> FastFault {
-        self.fault_trace_ctx = (t, cpu, addr);
-        let f = FaultLockCtx { mm, cpu, addr, kind, kernel_mode: self.fault_kernel_mode };
-        match self.fault_lock.path(&f) {
-            FaultPath::MmapLock => FastFault::Fallback(t),
-            FaultPath::PerVma => self.fault_per_vma(t, cpu, mm, addr, kind),
-            FaultPath::Spf => self.spf_fault_begin(tid, t, cpu, mm, addr, kind),
-        }
-    }
-
-    /// The classic fault under mmap_lock for read. Always inlined (two
-    /// callers): every classic fault passes through it.
-    #[allow(clippy::too_many_arguments)]
-    #[inline(always)]
-    pub(crate) fn fault_under_mmap_lock(&mut self, tid: u32, t0: Ns, t: Ns, cpu: u32, mm: u32, addr: u64, kind: Access) -> Fault {
+    pub(crate) fn fault_under_mmap_lock(&mut self, pf: &PageFault, t: Ns) -> (Fault, Ns) {
+        let (cpu, mm) = (pf.cpu, pf.mm);
         let t = self.mms[mm as usize].mmap_lock.down_read(t, cpu, &self.lc, &self.sc);
         let t = t + self.c.vma_lookup;
         // The fault works from a copy of the VMA (it needs `&mut self`).
         let m = &mut self.mms[mm as usize];
         let seq = m.vmas.seqnum();
-        let copy = m.fault_vma_take(addr);
-        let (res, t) = match copy.as_deref() {
-            Some(vma) if super::memory::access_permitted(vma, kind) => {
-                self.handle_pte_fault(t + self.c.fault_base, cpu, mm, vma, addr & !4095, kind)
-            }
+        let copy = m.fault_vma_take(pf.addr);
+        let r = match copy.as_deref() {
+            Some(vma) if super::memory::access_permitted(vma, pf.kind) => self.handle_mm_fault(t, &pf.with_vma(vma, 0)),
             _ => (Fault::Segv, t),
         };
         if let Some(c) = copy {
             self.mms[mm as usize].fault_vma_put(seq, c);
         }
-        self.fault_unlock(tid, t0, t, cpu, mm, res, FaultUnlock::MmapRead)
+        r
     }
 
     /// lock_vma_under_rcu + handle_mm_fault(FAULT_FLAG_VMA_LOCK) + vma_end_read
     /// (6.12). One step: the VMA read lock is held over the whole fault, so
     /// a writer whose step comes later waits for it in vma_start_write, and
     /// a fault after a writer's mark fails the vm_lock_seq test.
-    pub(crate) fn fault_per_vma(&mut self, t: Ns, cpu: u32, mm: u32, addr: u64, kind: Access) -> FastFault {
+    pub(crate) fn fault_per_vma(&mut self, pf: &PageFault, t: Ns) -> FastFault {
+        let (cpu, mm, addr) = (pf.cpu, pf.mm, pf.addr);
         let lc = self.lc;
         // RCU maple-tree walk.
         let t = t + self.c.vma_lookup;
@@ -429,7 +311,7 @@ impl Kernel {
         let vma = v.fault_copy();
         let held = FaultUnlock::VmaRead { key, lock_obj };
         let unlock = |k: &mut Kernel, t: Ns| k.fault_release(held, t, cpu, mm);
-        if !super::memory::access_permitted(&vma, kind) {
+        if !super::memory::access_permitted(&vma, pf.kind) {
             // An access error under the VMA lock is a SIGSEGV, counted as a success.
             let t = unlock(self, t);
             self.fault_event(Stat::VmaLockSuccess);
@@ -447,7 +329,7 @@ impl Kernel {
                 }
                 Some(t1) => {
                     // anon_vma_prepare happens inside the fault; release after it.
-                    let (res, t2) = self.handle_pte_fault(t1 + self.c.fault_base, cpu, mm, &vma, addr & !4095, kind);
+                    let (res, t2) = self.handle_mm_fault(t1, &pf.with_vma(&vma, fault_flag::VMA_LOCK));
                     let t2 = self.mms[mm as usize].mmap_lock.up_read(t2, cpu, &lc);
                     let t2 = unlock(self, t2);
                     self.fault_event(Stat::VmaLockSuccess);
@@ -456,7 +338,7 @@ impl Kernel {
                 }
             }
         }
-        let (res, t) = self.handle_pte_fault(t + self.c.fault_base, cpu, mm, &vma, addr & !4095, kind);
+        let (res, t) = self.handle_mm_fault(t, &pf.with_vma(&vma, fault_flag::VMA_LOCK));
         self.check_fault_install(mm, addr, &vma);
         self.fault_event(Stat::VmaLockSuccess);
         FastFault::Unlock(res, t, held)

@@ -51,6 +51,7 @@
 use super::mem_map::pg;
 use super::memory::Fault;
 use super::memory_tiers::{NUMA_BALANCING_MEMORY_TIERING, NUMA_BALANCING_NORMAL};
+use super::mm_types_task::VmFault;
 use super::pgtable::{pte_index, Pte, PMD_SHIFT};
 use super::vma::{vm, Vma};
 use super::vmstat::Stat;
@@ -318,8 +319,9 @@ impl Kernel {
         (updated, t)
     }
 
-    /// do_numa_page: an access hit the PROT_NONE hinting PTE `pte` at `addr`.
-    pub(crate) fn do_numa_page(&mut self, t: Ns, cpu: u32, mm: u32, vma: &Vma, addr: u64, pte: Pte) -> (Fault, Ns) {
+    /// do_numa_page: an access hit the PROT_NONE hinting PTE vmf.orig_pte.
+    pub(crate) fn do_numa_page(&mut self, t: Ns, vmf: &VmFault) -> (Fault, Ns) {
+        let (cpu, mm, vma, addr, pte) = (vmf.cpu, vmf.mm, vmf.vma, vmf.address, vmf.orig_pte);
         let mut t = t + self.c.numa_migrate_check;
         let pfn = pte.pfn();
         let head = self.mem_map.folio_head(pfn);

@@ -22,7 +22,7 @@
 
 use super::fault_lock::FastFault;
 use super::memory::{exec_bit, Fault};
-use super::mm_types_task::SpfPending;
+use super::mm_types_task::{fault_flag, PageFault, SpfPending};
 use super::pgtable::Pte;
 use super::slub::vma_layout as vl;
 use super::vma::vm;
@@ -35,14 +35,15 @@ use crate::workload::Access;
 
 impl Kernel {
     /// Step 1 of a speculative fault (the gate, S1–S13, allocation).
-    pub(crate) fn spf_fault_begin(&mut self, tid: u32, t: Ns, cpu: u32, mm: u32, addr: u64, kind: Access) -> FastFault {
+    pub(crate) fn spf_fault_begin(&mut self, pf: &PageFault, t: Ns) -> FastFault {
+        let (cpu, mm, addr, kind) = (pf.cpu, pf.mm, pf.addr, pf.kind);
         // G1: the sysctl.
         if !self.knobs.speculative_page_fault {
             self.fault_event(Stat::SpfNotAttemptedSysctl);
             return FastFault::Fallback(t);
         }
         // G2: not a user-mode fault, or a single-threaded mm.
-        if self.fault_kernel_mode {
+        if !pf.user() {
             self.fault_event(Stat::SpfNotAttemptedKernelMode);
             return FastFault::Fallback(t);
         }
@@ -144,7 +145,7 @@ impl Kernel {
         let mut t = t + self.c.fault_base;
         let mut page = None;
         if orig_pte.is_none() && kind == Access::Store {
-            match self.alloc_anon_page(t, cpu, mm, &vma, addr & !4095, true) {
+            match self.alloc_anon_page(t, &pf.with_vma(&vma, fault_flag::SPECULATIVE), true) {
                 Some((pfn, t1)) => {
                     page = Some(pfn);
                     t = t1;
@@ -152,30 +153,28 @@ impl Kernel {
                 None => return self.spf_abort_put(t_begin, t, cpu, mm, obj),
             }
         }
-        let t_trap = self.tasks[tid as usize].clock;
         let (cycle, read_bumps) = (self.mms[mm as usize].mm_lock_seq, self.mms[mm as usize].seq_bumps_read_side);
-        self.tasks[tid as usize].fault_cont =
-            Some(SpfPending { addr: addr & !4095, kind, vma, orig_pte, page, t_begin, t_trap, cycle, read_bumps, obj });
+        self.tasks[pf.tid as usize].fault_cont =
+            Some(SpfPending { addr: addr & !4095, kind, vma, orig_pte, page, t_begin, t_trap: pf.t0, cycle, read_bumps, obj });
         FastFault::Pending(t)
     }
 
-    /// Step 2 of a pending speculative fault of task `tid`, at its clock:
-    /// pte_map_lock's validation, then install or abort and redo classically.
-    /// Returns the fault's outcome.
-    pub fn spf_fault_finish(&mut self, tid: u32) -> Fault {
-        let Some(p) = self.tasks[tid as usize].fault_cont.take() else { return Fault::Done };
-        let (mm, cpu, t0) = {
-            let tk = &self.tasks[tid as usize];
-            (tk.mm, tk.cpu, tk.clock)
-        };
+    /// Step 2 of the pending speculative fault `pf` (its address and
+    /// access the pending one's, its t0 the task's clock):
+    /// pte_map_lock's validation, then install (Done) or abort and redo
+    /// classically (Fallback).
+    pub(crate) fn spf_fault_finish(&mut self, pf: &PageFault) -> FastFault {
+        let tid = pf.tid;
+        let Some(p) = self.tasks[tid as usize].fault_cont.take() else { return FastFault::Done(Fault::Done, pf.t0) };
+        let (mm, cpu, t0) = (pf.mm, pf.cpu, pf.t0);
         let key = p.vma.start;
         // vma_has_changed: the VMA instance is gone from the tree (detached,
         // or replaced: values of vm_sequence name instances), its count
         // moved, or a writer's section is open at this time. It reads the
         // tree node (line A) and vm_sequence (the last line), inside
-        // pte_map_lock before the PTL: at the step's start. (`tstart` stays
+        // pte_map_lock before the PTL: at the step's start. (`pf.t0` stays
         // the step's start for the accounting.)
-        let (lc, tstart) = (self.lc, t0);
+        let lc = self.lc;
         let m = &mut self.mms[mm as usize];
         let t0 = m.lines.read(p.obj + vl::VM_RB, t0, cpu, &lc);
         let t0 = m.lines.read(p.obj + vl::VM_SEQUENCE, t0, cpu, &lc);
@@ -195,7 +194,7 @@ impl Kernel {
             if let Some(i) = m.cycle_log.iter().position(|c| c.seq == p.cycle + 1) {
                 if m.cycle_log[i].start > t0 {
                     let zapped = m.cycle_log.iter().skip(i).any(|c| c.unmapped.iter().any(|r| r.0 <= p.addr && p.addr < r.1));
-                    return self.spf_finish_before_writer(tid, p, tstart, t0, zapped);
+                    return self.spf_finish_before_writer(pf, p, t0, zapped);
                 }
             }
         }
@@ -204,7 +203,7 @@ impl Kernel {
             self.fault_event(Stat::SpfVmaChanged);
             let t = self.spf_put_ref(t0, cpu, mm, p.obj);
             let t = self.spf_free_wasted(t, cpu, &p, p.page);
-            return self.spf_fallback(tid, &p, t);
+            return FastFault::Fallback(t);
         }
         // The page tables the walk saw must still be there: with the check
         // skipped, a munmap may have freed them (a use after free).
@@ -212,7 +211,7 @@ impl Kernel {
             self.check.report(format!("mm {mm} va {:#x}: speculative fault dereferenced a freed page table (I4)", p.addr));
             let t = self.spf_put_ref(t0, cpu, mm, p.obj);
             let t = self.spf_free_wasted(t, cpu, &p, p.page);
-            return self.spf_fallback(tid, &p, t);
+            return FastFault::Fallback(t);
         }
         if self.check.enabled && !self.mms[mm as usize].vmas.contains_key(&key) {
             self.check.report(format!(
@@ -242,14 +241,13 @@ impl Kernel {
                 // young/dirty update): run the PTE-level fault on the
                 // validated snapshot; it takes the PTL and compares the PTE.
                 self.check_fault_install(mm, addr, &p.vma);
-                self.handle_pte_fault(t0, cpu, mm, &p.vma, addr, p.kind)
+                self.handle_pte_fault(t0, &pf.with_vma(&p.vma, fault_flag::SPECULATIVE))
             }
         };
         let t = self.spf_put_ref(t, cpu, mm, p.obj);
         self.fault_event(Stat::SpeculativePgfault);
         self.fault_event(Stat::PerfSpf);
-        self.fault_return(tid, tstart, t, res);
-        res
+        FastFault::Done(res, t)
     }
 
     /// A fault that validated before the queued writer acquired mmap_lock:
@@ -257,8 +255,8 @@ impl Kernel {
     /// (read-only if the writer removed write) where a VMA with the same
     /// anon_vma still covers the address, zapped (the page freed) where none
     /// does. A fault that had nothing prepared runs on the current VMA.
-    fn spf_finish_before_writer(&mut self, tid: u32, p: SpfPending, tstart: Ns, t0: Ns, zapped: bool) -> Fault {
-        let (mm, cpu) = (self.tasks[tid as usize].mm, self.tasks[tid as usize].cpu);
+    fn spf_finish_before_writer(&mut self, pf: &PageFault, p: SpfPending, t0: Ns, zapped: bool) -> FastFault {
+        let (mm, cpu) = (pf.mm, pf.cpu);
         self.fault_event(Stat::SpfBeforeWriter);
         let cur = self.mms[mm as usize]
             .vma_lookup(p.addr)
@@ -279,14 +277,15 @@ impl Kernel {
                 }
             }
             (Some(pfn), _) => (Fault::Done, self.release_folios(t0, cpu, &[pfn])),
-            (None, Some(v)) if super::memory::access_permitted(&v, p.kind) => self.handle_pte_fault(t0, cpu, mm, &v, p.addr, p.kind),
+            (None, Some(v)) if super::memory::access_permitted(&v, p.kind) => {
+                self.handle_pte_fault(t0, &pf.with_vma(&v, fault_flag::SPECULATIVE))
+            }
             (None, _) => (Fault::Done, t0),
         };
         let t = self.spf_put_ref(t, cpu, mm, p.obj);
         self.fault_event(Stat::SpeculativePgfault);
         self.fault_event(Stat::PerfSpf);
-        self.fault_return(tid, tstart, t, res);
-        res
+        FastFault::Done(res, t)
     }
 
     /// put_vma: an RMW on vm_ref_count (line A of the object `obj`). The
@@ -307,13 +306,6 @@ impl Kernel {
         };
         self.stat.add(Stat::SpfWastedNs, (t - p.t_begin) as i64);
         t
-    }
-
-    /// The classic fault after an abort in step 2, then the return to user.
-    fn spf_fallback(&mut self, tid: u32, p: &SpfPending, t: Ns) -> Fault {
-        let tk = &self.tasks[tid as usize];
-        let (mm, cpu, t0) = (tk.mm, tk.cpu, tk.clock);
-        self.fault_classic(tid, mm, cpu, t0, t, p.addr, p.kind)
     }
 
     /// Abort in step 1 after the VMA reference was taken: drop it.
@@ -389,7 +381,7 @@ mod tests {
         assert!(k.tasks[0].fault_cont.as_ref().unwrap().page.is_some(), "the page is allocated in step 1");
         k.tasks[1].clock = (k.tasks[0].clock as i64 + dt) as Ns;
         assert!(k.exec(1, writer).is_some());
-        k.spf_fault_finish(0);
+        k.fault_continue(0);
         (k, a)
     }
 
@@ -425,7 +417,7 @@ mod tests {
         let tk = &mut k.tasks[tid as usize];
         tk.clock = at;
         tk.sleeping = false;
-        if tk.mid_fault() && k.mmap_lock_fault_resume(tid) == crate::mm::memory::Fault::Segv {
+        if tk.mid_fault() && k.fault_continue(tid) == crate::mm::memory::Fault::Segv {
             k.tasks[tid as usize].pending = None;
             return Some(Ret::Err(crate::workload::errno::EFAULT));
         }
@@ -453,7 +445,7 @@ mod tests {
         let (mut k, a, r) = queued_munmap("spf", 1000);
         assert_eq!(r, None, "step 1 of the speculative fault");
         assert!(k.mms[0].vma_lookup(a).is_some(), "the queued munmap has changed nothing yet");
-        assert_eq!(k.spf_fault_finish(0), crate::mm::memory::Fault::Done);
+        assert_eq!(k.fault_continue(0), crate::mm::memory::Fault::Done);
         assert_eq!(st(&k, Stat::SpeculativePgfault), 1);
         assert_eq!(st(&k, Stat::SpfBeforeWriter), 0, "the writer's section runs after the fault in time and in order");
         assert!(k.mms[0].pt.pte(a + 2 * 4096).present());
@@ -561,7 +553,7 @@ mod tests {
         assert!(k.mms[0].pt.pte(a + 4096).write(), "the retry installs the page");
         // After the cycle the same VMA is open to speculation again.
         assert_eq!(run_op(&mut k, 0, Op::Access { addr: a + 2 * 4096, kind: Access::Store }), None);
-        k.spf_fault_finish(0);
+        k.fault_continue(0);
         assert_eq!(st(&k, Stat::SpfAbortSeqOdd), 1);
         assert!(k.check.violations.is_empty(), "{:?}", k.check.violations);
     }
@@ -619,7 +611,7 @@ mod tests {
         assert_eq!(run_op(&mut k, 0, Op::Access { addr: a + 4096, kind: Access::Store }), None);
         k.tasks[1].clock = k.tasks[0].clock - 2000;
         k.exec(1, Op::Mprotect { addr: a, len: 16 << 12, prot: prot::READ });
-        k.spf_fault_finish(0);
+        k.fault_continue(0);
         assert!(k.check.violations.iter().any(|v| v.contains("I1")), "{:?}", k.check.violations);
     }
 
@@ -688,7 +680,7 @@ mod tests {
     /// A store by task `tid` to `addr`, run to completion (both SPF steps).
     fn store(k: &mut Kernel, tid: u32, addr: u64) {
         if run_op(k, tid, Op::Access { addr, kind: Access::Store }).is_none() {
-            k.spf_fault_finish(tid);
+            k.fault_continue(tid);
             if k.tasks[tid as usize].fault_unlock.is_some() {
                 k.fault_unlock_finish(tid);
             }

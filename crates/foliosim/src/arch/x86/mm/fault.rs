@@ -2,17 +2,28 @@
 //! (arch/x86/mm/fault.c: exc_page_fault, do_user_addr_fault): the TLB
 //! lookup, on a miss the hardware's page walk and TLB fill (hw/mmu.rs:
 //! walk_pte, tlb_fill, with the entry size the mm chooses,
-//! mm/huge_memory.rs: tlb_fill_size), the fault into handle_mm_fault
-//! when the walk finds no usable PTE, and the retried access after it.
-//! A user loop over many addresses (`Op::AccessRange`) runs its TLB hits
-//! in the MMU's tight loop (hw/mmu.rs: tlb_hit_run) and the rest here.
+//! mm/huge_memory.rs: tlb_fill_size), the fault when the walk finds no
+//! usable PTE, and the retried access after it. A user loop over many
+//! addresses (`Op::AccessRange`) runs its TLB hits in the MMU's tight loop
+//! (hw/mmu.rs: tlb_hit_run) and the rest here.
+//!
+//! The fault takes its lock here, as do_user_addr_fault does: the way in
+//! the fault-locking policy chooses (per-VMA lock, speculative), falling
+//! back to mmap_lock for read (`lock_mmap`), then handle_mm_fault
+//! (mm/memory.rs) on one `PageFault`/`VmFault` context. The parts of a
+//! fault that run in later steps of its task (the time model in
+//! docs/DEVELOPING.md) re-enter here: `fault_continue`, and the release
+//! of the lock a finished fault holds, `fault_unlock_finish`.
 
 use crate::hw::mmu;
 use crate::hw::tlb::{size, TlbEntry, TlbLookup};
+use crate::kernel::task::LockWait;
 use crate::kernel::Kernel;
+use crate::mm::fault_lock::{FastFault, FaultLockCtx, FaultPath};
 use crate::mm::memory::Fault;
+use crate::mm::mm_types_task::{fault_flag, FaultRedo, FaultUnlock, PageFault, PendingUnlock};
 use crate::mm::pgtable::Pte;
-use crate::mm::vmstat::Stat;
+use crate::mm::vmstat::{Entry, Stat};
 use crate::sim::Ns;
 use crate::workload::{errno, Access, Op, Ret};
 
@@ -118,7 +129,7 @@ impl Kernel {
                 }
                 return Ret::Val(0);
             }
-            match self.handle_mm_fault(tid, addr, kind) {
+            match self.exc_page_fault(tid, addr, kind) {
                 Fault::Done => {
                     // The access is retried: a walk of the PTE the fault
                     // just wrote, its line in cache.
@@ -279,5 +290,189 @@ impl Kernel {
         }
         self.tasks[tid as usize].pending = Some(Op::AccessRange { addr: a, stride, count: n, kind });
         None
+    }
+}
+
+/// The fault's entry, its lock, and its epilogue.
+impl Kernel {
+    /// The fault of task `tid` at `addr` (trapped, or resumed in a later
+    /// step, at `t0`), taken from user mode unless the kernel takes it on
+    /// a task's behalf (`fault_kernel_mode`: MAP_POPULATE, exec's copy of
+    /// its arguments).
+    #[inline(always)]
+    pub(crate) fn page_fault(&self, tid: u32, addr: u64, kind: Access, t0: Ns) -> PageFault {
+        let tk = &self.tasks[tid as usize];
+        let flags = if self.fault_kernel_mode { 0 } else { fault_flag::USER };
+        PageFault { tid, mm: tk.mm, cpu: tk.cpu, addr, kind, flags, t0 }
+    }
+
+    /// exc_page_fault: the trap of task `tid`'s access at `addr`, at its
+    /// clock. Charges the task's clock. Every way in starts with a request
+    /// on a line the mm's faulting CPUs share: made from a step that starts
+    /// at its time if another task's step begins first (sim::horizon), so
+    /// the line serves it in arrival order.
+    pub fn exc_page_fault(&mut self, tid: u32, addr: u64, kind: Access) -> Fault {
+        let pf = self.page_fault(tid, addr, kind, self.tasks[tid as usize].clock);
+        self.stat.inc(Stat::Pgfault);
+        let t = pf.t0 + self.c.trap / 2;
+        if t > crate::sim::horizon() && pf.user() {
+            return self.fault_redo_later(&pf, t, FaultRedo::Entry);
+        }
+        self.do_user_addr_fault(&pf, t)
+    }
+
+    /// do_user_addr_fault from its entry at `t` through the return to user
+    /// mode: the lock chosen here. The fault-locking policy's way in is
+    /// tried first (lock_vma_under_rcu, or the speculative fault); when it
+    /// does not handle the fault, the classic fault under mmap_lock.
+    #[inline(always)]
+    pub(crate) fn do_user_addr_fault(&mut self, pf: &PageFault, t: Ns) -> Fault {
+        self.fault_trace_ctx = (t, pf.cpu, pf.addr);
+        let ctx = FaultLockCtx { mm: pf.mm, cpu: pf.cpu, addr: pf.addr, kind: pf.kind, kernel_mode: !pf.user() };
+        let fast = match self.fault_lock.path(&ctx) {
+            FaultPath::MmapLock => return self.lock_mmap(pf, t),
+            FaultPath::PerVma => self.fault_per_vma(pf, t),
+            FaultPath::Spf => self.spf_fault_begin(pf, t),
+        };
+        self.fault_fast_done(pf, fast)
+    }
+
+    /// What follows a fast way in's outcome: the return to user mode, the
+    /// lock kept to the next step, the classic fault (now, or from the next
+    /// step), or the end of the step with the fault pending.
+    #[inline(always)]
+    fn fault_fast_done(&mut self, pf: &PageFault, fast: FastFault) -> Fault {
+        match fast {
+            FastFault::Done(res, t) => {
+                self.fault_return(pf.tid, pf.t0, t, res);
+                res
+            }
+            FastFault::Unlock(res, t, held) => self.fault_unlock(pf, t, res, held),
+            FastFault::Fallback(t) => self.lock_mmap(pf, t),
+            FastFault::Redo(t) => self.fault_redo_later(pf, t, FaultRedo::Classic),
+            FastFault::Pending(t) => {
+                self.tasks[pf.tid as usize].charge_sys(Entry::Fault, pf.t0, t);
+                Fault::Pending
+            }
+        }
+    }
+
+    /// The `lock_mmap` label of do_user_addr_fault: the classic fault under
+    /// mmap_lock for read from `t`, through the return to user mode.
+    /// Behind a queued writer it sleeps at its down_read instead
+    /// (Fault::Pending) and resumes in `fault_continue`; a fault taken for
+    /// the kernel (MAP_POPULATE, inside a call that holds or just held the
+    /// lock) never finds one. A down_read that would arrive after another
+    /// task's step begins (`sim::horizon`) is made from the task's next
+    /// step, at `t`: that step runs in time order among the others, so the
+    /// count's line serves the RMW after every earlier one and before every
+    /// later one (an RMW processed out of order would move requests already
+    /// answered). A fault taken for the kernel keeps one step.
+    #[inline(always)]
+    pub(crate) fn lock_mmap(&mut self, pf: &PageFault, t: Ns) -> Fault {
+        if pf.user() {
+            if self.mms[pf.mm as usize].mmap_lock.queued_writer.is_some() {
+                self.tasks[pf.tid as usize].clock = t;
+                let w = LockWait::Fault { addr: pf.addr, kind: pf.kind, t0: pf.t0, t_req: t };
+                self.mmap_lock_sleep(pf.tid, pf.mm, w);
+                return Fault::Pending;
+            }
+            if t > crate::sim::horizon() {
+                return self.fault_redo_later(pf, t, FaultRedo::Classic);
+            }
+        }
+        let (res, t) = self.fault_under_mmap_lock(pf, t);
+        self.fault_unlock(pf, t, res, FaultUnlock::MmapRead)
+    }
+
+    /// End the step of fault `pf` at `t`: it continues from `from` in the
+    /// task's next step, at `t` (`fault_continue`); the time so far is the
+    /// fault's.
+    #[cold]
+    #[inline(never)]
+    fn fault_redo_later(&mut self, pf: &PageFault, t: Ns, from: FaultRedo) -> Fault {
+        let tk = &mut self.tasks[pf.tid as usize];
+        tk.fault_redo = Some((pf.addr, pf.kind, from));
+        tk.charge_sys(Entry::Fault, pf.t0, t);
+        Fault::Pending
+    }
+
+    /// The rest of a fault that did not finish in its step: a speculative
+    /// fault's second step, the classic fault after a failed attempt, or a
+    /// fault woken on mmap_lock. Returns its outcome (Pending: still not
+    /// finished).
+    pub fn fault_continue(&mut self, tid: u32) -> Fault {
+        let now = self.tasks[tid as usize].clock;
+        if let Some(p) = &self.tasks[tid as usize].fault_cont {
+            let pf = self.page_fault(tid, p.addr, p.kind, now);
+            let fast = self.spf_fault_finish(&pf);
+            return self.fault_fast_done(&pf, fast);
+        }
+        if let Some((addr, kind, from)) = self.tasks[tid as usize].fault_redo.take() {
+            let pf = self.page_fault(tid, addr, kind, now);
+            return match from {
+                FaultRedo::Entry => self.do_user_addr_fault(&pf, now),
+                FaultRedo::Classic => self.lock_mmap(&pf, now),
+            };
+        }
+        let Some(pf) = self.mmap_lock_fault_woken(tid) else { return Fault::Done };
+        let (res, t) = self.fault_under_mmap_lock(&pf, now);
+        self.fault_unlock(&pf, t, res, FaultUnlock::MmapRead)
+    }
+
+    /// The end of fault `pf`, finished at `t` holding `what`: a fault taken
+    /// from user mode that succeeded keeps it until its task's next step,
+    /// which releases it at `t` and returns to user mode
+    /// (`fault_unlock_finish`); the faulting access completes now (its
+    /// retried walk costs nothing). Any other fault releases it now and
+    /// returns. Returns the fault's outcome.
+    #[inline(always)]
+    fn fault_unlock(&mut self, pf: &PageFault, t: Ns, res: Fault, what: FaultUnlock) -> Fault {
+        let (tid, mm) = (pf.tid, pf.mm);
+        if res == Fault::Done && pf.user() {
+            // Until the release, the lock counts as held to `t` (writers
+            // deciding whether to wait see the reader).
+            match what {
+                FaultUnlock::MmapRead => {
+                    let sem = &mut self.mms[mm as usize].mmap_lock;
+                    sem.readers_until = sem.readers_until.max(t);
+                }
+                FaultUnlock::VmaRead { key, .. } => {
+                    if let Some(v) = self.mms[mm as usize].vmas.get_mut(&key) {
+                        v.vm_lock.sem.readers_until = v.vm_lock.sem.readers_until.max(t);
+                    }
+                }
+            }
+            let tk = &mut self.tasks[tid as usize];
+            tk.fault_unlock = Some(PendingUnlock { what, t0: pf.t0, at: t });
+            tk.clock = t;
+            return Fault::Done;
+        }
+        let t = self.fault_release(what, t, pf.cpu, mm);
+        self.fault_return(tid, pf.t0, t, res);
+        res
+    }
+
+    /// The release a fault of task `tid` left for this step (its clock is
+    /// the release's time), then the return to user mode.
+    #[inline]
+    pub fn fault_unlock_finish(&mut self, tid: u32) {
+        let Some(p) = self.tasks[tid as usize].fault_unlock.take() else { return };
+        let (mm, cpu, now) = (self.tasks[tid as usize].mm, self.tasks[tid as usize].cpu, self.tasks[tid as usize].clock);
+        let t = self.fault_release(p.what, now, cpu, mm);
+        // What the task's clock moved since the fault finished (an
+        // interrupt's handler, a wait for the CPU) is charged elsewhere.
+        let moved = now.saturating_sub(p.at);
+        self.fault_return(tid, p.t0 + moved, t, Fault::Done);
+    }
+
+    /// Return from the fault to user mode at `t` (the fault began at `t0`):
+    /// the fault's epilogue.
+    fn fault_return(&mut self, tid: u32, t0: Ns, t: Ns, res: Fault) {
+        let t = t + self.c.trap / 2;
+        if res == Fault::Segv {
+            self.stat.inc(Stat::Segv);
+        }
+        self.tasks[tid as usize].charge_sys(Entry::Fault, t0, t);
     }
 }
