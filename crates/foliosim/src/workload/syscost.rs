@@ -114,7 +114,7 @@ impl Syscost {
         let x = p.u64("x", 1)?;
         let file_kib = p.u64("file_kib", 4096)?;
         let calls = p.u64("calls", 0)?;
-        let mut cfg = TaskCfg::read(p)?;
+        let cfg = TaskCfg::read(p)?;
         p.finish()?;
         let max = match case {
             Case::Mmap => 1 << 16,
@@ -132,7 +132,6 @@ impl Syscost {
         if cfg.tasks != 1 {
             return Err(format!("tasks: syscost runs one process, got {}", cfg.tasks));
         }
-        cfg.tasks = 1;
         Ok(Syscost {
             case,
             x,
