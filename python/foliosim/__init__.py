@@ -6,9 +6,14 @@
     >>> r.timeseries        # pandas DataFrame: one row per simulated second
     >>> r.summary["ops_per_s"]
 
-Configs are a TOML file path, a TOML string or a plain dict; bad input raises
-:class:`ConfigError` (a ValueError) whose message names the file, line and key.
-A bug in the core raises :class:`InternalError` (a RuntimeError).
+Configs are a TOML file path, a TOML string or a plain dict. Every failure
+is a :class:`foliosim.Error`, one class per cause: bad input raises
+:class:`ConfigError` (a ValueError) whose message names the file, line and
+key; a workload that cannot run as asked :class:`WorkloadError` (a
+ValueError); a simulated machine too small for the run
+:class:`OutOfMemoryError`; a run stopped in its warm-up :class:`Cancelled`;
+a bug in the core :class:`InternalError` (a RuntimeError). Each class's
+``exit_code`` is the CLI's: 2 for what the user can fix, 1 for a bug.
 
 Runs started from threads are stopped with a :class:`Cancel` handle
 (Ctrl-C reaches only the main thread)::
@@ -28,15 +33,15 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from . import _core
-from ._core import Cancel, ConfigError, InternalError
+from ._core import Cancel, Cancelled, ConfigError, Error, InternalError, OutOfMemoryError, WorkloadError
 from .config import ConfigLike
 from .config import load as _load
 from .result import Result
 
 __version__ = _core.__version__
 
-__all__ = ["Cancel", "ConfigError", "InternalError", "Result", "__version__", "catalog", "experiments",
-           "load_config", "run", "stop_on_signals"]
+__all__ = ["Cancel", "Cancelled", "ConfigError", "Error", "InternalError", "OutOfMemoryError", "Result",
+           "WorkloadError", "__version__", "catalog", "experiments", "load_config", "run", "stop_on_signals"]
 
 
 def load_config(config: ConfigLike, overrides: Iterable[str] = ()) -> dict[str, Any]:

@@ -8,13 +8,17 @@ the run, which then returns its partial result with ``"interrupted": true``.
 """
 
 from collections.abc import Callable
-from typing import final
+from typing import ClassVar, final
 
 __version__: str
 __all__ = [
     "Cancel",
+    "Cancelled",
     "ConfigError",
+    "Error",
     "InternalError",
+    "OutOfMemoryError",
+    "WorkloadError",
     "__version__",
     "_panic_for_tests",
     "bench_events",
@@ -32,7 +36,13 @@ __all__ = [
 
 _ProgressCallback = Callable[[float, float], bool | None]
 
-class ConfigError(ValueError):
+class Error(Exception):
+    """Any failure foliosim reports; ``exit_code`` is the CLI's exit code for
+    it (2: the user can fix it, 1: a bug)."""
+
+    exit_code: ClassVar[int]
+
+class ConfigError(Error, ValueError):
     """Bad input. ``str(err)`` is the one-line ``FILE:LINE: KEY: REASON``."""
 
     file: str
@@ -40,8 +50,19 @@ class ConfigError(ValueError):
     key: str
     reason: str
 
-class InternalError(RuntimeError):
-    """A bug in the core (a Rust panic); ``str(err)`` says where."""
+class WorkloadError(Error, ValueError):
+    """The workload cannot be set up or run as asked (a trace that cannot be
+    read or converted, parameters this machine cannot honour)."""
+
+class OutOfMemoryError(Error):
+    """The simulated machine ran out of memory where the run cannot go on."""
+
+class Cancelled(Error):
+    """The run was stopped before its measured window began."""
+
+class InternalError(Error, RuntimeError):
+    """A bug in the core (a broken invariant or a Rust panic); ``str(err)``
+    says where."""
 
 @final
 class Cancel:
@@ -72,7 +93,9 @@ def run_json(config_json: str, progress: _ProgressCallback | None = None, cancel
     """Run one simulation; the result as a JSON object string.
 
     Keys: config, interrupted, sim_time_s, host_time_s, summary, vmstat,
-    time_ns, per_task, timeseries, locks, checker. Raises ConfigError.
+    time_ns, per_task, timeseries, locks, checker. Raises ConfigError,
+    WorkloadError, OutOfMemoryError, Cancelled (stopped in the warm-up) or
+    InternalError.
     """
 
 def catalog_json() -> str:
@@ -80,31 +103,31 @@ def catalog_json() -> str:
 
 def bench_json(which: str) -> str:
     """One speed benchmark ("anon_faults", "tlb_hits", "pf1_threads64",
-    "big_machine", ...); JSON with the figures measured. Raises RuntimeError."""
+    "big_machine", ...); JSON with the figures measured. Raises WorkloadError."""
 
 def bench_instructions_json(which: str, child: list[str]) -> str:
     """An instruction count ("anon_fault_instructions", "tlb_hit_instructions"):
     the command ``child`` (which calls bench_events and prints its result) runs
     under valgrind's callgrind for two simulated lengths, given as its last two
     arguments. JSON, e.g. {"instructions_per_anon_fault": f, ...}. Needs
-    valgrind. Raises RuntimeError."""
+    valgrind. Raises WorkloadError."""
 
 def bench_events(workload: str, sim_s: float) -> int:
     """One run of "anon_faults" or "tlb_hits" for ``sim_s`` simulated seconds;
-    the events (faults, TLB hits) it counted. Raises RuntimeError."""
+    the events (faults, TLB hits) it counted. Raises WorkloadError."""
 
 def trace_from_valgrind_log(log_path: str, out_path: str, meta_json: str) -> str:
     """Convert a valgrind lackey+syscall log (file or FIFO) into a foliosim trace
-    at ``out_path``; statistics as JSON. Raises ValueError."""
+    at ``out_path``; statistics as JSON. Raises WorkloadError."""
 
 def trace_from_valgrind_logs(dir: str, out_path: str, meta_json: str, root: int) -> str:
     """Convert the valgrind logs of a recorded process tree (``DIR/log.PID.N``;
     ``root`` the first process's pid) into a trace at ``out_path``; statistics
-    as JSON. Raises ValueError."""
+    as JSON. Raises WorkloadError."""
 
 def trace_info(path: str) -> str:
     """Read and check a whole trace; {"records", "accesses", "files", "regions",
-    "meta"} as JSON. Raises ValueError."""
+    "meta"} as JSON. Raises WorkloadError."""
 
 def _panic_for_tests(message: str) -> None:
     """Panics inside the core's guard, as a bug would (tests of the panic ->

@@ -25,7 +25,7 @@ from typing import Any, NoReturn
 
 from . import _core
 from . import config as _config
-from ._core import ConfigError, InternalError
+from ._core import Cancelled, ConfigError, Error, InternalError
 from .progress import ProgressBar
 from .result import Result, write_text_atomic
 
@@ -321,7 +321,7 @@ _signals = _Signals()
 
 
 # -------------------------------------------------------------------- list --
-LIST_SECTIONS = ("config", "workloads", "profiles", "knobs", "counters", "probes", "experiments")
+LIST_SECTIONS = ("config", "workloads", "profiles", "knobs", "policies", "counters", "probes", "experiments")
 
 
 def _matches(pattern: str | None, name: str) -> bool:
@@ -403,6 +403,20 @@ def format_catalog(cat: dict[str, Any], sections: Sequence[str], pattern: str | 
                 vs = f"  [{', '.join(map(str, vals))}]" if vals else ""
                 body.append(f"  {k.get('key')} = {k.get('default')}{vs}  {_one_line(k.get('help', ''))}")
         section('Knobs ([knobs] "KEY" = VALUE, quoted: the names have dots and slashes; default shown):', body)
+    if "policies" in sections:
+        body = []
+        selector = None
+        for p in cat.get("policies", []):
+            if not (_matches(pattern, str(p.get("name"))) or _matches(pattern, str(p.get("selector")))):
+                continue
+            if p.get("selector") != selector:
+                selector = p.get("selector")
+                body.append(f'  "{selector}": {_one_line(p.get("kind", ""))}')
+            default = "  (default)" if p.get("default") else ""
+            body.append(f"    {p.get('name')}{default}  {_one_line(p.get('help', ''))}")
+            for k in p.get("knobs", []):
+                body.append(f"        {k.get('key')} = {k.get('default')}  {_one_line(k.get('help', ''))}")
+        section('Policies ([knobs] "SELECTOR" = NAME; a policy\'s own knobs count only when it is selected):', body)
     if "counters" in sections:
         body = [f"  {c.get('name')}{' (gauge)' if c.get('gauge') else ''}: {_one_line(c.get('help', ''))}"
                 for c in cat.get("counters", []) if _matches(pattern, str(c.get("name")))]
@@ -740,7 +754,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "--set 'knobs.\"vm.min_free_kbytes\"=131072' (repeatable)")
     r.set_defaults(func=cmd_run)
 
-    li = sub.add_parser("list", help="config keys, workloads, profiles, knobs, counters and experiments",
+    li = sub.add_parser("list", help="config keys, workloads, profiles, knobs, policies, counters and experiments",
                         description="What a config may say. `foliosim list SECTION` prints one section "
                                     f"({', '.join(LIST_SECTIONS)}); a PATTERN (a substring, or a glob with * ? [...]) "
                                     "keeps the names that match, e.g. `foliosim list knobs 'vm.*'`.")
@@ -870,7 +884,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return int(args.func(args))
     except SystemExit as e:
         return e.code if isinstance(e.code, int) else (0 if e.code is None else EXIT_USAGE)
-    except (ConfigError, UsageError) as e:
+    except UsageError as e:
         if debug:
             raise
         _err(str(e))
@@ -880,7 +894,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print(f"foliosim: internal error: {_one_line(e)} (a bug: please report it; FOLIOSIM_DEBUG=1 shows the backtrace)",
               file=sys.stderr)
-        return EXIT_INTERNAL
+        return e.exit_code
+    except Cancelled:
+        # Stopped in the warm-up, by a signal: as for any other stop.
+        print(f"foliosim: {_signals.what()}", file=sys.stderr)
+        return _signals.exit_code()
+    except Error as e:
+        if debug:
+            raise
+        _err(str(e))
+        return e.exit_code
     except KeyboardInterrupt:
         print(f"foliosim: {_signals.what()}", file=sys.stderr)
         return _signals.exit_code()

@@ -145,3 +145,29 @@ def test_ctrl_c_keeps_partial_results(tmp_path):
     raw = json.loads((out / "result.json").read_text())
     assert raw["interrupted"] is True
     assert raw["sim_time_s"] < 1000.0
+
+
+# ------------------------------------------------------- typed errors --
+def test_every_error_is_a_foliosim_error_with_the_cli_exit_code():
+    user = [foliosim.ConfigError, foliosim.WorkloadError, foliosim.OutOfMemoryError, foliosim.Cancelled]
+    for cls in [*user, foliosim.InternalError]:
+        assert issubclass(cls, foliosim.Error) and cls.__module__ == "foliosim"
+    assert all(cls.exit_code == 2 for cls in user)
+    assert foliosim.InternalError.exit_code == 1
+    # The builtin bases they had before the hierarchy stay.
+    assert issubclass(foliosim.ConfigError, ValueError) and issubclass(foliosim.WorkloadError, ValueError)
+    assert issubclass(foliosim.InternalError, RuntimeError)
+    assert not issubclass(foliosim.WorkloadError, foliosim.ConfigError)
+
+
+def test_an_unreadable_trace_is_a_workload_error(tmp_path):
+    with pytest.raises(foliosim.WorkloadError, match=r"nope\.fstrace"):
+        foliosim._core.trace_info(str(tmp_path / "nope.fstrace"))
+
+
+def test_a_run_stopped_in_its_warm_up_is_cancelled_and_one_stopped_later_is_partial():
+    cfg = dict(TINY_DICT, run={"warmup_s": 1000.0, "duration_s": 1.0})
+    with pytest.raises(foliosim.Cancelled):
+        foliosim.run(cfg, progress=lambda sim_s, total_s: False)
+    cfg = dict(TINY_DICT, run={"warmup_s": 0.0, "duration_s": 1000.0})
+    assert foliosim.run(cfg, progress=lambda sim_s, total_s: False).interrupted

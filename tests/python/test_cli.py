@@ -11,6 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+import foliosim
 from conftest import RESULT_KEYS, one_json, run_cli, stderr_lines
 from foliosim import _core, cli
 from foliosim.result import deterministic_view
@@ -208,7 +209,7 @@ def test_bench_count_child_runs_the_workload():
                           capture_output=True, text=True, stdin=subprocess.DEVNULL)
     assert proc.returncode == 0, proc.stderr
     assert int(proc.stdout) > 0 and "pandas" not in proc.stderr
-    with pytest.raises(RuntimeError, match="unknown counted workload"):
+    with pytest.raises(foliosim.WorkloadError, match="unknown counted workload"):
         _core.bench_events("pf1_threads64", 0.1)
 
 
@@ -228,3 +229,17 @@ def test_bench_big_measures_child_rss(monkeypatch):
     data, peak_gib = cli._bench_big()
     assert data == {"ok": 1}
     assert 0.05 < peak_gib < 6
+
+
+def test_list_policies_shows_the_registry_with_each_policys_own_knobs():
+    proc = run_cli("list", "policies")
+    assert proc.returncode == 0, proc.stderr
+    for selector, name in (("anon_folio.mode", "only-order"), ("host.discard", "pressure"),
+                           ("promotion_list_order", "order0"), ("fault_locking", "per_vma")):
+        assert f'"{selector}"' in proc.stdout and f"    {name}" in proc.stdout, name
+    one = run_cli("list", "policies", "rfc-v2").stdout
+    assert "anon_folio.max_order" in one and "anon_folio.batch_zap" in one and "only-order" not in one
+    cat = one_json(run_cli("list", "--json", "policies").stdout)
+    rfc = next(p for p in cat["policies"] if p["name"] == "rfc-v2")
+    assert rfc["selector"] == "anon_folio.mode" and rfc["help"] and len(rfc["knobs"]) == 7
+    assert sum(p["default"] for p in cat["policies"] if p["selector"] == "anon_folio.mode") == 1

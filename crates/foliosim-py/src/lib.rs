@@ -6,29 +6,117 @@
 //! about every 100 ms to check signals (Ctrl-C) and call the Python callback.
 
 use foliosim::api;
-use pyo3::create_exception;
-use pyo3::exceptions::{PyKeyboardInterrupt, PyRuntimeError, PyValueError};
+use pyo3::exceptions::PyKeyboardInterrupt;
 use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyDict, PyTuple, PyType};
 use std::cell::{Cell, RefCell};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-create_exception!(
-    foliosim,
-    ConfigError,
-    PyValueError,
-    "Invalid foliosim input. str(err) is the one-line message `FILE:LINE: KEY: REASON`; \
-     the attributes file, line (int or None), key and reason hold its parts."
-);
+// ---- errors ----------------------------------------------------------------
+// The engine's `api::Error` says whose a failure is; it becomes one class of
+// a small hierarchy under `foliosim.Error`, here and only here (`to_pyerr`).
+// The classes are made at import with Python's `type`, so that a class can
+// keep the builtin base it had (ConfigError is a ValueError, InternalError a
+// RuntimeError) beside `Error`. Each carries `exit_code`, the CLI's: 2 for
+// what the user can fix, 1 for a bug.
 
-create_exception!(
-    foliosim,
-    InternalError,
-    PyRuntimeError,
-    "A bug in foliosim's core (a Rust panic): str(err) says where. An Exception, \
-     unlike pyo3's PanicException (a BaseException that `except Exception` misses)."
-);
+/// (class name, builtin base, exit code, docstring), `Error` first.
+const ERROR_CLASSES: [(&str, &str, i32, &str); 6] = [
+    ("Error", "Exception", 1, "Any failure foliosim reports. `exit_code` is the CLI's exit code for it."),
+    (
+        "ConfigError",
+        "ValueError",
+        2,
+        "Invalid foliosim input. str(err) is the one-line message `FILE:LINE: KEY: REASON`; \
+         the attributes file, line (int or None), key and reason hold its parts.",
+    ),
+    (
+        "WorkloadError",
+        "ValueError",
+        2,
+        "The workload cannot be set up or run as asked (a trace that cannot be read or \
+         converted, parameters this machine cannot honour).",
+    ),
+    (
+        "OutOfMemoryError",
+        "Exception",
+        2,
+        "The simulated machine ran out of memory where the run cannot go on: a bigger \
+         machine or a smaller workload fixes it.",
+    ),
+    (
+        "Cancelled",
+        "Exception",
+        2,
+        "The run was stopped (Ctrl-C, a Cancel handle, a progress callback returning False) \
+         before its measured window began: there is no measurement to return.",
+    ),
+    (
+        "InternalError",
+        "RuntimeError",
+        1,
+        "A bug in foliosim's core (a broken invariant or a Rust panic): str(err) says where. \
+         An Exception, unlike pyo3's PanicException (a BaseException that `except Exception` misses).",
+    ),
+];
+
+/// The classes of `ERROR_CLASSES`, in its order.
+static ERRORS: PyOnceLock<Vec<Py<PyType>>> = PyOnceLock::new();
+
+fn error_classes(py: Python<'_>) -> PyResult<&Vec<Py<PyType>>> {
+    ERRORS.get_or_try_init(py, || {
+        let builtins = py.import("builtins")?;
+        let make = builtins.getattr("type")?;
+        let mut out: Vec<Py<PyType>> = Vec::new();
+        for (name, base, exit_code, doc) in ERROR_CLASSES {
+            let builtin = builtins.getattr(base)?;
+            let bases = match out.first() {
+                Some(error) => PyTuple::new(py, [error.bind(py).as_any().clone(), builtin])?,
+                None => PyTuple::new(py, [builtin])?,
+            };
+            let ns = PyDict::new(py);
+            ns.set_item("__module__", "foliosim")?;
+            ns.set_item("__doc__", doc)?;
+            ns.set_item("exit_code", exit_code)?;
+            let class = make.call1((name, bases, ns))?.cast_into::<PyType>().map_err(PyErr::from)?;
+            out.push(class.unbind());
+        }
+        Ok(out)
+    })
+}
+
+/// A new exception of class `i` of `ERROR_CLASSES` with `msg`.
+fn new_error(py: Python<'_>, i: usize, msg: String) -> PyErr {
+    match error_classes(py) {
+        Ok(classes) => PyErr::from_type(classes[i].bind(py).clone(), msg),
+        Err(e) => e,
+    }
+}
+
+/// The one mapping of the engine's errors to Python's.
+fn to_pyerr(py: Python<'_>, e: api::Error) -> PyErr {
+    let msg = e.to_string();
+    match e {
+        api::Error::Config(c) => {
+            let err = new_error(py, 1, msg);
+            let value = err.value(py);
+            // Setting attributes on a fresh exception instance cannot fail in practice;
+            // if it did, the message alone still carries everything.
+            let _ = value.setattr("file", c.file.as_str());
+            let _ = value.setattr("line", c.line);
+            let _ = value.setattr("key", c.key.as_str());
+            let _ = value.setattr("reason", c.reason.as_str());
+            err
+        }
+        api::Error::Workload(_) => new_error(py, 2, msg),
+        api::Error::OutOfMemory(_) => new_error(py, 3, msg),
+        api::Error::Cancelled => new_error(py, 4, msg),
+        api::Error::Internal(_) => new_error(py, 5, msg),
+    }
+}
 
 // ---- panics ----------------------------------------------------------------
 // A panic in the core must not print a Rust backtrace into the CLI's one-line
@@ -75,20 +163,14 @@ fn guarded<T>(f: impl FnOnce() -> T) -> Result<T, String> {
     r.map_err(|_| LAST_PANIC.with(|p| p.borrow_mut().take()).unwrap_or_else(|| "panicked".to_string()))
 }
 
+/// A panic caught in the core: an internal error.
 fn panic_error(msg: String) -> PyErr {
-    InternalError::new_err(format!("foliosim core {msg}"))
+    Python::attach(|py| new_error(py, 5, format!("foliosim core {msg}")))
 }
 
-fn config_error(py: Python<'_>, e: api::ConfigError) -> PyErr {
-    let err = ConfigError::new_err(e.to_string());
-    let value = err.value(py);
-    // Setting attributes on a fresh exception instance cannot fail in practice;
-    // if it did, the message alone still carries everything.
-    let _ = value.setattr("file", e.file.as_str());
-    let _ = value.setattr("line", e.line);
-    let _ = value.setattr("key", e.key.as_str());
-    let _ = value.setattr("reason", e.reason.as_str());
-    err
+/// What `guarded` returned from a call of the engine, as Python sees it.
+fn engine<T>(py: Python<'_>, r: Result<Result<T, api::Error>, String>) -> PyResult<T> {
+    r.map_err(panic_error)?.map_err(|e| to_pyerr(py, e))
 }
 
 /// A stop flag for runs: `cancel()` from any thread (or a signal handler)
@@ -135,7 +217,7 @@ impl Cancel {
 /// re-raised.
 fn with_progress<F>(py: Python<'_>, callback: Option<Py<PyAny>>, cancel: Option<Py<Cancel>>, f: F) -> PyResult<String>
 where
-    F: FnOnce(&mut dyn FnMut(&api::Progress) -> bool) -> Result<String, api::ConfigError> + Send,
+    F: FnOnce(&mut dyn FnMut(&api::Progress) -> bool) -> Result<String, api::Error> + Send,
 {
     let mut pending: Option<PyErr> = None;
     let flag = cancel.map(|c| Arc::clone(&c.get().flag));
@@ -178,7 +260,7 @@ where
     if let Some(e) = pending {
         return Err(e);
     }
-    out.map_err(panic_error)?.map_err(|e| config_error(py, e))
+    engine(py, out)
 }
 
 /// Validate and normalise a TOML config; returns the normalised config as JSON.
@@ -186,7 +268,7 @@ where
 #[pyo3(signature = (text, filename = "<string>"))]
 fn load_toml(py: Python<'_>, text: &str, filename: &str) -> PyResult<String> {
     let (text, filename) = (text.to_owned(), filename.to_owned());
-    py.detach(move || guarded(|| api::load_toml(&text, &filename))).map_err(panic_error)?.map_err(|e| config_error(py, e))
+    engine(py, py.detach(move || guarded(|| api::load_toml(&text, &filename))))
 }
 
 /// Same, for a config given as JSON text (a dict serialised). Relative paths
@@ -195,7 +277,7 @@ fn load_toml(py: Python<'_>, text: &str, filename: &str) -> PyResult<String> {
 #[pyo3(signature = (text, origin = "<dict>", base_dir = ""))]
 fn load_json(py: Python<'_>, text: &str, origin: &str, base_dir: &str) -> PyResult<String> {
     let (text, origin, dir) = (text.to_owned(), origin.to_owned(), base_dir.to_owned());
-    py.detach(move || guarded(|| api::load_json_in(&text, &origin, &dir))).map_err(panic_error)?.map_err(|e| config_error(py, e))
+    engine(py, py.detach(move || guarded(|| api::load_json_in(&text, &origin, &dir))))
 }
 
 /// A config as JSON (not normalised) with its relative paths made absolute
@@ -204,7 +286,7 @@ fn load_json(py: Python<'_>, text: &str, origin: &str, base_dir: &str) -> PyResu
 #[pyo3(signature = (text, origin, base_dir))]
 fn resolve_paths(py: Python<'_>, text: &str, origin: &str, base_dir: &str) -> PyResult<String> {
     let (text, origin, dir) = (text.to_owned(), origin.to_owned(), base_dir.to_owned());
-    py.detach(move || guarded(|| api::resolve_paths_json(&text, &origin, &dir))).map_err(panic_error)?.map_err(|e| config_error(py, e))
+    engine(py, py.detach(move || guarded(|| api::resolve_paths_json(&text, &origin, &dir))))
 }
 
 /// Panics inside the core's guard, as a bug would: for the tests of the
@@ -236,7 +318,7 @@ fn catalog_json(py: Python<'_>) -> PyResult<String> {
 #[pyfunction]
 fn bench_json(py: Python<'_>, which: &str) -> PyResult<String> {
     let which = which.to_owned();
-    py.detach(move || guarded(|| api::bench_json(&which))).map_err(panic_error)?.map_err(PyRuntimeError::new_err)
+    engine(py, py.detach(move || guarded(|| api::bench_json(&which))))
 }
 
 /// The instruction count of "anon_fault_instructions" or
@@ -245,7 +327,7 @@ fn bench_json(py: Python<'_>, which: &str) -> PyResult<String> {
 #[pyfunction]
 fn bench_instructions_json(py: Python<'_>, which: &str, child: Vec<String>) -> PyResult<String> {
     let which = which.to_owned();
-    py.detach(move || guarded(|| api::bench_instructions_json(&which, &child))).map_err(panic_error)?.map_err(PyRuntimeError::new_err)
+    engine(py, py.detach(move || guarded(|| api::bench_instructions_json(&which, &child))))
 }
 
 /// One run of a counted workload ("anon_faults", "tlb_hits") for `sim_s`
@@ -253,17 +335,15 @@ fn bench_instructions_json(py: Python<'_>, which: &str, child: Vec<String>) -> P
 #[pyfunction]
 fn bench_events(py: Python<'_>, workload: &str, sim_s: f64) -> PyResult<u64> {
     let workload = workload.to_owned();
-    py.detach(move || guarded(|| api::bench_events(&workload, sim_s))).map_err(panic_error)?.map_err(PyRuntimeError::new_err)
+    engine(py, py.detach(move || guarded(|| api::bench_events(&workload, sim_s))))
 }
 
 /// Convert a valgrind lackey+syscall log (file or FIFO) into a foliosim
-/// trace at `out_path`; returns statistics as JSON. Errors are ValueError.
+/// trace at `out_path`; returns statistics as JSON.
 #[pyfunction]
 fn trace_from_valgrind_log(py: Python<'_>, log_path: &str, out_path: &str, meta_json: &str) -> PyResult<String> {
     let (l, o, m) = (log_path.to_string(), out_path.to_string(), meta_json.to_string());
-    py.detach(move || guarded(|| foliosim::workload::trace_record::convert_files_json(&l, &o, &m)))
-        .map_err(panic_error)?
-        .map_err(pyo3::exceptions::PyValueError::new_err)
+    engine(py, py.detach(move || guarded(|| api::trace_from_valgrind_log(&l, &o, &m))))
 }
 
 /// Convert the valgrind logs of a recorded process tree (`DIR/log.PID.N`)
@@ -271,26 +351,23 @@ fn trace_from_valgrind_log(py: Python<'_>, log_path: &str, out_path: &str, meta_
 #[pyfunction]
 fn trace_from_valgrind_logs(py: Python<'_>, dir: &str, out_path: &str, meta_json: &str, root: u64) -> PyResult<String> {
     let (d, o, m) = (dir.to_string(), out_path.to_string(), meta_json.to_string());
-    py.detach(move || guarded(|| foliosim::workload::trace_procs::from_valgrind_logs_json(&d, &o, &m, root)))
-        .map_err(panic_error)?
-        .map_err(pyo3::exceptions::PyValueError::new_err)
+    engine(py, py.detach(move || guarded(|| api::trace_from_valgrind_logs(&d, &o, &m, root))))
 }
 
 /// Read and check a whole trace; returns {"records", "accesses", "files", "regions", "meta"} as JSON.
 #[pyfunction]
 fn trace_info(py: Python<'_>, path: &str) -> PyResult<String> {
     let p = path.to_string();
-    py.detach(move || guarded(|| foliosim::workload::trace_format::summary_json(std::path::Path::new(&p))))
-        .map_err(panic_error)?
-        .map_err(pyo3::exceptions::PyValueError::new_err)
+    engine(py, py.detach(move || guarded(|| api::trace_info(&p))))
 }
 
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     install_panic_hook();
-    m.add("ConfigError", py.get_type::<ConfigError>())?;
-    m.add("InternalError", py.get_type::<InternalError>())?;
+    for ((name, ..), class) in ERROR_CLASSES.iter().zip(error_classes(py)?) {
+        m.add(*name, class.bind(py))?;
+    }
     m.add_class::<Cancel>()?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_function(wrap_pyfunction!(load_toml, m)?)?;

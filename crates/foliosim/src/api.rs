@@ -1,29 +1,31 @@
 //! The library's front door, used by the Python bindings and the tests.
-//! (INTERFACE — bodies are being written; signatures are stable.)
+//! Every function returns its failure as an `Error`, whose kind says whose
+//! it is to fix (types.rs); the binding maps it once to Python's
+//! `foliosim.Error` hierarchy.
 
-pub use crate::types::{ConfigError, Progress};
+pub use crate::types::{ConfigError, Error, Progress};
 
 /// Validate and normalise a TOML config; returns the normalised config as JSON
 /// (all defaults filled in), which `run_json` accepts.
-pub fn load_toml(text: &str, file: &str) -> Result<String, ConfigError> {
-    crate::config::from_toml(text, file).map(|c| c.normalized.to_string())
+pub fn load_toml(text: &str, file: &str) -> Result<String, Error> {
+    Ok(crate::config::from_toml(text, file)?.normalized.to_string())
 }
 
 /// Same, for a config given as JSON (a Python dict serialised).
-pub fn load_json(text: &str, origin: &str) -> Result<String, ConfigError> {
-    crate::config::from_json(text, origin).map(|c| c.normalized.to_string())
+pub fn load_json(text: &str, origin: &str) -> Result<String, Error> {
+    Ok(crate::config::from_json(text, origin)?.normalized.to_string())
 }
 
 /// `load_json` for a config read from a file in `dir`: its relative paths
 /// start there. (The normalised config holds them absolute.)
-pub fn load_json_in(text: &str, origin: &str, dir: &str) -> Result<String, ConfigError> {
-    crate::config::from_json_in(text, origin, std::path::Path::new(dir)).map(|c| c.normalized.to_string())
+pub fn load_json_in(text: &str, origin: &str, dir: &str) -> Result<String, Error> {
+    Ok(crate::config::from_json_in(text, origin, std::path::Path::new(dir))?.normalized.to_string())
 }
 
 /// A config (JSON, not normalised) with its relative paths made absolute as
 /// the file in `dir` means them, nothing else changed: for a config laid
 /// under keys from elsewhere (a sweep's `base`).
-pub fn resolve_paths_json(text: &str, origin: &str, dir: &str) -> Result<String, ConfigError> {
+pub fn resolve_paths_json(text: &str, origin: &str, dir: &str) -> Result<String, Error> {
     let v: serde_json::Value = serde_json::from_str(text).map_err(|e| ConfigError {
         file: origin.into(),
         line: None,
@@ -37,11 +39,12 @@ pub fn resolve_paths_json(text: &str, origin: &str, dir: &str) -> Result<String,
         reason: e.to_string(),
     })?;
     crate::config::resolve_paths(&mut t, std::path::Path::new(dir));
-    serde_json::to_string(&t).map_err(|e| ConfigError { file: origin.into(), line: None, key: "(root)".into(), reason: e.to_string() })
-}
-
-fn run_error(e: String) -> ConfigError {
-    ConfigError { file: "(run)".into(), line: None, key: "workload".into(), reason: e }
+    Ok(serde_json::to_string(&t).map_err(|e| ConfigError {
+        file: origin.into(),
+        line: None,
+        key: "(root)".into(),
+        reason: e.to_string(),
+    })?)
 }
 
 /// Run one simulation. `progress` is called periodically; returning false
@@ -54,13 +57,13 @@ fn run_error(e: String) -> ConfigError {
 ///  "timeseries": {"t_s": [..], "ops": [..], "<vmstat name>": [..], ...},
 ///  "locks": {"mmap_lock_wait_ns": i, ...},
 ///  "checker": {"enabled": bool, "audits": i, "violations": [str]}}
-pub fn run_json(config_json: &str, progress: &mut dyn FnMut(&Progress) -> bool) -> Result<String, ConfigError> {
+pub fn run_json(config_json: &str, progress: &mut dyn FnMut(&Progress) -> bool) -> Result<String, Error> {
     let cfg = crate::config::from_json(config_json, "(config)")?;
     if cfg.guests > 1 {
-        let out = crate::virt::guests::simulate_guests(&cfg, progress).map_err(run_error)?;
+        let out = crate::virt::guests::simulate_guests(&cfg, progress)?;
         return Ok(crate::virt::guests::result_json(&cfg, &out).to_string());
     }
-    let out = crate::run::simulate(&cfg, progress).map_err(run_error)?;
+    let out = crate::run::simulate(&cfg, progress)?;
     Ok(crate::run::result_json(&cfg, &out).to_string())
 }
 
@@ -68,6 +71,7 @@ pub fn run_json(config_json: &str, progress: &mut dyn FnMut(&Progress) -> bool) 
 /// {"workloads": [{"name", "help", "params": [{"name","default","help"}]}],
 ///  "profiles": [{"name","description","nr_cpus","mem_mib"}],
 ///  "knobs": [{"key","default","help","values"}],
+///  "policies": [{"selector","kind","name","default","help","knobs": [{"key","default","help","values","range"}]}],
 ///  "counters": [{"name","help","gauge"}],
 ///  "probes": [{"name","help"}]}
 /// (The experiments are files of experiments/, listed by the Python layer.)
@@ -78,20 +82,38 @@ pub fn catalog_json() -> String {
 /// Speed benchmarks of the simulator itself. `which` is one of
 /// "anon_faults", "tlb_hits", "pf1_threads64", "big_machine"; returns JSON
 /// with the figure(s) measured, e.g. {"anon_faults_per_host_s": f}.
-pub fn bench_json(which: &str) -> Result<String, String> {
-    crate::bench::run(which).map(|v| v.to_string())
+pub fn bench_json(which: &str) -> Result<String, Error> {
+    crate::bench::run(which).map(|v| v.to_string()).map_err(Error::Workload)
 }
 
 /// The instruction count of a benchmark in `bench::COUNTED` (e.g.
 /// "anon_fault_instructions"), counted under callgrind on the command
 /// `child` (which runs `bench_events`); JSON, e.g.
 /// {"instructions_per_anon_fault": f, ...}.
-pub fn bench_instructions_json(which: &str, child: &[String]) -> Result<String, String> {
-    crate::bench::instructions(which, child).map(|v| v.to_string())
+pub fn bench_instructions_json(which: &str, child: &[String]) -> Result<String, Error> {
+    crate::bench::instructions(which, child).map(|v| v.to_string()).map_err(Error::Workload)
 }
 
 /// One run of a counted benchmark's workload ("anon_faults", "tlb_hits")
 /// for `sim_s` simulated seconds; the events it counted.
-pub fn bench_events(workload: &str, sim_s: f64) -> Result<u64, String> {
-    crate::bench::events(workload, sim_s)
+pub fn bench_events(workload: &str, sim_s: f64) -> Result<u64, Error> {
+    crate::bench::events(workload, sim_s).map_err(Error::Workload)
+}
+
+/// Convert a valgrind lackey+syscall log (file or FIFO) into a foliosim
+/// trace at `out_path`; statistics as JSON.
+pub fn trace_from_valgrind_log(log_path: &str, out_path: &str, meta_json: &str) -> Result<String, Error> {
+    crate::workload::trace_record::convert_files_json(log_path, out_path, meta_json).map_err(Error::Workload)
+}
+
+/// Convert the valgrind logs of a recorded process tree (`DIR/log.PID.N`)
+/// into a trace; statistics as JSON.
+pub fn trace_from_valgrind_logs(dir: &str, out_path: &str, meta_json: &str, root: u64) -> Result<String, Error> {
+    crate::workload::trace_procs::from_valgrind_logs_json(dir, out_path, meta_json, root).map_err(Error::Workload)
+}
+
+/// Read and check a whole trace: {"records", "accesses", "files",
+/// "regions", "meta"} as JSON.
+pub fn trace_info(path: &str) -> Result<String, Error> {
+    crate::workload::trace_format::summary_json(std::path::Path::new(path)).map_err(Error::Workload)
 }

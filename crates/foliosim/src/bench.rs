@@ -42,7 +42,7 @@ fn tlb_hits(o: &run::Outcome) -> u64 {
 fn simulate(toml: &str) -> Result<(run::Outcome, f64), String> {
     let cfg = config::from_toml(toml, "<bench>").map_err(|e| e.to_string())?;
     let t0 = Instant::now();
-    let out = run::simulate(&cfg, &mut |_| true)?;
+    let out = run::simulate(&cfg, &mut |_| true).map_err(|e| e.to_string())?;
     Ok((out, t0.elapsed().as_secs_f64()))
 }
 

@@ -23,5 +23,6 @@ pub fn catalog() -> Value {
         .iter()
         .map(|k| json!({"table": k.table, "key": k.key, "default": k.default, "range": k.range, "help": k.help}))
         .collect();
-    json!({"workloads": workloads, "profiles": profiles, "knobs": knobs, "counters": counters, "probes": probes, "config": config})
+    let policies = crate::policy::catalog();
+    json!({"workloads": workloads, "profiles": profiles, "knobs": knobs, "policies": policies, "counters": counters, "probes": probes, "config": config})
 }

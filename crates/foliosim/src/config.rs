@@ -420,194 +420,17 @@ fn dotted_knob(head: &str, t: &toml::Table) -> Option<String> {
 /// Most VM guests `machine.guests` may ask for.
 pub const MAX_GUESTS: u32 = 64;
 
+/// The config a parsed TOML table says, every table checked in turn
+/// (`seed`, `[machine]`, `[run]`, `[knobs]`, `[workload]`), then the whole
+/// (the workload fits the machine, the guests fit the host, no unknown
+/// table) and its normalised form.
 fn from_table(mut root: toml::Table, ctx: &Ctx) -> Result<Config, ConfigError> {
-    let seed = match root.remove("seed") {
-        None => match spec("", "seed").default {
-            Some(Int(i)) => i as u64,
-            _ => 1,
-        },
-        Some(toml::Value::Integer(i)) if int_range("", "seed").contains(&i) => i as u64,
-        Some(v) => return Err(ctx.err("", "seed", format!("expected a non-negative integer, got {v}"))),
-    };
-    // --- machine
-    let mut m = take_table(ctx, &mut root, "machine")?;
-    let profile_name = match m.remove("profile") {
-        None => match spec("machine", "profile").default {
-            Some(Str(p)) => p.to_string(),
-            _ => unreachable!("machine.profile has a default"),
-        },
-        Some(toml::Value::String(s)) => s,
-        Some(v) => return Err(ctx.err("machine", "profile", format!("expected a profile name or path, got {}", v.type_str()))),
-    };
-    let mut prof = load_profile(&profile_name, ctx.dir).map_err(|(f, line, key, reason)| {
-        if f.is_empty() {
-            ctx.err("machine", "profile", reason)
-        } else {
-            ConfigError { file: f, line, key, reason }
-        }
-    })?;
-    if let Some(v) = m.remove("nr_cpus") {
-        let r = int_range("machine", "nr_cpus");
-        match v {
-            toml::Value::Integer(n) if r.contains(&n) => prof.cpu.nr_cpus = n as u32,
-            v => return Err(ctx.err("machine", "nr_cpus", format!("expected an integer {}..={}, got {v}", r.start(), r.end()))),
-        }
-        if prof.cpu.nr_cpus % prof.cpu.sockets != 0 {
-            prof.cpu.sockets = 1;
-        }
-    }
-    if let Some(v) = m.remove("node_mem_mib") {
-        let arr = match v {
-            toml::Value::Array(a) => a,
-            v => return Err(ctx.err("machine", "node_mem_mib", format!("expected an array of MiB per node, got {}", v.type_str()))),
-        };
-        if arr.len() != prof.nodes.len() {
-            return Err(ctx.err(
-                "machine",
-                "node_mem_mib",
-                format!("the profile has {} nodes but {} sizes were given", prof.nodes.len(), arr.len()),
-            ));
-        }
-        let r = int_range("machine", "node_mem_mib");
-        for (i, x) in arr.iter().enumerate() {
-            match x {
-                toml::Value::Integer(n) if r.contains(n) => prof.nodes[i].mem_mib = *n as u64,
-                v => {
-                    return Err(ctx.err(
-                        "machine",
-                        "node_mem_mib",
-                        format!("element {i}: expected MiB {}..={}, got {v}", r.start(), r.end()),
-                    ))
-                }
-            }
-        }
-    }
-    // TLB coalescing overrides (the RFC v2 kernels had no contpte).
-    let mut tlb_overrides: Vec<(&str, serde_json::Value)> = Vec::new();
-    if let Some(v) = m.remove("tlb_contpte") {
-        match v {
-            toml::Value::Boolean(b) => {
-                prof.tlb.contpte = b;
-                tlb_overrides.push(("tlb_contpte", b.into()));
-            }
-            v => return Err(ctx.err("machine", "tlb_contpte", format!("expected a boolean, got {}", v.type_str()))),
-        }
-    }
-    if let Some(v) = m.remove("tlb_coalesce_order") {
-        match v {
-            toml::Value::Integer(n) if int_range("machine", "tlb_coalesce_order").contains(&n) && n != 1 => {
-                prof.tlb.coalesce_order = n as u32;
-                tlb_overrides.push(("tlb_coalesce_order", n.into()));
-            }
-            v => return Err(ctx.err("machine", "tlb_coalesce_order", format!("expected 0 (none) or 2 (HPA), got {v}"))),
-        }
-    }
-    let r = int_range("machine", "guests");
-    let guests = match m.remove("guests") {
-        None => *r.start() as u32,
-        Some(toml::Value::Integer(n)) if r.contains(&n) => n as u32,
-        Some(v) => {
-            return Err(ctx.err("machine", "guests", format!("expected an integer 1..={} (VM guests sharing one host), got {v}", r.end())))
-        }
-    };
-    let guest_stagger_ms = get_f64(ctx, &mut m, "machine", "guest_stagger_ms")?;
-    if guest_stagger_ms > 0.0 && guests < 2 {
-        return Err(ctx.err("machine", "guest_stagger_ms", "staggers the boot of several guests: needs machine.guests >= 2"));
-    }
-    let costs = match m.remove("costs") {
-        None => None,
-        Some(toml::Value::Table(t)) => {
-            prof = prof.with_numbers(&t).map_err(|(k, reason)| ConfigError {
-                file: ctx.file.to_string(),
-                line: find_line(ctx.text, "machine", "costs").or_else(|| find_line(ctx.text, "machine.costs", &k)),
-                key: format!("machine.costs.{k}"),
-                reason,
-            })?;
-            Some(t)
-        }
-        Some(v) => return Err(ctx.err("machine", "costs", format!("expected a table of profile keys and numbers, got {}", v.type_str()))),
-    };
-    no_leftovers(ctx, &m, "machine")?;
-    prof.validate().map_err(|(k, r)| ctx.err("machine", "", format!("{k}: {r}")))?;
-    // --- run
-    let mut r = take_table(ctx, &mut root, "run")?;
-    let run = RunCfg {
-        warmup_s: get_f64(ctx, &mut r, "run", "warmup_s")?,
-        duration_s: get_f64(ctx, &mut r, "run", "duration_s")?,
-        check: get_bool(ctx, &mut r, "run", "check")?,
-        audit_interval_ms: get_f64(ctx, &mut r, "run", "audit_interval_ms")?,
-        sample_ms: get_f64(ctx, &mut r, "run", "sample_ms")?,
-        probes: get_probes(ctx, &mut r, "probes")?,
-        probes_record: get_probes(ctx, &mut r, "probes_record")?,
-    };
-    no_leftovers(ctx, &r, "run")?;
-    // --- knobs
-    let kt = take_table(ctx, &mut root, "knobs")?;
-    let mut knob_values = BTreeMap::new();
-    let mut kn = Knobs::default();
-    for (k, v) in kt {
-        if let toml::Value::Table(sub) = &v {
-            if let Some(full) = dotted_knob(&k, sub) {
-                return Err(ctx.err(
-                    "knobs",
-                    &k,
-                    format!("the knob \"{full}\" has dots in its name: quote it, knobs.\"{full}\" = VALUE (with --set: 'knobs.\"{full}\"=VALUE')"),
-                ));
-            }
-        }
-        let spec = crate::policy::find(&k).ok_or_else(|| ctx.err("knobs", &k, "unknown knob (see `foliosim list`)"))?;
-        let val = knobs::validate(spec, &v).map_err(|reason| ctx.err("knobs", &k, reason))?;
-        kn.set(spec, &val);
-        knob_values.insert(k, val);
-    }
-    // Setting a per-size mTHP knob means the 6.8+ kernel those knobs belong
-    // to, unless the model switch says otherwise.
-    if !knob_values.contains_key("anon_folio.mode") && knobs::MTHP_SIZE_KEYS[..7].iter().any(|k| knob_values.contains_key(*k)) {
-        let v = KnobValue::Str("upstream".into());
-        kn.set(crate::policy::find("anon_folio.mode").expect("anon_folio.mode is a knob"), &v);
-        knob_values.insert("anon_folio.mode".into(), v);
-    }
-    // A policy's own knob needs that policy selected.
-    for k in knob_values.keys() {
-        let spec = crate::policy::find(k).expect("validated above");
-        if !crate::policy::selected(spec, |sel| knob_values.get(sel).cloned()) {
-            let (sel, name) = spec.owner.expect("only a policy's knob can be unselected");
-            return Err(ctx.err("knobs", k, format!("belongs to the policy \"{name}\": it needs {sel} = \"{name}\"")));
-        }
-    }
-    // --- workload
-    let mut w = take_table(ctx, &mut root, "workload")?;
-    let name = match w.remove("name") {
-        Some(toml::Value::String(s)) => s,
-        None => return Err(ctx.err("workload", "name", "missing: which workload to run (see `foliosim list`)")),
-        Some(v) => return Err(ctx.err("workload", "name", format!("expected a string, got {}", v.type_str()))),
-    };
-    let info = workload::registry::find(&name)
-        .ok_or_else(|| ctx.err("workload", "name", format!("unknown workload \"{name}\" (see `foliosim list`)")))?;
-    let mut raw: RawParams = w.into_iter().collect();
-    for (k, v) in raw.iter_mut() {
-        if let (true, toml::Value::String(p)) = (workload::params::is_path(k), v) {
-            *p = resolve_path(ctx.dir, p).display().to_string();
-        }
-    }
-    let wl = (info.build)(&mut Params::new(raw.clone())).map_err(|msg| {
-        let (k, reason) = msg.split_once(": ").unwrap_or(("", msg.as_str()));
-        ctx.err("workload", k, reason.to_string())
-    })?;
-    if let Some(need) = wl.peak_bytes() {
-        let have = prof.total_mem_mib() << 20;
-        if need > have {
-            return Err(ctx.err(
-                "workload",
-                "",
-                format!(
-                    "needs about {:.1} GiB but the machine has {:.1} GiB",
-                    need as f64 / (1u64 << 30) as f64,
-                    have as f64 / (1u64 << 30) as f64
-                ),
-            ));
-        }
-    }
+    let seed = seed_from(&mut root, ctx)?;
+    let machine = machine_from(&mut root, ctx)?;
+    let run = run_from(&mut root, ctx)?;
+    let (kn, knob_values) = knobs_from(&mut root, ctx)?;
+    let (name, raw) = workload_from(&mut root, ctx, &machine.prof)?;
+    let Machine { profile_name, prof, tlb_overrides, guests, guest_stagger_ms, costs } = machine;
     if let Some(k) = root.keys().next() {
         return Err(ctx.err("", k, "unknown key (expected seed, machine, workload, run, knobs)"));
     }
@@ -675,6 +498,228 @@ fn from_table(mut root: toml::Table, ctx: &Ctx) -> Result<Config, ConfigError> {
         guest_stagger_ms,
         normalized,
     })
+}
+
+/// The top-level `seed`.
+fn seed_from(root: &mut toml::Table, ctx: &Ctx) -> Result<u64, ConfigError> {
+    Ok(match root.remove("seed") {
+        None => match spec("", "seed").default {
+            Some(Int(i)) => i as u64,
+            _ => 1,
+        },
+        Some(toml::Value::Integer(i)) if int_range("", "seed").contains(&i) => i as u64,
+        Some(v) => return Err(ctx.err("", "seed", format!("expected a non-negative integer, got {v}"))),
+    })
+}
+
+/// `[machine]` as parsed: the profile with what the table changes in it.
+struct Machine {
+    profile_name: String,
+    prof: Profile,
+    /// The TLB keys set (the normalised config lists them).
+    tlb_overrides: Vec<(&'static str, serde_json::Value)>,
+    guests: u32,
+    guest_stagger_ms: f64,
+    /// `machine.costs` as given.
+    costs: Option<toml::Table>,
+}
+
+/// `[machine]`: the profile (built in or a file), and the numbers the
+/// table replaces in it.
+fn machine_from(root: &mut toml::Table, ctx: &Ctx) -> Result<Machine, ConfigError> {
+    let mut m = take_table(ctx, root, "machine")?;
+    let profile_name = match m.remove("profile") {
+        None => match spec("machine", "profile").default {
+            Some(Str(p)) => p.to_string(),
+            _ => unreachable!("machine.profile has a default"),
+        },
+        Some(toml::Value::String(s)) => s,
+        Some(v) => return Err(ctx.err("machine", "profile", format!("expected a profile name or path, got {}", v.type_str()))),
+    };
+    let mut prof = load_profile(&profile_name, ctx.dir).map_err(|(f, line, key, reason)| {
+        if f.is_empty() {
+            ctx.err("machine", "profile", reason)
+        } else {
+            ConfigError { file: f, line, key, reason }
+        }
+    })?;
+    if let Some(v) = m.remove("nr_cpus") {
+        let r = int_range("machine", "nr_cpus");
+        match v {
+            toml::Value::Integer(n) if r.contains(&n) => prof.cpu.nr_cpus = n as u32,
+            v => return Err(ctx.err("machine", "nr_cpus", format!("expected an integer {}..={}, got {v}", r.start(), r.end()))),
+        }
+        if prof.cpu.nr_cpus % prof.cpu.sockets != 0 {
+            prof.cpu.sockets = 1;
+        }
+    }
+    if let Some(v) = m.remove("node_mem_mib") {
+        let arr = match v {
+            toml::Value::Array(a) => a,
+            v => return Err(ctx.err("machine", "node_mem_mib", format!("expected an array of MiB per node, got {}", v.type_str()))),
+        };
+        if arr.len() != prof.nodes.len() {
+            return Err(ctx.err(
+                "machine",
+                "node_mem_mib",
+                format!("the profile has {} nodes but {} sizes were given", prof.nodes.len(), arr.len()),
+            ));
+        }
+        let r = int_range("machine", "node_mem_mib");
+        for (i, x) in arr.iter().enumerate() {
+            match x {
+                toml::Value::Integer(n) if r.contains(n) => prof.nodes[i].mem_mib = *n as u64,
+                v => {
+                    return Err(ctx.err(
+                        "machine",
+                        "node_mem_mib",
+                        format!("element {i}: expected MiB {}..={}, got {v}", r.start(), r.end()),
+                    ))
+                }
+            }
+        }
+    }
+    // TLB coalescing overrides (the RFC v2 kernels had no contpte).
+    let mut tlb_overrides: Vec<(&'static str, serde_json::Value)> = Vec::new();
+    if let Some(v) = m.remove("tlb_contpte") {
+        match v {
+            toml::Value::Boolean(b) => {
+                prof.tlb.contpte = b;
+                tlb_overrides.push(("tlb_contpte", b.into()));
+            }
+            v => return Err(ctx.err("machine", "tlb_contpte", format!("expected a boolean, got {}", v.type_str()))),
+        }
+    }
+    if let Some(v) = m.remove("tlb_coalesce_order") {
+        match v {
+            toml::Value::Integer(n) if int_range("machine", "tlb_coalesce_order").contains(&n) && n != 1 => {
+                prof.tlb.coalesce_order = n as u32;
+                tlb_overrides.push(("tlb_coalesce_order", n.into()));
+            }
+            v => return Err(ctx.err("machine", "tlb_coalesce_order", format!("expected 0 (none) or 2 (HPA), got {v}"))),
+        }
+    }
+    let r = int_range("machine", "guests");
+    let guests = match m.remove("guests") {
+        None => *r.start() as u32,
+        Some(toml::Value::Integer(n)) if r.contains(&n) => n as u32,
+        Some(v) => {
+            return Err(ctx.err("machine", "guests", format!("expected an integer 1..={} (VM guests sharing one host), got {v}", r.end())))
+        }
+    };
+    let guest_stagger_ms = get_f64(ctx, &mut m, "machine", "guest_stagger_ms")?;
+    if guest_stagger_ms > 0.0 && guests < 2 {
+        return Err(ctx.err("machine", "guest_stagger_ms", "staggers the boot of several guests: needs machine.guests >= 2"));
+    }
+    let costs = match m.remove("costs") {
+        None => None,
+        Some(toml::Value::Table(t)) => {
+            prof = prof.with_numbers(&t).map_err(|(k, reason)| ConfigError {
+                file: ctx.file.to_string(),
+                line: find_line(ctx.text, "machine", "costs").or_else(|| find_line(ctx.text, "machine.costs", &k)),
+                key: format!("machine.costs.{k}"),
+                reason,
+            })?;
+            Some(t)
+        }
+        Some(v) => return Err(ctx.err("machine", "costs", format!("expected a table of profile keys and numbers, got {}", v.type_str()))),
+    };
+    no_leftovers(ctx, &m, "machine")?;
+    prof.validate().map_err(|(k, r)| ctx.err("machine", "", format!("{k}: {r}")))?;
+    Ok(Machine { profile_name, prof, tlb_overrides, guests, guest_stagger_ms, costs })
+}
+
+/// `[run]`.
+fn run_from(root: &mut toml::Table, ctx: &Ctx) -> Result<RunCfg, ConfigError> {
+    let mut r = take_table(ctx, root, "run")?;
+    let run = RunCfg {
+        warmup_s: get_f64(ctx, &mut r, "run", "warmup_s")?,
+        duration_s: get_f64(ctx, &mut r, "run", "duration_s")?,
+        check: get_bool(ctx, &mut r, "run", "check")?,
+        audit_interval_ms: get_f64(ctx, &mut r, "run", "audit_interval_ms")?,
+        sample_ms: get_f64(ctx, &mut r, "run", "sample_ms")?,
+        probes: get_probes(ctx, &mut r, "probes")?,
+        probes_record: get_probes(ctx, &mut r, "probes_record")?,
+    };
+    no_leftovers(ctx, &r, "run")?;
+    Ok(run)
+}
+
+/// `[knobs]`: the knob values set (checked against their specs and the
+/// policies they belong to) and the knobs they make.
+fn knobs_from(root: &mut toml::Table, ctx: &Ctx) -> Result<(Knobs, BTreeMap<String, KnobValue>), ConfigError> {
+    let kt = take_table(ctx, root, "knobs")?;
+    let mut knob_values = BTreeMap::new();
+    let mut kn = Knobs::default();
+    for (k, v) in kt {
+        if let toml::Value::Table(sub) = &v {
+            if let Some(full) = dotted_knob(&k, sub) {
+                return Err(ctx.err(
+                    "knobs",
+                    &k,
+                    format!("the knob \"{full}\" has dots in its name: quote it, knobs.\"{full}\" = VALUE (with --set: 'knobs.\"{full}\"=VALUE')"),
+                ));
+            }
+        }
+        let spec = crate::policy::find(&k).ok_or_else(|| ctx.err("knobs", &k, "unknown knob (see `foliosim list`)"))?;
+        let val = knobs::validate(spec, &v).map_err(|reason| ctx.err("knobs", &k, reason))?;
+        kn.set(spec, &val);
+        knob_values.insert(k, val);
+    }
+    // Setting a per-size mTHP knob means the 6.8+ kernel those knobs belong
+    // to, unless the model switch says otherwise.
+    if !knob_values.contains_key("anon_folio.mode") && knobs::MTHP_SIZE_KEYS[..7].iter().any(|k| knob_values.contains_key(*k)) {
+        let v = KnobValue::Str("upstream".into());
+        kn.set(crate::policy::find("anon_folio.mode").expect("anon_folio.mode is a knob"), &v);
+        knob_values.insert("anon_folio.mode".into(), v);
+    }
+    // A policy's own knob needs that policy selected.
+    for k in knob_values.keys() {
+        let spec = crate::policy::find(k).expect("validated above");
+        if !crate::policy::selected(spec, |sel| knob_values.get(sel).cloned()) {
+            let (sel, name) = spec.owner.expect("only a policy's knob can be unselected");
+            return Err(ctx.err("knobs", k, format!("belongs to the policy \"{name}\": it needs {sel} = \"{name}\"")));
+        }
+    }
+    Ok((kn, knob_values))
+}
+
+/// `[workload]`: its name and parameters (paths made absolute), checked by
+/// building it once; it must fit in `prof`'s memory.
+fn workload_from(root: &mut toml::Table, ctx: &Ctx, prof: &Profile) -> Result<(String, RawParams), ConfigError> {
+    let mut w = take_table(ctx, root, "workload")?;
+    let name = match w.remove("name") {
+        Some(toml::Value::String(s)) => s,
+        None => return Err(ctx.err("workload", "name", "missing: which workload to run (see `foliosim list`)")),
+        Some(v) => return Err(ctx.err("workload", "name", format!("expected a string, got {}", v.type_str()))),
+    };
+    let info = workload::registry::find(&name)
+        .ok_or_else(|| ctx.err("workload", "name", format!("unknown workload \"{name}\" (see `foliosim list`)")))?;
+    let mut raw: RawParams = w.into_iter().collect();
+    for (k, v) in raw.iter_mut() {
+        if let (true, toml::Value::String(p)) = (workload::params::is_path(k), v) {
+            *p = resolve_path(ctx.dir, p).display().to_string();
+        }
+    }
+    let wl = (info.build)(&mut Params::new(raw.clone())).map_err(|msg| {
+        let (k, reason) = msg.split_once(": ").unwrap_or(("", msg.as_str()));
+        ctx.err("workload", k, reason.to_string())
+    })?;
+    if let Some(need) = wl.peak_bytes() {
+        let have = prof.total_mem_mib() << 20;
+        if need > have {
+            return Err(ctx.err(
+                "workload",
+                "",
+                format!(
+                    "needs about {:.1} GiB but the machine has {:.1} GiB",
+                    need as f64 / (1u64 << 30) as f64,
+                    have as f64 / (1u64 << 30) as f64
+                ),
+            ));
+        }
+    }
+    Ok((name, raw))
 }
 
 #[cfg(test)]

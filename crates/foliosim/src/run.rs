@@ -8,7 +8,7 @@ use crate::kernel::Kernel;
 use crate::mm::fs::Inode;
 use crate::mm::vmstat::{Stat, ENTRY_NAMES, NR_STATS, STAT_NAMES};
 use crate::sim::{Ns, NSEC_PER_SEC};
-use crate::types::Progress;
+use crate::types::{Error, Progress};
 use crate::workload::{self, params::Params, FileId, FsKind, Op, Ret, SetupEnv, TaskId, Workload};
 use serde_json::{json, Map, Value};
 use std::cmp::Reverse;
@@ -170,19 +170,23 @@ fn enqueue(k: &mut Kernel, q: &mut Queue, t: Ns, tid: u32) {
     k.tasks[tid as usize].qseq = s;
 }
 
-pub fn build_workload(cfg: &Config) -> Result<Box<dyn Workload>, String> {
-    let info = workload::registry::find(&cfg.workload).ok_or_else(|| format!("unknown workload {}", cfg.workload))?;
-    (info.build)(&mut Params::new(cfg.workload_params.clone()))
+/// The workload `cfg` names, built from its parameters (the config checked
+/// both; an error here is the workload's).
+pub fn build_workload(cfg: &Config) -> Result<Box<dyn Workload>, Error> {
+    let info = workload::registry::find(&cfg.workload).ok_or_else(|| Error::Workload(format!("unknown workload {}", cfg.workload)))?;
+    (info.build)(&mut Params::new(cfg.workload_params.clone())).map_err(Error::Workload)
 }
 
-/// Run `cfg` to completion (or until `progress` returns false).
-pub fn simulate(cfg: &Config, progress: &mut dyn FnMut(&Progress) -> bool) -> Result<Outcome, String> {
+/// Run `cfg` to completion (or until `progress` returns false: a run
+/// stopped in its measured window returns what it has, one stopped in its
+/// warm-up `Error::Cancelled`).
+pub fn simulate(cfg: &Config, progress: &mut dyn FnMut(&Progress) -> bool) -> Result<Outcome, Error> {
     let wl = build_workload(cfg)?;
     simulate_with(cfg, wl, progress)
 }
 
 /// Run `cfg` with a workload object supplied by the caller (tests, trace replay).
-pub fn simulate_with(cfg: &Config, wl: Box<dyn Workload>, progress: &mut dyn FnMut(&Progress) -> bool) -> Result<Outcome, String> {
+pub fn simulate_with(cfg: &Config, wl: Box<dyn Workload>, progress: &mut dyn FnMut(&Progress) -> bool) -> Result<Outcome, Error> {
     simulate_hooked(cfg, wl, &mut |_| {}, progress)
 }
 
@@ -193,7 +197,7 @@ pub fn simulate_hooked(
     wl: Box<dyn Workload>,
     boot_hook: &mut dyn FnMut(&mut Kernel),
     progress: &mut dyn FnMut(&Progress) -> bool,
-) -> Result<Outcome, String> {
+) -> Result<Outcome, Error> {
     let host0 = Instant::now();
     let mut d = Driver::new(cfg, cfg.seed, 0, wl, boot_hook)?;
     let mut interrupted = false;
@@ -212,6 +216,10 @@ pub fn simulate_hooked(
                 }
             }
         }
+    }
+    if interrupted && d.in_warmup() {
+        // Stopped in the warm-up: no measured window, nothing to report.
+        return Err(Error::Cancelled);
     }
     let o = d.finish(interrupted, host0);
     progress(&Progress { sim_s: o.sim_end as f64 / 1e9, sim_total_s: (o.warmup_ns + o.measured_ns) as f64 / 1e9 });
@@ -253,6 +261,11 @@ pub(crate) struct Driver {
 }
 
 impl Driver {
+    /// The run has not reached its measured window yet.
+    pub(crate) fn in_warmup(&self) -> bool {
+        self.ops_at_warmup.is_none()
+    }
+
     /// Boot a kernel for `cfg` (with `seed`), let the workload set up and
     /// queue its tasks; they start at `start` (a guest booted that late).
     pub(crate) fn new(
@@ -261,17 +274,17 @@ impl Driver {
         start: Ns,
         mut wl: Box<dyn Workload>,
         boot_hook: &mut dyn FnMut(&mut Kernel),
-    ) -> Result<Driver, String> {
+    ) -> Result<Driver, Error> {
         let mut k = Kernel::boot(cfg.profile.clone(), cfg.knobs.clone(), cfg.run.check, seed)?;
         k.trace = crate::kernel::trace::Tracing::new(&cfg.run.probes, &cfg.run.probes_record, k.nr_cpus());
         boot_hook(&mut k);
         let imaged = {
             let mut env = Env { k: &mut k, seed, next_cpu: 0, image_file: None, imaged: Vec::new() };
-            wl.setup(&mut env)?;
+            wl.setup(&mut env).map_err(Error::Workload)?;
             env.imaged
         };
         if k.tasks.is_empty() {
-            return Err("the workload created no tasks".into());
+            return Err(Error::Workload("the workload created no tasks".into()));
         }
         let warmup_ns = (cfg.run.warmup_s * NSEC_PER_SEC as f64) as Ns;
         let measured_ns = (cfg.run.duration_s * NSEC_PER_SEC as f64) as Ns;

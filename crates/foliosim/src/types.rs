@@ -32,6 +32,59 @@ impl std::fmt::Display for ConfigError {
 
 impl std::error::Error for ConfigError {}
 
+/// Why the engine could not give a result: what went wrong, and so whose it
+/// is to fix. The front ends map it once: the Python binding to the
+/// `foliosim.Error` hierarchy (crates/foliosim-py), the CLI to its exit
+/// code (`Error::user_fixable`).
+#[derive(Clone, Debug)]
+pub enum Error {
+    /// Bad input, named where it is: a config file, a key, a knob, a
+    /// parameter.
+    Config(ConfigError),
+    /// The workload cannot be set up or run as asked: a trace that cannot
+    /// be read or converted, a generator whose parameters this machine
+    /// cannot honour, a run whose workload created no task.
+    Workload(String),
+    /// The simulated machine ran out of memory where the run cannot go on
+    /// (a process image that cannot be mapped): a bigger machine or a
+    /// smaller workload fixes it.
+    OutOfMemory(String),
+    /// The run was stopped (Ctrl-C, a cancel handle, a progress callback
+    /// returning false) before its measured window began: there is no
+    /// measurement to return.
+    Cancelled,
+    /// A bug in the engine: an invariant broke. Not the user's to fix.
+    Internal(String),
+}
+
+impl Error {
+    /// Whether the user can fix it (their input, their machine's size, their
+    /// stop): the CLI exits 2 for these, 1 for a bug.
+    pub fn user_fixable(&self) -> bool {
+        !matches!(self, Error::Internal(_))
+    }
+}
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Error::Config(e) => e.fmt(f),
+            Error::Workload(m) => write!(f, "workload: {}", one_line(m)),
+            Error::OutOfMemory(m) => write!(f, "out of memory: {}", one_line(m)),
+            Error::Cancelled => f.write_str("cancelled before the measured window began"),
+            Error::Internal(m) => write!(f, "internal error: {}", one_line(m)),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+impl From<ConfigError> for Error {
+    fn from(e: ConfigError) -> Error {
+        Error::Config(e)
+    }
+}
+
 /// Progress of a run, reported about every 100 ms of host time.
 #[derive(Clone, Debug, Serialize)]
 pub struct Progress {

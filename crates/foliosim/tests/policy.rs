@@ -297,3 +297,34 @@ fn fault_lock_policies_choose_from_what_they_see() {
     }
     assert!(build("per_vma").vma_start_write_waits() && !build("spf").vma_start_write_waits());
 }
+
+/// `foliosim list policies` comes from the registry: every policy of every
+/// kind once, under its selector, with its help and its own knobs; rfc-v2's
+/// per-patch switches are its own (declared in its file, not in the kernel's
+/// knob table), and the selector's default is marked.
+#[test]
+fn the_policy_catalog_is_the_registry() {
+    use foliosim::policy;
+    let cat = policy::catalog();
+    let kinds = [
+        ("anon_folio.mode", policy::ANON_ORDER.policies.iter().map(|p| (p.name, p.help, p.knobs.len())).collect::<Vec<_>>()),
+        ("fault_locking", policy::FAULT_LOCK.policies.iter().map(|p| (p.name, p.help, p.knobs.len())).collect()),
+        ("promotion_list_order", policy::PROMOTION.policies.iter().map(|p| (p.name, p.help, p.knobs.len())).collect()),
+        ("host.discard", policy::HOST_DISCARD.policies.iter().map(|p| (p.name, p.help, p.knobs.len())).collect()),
+    ];
+    assert_eq!(cat.len(), kinds.iter().map(|k| k.1.len()).sum::<usize>());
+    for (selector, entries) in &kinds {
+        let listed: Vec<_> = cat.iter().filter(|p| p["selector"] == *selector).collect();
+        let got: Vec<_> = listed
+            .iter()
+            .map(|p| (p["name"].as_str().unwrap(), p["help"].as_str().unwrap(), p["knobs"].as_array().unwrap().len()))
+            .collect();
+        assert_eq!(&got, entries, "{selector}");
+        assert_eq!(listed.iter().filter(|p| p["default"] == true).count(), 1, "{selector}: one default");
+    }
+    let rfc = cat.iter().find(|p| p["name"] == "rfc-v2").unwrap();
+    let own: Vec<&str> = rfc["knobs"].as_array().unwrap().iter().map(|k| k["key"].as_str().unwrap()).collect();
+    assert!(own.contains(&"anon_folio.max_order") && own.contains(&"anon_folio.batch_zap") && own.len() == 7, "{own:?}");
+    assert!(foliosim::kernel::knobs::table().iter().all(|s| !own.contains(&s.key)), "rfc-v2's knobs are its own");
+    assert!(own.iter().all(|k| policy::find(k).unwrap().owner == Some(("anon_folio.mode", "rfc-v2"))));
+}

@@ -8,6 +8,7 @@
 use crate::kernel::Kernel;
 use crate::mm::mem_map::pg;
 use crate::mm::pgtable::PMD_SHIFT;
+use crate::mm::vmstat::Stat;
 use crate::mm::Pfn;
 use rustc_hash::FxHashMap;
 
@@ -73,7 +74,21 @@ pub fn audit(k: &mut Kernel) {
         found.push(format!("page allocator: {e}"));
     }
     audit_page_reporting(k, &mut found);
-    // Mappings per frame, from the page tables.
+    let (maps, zero_ptes) = audit_page_tables(k, &mut found);
+    let (anon, mapped_file, flagged) = audit_frames(k, &maps, &mut found);
+    audit_split_queues(k, flagged, &mut found);
+    audit_gauges(k, anon, mapped_file, zero_ptes, &mut found);
+    k.tier_audit(&mut found);
+    k.check.audits += 1;
+    for f in found {
+        k.check.report(f);
+    }
+}
+
+/// The page tables of every live mm: each present PTE against its VMA, its
+/// frame and the host; each table's present count. Returns the mappings
+/// per frame and the zero-page PTEs.
+fn audit_page_tables(k: &Kernel, found: &mut Vec<String>) -> (FxHashMap<Pfn, i32>, i64) {
     let mut maps: FxHashMap<Pfn, i32> = FxHashMap::default();
     let mut zero_ptes: i64 = 0;
     for mm in k.mms.iter().filter(|m| m.alive) {
@@ -133,6 +148,13 @@ pub fn audit(k: &mut Kernel) {
             }
         }
     }
+    (maps, zero_ptes)
+}
+
+/// The references to a folio other than its mappings: a per-CPU LRU batch's,
+/// a speculative fault's prepared page, a promotion list's isolation (per
+/// folio), and the page cache's (the folios cached).
+fn audit_other_refs(k: &Kernel) -> (FxHashMap<Pfn, i32>, FxHashMap<Pfn, ()>) {
     // Per-CPU LRU batches hold a reference each.
     let mut batch_refs: FxHashMap<Pfn, i32> = FxHashMap::default();
     for c in &k.cpus {
@@ -156,11 +178,21 @@ pub fn audit(k: &mut Kernel) {
             cached.insert(p, ());
         }
     }
+    (batch_refs, cached)
+}
+
+/// Every allocated frame's mapcount against the PTEs mapping it, every
+/// folio's refcount against the references that exist (I-1), a partly
+/// mapped large anon folio on the deferred-split queue (I-16). Returns the
+/// anonymous and file pages mapped and the folios flagged for deferred
+/// split.
+fn audit_frames(k: &Kernel, maps: &FxHashMap<Pfn, i32>, found: &mut Vec<String>) -> (i64, i64, i64) {
+    let (batch_refs, cached) = audit_other_refs(k);
     // One folio reference per PTE mapping any of its pages (I-1),
     // and per-folio mapped-page counts for the deferred-split rules.
     let mut folio_maps: FxHashMap<Pfn, i32> = FxHashMap::default();
     let mut folio_mapped_pages: FxHashMap<Pfn, u32> = FxHashMap::default();
-    for (&pfn, &m) in &maps {
+    for (&pfn, &m) in maps {
         let head = k.mem_map.folio_head(pfn);
         *folio_maps.entry(head).or_default() += m;
         if m > 0 {
@@ -210,6 +242,13 @@ pub fn audit(k: &mut Kernel) {
             }
         }
     });
+    (anon, mapped_file, flagged)
+}
+
+/// The deferred-split queues (I-15): each queued folio flagged, large,
+/// anonymous and on its node's queue; the count against the flags and
+/// split_queue_len.
+fn audit_split_queues(k: &Kernel, flagged: i64, found: &mut Vec<String>) {
     // Deferred-split queues (I-15, docs/mechanisms/large-anon-folios.md#rules-it-implements).
     let mut queued = 0i64;
     for (nid, q) in k.split_queues.iter().enumerate() {
@@ -226,13 +265,16 @@ pub fn audit(k: &mut Kernel) {
             }
         }
     }
-    use crate::mm::vmstat::Stat;
     if queued != flagged || k.stat.get(Stat::SplitQueueLen) != queued {
         found.push(format!(
             "deferred split: {queued} folios queued, {flagged} flagged, split_queue_len {} (I-15)",
             k.stat.get(Stat::SplitQueueLen)
         ));
     }
+}
+
+/// The mapping and free-page gauges against what the audit counted.
+fn audit_gauges(k: &Kernel, anon: i64, mapped_file: i64, zero_ptes: i64, found: &mut Vec<String>) {
     if k.stat.get(Stat::NrAnonPages) != anon {
         found.push(format!("nr_anon_pages {} but {anon} anonymous pages are mapped", k.stat.get(Stat::NrAnonPages)));
     }
@@ -244,10 +286,5 @@ pub fn audit(k: &mut Kernel) {
     }
     if k.stat.get(Stat::NrFreePages) as u64 != k.pa.nr_free() {
         found.push(format!("nr_free_pages {} but the allocator holds {}", k.stat.get(Stat::NrFreePages), k.pa.nr_free()));
-    }
-    k.tier_audit(&mut found);
-    k.check.audits += 1;
-    for f in found {
-        k.check.report(f);
     }
 }

@@ -17,10 +17,11 @@ use crate::mm::page_alloc::{AllocMutant, AllocParams, MigrateType, PageAlloc, Zo
 use crate::mm::vmstat::VmStat;
 use crate::mm::Pfn;
 use crate::sim::lock::{LineCost, SleepCost};
+use crate::types::Error;
 
 impl Kernel {
     /// Boot a machine described by `prof` with `knobs`.
-    pub fn boot(prof: Profile, knobs: Knobs, check: bool, seed: u64) -> Result<Kernel, String> {
+    pub fn boot(prof: Profile, knobs: Knobs, check: bool, seed: u64) -> Result<Kernel, Error> {
         let c = Costs::from_profile(&prof);
         let nr_cpus = prof.cpu.nr_cpus;
         // A new simulation on this thread: its lines keep what they see.
@@ -143,7 +144,9 @@ impl Kernel {
         k.split_queues = (0..k.nodes.len()).map(|_| Default::default()).collect();
         k.pa.init_vmstat(&mut k.stat);
         // The shared zero page: allocated once, never freed, never refcounted by mappings.
-        let zp = k.pa.alloc_pages(0, 0, 0, 0, MigrateType::Unmovable, &mut k.stat).ok_or("no memory for the zero page")?;
+        let zp =
+            k.pa.alloc_pages(0, 0, 0, 0, MigrateType::Unmovable, &mut k.stat)
+                .ok_or_else(|| Error::OutOfMemory("no memory for the zero page".into()))?;
         k.zero_pfn = zp.pfn;
         if k.knobs.demotion_enabled || k.knobs.numa_balancing & crate::mm::memory_tiers::NUMA_BALANCING_MEMORY_TIERING != 0 {
             k.spawn_kswapds();

@@ -379,18 +379,9 @@ pub const MTHP_SIZE_KEYS: [&str; 8] = [
 pub struct AnonFolioKnobs {
     /// The order policy's name (`anon_folio.mode`, policy/mod.rs).
     pub mode: String,
-    /// RFC v2: ANON_FOLIO_ORDER_MAX.
-    pub max_order: u32,
-    /// RFC v2 per-patch switches (docs/mechanisms/large-anon-folios.md#knobs).
-    pub zero_page_large: bool,
-    pub cow_reuse_range: bool,
-    pub cow_copy_large: bool,
-    pub mmap_align_unhinted: bool,
     /// `anon_folio.thp_get_unmapped_area`: the PMD alignment rule of
     /// unhinted anonymous mmaps.
     pub thp_anon_align: ThpAnonAlign,
-    pub batch_zap: bool,
-    pub free_listempty_check: bool,
     /// `kernel/mm/transparent_hugepage/enabled`.
     pub thp_enabled: ThpEnabled,
     /// `hugepages-<16 << i>kB/enabled`, i = order - 2.
@@ -407,26 +398,19 @@ pub fn table() -> Vec<KnobSpec> {
         KnobSpec::int("vm.percpu_pagelist_high_fraction", 0, (0, 1 << 20), "per-CPU page list high mark as a fraction of zone memory (0: derived from the low watermark)", |k, i| k.percpu_pagelist_high_fraction = i as u64),
         KnobSpec::int("debug/fault_around_bytes", 65536, (4096, 1 << 21), "bytes of cached file pages mapped around a read fault (do_fault_around); 4096 disables", |k, i| k.fault_around_bytes = i as u64),
         KnobSpec::choice("kernel/mm/transparent_hugepage/enabled", "never", &["always", "madvise", "never"], "THP for anonymous memory: the PMD size, and every hugepages-<size>kB set to inherit (modelled as 512 PTEs of one order-9 folio plus a 2 MiB TLB entry)", |k, s| k.anon_folio.thp_enabled = ThpEnabled::parse(s)),
-        KnobSpec::selector("fault_locking", "mmap_lock", "how page faults synchronise with mmap/munmap: mmap_lock (every fault takes mmap_lock for read), per_vma (6.4+ lock_vma_under_rcu, fallback to mmap_lock), spf (speculative page faults v12: RCU lookup, vm_sequence snapshot validated under the PTL, retry through mmap_lock)", |k, s| k.fault_locking = s.to_string()),
+        KnobSpec::selector("fault_locking", "mmap_lock", "how page faults synchronise with mmap/munmap: the way a fault enters before it would take mmap_lock for read (mm/fault_lock.rs)", |k, s| k.fault_locking = s.to_string()),
         KnobSpec::int("vm.speculative_page_fault", 1, (i64::MIN, i64::MAX), "with fault_locking = \"spf\": 0 disables the speculative attempt (gate G1 of the series' sysctl; the writer bookkeeping stays)", |k, i| k.speculative_page_fault = i != 0),
         KnobSpec::choice("mmap_lock.rwsem_semantics", "5.3+", &["5.3+", "5.1"], "mmap_lock's rwsem: \"5.3+\" readers spin briefly before sleeping (reader optimistic spinning, 5.3); \"5.1\" readers sleep as soon as they wait for a writer (the SPF seed's kernels)", |k, s| k.rwsem_51 = s == "5.1"),
         KnobSpec::flag("page_alloc.shuffle", false, "randomise the order of free memory at boot and on large frees (shuffle_pick_tail)", |k, b| k.shuffle = b),
         KnobSpec::flag("page_reporting.enabled", false, "a virtio-balloon device with VIRTIO_BALLOON_F_REPORTING registers for free page reporting (mm/page_reporting.c); off = the series applied but the feature not offered", |k, b| k.page_reporting = b),
         KnobSpec::int("page_reporting.page_reporting_order", -1, (-1, 10), "lowest buddy order reported to the host (module parameter; -1: the driver's choice, pageblock_order = 9 on x86-64)", |k, i| k.page_reporting_order = (i >= 0).then_some(i as u32)),
         KnobSpec::choice("page_reporting.reported_putback", "tail", &["tail", "v17_head_rules"], "where reported pages go back on their free list: \"tail\" (FPI_TO_TAIL, Linux 5.10+) or \"v17_head_rules\" (Linux 5.7: the ordinary head/tail rules of __free_one_page)", |k, s| k.reported_putback_tail = s == "tail"),
-        KnobSpec::selector("host.discard", "dontneed", "how the hypervisor drops a reported range: \"dontneed\" (MADV_DONTNEED, QEMU's ram_block_discard_range: refault zero-fills) or \"free\" (MADV_FREE, the RFC: kept until host pressure, refault without zeroing); a policy (policy/discard_*.rs)", |k, s| k.host_discard = s.to_string()),
+        KnobSpec::selector("host.discard", "dontneed", "how the hypervisor drops a range a guest reported free (virt/host.rs)", |k, s| k.host_discard = s.to_string()),
         KnobSpec::flag("host.thp", false, "the host backs guest memory with 2 MiB transparent huge pages where a whole aligned 2 MiB range is unbacked", |k, b| k.host_thp = b),
         KnobSpec::int("host.mem_mib", 0, (0, 1 << 34), "host memory available to this guest, MiB (0: no limit); beyond it the host reclaims (MADV_FREE'd pages first, then swaps guest pages out)", |k, i| k.host_mem_mib = i as u64),
         KnobSpec::flag("host.prealloc", false, "all guest memory is backed at boot (QEMU -mem-prealloc, or the state after the guest touched all of it)", |k, b| k.host_prealloc = b),
-        KnobSpec::selector("anon_folio.mode", "off", "large anonymous folios: off (order 0 + PMD THP), rfc-v2 (the 2023 series: orders up to anon_folio.max_order, large zero-page write, range reuse, 64 KiB mmap alignment), upstream (6.8+ multi-size THP, per-size hugepages-<size>kB/enabled); setting a per-size knob without this one selects upstream", |k, s| k.anon_folio.mode = s.to_string()),
-        KnobSpec::int("anon_folio.max_order", 4, (2, 9), "rfc-v2: ANON_FOLIO_ORDER_MAX, the largest order of a fresh anonymous folio (4 = 64 KiB)", |k, i| k.anon_folio.max_order = i as u32),
-        KnobSpec::flag("anon_folio.zero_page_large", true, "rfc-v2 patch 15: a write to the zero page allocates a large folio", |k, b| k.anon_folio.zero_page_large = b),
-        KnobSpec::flag("anon_folio.cow_reuse_range", true, "rfc-v2 patches 9-10: a write fault reuses the whole contiguous run of a folio that only this mapping references", |k, b| k.anon_folio.cow_reuse_range = b),
-        KnobSpec::flag("anon_folio.cow_copy_large", true, "rfc-v2 patches 11-14: CoW of a non-exclusive large folio copies the largest aligned maybe-shared block (<= source order) into a large folio", |k, b| k.anon_folio.cow_copy_large = b),
-        KnobSpec::flag("anon_folio.mmap_align_unhinted", true, "rfc-v2 patch 16: unhinted mmaps are aligned to 2^max_order pages", |k, b| k.anon_folio.mmap_align_unhinted = b),
+        KnobSpec::selector("anon_folio.mode", "off", "the policy that chooses the order of a fresh anonymous folio and the large-folio paths (mm/huge_memory.rs); setting a per-size hugepages-<size>kB knob without this one selects upstream", |k, s| k.anon_folio.mode = s.to_string()),
         KnobSpec::choice("anon_folio.thp_get_unmapped_area", "len_pmd_aligned", ThpAnonAlign::VALUES, "which unhinted private anonymous mmaps thp_get_unmapped_area places (padded by 2 MiB, then aligned to a PMD boundary; shared ones are shmem's): \"none\" (Linux <= 6.6), \"len_ge_pmd\" (6.7-6.11: every one of at least 2 MiB, thp_get_unmapped_area), \"len_pmd_aligned\" (6.12 on: only lengths that are multiples of 2 MiB, IS_ALIGNED(len, PMD_SIZE)); rfc-v2's own patch 16 (anon_folio.mmap_align_unhinted) comes first", |k, s| k.anon_folio.thp_anon_align = ThpAnonAlign::parse(s)),
-        KnobSpec::flag("anon_folio.batch_zap", true, "rfc-v2 patch 17: zap a large anon folio's PTEs in one batch (one rmap removal; a whole unmap does not queue it for deferred split)", |k, b| k.anon_folio.batch_zap = b),
-        KnobSpec::flag("anon_folio.free_listempty_check", false, "rfc-v2: check the deferred-split list without split_queue_lock when freeing a large folio (Yin's patch; always on upstream)", |k, b| k.anon_folio.free_listempty_check = b),
         KnobSpec::choice(MTHP_SIZE_KEYS[0], "never", &["always", "inherit", "madvise", "never"], "upstream mTHP: 16 KiB anonymous folios (order 2)", |k, s| k.anon_folio.per_size[0] = ThpEnabled::parse(s)),
         KnobSpec::choice(MTHP_SIZE_KEYS[1], "never", &["always", "inherit", "madvise", "never"], "upstream mTHP: 32 KiB anonymous folios (order 3)", |k, s| k.anon_folio.per_size[1] = ThpEnabled::parse(s)),
         KnobSpec::choice(MTHP_SIZE_KEYS[2], "never", &["always", "inherit", "madvise", "never"], "upstream mTHP: 64 KiB anonymous folios (order 4)", |k, s| k.anon_folio.per_size[2] = ThpEnabled::parse(s)),
@@ -440,7 +424,7 @@ pub fn table() -> Vec<KnobSpec> {
         KnobSpec::flag("kernel/mm/numa/pagecache_promotion_enabled", false, "promote unmapped page-cache folios from lower tiers when folio_mark_accessed finds them hot (RFC v3, needs kernel.numa_balancing = 2)", |k, b| k.pagecache_promotion_enabled = b),
         KnobSpec::int("kernel.numa_balancing", 0, (0, 3), "NUMA balancing: 0 off, 1 normal, 2 memory tiering, 3 both", |k, i| k.numa_balancing = i as u8),
         KnobSpec::int("kernel.numa_balancing_promote_rate_limit_MBps", 65536, (0, 1 << 40), "promotion rate limit, MB/s; the page-cache promotion list cap compares pages with this value", |k, i| k.promote_rate_limit_mbps = i as u64),
-        KnobSpec::selector("promotion_list_order", "tail", "foliosim model switch: promotion_candidate appends with list_add_tail (v3, \"tail\") or list_add (the development build, \"head\")", |k, s| k.promotion_policy = s.to_string()),
+        KnobSpec::selector("promotion_list_order", "tail", "foliosim model switch: where promotion_candidate queues a page-cache folio it promotes, or whether it does (mm/memory_tiers.rs)", |k, s| k.promotion_policy = s.to_string()),
         KnobSpec::flag("luf.enabled", false, "lazy unmap flush (LUF v10 series, never merged): defer the TLB shootdown of read-only order-0 folios unmapped by reclaim or async migration until the frame leaves the page allocator again", |k, b| k.luf.enabled = b),
         KnobSpec::choice("luf.granularity", "global", &["global", "zone"], "LUF pending set: one global cpumask and generation (v10) or one per zone (RFC v12-like)", |k, s| k.luf.per_zone = s == "zone"),
         KnobSpec::flag("luf.v11_hooks", false, "LUF v11 forced flushes as well as v10's: a fault installing a writable PTE, file write(), init_on_free", |k, b| k.luf.v11_hooks = b),

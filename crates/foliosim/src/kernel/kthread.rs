@@ -7,18 +7,9 @@
 //! function to `KthreadFn` and to the match in `kthread_step`, and calling
 //! `Kernel::spawn_kthread`.
 
-use super::task::{KthreadFn, Task};
+use super::task::{KthreadFn, KthreadNext, Task};
 use super::Kernel;
 use crate::sim::Ns;
-
-/// What a kernel thread does after one run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum KthreadNext {
-    /// Run again at this time (a timer: schedule_delayed_work, msleep).
-    At(Ns),
-    /// Sleep until `Kernel::wake_up` (a wait queue).
-    Sleep,
-}
 
 impl Kernel {
     /// Create a kernel thread running `f`, bound to `cpu`, first running

@@ -78,11 +78,11 @@ pub struct Node {
 }
 
 pub struct Kernel {
-    pub prof: Profile,
-    pub c: Costs,
-    pub lc: LineCost,
-    pub sc: SleepCost,
-    pub knobs: Knobs,
+    pub(crate) prof: Profile,
+    pub(crate) c: Costs,
+    pub(crate) lc: LineCost,
+    pub(crate) sc: SleepCost,
+    pub(crate) knobs: Knobs,
     pub cpus: Vec<Cpu>,
     pub nodes: Vec<Node>,
     pub pa: PageAlloc,
@@ -92,19 +92,19 @@ pub struct Kernel {
     pub inodes: Vec<Inode>,
     pub stat: VmStat,
     pub check: Checker,
-    pub zero_pfn: Pfn,
-    pub next_anon_vma: u32,
+    pub(crate) zero_pfn: Pfn,
+    pub(crate) next_anon_vma: u32,
     /// A fault being taken on the kernel's behalf (MAP_POPULATE), not from
     /// a user-mode trap: the fast fault-locking paths are not tried.
-    pub fault_kernel_mode: bool,
+    pub(crate) fault_kernel_mode: bool,
     /// Fault-locking events recorded with `debug.fault_trace` > 0.
     pub fault_trace: Vec<crate::mm::fault_lock::FaultTraceEvent>,
     /// (time, cpu, address) of the fault being handled, for the trace.
-    pub fault_trace_ctx: (Ns, u32, u64),
+    pub(crate) fault_trace_ctx: (Ns, u32, u64),
     /// Tasks made runnable by the kernel during a step, for the driver's run queue.
-    pub wakeups: Vec<(Ns, u32)>,
+    pub(crate) wakeups: Vec<(Ns, u32)>,
     /// Reused buffer of folios whose last reference went (release_folios).
-    pub scratch_dead: Vec<Pfn>,
+    pub(crate) scratch_dead: Vec<Pfn>,
     /// The hypervisor backing this machine's memory, when it is modelled
     /// as a VM guest (virt/).
     pub host: Option<crate::virt::Host>,
@@ -112,24 +112,24 @@ pub struct Kernel {
     pub prdev: Option<crate::mm::page_reporting::PageReportingDev>,
     /// Large anonymous folios: the order policy, the deferred-split queues
     /// (one per node: no memcg) and the per-size stats.
-    pub anon_policy: Box<dyn crate::mm::huge_mm::AnonOrderPolicy>,
+    pub(crate) anon_policy: Box<dyn crate::mm::huge_mm::AnonOrderPolicy>,
     /// `anon_policy.order0_only()`, read once: every anonymous fault asks,
     /// and the default policy's answer spares it a virtual call.
-    pub anon_order0_only: bool,
+    pub(crate) anon_order0_only: bool,
     /// `anon_policy.paths()`, read once.
-    pub anon_paths: crate::mm::huge_mm::AnonPaths,
+    pub(crate) anon_paths: crate::mm::huge_mm::AnonPaths,
     /// The fault-locking policy (`fault_locking`, mm/mmap_lock.rs).
-    pub fault_lock: &'static dyn crate::mm::fault_lock::FaultLockPolicy,
+    pub(crate) fault_lock: &'static dyn crate::mm::fault_lock::FaultLockPolicy,
     /// The page-cache promotion policy (`promotion_list_order`, mm/memory_tiers.rs).
-    pub promotion: Box<dyn crate::mm::memory_tiers::PromotionPolicy>,
-    pub split_queues: Vec<crate::mm::huge_mm::SplitQueue>,
+    pub(crate) promotion: Box<dyn crate::mm::memory_tiers::PromotionPolicy>,
+    pub(crate) split_queues: Vec<crate::mm::huge_mm::SplitQueue>,
     pub mthp: crate::mm::huge_mm::MthpStats,
     /// Memory tiers, promotion lists, kswapd threads (mm/memory_tiers.rs).
     pub tier: crate::mm::memory_tiers::TierState,
     /// Lazy unmap flush pending sets and luf_lock (mm/luf.rs).
     pub luf: crate::mm::luf::Luf,
     /// The code running now has IRQs disabled (an atomic allocation).
-    pub irqs_off: bool,
+    pub(crate) irqs_off: bool,
     /// Tracepoints (`[run] probes`), all off unless the config asks.
     pub trace: trace::Tracing,
 }

@@ -2,8 +2,8 @@
 //! the device state and the free-list walk): registration, the request
 //! from the free path, the report to the host and the worker thread.
 
-use crate::kernel::kthread::KthreadNext;
 use crate::kernel::task::KthreadFn;
+use crate::kernel::task::KthreadNext;
 use crate::kernel::Kernel;
 use crate::mm::page_alloc::{FpiPlace, MigrateType};
 use crate::mm::page_reporting::{PageReportingDev, Pass, Walk, PAGE_REPORTING_CAPACITY, PAGE_REPORTING_DELAY};

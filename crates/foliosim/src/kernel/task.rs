@@ -23,6 +23,15 @@ pub enum KthreadFn {
     Ticker { wake: Option<u32> },
 }
 
+/// What a kernel thread does after one run of its function.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KthreadNext {
+    /// Run again at this time (a timer: schedule_delayed_work, msleep).
+    At(Ns),
+    /// Sleep until `Kernel::wake_up` (a wait queue).
+    Sleep,
+}
+
 pub struct Task {
     pub id: u32,
     pub mm: u32,

@@ -11,6 +11,7 @@ use super::vma::{vm, Vma, TASK_SIZE};
 use super::vmstat::{Entry, Stat};
 use crate::kernel::Kernel;
 use crate::sim::Ns;
+use crate::types::Error;
 use crate::workload::{errno, Access, FileId, Ret};
 use std::ops::Range;
 
@@ -380,12 +381,13 @@ impl Kernel {
     /// start-up a real process goes through before its loop, so that its
     /// RSS, page tables and page cache hold them. It takes the task's
     /// simulated time, before its first op.
-    pub fn touch_process_image(&mut self, tid: u32, img: &ProcessImage) -> Result<(), String> {
+    pub fn touch_process_image(&mut self, tid: u32, img: &ProcessImage) -> Result<(), Error> {
         for (start, s) in img.all() {
             let kind = if s.write { Access::Store } else { Access::Load };
             for a in s.resident.iter().flat_map(|r| r.clone()).map(|i| start + i as u64 * 4096) {
                 if let Ret::Err(e) = self.user_access(tid, a, kind) {
-                    return Err(format!("process image: {}: touching {a:#x} failed (errno {e})", s.what));
+                    let what = format!("process image: {}: touching {a:#x} failed (errno {e})", s.what);
+                    return Err(if e == errno::ENOMEM { Error::OutOfMemory(what) } else { Error::Internal(what) });
                 }
             }
         }

@@ -19,8 +19,8 @@ use super::memory::MAX_RECLAIM_RETRIES;
 use super::memory_tiers::NUMA_BALANCING_MEMORY_TIERING;
 use super::mmzone::{KswapdRun, Lru};
 use super::vmstat::Stat;
-use crate::kernel::kthread::KthreadNext;
 use crate::kernel::task::KthreadFn;
+use crate::kernel::task::KthreadNext;
 use crate::kernel::Kernel;
 use crate::sim::Ns;
 

@@ -136,14 +136,14 @@ impl MemMap {
         }
     }
 
-    /// Mutable frame access; materialises the section on first use.
-    #[inline]
+    /// Mutable frame access; materialises the section on first use (out of
+    /// line: once per section). Always inlined: the fault path's frame
+    /// updates (new folio, rmap, LRU add) are its hot callers.
+    #[inline(always)]
     pub fn get_mut(&mut self, pfn: Pfn) -> &mut Page {
         let si = (pfn >> SECTION_SHIFT) as usize;
         if self.sections[si].is_none() {
-            let s: Box<[Page; SECTION_PAGES]> = vec![Page::default(); SECTION_PAGES].into_boxed_slice().try_into().expect("section size");
-            self.sections[si] = Some(s);
-            self.materialised += 1;
+            self.materialise(si);
         }
         match &mut self.sections[si] {
             Some(s) => &mut s[(pfn & ((1 << SECTION_SHIFT) - 1)) as usize],
@@ -151,18 +151,13 @@ impl MemMap {
         }
     }
 
-    /// `get_mut` for the fault path's hot frame updates (new folio, rmap,
-    /// LRU add): always inlined, the section's first write left to `get_mut`.
-    #[inline(always)]
-    pub fn get_mut_inline(&mut self, pfn: Pfn) -> &mut Page {
-        let si = (pfn >> SECTION_SHIFT) as usize;
-        if self.sections[si].is_none() {
-            return self.get_mut(pfn);
-        }
-        match &mut self.sections[si] {
-            Some(s) => &mut s[(pfn & ((1 << SECTION_SHIFT) - 1)) as usize],
-            None => unreachable!(),
-        }
+    /// The first write to section `si`: its frames appear, blank.
+    #[cold]
+    #[inline(never)]
+    fn materialise(&mut self, si: usize) {
+        let s: Box<[Page; SECTION_PAGES]> = vec![Page::default(); SECTION_PAGES].into_boxed_slice().try_into().expect("section size");
+        self.sections[si] = Some(s);
+        self.materialised += 1;
     }
 
     /// Head PFN of the folio containing `pfn`.

@@ -160,7 +160,7 @@ impl Kernel {
     /// every page, the allocation's reference on the head).
     pub(crate) fn prep_new_folio(&mut self, pfn: Pfn, order: u32, nid: u32) {
         for i in 0..(1u32 << order) {
-            let p = self.mem_map.get_mut_inline(pfn + i);
+            let p = self.mem_map.get_mut(pfn + i);
             p.flags = pg::ALLOCATED | if i == 0 { pg::HEAD } else { pg::TAIL };
             p.order = order as u8;
             p.nid = nid as u8;
@@ -308,17 +308,9 @@ impl Kernel {
     /// Account a new mapping of page `pfn` (rmap add). Small: always inlined.
     #[inline(always)]
     pub(crate) fn page_add_rmap(&mut self, mm: u32, pfn: Pfn, anon: bool) {
-        let p = self.mem_map.get_mut_inline(pfn);
+        let p = self.mem_map.get_mut(pfn);
         p.mapcount += 1;
-        let first = p.mapcount == 1;
-        self.page_add_rmap_acct(mm, first, anon);
-    }
-
-    /// The counting of `page_add_rmap` once the mapcount went up (`first`:
-    /// to 1).
-    #[inline(always)]
-    fn page_add_rmap_acct(&mut self, mm: u32, first: bool, anon: bool) {
-        if first {
+        if p.mapcount == 1 {
             self.stat.inc(if anon { Stat::NrAnonPages } else { Stat::NrMapped });
         }
         let m = &mut self.mms[mm as usize];
@@ -336,7 +328,7 @@ impl Kernel {
         if self.knobs.mutant == Mutant::LeakMapcount {
             return;
         }
-        let p = self.mem_map.get_mut_inline(pfn);
+        let p = self.mem_map.get_mut(pfn);
         p.mapcount -= 1;
         let (last, anon) = (p.mapcount == 0, p.flags & pg::ANON != 0);
         let m = &mut self.mms[mm as usize];
@@ -374,7 +366,7 @@ impl Kernel {
         let (pfn, t) = self.alloc_folio(t, cpu, 0, nid, MigrateType::Movable)?;
         let av = self.anon_vma_prepare(mm, vma);
         // One frame lookup for the page's node and its anon state.
-        let p = self.mem_map.get_mut_inline(pfn);
+        let p = self.mem_map.get_mut(pfn);
         let pnid = p.nid as usize;
         p.flags |= pg::ANON | pg::SWAPBACKED | pg::ANON_EXCLUSIVE | pg::UPTODATE;
         p.mapping = av;
@@ -414,20 +406,12 @@ impl Kernel {
             let t = self.release_folios(t, cpu, &[pfn]);
             return (Fault::Done, t);
         }
-        // page_add_rmap and folio_add_lru's reference in one frame lookup
-        // (nothing reads either count in between).
-        let first = {
-            let p = self.mem_map.get_mut_inline(pfn);
-            p.mapcount += 1;
-            p.refcount += 1;
-            p.mapcount == 1
-        };
-        self.page_add_rmap_acct(mm, first, true);
+        self.page_add_rmap(mm, pfn, true);
         self.stat.inc(Stat::FaultAnon);
         self.stat.inc(Stat::FaultAnonPages);
         self.stat.add(Stat::ZeroedBytes, 4096);
         self.mthp.path_a[0] += 1;
-        let t = self.folio_add_lru_queue(t, cpu, pfn, false);
+        let t = self.folio_add_lru(t, cpu, pfn);
         (Fault::Done, t)
     }
 

@@ -70,7 +70,7 @@ impl ListHead {
     fn link_head(&mut self, mm: &mut MemMap, pfn: Pfn, order: u8) {
         let old = self.head;
         if old != 0 {
-            mm.get_mut_inline(old - 1).lru_prev = pfn + 1;
+            mm.get_mut(old - 1).lru_prev = pfn + 1;
         } else {
             self.tail = pfn + 1;
         }

@@ -1,6 +1,5 @@
 //! The kernel model, one file per Linux file where one exists.
 
-pub mod asid;
 pub mod compaction;
 pub mod exec;
 pub mod fault_lock;

@@ -327,7 +327,7 @@ impl Kernel {
         for c in cpus {
             if let Some(w) = self.tlb_live_entry_w(c, mp.mm, mp.va, mp.pfn, t) {
                 let ident = self.page_ident(mp.pfn);
-                let rec = crate::check::luf::StaleRec { cpu: c, mm: mp.mm, va: mp.va, since: t, ident, ver: 0, writable: w };
+                let rec = crate::check::checker::StaleRec { cpu: c, mm: mp.mm, va: mp.va, since: t, ident, ver: 0, writable: w };
                 self.check.luf_record_stale(mp.pfn, rec);
             }
         }

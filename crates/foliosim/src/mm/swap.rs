@@ -67,7 +67,7 @@ impl Kernel {
         // PG_lru and the folio's own links are set in the same frame
         // lookup (the list choice ignores PG_lru).
         let nodes = &mut self.nodes;
-        let p = self.mem_map.get_mut_inline(pfn);
+        let p = self.mem_map.get_mut(pfn);
         let mut last = false;
         if put {
             p.refcount -= 1;
@@ -111,17 +111,10 @@ impl Kernel {
     #[inline(always)]
     pub fn folio_add_lru(&mut self, t: Ns, cpu: u32, pfn: Pfn) -> Ns {
         let large = {
-            let p = self.mem_map.get_mut_inline(pfn);
+            let p = self.mem_map.get_mut(pfn);
             p.refcount += 1;
             p.order > 0
         };
-        self.folio_add_lru_queue(t, cpu, pfn, large)
-    }
-
-    /// `folio_add_lru` once the batch's reference is taken (`large`: the
-    /// folio's order is not 0).
-    #[inline(always)]
-    pub(crate) fn folio_add_lru_queue(&mut self, t: Ns, cpu: u32, pfn: Pfn, large: bool) -> Ns {
         let b = &mut self.cpus[cpu as usize].lru_add;
         b.push(pfn);
         let t = t + self.c.lru_add;

@@ -15,6 +15,7 @@ use crate::kernel::knobs::{self, KnobSpec, KnobValue, Knobs};
 use crate::mm::fault_lock::FaultLockPolicy;
 use crate::mm::huge_mm::AnonOrderPolicy;
 use crate::mm::memory_tiers::PromotionPolicy;
+use crate::types::{ConfigError, Error};
 use crate::virt::host::DiscardPolicy;
 use std::sync::{Arc, OnceLock};
 
@@ -72,23 +73,25 @@ registry! {
 /// What the knob registry needs of a kind, whatever its policies build.
 trait KindInfo: Sync {
     fn selector(&self) -> &'static str;
-    fn entries(&self) -> Vec<(&'static str, &'static [KnobSpec])>;
+    /// Each policy's name, help and own knobs.
+    fn entries(&self) -> Vec<(&'static str, &'static str, &'static [KnobSpec])>;
 }
 
 impl<B: 'static> KindInfo for Kind<B> {
     fn selector(&self) -> &'static str {
         self.selector
     }
-    fn entries(&self) -> Vec<(&'static str, &'static [KnobSpec])> {
-        self.policies.iter().map(|p| (p.name, p.knobs)).collect()
+    fn entries(&self) -> Vec<(&'static str, &'static str, &'static [KnobSpec])> {
+        self.policies.iter().map(|p| (p.name, p.help, p.knobs)).collect()
     }
 }
 
 const KINDS: &[&dyn KindInfo] = &[&ANON_ORDER, &FAULT_LOCK, &PROMOTION, &HOST_DISCARD];
 
 /// Every knob: the kernel's table (kernel/knobs.rs) with each selector's
-/// values filled in from its kind's policies, then every policy's own
-/// knobs, marked with their owner.
+/// values filled in from its kind's policies and its help pointing at
+/// them, then every policy's own knobs, marked with their owner. No other
+/// place lists the policies of a kind.
 pub fn knobs() -> &'static [KnobSpec] {
     static ALL: OnceLock<Vec<KnobSpec>> = OnceLock::new();
     ALL.get_or_init(|| {
@@ -98,9 +101,11 @@ pub fn knobs() -> &'static [KnobSpec] {
             let names: &'static [&'static str] = Box::leak(names.into_boxed_slice());
             let spec = all.iter_mut().find(|s| s.key == kind.selector()).expect("every kind's selector is in the knob table");
             spec.values = Some(names);
+            let help = format!("{}; each policy with its help and own knobs: `foliosim list policies {}`", spec.help, spec.key);
+            spec.help = Box::leak(help.into_boxed_str());
         }
         for kind in KINDS {
-            for (name, own) in kind.entries() {
+            for (name, _, own) in kind.entries() {
                 all.extend(own.iter().map(|s| KnobSpec { owner: Some((kind.selector(), name)), ..s.clone() }));
             }
         }
@@ -123,30 +128,35 @@ pub fn selected(spec: &KnobSpec, value: impl Fn(&str) -> Option<KnobValue>) -> b
     }
 }
 
-fn build<B>(kind: &Kind<B>, k: &Knobs, name: &str) -> Result<B, String> {
+fn build<B>(kind: &Kind<B>, k: &Knobs, name: &str) -> Result<B, Error> {
     match kind.policies.iter().find(|p| p.name == name) {
         Some(p) => Ok((p.build)(k)),
-        None => Err(format!("{}: unknown policy \"{name}\" (see `foliosim list`)", kind.selector)),
+        None => Err(Error::Config(ConfigError {
+            file: "(knobs)".into(),
+            line: None,
+            key: kind.selector.into(),
+            reason: format!("unknown policy \"{name}\" (see `foliosim list`)"),
+        })),
     }
 }
 
 /// The anonymous-folio order policy `anon_folio.mode` selects.
-pub fn anon_order(k: &Knobs) -> Result<Box<dyn AnonOrderPolicy>, String> {
+pub fn anon_order(k: &Knobs) -> Result<Box<dyn AnonOrderPolicy>, Error> {
     build(&ANON_ORDER, k, &k.anon_folio.mode)
 }
 
 /// The fault-locking policy `fault_locking` selects.
-pub fn fault_lock(k: &Knobs) -> Result<&'static dyn FaultLockPolicy, String> {
+pub fn fault_lock(k: &Knobs) -> Result<&'static dyn FaultLockPolicy, Error> {
     build(&FAULT_LOCK, k, &k.fault_locking)
 }
 
 /// The page-cache promotion policy `promotion_list_order` selects.
-pub fn promotion(k: &Knobs) -> Result<Box<dyn PromotionPolicy>, String> {
+pub fn promotion(k: &Knobs) -> Result<Box<dyn PromotionPolicy>, Error> {
     build(&PROMOTION, k, &k.promotion_policy)
 }
 
 /// The host's discard policy `host.discard` selects.
-pub fn host_discard(k: &Knobs) -> Result<Arc<dyn DiscardPolicy>, String> {
+pub fn host_discard(k: &Knobs) -> Result<Arc<dyn DiscardPolicy>, Error> {
     build(&HOST_DISCARD, k, &k.host_discard)
 }
 
@@ -156,4 +166,37 @@ pub fn int_knob(k: &Knobs, spec: &KnobSpec) -> i64 {
         KnobValue::Int(i) => i,
         v => unreachable!("knob {}: {v:?} is not an integer", spec.key),
     }
+}
+
+/// A policy's own boolean knob (the value set, else its default).
+pub fn flag_knob(k: &Knobs, spec: &KnobSpec) -> bool {
+    match k.param(spec) {
+        KnobValue::Bool(b) => b,
+        v => unreachable!("knob {}: {v:?} is not a boolean", spec.key),
+    }
+}
+
+/// Every policy as `foliosim list policies` shows it, from the registry:
+/// its selector and what the selector decides, its name, whether it is
+/// the selector's default, its help and its own knobs.
+pub fn catalog() -> Vec<serde_json::Value> {
+    let mut out = Vec::new();
+    for kind in KINDS {
+        let sel = find(kind.selector()).expect("every kind's selector is in the knob table");
+        for (name, help, own) in kind.entries() {
+            let knobs: Vec<serde_json::Value> = own
+                .iter()
+                .map(|s| serde_json::json!({"key": s.key, "default": s.default, "help": s.help, "values": s.values, "range": s.range}))
+                .collect();
+            out.push(serde_json::json!({
+                "selector": kind.selector(),
+                "kind": sel.help,
+                "name": name,
+                "default": matches!(sel.default, knobs::KnobDefault::Str(d) if d == name),
+                "help": help,
+                "knobs": knobs,
+            }));
+        }
+    }
+    out
 }

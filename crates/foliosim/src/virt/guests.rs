@@ -15,6 +15,7 @@
 use crate::config::Config;
 use crate::run::{self, Driver, Outcome, Stepped};
 use crate::sim::{Ns, NSEC_PER_SEC};
+use crate::types::Error;
 use crate::types::Progress;
 use crate::virt::host::{Host, HostCosts};
 use serde_json::{json, Value};
@@ -51,7 +52,7 @@ fn sample(host: &Host, t: &mut Vec<f64>, rss: &mut Vec<Vec<u64>>, swap: &mut Vec
 
 /// Run `cfg.guests` guests of `cfg` on one host with `host.mem_mib` of
 /// memory for all of them (0: no limit).
-pub fn simulate_guests(cfg: &Config, progress: &mut dyn FnMut(&Progress) -> bool) -> Result<GuestsOutcome, String> {
+pub fn simulate_guests(cfg: &Config, progress: &mut dyn FnMut(&Progress) -> bool) -> Result<GuestsOutcome, Error> {
     let host0 = Instant::now();
     let n = cfg.guests.max(1) as usize;
     let mut ds = Vec::with_capacity(n);
@@ -123,6 +124,10 @@ pub fn simulate_guests(cfg: &Config, progress: &mut dyn FnMut(&Progress) -> bool
                 }
             }
         }
+    }
+    if interrupted && ds.iter().all(|d| d.in_warmup()) {
+        // Stopped in the warm-up: no measured window, nothing to report.
+        return Err(Error::Cancelled);
     }
     while !interrupted && next_sample <= end {
         sample(&host, &mut st, &mut srss, &mut sswap, next_sample);

@@ -1,3 +1,4 @@
+use super::mm_init::{default_min_free_kbytes, zone_batchsize};
 use super::*;
 use crate::sim::rng::Rng;
 use proptest::prelude::*;

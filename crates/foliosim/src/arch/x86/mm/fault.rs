@@ -249,28 +249,16 @@ impl Kernel {
                 tk.user_ns += c;
             }
         }
-        if let Some((mm, cpu, lk)) = pending_lk {
-            let r = self.user_access_after(tid, mm, cpu, a, kind, lk);
-            if self.tasks[tid as usize].mid_fault() {
-                self.tasks[tid as usize].pending = Some(Op::AccessRange { addr: a, stride, count: n, kind });
-                return None;
-            }
-            if r.is_err() {
-                return Some(r);
-            }
-            a += stride;
-            n -= 1;
-            done += 1;
-            if self.stat.get(Stat::Pgfault) != faults0 {
-                if n == 0 {
-                    return Some(Ret::Val(count as i64));
-                }
-                self.tasks[tid as usize].pending = Some(Op::AccessRange { addr: a, stride, count: n, kind });
-                return None;
-            }
-        }
+        // The access the fast run stopped at (its lookup made), then the
+        // rest one by one, until one faults or the step's bound. The bound
+        // counts the accesses made after the fast run's own: the one it
+        // stopped at may be its last.
         while n > 0 {
-            let r = self.user_access(tid, a, kind);
+            let resumed = pending_lk.is_some();
+            let r = match pending_lk.take() {
+                Some((mm, cpu, lk)) => self.user_access_after(tid, mm, cpu, a, kind, lk),
+                None => self.user_access(tid, a, kind),
+            };
             if self.tasks[tid as usize].mid_fault() {
                 self.tasks[tid as usize].pending = Some(Op::AccessRange { addr: a, stride, count: n, kind });
                 return None;
@@ -281,7 +269,7 @@ impl Kernel {
             a += stride;
             n -= 1;
             done += 1;
-            if self.stat.get(Stat::Pgfault) != faults0 || done >= MAX_RANGE_STEP {
+            if self.stat.get(Stat::Pgfault) != faults0 || done >= MAX_RANGE_STEP && !resumed {
                 break;
             }
         }
