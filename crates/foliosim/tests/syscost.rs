@@ -49,6 +49,13 @@ fn mmap_and_munmap_of_an_untouched_region_charge_their_own_term_once() {
 fn munmap_frees_one_pte_table_per_2_mib_written() {
     assert_eq!(added("munmap", 4, "pgtable_free_ns", "munmap", 3), vec![4000; 3]);
     assert_eq!(added("munmap", 4, "munmap_ns", "munmap", 3), vec![1000; 3]);
+    // Its one VMA was faulted: its anon_vma is unlinked once per call.
+    assert_eq!(added("munmap", 4, "unlink_anon_vma_ns", "munmap", 3), vec![1000; 3]);
+}
+
+#[test]
+fn an_untouched_region_has_no_anon_vma_to_unlink() {
+    assert_eq!(added("mmap", 8, "unlink_anon_vma_ns", "munmap", 5), vec![0; 5]);
 }
 
 #[test]

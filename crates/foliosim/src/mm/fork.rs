@@ -157,9 +157,7 @@ impl Kernel {
         let mut tlb = MmuGather::new(mm, true);
         for v in &vmas {
             t = self.zap_page_range(t, cpu, mm, v.start, v.end, &mut tlb);
-            if v.file != 0 {
-                self.inodes[(v.file - 1) as usize].i_mmap -= 1;
-            }
+            t += self.unlink_vma(v);
         }
         self.free_pgtables(mm, 0, super::vma::TASK_SIZE, &mut tlb);
         t = self.tlb_finish_mmu(t, cpu, tlb);

@@ -345,6 +345,20 @@ impl Kernel {
         }
     }
 
+    /// free_pgtables' unlinking of a VMA going away: from its file's
+    /// i_mmap (unlink_file_vma) and from its anon_vma (unlink_anon_vmas),
+    /// which a VMA never faulted anonymously does not have. Its time.
+    pub(crate) fn unlink_vma(&mut self, v: &Vma) -> Ns {
+        if v.file != 0 {
+            self.inodes[(v.file - 1) as usize].i_mmap -= 1;
+        }
+        if v.anon_vma != 0 {
+            self.c.unlink_anon_vma
+        } else {
+            0
+        }
+    }
+
     pub(crate) fn anon_vma_prepare(&mut self, mm: u32, vma: &Vma) -> u32 {
         if vma.anon_vma != 0 {
             return vma.anon_vma;

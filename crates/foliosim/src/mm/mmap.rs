@@ -135,9 +135,7 @@ impl Kernel {
         let mut tlb = MmuGather::new(mm, false);
         for v in gone {
             t = self.zap_page_range(t, cpu, mm, v.start, v.end, &mut tlb);
-            if v.file != 0 {
-                self.inodes[(v.file - 1) as usize].i_mmap -= 1;
-            }
+            t += self.unlink_vma(v);
         }
         if let (Some(f), Some(l)) = (gone.first(), gone.last()) {
             self.free_pgtables(mm, f.start, l.end, &mut tlb);
