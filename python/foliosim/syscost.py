@@ -14,12 +14,14 @@ residual. The terms of one
 `Fit` are fitted together (their counts differ across the sizes), the
 fits one after another in `FITS`' order, each on the model with every
 term fitted before it: what a later case also charges (mmap_ns in the
-munmap case's mappings, vma_split_ns in brk's lowering) is known by then.
+munmap case's mappings, tlb_flush_one_ns in its zap and in exit's,
+vma_split_ns in brk's lowering) is known by then.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import statistics
 import subprocess
 import sys
@@ -176,14 +178,15 @@ class Fit:
 FITS: list[Fit] = [
     Fit(("mmap_ns",), (("mmap", "ns"),), "mmap of an untouched anonymous region (do_mmap's VMA work)"),
     Fit(("munmap_ns",), (("mmap", "undo_ns"),), "munmap of an untouched region (the VMA's detach and free)"),
+    Fit(("madvise_ns", "tlb_flush_one_ns"), (("madvise", "ns"),),
+        "MADV_DONTNEED of 32 pages, 0-32 of them written (the call; per page zapped, the INVLPG)"),
     Fit(("pgtable_alloc_ns",), (("munmap", "prep_ns"),), "a write fault that allocates its PTE table (pte_alloc_one)"),
-    Fit(("pgtable_free_ns",), (("munmap", "ns"),), "munmap of one page per PTE table (free_pgtables, per table)"),
+    Fit(("pgtable_free_ns", "unlink_anon_vma_ns"), (("munmap", "ns"),),
+        "munmap of a region with one written page per PTE table (free_pgtables: per table; its VMA's anon_vma unlinked, once)"),
     Fit(("mprotect_ns",), (("mprotect", "ns"), ("mprotect", "undo_ns")), "mprotect of a whole untouched VMA (mprotect_fixup)"),
     Fit(("vma_split_ns",), (("mprotect-split", "ns"),), "mprotect of a VMA's middle (two __split_vma)"),
     Fit(("vma_merge_ns",), (("mprotect-split", "undo_ns"),), "mprotect of the middle back (the merge of three VMAs)"),
     Fit(("brk_ns",), (("brk", "ns"),), "brk raising the break (do_brk_flags)"),
-    Fit(("madvise_ns", "tlb_flush_one_ns"), (("madvise", "ns"),),
-        "MADV_DONTNEED of 32 pages, 0-32 of them written (the call; per page zapped, the INVLPG)"),
     Fit(("file_op_ns", "pagecache_read_ns", "pagecache_write_ns"), (("read", "ns"), ("write", "ns")),
         f"pread/pwrite of 1-16 pages of a cached {FILE_KIB // 1024} MiB tmpfs file (the call; per folio read; per folio written)"),
     Fit(("fork_base_ns", "copy_pte_ns"), (("fork", "ns"),), "fork of a small process with 1-2048 written pages (the call; per PTE copied)"),
@@ -292,7 +295,57 @@ def format_verify(rows: list[dict[str, Any]]) -> list[str]:
     return out
 
 
-def main() -> int:  # pragma: no cover - a hand check: python -m foliosim.syscost PROFILE CASE X
+COST_LINE = re.compile(r"^(\w+)\s*=\s*(\S+)\s*#\s*(.*)$")
+
+
+def fitted_terms() -> list[str]:
+    return [t for f in FITS for t in f.terms]
+
+
+def adopt(host_text: str, target_text: str, host_desc: str) -> tuple[str, list[str]]:
+    """The [cost] lines of every system-call term of `host_text` (a profile
+    `foliosim calibrate` wrote) put into `target_text` (a profile's TOML),
+    each tagged as measured by validation/syscost.c on `host_desc` with the
+    fit's own account: (the new text, the terms changed)."""
+    host: dict[str, tuple[str, str]] = {}
+    section = ""
+    for line in host_text.splitlines():
+        if line.startswith("["):
+            section = line.strip()
+        m = COST_LINE.match(line)
+        if section == "[cost]" and m and "validation/syscost.c" in m.group(3):
+            host[m.group(1)] = (m.group(2), m.group(3))
+    out, changed, section = [], [], ""
+    for line in target_text.split("\n"):
+        if line.startswith("["):
+            section = line.strip()
+        m = COST_LINE.match(line)
+        if section == "[cost]" and m and m.group(1) in host and m.group(1) in fitted_terms():
+            value, how = host[m.group(1)]
+            how = how.removeprefix("[measured: validation/syscost.c] ")
+            line = f"{m.group(1)} = {value}    # [measured: validation/syscost.c] on {host_desc} by `foliosim calibrate`: {how}"
+            changed.append(m.group(1))
+        out.append(line)
+    return "\n".join(out), changed
+
+
+def main() -> int:  # pragma: no cover - hand tools
+    """python -m foliosim.syscost PROFILE CASE X: one case on the model;
+    python -m foliosim.syscost adopt HOST.toml PROFILE.toml "HOST": the
+    system-call terms a calibration fitted, into a profile."""
+    if sys.argv[1:2] == ["adopt"]:
+        if len(sys.argv) != 5:
+            print("usage: python -m foliosim.syscost adopt HOST.toml PROFILE.toml 'description of the host'", file=sys.stderr)
+            return 2
+        host, target = Path(sys.argv[2]), Path(sys.argv[3])
+        text, changed = adopt(host.read_text(), target.read_text(), sys.argv[4])
+        missing = sorted(set(fitted_terms()) - set(changed))
+        if missing:
+            print(f"foliosim.syscost adopt: {host}: no fitted value for {', '.join(missing)}", file=sys.stderr)
+            return 2
+        target.write_text(text)
+        print(f"{target}: {', '.join(changed)}")
+        return 0
     profile, case, x = sys.argv[1], sys.argv[2], int(sys.argv[3])
     print(json.dumps(sim_case(profile, case, x)))
     return 0

@@ -174,15 +174,18 @@ def test_fitting_the_4k_split_on_the_model_lands_its_4k_faults_on_the_host(tmp_p
 
 
 # ---------------------------------------------------------- system calls --
-SYS_TRUTH = {"mmap_ns": 1700.0, "munmap_ns": 1400.0, "madvise_ns": 350.0, "tlb_flush_one_ns": 120.0,
-             "file_op_ns": 260.0, "pagecache_read_ns": 150.0, "pagecache_write_ns": 210.0}
+SYS_TRUTH = {"mmap_ns": 1700.0, "munmap_ns": 1400.0, "pgtable_alloc_ns": 700.0, "pgtable_free_ns": 210.0,
+             "unlink_anon_vma_ns": 1150.0, "madvise_ns": 350.0, "tlb_flush_one_ns": 120.0,
+             "file_op_ns": 260.0, "pagecache_read_ns": 150.0, "pagecache_write_ns": 210.0,
+             "fork_base_ns": 30000.0, "copy_pte_ns": 75.0, "exit_base_ns": 24000.0}
 
 
 def sys_host(monkeypatch, truth: dict) -> dict:
     """A host whose system calls take what the model charges with `truth`
     (validation/syscost.c's cases, three rounds alike), on a smaller plan."""
     from foliosim import syscost
-    monkeypatch.setattr(syscost, "PLAN", [("mmap", [1, 8], []), ("madvise", [0, 8, 32], []), ("read", [2, 8], []), ("write", [1, 8], [])])
+    monkeypatch.setattr(syscost, "PLAN", [("mmap", [1, 8], []), ("munmap", [1, 4], []), ("madvise", [0, 8, 32], []),
+                                          ("read", [2, 8], []), ("write", [1, 8], []), ("fork", [1, 64], [])])
     monkeypatch.setattr(syscost, "FITS", [f for f in syscost.FITS if set(f.terms) & set(truth)])
     series = {}
     for case, sizes, _ in syscost.PLAN:
@@ -196,10 +199,14 @@ def test_every_system_call_term_is_recovered_from_a_host_made_of_the_model(monke
     from foliosim import syscost
     series = sys_host(monkeypatch, SYS_TRUTH)
     vals, lines = syscost.fit_all("generic-x86", series, {}, 3)
-    assert {k: round(v) for k, (v, _) in vals.items()} == {k: round(v) for k, v in SYS_TRUTH.items()}
+    # Fork's cases run on the model with exit_base_ns at the profile's value
+    # until exit's fit comes: a few ns of fork's 30 us come from the number
+    # of forks the run makes in its time.
+    assert {k: v for k, (v, _) in vals.items()} == {k: pytest.approx(v, rel=2e-3) for k, v in SYS_TRUTH.items()}
     # Two and three terms fitted together (the call and its per-page work);
-    # every fit says its residual, zero here.
-    assert all("residual 0 ns rms" in x for x in lines), lines
+    # every fit says its residual, zero here (fork's within a few ns).
+    assert all("residual 0 ns rms" in x for x in lines if not x.startswith("fork")), lines
+    assert "0.0% of the host's times" in next(x for x in lines if x.startswith("fork")), lines
     assert all("validation/syscost.c" in how for _, how in vals.values())
 
 
@@ -211,3 +218,19 @@ def test_a_system_call_the_model_gets_wrong_shows_in_its_residual(monkeypatch):
     _, lines = syscost.fit_all("generic-x86", series, {}, 3)
     madv = next(x for x in lines if x.startswith("MADV_DONTNEED"))
     assert "residual 0 ns rms" not in madv and "madvise ns x=32" in madv, madv
+
+
+def test_adopt_puts_the_fitted_terms_into_a_profile_with_their_source():
+    from foliosim import syscost
+    host = "\n".join(["[cost]", "mmap_ns = 1718.5    # validation/syscost.c, median of 5 interleaved rounds: mmap ..., residual 10 ns rms (0.5%)",
+                      "munmap_ns = 1414.5    # validation/syscost.c, median of 5 interleaved rounds: munmap ...",
+                      "syscall_ns = 90.0    # validation/calibrate.c: the null system call"])
+    target = "\n".join(["[cpu]", "mmap_ns = 1.0    # not a cost", "[cost]", "mmap_ns = 1200.0    # [assumed] literature",
+                        "munmap_ns = 1000.0    # [assumed] literature", "syscall_ns = 150.0    # [assumed] lmbench"])
+    text, changed = syscost.adopt(host, target, "the development host")
+    assert changed == ["mmap_ns", "munmap_ns"]
+    lines = text.splitlines()
+    assert lines[1] == "mmap_ns = 1.0    # not a cost"  # another table's key is left alone
+    assert lines[3].startswith("mmap_ns = 1718.5    # [measured: validation/syscost.c] on the development host by `foliosim calibrate`: ")
+    assert "residual 10 ns rms" in lines[3]
+    assert lines[5] == "syscall_ns = 150.0    # [assumed] lmbench"  # not a system-call fit
