@@ -27,6 +27,7 @@ __all__ = [
     "catalog_json",
     "load_json",
     "load_toml",
+    "process_image_json",
     "resolve_paths",
     "run_json",
     "trace_from_valgrind_log",
@@ -100,6 +101,11 @@ def run_json(config_json: str, progress: _ProgressCallback | None = None, cancel
 
 def catalog_json() -> str:
     """Workloads, profiles (with their TOML), knobs, counters and tracepoints as JSON."""
+
+def process_image_json() -> str:
+    """The model's will-it-scale process image as JSON: its mapped pieces
+    ({"start", "len", "kind", "write", "resident": [[first, end], ...],
+    "what"}), in the order of their addresses' groups."""
 
 def bench_json(which: str) -> str:
     """One speed benchmark ("anon_faults", "tlb_hits", "pf1_threads64",

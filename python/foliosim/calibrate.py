@@ -14,7 +14,9 @@ mprotect with its splits and merges, MADV_DONTNEED, read and write of a
 cached file, fork and exit) is timed by validation/syscost.c in the same
 rounds and each of its terms fitted on the model (syscost.py). The rest
 (the null syscall, bandwidths, the random page walk, the cache-resident
-clear and copy) comes from validation/calibrate.c. What cannot be measured
+clear and copy) comes from validation/calibrate.c. The process image every
+will-it-scale task starts with is measured by validation/image_layout.c
+and set against the model's, piece by piece (procimage.py). What cannot be measured
 is copied from generic-x86 and says so in its comment; every measured value
 says how.
 
@@ -36,7 +38,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from . import syscost
+from . import procimage, syscost
 from ._host import (
     THP,
     HostError,
@@ -223,6 +225,10 @@ class Derivation:
         # the system calls' terms are fitted (calibrate()).
         self.syscalls: dict[str, list[dict[str, Any]]] = {}
         self.sys_rows: list[dict[str, Any]] = []
+        # validation/image_layout.c's mappings, and the model's image
+        # against them (procimage.compare).
+        self.image_host: list[dict[str, Any]] = []
+        self.image: dict[str, Any] | None = None
         self.g = generic_profile()
         self.vals: dict[str, tuple[float, str]] = {}
         self.fits: list[str] = []
@@ -682,15 +688,19 @@ def calibrate(out: Path, rounds: int, name: str, quiet: bool = True,
     if saved is not None:
         micro, series, rounds = saved["micro"], saved["series"], saved["rounds"]
         syscalls = saved.get("syscalls") or {}
+        image = saved.get("image") or []
     else:
         _say("foliosim calibrate: measuring this host (a few minutes) ...", quiet)
         micro = measure_micro()
         syscalls = {}
         series = measure_series(rounds, quiet=quiet, syscalls=syscalls)
+        _say("foliosim calibrate: the process image (validation/image_layout.c)", quiet)
+        image = procimage.measure()
         # Minutes of measuring: keep them before deriving, which may fail
         # (a host whose series do not fit); `--from` derives from this file.
         raw = measurements_path(out)
-        write_text_atomic(raw, json.dumps({"rounds": rounds, "micro": micro, "series": series, "syscalls": syscalls}) + "\n")
+        write_text_atomic(raw, json.dumps({"rounds": rounds, "micro": micro, "series": series, "syscalls": syscalls,
+                                           "image": image}) + "\n")
         print(f"foliosim calibrate: measurements written to {raw} (re-derive with --from {raw})", file=sys.stderr)
     d = Derivation(micro, series, rounds)
     d.syscalls = syscalls
@@ -712,6 +722,9 @@ def calibrate(out: Path, rounds: int, name: str, quiet: bool = True,
         d.fits += lines
         write_text_atomic(out, make_profile(d, name=name))
         d.sys_rows = syscost.verify(str(out.resolve()), syscalls)
+    d.image_host = image
+    if image:
+        d.image = procimage.compare(image, procimage.model_image())
     return d, rows
 
 
@@ -737,9 +750,13 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     if d.sys_rows:
         for line in syscost.format_verify(d.sys_rows):
             print(f"foliosim calibrate: {line}", file=sys.stderr)
+    if d.image:
+        for line in procimage.format_compare(d.image):
+            print(f"foliosim calibrate: {line}", file=sys.stderr)
     print(f"foliosim calibrate: wrote {out}", file=sys.stderr if args.json else sys.stdout)  # --json: stdout is the JSON
     if args.json:
         sys.stdout.write(json.dumps({"profile": str(out), "rounds": d.rounds, "micro": d.m, "series": d.s, "syscalls": d.syscalls,
-                                     "fits": d.fits, "values": {k: {"value": v, "how": h} for k, (v, h) in d.vals.items()},
-                                     "verify": rows, "verify_syscalls": d.sys_rows}) + "\n")
+                                     "image": d.image_host, "fits": d.fits, "values": {k: {"value": v, "how": h} for k, (v, h) in d.vals.items()},
+                                     "verify": rows, "verify_syscalls": d.sys_rows,
+                                     "verify_image": d.image}) + "\n")
     return 0

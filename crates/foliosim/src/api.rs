@@ -79,6 +79,13 @@ pub fn catalog_json() -> String {
     crate::catalog::catalog().to_string()
 }
 
+/// The process image a will-it-scale task of validation/ starts its loop
+/// with in the model (mm/exec.rs GLIBC_2_36_X86_64): every mapped piece,
+/// its start, length, kind and resident pages, as JSON.
+pub fn process_image_json() -> String {
+    crate::mm::exec::GLIBC_2_36_X86_64.to_json().to_string()
+}
+
 /// Speed benchmarks of the simulator itself. `which` is one of
 /// "anon_faults", "tlb_hits", "pf1_threads64", "big_machine"; returns JSON
 /// with the figure(s) measured, e.g. {"anon_faults_per_host_s": f}.

@@ -301,7 +301,7 @@ impl ProcessImage {
     }
 
     /// Every mapped piece with its start address.
-    fn all(&self) -> impl Iterator<Item = (u64, &ImageSeg)> + '_ {
+    pub fn all(&self) -> impl Iterator<Item = (u64, &ImageSeg)> + '_ {
         let low = self.low.iter().scan(self.binary_base, |a, s| {
             let at = *a;
             *a += s.len;
@@ -313,6 +313,26 @@ impl ProcessImage {
             Some((*top, s))
         });
         low.chain(stack).chain(high).filter(|(_, s)| s.kind != Hole)
+    }
+
+    /// Every mapped piece as JSON, for `foliosim calibrate` to set against
+    /// validation/image_layout.c on a host: [{"start", "len", "kind",
+    /// "write", "resident": [[first, end), ...], "what"}].
+    pub fn to_json(&self) -> serde_json::Value {
+        let pieces: Vec<serde_json::Value> = self
+            .all()
+            .map(|(start, s)| {
+                serde_json::json!({
+                    "start": start,
+                    "len": s.len,
+                    "kind": format!("{:?}", s.kind).to_lowercase(),
+                    "write": s.write,
+                    "resident": s.resident.iter().map(|r| [r.start, r.end]).collect::<Vec<_>>(),
+                    "what": s.what,
+                })
+            })
+            .collect();
+        serde_json::Value::Array(pieces)
     }
 }
 
