@@ -298,53 +298,61 @@ def format_verify(rows: list[dict[str, Any]]) -> list[str]:
 COST_LINE = re.compile(r"^(\w+)\s*=\s*(\S+)\s*#\s*(.*)$")
 
 
-def fitted_terms() -> list[str]:
-    return [t for f in FITS for t in f.terms]
-
-
-def adopt(host_text: str, target_text: str, host_desc: str) -> tuple[str, list[str]]:
-    """The [cost] lines of every system-call term of `host_text` (a profile
-    `foliosim calibrate` wrote) put into `target_text` (a profile's TOML),
-    each tagged as measured by validation/syscost.c on `host_desc` with the
-    fit's own account: (the new text, the terms changed)."""
-    host: dict[str, tuple[str, str]] = {}
-    section = ""
-    for line in host_text.splitlines():
-        if line.startswith("["):
-            section = line.strip()
-        m = COST_LINE.match(line)
-        if section == "[cost]" and m and "validation/syscost.c" in m.group(3):
-            host[m.group(1)] = (m.group(2), m.group(3))
+def put_terms(target_text: str, vals: dict[str, tuple[float, str]], host_desc: str) -> tuple[str, list[str]]:
+    """`target_text` (a profile's TOML) with the [cost] line of every term
+    of `vals` ({term: (value, how)}, as fit_all gives) replaced, tagged as
+    measured by validation/syscost.c on `host_desc` with the fit's own
+    account: (the new text, the terms changed)."""
     out, changed, section = [], [], ""
     for line in target_text.split("\n"):
         if line.startswith("["):
             section = line.strip()
         m = COST_LINE.match(line)
-        if section == "[cost]" and m and m.group(1) in host and m.group(1) in fitted_terms():
-            value, how = host[m.group(1)]
-            how = how.removeprefix("[measured: validation/syscost.c] ")
-            line = f"{m.group(1)} = {value}    # [measured: validation/syscost.c] on {host_desc} by `foliosim calibrate`: {how}"
+        if section == "[cost]" and m and m.group(1) in vals:
+            value, how = vals[m.group(1)]
+            line = f"{m.group(1)} = {value:.1f}    # [measured: validation/syscost.c] on {host_desc} by `foliosim calibrate`: {how}"
             changed.append(m.group(1))
         out.append(line)
     return "\n".join(out), changed
 
 
+def adopt(measurements: Path, target: Path, host_desc: str, say: Any = None) -> tuple[list[str], list[dict[str, Any]]]:
+    """Fit every system-call term of profile `target` on the system calls of
+    `measurements` (calibrate's measurements file or its --json output),
+    on the model with the profile's own other terms, and write them into
+    it: (the fit lines, the model against the host with the new profile)."""
+    try:
+        saved = json.loads(measurements.read_text())
+        series, rounds = saved["syscalls"], saved["rounds"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise HostError(f"{measurements}: not calibrate's measurements ({e})") from e
+    if not series:
+        raise HostError(f"{measurements}: no system calls measured (a calibration before validation/syscost.c)")
+    vals, lines = fit_all(str(target.resolve()), series, {}, rounds, say)
+    text, changed = put_terms(target.read_text(), vals, host_desc)
+    missing = sorted(set(vals) - set(changed))
+    if missing:
+        raise HostError(f"{target}: no [cost] line for {', '.join(missing)}")
+    target.write_text(text)
+    return lines, verify(str(target.resolve()), series)
+
+
 def main() -> int:  # pragma: no cover - hand tools
     """python -m foliosim.syscost PROFILE CASE X: one case on the model;
-    python -m foliosim.syscost adopt HOST.toml PROFILE.toml "HOST": the
-    system-call terms a calibration fitted, into a profile."""
+    python -m foliosim.syscost adopt MEASUREMENTS.json PROFILE.toml 'HOST':
+    the system-call terms fitted into a profile (e.g. generic-x86, the
+    development host's) on the model with that profile's other terms."""
     if sys.argv[1:2] == ["adopt"]:
         if len(sys.argv) != 5:
-            print("usage: python -m foliosim.syscost adopt HOST.toml PROFILE.toml 'description of the host'", file=sys.stderr)
+            print("usage: python -m foliosim.syscost adopt MEASUREMENTS.json PROFILE.toml 'description of the host'", file=sys.stderr)
             return 2
-        host, target = Path(sys.argv[2]), Path(sys.argv[3])
-        text, changed = adopt(host.read_text(), target.read_text(), sys.argv[4])
-        missing = sorted(set(fitted_terms()) - set(changed))
-        if missing:
-            print(f"foliosim.syscost adopt: {host}: no fitted value for {', '.join(missing)}", file=sys.stderr)
+        try:
+            lines, rows = adopt(Path(sys.argv[2]), Path(sys.argv[3]), sys.argv[4], lambda w: print(w, file=sys.stderr))
+        except HostError as e:
+            print(f"foliosim.syscost adopt: {e}", file=sys.stderr)
             return 2
-        target.write_text(text)
-        print(f"{target}: {', '.join(changed)}")
+        for line in lines + format_verify(rows):
+            print(line)
         return 0
     profile, case, x = sys.argv[1], sys.argv[2], int(sys.argv[3])
     print(json.dumps(sim_case(profile, case, x)))

@@ -220,17 +220,32 @@ def test_a_system_call_the_model_gets_wrong_shows_in_its_residual(monkeypatch):
     assert "residual 0 ns rms" not in madv and "madvise ns x=32" in madv, madv
 
 
-def test_adopt_puts_the_fitted_terms_into_a_profile_with_their_source():
+def test_put_terms_writes_the_fitted_terms_into_a_profile_with_their_source():
     from foliosim import syscost
-    host = "\n".join(["[cost]", "mmap_ns = 1718.5    # validation/syscost.c, median of 5 interleaved rounds: mmap ..., residual 10 ns rms (0.5%)",
-                      "munmap_ns = 1414.5    # validation/syscost.c, median of 5 interleaved rounds: munmap ...",
-                      "syscall_ns = 90.0    # validation/calibrate.c: the null system call"])
+    vals = {"mmap_ns": (1718.5, "validation/syscost.c, median of 5 interleaved rounds: mmap ..., residual 10 ns rms (0.5%)"),
+            "munmap_ns": (1414.5, "validation/syscost.c, median of 5 interleaved rounds: munmap ...")}
     target = "\n".join(["[cpu]", "mmap_ns = 1.0    # not a cost", "[cost]", "mmap_ns = 1200.0    # [assumed] literature",
                         "munmap_ns = 1000.0    # [assumed] literature", "syscall_ns = 150.0    # [assumed] lmbench"])
-    text, changed = syscost.adopt(host, target, "the development host")
+    text, changed = syscost.put_terms(target, vals, "the development host")
     assert changed == ["mmap_ns", "munmap_ns"]
     lines = text.splitlines()
     assert lines[1] == "mmap_ns = 1.0    # not a cost"  # another table's key is left alone
     assert lines[3].startswith("mmap_ns = 1718.5    # [measured: validation/syscost.c] on the development host by `foliosim calibrate`: ")
     assert "residual 10 ns rms" in lines[3]
-    assert lines[5] == "syscall_ns = 150.0    # [assumed] lmbench"  # not a system-call fit
+    assert lines[5] == "syscall_ns = 150.0    # [assumed] lmbench"  # not fitted
+
+
+def test_adopt_fits_a_profile_on_its_own_other_terms(monkeypatch, tmp_path):
+    from foliosim import _host, syscost
+    truth = {"mmap_ns": 1700.0, "munmap_ns": 1400.0}
+    series = sys_host(monkeypatch, truth)
+    monkeypatch.setattr(syscost, "PLAN", [("mmap", [1, 8], [])])
+    prof = tmp_path / "p.toml"
+    prof.write_text((_host.repo_root() / "profiles" / "generic-x86.toml").read_text())
+    meas = tmp_path / "m.json"
+    meas.write_text(json.dumps({"rounds": 3, "syscalls": {k: v for k, v in series.items() if k.startswith("mmap:")}}))
+    lines, rows = syscost.adopt(meas, prof, "a host")
+    text = prof.read_text()
+    assert "mmap_ns = 1700.0    # [measured: validation/syscost.c] on a host" in text
+    assert "munmap_ns = 1400.0    # [measured: validation/syscost.c] on a host" in text
+    assert all(abs(r["model"] - r["host"]) < 1 for r in rows), rows
