@@ -218,9 +218,9 @@ pub struct CostSpec {
     // --- VMA / syscalls
     pub mmap_ns: f64,
     pub munmap_ns: f64,
-    /// Per unmapped VMA that had an anon_vma (free_pgtables ->
-    /// unlink_anon_vmas: the anon_vma chain unlinked under the anon_vma's
-    /// lock, the anon_vma freed with its last VMA).
+    /// Per anon_vma an unmap frees with its last VMA (free_pgtables ->
+    /// unlink_anon_vmas -> put_anon_vma: the chain unlinked under the
+    /// anon_vma's lock, the anon_vma freed).
     pub unlink_anon_vma_ns: f64,
     pub vma_split_ns: f64,
     pub vma_merge_ns: f64,

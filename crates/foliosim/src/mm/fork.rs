@@ -157,8 +157,8 @@ impl Kernel {
         let mut tlb = MmuGather::new(mm, true);
         for v in &vmas {
             t = self.zap_page_range(t, cpu, mm, v.start, v.end, &mut tlb);
-            t += self.unlink_vma(v);
         }
+        t += self.unlink_vmas(mm, &vmas);
         self.free_pgtables(mm, 0, super::vma::TASK_SIZE, &mut tlb);
         t = self.tlb_finish_mmu(t, cpu, tlb);
         let m = &mut self.mms[mm as usize];

@@ -345,18 +345,26 @@ impl Kernel {
         }
     }
 
-    /// free_pgtables' unlinking of a VMA going away: from its file's
-    /// i_mmap (unlink_file_vma) and from its anon_vma (unlink_anon_vmas),
-    /// which a VMA never faulted anonymously does not have. Its time.
-    pub(crate) fn unlink_vma(&mut self, v: &Vma) -> Ns {
-        if v.file != 0 {
+    /// free_pgtables' unlinking of VMAs going away (`gone`, already out of
+    /// mm's tree): each from its file's i_mmap (unlink_file_vma) and from
+    /// its anon_vma (unlink_anon_vmas). An anon_vma is freed with the last
+    /// VMA that uses it, and that (put_anon_vma, with the chain's lock and
+    /// tree work) is what an unmap pays for it: a split-off part, whose
+    /// anon_vma the part left keeps, or a VMA never faulted anonymously,
+    /// frees none. The time.
+    pub(crate) fn unlink_vmas(&mut self, mm: u32, gone: &[Vma]) -> Ns {
+        for v in gone.iter().filter(|v| v.file != 0) {
             self.inodes[(v.file - 1) as usize].i_mmap -= 1;
         }
-        if v.anon_vma != 0 {
-            self.c.unlink_anon_vma
-        } else {
-            0
+        let mut freed: Vec<u32> = gone.iter().map(|v| v.anon_vma).filter(|&a| a != 0).collect();
+        if freed.is_empty() {
+            return 0;
         }
+        freed.sort_unstable();
+        freed.dedup();
+        let left = &self.mms[mm as usize].vmas;
+        freed.retain(|&a| !left.values().any(|v| v.anon_vma == a));
+        freed.len() as Ns * self.c.unlink_anon_vma
     }
 
     pub(crate) fn anon_vma_prepare(&mut self, mm: u32, vma: &Vma) -> u32 {

@@ -135,8 +135,8 @@ impl Kernel {
         let mut tlb = MmuGather::new(mm, false);
         for v in gone {
             t = self.zap_page_range(t, cpu, mm, v.start, v.end, &mut tlb);
-            t += self.unlink_vma(v);
         }
+        t += self.unlink_vmas(mm, gone);
         if let (Some(f), Some(l)) = (gone.first(), gone.last()) {
             self.free_pgtables(mm, f.start, l.end, &mut tlb);
         }
