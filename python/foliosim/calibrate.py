@@ -126,11 +126,14 @@ def run_faultcost(binary: Path, case: str, mib: int, passes: int, tmpdir: str) -
 
 
 def measure_series(rounds: int, passes: int = 3, quiet: bool = True, tmpdir: str | None = None,
-                   syscalls: dict[str, list[dict[str, Any]]] | None = None) -> dict[str, list[dict[str, Any]]]:
+                   syscalls: dict[str, list[dict[str, Any]]] | None = None,
+                   image: list[dict[str, Any]] | None = None) -> dict[str, list[dict[str, Any]]]:
     """Every case of `plan` in every round, rounds interleaved, and with
     `syscalls` every case of validation/syscost.c too (into it, at 4 KiB
-    folios, in the same rounds). Needs the THP knobs (root): a host without
-    them is measured at 4 KiB only."""
+    folios, in the same rounds); with `image`, the process image once
+    (into it, at 4 KiB folios: the image's pages are faulted in folios of
+    whatever size the knobs allow). Needs the THP knobs (root): a host
+    without them is measured at 4 KiB only."""
     binary = build_validation() / "faultcost"
     tmpdir = tmpdir or ("/dev/shm" if tmp_fs_kind("/dev/shm") == "tmpfs" else "/tmp")
     can_knob = knobs_available() is None
@@ -147,6 +150,9 @@ def measure_series(rounds: int, passes: int = 3, quiet: bool = True, tmpdir: str
                     if changed:
                         raise HostError(f"THP knobs changed by another process during calibration: {changed[0]}; rerun when it is done")
                     series.setdefault(key(size, case, mib), []).append(rec)
+                if size == 4 and image is not None and not image:
+                    _say("foliosim calibrate: the process image (validation/image_layout.c)", quiet)
+                    image.extend(procimage.measure())
                 if size == 4 and syscalls is not None:
                     syscost.measure_round(syscalls, passes, tmpdir,
                                           lambda what, r=rnd: _say(f"foliosim calibrate: round {r + 1}/{rounds}: system calls, {what}", quiet))
@@ -693,9 +699,8 @@ def calibrate(out: Path, rounds: int, name: str, quiet: bool = True,
         _say("foliosim calibrate: measuring this host (a few minutes) ...", quiet)
         micro = measure_micro()
         syscalls = {}
-        series = measure_series(rounds, quiet=quiet, syscalls=syscalls)
-        _say("foliosim calibrate: the process image (validation/image_layout.c)", quiet)
-        image = procimage.measure()
+        image: list[dict[str, Any]] = []
+        series = measure_series(rounds, quiet=quiet, syscalls=syscalls, image=image)
         # Minutes of measuring: keep them before deriving, which may fail
         # (a host whose series do not fit); `--from` derives from this file.
         raw = measurements_path(out)
