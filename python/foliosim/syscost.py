@@ -315,7 +315,8 @@ def put_terms(target_text: str, vals: dict[str, tuple[float, str]], host_desc: s
         m = COST_LINE.match(line)
         if section == "[cost]" and m and m.group(1) in vals:
             value, how = vals[m.group(1)]
-            line = f"{m.group(1)} = {value:.1f}    # [measured: validation/syscost.c] on {host_desc} by `foliosim calibrate`: {how}"
+            line = (f"{m.group(1)} = {value:.1f}    # [measured: validation/syscost.c] on {host_desc}, fitted on this profile's other "
+                    f"terms (python -m foliosim.syscost adopt): {how}")
             changed.append(m.group(1))
         out.append(line)
     return "\n".join(out), changed

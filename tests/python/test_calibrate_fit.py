@@ -230,7 +230,7 @@ def test_put_terms_writes_the_fitted_terms_into_a_profile_with_their_source():
     assert changed == ["mmap_ns", "munmap_ns"]
     lines = text.splitlines()
     assert lines[1] == "mmap_ns = 1.0    # not a cost"  # another table's key is left alone
-    assert lines[3].startswith("mmap_ns = 1718.5    # [measured: validation/syscost.c] on the development host by `foliosim calibrate`: ")
+    assert lines[3].startswith("mmap_ns = 1718.5    # [measured: validation/syscost.c] on the development host, fitted on this profile's ")
     assert "residual 10 ns rms" in lines[3]
     assert lines[5] == "syscall_ns = 150.0    # [assumed] lmbench"  # not fitted
 
