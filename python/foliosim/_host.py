@@ -12,6 +12,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
+# calibrate's and validate's outputs are staged and renamed as a run's are
+# (and what a killed writer left is removed by the next write).
+from .result import write_text_atomic as write_text_atomic
+
 THP = Path("/sys/kernel/mm/transparent_hugepage")
 
 
@@ -185,17 +189,3 @@ def tmp_fs_kind(path: str) -> str:
     except OSError:
         pass
     return "tmpfs" if fstype in ("tmpfs", "shmem") else "disk"
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
-    try:
-        with open(tmp, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()

@@ -64,6 +64,8 @@ impl Kernel {
         let new = self.new_mm();
         let fds = self.mms[old as usize].fds.clone();
         self.mms[new as usize].fds = fds;
+        // setup_new_exec: arch_pick_mmap_layout.
+        self.mms[new as usize].mmap_base = self.arch_pick_mmap_base();
         self.mms[old as usize].users -= 1;
         if self.mms[old as usize].users == 0 {
             t = self.exit_mmap(t, cpu, old);
@@ -297,18 +299,19 @@ impl ProcessImage {
     /// mapping at its own offset, a page apart, so that no two merge (the
     /// real ones are separate VMAs: different files, offsets or flags).
     pub fn file_bytes(&self) -> u64 {
-        self.all().map(|(_, s)| s.len + 4096).sum()
+        self.all(super::vma::MMAP_BASE).map(|(_, s)| s.len + 4096).sum()
     }
 
-    /// Every mapped piece with its start address.
-    pub fn all(&self) -> impl Iterator<Item = (u64, &ImageSeg)> + '_ {
+    /// Every mapped piece with its start address, the mmap area's pieces
+    /// below `mmap_base`.
+    pub fn all(&self, mmap_base: u64) -> impl Iterator<Item = (u64, &ImageSeg)> + '_ {
         let low = self.low.iter().scan(self.binary_base, |a, s| {
             let at = *a;
             *a += s.len;
             Some((at, s))
         });
         let stack = std::iter::once((self.stack_top - self.stack.len, &self.stack));
-        let high = self.mmap_area.iter().scan(super::vma::MMAP_BASE, |top, s| {
+        let high = self.mmap_area.iter().scan(mmap_base, |top, s| {
             *top = top.saturating_sub(s.len);
             Some((*top, s))
         });
@@ -316,11 +319,12 @@ impl ProcessImage {
     }
 
     /// Every mapped piece as JSON, for `foliosim calibrate` to set against
-    /// validation/image_layout.c on a host: [{"start", "len", "kind",
+    /// validation/image_layout.c on a host, with ASLR off (the mmap area
+    /// below MMAP_BASE) as it runs there: [{"start", "len", "kind",
     /// "write", "resident": [[first, end), ...], "what"}].
     pub fn to_json(&self) -> serde_json::Value {
         let pieces: Vec<serde_json::Value> = self
-            .all()
+            .all(super::vma::MMAP_BASE)
             .map(|(start, s)| {
                 serde_json::json!({
                     "start": start,
@@ -345,10 +349,11 @@ impl Kernel {
     /// the brk VMA and the stack grows down.
     pub fn map_process_image(&mut self, mm: u32, file: crate::workload::FileId, img: &ProcessImage) -> Result<(), String> {
         let ino = file + 1;
+        let base = self.mms[mm as usize].mmap_base;
         let mut off = 0;
         let last_low = img.binary_base + img.low.iter().map(|s| s.len).sum::<u64>();
         let heap = img.low.last().map(|s| last_low - s.len);
-        for (start, s) in img.all() {
+        for (start, s) in img.all(base) {
             let end = start + s.len;
             if s.len == 0
                 || !s.len.is_multiple_of(4096)
@@ -402,7 +407,8 @@ impl Kernel {
     /// RSS, page tables and page cache hold them. It takes the task's
     /// simulated time, before its first op.
     pub fn touch_process_image(&mut self, tid: u32, img: &ProcessImage) -> Result<(), Error> {
-        for (start, s) in img.all() {
+        let base = self.mms[self.tasks[tid as usize].mm as usize].mmap_base;
+        for (start, s) in img.all(base) {
             let kind = if s.write { Access::Store } else { Access::Load };
             for a in s.resident.iter().flat_map(|r| r.clone()).map(|i| start + i as u64 * 4096) {
                 if let Ret::Err(e) = self.user_access(tid, a, kind) {

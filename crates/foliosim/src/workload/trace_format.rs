@@ -491,15 +491,13 @@ impl<R: Read> TraceReader<R> {
 
 /// Read a whole trace file.
 pub fn read_file(path: &std::path::Path) -> Result<Vec<Record>, String> {
-    let f = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    TraceReader::new(f)?.read_all()
+    TraceReader::new(crate::types::open_input(path)?)?.read_all()
 }
 
 /// Read a whole trace and summarise it as JSON (checks it end to end,
 /// record by record: a trace can hold tens of millions).
 pub fn summary_json(path: &std::path::Path) -> Result<String, String> {
-    let f = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let mut r = TraceReader::new(f)?;
+    let mut r = TraceReader::new(crate::types::open_input(path)?)?;
     let version = r.version();
     let (mut accesses, mut records, mut files, mut regions, mut syscalls, mut processes) = (0u64, 0u64, 0u64, 0u64, 0u64, 0u64);
     let mut meta = serde_json::Value::Null;
