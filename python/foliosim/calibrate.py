@@ -691,6 +691,7 @@ def calibrate(out: Path, rounds: int, name: str, quiet: bool = True,
     """Measure (or take `saved`, an earlier --json document), derive, write
     the profile to `out`, fit the per-folio terms and then the system
     calls' on the model, verify (the syscalls' verification in `d.sys_rows`)."""
+    image: list[dict[str, Any]] = []
     if saved is not None:
         micro, series, rounds = saved["micro"], saved["series"], saved["rounds"]
         syscalls = saved.get("syscalls") or {}
@@ -699,7 +700,6 @@ def calibrate(out: Path, rounds: int, name: str, quiet: bool = True,
         _say("foliosim calibrate: measuring this host (a few minutes) ...", quiet)
         micro = measure_micro()
         syscalls = {}
-        image: list[dict[str, Any]] = []
         series = measure_series(rounds, quiet=quiet, syscalls=syscalls, image=image)
         # Minutes of measuring: keep them before deriving, which may fail
         # (a host whose series do not fit); `--from` derives from this file.

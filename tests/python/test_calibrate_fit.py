@@ -245,6 +245,8 @@ def test_adopt_fits_a_profile_on_its_own_other_terms(monkeypatch, tmp_path):
     meas = tmp_path / "m.json"
     meas.write_text(json.dumps({"rounds": 3, "syscalls": {k: v for k, v in series.items() if k.startswith("mmap:")}}))
     lines, rows = syscost.adopt(meas, prof, "a host")
+    assert [x.split(":")[0] for x in lines] == ["mmap of an untouched anonymous region (do_mmap's VMA work)",
+                                               "munmap of an untouched region (the VMA's detach and free)"]
     text = prof.read_text()
     assert "mmap_ns = 1700.0    # [measured: validation/syscost.c] on a host" in text
     assert "munmap_ns = 1400.0    # [measured: validation/syscost.c] on a host" in text
