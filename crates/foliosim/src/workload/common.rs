@@ -437,10 +437,10 @@ mod tests {
     fn registry_param_specs_are_accepted() {
         let reg = super::super::registry::registry();
         let mut names: Vec<_> = reg.iter().map(|w| w.name).collect();
-        assert_eq!(names.len(), 21);
+        assert_eq!(names.len(), 22);
         names.sort();
         names.dedup();
-        assert_eq!(names.len(), 21);
+        assert_eq!(names.len(), 22);
         for w in &reg {
             assert!(!w.help.is_empty());
             let mut kv = Vec::new();
