@@ -194,6 +194,8 @@ pub struct ImageSeg {
 }
 
 /// Every page of a piece `len` bytes long.
+// A piece's resident pages are a list of page ranges, one range or several.
+#[allow(clippy::single_range_in_vec_init)]
 const fn all(len: u64) -> &'static [Range<u32>] {
     match len >> 12 {
         1 => &[0..1],
@@ -253,6 +255,7 @@ use SegKind::{Anon, File, Hole, Special};
 /// those of main()'s deeper frames). The RELRO pages ld.so wrote before
 /// making them read-only count as mapped file pages here (the same RSS;
 /// their copy-on-write is not modelled).
+#[allow(clippy::single_range_in_vec_init)]
 pub const GLIBC_2_36_X86_64: ProcessImage = ProcessImage {
     // ELF_ET_DYN_BASE (2/3 of TASK_SIZE, page aligned) with ASLR off.
     binary_base: 0x5555_5555_4000,
