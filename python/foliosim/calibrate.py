@@ -63,7 +63,7 @@ GENERIC = "generic-x86"
 PMD_KIB = 2048
 # Regions: "cold" is far beyond the caches, "warm" is reused within them.
 COLD_MIB, WARM_MIB = 128, 2
-# The region sweep that sizes the cache (warm_cache_bytes), PMD THP.
+# The region sweep that sizes the cache (cpu.llc_kib, with cpu.l2_kib), PMD THP.
 SWEEP_MIB = (2, 8, 16, 32, 64, COLD_MIB)
 DEFAULT_ROUNDS = 5
 # Folio sizes left out of every fit, so that `foliosim validate` tests the
@@ -266,12 +266,13 @@ class Derivation:
             self.fits.append(f"warm cache: PMD THP faults per 4 KiB page over {'/'.join(map(str, regions))} MiB regions "
                              f"= {' / '.join(f'{x:.0f}' for x in pp)} ns; fit warm {pp[0]:.0f} + (cold {cold_pp:.0f} - warm) * "
                              f"max(0, 1 - K/R): K = {k_mib:g} MiB, residual {rms:.1f} ns rms")
-            self.put("warm_cache_bytes", k_mib * (1 << 20),
-                     f"{src}: PMD THP write faults over {'/'.join(map(str, regions))} MiB regions reused last-freed first, per page "
+            l2_kib = float(m.get("l2_kib") or self.g["cpu"]["l2_kib"])
+            self.put("cpu.llc_kib", max(k_mib * 1024 - l2_kib, 0.0),
+                     f"{src}: what one CPU finds still in cache, less its {l2_kib:.0f} KiB L2: PMD THP write faults over {'/'.join(map(str, regions))} MiB regions reused last-freed first, per page "
                      f"{' / '.join(f'{x:.0f}' for x in pp)} ns, least squares of warm + (cold - warm) * max(0, 1 - K/R): "
                      f"K = {k_mib:g} MiB (residual {rms:.1f} ns rms)")
         else:
-            k_mib = gc["warm_cache_bytes"] / (1 << 20)
+            k_mib = (self.g["cpu"]["l2_kib"] + self.g["cpu"]["llc_kib"]) / 1024
         f_cold = min(1.0, k_mib / COLD_MIB)
         # The 4 KiB faults and the zero-page read fault.
         a_c_meas, a_w = med(s, key(4, "anon", COLD_MIB)), med(s, key(4, "anon", WARM_MIB))
@@ -482,6 +483,34 @@ def _nodes() -> list[tuple[int, bool]]:
     return out
 
 
+def _threads_per_core() -> int:
+    try:
+        sib = Path("/sys/devices/system/cpu/cpu0/topology/thread_siblings_list").read_text().strip()
+    except OSError:
+        return 1
+    n = 0
+    for part in sib.split(","):
+        lo, _, hi = part.partition("-")
+        n += int(hi) - int(lo) + 1 if hi else 1
+    return max(n, 1)
+
+
+def _copied(why: str = "not measured here") -> str:
+    """The tag of a value taken from generic-x86 (docs/profiles.md)."""
+    return f"[assumed] copied from generic-x86: {why}"
+
+
+def _tag(how: str) -> str:
+    """A derivation's `how` as a tagged comment (hw/provenance.rs): the
+    program that measured it, or generic-x86's value."""
+    if how.startswith("[generic-x86]"):
+        return _copied(how[len("[generic-x86]"):].strip() or "not measured here")
+    for prog in ("validation/syscost.c", "validation/faultcost.c", "validation/calibrate.c"):
+        if prog in how:
+            return f"[measured: {prog}] {how}"
+    return f"[assumed] {how}"
+
+
 def _f(v: float) -> str:
     return f"{v:.1f}" if abs(v) >= 10 else f"{v:.3f}"
 
@@ -495,21 +524,40 @@ def make_profile(d: Derivation, name: str = "host") -> str:
     walk = m["latency_4k_ns"] - m["latency_2m_ns"]
     L: list[str] = []
     L.append(f"# Machine profile measured on this host by `foliosim calibrate` (validation/faultcost.c and validation/calibrate.c; {d.rounds} interleaved rounds).")
-    L.append("# Values marked [generic-x86] could not be measured and are copied from profiles/generic-x86.toml.")
+    L.append("# Values tagged [assumed] copied from generic-x86 could not be measured and come from profiles/generic-x86.toml.")
     for line in d.fits:
         L.append(f"# fit: {line}")
     L.append(f"# Raw microbenchmarks: {json.dumps(m, sort_keys=True)}")
     L.append(f'name = "{name}"')
     L.append(f'description = "This host as measured by foliosim calibrate: {ncpu} CPUs, {sum(n for n, _ in nodes)} MiB"')
     L.append("")
+    gcpu = g["cpu"]
     L.append("[cpu]")
-    L.append(f"nr_cpus = {ncpu}            # os.cpu_count()")
-    L.append(f"sockets = {sockets}            # distinct physical_package_id in /sys/devices/system/cpu")
-    L.append("page_size_kib = 4")
-    if mhz:
-        L.append(f"freq_ghz = {mhz / 1000:.3f}      # /proc/cpuinfo cpu MHz")
+    L.append(f"nr_cpus = {ncpu}            # [assumed] os.cpu_count() of this host")
+    L.append(f"sockets = {sockets}            # [assumed] distinct physical_package_id in /sys/devices/system/cpu")
+    L.append("page_size_kib = 4       # [assumed] the x86-64 and arm64 base page")
+    if m.get("clock_ghz"):
+        L.append(f"freq_ghz = {m['clock_ghz']:.3f}      # [measured: validation/calibrate.c] a chain of dependent adds, one per cycle"
+                 + (f" (/proc/cpuinfo says {mhz / 1000:.3f})" if mhz else ""))
+    elif mhz:
+        L.append(f"freq_ghz = {mhz / 1000:.3f}      # [assumed] /proc/cpuinfo cpu MHz")
     else:
-        L.append(f"freq_ghz = {g['cpu']['freq_ghz']}      # [generic-x86] /proc/cpuinfo has no cpu MHz")
+        L.append(f"freq_ghz = {gcpu['freq_ghz']}      # {_copied('/proc/cpuinfo has no cpu MHz')}")
+    model = m.get("cpu_model", "")
+    L.append(f'core = ""              # [assumed] unknown ({model or "no model name"}): name this core (a key of profiles/rule.toml) '
+             "to derive other machines from this host (docs/profiles.md)")
+    L.append(f"threads_per_core = {_threads_per_core()}    # [assumed] CPUs of /sys/devices/system/cpu/cpu0/topology/thread_siblings_list")
+    L.append(f"smt_throughput_ratio = {gcpu['smt_throughput_ratio']}    # {_copied()}")
+    if m.get("l2_kib"):
+        L.append(f"l2_kib = {int(m['l2_kib'])}    # [measured: validation/calibrate.c] sysconf(_SC_LEVEL2_CACHE_SIZE)")
+    else:
+        L.append(f"l2_kib = {gcpu['l2_kib']}    # {_copied('the C library reports no L2 size')}")
+    if "cpu.llc_kib" in vals:
+        v, how = vals["cpu.llc_kib"]
+        L.append(f"llc_kib = {round(v)}    # {_tag(how)}")
+    else:
+        L.append(f"llc_kib = {gcpu['llc_kib']}    # {_copied('no PMD THP on this host to size the cache')}")
+    L.append(f"interconnect_bw_gbps = {gcpu['interconnect_bw_gbps']}    # {_copied()}")
     for mib, has_cpus in nodes:
         L.append("")
         L.append("[[nodes]]")
@@ -517,54 +565,55 @@ def make_profile(d: Derivation, name: str = "host") -> str:
         L.append(f"mem_mib = {mib}        # MemTotal of this node (/sys/devices/system/node)")
         L.append(f"has_cpus = {'true' if has_cpus else 'false'}")
         if huge_ok:
-            L.append(f"latency_ns = {_f(m['latency_2m_ns'])}    # validation/calibrate.c: dependent loads over 1 GiB with 2 MiB pages (no TLB misses), one line per 4 KiB")
+            L.append(f"latency_ns = {_f(m['latency_2m_ns'])}    # [measured: validation/calibrate.c] dependent loads over 1 GiB with 2 MiB pages "
+                     "(no TLB misses), one line per 4 KiB")
         else:
-            L.append(f"latency_ns = {_f(m['latency_4k_ns'] - gt['walk_ns'])}    # validation/calibrate.c: dependent loads over 1 GiB with 4 KiB pages "
-                     "minus the [generic-x86] walk_ns (2 MiB pages unavailable)")
-        L.append(f"read_bw_gbps = {_f(m['read_bw_gbps'])}    # validation/calibrate.c: one core summing 256 MiB sequentially")
+            L.append(f"latency_ns = {_f(m['latency_4k_ns'] - gt['walk_ns'])}    # [measured: validation/calibrate.c] dependent loads over 1 GiB with "
+                     "4 KiB pages minus generic-x86's walk_ns (2 MiB pages unavailable)")
+        L.append(f"read_bw_gbps = {_f(m['read_bw_gbps'])}    # [measured: validation/calibrate.c] one core summing 256 MiB sequentially")
         zb, zhow = vals["node.zero_bw_gbps"]
-        L.append(f"zero_bw_gbps = {_f(zb)}    # {zhow}")
+        L.append(f"zero_bw_gbps = {_f(zb)}    # {_tag(zhow)}")
         L.append("zero_call_ns = 0.0    # [assumed] clear_page (rep stosb) per 4 KiB page: the per-page overheads are prep_tail_ns, no per-call warm-up")
         cb, chow = vals["node.copy_bw_gbps"]
-        L.append(f"copy_bw_gbps = {_f(cb)}    # {chow}")
+        L.append(f"copy_bw_gbps = {_f(cb)}    # {_tag(chow)}")
         written_node = {"kind", "mem_mib", "has_cpus", "latency_ns", "read_bw_gbps", "zero_bw_gbps", "zero_call_ns", "copy_bw_gbps"}
         for k, v in g["nodes"][0].items():
             if k not in written_node:
-                L.append(f"{k} = {_value(v)}    # [generic-x86]")
+                L.append(f"{k} = {_value(v)}    # {_copied()}")
     L.append("")
     L.append("[tlb]")
-    L.append("# Geometry: [generic-x86] (cpuid leaf 0x18 is not parsed).")
+    L.append("# Geometry: generic-x86's (cpuid leaf 0x18 is not parsed).")
     for k in ["l1d_entries", "l1d_ways", "l1i_entries", "l1i_ways", "l1d_2m_entries", "l1d_2m_ways", "stlb_entries", "stlb_ways"]:
-        L.append(f"{k} = {gt[k]}")
-    L.append(f"stlb_holds_2m = {'true' if gt['stlb_holds_2m'] else 'false'}")
-    L.append(f"stlb_hit_ns = {gt['stlb_hit_ns']}    # [generic-x86]")
+        L.append(f"{k} = {gt[k]}    # {_copied()}")
+    L.append(f"stlb_holds_2m = {'true' if gt['stlb_holds_2m'] else 'false'}    # {_copied()}")
+    L.append(f"stlb_hit_ns = {gt['stlb_hit_ns']}    # {_copied()}")
     if huge_ok and walk > 0:
-        L.append(f"walk_ns = {_f(walk)}    # validation/calibrate.c: a random pointer chase over 1 GiB, one line per page: latency with 4 KiB "
+        L.append(f"walk_ns = {_f(walk)}    # [measured: validation/calibrate.c] a random pointer chase over 1 GiB, one line per page: latency with 4 KiB "
                  f"pages ({_f(m['latency_4k_ns'])} ns) minus with 2 MiB pages ({_f(m['latency_2m_ns'])} ns)")
     else:
-        L.append(f"walk_ns = {gt['walk_ns']}    # [generic-x86] 2 MiB pages unavailable or no measurable difference")
+        L.append(f"walk_ns = {gt['walk_ns']}    # {_copied('2 MiB pages unavailable or no measurable difference')}")
     if "walk_cached_ns" in vals:
         v, how = vals["walk_cached_ns"]
-        L.append(f"walk_cached_ns = {_f(v)}    # {how}")
+        L.append(f"walk_cached_ns = {_f(v)}    # {_tag(how)}")
     else:
-        L.append(f"walk_cached_ns = {gt['walk_cached_ns']}    # [generic-x86] no PMD THP to compare with")
-    L.append(f"contpte = {'true' if gt.get('contpte') else 'false'}")
-    L.append(f"coalesce_order = {gt.get('coalesce_order', 0)}")
+        L.append(f"walk_cached_ns = {gt['walk_cached_ns']}    # {_copied('no PMD THP to compare with')}")
+    L.append(f"contpte = {'true' if gt.get('contpte') else 'false'}    # {_copied()}")
+    L.append(f"coalesce_order = {gt.get('coalesce_order', 0)}    # {_copied()}")
     written_tlb = {"l1d_entries", "l1d_ways", "l1i_entries", "l1i_ways", "l1d_2m_entries", "l1d_2m_ways", "stlb_entries",
                    "stlb_ways", "stlb_holds_2m", "stlb_hit_ns", "walk_ns", "walk_cached_ns", "contpte", "coalesce_order"}
     for k, v in gt.items():
         if k not in written_tlb:
-            L.append(f"{k} = {_value(v)}    # [generic-x86]")
+            L.append(f"{k} = {_value(v)}    # {_copied()}")
     L.append("")
     L.append("[cost]")
     for k, v in gc.items():
         if k in vals:
             val, why = vals[k]
-            L.append(f"{k} = {round(val) if isinstance(v, int) and not isinstance(v, bool) else _f(val)}    # {why}")
+            L.append(f"{k} = {round(val) if isinstance(v, int) and not isinstance(v, bool) else _f(val)}    # {_tag(why)}")
         elif isinstance(v, bool):
-            L.append(f"{k} = {'true' if v else 'false'}    # [generic-x86]")
+            L.append(f"{k} = {'true' if v else 'false'}    # {_copied()}")
         else:
-            L.append(f"{k} = {v}    # [generic-x86]")
+            L.append(f"{k} = {v}    # {_copied()}")
     L.append("")
     # Sections this command does not measure (e.g. the hypervisor host's
     # costs) come over whole from generic-x86, so the profile always loads.
@@ -573,7 +622,7 @@ def make_profile(d: Derivation, name: str = "host") -> str:
             continue
         L.append(f"[{sec}]")
         for k, v in tbl.items():
-            L.append(f"{k} = {_value(v)}    # [generic-x86]")
+            L.append(f"{k} = {_value(v)}    # {_copied()}")
         L.append("")
     return "\n".join(L) + "\n"
 

@@ -46,7 +46,7 @@ PLAN: list[tuple[str, list[int], list[str]]] = [
 ]
 FIELDS = ("ns", "undo_ns", "prep_ns")
 # The file size of the read and write cases, KiB: within this host's
-# caches (warm_cache_bytes), as a file read over and over is.
+# caches (cpu.l2_kib + cpu.llc_kib), as a file read over and over is.
 FILE_KIB = 4096
 PROBE = 1000.0
 # Simulated seconds per model run: enough calls for a steady mean.

@@ -85,7 +85,7 @@ def test_derivation_recovers_every_term_of_a_synthetic_host():
     micro, series = synthetic()
     d = cal.Derivation(micro, series, 3)
     v = {k: x for k, (x, _) in d.vals.items()}
-    assert v["warm_cache_bytes"] == pytest.approx(K_MIB * (1 << 20))
+    assert v["cpu.llc_kib"] == pytest.approx(K_MIB * 1024 - d.g["cpu"]["l2_kib"])
     assert v["zero_warm_bw_gbps"] == pytest.approx(4096 / CLEAR_W)
     assert v["node.zero_bw_gbps"] == pytest.approx(4096 / CLEAR_C)
     assert v["prep_tail_ns"] == pytest.approx(TAIL)
@@ -134,9 +134,9 @@ def test_the_derived_profile_loads(tmp_path):
     p.write_text(cal.make_profile(d, "host"))
     _core.load_json(json.dumps({"machine": {"profile": str(p)}, "workload": {"name": "mmap1"}}), "<test>")
     text = p.read_text()
-    for k in ("alloc_cold_ns", "prep_tail_ns", "rmap_page_ns", "free_tail_ns", "zero_warm_bw_gbps", "warm_cache_bytes", "walk_cached_ns", "change_pte_scan_ns"):
+    for k in ("alloc_cold_ns", "prep_tail_ns", "rmap_page_ns", "free_tail_ns", "zero_warm_bw_gbps", "llc_kib", "walk_cached_ns", "change_pte_scan_ns"):
         line = next(ln for ln in text.splitlines() if ln.startswith(k + " "))
-        assert "faultcost.c" in line or "calibrate.c" in line, line
+        assert "[measured: validation/faultcost.c]" in line or "[measured: validation/calibrate.c]" in line, line
 
 
 def test_the_model_s_own_4k_charges_come_off_the_split():

@@ -81,7 +81,7 @@ use KeyValue::{Bool, Int, Num, Str};
 pub const CONFIG_KEYS: &[ConfigKey] = &[
     ConfigKey { table: "", key: "seed", default: Some(Int(1)), range: Some((0.0, i64::MAX as f64)), help: "the run's seed: the same config and seed give the same numbers; another seed moves what is random on a real machine (ASLR's mmap base, page_alloc.shuffle, some workloads' choices: docs/tutorial.md, What the seed varies; guest g of machine.guests runs with seed + g)" },
     ConfigKey { table: "machine", key: "profile", default: Some(Str("generic-x86")), range: None, help: "a built-in machine profile (`foliosim list profiles`) or the path of a profile file, such as one `foliosim calibrate` wrote (relative to the config file)" },
-    ConfigKey { table: "machine", key: "nr_cpus", default: None, range: Some((1.0, 4096.0)), help: "logical CPUs, in place of the profile's (sockets become 1 if they no longer divide them)" },
+    ConfigKey { table: "machine", key: "nr_cpus", default: None, range: Some((1.0, 4096.0)), help: "logical CPUs, in place of the profile's (sockets become 1 if they no longer divide them, and SMT off if its threads no longer divide a socket's CPUs)" },
     ConfigKey { table: "machine", key: "node_mem_mib", default: None, range: Some((64.0, (64u64 << 20) as f64)), help: "MiB of each memory node, an array with one size per node of the profile (in all at most 16 TiB less 1 MiB)" },
     ConfigKey { table: "machine", key: "tlb_contpte", default: None, range: None, help: "true: the arm64 contiguous-PTE hint is honoured (16 x 4 KiB in one TLB entry)" },
     ConfigKey { table: "machine", key: "tlb_coalesce_order", default: None, range: Some((0.0, 2.0)), help: "HPA-style TLB coalescing of aligned groups of 2^order PTEs: 0 (none) or 2" },
@@ -360,10 +360,16 @@ fn no_leftovers(ctx: &Ctx, t: &toml::Table, table: &str) -> Result<(), ConfigErr
 }
 
 /// Load a profile by builtin name or path (relative to `base`); errors name
-/// the profile file.
+/// the profile file. A derived profile (a `[derive]` table) is completed by
+/// the rule of hw/derive.rs from its host, loaded the same way (a path
+/// relative to the derived profile's file).
 pub fn load_profile(name: &str, base: &Path) -> Result<Profile, (String, Option<usize>, String, String)> {
-    let (text, file) = match profile::builtin(name) {
-        Some(t) => (t.to_string(), format!("<builtin profile {name}>")),
+    load_profile_from(name, base, 0)
+}
+
+fn load_profile_from(name: &str, base: &Path, depth: u32) -> Result<Profile, (String, Option<usize>, String, String)> {
+    let (text, file, dir) = match profile::builtin(name) {
+        Some(t) => (t.to_string(), format!("<builtin profile {name}>"), base.to_path_buf()),
         None => {
             let p = resolve_path(base, name);
             let read = |p: &Path| -> Result<String, String> {
@@ -372,7 +378,10 @@ pub fn load_profile(name: &str, base: &Path) -> Result<Profile, (String, Option<
                 Ok(text)
             };
             match read(&p) {
-                Ok(t) => (t, p.display().to_string()),
+                Ok(t) => {
+                    let dir = p.parent().map(Path::to_path_buf).unwrap_or_else(|| base.to_path_buf());
+                    (t, p.display().to_string(), dir)
+                }
                 Err(e) => {
                     return Err((
                         String::new(),
@@ -384,16 +393,18 @@ pub fn load_profile(name: &str, base: &Path) -> Result<Profile, (String, Option<
             }
         }
     };
-    let prof: Profile = toml::from_str(&text).map_err(|e| {
-        let line = e.span().map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1);
-        (file.clone(), line, "(profile)".to_string(), e.message().lines().next().unwrap_or("").to_string())
-    })?;
-    // Every number against its unit (NaN, negative costs, ...): serde took them as f64.
-    let doc: toml::Table =
-        text.parse().map_err(|e: toml::de::Error| (file.clone(), None, "(profile)".to_string(), e.message().to_string()))?;
-    profile::check_values(&doc).map_err(|at| (file.clone(), find_line_at(&text, &at.table, at.index, &at.key), at.path(), at.reason))?;
-    prof.validate().map_err(|(k, r)| (file.clone(), line_of_path(&text, &k), k, r))?;
-    Ok(prof)
+    let mut load_host = |host: &str| {
+        if depth >= 4 {
+            return Err("derived profiles nest more than 4 deep (a cycle?)".to_string());
+        }
+        load_profile_from(host, &dir, depth + 1).map_err(|(f, _, k, r)| {
+            format!("the host profile {host}: {}{k}: {r}", if f.is_empty() { String::new() } else { format!("{f}: ") })
+        })
+    };
+    crate::hw::profile_load::parse(&text, &mut load_host).map_err(|e| {
+        let line = e.line.or_else(|| line_of_path(&text, &e.key));
+        (file.clone(), line, e.key, e.reason)
+    })
 }
 
 /// Line of a dotted key path such as `cost.trap_ns` or `nodes[1].mem_mib`.
@@ -556,6 +567,9 @@ fn machine_from(root: &mut toml::Table, ctx: &Ctx) -> Result<Machine, ConfigErro
         }
         if prof.cpu.nr_cpus % prof.cpu.sockets != 0 {
             prof.cpu.sockets = 1;
+        }
+        if !(prof.cpu.nr_cpus / prof.cpu.sockets).is_multiple_of(prof.cpu.threads_per_core) {
+            prof.cpu.threads_per_core = 1;
         }
     }
     if let Some(v) = m.remove("node_mem_mib") {

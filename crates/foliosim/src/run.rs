@@ -126,7 +126,7 @@ impl Env<'_> {
             Some(c) if c < n => Ok(c),
             Some(c) => Err(format!("cpu {c} does not exist (the machine has {n})")),
             None => {
-                let c = self.next_cpu % n;
+                let c = self.k.topo.placement(self.next_cpu % n);
                 self.next_cpu += 1;
                 Ok(c)
             }
@@ -421,7 +421,8 @@ impl Driver {
         // Run steps of this task while it is still the earliest.
         let mut earliest = q.heap.peek().map_or(Ns::MAX, |Reverse((t, _, _))| *t).min(horizon);
         loop {
-            crate::sim::set_frontier(k.tasks[tid as usize].clock, earliest);
+            let start = k.tasks[tid as usize].clock;
+            crate::sim::set_frontier(start, earliest);
             k.charge_irq(tid, cpu as u32);
             let ended = step(k, self.wl.as_mut(), tid, q);
             self.steps += 1;
@@ -432,7 +433,15 @@ impl Driver {
                 }
             }
             let tk = &k.tasks[tid as usize];
-            let c = tk.clock;
+            let c = if tk.exited || tk.sleeping {
+                k.cpus[cpu].busy_until = ended.unwrap_or(tk.clock);
+                tk.clock
+            } else {
+                let c = k.smt_share(cpu as u32, start, tk.clock);
+                k.tasks[tid as usize].clock = c;
+                c
+            };
+            let tk = &k.tasks[tid as usize];
             if tk.exited || tk.sleeping {
                 // (A sleeping kernel thread's wake-up entry is already queued.)
                 // The CPU is free from the end of the step, not from a
@@ -694,6 +703,13 @@ pub fn result_json(cfg: &Config, o: &Outcome) -> Value {
             // RSS when the run started (a process image's pages), the
             // largest of any mm: the harness's baseline.
             "base_rss_kib": k.mms.iter().map(|m| m.base_rss.max(0) as u64 * 4).max().unwrap_or(0),
+            // What the CPUs moved through each node's shared bandwidth and
+            // through the socket links (sim/bw.rs), and the time transfers
+            // waited for them beyond what one CPU alone takes.
+            "node_bw_bytes": k.nodes.iter().map(|n| n.bw.bytes).collect::<Vec<_>>(),
+            "node_bw_wait_ns": k.nodes.iter().map(|n| n.bw.wait_ns).collect::<Vec<_>>(),
+            "link_bw_bytes": k.nodes.iter().map(|n| n.link.bytes).sum::<u64>(),
+            "link_bw_wait_ns": k.nodes.iter().map(|n| n.link.wait_ns).sum::<u64>(),
         },
         "checker": {
             "enabled": k.check.enabled,
@@ -717,17 +733,23 @@ mod tests {
     use super::*;
 
     /// will-it-scale's start gate on two sockets of two CPUs (skl-2s-72's
-    /// costs: local line 8 ns, same socket 48, other socket 135, IPI send
-    /// 100, wake-up 3000): the waker on CPU 0 wakes the last task first.
+    /// costs): the waker on CPU 0 wakes the last task first, each wake-up
+    /// an IPI after a transfer of the pipe's line from where it was.
     #[test]
     fn the_start_gate_wakes_the_last_poller_first_one_wake_up_apart() {
         let toml = "seed = 1\n[machine]\nprofile = \"skl-2s-72\"\nnr_cpus = 4\n[workload]\nname = \"page_fault1\"\nmode = \"threads\"\ntasks = 4\nsize_mib = 1\nprocess_image = \"none\"\n[run]\nwarmup_s = 0.0\nduration_s = 0.001\n";
         let cfg = crate::config::from_toml(toml, "<test>").unwrap();
         let d = Driver::new(&cfg, cfg.seed, 0, build_workload(&cfg).unwrap(), &mut |_| {}).unwrap();
         let clocks: Vec<Ns> = d.k.tasks.iter().map(|t| t.clock).collect();
-        // task 3 (CPU 3, other socket): 135 + 100; task 2 (CPU 2): + 235;
-        // task 1 (CPU 1): + 48 + 100; task 0 (CPU 0): + 8 + 100; each runs
-        // 3000 after its wake-up.
-        assert_eq!(clocks, [3726, 3618, 3470, 3235]);
+        // task 3 (CPU 3, other socket): a cross-socket transfer and an IPI;
+        // task 2 (CPU 2): the same again; task 1 (CPU 1): a same-socket
+        // transfer and an IPI; task 0 (CPU 0): a local RMW and an IPI; each
+        // runs a context switch after its wake-up.
+        let c = &d.k.c;
+        let w3 = c.line_cross + c.ipi_send;
+        let w2 = w3 + c.line_cross + c.ipi_send;
+        let w1 = w2 + c.line_same + c.ipi_send;
+        let w0 = w1 + c.line_local + c.ipi_send;
+        assert_eq!(clocks, [w0, w1, w2, w3].map(|w| w + c.context_switch));
     }
 }

@@ -56,6 +56,9 @@ impl Kernel {
                 zero_call: c.node_zero_call[i],
                 copy_4k: c.node_copy_4k[i],
                 read_4k: c.node_read_4k[i],
+                stream_4k: c.node_stream_4k[i],
+                bw: crate::sim::bw::BwServer::new(n.shared_bw_gbps),
+                link: crate::sim::bw::BwServer::new(prof.cpu.interconnect_bw_gbps),
                 has_cpus: n.has_cpus,
                 kswapd_failures: 0,
                 kswapd_run: None,
@@ -99,6 +102,7 @@ impl Kernel {
                 landing: Vec::new(),
                 tlbstate: Default::default(),
                 cache: crate::hw::cache::CpuCache::new(),
+                busy_until: 0,
             })
             .collect();
         let anon_policy = crate::policy::anon_order(&knobs)?;
@@ -112,6 +116,8 @@ impl Kernel {
             sc,
             knobs,
             cpus,
+            topo: crate::hw::topology::Topology::new(nr_cpus, prof.cpu.sockets, prof.cpu.threads_per_core),
+            llc: crate::hw::cache::Llc::new(prof.cpu.sockets, (nr_cpus / prof.cpu.sockets).max(1), prof.cpu.l2_kib, prof.cpu.llc_kib),
             nodes,
             pa,
             mms: Vec::new(),

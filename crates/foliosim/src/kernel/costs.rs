@@ -25,8 +25,6 @@ pub struct Costs {
     pub copy_warm_4k: Ns,
     /// Per folio allocated cold (alloc_cold_ns).
     pub alloc_cold: Ns,
-    /// warm_cache_bytes in pages.
-    pub warm_cache_pages: u64,
     pub memcg: Ns,
     pub lru_add: Ns,
     pub lru_lock_per_folio: Ns,
@@ -75,6 +73,9 @@ pub struct Costs {
     pub walk: Ns,
     pub walk_cached: Ns,
     pub split_queue: Ns,
+    /// What a step's time grows by, per mille of the part its SMT sibling
+    /// is busy too: 2 / smt_throughput_ratio - 1 (0 without SMT).
+    pub smt_stretch_per_mille: u64,
     /// Per node: the fixed cost of one clear call (see NodeSpec::zero_call_ns).
     pub node_zero_call: Vec<Ns>,
     pub promotion_candidate: Ns,
@@ -88,6 +89,8 @@ pub struct Costs {
     pub node_zero_4k: Vec<Ns>,
     pub node_copy_4k: Vec<Ns>,
     pub node_read_4k: Vec<Ns>,
+    /// Per node: 4 KiB of a prefetched read stream (read_bw alone).
+    pub node_stream_4k: Vec<Ns>,
 }
 
 impl Costs {
@@ -111,7 +114,6 @@ impl Costs {
             zero_warm_4k: ns(Profile::bw_ns(4096, c.zero_warm_bw_gbps)),
             copy_warm_4k: ns(Profile::bw_ns(4096, c.copy_warm_bw_gbps)),
             alloc_cold: ns(c.alloc_cold_ns),
-            warm_cache_pages: c.warm_cache_bytes / 4096,
             memcg: ns(c.memcg_charge_ns),
             lru_add: ns(c.lru_add_ns),
             lru_lock_per_folio: ns(c.lru_lock_per_folio_ns),
@@ -159,6 +161,11 @@ impl Costs {
             walk: ns(p.tlb.walk_ns),
             walk_cached: ns(p.tlb.walk_cached_ns),
             split_queue: ns(c.split_queue_ns),
+            smt_stretch_per_mille: if p.cpu.threads_per_core > 1 {
+                ns(1000.0 * (2.0 / p.cpu.smt_throughput_ratio.max(1.0) - 1.0))
+            } else {
+                0
+            },
             node_zero_call: p.nodes.iter().map(|n| ns(n.zero_call_ns)).collect(),
             node_zero_4k: p.nodes.iter().map(|n| ns(n.zero_call_ns + Profile::bw_ns(4096, n.zero_bw_gbps))).collect(),
             promotion_candidate: ns(c.promotion_candidate_ns),
@@ -168,6 +175,7 @@ impl Costs {
             node_latency: p.nodes.iter().map(|n| ns(n.latency_ns)).collect(),
             node_copy_4k: p.nodes.iter().map(|n| ns(Profile::bw_ns(4096, n.copy_bw_gbps))).collect(),
             node_read_4k: p.nodes.iter().map(|n| ns(Profile::bw_ns(4096, n.read_bw_gbps) + n.latency_ns)).collect(),
+            node_stream_4k: p.nodes.iter().map(|n| ns(Profile::bw_ns(4096, n.read_bw_gbps))).collect(),
         }
     }
 }

@@ -70,6 +70,24 @@ impl Kernel {
                 tk.user_ns += ns;
                 Some(Ret::Val(0))
             }
+            Op::Stream { addr, stride, count, bytes } => {
+                let (mm, cpu, t0) = {
+                    let tk = &self.tasks[tid as usize];
+                    (tk.mm, tk.cpu, tk.clock)
+                };
+                let home = self.cpus[cpu as usize].node as usize;
+                let mut t = t0;
+                for i in 0..count {
+                    // The node of the page read (the CPU's own if it is gone).
+                    let pte = self.mms[mm as usize].pt.pte(addr + i * stride);
+                    let nid = if pte.present() { self.mem_map.get(pte.pfn()).nid as usize } else { home };
+                    t = self.mem_traffic(t, cpu, nid, bytes, self.nodes[nid].stream_4k * bytes / 4096);
+                }
+                let tk = &mut self.tasks[tid as usize];
+                tk.user_ns += t - t0;
+                tk.clock = t;
+                Some(Ret::Val(0))
+            }
             Op::Mmap { addr, len, prot, flags, fd, off } => {
                 Some(self.sys(tid, Entry::Mmap, |k, t, cpu, mm| k.do_mmap(t, cpu, mm, addr, len, prot, flags, fd, off)))
             }

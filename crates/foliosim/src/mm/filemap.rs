@@ -80,7 +80,7 @@ impl Kernel {
             self.stat.add(Stat::Pgpgin, 4);
         } else {
             // A hole, or a new shmem page: cleared.
-            t += self.clear_folio_cost(cpu, pnid, 0);
+            t = self.clear_folio(t, cpu, pnid, 0);
         }
         self.check_guest_write(pfn, 0, "filled");
         {
@@ -164,19 +164,22 @@ impl Kernel {
             t = self.folio_mark_accessed(t, cpu, pfn);
             let chunk = ((idx + 1) << 12).min(end) - (idx << 12).max(pos);
             let nid = self.mem_map.get(pfn).nid as usize;
-            if self.cpus[cpu as usize].cache.on_copy(pfn, self.c.warm_cache_pages) {
-                // Copied lately by this CPU: from its caches.
+            if self.llc.on_copy(cpu, pfn) {
+                // Copied lately on this socket: from its caches, no memory
+                // traffic.
                 t += self.c.copy_warm_4k * chunk / 4096;
                 prev = pfn;
             } else if self.c.read_stream {
-                // copy_to_user streams at copy bandwidth while the source
-                // pages ascend physically; a jump restarts the hardware
-                // prefetcher: one demand miss at the page boundary.
+                // copy_to_user streams at the node's read bandwidth (into a
+                // buffer the caches hold) while the source pages ascend
+                // physically; a jump restarts the hardware prefetcher: one
+                // demand miss at the page boundary.
                 let jump = prev == Pfn::MAX || pfn != prev.wrapping_add(1);
-                t += self.nodes[nid].copy_4k * chunk / 4096 + if jump { self.c.node_latency[nid] } else { 0 };
+                t += if jump { self.c.node_latency[nid] } else { 0 };
+                t = self.mem_traffic(t, cpu, nid, chunk, self.nodes[nid].stream_4k * chunk / 4096);
                 prev = pfn;
             } else {
-                t += self.nodes[nid].read_4k * chunk / 4096;
+                t = self.mem_traffic(t, cpu, nid, chunk, self.nodes[nid].read_4k * chunk / 4096);
             }
             t = self.inodes[ino as usize].lines[li].rmw(t, cpu, &self.lc);
             idx += 1;
@@ -199,8 +202,11 @@ impl Kernel {
             t = t1;
             let nid = self.mem_map.get(pfn).nid as usize;
             let chunk = ((idx + 1) << 12).min(end) - (idx << 12).max(pos);
-            let warm = self.cpus[cpu as usize].cache.on_copy(pfn, self.c.warm_cache_pages);
-            t += if warm { self.c.copy_warm_4k } else { self.nodes[nid].copy_4k } * chunk / 4096;
+            if self.llc.on_copy(cpu, pfn) {
+                t += self.c.copy_warm_4k * chunk / 4096;
+            } else {
+                t = self.mem_traffic(t, cpu, nid, chunk, self.nodes[nid].copy_4k * chunk / 4096);
+            }
             // write_end dirties the folio; the access mark sees it dirty
             // (so page-cache promotion refuses a folio being written).
             self.folio_mark_dirty(pfn);

@@ -140,20 +140,52 @@ impl Kernel {
     pub(crate) fn prep_new_folio_on(&mut self, cpu: u32, pfn: Pfn, order: u32, nid: u32) -> Ns {
         let p = self.mem_map.get(pfn);
         let stamp = (p.lru_prev, p.lru_next);
-        let warm = self.cpus[cpu as usize].cache.on_alloc(cpu, stamp, 1 << order, self.c.warm_cache_pages);
+        let warm = self.llc.on_alloc(cpu, stamp, 1 << order);
+        self.cpus[cpu as usize].cache.alloc_warm = warm;
         self.prep_new_folio(pfn, order, nid);
         self.c.prep_tail * ((1 << order) - 1) + if warm { 0 } else { self.c.alloc_cold }
     }
 
     /// Clearing a 2^order-page folio just allocated on `cpu` on node `nid`
-    /// (clear_page, folio_zero_user): one clear call plus its bytes, at the
-    /// cache bandwidth when the allocation found the folio still in this
-    /// CPU's caches, else at the node's.
+    /// (clear_page, folio_zero_user), from `t`; returns when it is done. One
+    /// clear call plus its bytes: at the cache bandwidth when the allocation
+    /// found the folio still in the caches (hw/cache.rs), else at the
+    /// node's, through the memory bandwidth the node's other users share
+    /// (`mem_traffic`).
     #[inline(always)]
-    pub(crate) fn clear_folio_cost(&self, cpu: u32, nid: usize, order: u32) -> Ns {
+    pub(crate) fn clear_folio(&mut self, t: Ns, cpu: u32, nid: usize, order: u32) -> Ns {
         let n = &self.nodes[nid];
-        let page = if self.cpus[cpu as usize].cache.alloc_warm { self.c.zero_warm_4k } else { n.zero_4k - n.zero_call };
-        n.zero_call + (page << order)
+        let t = t + n.zero_call;
+        if self.cpus[cpu as usize].cache.alloc_warm {
+            return t + (self.c.zero_warm_4k << order);
+        }
+        let solo = (n.zero_4k - n.zero_call) << order;
+        self.mem_traffic(t, cpu, nid, 4096 << order, solo)
+    }
+
+    /// `bytes` moved between `cpu` and node `nid`'s memory from `t`, in
+    /// `solo` ns when nothing else uses it: through the node's bandwidth
+    /// and, for a node of another socket, the link between them, each
+    /// shared with every transfer in flight (sim/bw.rs). Returns the end.
+    #[inline(always)]
+    pub(crate) fn mem_traffic(&mut self, t: Ns, cpu: u32, nid: usize, bytes: u64, solo: Ns) -> Ns {
+        let end = self.nodes[nid].bw.transfer(t, bytes, solo);
+        let home = self.cpus[cpu as usize].node as usize;
+        if home == nid || !self.nodes[nid].has_cpus {
+            return end;
+        }
+        end.max(self.nodes[home].link.transfer(t, bytes, solo))
+    }
+
+    /// copy_page of `pages` pages from node `snid` into node `dnid` on
+    /// `cpu`, from `t`, in `solo` ns alone: the reads from one node and the
+    /// writes to the other share their bandwidths (`mem_traffic`).
+    pub(crate) fn copy_pages(&mut self, t: Ns, cpu: u32, snid: usize, dnid: usize, pages: u64, solo: Ns) -> Ns {
+        let bytes = pages << 12;
+        if snid == dnid {
+            return self.mem_traffic(t, cpu, snid, 2 * bytes, solo);
+        }
+        self.mem_traffic(t, cpu, snid, bytes, solo).max(self.mem_traffic(t, cpu, dnid, bytes, solo))
     }
 
     /// prep_new_page: per-page state of a fresh folio (HEAD/TAIL, order on
@@ -393,7 +425,7 @@ impl Kernel {
         p.flags |= pg::ANON | pg::SWAPBACKED | pg::ANON_EXCLUSIVE | pg::UPTODATE;
         p.mapping = av;
         p.index = vma.linear_page_index(addr);
-        let t = t + if zero { self.clear_folio_cost(cpu, pnid, 0) } else { 0 } + self.c.memcg;
+        let t = if zero { self.clear_folio(t, cpu, pnid, 0) } else { t } + self.c.memcg;
         self.check_guest_write(pfn, 0, if zero { "cleared" } else { "copied into" });
         // The allocation reference becomes the mapping's reference.
         Some((pfn, t))
@@ -536,8 +568,8 @@ impl Kernel {
         let Some((pfn, t)) = self.alloc_anon_page(t, vmf, false) else {
             return (Fault::Oom, t);
         };
-        let snid = self.mem_map.get(src).nid as usize;
-        let t = t + self.nodes[snid].copy_4k;
+        let (snid, dnid) = (self.mem_map.get(src).nid as usize, self.mem_map.get(pfn).nid as usize);
+        let t = self.copy_pages(t, cpu, snid, dnid, 1, self.nodes[snid].copy_4k);
         self.check_guest_write(pfn, 0, "copied into");
         self.stat.inc(Stat::FaultCow);
         let pte = Pte::new(pfn, Pte::WRITE | Pte::DIRTY | Pte::YOUNG | exec_bit(vma));
@@ -668,8 +700,8 @@ impl Kernel {
             let Some((pfn, t)) = self.alloc_anon_page(t, vmf, false) else {
                 return (Fault::Oom, t);
             };
-            let snid = self.mem_map.get(old).nid as usize;
-            let t = t + self.nodes[snid].copy_4k;
+            let (snid, dnid) = (self.mem_map.get(old).nid as usize, self.mem_map.get(pfn).nid as usize);
+            let t = self.copy_pages(t, vmf.cpu, snid, dnid, 1, self.nodes[snid].copy_4k);
             self.check_guest_write(pfn, 0, "copied into");
             return self.wp_replace(t, vmf, pfn, Some(old));
         }
@@ -677,8 +709,8 @@ impl Kernel {
         let Some((pfn, t)) = self.alloc_anon_page(t, vmf, false) else {
             return (Fault::Oom, t);
         };
-        let snid = self.mem_map.get(old).nid as usize;
-        let t = t + self.nodes[snid].copy_4k;
+        let (snid, dnid) = (self.mem_map.get(old).nid as usize, self.mem_map.get(pfn).nid as usize);
+        let t = self.copy_pages(t, vmf.cpu, snid, dnid, 1, self.nodes[snid].copy_4k);
         self.check_guest_write(pfn, 0, "copied into");
         self.wp_replace(t, vmf, pfn, Some(old))
     }

@@ -312,6 +312,15 @@ pub mod testutil {
                         Ret::Err(errno::EFAULT)
                     }
                 }
+                // A stream reads what accesses before it mapped.
+                Op::Stream { addr, stride, count, .. } => {
+                    assert!(count > 0);
+                    if self.mapped(addr, stride * (count - 1) + 1) {
+                        Ret::Val(0)
+                    } else {
+                        Ret::Err(errno::EFAULT)
+                    }
+                }
                 Op::Open { file } => {
                     assert!(self.file_sizes.contains_key(&file), "open of unknown file {file}");
                     let fd = self.next_fd;

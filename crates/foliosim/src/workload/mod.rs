@@ -160,6 +160,17 @@ pub enum Op {
     Compute {
         ns: Ns,
     },
+    /// A user loop whose speed is its memory's: `count` reads of `bytes`
+    /// bytes each, at `addr`, `addr + stride`, ... (mapped by accesses
+    /// before it). Each moves its bytes from the node holding its page at
+    /// one CPU's read bandwidth, through that node's bandwidth, which every
+    /// CPU streaming from it shares (docs/machine-model.md).
+    Stream {
+        addr: u64,
+        stride: u64,
+        count: u64,
+        bytes: u64,
+    },
     /// execve() of an ELF binary in file `file`: the task's mm is replaced
     /// by a fresh one holding the binary's PT_LOAD segments as its program
     /// headers would give them (text r-x at `vaddr` from offset 0, data rw
