@@ -25,7 +25,7 @@ LINT_STAMP := $(VENV)/.lint-stamp
 
 RAY_STAMP := $(VENV)/.ray-stamp
 
-.PHONY: demo test venv develop cargo-test pytest bench clean browser ray docs-tables validation fuzz validate golden lint toolchain reproductions check-reproductions docs-validation validation-public
+.PHONY: demo test venv develop cargo-test pytest bench clean browser ray docs-tables validation fuzz validate golden lint toolchain reproductions check-reproductions docs-validation validation-public record-test-traces bench-record validate-programs
 
 demo: develop
 	$(VENV)/bin/foliosim run configs/default.toml
@@ -137,17 +137,32 @@ pytest: $(STAMP)
 	$(VPY) -m pytest -q tests/python
 
 # Real-kernel microbenchmarks (C), used by calibrate/validate/record. The
-# recorder needs valgrind (and the examples sqlite3): installed from Debian's
-# packages when missing and we may (root with apt-get); otherwise the tests
-# that need them skip and say why.
+# recorder needs perf (Debian's linux-perf) and, with --mode valgrind,
+# valgrind (the examples sqlite3): installed from Debian's packages when
+# missing and we may (root with apt-get); otherwise the tests that need them
+# skip and say why.
 validation:
 	$(MAKE) --no-print-directory -C validation
-	@if ! command -v valgrind >/dev/null || ! command -v sqlite3 >/dev/null; then \
+	@if ! command -v valgrind >/dev/null || ! command -v sqlite3 >/dev/null || ! command -v perf >/dev/null; then \
 		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-			DEBIAN_FRONTEND=noninteractive apt-get install -y -qq valgrind sqlite3 >/dev/null || \
-				echo "note: could not install valgrind/sqlite3; record tests will skip"; \
-		else echo "note: valgrind/sqlite3 missing and not root; record tests will skip"; fi; \
+			DEBIAN_FRONTEND=noninteractive apt-get install -y -qq valgrind sqlite3 linux-perf >/dev/null || \
+				echo "note: could not install valgrind/sqlite3/linux-perf; record tests will skip"; \
+		else echo "note: valgrind/sqlite3/perf missing and not root; record tests will skip"; fi; \
 	fi
+
+# The small traces the tests, the golden outputs and the fuzzer replay
+# (committed: CI does not record them), from tests/data/tinyproj: its
+# `make -j2` build and a program of four threads, recorded with perf (root);
+# and /bin/true recorded with valgrind, a seed of the other recorder.
+TRACES := tests/data/traces
+record-test-traces: develop validation
+	mkdir -p $(TRACES)
+	$(MAKE) -s -C tests/data/tinyproj clean threads
+	$(VENV)/bin/foliosim record -o $(TRACES)/make-j2.fstrace -- make -s -j2 -C tests/data/tinyproj tiny
+	$(VENV)/bin/foliosim record -o $(TRACES)/threads.fstrace -- tests/data/tinyproj/threads
+	$(VENV)/bin/foliosim record --mode valgrind -o fuzz/seeds/true-valgrind.fstrace -- true
+	cp $(TRACES)/threads.fstrace fuzz/seeds/threads.fstrace
+	$(MAKE) -s -C tests/data/tinyproj clean
 
 # The trace reader fuzzer. cargo-fuzz (libFuzzer) when it is installed and
 # builds on this toolchain (stable + RUSTC_BOOTSTRAP=1), for FUZZ_SECONDS;
@@ -164,8 +179,24 @@ fuzz: toolchain
 validate: develop validation
 	$(VENV)/bin/foliosim validate
 
+# Real programs recorded, run natively and replayed under 4K, 64K and 2M:
+# faults, peak RSS, sys time and its change (root, perf; a quiet host, a few
+# minutes); fills the last table of docs/validation.md.
+validate-programs: develop validation
+	$(VENV)/bin/foliosim validate --programs --out results/validate-programs
+	$(VPY) -m foliosim.validate_programs doc results/validate-programs/programs.json docs/validation.md
+
 bench: develop
 	$(VENV)/bin/foliosim bench
+
+# What recording with perf costs (docs/performance.md, "Recording
+# overhead"): root, on a quiet host, about an hour on 2 CPUs. Installs
+# Debian's linux-source-6.12 (the kernel build's source) when missing;
+# fills the tables of docs/performance.md and docs/tutorial.md.
+bench-record: develop validation
+	@test -f /usr/src/linux-source-6.12.tar.xz || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq linux-source-6.12 >/dev/null
+	$(VENV)/bin/foliosim bench --record --out results/bench-record
+	$(VPY) -m foliosim.record_bench doc results/bench-record/record-bench.json docs/performance.md docs/tutorial.md
 
 clean: toolchain
 	rm -rf $(VENV) results python/foliosim/_core*.so

@@ -17,15 +17,8 @@
 #include <unistd.h>
 
 #define REPS 5
-#define PG 4096UL
+#include "probe.h"
 #define MiB (1024UL * 1024)
-
-static double now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-	return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
-}
 
 static int cmpd(const void *a, const void *b)
 {
@@ -139,16 +132,6 @@ static long anon_huge_kib(void)
  * instruction the kernel's clear_page uses on x86 with ERMS (rep stosb over
  * 4096 bytes), over a 1 MiB working set rewritten again and again (it stays
  * in L2); other architectures use memset. Reported in ns per page. */
-static void clear4k(void *p)
-{
-#if defined(__x86_64__)
-	unsigned long c = PG;
-	__asm__ volatile("rep stosb" : "+D"(p), "+c"(c) : "a"(0) : "memory");
-#else
-	memset(p, 0, PG);
-#endif
-}
-
 static double clear_warm_ns(void)
 {
 	double v[REPS];

@@ -26,30 +26,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#define PG 4096UL
+#include "probe.h"
 #define MiB (1024UL * 1024)
 #define MAXT 256
 
-/* This thread's CPU time: on a machine others share, a thread waiting for
+/* now() counts this thread's CPU time: on a machine others share, a thread waiting for
  * a CPU is not counted as slow streaming. The threads still stream at the
  * same time only while both have a CPU: the figures want a quiet host. */
-static double now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-	return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
-}
-
-static void clear4k(void *p)
-{
-#if defined(__x86_64__)
-	unsigned long c = PG;
-	__asm__ volatile("rep stosb" : "+D"(p), "+c"(c) : "a"(0) : "memory");
-#else
-	memset(p, 0, PG);
-#endif
-}
-
 enum kind { CLEAR, COPY, READ, REUSE };
 
 struct job {

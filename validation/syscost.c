@@ -60,19 +60,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#define PG 4096UL
+#include "probe.h"
+
 #define MiB (1024UL * 1024)
 #define PMD (2 * MiB)
 #define MAX_PASSES 1000
 /* madvise's range, in pages (at most tlb_single_page_flush_ceiling). */
 #define MADVISE_RANGE 32
-
-static double now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-	return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
-}
 
 static void die(const char *what)
 {

@@ -2,13 +2,13 @@
 //! libFuzzer target: any bytes through the trace reader, and whatever it
 //! accepts through the replay's translation table. Run with `make fuzz`.
 use foliosim::workload::trace::TraceReplay;
-use foliosim::workload::trace_format::TraceReader;
+use foliosim::workload::trace_format::Trace;
 use foliosim::workload::{Op, Ret, Workload};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    let Ok(records) = TraceReader::new(data).and_then(|r| r.read_all()) else { return };
-    let mut w = TraceReplay::from_records("fuzz".into(), records);
+    let Ok(trace) = Trace::read(data) else { return };
+    let mut w = TraceReplay::from_trace("fuzz".into(), trace).with_jobs(2, &["make"]);
     struct Env;
     impl foliosim::workload::SetupEnv for Env {
         fn nr_cpus(&self) -> u32 {
@@ -41,7 +41,7 @@ fuzz_target!(|data: &[u8]| {
         let mut ops = 0;
         let ret = match w.next_op(t, last, &mut ops) {
             Op::Exit => continue,
-            Op::Fork => {
+            Op::Fork | Op::Vfork | Op::Clone => {
                 ids += 1;
                 w.on_fork(t, ids);
                 run.push_back((ids, Ret::Val(0)));

@@ -18,6 +18,7 @@ __all__ = [
     "Error",
     "InternalError",
     "OutOfMemoryError",
+    "ValgrindListener",
     "WorkloadError",
     "__version__",
     "_panic_for_tests",
@@ -31,9 +32,11 @@ __all__ = [
     "profile_explain_json",
     "resolve_paths",
     "run_json",
+    "trace_from_perf",
     "trace_from_valgrind_log",
     "trace_from_valgrind_logs",
     "trace_info",
+    "trace_meta",
 ]
 
 _ProgressCallback = Callable[[float, float], bool | None]
@@ -75,6 +78,18 @@ class Cancel:
     def cancel(self) -> None: ...
     @property
     def cancelled(self) -> bool: ...
+
+@final
+class ValgrindListener:
+    """A listener for the logs valgrind streams with ``--log-socket``:
+    ``port`` to give valgrind, ``convert`` to run in a thread (it returns
+    once ``stop`` was called and every connection is read)."""
+
+    def __init__(self) -> None: ...
+    @property
+    def port(self) -> int: ...
+    def stop(self) -> None: ...
+    def convert(self, out_path: str, meta_json: str, root: int) -> str: ...
 
 def load_toml(text: str, filename: str = "<string>") -> str:
     """Validate and normalise a TOML config; the normalised config as JSON.
@@ -140,6 +155,14 @@ def trace_from_valgrind_logs(dir: str, out_path: str, meta_json: str, root: int)
 def trace_info(path: str) -> str:
     """Read and check a whole trace; {"records", "accesses", "files", "regions",
     "meta"} as JSON. Raises WorkloadError."""
+
+def trace_from_perf(input_path: str, out_path: str, meta_json: str, status_path: str, tracefs: str) -> str:
+    """Convert perf's pipe stream read from ``input_path`` into a trace at
+    ``out_path`` (tracepoint formats from ``tracefs``; the recorder's status
+    file read when the stream ends); statistics as JSON. Raises WorkloadError."""
+
+def trace_meta(path: str) -> str:
+    """The Meta JSON at the head of a trace ("" if none). Raises WorkloadError."""
 
 def _panic_for_tests(message: str) -> None:
     """Panics inside the core's guard, as a bug would (tests of the panic ->

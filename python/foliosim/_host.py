@@ -189,3 +189,14 @@ def tmp_fs_kind(path: str) -> str:
     except OSError:
         pass
     return "tmpfs" if fstype in ("tmpfs", "shmem") else "disk"
+
+
+def fill_marked(path: Path, mark: str, end_mark: str, text: str) -> None:
+    """Replace what lies between `mark` and `end_mark` in the page `path`
+    (a generated table in a hand-written page)."""
+    page = path.read_text()
+    if mark not in page or end_mark not in page:
+        raise HostError(f"{path}: no {mark} ... {end_mark} markers")
+    head, rest = page.split(mark, 1)
+    _, tail = rest.split(end_mark, 1)
+    write_text_atomic(path, f"{head}{mark}\n{text}\n{end_mark}{tail}")

@@ -116,6 +116,18 @@ def _time_rows(tn: dict[str, Any]) -> list[tuple[str, float]]:
     return rows
 
 
+def _trace_lacks(path: str) -> str:
+    """Which recorder made the trace at `path` and what it lacks, from its
+    head ("" when unknown)."""
+    try:
+        meta = json.loads(_core.trace_meta(path) or "{}")
+    except (ValueError, OSError):
+        return ""
+    if not isinstance(meta, dict) or "lacks" not in meta:
+        return ""
+    return f"recorded with {meta.get('mode', '?')}: {meta['lacks']}"
+
+
 def format_summary(r: Result, out_dir: Path | None = None, all_rows: bool = False) -> str:
     """The human summary of a run. Rows that are zero are left out (one line
     says how many) unless `all_rows`; time shares are of user + sys."""
@@ -140,6 +152,9 @@ def format_summary(r: Result, out_dir: Path | None = None, all_rows: bool = Fals
         lines.append(f"trace: replayed to its end at {done:.6f} simulated s" if done is not None else
                      f"trace: NOT replayed to its end: cut at {r.sim_time_s:.3f} simulated s "
                      "(a longer run.duration_s replays more)")
+        lacks = _trace_lacks(str(wl.get("path", "")))
+        if lacks:
+            lines.append(f"trace: {lacks}")
     elif done is not None:
         lines.append(f"every task exited at {done:.6f} simulated s")
     lines.append("")
@@ -272,7 +287,11 @@ def check_out_dir(flag: str, path: Path) -> None:
 
 def check_out_file(flag: str, path: Path) -> None:
     """Before anything runs: the output file `path` can be written."""
-    if path.is_dir():
+    try:
+        is_dir = path.is_dir()
+    except OSError as e:  # a folder on the way we may not enter
+        raise UsageError(f"{flag} {path}: {e.strerror}") from None
+    if is_dir:
         raise UsageError(f"{flag} {path}: is a folder; give a file name")
     _probe_writable(flag, path, _nearest_existing(path.parent))
 
@@ -807,6 +826,10 @@ def cmd_bench_paired(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    if args.record:
+        if args.repeats < 1:
+            raise UsageError(f"--repeats {args.repeats}: must be at least 1")
+        return _host_cmd("record_bench")(args)
     if args.paired is not None:
         return cmd_bench_paired(args)
     results: dict[str, Any] = {}
@@ -943,6 +966,15 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--quiet", "-q", action="store_true", help="no progress lines on stderr")
     b.add_argument("--strict", action="store_true", help="exit 1 if a target is not met")
     b.add_argument("--slow", action="store_true", help="also time whole reproductions (mthp-will-it-scale, mthp-memory, mthp-kernel-build, luf-xsbench, luf-llama)")
+    b.add_argument("--record", action="store_true",
+                   help="instead: what recording with perf costs (root): a kernel build, xz -9, python3, sqlite3 run natively "
+                        "and under `foliosim record`, interleaved; trace sizes, replay speeds")
+    b.add_argument("--scale", choices=("small", "full"), default="full",
+                   help="with --record: full (the programs of docs/performance.md) or small (a check of the tooling)")
+    b.add_argument("--repeats", type=int, default=3, metavar="N", help="with --record: interleaved runs of each (default 3)")
+    b.add_argument("--only", metavar="LIST", help="with --record: a subset of kernel,xz,python3,sqlite3")
+    b.add_argument("--out", metavar="DIR", type=_path, help="with --record: where the report and traces go (default results/bench-record)")
+    b.add_argument("--cache", metavar="DIR", type=_path, help="with --record: the kernel tree and inputs (default $FOLIOSIM_CACHE or results/cache)")
     b.add_argument("--paired", metavar="REF", help="instead: build git REF and the working tree, run them interleaved "
                    "(--pairs pairs, the order alternating) and print each workload's throughput ratio, "
                    "candidate/ref: median [IQR] (min-max) of the per-pair ratios (docs/performance.md)")
@@ -965,7 +997,7 @@ def _host_cmd(name: str) -> Callable[[argparse.Namespace], int]:
         # Before minutes of measuring or recording, or any knob written.
         out = getattr(args, "out", None)
         if out:
-            (check_out_dir if name == "validate" else check_out_file)("--out", Path(out))
+            (check_out_dir if name in ("validate", "record_bench") else check_out_file)("--out", Path(out))
         for flag, dest in (("--profile", "profile"), ("--real", "real"), ("--from", "from_json")):
             if getattr(args, dest, None):
                 check_in_file(flag, Path(getattr(args, dest)))
@@ -1026,6 +1058,13 @@ def _add_host_commands(sub: Any) -> None:
                    help="threads of the threads-mode rows (page_fault1/2/3, mmap1 under 4K, 64K, 2M; default 2, 0 = none)")
     v.add_argument("--real", metavar="REPORT.json", type=_path,
                    help="reuse the real runs of an earlier validate.json (its medians and spreads) and rerun only the model")
+    v.add_argument("--programs", action="store_true",
+                   help="instead: real programs (make -jN of a C project, xz, python3, sqlite3, sort, awk) recorded, run natively "
+                        "and replayed under 4K, 64K and 2M; faults, peak RSS, sys time and its change compared (root, perf)")
+    v.add_argument("--only", metavar="LIST", help="with --programs: a subset of make,xz,python3,sqlite3,sort,awk")
+    v.add_argument("--scale", choices=("full", "small"), default="full",
+                   help="with --programs: full (seconds a program) or small (a check of the tooling)")
+    v.add_argument("--cache", metavar="DIR", type=_path, help="with --programs: the programs' inputs (default $FOLIOSIM_CACHE or results/cache)")
     v.add_argument("--public", action="store_true",
                    help="instead: predict the public real-kernel results of other machines in validation/public/ "
                         "(no root; docs/validation-public.md)")
@@ -1036,6 +1075,11 @@ def _add_host_commands(sub: Any) -> None:
 
     r = sub.add_parser("record", help="record a program's memory behaviour into a trace: foliosim record -- CMD ARGS")
     r.add_argument("--out", "-o", metavar="FILE", type=_path, help="trace file (default CMD.fstrace)")
+    r.add_argument("--mode", choices=("perf", "valgrind"), default="perf",
+                   help="perf (default): natively, the page faults, memory calls, file I/O, processes and CPU time the kernel sees "
+                        "(root); valgrind: every memory access, thousands of times slower")
+    r.add_argument("--timeout", type=float, metavar="SECONDS",
+                   help="kill the recorded command (every process of it) after this long; no trace is written")
     r.add_argument("--validate", action="store_true", help="then compare native minor faults and RSS with the replay")
     r.add_argument("--profile", metavar="FILE", type=_path, help="profile for --validate (default results/calibrate/host.toml)")
     r.add_argument("--json", action="store_true")

@@ -10,9 +10,10 @@ import secrets
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = ["HOST_TIME_KEYS", "Result", "atomic_write", "deterministic_view", "remove_stale_staging", "staged_folder",
            "write_synced", "write_text_atomic"]
@@ -218,11 +219,13 @@ class Result:
 
     @property
     def counters(self) -> pd.DataFrame:
+        import pandas as pd  # here, not at import: `foliosim record` and the CLI start without it
         vm = self.raw.get("vmstat") or {}
         return pd.DataFrame({"name": list(vm.keys()), "value": list(vm.values())})
 
     @property
     def timeseries(self) -> pd.DataFrame:
+        import pandas as pd
         ts = self.raw.get("timeseries") or {}
         return pd.DataFrame({k: pd.Series(v) for k, v in ts.items()})
 

@@ -716,6 +716,11 @@ def check_args(args: argparse.Namespace) -> tuple[list[str] | None, int]:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
+    if args.programs:
+        from .validate_programs import cmd_programs
+        return cmd_programs(args)
+    if args.only or args.cache or args.scale != "full":
+        raise HostError("--only, --scale and --cache go with --programs")
     settings, repeats = check_args(args)
     why = None if args.real else knobs_available()
     if why:

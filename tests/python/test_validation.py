@@ -263,7 +263,7 @@ def test_validate_quick_bounds_on_what_the_model_covers(host_profile):
 
 
 # ----------------------------------------------------------- trace replay --
-def write_trace(path: Path, version: int = 1, truncate: int = 0) -> None:
+def write_trace(path: Path, version: int = 3, truncate: int = 0) -> None:
     """A small valid trace written by the core's converter from a fake valgrind log."""
     log = path.with_suffix(".log")
     log.write_text(
@@ -296,15 +296,21 @@ def test_trace_replay_faults_and_rss(tmp_path):
 
 
 @pytest.mark.parametrize("kind,needle", [("truncated", "truncated"), ("newer", "newer"), ("garbage", "bad magic"),
-                                         ("corrupt", "corrupt"), ("v3", "version 3 is newer")])
+                                         ("corrupt", "corrupt"), ("older", "version 2 is older"),
+                                         ("machine", "another kind of machine (aarch64, 64 KiB pages)")])
 def test_bad_traces_are_one_line_errors(tmp_path, kind, needle):
     t = tmp_path / "bad.fstrace"
     if kind == "truncated":
         write_trace(t, truncate=7)
     elif kind == "newer":
         write_trace(t, version=99)
-    elif kind == "v3":
-        write_trace(t, version=3)
+    elif kind == "older":
+        write_trace(t, version=2)
+    elif kind == "machine":
+        write_trace(t)
+        data = bytearray(t.read_bytes())
+        data[11], data[12:14] = 16, (183).to_bytes(2, "little")
+        t.write_bytes(bytes(data))
     elif kind == "corrupt":
         write_trace(t)
         data = bytearray(t.read_bytes())
@@ -327,10 +333,10 @@ needs_valgrind = pytest.mark.skipif(shutil.which("valgrind") is None, reason="va
 @needs_valgrind
 def test_record_failing_program_leaves_no_trace(tmp_path):
     out = tmp_path / "f.fstrace"
-    r = cli("record", "-o", str(out), "--", "sh", "-c", "exit 3")
+    r = cli("record", "--mode", "valgrind", "-o", str(out), "--", "sh", "-c", "exit 3")
     assert r.returncode == 2 and "status 3" in r.stderr and len(r.stderr.strip().splitlines()) == 1
     assert not out.exists() and not list(tmp_path.iterdir())
-    r = cli("record", "-o", str(out), "--", "no-such-program-xyz")
+    r = cli("record", "--mode", "valgrind", "-o", str(out), "--", "no-such-program-xyz")
     assert r.returncode == 2 and "not found" in r.stderr and not out.exists()
 
 
@@ -338,7 +344,7 @@ def test_record_failing_program_leaves_no_trace(tmp_path):
 def test_record_failing_child_tree_leaves_no_trace(tmp_path):
     """A process tree whose command exits non-zero after a child ran."""
     out = tmp_path / "f.fstrace"
-    r = cli("record", "-o", str(out), "--", "sh", "-c", "cat /etc/hostname >/dev/null; exit 4")
+    r = cli("record", "--mode", "valgrind", "-o", str(out), "--", "sh", "-c", "cat /etc/hostname >/dev/null; exit 4")
     assert r.returncode == 2 and "status 4" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert not list(tmp_path.iterdir())
 
@@ -348,10 +354,10 @@ def test_record_a_process_tree_and_replay_it(tmp_path):
     """sh forks cat: two processes, cat's image and ld.so as files shared
     with sh's (one page cache), cat's records replayed in a forked child."""
     out = tmp_path / "sh.fstrace"
-    r = cli("record", "-o", str(out), "--json", "--", "sh", "-c", "cat /etc/hostname >/dev/null; true")
+    r = cli("record", "--mode", "valgrind", "-o", str(out), "--json", "--", "sh", "-c", "cat /etc/hostname >/dev/null; true")
     assert r.returncode == 0, r.stderr
     info = json.loads(r.stdout.strip().splitlines()[-1])["info"]
-    assert info["version"] == 2 and info["processes"] == 2, info
+    assert info["version"] == 3 and info["processes"] == 2 and info["meta"]["mode"] == "valgrind", info
     from foliosim import _core  # noqa: F401
     res = foliosim.run(replay_cfg(out) | {"run": {"warmup_s": 0.0, "duration_s": 60.0}})
     vm = res.raw["vmstat"]
@@ -365,7 +371,7 @@ def test_record_a_process_tree_and_replay_it(tmp_path):
 def test_record_sqlite3_and_replay_against_native(tmp_path, host_profile):
     out = tmp_path / "sq.fstrace"
     cmd = ["sqlite3", ":memory:", "create table t(a); insert into t values(1),(2); select sum(a) from t;"]
-    r = cli("record", "-o", str(out), "--validate", "--profile", str(host_profile), "--json", "--", *cmd)
+    r = cli("record", "--mode", "valgrind", "-o", str(out), "--validate", "--profile", str(host_profile), "--json", "--", *cmd)
     assert r.returncode == 0, r.stderr
     rep = json.loads(r.stdout.strip().splitlines()[-1])
     info = rep["record"]["info"]

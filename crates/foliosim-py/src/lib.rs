@@ -370,6 +370,69 @@ fn trace_from_valgrind_logs(py: Python<'_>, dir: &str, out_path: &str, meta_json
     engine(py, py.detach(move || guarded(|| api::trace_from_valgrind_logs(&d, &o, &m, root))))
 }
 
+/// Convert perf's pipe stream read from `input_path` (its stdout as
+/// /proc/self/fd/N) into a trace at `out_path`, the tracepoints' formats
+/// read from `tracefs`; the recorder's wrapper's status file is read when
+/// the stream ends. Statistics as JSON.
+#[pyfunction]
+fn trace_from_perf(
+    py: Python<'_>,
+    input_path: &str,
+    out_path: &str,
+    meta_json: &str,
+    status_path: &str,
+    tracefs: &str,
+) -> PyResult<String> {
+    let a = [input_path, out_path, meta_json, status_path, tracefs].map(str::to_string);
+    engine(py, py.detach(move || guarded(|| api::trace_from_perf(&a[0], &a[1], &a[2], &a[3], &a[4]))))
+}
+
+/// The Meta JSON of a trace (read from its head only), "" if it has none.
+#[pyfunction]
+fn trace_meta(py: Python<'_>, path: &str) -> PyResult<String> {
+    let p = path.to_string();
+    engine(py, py.detach(move || guarded(|| api::trace_meta(&p))))
+}
+
+/// A listener for the logs valgrind streams with --log-socket: `port` to
+/// give valgrind, `convert` to run (in a thread: it returns once `stop` was
+/// called and every connection is read), `stop` when valgrind has exited.
+#[pyclass(frozen)]
+struct ValgrindListener {
+    listener: std::sync::Mutex<Option<std::net::TcpListener>>,
+    stop: std::sync::atomic::AtomicBool,
+    port: u16,
+}
+
+#[pymethods]
+impl ValgrindListener {
+    #[new]
+    fn new(py: Python<'_>) -> PyResult<Self> {
+        let l = api::valgrind_listener().map_err(|e| to_pyerr(py, e))?;
+        let port = l.local_addr().map_err(|e| pyo3::exceptions::PyOSError::new_err(e.to_string()))?.port();
+        Ok(ValgrindListener { listener: std::sync::Mutex::new(Some(l)), stop: false.into(), port })
+    }
+
+    #[getter]
+    fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// valgrind has exited: `convert` returns once it has read what is left.
+    fn stop(&self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Convert every instance's log as it arrives into the trace
+    /// `out_path` (`root`: the recorded command's pid); statistics as JSON.
+    fn convert(&self, py: Python<'_>, out_path: &str, meta_json: &str, root: u64) -> PyResult<String> {
+        let l = self.listener.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let l = l.ok_or_else(|| pyo3::exceptions::PyValueError::new_err("this listener has converted already"))?;
+        let (o, m) = (out_path.to_string(), meta_json.to_string());
+        engine(py, py.detach(|| guarded(|| api::trace_from_valgrind_socket(l, &self.stop, &o, &m, root))))
+    }
+}
+
 /// Read and check a whole trace; returns {"records", "accesses", "files", "regions", "meta"} as JSON.
 #[pyfunction]
 fn trace_info(py: Python<'_>, path: &str) -> PyResult<String> {
@@ -385,6 +448,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
         m.add(*name, class.bind(py))?;
     }
     m.add_class::<Cancel>()?;
+    m.add_class::<ValgrindListener>()?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_function(wrap_pyfunction!(load_toml, m)?)?;
     m.add_function(wrap_pyfunction!(load_json, m)?)?;
@@ -400,5 +464,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(trace_from_valgrind_log, m)?)?;
     m.add_function(wrap_pyfunction!(trace_from_valgrind_logs, m)?)?;
     m.add_function(wrap_pyfunction!(trace_info, m)?)?;
+    m.add_function(wrap_pyfunction!(trace_from_perf, m)?)?;
+    m.add_function(wrap_pyfunction!(trace_meta, m)?)?;
     Ok(())
 }

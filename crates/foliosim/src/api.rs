@@ -136,6 +136,37 @@ pub fn trace_from_valgrind_logs(dir: &str, out_path: &str, meta_json: &str, root
     crate::workload::trace_procs::from_valgrind_logs_json(dir, out_path, meta_json, root).map_err(Error::Workload)
 }
 
+/// Convert perf's pipe stream read from `input_path` into a trace at
+/// `out_path` (the tracepoints' formats from `tracefs`; the recorder's
+/// status file read when the stream ends); statistics as JSON.
+pub fn trace_from_perf(input_path: &str, out_path: &str, meta_json: &str, status_path: &str, tracefs: &str) -> Result<String, Error> {
+    crate::workload::trace_perf::convert_files_json(input_path, out_path, meta_json, status_path, tracefs).map_err(Error::Workload)
+}
+
+/// A listener on a free port of 127.0.0.1 for the logs valgrind streams
+/// with --log-socket.
+pub fn valgrind_listener() -> Result<std::net::TcpListener, Error> {
+    crate::workload::trace_procs::bind_valgrind_socket().map_err(Error::Workload)
+}
+
+/// Convert the logs valgrind streams to `listener`, each as it arrives,
+/// into a trace at `out_path`, until `stop` is set and every connection
+/// is read; statistics as JSON.
+pub fn trace_from_valgrind_socket(
+    listener: std::net::TcpListener,
+    stop: &std::sync::atomic::AtomicBool,
+    out_path: &str,
+    meta_json: &str,
+    root: u64,
+) -> Result<String, Error> {
+    crate::workload::trace_procs::from_valgrind_socket_json(listener, stop, out_path, meta_json, root).map_err(Error::Workload)
+}
+
+/// The Meta JSON at the head of a trace ("" if none).
+pub fn trace_meta(path: &str) -> Result<String, Error> {
+    crate::workload::trace_format::meta_of(std::path::Path::new(path)).map_err(Error::Workload)
+}
+
 /// Read and check a whole trace: {"records", "accesses", "files",
 /// "regions", "meta"} as JSON.
 pub fn trace_info(path: &str) -> Result<String, Error> {

@@ -25,6 +25,16 @@ pub struct RunCfg {
     /// Tracepoints counted and recorded event by event.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub probes_record: Vec<String>,
+    /// A task's consecutive accesses run as one step when nothing else
+    /// can come first (docs/fault-path-speed.md); false runs them step by
+    /// step, with the same result (a debug switch: the test that compares
+    /// the two sets it).
+    #[serde(skip_serializing_if = "is_true")]
+    pub fault_runs: bool,
+}
+
+fn is_true(b: &bool) -> bool {
+    *b
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -95,6 +105,7 @@ pub const CONFIG_KEYS: &[ConfigKey] = &[
     ConfigKey { table: "run", key: "sample_ms", default: Some(Num(1000.0)), range: Some((1.0, 1e9)), help: "simulated milliseconds between two rows of the time series" },
     ConfigKey { table: "run", key: "probes", default: None, range: None, help: "tracepoints to count (`foliosim list probes`): the result's probes.NAME.count, per CPU and per task" },
     ConfigKey { table: "run", key: "probes_record", default: None, range: None, help: "tracepoints whose events are also recorded, each with its time, CPU, task and value" },
+    ConfigKey { table: "run", key: "fault_runs", default: Some(Bool(true)), range: None, help: "a task's consecutive accesses (a run of faults) run as one step when nothing else can come first; false: step by step, with the same result (a debug switch)" },
 ];
 
 /// The entry of `CONFIG_KEYS` for `table.key` (every key the parser reads has one).
@@ -445,7 +456,7 @@ fn from_table(mut root: toml::Table, ctx: &Ctx) -> Result<Config, ConfigError> {
     let machine = machine_from(&mut root, ctx)?;
     let run = run_from(&mut root, ctx)?;
     let (kn, knob_values) = knobs_from(&mut root, ctx, machine.prof.total_mem_mib() << 10)?;
-    let (name, raw) = workload_from(&mut root, ctx, &machine.prof)?;
+    let (name, raw) = workload_from(&mut root, ctx, &machine.prof, kn.swap_size_mib)?;
     let Machine { profile_name, prof, tlb_overrides, guests, guest_stagger_ms, costs } = machine;
     if let Some(k) = root.keys().next() {
         return Err(ctx.err("", k, "unknown key (expected seed, machine, workload, run, knobs)"));
@@ -659,6 +670,7 @@ fn run_from(root: &mut toml::Table, ctx: &Ctx) -> Result<RunCfg, ConfigError> {
         sample_ms: get_f64(ctx, &mut r, "run", "sample_ms")?,
         probes: get_probes(ctx, &mut r, "probes")?,
         probes_record: get_probes(ctx, &mut r, "probes_record")?,
+        fault_runs: get_bool(ctx, &mut r, "run", "fault_runs")?,
     };
     no_leftovers(ctx, &r, "run")?;
     Ok(run)
@@ -705,8 +717,8 @@ fn knobs_from(root: &mut toml::Table, ctx: &Ctx, mem_kib: u64) -> Result<(Knobs,
 }
 
 /// `[workload]`: its name and parameters (paths made absolute), checked by
-/// building it once; it must fit in `prof`'s memory.
-fn workload_from(root: &mut toml::Table, ctx: &Ctx, prof: &Profile) -> Result<(String, RawParams), ConfigError> {
+/// building it once; it must fit in `prof`'s memory and `swap_mib` of swap.
+fn workload_from(root: &mut toml::Table, ctx: &Ctx, prof: &Profile, swap_mib: u64) -> Result<(String, RawParams), ConfigError> {
     let mut w = take_table(ctx, root, "workload")?;
     let name = match w.remove("name") {
         Some(toml::Value::String(s)) => s,
@@ -726,15 +738,17 @@ fn workload_from(root: &mut toml::Table, ctx: &Ctx, prof: &Profile) -> Result<(S
         ctx.err("workload", k, reason.to_string())
     })?;
     if let Some(need) = wl.peak_bytes() {
-        let have = prof.total_mem_mib() << 20;
+        // Anonymous memory beyond RAM may live on the swap device.
+        let have = (prof.total_mem_mib() + swap_mib) << 20;
         if need > have {
             return Err(ctx.err(
                 "workload",
                 "",
                 format!(
-                    "needs about {:.1} GiB but the machine has {:.1} GiB",
+                    "needs about {:.1} GiB but the machine has {:.1} GiB{}",
                     need as f64 / (1u64 << 30) as f64,
-                    have as f64 / (1u64 << 30) as f64
+                    have as f64 / (1u64 << 30) as f64,
+                    if swap_mib > 0 { " with its swap" } else { "" }
                 ),
             ));
         }
@@ -879,8 +893,10 @@ mod tests {
             table.insert(k.key.into(), v.clone());
             let c = from_table(t, &Ctx { file: "c.toml", text: "", dir: Path::new("") })
                 .unwrap_or_else(|e| panic!("{}.{}: {e}", k.table, k.key));
-            // (guests and their stagger are in the normalised config only for 2 or more.)
-            if k.default.is_some() && !(k.table == "machine" && k.key.starts_with("guest")) {
+            // (guests and their stagger are in the normalised config only for 2 or more;
+            // run.fault_runs, a debug switch of the same result, only when off.)
+            let hidden_at_default = (k.table == "machine" && k.key.starts_with("guest")) || (k.table == "run" && k.key == "fault_runs");
+            if k.default.is_some() && !hidden_at_default {
                 let got = if k.table.is_empty() { &base[k.key] } else { &base[k.table][k.key] };
                 assert_eq!(got, &serde_json::to_value(k.default).unwrap(), "{}.{}: the default", k.table, k.key);
             }

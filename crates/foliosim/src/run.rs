@@ -3,13 +3,14 @@
 
 use crate::check;
 use crate::config::Config;
+use crate::kernel::knobs::Mutant;
 use crate::kernel::task::Task;
 use crate::kernel::Kernel;
 use crate::mm::fs::Inode;
 use crate::mm::vmstat::{Stat, ENTRY_NAMES, NR_STATS, STAT_NAMES};
 use crate::sim::{Ns, NSEC_PER_SEC};
 use crate::types::{Error, Progress};
-use crate::workload::{self, params::Params, FileId, FsKind, Op, Ret, SetupEnv, TaskId, Workload};
+use crate::workload::{self, params::Params, AccessRun, FileId, FsKind, Op, Ret, SetupEnv, TaskId, Workload};
 use serde_json::{json, Map, Value};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -59,6 +60,7 @@ impl SetupEnv for Env<'_> {
         Ok(id)
     }
     fn spawn_process(&mut self, cpu: Option<u32>) -> Result<TaskId, String> {
+        let pinned = cpu.is_some();
         let cpu = self.pick_cpu(cpu)?;
         let mm = self.k.new_mm();
         // Forked from one launcher: its mmap base, as dup_mm copies it.
@@ -67,13 +69,14 @@ impl SetupEnv for Env<'_> {
             None => *self.launcher_mmap_base.insert(self.k.arch_pick_mmap_base()),
         };
         self.k.mms[mm as usize].mmap_base = base;
-        Ok(self.add_task(mm, cpu))
+        Ok(self.add_task(mm, cpu, pinned))
     }
     fn spawn_thread(&mut self, of: TaskId, cpu: Option<u32>) -> Result<TaskId, String> {
+        let pinned = cpu.is_some();
         let cpu = self.pick_cpu(cpu)?;
         let mm = self.k.tasks.get(of as usize).ok_or_else(|| format!("spawn_thread: no task {of}"))?.mm;
         self.k.mms[mm as usize].users += 1;
-        Ok(self.add_task(mm, cpu))
+        Ok(self.add_task(mm, cpu, pinned))
     }
     fn seed(&self) -> u64 {
         self.seed
@@ -132,9 +135,11 @@ impl Env<'_> {
             }
         }
     }
-    fn add_task(&mut self, mm: u32, cpu: u32) -> TaskId {
+    fn add_task(&mut self, mm: u32, cpu: u32, pinned: bool) -> TaskId {
         let id = self.k.tasks.len() as u32;
-        self.k.tasks.push(Task::new(id, mm, cpu, 0));
+        let mut t = Task::new(id, mm, cpu, 0);
+        t.pinned = pinned;
+        self.k.tasks.push(t);
         self.k.mms[mm as usize].cpumask_set(cpu);
         id
     }
@@ -156,6 +161,8 @@ pub struct Outcome {
     pub iterations: Vec<Option<u64>>,
     pub warmup_ns: Ns,
     pub measured_ns: Ns,
+    /// Steps run in runs of steps (`access_run`), not one by one.
+    pub run_steps: u64,
 }
 
 /// The run queue: (time, sequence, task). The sequence number makes ties
@@ -267,6 +274,9 @@ pub(crate) struct Driver {
     iterations_at_warmup: Vec<Option<u64>>,
     pub(crate) steps: u64,
     pub(crate) now: Ns,
+    /// `[run] fault_runs`: runs of steps (`access_run`).
+    fault_runs: bool,
+    run_steps: u64,
 }
 
 impl Driver {
@@ -346,6 +356,8 @@ impl Driver {
             iterations_at_warmup,
             steps: 0,
             now: 0,
+            fault_runs: cfg.run.fault_runs,
+            run_steps: 0,
         })
     }
 
@@ -424,8 +436,13 @@ impl Driver {
             let start = k.tasks[tid as usize].clock;
             crate::sim::set_frontier(start, earliest);
             k.charge_irq(tid, cpu as u32);
-            let ended = step(k, self.wl.as_mut(), tid, q);
-            self.steps += 1;
+            // The steps after this one that this loop would run next, if
+            // they are accesses, run as one (`access_run`): as many as
+            // remain before the next progress check.
+            let bound = RunBound { until: earliest.min(stop), earliest, steps: (0x1000 - ((self.steps + 1) & 0xfff)) & 0xfff };
+            let (ended, ran) = step(k, self.wl.as_mut(), tid, q, self.fault_runs.then_some(bound));
+            self.steps += ran;
+            self.run_steps += ran - 1;
             // (Most steps wake nobody: skip the take-and-drop of the buffer.)
             if !k.wakeups.is_empty() {
                 for (t, w) in std::mem::take(&mut k.wakeups) {
@@ -499,6 +516,7 @@ impl Driver {
             samples_stat: self.out_stat,
             warmup_ns: self.warmup_ns,
             measured_ns: self.measured_ns,
+            run_steps: self.run_steps,
         }
     }
 }
@@ -524,12 +542,26 @@ fn switch_to_next(k: &mut Kernel, cpu: usize, t: Ns, q: &mut Queue) {
     }
 }
 
+/// What bounds a run of steps (`access_run`): the driver runs the task's
+/// next step at once while its clock is before `until` (the earliest
+/// other step, and the next sample, audit or the end) and for `steps`
+/// more steps (to its next progress check); `earliest` is the frontier's
+/// horizon.
+#[derive(Clone, Copy)]
+struct RunBound {
+    until: Ns,
+    earliest: Ns,
+    steps: u64,
+}
+
 /// One step of task `tid`: the rest of a pending operation, or the
-/// workload's next one. For a kernel thread, returns when its step ended.
-fn step(k: &mut Kernel, wl: &mut dyn Workload, tid: u32, q: &mut Queue) -> Option<Ns> {
+/// workload's next one; with `run`, then the accesses that follow it as
+/// further steps (`access_run`). Returns when a kernel thread's step
+/// ended, and the steps run.
+fn step(k: &mut Kernel, wl: &mut dyn Workload, tid: u32, q: &mut Queue, run: Option<RunBound>) -> (Option<Ns>, u64) {
     let tk = &mut k.tasks[tid as usize];
     if tk.kthread.is_some() {
-        return Some(k.kthread_step(tid));
+        return (Some(k.kthread_step(tid)), 1);
     }
     if tk.fault_resumes() {
         // The rest of a fault; then the access re-executes (unless the
@@ -538,7 +570,7 @@ fn step(k: &mut Kernel, wl: &mut dyn Workload, tid: u32, q: &mut Queue) -> Optio
         let f = k.fault_continue(tid);
         let tk = &k.tasks[tid as usize];
         if tk.lock_wait.is_some() || tk.mid_fault() || tk.fault_unlock.is_some() {
-            return None;
+            return (None, 1);
         }
         match f {
             Fault::Done | Fault::Pending => {}
@@ -546,7 +578,7 @@ fn step(k: &mut Kernel, wl: &mut dyn Workload, tid: u32, q: &mut Queue) -> Optio
                 let e = if f == Fault::Oom { crate::workload::errno::ENOMEM } else { crate::workload::errno::EFAULT };
                 k.tasks[tid as usize].pending = None;
                 k.tasks[tid as usize].last = Ret::Err(e);
-                return None;
+                return (None, 1);
             }
         }
     }
@@ -555,9 +587,14 @@ fn step(k: &mut Kernel, wl: &mut dyn Workload, tid: u32, q: &mut Queue) -> Optio
         Some(op) => op,
         None => wl.next_op(tid, tk.last, &mut tk.ops),
     };
-    // (Only whether it was a fork is needed after exec: the op moves in.)
-    let fork = matches!(op, Op::Fork);
+    // (Only what kind of op it was is needed after exec: the op moves in.)
+    let fork = matches!(op, Op::Fork | Op::Vfork | Op::Clone);
+    let (access, range) = (matches!(op, Op::Access { .. }), matches!(op, Op::AccessRange { .. }));
     let r = k.exec(tid, op);
+    // A run follows a single access, or a range of them that a fault
+    // interrupted; after a whole range (memhog's pass: one step for many
+    // TLB hits) the next op is the workload's, whatever it is.
+    let runs = access || (range && k.tasks[tid as usize].pending.is_some());
     // page_reporting_notify_free for the frees this step made.
     k.page_reporting_poll(tid);
     if let Some(r) = r {
@@ -569,7 +606,92 @@ fn step(k: &mut Kernel, wl: &mut dyn Workload, tid: u32, q: &mut Queue) -> Optio
             enqueue(k, q, t, child);
         }
     }
-    None
+    match run {
+        Some(b) if runs && b.steps > 0 && k.tasks[tid as usize].clock < b.until => (None, 1 + access_run(k, wl, tid, b)),
+        _ => (None, 1),
+    }
+}
+
+/// A run of steps (docs/fault-path-speed.md): the steps of task `tid`
+/// that follow one that made an access, while each is an access (the rest
+/// of a pending user loop, or the next of the accesses the workload
+/// announces, `Workload::access_run`) and the driver would run it next
+/// with nothing in between: the same steps, in the same order, at the
+/// same times, through the same `exec`, with what the driver does at a
+/// step's start (the frontier, interrupt time), without its dispatch
+/// (the run queue, the workload's `next_op`, the step's case analysis).
+/// Returns the steps run; the driver then goes on after the last one as
+/// after any step.
+fn access_run(k: &mut Kernel, wl: &mut dyn Workload, tid: u32, b: RunBound) -> u64 {
+    let cpu = k.tasks[tid as usize].cpu;
+    let mut announced: Option<AccessRun> = None;
+    let (mut n, mut used) = (0, 0);
+    while n < b.steps && run_goes_on(k, tid, cpu, b.until) {
+        let tk = &mut k.tasks[tid as usize];
+        let op = match tk.pending {
+            Some(op @ Op::AccessRange { .. }) => {
+                tk.pending = None;
+                op
+            }
+            Some(_) => break,
+            // The workload's next op, as long as the one before succeeded.
+            None if tk.last == Ret::Val(0) => {
+                let a = match &mut announced {
+                    Some(a) => a,
+                    None => match wl.access_run(tid) {
+                        Some(a) => announced.insert(a),
+                        None => break,
+                    },
+                };
+                if a.count == 0 {
+                    break;
+                }
+                let op = Op::Access { addr: a.addr, kind: a.kind };
+                a.addr += a.stride;
+                a.count -= 1;
+                used += 1;
+                op
+            }
+            None => break,
+        };
+        crate::sim::set_frontier(tk.clock, b.earliest);
+        k.charge_irq(tid, cpu);
+        if let Some(r) = k.exec(tid, op) {
+            k.tasks[tid as usize].last = r;
+        }
+        k.page_reporting_poll(tid);
+        n += 1;
+    }
+    if used > 0 {
+        let mut scratch = 0;
+        let ops = if k.knobs.mutant == Mutant::RunSkipsOpCount { &mut scratch } else { &mut k.tasks[tid as usize].ops };
+        wl.access_run_done(tid, used, ops);
+    }
+    n
+}
+
+/// Whether the driver, after task `tid`'s step on `cpu`, would run its
+/// next step at once and do nothing else first (the conditions that end
+/// a run, docs/fault-path-speed.md): nobody was woken, the task neither
+/// exited nor sleeps nor has a fault to resume, its clock is before
+/// `until`, and its CPU is still its own (a time slice over with nobody
+/// waiting is renewed, as the driver renews it).
+#[inline(always)]
+fn run_goes_on(k: &mut Kernel, tid: u32, cpu: u32, until: Ns) -> bool {
+    let tk = &k.tasks[tid as usize];
+    let c = tk.clock;
+    let past = c >= until && k.knobs.mutant != Mutant::RunPastOtherSteps;
+    if !k.wakeups.is_empty() || tk.exited || tk.sleeping || tk.fault_resumes() || past {
+        return false;
+    }
+    let cp = &mut k.cpus[cpu as usize];
+    if c >= cp.slice_end {
+        if !cp.rq.is_empty() {
+            return false;
+        }
+        cp.slice_end = c + SCHED_SLICE;
+    }
+    true
 }
 
 /// The result object (see `api::run_json` for its shape).

@@ -7,6 +7,7 @@
 //! cargo-fuzz/libFuzzer) so it runs on the stable toolchain.
 
 use foliosim::workload::trace::TraceReplay;
+use foliosim::workload::trace_format::Trace;
 use foliosim::workload::trace_format::{Record, TraceReader, TraceWriter, K_IFETCH, K_LOAD, K_STORE};
 use foliosim::workload::{map, Op, Ret, Workload};
 
@@ -25,14 +26,14 @@ impl Rng {
 }
 
 fn random_records(r: &mut Rng) -> Vec<Record> {
-    let mut v = vec![Record::Meta { json: "{\"argv\":[\"fuzz\"]}".into() }];
+    let mut v = vec![Record::Meta { json: "{\"argv\":[\"fuzz\"]}".into() }, Record::Root { tid: 1 }, Record::Task { tid: 1 }];
     let mut files = 0u32;
     let base = 0x4000_0000u64 + (r.below(1 << 20) << 12);
     for _ in 0..r.below(60) {
         let a = base + (r.below(512) << 12);
         let len = (1 + r.below(64)) << 12;
-        v.push(match r.below(16) {
-            11 => Record::Process { pid: 1 + r.below(4), parent: r.below(4) },
+        v.push(match r.below(22) {
+            11 => Record::Task { tid: 1 + r.below(4) },
             12 => Record::Fork { child: 1 + r.below(4) },
             13 if files > 0 => Record::Exec {
                 file: r.below(files as u64) as u32,
@@ -42,11 +43,22 @@ fn random_records(r: &mut Rng) -> Vec<Record> {
                 data_off: r.below(40) << 12,
                 bss: r.below(4) << 12,
             },
-            14 => Record::Wait { child: r.below(5) },
+            14 => Record::Wait { child: r.below(5), flags: r.below(2) as u32 },
             15 => Record::Exit { code: r.below(3) },
+            16 => Record::Vfork { child: 1 + r.below(4) },
+            17 => Record::Clone { child: 1 + r.below(4) },
+            18 => Record::Time { user_ns: r.below(1 << 20), sys_ns: r.below(1 << 10) },
+            19 => Record::Run {
+                kind: [K_LOAD, K_STORE, K_IFETCH][r.below(3) as usize],
+                page: a >> 12,
+                count: 2 + r.below(40),
+                step: [1, -1, 2][r.below(3) as usize],
+            },
+            20 if files > 0 => Record::Read { file: r.below(files as u64) as u32, off: r.below(1 << 20), len: r.below(1 << 16) },
+            21 if files > 0 => Record::Write { file: r.below(files as u64) as u32, off: r.below(1 << 20), len: r.below(1 << 16) },
             0 => {
                 files += 1;
-                Record::File { size: r.below(1 << 24), path: format!("/f{files}") }
+                Record::File { size: r.below(1 << 24), path: format!("/f{files}"), flags: r.below(2) as u32 }
             }
             1 | 2 => Record::Mmap {
                 addr: if r.below(2) == 0 { 0 } else { a },
@@ -73,6 +85,32 @@ fn random_records(r: &mut Rng) -> Vec<Record> {
         });
     }
     v
+}
+
+/// The flat form a reader gives back: globals first, then each task's
+/// records after a Task marker, tasks in the order they first wrote.
+fn canonical(rs: &[Record]) -> Vec<Record> {
+    let mut globals = Vec::new();
+    let mut tasks: Vec<(u64, Vec<Record>)> = Vec::new();
+    let mut cur = None;
+    for r in rs {
+        match r {
+            Record::Task { tid } => cur = Some(*tid),
+            r if r.is_task_record() => {
+                let tid = cur.unwrap();
+                match tasks.iter_mut().find(|t| t.0 == tid) {
+                    Some(t) => t.1.push(r.clone()),
+                    None => tasks.push((tid, vec![r.clone()])),
+                }
+            }
+            r => globals.push(r.clone()),
+        }
+    }
+    for (tid, recs) in tasks {
+        globals.push(Record::Task { tid });
+        globals.extend(recs);
+    }
+    globals
 }
 
 fn encode(rs: &[Record]) -> Vec<u8> {
@@ -109,9 +147,9 @@ fn mutate(r: &mut Rng, mut b: Vec<u8>) -> Vec<u8> {
 }
 
 /// Replay against a stub kernel that returns plausible results; forked
-/// children run too (round robin).
-fn replay(rs: Vec<Record>) {
-    let mut w = TraceReplay::from_records("fuzz".into(), rs);
+/// children and threads run too (round robin).
+fn replay(t: Trace) {
+    let mut w = TraceReplay::from_trace("fuzz".into(), t).with_jobs(2, &["f1"]);
     struct Env(u32);
     impl foliosim::workload::SetupEnv for Env {
         fn nr_cpus(&self) -> u32 {
@@ -139,20 +177,31 @@ fn replay(rs: Vec<Record>) {
     // (task, its last result)
     let mut run: std::collections::VecDeque<(u32, Ret)> = [(5, Ret::Start)].into();
     let mut ids = 5u32;
+    // Children not reaped yet, per parent: a wait of a parent without any gets ECHILD.
+    let mut kids: std::collections::BTreeMap<u32, u32> = Default::default();
     for _ in 0..200_000 {
         let Some((t, last)) = run.pop_front() else { return };
         let mut ops = 0;
         let op = w.next_op(t, last, &mut ops);
         let ret = match op {
             Op::Exit => continue,
-            Op::Fork => {
+            Op::Fork | Op::Vfork | Op::Clone => {
                 ids += 1;
                 w.on_fork(t, ids);
                 run.push_back((ids, Ret::Val(0)));
+                if op != Op::Clone {
+                    *kids.entry(t).or_default() += 1;
+                }
                 Ret::Val(ids as i64)
             }
             Op::Exec { vaddr, .. } => Ret::Val(vaddr as i64 + (1 << 30)),
-            Op::Wait => Ret::Err(10),
+            Op::Wait => match kids.get_mut(&t) {
+                Some(n) if *n > 0 => {
+                    *n -= 1;
+                    Ret::Val(1)
+                }
+                _ => Ret::Err(10),
+            },
             Op::Mmap { addr, flags, .. } if flags & map::FIXED != 0 => Ret::Val(addr as i64),
             Op::Mmap { len, .. } | Op::Mremap { new_len: len, .. } => {
                 let a = next;
@@ -174,11 +223,11 @@ fn fuzz_seeds_are_valid_traces() {
     let mut n = 0;
     for e in std::fs::read_dir(&dir).unwrap() {
         let p = e.unwrap().path();
-        let rs = foliosim::workload::trace_format::read_file(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
-        replay(rs);
+        let t = foliosim::workload::trace_format::read_trace(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+        replay(t);
         n += 1;
     }
-    assert!(n >= 2, "the v1 and v2 seeds");
+    assert!(n >= 2, "a recorded and a hand-made seed");
 }
 
 #[test]
@@ -192,16 +241,17 @@ fn trace_reader_never_panics() {
         let input = match i % 4 {
             0 => (0..r.below(64)).map(|_| r.next() as u8).collect(),
             1 => {
-                let mut b = if i % 8 == 1 { b"FOLIOTRC\x01\x00\x01\x00".to_vec() } else { b"FOLIOTRC\x02\x00\x01\x00".to_vec() };
+                let mut b =
+                    if i % 8 == 1 { b"FOLIOTRC\x02\x00\x01\x00".to_vec() } else { b"FOLIOTRC\x03\x00\x01\x0c\x3e\x00\x00\x00".to_vec() };
                 b.extend((0..r.below(64)).map(|_| r.next() as u8));
                 b
             }
             _ => mutate(&mut r, encode(&valid)),
         };
-        match TraceReader::new(&input[..]).and_then(|t| t.read_all()) {
-            Ok(rs) => {
+        match Trace::read(&input[..]) {
+            Ok(t) => {
                 ok += 1;
-                replay(rs);
+                replay(t);
             }
             Err(e) => {
                 err += 1;
@@ -210,9 +260,10 @@ fn trace_reader_never_panics() {
         }
         if i % 8 == 0 {
             // Unmutated traces must read back exactly and replay.
-            let back = TraceReader::new(&encode(&valid)[..]).unwrap().read_all().unwrap();
-            assert_eq!(back, valid);
-            replay(back);
+            let bytes = encode(&valid);
+            let back = TraceReader::new(&bytes[..]).unwrap().read_all().unwrap();
+            assert_eq!(back, canonical(&valid));
+            replay(Trace::read(&bytes[..]).unwrap());
         }
     }
     eprintln!("trace fuzz: {iters} inputs, {ok} accepted, {err} rejected, 0 crashes");

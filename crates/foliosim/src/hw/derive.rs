@@ -68,6 +68,8 @@ pub fn class(table: &str, key: &str) -> Option<Class> {
         (
             "cost",
             "disk_read_ns"
+            | "swap_write_4k_ns"
+            | "swap_read_4k_ns"
             | "tlb_flush_ceiling"
             | "cacheline_same_socket_ns"
             | "cacheline_cross_socket_ns"

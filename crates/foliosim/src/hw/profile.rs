@@ -297,6 +297,12 @@ pub struct CostSpec {
     /// ->writepage call and bio submission the reclaimer pays; the IO
     /// itself completes asynchronously), ns.
     pub pageout_ns: f64,
+    /// Writing one 4 KiB page to the swap device (swap.size_mib): what
+    /// reclaim waits for before the page can go (mm/swapfile.rs), ns.
+    pub swap_write_4k_ns: f64,
+    /// Reading one 4 KiB page back from the swap device (the wait of a
+    /// major fault on a swap entry), ns.
+    pub swap_read_4k_ns: f64,
     pub file_op_ns: f64,
     /// read() from the page cache as a prefetch stream: copy at copy_bw
     /// while consecutive file pages are physically consecutive, plus one

@@ -109,6 +109,7 @@ impl Kernel {
         let fault_lock = crate::policy::fault_lock(&knobs)?;
         let promotion = crate::policy::promotion(&knobs)?;
         let host_discard = crate::policy::host_discard(&knobs)?;
+        let knobs_swap_slots = knobs.swap_size_mib << (20 - 12);
         let mut k = Kernel {
             mem_map: MemMap::new(start),
             c,
@@ -131,6 +132,8 @@ impl Kernel {
             fault_trace: Vec::new(),
             fault_trace_ctx: (0, 0, 0),
             wakeups: Vec::new(),
+            live_tasks: Vec::new(),
+            live_seen: 0,
             scratch_dead: Vec::new(),
             host: None,
             prdev: None,
@@ -143,6 +146,7 @@ impl Kernel {
             mthp: Default::default(),
             tier: crate::mm::memory_tiers::TierState::new(&prof),
             luf: Default::default(),
+            swap: crate::mm::swapfile::SwapInfo::new(knobs_swap_slots),
             irqs_off: false,
             trace: Default::default(),
             aslr: crate::sim::rng::Rng::stream(seed, "aslr"),
@@ -155,7 +159,12 @@ impl Kernel {
             k.pa.alloc_pages(0, 0, 0, 0, MigrateType::Unmovable, &mut k.stat)
                 .ok_or_else(|| Error::OutOfMemory("no memory for the zero page".into()))?;
         k.zero_pfn = zp.pfn;
-        if k.knobs.demotion_enabled || k.knobs.numa_balancing & crate::mm::memory_tiers::NUMA_BALANCING_MEMORY_TIERING != 0 {
+        // kswapd reclaims ahead of allocations where it has something to
+        // do beyond the page cache: demotion, tiering, swap.
+        if k.knobs.demotion_enabled
+            || k.knobs.numa_balancing & crate::mm::memory_tiers::NUMA_BALANCING_MEMORY_TIERING != 0
+            || k.swap.nr_slots > 0
+        {
             k.spawn_kswapds();
         }
         let p = k.mem_map.get_mut(zp.pfn);

@@ -118,6 +118,10 @@ pub struct Kernel {
     pub(crate) fault_trace_ctx: (Ns, u32, u64),
     /// Tasks made runnable by the kernel during a step, for the driver's run queue.
     pub(crate) wakeups: Vec<(Ns, u32)>,
+    /// Tasks not known to have exited, and how many of `tasks` were looked
+    /// at: fork balancing counts the runnable ones per CPU (mm/fork.rs).
+    pub(crate) live_tasks: Vec<u32>,
+    pub(crate) live_seen: usize,
     /// Reused buffer of folios whose last reference went (release_folios).
     pub(crate) scratch_dead: Vec<Pfn>,
     /// The hypervisor backing this machine's memory, when it is modelled
@@ -143,6 +147,8 @@ pub struct Kernel {
     pub tier: crate::mm::memory_tiers::TierState,
     /// Lazy unmap flush pending sets and luf_lock (mm/luf.rs).
     pub luf: crate::mm::luf::Luf,
+    /// The swap device (`swap.size_mib`; no slots without one).
+    pub swap: crate::mm::swapfile::SwapInfo,
     /// The code running now has IRQs disabled (an atomic allocation).
     pub(crate) irqs_off: bool,
     /// Tracepoints (`[run] probes`), all off unless the config asks.

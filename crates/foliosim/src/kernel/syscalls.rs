@@ -139,6 +139,15 @@ impl Kernel {
                 (Ret::Val(0), t + k.c.file_op)
             })),
             Op::Fork => Some(self.do_fork(tid)),
+            Op::Vfork => Some(self.do_clone_vm(tid, true)),
+            Op::Clone => Some(self.do_clone_vm(tid, false)),
+            Op::SysTime { ns } => {
+                let tk = &mut self.tasks[tid as usize];
+                tk.clock += ns;
+                tk.sys_ns += ns;
+                tk.entry_ns[Entry::Other as usize] += ns;
+                Some(Ret::Val(0))
+            }
             Op::Exec { file, vaddr, text, data, bss } => {
                 Some(self.do_execve(tid, file, crate::mm::exec::ElfLayout { vaddr, text, data, bss }))
             }

@@ -62,6 +62,11 @@ pub struct Task {
     pub ubc: crate::mm::mm_types_task::TaskUbc,
     /// The task that forked this one (None: spawned by the workload).
     pub parent: Option<u32>,
+    /// Bound to its CPU (a workload pinned it; its children inherit the
+    /// affinity): wake_up_new_task does not place a child elsewhere.
+    pub pinned: bool,
+    /// A vfork child: the parent sleeping until this task execs or exits.
+    pub vfork_parent: Option<u32>,
     /// Children not yet reaped by wait4, live or exited (zombies).
     pub children: Vec<u32>,
     /// Asleep in wait4 until a child exits (kernel/wait.rs).
@@ -147,6 +152,8 @@ impl Task {
             qseq: 0,
             ubc: Default::default(),
             parent: None,
+            pinned: false,
+            vfork_parent: None,
             children: Vec::new(),
             in_wait: false,
             lock_wait: None,

@@ -125,9 +125,6 @@ impl Kernel {
         // The new mm's VMAs are allocated on the exec'ing CPU.
         self.mms[new as usize].mmap_lock.writer_cpu = cpu;
         for v in segs {
-            if v.file != 0 {
-                self.inodes[file as usize].i_mmap += 1;
-            }
             self.mms[new as usize].insert_vma(v);
             t += self.c.mmap;
         }
@@ -153,6 +150,10 @@ impl Kernel {
         tk.user_ns = user0;
         tk.entry_ns[Entry::Execve as usize] += t - t0;
         tk.clock = t;
+        // exec_mm_release: a vfork parent waits no longer.
+        if let Some(p) = tk.vfork_parent.take() {
+            self.wake_up(p, t);
+        }
         if r.is_err() {
             return r;
         }
@@ -391,9 +392,6 @@ impl Kernel {
                 vm_lock: Default::default(),
             };
             off += s.len + 4096;
-            if !anon {
-                self.inodes[file as usize].i_mmap += 1;
-            }
             self.mms[mm as usize].insert_vma(v);
         }
         let m = &mut self.mms[mm as usize];

@@ -223,7 +223,11 @@ impl Kernel {
         let p = self.mem_map.get_mut(pfn);
         if p.flags & pg::DIRTY == 0 {
             p.flags |= pg::DIRTY;
-            self.stat.inc(Stat::NrDirty);
+            // nr_dirty counts the page cache's; an anonymous folio's flag
+            // is set without accounting (it has no mapping to account to).
+            if p.flags & pg::ANON == 0 {
+                self.stat.inc(Stat::NrDirty);
+            }
         }
     }
 
@@ -239,11 +243,16 @@ impl Kernel {
     pub fn populate_file_on(&mut self, ino: u32, nid: u32) -> Result<(), String> {
         let pages = self.inodes[ino as usize].size.div_ceil(4096);
         self.inodes[ino as usize].data_pages = pages;
+        // The cache was there before the run (written, or read by an
+        // earlier one): its filling is no major fault and no page-in.
+        let (majflt, pgpgin) = (self.stat.get(Stat::Pgmajfault), self.stat.get(Stat::Pgpgin));
         for idx in 0..pages {
             if self.filemap_get_folio_nid(0, 0, ino, idx, nid).is_none() {
                 return Err("the machine has no memory for the file's page cache".into());
             }
         }
+        self.stat.add(Stat::Pgmajfault, majflt - self.stat.get(Stat::Pgmajfault));
+        self.stat.add(Stat::Pgpgin, pgpgin - self.stat.get(Stat::Pgpgin));
         self.lru_add_drain_cpu(0, 0);
         Ok(())
     }

@@ -48,9 +48,6 @@ impl Kernel {
         }
         let mut wrprotected = false;
         for v in &vmas {
-            if v.file != 0 {
-                self.inodes[(v.file - 1) as usize].i_mmap += 1;
-            }
             if v.anon_vma == 0 {
                 continue; // copy_page_range: nothing a fault could not refill
             }
@@ -95,27 +92,119 @@ impl Kernel {
                             self.mms[cmm as usize].rss_file += 1;
                         }
                     }
+                } else if pte.is_swap() {
+                    // copy_nonpresent_pte: the child's PTE names the slot too.
+                    if !self.swap.swap_duplicate(pte.swp_offset()) {
+                        return self.fork_fail(tid, cmm, t0, t);
+                    }
+                    match self.pte_alloc_pub(t, cpu, cmm, va) {
+                        Some(t1) => t = t1,
+                        None => {
+                            self.swap.swap_free(pte.swp_offset());
+                            return self.fork_fail(tid, cmm, t0, t);
+                        }
+                    }
+                    let tbl = self.mms[cmm as usize].pt.table_mut(va).unwrap();
+                    tbl.ptes[pte_index(va)] = pte;
+                    tbl.nr_present += 1;
+                    self.mms[cmm as usize].swap_ents += 1;
+                    t += self.c.pte_set;
                 }
                 va += 4096;
             }
         }
         if wrprotected {
-            // The parent's writable translations must go before anyone writes.
+            // The parent's writable translations must go before anyone
+            // writes, a secondary MMU's too (copy_page_range's notifier).
+            t += self.mms[pmm as usize].mmu_notifier_invalidate(0, !4095, t);
             t = self.flush_tlb_mm_range(t, cpu, pmm, 0, !4095, false);
         }
         let t = self.mmap_write_unlock(t, cpu, pmm) + self.c.syscall / 2;
-        // The child runs on the parent's CPU until the scheduler moves it.
-        let child = self.tasks.len() as u32;
-        let mut ct = Task::new(child, cmm, cpu, t);
-        ct.last = Ret::Val(0);
-        ct.parent = Some(tid);
-        self.tasks.push(ct);
+        let child = self.new_child_task(tid, cmm, t);
+        self.tasks[child as usize].parent = Some(tid);
         self.tasks[tid as usize].children.push(child);
-        self.mms[cmm as usize].cpumask_set(cpu);
         self.stat.inc(Stat::Fork);
         let tk = &mut self.tasks[tid as usize];
         tk.charge_sys(Entry::Fork, t0, t);
         Ret::Val(child as i64)
+    }
+
+    /// clone() with CLONE_VM: a thread (CLONE_THREAD) or a vfork child
+    /// (CLONE_VFORK), copy_process without dup_mmap: the new task shares
+    /// the caller's mm. A vfork child is the caller's child (wait4 reaps
+    /// it) and the caller sleeps until it execs or exits
+    /// (wait_for_vfork_done). Returns the new task's id.
+    pub fn do_clone_vm(&mut self, tid: u32, vfork: bool) -> Ret {
+        let (mm, t0) = {
+            let tk = &self.tasks[tid as usize];
+            (tk.mm, tk.clock)
+        };
+        let t = t0 + self.c.syscall;
+        self.mms[mm as usize].users += 1;
+        let child = self.new_child_task(tid, mm, t);
+        if vfork {
+            self.tasks[child as usize].parent = Some(tid);
+            self.tasks[child as usize].vfork_parent = Some(tid);
+            self.tasks[tid as usize].children.push(child);
+            self.stat.inc(Stat::Fork);
+        }
+        let tk = &mut self.tasks[tid as usize];
+        tk.entry_ns[Entry::Fork as usize] += t - t0;
+        tk.sys_ns += t - t0;
+        tk.clock = t;
+        if vfork {
+            tk.sleeping = true;
+            tk.timer = false;
+        }
+        Ret::Val(child as i64)
+    }
+
+    /// A new task of `parent` in mm `mm`, runnable at `t` on the CPU
+    /// wake_up_new_task gives it, its first step returning 0.
+    fn new_child_task(&mut self, parent: u32, mm: u32, t: u64) -> u32 {
+        let cpu = self.select_task_rq_fork(parent);
+        let child = self.tasks.len() as u32;
+        let mut ct = Task::new(child, mm, cpu, t);
+        ct.last = Ret::Val(0);
+        // The CPU affinity is inherited.
+        ct.pinned = self.tasks[parent as usize].pinned;
+        self.tasks.push(ct);
+        self.mms[mm as usize].cpumask_set(cpu);
+        child
+    }
+
+    /// wake_up_new_task's CPU for a child of `parent`: a pinned parent's
+    /// (the child inherits its affinity); otherwise, as
+    /// select_task_rq_fair's fork balancing (sched_balance_find_dst_cpu),
+    /// the least loaded CPU: the fewest runnable tasks there (sleepers in
+    /// wait4 or vfork do not count; the parent does), the parent's own on a
+    /// tie (the local group is not left for an equally loaded one), else
+    /// the first after it. Tasks stay on their CPU after (the model has no
+    /// periodic load balancing).
+    fn select_task_rq_fork(&mut self, parent: u32) -> u32 {
+        let (pcpu, pinned) = {
+            let tk = &self.tasks[parent as usize];
+            (tk.cpu, tk.pinned)
+        };
+        if pinned {
+            return pcpu;
+        }
+        // The tasks made since the last look, then forget the exited ones.
+        let n = self.tasks.len();
+        self.live_tasks.extend(self.live_seen as u32..n as u32);
+        self.live_seen = n;
+        let tasks = &self.tasks;
+        self.live_tasks.retain(|&t| !tasks[t as usize].exited);
+        let nr = self.cpus.len();
+        let mut load = vec![0u32; nr];
+        for &t in &self.live_tasks {
+            let tk = &tasks[t as usize];
+            if (!tk.sleeping || t == parent) && (tk.cpu as usize) < nr {
+                load[tk.cpu as usize] += 1;
+            }
+        }
+        let n = nr as u32;
+        (0..n).map(|i| (pcpu + i) % n).min_by_key(|&c| load[c as usize]).unwrap_or(pcpu)
     }
 
     fn fork_fail(&mut self, tid: u32, cmm: u32, t0: u64, t: u64) -> Ret {
@@ -141,6 +230,10 @@ impl Kernel {
         let tk = &mut self.tasks[tid as usize];
         tk.charge_sys(Entry::Exit, t0, t);
         tk.exited = true;
+        // mm_release: a vfork parent waits no longer.
+        if let Some(p) = tk.vfork_parent.take() {
+            self.wake_up(p, t);
+        }
         self.reparent_children(tid);
         self.notify_parent(tid);
     }

@@ -296,6 +296,9 @@ impl Kernel {
                 self.do_shared_fault(t, vmf)
             };
         }
+        if pte.is_swap() {
+            return self.do_swap_page(t, vmf);
+        }
         if pte.present() && pte.0 & Pte::PROTNONE != 0 {
             // A NUMA hinting PTE (mm/numa_balancing.rs): the VMA allows the
             // access, the PTE does not.
@@ -378,16 +381,14 @@ impl Kernel {
     }
 
     /// free_pgtables' unlinking of VMAs going away (`gone`, already out of
-    /// mm's tree): each from its file's i_mmap (unlink_file_vma) and from
-    /// its anon_vma (unlink_anon_vmas). An anon_vma is freed with the last
+    /// mm's tree) from their anon_vma (unlink_anon_vmas); a file's i_mmap
+    /// is not kept (the rmap walk visits every live mm's VMAs), so
+    /// unlink_file_vma has nothing to undo. An anon_vma is freed with the last
     /// VMA that uses it, and that (put_anon_vma, with the chain's lock and
     /// tree work) is what an unmap pays for it: a split-off part, whose
     /// anon_vma the part left keeps, or a VMA never faulted anonymously,
     /// frees none. The time.
     pub(crate) fn unlink_vmas(&mut self, mm: u32, gone: &[Vma]) -> Ns {
-        for v in gone.iter().filter(|v| v.file != 0) {
-            self.inodes[(v.file - 1) as usize].i_mmap -= 1;
-        }
         let mut freed: Vec<u32> = gone.iter().map(|v| v.anon_vma).filter(|&a| a != 0).collect();
         if freed.is_empty() {
             return 0;
@@ -467,6 +468,53 @@ impl Kernel {
         self.mthp.path_a[0] += 1;
         let t = self.folio_add_lru(t, cpu, pfn);
         (Fault::Done, t)
+    }
+
+    /// do_swap_page: the page a swap entry names is read back into a fresh
+    /// order-0 folio on the faulting CPU's node (a major fault: the task
+    /// waits for the read) and mapped; the slot loses this PTE's
+    /// reference. When no other PTE names the slot the folio is exclusive
+    /// and, in a writable VMA, mapped writable (dirty for a write), as
+    /// 6.12 maps a folio it did not expose to the swap cache; otherwise it
+    /// is mapped read-only and a write copies it. There is no swap cache
+    /// (mm/swapfile.rs): a swap-in never finds the page in memory.
+    #[cold]
+    #[inline(never)]
+    fn do_swap_page(&mut self, t: Ns, vmf: &VmFault) -> (Fault, Ns) {
+        let (cpu, mm, vma, addr, entry) = (vmf.cpu, vmf.mm, vmf.vma, vmf.address, vmf.orig_pte);
+        let slot = entry.swp_offset();
+        let Some((pfn, t)) = self.alloc_anon_page(t, vmf, false) else {
+            return (Fault::Oom, t);
+        };
+        let t = t + self.c.swap_read_4k;
+        let exclusive = self.swap.count(slot) == 1;
+        let mut bits = Pte::YOUNG | exec_bit(vma);
+        if exclusive && vma.flags & vm::WRITE != 0 {
+            bits |= Pte::WRITE | if vmf.write() { Pte::DIRTY } else { 0 };
+        }
+        let (ok, t) = self.set_pte_locked(t, cpu, mm, addr, entry, Pte::new(pfn, bits), self.c.pte_set + self.c.rmap);
+        if !ok {
+            // Another fault read it back first.
+            let t = self.release_folios(t, cpu, &[pfn]);
+            return (Fault::Done, t);
+        }
+        if !exclusive {
+            self.mem_map.get_mut(pfn).flags &= !pg::ANON_EXCLUSIVE;
+        }
+        self.swap_entry_free(mm, slot);
+        self.stat.inc(Stat::Pgmajfault);
+        self.stat.inc(Stat::Pswpin);
+        self.page_add_rmap(mm, pfn, true);
+        let t = self.folio_add_lru(t, cpu, pfn);
+        (Fault::Done, t)
+    }
+
+    /// A swap PTE of `mm` naming `slot` is gone (a swap-in, a zap):
+    /// swap_free, and the mm's and the device's counts.
+    pub(crate) fn swap_entry_free(&mut self, mm: u32, slot: u32) {
+        self.swap.swap_free(slot);
+        self.mms[mm as usize].swap_ents -= 1;
+        self.stat.v[Stat::SwapUsed as usize] = self.swap.inuse as i64;
     }
 
     /// The page-cache folio backing file VMA `vma` at `addr`.
@@ -756,7 +804,7 @@ impl Kernel {
     /// zap_pte_range over [start, end) of `mm`: clear PTEs, drop rmap and
     /// rss, and queue the pages on the gather for freeing after the flush.
     pub fn zap_page_range(&mut self, t: Ns, cpu: u32, mm: u32, start: u64, end: u64, tlb: &mut MmuGather) -> Ns {
-        let mut t = t;
+        let mut t = t + self.mms[mm as usize].mmu_notifier_invalidate(start, end, t);
         let mut va = start;
         let lc = self.lc;
         while va < end {
@@ -792,10 +840,18 @@ impl Kernel {
             // PTEs of a PMD-mapped THP (one entry to clear per PMD) and of
             // PTE-mapped large folios (per-page rmap work).
             let (mut huge, mut large) = (0u64, 0u64);
+            // Swap entries cleared (free_swap_and_cache), counted below.
+            let mut swapped = 0u16;
             let mut a = va;
             while a < stop {
                 let slot = &mut tbl.ptes[pte_index(a)];
-                if slot.present() {
+                if slot.is_swap() {
+                    if self.knobs.mutant != Mutant::SwapZapKeepsSlot {
+                        self.swap.swap_free(slot.swp_offset());
+                    }
+                    *slot = Pte::NONE;
+                    swapped += 1;
+                } else if slot.present() {
                     let pte = *slot;
                     cleared.push((a, pte));
                     *slot = Pte::NONE;
@@ -825,7 +881,7 @@ impl Kernel {
                 }
                 a += 4096;
             }
-            tbl.nr_present -= cleared.len() as u16;
+            tbl.nr_present -= cleared.len() as u16 + swapped;
             // The gathered range is a min/max over the cleared addresses,
             // which ascend: the first and the last set it.
             if let (Some(&(lo, _)), Some(&(hi, _))) = (cleared.first(), cleared.last()) {
@@ -837,6 +893,10 @@ impl Kernel {
             let entries = cleared.len() as u64 - huge + huge.div_ceil(512);
             let hold = self.c.pte_clear * entries + self.c.rmap * runs + self.c.rmap_page * large;
             t = tbl.ptl.lock_for(t, cpu, hold, &lc);
+            if swapped > 0 {
+                self.mms[mm as usize].swap_ents -= swapped as i64;
+                self.stat.v[Stat::SwapUsed as usize] = self.swap.inuse as i64;
+            }
             // The rmap and the freeing, in PTE order (tlb.pages keeps it).
             let mut i = 0;
             while i < cleared.len() {

@@ -91,9 +91,6 @@ impl Kernel {
             self.stat.add(Stat::VmaMerge, merged as i64);
             t += self.c.vma_merge * merged as Ns;
         }
-        if file != 0 {
-            self.inodes[(file - 1) as usize].i_mmap += 1;
-        }
         self.stat.inc(Stat::Mmap);
         let mut t = self.mmap_write_unlock(t, cpu, mm);
         if flags & map::POPULATE != 0 {

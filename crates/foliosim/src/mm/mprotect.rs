@@ -63,8 +63,10 @@ impl Kernel {
         // The exec bit follows the new protection either way (x86 NX comes
         // from vm_page_prot), or instruction fetches would fault forever.
         let want_x = prot_ & prot::EXEC != 0;
-        // change_pte_range: reclaim's batched unmaps in this mm are flushed first.
+        // change_pte_range: reclaim's batched unmaps in this mm are flushed
+        // first; a secondary MMU drops the range (change_protection).
         t = self.flush_tlb_batched_pending(t, cpu, mm);
+        t += self.mms[mm as usize].mmu_notifier_invalidate(addr, end, t);
         {
             let mut va = addr;
             while va < end {

@@ -21,6 +21,7 @@ pub mod sparse_touch;
 pub mod syscost;
 pub mod trace;
 pub mod trace_format;
+pub mod trace_perf;
 pub mod trace_procs;
 pub mod trace_record;
 pub mod will_it_scale;
@@ -186,6 +187,29 @@ pub enum Op {
     /// wait4(-1): reap an exited child (its task id), sleeping until one
     /// exits; ECHILD when the task has no children left.
     Wait,
+    /// vfork() (clone with CLONE_VM | CLONE_VFORK): the child runs in the
+    /// parent's mm, the parent sleeps until the child execs or exits. The
+    /// parent gets the child's task id, the child starts with Ret::Val(0).
+    Vfork,
+    /// clone() of a thread (CLONE_VM | CLONE_THREAD): a new task in the
+    /// caller's mm; the caller gets its task id, the thread starts with
+    /// Ret::Val(0).
+    Clone,
+    /// `ns` of system time in calls the model does not run (a replayed
+    /// trace's recorded time), charged to the `other` entry.
+    SysTime {
+        ns: Ns,
+    },
+}
+
+/// What `Workload::access_run` announces: `count` accesses of `kind`
+/// from `addr`, `stride` bytes apart, one op each.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AccessRun {
+    pub addr: u64,
+    pub stride: u64,
+    pub count: u64,
+    pub kind: Access,
 }
 
 /// Result of the previous operation, as the syscall would return it.
@@ -269,6 +293,23 @@ pub trait Workload: Send {
     /// The next operation of `task`. Add to `ops` whatever this workload
     /// counts as an operation (will-it-scale's per-task counter).
     fn next_op(&mut self, task: TaskId, last: Ret, ops: &mut u64) -> Op;
+    /// The accesses `task`'s next calls of `next_op` return, one op each,
+    /// as long as each returned `Ret::Val(0)`: a user loop the workload
+    /// runs op by op (will-it-scale's touch of its region). The driver
+    /// runs them without asking `next_op` (a run of steps,
+    /// docs/fault-path-speed.md) and then calls `access_run_done`. None:
+    /// the next op is something else, or the workload does not say.
+    fn access_run(&self, _task: TaskId) -> Option<AccessRun> {
+        None
+    }
+    /// `n` accesses of the run `access_run` announced were made (every one
+    /// but the last returned `Ret::Val(0)`): advance as `n` calls of
+    /// `next_op` would have, `ops` included.
+    fn access_run_done(&mut self, task: TaskId, n: u64, ops: &mut u64) {
+        for _ in 0..n {
+            self.next_op(task, Ret::Val(0), ops);
+        }
+    }
     /// A fork created `child` from `parent`.
     fn on_fork(&mut self, _parent: TaskId, _child: TaskId) {}
     /// Whole iterations of `task`'s loop completed so far: what a reader

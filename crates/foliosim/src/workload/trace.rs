@@ -1,25 +1,43 @@
-//! "trace": replay of a recorded program (`foliosim record`, format in
-//! docs/trace-format.md and `trace_format.rs`), each recorded process as a
-//! simulated one: its forks, execs, waits and exit are the kernel's
-//! (Op::Fork, Op::Exec, Op::Wait, Op::Exit, as kbuild uses them).
+//! "trace": replay of a recorded program tree (`foliosim record`, format in
+//! docs/trace-format.md and `trace_format.rs`). Each recorded task is a
+//! simulated one: processes with their own address spaces, threads sharing
+//! one, and their fork, vfork, clone, execve, wait4 and exit are the
+//! kernel's (Op::Fork, Op::Vfork, Op::Clone, Op::Exec, Op::Wait, Op::Exit).
+//! Between its records a task computes for the user time it recorded and
+//! spends the system time of the calls the model does not run (Op::Compute,
+//! Op::SysTime); the tasks run on the simulated CPUs as the scheduler
+//! places them, so the recorded parallelism is replayed, not the recorded
+//! interleaving.
 //!
 //! Recorded addresses are the recording's; the simulated kernel places
 //! mappings where it likes. The replayer keeps a translation table from
-//! recorded ranges to simulated ones per process: every recorded mmap/mremap result, the
-//! brk area (recorded base -> simulated base) and each `Region` (memory the
-//! program used that no recorded call or exec created: its initial stack,
-//! ld.so's bss; in a version 1 trace also its ELF image), mapped as private
-//! anonymous memory before the first record of its process image).
-//! MAP_FIXED targets, munmap/mprotect/madvise ranges and accesses are
-//! translated through it; a range spanning several recorded mappings becomes
-//! one call per piece. Accesses outside every known range are skipped, and a
-//! replayed call that fails is skipped too (the recording only holds calls
-//! that succeeded), so a replay always runs to the end and exits.
+//! recorded ranges to simulated ones per address space: every recorded
+//! mmap/mremap result, the brk area (recorded base -> simulated base) and
+//! each `Region` (memory the program used that no recorded call or exec
+//! created: its initial stack, the vDSO), mapped as private anonymous
+//! memory when its process image starts. MAP_FIXED targets,
+//! munmap/mprotect/madvise ranges and accesses are translated through it; a
+//! range spanning several recorded mappings becomes one call per piece.
+//! Accesses outside every known range are skipped, and a replayed call that
+//! fails is skipped too (the recording only holds calls that succeeded), so
+//! a replay always runs to its end.
 //!
-//! One op = one recorded memory access (`1 + repeat` per access record).
+//! `jobs` re-runs a recorded make at another parallelism, as GNU make's
+//! jobserver does: every make of the tree (an image whose file's name is
+//! in `jobserver`) has one implicit job slot and takes one of `jobs - 1`
+//! shared tokens for each further child it runs at once, giving it back
+//! when it reaps one. A wait4 the recorded make made without blocking
+//! (WNOHANG, after its jobserver read woke it: it waited for a slot) is
+//! put off until the make needs a token and none is free, or until it
+//! exits; a blocking wait4 (it waited for a prerequisite) first reaps every
+//! child whose reap was put off. `jobs = "cpus"` gives the makes a slot per
+//! simulated CPU, as `make -j$(nproc)` would get on that machine: one
+//! recording replays as -j8 on an 8-CPU profile and -j160 on a 160-CPU one.
+//!
+//! One op = one recorded access (a fault, in a trace recorded by perf).
 
 use super::params::Params;
-use super::trace_format::{self as tf, Record};
+use super::trace_format::{self as tf, Record, Trace, WAIT_NOHANG};
 use super::{map, prot, Access, Advice, Fd, FileId, FsKind, Op, ParamSpec, Ret, SetupEnv, TaskId, Workload, WorkloadInfo};
 use std::collections::{BTreeMap, VecDeque};
 
@@ -42,13 +60,29 @@ enum After {
     },
     /// The initial brk(0): the simulated brk base.
     BrkBase,
-    /// A fork of recorded process `pid` (on_fork binds the child task).
-    Forked(u64),
+    /// A fork, vfork or clone of recorded task `tid` (on_fork binds it).
+    Created {
+        tid: u64,
+        kind: Created,
+    },
     /// An execve mapping the recorded image [vaddr, vaddr+len) where it was.
     Exec {
         vaddr: u64,
         len: u64,
+        make: bool,
     },
+    /// A wait4 of a make: one child fewer (`early`: made for a token, not
+    /// at a recorded wait).
+    Reaped {
+        early: bool,
+    },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Created {
+    Process,
+    Vfork,
+    Thread,
 }
 
 /// Recorded addresses -> simulated ones, for one address space.
@@ -61,105 +95,210 @@ struct Space {
     brk_sim: Option<u64>,
 }
 
-/// One recorded process: records[start..end] of the trace.
-struct Proc {
-    pid: u64,
-    end: usize,
-    next: usize,
-    sp: Space,
+/// One recorded task as it replays.
+struct RTask {
+    /// Its records in the trace (None: a child the recording saw start but
+    /// never run, e.g. one killed at once: it just exits).
+    bytes: Option<usize>,
+    /// The cursor's (position, last access page).
+    cur: (usize, u64),
+    space: usize,
     queue: VecDeque<(Op, After)>,
     pending: After,
     started: bool,
     done: bool,
+    /// Recorded faults since its last Time record.
+    faults: u64,
+    /// Its image is a job server (make).
+    make: bool,
+    /// Children it started and has not reaped; reaps put off; reaps made
+    /// before their recorded wait.
+    running: u32,
+    owed: u32,
+    ahead: u32,
 }
 
-impl Proc {
-    fn new(pid: u64, start: usize, end: usize) -> Proc {
-        Proc { pid, end, next: start, sp: Space::default(), queue: VecDeque::new(), pending: After::Nothing, started: false, done: false }
+impl RTask {
+    fn new(bytes: Option<usize>, space: usize) -> RTask {
+        RTask {
+            bytes,
+            cur: (0, 0),
+            space,
+            queue: VecDeque::new(),
+            pending: After::Nothing,
+            started: false,
+            done: false,
+            faults: 0,
+            make: false,
+            running: 0,
+            owed: 0,
+            ahead: 0,
+        }
     }
 }
 
 pub struct TraceReplay {
     path: String,
-    records: Vec<Record>,
-    files: Vec<(u64, String)>,
+    trace: Trace,
+    /// Job slots of the tree's makes (0: replay every wait where it was recorded).
+    jobs: u32,
+    /// `jobs = "cpus"`: as many job slots as the simulated machine has CPUs
+    /// (set at setup), as `make -j$(nproc)` gets on each machine.
+    jobs_per_cpu: bool,
+    /// Basenames of the job servers' files.
+    jobserver: Vec<String>,
+    /// Tokens free in the jobserver.
+    tokens: u32,
+    /// Kernel time of one recorded fault, taken from the user time that
+    /// follows it (the recorder counts it there; the model charges its own).
+    fault_ns: u64,
     file_ids: Vec<FileId>,
-    /// Opened by the first process before its first record; every other
-    /// process inherits them through fork and exec.
+    /// Opened by the root before its first record; every other process
+    /// inherits them through fork and exec.
     fds: Vec<Fd>,
-    procs: Vec<Proc>,
-    /// Simulated task -> its entry in procs.
-    tasks: BTreeMap<TaskId, usize>,
+    tasks: Vec<RTask>,
+    by_tid: BTreeMap<u64, usize>,
+    spaces: Vec<Space>,
+    /// Simulated task -> its entry in tasks.
+    sim: BTreeMap<TaskId, usize>,
 }
 
 impl TraceReplay {
     pub fn new(p: &mut Params) -> Result<Self, String> {
         let path = p.string("path")?;
+        let per_cpu = matches!(p.raw().get("jobs"), Some(toml::Value::String(_)));
+        let jobs = if per_cpu {
+            p.choice("jobs", "cpus", &["cpus"]).map_err(|_| "jobs: expected a number of job slots or \"cpus\"".to_string())?;
+            0
+        } else {
+            p.u64("jobs", 0).map_err(|_| "jobs: expected a number of job slots or \"cpus\"".to_string())?
+        };
+        let jobserver = p.string("jobserver")?.unwrap_or_else(|| "make".into());
         p.finish()?;
         let path = path.ok_or_else(|| "path: required (the trace file written by `foliosim record`)".to_string())?;
-        let all = tf::read_file(std::path::Path::new(&path)).map_err(|e| format!("path: {e}"))?;
-        Ok(Self::from_records(path, all))
+        if jobs > 1 << 16 {
+            return Err(format!("jobs: must be at most 65536, got {jobs}"));
+        }
+        let trace = tf::read_trace(std::path::Path::new(&path)).map_err(|e| format!("path: {e}"))?;
+        let mut r = Self::from_trace(path, trace);
+        r.jobs = jobs as u32;
+        r.jobs_per_cpu = per_cpu;
+        r.jobserver = jobserver.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect();
+        Ok(r)
     }
 
-    /// Records before the first `Process` (a version 1 trace: all of them)
-    /// are the first process's, pid 0.
-    pub fn from_records(path: String, all: Vec<Record>) -> Self {
-        let mut files = Vec::new();
-        let mut records = Vec::with_capacity(all.len());
-        let mut procs = vec![Proc::new(0, 0, 0)];
-        for r in all {
+    pub fn from_trace(path: String, trace: Trace) -> Self {
+        let fault_ns = trace
+            .summary
+            .as_deref()
+            .and_then(|s| serde_json::from_str::<serde_json::Value>(s).ok())
+            .and_then(|v| v.get("fault_kernel_ns").and_then(|x| x.as_f64()))
+            .map_or(0, |x| x.max(0.0) as u64);
+        let mut tasks = Vec::new();
+        let mut by_tid = BTreeMap::new();
+        let root = trace.root.unwrap_or(0);
+        // The root first: setup spawns it.
+        let order = trace
+            .tasks
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| t.tid == root)
+            .chain(trace.tasks.iter().enumerate().filter(|(_, t)| t.tid != root));
+        for (i, t) in order {
+            by_tid.insert(t.tid, tasks.len());
+            tasks.push(RTask::new(Some(i), 0));
+        }
+        if tasks.is_empty() {
+            tasks.push(RTask::new(None, 0));
+        }
+        TraceReplay {
+            path,
+            trace,
+            jobs: 0,
+            jobs_per_cpu: false,
+            jobserver: vec!["make".into()],
+            tokens: 0,
+            fault_ns,
+            file_ids: Vec::new(),
+            fds: Vec::new(),
+            tasks,
+            by_tid,
+            spaces: vec![Space::default()],
+            sim: BTreeMap::new(),
+        }
+    }
+
+    /// Build from records in the flat form (tests, fuzzing).
+    pub fn from_records(path: String, records: &[Record]) -> Result<Self, String> {
+        Ok(Self::from_trace(path, Trace::from_records(records)?))
+    }
+
+    /// `jobs` and `jobserver` as the parameters give them.
+    pub fn with_jobs(mut self, jobs: u32, jobserver: &[&str]) -> Self {
+        self.jobs = jobs;
+        self.jobserver = jobserver.iter().map(|s| s.to_string()).collect();
+        self
+    }
+
+    /// `jobs = "cpus"`: a job slot per simulated CPU.
+    pub fn with_jobs_per_cpu(mut self, jobserver: &[&str]) -> Self {
+        self.jobs_per_cpu = true;
+        self.with_jobs(0, jobserver)
+    }
+
+    /// Number of recorded tasks.
+    pub fn tasks(&self) -> usize {
+        self.tasks.len()
+    }
+
+    /// The next record of task `p` (None at its end).
+    fn peek(&self, p: usize) -> Option<(Record, (usize, u64))> {
+        let b = &self.trace.tasks[self.tasks[p].bytes?].bytes;
+        let mut c = tf::TaskCursor::at(b, self.tasks[p].cur);
+        let r = c.next()?;
+        Some((r, c.state()))
+    }
+
+    /// The `Region`s of task `p` from its cursor up to its next exec,
+    /// merged into ranges.
+    fn regions_ahead(&self, p: usize) -> Vec<(u64, u64)> {
+        let Some(i) = self.tasks[p].bytes else { return Vec::new() };
+        let mut v: Vec<(u64, u64)> = Vec::new();
+        let mut c = tf::TaskCursor::at(&self.trace.tasks[i].bytes, self.tasks[p].cur);
+        if let Some(Record::Exec { .. }) = c.next() {
+        } else {
+            c = tf::TaskCursor::at(&self.trace.tasks[i].bytes, self.tasks[p].cur);
+        }
+        for r in c {
             match r {
-                Record::File { size, path } => files.push((size, path)),
-                Record::Meta { .. } => {}
-                Record::Process { pid, .. } => {
-                    if let Some(p) = procs.last_mut() {
-                        p.end = records.len();
-                    }
-                    procs.push(Proc::new(pid, records.len(), records.len()));
-                }
-                r => records.push(r),
-            }
-        }
-        if let Some(p) = procs.last_mut() {
-            p.end = records.len();
-        }
-        // A leading empty section exists only when the trace starts with
-        // a Process record: the first process is then that one.
-        if procs.len() > 1 && procs[0].end == 0 {
-            procs.remove(0);
-        }
-        TraceReplay { path, records, files, file_ids: Vec::new(), fds: Vec::new(), procs, tasks: BTreeMap::new() }
-    }
-
-    /// Number of recorded processes.
-    pub fn processes(&self) -> usize {
-        self.procs.len()
-    }
-
-    /// The `Region`s of the instance starting at record `from` (up to the
-    /// next exec): mapped before its first record.
-    fn regions_from(&self, from: usize, end: usize) -> Vec<(u64, u64)> {
-        let mut v = Vec::new();
-        for (i, r) in self.records[from..end].iter().enumerate() {
-            match *r {
-                Record::Exec { .. } if i > 0 => break,
-                Record::Region { addr, len } => v.push((addr, len)),
+                Record::Exec { .. } => break,
+                Record::Region { addr, len } => v.push((addr & !(PAGE - 1), page_up(addr.saturating_add(len)))),
                 _ => {}
             }
         }
-        v
+        v.sort_unstable();
+        let mut out: Vec<(u64, u64)> = Vec::new();
+        for (a, e) in v {
+            match out.last_mut() {
+                Some(l) if a <= l.1 => l.1 = l.1.max(e),
+                _ => out.push((a, e)),
+            }
+        }
+        out.into_iter().map(|(a, e)| (a, e - a)).collect()
     }
 
-    /// Queue what a process does when an instance starts at record `from`:
-    /// brk(0) and the mappings of its regions.
-    fn start_instance(&mut self, p: usize, from: usize) {
-        let regions = self.regions_from(from, self.procs[p].end);
-        let q = &mut self.procs[p].queue;
-        q.push_back((Op::Brk { addr: 0 }, After::BrkBase));
+    /// Queue the mappings of the Regions task `p` meets before its next
+    /// exec; with `brk`, first the brk(0) of a new process image.
+    fn start_instance(&mut self, p: usize, brk: bool) {
+        let regions = self.regions_ahead(p);
+        let q = &mut self.tasks[p].queue;
+        if brk {
+            q.push_back((Op::Brk { addr: 0 }, After::BrkBase));
+        }
         for (a, l) in regions {
             let op = Op::Mmap {
                 addr: 0,
-                len: page_up(l),
+                len: l,
                 prot: prot::READ | prot::WRITE | prot::EXEC,
                 flags: map::PRIVATE | map::ANONYMOUS,
                 fd: -1,
@@ -167,6 +306,12 @@ impl TraceReplay {
             };
             q.push_back((op, After::Mapped { rec: a, len: l }));
         }
+    }
+
+    fn is_jobserver(&self, file: u32) -> bool {
+        let Some((_, path, _)) = self.trace.files.get(file as usize) else { return false };
+        let base = path.rsplit('/').next().unwrap_or(path);
+        self.jobserver.iter().any(|j| j == base)
     }
 }
 
@@ -225,66 +370,154 @@ impl Space {
         self.forget(rec, len);
         self.xlat.insert(rec, (rec + page_up(len), sim));
     }
+
+    /// `count` accesses of `kind`, one to each page `page + i * step`,
+    /// translated: one AccessRange per stretch that stays in one known
+    /// range, ascending.
+    fn run_ops(&self, kind: Access, page: u64, count: u64, step: i64, out: &mut VecDeque<(Op, After)>) {
+        let (lo, stride) = if step < 0 {
+            (page.wrapping_sub(step.unsigned_abs().wrapping_mul(count - 1)), step.unsigned_abs())
+        } else {
+            (page, step as u64)
+        };
+        if stride == 0 {
+            if let Some(a) = self.translate(lo << 12) {
+                out.push_back((Op::AccessRange { addr: a, stride: 0, count, kind }, After::Nothing));
+            }
+            return;
+        }
+        let mut i = 0;
+        while i < count {
+            let Some(a) = self.translate((lo + i * stride) << 12) else {
+                i += 1;
+                continue;
+            };
+            let mut n = 1;
+            while i + n < count && self.translate((lo + (i + n) * stride) << 12) == Some(a + n * stride * PAGE) {
+                n += 1;
+            }
+            let op = if n == 1 { Op::Access { addr: a, kind } } else { Op::AccessRange { addr: a, stride: stride * PAGE, count: n, kind } };
+            out.push_back((op, After::Nothing));
+            i += n;
+        }
+    }
+}
+
+fn advice(a: u32) -> Option<Advice> {
+    Some(match a {
+        3 => Advice::WillNeed,
+        4 => Advice::DontNeed,
+        8 => Advice::Free,
+        14 => Advice::HugePage,
+        15 => Advice::NoHugePage,
+        20 => Advice::Cold,
+        21 => Advice::PageOut,
+        _ => return None,
+    })
+}
+
+fn access_kind(kind: u8) -> Access {
+    match kind {
+        tf::K_STORE => Access::Store,
+        tf::K_IFETCH => Access::Ifetch,
+        _ => Access::Load,
+    }
 }
 
 impl TraceReplay {
-    fn advice(a: u32) -> Option<Advice> {
-        Some(match a {
-            3 => Advice::WillNeed,
-            4 => Advice::DontNeed,
-            8 => Advice::Free,
-            14 => Advice::HugePage,
-            15 => Advice::NoHugePage,
-            20 => Advice::Cold,
-            21 => Advice::PageOut,
-            _ => return None,
-        })
-    }
-
-    /// Turn record `i` of process `p` into an op or queued ops (possibly none).
-    fn expand(&mut self, p: usize, i: usize, ops: &mut u64) -> Option<Op> {
-        if let Record::Exec { file, vaddr, text, data, data_off, bss } = self.records[i] {
-            let (Some(&id), Some(&fd)) = (self.file_ids.get(file as usize), self.fds.get(file as usize)) else { return None };
-            // The image goes where it was (execve maps it at the ELF's
-            // addresses); the kernel puts data right after text, at file
-            // offset `text`: where the ELF's offset differs, the data
-            // segment is mapped again from its own offset.
-            let q = &mut self.procs[p].queue;
-            q.push_back((
-                Op::Exec { file: id, vaddr, text, data, bss },
-                After::Exec { vaddr, len: page_up(text) + page_up(data) + page_up(bss) },
-            ));
-            if data > 0 && data_off != text {
-                let op = Op::Mmap {
-                    addr: vaddr + page_up(text),
-                    len: data,
-                    prot: prot::READ | prot::WRITE,
-                    flags: map::PRIVATE | map::FIXED,
-                    fd,
-                    off: data_off & !(PAGE - 1),
-                };
-                q.push_back((op, After::Nothing));
+    /// Turn record `r` of task `p` into queued ops (possibly none). Returns
+    /// false when the record must be met again later (a make waiting for a
+    /// job token first reaps a child).
+    fn expand(&mut self, p: usize, r: Record, ops: &mut u64) -> bool {
+        let jobs = self.jobs > 0 && self.tasks[p].make;
+        match r {
+            Record::Exec { file, vaddr, text, data, data_off, bss } => {
+                let (Some(&id), Some(&fd)) = (self.file_ids.get(file as usize), self.fds.get(file as usize)) else { return true };
+                // The image goes where it was (execve maps it at the ELF's
+                // addresses); the kernel puts data right after text, at file
+                // offset `text`: where the ELF's offset differs, the data
+                // segment is mapped again from its own offset.
+                let make = self.is_jobserver(file);
+                let q = &mut self.tasks[p].queue;
+                q.push_back((
+                    Op::Exec { file: id, vaddr, text, data, bss },
+                    After::Exec { vaddr, len: page_up(text) + page_up(data) + page_up(bss), make },
+                ));
+                if data > 0 && data_off != text {
+                    let op = Op::Mmap {
+                        addr: vaddr + page_up(text),
+                        len: data,
+                        prot: prot::READ | prot::WRITE,
+                        flags: map::PRIVATE | map::FIXED,
+                        fd,
+                        off: data_off & !(PAGE - 1),
+                    };
+                    q.push_back((op, After::Nothing));
+                }
+                self.start_instance(p, true);
+                return true;
             }
-            self.start_instance(p, i);
-            return None;
+            Record::Fork { child } | Record::Vfork { child } if jobs && self.tasks[p].running > 0 => {
+                if self.tokens == 0 {
+                    // No token free: reap a child first (it gives back one).
+                    self.tasks[p].queue.push_back((Op::Wait, After::Reaped { early: true }));
+                    return false;
+                }
+                self.tokens -= 1;
+                let (op, kind) = if matches!(r, Record::Fork { .. }) { (Op::Fork, Created::Process) } else { (Op::Vfork, Created::Vfork) };
+                self.tasks[p].queue.push_back((op, After::Created { tid: child, kind }));
+                return true;
+            }
+            Record::Wait { flags, .. } if jobs => {
+                let t = &mut self.tasks[p];
+                if t.ahead > 0 {
+                    t.ahead -= 1;
+                } else if flags & WAIT_NOHANG != 0 {
+                    t.owed += 1;
+                } else {
+                    for _ in 0..=t.owed {
+                        t.queue.push_back((Op::Wait, After::Reaped { early: false }));
+                    }
+                    t.owed = 0;
+                }
+                return true;
+            }
+            Record::Exit { .. } if jobs => {
+                let t = &mut self.tasks[p];
+                for _ in 0..t.owed {
+                    t.queue.push_back((Op::Wait, After::Reaped { early: false }));
+                }
+                t.owed = 0;
+            }
+            _ => {}
         }
         let fds = &self.fds;
-        let pr = &mut self.procs[p];
-        let (sp, q) = (&mut pr.sp, &mut pr.queue);
-        match self.records[i] {
+        let fault_ns = self.fault_ns;
+        let t = &mut self.tasks[p];
+        let (sp, q) = (&mut self.spaces[t.space], &mut t.queue);
+        match r {
             Record::Access { kind, page, repeat } => {
-                let a = sp.translate(page << 12)?;
-                let kind = match kind {
-                    tf::K_STORE => Access::Store,
-                    tf::K_IFETCH => Access::Ifetch,
-                    _ => Access::Load,
-                };
                 *ops += 1 + repeat;
-                return Some(if repeat == 0 {
-                    Op::Access { addr: a, kind }
-                } else {
-                    Op::AccessRange { addr: a, stride: 0, count: repeat.saturating_add(1), kind }
-                });
+                t.faults += 1 + repeat;
+                sp.run_ops(access_kind(kind), page, repeat.saturating_add(1), 0, q);
+            }
+            Record::Run { kind, page, count, step } => {
+                *ops += count;
+                t.faults += count;
+                sp.run_ops(access_kind(kind), page, count, step, q);
+            }
+            Record::Around { page, count } => sp.run_ops(Access::Load, page, count, 1, q),
+            Record::Time { user_ns, sys_ns } => {
+                // The kernel time of the faults before it is in the recorded
+                // user time; the model charges its own.
+                let user = user_ns.saturating_sub(t.faults.saturating_mul(fault_ns));
+                t.faults = 0;
+                if user > 0 {
+                    q.push_back((Op::Compute { ns: user }, After::Nothing));
+                }
+                if sys_ns > 0 {
+                    q.push_back((Op::SysTime { ns: sys_ns }, After::Nothing));
+                }
             }
             Record::Mmap { addr, len, prot: pr, flags, file, off, ret } => {
                 let fixed = flags & (map::FIXED | 0x10_0000) != 0;
@@ -318,8 +551,8 @@ impl TraceReplay {
                     q.push_back((Op::Mprotect { addr: a, len: l, prot: pr & 7 }, After::Nothing));
                 }
             }
-            Record::Madvise { addr, len, advice } => {
-                if let Some(adv) = Self::advice(advice) {
+            Record::Madvise { addr, len, advice: a } => {
+                if let Some(adv) = advice(a) {
                     for (a, l) in sp.pieces(addr, len) {
                         q.push_back((Op::Madvise { addr: a, len: l, advice: adv }, After::Nothing));
                     }
@@ -342,20 +575,76 @@ impl TraceReplay {
                     ));
                 }
             }
-            Record::Fork { child } => q.push_back((Op::Fork, After::Forked(child))),
+            Record::Read { file, off, len } | Record::Write { file, off, len } => {
+                if let Some(&fd) = fds.get(file as usize).filter(|&&fd| fd >= 0) {
+                    q.push_back((Op::Lseek { fd, off }, After::Nothing));
+                    // The recorded faults already hold the buffer's pages.
+                    let op = if matches!(r, Record::Read { .. }) { Op::Read { fd, len, buf: 0 } } else { Op::Write { fd, len, buf: 0 } };
+                    q.push_back((op, After::Nothing));
+                }
+            }
+            Record::Fork { child } => q.push_back((Op::Fork, After::Created { tid: child, kind: Created::Process })),
+            Record::Vfork { child } => q.push_back((Op::Vfork, After::Created { tid: child, kind: Created::Vfork })),
+            Record::Clone { child } => q.push_back((Op::Clone, After::Created { tid: child, kind: Created::Thread })),
             Record::Wait { .. } => q.push_back((Op::Wait, After::Nothing)),
             Record::Exit { .. } => {
-                pr.done = true;
-                return Some(Op::Exit);
+                t.done = true;
+                q.push_back((Op::Exit, After::Nothing));
             }
-            Record::File { .. }
-            | Record::Region { .. }
+            Record::Region { .. }
+            | Record::Exec { .. }
+            | Record::File { .. }
             | Record::Meta { .. }
-            | Record::End { .. }
-            | Record::Process { .. }
-            | Record::Exec { .. } => {}
+            | Record::Summary { .. }
+            | Record::Root { .. }
+            | Record::Task { .. }
+            | Record::End { .. } => {}
         }
-        None
+        true
+    }
+
+    /// Apply the result of task `p`'s previous queued op.
+    fn complete(&mut self, p: usize, last: Ret) {
+        let pending = std::mem::replace(&mut self.tasks[p].pending, After::Nothing);
+        if let After::Reaped { early } = pending {
+            let t = &mut self.tasks[p];
+            if last.is_err() {
+                t.running = 0; // no child left to reap
+                return;
+            }
+            if t.running >= 2 {
+                self.tokens += 1;
+            }
+            t.running = t.running.saturating_sub(1);
+            if early {
+                if t.owed > 0 {
+                    t.owed -= 1;
+                } else {
+                    t.ahead += 1;
+                }
+            }
+            return;
+        }
+        if last.is_err() {
+            return;
+        }
+        let space = self.tasks[p].space;
+        match pending {
+            After::Opened(i) => self.fds[i] = last.val() as Fd,
+            After::Mapped { rec, len } => self.spaces[space].remember(rec, len, last.val() as u64),
+            After::BrkBase => self.spaces[space].brk_sim = Some(last.val() as u64),
+            After::Exec { vaddr, len, make } => {
+                // A new address space (a vfork child leaves its parent's).
+                let mut sp = Space::default();
+                sp.remember(vaddr, len, vaddr);
+                self.spaces.push(sp);
+                let t = &mut self.tasks[p];
+                t.space = self.spaces.len() - 1;
+                t.make = make;
+            }
+            After::Created { kind: Created::Process | Created::Vfork, .. } => self.tasks[p].running += 1,
+            After::Created { .. } | After::Nothing | After::Reaped { .. } => {}
+        }
     }
 }
 
@@ -366,78 +655,80 @@ impl Workload for TraceReplay {
 
     fn setup(&mut self, env: &mut dyn SetupEnv) -> Result<(), String> {
         self.file_ids.clear();
-        for (size, _) in &self.files {
-            // Program files are read from a warm page cache, as on a re-run.
-            self.file_ids.push(env.create_file(FsKind::Disk, page_up((*size).max(PAGE)), true)?);
+        for (size, _, flags) in &self.trace.files {
+            // Files the program found are read from a warm page cache, as
+            // on a re-run; the ones it created start empty.
+            let warm = flags & tf::FILE_CREATED == 0;
+            self.file_ids.push(env.create_file(FsKind::Disk, page_up((*size).max(PAGE)), warm)?);
         }
-        let task = env.spawn_process(Some(0))?;
-        self.tasks.insert(task, 0);
-        self.fds = vec![-1; self.files.len()];
+        let task = env.spawn_process(None)?;
+        self.sim.insert(task, 0);
+        self.fds = vec![-1; self.trace.files.len()];
+        if self.jobs_per_cpu {
+            self.jobs = env.nr_cpus();
+        }
+        self.tokens = self.jobs.saturating_sub(1);
         Ok(())
     }
 
-    /// The child runs its recorded section, if the trace has one (a child
-    /// that never exec'd was not recorded: it exits), in a copy of the
-    /// parent's address space.
+    /// The child runs its recorded records (a child without any just
+    /// exits): a process in a copy of the parent's address space, a vfork
+    /// child or a thread in the parent's own.
     fn on_fork(&mut self, parent: TaskId, child: TaskId) {
-        let Some(&p) = self.tasks.get(&parent) else { return };
-        let After::Forked(pid) = self.procs[p].pending else { return };
-        let c = match self.procs.iter().position(|x| x.pid == pid && !x.started) {
+        let Some(&p) = self.sim.get(&parent) else { return };
+        let After::Created { tid, kind } = self.tasks[p].pending else { return };
+        let c = match self.by_tid.get(&tid).copied().filter(|&c| !self.tasks[c].started) {
             Some(c) => c,
             None => {
-                let n = self.records.len();
-                self.procs.push(Proc::new(pid, n, n));
-                self.procs.len() - 1
+                self.tasks.push(RTask::new(None, 0));
+                self.tasks.len() - 1
             }
         };
-        self.procs[c].sp = self.procs[p].sp.clone();
-        self.procs[c].started = true;
-        self.tasks.insert(child, c);
+        let space = match kind {
+            Created::Process => {
+                let sp = self.spaces[self.tasks[p].space].clone();
+                self.spaces.push(sp);
+                self.spaces.len() - 1
+            }
+            Created::Vfork | Created::Thread => self.tasks[p].space,
+        };
+        self.tasks[c].space = space;
+        self.tasks[c].started = true;
+        self.sim.insert(child, c);
+        // Its Regions (a thread's, a vfork child's) go into the shared space
+        // now; a process image's come with its exec.
+        if !matches!(self.peek(c), Some((Record::Exec { .. }, _))) {
+            self.start_instance(c, false);
+        }
     }
 
     fn next_op(&mut self, task: TaskId, last: Ret, ops: &mut u64) -> Op {
-        let Some(&p) = self.tasks.get(&task) else { return Op::Exit };
-        if self.procs[p].done {
-            return Op::Exit;
-        }
-        // The result of the previous queued op.
-        let pending = std::mem::replace(&mut self.procs[p].pending, After::Nothing);
-        if !last.is_err() {
-            let sp = &mut self.procs[p].sp;
-            match pending {
-                After::Opened(i) => self.fds[i] = last.val() as Fd,
-                After::Mapped { rec, len } => sp.remember(rec, len, last.val() as u64),
-                After::BrkBase => sp.brk_sim = Some(last.val() as u64),
-                After::Exec { vaddr, len } => {
-                    *sp = Space::default();
-                    sp.remember(vaddr, len, vaddr);
-                }
-                After::Forked(_) | After::Nothing => {}
-            }
-        }
-        if !self.procs[p].started {
-            self.procs[p].started = true;
+        let Some(&p) = self.sim.get(&task) else { return Op::Exit };
+        self.complete(p, last);
+        if !self.tasks[p].started {
+            // The root: it opens every file, and maps what its image needs.
+            self.tasks[p].started = true;
             for (i, &f) in self.file_ids.iter().enumerate() {
-                self.procs[p].queue.push_back((Op::Open { file: f }, After::Opened(i)));
+                self.tasks[p].queue.push_back((Op::Open { file: f }, After::Opened(i)));
             }
-            let first = self.procs[p].next;
-            if !matches!(self.records.get(first), Some(Record::Exec { .. })) || first >= self.procs[p].end {
-                self.start_instance(p, first);
+            if !matches!(self.peek(p), Some((Record::Exec { .. }, _))) {
+                self.start_instance(p, true);
             }
         }
         loop {
-            if let Some((op, after)) = self.procs[p].queue.pop_front() {
-                self.procs[p].pending = after;
+            if let Some((op, after)) = self.tasks[p].queue.pop_front() {
+                self.tasks[p].pending = after;
                 return op;
             }
-            let i = self.procs[p].next;
-            if i >= self.procs[p].end {
-                self.procs[p].done = true;
+            if self.tasks[p].done {
                 return Op::Exit;
             }
-            self.procs[p].next += 1;
-            if let Some(op) = self.expand(p, i, ops) {
-                return op;
+            let Some((r, next)) = self.peek(p) else {
+                self.tasks[p].done = true;
+                return Op::Exit;
+            };
+            if self.expand(p, r, ops) {
+                self.tasks[p].cur = next;
             }
         }
     }
@@ -448,13 +739,21 @@ fn build(p: &mut Params) -> Result<Box<dyn Workload>, String> {
 }
 
 fn params() -> Vec<ParamSpec> {
-    vec![ParamSpec { name: "path", default: "(required)".into(), help: "trace file written by `foliosim record` (docs/trace-format.md)" }]
+    vec![
+        ParamSpec { name: "path", default: "(required)".into(), help: "trace file written by `foliosim record` (docs/trace-format.md)" },
+        ParamSpec {
+            name: "jobs",
+            default: "0".into(),
+            help: "job slots of the recorded makes, as make -jN's jobserver gives them (a make recorded at -j8 replays at -jN); \"cpus\": one per simulated CPU, as make -j$(nproc); 0: every wait4 where it was recorded",
+        },
+        ParamSpec { name: "jobserver", default: "make".into(), help: "file names (comma-separated) of the programs `jobs` applies to" },
+    ]
 }
 
 pub fn info() -> WorkloadInfo {
     WorkloadInfo {
         name: "trace",
-        help: "replay of a program recorded with `foliosim record -- CMD` (its mmap/munmap/brk/mprotect/madvise/mremap calls and memory accesses; every process of the tree, with its fork/execve/wait4/exit and its ELF image and libraries as file mappings); op = recorded access",
+        help: "replay of a program tree recorded with `foliosim record -- CMD`: its processes and threads with their fork/vfork/clone/execve/wait4/exit, their mmap/munmap/brk/mprotect/madvise/mremap calls, file reads and writes, page faults (or every access, from the valgrind recorder) and CPU time between them; op = recorded access",
         params,
         build,
     }
@@ -474,7 +773,10 @@ mod tests {
     /// A minimal kernel: mmap hands out fresh addresses far from the
     /// recorded ones (MAP_FIXED gets what it asks), brk starts at 0x5000_0000.
     fn run(records: Vec<Record>) -> (Vec<Step>, u64) {
-        let mut w = TraceReplay::from_records("t".into(), records);
+        let mut all = vec![Record::Root { tid: 1 }, Record::Task { tid: 1 }];
+        all.extend(records.iter().filter(|r| r.is_task_record()).cloned());
+        let globals: Vec<Record> = records.into_iter().filter(|r| !r.is_task_record()).collect();
+        let mut w = TraceReplay::from_records("t".into(), &[globals, all].concat()).unwrap();
         let mut env = super::super::common::testutil::FakeEnv::new(1);
         w.setup(&mut env).unwrap();
         let t = env.ids()[0];
@@ -484,10 +786,7 @@ mod tests {
             let op = w.next_op(t, last, &mut o);
             ops += o;
             last = match op {
-                Op::Mmap { addr, len, flags, .. } if flags & map::FIXED != 0 => {
-                    let _ = len;
-                    Ret::Val(addr as i64)
-                }
+                Op::Mmap { addr, flags, .. } if flags & map::FIXED != 0 => Ret::Val(addr as i64),
                 Op::Mmap { len, .. } => {
                     let a = next;
                     next += len + (1 << 21);
@@ -501,7 +800,7 @@ mod tests {
                 }
                 _ => Ret::Val(0),
             };
-            log.push(Step { op, ops: o, ret: last });
+            log.push(Step { op, ret: last });
             if op == Op::Exit {
                 break;
             }
@@ -512,8 +811,6 @@ mod tests {
     #[derive(Debug)]
     struct Step {
         op: Op,
-        #[allow(dead_code)]
-        ops: u64,
         ret: Ret,
     }
 
@@ -536,18 +833,70 @@ mod tests {
         let sim = log[1].ret.val() as u64;
         assert_ne!(sim, rec, "the fake kernel places mappings elsewhere");
         assert_eq!(log[2].op, Op::AccessRange { addr: sim + 2 * PAGE, stride: 0, count: 5, kind: Access::Store });
-        assert_eq!(log[3].op, Op::Access { addr: sim, kind: Access::Load });
+        assert_eq!(log[3].op, Op::AccessRange { addr: sim, stride: 0, count: 1, kind: Access::Load });
         assert_eq!(log[4].op, Op::Munmap { addr: sim, len: 3 * PAGE });
         assert_eq!(log[5].op, Op::Exit);
         assert_eq!(log.len(), 6);
-        assert_eq!(ops, 6);
+        // Every recorded access is an op, replayed or not.
+        assert_eq!(ops, 8);
+    }
+
+    #[test]
+    fn a_run_of_faults_is_one_range_per_mapping_it_crosses() {
+        let (a, b) = (0x4830_0000u64, 0x4830_3000u64);
+        let (log, ops) = run(vec![
+            Record::Mmap { addr: 0, len: 3 * PAGE, prot: 3, flags: 0x22, file: None, off: 0, ret: a },
+            Record::Mmap { addr: 0, len: 2 * PAGE, prot: 3, flags: 0x22, file: None, off: 0, ret: b },
+            // Downwards from b's second page to a's first: 5 pages, two mappings.
+            Record::Run { kind: tf::K_STORE, page: (b >> 12) + 1, count: 5, step: -1 },
+        ]);
+        let (sa, sb) = (log[1].ret.val() as u64, log[2].ret.val() as u64);
+        assert_eq!(log[3].op, Op::AccessRange { addr: sa, stride: PAGE, count: 3, kind: Access::Store });
+        assert_eq!(log[4].op, Op::AccessRange { addr: sb, stride: PAGE, count: 2, kind: Access::Store });
+        assert_eq!(ops, 5);
+    }
+
+    #[test]
+    fn time_becomes_compute_and_system_time_less_the_faults_kernel_time() {
+        let rec = 0x4830_0000u64;
+        let mut w = TraceReplay::from_records(
+            "t".into(),
+            &[
+                Record::Summary { json: "{\"fault_kernel_ns\": 1000}".into() },
+                Record::Task { tid: 1 },
+                Record::Mmap { addr: 0, len: 4 * PAGE, prot: 3, flags: 0x22, file: None, off: 0, ret: rec },
+                Record::Time { user_ns: 50_000, sys_ns: 0 },
+                Record::Run { kind: tf::K_STORE, page: rec >> 12, count: 4, step: 1 },
+                Record::Time { user_ns: 10_000, sys_ns: 700 },
+                Record::Access { kind: tf::K_STORE, page: rec >> 12, repeat: 0 },
+                Record::Time { user_ns: 500, sys_ns: 0 },
+            ],
+        )
+        .unwrap();
+        let mut env = super::super::common::testutil::FakeEnv::new(1);
+        w.setup(&mut env).unwrap();
+        let t = env.ids()[0];
+        let mut got = Vec::new();
+        let mut last = Ret::Start;
+        loop {
+            let op = w.next_op(t, last, &mut 0);
+            last = if let Op::Mmap { .. } = op { Ret::Val(0x7f00_0000_0000) } else { Ret::Val(0) };
+            if let Op::Compute { ns } | Op::SysTime { ns } = op {
+                got.push((matches!(op, Op::Compute { .. }), ns));
+            }
+            if op == Op::Exit {
+                break;
+            }
+        }
+        // 4 faults' 4 us come off the 10 us after them; the 500 ns after one fault are all kernel time.
+        assert_eq!(got, [(true, 50_000), (true, 6_000), (false, 700)]);
     }
 
     #[test]
     fn fixed_maps_partial_unmaps_regions_and_files() {
         let rec = 0x10_0000_0000u64;
         let (log, _) = run(vec![
-            Record::File { size: 5 * PAGE, path: "/lib/libx.so".into() },
+            Record::File { size: 5 * PAGE, path: "/lib/libx.so".into(), flags: 0 },
             Record::Region { addr: 0x40_0000, len: 2 * PAGE },
             Record::Mmap { addr: 0, len: 4 * PAGE, prot: 1, flags: 0x802, file: Some(0), off: 0, ret: rec },
             Record::Mmap { addr: rec + PAGE, len: PAGE, prot: 5, flags: 0x812, file: Some(0), off: PAGE, ret: rec + PAGE },
@@ -567,9 +916,9 @@ mod tests {
         let base = log[3].ret.val() as u64;
         assert_eq!(log[4].op, Op::Mmap { addr: base + PAGE, len: PAGE, prot: 5, flags: map::PRIVATE | map::FIXED, fd, off: PAGE });
         assert_eq!(log[5].op, Op::Munmap { addr: base + 3 * PAGE, len: PAGE });
-        assert_eq!(log[6].op, Op::Access { addr: base + PAGE, kind: Access::Ifetch });
+        assert_eq!(log[6].op, Op::AccessRange { addr: base + PAGE, stride: 0, count: 1, kind: Access::Ifetch });
         // page 3 was unmapped: skipped; the region page is translated.
-        assert_eq!(log[7].op, Op::Access { addr: region + PAGE, kind: Access::Store });
+        assert_eq!(log[7].op, Op::AccessRange { addr: region + PAGE, stride: 0, count: 1, kind: Access::Store });
         assert_eq!(log[8].op, Op::Exit);
     }
 
@@ -583,6 +932,18 @@ mod tests {
         ]);
         let sb = log[0].ret.val() as u64;
         assert_eq!(log[1].op, Op::Brk { addr: sb + 8 * PAGE });
-        assert_eq!(log[2].op, Op::Access { addr: sb + 7 * PAGE, kind: Access::Store });
+        assert_eq!(log[2].op, Op::AccessRange { addr: sb + 7 * PAGE, stride: 0, count: 1, kind: Access::Store });
+    }
+
+    #[test]
+    fn reads_and_writes_go_through_the_files_fd_at_their_offset() {
+        let (log, _) = run(vec![
+            Record::File { size: 5 * PAGE, path: "/src/a.c".into(), flags: 0 },
+            Record::Read { file: 0, off: 8192, len: 100 },
+            Record::Write { file: 0, off: 0, len: 4096 },
+        ]);
+        let fd = log[0].ret.val() as Fd;
+        let ops: Vec<Op> = log[2..6].iter().map(|s| s.op).collect();
+        assert_eq!(ops, [Op::Lseek { fd, off: 8192 }, Op::Read { fd, len: 100 }, Op::Lseek { fd, off: 0 }, Op::Write { fd, len: 4096 }]);
     }
 }

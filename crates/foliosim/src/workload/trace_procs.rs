@@ -16,14 +16,14 @@
 //! prints the same layout, but it keeps fd 2 for itself: a program that
 //! closes its stderr and checks the result, as xz and mawk do, fails.)
 //!
-//! The trace holds one section per process (`Process`, then its instances
-//! in order), its `Fork`/`Wait` records where the parent made the calls,
-//! and an `Exit` at the end of each.
+//! Each process is a task of the trace (its pid): its instances in order,
+//! its `Fork`/`Wait` records where it made the calls, and an `Exit` at the
+//! end.
 
 use super::map;
 use super::trace_format::{Record, TraceReader, TraceWriter};
-use super::trace_record::{convert, Conv, RecordStats};
-use std::collections::{BTreeMap, HashMap};
+use super::trace_record::{convert, Conv, Files, RecordStats};
+use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::path::Path;
 
@@ -185,72 +185,194 @@ fn logs(dir: &Path) -> Result<BTreeMap<u64, BTreeMap<u64, std::path::PathBuf>>, 
     Ok(m)
 }
 
-/// Convert the logs of a recorded process tree in `dir` into the trace
-/// `out_path`; `root` is the pid of the recorded command.
-pub fn from_valgrind_logs(dir: &Path, out_path: &Path, meta_json: &str, root: u64) -> Result<RecordStats, String> {
-    let all = logs(dir)?;
-    if !all.contains_key(&root) {
+/// One valgrind instance (a process from its execve to its exit or next
+/// execve) converted by itself: its pid, its place among the pid's
+/// instances, its records as a trace of their own (task = pid).
+pub struct Instance {
+    pub pid: u64,
+    pub seq: u64,
+    pub bytes: Vec<u8>,
+    pub stats: RecordStats,
+}
+
+fn is_record_line(l: &[u8]) -> bool {
+    l.starts_with(b"SYSCALL[") || (l.len() > 2 && matches!((l[0], l[1]), (b'I', b' ') | (b' ', b'L' | b'S' | b'M')))
+}
+
+/// The pid of a log's preamble lines ("==PID== ..." or "--PID-- ...").
+fn pid_of(head: &[u8]) -> Option<u64> {
+    head.split(|&c| c == b'\n').find_map(|l| {
+        let l = std::str::from_utf8(l).ok()?;
+        let rest = l.strip_prefix("==").or_else(|| l.strip_prefix("--"))?;
+        let (n, _) = rest.split_once(if l.starts_with("==") { "==" } else { "--" })?;
+        n.parse().ok()
+    })
+}
+
+/// Convert one instance's log, a file or a socket's stream, by itself. Its
+/// head (up to the client's first record) names the ELF objects valgrind's
+/// loader mapped; it is read first and then fed to the converter.
+pub fn convert_instance<R: BufRead>(mut log: R, seq: u64, pid: Option<u64>) -> Result<Instance, String> {
+    let mut head = Vec::new();
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        let n = log.read_until(b'\n', &mut line).map_err(|e| format!("cannot read valgrind's log: {e}"))?;
+        head.extend_from_slice(&line);
+        if n == 0 || is_record_line(&line) {
+            break;
+        }
+    }
+    let pid = pid.or_else(|| pid_of(&head)).ok_or("a valgrind log without its pid (no ==PID== line)")?;
+    let segs: Vec<Seg> = loaded_objects(&head[..]).iter().filter_map(|(p, bias)| elf_segments(p, *bias)).flatten().collect();
+    let img = image(&segs);
+    let w = TraceWriter::new(Vec::new()).map_err(|e| format!("cannot write the trace: {e}"))?;
+    let size = Box::new(|p: &str| std::fs::metadata(p).ok().map(|m| m.len()));
+    let (w, stats, _) =
+        convert(std::io::Cursor::new(head).chain(log), w, pid, size, Files::new(), |c| img.as_ref().map_or(Ok(()), |i| put_image(c, i)))?;
+    let bytes = w.finish().map_err(|e| format!("cannot write the trace: {e}"))?;
+    Ok(Instance { pid, seq, bytes, stats })
+}
+
+/// Put converted instances together into the trace `out_path`: the root
+/// process first, each process's instances in order, its File indices made
+/// the trace's, an `Exit` after each process.
+pub fn assemble(mut instances: Vec<Instance>, out_path: &Path, meta_json: &str, root: u64) -> Result<RecordStats, String> {
+    if !instances.iter().any(|i| i.pid == root) {
         return Err(format!("valgrind wrote no log for the recorded command (pid {root})"));
     }
+    instances.sort_by_key(|i| (i.pid != root, i.pid, i.seq));
     let o = std::fs::File::create(out_path).map_err(|e| format!("{}: {e}", out_path.display()))?;
-    let mut w = TraceWriter::new(std::io::BufWriter::new(o)).map_err(|e| format!("cannot write the trace: {e}"))?;
     let werr = |e: std::io::Error| format!("cannot write the trace: {e}");
-    w.write(&Record::Meta { json: meta_json.to_string() }).map_err(werr)?;
+    let mut w = TraceWriter::new(std::io::BufWriter::new(o)).map_err(werr)?;
+    w.write_global(&Record::Meta { json: meta_json.to_string() }).map_err(werr)?;
+    w.write_global(&Record::Root { tid: root }).map_err(werr)?;
     let mut total = RecordStats::default();
-    let mut files: HashMap<String, u32> = HashMap::new();
-    let order = std::iter::once(root).chain(all.keys().copied().filter(|&p| p != root));
-    for pid in order {
+    let mut files = Files::new();
+    let mut k = 0;
+    while k < instances.len() {
+        let pid = instances[k].pid;
         let mut exit_code = 0;
-        for (k, (_, log)) in all[&pid].iter().enumerate() {
-            let img = image(&startup_layout(log));
-            let sec = dir.join(format!("sec.{pid}.{k}"));
-            let f = std::fs::File::open(log).map_err(|e| format!("{}: {e}", log.display()))?;
-            let o = std::fs::File::create(&sec).map_err(|e| format!("{}: {e}", sec.display()))?;
-            let size = Box::new(|p: &str| std::fs::metadata(p).ok().map(|m| m.len()));
-            let (o, st) = convert(BufReader::with_capacity(1 << 20, f), std::io::BufWriter::new(o), size, |c| {
-                img.as_ref().map_or(Ok(()), |i| put_image(c, i))
-            })?;
-            drop(o);
-            if k == 0 {
-                let parent = if pid == root { 0 } else { st.parent };
-                w.write(&Record::Process { pid, parent }).map_err(werr)?;
-            }
-            exit_code = st.exit_code.unwrap_or(exit_code);
-            add(&mut total, &st);
-            // Copy the section, its File indices made global.
-            let f = std::fs::File::open(&sec).map_err(|e| format!("{}: {e}", sec.display()))?;
-            let mut r = TraceReader::new(BufReader::with_capacity(1 << 20, f))?;
+        while k < instances.len() && instances[k].pid == pid {
+            let inst = &instances[k];
+            exit_code = inst.stats.exit_code.unwrap_or(exit_code);
+            add(&mut total, &inst.stats);
             let mut local: Vec<u32> = Vec::new();
-            while let Some(rec) = r.next_record()? {
+            for rec in TraceReader::new(&inst.bytes[..])?.read_all()? {
+                let g = |f: u32| local.get(f as usize).copied().unwrap_or(f);
                 let rec = match rec {
-                    Record::File { size, path } => {
+                    Record::File { size, path, flags } => {
                         let n = files.len() as u32;
-                        let g = *files.entry(path.clone()).or_insert(n);
-                        if g == n {
-                            w.write(&Record::File { size, path }).map_err(werr)?;
+                        let gi = *files.entry(path.clone()).or_insert(n);
+                        if gi == n {
+                            w.write_global(&Record::File { size, path, flags }).map_err(werr)?;
                         }
-                        local.push(g);
+                        local.push(gi);
                         continue;
                     }
                     Record::Mmap { addr, len, prot, flags, file, off, ret } => {
-                        Record::Mmap { addr, len, prot, flags, file: file.map(|f| local[f as usize]), off, ret }
+                        Record::Mmap { addr, len, prot, flags, file: file.map(g), off, ret }
                     }
                     Record::Exec { file, vaddr, text, data, data_off, bss } => {
-                        Record::Exec { file: local[file as usize], vaddr, text, data, data_off, bss }
+                        Record::Exec { file: g(file), vaddr, text, data, data_off, bss }
                     }
-                    r => r,
+                    r if r.is_task_record() => r,
+                    _ => continue,
                 };
-                w.write(&rec).map_err(werr)?;
+                w.write_task(pid, &rec).map_err(werr)?;
             }
-            let _ = std::fs::remove_file(&sec);
+            k += 1;
         }
-        w.write(&Record::Exit { code: exit_code }).map_err(werr)?;
+        w.write_task(pid, &Record::Exit { code: exit_code }).map_err(werr)?;
+        w.flush_task(pid).map_err(werr)?;
     }
     total.files = files.len() as u64;
     let o = w.finish().map_err(werr)?;
     let f = o.into_inner().map_err(|e| format!("{}: {e}", out_path.display()))?;
     f.sync_all().map_err(|e| format!("{}: {e}", out_path.display()))?;
     Ok(total)
+}
+
+/// Convert the logs of a recorded process tree in `dir` into the trace
+/// `out_path`; `root` is the pid of the recorded command. Each process is
+/// the task of its pid.
+pub fn from_valgrind_logs(dir: &Path, out_path: &Path, meta_json: &str, root: u64) -> Result<RecordStats, String> {
+    let mut instances = Vec::new();
+    for (pid, logs) in logs(dir)? {
+        for (n, log) in logs {
+            let f = std::fs::File::open(&log).map_err(|e| format!("{}: {e}", log.display()))?;
+            instances.push(convert_instance(BufReader::with_capacity(1 << 20, f), n, Some(pid))?);
+        }
+    }
+    assemble(instances, out_path, meta_json, root)
+}
+
+/// Convert the logs valgrind streams with `--log-socket=HOST:PORT` to
+/// `listener` (one connection per instance, in the order they start) into
+/// the trace `out_path`, each as it arrives, until `stop` is set (valgrind
+/// has exited) and every connection is read: nothing goes to disk but the
+/// trace.
+pub fn from_valgrind_socket(
+    listener: std::net::TcpListener,
+    stop: &std::sync::atomic::AtomicBool,
+    out_path: &Path,
+    meta_json: &str,
+    root: u64,
+) -> Result<RecordStats, String> {
+    use std::sync::atomic::Ordering;
+    use std::sync::Mutex;
+    listener.set_nonblocking(true).map_err(|e| format!("valgrind's log socket: {e}"))?;
+    let done: Mutex<Vec<Result<Instance, String>>> = Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        let mut seq = 0;
+        loop {
+            match listener.accept() {
+                Ok((stream, _)) => {
+                    seq += 1;
+                    let (n, done) = (seq, &done);
+                    s.spawn(move || {
+                        let r = stream
+                            .set_nonblocking(false)
+                            .map_err(|e| format!("valgrind's log socket: {e}"))
+                            .and_then(|_| convert_instance(BufReader::with_capacity(1 << 20, stream), n, None));
+                        done.lock().unwrap_or_else(|e| e.into_inner()).push(r);
+                    });
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    // Stopped, and the backlog drained: the threads finish what they read.
+                    if stop.load(Ordering::Acquire) {
+                        break;
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(5));
+                }
+                Err(e) => {
+                    done.lock().unwrap_or_else(|e| e.into_inner()).push(Err(format!("valgrind's log socket: {e}")));
+                    break;
+                }
+            }
+        }
+    });
+    let mut instances = Vec::new();
+    for r in done.into_inner().unwrap_or_else(|e| e.into_inner()) {
+        instances.push(r?);
+    }
+    assemble(instances, out_path, meta_json, root)
+}
+
+/// `from_valgrind_socket`, statistics as JSON.
+pub fn from_valgrind_socket_json(
+    listener: std::net::TcpListener,
+    stop: &std::sync::atomic::AtomicBool,
+    out_path: &str,
+    meta_json: &str,
+    root: u64,
+) -> Result<String, String> {
+    from_valgrind_socket(listener, stop, Path::new(out_path), meta_json, root).map(|st| serde_json::to_string(&st).unwrap_or_default())
+}
+
+/// A listener on a free port of 127.0.0.1 for `from_valgrind_socket`.
+pub fn bind_valgrind_socket() -> Result<std::net::TcpListener, String> {
+    std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| format!("cannot listen for valgrind's logs: {e}"))
 }
 
 fn add(t: &mut RecordStats, s: &RecordStats) {
@@ -358,25 +480,67 @@ mod tests {
         let _ = std::fs::remove_dir_all(&d);
     }
 
+    /// The logs of a tree: pid 10 forks 11, which execs `prog` (with `interp`).
+    fn tree_logs(prog: &str, interp: &str) -> [(u64, String); 2] {
+        [
+            (10, "==10== Parent PID: 3\nSYSCALL[10,1](58) sys_fork ( )   fork: process 10 created child 11\n S 04900000,8\nSYSCALL[10,1](61) sys_wait4 ( 11, 0x4060d50, 0, 0x0 ) --> [async] ... \nSYSCALL[10,1](61) ... [async] --> Success(0xb) \nSYSCALL[10,1](231) exit_group( 0 ) --> [pre-success] Success(0x0) \n".to_string()),
+            (
+                11,
+                format!(
+                    "{}==11== Parent PID: 10\nI  00401000,4\n L 04001008,8\nSYSCALL[11,1](231) exit_group( 1 ) --> [pre-success] Success(0x0) \n",
+                    log_head(11, prog, interp)
+                ),
+            ),
+        ]
+    }
+
+    /// The logs streamed over --log-socket make the trace the log files make.
+    #[test]
+    fn logs_streamed_over_sockets_make_the_same_trace() {
+        use std::io::Write as _;
+        let d = std::env::temp_dir().join(format!("foliosim-sock-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        let (prog, interp) = objects(&d);
+        for (pid, log) in tree_logs(&prog, &interp) {
+            std::fs::write(d.join(format!("log.{pid}.1")), log).unwrap();
+        }
+        let (files, sock) = (d.join("files.fstrace"), d.join("sock.fstrace"));
+        from_valgrind_logs(&d, &files, "{}", 10).unwrap();
+        let l = bind_valgrind_socket().unwrap();
+        let addr = l.local_addr().unwrap();
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        let st = std::thread::scope(|s| {
+            let h = s.spawn(|| from_valgrind_socket(l, &stop, &sock, "{}", 10));
+            // The child's log first: the order of connections of different pids does not matter.
+            for (_, log) in tree_logs(&prog, &interp).into_iter().rev() {
+                let mut c = std::net::TcpStream::connect(addr).unwrap();
+                c.write_all(log.as_bytes()).unwrap();
+            }
+            stop.store(true, std::sync::atomic::Ordering::Release);
+            h.join().unwrap()
+        })
+        .unwrap();
+        let (a, b) = (super::super::trace_format::read_file(&files).unwrap(), super::super::trace_format::read_file(&sock).unwrap());
+        let _ = std::fs::remove_dir_all(&d);
+        assert_eq!(a, b);
+        assert_eq!(st.files, 2);
+        // Without the root's log: one line.
+        let l = bind_valgrind_socket().unwrap();
+        let stop = std::sync::atomic::AtomicBool::new(true);
+        let e = from_valgrind_socket(l, &stop, &d.join("x"), "{}", 10).err().unwrap();
+        assert!(e.contains("no log for the recorded command"), "{e}");
+    }
+
     #[test]
     fn a_process_tree_becomes_sections() {
         let d = std::env::temp_dir().join(format!("foliosim-procs-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&d);
         std::fs::create_dir_all(&d).unwrap();
         let (prog, interp) = objects(&d);
-        std::fs::write(
-            d.join("log.10.1"),
-            "==10== Parent PID: 3\nSYSCALL[10,1](58) sys_fork ( )   fork: process 10 created child 11\n S 04900000,8\nSYSCALL[10,1](61) sys_wait4 ( 11, 0x4060d50, 0, 0x0 ) --> [async] ... \nSYSCALL[10,1](61) ... [async] --> Success(0xb) \nSYSCALL[10,1](231) exit_group( 0 ) --> [pre-success] Success(0x0) \n",
-        )
-        .unwrap();
-        std::fs::write(
-            d.join("log.11.1"),
-            format!(
-                "{}==11== Parent PID: 10\nI  00401000,4\n L 04001008,8\nSYSCALL[11,1](231) exit_group( 1 ) --> [pre-success] Success(0x0) \n",
-                log_head(11, &prog, &interp)
-            ),
-        )
-        .unwrap();
+        for (pid, log) in tree_logs(&prog, &interp) {
+            std::fs::write(d.join(format!("log.{pid}.1")), log).unwrap();
+        }
         let out = d.join("t.fstrace");
         let st = from_valgrind_logs(&d, &out, "{}", 10).unwrap();
         let rs = super::super::trace_format::read_file(&out).unwrap();
@@ -386,16 +550,17 @@ mod tests {
         assert_eq!(
             kinds,
             [
-                "Meta", "Process", "Fork", "Access", "Wait", "Region", "Exit", "Process", "File", "Exec", "File", "Mmap", "Mmap", "Access",
-                "Access", "Exit"
+                "Meta", "Root", "Task", "Fork", "Access", "Wait", "Region", "Exit", "File", "File", "Task", "Exec", "Mmap", "Mmap",
+                "Access", "Access", "Exit"
             ]
         );
-        assert_eq!(rs[1], Record::Process { pid: 10, parent: 0 });
-        assert_eq!(rs[2], Record::Fork { child: 11 });
-        assert_eq!(rs[4], Record::Wait { child: 11 });
-        assert_eq!(rs[7], Record::Process { pid: 11, parent: 10 });
-        assert_eq!(rs[15], Record::Exit { code: 1 });
+        assert_eq!(rs[1], Record::Root { tid: 10 });
+        assert_eq!(rs[2], Record::Task { tid: 10 });
+        assert_eq!(rs[3], Record::Fork { child: 11 });
+        assert_eq!(rs[5], Record::Wait { child: 11, flags: 0 });
+        assert_eq!(rs[10], Record::Task { tid: 11 });
+        assert_eq!(rs[16], Record::Exit { code: 1 });
         // The child's accesses fall in its image: no Region for them.
-        assert_eq!(rs[9], Record::Exec { file: 0, vaddr: 0x40_0000, text: 0x3000, data: 0x1000, data_off: 0x3000, bss: 0x2000 });
+        assert_eq!(rs[11], Record::Exec { file: 0, vaddr: 0x40_0000, text: 0x3000, data: 0x1000, data_off: 0x3000, bss: 0x2000 });
     }
 }

@@ -24,6 +24,8 @@ use std::io::{BufRead, Write};
 
 /// Size of a file named in the log, where the recorder can stat it.
 type FileSizeFn = Box<dyn Fn(&str) -> Option<u64>>;
+/// The trace's File indices by canonical path, shared by every log of a tree.
+pub(super) type Files = HashMap<String, u32>;
 
 #[derive(Debug, Default, serde::Serialize)]
 pub struct RecordStats {
@@ -43,13 +45,15 @@ pub struct RecordStats {
 
 pub(super) struct Conv<W: Write> {
     w: TraceWriter<W>,
+    /// The task whose records these are (the log's process).
+    tid: u64,
     st: RecordStats,
     run: Option<(u8, u64, u64)>,
     /// Known recorded ranges: start -> end.
     known: BTreeMap<u64, u64>,
     brk: Option<(u64, u64)>,
     implicit: BTreeSet<u64>,
-    files: HashMap<String, u32>,
+    files: Files,
     fd_path: HashMap<i64, String>,
     /// Per thread: a syscall whose result comes on a later line.
     pending: HashMap<String, (u32, Vec<String>)>,
@@ -78,7 +82,8 @@ fn path_arg(s: &str) -> Option<String> {
 impl<W: Write> Conv<W> {
     pub(super) fn put(&mut self, r: Record) -> Result<(), String> {
         self.st.records += 1;
-        self.w.write(&r).map_err(|e| format!("cannot write the trace: {e}"))
+        let res = if r.is_task_record() { self.w.write_task(self.tid, &r) } else { self.w.write_global(&r) };
+        res.map_err(|e| format!("cannot write the trace: {e}"))
     }
 
     fn flush_run(&mut self) -> Result<(), String> {
@@ -150,7 +155,7 @@ impl<W: Write> Conv<W> {
         self.files.insert(path.to_string(), i);
         let size = (self.file_size)(path).unwrap_or(0).max(need);
         self.st.files += 1;
-        self.put(Record::File { size, path: path.to_string() })?;
+        self.put(Record::File { size, path: path.to_string(), flags: 0 })?;
         Ok(i)
     }
 
@@ -163,7 +168,7 @@ impl<W: Write> Conv<W> {
             // where it was called: see `line`).
             61 if ret != 0 && a(2) & 1 != 0 => {
                 self.flush_run()?;
-                return self.put(Record::Wait { child: ret });
+                return self.put(Record::Wait { child: ret, flags: super::trace_format::WAIT_NOHANG });
             }
             // open, openat: remember the fd's path
             2 | 257 => {
@@ -292,7 +297,7 @@ impl<W: Write> Conv<W> {
             // its completion (not when a SIGCHLD handler ran meanwhile).
             let pid = args.first().and_then(|s| num(s)).unwrap_or(0);
             self.flush_run()?;
-            return self.put(Record::Wait { child: if pid as i32 > 0 { pid } else { 0 } });
+            return self.put(Record::Wait { child: if pid as i32 > 0 { pid } else { 0 }, flags: 0 });
         }
         if tail.contains("[async]") && !tail.contains("Success(") && !tail.contains("Failure(") {
             self.pending.insert(tid.to_string(), (nr, args));
@@ -304,7 +309,7 @@ impl<W: Write> Conv<W> {
         }
     }
 
-    pub(super) fn finish(mut self) -> Result<(W, RecordStats), String> {
+    pub(super) fn finish(mut self) -> Result<(TraceWriter<W>, RecordStats, Files), String> {
         self.flush_run()?;
         // Implicit regions: runs of contiguous pages.
         let pages: Vec<u64> = self.implicit.iter().copied().collect();
@@ -319,34 +324,42 @@ impl<W: Write> Conv<W> {
             self.put(Record::Region { addr: pages[i] << 12, len: ((j - i + 1) as u64) << 12 })?;
             i = j + 1;
         }
-        let w = self.w.finish().map_err(|e| format!("cannot write the trace: {e}"))?;
-        Ok((w, self.st))
+        Ok((self.w, self.st, self.files))
     }
 }
 
 /// Convert a valgrind lackey+syscall log into a trace written to `out`.
 /// `file_size(path)` gives the size of a mapped file (None: unknown).
+/// The log's process is task 1, the trace's root.
 pub fn from_valgrind_log<R: BufRead, W: Write>(log: R, out: W, meta_json: &str, file_size: FileSizeFn) -> Result<(W, RecordStats), String> {
-    convert(log, out, file_size, |c| c.put(Record::Meta { json: meta_json.to_string() }))
+    let w = TraceWriter::new(out).map_err(|e| format!("cannot write the trace: {e}"))?;
+    let (w, st, _) = convert(log, w, 1, file_size, Files::new(), |c| {
+        c.put(Record::Meta { json: meta_json.to_string() })?;
+        c.put(Record::Root { tid: 1 })
+    })?;
+    Ok((w.finish().map_err(|e| format!("cannot write the trace: {e}"))?, st))
 }
 
-/// Convert one log into a trace written to `out`; `start` writes the first
-/// records (and may declare known ranges) before the log's.
+/// Convert one log into records of task `tid` written to `w`; `start`
+/// writes the first records (and may declare known ranges) before the
+/// log's. Returns the writer, to go on with the next log.
 pub(super) fn convert<R: BufRead, W: Write>(
     mut log: R,
-    out: W,
+    w: TraceWriter<W>,
+    tid: u64,
     file_size: FileSizeFn,
+    files: Files,
     start: impl FnOnce(&mut Conv<W>) -> Result<(), String>,
-) -> Result<(W, RecordStats), String> {
-    let w = TraceWriter::new(out).map_err(|e| format!("cannot write the trace: {e}"))?;
+) -> Result<(TraceWriter<W>, RecordStats, Files), String> {
     let mut c = Conv {
         w,
+        tid,
         st: RecordStats::default(),
         run: None,
         known: BTreeMap::new(),
         brk: None,
         implicit: BTreeSet::new(),
-        files: HashMap::new(),
+        files,
         fd_path: HashMap::new(),
         pending: HashMap::new(),
         file_size,
@@ -445,9 +458,12 @@ SYSCALL[7,1](9) sys_mmap ( 0x0, 8192, 3, 34, 4294967295, 0 ) --> [pre-success] F
         let rs = TraceReader::new(&bytes[..]).unwrap().read_all().unwrap();
         let want = vec![
             Record::Meta { json: "{}".into() },
+            Record::Root { tid: 1 },
+            // Global: before the task's chunk.
+            Record::File { size: 20000, path: "/lib/libz.so".into(), flags: 0 },
+            Record::Task { tid: 1 },
             Record::Brk { addr: 0, ret: 0x4035000 },
             Record::Access { kind: K_IFETCH, page: 0x4020, repeat: 0 },
-            Record::File { size: 20000, path: "/lib/libz.so".into() },
             Record::Mmap { addr: 0, len: 16400, prot: 1, flags: 2050, file: Some(0), off: 0, ret: 0x4837000 },
             Record::Mmap { addr: 0, len: 8192, prot: 3, flags: 34, file: None, off: 0, ret: 0x4900000 },
             // two loads collapse; the store to the same page starts a new record

@@ -37,7 +37,7 @@
 
 use super::common::{pte_table_bytes, read_fs, read_size, TaskCfg, TaskMap, KIB, MIB, PAGE};
 use super::params::Params;
-use super::{map, prot, Access, Advice, Fd, FileId, FsKind, Op, ParamSpec, Ret, SetupEnv, TaskId, Workload, WorkloadInfo};
+use super::{map, prot, Access, AccessRun, Advice, Fd, FileId, FsKind, Op, ParamSpec, Ret, SetupEnv, TaskId, Workload, WorkloadInfo};
 
 /// The eleven testcases.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -495,6 +495,24 @@ impl Workload for WillItScale {
             return Op::Access { addr: cur.base + cur.off, kind: Access::Store };
         }
         self.next_op_slow(i, last, ops)
+    }
+
+    fn access_run(&self, task: TaskId) -> Option<AccessRun> {
+        // The rest of the region `next_op`'s fast path would touch.
+        let st = &self.st[self.tasks.get(task)?];
+        (st.phase == Phase::Touching && st.off + PAGE < self.size).then(|| AccessRun {
+            addr: st.base + st.off + PAGE,
+            stride: PAGE,
+            count: (self.size - 1 - st.off) / PAGE,
+            kind: Access::Store,
+        })
+    }
+
+    fn access_run_done(&mut self, task: TaskId, n: u64, ops: &mut u64) {
+        let Some(i) = self.tasks.get(task) else { return };
+        debug_assert!(self.st[i].phase == Phase::Touching && self.st[i].off + n * PAGE < self.size);
+        *ops += n;
+        self.st[i].off += n * PAGE;
     }
 
     fn iterations(&self, task: TaskId) -> Option<u64> {
