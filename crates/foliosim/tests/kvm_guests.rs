@@ -40,7 +40,7 @@ fn two_guests_on(reporting: bool, extra_knobs: &str, host_knobs: &str) -> Guests
 
 fn host_vmstat(o: &GuestsOutcome, s: Stat) -> i64 {
     match &o.host {
-        foliosim::virt::Host::Kvm(h) => h.k.stat.get(s),
+        foliosim::virt::Host::Kvm(h) => h.as_any().downcast_ref::<KvmHost>().unwrap().k.stat.get(s),
         _ => panic!("a host kernel"),
     }
 }
@@ -90,6 +90,7 @@ fn host_drops_a_mapped_frame(knobs: &str) -> H {
     let mm = h.k.tasks[p as usize].mm as usize;
     let pfn = h.k.mms[mm].pt.pte(base).pfn();
     let Some(foliosim::virt::Host::Kvm(kvm)) = h.k.host.as_mut() else { unreachable!() };
+    let kvm = kvm.as_any_mut().downcast_mut::<KvmHost>().unwrap();
     let mut stat = foliosim::mm::vmstat::VmStat::default();
     let t = t + kvm.discard_range(pfn, 1, t, &mut stat);
     assert!(!kvm.ept_present(0, pfn));

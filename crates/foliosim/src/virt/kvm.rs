@@ -376,19 +376,53 @@ impl KvmHost {
         stat.v[Stat::HostSwap as usize] = self.swapped(g) as i64;
         stat.v[Stat::HostMemFree as usize] = self.k.stat.get(Stat::NrFreePages);
     }
+}
 
-    /// The host kernel's full audit (its checks of every SPTE against the
-    /// VMM's PTEs among them), if the host runs its checker.
-    pub fn check(&mut self) -> Result<(), String> {
-        if !self.k.check.enabled {
-            return Ok(());
-        }
-        let before = self.k.check.violations.len();
-        crate::check::audit(&mut self.k);
-        match self.k.check.violations.get(before) {
-            Some(v) => Err(format!("host: {v}")),
-            None => Ok(()),
-        }
+impl super::HostKernel for KvmHost {
+    fn touch(&mut self, cpu: u32, pfn: Pfn, n: u64, t: Ns, stat: &mut VmStat) -> Result<Ns, String> {
+        KvmHost::touch(self, cpu, pfn, n, t, stat).map_err(|e| e.to_string())
+    }
+    fn range_ready(&self, pfn: Pfn, n: u64) -> bool {
+        KvmHost::range_ready(self, pfn, n)
+    }
+    fn holds(&self, pfn: Pfn) -> bool {
+        KvmHost::holds(self, pfn)
+    }
+    fn range_given_back(&self, pfn: Pfn, n: u64) -> bool {
+        KvmHost::range_given_back(self, pfn, n)
+    }
+    fn walk(&mut self, pfn: Pfn) -> Ns {
+        KvmHost::walk(self, pfn)
+    }
+    fn maps_4k(&self, pfn: Pfn) -> bool {
+        !self.ept_large(self.cur, pfn)
+    }
+    fn sync_gauges(&self, stat: &mut VmStat) {
+        KvmHost::sync_gauges(self, stat)
+    }
+    fn vq_roundtrip(&self) -> Ns {
+        self.vq_roundtrip
+    }
+    fn discard_range(&mut self, pfn: Pfn, n: u64, t: Ns, stat: &mut VmStat) -> Ns {
+        KvmHost::discard_range(self, pfn, n, t, stat)
+    }
+    fn take_flush(&mut self) -> Option<Ns> {
+        KvmHost::take_flush(self).then_some(self.vm_exit)
+    }
+    fn nr_guests(&self) -> usize {
+        self.vms.len()
+    }
+    fn guest_pages(&self, g: usize) -> (u64, u64) {
+        (self.rss(g), self.swapped(g))
+    }
+    fn fail(&mut self, why: String) {
+        self.failed.get_or_insert(why);
+    }
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+    fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
+        self
     }
 }
 

@@ -20,12 +20,42 @@ pub use host::HostCosts;
 use crate::mm::vmstat::VmStat;
 use crate::mm::Pfn;
 use crate::sim::Ns;
+use std::any::Any;
+
+/// What a guest kernel asks of a host kernel under it (virt/kvm.rs
+/// implements it; a trait so that this layer, below the kernel, names no
+/// kernel). Frames are the current guest's (the one the host is lent to).
+pub trait HostKernel {
+    /// The guest's vCPU `cpu` touches [pfn, pfn + n) at `t`: EPT
+    /// violations for the frames without an SPTE. Returns when the vCPU
+    /// is back in the guest, or why the host could not back a frame.
+    fn touch(&mut self, cpu: u32, pfn: Pfn, n: u64, t: Ns, stat: &mut VmStat) -> Result<Ns, String>;
+    fn range_ready(&self, pfn: Pfn, n: u64) -> bool;
+    fn holds(&self, pfn: Pfn) -> bool;
+    fn range_given_back(&self, pfn: Pfn, n: u64) -> bool;
+    /// The host part of a two-dimensional walk ending at `pfn`.
+    fn walk(&mut self, pfn: Pfn) -> Ns;
+    fn maps_4k(&self, pfn: Pfn) -> bool;
+    fn sync_gauges(&self, stat: &mut VmStat);
+    fn vq_roundtrip(&self) -> Ns;
+    fn discard_range(&mut self, pfn: Pfn, n: u64, t: Ns, stat: &mut VmStat) -> Ns;
+    /// A remote flush owed to the guest's vCPUs, taken, and what each
+    /// vCPU pays for it.
+    fn take_flush(&mut self) -> Option<Ns>;
+    fn nr_guests(&self) -> usize;
+    /// Guest `g`'s pages on the host: (RSS, swapped out).
+    fn guest_pages(&self, g: usize) -> (u64, u64);
+    /// Remember why the host could not back a frame (the driver stops).
+    fn fail(&mut self, why: String);
+    fn as_any(&self) -> &dyn Any;
+    fn as_any_mut(&mut self) -> &mut dyn Any;
+}
 
 /// What backs a guest's memory.
 pub enum Host {
     Bitmap(Box<host::Host>),
-    /// The host kernel, lent to the guest whose vCPU runs (`cur`).
-    Kvm(Box<kvm::KvmHost>),
+    /// The host kernel, lent to the guest whose vCPU runs.
+    Kvm(Box<dyn HostKernel>),
 }
 
 impl Host {
@@ -42,7 +72,7 @@ impl Host {
                 match h.touch(cpu, pfn, n, t, stat) {
                     Ok(end) => end - t,
                     Err(e) => {
-                        h.failed.get_or_insert(e.to_string());
+                        h.fail(e);
                         0
                     }
                 }
@@ -90,7 +120,7 @@ impl Host {
     pub fn maps_4k(&self, pfn: Pfn) -> bool {
         match self {
             Host::Bitmap(_) => false,
-            Host::Kvm(h) => !h.ept_large(h.cur, pfn),
+            Host::Kvm(h) => h.maps_4k(pfn),
         }
     }
 
@@ -151,7 +181,7 @@ impl Host {
                 let (rss, _, swap) = h.guest_pages(g);
                 (rss, swap)
             }
-            Host::Kvm(h) => (h.rss(g), h.swapped(g)),
+            Host::Kvm(h) => h.guest_pages(g),
         }
     }
 
@@ -159,7 +189,7 @@ impl Host {
     pub fn vq_roundtrip(&self) -> Ns {
         match self {
             Host::Bitmap(h) => h.c.vq_roundtrip,
-            Host::Kvm(h) => h.vq_roundtrip,
+            Host::Kvm(h) => h.vq_roundtrip(),
         }
     }
 
@@ -178,7 +208,7 @@ impl Host {
     pub fn take_flush(&mut self) -> Option<Ns> {
         match self {
             Host::Bitmap(_) => None,
-            Host::Kvm(h) => h.take_flush().then_some(h.vm_exit),
+            Host::Kvm(h) => h.take_flush(),
         }
     }
 }
