@@ -14,6 +14,7 @@ import json
 import math
 import os
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from .. import _core
@@ -293,6 +294,7 @@ def evaluate_experiment(exp: Experiment, results: Mapping[str, dict[str, Any]], 
                 notes.append(_render(n.text, e, exp, f"notes[{n.index}]", partial))
             except _Missing:
                 continue
+    notes += [_trace_note(name, path, small) for name, (path, small) in exp.traces.items()]
     series = [s for spec in exp.series for s in _series(exp, spec, env, partial)]
     row_reads: list[list[str]] = [r.pop("_reads", []) for r in rows]
     if exp.sensitivity and not partial and _SENSITIVITY_ON:
@@ -320,6 +322,17 @@ def evaluate_experiment(exp: Experiment, results: Mapping[str, dict[str, Any]], 
     out["sources"] = exp.sources
     out["interrupted"] = bool(partial)
     return out
+
+
+def _trace_note(name: str, path: str, small: bool) -> str:
+    from ..programs import TRACES
+
+    t = TRACES[name]
+    size = Path(path).stat().st_size / 2**20 if Path(path).exists() else 0.0
+    if small:
+        return (f"Replayed the committed excerpt of @{name} ({Path(path).name}, {size:.2f} MiB), not the recording of "
+                f"{t.what}: a check that the experiment runs, not its result (`make traces TRACES={name}` records it).")
+    return f"Recording @{name}: {t.what}; {Path(path).name}, {size:.2f} MiB, recorded with perf by `make traces`."
 
 
 # ----------------------------------------------------------- sensitivity --
