@@ -122,9 +122,6 @@ impl Kernel {
         // The new mm's VMAs are allocated on the exec'ing CPU.
         self.mms[new as usize].mmap_lock.writer_cpu = cpu;
         for v in segs {
-            if v.file != 0 {
-                self.inodes[file as usize].i_mmap += 1;
-            }
             self.mms[new as usize].insert_vma(v);
             t += self.c.mmap;
         }
@@ -327,9 +324,6 @@ impl Kernel {
                 vm_lock: Default::default(),
             };
             off += s.len + 4096;
-            if !anon {
-                self.inodes[file as usize].i_mmap += 1;
-            }
             self.mms[mm as usize].insert_vma(v);
         }
         let m = &mut self.mms[mm as usize];

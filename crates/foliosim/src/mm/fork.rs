@@ -47,9 +47,6 @@ impl Kernel {
         }
         let mut wrprotected = false;
         for v in &vmas {
-            if v.file != 0 {
-                self.inodes[(v.file - 1) as usize].i_mmap += 1;
-            }
             if v.anon_vma == 0 {
                 continue; // copy_page_range: nothing a fault could not refill
             }
@@ -234,9 +231,6 @@ impl Kernel {
         let mut tlb = MmuGather::new(mm, true);
         for v in &vmas {
             t = self.zap_page_range(t, cpu, mm, v.start, v.end, &mut tlb);
-            if v.file != 0 {
-                self.inodes[(v.file - 1) as usize].i_mmap -= 1;
-            }
         }
         self.free_pgtables(mm, 0, super::vma::TASK_SIZE, &mut tlb);
         t = self.tlb_finish_mmu(t, cpu, tlb);

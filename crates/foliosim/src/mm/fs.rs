@@ -21,13 +21,11 @@ pub struct Inode {
     pub pages: super::xarray::XArray,
     /// Pages [0, data_pages) have blocks on disk; beyond is a hole.
     pub data_pages: u64,
-    /// VMAs mapping this file (i_mmap), counted.
-    pub i_mmap: u32,
     pub lines: Vec<CacheLine>,
 }
 
 impl Inode {
     pub fn new(id: u32, fs: FsKind, size: u64) -> Inode {
-        Inode { id, fs, size, pages: Default::default(), data_pages: 0, i_mmap: 0, lines: vec![CacheLine::default(); FOLIO_LINES] }
+        Inode { id, fs, size, pages: Default::default(), data_pages: 0, lines: vec![CacheLine::default(); FOLIO_LINES] }
     }
 }

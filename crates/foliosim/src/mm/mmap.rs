@@ -91,9 +91,6 @@ impl Kernel {
             self.stat.add(Stat::VmaMerge, merged as i64);
             t += self.c.vma_merge * merged as Ns;
         }
-        if file != 0 {
-            self.inodes[(file - 1) as usize].i_mmap += 1;
-        }
         self.stat.inc(Stat::Mmap);
         let mut t = self.mmap_write_unlock(t, cpu, mm);
         if flags & map::POPULATE != 0 {
@@ -135,9 +132,6 @@ impl Kernel {
         let mut tlb = MmuGather::new(mm, false);
         for v in gone {
             t = self.zap_page_range(t, cpu, mm, v.start, v.end, &mut tlb);
-            if v.file != 0 {
-                self.inodes[(v.file - 1) as usize].i_mmap -= 1;
-            }
         }
         if let (Some(f), Some(l)) = (gone.first(), gone.last()) {
             self.free_pgtables(mm, f.start, l.end, &mut tlb);
