@@ -25,7 +25,7 @@ LINT_STAMP := $(VENV)/.lint-stamp
 
 RAY_STAMP := $(VENV)/.ray-stamp
 
-.PHONY: demo test venv develop cargo-test pytest bench clean browser ray docs-tables validation fuzz validate golden lint toolchain reproductions check-reproductions docs-validation record-test-traces bench-record programs traces
+.PHONY: demo test venv develop cargo-test pytest bench clean browser ray docs-tables validation fuzz validate golden lint toolchain reproductions check-reproductions docs-validation record-test-traces bench-record validate-programs programs traces
 
 demo: develop
 	$(VENV)/bin/foliosim run configs/default.toml
@@ -190,6 +190,13 @@ fuzz: toolchain
 # Real kernel vs model under every THP setting (root; skips otherwise).
 validate: develop validation
 	$(VENV)/bin/foliosim validate
+
+# Real programs recorded, run natively and replayed under 4K, 64K and 2M:
+# faults, peak RSS, sys time and its change (root, perf; a quiet host, a few
+# minutes); fills the last table of docs/validation.md.
+validate-programs: develop validation
+	$(VENV)/bin/foliosim validate --programs --out results/validate-programs
+	$(VPY) -m foliosim.validate_programs doc results/validate-programs/programs.json docs/validation.md
 
 bench: develop
 	$(VENV)/bin/foliosim bench

@@ -12,6 +12,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
+# calibrate's and validate's outputs are staged and renamed as a run's are
+# (and what a killed writer left is removed by the next write).
+from .result import write_text_atomic as write_text_atomic
+
 THP = Path("/sys/kernel/mm/transparent_hugepage")
 
 
@@ -187,15 +191,12 @@ def tmp_fs_kind(path: str) -> str:
     return "tmpfs" if fstype in ("tmpfs", "shmem") else "disk"
 
 
-def write_text_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
-    try:
-        with open(tmp, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+def fill_marked(path: Path, mark: str, end_mark: str, text: str) -> None:
+    """Replace what lies between `mark` and `end_mark` in the page `path`
+    (a generated table in a hand-written page)."""
+    page = path.read_text()
+    if mark not in page or end_mark not in page:
+        raise HostError(f"{path}: no {mark} ... {end_mark} markers")
+    head, rest = page.split(mark, 1)
+    _, tail = rest.split(end_mark, 1)
+    write_text_atomic(path, f"{head}{mark}\n{text}\n{end_mark}{tail}")

@@ -27,7 +27,9 @@ from . import _core
 from . import config as _config
 from ._core import Cancelled, ConfigError, Error, InternalError
 from .progress import ProgressBar
+from .reproduce.spec import ExperimentError
 from .result import Result, write_text_atomic
+from .sweep import MAX_POINTS
 
 EXIT_OK, EXIT_INTERNAL, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -70,6 +72,14 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         _err(f"{message} (see `{self.prog} --help`)")
         raise SystemExit(EXIT_USAGE)
+
+
+def _path(s: str) -> str:
+    """A path argument: an empty one is refused (it would otherwise read as
+    "not given" and quietly mean the default)."""
+    if not s.strip():
+        raise argparse.ArgumentTypeError("an empty path")
+    return s
 
 
 def _show_progress(args: argparse.Namespace) -> bool:
@@ -284,6 +294,28 @@ def check_out_file(flag: str, path: Path) -> None:
     if is_dir:
         raise UsageError(f"{flag} {path}: is a folder; give a file name")
     _probe_writable(flag, path, _nearest_existing(path.parent))
+
+
+def check_in_file(flag: str, path: Path) -> None:
+    """Before anything runs: the input file `path` exists, is a regular file
+    (a FIFO or a device may never end) and can be read."""
+    try:
+        st = path.stat()
+    except OSError as e:
+        raise UsageError(f"{flag} {path}: {e.strerror or e}") from None
+    why = _config.not_a_file(st)
+    if why:
+        raise UsageError(f"{flag} {path}: {why}")
+    if not os.access(path, os.R_OK):
+        raise UsageError(f"{flag} {path}: cannot be read (permission denied)")
+
+
+def check_work_dir(flag: str, path: Path) -> None:
+    """Before anything runs: `path` is an existing folder that can be written
+    (a program will make its files there; nothing creates it)."""
+    if not path.exists():
+        raise UsageError(f"{flag} {path}: no such folder")
+    _probe_writable(flag, path, path)
 
 
 class _Signals:
@@ -503,22 +535,46 @@ def version_string() -> str:
 
 
 
+WINDOW_FLAG = "WINDOW TOO SHORT"
+
+
 def format_reproduction(rep: dict[str, Any]) -> str:
+    """An experiment's rows as a table, as the JSON has them: a row's note
+    is a numbered footnote under the table, a row whose measured window was
+    too short (the JSON's "window") says so in its notes column, and a
+    warning line counts the runs whose window was too short."""
     rows = rep.get("rows", [])
-    cols = ["label", "metric", "unit", "published", "simulated"]
+    cols = ["label", "metric", "unit", "published", "simulated", "notes"]
+    footnotes: list[str] = []
 
     def cell(r: dict[str, Any], c: str) -> str:
         v = r.get("published", r.get("seed")) if c == "published" else r.get(c)
         if c in ("published", "simulated"):
             return "—" if v is None else _fmt_int(v)
+        if c == "notes":
+            flags = []
+            if r.get("note"):
+                footnotes.append(_one_line(r["note"]))
+                flags.append(f"[{len(footnotes)}]")
+            if r.get("window"):
+                flags.append(WINDOW_FLAG)
+            return " ".join(flags)
         return str(v if v is not None else "")
 
     cells = [[cell(r, c) for c in cols] for r in rows]
+    if not any(row[-1] for row in cells):
+        cols, cells = cols[:-1], [row[:-1] for row in cells]
     widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(cols)]
     lines = [f"{rep.get('name')}: {rep.get('title', '')}".rstrip(": ")]
-    lines.append("  ".join(c.ljust(wd) for c, wd in zip(cols, widths, strict=False)))
+    lines.append("  ".join(c.ljust(wd) for c, wd in zip(cols, widths, strict=False)).rstrip())
     for row in cells:
-        lines.append("  ".join(v.ljust(wd) for v, wd in zip(row, widths, strict=False)))
+        lines.append("  ".join(v.ljust(wd) for v, wd in zip(row, widths, strict=False)).rstrip())
+    lines.extend(f"[{i}] {n}" for i, n in enumerate(footnotes, 1))
+    short = [w for w in rep.get("windows") or [] if not w.get("ok", True)]
+    if short:
+        runs = ", ".join(str(w.get("label") or w.get("run")) for w in short)
+        lines.append(f"warning: the measured window was too short in {_plural(len(short), 'run')} ({runs}): "
+                     f"the rows marked {WINDOW_FLAG} are not steady state (their notes say why)")
     for n in rep.get("notes", []) or []:
         lines.append(f"note: {_one_line(n)}")
     return "\n".join(lines)
@@ -545,13 +601,13 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     else:
         _err(f"unknown experiment {args.name!r} (known: {', '.join(known) or 'none'})")
         return EXIT_USAGE
+    if args.jobs is not None and args.jobs < 1:
+        _err("--jobs: must be at least 1")
+        return EXIT_USAGE
     out_dir = Path(args.out) if args.out else Path("results") / "reproduce"
     for flag, d in (("--out", out_dir), ("--report", Path(args.report) if args.report else None)):
         if d is not None:
             check_out_dir(flag, d)
-    if args.jobs is not None and args.jobs < 1:
-        _err("--jobs: must be at least 1")
-        return EXIT_USAGE
     try:
         exps = _repro.load_all(names)
     except (_repro.ExperimentError, ConfigError) as e:
@@ -590,8 +646,15 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         from . import report as _report
 
         profiles = {p.get("name"): p for p in json.loads(_core.catalog_json()).get("profiles", [])}
-        page = _report.write_report(reports, Path(args.report), version=version_string(), profiles=profiles,
-                                    command=f"foliosim reproduce {args.name} --report {args.report}")
+        try:
+            with _signals.held():
+                page = _report.write_report(reports, Path(args.report), version=version_string(), profiles=profiles,
+                                            command=f"foliosim reproduce {args.name} --report {args.report}")
+        except OSError as e:
+            sys.stdout.flush()
+            _err(f"--report {args.report}: the report could not be written ({_os_reason(e)}); nothing was written "
+                 f"there (the rows are in {out_dir}/)")
+            return EXIT_USAGE
         print(f"foliosim: report written to {page}", file=sys.stderr if args.json else sys.stdout)
     if interrupted:
         print(f"foliosim: {_signals.what()}; partial results written to {out_dir}/", file=sys.stderr)
@@ -606,9 +669,20 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if args.jobs is not None and args.jobs < 1:
         _err(f"--jobs {args.jobs}: must be at least 1")
         return EXIT_USAGE
-    spec = _sweep.load_spec(args.spec)
     out = Path(args.out) if args.out else Path("results") / "sweeps" / (Path(args.spec).stem or "sweep")
     check_out_dir("--out", out)
+    say = not args.quiet
+
+    def counted(n: int) -> None:
+        if say and n > 1000:
+            print(f"foliosim sweep: {n:,} points; checking their configs ...", file=sys.stderr, flush=True)
+
+    spec = _sweep.load_spec(args.spec, max_points=None if args.yes else _sweep.MAX_POINTS, on_count=counted)
+    if say:
+        done = len({p.id for p in spec.points} & _sweep.done_points(out))
+        dup = f" ({spec.duplicates:,} duplicate{'s' if spec.duplicates != 1 else ''} dropped)" if spec.duplicates else ""
+        print(f"foliosim sweep: {len(spec.points):,} points{dup}, {done:,} already in {out}/, "
+              f"{len(spec.points) - done:,} to run", file=sys.stderr, flush=True)
     try:
         with ProgressBar(Path(args.spec).stem, enabled=_show_progress(args), unit="points") as bar:
             s = _sweep.run_sweep(spec, out, jobs=args.jobs, ray=args.ray, progress=bar)
@@ -644,7 +718,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
         obj = {"a": a.describe(), "b": b.describe(), "lines": [ln.as_dict() for ln in lines]}
         sys.stdout.write(json.dumps(obj) + "\n")
     else:
-        print(_compare.format_diff(a, b, lines, args.limit))
+        fmt = {"perf": _compare.format_diff, "lkp": _compare.format_lkp, "mmtests": _compare.format_mmtests}[args.format]
+        print(fmt(a, b, lines, args.limit))
     return EXIT_OK
 
 
@@ -769,10 +844,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub.required = True
 
     r = sub.add_parser("run", help="run one simulation and print a vmstat-like summary")
-    r.add_argument("config", metavar="CONFIG.toml", help="the config file")
+    r.add_argument("config", metavar="CONFIG.toml", type=_path, help="the config file")
     r.add_argument("--json", action="store_true", help="print the result as one JSON object")
     r.add_argument("--check", action="store_true", help="turn on the invariant checker (run.check = true)")
-    r.add_argument("--out", metavar="DIR", help="where to write result.json and the Parquet files "
+    r.add_argument("--out", metavar="DIR", type=_path, help="where to write result.json and the Parquet files "
                    "(default results/<config stem>/)")
     r.add_argument("--all", action="store_true", help="also print the counters, times and lock figures that are zero")
     r.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
@@ -792,8 +867,8 @@ def build_parser() -> argparse.ArgumentParser:
     rp = sub.add_parser("reproduce", help="rerun an experiment (experiments/*/NAME.toml) beside its published figures")
     rp.add_argument("name", metavar="NAME|all")
     rp.add_argument("--json", action="store_true", help="print JSON (a list for `all`)")
-    rp.add_argument("--out", metavar="DIR", help="where to write NAME.json (default results/reproduce/)")
-    rp.add_argument("--report", metavar="DIR", help="also write DIR/report.html (one self-contained page: "
+    rp.add_argument("--out", metavar="DIR", type=_path, help="where to write NAME.json (default results/reproduce/)")
+    rp.add_argument("--report", metavar="DIR", type=_path, help="also write DIR/report.html (one self-contained page: "
                     "tables, plots, configs, profile, version, seed), a DIR/NAME.png plot per experiment and "
                     "its configs as DIR/NAME/LABEL.toml")
     rp.add_argument("--jobs", "-j", type=int, metavar="N", help="runs at a time, each in its own process "
@@ -804,23 +879,29 @@ def build_parser() -> argparse.ArgumentParser:
     rp.set_defaults(func=cmd_reproduce)
 
     sw = sub.add_parser("sweep", help="run a grid of configs (local process pool, or Ray with --ray)")
-    sw.add_argument("spec", metavar="SPEC.toml", help="the sweep spec: base config, [grid] and [[zip]] "
+    sw.add_argument("spec", metavar="SPEC.toml", type=_path, help="the sweep spec: base config, [grid] and [[zip]] "
                     "(see docs/tutorial.md)")
-    sw.add_argument("--out", metavar="DIR", help="the Parquet dataset, one row per run; a rerun resumes "
+    sw.add_argument("--out", metavar="DIR", type=_path, help="the Parquet dataset, one row per run; a rerun resumes "
                     "(default results/sweeps/<spec stem>/)")
     sw.add_argument("--jobs", "-j", type=int, metavar="N", help="local pool size (default: CPUs; 1 runs in "
                     "this process)")
     sw.add_argument("--ray", metavar="ADDRESS", help="run on a Ray cluster (`local` starts one here, `auto` "
                     "finds a running one); needs pip install 'foliosim[ray]'")
+    sw.add_argument("--yes", action="store_true", help=f"run a grid of more than the {MAX_POINTS:,} points a "
+                    "sweep otherwise refuses")
     sw.add_argument("--json", action="store_true", help="print a JSON summary")
     sw.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     sw.set_defaults(func=cmd_sweep)
 
     c = sub.add_parser("compare", help="two result sets side by side, most changed counters first")
-    c.add_argument("a", metavar="A", help="a run folder or result.json, a sweep folder, or a reproduction JSON")
-    c.add_argument("b", metavar="B", help="the same, compared with A")
+    c.add_argument("a", metavar="A", type=_path, help="a run folder or result.json, a sweep folder, or a reproduction JSON")
+    c.add_argument("b", metavar="B", type=_path, help="the same, compared with A")
     c.add_argument("--limit", "-n", type=int, default=30, metavar="N", help="lines shown (default 30; 0: all)")
     c.add_argument("--all", action="store_true", help="also list unchanged counters")
+    c.add_argument("--format", choices=("perf", "lkp", "mmtests"), default="perf",
+                   help="perf: like perf diff (default); lkp: the kernel test robot's %%change table (base, "
+                        "%%stddev, %%change, head, %%stddev, metric); mmtests: compare-kernels.sh rows (Hmean for "
+                        "ops/s, Amean for the rest), to paste into a list thread")
     c.add_argument("--json", action="store_true", help="print one JSON object")
     c.set_defaults(func=cmd_compare)
 
@@ -860,9 +941,15 @@ def _host_cmd(name: str) -> Callable[[argparse.Namespace], int]:
 
         from ._host import HostError
         mod = importlib.import_module(f"foliosim.{name}")
+        # Before minutes of measuring or recording, or any knob written.
         out = getattr(args, "out", None)
-        if out:  # before minutes of measuring or recording
+        if out:
             (check_out_dir if name in ("validate", "record_bench") else check_out_file)("--out", Path(out))
+        for flag, dest in (("--profile", "profile"), ("--real", "real"), ("--from", "from_json")):
+            if getattr(args, dest, None):
+                check_in_file(flag, Path(getattr(args, dest)))
+        if getattr(args, "tmpdir", None):
+            check_work_dir("--tmpdir", Path(args.tmpdir))
         try:
             return int(getattr(mod, f"cmd_{name}")(args))
         except HostError as e:
@@ -876,12 +963,12 @@ def _host_cmd(name: str) -> Callable[[argparse.Namespace], int]:
 
 def _add_host_commands(sub: Any) -> None:
     c = sub.add_parser("calibrate", help="measure this host and write a machine profile")
-    c.add_argument("--out", default="host.toml", metavar="FILE", help="profile to write (default host.toml)")
+    c.add_argument("--out", default="host.toml", metavar="FILE", type=_path, help="profile to write (default host.toml)")
     c.add_argument("--name", help="profile name (default: the file's stem)")
     c.add_argument("--json", action="store_true", help="print the measurements, fits and derived values as one JSON document")
     c.add_argument("--rounds", type=int, default=5, metavar="N",
                    help="interleaved rounds of every fault-path case (default 5; the medians are used)")
-    c.add_argument("--from", dest="from_json", metavar="FILE.json",
+    c.add_argument("--from", dest="from_json", metavar="FILE.json", type=_path,
                    help="derive the profile from the measurements an earlier run kept in OUT.measurements.json "
                         "(or printed with --json); no measuring")
     c.add_argument("--quiet", "-q", action="store_true")
@@ -891,26 +978,33 @@ def _add_host_commands(sub: Any) -> None:
     v.add_argument("--json", action="store_true", help='print the report (rows, headline, fit and held-out errors) as one JSON document, or {"skipped": reason}')
     v.add_argument("--quick", action="store_true", help="short runs, 2 repeats (CI; not for the headline)")
     v.add_argument("--repeats", type=int, metavar="N", help="interleaved repeats of every real run (default 5; the medians are compared)")
-    v.add_argument("--profile", metavar="FILE", help="calibrated profile (default results/calibrate/host.toml, measured if missing)")
-    v.add_argument("--out", metavar="DIR", help="where to write validate.json and validate.md (default results/validate/)")
-    v.add_argument("--tmpdir", metavar="DIR", help="where the file-backed tests keep their files (default /dev/shm if tmpfs, else /tmp)")
+    v.add_argument("--profile", metavar="FILE", type=_path, help="calibrated profile (default results/calibrate/host.toml, measured if missing)")
+    v.add_argument("--out", metavar="DIR", type=_path, help="where to write validate.json and validate.md (default results/validate/)")
+    v.add_argument("--tmpdir", metavar="DIR", type=_path, help="where the file-backed tests keep their files (default /dev/shm if tmpfs, else /tmp)")
     v.add_argument("--settings", metavar="LIST", help="comma-separated subset of 4K,16K,32K,64K,2M,64K+2M (4K is always included)")
     v.add_argument("--threads", type=int, default=2, metavar="N",
                    help="threads of the threads-mode rows (page_fault1/2/3, mmap1 under 4K, 64K, 2M; default 2, 0 = none)")
-    v.add_argument("--real", metavar="REPORT.json",
+    v.add_argument("--real", metavar="REPORT.json", type=_path,
                    help="reuse the real runs of an earlier validate.json (its medians and spreads) and rerun only the model")
+    v.add_argument("--programs", action="store_true",
+                   help="instead: real programs (make -jN of a C project, gzip, python3, sqlite3, sort, awk) recorded, run natively "
+                        "and replayed under 4K, 64K and 2M; faults, peak RSS, sys time and its change compared (root, perf)")
+    v.add_argument("--only", metavar="LIST", help="with --programs: a subset of make,gzip,python3,sqlite3,sort,awk")
+    v.add_argument("--scale", choices=("full", "small"), default="full",
+                   help="with --programs: full (seconds a program) or small (a check of the tooling)")
+    v.add_argument("--cache", metavar="DIR", help="with --programs: the programs' inputs (default $FOLIOSIM_CACHE or results/cache)")
     v.add_argument("--quiet", "-q", action="store_true")
     v.set_defaults(func=_host_cmd("validate"))
 
     r = sub.add_parser("record", help="record a program's memory behaviour into a trace: foliosim record -- CMD ARGS")
-    r.add_argument("--out", "-o", metavar="FILE", help="trace file (default CMD.fstrace)")
+    r.add_argument("--out", "-o", metavar="FILE", type=_path, help="trace file (default CMD.fstrace)")
     r.add_argument("--mode", choices=("perf", "valgrind"), default="perf",
                    help="perf (default): natively, the page faults, memory calls, file I/O, processes and CPU time the kernel sees "
                         "(root); valgrind: every memory access, thousands of times slower")
     r.add_argument("--timeout", type=float, metavar="SECONDS",
                    help="kill the recorded command (every process of it) after this long; no trace is written")
     r.add_argument("--validate", action="store_true", help="then compare native minor faults and RSS with the replay")
-    r.add_argument("--profile", metavar="FILE", help="profile for --validate (default results/calibrate/host.toml)")
+    r.add_argument("--profile", metavar="FILE", type=_path, help="profile for --validate (default results/calibrate/host.toml)")
     r.add_argument("--json", action="store_true")
     r.add_argument("--quiet", "-q", action="store_true")
     r.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD ARGS")
@@ -927,7 +1021,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return int(args.func(args))
     except SystemExit as e:
         return e.code if isinstance(e.code, int) else (0 if e.code is None else EXIT_USAGE)
-    except UsageError as e:
+    except (UsageError, ExperimentError) as e:
         if debug:
             raise
         _err(str(e))

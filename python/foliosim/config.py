@@ -11,6 +11,7 @@ import json
 import math
 import os
 import re
+import stat
 import tomllib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -35,14 +36,48 @@ def _one_line(s: object) -> str:
     return " ".join(str(s).split())
 
 
+#: The largest config (or sweep spec, or profile) read: far above any real
+#: one, and small enough that reading it cannot take the machine's memory.
+MAX_CONFIG_BYTES = 16 << 20
+
+_KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def not_a_file(st: os.stat_result) -> str | None:
+    """Why what `st` describes cannot be read as a config (None: it can): a
+    FIFO, a device or a socket may never end, and a folder is no file."""
+    for test, kind in _KINDS:
+        if test(st.st_mode):
+            return f"is {kind}, not a regular file"
+    return None
+
+
 def read_text(path: str | os.PathLike) -> str:
-    """Read a config file; a missing or unreadable file is a ConfigError."""
+    """Read a config file; a missing or unreadable file is a ConfigError, and
+    so is anything that is not a regular file (a FIFO would block forever,
+    /dev/zero never end) or is larger than MAX_CONFIG_BYTES."""
     name = os.fspath(path)
     try:
-        with open(name, "rb") as f:
-            data = f.read()
+        # O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused below).
+        fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as e:
         raise _error(name, "file", _one_line(e.strerror or str(e))) from None
+    st = os.fstat(fd)
+    why = not_a_file(st)
+    if why:
+        os.close(fd)
+        raise _error(name, "file", why)
+    with os.fdopen(fd, "rb") as f:
+        if st.st_size > MAX_CONFIG_BYTES:
+            raise _error(name, "file", f"{st.st_size:,} bytes: larger than a config can be "
+                                       f"(at most {MAX_CONFIG_BYTES >> 20} MiB)")
+        try:
+            data = f.read(MAX_CONFIG_BYTES + 1)
+        except OSError as e:
+            raise _error(name, "file", _one_line(e.strerror or str(e))) from None
+    if len(data) > MAX_CONFIG_BYTES:
+        raise _error(name, "file", f"larger than a config can be (at most {MAX_CONFIG_BYTES >> 20} MiB)")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -59,20 +94,24 @@ def _tomllib_error(file: str, e: tomllib.TOMLDecodeError) -> ConfigError:
 
 
 def parse_override(arg: str) -> dict[str, Any]:
-    """`KEY=VALUE` (KEY a TOML dotted key, VALUE a TOML literal; a bare word
-    that is not one is taken as a string) -> a nested dict."""
+    """`KEY=VALUE` (KEY a TOML dotted key, VALUE a TOML literal) -> a nested
+    dict. A value that is no TOML literal is an error, never taken as a
+    string: `--set workload.mode=thread` would otherwise pass a typo on."""
     key, sep, value = arg.partition("=")
     key, value = key.strip(), value.strip()
     if not sep or not key:
         raise _error("--set", arg, "expected KEY=VALUE")
     try:
+        tomllib.loads(f"{key} = 0")
+    except tomllib.TOMLDecodeError:
+        raise _error("--set", key, "not a valid TOML dotted key (quote a name with dots or slashes: "
+                     'knobs."vm.min_free_kbytes")') from None
+    try:
         return tomllib.loads(f"{key} = {value}")
     except tomllib.TOMLDecodeError:
         pass
-    try:
-        return tomllib.loads(f"{key} = {json.dumps(value, ensure_ascii=False)}")
-    except tomllib.TOMLDecodeError:
-        raise _error("--set", key, f"not a valid TOML key or value: {value!r}") from None
+    hint = f" (a string is quoted: {key}='{json.dumps(value, ensure_ascii=False)}')" if value else ""
+    raise _error("--set", key, f"{value!r} is not a TOML literal{hint}") from None
 
 
 def _merge(base: dict[str, Any], over: Mapping[str, Any], path: str) -> None:

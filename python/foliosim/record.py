@@ -232,14 +232,14 @@ def kill_tree(pid: int) -> None:
 
 
 def _run_tree(argv: list[str], timeout: float | None, stdout_to_stderr: bool, pass_fds: tuple[int, ...] = (),
-              stdout: int | None = None, on_started: Any = None) -> tuple[int, collections.deque[bytes]]:
+              stdout: int | None = None, on_started: Any = None, cwd: Path | None = None) -> tuple[int, collections.deque[bytes]]:
     """Run `argv` in a session of its own, its stderr passed through (its
     last lines kept). Returns (exit status, stderr tail). On a timeout,
     SIGTERM or Ctrl-C every process of its tree is killed before the
     exception goes on."""
     tail: collections.deque[bytes] = collections.deque(maxlen=STDERR_TAIL)
     out = stdout if stdout is not None else (sys.stderr.fileno() if stdout_to_stderr else None)
-    proc = subprocess.Popen(argv, stderr=subprocess.PIPE, stdout=out, pass_fds=pass_fds, start_new_session=True)
+    proc = subprocess.Popen(argv, stderr=subprocess.PIPE, stdout=out, pass_fds=pass_fds, start_new_session=True, cwd=cwd)
     th = threading.Thread(target=_tee_stderr, args=(proc.stderr, tail), daemon=True)
     th.start()
     if on_started is not None:
@@ -263,15 +263,17 @@ def _run_tree(argv: list[str], timeout: float | None, stdout_to_stderr: bool, pa
 
 
 def record(cmd: list[str], out: Path, mode: str = "perf", timeout: float | None = None, quiet: bool = False,
-           stdout_to_stderr: bool = False) -> dict[str, Any]:
-    """Record `cmd` into the trace `out`. Its stderr passes through (the
-    last lines are kept for the error if it fails); `stdout_to_stderr`
-    sends its stdout there too (for `--json`, whose stdout is the JSON)."""
+           stdout_to_stderr: bool = False, cwd: Path | None = None, program_stdout: int | None = None) -> dict[str, Any]:
+    """Record `cmd`, run in `cwd` (default ours), into the trace `out`.
+    Its stderr passes through (the last lines are kept for the error if it
+    fails); `stdout_to_stderr` sends its stdout there too (for `--json`,
+    whose stdout is the JSON); `program_stdout`, a file descriptor, takes
+    it instead (perf mode)."""
     if not cmd:
         raise HostError("nothing to record: give a command after `--`")
     if mode not in MODES:
         raise HostError(f"--mode {mode}: expected one of {', '.join(MODES)}")
-    if shutil.which(cmd[0]) is None:
+    if shutil.which(str(cwd / cmd[0]) if cwd is not None and "/" in cmd[0] else cmd[0]) is None:
         raise HostError(f"{cmd[0]}: command not found (exit status 127); no trace written")
     if timeout is not None and not timeout > 0:
         raise HostError(f"--timeout {timeout:g}: must be a positive number of seconds")
@@ -280,8 +282,8 @@ def record(cmd: list[str], out: Path, mode: str = "perf", timeout: float | None 
     _remove_stale(out)
     tmp_out = out.with_name(f".{out.name}.tmp.{os.getpid()}")
     try:
-        stats = (_record_perf(tool, cmd, tmp_out, timeout, stdout_to_stderr, quiet) if mode == "perf"
-                 else _record_valgrind(tool, cmd, tmp_out, timeout, stdout_to_stderr))
+        stats = (_record_perf(tool, cmd, tmp_out, timeout, stdout_to_stderr, quiet, cwd, program_stdout) if mode == "perf"
+                 else _record_valgrind(tool, cmd, tmp_out, timeout, stdout_to_stderr, cwd))
         # Check the whole file before it gets its final name.
         try:
             info = json.loads(_core().trace_info(str(tmp_out)))
@@ -304,8 +306,8 @@ def _core() -> Any:
     return core
 
 
-def _meta(cmd: list[str], mode: str, extra: dict[str, Any]) -> str:
-    return json.dumps({"argv": cmd, "cwd": os.getcwd(), "mode": mode, "lacks": LACKS[mode], "kernel": platform.release(),
+def _meta(cmd: list[str], mode: str, extra: dict[str, Any], cwd: Path | None = None) -> str:
+    return json.dumps({"argv": cmd, "cwd": str(cwd.resolve()) if cwd else os.getcwd(), "mode": mode, "lacks": LACKS[mode], "kernel": platform.release(),
                        "machine": platform.machine(), "cpu": _cpu_model(), "page_size": os.sysconf("SC_PAGE_SIZE"), **extra})
 
 
@@ -318,7 +320,7 @@ def _cpu_model() -> str:
 
 
 def _record_perf(perf: str, cmd: list[str], tmp_out: Path, timeout: float | None, stdout_to_stderr: bool,
-                 quiet: bool = False) -> dict[str, Any]:
+                 quiet: bool = False, cwd: Path | None = None, program_stdout: int | None = None) -> dict[str, Any]:
     from ._host import build_validation
     wrap = build_validation() / "recordwrap"
     version = subprocess.run([perf, "--version"], capture_output=True, text=True).stdout.strip()
@@ -336,9 +338,10 @@ def _record_perf(perf: str, cmd: list[str], tmp_out: Path, timeout: float | None
         meta = _meta(cmd, "perf", {
             "recorder": " ".join(argv_perf[1:]), "perf": version, "fault_around": around,
             "thp": "disabled for the recorded tree (prctl PR_SET_THP_DISABLE)",
-        })
+        }, cwd)
         # The program's stdout: ours (perf's own stdout is the trace stream).
-        outfd = os.dup(sys.stderr.fileno() if stdout_to_stderr else sys.stdout.fileno())
+        outfd = os.dup(program_stdout if program_stdout is not None else
+                       sys.stderr.fileno() if stdout_to_stderr else sys.stdout.fileno())
         rfd, wfd = os.pipe()
         with contextlib.suppress(OSError):  # the largest pipe allowed: slack for perf while we wait for a CPU
             fcntl.fcntl(wfd, F_SETPIPE_SZ, _read_int(Path("/proc/sys/fs/pipe-max-size")) or 1 << 20)
@@ -361,7 +364,7 @@ def _record_perf(perf: str, cmd: list[str], tmp_out: Path, timeout: float | None
         th.start()
         try:
             rc, tail = _run_tree([*argv_perf, str(wrap), str(status), str(outfd), *cmd], timeout, stdout_to_stderr,
-                                 pass_fds=(outfd,), stdout=wfd)
+                                 pass_fds=(outfd,), stdout=wfd, cwd=cwd)
         finally:
             os.close(outfd)
             os.close(wfd)
@@ -394,9 +397,10 @@ def _read_status(p: Path) -> dict[str, Any] | None:
     return d if isinstance(d, dict) else None
 
 
-def _record_valgrind(vg: str, cmd: list[str], tmp_out: Path, timeout: float | None, stdout_to_stderr: bool) -> dict[str, Any]:
+def _record_valgrind(vg: str, cmd: list[str], tmp_out: Path, timeout: float | None, stdout_to_stderr: bool,
+                     cwd: Path | None = None) -> dict[str, Any]:
     vgver = subprocess.run([vg, "--version"], capture_output=True, text=True).stdout.strip()
-    meta = _meta(cmd, "valgrind", {"recorder": "valgrind " + " ".join(VALGRIND_ARGS), "valgrind": vgver})
+    meta = _meta(cmd, "valgrind", {"recorder": "valgrind " + " ".join(VALGRIND_ARGS), "valgrind": vgver}, cwd)
     # Each process image's log comes on a connection of its own to the
     # core's listener, which converts it as it arrives (about 15 bytes a
     # memory access that never reach the disk).
@@ -418,7 +422,7 @@ def _record_valgrind(vg: str, cmd: list[str], tmp_out: Path, timeout: float | No
 
     try:
         rc, tail = _run_tree([vg, *VALGRIND_ARGS, f"--log-socket=127.0.0.1:{listener.port}", *cmd], timeout, stdout_to_stderr,
-                             on_started=started)
+                             on_started=started, cwd=cwd)
     finally:
         listener.stop()
         if th.is_alive():

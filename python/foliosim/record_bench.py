@@ -39,7 +39,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ._host import HostError, write_text_atomic
+from ._host import HostError, fill_marked, write_text_atomic
 
 KERNEL_TAR = Path("/usr/src/linux-source-6.12.tar.xz")
 TARGET_RATIO = 1.5
@@ -259,15 +259,9 @@ def render(rep: dict[str, Any]) -> str:
 
 def fill_docs(report: Path, files: list[Path]) -> None:
     """Replace what lies between the record-bench markers of each file."""
-    rep = json.loads(report.read_text())
-    table = render(rep)
+    table = render(json.loads(report.read_text()))
     for f in files:
-        text = f.read_text()
-        if MARK not in text or END_MARK not in text:
-            raise HostError(f"{f}: no {MARK} ... {END_MARK} markers")
-        head, rest = text.split(MARK, 1)
-        _, tail = rest.split(END_MARK, 1)
-        write_text_atomic(f, f"{head}{MARK}\n{table}\n{END_MARK}{tail}")
+        fill_marked(f, MARK, END_MARK, table)
 
 
 def cmd_record_bench(args: argparse.Namespace) -> int:

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from . import tomlout
-from .result import atomic_write, write_text_atomic
+from .result import staged_folder, write_synced
 
 __all__ = ["difference", "place_published", "plot_figure", "plot_png", "published", "render_html", "slug",
            "write_report"]
@@ -513,21 +513,20 @@ def render_html(reps: Sequence[dict[str, Any]], pngs: Sequence[bytes], *, versio
 
 def write_report(reps: Sequence[dict[str, Any]], out_dir: str | Path, *, version: str,
                  profiles: dict[str, dict[str, Any]] | None = None, command: str = "") -> Path:
-    """Write NAME.png, NAME/LABEL.toml and report.html into `out_dir`
-    (each atomically); returns the path of report.html."""
+    """Write NAME.png, NAME/LABEL.toml and report.html into `out_dir`, all
+    or nothing (`staged_folder`: a full disk leaves `out_dir` as it was);
+    returns the path of report.html."""
     d = Path(out_dir)
-    d.mkdir(parents=True, exist_ok=True)
-    pngs: list[bytes] = []
-    for rep in reps:
-        name = slug(str(rep.get("name", "experiment")))
-        png = plot_png(rep)
-        pngs.append(png)
-        with atomic_write(d / f"{name}.png") as tmp:
-            Path(tmp).write_bytes(png)
-        for c in rep.get("configs") or []:
-            if isinstance(c, dict) and isinstance(c.get("config"), dict):
-                write_text_atomic(d / name / f"{slug(str(c.get('label', 'config')))}.toml",
-                                  tomlout.dumps(c["config"]))
-    page = d / "report.html"
-    write_text_atomic(page, render_html(reps, pngs, version=version, profiles=profiles, command=command))
-    return page
+    pngs = [plot_png(rep) for rep in reps]
+    page = render_html(reps, pngs, version=version, profiles=profiles, command=command)
+    with staged_folder(d) as stage:
+        for rep, png in zip(reps, pngs, strict=True):
+            name = slug(str(rep.get("name", "experiment")))
+            write_synced(stage / f"{name}.png", png)
+            for c in rep.get("configs") or []:
+                if isinstance(c, dict) and isinstance(c.get("config"), dict):
+                    (stage / name).mkdir(exist_ok=True)
+                    write_synced(stage / name / f"{slug(str(c.get('label', 'config')))}.toml",
+                                 tomlout.dumps(c["config"]).encode("utf-8"))
+        write_synced(stage / "report.html", page.encode("utf-8"))
+    return d / "report.html"

@@ -41,6 +41,7 @@ import contextlib
 import hashlib
 import itertools
 import json
+import math
 import os
 import re
 import signal
@@ -57,10 +58,12 @@ from ._core import ConfigError
 from .result import atomic_write, write_text_atomic
 
 __all__ = [
+    "MAX_POINTS",
     "Point",
     "Spec",
     "SweepError",
     "SweepSummary",
+    "count_points",
     "flatten_result",
     "load_spec",
     "point_id",
@@ -201,9 +204,30 @@ def point_id(normalised: dict[str, Any] | str) -> str:
     return hashlib.sha256(_canonical(cfg).encode("utf-8")).hexdigest()[:16]
 
 
-def load_spec(path: str | os.PathLike) -> Spec:
+#: The most points `foliosim sweep` runs without `--yes`: a grid larger than
+#: this is more likely a mistake (a list typed where a range was meant) than
+#: a plan, and its points alone take minutes to check and memory to hold.
+MAX_POINTS = 10_000
+
+
+def count_points(axes: list[list[Any]]) -> int:
+    """Points of a grid: the product of its axes' lengths (duplicates too)."""
+    return math.prod(len(a) for a in axes)
+
+
+def _grid_line(text: str) -> int | None:
+    for i, line in enumerate(text.splitlines(), 1):
+        if line.strip().startswith(("[grid]", "[[zip]]")):
+            return i
+    return None
+
+
+def load_spec(path: str | os.PathLike, *, max_points: int | None = None,
+              on_count: Callable[[int], Any] | None = None) -> Spec:
     """Read and expand a spec; every point is validated (SweepError /
-    ConfigError naming the spec, line and key) before anything runs."""
+    ConfigError naming the spec, line and key) before anything runs. The
+    points are counted first: `on_count` hears how many, and more than
+    `max_points` (None: no limit) is a SweepError before any is made."""
     name = os.fspath(path)
     text = _config.read_text(name)
     try:
@@ -255,6 +279,16 @@ def load_spec(path: str | os.PathLike) -> Spec:
         if kp in seen:
             raise _err(name, text, "grid", key_name(kp), "swept twice (in [grid] and/or [[zip]])")
         seen.add(kp)
+    n = count_points(axes)
+    if max_points is not None and n > max_points:
+        line = _grid_line(text)
+        where = f"{name}:{line}" if line else name
+        err = SweepError(f"{where}: grid: {n:,} points, more than the {max_points:,} a sweep runs without --yes "
+                         "(--yes runs them all)")
+        err.file, err.line, err.key, err.reason = name, line, "grid", f"{n:,} points"
+        raise err
+    if on_count is not None:
+        on_count(n)
     spec = Spec(name, text, base, axes, keys)
     ids: set[str] = set()
     for i, combo in enumerate(itertools.product(*axes)):

@@ -591,7 +591,10 @@ def ensure_profile(path: str | None, measure: bool = True) -> str:
     return str(default.resolve())
 
 
-def cmd_validate(args: argparse.Namespace) -> int:
+def check_args(args: argparse.Namespace) -> tuple[list[str] | None, int]:
+    """Every argument checked before anything is measured, calibrated or
+    written (a bad one is one line, exit 2): the settings asked for (None:
+    all) and the repeats."""
     if args.threads < 0 or args.threads == 1:
         raise HostError(f"--threads: {args.threads}: the threads rows need 2 or more threads (0 leaves them out)")
     if args.threads > 2048:
@@ -601,6 +604,25 @@ def cmd_validate(args: argparse.Namespace) -> int:
     for x in settings or []:
         if x not in known:
             raise HostError(f"--settings: unknown setting {x!r} (known: {', '.join(known)})")
+    if settings and "4K" not in settings:
+        settings.insert(0, "4K")  # the baseline of every ops ratio
+    if args.real and (args.quick or args.repeats is not None or args.tmpdir):
+        raise HostError("--real: --quick, --repeats and --tmpdir describe real runs; with --real they come from the report reused")
+    repeats = args.repeats if args.repeats is not None else (2 if args.quick else DEFAULT_REPEATS)
+    if repeats < 1 or repeats > 100:
+        raise HostError(f"--repeats: {repeats}: must be 1..100")
+    if args.profile and not Path(args.profile).is_file():
+        raise HostError(f"--profile {args.profile}: no such profile (run `foliosim calibrate --out {args.profile}`)")
+    return settings, repeats
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    if args.programs:
+        from .validate_programs import cmd_programs
+        return cmd_programs(args)
+    if args.only or args.cache or args.scale != "full":
+        raise HostError("--only, --scale and --cache go with --programs")
+    settings, repeats = check_args(args)
     why = None if args.real else knobs_available()
     if why:
         if args.json:
@@ -610,13 +632,6 @@ def cmd_validate(args: argparse.Namespace) -> int:
         return 0
     profile = ensure_profile(args.profile) if not args.real or args.profile else ensure_profile(None, measure=False)
     progress = sys.stderr.isatty() and not args.quiet
-    if settings and "4K" not in settings:
-        settings.insert(0, "4K")  # the baseline of every ops ratio
-    repeats = args.repeats if args.repeats is not None else (2 if args.quick else DEFAULT_REPEATS)
-    if repeats < 1 or repeats > 100:
-        raise HostError(f"--repeats: {repeats}: must be 1..100")
-    if args.real and (args.quick or args.repeats is not None or args.tmpdir):
-        raise HostError("--real: --quick, --repeats and --tmpdir describe real runs; with --real they come from the report reused")
     rep = validate(profile, args.quick, progress, args.tmpdir, settings, args.threads, repeats, real_from=args.real)
     # A re-prediction does not overwrite the measured report it reuses.
     out = Path(args.out) if args.out else Path("results") / "validate" / ("repredict" if args.real else "")

@@ -40,7 +40,7 @@ def _shown(path: str | None) -> str:
         return Path(path).name
 
 
-def render(rep: dict[str, Any], source: str) -> str:
+def render(rep: dict[str, Any], source: str, programs_block: str = "") -> str:
     host = (rep.get("host") or {}).get("before") or {}
     after = (rep.get("host") or {}).get("after") or {}
     reused = rep.get("real_reused")
@@ -96,7 +96,24 @@ def render(rep: dict[str, Any], source: str) -> str:
         # The table only: the summary lines under it are the headline's.
         L += [x for x in table if x.startswith("|")]
     L.append("")
+    L.append(PROGRAMS_HEADING)
+    L.append("")
+    L.append(programs_block or programs_section(""))
+    L.append("")
     return "\n".join(L)
+
+
+PROGRAMS_HEADING = "## Real programs: faults, peak RSS and system time"
+
+
+def programs_section(old: str) -> str:
+    """The real programs' table of the page being rewritten (`make
+    validate-programs` writes it between its markers), kept as it was."""
+    from .validate_programs import END_MARK, MARK
+    if MARK in old and END_MARK in old:
+        return MARK + old.split(MARK, 1)[1].split(END_MARK, 1)[0] + END_MARK
+    return (f"{MARK}\nNot measured yet: `make validate-programs` (root, a quiet host) runs `foliosim validate --programs` "
+            f"and writes the table here.\n{END_MARK}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -111,7 +128,8 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError, KeyError, TypeError) as e:
         print(f"{src}: not a `foliosim validate --json` report ({e})", file=sys.stderr)
         return 2
-    write_text_atomic(out, render(rep, str(src)))
+    old = out.read_text() if out.is_file() else ""
+    write_text_atomic(out, render(rep, str(src), programs_section(old)))
     return 0
 
 

@@ -81,6 +81,17 @@ def test_a_recorded_make_replays_its_processes_and_reruns_at_other_jobs():
     f1, f4 = j1["summary"]["workload_finished_s"], j4["summary"]["workload_finished_s"]
     assert f1 > 1.3 * f4, (f1, f4)
     assert j1["summary"]["ops_total"] == j4["summary"]["ops_total"] == info["accesses"]
+    # jobs = "cpus": as make -j$(nproc) on the simulated machine, here -j4.
+    cpus4 = replay(t, cpus=4, jobs="cpus")
+    assert cpus4["summary"]["workload_finished_s"] == replay(t, cpus=4, jobs=4)["summary"]["workload_finished_s"]
+
+
+def test_a_bad_jobs_value_is_one_line(tmp_path):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f'[workload]\nname = "trace"\npath = "{TRACES / "make-j2.fstrace"}"\njobs = "many"\n[run]\nduration_s = 1.0\n')
+    r = cli("run", str(cfg), "--out", str(tmp_path / "o"))
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert 'jobs: expected a number of job slots or "cpus"' in r.stderr, r.stderr
 
 
 def test_threads_of_a_recorded_program_share_its_address_space():

@@ -79,7 +79,7 @@ pub struct ConfigKey {
 use KeyValue::{Bool, Int, Num, Str};
 
 pub const CONFIG_KEYS: &[ConfigKey] = &[
-    ConfigKey { table: "", key: "seed", default: Some(Int(1)), range: Some((0.0, i64::MAX as f64)), help: "the run's seed: the same config and seed give the same numbers (guest g of machine.guests runs with seed + g)" },
+    ConfigKey { table: "", key: "seed", default: Some(Int(1)), range: Some((0.0, i64::MAX as f64)), help: "the run's seed: the same config and seed give the same numbers; another seed moves what is random on a real machine (ASLR's mmap base, page_alloc.shuffle, some workloads' choices: docs/tutorial.md, What the seed varies; guest g of machine.guests runs with seed + g)" },
     ConfigKey { table: "machine", key: "profile", default: Some(Str("generic-x86")), range: None, help: "a built-in machine profile (`foliosim list profiles`) or the path of a profile file, such as one `foliosim calibrate` wrote (relative to the config file)" },
     ConfigKey { table: "machine", key: "nr_cpus", default: None, range: Some((1.0, 4096.0)), help: "logical CPUs, in place of the profile's (sockets become 1 if they no longer divide them)" },
     ConfigKey { table: "machine", key: "node_mem_mib", default: None, range: Some((64.0, (64u64 << 20) as f64)), help: "MiB of each memory node, an array with one size per node of the profile (in all at most 16 TiB less 1 MiB)" },
@@ -366,14 +366,20 @@ pub fn load_profile(name: &str, base: &Path) -> Result<Profile, (String, Option<
         Some(t) => (t.to_string(), format!("<builtin profile {name}>")),
         None => {
             let p = resolve_path(base, name);
-            match std::fs::read_to_string(&p) {
+            let read = |p: &Path| -> Result<String, String> {
+                let mut text = String::new();
+                std::io::Read::read_to_string(&mut crate::types::open_input(p)?, &mut text)
+                    .map_err(|e| format!("{}: {e}", p.display()))?;
+                Ok(text)
+            };
+            match read(&p) {
                 Ok(t) => (t, p.display().to_string()),
                 Err(e) => {
                     return Err((
                         String::new(),
                         None,
                         "machine.profile".into(),
-                        format!("\"{name}\" is neither a builtin profile nor a readable file ({}: {e})", p.display()),
+                        format!("\"{name}\" is neither a builtin profile nor a readable file ({e})"),
                     ))
                 }
             }
@@ -428,7 +434,7 @@ fn from_table(mut root: toml::Table, ctx: &Ctx) -> Result<Config, ConfigError> {
     let seed = seed_from(&mut root, ctx)?;
     let machine = machine_from(&mut root, ctx)?;
     let run = run_from(&mut root, ctx)?;
-    let (kn, knob_values) = knobs_from(&mut root, ctx)?;
+    let (kn, knob_values) = knobs_from(&mut root, ctx, machine.prof.total_mem_mib() << 10)?;
     let (name, raw) = workload_from(&mut root, ctx, &machine.prof)?;
     let Machine { profile_name, prof, tlb_overrides, guests, guest_stagger_ms, costs } = machine;
     if let Some(k) = root.keys().next() {
@@ -647,7 +653,7 @@ fn run_from(root: &mut toml::Table, ctx: &Ctx) -> Result<RunCfg, ConfigError> {
 
 /// `[knobs]`: the knob values set (checked against their specs and the
 /// policies they belong to) and the knobs they make.
-fn knobs_from(root: &mut toml::Table, ctx: &Ctx) -> Result<(Knobs, BTreeMap<String, KnobValue>), ConfigError> {
+fn knobs_from(root: &mut toml::Table, ctx: &Ctx, mem_kib: u64) -> Result<(Knobs, BTreeMap<String, KnobValue>), ConfigError> {
     let kt = take_table(ctx, root, "knobs")?;
     let mut knob_values = BTreeMap::new();
     let mut kn = Knobs::default();
@@ -673,6 +679,7 @@ fn knobs_from(root: &mut toml::Table, ctx: &Ctx) -> Result<(Knobs, BTreeMap<Stri
         kn.set(crate::policy::find("anon_folio.mode").expect("anon_folio.mode is a knob"), &v);
         knob_values.insert("anon_folio.mode".into(), v);
     }
+    kn.check(&|k| knob_values.contains_key(k), mem_kib).map_err(|(k, reason)| ctx.err("knobs", k, reason))?;
     // A policy's own knob needs that policy selected.
     for k in knob_values.keys() {
         let spec = crate::policy::find(k).expect("validated above");
@@ -927,12 +934,13 @@ mod tests {
         let c = from_toml(&format!("{base}\"kernel/mm/transparent_hugepage/hugepages-64kB/enabled\" = \"always\"\n"), "c.toml").unwrap();
         assert_eq!(c.knobs.anon_folio.mode, "upstream");
         assert_eq!(c.normalized["knobs"]["anon_folio.mode"], "upstream");
-        let c = from_toml(
+        // Another mode, written, would leave the size off without a word: refused.
+        let e = from_toml(
             &format!("{base}\"kernel/mm/transparent_hugepage/hugepages-64kB/enabled\" = \"always\"\n\"anon_folio.mode\" = \"rfc-v2\"\n"),
             "c.toml",
         )
-        .unwrap();
-        assert_eq!(c.knobs.anon_folio.mode, "rfc-v2", "an explicit mode wins");
+        .unwrap_err();
+        assert_eq!((e.line, e.key.as_str()), (Some(4), "knobs.kernel/mm/transparent_hugepage/hugepages-64kB/enabled"), "{e}");
         let c = from_toml(base, "c.toml").unwrap();
         assert_eq!(c.knobs.anon_folio.mode, "off");
     }

@@ -23,6 +23,9 @@ struct Env<'a> {
     image_file: Option<FileId>,
     /// Tasks whose image is mapped, to touch once their clocks are set.
     imaged: Vec<TaskId>,
+    /// The mmap base of the launcher the workload's processes are forked
+    /// from (will-it-scale's main, a shell), chosen at its exec.
+    launcher_mmap_base: Option<u64>,
 }
 
 impl SetupEnv for Env<'_> {
@@ -59,6 +62,12 @@ impl SetupEnv for Env<'_> {
         let pinned = cpu.is_some();
         let cpu = self.pick_cpu(cpu)?;
         let mm = self.k.new_mm();
+        // Forked from one launcher: its mmap base, as dup_mm copies it.
+        let base = match self.launcher_mmap_base {
+            Some(b) => b,
+            None => *self.launcher_mmap_base.insert(self.k.arch_pick_mmap_base()),
+        };
+        self.k.mms[mm as usize].mmap_base = base;
         Ok(self.add_task(mm, cpu, pinned))
     }
     fn spawn_thread(&mut self, of: TaskId, cpu: Option<u32>) -> Result<TaskId, String> {
@@ -280,7 +289,7 @@ impl Driver {
         k.trace = crate::kernel::trace::Tracing::new(&cfg.run.probes, &cfg.run.probes_record, k.nr_cpus());
         boot_hook(&mut k);
         let imaged = {
-            let mut env = Env { k: &mut k, seed, next_cpu: 0, image_file: None, imaged: Vec::new() };
+            let mut env = Env { k: &mut k, seed, next_cpu: 0, image_file: None, imaged: Vec::new(), launcher_mmap_base: None };
             wl.setup(&mut env).map_err(Error::Workload)?;
             env.imaged
         };

@@ -85,6 +85,37 @@ impl From<ConfigError> for Error {
     }
 }
 
+/// Open an input file (a machine profile, a trace) to read. Anything but a
+/// regular file is refused before it is opened: opening a FIFO waits for a
+/// writer that may never come, and a device such as /dev/zero never ends.
+pub fn open_input(path: &std::path::Path) -> Result<std::fs::File, String> {
+    let ft = std::fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?.file_type();
+    if !ft.is_file() {
+        let kind = if ft.is_dir() { "a folder" } else { special_kind(&ft) };
+        return Err(format!("{}: is {kind}, not a regular file", path.display()));
+    }
+    std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+#[cfg(unix)]
+fn special_kind(ft: &std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if ft.is_fifo() {
+        "a FIFO"
+    } else if ft.is_socket() {
+        "a socket"
+    } else if ft.is_char_device() || ft.is_block_device() {
+        "a device"
+    } else {
+        "a special file"
+    }
+}
+
+#[cfg(not(unix))]
+fn special_kind(_: &std::fs::FileType) -> &'static str {
+    "a special file"
+}
+
 /// Progress of a run, reported about every 100 ms of host time.
 #[derive(Clone, Debug, Serialize)]
 pub struct Progress {

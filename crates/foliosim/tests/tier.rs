@@ -95,16 +95,20 @@ fn promotion_is_capped_per_read_call_and_converges() {
 
 #[test]
 fn off_means_off() {
-    for knobs in [
-        "",
-        "\"kernel.numa_balancing\" = 2\n",
-        "\"kernel/mm/numa/pagecache_promotion_enabled\" = true\n",
-        "\"kernel.numa_balancing\" = 1\n\"kernel/mm/numa/pagecache_promotion_enabled\" = true\n",
-    ] {
+    for knobs in ["", "\"kernel.numa_balancing\" = 2\n"] {
         let o = sim(&tiered(5, knobs));
         assert_eq!(stat(&o, "pgpromote_success"), 0, "{knobs}");
         assert_eq!(stat(&o, "numa_hint_page_cache"), 0, "{knobs}");
         assert_eq!(cxl_pages(&o), 16384, "{knobs}");
+    }
+    // Promotion switched on without memory tiering would do nothing: the
+    // config is refused, naming the knob, rather than run as off.
+    for knobs in [
+        "\"kernel/mm/numa/pagecache_promotion_enabled\" = true\n",
+        "\"kernel.numa_balancing\" = 1\n\"kernel/mm/numa/pagecache_promotion_enabled\" = true\n",
+    ] {
+        let e = config::from_toml(&tiered(5, knobs), "<test>").unwrap_err();
+        assert_eq!(e.key, "knobs.kernel/mm/numa/pagecache_promotion_enabled", "{e}");
     }
 }
 

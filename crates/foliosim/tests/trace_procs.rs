@@ -323,3 +323,75 @@ fn a_recorded_make_reruns_at_another_parallelism() {
     // -j2 is the recorded parallelism: the same shape as recorded.
     assert!((3.0..3.5).contains(&ms(t(2))), "-j2: {}", ms(t(2)));
 }
+
+/// A make recorded at -j2 running 320 compiles of 20 ms (a vfork'd child
+/// each; the make reaps with WNOHANG when it waited for a slot, as GNU
+/// make does), then a 1 ms link. With `jobs = "cpus"` it replays as
+/// make -j8 on an 8-CPU machine (8 compiles at a time: 40 rounds, 800 ms)
+/// and as make -j160 on the 160-CPU profile (160 at a time: 2 rounds);
+/// as recorded (-j2) it runs 2 at a time on either: the parallelism is
+/// the jobserver's, not the CPUs'. What runs at once is counted from
+/// each compile's 20 ms of computing, which ends when it exits.
+#[test]
+fn a_recorded_make_replays_as_make_j_nproc_on_each_machine() {
+    const JOBS: u64 = 320;
+    const CC_NS: u64 = 20_000_000;
+    let make = Record::File { size: EXE_PAGES * PAGE, path: "/usr/bin/make".into(), flags: 0 };
+    let cc = Record::File { size: EXE_PAGES * PAGE, path: "/usr/bin/cc".into(), flags: 0 };
+    let mut v = vec![make, cc, Record::Root { tid: 1 }, Record::Task { tid: 1 }, exec()];
+    // At -j2: two children started, then each further one after a
+    // WNOHANG reap of the oldest; the link waits for the last two.
+    v.extend([Record::Vfork { child: 2 }, Record::Vfork { child: 3 }]);
+    for c in 4..2 + JOBS {
+        v.extend([Record::Wait { child: c - 2, flags: WAIT_NOHANG }, Record::Vfork { child: c }]);
+    }
+    let link = 2 + JOBS;
+    v.extend([
+        Record::Wait { child: link - 2, flags: 0 },
+        Record::Wait { child: link - 1, flags: 0 },
+        Record::Vfork { child: link },
+        Record::Wait { child: link, flags: 0 },
+        Record::Exit { code: 0 },
+    ]);
+    let exec_cc = Record::Exec { file: 1, vaddr: BASE, text: TEXT, data: DATA, data_off: TEXT - PAGE, bss: BSS };
+    for c in 2..=link {
+        let ns = if c == link { 1_000_000 } else { CC_NS };
+        v.extend([Record::Task { tid: c }, exec_cc.clone(), Record::Time { user_ns: ns, sys_ns: 0 }, Record::Exit { code: 0 }]);
+    }
+    // (the most compiles computing at once, the build's end in ms)
+    let t = |profile: &str, cpus: u32, per_cpu: bool| {
+        let r = TraceReplay::from_records("t".into(), &v).unwrap();
+        let r = if per_cpu { r.with_jobs_per_cpu(&["make"]) } else { r };
+        let c = config::from_toml(
+            &format!("[machine]\nprofile = \"{profile}\"\nnr_cpus = {cpus}\nnode_mem_mib = [512, 512]\n[workload]\nname = \"mmap1\"\n[run]\nwarmup_s = 0.0\nduration_s = 10.0\ncheck = true\naudit_interval_ms = 5.0\n"),
+            "<test>",
+        )
+        .unwrap();
+        let log: Log = Arc::new(Mutex::new(Vec::new()));
+        let o = run::simulate_with(&c, Box::new(Logged { inner: r, prev: Default::default(), log: log.clone() }), &mut |_| true).unwrap();
+        assert!(o.kernel.check.violations.is_empty(), "{:?}", o.kernel.check.violations);
+        let reaped = log.lock().unwrap().iter().filter(|e| e.1 == Op::Wait && e.2.val() > 0).count() as u64;
+        assert_eq!(reaped, JOBS + 1, "every child is reaped once");
+        let mut edges: Vec<(u64, i32)> = Vec::new();
+        for t in o.kernel.tasks.iter().filter(|t| t.kthread.is_none() && t.user_ns == CC_NS) {
+            edges.extend([(t.clock - CC_NS, 1), (t.clock, -1)]);
+        }
+        assert_eq!(edges.len() as u64, 2 * JOBS, "every compile computed its recorded time");
+        edges.sort();
+        let (mut now, mut peak) = (0, 0);
+        for (_, d) in edges {
+            now += d;
+            peak = peak.max(now);
+        }
+        (peak, finished(&o) as f64 / 1e6)
+    };
+    let (j8, j8_ms) = t("generic-x86", 8, true);
+    assert_eq!(j8, 8, "make -j8 on 8 CPUs");
+    assert!((800.0..900.0).contains(&j8_ms), "40 rounds of 20 ms: {j8_ms} ms");
+    let (j160, j160_ms) = t("ampere-altra-160", 160, true);
+    assert_eq!(j160, 160, "make -j160 on 160 CPUs");
+    assert!((40.0..60.0).contains(&j160_ms), "2 rounds of 20 ms: {j160_ms} ms");
+    let (rec, rec_ms) = t("ampere-altra-160", 160, false);
+    assert_eq!(rec, 2, "as recorded: -j2");
+    assert!(rec_ms > 3200.0, "160 rounds of 20 ms: {rec_ms} ms");
+}

@@ -44,9 +44,14 @@ __all__ = [
 
 def default_dir() -> Path:
     """``$FOLIOSIM_EXPERIMENTS``, else ``experiments/`` of the checkout this
-    package runs from."""
+    package runs from. A variable that names no folder is an
+    ExperimentError: it would otherwise read as "no experiments"."""
     env = os.environ.get("FOLIOSIM_EXPERIMENTS")
     if env:
+        if not Path(env).is_dir():
+            why = "is not a folder" if Path(env).exists() else "no such folder"
+            raise ExperimentError("FOLIOSIM_EXPERIMENTS", env, f"{why} (it names the folder of the experiments; "
+                                  "unset it for the checkout's experiments/)")
         return Path(env)
     return Path(__file__).resolve().parents[3] / "experiments"
 

@@ -141,6 +141,7 @@ impl Kernel {
             luf: Default::default(),
             irqs_off: false,
             trace: Default::default(),
+            aslr: crate::sim::rng::Rng::stream(seed, "aslr"),
             prof,
         };
         k.split_queues = (0..k.nodes.len()).map(|_| Default::default()).collect();

@@ -393,8 +393,10 @@ pub struct AnonFolioKnobs {
 /// the selectors' policies and each policy's own knobs.
 pub fn table() -> Vec<KnobSpec> {
     vec![
-        KnobSpec::int("vm.min_free_kbytes", -1, (-1, 1 << 40), "free memory the kernel keeps for atomic allocations; sets zone watermarks (-1: the kernel's sqrt formula)", |k, i| k.min_free_kbytes = (i >= 0).then_some(i as u64)),
+        KnobSpec::int("vm.min_free_kbytes", -1, (-1, i32::MAX as i64), "free memory the kernel keeps for atomic allocations; sets zone watermarks (-1: the kernel's sqrt formula)", |k, i| k.min_free_kbytes = (i >= 0).then_some(i as u64)),
         KnobSpec::int("vm.watermark_scale_factor", 10, (1, 3000), "distance between min/low/high watermarks in 1/10000 of zone memory", |k, i| k.watermark_scale_factor = i as u64),
+        KnobSpec::int("kernel.randomize_va_space", 2, (0, 2), "ASLR: 1 or 2 (the default) put a new address space's mmap base a random number of pages (vm.mmap_rnd_bits bits, from the run's seed) below the stack gap, as exec does on every run of a real program; the processes a workload starts share one base, as children forked from one launcher do. 0 puts it where ASLR off does (setarch -R). The stack, the brk heap and a PIE binary's base stay at their ASLR-off places in either case", |k, i| k.randomize_va_space = i as u8),
+        KnobSpec::int("vm.mmap_rnd_bits", 28, (28, 32), "bits of randomness in the mmap base when kernel.randomize_va_space is on (x86-64: CONFIG_ARCH_MMAP_RND_BITS, 28 by default, 28..32)", |k, i| k.mmap_rnd_bits = i as u32),
         KnobSpec::int("vm.percpu_pagelist_high_fraction", 0, (0, 1 << 20), "per-CPU page list high mark as a fraction of zone memory (0: derived from the low watermark)", |k, i| k.percpu_pagelist_high_fraction = i as u64),
         KnobSpec::int("debug/fault_around_bytes", 65536, (4096, 1 << 21), "bytes of cached file pages mapped around a read fault (do_fault_around); 4096 disables", |k, i| k.fault_around_bytes = i as u64),
         KnobSpec::choice("kernel/mm/transparent_hugepage/enabled", "never", &["always", "madvise", "never"], "THP for anonymous memory: the PMD size, and every hugepages-<size>kB set to inherit (modelled as 512 PTEs of one order-9 folio plus a 2 MiB TLB entry)", |k, s| k.anon_folio.thp_enabled = ThpEnabled::parse(s)),
@@ -460,6 +462,10 @@ knob_values! {
 #[derive(Clone, Debug, Serialize)]
 pub struct Knobs {
     pub min_free_kbytes: Option<u64>,
+    /// kernel.randomize_va_space (0: ASLR off).
+    pub randomize_va_space: u8,
+    /// vm.mmap_rnd_bits.
+    pub mmap_rnd_bits: u32,
     pub watermark_scale_factor: u64,
     pub percpu_pagelist_high_fraction: u64,
     pub fault_around_bytes: u64,
@@ -551,6 +557,94 @@ impl Knobs {
     /// A policy's own knob: the value set, else its default.
     pub fn param(&self, spec: &KnobSpec) -> KnobValue {
         self.params.get(spec.key).cloned().unwrap_or_else(|| spec.default_value())
+    }
+}
+
+/// The bits of kernel.numa_balancing: NUMA placement, memory tiering.
+pub const NUMA_BALANCING_NORMAL: u8 = 1;
+pub const NUMA_BALANCING_MEMORY_TIERING: u8 = 2;
+
+/// The kernel's lowest non-zero vm.percpu_pagelist_high_fraction
+/// (mm/page_alloc.c: its sysctl handler refuses 1..7 with -EINVAL).
+pub const MIN_PERCPU_PAGELIST_HIGH_FRACTION: u64 = 8;
+
+impl Knobs {
+    /// What the per-knob checks (type, range, allowed values) cannot see: a
+    /// value the kernel refuses by a rule of its own, two knobs that
+    /// contradict each other, a knob that does nothing without another,
+    /// one the machine (`mem_kib` of memory) cannot hold. Every such rule
+    /// is here, and config loading runs them all. `written` says whether
+    /// the config set a key (the defaults never conflict); the error names
+    /// the knob to change and says why.
+    pub fn check(&self, written: &dyn Fn(&str) -> bool, mem_kib: u64) -> Result<(), (&'static str, String)> {
+        let f = self.percpu_pagelist_high_fraction;
+        if f != 0 && f < MIN_PERCPU_PAGELIST_HIGH_FRACTION {
+            return Err((
+                "vm.percpu_pagelist_high_fraction",
+                format!(
+                    "{f} is below the kernel's minimum of {MIN_PERCPU_PAGELIST_HIGH_FRACTION} (MIN_PERCPU_PAGELIST_HIGH_FRACTION; 0 keeps the default pcp->high)"
+                ),
+            ));
+        }
+        if let Some(m) = self.min_free_kbytes.filter(|&m| m >= mem_kib) {
+            return Err((
+                "vm.min_free_kbytes",
+                format!("{m} KiB is not below the machine's memory ({mem_kib} KiB): the min watermark would leave nothing to allocate"),
+            ));
+        }
+        let (lo, hi) = (self.numa_scan_period_min_ms, self.numa_scan_period_max_ms);
+        if lo > hi {
+            let (min_key, max_key) = ("kernel.numa_balancing_scan_period_min_ms", "kernel.numa_balancing_scan_period_max_ms");
+            let key = if written(min_key) { min_key } else { max_key };
+            return Err((key, format!("the shortest scan period ({lo} ms) is above the longest ({hi} ms)")));
+        }
+        if !self.luf.enabled {
+            for (key, on) in
+                [("luf.v11_hooks", self.luf.v11_hooks), ("luf.granularity", self.luf.per_zone), ("luf.invalidate_hook", self.luf.invalidate_hook)]
+            {
+                if on {
+                    return Err((key, "has no effect without luf.enabled = true".into()));
+                }
+            }
+        }
+        if self.pagecache_promotion_enabled && self.numa_balancing & NUMA_BALANCING_MEMORY_TIERING == 0 {
+            return Err((
+                "kernel/mm/numa/pagecache_promotion_enabled",
+                format!(
+                    "has no effect with kernel.numa_balancing = {} (page-cache promotion is part of memory tiering: 2 or 3)",
+                    self.numa_balancing
+                ),
+            ));
+        }
+        self.check_mthp_sizes(written)
+    }
+
+    /// The per-size `hugepages-<size>kB/enabled` knobs are read by the
+    /// upstream order policy only: under another `anon_folio.mode` a size
+    /// written to be enabled would silently stay off (and a PMD size
+    /// written other than the top-level `enabled` says, silently follow it).
+    fn check_mthp_sizes(&self, written: &dyn Fn(&str) -> bool) -> Result<(), (&'static str, String)> {
+        let a = &self.anon_folio;
+        if a.mode == "upstream" {
+            return Ok(());
+        }
+        let effective = |e: ThpEnabled| if e == ThpEnabled::Inherit { a.thp_enabled } else { e };
+        for (i, key) in MTHP_SIZE_KEYS.iter().enumerate() {
+            let v = a.per_size[i];
+            let does = if i == 7 { effective(v) == a.thp_enabled } else { effective(v) == ThpEnabled::Never };
+            if written(key) && !does {
+                let said = format!("{v:?}").to_lowercase();
+                let what = if i == 7 { "PMD THPs follow transparent_hugepage/enabled alone" } else { "these folios are never made" };
+                return Err((
+                    key,
+                    format!(
+                        "\"{said}\" has no effect with anon_folio.mode = \"{}\": only \"upstream\" reads the per-size knobs, and {what} (leave anon_folio.mode out, or set it to \"upstream\")",
+                        a.mode
+                    ),
+                ));
+            }
+        }
+        Ok(())
     }
 }
 

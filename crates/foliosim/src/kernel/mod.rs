@@ -136,6 +136,8 @@ pub struct Kernel {
     pub(crate) irqs_off: bool,
     /// Tracepoints (`[run] probes`), all off unless the config asks.
     pub trace: trace::Tracing,
+    /// The random stream of ASLR's mmap bases (arch/x86/mm/mmap.rs).
+    pub aslr: crate::sim::rng::Rng,
 }
 
 impl Kernel {

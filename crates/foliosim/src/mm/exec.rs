@@ -63,6 +63,8 @@ impl Kernel {
         let new = self.new_mm();
         let fds = self.mms[old as usize].fds.clone();
         self.mms[new as usize].fds = fds;
+        // setup_new_exec: arch_pick_mmap_layout.
+        self.mms[new as usize].mmap_base = self.arch_pick_mmap_base();
         self.mms[old as usize].users -= 1;
         if self.mms[old as usize].users == 0 {
             t = self.exit_mmap(t, cpu, old);
@@ -262,18 +264,19 @@ impl ProcessImage {
     /// mapping at its own offset, a page apart, so that no two merge (the
     /// real ones are separate VMAs: different files, offsets or flags).
     pub fn file_bytes(&self) -> u64 {
-        self.all().map(|(_, s)| s.len + 4096).sum()
+        self.all(super::vma::MMAP_BASE).map(|(_, s)| s.len + 4096).sum()
     }
 
-    /// Every mapped piece with its start address.
-    fn all(&self) -> impl Iterator<Item = (u64, &ImageSeg)> + '_ {
+    /// Every mapped piece with its start address, the mmap area's pieces
+    /// below `mmap_base`.
+    fn all(&self, mmap_base: u64) -> impl Iterator<Item = (u64, &ImageSeg)> + '_ {
         let low = self.low.iter().scan(self.binary_base, |a, s| {
             let at = *a;
             *a += s.len;
             Some((at, s))
         });
         let stack = std::iter::once((self.stack_top - self.stack.len, &self.stack));
-        let high = self.mmap_area.iter().scan(super::vma::MMAP_BASE, |top, s| {
+        let high = self.mmap_area.iter().scan(mmap_base, |top, s| {
             *top = top.saturating_sub(s.len);
             Some((*top, s))
         });
@@ -290,10 +293,11 @@ impl Kernel {
     /// the brk VMA and the stack grows down.
     pub fn map_process_image(&mut self, mm: u32, file: crate::workload::FileId, img: &ProcessImage) -> Result<(), String> {
         let ino = file + 1;
+        let base = self.mms[mm as usize].mmap_base;
         let mut off = 0;
         let last_low = img.binary_base + img.low.iter().map(|s| s.len).sum::<u64>();
         let heap = img.low.last().map(|s| last_low - s.len);
-        for (start, s) in img.all() {
+        for (start, s) in img.all(base) {
             let end = start + s.len;
             if s.len == 0 || !s.len.is_multiple_of(4096) || start < super::vma::MMAP_MIN_ADDR || s.resident > s.len {
                 return Err(format!("process image: {}: bad length {:#x} or resident {:#x}", s.what, s.len, s.resident));
@@ -341,7 +345,8 @@ impl Kernel {
     /// simulated time, before its first op.
     pub fn touch_process_image(&mut self, tid: u32, img: &ProcessImage) -> Result<(), Error> {
         let stack_start = img.stack_top - img.stack.len;
-        for (start, s) in img.all() {
+        let base = self.mms[self.tasks[tid as usize].mm as usize].mmap_base;
+        for (start, s) in img.all(base) {
             let (lo, hi) = if start == stack_start { (img.stack_top - s.resident, img.stack_top) } else { (start, start + s.resident) };
             let kind = if s.write { Access::Store } else { Access::Load };
             for a in (lo..hi).step_by(4096) {

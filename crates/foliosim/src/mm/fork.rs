@@ -29,13 +29,14 @@ impl Kernel {
         let cmm = self.new_mm();
         let vmas: Vec<_> = self.mms[pmm as usize].vmas.values().cloned().collect();
         {
-            let (brk_start, brk, fds) = {
+            let (brk_start, brk, mmap_base, fds) = {
                 let p = &self.mms[pmm as usize];
-                (p.brk_start, p.brk, p.fds.clone())
+                (p.brk_start, p.brk, p.mmap_base, p.fds.clone())
             };
             let c: &mut Mm = &mut self.mms[cmm as usize];
             c.brk_start = brk_start;
             c.brk = brk;
+            c.mmap_base = mmap_base;
             c.fds = fds;
             for v in &vmas {
                 let mut v = v.clone();

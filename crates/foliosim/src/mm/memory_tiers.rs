@@ -21,9 +21,7 @@ use crate::sim::Ns;
 pub const MEMTIER_CHUNK_BITS: u32 = 7;
 /// MEMTIER_ADISTANCE_DRAM = 4 * 128 + 64: DRAM sits in memory_tier4.
 pub const MEMTIER_ADISTANCE_DRAM: u32 = (4 << MEMTIER_CHUNK_BITS) + (1 << (MEMTIER_CHUNK_BITS - 1));
-/// NUMA_BALANCING_MEMORY_TIERING bit of kernel.numa_balancing.
-pub const NUMA_BALANCING_NORMAL: u8 = 1;
-pub const NUMA_BALANCING_MEMORY_TIERING: u8 = 2;
+pub use crate::kernel::knobs::{NUMA_BALANCING_MEMORY_TIERING, NUMA_BALANCING_NORMAL};
 
 /// The tiers of the machine, computed once at boot (no hotplug).
 #[derive(Clone, Debug)]

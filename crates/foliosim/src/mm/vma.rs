@@ -24,13 +24,34 @@ pub mod vm {
 }
 
 pub const TASK_SIZE: u64 = 1 << 47;
-/// Top of the mmap area as x86-64 Linux puts it with ASLR off
-/// (arch/x86/mm/mmap.c mmap_base): below TASK_SIZE_MAX (one page under
-/// 2^47) by the stack gap, the stack rlimit plus the guard gap, at least
-/// 128 MiB. Where a mapping lands below it depends on what is already
-/// mapped there (mm/exec.rs: a process image): alignment falls where it
-/// falls on Linux.
-pub const MMAP_BASE: u64 = TASK_SIZE - 4096 - (128 << 20);
+/// The top of a 64-bit task's address space that mmap searches below
+/// (x86-64 DEFAULT_MAP_WINDOW: one page under 2^47).
+pub const DEFAULT_MAP_WINDOW: u64 = TASK_SIZE - 4096;
+/// The stack rlimit every task runs with (RLIMIT_STACK's usual 8 MiB).
+const STACK_RLIMIT: u64 = 8 << 20;
+/// mm/mmap.c stack_guard_gap: 256 pages.
+const STACK_GUARD_GAP: u64 = 256 << 12;
+/// arch/x86 stack_maxrandom_size with ASLR on: __STACK_RND_MASK (0x3fffff)
+/// pages, room for the stack top's own randomisation.
+const STACK_MAXRANDOM: u64 = 0x3f_ffff << 12;
+
+/// The top of the mmap area (arch/x86/mm/mmap.c mmap_base): below
+/// DEFAULT_MAP_WINDOW by the stack gap (the stack rlimit, the stack's
+/// random range when `randomize`, the guard gap; between 128 MiB and 5/6
+/// of the window) and by `rnd` bytes (arch_rnd: a random page count).
+/// Where a mapping lands below it depends on what is already mapped there
+/// (mm/exec.rs: a process image): alignment falls where it falls on Linux.
+pub const fn mmap_base(rnd: u64, randomize: bool) -> u64 {
+    let pad = if randomize { STACK_MAXRANDOM } else { 0 } + STACK_GUARD_GAP;
+    let gap = STACK_RLIMIT + pad;
+    let (gap_min, gap_max) = (128 << 20, DEFAULT_MAP_WINDOW / 6 * 5);
+    let gap = if gap < gap_min { gap_min } else if gap > gap_max { gap_max } else { gap };
+    (DEFAULT_MAP_WINDOW - gap - rnd + 4095) & !4095
+}
+
+/// The mmap base with ASLR off (kernel.randomize_va_space = 0, `setarch
+/// -R`): 128 MiB below DEFAULT_MAP_WINDOW.
+pub const MMAP_BASE: u64 = mmap_base(0, false);
 pub const MMAP_MIN_ADDR: u64 = 1 << 16;
 /// Start of the heap (brk) with ASLR off, after a small text+data image.
 pub const BRK_START: u64 = 0x0060_0000;
@@ -215,6 +236,9 @@ pub struct Mm {
     pub mmap_lock: RwSem,
     pub brk_start: u64,
     pub brk: u64,
+    /// mm->mmap_base: the top of the mmap area (arch_pick_mmap_layout at
+    /// exec, copied by fork).
+    pub mmap_base: u64,
     /// mm_cpumask: CPUs that may hold TLB entries of this mm (x86 does not clear bits eagerly).
     pub cpumask: Vec<u64>,
     /// Threads using this mm.
@@ -303,6 +327,7 @@ impl Mm {
             mmap_lock: RwSem::default(),
             brk_start: BRK_START,
             brk: BRK_START,
+            mmap_base: MMAP_BASE,
             cpumask: vec![0; (nr_cpus as usize).div_ceil(64)],
             users: 1,
             rss_anon: 0,
@@ -505,10 +530,10 @@ impl Mm {
         self.vmas.range_mut(..=addr).next_back().map(|(_, v)| v).filter(|v| v.contains(addr))
     }
 
-    /// Top-down search for a free range of `len` bytes (with ASLR off),
-    /// aligned to `align`, below the mmap base.
+    /// Top-down search for a free range of `len` bytes, aligned to
+    /// `align`, below the mmap base.
     pub fn get_unmapped_area(&self, len: u64, align: u64) -> Option<u64> {
-        let mut gap_end = MMAP_BASE;
+        let mut gap_end = self.mmap_base;
         let floor = self.brk.max(MMAP_MIN_ADDR);
         let fits = |lo: u64, hi: u64| -> Option<u64> {
             if hi < len || hi - len < lo {
@@ -517,7 +542,7 @@ impl Mm {
             let a = (hi - len) & !(align - 1);
             (a >= lo).then_some(a)
         };
-        for (_, v) in self.vmas.range(..MMAP_BASE).rev() {
+        for (_, v) in self.vmas.range(..self.mmap_base).rev() {
             if v.end <= gap_end {
                 if let Some(a) = fits(v.end.max(floor), gap_end) {
                     return Some(a);
@@ -688,6 +713,18 @@ impl Mm {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// arch/x86/mm/mmap.c mmap_base: 128 MiB under the map window with
+    /// ASLR off; with it on, under the stack's random range (0x3fffff
+    /// pages), the 8 MiB rlimit and the 1 MiB guard gap, less `rnd`.
+    #[test]
+    fn mmap_base_is_x86_64s() {
+        assert_eq!(MMAP_BASE, (1 << 47) - 4096 - (128 << 20));
+        let top = mmap_base(0, true);
+        assert_eq!(top, DEFAULT_MAP_WINDOW - (0x3f_ffff << 12) - (8 << 20) - (1 << 20));
+        assert_eq!(mmap_base(7 << 12, true), top - (7 << 12));
+        assert_eq!(mmap_base(((1 << 28) - 1) << 12, true) % 4096, 0);
+    }
 
     fn anon(start: u64, end: u64) -> Vma {
         Vma { start, end, flags: vm::READ | vm::WRITE, file: 0, pgoff: start >> 12, anon_vma: 0, seq: 0, vm_lock: Default::default() }

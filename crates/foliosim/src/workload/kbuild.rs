@@ -27,7 +27,7 @@
 //! or as), one make per slot (a make -jN is one process keeping N children;
 //! here each slot keeps one, on its own CPU), no stat() of prerequisites.
 
-use super::common::{TaskCfg, TaskMap, KIB, MIB, PAGE};
+use super::common::{read_size, TaskCfg, TaskMap, KIB, MIB, PAGE};
 use super::params::Params;
 use super::{map, prot, Access, Fd, FileId, FsKind, Op, ParamSpec, Ret, SetupEnv, TaskId, Workload, WorkloadInfo};
 use crate::sim::rng::Rng;
@@ -102,7 +102,7 @@ pub struct Kbuild {
 impl Kbuild {
     pub fn new(p: &mut Params) -> Result<Kbuild, String> {
         let cfg = TaskCfg::read(p)?;
-        let jobs = p.u64("jobs", 10)?;
+        let jobs = read_size(p, "jobs", 10, 1, 1 << 20)?;
         let compute_us = p.u64("compute_us", 5000)?;
         let headers = p.u64("headers", 300)?;
         let fs = match p.choice("fs", "tmpfs", &["tmpfs", "disk"])?.as_str() {

@@ -30,7 +30,9 @@
 //! (WNOHANG, after its jobserver read woke it: it waited for a slot) is
 //! put off until the make needs a token and none is free, or until it
 //! exits; a blocking wait4 (it waited for a prerequisite) first reaps every
-//! child whose reap was put off.
+//! child whose reap was put off. `jobs = "cpus"` gives the makes a slot per
+//! simulated CPU, as `make -j$(nproc)` would get on that machine: one
+//! recording replays as -j8 on an 8-CPU profile and -j160 on a 160-CPU one.
 //!
 //! One op = one recorded access (a fault, in a trace recorded by perf).
 
@@ -140,6 +142,9 @@ pub struct TraceReplay {
     trace: Trace,
     /// Job slots of the tree's makes (0: replay every wait where it was recorded).
     jobs: u32,
+    /// `jobs = "cpus"`: as many job slots as the simulated machine has CPUs
+    /// (set at setup), as `make -j$(nproc)` gets on each machine.
+    jobs_per_cpu: bool,
     /// Basenames of the job servers' files.
     jobserver: Vec<String>,
     /// Tokens free in the jobserver.
@@ -161,7 +166,13 @@ pub struct TraceReplay {
 impl TraceReplay {
     pub fn new(p: &mut Params) -> Result<Self, String> {
         let path = p.string("path")?;
-        let jobs = p.u64("jobs", 0)?;
+        let per_cpu = matches!(p.raw().get("jobs"), Some(toml::Value::String(_)));
+        let jobs = if per_cpu {
+            p.choice("jobs", "cpus", &["cpus"]).map_err(|_| "jobs: expected a number of job slots or \"cpus\"".to_string())?;
+            0
+        } else {
+            p.u64("jobs", 0).map_err(|_| "jobs: expected a number of job slots or \"cpus\"".to_string())?
+        };
         let jobserver = p.string("jobserver")?.unwrap_or_else(|| "make".into());
         p.finish()?;
         let path = path.ok_or_else(|| "path: required (the trace file written by `foliosim record`)".to_string())?;
@@ -171,6 +182,7 @@ impl TraceReplay {
         let trace = tf::read_trace(std::path::Path::new(&path)).map_err(|e| format!("path: {e}"))?;
         let mut r = Self::from_trace(path, trace);
         r.jobs = jobs as u32;
+        r.jobs_per_cpu = per_cpu;
         r.jobserver = jobserver.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect();
         Ok(r)
     }
@@ -203,6 +215,7 @@ impl TraceReplay {
             path,
             trace,
             jobs: 0,
+            jobs_per_cpu: false,
             jobserver: vec!["make".into()],
             tokens: 0,
             fault_ns,
@@ -225,6 +238,12 @@ impl TraceReplay {
         self.jobs = jobs;
         self.jobserver = jobserver.iter().map(|s| s.to_string()).collect();
         self
+    }
+
+    /// `jobs = "cpus"`: a job slot per simulated CPU.
+    pub fn with_jobs_per_cpu(mut self, jobserver: &[&str]) -> Self {
+        self.jobs_per_cpu = true;
+        self.with_jobs(0, jobserver)
     }
 
     /// Number of recorded tasks.
@@ -644,6 +663,9 @@ impl Workload for TraceReplay {
         let task = env.spawn_process(None)?;
         self.sim.insert(task, 0);
         self.fds = vec![-1; self.trace.files.len()];
+        if self.jobs_per_cpu {
+            self.jobs = env.nr_cpus();
+        }
         self.tokens = self.jobs.saturating_sub(1);
         Ok(())
     }
@@ -721,7 +743,7 @@ fn params() -> Vec<ParamSpec> {
         ParamSpec {
             name: "jobs",
             default: "0".into(),
-            help: "job slots of the recorded makes, as make -jN's jobserver gives them (a make recorded at -j8 replays at -jN); 0: every wait4 where it was recorded",
+            help: "job slots of the recorded makes, as make -jN's jobserver gives them (a make recorded at -j8 replays at -jN); \"cpus\": one per simulated CPU, as make -j$(nproc); 0: every wait4 where it was recorded",
         },
         ParamSpec { name: "jobserver", default: "make".into(), help: "file names (comma-separated) of the programs `jobs` applies to" },
     ]

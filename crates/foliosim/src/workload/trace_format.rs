@@ -913,14 +913,12 @@ impl Trace {
 
 /// Read a whole trace file in the flat form.
 pub fn read_file(path: &std::path::Path) -> Result<Vec<Record>, String> {
-    let f = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    TraceReader::new(f)?.read_all()
+    TraceReader::new(crate::types::open_input(path)?)?.read_all()
 }
 
 /// Read a whole trace file.
 pub fn read_trace(path: &std::path::Path) -> Result<Trace, String> {
-    let f = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    Trace::read(f)
+    Trace::read(crate::types::open_input(path)?)
 }
 
 /// Counts over a whole trace (checks it end to end, chunk by chunk: a
@@ -945,8 +943,7 @@ pub struct TraceStats {
 }
 
 pub fn stats_of(path: &std::path::Path) -> Result<(TraceStats, Option<String>, Option<String>), String> {
-    let f = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let mut r = TraceReader::new(f)?;
+    let mut r = TraceReader::new(crate::types::open_input(path)?)?;
     let mut st = TraceStats { version: VERSION, ..Default::default() };
     let (mut meta, mut summary) = (None, None);
     let mut seen = std::collections::BTreeSet::new();
@@ -1005,8 +1002,7 @@ pub fn stats_of(path: &std::path::Path) -> Result<(TraceStats, Option<String>, O
 
 /// The Meta JSON at the head of a trace ("" if none), without reading the rest.
 pub fn meta_of(path: &std::path::Path) -> Result<String, String> {
-    let f = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let mut r = TraceReader::new(f)?;
+    let mut r = TraceReader::new(crate::types::open_input(path)?)?;
     while let Some(it) = r.next_item()? {
         match it {
             Item::Global(Record::Meta { json }) => return Ok(json),

@@ -1,4 +1,5 @@
 //! arch/x86/mm/.
 
 pub mod fault;
+pub mod mmap;
 pub mod tlb;

@@ -1,0 +1,450 @@
+"""`foliosim validate --programs`: the replay's times checked on real
+programs (issue #29 point 3).
+
+Each program is recorded once with `foliosim record` (perf), then, in
+interleaved repeats (every repeat runs every program under every setting),
+run natively under each THP setting (4 KiB pages only, 64 KiB mTHP, 2 MiB
+THP; the sysfs knobs set and restored by `_host.thp_settings`, which holds
+the knob lock) and replayed on the calibrated profile under the same
+setting. Compared, from the real run: the tree's faults (wait4's rusage,
+minor + major, which counts every reaped descendant), its peak RSS (the
+largest ru_maxrss of any one process: the replay's largest mm), its system
+time (rusage children's ru_stime), and the change of that system time from
+4 KiB to each large-folio setting; /proc/vmstat deltas over each real run
+(pgfault, thp_fault_alloc, the mTHP sizes' anon_fault_alloc) are kept
+beside them. Targets: faults and peak RSS within 5%, system time within
+15%, its change within 15% of the real change or 3 points.
+
+None of the programs is one `foliosim calibrate` measures (its fit comes
+from page_fault1 at 16K and 2M). The programs (`--scale small` shrinks
+their inputs to check the tooling in a minute):
+
+- make: `make -jN` (N: the host's CPUs) of a C project generated here (24
+  files of table-driven functions; small: 6), after `make clean` (untimed);
+- gzip -6 of 24 MiB of seeded words (small: 2 MiB);
+- python3: a dict built, sorted and written as JSON (record_bench's
+  program; 600 k entries, small: 50 k);
+- sqlite3: rows inserted in a transaction into a file database, indexed
+  and aggregated (record_bench's script; 150 k rows, small: 10 k);
+- sort: `LC_ALL=C sort` of 24 MiB of short lines (small: 2 MiB);
+- awk: word frequencies of the words file in an associative array (mawk
+  here).
+
+Results: OUT/programs.json and OUT/programs.md; `python -m
+foliosim.validate_programs doc OUT/programs.json docs/validation.md` fills
+the table between the `<!-- validate-programs -->` markers
+(`make validate-programs` does both)."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from ._host import HostError, fill_marked, write_text_atomic
+from .record_bench import Program
+
+#: The settings compared: label, anonymous folio sizes in KiB.
+SETTINGS: list[tuple[str, list[int]]] = [("4K", []), ("64K", [64]), ("2M", [2048])]
+NAMES = ("make", "gzip", "python3", "sqlite3", "sort", "awk")
+#: Relative error allowed per metric; the change of sys time also passes
+#: within CHANGE_POINTS percentage points.
+TARGETS = {"faults": 0.05, "rss": 0.05, "sys": 0.15, "sys_change": 0.15}
+CHANGE_POINTS = 3.0
+MARK = "<!-- validate-programs -->"
+END_MARK = "<!-- /validate-programs -->"
+#: /proc/vmstat counters kept for each real run (deltas).
+VMSTAT_KEYS = ("pgfault", "pgmajfault", "thp_fault_alloc", "thp_fault_fallback")
+
+
+# --------------------------------------------------------------- programs --
+def _c_project(d: Path, files: int) -> None:
+    """A C project of `files` sources, each a table and functions over it,
+    and a Makefile that compiles them and links one program."""
+    d.mkdir(parents=True, exist_ok=True)
+    rnd = random.Random(29)
+    for i in range(files):
+        funcs = []
+        for j in range(12):
+            a, b = rnd.randint(3, 97), rnd.randint(1, 31)
+            funcs.append(
+                f"long f{i}_{j}(long x) {{\n  long s = 0;\n  for (int k = 0; k < 256; k++)\n"
+                f"    s += tab{i}[(x + k * {a}) & 1023] ^ (x >> {b});\n  return s + (x % {a} ? f{i}_{j}_h(x) : 0);\n}}\n")
+        helpers = "".join(f"static long f{i}_{j}_h(long x) {{ return x * {rnd.randint(2, 99)} + {j}; }}\n" for j in range(12))
+        table = ", ".join(str(rnd.randint(0, 1 << 20)) for _ in range(1024))
+        (d / f"m{i}.c").write_text(f"static const long tab{i}[1024] = {{{table}}};\n{helpers}{''.join(funcs)}"
+                                   f"long m{i}(long x) {{ return " + " + ".join(f"f{i}_{j}(x)" for j in range(12)) + "; }\n")
+    decls = "".join(f"long m{i}(long);\n" for i in range(files))
+    calls = "".join(f"  s += m{i}(s + {i});\n" for i in range(files))
+    (d / "main.c").write_text(f"#include <stdio.h>\n{decls}int main(void) {{\n  long s = 1;\n{calls}"
+                              "  printf(\"%ld\\n\", s);\n  return 0;\n}\n")
+    objs = " ".join(f"m{i}.o" for i in range(files))
+    (d / "Makefile").write_text(f"OBJS = main.o {objs}\nprog: $(OBJS)\n\t$(CC) -o $@ $(OBJS)\n"
+                                "%.o: %.c\n\t$(CC) -O2 -c -o $@ $<\nclean:\n\trm -f prog *.o\n")
+
+
+def _lines(path: Path, mib: int, seed: int = 31) -> None:
+    rnd = random.Random(seed)
+    alphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
+    out, size = [], 0
+    while size < mib << 20:
+        line = "".join(rnd.choice(alphabet) for _ in range(rnd.randint(8, 40)))
+        out.append(line)
+        size += len(line) + 1
+    path.write_text("\n".join(out) + "\n")
+
+
+AWK_PROGRAM = "{ for (i = 1; i <= NF; i++) c[$i]++ } END { n = 0; for (w in c) n++; print n }"
+
+
+def programs(cache: Path, scale: str, only: list[str] | None = None) -> list[Program]:
+    """The programs, their inputs made in `cache` (kept between runs)."""
+    from .record_bench import PY_PROGRAM, _python3, _sqlite_script, _words
+    small = scale == "small"
+    cache.mkdir(parents=True, exist_ok=True)
+    want = only or list(NAMES)
+    mib = 2 if small else 24
+    words = cache / f"words-{mib}m.txt"
+    if any(n in want for n in ("gzip", "awk")) and not words.exists():
+        _words(words, mib)
+    out: list[Program] = []
+    for name in want:
+        if name == "make":
+            files = 6 if small else 24
+            d = cache / f"cproj-{files}"
+            if not (d / "Makefile").exists():
+                _c_project(d, files)
+            jobs = os.cpu_count() or 1
+            out.append(Program("make", ["make", "-s", f"-j{jobs}", "prog"], d, [["make", "-s", "clean"]],
+                               what=f"make -j{jobs} of a generated C project ({files + 1} files, gcc -O2)"))
+        elif name == "gzip":
+            out.append(Program("gzip", ["gzip", "-6", "-k", "-f", str(words)], cache, what=f"gzip -6 of {mib} MiB of words"))
+        elif name == "python3":
+            n = 50_000 if small else 600_000
+            prog = cache / "validate.py"
+            prog.write_text(PY_PROGRAM)
+            out.append(Program("python3", [_python3(), str(prog), str(n), str(cache / "validate-py.json")], cache,
+                               what=f"python3: a dict of {n:,} entries built, sorted, written as JSON"))
+        elif name == "sqlite3":
+            rows = 10_000 if small else 150_000
+            script = cache / f"validate-{rows}.sql"
+            script.write_text(_sqlite_script(rows))
+            db = cache / "validate.db"
+            out.append(Program("sqlite3", ["sqlite3", "-init", str(script), str(db), ".quit"], cache,
+                               [["rm", "-f", str(db), f"{db}-wal", f"{db}-shm"]],
+                               what=f"sqlite3: {rows:,} rows inserted, indexed, aggregated (file database)"))
+        elif name == "sort":
+            lines = cache / f"lines-{mib}m.txt"
+            if not lines.exists():
+                _lines(lines, mib)
+            out.append(Program("sort", ["env", "LC_ALL=C", "sort", "-o", str(cache / "sorted.txt"), str(lines)], cache,
+                               what=f"sort (LC_ALL=C) of {mib} MiB of lines"))
+        elif name == "awk":
+            out.append(Program("awk", ["awk", AWK_PROGRAM, str(words)], cache, what=f"awk: word frequencies of {mib} MiB of words"))
+        else:
+            raise HostError(f"--only: unknown program {name!r} (known: {', '.join(NAMES)})")
+    return out
+
+
+# ---------------------------------------------------------- measurements --
+def _vmstat() -> dict[str, int]:
+    out: dict[str, int] = {}
+    try:
+        for line in Path("/proc/vmstat").read_text().splitlines():
+            k, _, v = line.partition(" ")
+            if k in VMSTAT_KEYS:
+                out[k] = int(v)
+    except (OSError, ValueError):
+        pass
+    from ._host import THP, mthp_sizes_kib
+    for s in mthp_sizes_kib():
+        with contextlib.suppress(OSError, ValueError):
+            out[f"mthp_{s}kB_anon_fault_alloc"] = int((THP / f"hugepages-{s}kB" / "stats" / "anon_fault_alloc").read_text())
+    return out
+
+
+def _before(p: Program) -> None:
+    from .record_bench import _check
+    _check(p.before, p.cwd)
+
+
+def run_real(p: Program, runstat: Path) -> dict[str, Any]:
+    """One native run: rusage of the tree (validation/bin/runstat), wall
+    time and the /proc/vmstat deltas over it."""
+    _before(p)
+    v0, t0 = _vmstat(), time.monotonic()
+    r = subprocess.run([str(runstat), *p.cmd], cwd=p.cwd, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                       start_new_session=True)
+    wall, v1 = time.monotonic() - t0, _vmstat()
+    try:
+        d = json.loads(r.stdout)
+    except ValueError:
+        d = {}
+    if r.returncode != 0 or d.get("exit", 1) != 0:
+        raise HostError(f"{' '.join(p.cmd)} (in {p.cwd}) exited with status {d.get('exit', r.returncode)} when run natively")
+    return {"faults": d["minflt"] + d["majflt"], "majflt": d["majflt"], "peak_rss_kib": d["peak_rss_kib"],
+            "sys_s": d["stime_s"], "user_s": d["utime_s"], "wall_s": wall,
+            "vmstat": {k: v1[k] - v0[k] for k in v1 if k in v0}}
+
+
+def replay(trace: Path, profile: str, knobs: dict[str, str]) -> dict[str, Any]:
+    from . import run as _run
+    cfg = {"seed": 1, "machine": {"profile": profile}, "workload": {"name": "trace", "path": str(trace)},
+           "run": {"warmup_s": 0.0, "duration_s": 3600.0, "sample_ms": 1000.0}, "knobs": knobs}
+    r = _run(cfg).raw
+    vm = r["vmstat"]
+    return {"faults": vm.get("pgfault", 0), "peak_rss_kib": r.get("memory", {}).get("peak_rss_kib", 0),
+            "sys_s": r["time_ns"]["sys"] / 1e9, "user_s": r["time_ns"]["user"] / 1e9,
+            "thp_fault_alloc": vm.get("thp_fault_alloc", 0), "mthp_fault_alloc": vm.get("foliosim_mthp_fault_alloc", 0),
+            "finished_s": r["summary"].get("workload_finished_s"), "host_s": r.get("host_time_s")}
+
+
+# ------------------------------------------------------------ comparison --
+def spread(v: list[float]) -> list[float]:
+    return [min(v), max(v)] if v else [0.0, 0.0]
+
+
+def rel(pred: float, real: float) -> float | None:
+    """Relative error of `pred` against `real`: 0 when both are 0, None
+    when only the real figure is 0 (no relative error exists: a miss)."""
+    if real == 0:
+        return 0.0 if pred == 0 else None
+    return abs(pred - real) / abs(real)
+
+
+def _pct(e: float | None) -> str:
+    return "n/a (real 0)" if e is None else f"{100 * e:.1f}%"
+
+
+def compare(runs: dict[str, list[dict[str, Any]]], preds: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows for one program: `runs[setting]` its real runs in repeat order
+    (every setting has one run per repeat), `preds[setting]` the replay.
+    Each real figure is the median of the repeats with its [min, max]; the
+    change of sys time is taken per repeat against the 4K run of the same
+    repeat, then its median."""
+    base = runs.get("4K") or []
+    rows = []
+    for label, rr in runs.items():
+        pred = preds[label]
+        row: dict[str, Any] = {"setting": label, "repeats": len(rr), "real": {}, "pred": {}, "err": {}, "met": {}}
+        for m, key in (("faults", "faults"), ("rss", "peak_rss_kib"), ("sys", "sys_s")):
+            vals = [float(r[key]) for r in rr]
+            row["real"][m] = {"median": statistics.median(vals), "spread": spread(vals)}
+            row["pred"][m] = float(pred[key])
+            e = rel(pred[key], row["real"][m]["median"])
+            row["err"][m] = e
+            row["met"][m] = e is not None and e <= TARGETS[m]
+        if label != "4K" and base and "4K" in preds:
+            changes = [100 * (r["sys_s"] / b["sys_s"] - 1) for r, b in zip(rr, base, strict=False) if b["sys_s"] > 0]
+            p4 = preds["4K"]["sys_s"]
+            pc = 100 * (pred["sys_s"] / p4 - 1) if p4 > 0 else 0.0
+            if changes:
+                real_c = statistics.median(changes)
+                points = abs(pc - real_c)
+                row["real"]["sys_change"] = {"median": real_c, "spread": spread(changes)}
+                row["pred"]["sys_change"] = pc
+                row["err"]["sys_change"] = points
+                e = rel(pc, real_c)
+                row["met"]["sys_change"] = points <= CHANGE_POINTS or (e is not None and e <= TARGETS["sys_change"])
+        row["vmstat"] = {k: statistics.median([r["vmstat"].get(k, 0) for r in rr]) for k in (rr[0]["vmstat"] if rr else {})}
+        rows.append(row)
+    return rows
+
+
+def verdict(row: dict[str, Any]) -> str:
+    """'met', or which metrics miss their target."""
+    missed = [m for m, ok in row["met"].items() if not ok]
+    return "met" if not missed else "misses " + ", ".join(missed)
+
+
+# ------------------------------------------------------------- the table --
+def _g(v: float) -> str:
+    return f"{v:.4g}" if abs(v) < 1e5 else f"{v:.3g}"
+
+
+def _cell(real: dict[str, Any], scale: float = 1.0) -> str:
+    lo, hi = real["spread"]
+    return f"{_g(real['median'] * scale)} [{_g(lo * scale)}-{_g(hi * scale)}]"
+
+
+def render(rep: dict[str, Any]) -> str:
+    """The Markdown table of a report (every figure from it)."""
+    h = rep.get("host", {})
+    lines = [
+        f"Measured {rep.get('date', '?')} at scale `{rep.get('scale', '?')}` on {h.get('cpu', '?')} ({h.get('cpus', '?')} CPUs, "
+        f"Linux {h.get('kernel', '?')}; load average {h.get('loadavg_before', '?')} before, {h.get('loadavg_after', '?')} after), "
+        f"profile `{rep.get('profile_shown', rep.get('profile', '?'))}`. Real figures: median of {rep.get('repeats', '?')} "
+        "interleaved repeats [min-max] (every repeat runs every program under every setting); the change of sys time is taken "
+        "against the 4K run of the same repeat. Targets: faults and peak RSS within "
+        f"{100 * TARGETS['faults']:.0f}%, sys time within {100 * TARGETS['sys']:.0f}%, its change from 4K within "
+        f"{100 * TARGETS['sys_change']:.0f}% of the real change or {CHANGE_POINTS:g} points.",
+        "",
+        "| program | setting | faults real | pred | err | peak RSS KiB real | pred | err | sys ms real | pred | err "
+        "| sys change real | pred | err (points) | verdict |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+    ]
+    for prog in rep["programs"]:
+        for r in prog["rows"]:
+            real, pred, err = r["real"], r["pred"], r["err"]
+            if "sys_change" in real:
+                change = (f"{real['sys_change']['median']:+.1f}% [{real['sys_change']['spread'][0]:+.1f}-"
+                          f"{real['sys_change']['spread'][1]:+.1f}] | {pred['sys_change']:+.1f}% | {err['sys_change']:.1f}")
+            else:
+                change = "— | — | —"
+            lines.append(
+                f"| {prog['name']} | {r['setting']} | {_cell(real['faults'])} | {_g(pred['faults'])} | {_pct(err['faults'])} "
+                f"| {_cell(real['rss'])} | {_g(pred['rss'])} | {_pct(err['rss'])} "
+                f"| {_cell(real['sys'], 1e3)} | {_g(pred['sys'] * 1e3)} | {_pct(err['sys'])} | {change} | {verdict(r)} |")
+    lines += ["", "The programs:", ""]
+    lines += [f"- {p['name']}: {p['what']}; trace {p['trace_bytes']:,} bytes, {p['recorded_faults']:,} faults recorded"
+              for p in rep["programs"]]
+    s = summary(rep)
+    lines += ["", f"{s['met']} of {s['rows']} rows meet every target" + (f"; missed: {'; '.join(s['missed'])}" if s["missed"] else "") + "."]
+    return "\n".join(lines)
+
+
+def summary(rep: dict[str, Any]) -> dict[str, Any]:
+    rows = [(p["name"], r) for p in rep["programs"] for r in p["rows"]]
+    missed = [f"{n} {r['setting']} ({verdict(r)})" for n, r in rows if verdict(r) != "met"]
+    return {"rows": len(rows), "met": len(rows) - len(missed), "missed": missed}
+
+
+def fill_doc(report: Path, doc: Path) -> None:
+    """Replace the table between the validate-programs markers of `doc`."""
+    fill_marked(doc, MARK, END_MARK, render(json.loads(report.read_text())))
+
+
+# ------------------------------------------------------------- the runs --
+def check_args(args: argparse.Namespace) -> tuple[list[str] | None, list[tuple[str, list[int]]], int]:
+    """What --programs takes, checked before any run: (--only, settings, repeats)."""
+    if args.real or args.quick or args.tmpdir:
+        raise HostError("--programs: --real, --quick and --tmpdir are for the microbenchmark rows; use --scale small for a quick check")
+    only = [x.strip() for x in args.only.split(",") if x.strip()] if args.only else None
+    for x in only or []:
+        if x not in NAMES:
+            raise HostError(f"--only: unknown program {x!r} (known: {', '.join(NAMES)})")
+    known = dict(SETTINGS)
+    labels = [x.strip() for x in args.settings.split(",")] if args.settings else [lab for lab, _ in SETTINGS]
+    for x in labels:
+        if x not in known:
+            raise HostError(f"--settings: with --programs one of {', '.join(known)}, got {x!r}")
+    if "4K" not in labels:
+        labels.insert(0, "4K")  # the base of every change of sys time
+    repeats = args.repeats if args.repeats is not None else 3
+    if not 1 <= repeats <= 100:
+        raise HostError(f"--repeats: {repeats}: must be 1..100")
+    return only, [(lab, known[lab]) for lab in labels], repeats
+
+
+def validate_programs(progs: list[Program], settings: list[tuple[str, list[int]]], repeats: int, profile: str,
+                      out: Path, quiet: bool = False) -> dict[str, Any]:
+    from ._host import build_validation, knobs_for, thp_settings
+    from .record import record
+    from .validate import sim_knobs
+    runstat = build_validation() / "runstat"
+    say = (lambda m: None) if quiet else (lambda m: print(f"validate --programs: {m}", file=sys.stderr, flush=True))
+    load0 = os.getloadavg()
+    traces: dict[str, dict[str, Any]] = {}
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        for p in progs:
+            _before(p)
+            say(f"recording {p.name} ...")
+            cwd = os.getcwd()
+            os.chdir(p.cwd)
+            try:
+                st = record(p.cmd, out / f"{p.name}.fstrace", quiet=True, program_stdout=devnull)
+            finally:
+                os.chdir(cwd)
+            traces[p.name] = st
+    finally:
+        os.close(devnull)
+    runs: dict[str, dict[str, list[dict[str, Any]]]] = {p.name: {lab: [] for lab, _ in settings} for p in progs}
+    for i in range(repeats):
+        # The settings' order turns each repeat: a drift of the host's load
+        # falls on every setting alike.
+        order = settings[i % len(settings):] + settings[:i % len(settings)]
+        for lab, sizes in order:
+            with thp_settings(knobs_for(sizes)):
+                for p in progs:
+                    r = run_real(p, runstat)
+                    runs[p.name][lab].append(r)
+                    say(f"repeat {i + 1}/{repeats} {lab:>3} {p.name}: {r['faults']:,} faults, sys {1e3 * r['sys_s']:.0f} ms")
+    # The 4K runs' list holds one run per repeat whatever the order; the
+    # change of sys time pairs runs of the same repeat.
+    out_progs = []
+    for p in progs:
+        preds = {}
+        for lab, sizes in settings:
+            say(f"replaying {p.name} under {lab} ...")
+            preds[lab] = replay(out / f"{p.name}.fstrace", profile, sim_knobs(sizes))
+        st = traces[p.name]
+        out_progs.append({"name": p.name, "what": p.what, "cmd": p.cmd, "trace_bytes": st["bytes"],
+                          "recorded_faults": st["info"]["accesses"], "runs": runs[p.name], "preds": preds,
+                          "rows": compare(runs[p.name], preds)})
+    from ._host import repo_root
+    from .record import _cpu_model
+    try:
+        shown = str(Path(profile).resolve().relative_to(repo_root()))
+    except ValueError:
+        shown = Path(profile).name
+    import platform
+    return {"programs": out_progs, "repeats": repeats, "settings": [lab for lab, _ in settings], "profile": profile,
+            "profile_shown": shown, "targets": TARGETS, "change_points": CHANGE_POINTS, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            "host": {"kernel": platform.release(), "cpu": _cpu_model(), "cpus": os.cpu_count(),
+                     "loadavg_before": " ".join(f"{x:.2f}" for x in load0),
+                     "loadavg_after": " ".join(f"{x:.2f}" for x in os.getloadavg())}}
+
+
+def cmd_programs(args: argparse.Namespace) -> int:
+    """`foliosim validate --programs`."""
+    from ._host import knobs_available
+    from .record import perf_ready
+    from .validate import ensure_profile
+    only, settings, repeats = check_args(args)
+    why = knobs_available()
+    if why:
+        raise HostError(f"validate --programs needs the THP knobs: {why}")
+    perf_ready()
+    profile = ensure_profile(args.profile)
+    out = Path(args.out or "results/validate-programs").resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    cache = Path(args.cache or os.environ.get("FOLIOSIM_CACHE", "results/cache")).resolve()
+    progs = programs(cache, args.scale, only)
+    rep = validate_programs(progs, settings, repeats, profile, out, quiet=args.quiet)
+    rep["scale"] = args.scale
+    write_text_atomic(out / "programs.json", json.dumps(rep, indent=1) + "\n")
+    write_text_atomic(out / "programs.md", render(rep) + "\n")
+    if args.json:
+        sys.stdout.write(json.dumps(rep) + "\n")
+    else:
+        print(render(rep))
+    print(f"wrote {out / 'programs.json'} and {out / 'programs.md'}", file=sys.stderr)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m foliosim.validate_programs")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    d = sub.add_parser("doc", help="fill the validate-programs table of a page from a report")
+    d.add_argument("report")
+    d.add_argument("doc")
+    a = p.parse_args(argv)
+    try:
+        fill_doc(Path(a.report), Path(a.doc))
+    except (HostError, OSError, ValueError, KeyError) as e:
+        print(f"foliosim: error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
