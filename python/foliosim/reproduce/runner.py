@@ -294,7 +294,8 @@ def evaluate_experiment(exp: Experiment, results: Mapping[str, dict[str, Any]], 
                 notes.append(_render(n.text, e, exp, f"notes[{n.index}]", partial))
             except _Missing:
                 continue
-    notes += [_trace_note(name, path, small) for name, (path, small) in exp.traces.items()]
+    if exp.traces:
+        notes.append(_trace_note(exp.traces))
     series = [s for spec in exp.series for s in _series(exp, spec, env, partial)]
     row_reads: list[list[str]] = [r.pop("_reads", []) for r in rows]
     if exp.sensitivity and not partial and _SENSITIVITY_ON:
@@ -324,15 +325,22 @@ def evaluate_experiment(exp: Experiment, results: Mapping[str, dict[str, Any]], 
     return out
 
 
-def _trace_note(name: str, path: str, small: bool) -> str:
+def _trace_note(traces: Mapping[str, tuple[str, bool]]) -> str:
+    """Which recordings the runs replayed (`workload.path = "@NAME"`)."""
     from ..programs import TRACES
 
-    t = TRACES[name]
-    size = Path(path).stat().st_size / 2**20 if Path(path).exists() else 0.0
+    full, small = [], []
+    for name, (path, is_small) in sorted(traces.items()):
+        p = Path(path)
+        size = p.stat().st_size / 2**20 if p.exists() else 0.0
+        (small if is_small else full).append(f"@{name}: {TRACES[name].what} ({p.name}, {size:.2f} MiB)")
+    out = []
+    if full:
+        out.append("Recordings replayed (perf, `make traces`): " + "; ".join(full) + ".")
     if small:
-        return (f"Replayed the committed excerpt of @{name} ({Path(path).name}, {size:.2f} MiB), not the recording of "
-                f"{t.what}: a check that the experiment runs, not its result (`make traces TRACES={name}` records it).")
-    return f"Recording @{name}: {t.what}; {Path(path).name}, {size:.2f} MiB, recorded with perf by `make traces`."
+        out.append("Replayed the committed excerpts, not the recordings (a check that the experiment runs, not its "
+                   "result; `make traces` records them): " + "; ".join(small) + ".")
+    return " ".join(out)
 
 
 # ----------------------------------------------------------- sensitivity --
