@@ -920,8 +920,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --record: full (the programs of docs/performance.md) or small (a check of the tooling)")
     b.add_argument("--repeats", type=int, default=3, metavar="N", help="with --record: interleaved runs of each (default 3)")
     b.add_argument("--only", metavar="LIST", help="with --record: a subset of kernel,xz,python3,sqlite3")
-    b.add_argument("--out", metavar="DIR", help="with --record: where the report and traces go (default results/bench-record)")
-    b.add_argument("--cache", metavar="DIR", help="with --record: the kernel tree and inputs (default $FOLIOSIM_CACHE or results/cache)")
+    b.add_argument("--out", metavar="DIR", type=_path, help="with --record: where the report and traces go (default results/bench-record)")
+    b.add_argument("--cache", metavar="DIR", type=_path, help="with --record: the kernel tree and inputs (default $FOLIOSIM_CACHE or results/cache)")
     b.add_argument("--paired", metavar="REF", help="instead: build git REF and the working tree, run them interleaved "
                    "(--pairs pairs, the order alternating) and print each workload's throughput ratio, "
                    "candidate/ref: median [IQR] (min-max) of the per-pair ratios (docs/performance.md)")
@@ -987,12 +987,12 @@ def _add_host_commands(sub: Any) -> None:
     v.add_argument("--real", metavar="REPORT.json", type=_path,
                    help="reuse the real runs of an earlier validate.json (its medians and spreads) and rerun only the model")
     v.add_argument("--programs", action="store_true",
-                   help="instead: real programs (make -jN of a C project, gzip, python3, sqlite3, sort, awk) recorded, run natively "
+                   help="instead: real programs (make -jN of a C project, xz, python3, sqlite3, sort, awk) recorded, run natively "
                         "and replayed under 4K, 64K and 2M; faults, peak RSS, sys time and its change compared (root, perf)")
-    v.add_argument("--only", metavar="LIST", help="with --programs: a subset of make,gzip,python3,sqlite3,sort,awk")
+    v.add_argument("--only", metavar="LIST", help="with --programs: a subset of make,xz,python3,sqlite3,sort,awk")
     v.add_argument("--scale", choices=("full", "small"), default="full",
                    help="with --programs: full (seconds a program) or small (a check of the tooling)")
-    v.add_argument("--cache", metavar="DIR", help="with --programs: the programs' inputs (default $FOLIOSIM_CACHE or results/cache)")
+    v.add_argument("--cache", metavar="DIR", type=_path, help="with --programs: the programs' inputs (default $FOLIOSIM_CACHE or results/cache)")
     v.add_argument("--quiet", "-q", action="store_true")
     v.set_defaults(func=_host_cmd("validate"))
 

@@ -21,14 +21,15 @@ their inputs to check the tooling in a minute):
 
 - make: `make -jN` (N: the host's CPUs) of a C project generated here (24
   files of table-driven functions; small: 6), after `make clean` (untimed);
-- gzip -6 of 24 MiB of seeded words (small: 2 MiB);
+- xz -3 -T1 of 24 MiB of seeded words (small: 2 MiB; its 4 MiB dictionary
+  and match finder are some 30 MiB of heap);
 - python3: a dict built, sorted and written as JSON (record_bench's
   program; 600 k entries, small: 50 k);
 - sqlite3: rows inserted in a transaction into a file database, indexed
   and aggregated (record_bench's script; 150 k rows, small: 10 k);
 - sort: `LC_ALL=C sort` of 24 MiB of short lines (small: 2 MiB);
-- awk: word frequencies of the words file in an associative array (mawk
-  here).
+- awk: the distinct lines of sort's input counted in an associative array
+  (mawk here; a hash of some 1.2 M entries).
 
 Results: OUT/programs.json and OUT/programs.md; `python -m
 foliosim.validate_programs doc OUT/programs.json docs/validation.md` fills
@@ -54,7 +55,7 @@ from .record_bench import Program
 
 #: The settings compared: label, anonymous folio sizes in KiB.
 SETTINGS: list[tuple[str, list[int]]] = [("4K", []), ("64K", [64]), ("2M", [2048])]
-NAMES = ("make", "gzip", "python3", "sqlite3", "sort", "awk")
+NAMES = ("make", "xz", "python3", "sqlite3", "sort", "awk")
 #: Relative error allowed per metric; the change of sys time also passes
 #: within CHANGE_POINTS percentage points.
 TARGETS = {"faults": 0.05, "rss": 0.05, "sys": 0.15, "sys_change": 0.15}
@@ -102,7 +103,7 @@ def _lines(path: Path, mib: int, seed: int = 31) -> None:
     path.write_text("\n".join(out) + "\n")
 
 
-AWK_PROGRAM = "{ for (i = 1; i <= NF; i++) c[$i]++ } END { n = 0; for (w in c) n++; print n }"
+AWK_PROGRAM = "{ c[$0]++ } END { n = 0; for (w in c) n++; print n }"
 
 
 def programs(cache: Path, scale: str, only: list[str] | None = None) -> list[Program]:
@@ -113,8 +114,11 @@ def programs(cache: Path, scale: str, only: list[str] | None = None) -> list[Pro
     want = only or list(NAMES)
     mib = 2 if small else 24
     words = cache / f"words-{mib}m.txt"
-    if any(n in want for n in ("gzip", "awk")) and not words.exists():
+    lines = cache / f"lines-{mib}m.txt"
+    if "xz" in want and not words.exists():
         _words(words, mib)
+    if any(n in want for n in ("sort", "awk")) and not lines.exists():
+        _lines(lines, mib)
     out: list[Program] = []
     for name in want:
         if name == "make":
@@ -125,8 +129,8 @@ def programs(cache: Path, scale: str, only: list[str] | None = None) -> list[Pro
             jobs = os.cpu_count() or 1
             out.append(Program("make", ["make", "-s", f"-j{jobs}", "prog"], d, [["make", "-s", "clean"]],
                                what=f"make -j{jobs} of a generated C project ({files + 1} files, gcc -O2)"))
-        elif name == "gzip":
-            out.append(Program("gzip", ["gzip", "-6", "-k", "-f", str(words)], cache, what=f"gzip -6 of {mib} MiB of words"))
+        elif name == "xz":
+            out.append(Program("xz", ["xz", "-3", "-T1", "-k", "-f", str(words)], cache, what=f"xz -3 -T1 of {mib} MiB of words"))
         elif name == "python3":
             n = 50_000 if small else 600_000
             prog = cache / "validate.py"
@@ -142,13 +146,10 @@ def programs(cache: Path, scale: str, only: list[str] | None = None) -> list[Pro
                                [["rm", "-f", str(db), f"{db}-wal", f"{db}-shm"]],
                                what=f"sqlite3: {rows:,} rows inserted, indexed, aggregated (file database)"))
         elif name == "sort":
-            lines = cache / f"lines-{mib}m.txt"
-            if not lines.exists():
-                _lines(lines, mib)
             out.append(Program("sort", ["env", "LC_ALL=C", "sort", "-o", str(cache / "sorted.txt"), str(lines)], cache,
                                what=f"sort (LC_ALL=C) of {mib} MiB of lines"))
         elif name == "awk":
-            out.append(Program("awk", ["awk", AWK_PROGRAM, str(words)], cache, what=f"awk: word frequencies of {mib} MiB of words"))
+            out.append(Program("awk", ["awk", AWK_PROGRAM, str(lines)], cache, what=f"awk: the distinct lines of {mib} MiB counted"))
         else:
             raise HostError(f"--only: unknown program {name!r} (known: {', '.join(NAMES)})")
     return out
@@ -358,13 +359,7 @@ def validate_programs(progs: list[Program], settings: list[tuple[str, list[int]]
         for p in progs:
             _before(p)
             say(f"recording {p.name} ...")
-            cwd = os.getcwd()
-            os.chdir(p.cwd)
-            try:
-                st = record(p.cmd, out / f"{p.name}.fstrace", quiet=True, program_stdout=devnull)
-            finally:
-                os.chdir(cwd)
-            traces[p.name] = st
+            traces[p.name] = record(p.cmd, out / f"{p.name}.fstrace", quiet=True, cwd=p.cwd, program_stdout=devnull)
     finally:
         os.close(devnull)
     runs: dict[str, dict[str, list[dict[str, Any]]]] = {p.name: {lab: [] for lab, _ in settings} for p in progs}

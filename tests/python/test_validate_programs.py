@@ -148,6 +148,7 @@ def test_argument_checks():
 def test_the_programs_are_made_in_the_cache(tmp_path):
     progs = vp.programs(tmp_path, "small", ["make", "sort", "awk"])
     assert [p.name for p in progs] == ["make", "sort", "awk"]
+    assert progs[2].cmd[-1] == progs[1].cmd[-1] == str(tmp_path / "lines-2m.txt")
     make = progs[0]
     assert (make.cwd / "Makefile").is_file() and len(list(make.cwd.glob("*.c"))) == 7
     assert make.before == [["make", "-s", "clean"]]

@@ -368,8 +368,7 @@ pub fn load_profile(name: &str, base: &Path) -> Result<Profile, (String, Option<
             let p = resolve_path(base, name);
             let read = |p: &Path| -> Result<String, String> {
                 let mut text = String::new();
-                std::io::Read::read_to_string(&mut crate::types::open_input(p)?, &mut text)
-                    .map_err(|e| format!("{}: {e}", p.display()))?;
+                std::io::Read::read_to_string(&mut crate::types::open_input(p)?, &mut text).map_err(|e| format!("{}: {e}", p.display()))?;
                 Ok(text)
             };
             match read(&p) {

@@ -599,9 +599,11 @@ impl Knobs {
             return Err((key, format!("the shortest scan period ({lo} ms) is above the longest ({hi} ms)")));
         }
         if !self.luf.enabled {
-            for (key, on) in
-                [("luf.v11_hooks", self.luf.v11_hooks), ("luf.granularity", self.luf.per_zone), ("luf.invalidate_hook", self.luf.invalidate_hook)]
-            {
+            for (key, on) in [
+                ("luf.v11_hooks", self.luf.v11_hooks),
+                ("luf.granularity", self.luf.per_zone),
+                ("luf.invalidate_hook", self.luf.invalidate_hook),
+            ] {
                 if on {
                     return Err((key, "has no effect without luf.enabled = true".into()));
                 }

@@ -45,7 +45,13 @@ pub const fn mmap_base(rnd: u64, randomize: bool) -> u64 {
     let pad = if randomize { STACK_MAXRANDOM } else { 0 } + STACK_GUARD_GAP;
     let gap = STACK_RLIMIT + pad;
     let (gap_min, gap_max) = (128 << 20, DEFAULT_MAP_WINDOW / 6 * 5);
-    let gap = if gap < gap_min { gap_min } else if gap > gap_max { gap_max } else { gap };
+    let gap = if gap < gap_min {
+        gap_min
+    } else if gap > gap_max {
+        gap_max
+    } else {
+        gap
+    };
     (DEFAULT_MAP_WINDOW - gap - rnd + 4095) & !4095
 }
 
