@@ -329,7 +329,8 @@ def _trace_note(traces: Mapping[str, tuple[str, bool]]) -> str:
     """Which recordings the runs replayed (`workload.path = "@NAME"`)."""
     from ..programs import TRACES
 
-    full, small = [], []
+    full: list[str] = []
+    small: list[str] = []
     for name, (path, is_small) in sorted(traces.items()):
         p = Path(path)
         size = p.stat().st_size / 2**20 if p.exists() else 0.0
