@@ -244,7 +244,7 @@ def tree(tmp_path):
     (tmp_path / "profiles").mkdir()
     (tmp_path / "profiles" / "mine.toml").write_text(GENERIC.replace('name = "generic-x86"', 'name = "mine"'))
     (tmp_path / "traces").mkdir()
-    shutil.copy(REPO / "fuzz" / "seeds" / "tree-v2.fstrace", tmp_path / "traces" / "t.fstrace")
+    shutil.copy(REPO / "tests" / "data" / "traces" / "threads.fstrace", tmp_path / "traces" / "t.fstrace")
     (tmp_path / "cfgs").mkdir()
     cfg = tmp_path / "cfgs" / "run.toml"
     cfg.write_text('seed = 3\n[machine]\nprofile = "../profiles/mine.toml"\n[workload]\nname = "trace"\n'
@@ -551,7 +551,7 @@ def test_json_commands_print_one_document(tiny_config, tmp_path):
 
 # ------------------------------------------------------ 15: replay's end --
 def test_a_replay_says_whether_the_trace_ran_to_its_end(tmp_path):
-    trace = REPO / "fuzz" / "seeds" / "tree-v2.fstrace"
+    trace = REPO / "tests" / "data" / "traces" / "threads.fstrace"
     base = {"seed": 1, "workload": {"name": "trace", "path": str(trace)}}
     full = foliosim.run(dict(base, run={"warmup_s": 0.0, "duration_s": 600.0}))
     end = full.summary["workload_finished_s"]
