@@ -25,7 +25,7 @@ LINT_STAMP := $(VENV)/.lint-stamp
 
 RAY_STAMP := $(VENV)/.ray-stamp
 
-.PHONY: demo test venv develop cargo-test pytest bench clean browser ray docs-tables validation fuzz validate golden lint toolchain reproductions check-reproductions docs-validation record-test-traces bench-record validate-programs programs traces
+.PHONY: demo test venv develop cargo-test pytest bench clean browser ray docs-tables validation fuzz validate golden lint toolchain reproductions check-reproductions docs-validation validation-public record-test-traces bench-record validate-programs programs traces
 
 demo: develop
 	$(VENV)/bin/foliosim run configs/default.toml
@@ -112,6 +112,11 @@ check-reproductions: develop
 
 # The published-vs-simulated tables in README.md and docs/mechanisms/*.md,
 # from docs/reproductions.json (`make reproductions` first when it is stale).
+# docs/validation-public.{json,md}: every point of validation/public/ predicted
+# on its machine's profile (no root; about a minute a point on two cores).
+validation-public: develop
+	$(VPY) -m foliosim.public --docs
+
 docs-tables: develop
 	$(VPY) -m foliosim.doctables docs/reproductions.json README.md docs/mechanisms/*.md
 

@@ -17,15 +17,8 @@
 #include <unistd.h>
 
 #define REPS 5
-#define PG 4096UL
+#include "probe.h"
 #define MiB (1024UL * 1024)
-
-static double now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-	return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
-}
 
 static int cmpd(const void *a, const void *b)
 {
@@ -139,16 +132,6 @@ static long anon_huge_kib(void)
  * instruction the kernel's clear_page uses on x86 with ERMS (rep stosb over
  * 4096 bytes), over a 1 MiB working set rewritten again and again (it stays
  * in L2); other architectures use memset. Reported in ns per page. */
-static void clear4k(void *p)
-{
-#if defined(__x86_64__)
-	unsigned long c = PG;
-	__asm__ volatile("rep stosb" : "+D"(p), "+c"(c) : "a"(0) : "memory");
-#else
-	memset(p, 0, PG);
-#endif
-}
-
 static double clear_warm_ns(void)
 {
 	double v[REPS];
@@ -164,6 +147,42 @@ static double clear_warm_ns(void)
 		v[r] = (now() - t) / (double)(total / PG);
 	}
 	munmap(a, ws);
+	return median(v, REPS);
+}
+
+/* Copying one 4 KiB page whose lines are in this CPU's caches into a 4 KiB
+ * buffer, as read() copies a page-cache page of a file it read lately
+ * (copy_page_to_iter: rep movsb on x86 with FSRM/ERMS, memcpy elsewhere):
+ * the pages of a 512 KiB working set in turn (it stays in L2), again and
+ * again. Reported in ns per page. */
+static void copy4k(void *d, const void *s)
+{
+#if defined(__x86_64__)
+	unsigned long c = PG;
+	__asm__ volatile("rep movsb" : "+D"(d), "+S"(s), "+c"(c) : : "memory");
+#else
+	memcpy(d, s, PG);
+#endif
+}
+
+static double copy_warm_ns(void)
+{
+	double v[REPS];
+	size_t ws = 512 * 1024, total = 512 * MiB;
+	char *a = map_region(ws, MADV_NOHUGEPAGE, 0), *b = map_region(PG, MADV_NOHUGEPAGE, 0);
+	memset(a, 1, ws);
+	memset(b, 2, PG);
+	for (int r = 0; r < REPS; r++) {
+		for (size_t i = 0; i < ws; i += PG)
+			copy4k(b, a + i);
+		double t = now();
+		for (size_t done = 0; done < total; done += ws)
+			for (size_t i = 0; i < ws; i += PG)
+				copy4k(b, a + i);
+		v[r] = (now() - t) / (double)(total / PG);
+	}
+	munmap(a, ws);
+	munmap(b, PG);
 	return median(v, REPS);
 }
 
@@ -207,6 +226,57 @@ static double chase_ns(int huge, double *huge_frac)
 	sink += (uintptr_t)q;
 	munmap(p, len);
 	return median(v, REPS);
+}
+
+/* The clock the core runs at: a chain of dependent adds retires one per
+ * cycle on every core foliosim profiles (x86-64 and arm64 alike), timed in
+ * this thread's CPU time so that a busy machine does not stretch it. */
+static double clock_ghz(void)
+{
+	double v[REPS];
+	for (int r = 0; r < REPS; r++) {
+		uint64_t x = 1;
+		long n = 50000000;
+		double t = now();
+		for (long i = 0; i < n; i++) {
+#if defined(__x86_64__)
+			__asm__ volatile("add $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\tadd $1, %0" : "+r"(x));
+#elif defined(__aarch64__)
+			__asm__ volatile("add %0, %0, #1\n\tadd %0, %0, #1\n\tadd %0, %0, #1\n\tadd %0, %0, #1" : "+r"(x));
+#else
+			x = x * 3 + 1;
+			__asm__ volatile("" : "+r"(x));
+#endif
+		}
+		v[r] = 4.0 * (double)n / (now() - t);
+		sink += x;
+	}
+	return median(v, REPS);
+}
+
+/* The CPU's model as /proc/cpuinfo names it (x86: "model name"; arm64
+ * kernels print no name, so the implementer and part numbers), JSON-safe. */
+static void cpu_model(char *out, size_t len)
+{
+	FILE *f = fopen("/proc/cpuinfo", "r");
+	char line[256];
+	out[0] = 0;
+	if (!f)
+		return;
+	while (fgets(line, sizeof(line), f) && !out[0]) {
+		char *v = strchr(line, ':');
+		if (!v || !(strncmp(line, "model name", 10) == 0 || strncmp(line, "CPU part", 8) == 0))
+			continue;
+		v++;
+		while (*v == ' ' || *v == '\t')
+			v++;
+		size_t n = 0;
+		for (; *v && *v != '\n' && n + 1 < len; v++)
+			if (*v != '"' && *v != '\\')
+				out[n++] = *v;
+		out[n] = 0;
+	}
+	fclose(f);
 }
 
 /* MADV_DONTNEED: per page of a large populated range, and per one-page call
@@ -276,15 +346,21 @@ int main(void)
 	double sc = syscall_ns();
 	double fw = fault_ns(1), fr = fault_ns(0);
 	double zb = bw_gbps(0), cb = bw_gbps(1), rb = bw_gbps(2);
-	double l4 = chase_ns(0, NULL), l2 = chase_ns(1, &huge_frac);
+	double l4 = chase_ns(0, NULL), lat2m = chase_ns(1, &huge_frac);
 	double dn = dontneed_ns(0), d1 = dontneed_ns(1);
-	double cw = clear_warm_ns();
+	double cw = clear_warm_ns(), cpw = copy_warm_ns();
+	double ghz = clock_ghz();
+	long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE), l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
+	char model[128];
+	cpu_model(model, sizeof(model));
 	mmap_munmap_ns(&mm, &mu);
 	printf("{\"reps\":%d,\"syscall_ns\":%.2f,\"anon_write_fault_ns\":%.2f,\"zero_page_read_fault_ns\":%.2f,"
 	       "\"zero_bw_gbps\":%.3f,\"copy_bw_gbps\":%.3f,\"read_bw_gbps\":%.3f,"
 	       "\"latency_4k_ns\":%.2f,\"latency_2m_ns\":%.2f,\"huge_fraction\":%.3f,"
 	       "\"dontneed_per_page_ns\":%.2f,\"dontneed_one_page_call_ns\":%.2f,"
-	       "\"mmap_ns\":%.2f,\"munmap_ns\":%.2f,\"clear_warm_ns\":%.2f}\n",
-	       REPS, sc, fw, fr, zb, cb, rb, l4, l2, huge_frac, dn, d1, mm, mu, cw);
+	       "\"mmap_ns\":%.2f,\"munmap_ns\":%.2f,\"clear_warm_ns\":%.2f,\"copy_warm_ns\":%.2f,"
+	       "\"clock_ghz\":%.3f,\"l2_kib\":%ld,\"l3_kib\":%ld,\"cpu_model\":\"%s\"}\n",
+	       REPS, sc, fw, fr, zb, cb, rb, l4, lat2m, huge_frac, dn, d1, mm, mu, cw, cpw, ghz, l2 > 0 ? l2 / 1024 : 0,
+	       l3 > 0 ? l3 / 1024 : 0, model);
 	return 0;
 }

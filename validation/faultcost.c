@@ -43,19 +43,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#define PG 4096UL
+#include "probe.h"
 #define MiB (1024UL * 1024)
 #define MAX_PASSES 1000
-
-/* CPU time of this thread: the kernel's own work on it, without the time
- * other programs on a shared machine (or the hypervisor, as steal time)
- * take the CPU away. */
-static double now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-	return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
-}
 
 static long minflt(void)
 {

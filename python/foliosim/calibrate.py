@@ -8,10 +8,17 @@ what they mapped; a sequential re-touch; the mprotect scan). Each case runs
 in every round, the rounds interleaved (a slow spell of a shared machine
 hits every case alike), and every figure used is the median over the rounds,
 with its min-max spread. Fixed and per-page costs are fitted by least
-squares, each fit printed with its residual. The rest (syscall, mmap and
-munmap calls, bandwidths, the random page walk, the cache-resident clear)
-comes from validation/calibrate.c. What cannot be measured is copied from
-generic-x86 and says so in its comment; every measured value says how.
+squares, each fit printed with its residual. Every other kernel entry the
+workloads make (mmap and munmap with their page-table teardown, brk,
+mprotect with its splits and merges, MADV_DONTNEED, read and write of a
+cached file, fork and exit) is timed by validation/syscost.c in the same
+rounds and each of its terms fitted on the model (syscost.py). The rest
+(the null syscall, bandwidths, the random page walk, the cache-resident
+clear and copy) comes from validation/calibrate.c. The process image every
+will-it-scale task starts with is measured by validation/image_layout.c
+and set against the model's, piece by piece (procimage.py). What cannot be measured
+is copied from generic-x86 and says so in its comment; every measured value
+says how.
 
 The profile's terms are those the model charges (docs/DEVELOPING.md, "The
 time model"), so the derivation below follows what the model adds up for
@@ -31,6 +38,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from . import procimage, syscost
 from ._host import (
     THP,
     HostError,
@@ -55,7 +63,7 @@ GENERIC = "generic-x86"
 PMD_KIB = 2048
 # Regions: "cold" is far beyond the caches, "warm" is reused within them.
 COLD_MIB, WARM_MIB = 128, 2
-# The region sweep that sizes the cache (warm_cache_bytes), PMD THP.
+# The region sweep that sizes the cache (cpu.llc_kib, with cpu.l2_kib), PMD THP.
 SWEEP_MIB = (2, 8, 16, 32, 64, COLD_MIB)
 DEFAULT_ROUNDS = 5
 # Folio sizes left out of every fit, so that `foliosim validate` tests the
@@ -117,9 +125,15 @@ def run_faultcost(binary: Path, case: str, mib: int, passes: int, tmpdir: str) -
     return json.loads(r.stdout)
 
 
-def measure_series(rounds: int, passes: int = 3, quiet: bool = True, tmpdir: str | None = None) -> dict[str, list[dict[str, Any]]]:
-    """Every case of `plan` in every round, rounds interleaved. Needs the
-    THP knobs (root): a host without them is measured at 4 KiB only."""
+def measure_series(rounds: int, passes: int = 3, quiet: bool = True, tmpdir: str | None = None,
+                   syscalls: dict[str, list[dict[str, Any]]] | None = None,
+                   image: list[dict[str, Any]] | None = None) -> dict[str, list[dict[str, Any]]]:
+    """Every case of `plan` in every round, rounds interleaved, and with
+    `syscalls` every case of validation/syscost.c too (into it, at 4 KiB
+    folios, in the same rounds); with `image`, the process image once
+    (into it, at 4 KiB folios: the image's pages are faulted in folios of
+    whatever size the knobs allow). Needs the THP knobs (root): a host
+    without them is measured at 4 KiB only."""
     binary = build_validation() / "faultcost"
     tmpdir = tmpdir or ("/dev/shm" if tmp_fs_kind("/dev/shm") == "tmpfs" else "/tmp")
     can_knob = knobs_available() is None
@@ -136,6 +150,15 @@ def measure_series(rounds: int, passes: int = 3, quiet: bool = True, tmpdir: str
                     if changed:
                         raise HostError(f"THP knobs changed by another process during calibration: {changed[0]}; rerun when it is done")
                     series.setdefault(key(size, case, mib), []).append(rec)
+                if size == 4 and image is not None and not image:
+                    _say("foliosim calibrate: the process image (validation/image_layout.c)", quiet)
+                    image.extend(procimage.measure())
+                if size == 4 and syscalls is not None:
+                    syscost.measure_round(syscalls, passes, tmpdir,
+                                          lambda what, r=rnd: _say(f"foliosim calibrate: round {r + 1}/{rounds}: system calls, {what}", quiet))
+                    changed = knobs_changed(want)
+                    if changed:
+                        raise HostError(f"THP knobs changed by another process during calibration: {changed[0]}; rerun when it is done")
     return series
 
 
@@ -204,6 +227,14 @@ class Derivation:
         # through the buddy lists, the page-table pages, the LRU batches),
         # model minus host; found by running it (fit_on_model).
         self.model_over = model_over
+        # validation/syscost.c's series, and the model against them once
+        # the system calls' terms are fitted (calibrate()).
+        self.syscalls: dict[str, list[dict[str, Any]]] = {}
+        self.sys_rows: list[dict[str, Any]] = []
+        # validation/image_layout.c's mappings, and the model's image
+        # against them (procimage.compare).
+        self.image_host: list[dict[str, Any]] = []
+        self.image: dict[str, Any] | None = None
         self.g = generic_profile()
         self.vals: dict[str, tuple[float, str]] = {}
         self.fits: list[str] = []
@@ -235,12 +266,13 @@ class Derivation:
             self.fits.append(f"warm cache: PMD THP faults per 4 KiB page over {'/'.join(map(str, regions))} MiB regions "
                              f"= {' / '.join(f'{x:.0f}' for x in pp)} ns; fit warm {pp[0]:.0f} + (cold {cold_pp:.0f} - warm) * "
                              f"max(0, 1 - K/R): K = {k_mib:g} MiB, residual {rms:.1f} ns rms")
-            self.put("warm_cache_bytes", k_mib * (1 << 20),
-                     f"{src}: PMD THP write faults over {'/'.join(map(str, regions))} MiB regions reused last-freed first, per page "
+            l2_kib = float(m.get("l2_kib") or self.g["cpu"]["l2_kib"])
+            self.put("cpu.llc_kib", max(k_mib * 1024 - l2_kib, 0.0),
+                     f"{src}: what one CPU finds still in cache, less its {l2_kib:.0f} KiB L2: PMD THP write faults over {'/'.join(map(str, regions))} MiB regions reused last-freed first, per page "
                      f"{' / '.join(f'{x:.0f}' for x in pp)} ns, least squares of warm + (cold - warm) * max(0, 1 - K/R): "
                      f"K = {k_mib:g} MiB (residual {rms:.1f} ns rms)")
         else:
-            k_mib = gc["warm_cache_bytes"] / (1 << 20)
+            k_mib = (self.g["cpu"]["l2_kib"] + self.g["cpu"]["llc_kib"]) / 1024
         f_cold = min(1.0, k_mib / COLD_MIB)
         # The 4 KiB faults and the zero-page read fault.
         a_c_meas, a_w = med(s, key(4, "anon", COLD_MIB)), med(s, key(4, "anon", WARM_MIB))
@@ -268,6 +300,9 @@ class Derivation:
             self.fits.append(f"cold fit without the warm share ({100 * f_cold:.1f}% of a {COLD_MIB} MiB region): {fc:.0f} + {sc:.1f} ns x pages")
         self.put("zero_warm_bw_gbps", 4096 / clear_w, "validation/calibrate.c: rep stosb (clear_page_erms' instruction) of 4 KiB pages "
                  f"over a 1 MiB working set, {clear_w:.1f} ns per page")
+        if m.get("copy_warm_ns"):
+            self.put("copy_warm_bw_gbps", 4096 / m["copy_warm_ns"], "validation/calibrate.c: rep movsb (copy_user_generic's instruction) "
+                     f"of the 4 KiB pages of a 512 KiB working set into a 4 KiB buffer, {m['copy_warm_ns']:.1f} ns per page")
         # PMD THP faults: per page a clear and a tail preparation, nothing per
         # PTE. Warm, they give the tail; cold, the cold clear.
         if have_pmd and fc is not None and fw is not None:
@@ -448,6 +483,34 @@ def _nodes() -> list[tuple[int, bool]]:
     return out
 
 
+def _threads_per_core() -> int:
+    try:
+        sib = Path("/sys/devices/system/cpu/cpu0/topology/thread_siblings_list").read_text().strip()
+    except OSError:
+        return 1
+    n = 0
+    for part in sib.split(","):
+        lo, _, hi = part.partition("-")
+        n += int(hi) - int(lo) + 1 if hi else 1
+    return max(n, 1)
+
+
+def _copied(why: str = "not measured here") -> str:
+    """The tag of a value taken from generic-x86 (docs/profiles.md)."""
+    return f"[assumed] copied from generic-x86: {why}"
+
+
+def _tag(how: str) -> str:
+    """A derivation's `how` as a tagged comment (hw/provenance.rs): the
+    program that measured it, or generic-x86's value."""
+    if how.startswith("[generic-x86]"):
+        return _copied(how[len("[generic-x86]"):].strip() or "not measured here")
+    for prog in ("validation/syscost.c", "validation/faultcost.c", "validation/calibrate.c"):
+        if prog in how:
+            return f"[measured: {prog}] {how}"
+    return f"[assumed] {how}"
+
+
 def _f(v: float) -> str:
     return f"{v:.1f}" if abs(v) >= 10 else f"{v:.3f}"
 
@@ -461,21 +524,40 @@ def make_profile(d: Derivation, name: str = "host") -> str:
     walk = m["latency_4k_ns"] - m["latency_2m_ns"]
     L: list[str] = []
     L.append(f"# Machine profile measured on this host by `foliosim calibrate` (validation/faultcost.c and validation/calibrate.c; {d.rounds} interleaved rounds).")
-    L.append("# Values marked [generic-x86] could not be measured and are copied from profiles/generic-x86.toml.")
+    L.append("# Values tagged [assumed] copied from generic-x86 could not be measured and come from profiles/generic-x86.toml.")
     for line in d.fits:
         L.append(f"# fit: {line}")
     L.append(f"# Raw microbenchmarks: {json.dumps(m, sort_keys=True)}")
     L.append(f'name = "{name}"')
     L.append(f'description = "This host as measured by foliosim calibrate: {ncpu} CPUs, {sum(n for n, _ in nodes)} MiB"')
     L.append("")
+    gcpu = g["cpu"]
     L.append("[cpu]")
-    L.append(f"nr_cpus = {ncpu}            # os.cpu_count()")
-    L.append(f"sockets = {sockets}            # distinct physical_package_id in /sys/devices/system/cpu")
-    L.append("page_size_kib = 4")
-    if mhz:
-        L.append(f"freq_ghz = {mhz / 1000:.3f}      # /proc/cpuinfo cpu MHz")
+    L.append(f"nr_cpus = {ncpu}            # [assumed] os.cpu_count() of this host")
+    L.append(f"sockets = {sockets}            # [assumed] distinct physical_package_id in /sys/devices/system/cpu")
+    L.append("page_size_kib = 4       # [assumed] the x86-64 and arm64 base page")
+    if m.get("clock_ghz"):
+        L.append(f"freq_ghz = {m['clock_ghz']:.3f}      # [measured: validation/calibrate.c] a chain of dependent adds, one per cycle"
+                 + (f" (/proc/cpuinfo says {mhz / 1000:.3f})" if mhz else ""))
+    elif mhz:
+        L.append(f"freq_ghz = {mhz / 1000:.3f}      # [assumed] /proc/cpuinfo cpu MHz")
     else:
-        L.append(f"freq_ghz = {g['cpu']['freq_ghz']}      # [generic-x86] /proc/cpuinfo has no cpu MHz")
+        L.append(f"freq_ghz = {gcpu['freq_ghz']}      # {_copied('/proc/cpuinfo has no cpu MHz')}")
+    model = m.get("cpu_model", "")
+    L.append(f'core = ""              # [assumed] unknown ({model or "no model name"}): name this core (a key of profiles/rule.toml) '
+             "to derive other machines from this host (docs/profiles.md)")
+    L.append(f"threads_per_core = {_threads_per_core()}    # [assumed] CPUs of /sys/devices/system/cpu/cpu0/topology/thread_siblings_list")
+    L.append(f"smt_throughput_ratio = {gcpu['smt_throughput_ratio']}    # {_copied()}")
+    if m.get("l2_kib"):
+        L.append(f"l2_kib = {int(m['l2_kib'])}    # [measured: validation/calibrate.c] sysconf(_SC_LEVEL2_CACHE_SIZE)")
+    else:
+        L.append(f"l2_kib = {gcpu['l2_kib']}    # {_copied('the C library reports no L2 size')}")
+    if "cpu.llc_kib" in vals:
+        v, how = vals["cpu.llc_kib"]
+        L.append(f"llc_kib = {round(v)}    # {_tag(how)}")
+    else:
+        L.append(f"llc_kib = {gcpu['llc_kib']}    # {_copied('no PMD THP on this host to size the cache')}")
+    L.append(f"interconnect_bw_gbps = {gcpu['interconnect_bw_gbps']}    # {_copied()}")
     for mib, has_cpus in nodes:
         L.append("")
         L.append("[[nodes]]")
@@ -483,54 +565,55 @@ def make_profile(d: Derivation, name: str = "host") -> str:
         L.append(f"mem_mib = {mib}        # MemTotal of this node (/sys/devices/system/node)")
         L.append(f"has_cpus = {'true' if has_cpus else 'false'}")
         if huge_ok:
-            L.append(f"latency_ns = {_f(m['latency_2m_ns'])}    # validation/calibrate.c: dependent loads over 1 GiB with 2 MiB pages (no TLB misses), one line per 4 KiB")
+            L.append(f"latency_ns = {_f(m['latency_2m_ns'])}    # [measured: validation/calibrate.c] dependent loads over 1 GiB with 2 MiB pages "
+                     "(no TLB misses), one line per 4 KiB")
         else:
-            L.append(f"latency_ns = {_f(m['latency_4k_ns'] - gt['walk_ns'])}    # validation/calibrate.c: dependent loads over 1 GiB with 4 KiB pages "
-                     "minus the [generic-x86] walk_ns (2 MiB pages unavailable)")
-        L.append(f"read_bw_gbps = {_f(m['read_bw_gbps'])}    # validation/calibrate.c: one core summing 256 MiB sequentially")
+            L.append(f"latency_ns = {_f(m['latency_4k_ns'] - gt['walk_ns'])}    # [measured: validation/calibrate.c] dependent loads over 1 GiB with "
+                     "4 KiB pages minus generic-x86's walk_ns (2 MiB pages unavailable)")
+        L.append(f"read_bw_gbps = {_f(m['read_bw_gbps'])}    # [measured: validation/calibrate.c] one core summing 256 MiB sequentially")
         zb, zhow = vals["node.zero_bw_gbps"]
-        L.append(f"zero_bw_gbps = {_f(zb)}    # {zhow}")
+        L.append(f"zero_bw_gbps = {_f(zb)}    # {_tag(zhow)}")
         L.append("zero_call_ns = 0.0    # [assumed] clear_page (rep stosb) per 4 KiB page: the per-page overheads are prep_tail_ns, no per-call warm-up")
         cb, chow = vals["node.copy_bw_gbps"]
-        L.append(f"copy_bw_gbps = {_f(cb)}    # {chow}")
+        L.append(f"copy_bw_gbps = {_f(cb)}    # {_tag(chow)}")
         written_node = {"kind", "mem_mib", "has_cpus", "latency_ns", "read_bw_gbps", "zero_bw_gbps", "zero_call_ns", "copy_bw_gbps"}
         for k, v in g["nodes"][0].items():
             if k not in written_node:
-                L.append(f"{k} = {_value(v)}    # [generic-x86]")
+                L.append(f"{k} = {_value(v)}    # {_copied()}")
     L.append("")
     L.append("[tlb]")
-    L.append("# Geometry: [generic-x86] (cpuid leaf 0x18 is not parsed).")
+    L.append("# Geometry: generic-x86's (cpuid leaf 0x18 is not parsed).")
     for k in ["l1d_entries", "l1d_ways", "l1i_entries", "l1i_ways", "l1d_2m_entries", "l1d_2m_ways", "stlb_entries", "stlb_ways"]:
-        L.append(f"{k} = {gt[k]}")
-    L.append(f"stlb_holds_2m = {'true' if gt['stlb_holds_2m'] else 'false'}")
-    L.append(f"stlb_hit_ns = {gt['stlb_hit_ns']}    # [generic-x86]")
+        L.append(f"{k} = {gt[k]}    # {_copied()}")
+    L.append(f"stlb_holds_2m = {'true' if gt['stlb_holds_2m'] else 'false'}    # {_copied()}")
+    L.append(f"stlb_hit_ns = {gt['stlb_hit_ns']}    # {_copied()}")
     if huge_ok and walk > 0:
-        L.append(f"walk_ns = {_f(walk)}    # validation/calibrate.c: a random pointer chase over 1 GiB, one line per page: latency with 4 KiB "
+        L.append(f"walk_ns = {_f(walk)}    # [measured: validation/calibrate.c] a random pointer chase over 1 GiB, one line per page: latency with 4 KiB "
                  f"pages ({_f(m['latency_4k_ns'])} ns) minus with 2 MiB pages ({_f(m['latency_2m_ns'])} ns)")
     else:
-        L.append(f"walk_ns = {gt['walk_ns']}    # [generic-x86] 2 MiB pages unavailable or no measurable difference")
+        L.append(f"walk_ns = {gt['walk_ns']}    # {_copied('2 MiB pages unavailable or no measurable difference')}")
     if "walk_cached_ns" in vals:
         v, how = vals["walk_cached_ns"]
-        L.append(f"walk_cached_ns = {_f(v)}    # {how}")
+        L.append(f"walk_cached_ns = {_f(v)}    # {_tag(how)}")
     else:
-        L.append(f"walk_cached_ns = {gt['walk_cached_ns']}    # [generic-x86] no PMD THP to compare with")
-    L.append(f"contpte = {'true' if gt.get('contpte') else 'false'}")
-    L.append(f"coalesce_order = {gt.get('coalesce_order', 0)}")
+        L.append(f"walk_cached_ns = {gt['walk_cached_ns']}    # {_copied('no PMD THP to compare with')}")
+    L.append(f"contpte = {'true' if gt.get('contpte') else 'false'}    # {_copied()}")
+    L.append(f"coalesce_order = {gt.get('coalesce_order', 0)}    # {_copied()}")
     written_tlb = {"l1d_entries", "l1d_ways", "l1i_entries", "l1i_ways", "l1d_2m_entries", "l1d_2m_ways", "stlb_entries",
                    "stlb_ways", "stlb_holds_2m", "stlb_hit_ns", "walk_ns", "walk_cached_ns", "contpte", "coalesce_order"}
     for k, v in gt.items():
         if k not in written_tlb:
-            L.append(f"{k} = {_value(v)}    # [generic-x86]")
+            L.append(f"{k} = {_value(v)}    # {_copied()}")
     L.append("")
     L.append("[cost]")
     for k, v in gc.items():
         if k in vals:
             val, why = vals[k]
-            L.append(f"{k} = {round(val) if isinstance(v, int) and not isinstance(v, bool) else _f(val)}    # {why}")
+            L.append(f"{k} = {round(val) if isinstance(v, int) and not isinstance(v, bool) else _f(val)}    # {_tag(why)}")
         elif isinstance(v, bool):
-            L.append(f"{k} = {'true' if v else 'false'}    # [generic-x86]")
+            L.append(f"{k} = {'true' if v else 'false'}    # {_copied()}")
         else:
-            L.append(f"{k} = {v}    # [generic-x86]")
+            L.append(f"{k} = {v}    # {_copied()}")
     L.append("")
     # Sections this command does not measure (e.g. the hypervisor host's
     # costs) come over whole from generic-x86, so the profile always loads.
@@ -539,7 +622,7 @@ def make_profile(d: Derivation, name: str = "host") -> str:
             continue
         L.append(f"[{sec}]")
         for k, v in tbl.items():
-            L.append(f"{k} = {_value(v)}    # [generic-x86]")
+            L.append(f"{k} = {_value(v)}    # {_copied()}")
         L.append("")
     return "\n".join(L) + "\n"
 
@@ -655,19 +738,26 @@ def measurements_path(out: Path) -> Path:
 def calibrate(out: Path, rounds: int, name: str, quiet: bool = True,
               saved: dict[str, Any] | None = None) -> tuple[Derivation, list[dict[str, Any]]]:
     """Measure (or take `saved`, an earlier --json document), derive, write
-    the profile to `out`, fit the per-folio terms on the model, verify."""
+    the profile to `out`, fit the per-folio terms and then the system
+    calls' on the model, verify (the syscalls' verification in `d.sys_rows`)."""
+    image: list[dict[str, Any]] = []
     if saved is not None:
         micro, series, rounds = saved["micro"], saved["series"], saved["rounds"]
+        syscalls = saved.get("syscalls") or {}
+        image = saved.get("image") or []
     else:
         _say("foliosim calibrate: measuring this host (a few minutes) ...", quiet)
         micro = measure_micro()
-        series = measure_series(rounds, quiet=quiet)
+        syscalls = {}
+        series = measure_series(rounds, quiet=quiet, syscalls=syscalls, image=image)
         # Minutes of measuring: keep them before deriving, which may fail
         # (a host whose series do not fit); `--from` derives from this file.
         raw = measurements_path(out)
-        write_text_atomic(raw, json.dumps({"rounds": rounds, "micro": micro, "series": series}) + "\n")
+        write_text_atomic(raw, json.dumps({"rounds": rounds, "micro": micro, "series": series, "syscalls": syscalls,
+                                           "image": image}) + "\n")
         print(f"foliosim calibrate: measurements written to {raw} (re-derive with --from {raw})", file=sys.stderr)
     d = Derivation(micro, series, rounds)
+    d.syscalls = syscalls
     # The file must load as a profile: check through the core.
     from . import _core
     cfg = json.dumps({"machine": {"profile": str(out.resolve())}, "workload": {"name": "mmap1"}})
@@ -677,7 +767,19 @@ def calibrate(out: Path, rounds: int, name: str, quiet: bool = True,
     except Exception as e:
         raise HostError(f"{out}: the written profile does not load: {e}") from e
     d = fit_4k_on_model(d, out, name)
-    return d, fit_on_model(d, out, name)
+    d.syscalls = syscalls
+    rows = fit_on_model(d, out, name)
+    if syscalls:
+        vals, lines = syscost.fit_all(str(out.resolve()), syscalls, {}, rounds,
+                                      lambda what: _say(f"foliosim calibrate: {what}", quiet))
+        d.vals.update(vals)
+        d.fits += lines
+        write_text_atomic(out, make_profile(d, name=name))
+        d.sys_rows = syscost.verify(str(out.resolve()), syscalls)
+    d.image_host = image
+    if image:
+        d.image = procimage.compare(image, procimage.model_image())
+    return d, rows
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
@@ -699,9 +801,16 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         print(f"foliosim calibrate: fit: {line}", file=sys.stderr)
     for line in format_verify(rows):
         print(f"foliosim calibrate: {line}", file=sys.stderr)
+    if d.sys_rows:
+        for line in syscost.format_verify(d.sys_rows):
+            print(f"foliosim calibrate: {line}", file=sys.stderr)
+    if d.image:
+        for line in procimage.format_compare(d.image):
+            print(f"foliosim calibrate: {line}", file=sys.stderr)
     print(f"foliosim calibrate: wrote {out}", file=sys.stderr if args.json else sys.stdout)  # --json: stdout is the JSON
     if args.json:
-        sys.stdout.write(json.dumps({"profile": str(out), "rounds": d.rounds, "micro": d.m, "series": d.s, "fits": d.fits,
-                                     "values": {k: {"value": v, "how": h} for k, (v, h) in d.vals.items()},
-                                     "verify": rows}) + "\n")
+        sys.stdout.write(json.dumps({"profile": str(out), "rounds": d.rounds, "micro": d.m, "series": d.s, "syscalls": d.syscalls,
+                                     "image": d.image_host, "fits": d.fits, "values": {k: {"value": v, "how": h} for k, (v, h) in d.vals.items()},
+                                     "verify": rows, "verify_syscalls": d.sys_rows,
+                                     "verify_image": d.image}) + "\n")
     return 0

@@ -491,6 +491,42 @@ def _repro_catalog() -> list[dict[str, Any]]:
     return _repro.catalog()
 
 
+def format_explain(data: dict[str, Any]) -> list[str]:
+    """`foliosim list profiles NAME --explain`: every value of a profile and
+    where it comes from (docs/profiles.md); public sources as numbered notes
+    under the table."""
+    vals = data["values"]
+    head = [f"{data['name']}: {data['description']}"]
+    if data.get("host"):
+        head.append(f"derived from the public figures of this machine and the costs measured on the host "
+                    f"{data['host']}, by the rule of docs/profiles.md")
+    counts: dict[str, int] = {}
+    for v in vals:
+        counts[v["kind"]] = counts.get(v["kind"], 0) + 1
+    head.append(", ".join(f"{n} {k}" for k, n in sorted(counts.items(), key=lambda kv: -kv[1])) + f" of {len(vals)} values")
+    cites: list[str] = []
+    width = max((len(v["path"]) for v in vals), default=0)
+    out = [*head, ""]
+    for v in vals:
+        val = v["value"]
+        shown = f"{val:.6g}" if isinstance(val, float) else json.dumps(val)
+        what = v["what"]
+        if v["kind"] == "public" and what:
+            refs = []
+            for c in what.split("; "):
+                if c not in cites:
+                    cites.append(c)
+                refs.append(f"[{cites.index(c) + 1}]")
+            what = " ".join(refs)
+        src = v["kind"] + (f" {what}" if v["kind"] == "public" else (f" ({what})" if what else ""))
+        out.append(f"  {v['path']:<{width}}  {shown:>12}  {src}")
+        if v["note"]:
+            out.append(f"  {'':<{width}}  {'':>12}  {v['note']}")
+    if cites:
+        out += ["", "sources:", *(f"  [{i + 1}] {c}" for i, c in enumerate(cites))]
+    return out
+
+
 def cmd_list(args: argparse.Namespace) -> int:
     words = list(args.what or [])
     sections: Sequence[str] = LIST_SECTIONS
@@ -500,6 +536,16 @@ def cmd_list(args: argparse.Namespace) -> int:
         raise UsageError(f"list: one SECTION and one PATTERN at most, got {' '.join(args.what)!r} "
                          f"(sections: {', '.join(LIST_SECTIONS)})")
     pattern = words[0] if words else None
+    if args.explain:
+        if list(sections) != ["profiles"] or pattern is None:
+            raise UsageError("list: --explain explains one profile: foliosim list profiles NAME --explain "
+                             "(NAME a built-in profile or a profile file)")
+        data = json.loads(_core.profile_explain_json(pattern, os.getcwd()))
+        if args.json:
+            sys.stdout.write(json.dumps(data) + "\n")
+        else:
+            print("\n".join(format_explain(data)))
+        return EXIT_OK
     cat = json.loads(_core.catalog_json())
     if args.json:
         if "experiments" in sections:
@@ -542,15 +588,21 @@ def format_reproduction(rep: dict[str, Any]) -> str:
     """An experiment's rows as a table, as the JSON has them: a row's note
     is a numbered footnote under the table, a row whose measured window was
     too short (the JSON's "window") says so in its notes column, and a
-    warning line counts the runs whose window was too short."""
+    warning line counts the runs whose window was too short; then how many
+    rows are within 25% of their published figure."""
+    from .verdict import count_within, noise, verdict
+
     rows = rep.get("rows", [])
-    cols = ["label", "metric", "unit", "published", "simulated", "notes"]
+    cols = ["label", "metric", "unit", "published", "simulated", "verdict", "notes"]
     footnotes: list[str] = []
 
     def cell(r: dict[str, Any], c: str) -> str:
+        if c == "verdict":
+            return verdict(r)
         v = r.get("published", r.get("seed")) if c == "published" else r.get(c)
         if c in ("published", "simulated"):
-            return "—" if v is None else _fmt_int(v)
+            shown = "—" if v is None else _fmt_int(v)
+            return shown + (f" ± {_fmt_int(noise(r))}" if c == "published" and v is not None and noise(r) else "")
         if c == "notes":
             flags = []
             if r.get("note"):
@@ -575,6 +627,9 @@ def format_reproduction(rep: dict[str, Any]) -> str:
         runs = ", ".join(str(w.get("label") or w.get("run")) for w in short)
         lines.append(f"warning: the measured window was too short in {_plural(len(short), 'run')} ({runs}): "
                      f"the rows marked {WINDOW_FLAG} are not steady state (their notes say why)")
+    near, judged = count_within(rows)
+    if judged:
+        lines.append(f"{near} of {judged} rows with a published figure within 25% of it")
     for n in rep.get("notes", []) or []:
         lines.append(f"note: {_one_line(n)}")
     return "\n".join(lines)
@@ -862,6 +917,10 @@ def build_parser() -> argparse.ArgumentParser:
                                     "keeps the names that match, e.g. `foliosim list knobs 'vm.*'`.")
     li.add_argument("what", nargs="*", metavar="[SECTION] [PATTERN]", help=f"SECTION: {'|'.join(LIST_SECTIONS)}")
     li.add_argument("--json", action="store_true", help="print the catalog (or the sections asked for) as one JSON object")
+    li.add_argument("--explain", action="store_true",
+                    help="with `profiles NAME`: every value of that profile and where it comes from: measured here (by which "
+                         "program), a public figure (its source), derived by the rule of docs/profiles.md (its arithmetic) "
+                         "or assumed (why)")
     li.set_defaults(func=cmd_list)
 
     rp = sub.add_parser("reproduce", help="rerun an experiment (experiments/*/NAME.toml) beside its published figures")
@@ -961,6 +1020,25 @@ def _host_cmd(name: str) -> Callable[[argparse.Namespace], int]:
     return run
 
 
+def _validate(args: argparse.Namespace) -> int:
+    """`validate --public` runs only the model (validation/public/); plain
+    `validate` measures this host's kernel as well."""
+    if args.public:
+        from . import public
+
+        for flag in ("real", "profile", "settings", "tmpdir", "repeats"):
+            if getattr(args, flag, None) is not None:
+                _err(f"--{flag}: not with --public (it compares stored public results, not this host)")
+                return EXIT_USAGE
+        if args.out:
+            check_out_dir("--out", Path(args.out))
+        return public.cmd_public(args)
+    if args.points is not None:
+        _err("--points: only with --public")
+        return EXIT_USAGE
+    return _host_cmd("validate")(args)
+
+
 def _add_host_commands(sub: Any) -> None:
     c = sub.add_parser("calibrate", help="measure this host and write a machine profile")
     c.add_argument("--out", default="host.toml", metavar="FILE", type=_path, help="profile to write (default host.toml)")
@@ -993,8 +1071,13 @@ def _add_host_commands(sub: Any) -> None:
     v.add_argument("--scale", choices=("full", "small"), default="full",
                    help="with --programs: full (seconds a program) or small (a check of the tooling)")
     v.add_argument("--cache", metavar="DIR", type=_path, help="with --programs: the programs' inputs (default $FOLIOSIM_CACHE or results/cache)")
+    v.add_argument("--public", action="store_true",
+                   help="instead: predict the public real-kernel results of other machines in validation/public/ "
+                        "(no root; docs/validation-public.md)")
+    v.add_argument("--points", metavar="ID,...", help="with --public: only these points")
+    v.add_argument("--jobs", type=int, default=2, metavar="N", help="with --public: runs at once (default 2)")
     v.add_argument("--quiet", "-q", action="store_true")
-    v.set_defaults(func=_host_cmd("validate"))
+    v.set_defaults(func=_validate)
 
     r = sub.add_parser("record", help="record a program's memory behaviour into a trace: foliosim record -- CMD ARGS")
     r.add_argument("--out", "-o", metavar="FILE", type=_path, help="trace file (default CMD.fstrace)")

@@ -11,7 +11,9 @@ experiments whose name matches a GLOB (fnmatch; ``*`` for all). A row's
 ``<!-- headline: GLOB[, GLOB...] -->`` and ``<!-- /headline -->`` (the
 README's) becomes one row per matching experiment: its headline row's
 published figure, the simulated one, a one-word verdict (see `headline`
-and `verdict`) and, where the two differ, the row's note (`short_note`), the experiment linked to the mechanism page (a
+and `foliosim.verdict`), how many of the experiment's rows are within 25%
+of their published figure ("8 of 11") and, where the two differ, the
+row's note (`short_note`), the experiment linked to the mechanism page (a
 ``docs/mechanisms/*.md`` beside FILE whose reproduce marker matches it). A
 file is rewritten (atomically) only if its text changes. Exit 2 with one
 line on bad input (unreadable JSON, an unclosed marker).
@@ -21,17 +23,18 @@ from __future__ import annotations
 
 import fnmatch
 import json
-import math
 import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .report import difference, fmt, published
+from .report import difference, fmt
 from .result import write_text_atomic
+from .verdict import count_within, noise, published, verdict
 
-__all__ = ["fill", "fill_headlines", "headline", "headline_table", "main", "short_note", "table", "verdict"]
+__all__ = ["fill", "fill_headlines", "headline", "headline_table", "main", "published_cell", "short_note", "table",
+           "verdict", "within_cell"]
 
 BEGIN = re.compile(r"<!-- reproduce:\s*([^>]*?)\s*-->")
 END = "<!-- /reproduce -->"
@@ -44,17 +47,35 @@ def table(reps: Sequence[dict[str, Any]], globs: Sequence[str]) -> str:
     if not chosen:
         return ("_No experiment registered yet: filled by `foliosim reproduce` "
                 f"(`make docs-tables`) from experiments named {', '.join(f'`{g}`' for g in globs)}._")
-    out = ["| experiment | label | metric | published | simulated | difference | note |", "| --- | --- | --- | ---: | ---: | ---: | --- |"]
+    out = ["| experiment | label | metric | published | simulated | difference | verdict | note |",
+           "| --- | --- | --- | ---: | ---: | ---: | --- | --- |"]
     for rep in chosen:
         for r in rep.get("rows") or []:
             d, p = difference(published(r), r.get("simulated"))
             diff = "—" if d is None else (f"{fmt(d)} ({p:+.1f}%)" if p is not None else fmt(d))
             unit = f" {r.get('unit')}" if r.get("unit") else ""
-            pub = "—" if published(r) is None else f"{fmt(published(r))}{unit}"
             note = str(r.get("note") or "").replace("|", "/").replace("\n", " ")
-            out.append(f"| `{rep.get('name')}` | {r.get('label', '')} | {r.get('metric', '')} | {pub} | "
-                       f"{fmt(r.get('simulated'))}{unit} | {diff} | {note} |")
+            out.append(f"| `{rep.get('name')}` | {r.get('label', '')} | {r.get('metric', '')} | {published_cell(r)} | "
+                       f"{fmt(r.get('simulated'))}{unit} | {diff} | {verdict(r)} | {note} |")
     return "\n".join(out)
+
+
+def published_cell(r: dict[str, Any]) -> str:
+    """A row's published figure with its unit, and the noise band its source
+    states (\u00b1 half-width) where it states one."""
+    pub = published(r)
+    if pub is None:
+        return "—"
+    unit = f" {r.get('unit')}" if r.get("unit") else ""
+    band = f" ± {fmt(noise(r))}" if noise(r) else ""
+    return f"{fmt(pub)}{band}{unit}"
+
+
+def within_cell(rows: Sequence[dict[str, Any]]) -> str:
+    """"N of M": the rows within 25% of their published figure (and of its
+    sign) among those with one; "—" when none has one."""
+    n, m = count_within(rows)
+    return f"{n} of {m}" if m else "—"
 
 
 def headline(rep: dict[str, Any]) -> dict[str, Any] | None:
@@ -86,36 +107,6 @@ def headline(rep: dict[str, Any]) -> dict[str, Any] | None:
     return (ratios or with_pub or [rows[-1]])[0]
 
 
-# Changes smaller than this many percentage points are within the noise the
-# sources state for their tables (e.g. +-5% for will-it-scale, one task).
-PCT_FLOOR = 5.0
-
-
-def verdict(row: dict[str, Any]) -> str:
-    """One word for how a simulated figure compares with the published one:
-    the difference relative to |published|: "matches" up to 10%, "close" up
-    to 25%, "off" beyond. A figure in % is a change, and changes within 5
-    points are noise: two such figures match, and otherwise the difference
-    is taken relative to max(|published|, 5). "opposite" when the two have
-    different signs beyond that floor; "model only" when nothing was
-    published; "no value" when the simulation gave none."""
-    pub, sim = published(row), row.get("simulated")
-    d, _ = difference(pub, sim)
-    if pub is None:
-        return "model only"
-    if d is None or sim is None:
-        return "no value"
-    floor = PCT_FLOOR if row.get("unit") == "%" else 0.0
-    pub, sim = float(pub), float(sim)
-    if floor and max(abs(pub), abs(sim)) <= floor:
-        return "matches"
-    if pub * sim < 0 and min(abs(pub), abs(sim)) > floor:
-        return "opposite"
-    scale = max(abs(pub), floor)
-    rel = abs(d) / scale if scale else (0.0 if d == 0 else math.inf)
-    return "matches" if rel <= 0.10 else "close" if rel <= 0.25 else "off"
-
-
 def _page_for(name: str, pages: dict[str, list[str]]) -> str | None:
     for page, globs in pages.items():
         if any(fnmatch.fnmatchcase(name, g) for g in globs):
@@ -131,23 +122,23 @@ def headline_table(reps: Sequence[dict[str, Any]], globs: Sequence[str],
     chosen = [r for r in reps if any(fnmatch.fnmatchcase(str(r.get("name", "")), g) for g in globs)]
     if not chosen:
         return "_No experiment registered yet._"
-    out = ["| experiment | headline figure | published | simulated | verdict | why it differs |",
-           "| --- | --- | ---: | ---: | --- | --- |"]
+    out = ["| experiment | headline figure | published | simulated | verdict | rows within 25% | why it differs |",
+           "| --- | --- | ---: | ---: | --- | ---: | --- |"]
     for rep in chosen:
         name = str(rep.get("name", ""))
         r = headline(rep)
         page = _page_for(name, pages or {})
         shown = f"[`{name}`]({page})" if page else f"`{name}`"
         if r is None:
-            out.append(f"| {shown} | — | — | — | no rows | |")
+            out.append(f"| {shown} | — | — | — | no rows | — | |")
             continue
         unit = f" {r.get('unit')}" if r.get("unit") else ""
         what = f"{r.get('label', '')}: {r.get('metric', '')}".replace("|", "/").replace("\n", " ")
-        pub = "—" if published(r) is None else f"{fmt(published(r))}{unit}"
         sim = "—" if r.get("simulated") is None else f"{fmt(r.get('simulated'))}{unit}"
         v = verdict(r)
         why = short_note(str(r.get("note") or "")) if v in ("close", "off", "opposite") else ""
-        out.append(f"| {shown} | {what} | {pub} | {sim} | {v} | {why} |".replace("|  |", "| |"))
+        out.append(f"| {shown} | {what} | {published_cell(r)} | {sim} | {v} | {within_cell(rep.get('rows') or [])} | {why} |"
+                   .replace("|  |", "| |"))
     return "\n".join(out)
 
 

@@ -39,6 +39,7 @@ from typing import Any
 
 from . import tomlout
 from .result import staged_folder, write_synced
+from .verdict import NEAR, count_within, noise, published, verdict
 
 __all__ = ["difference", "place_published", "plot_figure", "plot_png", "published", "render_html", "slug",
            "write_report"]
@@ -53,13 +54,6 @@ def _num(v: Any) -> float | None:
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         return None
     return float(v) if math.isfinite(v) else None
-
-
-def published(row: dict[str, Any]) -> Any:
-    """A row's published figure (None: the source published none). Rows name
-    it ``"published"``; ``"seed"``, the name before, is read for one release.
-    (An experiment's own ``"seed"`` is the RNG seed, not this.)"""
-    return row["published"] if "published" in row else row.get("seed")
 
 
 def difference(published: Any, simulated: Any) -> tuple[float | None, float | None]:
@@ -408,18 +402,21 @@ def _rows_table(rep: dict[str, Any]) -> str:
     out = ['<div class="scroll"><table class="results">',
            '<thead><tr><th rowspan="2">label</th><th rowspan="2">metric</th><th rowspan="2">unit</th>'
            '<th class="group">published</th><th class="group">simulated</th>'
-           '<th class="group" colspan="2">difference</th></tr>',
+           '<th class="group" colspan="2">difference</th><th rowspan="2">verdict</th></tr>',
            '<tr><th class="num">value</th><th class="num">value</th>'
            '<th class="num">simulated - published</th><th class="num">%</th></tr></thead>', "<tbody>"]
     for r in rows:
         pub = published(r)
         d, p = difference(pub, r.get("simulated"))
-        cls = ' class="num bad"' if p is not None and abs(p) > 25 else ' class="num"'
+        v = verdict(r)
+        cls = ' class="num bad"' if v not in NEAR and pub is not None else ' class="num"'
         shown = fmt(pub) if pub is not None else "— (not published)"
+        if pub is not None and noise(r):
+            shown += f" ± {fmt(noise(r))}"
         out.append(
             f"<tr><td>{_e(r.get('label', ''))}</td><td>{_e(r.get('metric', ''))}</td><td>{_e(r.get('unit', ''))}</td>"
             f'<td class="num published">{_e(shown)}</td><td class="num">{_e(fmt(r.get("simulated")))}</td>'
-            f'<td class="num">{_e(fmt(d))}</td><td{cls}>{_e(_fmt_pct(p))}</td></tr>')
+            f'<td class="num">{_e(fmt(d))}</td><td{cls}>{_e(_fmt_pct(p))}</td><td>{_e(v)}</td></tr>')
     out.append("</tbody></table></div>")
     return "\n".join(out)
 
@@ -496,14 +493,16 @@ def render_html(reps: Sequence[dict[str, Any]], pngs: Sequence[bytes], *, versio
     if command:
         out.append(f"<p>Made by <code>{_e(command)}</code>.</p>")
     out.append('<div class="scroll"><table class="index"><thead><tr><th>experiment</th><th>title</th><th class="num">rows</th>'
-               '<th class="num">largest |difference|</th></tr></thead><tbody>')
+               '<th class="num">within 25%</th><th class="num">largest |difference|</th></tr></thead><tbody>')
     for rep in reps:
         pcts = [abs(p) for r in rep.get("rows") or [] for p in [difference(published(r), r.get("simulated"))[1]]
                 if p is not None]
         worst = f"{max(pcts):.1f}%" if pcts else "—"
+        near, judged = count_within(rep.get("rows") or [])
         name = str(rep.get("name", ""))
         out.append(f'<tr><td><a href="#{_e(slug(name))}">{_e(name)}</a></td><td>{_e(rep.get("title", ""))}</td>'
-                   f'<td class="num">{len(rep.get("rows") or [])}</td><td class="num">{worst}</td></tr>')
+                   f'<td class="num">{len(rep.get("rows") or [])}</td><td class="num">{f"{near} of {judged}" if judged else "—"}</td>'
+                   f'<td class="num">{worst}</td></tr>')
     out.append("</tbody></table></div>")
     for rep, png in zip(reps, pngs, strict=False):
         out.append(_experiment_html(rep, png, version, profiles))

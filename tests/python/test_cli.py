@@ -43,6 +43,32 @@ def test_list_json():
         assert {"name", "help", "gauge"} <= set(c)
 
 
+def test_list_profile_explain_names_every_values_source(tmp_path):
+    proc = run_cli("list", "profiles", "skl-2s-72", "--explain", "--json")
+    assert proc.returncode == 0, proc.stderr
+    data = one_json(proc.stdout)
+    assert data["name"] == "skl-2s-72" and data["host"] == "generic-x86"
+    kinds = {v["path"]: v["kind"] for v in data["values"]}
+    assert kinds["cpu.nr_cpus"] == "public"
+    assert kinds["cost.fault_base_ns"] == "derived"
+    assert set(kinds.values()) <= {"measured", "public", "derived", "assumed"}
+    fault = next(v for v in data["values"] if v["path"] == "cost.fault_base_ns")
+    assert "kappa" in fault["note"] and " x " in fault["what"]
+    human = run_cli("list", "profiles", "skl-2s-72", "--explain")
+    assert human.returncode == 0 and "sources:" in human.stdout and "derived" in human.stdout
+    # A profile file of one's own, derived from a built-in host, relative to the working directory.
+    (tmp_path / "box.toml").write_text('name = "box"\ndescription = "d"\n[derive]\nhost = "generic-x86"\n'
+                                       '[cpu]\nfreq_ghz = 1.8  # [assumed] a test\ncore = "zen4"  # [assumed] a test\n')
+    mine = run_cli("list", "profiles", "box.toml", "--explain", "--json", cwd=tmp_path)
+    assert mine.returncode == 0, mine.stderr
+    vals = {v["path"]: v for v in one_json(mine.stdout)["values"]}
+    assert vals["cpu.freq_ghz"]["kind"] == "assumed" and vals["cost.trap_ns"]["kind"] == "derived"
+    assert vals["cost.trap_ns"]["value"] == pytest.approx(250.0 * 3.6 / 1.8)
+    bad = run_cli("list", "profiles", "no-such-box", "--explain")
+    assert bad.returncode == 2 and len(stderr_lines(bad)) == 1, bad.stderr
+    assert run_cli("list", "knobs", "--explain").returncode == 2
+
+
 def run_json(config: Path, *extra: str, cwd: Path | None = None) -> dict:
     proc = run_cli("run", str(config), "--json", *extra, cwd=cwd)
     assert proc.returncode == 0, proc.stderr

@@ -69,6 +69,16 @@ def test_every_experiment_has_one_headline_row(committed):
         assert len(heads) == 1, (e["name"], len(heads))
 
 
+def test_a_headline_row_is_a_published_figure_the_model_gives(committed):
+    # The headline stands for the experiment: the series' own leading figure
+    # (docs/experiments.md), never a model-only row or one the model gives no
+    # value for, while the experiment has published figures.
+    for e in committed["experiments"]:
+        head = next(r for r in e["rows"] if r.get("headline"))
+        if any(r.get("published") is not None for r in e["rows"]):
+            assert head.get("published") is not None and head.get("simulated") is not None, e["name"]
+
+
 @pytest.mark.parametrize("name", D.CHEAP)
 def test_cheap_experiments_give_the_committed_rows(committed, name):
     old = next(e for e in committed["experiments"] if e["name"] == name)

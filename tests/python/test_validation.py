@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import foliosim
-from foliosim import _host
+from foliosim import _core, _host
 
 ROOT = Path(__file__).resolve().parents[2]
 FOLIOSIM = [sys.executable, "-m", "foliosim"]
@@ -66,11 +66,15 @@ def test_calibrate_writes_a_loadable_measured_profile(host_profile):
     import tomllib
     prof = tomllib.loads(text)
     gen = tomllib.loads((ROOT / "profiles" / "generic-x86.toml").read_text())
-    # Measured keys carry how they were measured; copied ones say so.
+    # Measured keys name the program that measured them; copied ones say so
+    # (docs/profiles.md), and `list profiles --explain` reads both.
+    explain = {v["path"]: v for v in json.loads(_core.profile_explain_json(str(host_profile)))["values"]}
     for key in ("syscall_ns", "fault_base_ns", "mmap_ns", "munmap_ns", "madvise_ns"):
         line = next(ln for ln in text.splitlines() if ln.startswith(key + " "))
-        assert "#" in line and "[generic-x86]" not in line.split("#", 1)[1][:14], line
-    assert "[generic-x86]" in next(ln for ln in text.splitlines() if ln.startswith("ipi_ack_ns"))
+        assert "# [measured: validation/" in line, line
+        assert explain[f"cost.{key}"]["kind"] == "measured"
+    assert "copied from generic-x86" in next(ln for ln in text.splitlines() if ln.startswith("ipi_ack_ns"))
+    assert explain["cost.ipi_ack_ns"]["kind"] == "assumed" and explain["cpu.freq_ghz"]["kind"] == "measured"
     assert prof["cpu"]["nr_cpus"] == os.cpu_count()
     assert prof["cost"]["syscall_ns"] != gen["cost"]["syscall_ns"]
     assert prof["nodes"][0]["zero_bw_gbps"] > 0
@@ -143,7 +147,8 @@ def test_validate_threads_rows_and_their_notes():
     # A threads row whose real peak RSS is below the lockstep prediction says
     # why and by how much; an ops-ratio miss names the threads run.
     row = {"setting": "64K", "workload": "page_fault2", "mode": "threads", "tasks": 2, "mechanism": v.THREAD_MECH["page_fault2"],
-           "real": {"faults_per_op": 1.0, "rss": 209560.0, "ops_ratio": 0.8}, "predicted": {"faults_per_op": 1.0, "rss": 262144.0, "ops_ratio": 1.0}}
+           "real": {"faults_per_op": 1.0, "rss": 209560.0, "ops_per_s": 1e6, "ops_ratio": 0.8},
+           "predicted": {"faults_per_op": 1.0, "rss": 262144.0, "ops_per_s": 1.05e6, "ops_ratio": 1.0}}
     row["rel_error"] = {m: v.rel_err(row["predicted"][m], row["real"][m], m) for m in v.METRICS}
     note = "; ".join(v._mech_note(row))
     assert "rss off by +25.1%" in note and "lockstep" in note, note

@@ -79,6 +79,30 @@ pub fn catalog_json() -> String {
     crate::catalog::catalog().to_string()
 }
 
+/// The process image a will-it-scale task of validation/ starts its loop
+/// with in the model (mm/exec.rs GLIBC_2_36_X86_64): every mapped piece,
+/// its start, length, kind and resident pages, as JSON.
+pub fn process_image_json() -> String {
+    crate::mm::exec::GLIBC_2_36_X86_64.to_json().to_string()
+}
+
+/// How each value of a machine profile was obtained (`foliosim list
+/// profiles NAME --explain`, docs/profiles.md): the profile by built-in
+/// name or path (relative to `dir`), as JSON
+/// {"name", "description", "host" (a derived profile's, else null),
+///  "values": [{"path", "value", "kind", "what", "note"}]}, in the
+/// profile's order; kind is measured, public, derived, assumed or "no
+/// source given".
+pub fn profile_explain_json(name: &str, dir: &str) -> Result<String, ConfigError> {
+    let p = crate::config::load_profile(name, std::path::Path::new(dir)).map_err(|(file, line, key, reason)| ConfigError {
+        file: if file.is_empty() { "(profile)".into() } else { file },
+        line,
+        key,
+        reason,
+    })?;
+    Ok(crate::catalog::explain(&p, name, std::path::Path::new(dir)).to_string())
+}
+
 /// Speed benchmarks of the simulator itself. `which` is one of
 /// "anon_faults", "tlb_hits", "pf1_threads64", "big_machine"; returns JSON
 /// with the figure(s) measured, e.g. {"anon_faults_per_host_s": f}.

@@ -1,6 +1,6 @@
 //! What `foliosim list` shows.
 
-use crate::hw::profile::{self, Profile};
+use crate::hw::profile;
 use crate::mm::vmstat::{Stat, NR_STATS, STAT_HELP, STAT_NAMES};
 use crate::workload;
 use serde_json::{json, Value};
@@ -10,7 +10,7 @@ pub fn catalog() -> Value {
         workload::registry::registry().iter().map(|w| json!({"name": w.name, "help": w.help, "params": (w.params)()})).collect();
     let profiles: Vec<Value> = profile::BUILTIN
         .iter()
-        .filter_map(|(name, text)| toml::from_str::<Profile>(text).ok().map(|p| (name, p)))
+        .filter_map(|(name, _)| crate::hw::profile_load::load_builtin(name).ok().map(|p| (name, p)))
         .map(|(name, p)| json!({"name": name, "description": p.description, "nr_cpus": p.cpu.nr_cpus, "mem_mib": p.total_mem_mib(), "nodes": p.nodes.len(), "toml": profile::builtin(name)}))
         .collect();
     let knobs: Vec<Value> =
@@ -25,4 +25,33 @@ pub fn catalog() -> Value {
         .collect();
     let policies = crate::policy::catalog();
     json!({"workloads": workloads, "profiles": profiles, "knobs": knobs, "policies": policies, "counters": counters, "probes": probes, "config": config})
+}
+
+/// Each value of profile `p` with its source (api::profile_explain_json).
+pub fn explain(p: &profile::Profile, name: &str, dir: &std::path::Path) -> Value {
+    let host = profile::builtin(name)
+        .map(str::to_string)
+        .or_else(|| std::fs::read_to_string(crate::config::resolve_path(dir, name)).ok())
+        .and_then(|t| t.parse::<toml::Table>().ok())
+        .and_then(|doc| crate::hw::derive::host_of(&doc).ok().flatten());
+    let toml::Value::Table(doc) = toml::Value::try_from(p).expect("a profile serialises") else { unreachable!() };
+    let values: Vec<Value> = crate::hw::provenance::value_paths(&doc)
+        .into_iter()
+        .map(|path| {
+            let (table, rest) = path.split_once('.').expect("table.key");
+            let v = match table.split_once('[') {
+                Some((t, i)) => &doc[t][i.trim_end_matches(']').parse::<usize>().expect("index")][rest],
+                None => &doc[table][rest],
+            };
+            let s = p.sources.get(&path);
+            json!({
+                "path": path,
+                "value": serde_json::to_value(v).unwrap_or(Value::Null),
+                "kind": s.map_or("no source given", |s| s.kind.name()),
+                "what": s.map_or("", |s| s.what.as_str()),
+                "note": s.map_or("", |s| s.note.as_str()),
+            })
+        })
+        .collect();
+    json!({"name": p.name, "description": p.description, "host": host, "values": values})
 }

@@ -25,6 +25,16 @@ pub struct RunCfg {
     /// Tracepoints counted and recorded event by event.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub probes_record: Vec<String>,
+    /// A task's consecutive accesses run as one step when nothing else
+    /// can come first (docs/fault-path-speed.md); false runs them step by
+    /// step, with the same result (a debug switch: the test that compares
+    /// the two sets it).
+    #[serde(skip_serializing_if = "is_true")]
+    pub fault_runs: bool,
+}
+
+fn is_true(b: &bool) -> bool {
+    *b
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -81,7 +91,7 @@ use KeyValue::{Bool, Int, Num, Str};
 pub const CONFIG_KEYS: &[ConfigKey] = &[
     ConfigKey { table: "", key: "seed", default: Some(Int(1)), range: Some((0.0, i64::MAX as f64)), help: "the run's seed: the same config and seed give the same numbers; another seed moves what is random on a real machine (ASLR's mmap base, page_alloc.shuffle, some workloads' choices: docs/tutorial.md, What the seed varies; guest g of machine.guests runs with seed + g)" },
     ConfigKey { table: "machine", key: "profile", default: Some(Str("generic-x86")), range: None, help: "a built-in machine profile (`foliosim list profiles`) or the path of a profile file, such as one `foliosim calibrate` wrote (relative to the config file)" },
-    ConfigKey { table: "machine", key: "nr_cpus", default: None, range: Some((1.0, 4096.0)), help: "logical CPUs, in place of the profile's (sockets become 1 if they no longer divide them)" },
+    ConfigKey { table: "machine", key: "nr_cpus", default: None, range: Some((1.0, 4096.0)), help: "logical CPUs, in place of the profile's (sockets become 1 if they no longer divide them, and SMT off if its threads no longer divide a socket's CPUs)" },
     ConfigKey { table: "machine", key: "node_mem_mib", default: None, range: Some((64.0, (64u64 << 20) as f64)), help: "MiB of each memory node, an array with one size per node of the profile (in all at most 16 TiB less 1 MiB)" },
     ConfigKey { table: "machine", key: "tlb_contpte", default: None, range: None, help: "true: the arm64 contiguous-PTE hint is honoured (16 x 4 KiB in one TLB entry)" },
     ConfigKey { table: "machine", key: "tlb_coalesce_order", default: None, range: Some((0.0, 2.0)), help: "HPA-style TLB coalescing of aligned groups of 2^order PTEs: 0 (none) or 2" },
@@ -95,6 +105,7 @@ pub const CONFIG_KEYS: &[ConfigKey] = &[
     ConfigKey { table: "run", key: "sample_ms", default: Some(Num(1000.0)), range: Some((1.0, 1e9)), help: "simulated milliseconds between two rows of the time series" },
     ConfigKey { table: "run", key: "probes", default: None, range: None, help: "tracepoints to count (`foliosim list probes`): the result's probes.NAME.count, per CPU and per task" },
     ConfigKey { table: "run", key: "probes_record", default: None, range: None, help: "tracepoints whose events are also recorded, each with its time, CPU, task and value" },
+    ConfigKey { table: "run", key: "fault_runs", default: Some(Bool(true)), range: None, help: "a task's consecutive accesses (a run of faults) run as one step when nothing else can come first; false: step by step, with the same result (a debug switch)" },
 ];
 
 /// The entry of `CONFIG_KEYS` for `table.key` (every key the parser reads has one).
@@ -360,10 +371,16 @@ fn no_leftovers(ctx: &Ctx, t: &toml::Table, table: &str) -> Result<(), ConfigErr
 }
 
 /// Load a profile by builtin name or path (relative to `base`); errors name
-/// the profile file.
+/// the profile file. A derived profile (a `[derive]` table) is completed by
+/// the rule of hw/derive.rs from its host, loaded the same way (a path
+/// relative to the derived profile's file).
 pub fn load_profile(name: &str, base: &Path) -> Result<Profile, (String, Option<usize>, String, String)> {
-    let (text, file) = match profile::builtin(name) {
-        Some(t) => (t.to_string(), format!("<builtin profile {name}>")),
+    load_profile_from(name, base, 0)
+}
+
+fn load_profile_from(name: &str, base: &Path, depth: u32) -> Result<Profile, (String, Option<usize>, String, String)> {
+    let (text, file, dir) = match profile::builtin(name) {
+        Some(t) => (t.to_string(), format!("<builtin profile {name}>"), base.to_path_buf()),
         None => {
             let p = resolve_path(base, name);
             let read = |p: &Path| -> Result<String, String> {
@@ -372,7 +389,10 @@ pub fn load_profile(name: &str, base: &Path) -> Result<Profile, (String, Option<
                 Ok(text)
             };
             match read(&p) {
-                Ok(t) => (t, p.display().to_string()),
+                Ok(t) => {
+                    let dir = p.parent().map(Path::to_path_buf).unwrap_or_else(|| base.to_path_buf());
+                    (t, p.display().to_string(), dir)
+                }
                 Err(e) => {
                     return Err((
                         String::new(),
@@ -384,16 +404,18 @@ pub fn load_profile(name: &str, base: &Path) -> Result<Profile, (String, Option<
             }
         }
     };
-    let prof: Profile = toml::from_str(&text).map_err(|e| {
-        let line = e.span().map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1);
-        (file.clone(), line, "(profile)".to_string(), e.message().lines().next().unwrap_or("").to_string())
-    })?;
-    // Every number against its unit (NaN, negative costs, ...): serde took them as f64.
-    let doc: toml::Table =
-        text.parse().map_err(|e: toml::de::Error| (file.clone(), None, "(profile)".to_string(), e.message().to_string()))?;
-    profile::check_values(&doc).map_err(|at| (file.clone(), find_line_at(&text, &at.table, at.index, &at.key), at.path(), at.reason))?;
-    prof.validate().map_err(|(k, r)| (file.clone(), line_of_path(&text, &k), k, r))?;
-    Ok(prof)
+    let mut load_host = |host: &str| {
+        if depth >= 4 {
+            return Err("derived profiles nest more than 4 deep (a cycle?)".to_string());
+        }
+        load_profile_from(host, &dir, depth + 1).map_err(|(f, _, k, r)| {
+            format!("the host profile {host}: {}{k}: {r}", if f.is_empty() { String::new() } else { format!("{f}: ") })
+        })
+    };
+    crate::hw::profile_load::parse(&text, &mut load_host).map_err(|e| {
+        let line = e.line.or_else(|| line_of_path(&text, &e.key));
+        (file.clone(), line, e.key, e.reason)
+    })
 }
 
 /// Line of a dotted key path such as `cost.trap_ns` or `nodes[1].mem_mib`.
@@ -434,7 +456,7 @@ fn from_table(mut root: toml::Table, ctx: &Ctx) -> Result<Config, ConfigError> {
     let machine = machine_from(&mut root, ctx)?;
     let run = run_from(&mut root, ctx)?;
     let (kn, knob_values) = knobs_from(&mut root, ctx, machine.prof.total_mem_mib() << 10)?;
-    let (name, raw) = workload_from(&mut root, ctx, &machine.prof)?;
+    let (name, raw) = workload_from(&mut root, ctx, &machine.prof, kn.swap_size_mib)?;
     let Machine { profile_name, prof, tlb_overrides, guests, guest_stagger_ms, costs } = machine;
     if let Some(k) = root.keys().next() {
         return Err(ctx.err("", k, "unknown key (expected seed, machine, workload, run, knobs)"));
@@ -557,6 +579,9 @@ fn machine_from(root: &mut toml::Table, ctx: &Ctx) -> Result<Machine, ConfigErro
         if prof.cpu.nr_cpus % prof.cpu.sockets != 0 {
             prof.cpu.sockets = 1;
         }
+        if !(prof.cpu.nr_cpus / prof.cpu.sockets).is_multiple_of(prof.cpu.threads_per_core) {
+            prof.cpu.threads_per_core = 1;
+        }
     }
     if let Some(v) = m.remove("node_mem_mib") {
         let arr = match v {
@@ -645,6 +670,7 @@ fn run_from(root: &mut toml::Table, ctx: &Ctx) -> Result<RunCfg, ConfigError> {
         sample_ms: get_f64(ctx, &mut r, "run", "sample_ms")?,
         probes: get_probes(ctx, &mut r, "probes")?,
         probes_record: get_probes(ctx, &mut r, "probes_record")?,
+        fault_runs: get_bool(ctx, &mut r, "run", "fault_runs")?,
     };
     no_leftovers(ctx, &r, "run")?;
     Ok(run)
@@ -691,8 +717,8 @@ fn knobs_from(root: &mut toml::Table, ctx: &Ctx, mem_kib: u64) -> Result<(Knobs,
 }
 
 /// `[workload]`: its name and parameters (paths made absolute), checked by
-/// building it once; it must fit in `prof`'s memory.
-fn workload_from(root: &mut toml::Table, ctx: &Ctx, prof: &Profile) -> Result<(String, RawParams), ConfigError> {
+/// building it once; it must fit in `prof`'s memory and `swap_mib` of swap.
+fn workload_from(root: &mut toml::Table, ctx: &Ctx, prof: &Profile, swap_mib: u64) -> Result<(String, RawParams), ConfigError> {
     let mut w = take_table(ctx, root, "workload")?;
     let name = match w.remove("name") {
         Some(toml::Value::String(s)) => s,
@@ -712,15 +738,17 @@ fn workload_from(root: &mut toml::Table, ctx: &Ctx, prof: &Profile) -> Result<(S
         ctx.err("workload", k, reason.to_string())
     })?;
     if let Some(need) = wl.peak_bytes() {
-        let have = prof.total_mem_mib() << 20;
+        // Anonymous memory beyond RAM may live on the swap device.
+        let have = (prof.total_mem_mib() + swap_mib) << 20;
         if need > have {
             return Err(ctx.err(
                 "workload",
                 "",
                 format!(
-                    "needs about {:.1} GiB but the machine has {:.1} GiB",
+                    "needs about {:.1} GiB but the machine has {:.1} GiB{}",
                     need as f64 / (1u64 << 30) as f64,
-                    have as f64 / (1u64 << 30) as f64
+                    have as f64 / (1u64 << 30) as f64,
+                    if swap_mib > 0 { " with its swap" } else { "" }
                 ),
             ));
         }
@@ -865,8 +893,10 @@ mod tests {
             table.insert(k.key.into(), v.clone());
             let c = from_table(t, &Ctx { file: "c.toml", text: "", dir: Path::new("") })
                 .unwrap_or_else(|e| panic!("{}.{}: {e}", k.table, k.key));
-            // (guests and their stagger are in the normalised config only for 2 or more.)
-            if k.default.is_some() && !(k.table == "machine" && k.key.starts_with("guest")) {
+            // (guests and their stagger are in the normalised config only for 2 or more;
+            // run.fault_runs, a debug switch of the same result, only when off.)
+            let hidden_at_default = (k.table == "machine" && k.key.starts_with("guest")) || (k.table == "run" && k.key == "fault_runs");
+            if k.default.is_some() && !hidden_at_default {
                 let got = if k.table.is_empty() { &base[k.key] } else { &base[k.table][k.key] };
                 assert_eq!(got, &serde_json::to_value(k.default).unwrap(), "{}.{}: the default", k.table, k.key);
             }

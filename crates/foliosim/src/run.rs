@@ -3,13 +3,14 @@
 
 use crate::check;
 use crate::config::Config;
+use crate::kernel::knobs::Mutant;
 use crate::kernel::task::Task;
 use crate::kernel::Kernel;
 use crate::mm::fs::Inode;
 use crate::mm::vmstat::{Stat, ENTRY_NAMES, NR_STATS, STAT_NAMES};
 use crate::sim::{Ns, NSEC_PER_SEC};
 use crate::types::{Error, Progress};
-use crate::workload::{self, params::Params, FileId, FsKind, Op, Ret, SetupEnv, TaskId, Workload};
+use crate::workload::{self, params::Params, AccessRun, FileId, FsKind, Op, Ret, SetupEnv, TaskId, Workload};
 use serde_json::{json, Map, Value};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -98,6 +99,9 @@ impl SetupEnv for Env<'_> {
         }
         Ok(())
     }
+    fn image_buffer(&self) -> u64 {
+        crate::mm::exec::GLIBC_2_36_X86_64.testcase_buf
+    }
     fn map_process_image(&mut self, task: TaskId) -> Result<(), String> {
         let img = &crate::mm::exec::GLIBC_2_36_X86_64;
         let file = match self.image_file {
@@ -125,7 +129,7 @@ impl Env<'_> {
             Some(c) if c < n => Ok(c),
             Some(c) => Err(format!("cpu {c} does not exist (the machine has {n})")),
             None => {
-                let c = self.next_cpu % n;
+                let c = self.k.topo.placement(self.next_cpu % n);
                 self.next_cpu += 1;
                 Ok(c)
             }
@@ -157,6 +161,8 @@ pub struct Outcome {
     pub iterations: Vec<Option<u64>>,
     pub warmup_ns: Ns,
     pub measured_ns: Ns,
+    /// Steps run in runs of steps (`access_run`), not one by one.
+    pub run_steps: u64,
 }
 
 /// The run queue: (time, sequence, task). The sequence number makes ties
@@ -268,6 +274,9 @@ pub(crate) struct Driver {
     iterations_at_warmup: Vec<Option<u64>>,
     pub(crate) steps: u64,
     pub(crate) now: Ns,
+    /// `[run] fault_runs`: runs of steps (`access_run`).
+    fault_runs: bool,
+    run_steps: u64,
 }
 
 impl Driver {
@@ -347,6 +356,8 @@ impl Driver {
             iterations_at_warmup,
             steps: 0,
             now: 0,
+            fault_runs: cfg.run.fault_runs,
+            run_steps: 0,
         })
     }
 
@@ -422,10 +433,16 @@ impl Driver {
         // Run steps of this task while it is still the earliest.
         let mut earliest = q.heap.peek().map_or(Ns::MAX, |Reverse((t, _, _))| *t).min(horizon);
         loop {
-            crate::sim::set_frontier(k.tasks[tid as usize].clock, earliest);
+            let start = k.tasks[tid as usize].clock;
+            crate::sim::set_frontier(start, earliest);
             k.charge_irq(tid, cpu as u32);
-            let ended = step(k, self.wl.as_mut(), tid, q);
-            self.steps += 1;
+            // The steps after this one that this loop would run next, if
+            // they are accesses, run as one (`access_run`): as many as
+            // remain before the next progress check.
+            let bound = RunBound { until: earliest.min(stop), earliest, steps: (0x1000 - ((self.steps + 1) & 0xfff)) & 0xfff };
+            let (ended, ran) = step(k, self.wl.as_mut(), tid, q, self.fault_runs.then_some(bound));
+            self.steps += ran;
+            self.run_steps += ran - 1;
             // (Most steps wake nobody: skip the take-and-drop of the buffer.)
             if !k.wakeups.is_empty() {
                 for (t, w) in std::mem::take(&mut k.wakeups) {
@@ -433,7 +450,15 @@ impl Driver {
                 }
             }
             let tk = &k.tasks[tid as usize];
-            let c = tk.clock;
+            let c = if tk.exited || tk.sleeping {
+                k.cpus[cpu].busy_until = ended.unwrap_or(tk.clock);
+                tk.clock
+            } else {
+                let c = k.smt_share(cpu as u32, start, tk.clock);
+                k.tasks[tid as usize].clock = c;
+                c
+            };
+            let tk = &k.tasks[tid as usize];
             if tk.exited || tk.sleeping {
                 // (A sleeping kernel thread's wake-up entry is already queued.)
                 // The CPU is free from the end of the step, not from a
@@ -491,6 +516,7 @@ impl Driver {
             samples_stat: self.out_stat,
             warmup_ns: self.warmup_ns,
             measured_ns: self.measured_ns,
+            run_steps: self.run_steps,
         }
     }
 }
@@ -516,12 +542,26 @@ fn switch_to_next(k: &mut Kernel, cpu: usize, t: Ns, q: &mut Queue) {
     }
 }
 
+/// What bounds a run of steps (`access_run`): the driver runs the task's
+/// next step at once while its clock is before `until` (the earliest
+/// other step, and the next sample, audit or the end) and for `steps`
+/// more steps (to its next progress check); `earliest` is the frontier's
+/// horizon.
+#[derive(Clone, Copy)]
+struct RunBound {
+    until: Ns,
+    earliest: Ns,
+    steps: u64,
+}
+
 /// One step of task `tid`: the rest of a pending operation, or the
-/// workload's next one. For a kernel thread, returns when its step ended.
-fn step(k: &mut Kernel, wl: &mut dyn Workload, tid: u32, q: &mut Queue) -> Option<Ns> {
+/// workload's next one; with `run`, then the accesses that follow it as
+/// further steps (`access_run`). Returns when a kernel thread's step
+/// ended, and the steps run.
+fn step(k: &mut Kernel, wl: &mut dyn Workload, tid: u32, q: &mut Queue, run: Option<RunBound>) -> (Option<Ns>, u64) {
     let tk = &mut k.tasks[tid as usize];
     if tk.kthread.is_some() {
-        return Some(k.kthread_step(tid));
+        return (Some(k.kthread_step(tid)), 1);
     }
     if tk.fault_resumes() {
         // The rest of a fault; then the access re-executes (unless the
@@ -530,7 +570,7 @@ fn step(k: &mut Kernel, wl: &mut dyn Workload, tid: u32, q: &mut Queue) -> Optio
         let f = k.fault_continue(tid);
         let tk = &k.tasks[tid as usize];
         if tk.lock_wait.is_some() || tk.mid_fault() || tk.fault_unlock.is_some() {
-            return None;
+            return (None, 1);
         }
         match f {
             Fault::Done | Fault::Pending => {}
@@ -538,7 +578,7 @@ fn step(k: &mut Kernel, wl: &mut dyn Workload, tid: u32, q: &mut Queue) -> Optio
                 let e = if f == Fault::Oom { crate::workload::errno::ENOMEM } else { crate::workload::errno::EFAULT };
                 k.tasks[tid as usize].pending = None;
                 k.tasks[tid as usize].last = Ret::Err(e);
-                return None;
+                return (None, 1);
             }
         }
     }
@@ -547,9 +587,14 @@ fn step(k: &mut Kernel, wl: &mut dyn Workload, tid: u32, q: &mut Queue) -> Optio
         Some(op) => op,
         None => wl.next_op(tid, tk.last, &mut tk.ops),
     };
-    // (Only whether it made a task is needed after exec: the op moves in.)
+    // (Only what kind of op it was is needed after exec: the op moves in.)
     let fork = matches!(op, Op::Fork | Op::Vfork | Op::Clone);
+    let (access, range) = (matches!(op, Op::Access { .. }), matches!(op, Op::AccessRange { .. }));
     let r = k.exec(tid, op);
+    // A run follows a single access, or a range of them that a fault
+    // interrupted; after a whole range (memhog's pass: one step for many
+    // TLB hits) the next op is the workload's, whatever it is.
+    let runs = access || (range && k.tasks[tid as usize].pending.is_some());
     // page_reporting_notify_free for the frees this step made.
     k.page_reporting_poll(tid);
     if let Some(r) = r {
@@ -561,7 +606,92 @@ fn step(k: &mut Kernel, wl: &mut dyn Workload, tid: u32, q: &mut Queue) -> Optio
             enqueue(k, q, t, child);
         }
     }
-    None
+    match run {
+        Some(b) if runs && b.steps > 0 && k.tasks[tid as usize].clock < b.until => (None, 1 + access_run(k, wl, tid, b)),
+        _ => (None, 1),
+    }
+}
+
+/// A run of steps (docs/fault-path-speed.md): the steps of task `tid`
+/// that follow one that made an access, while each is an access (the rest
+/// of a pending user loop, or the next of the accesses the workload
+/// announces, `Workload::access_run`) and the driver would run it next
+/// with nothing in between: the same steps, in the same order, at the
+/// same times, through the same `exec`, with what the driver does at a
+/// step's start (the frontier, interrupt time), without its dispatch
+/// (the run queue, the workload's `next_op`, the step's case analysis).
+/// Returns the steps run; the driver then goes on after the last one as
+/// after any step.
+fn access_run(k: &mut Kernel, wl: &mut dyn Workload, tid: u32, b: RunBound) -> u64 {
+    let cpu = k.tasks[tid as usize].cpu;
+    let mut announced: Option<AccessRun> = None;
+    let (mut n, mut used) = (0, 0);
+    while n < b.steps && run_goes_on(k, tid, cpu, b.until) {
+        let tk = &mut k.tasks[tid as usize];
+        let op = match tk.pending {
+            Some(op @ Op::AccessRange { .. }) => {
+                tk.pending = None;
+                op
+            }
+            Some(_) => break,
+            // The workload's next op, as long as the one before succeeded.
+            None if tk.last == Ret::Val(0) => {
+                let a = match &mut announced {
+                    Some(a) => a,
+                    None => match wl.access_run(tid) {
+                        Some(a) => announced.insert(a),
+                        None => break,
+                    },
+                };
+                if a.count == 0 {
+                    break;
+                }
+                let op = Op::Access { addr: a.addr, kind: a.kind };
+                a.addr += a.stride;
+                a.count -= 1;
+                used += 1;
+                op
+            }
+            None => break,
+        };
+        crate::sim::set_frontier(tk.clock, b.earliest);
+        k.charge_irq(tid, cpu);
+        if let Some(r) = k.exec(tid, op) {
+            k.tasks[tid as usize].last = r;
+        }
+        k.page_reporting_poll(tid);
+        n += 1;
+    }
+    if used > 0 {
+        let mut scratch = 0;
+        let ops = if k.knobs.mutant == Mutant::RunSkipsOpCount { &mut scratch } else { &mut k.tasks[tid as usize].ops };
+        wl.access_run_done(tid, used, ops);
+    }
+    n
+}
+
+/// Whether the driver, after task `tid`'s step on `cpu`, would run its
+/// next step at once and do nothing else first (the conditions that end
+/// a run, docs/fault-path-speed.md): nobody was woken, the task neither
+/// exited nor sleeps nor has a fault to resume, its clock is before
+/// `until`, and its CPU is still its own (a time slice over with nobody
+/// waiting is renewed, as the driver renews it).
+#[inline(always)]
+fn run_goes_on(k: &mut Kernel, tid: u32, cpu: u32, until: Ns) -> bool {
+    let tk = &k.tasks[tid as usize];
+    let c = tk.clock;
+    let past = c >= until && k.knobs.mutant != Mutant::RunPastOtherSteps;
+    if !k.wakeups.is_empty() || tk.exited || tk.sleeping || tk.fault_resumes() || past {
+        return false;
+    }
+    let cp = &mut k.cpus[cpu as usize];
+    if c >= cp.slice_end {
+        if !cp.rq.is_empty() {
+            return false;
+        }
+        cp.slice_end = c + SCHED_SLICE;
+    }
+    true
 }
 
 /// The result object (see `api::run_json` for its shape).
@@ -695,6 +825,13 @@ pub fn result_json(cfg: &Config, o: &Outcome) -> Value {
             // RSS when the run started (a process image's pages), the
             // largest of any mm: the harness's baseline.
             "base_rss_kib": k.mms.iter().map(|m| m.base_rss.max(0) as u64 * 4).max().unwrap_or(0),
+            // What the CPUs moved through each node's shared bandwidth and
+            // through the socket links (sim/bw.rs), and the time transfers
+            // waited for them beyond what one CPU alone takes.
+            "node_bw_bytes": k.nodes.iter().map(|n| n.bw.bytes).collect::<Vec<_>>(),
+            "node_bw_wait_ns": k.nodes.iter().map(|n| n.bw.wait_ns).collect::<Vec<_>>(),
+            "link_bw_bytes": k.nodes.iter().map(|n| n.link.bytes).sum::<u64>(),
+            "link_bw_wait_ns": k.nodes.iter().map(|n| n.link.wait_ns).sum::<u64>(),
         },
         "checker": {
             "enabled": k.check.enabled,
@@ -718,17 +855,23 @@ mod tests {
     use super::*;
 
     /// will-it-scale's start gate on two sockets of two CPUs (skl-2s-72's
-    /// costs: local line 8 ns, same socket 48, other socket 135, IPI send
-    /// 100, wake-up 3000): the waker on CPU 0 wakes the last task first.
+    /// costs): the waker on CPU 0 wakes the last task first, each wake-up
+    /// an IPI after a transfer of the pipe's line from where it was.
     #[test]
     fn the_start_gate_wakes_the_last_poller_first_one_wake_up_apart() {
         let toml = "seed = 1\n[machine]\nprofile = \"skl-2s-72\"\nnr_cpus = 4\n[workload]\nname = \"page_fault1\"\nmode = \"threads\"\ntasks = 4\nsize_mib = 1\nprocess_image = \"none\"\n[run]\nwarmup_s = 0.0\nduration_s = 0.001\n";
         let cfg = crate::config::from_toml(toml, "<test>").unwrap();
         let d = Driver::new(&cfg, cfg.seed, 0, build_workload(&cfg).unwrap(), &mut |_| {}).unwrap();
         let clocks: Vec<Ns> = d.k.tasks.iter().map(|t| t.clock).collect();
-        // task 3 (CPU 3, other socket): 135 + 100; task 2 (CPU 2): + 235;
-        // task 1 (CPU 1): + 48 + 100; task 0 (CPU 0): + 8 + 100; each runs
-        // 3000 after its wake-up.
-        assert_eq!(clocks, [3726, 3618, 3470, 3235]);
+        // task 3 (CPU 3, other socket): a cross-socket transfer and an IPI;
+        // task 2 (CPU 2): the same again; task 1 (CPU 1): a same-socket
+        // transfer and an IPI; task 0 (CPU 0): a local RMW and an IPI; each
+        // runs a context switch after its wake-up.
+        let c = &d.k.c;
+        let w3 = c.line_cross + c.ipi_send;
+        let w2 = w3 + c.line_cross + c.ipi_send;
+        let w1 = w2 + c.line_same + c.ipi_send;
+        let w0 = w1 + c.line_local + c.ipi_send;
+        assert_eq!(clocks, [w0, w1, w2, w3].map(|w| w + c.context_switch));
     }
 }

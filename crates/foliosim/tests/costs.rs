@@ -126,7 +126,7 @@ fn an_order_4_free_takes_the_zone_lock_and_smaller_orders_do_not() {
 }
 
 /// A page freed by this CPU and reused before the CPU allocated more than
-/// warm_cache_bytes since clears at the cache bandwidth; a page fresh from
+/// its caches hold (cpu.l2_kib + cpu.llc_kib) since clears at the cache bandwidth; a page fresh from
 /// the allocator, one another CPU freed, and one reused after the cache
 /// turned over, at the node's; and each of those cold folios pays
 /// alloc_cold_ns once, a warm one not.
@@ -137,7 +137,8 @@ fn a_page_clears_at_the_warm_bandwidth_only_while_this_cpus_cache_holds_it() {
     fn refaults(warm_bw: f64, cold: f64, second: u32, n: u64) -> Vec<Ns> {
         let mut h = boot(UPSTREAM, &|p| {
             p.cost.zero_warm_bw_gbps = warm_bw;
-            p.cost.warm_cache_bytes = 64 * 4096;
+            p.cpu.l2_kib = 0;
+            p.cpu.llc_kib = 64 * 4;
             p.cost.alloc_cold_ns = cold;
         });
         let t0 = h.process(0);

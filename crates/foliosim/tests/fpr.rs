@@ -254,7 +254,7 @@ fn mthp_folios_fault_reported_memory_back_in() {
 /// host pages (host THP off), one host fault each.
 #[test]
 fn thp_memhog_on_an_unbacked_guest_is_backed_by_the_host() {
-    let o = sim("seed = 13\n[machine]\nprofile = \"e5-2630v3-guest-32g\"\nnode_mem_mib = [1024]\n[workload]\nname = \"memhog\"\nsize_mib = 256\n[knobs]\n\"page_reporting.enabled\" = true\n\"kernel/mm/transparent_hugepage/enabled\" = \"always\"\n[run]\nwarmup_s = 0.0\nduration_s = 0.3\ncheck = true\naudit_interval_ms = 20.0\n");
+    let o = sim("seed = 13\n[machine]\nprofile = \"e5-2630v3-guest-32g\"\nnode_mem_mib = [1024]\n[workload]\nname = \"memhog\"\nsize_mib = 256\n[knobs]\n\"page_reporting.enabled\" = true\n\"kernel/mm/transparent_hugepage/enabled\" = \"always\"\n[run]\nwarmup_s = 0.0\nduration_s = 0.6\ncheck = true\naudit_interval_ms = 20.0\n");
     assert!(o.kernel.check.violations.is_empty(), "{:?}", o.kernel.check.violations);
     assert_eq!(st(&o, Stat::ThpFaultAlloc), 128);
     let faults = st(&o, Stat::HostFaults);

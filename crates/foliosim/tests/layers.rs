@@ -40,8 +40,9 @@ const LAYERS: &[(&str, &[&str])] = &[
     // tables and VMA tree, struct page, vmstat), the types the kernel's
     // code shares (the fault's context, the policy interfaces, a task's mm
     // state), the knobs and costs it is built with, its tracepoints, its
-    // checker's records, and the hypervisor's memory under a guest kernel
-    // (virt/host.rs, the balloon: the guest sees it as its machine).
+    // checker's records, a secondary MMU's translations (mm/mmu_notifier.rs),
+    // and the hypervisor's memory under a guest kernel (virt/host.rs, the
+    // balloon: the guest sees it as its machine).
     (
         "subsys",
         &[
@@ -53,6 +54,8 @@ const LAYERS: &[(&str, &[&str])] = &[
             "mm/mem_map.rs",
             "mm/memory_tiers.rs",
             "mm/mm_types_task.rs",
+            "mm/mmu_notifier.rs",
+            "mm/swapfile.rs",
             "mm/mmzone.rs",
             "mm/page_alloc.rs",
             "mm/page_alloc/",
@@ -83,8 +86,9 @@ const LAYERS: &[(&str, &[&str])] = &[
     // fault's entry, TLB flushes).
     ("mm", &["mm/", "arch/x86/mm/"]),
     // The kernel around the mm: boot, system call dispatch, kernel
-    // threads, the kernel's side of LUF, tiering and page reporting.
-    ("kernel", &["kernel/"]),
+    // threads, the kernel's side of LUF, tiering and page reporting; a
+    // host kernel under guests (virt/kvm.rs).
+    ("kernel", &["kernel/", "virt/kvm.rs"]),
     // The invariant checker's full audit and LUF ground truth.
     ("check", &["check/"]),
     // A config file parsed into a machine, a workload and knobs.

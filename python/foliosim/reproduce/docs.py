@@ -144,7 +144,9 @@ def _anchor(heading: str) -> str:
 
 def render(data: dict[str, Any]) -> str:
     """The Markdown of `docs/reproductions.json`."""
+    from ..doctables import published_cell, within_cell
     from ..report import difference
+    from ..verdict import verdict
 
     exps = data["experiments"]
     out = ["# Reproductions", "",
@@ -163,20 +165,22 @@ def render(data: dict[str, Any]) -> str:
         out += ["", f"## {MECHANISM_TITLES.get(m, m)}", "",
                 f"Mechanism: [docs/mechanisms/{m}.md](mechanisms/{m}.md)."]
         for e in (x for x in exps if x["mechanism"] == m):
+            within = within_cell(e["rows"])
             out += ["", f"### `{e['name']}`: {_cell(e['title'])}", "",
-                    f"From [`{e['file']}`](../{e['file']}); `foliosim reproduce {e['name']}`.", "",
-                    "| label | metric | published | simulated | difference | note |",
-                    "| --- | --- | ---: | ---: | ---: | --- |"]
+                    f"From [`{e['file']}`](../{e['file']}); `foliosim reproduce {e['name']}`. "
+                    + (f"Rows within 25% of their published figure: {within}." if within != "—"
+                       else "No published figure: the model's own rows."), "",
+                    "| label | metric | published | simulated | difference | verdict | note |",
+                    "| --- | --- | ---: | ---: | ---: | --- | --- |"]
             for r in e["rows"]:
                 pub = r.get("published", r.get("seed"))
                 d, p = difference(pub, r.get("simulated"))
                 diff = "—" if d is None else (f"{_fmt(d)} ({p:+.1f}%)" if p is not None else _fmt(d))
                 unit = f" {r['unit']}" if r.get("unit") else ""
-                shown_pub = "—" if pub is None else f"{_fmt(pub)}{unit}"
                 sim = "—" if r.get("simulated") is None else f"{_fmt(r.get('simulated'))}{unit}"
                 head = " **(headline)**" if r.get("headline") else ""
-                out.append(f"| {_cell(r.get('label'))}{head} | {_cell(r.get('metric'))} | {shown_pub} | {sim} | {diff} | "
-                           f"{_cell(r.get('note'))} |")
+                out.append(f"| {_cell(r.get('label'))}{head} | {_cell(r.get('metric'))} | {_cell(published_cell(r))} | {sim} | "
+                           f"{diff} | {verdict(r)} | {_cell(r.get('note'))} |")
             out += _sensitivity_table(e)
             if e["notes"]:
                 out += ["", "Notes:", ""] + [f"- {_cell(n)}" for n in e["notes"]]
@@ -187,14 +191,16 @@ def render(data: dict[str, Any]) -> str:
                         "| in the window (all tasks) | ops per iteration | |",
                         "| --- | --- | ---: | ---: | ---: | ---: | ---: | --- |"]
                 for w in e["windows"]:
-                    verdict = "ok" if w["ok"] else f"**short**: {_cell(w['reason'])}"
+                    state = "ok" if w["ok"] else f"**short**: {_cell(w['reason'])}"
                     out.append(f"| {_cell(w['label'])} | {w['kind']} | {w['tasks']} | {_fmt(w['iterations_before_min'])} | "
                                f"{_fmt(w['iterations_measured_min'])} | {_fmt(w['iterations_measured'])} | "
-                               f"{_fmt(w['ops_per_iteration'])} | {verdict} |")
+                               f"{_fmt(w['ops_per_iteration'])} | {state} |")
             figs: dict[str, list[str]] = {}
             for r in e["rows"]:
                 for s in r.get("sources") or []:
-                    line = f"{s['figure']} ({s['where']})"
+                    q = s.get("quote")
+                    quoted = " … ".join(q) if isinstance(q, list) else q
+                    line = f"{s['figure']} ({s['where']})" + (f": `{quoted.replace('`', chr(39))}`" if quoted else "")
                     figs.setdefault(s["source"], [])
                     if line not in figs[s["source"]]:
                         figs[s["source"]].append(line)
@@ -286,7 +292,7 @@ def compare_rows(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     if len(old["rows"]) != len(new["rows"]):
         out.append(f"{old['name']}: {len(old['rows'])} rows committed, {len(new['rows'])} now")
     for a, b in zip(old["rows"], new["rows"], strict=False):
-        for k in ("label", "metric", "unit", "published", "simulated", "note", "window"):
+        for k in ("label", "metric", "unit", "published", "noise", "simulated", "note", "window"):
             if a.get(k) != b.get(k):
                 out.append(f"{old['name']}: {a.get('label')} / {a.get('metric')}: {k} {a.get(k)!r} committed, {b.get(k)!r} now")
     if old["notes"] != new["notes"]:

@@ -183,6 +183,16 @@ def _rows(exp: Experiment, spec: RowSpec, env: dict[str, Any], partial: bool,
                 published = _number(_ev(f["published"], {**e, "pub": pub}, exp, f"{where}.published", partial), f"{where}.published", exp)
                 if published is not None and not pub.touched:
                     raise exp.err(f"{where}.published", "a published figure comes from [published] (pub.ID), with its source")
+            noise = None
+            if "noise" in f and published is not None:
+                read = list(pub.touched)
+                pub.touched.clear()
+                noise = _number(_ev(f["noise"], {**e, "pub": pub}, exp, f"{where}.noise", partial), f"{where}.noise", exp)
+                if noise is not None and not pub.touched:
+                    raise exp.err(f"{where}.noise", "a noise band is one the source states: read it from [published] (pub.ID)")
+                if noise is not None and noise < 0:
+                    raise exp.err(f"{where}.noise", f"a noise band is a half-width, not negative ({noise!r})")
+                pub.touched[:0] = [k for k in read if k not in pub.touched]
             row: dict[str, Any] = {
                 "label": _render(f["label"], e, exp, f"{where}.label", partial),
                 "metric": _render(f["metric"], e, exp, f"{where}.metric", partial),
@@ -191,6 +201,8 @@ def _rows(exp: Experiment, spec: RowSpec, env: dict[str, Any], partial: bool,
                 "seed": published,
                 "simulated": _number(_ev(f["simulated"], e, exp, f"{where}.simulated", partial), f"{where}.simulated", exp),
             }
+            if noise is not None:
+                row["noise"] = noise
             row["_reads"] = sorted(_READS.now if _READS else ())
             short = [windows[n] for n in row["_reads"] if n in windows and not windows[n]["ok"]]
             row["note"] = ""
@@ -199,8 +211,8 @@ def _rows(exp: Experiment, spec: RowSpec, env: dict[str, Any], partial: bool,
                 if "note_when" not in f or _ev(f["note_when"], ne, exp, f"{where}.note_when", partial):
                     row["note"] = _render(f["note"], ne, exp, f"{where}.note", partial)
             if pub.touched:
-                row["sources"] = [{"figure": k, "source": exp.published[k]["source"], "where": exp.published[k]["where"]}
-                                  for k in pub.touched]
+                row["sources"] = [{"figure": k, "source": exp.published[k]["source"], "where": exp.published[k]["where"],
+                                   "quote": exp.published[k]["quote"]} for k in pub.touched]
             h = f.get("headline")
             if isinstance(h, Expr):
                 h = _ev(h, e, exp, f"{where}.headline", partial)

@@ -14,6 +14,7 @@ The format (docs/experiments.md describes it for a reader)::
     value = 624061.0                    # a number or a list of numbers
     source = "ID"                       # a [sources] id
     where = "cover letter, will-it-scale table, page_fault1 baseline"
+    quote = "| page_fault1.csv      |   624061 |"  # the figure as the source prints it
 
     [config]                            # the base config, in the config language
     seed = 1
@@ -41,6 +42,8 @@ The format (docs/experiments.md describes it for a reader)::
     metric = "page_fault1 ops/s"
     unit = "ops/s"
     published = "pub.ID"                # optional: an expression over pub.*
+    noise = "pub.ID_stddev"             # optional: the noise the source states for
+                                        # the figure (a half-width, the row's unit)
     simulated = "runs[f't{tasks}'].summary.ops_per_s"
     note = "..."                        # a template; see `Template`
     note_when = "EXPR"                  # optional: the note only where true
@@ -275,7 +278,49 @@ def _loops(exp: Experiment, t: dict[str, Any], where: str) -> list[tuple[str, An
     return out
 
 
-ROW_KEYS = {"id", "for", "when", "label", "metric", "unit", "published", "simulated", "note", "note_when", "headline"}
+# A number as a source prints it: an optional sign (a hyphen after a digit
+# or a letter joins a range or a name, not a sign), digits with or without
+# thousands separators, a decimal part.
+_NUMBER = re.compile(r"(?<![\w.])([-\u2212+]?)((?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?)")
+
+
+def quoted_numbers(text: str) -> list[float]:
+    """The numbers in a quote, in order ("-8.1%" -> -8.1, "8,827,457.25" ->
+    8827457.25, "683B" -> 683)."""
+    out = []
+    for sign, digits in _NUMBER.findall(text):
+        n = float(digits.replace(",", ""))
+        out.append(-n if sign in ("-", "\u2212") else n)
+    return out
+
+
+def quote_problem(value: Any, quote: Any) -> str | None:
+    """Why `quote` does not show `value` as printed (None: it does). A
+    figure's quote is the text of the source that states it: every number
+    of the value must be one of the quote's numbers, in order, so that a
+    figure worked out from others (a sum, a difference, a unit conversion)
+    cannot pass for one the source printed."""
+    if isinstance(quote, list) and all(isinstance(q, str) for q in quote):
+        text = " ".join(quote)
+    elif isinstance(quote, str):
+        text = quote
+    else:
+        return ("missing: the figure as the source prints it (a figure the source does not print is not published; "
+                "compute it in the row's `published` from the figures it does print)")
+    numbers = quoted_numbers(text)
+    values = value if isinstance(value, list) else [value]
+    at = 0
+    for v in values:
+        while at < len(numbers) and numbers[at] != float(v):
+            at += 1
+        if at == len(numbers):
+            return f"{v!r} is not printed in the quote {text!r} (after the numbers before it)"
+        at += 1
+    return None
+
+
+ROW_KEYS = {"id", "for", "when", "label", "metric", "unit", "published", "noise", "simulated", "note", "note_when",
+            "headline"}
 SERIES_KEYS = {"for", "when", "name", "x", "y", "xlabel", "ylabel"}
 TOP_KEYS = {"title", "window", "sources", "published", "config", "runs", "sweeps", "let", "rows", "series", "notes", "sensitivity"}
 
@@ -328,9 +373,9 @@ def load(path: str | Path) -> Experiment:
     for fid, f in (doc.get("published") or {}).items():
         if not isinstance(f, dict):
             raise exp.err(f"published.{fid}", "expected a table: { value = ..., source = ..., where = ... }")
-        unknown = set(f) - {"value", "source", "where"}
+        unknown = set(f) - {"value", "source", "where", "quote"}
         if unknown:
-            raise exp.err(f"published.{fid}.{sorted(unknown)[0]}", "unknown key (expected value, source, where)")
+            raise exp.err(f"published.{fid}.{sorted(unknown)[0]}", "unknown key (expected value, source, where, quote)")
         v = f.get("value")
         if not (isinstance(v, (int, float)) and not isinstance(v, bool)) and not (
                 isinstance(v, list) and all(isinstance(x, (int, float)) for x in v)):
@@ -339,6 +384,9 @@ def load(path: str | Path) -> Experiment:
             raise exp.err(f"published.{fid}.source", f"{f.get('source')!r} is not a [sources] id")
         if not isinstance(f.get("where"), str) or not f["where"].strip():
             raise exp.err(f"published.{fid}.where", "say where in the source the figure stands (table, section)")
+        problem = quote_problem(v, f.get("quote"))
+        if problem:
+            raise exp.err(f"published.{fid}.quote", problem)
         exp.published[fid] = dict(f)
     # configs
     base = doc.get("config") or {}
@@ -435,6 +483,10 @@ def load(path: str | Path) -> Experiment:
         fields["simulated"] = _expr(exp, t["simulated"], f"{where}.simulated")
         if "published" in t:
             fields["published"] = _expr(exp, t["published"], f"{where}.published")
+        if "noise" in t:
+            if "published" not in t:
+                raise exp.err(f"{where}.noise", "noise of a published figure that the row does not have")
+            fields["noise"] = _expr(exp, t["noise"], f"{where}.noise")
         if "id" in t:
             rid = _str(exp, t, "id", where) or ""
             if not _IDENT.match(rid) or rid in ids:
@@ -521,13 +573,15 @@ def profile_number(cfg: dict[str, Any], key: str) -> float:
     if key in (m.get("costs") or {}):
         return float(m["costs"][key])
     name = m["profile"]
-    text = next((p.get("toml") for p in json.loads(_core.catalog_json()).get("profiles", []) if p.get("name") == name), None)
-    if text is None:
-        text = Path(name).read_text(encoding="utf-8")
-    doc = tomllib.loads(text)
+    # The profile as loaded (a derived one completed by the rule of
+    # docs/profiles.md), not its file's text.
+    try:
+        values = {v["path"]: v["value"] for v in json.loads(_core.profile_explain_json(name))["values"]}
+    except _core.ConfigError as e:
+        raise ValueError(f"{key}: profile {name}: {e}") from None
     table, _, k = key.rpartition(".") if "." in key else ("cost", "", key)
-    t = doc.get(table)
-    vals = [n.get(k) for n in t] if isinstance(t, list) else [t.get(k)] if isinstance(t, dict) else [None]
+    vals = ([v for p, v in values.items() if p.startswith("nodes[") and p.endswith(f"].{k}")] if table == "nodes"
+            else [values.get(f"{table}.{k}")])
     nums = [v for v in vals if isinstance(v, (int, float)) and not isinstance(v, bool)]
     if len(nums) != len(vals) or len(set(nums)) != 1:
         raise ValueError(f"{key}: not one number in profile {name}")

@@ -67,6 +67,25 @@ fn audit_page_reporting(k: &Kernel, found: &mut Vec<String>) {
     }
 }
 
+/// Secondary MMUs (part of `audit`): each translation a subscriber keeps
+/// is of a page its mm maps there, accessible: whatever took the mm's PTE
+/// away (zap, swap-out, migration, NUMA hinting) told the subscriber first.
+fn audit_secondary_mmus(k: &Kernel, found: &mut Vec<String>) {
+    for mm in k.mms.iter().filter(|m| m.alive) {
+        let Some(s) = mm.notifier.as_deref() else { continue };
+        for i in s.present.iter_set() {
+            let va = s.start + (i << 12);
+            let pte = mm.pt.pte(va);
+            if !pte.present() || pte.0 & crate::mm::pgtable::Pte::PROTNONE != 0 {
+                found.push(format!(
+                    "mm {} va {va:#x}: the secondary MMU maps a page whose PTE is {:#x} (an invalidation skipped)",
+                    mm.id, pte.0
+                ));
+            }
+        }
+    }
+}
+
 /// Full audit of the kernel state; records every violation found.
 pub fn audit(k: &mut Kernel) {
     let mut found: Vec<String> = Vec::new();
@@ -74,6 +93,7 @@ pub fn audit(k: &mut Kernel) {
         found.push(format!("page allocator: {e}"));
     }
     audit_page_reporting(k, &mut found);
+    audit_secondary_mmus(k, &mut found);
     let (maps, zero_ptes) = audit_page_tables(k, &mut found);
     let (anon, mapped_file, flagged) = audit_frames(k, &maps, &mut found);
     audit_split_queues(k, flagged, &mut found);
@@ -91,18 +111,30 @@ pub fn audit(k: &mut Kernel) {
 fn audit_page_tables(k: &Kernel, found: &mut Vec<String>) -> (FxHashMap<Pfn, i32>, i64) {
     let mut maps: FxHashMap<Pfn, i32> = FxHashMap::default();
     let mut zero_ptes: i64 = 0;
+    // Swap PTEs per slot, against the device's counts.
+    let mut swap_refs: FxHashMap<u32, u32> = FxHashMap::default();
     for mm in k.mms.iter().filter(|m| m.alive) {
         let mut keys: Vec<u64> = mm.pt.pte_tables.keys().copied().collect();
         keys.sort_unstable();
+        let mut swap_ents = 0i64;
         for key in keys {
             let tbl = &mm.pt.pte_tables[&key];
             let mut present = 0u16;
             for (i, pte) in tbl.ptes.iter().enumerate() {
+                let va = (key << PMD_SHIFT) | ((i as u64) << 12);
+                if pte.is_swap() {
+                    present += 1;
+                    swap_ents += 1;
+                    *swap_refs.entry(pte.swp_offset()).or_default() += 1;
+                    if mm.vma_lookup(va).is_none_or(|v| v.anon_vma == 0) {
+                        found.push(format!("mm {} va {va:#x}: swap PTE outside an anonymous VMA", mm.id));
+                    }
+                    continue;
+                }
                 if !pte.present() {
                     continue;
                 }
                 present += 1;
-                let va = (key << PMD_SHIFT) | ((i as u64) << 12);
                 if pte.0 & crate::mm::pgtable::Pte::PROTNONE != 0 && (pte.write() || pte.special()) {
                     found.push(format!("mm {} va {va:#x}: PROT_NONE hinting PTE {:#x} is writable or maps the zero page", mm.id, pte.0));
                 }
@@ -144,9 +176,23 @@ fn audit_page_tables(k: &Kernel, found: &mut Vec<String>) -> (FxHashMap<Pfn, i32
                 *maps.entry(pfn).or_default() += 1;
             }
             if present != tbl.nr_present {
-                found.push(format!("mm {} table {key:#x}: nr_present {} but {present} PTEs present", mm.id, tbl.nr_present));
+                found.push(format!("mm {} table {key:#x}: nr_present {} but {present} PTEs present or swapped", mm.id, tbl.nr_present));
             }
         }
+        if swap_ents != mm.swap_ents {
+            found.push(format!("mm {}: MM_SWAPENTS {} but {swap_ents} swap PTEs", mm.id, mm.swap_ents));
+        }
+    }
+    let mut inuse = 0;
+    for (slot, c) in k.swap.counts() {
+        let refs = swap_refs.get(&slot).copied().unwrap_or(0);
+        if c as u32 != refs {
+            found.push(format!("swap slot {slot}: swap_map counts {c} but {refs} swap PTEs name it"));
+        }
+        inuse += (c > 0) as u64;
+    }
+    if inuse != k.swap.inuse {
+        found.push(format!("swap device: {} slots in use but {inuse} counted", k.swap.inuse));
     }
     (maps, zero_ptes)
 }

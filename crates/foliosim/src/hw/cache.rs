@@ -1,28 +1,45 @@
-//! What a CPU's caches still hold, as far as the kernel's costs care: the
-//! lines of pages it freed recently (a page reused soon after is cleared in
-//! cache, several times faster than one coming from DRAM) and the PTE table
-//! its last page walk read.
+//! What the CPUs' caches still hold, as far as the kernel's costs care:
+//! the lines of pages freed recently (a page reused soon after is cleared
+//! in cache, several times faster than one coming from DRAM), of the
+//! page-cache pages copied lately (read() of a file that fits the cache
+//! copies from it, three times faster than from DRAM) and the PTE table a
+//! CPU's last page walk read.
 //!
-//! The bookkeeping is two counters and a stamp per free frame, no scans:
-//! every CPU counts the pages allocated on it (`alloc_clock`: each is
-//! about to be written through its caches, by a clear, a copy or a fill);
-//! a folio freed on a CPU carries (that CPU, its clock) in its frames
-//! while free (`FreeStamp`, kept in the frames' LRU links, which a free
-//! frame does not use). A folio allocated on the CPU that freed it, before
-//! that CPU allocated more than `warm_cache_pages` since, is warm. The page
+//! The caches of a socket's CPUs are shared: its last-level cache
+//! (cpu.llc_kib) holds what any of them wrote, and each core's L2
+//! (cpu.l2_kib) what that core wrote. The bookkeeping is a counter per
+//! socket and a stamp per free frame, no scans: every socket counts the
+//! pages its CPUs allocate (`Llc::clocks`: each is about to be written
+//! through the caches, by a clear, a copy or a fill); a folio freed on a
+//! CPU carries (that CPU, its socket's clock) in its frames while free
+//! (`FreeStamp`, kept in the frames' LRU links, which a free frame does
+//! not use). A folio allocated on the socket that freed it is warm while
+//! what the socket's CPUs allocated since fits in its last-level cache
+//! (plus the L2, on the CPU that freed it): one CPU alone keeps the whole
+//! LLC, many CPUs allocating at once each keep their share of it. The page
 //! allocator hands out the most recently freed pages first (the per-CPU
 //! lists are LIFO, frees go to the head of the buddy lists), so after a
-//! large free the first `warm_cache_pages` of reuse are warm and the rest
-//! cold, as on the machine.
+//! large free the first pages of reuse are warm and the rest cold, as on
+//! the machine.
+//!
+//! A page-cache page's LRU links are in use, so a socket keeps the pages
+//! its CPUs copied (read(), write()) in a table instead: (CPU + 1, the
+//! socket's clock after the copy), pruned to about twice what the caches
+//! hold. A copy from DRAM brings the page's lines in and advances the
+//! clock like an allocation; a page copied again while what the socket
+//! brought in since fits (as for a reused folio) copies from the caches,
+//! so a file read over and over stays warm while it fits.
 
-/// (CPU + 1, that CPU's `alloc_clock` when it freed the frame); CPU 0
+use crate::types::Pfn;
+use rustc_hash::FxHashMap;
+
+/// (CPU + 1, its socket's `Llc` clock when it freed the frame); CPU 0
 /// means no stamp (never freed, or freed by a path that does not stamp).
 pub type FreeStamp = (u32, u32);
 
-#[derive(Clone, Debug, Default)]
+/// What one CPU's caches hold of its last allocation and its last walk.
+#[derive(Clone, Debug)]
 pub struct CpuCache {
-    /// Pages allocated on this CPU so far (wrapping).
-    pub alloc_clock: u32,
     /// Whether the last folio allocated on this CPU was warm.
     pub alloc_warm: bool,
     /// The PTE table (mm, va >> PMD_SHIFT) of this CPU's last page walk,
@@ -30,26 +47,15 @@ pub struct CpuCache {
     pub last_walk: u64,
 }
 
+impl Default for CpuCache {
+    fn default() -> Self {
+        CpuCache::new()
+    }
+}
+
 impl CpuCache {
     pub fn new() -> CpuCache {
-        CpuCache { alloc_clock: 0, alloc_warm: false, last_walk: u64::MAX }
-    }
-
-    /// The stamp a frame freed now on CPU `cpu` carries.
-    #[inline(always)]
-    pub fn free_stamp(&self, cpu: u32) -> FreeStamp {
-        (cpu + 1, self.alloc_clock)
-    }
-
-    /// A folio of `pages` pages whose frames carry `stamp` is allocated on
-    /// CPU `cpu`: advance the clock and say whether it is warm (freed here,
-    /// and this CPU allocated at most `warm_pages` since, itself included).
-    #[inline(always)]
-    pub fn on_alloc(&mut self, cpu: u32, stamp: FreeStamp, pages: u32, warm_pages: u64) -> bool {
-        self.alloc_clock = self.alloc_clock.wrapping_add(pages);
-        let warm = stamp.0 == cpu + 1 && self.alloc_clock.wrapping_sub(stamp.1) as u64 <= warm_pages;
-        self.alloc_warm = warm;
-        warm
+        CpuCache { alloc_warm: false, last_walk: u64::MAX }
     }
 
     /// A page walk into the PTE table `table` (mm and va >> PMD_SHIFT,
@@ -60,6 +66,88 @@ impl CpuCache {
         let cached = self.last_walk == table;
         self.last_walk = table;
         cached
+    }
+}
+
+/// The sockets' last-level caches: what their CPUs allocated.
+#[derive(Clone, Debug)]
+pub struct Llc {
+    /// Pages whose lines each socket's CPUs brought into its caches so far
+    /// (allocated there, or page-cache pages copied from DRAM; wrapping).
+    clocks: Vec<u32>,
+    /// Per socket, the page-cache pages its CPUs copied: PFN -> (CPU + 1,
+    /// the socket's clock after the copy).
+    copied: Vec<FxHashMap<Pfn, FreeStamp>>,
+    cpus_per_socket: u32,
+    /// A core's L2 and a socket's last-level cache, in pages.
+    l2_pages: u32,
+    llc_pages: u32,
+}
+
+impl Llc {
+    pub fn new(sockets: u32, cpus_per_socket: u32, l2_kib: u64, llc_kib: u64) -> Llc {
+        let pages = |kib: u64| (kib / 4).min(u32::MAX as u64 / 2) as u32;
+        Llc {
+            clocks: vec![0; sockets.max(1) as usize],
+            copied: vec![FxHashMap::default(); sockets.max(1) as usize],
+            cpus_per_socket: cpus_per_socket.max(1),
+            l2_pages: pages(l2_kib),
+            llc_pages: pages(llc_kib),
+        }
+    }
+
+    #[inline(always)]
+    fn socket(&self, cpu: u32) -> usize {
+        ((cpu / self.cpus_per_socket) as usize).min(self.clocks.len() - 1)
+    }
+
+    /// The stamp a frame freed now on CPU `cpu` carries.
+    #[inline(always)]
+    pub fn free_stamp(&self, cpu: u32) -> FreeStamp {
+        (cpu + 1, self.clocks[self.socket(cpu)])
+    }
+
+    /// A folio of `pages` pages whose frames carry `stamp` is allocated on
+    /// CPU `cpu`: advance its socket's clock and say whether the folio is
+    /// warm (freed on this socket, and what the socket allocated since,
+    /// itself included, fits in the last-level cache, plus the L2 when
+    /// this CPU freed it).
+    #[inline(always)]
+    pub fn on_alloc(&mut self, cpu: u32, stamp: FreeStamp, pages: u32) -> bool {
+        let s = self.socket(cpu);
+        self.clocks[s] = self.clocks[s].wrapping_add(pages);
+        if stamp.0 == 0 || self.socket(stamp.0 - 1) != s {
+            return false;
+        }
+        self.clocks[s].wrapping_sub(stamp.1) <= self.room(cpu, stamp)
+    }
+
+    /// What may be brought in since a page stamped `stamp` left it still
+    /// cached for CPU `cpu`: the LLC, plus the L2 on the CPU that stamped it.
+    #[inline(always)]
+    fn room(&self, cpu: u32, stamp: FreeStamp) -> u32 {
+        self.llc_pages + if stamp.0 == cpu + 1 { self.l2_pages } else { 0 }
+    }
+
+    /// CPU `cpu` copies page-cache page `pfn` (copy_page_to_iter,
+    /// copy_page_from_iter): whether its lines are still in the caches (a
+    /// CPU of this socket copied it, and what the socket brought in since
+    /// fits); a page copied from DRAM is brought in, advancing the clock.
+    pub fn on_copy(&mut self, cpu: u32, pfn: Pfn) -> bool {
+        let s = self.socket(cpu);
+        let now = self.clocks[s];
+        let warm = self.copied[s].get(&pfn).is_some_and(|&st| now.wrapping_sub(st.1) <= self.room(cpu, st));
+        if !warm {
+            self.clocks[s] = now.wrapping_add(1);
+            let bound = 2 * (self.llc_pages as u64 + self.l2_pages as u64) + 64;
+            if self.copied[s].len() as u64 > bound {
+                let (clock, most) = (self.clocks[s], self.llc_pages + self.l2_pages);
+                self.copied[s].retain(|_, st| clock.wrapping_sub(st.1) <= most);
+            }
+        }
+        let stamp = (cpu + 1, self.clocks[s]);
+        self.copied[s].insert(pfn, stamp);
+        warm
     }
 }
 
@@ -74,21 +162,69 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_page_reused_by_the_cpu_that_freed_it_is_warm_within_the_cache() {
-        let mut c = CpuCache::new();
-        c.on_alloc(0, (0, 0), 10, 4);
+    fn a_page_reused_on_the_socket_that_freed_it_is_warm_within_its_caches() {
+        // 2 sockets of 2 CPUs; an L2 of 2 pages, an LLC of 4.
+        let mut c = Llc::new(2, 2, 8, 16);
+        c.on_alloc(0, (0, 0), 10);
         let stamp = c.free_stamp(0);
-        // Itself included: 4 pages fit, the fifth does not.
-        assert!(c.on_alloc(0, stamp, 1, 4));
-        assert!(c.on_alloc(0, stamp, 3, 4));
-        assert!(!c.on_alloc(0, stamp, 1, 4), "five pages since the free: out of a four-page cache");
-        // Another CPU's page, and an unstamped one, are cold.
-        let mut d = CpuCache::new();
-        assert!(!d.on_alloc(1, stamp, 1, 1 << 20));
-        assert!(!d.on_alloc(0, (0, 0), 1, 1 << 20));
-        // A folio larger than the cache is cold even just after its free.
-        let s = d.free_stamp(0);
-        assert!(!d.on_alloc(0, s, 8, 4));
+        // On the CPU that freed it: L2 + LLC, itself included: 6 pages fit.
+        assert!(c.on_alloc(0, stamp, 1));
+        assert!(c.on_alloc(0, stamp, 5));
+        assert!(!c.on_alloc(0, stamp, 1), "seven pages since the free: out of the caches");
+        // Another CPU of the socket finds it in the LLC alone (4 pages).
+        let stamp = c.free_stamp(0);
+        assert!(c.on_alloc(1, stamp, 4));
+        assert!(!c.on_alloc(1, stamp, 1));
+        // What the socket's other CPU allocates counts against the shared LLC.
+        let stamp = c.free_stamp(0);
+        c.on_alloc(1, (0, 0), 5);
+        assert!(!c.on_alloc(0, stamp, 2), "the other CPU's 5 pages pushed it out");
+        // The other socket's allocations do not; its CPUs find it cold.
+        let stamp = c.free_stamp(0);
+        c.on_alloc(2, (0, 0), 100);
+        assert!(!c.on_alloc(3, stamp, 1), "another socket's page is cold");
+        assert!(c.on_alloc(0, stamp, 1), "the other socket's allocations left it in place");
+        // An unstamped page, and a folio larger than the caches, are cold.
+        assert!(!c.on_alloc(0, (0, 0), 1));
+        let s = c.free_stamp(0);
+        assert!(!c.on_alloc(0, s, 8));
+    }
+
+    #[test]
+    fn a_page_copied_again_is_warm_while_the_caches_hold_it() {
+        // 2 sockets of 2 CPUs; an L2 of 1 page, an LLC of 3.
+        let mut c = Llc::new(2, 2, 4, 12);
+        assert!(!c.on_copy(0, 7), "first copy: from DRAM");
+        assert!(c.on_copy(0, 7), "again at once: in cache");
+        // Three more pages brought in leave it in L2 + LLC (4 pages); five
+        // more push it out.
+        for p in 10..13 {
+            assert!(!c.on_copy(0, p));
+        }
+        assert!(c.on_copy(0, 7), "three pages since: still held");
+        for p in 20..25 {
+            assert!(!c.on_copy(0, p));
+        }
+        assert!(!c.on_copy(0, 7), "five pages since: gone");
+        // Allocations fill the same caches: they age a copied page too.
+        assert!(c.on_copy(0, 7));
+        c.on_alloc(0, (0, 0), 8);
+        assert!(!c.on_copy(0, 7), "eight pages allocated since its copy");
+        // The socket's other CPU finds it in the LLC; the other socket not.
+        assert!(c.on_copy(1, 7), "a sibling CPU of the socket: in its LLC");
+        assert!(!c.on_copy(2, 7), "another socket: from DRAM");
+        // A file that fits is read over and over from cache; the table of
+        // copied pages stays bounded whatever is read.
+        let mut d = Llc::new(1, 1, 4, 12);
+        for pass in 0..3 {
+            for p in 100..104 {
+                assert_eq!(d.on_copy(0, p), pass > 0, "pass {pass}, page {p}");
+            }
+        }
+        for p in 1000..10_000 {
+            d.on_copy(0, p);
+        }
+        assert!(d.copied[0].len() <= 2 * 4 + 64 + 1, "{} entries", d.copied[0].len());
     }
 
     #[test]

@@ -31,11 +31,29 @@ impl Pte {
     /// A migration entry (not present): the PFN is the folio under
     /// migration; WRITE/DIRTY/EXEC say what the restored PTE gets back.
     pub const MIGRATION: u64 = 1 << 9;
+    /// A swap entry (not present): the PFN field holds the swap slot
+    /// (mm/swapfile.rs). Only a PTE without PRESENT is one.
+    pub const SWAP: u64 = 1 << 10;
     const PFN_SHIFT: u32 = 12;
 
     #[inline]
     pub fn new(pfn: Pfn, bits: u64) -> Pte {
         Pte(((pfn as u64) << Self::PFN_SHIFT) | bits | Self::PRESENT)
+    }
+    /// The swap entry of `slot` (swp_entry_to_pte).
+    #[inline]
+    pub fn swp_entry(slot: u32) -> Pte {
+        Pte(((slot as u64) << Self::PFN_SHIFT) | Self::SWAP)
+    }
+    /// is_swap_pte: not present, and a swap entry.
+    #[inline]
+    pub fn is_swap(self) -> bool {
+        self.0 & (Self::SWAP | Self::PRESENT) == Self::SWAP
+    }
+    /// The slot of a swap entry (swp_offset).
+    #[inline]
+    pub fn swp_offset(self) -> u32 {
+        (self.0 >> Self::PFN_SHIFT) as u32
     }
     #[inline]
     pub fn is_none(self) -> bool {

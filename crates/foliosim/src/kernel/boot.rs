@@ -56,6 +56,9 @@ impl Kernel {
                 zero_call: c.node_zero_call[i],
                 copy_4k: c.node_copy_4k[i],
                 read_4k: c.node_read_4k[i],
+                stream_4k: c.node_stream_4k[i],
+                bw: crate::sim::bw::BwServer::new(n.shared_bw_gbps),
+                link: crate::sim::bw::BwServer::new(prof.cpu.interconnect_bw_gbps),
                 has_cpus: n.has_cpus,
                 kswapd_failures: 0,
                 kswapd_run: None,
@@ -99,12 +102,14 @@ impl Kernel {
                 landing: Vec::new(),
                 tlbstate: Default::default(),
                 cache: crate::hw::cache::CpuCache::new(),
+                busy_until: 0,
             })
             .collect();
         let anon_policy = crate::policy::anon_order(&knobs)?;
         let fault_lock = crate::policy::fault_lock(&knobs)?;
         let promotion = crate::policy::promotion(&knobs)?;
         let host_discard = crate::policy::host_discard(&knobs)?;
+        let knobs_swap_slots = knobs.swap_size_mib << (20 - 12);
         let mut k = Kernel {
             mem_map: MemMap::new(start),
             c,
@@ -112,6 +117,8 @@ impl Kernel {
             sc,
             knobs,
             cpus,
+            topo: crate::hw::topology::Topology::new(nr_cpus, prof.cpu.sockets, prof.cpu.threads_per_core),
+            llc: crate::hw::cache::Llc::new(prof.cpu.sockets, (nr_cpus / prof.cpu.sockets).max(1), prof.cpu.l2_kib, prof.cpu.llc_kib),
             nodes,
             pa,
             mms: Vec::new(),
@@ -139,6 +146,7 @@ impl Kernel {
             mthp: Default::default(),
             tier: crate::mm::memory_tiers::TierState::new(&prof),
             luf: Default::default(),
+            swap: crate::mm::swapfile::SwapInfo::new(knobs_swap_slots),
             irqs_off: false,
             trace: Default::default(),
             aslr: crate::sim::rng::Rng::stream(seed, "aslr"),
@@ -151,7 +159,12 @@ impl Kernel {
             k.pa.alloc_pages(0, 0, 0, 0, MigrateType::Unmovable, &mut k.stat)
                 .ok_or_else(|| Error::OutOfMemory("no memory for the zero page".into()))?;
         k.zero_pfn = zp.pfn;
-        if k.knobs.demotion_enabled || k.knobs.numa_balancing & crate::mm::memory_tiers::NUMA_BALANCING_MEMORY_TIERING != 0 {
+        // kswapd reclaims ahead of allocations where it has something to
+        // do beyond the page cache: demotion, tiering, swap.
+        if k.knobs.demotion_enabled
+            || k.knobs.numa_balancing & crate::mm::memory_tiers::NUMA_BALANCING_MEMORY_TIERING != 0
+            || k.swap.nr_slots > 0
+        {
             k.spawn_kswapds();
         }
         let p = k.mem_map.get_mut(zp.pfn);

@@ -21,10 +21,10 @@ pub struct Costs {
     pub free_large_folio: Ns,
     /// Clearing 4 KiB whose lines are in this CPU's caches.
     pub zero_warm_4k: Ns,
+    /// Copying a page-cache page in this CPU's caches to or from user memory.
+    pub copy_warm_4k: Ns,
     /// Per folio allocated cold (alloc_cold_ns).
     pub alloc_cold: Ns,
-    /// warm_cache_bytes in pages.
-    pub warm_cache_pages: u64,
     pub memcg: Ns,
     pub lru_add: Ns,
     pub lru_lock_per_folio: Ns,
@@ -38,19 +38,25 @@ pub struct Costs {
     pub pgtable_free: Ns,
     pub mmap: Ns,
     pub munmap: Ns,
+    pub unlink_anon_vma: Ns,
     pub vma_split: Ns,
     pub vma_merge: Ns,
     pub mprotect: Ns,
     pub madvise: Ns,
     pub brk: Ns,
     pub fork_base: Ns,
+    pub copy_pte: Ns,
     pub exit_base: Ns,
     pub exec_base: Ns,
     pub pc_lookup: Ns,
     pub pc_insert: Ns,
+    pub pc_read: Ns,
+    pub pc_write: Ns,
     pub page_mkwrite: Ns,
     pub disk_read: Ns,
     pub pageout: Ns,
+    pub swap_write_4k: Ns,
+    pub swap_read_4k: Ns,
     pub file_op: Ns,
     pub flush_one: Ns,
     pub flush_all: Ns,
@@ -69,6 +75,9 @@ pub struct Costs {
     pub walk: Ns,
     pub walk_cached: Ns,
     pub split_queue: Ns,
+    /// What a step's time grows by, per mille of the part its SMT sibling
+    /// is busy too: 2 / smt_throughput_ratio - 1 (0 without SMT).
+    pub smt_stretch_per_mille: u64,
     /// Per node: the fixed cost of one clear call (see NodeSpec::zero_call_ns).
     pub node_zero_call: Vec<Ns>,
     pub promotion_candidate: Ns,
@@ -82,6 +91,8 @@ pub struct Costs {
     pub node_zero_4k: Vec<Ns>,
     pub node_copy_4k: Vec<Ns>,
     pub node_read_4k: Vec<Ns>,
+    /// Per node: 4 KiB of a prefetched read stream (read_bw alone).
+    pub node_stream_4k: Vec<Ns>,
 }
 
 impl Costs {
@@ -103,8 +114,8 @@ impl Costs {
             alloc_anon_folio: ns(c.alloc_anon_folio_ns),
             free_large_folio: ns(c.free_large_folio_ns),
             zero_warm_4k: ns(Profile::bw_ns(4096, c.zero_warm_bw_gbps)),
+            copy_warm_4k: ns(Profile::bw_ns(4096, c.copy_warm_bw_gbps)),
             alloc_cold: ns(c.alloc_cold_ns),
-            warm_cache_pages: c.warm_cache_bytes / 4096,
             memcg: ns(c.memcg_charge_ns),
             lru_add: ns(c.lru_add_ns),
             lru_lock_per_folio: ns(c.lru_lock_per_folio_ns),
@@ -117,19 +128,25 @@ impl Costs {
             pgtable_free: ns(c.pgtable_free_ns),
             mmap: ns(c.mmap_ns),
             munmap: ns(c.munmap_ns),
+            unlink_anon_vma: ns(c.unlink_anon_vma_ns),
             vma_split: ns(c.vma_split_ns),
             vma_merge: ns(c.vma_merge_ns),
             mprotect: ns(c.mprotect_ns),
             madvise: ns(c.madvise_ns),
             brk: ns(c.brk_ns),
             fork_base: ns(c.fork_base_ns),
+            copy_pte: ns(c.copy_pte_ns),
             exit_base: ns(c.exit_base_ns),
             exec_base: ns(c.exec_base_ns),
             pc_lookup: ns(c.pagecache_lookup_ns),
             pc_insert: ns(c.pagecache_insert_ns),
+            pc_read: ns(c.pagecache_read_ns),
+            pc_write: ns(c.pagecache_write_ns),
             page_mkwrite: ns(c.page_mkwrite_ns),
             disk_read: ns(c.disk_read_ns),
             pageout: ns(c.pageout_ns),
+            swap_write_4k: ns(c.swap_write_4k_ns),
+            swap_read_4k: ns(c.swap_read_4k_ns),
             file_op: ns(c.file_op_ns),
             flush_one: ns(c.tlb_flush_one_ns),
             flush_all: ns(c.tlb_flush_all_ns),
@@ -148,6 +165,11 @@ impl Costs {
             walk: ns(p.tlb.walk_ns),
             walk_cached: ns(p.tlb.walk_cached_ns),
             split_queue: ns(c.split_queue_ns),
+            smt_stretch_per_mille: if p.cpu.threads_per_core > 1 {
+                ns(1000.0 * (2.0 / p.cpu.smt_throughput_ratio.max(1.0) - 1.0))
+            } else {
+                0
+            },
             node_zero_call: p.nodes.iter().map(|n| ns(n.zero_call_ns)).collect(),
             node_zero_4k: p.nodes.iter().map(|n| ns(n.zero_call_ns + Profile::bw_ns(4096, n.zero_bw_gbps))).collect(),
             promotion_candidate: ns(c.promotion_candidate_ns),
@@ -157,6 +179,7 @@ impl Costs {
             node_latency: p.nodes.iter().map(|n| ns(n.latency_ns)).collect(),
             node_copy_4k: p.nodes.iter().map(|n| ns(Profile::bw_ns(4096, n.copy_bw_gbps))).collect(),
             node_read_4k: p.nodes.iter().map(|n| ns(Profile::bw_ns(4096, n.read_bw_gbps) + n.latency_ns)).collect(),
+            node_stream_4k: p.nodes.iter().map(|n| ns(Profile::bw_ns(4096, n.read_bw_gbps))).collect(),
         }
     }
 }

@@ -159,6 +159,23 @@ pub enum Mutant {
     /// An rwsem reader sleeps after a long wait on the count's line with
     /// no writer holding or queued (sim/lock.rs).
     RwsemReaderSleepsWithoutWriter,
+    /// A run of steps (run.rs: access_run) goes on past another task's
+    /// next step: its steps come out of time order.
+    RunPastOtherSteps,
+    /// A run of steps does not advance its task's op counter for the
+    /// accesses it ran (the workload's `access_run_done` gets a scratch
+    /// counter): one counter the step-by-step path advances is left out.
+    RunSkipsOpCount,
+    /// zap_pte_range clears a swap PTE without swap_free: the slot stays
+    /// counted with no PTE naming it (mm/swapfile.rs).
+    SwapZapKeepsSlot,
+    /// Reclaim discards a lazily freed (MADV_FREE) folio that was written
+    /// again since the madvise (mm/madvise.rs): the write is lost.
+    LazyfreeDiscardRedirtied,
+    /// try_to_unmap/try_to_migrate change a folio's PTEs without calling
+    /// the mmu notifier: a secondary MMU (KVM's EPT) keeps translating to
+    /// a page the mm no longer maps there (mm/mmu_notifier.rs).
+    MmuNotifierSkipUnmap,
 }
 
 /// Broken variants of lazy unmap flush, each one a defect of the v10 text
@@ -241,6 +258,9 @@ pub const MUTANTS: &[(&str, Mutant)] = &[
     ("mthp_skip_unqueue", Mutant::MthpSkipUnqueue),
     ("fpr_keep_reported_on_alloc", Mutant::FprKeepReportedOnAlloc),
     ("fpr_skip_host_fault", Mutant::FprSkipHostFault),
+    ("swap_zap_keeps_slot", Mutant::SwapZapKeepsSlot),
+    ("lazyfree_discard_redirtied", Mutant::LazyfreeDiscardRedirtied),
+    ("mmu_notifier_skip_unmap", Mutant::MmuNotifierSkipUnmap),
     ("spf_skip_seq_check", Mutant::SpfSkipSeqCheck),
     ("promo_skip_task_work", Mutant::PromoSkipTaskWork),
     ("promo_ignore_watermark", Mutant::PromoIgnoreWatermark),
@@ -267,6 +287,8 @@ pub const MUTANTS: &[(&str, Mutant)] = &[
     ("reclaim_skip_dirty_flush", Mutant::ReclaimSkipDirtyFlush),
     ("line_out_of_order", Mutant::LineOutOfOrder),
     ("rwsem_reader_sleeps_without_writer", Mutant::RwsemReaderSleepsWithoutWriter),
+    ("run_past_other_steps", Mutant::RunPastOtherSteps),
+    ("run_skips_op_count", Mutant::RunSkipsOpCount),
 ];
 
 impl Mutant {
@@ -431,6 +453,8 @@ pub fn table() -> Vec<KnobSpec> {
         KnobSpec::choice("luf.granularity", "global", &["global", "zone"], "LUF pending set: one global cpumask and generation (v10) or one per zone (RFC v12-like)", |k, s| k.luf.per_zone = s == "zone"),
         KnobSpec::flag("luf.v11_hooks", false, "LUF v11 forced flushes as well as v10's: a fault installing a writable PTE, file write(), init_on_free", |k, b| k.luf.v11_hooks = b),
         KnobSpec::flag("luf.invalidate_hook", false, "foliosim's fix, in no posted LUF version: invalidate_inode_pages2 (a file changed remotely: NFS, FUSE) forces the deferred flush first, as v11's write() hook does for local writes", |k, b| k.luf.invalidate_hook = b),
+        KnobSpec::int("swap.size_mib", 0, (0, 1 << 34), "foliosim model switch: one swap device of this many MiB is swapped on at boot (0: no swap); reclaim then writes inactive anonymous folios out to it (mm/swapfile.rs)", |k, i| k.swap_size_mib = i as u64),
+        KnobSpec::int("vm.swappiness", 60, (0, 200), "how hard reclaim goes for anonymous memory against the page cache: anon and file are scanned in the ratio swappiness : 200 - swappiness (get_scan_count's SCAN_FRACT, the reclaim costs not weighed)", |k, i| k.swappiness = i as u32),
         KnobSpec::flag("init_on_free", false, "boot parameter init_on_free=1: freed pages are zeroed (their contents change while free)", |k, b| k.init_on_free = b),
         KnobSpec::flag("migrate.batch_flush", true, "migrate_pages unmaps a batch with TTU_BATCH_FLUSH and flushes once (Linux 6.4+, commit 7e12beb8ca2a); false: every unmapped PTE is flushed at once (ptep_clear_flush), as before that commit, and LUF cannot defer", |k, b| k.migrate_batch_flush = b),
         KnobSpec::int("kernel.numa_balancing_scan_delay_ms", 1000, (0, 1 << 32), "NUMA balancing: the first scan of an mm waits this long, ms (debugfs sched/numa_balancing/scan_delay_ms)", |k, i| k.numa_scan_delay_ms = i as u64),
@@ -510,6 +534,10 @@ pub struct Knobs {
     /// policy/mod.rs).
     pub promotion_policy: String,
     pub luf: LufKnobs,
+    /// swap.size_mib: the swap device's size (0: no swap).
+    pub swap_size_mib: u64,
+    /// vm.swappiness.
+    pub swappiness: u32,
     /// init_on_free=1.
     pub init_on_free: bool,
     /// migrate_pages batches its TLB flush (7e12beb8ca2a applied).

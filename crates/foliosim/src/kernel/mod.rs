@@ -53,6 +53,9 @@ pub struct Cpu {
     /// What this CPU's caches hold of recently freed pages and of its last
     /// page walk (hw/cache.rs).
     pub cache: crate::hw::cache::CpuCache,
+    /// When the last step run here ended: while it runs, an SMT sibling's
+    /// steps share the core (Kernel::smt_share).
+    pub busy_until: Ns,
 }
 
 /// One memory node (pg_data_t).
@@ -68,6 +71,14 @@ pub struct Node {
     pub zero_call: Ns,
     pub copy_4k: Ns,
     pub read_4k: Ns,
+    /// Reading 4 KiB as part of a prefetched stream (read_bw alone).
+    pub stream_4k: Ns,
+    /// The node's memory bandwidth, shared by every CPU clearing, copying
+    /// or reading it at once (nodes[].shared_bw_gbps).
+    pub bw: crate::sim::bw::BwServer,
+    /// For a node with CPUs: the link into its socket from the others'
+    /// memory (cpu.interconnect_bw_gbps).
+    pub link: crate::sim::bw::BwServer,
     pub has_cpus: bool,
     /// pgdat->kswapd_failures: kswapd runs (balance_pgdat) in a row that
     /// reclaimed nothing; any reclaim progress on the node resets it.
@@ -84,6 +95,10 @@ pub struct Kernel {
     pub(crate) sc: SleepCost,
     pub(crate) knobs: Knobs,
     pub cpus: Vec<Cpu>,
+    /// What each socket's caches hold of the pages freed on it (hw/cache.rs).
+    pub llc: crate::hw::cache::Llc,
+    /// Sockets, cores and SMT siblings (hw/topology.rs).
+    pub topo: crate::hw::topology::Topology,
     pub nodes: Vec<Node>,
     pub pa: PageAlloc,
     pub mem_map: MemMap,
@@ -132,6 +147,8 @@ pub struct Kernel {
     pub tier: crate::mm::memory_tiers::TierState,
     /// Lazy unmap flush pending sets and luf_lock (mm/luf.rs).
     pub luf: crate::mm::luf::Luf,
+    /// The swap device (`swap.size_mib`; no slots without one).
+    pub swap: crate::mm::swapfile::SwapInfo,
     /// The code running now has IRQs disabled (an atomic allocation).
     pub(crate) irqs_off: bool,
     /// Tracepoints (`[run] probes`), all off unless the config asks.
@@ -141,6 +158,33 @@ pub struct Kernel {
 }
 
 impl Kernel {
+    /// A step ran on `cpu` from `start` to `end`: while the CPU's SMT
+    /// sibling was busy too, the two threads shared the core, each running
+    /// at smt_throughput_ratio / 2 of its solo speed, so the part of the
+    /// step the sibling was busy for takes 2 / ratio times as long. The
+    /// sibling is busy until the end of its last step and, while a task
+    /// runs there, again from that task's next step on. Returns the step's
+    /// end; the sibling's next step sees this one the same way. Without
+    /// SMT, `end`.
+    #[inline(always)]
+    pub fn smt_share(&mut self, cpu: u32, start: Ns, end: Ns) -> Ns {
+        if self.c.smt_stretch_per_mille == 0 {
+            return end;
+        }
+        let mut end = end;
+        if let (Some(s), true) = (self.topo.sibling(cpu), end > start) {
+            let sib = &self.cpus[s as usize];
+            let mut overlap = end.min(sib.busy_until).saturating_sub(start);
+            if sib.curr != u32::MAX {
+                let next = self.tasks[sib.curr as usize].clock.max(sib.busy_until).max(start);
+                overlap += end.saturating_sub(next);
+            }
+            end += overlap * self.c.smt_stretch_per_mille / 1000;
+        }
+        self.cpus[cpu as usize].busy_until = end;
+        end
+    }
+
     /// The task running on `cpu` (the last task when the CPU is idle): whose
     /// unmap batches a reclaim or migration there uses.
     pub fn current_tid(&self, cpu: u32) -> u32 {

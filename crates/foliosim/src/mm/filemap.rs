@@ -60,7 +60,13 @@ impl Kernel {
     /// filemap_get_folio allocating a missing folio on `nid` first (the
     /// task's memory policy: local node, or an mbind'ed one).
     pub fn filemap_get_folio_nid(&mut self, t: Ns, cpu: u32, ino: u32, index: u64, nid: u32) -> Option<(CacheHit, Ns)> {
-        let t = t + self.c.pc_lookup;
+        self.filemap_find_or_fill(t + self.c.pc_lookup, cpu, ino, index, nid)
+    }
+
+    /// The folio at `index`, read in (or cleared) if missing, without the
+    /// lookup's charge: read() and write() charge theirs per folio copied
+    /// (pagecache_read_ns, pagecache_write_ns).
+    fn filemap_find_or_fill(&mut self, t: Ns, cpu: u32, ino: u32, index: u64, nid: u32) -> Option<(CacheHit, Ns)> {
         if let Some(&pfn) = self.inodes[ino as usize].pages.get(&index) {
             return Some((CacheHit::Hit(pfn), t));
         }
@@ -74,7 +80,7 @@ impl Kernel {
             self.stat.add(Stat::Pgpgin, 4);
         } else {
             // A hole, or a new shmem page: cleared.
-            t += self.clear_folio_cost(cpu, pnid, 0);
+            t = self.clear_folio(t, cpu, pnid, 0);
         }
         self.check_guest_write(pfn, 0, "filled");
         {
@@ -146,8 +152,9 @@ impl Kernel {
         let mut idx = pos >> 12;
         // The previous page copied, for the prefetch-stream model.
         let mut prev: Pfn = Pfn::MAX;
+        let local = self.cpus[cpu as usize].node;
         while idx << 12 < end {
-            let (hit, t1) = self.filemap_get_folio(t, cpu, ino, idx)?;
+            let (hit, t1) = self.filemap_find_or_fill(t + self.c.pc_read, cpu, ino, idx, local)?;
             let pfn = match hit {
                 CacheHit::Hit(p) | CacheHit::Filled(p) => p,
             };
@@ -157,15 +164,22 @@ impl Kernel {
             t = self.folio_mark_accessed(t, cpu, pfn);
             let chunk = ((idx + 1) << 12).min(end) - (idx << 12).max(pos);
             let nid = self.mem_map.get(pfn).nid as usize;
-            if self.c.read_stream {
-                // copy_to_user streams at copy bandwidth while the source
-                // pages ascend physically; a jump restarts the hardware
-                // prefetcher: one demand miss at the page boundary.
+            if self.llc.on_copy(cpu, pfn) {
+                // Copied lately on this socket: from its caches, no memory
+                // traffic.
+                t += self.c.copy_warm_4k * chunk / 4096;
+                prev = pfn;
+            } else if self.c.read_stream {
+                // copy_to_user streams at the node's read bandwidth (into a
+                // buffer the caches hold) while the source pages ascend
+                // physically; a jump restarts the hardware prefetcher: one
+                // demand miss at the page boundary.
                 let jump = prev == Pfn::MAX || pfn != prev.wrapping_add(1);
-                t += self.nodes[nid].copy_4k * chunk / 4096 + if jump { self.c.node_latency[nid] } else { 0 };
+                t += if jump { self.c.node_latency[nid] } else { 0 };
+                t = self.mem_traffic(t, cpu, nid, chunk, self.nodes[nid].stream_4k * chunk / 4096);
                 prev = pfn;
             } else {
-                t += self.nodes[nid].read_4k * chunk / 4096;
+                t = self.mem_traffic(t, cpu, nid, chunk, self.nodes[nid].read_4k * chunk / 4096);
             }
             t = self.inodes[ino as usize].lines[li].rmw(t, cpu, &self.lc);
             idx += 1;
@@ -179,15 +193,20 @@ impl Kernel {
         let end = pos + len;
         let mut t = t;
         let mut idx = pos >> 12;
+        let local = self.cpus[cpu as usize].node;
         while idx << 12 < end {
-            let (hit, t1) = self.filemap_get_folio(t, cpu, ino, idx)?;
+            let (hit, t1) = self.filemap_find_or_fill(t + self.c.pc_write, cpu, ino, idx, local)?;
             let pfn = match hit {
                 CacheHit::Hit(p) | CacheHit::Filled(p) => p,
             };
             t = t1;
             let nid = self.mem_map.get(pfn).nid as usize;
             let chunk = ((idx + 1) << 12).min(end) - (idx << 12).max(pos);
-            t += self.nodes[nid].copy_4k * chunk / 4096;
+            if self.llc.on_copy(cpu, pfn) {
+                t += self.c.copy_warm_4k * chunk / 4096;
+            } else {
+                t = self.mem_traffic(t, cpu, nid, chunk, self.nodes[nid].copy_4k * chunk / 4096);
+            }
             // write_end dirties the folio; the access mark sees it dirty
             // (so page-cache promotion refuses a folio being written).
             self.folio_mark_dirty(pfn);
@@ -204,7 +223,11 @@ impl Kernel {
         let p = self.mem_map.get_mut(pfn);
         if p.flags & pg::DIRTY == 0 {
             p.flags |= pg::DIRTY;
-            self.stat.inc(Stat::NrDirty);
+            // nr_dirty counts the page cache's; an anonymous folio's flag
+            // is set without accounting (it has no mapping to account to).
+            if p.flags & pg::ANON == 0 {
+                self.stat.inc(Stat::NrDirty);
+            }
         }
     }
 

@@ -75,7 +75,7 @@ impl Kernel {
                     let tbl = self.mms[cmm as usize].pt.table_mut(va).unwrap();
                     tbl.ptes[pte_index(va)] = pte;
                     tbl.nr_present += 1;
-                    t += self.c.pte_set + self.c.rmap;
+                    t += self.c.copy_pte;
                     if pte.special() {
                         self.stat.inc(Stat::NrZeroPageMapped);
                     } else {
@@ -92,12 +92,31 @@ impl Kernel {
                             self.mms[cmm as usize].rss_file += 1;
                         }
                     }
+                } else if pte.is_swap() {
+                    // copy_nonpresent_pte: the child's PTE names the slot too.
+                    if !self.swap.swap_duplicate(pte.swp_offset()) {
+                        return self.fork_fail(tid, cmm, t0, t);
+                    }
+                    match self.pte_alloc_pub(t, cpu, cmm, va) {
+                        Some(t1) => t = t1,
+                        None => {
+                            self.swap.swap_free(pte.swp_offset());
+                            return self.fork_fail(tid, cmm, t0, t);
+                        }
+                    }
+                    let tbl = self.mms[cmm as usize].pt.table_mut(va).unwrap();
+                    tbl.ptes[pte_index(va)] = pte;
+                    tbl.nr_present += 1;
+                    self.mms[cmm as usize].swap_ents += 1;
+                    t += self.c.pte_set;
                 }
                 va += 4096;
             }
         }
         if wrprotected {
-            // The parent's writable translations must go before anyone writes.
+            // The parent's writable translations must go before anyone
+            // writes, a secondary MMU's too (copy_page_range's notifier).
+            t += self.mms[pmm as usize].mmu_notifier_invalidate(0, !4095, t);
             t = self.flush_tlb_mm_range(t, cpu, pmm, 0, !4095, false);
         }
         let t = self.mmap_write_unlock(t, cpu, pmm) + self.c.syscall / 2;
@@ -233,6 +252,7 @@ impl Kernel {
         for v in &vmas {
             t = self.zap_page_range(t, cpu, mm, v.start, v.end, &mut tlb);
         }
+        t += self.unlink_vmas(mm, &vmas);
         self.free_pgtables(mm, 0, super::vma::TASK_SIZE, &mut tlb);
         t = self.tlb_finish_mmu(t, cpu, tlb);
         let m = &mut self.mms[mm as usize];

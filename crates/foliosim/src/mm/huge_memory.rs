@@ -214,7 +214,7 @@ impl Kernel {
         let base = addr & !((4096 << order) - 1);
         let pnid = self.mem_map.get(pfn).nid as usize;
         // The faulting sub-page is cleared last (folio_zero_user): no extra cost.
-        let t = t + self.c.alloc_anon_folio + self.clear_folio_cost(cpu, pnid, order) + self.c.memcg;
+        let t = self.clear_folio(t + self.c.alloc_anon_folio, cpu, pnid, order) + self.c.memcg;
         self.check_guest_write(pfn, order, "cleared");
         let av = self.anon_vma_prepare(mm, vma);
         // set_ptes is one batch of n PTEs, and folio_add_new_anon_rmap sets
@@ -525,7 +525,7 @@ impl Kernel {
         let base = addr & !((4096 << k) - 1);
         let first_old = (old as i64 - ((addr - base) >> 12) as i64) as Pfn;
         let snid = self.mem_map.get(old).nid as usize;
-        let t = t1 + self.nodes[snid].copy_4k * n + self.c.memcg;
+        let t = self.copy_pages(t1, cpu, snid, nid as usize, n, self.nodes[snid].copy_4k * n) + self.c.memcg;
         self.check_guest_write(pfn, k, "copied into");
         let av = self.anon_vma_prepare(mm, vma);
         // Re-check under the PTL; a lost race falls back to the one-page copy.

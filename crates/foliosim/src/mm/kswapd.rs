@@ -24,7 +24,6 @@ use crate::kernel::task::KthreadNext;
 use crate::kernel::Kernel;
 use crate::sim::Ns;
 
-const SWAP_CLUSTER_MAX: usize = 32;
 /// mm/vmscan.c: the priority a balance_pgdat run starts at.
 const DEF_PRIORITY: u32 = 12;
 
@@ -75,28 +74,30 @@ impl Kernel {
     }
 
     /// The LRU pages kswapd's scan covers on `nid`: file pages, and
-    /// anonymous ones when they can be demoted (get_scan_count).
+    /// anonymous ones when they can be demoted or swapped (get_scan_count).
     fn kswapd_lru_pages(&self, nid: usize) -> u64 {
         let l = &self.nodes[nid].lruvec;
         let mut n = l.list(Lru::InactiveFile).pages() + l.list(Lru::ActiveFile).pages();
-        if self.tier.next_demotion_node(nid as u32, &self.knobs).is_some() {
+        if self.tier.next_demotion_node(nid as u32, &self.knobs).is_some() || self.can_swap() {
             n += l.list(Lru::InactiveAnon).pages() + l.list(Lru::ActiveAnon).pages();
         }
         n
     }
 
-    /// One shrink_folio_list round on `nid`'s inactive file list. Returns
-    /// (pages freed on this node, folios scanned, time).
+    /// One shrink_folio_list round on `nid`'s inactive lists: file folios,
+    /// and anonymous ones to demote or (get_scan_count's share) to swap.
+    /// Returns (pages freed on this node, folios scanned, time).
     pub fn kswapd_shrink_node(&mut self, t: Ns, cpu: u32, nid: usize) -> (u64, usize, Ns) {
-        let mut cand: Vec<u32> =
-            self.nodes[nid].lruvec.list(Lru::InactiveFile).iter_from_tail(&self.mem_map).take(SWAP_CLUSTER_MAX).collect();
+        let (nanon, nfile) = self.get_scan_count(nid);
+        let mut cand: Vec<u32> = self.nodes[nid].lruvec.list(Lru::InactiveFile).iter_from_tail(&self.mem_map).take(nfile).collect();
         let mut t = t;
-        if cand.is_empty() {
+        if cand.is_empty() && nfile > 0 {
             // shrink_active_list: age the oldest active folios.
             self.refill_inactive_file(t, cpu, nid, &mut t);
-            cand = self.nodes[nid].lruvec.list(Lru::InactiveFile).iter_from_tail(&self.mem_map).take(SWAP_CLUSTER_MAX).collect();
+            cand = self.nodes[nid].lruvec.list(Lru::InactiveFile).iter_from_tail(&self.mem_map).take(nfile).collect();
         }
         cand.extend(self.anon_demotion_candidates(nid));
+        cand.extend(self.anon_candidates(nid, nanon));
         if cand.is_empty() {
             return (0, 0, t);
         }

@@ -140,20 +140,52 @@ impl Kernel {
     pub(crate) fn prep_new_folio_on(&mut self, cpu: u32, pfn: Pfn, order: u32, nid: u32) -> Ns {
         let p = self.mem_map.get(pfn);
         let stamp = (p.lru_prev, p.lru_next);
-        let warm = self.cpus[cpu as usize].cache.on_alloc(cpu, stamp, 1 << order, self.c.warm_cache_pages);
+        let warm = self.llc.on_alloc(cpu, stamp, 1 << order);
+        self.cpus[cpu as usize].cache.alloc_warm = warm;
         self.prep_new_folio(pfn, order, nid);
         self.c.prep_tail * ((1 << order) - 1) + if warm { 0 } else { self.c.alloc_cold }
     }
 
     /// Clearing a 2^order-page folio just allocated on `cpu` on node `nid`
-    /// (clear_page, folio_zero_user): one clear call plus its bytes, at the
-    /// cache bandwidth when the allocation found the folio still in this
-    /// CPU's caches, else at the node's.
+    /// (clear_page, folio_zero_user), from `t`; returns when it is done. One
+    /// clear call plus its bytes: at the cache bandwidth when the allocation
+    /// found the folio still in the caches (hw/cache.rs), else at the
+    /// node's, through the memory bandwidth the node's other users share
+    /// (`mem_traffic`).
     #[inline(always)]
-    pub(crate) fn clear_folio_cost(&self, cpu: u32, nid: usize, order: u32) -> Ns {
+    pub(crate) fn clear_folio(&mut self, t: Ns, cpu: u32, nid: usize, order: u32) -> Ns {
         let n = &self.nodes[nid];
-        let page = if self.cpus[cpu as usize].cache.alloc_warm { self.c.zero_warm_4k } else { n.zero_4k - n.zero_call };
-        n.zero_call + (page << order)
+        let t = t + n.zero_call;
+        if self.cpus[cpu as usize].cache.alloc_warm {
+            return t + (self.c.zero_warm_4k << order);
+        }
+        let solo = (n.zero_4k - n.zero_call) << order;
+        self.mem_traffic(t, cpu, nid, 4096 << order, solo)
+    }
+
+    /// `bytes` moved between `cpu` and node `nid`'s memory from `t`, in
+    /// `solo` ns when nothing else uses it: through the node's bandwidth
+    /// and, for a node of another socket, the link between them, each
+    /// shared with every transfer in flight (sim/bw.rs). Returns the end.
+    #[inline(always)]
+    pub(crate) fn mem_traffic(&mut self, t: Ns, cpu: u32, nid: usize, bytes: u64, solo: Ns) -> Ns {
+        let end = self.nodes[nid].bw.transfer(t, bytes, solo);
+        let home = self.cpus[cpu as usize].node as usize;
+        if home == nid || !self.nodes[nid].has_cpus {
+            return end;
+        }
+        end.max(self.nodes[home].link.transfer(t, bytes, solo))
+    }
+
+    /// copy_page of `pages` pages from node `snid` into node `dnid` on
+    /// `cpu`, from `t`, in `solo` ns alone: the reads from one node and the
+    /// writes to the other share their bandwidths (`mem_traffic`).
+    pub(crate) fn copy_pages(&mut self, t: Ns, cpu: u32, snid: usize, dnid: usize, pages: u64, solo: Ns) -> Ns {
+        let bytes = pages << 12;
+        if snid == dnid {
+            return self.mem_traffic(t, cpu, snid, 2 * bytes, solo);
+        }
+        self.mem_traffic(t, cpu, snid, bytes, solo).max(self.mem_traffic(t, cpu, dnid, bytes, solo))
     }
 
     /// prep_new_page: per-page state of a fresh folio (HEAD/TAIL, order on
@@ -264,6 +296,9 @@ impl Kernel {
                 self.do_shared_fault(t, vmf)
             };
         }
+        if pte.is_swap() {
+            return self.do_swap_page(t, vmf);
+        }
         if pte.present() && pte.0 & Pte::PROTNONE != 0 {
             // A NUMA hinting PTE (mm/numa_balancing.rs): the VMA allows the
             // access, the PTE does not.
@@ -345,6 +380,26 @@ impl Kernel {
         }
     }
 
+    /// free_pgtables' unlinking of VMAs going away (`gone`, already out of
+    /// mm's tree) from their anon_vma (unlink_anon_vmas); a file's i_mmap
+    /// is not kept (the rmap walk visits every live mm's VMAs), so
+    /// unlink_file_vma has nothing to undo. An anon_vma is freed with the last
+    /// VMA that uses it, and that (put_anon_vma, with the chain's lock and
+    /// tree work) is what an unmap pays for it: a split-off part, whose
+    /// anon_vma the part left keeps, or a VMA never faulted anonymously,
+    /// frees none. The time.
+    pub(crate) fn unlink_vmas(&mut self, mm: u32, gone: &[Vma]) -> Ns {
+        let mut freed: Vec<u32> = gone.iter().map(|v| v.anon_vma).filter(|&a| a != 0).collect();
+        if freed.is_empty() {
+            return 0;
+        }
+        freed.sort_unstable();
+        freed.dedup();
+        let left = &self.mms[mm as usize].vmas;
+        freed.retain(|&a| !left.values().any(|v| v.anon_vma == a));
+        freed.len() as Ns * self.c.unlink_anon_vma
+    }
+
     pub(crate) fn anon_vma_prepare(&mut self, mm: u32, vma: &Vma) -> u32 {
         if vma.anon_vma != 0 {
             return vma.anon_vma;
@@ -371,7 +426,7 @@ impl Kernel {
         p.flags |= pg::ANON | pg::SWAPBACKED | pg::ANON_EXCLUSIVE | pg::UPTODATE;
         p.mapping = av;
         p.index = vma.linear_page_index(addr);
-        let t = t + if zero { self.clear_folio_cost(cpu, pnid, 0) } else { 0 } + self.c.memcg;
+        let t = if zero { self.clear_folio(t, cpu, pnid, 0) } else { t } + self.c.memcg;
         self.check_guest_write(pfn, 0, if zero { "cleared" } else { "copied into" });
         // The allocation reference becomes the mapping's reference.
         Some((pfn, t))
@@ -413,6 +468,53 @@ impl Kernel {
         self.mthp.path_a[0] += 1;
         let t = self.folio_add_lru(t, cpu, pfn);
         (Fault::Done, t)
+    }
+
+    /// do_swap_page: the page a swap entry names is read back into a fresh
+    /// order-0 folio on the faulting CPU's node (a major fault: the task
+    /// waits for the read) and mapped; the slot loses this PTE's
+    /// reference. When no other PTE names the slot the folio is exclusive
+    /// and, in a writable VMA, mapped writable (dirty for a write), as
+    /// 6.12 maps a folio it did not expose to the swap cache; otherwise it
+    /// is mapped read-only and a write copies it. There is no swap cache
+    /// (mm/swapfile.rs): a swap-in never finds the page in memory.
+    #[cold]
+    #[inline(never)]
+    fn do_swap_page(&mut self, t: Ns, vmf: &VmFault) -> (Fault, Ns) {
+        let (cpu, mm, vma, addr, entry) = (vmf.cpu, vmf.mm, vmf.vma, vmf.address, vmf.orig_pte);
+        let slot = entry.swp_offset();
+        let Some((pfn, t)) = self.alloc_anon_page(t, vmf, false) else {
+            return (Fault::Oom, t);
+        };
+        let t = t + self.c.swap_read_4k;
+        let exclusive = self.swap.count(slot) == 1;
+        let mut bits = Pte::YOUNG | exec_bit(vma);
+        if exclusive && vma.flags & vm::WRITE != 0 {
+            bits |= Pte::WRITE | if vmf.write() { Pte::DIRTY } else { 0 };
+        }
+        let (ok, t) = self.set_pte_locked(t, cpu, mm, addr, entry, Pte::new(pfn, bits), self.c.pte_set + self.c.rmap);
+        if !ok {
+            // Another fault read it back first.
+            let t = self.release_folios(t, cpu, &[pfn]);
+            return (Fault::Done, t);
+        }
+        if !exclusive {
+            self.mem_map.get_mut(pfn).flags &= !pg::ANON_EXCLUSIVE;
+        }
+        self.swap_entry_free(mm, slot);
+        self.stat.inc(Stat::Pgmajfault);
+        self.stat.inc(Stat::Pswpin);
+        self.page_add_rmap(mm, pfn, true);
+        let t = self.folio_add_lru(t, cpu, pfn);
+        (Fault::Done, t)
+    }
+
+    /// A swap PTE of `mm` naming `slot` is gone (a swap-in, a zap):
+    /// swap_free, and the mm's and the device's counts.
+    pub(crate) fn swap_entry_free(&mut self, mm: u32, slot: u32) {
+        self.swap.swap_free(slot);
+        self.mms[mm as usize].swap_ents -= 1;
+        self.stat.v[Stat::SwapUsed as usize] = self.swap.inuse as i64;
     }
 
     /// The page-cache folio backing file VMA `vma` at `addr`.
@@ -514,8 +616,8 @@ impl Kernel {
         let Some((pfn, t)) = self.alloc_anon_page(t, vmf, false) else {
             return (Fault::Oom, t);
         };
-        let snid = self.mem_map.get(src).nid as usize;
-        let t = t + self.nodes[snid].copy_4k;
+        let (snid, dnid) = (self.mem_map.get(src).nid as usize, self.mem_map.get(pfn).nid as usize);
+        let t = self.copy_pages(t, cpu, snid, dnid, 1, self.nodes[snid].copy_4k);
         self.check_guest_write(pfn, 0, "copied into");
         self.stat.inc(Stat::FaultCow);
         let pte = Pte::new(pfn, Pte::WRITE | Pte::DIRTY | Pte::YOUNG | exec_bit(vma));
@@ -646,8 +748,8 @@ impl Kernel {
             let Some((pfn, t)) = self.alloc_anon_page(t, vmf, false) else {
                 return (Fault::Oom, t);
             };
-            let snid = self.mem_map.get(old).nid as usize;
-            let t = t + self.nodes[snid].copy_4k;
+            let (snid, dnid) = (self.mem_map.get(old).nid as usize, self.mem_map.get(pfn).nid as usize);
+            let t = self.copy_pages(t, vmf.cpu, snid, dnid, 1, self.nodes[snid].copy_4k);
             self.check_guest_write(pfn, 0, "copied into");
             return self.wp_replace(t, vmf, pfn, Some(old));
         }
@@ -655,8 +757,8 @@ impl Kernel {
         let Some((pfn, t)) = self.alloc_anon_page(t, vmf, false) else {
             return (Fault::Oom, t);
         };
-        let snid = self.mem_map.get(old).nid as usize;
-        let t = t + self.nodes[snid].copy_4k;
+        let (snid, dnid) = (self.mem_map.get(old).nid as usize, self.mem_map.get(pfn).nid as usize);
+        let t = self.copy_pages(t, vmf.cpu, snid, dnid, 1, self.nodes[snid].copy_4k);
         self.check_guest_write(pfn, 0, "copied into");
         self.wp_replace(t, vmf, pfn, Some(old))
     }
@@ -702,7 +804,7 @@ impl Kernel {
     /// zap_pte_range over [start, end) of `mm`: clear PTEs, drop rmap and
     /// rss, and queue the pages on the gather for freeing after the flush.
     pub fn zap_page_range(&mut self, t: Ns, cpu: u32, mm: u32, start: u64, end: u64, tlb: &mut MmuGather) -> Ns {
-        let mut t = t;
+        let mut t = t + self.mms[mm as usize].mmu_notifier_invalidate(start, end, t);
         let mut va = start;
         let lc = self.lc;
         while va < end {
@@ -738,10 +840,18 @@ impl Kernel {
             // PTEs of a PMD-mapped THP (one entry to clear per PMD) and of
             // PTE-mapped large folios (per-page rmap work).
             let (mut huge, mut large) = (0u64, 0u64);
+            // Swap entries cleared (free_swap_and_cache), counted below.
+            let mut swapped = 0u16;
             let mut a = va;
             while a < stop {
                 let slot = &mut tbl.ptes[pte_index(a)];
-                if slot.present() {
+                if slot.is_swap() {
+                    if self.knobs.mutant != Mutant::SwapZapKeepsSlot {
+                        self.swap.swap_free(slot.swp_offset());
+                    }
+                    *slot = Pte::NONE;
+                    swapped += 1;
+                } else if slot.present() {
                     let pte = *slot;
                     cleared.push((a, pte));
                     *slot = Pte::NONE;
@@ -771,7 +881,7 @@ impl Kernel {
                 }
                 a += 4096;
             }
-            tbl.nr_present -= cleared.len() as u16;
+            tbl.nr_present -= cleared.len() as u16 + swapped;
             // The gathered range is a min/max over the cleared addresses,
             // which ascend: the first and the last set it.
             if let (Some(&(lo, _)), Some(&(hi, _))) = (cleared.first(), cleared.last()) {
@@ -783,6 +893,10 @@ impl Kernel {
             let entries = cleared.len() as u64 - huge + huge.div_ceil(512);
             let hold = self.c.pte_clear * entries + self.c.rmap * runs + self.c.rmap_page * large;
             t = tbl.ptl.lock_for(t, cpu, hold, &lc);
+            if swapped > 0 {
+                self.mms[mm as usize].swap_ents -= swapped as i64;
+                self.stat.v[Stat::SwapUsed as usize] = self.swap.inuse as i64;
+            }
             // The rmap and the freeing, in PTE order (tlb.pages keeps it).
             let mut i = 0;
             while i < cleared.len() {

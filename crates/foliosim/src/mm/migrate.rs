@@ -93,7 +93,7 @@ impl Kernel {
         // Lock, freeze the reference count, copy, switch the xarray entry.
         let nr = 1u64 << order;
         t += self.c.migrate_folio;
-        t += self.nodes[snid].copy_4k.max(self.nodes[dnid].copy_4k) * nr;
+        t = self.copy_pages(t, cpu, snid, dnid, nr, self.nodes[snid].copy_4k.max(self.nodes[dnid].copy_4k) * nr);
         self.check_guest_write(new, order, "copied into");
         {
             let p = self.mem_map.get_mut(new);

@@ -63,8 +63,10 @@ impl Kernel {
         // The exec bit follows the new protection either way (x86 NX comes
         // from vm_page_prot), or instruction fetches would fault forever.
         let want_x = prot_ & prot::EXEC != 0;
-        // change_pte_range: reclaim's batched unmaps in this mm are flushed first.
+        // change_pte_range: reclaim's batched unmaps in this mm are flushed
+        // first; a secondary MMU drops the range (change_protection).
         t = self.flush_tlb_batched_pending(t, cpu, mm);
+        t += self.mms[mm as usize].mmu_notifier_invalidate(addr, end, t);
         {
             let mut va = addr;
             while va < end {
@@ -101,9 +103,12 @@ impl Kernel {
                 t = self.flush_tlb_mm_range(t, cpu, mm, addr, end, false);
             }
         }
+        // vma_modify_flags: the changed VMA merges with its neighbours
+        // when their flags match again (mprotect back to what they have).
         for k in keys {
             let merged = self.mms[mm as usize].merge_around(k);
             self.stat.add(Stat::VmaMerge, merged as i64);
+            t += self.c.vma_merge * merged as Ns;
         }
         let t = self.mmap_write_unlock(t, cpu, mm);
         (Ret::Val(0), t)

@@ -58,12 +58,13 @@ impl Kernel {
         let mut moved = Vma { start: new, end: new + new_len, pgoff: old.pgoff, seq, vm_lock: Default::default(), ..old.clone() };
         moved.vm_lock.lock_seq = cyc;
         m.log_marked(new, new + new_len);
+        t += m.mmu_notifier_invalidate(addr, addr + old_len, t);
         let mut entries = Vec::new();
         let mut va = addr;
         while va < addr + old_len {
             if let Some(tbl) = m.pt.table_mut(va) {
                 let slot = &mut tbl.ptes[pte_index(va)];
-                if slot.present() {
+                if slot.present() || slot.is_swap() {
                     entries.push((va - addr, *slot));
                     *slot = Pte::NONE;
                     tbl.nr_present -= 1;

@@ -301,6 +301,8 @@ impl Kernel {
                 t = tbl.ptl.lock_for(t, cpu, hold, &lc);
             }
             if !changes.is_empty() {
+                // change_pmd_range: one notifier call per PMD range it changes.
+                t += self.mms[mm as usize].mmu_notifier_invalidate(va, stop, t);
                 let tbl = self.mms[mm as usize].pt.table_mut(va).expect("table seen above");
                 for &(a, pte) in &changes {
                     // pte_modify(PAGE_NONE): inaccessible, and the write bit goes.

@@ -23,6 +23,17 @@ use crate::kernel::knobs::{LufMutant, Mutant};
 use crate::kernel::Kernel;
 use crate::sim::Ns;
 
+/// What an unmapped PTE becomes.
+#[derive(Clone, Copy)]
+enum Replace<'a> {
+    /// Nothing (pte_clear).
+    None,
+    /// A migration entry to the folio, keeping its permissions.
+    Migration,
+    /// The swap entry of the page's slot (page i of the folio: slots[i]).
+    Swap(&'a [u32]),
+}
+
 /// One mapping of a page found by the rmap walk.
 #[derive(Clone, Copy, Debug)]
 pub struct Mapping {
@@ -173,35 +184,77 @@ impl Kernel {
     /// the folio, moving dirty bits to the folio. Returns (folio now
     /// unmapped, LUF-able, time).
     pub fn try_to_unmap(&mut self, t: Ns, cpu: u32, tid: u32, head: Pfn, batch: bool) -> (bool, bool, Ns) {
-        self.ttu_folio(t, cpu, tid, head, batch, false)
+        self.ttu_folio(t, cpu, tid, head, batch, Replace::None)
+    }
+
+    /// try_to_unmap of an anonymous folio going to swap: every PTE of page
+    /// `i` becomes the swap entry of `slots[i]`, which counts it. Returns
+    /// as `try_to_unmap`.
+    pub fn try_to_unmap_swap(&mut self, t: Ns, cpu: u32, tid: u32, head: Pfn, batch: bool, slots: &[u32]) -> (bool, bool, Ns) {
+        self.ttu_folio(t, cpu, tid, head, batch, Replace::Swap(slots))
     }
 
     /// try_to_migrate with TTU_BATCH_FLUSH when `batch` (async mode):
     /// every PTE becomes a migration entry to `head`, remembering whether
     /// it was writable. Returns (all replaced, LUF-able, time).
     pub fn try_to_migrate(&mut self, t: Ns, cpu: u32, tid: u32, head: Pfn, batch: bool) -> (bool, bool, Ns) {
-        self.ttu_folio(t, cpu, tid, head, batch, true)
+        self.ttu_folio(t, cpu, tid, head, batch, Replace::Migration)
     }
 
     /// The rmap walk both share: each present PTE of the folio is cleared
     /// (or, for migration, replaced by a migration entry), its dirty bit
     /// goes to the folio, its rmap and reference are dropped.
-    fn ttu_folio(&mut self, t: Ns, cpu: u32, tid: u32, head: Pfn, batch: bool, migrate: bool) -> (bool, bool, Ns) {
+    fn ttu_folio(&mut self, t: Ns, cpu: u32, tid: u32, head: Pfn, batch: bool, with: Replace) -> (bool, bool, Ns) {
         let mut maps = Vec::new();
         self.rmap_walk(head, &mut maps);
         let mut t = t + self.c.rmap;
         self.ttu_begin(tid);
         let mut wp_pending = false;
+        let flags = self.mem_map.get(head).flags;
+        let lazyfree = matches!(with, Replace::None) && flags & (pg::ANON | pg::SWAPBACKED) == pg::ANON;
+        // The range of the folio in each mm, for one notifier call per mm
+        // (try_to_unmap_one's mmu_notifier_range covers the folio).
+        let mut notify: Option<(u32, u64, u64)> = None;
+        let notifies = self.knobs.mutant != Mutant::MmuNotifierSkipUnmap;
         for &mp in &maps {
             let cur = self.mms[mp.mm as usize].pt.pte(mp.va);
             if !cur.present() {
                 continue;
             }
+            if lazyfree
+                && (cur.dirty() || self.mem_map.get(head).flags & pg::DIRTY != 0)
+                && self.knobs.mutant != Mutant::LazyfreeDiscardRedirtied
+            {
+                // MADV_FREE page check: written again, so it cannot be
+                // discarded; the PTEs already cleared were clean.
+                self.mem_map.get_mut(head).flags |= pg::SWAPBACKED;
+                break;
+            }
             wp_pending |= self.mms[mp.mm as usize].tlb_flush_pending > 0;
             // make_readable/writable_migration_entry: a PROT_NONE hinting
             // PTE has no write bit, so the page comes back read-only.
-            let replace =
-                if migrate { Pte((cur.0 & !0xfff) | cur.0 & (Pte::WRITE | Pte::EXEC | Pte::DIRTY) | Pte::MIGRATION) } else { Pte::NONE };
+            let replace = match with {
+                Replace::None => Pte::NONE,
+                Replace::Migration => Pte((cur.0 & !0xfff) | cur.0 & (Pte::WRITE | Pte::EXEC | Pte::DIRTY) | Pte::MIGRATION),
+                Replace::Swap(slots) => {
+                    let slot = slots[(mp.pfn - head) as usize];
+                    if !self.swap.swap_duplicate(slot) {
+                        continue; // the page stays mapped here: the unmap fails
+                    }
+                    self.mms[mp.mm as usize].swap_ents += 1;
+                    Pte::swp_entry(slot)
+                }
+            };
+            notify = match notify {
+                Some((m, lo, hi)) if m == mp.mm => Some((m, lo.min(mp.va), hi.max(mp.va + 4096))),
+                Some((m, lo, hi)) => {
+                    if notifies {
+                        t += self.mms[m as usize].mmu_notifier_invalidate(lo, hi, t);
+                    }
+                    Some((mp.mm, mp.va, mp.va + 4096))
+                }
+                None => Some((mp.mm, mp.va, mp.va + 4096)),
+            };
             let old = self.ttu_clear_pte(&mut t, cpu, tid, mp, batch, replace);
             if old.dirty() {
                 self.folio_mark_dirty(head);
@@ -209,6 +262,9 @@ impl Kernel {
             self.page_remove_rmap(mp.mm, mp.pfn);
             // The mapping's reference.
             self.mem_map.get_mut(head).refcount -= 1;
+        }
+        if let Some((m, lo, hi)) = notify.filter(|_| notifies) {
+            t += self.mms[m as usize].mmu_notifier_invalidate(lo, hi, t);
         }
         let luf = self.ttu_end(tid, head, wp_pending);
         (self.folio_mapcount(head) == 0, luf, t)

@@ -218,7 +218,7 @@ impl Kernel {
         // says whether every dead folio so far got it. (init_on_free
         // zeroes each frame: the per-folio path below.)
         let eager = !self.knobs.init_on_free;
-        let stamp = self.cpus[cpu as usize].cache.free_stamp(cpu);
+        let stamp = self.llc.free_stamp(cpu);
         let mut reset = true;
         let mut acc = [0; NR_LRU_LISTS];
         for &p in folios {
@@ -315,7 +315,7 @@ impl Kernel {
         let order = self.mem_map.get(pfn).order as u32;
         // Large folios leave the deferred-split queue first (free_transhuge_page).
         let t = if order >= 2 { self.free_large_folio(t, cpu, pfn) } else { t };
-        let stamp = self.cpus[cpu as usize].cache.free_stamp(cpu);
+        let stamp = self.llc.free_stamp(cpu);
         self.free_folio_reset(pfn, order, stamp);
         // free_pages_prepare checks and resets every tail page.
         let t = t + self.c.free_folio + self.c.free_tail * ((1 << order) - 1);
@@ -336,7 +336,8 @@ impl Kernel {
                 ugen = 0;
             }
             self.check_content_change(t, pfn, order, "init_on_free");
-            t += self.nodes[self.mem_map.get(pfn).nid as usize].zero_4k << order;
+            let nid = self.mem_map.get(pfn).nid as usize;
+            t = self.mem_traffic(t, cpu, nid, 4096 << order, self.nodes[nid].zero_4k << order);
         }
         self.check_free_flushed(t, pfn, order, ugen);
         self.pa.free_pages_ugen(t, cpu, pfn, order, ugen, &mut self.stat)

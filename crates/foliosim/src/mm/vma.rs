@@ -251,6 +251,11 @@ pub struct Mm {
     pub users: u32,
     pub rss_anon: i64,
     pub rss_file: i64,
+    /// Swap PTEs of this mm (MM_SWAPENTS, VmSwap).
+    pub swap_ents: i64,
+    /// A secondary MMU subscribed to this mm's notifiers (KVM's EPT of a
+    /// VMM's guest RAM: mm/mmu_notifier.rs).
+    pub notifier: Option<Box<super::mmu_notifier::SecondaryMmu>>,
     /// Peak of rss_anon + rss_file in pages (Linux's mm->hiwater_rss, VmHWM).
     pub hiwater_rss: i64,
     /// rss_anon + rss_file when the run started (after the workload's
@@ -338,6 +343,8 @@ impl Mm {
             users: 1,
             rss_anon: 0,
             rss_file: 0,
+            swap_ents: 0,
+            notifier: None,
             hiwater_rss: 0,
             base_rss: 0,
             fds: Vec::new(),
@@ -713,6 +720,25 @@ impl Mm {
             return None;
         }
         self.fds.get_mut((fd - 3) as usize).and_then(|f| f.as_mut())
+    }
+}
+
+impl Mm {
+    /// mmu_notifier_invalidate_range_start for [s, e) at `t`: the
+    /// subscriber's translations of the range go. Returns what its
+    /// callback costs the caller (0 without a subscriber).
+    #[inline]
+    pub fn mmu_notifier_invalidate(&mut self, s: u64, e: u64, t: Ns) -> Ns {
+        match self.notifier.as_deref_mut() {
+            Some(n) => n.invalidate_range(s, e, t),
+            None => 0,
+        }
+    }
+
+    /// The notifier half of ptep_clear_young_notify for the page at `va`.
+    #[inline]
+    pub fn mmu_notifier_clear_young(&mut self, va: u64) -> bool {
+        self.notifier.as_deref_mut().is_some_and(|n| n.clear_young(va))
     }
 }
 

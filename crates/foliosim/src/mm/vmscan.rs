@@ -1,7 +1,9 @@
-//! Reclaim (mm/vmscan.c), minimal for the core: direct reclaim of clean,
-//! unmapped page-cache folios from the tail of the inactive file list,
-//! refilling it from the active list when it runs short. Anonymous memory
-//! is not reclaimed (no swap device is modelled yet).
+//! Reclaim (mm/vmscan.c): page-cache folios from the tail of the inactive
+//! file list, refilling it from the active list when it runs short, and
+//! anonymous folios from the tail of the inactive anon list when they can
+//! go somewhere: demoted to a lower tier (kswapd), or written to a swap
+//! device with room (mm/swapfile.rs). `get_scan_count` splits each batch
+//! between the two by `vm.swappiness`.
 
 use super::mem_map::pg;
 use super::mmzone::Lru;
@@ -67,6 +69,59 @@ impl Kernel {
         (freed, t)
     }
 
+    /// Whether anonymous folios on `nid` may go to swap: a device with a
+    /// free slot (can_reclaim_anon_pages without demotion).
+    pub(crate) fn can_swap(&self) -> bool {
+        self.swap.nr_free() > 0
+    }
+
+    /// get_scan_count for one batch of SWAP_CLUSTER_MAX folios on `nid`
+    /// when anonymous memory goes to swap: (anon, file) folios to take.
+    /// Without swap room, all file (SCAN_FILE); with a page cache too
+    /// small to matter (file + free at or below the high watermark,
+    /// sc->file_is_tiny), all anon; else SCAN_FRACT: each list in
+    /// proportion to its size times its priority, swappiness for anon and
+    /// 200 - swappiness for file (the reclaim costs that weigh them in the
+    /// kernel are not modelled: both count as equal).
+    pub(crate) fn get_scan_count(&self, nid: usize) -> (usize, usize) {
+        if !self.can_swap() || self.tier.next_demotion_node(nid as u32, &self.knobs).is_some() {
+            return (0, SWAP_CLUSTER_MAX);
+        }
+        let l = &self.nodes[nid].lruvec;
+        let anon = l.list(Lru::InactiveAnon).pages() + l.list(Lru::ActiveAnon).pages();
+        let file = l.list(Lru::InactiveFile).pages() + l.list(Lru::ActiveFile).pages();
+        if anon == 0 {
+            return (0, SWAP_CLUSTER_MAX);
+        }
+        let (_, _, high) = self.pa.zone_watermarks(nid as u32);
+        if file + self.pa.zone_free_pages(nid as u32) <= high {
+            return (SWAP_CLUSTER_MAX, 0);
+        }
+        let sw = self.knobs.swappiness as u64;
+        let (a, f) = (anon * sw, file * (200 - sw));
+        if a + f == 0 {
+            return (0, SWAP_CLUSTER_MAX);
+        }
+        let n = ((SWAP_CLUSTER_MAX as u64 * a + (a + f) / 2) / (a + f)) as usize;
+        (n, SWAP_CLUSTER_MAX - n)
+    }
+
+    /// Up to `n` anonymous folios from the tail of `nid`'s inactive anon
+    /// list, the oldest active ones aged onto it first while it is low.
+    pub(crate) fn anon_candidates(&mut self, nid: usize, n: usize) -> Vec<Pfn> {
+        if n == 0 {
+            return Vec::new();
+        }
+        // shrink_lruvec rebalances: while the inactive list is low against
+        // the active one, the oldest active folios are aged onto it
+        // (shrink_active_list), even when it is not empty.
+        if self.inactive_is_low(nid, Lru::InactiveAnon) {
+            let act: Vec<Pfn> = self.nodes[nid].lruvec.list(Lru::ActiveAnon).iter_from_tail(&self.mem_map).take(SWAP_CLUSTER_MAX).collect();
+            self.deactivate_folios(&act);
+        }
+        self.nodes[nid].lruvec.list(Lru::InactiveAnon).iter_from_tail(&self.mem_map).take(n).collect()
+    }
+
     /// With a demotion target, anonymous folios can leave the node even
     /// without swap (can_demote): the tail of the inactive anon list, the
     /// oldest active ones moved there first when it is empty.
@@ -79,16 +134,7 @@ impl Kernel {
         if !self.pa.zone_watermark_ok(dst, 0, high) {
             return Vec::new();
         }
-        let take =
-            |k: &Self, l: Lru| -> Vec<Pfn> { k.nodes[nid].lruvec.list(l).iter_from_tail(&k.mem_map).take(SWAP_CLUSTER_MAX).collect() };
-        // shrink_lruvec rebalances: while the inactive list is low against
-        // the active one, the oldest active folios are aged onto it
-        // (shrink_active_list), even when it is not empty.
-        if self.inactive_is_low(nid, Lru::InactiveAnon) {
-            let act = take(self, Lru::ActiveAnon);
-            self.deactivate_folios(&act);
-        }
-        take(self, Lru::InactiveAnon)
+        self.anon_candidates(nid, SWAP_CLUSTER_MAX)
     }
 
     /// inactive_is_low: the inactive list holds less than 1/ratio of the
@@ -103,10 +149,12 @@ impl Kernel {
     }
 
     fn shrink_inactive_file(&mut self, t: Ns, cpu: u32, nid: usize) -> (u64, Ns, usize) {
-        // Direct reclaim takes page cache only; anonymous memory is demoted
-        // by kswapd (a simplification: the kernel's direct reclaim may
-        // demote anon folios too).
-        let cand: Vec<u32> = self.nodes[nid].lruvec.list(Lru::InactiveFile).iter_from_tail(&self.mem_map).take(SWAP_CLUSTER_MAX).collect();
+        // Direct reclaim takes page cache, and anonymous memory when it
+        // can go to swap; anonymous memory is demoted by kswapd only (a
+        // simplification: the kernel's direct reclaim may demote too).
+        let (nanon, nfile) = self.get_scan_count(nid);
+        let mut cand: Vec<u32> = self.nodes[nid].lruvec.list(Lru::InactiveFile).iter_from_tail(&self.mem_map).take(nfile).collect();
+        cand.extend(self.anon_candidates(nid, nanon));
         if cand.is_empty() {
             return (0, t, 0);
         }
@@ -129,9 +177,12 @@ impl Kernel {
         let mut young = 0;
         let mut exec = false;
         for mp in &maps {
-            if let Some(tbl) = self.mms[mp.mm as usize].pt.table_mut(mp.va) {
+            let m = &mut self.mms[mp.mm as usize];
+            // ptep_clear_young_notify: the PTE's bit, or a secondary MMU's.
+            let secondary = m.mmu_notifier_clear_young(mp.va);
+            if let Some(tbl) = m.pt.table_mut(mp.va) {
                 let slot = &mut tbl.ptes[super::pgtable::pte_index(mp.va)];
-                if slot.0 & super::pgtable::Pte::YOUNG != 0 {
+                if slot.0 & super::pgtable::Pte::YOUNG != 0 || secondary {
                     young += 1;
                     exec |= slot.exec();
                     *slot = slot.without(super::pgtable::Pte::YOUNG);
@@ -170,9 +221,13 @@ impl Kernel {
             let p = self.mem_map.get(pfn);
             let mapped = self.folio_mapcount(pfn);
             let anon = p.flags & pg::ANON != 0;
-            // Anonymous folios only leave by demotion (no swap device).
-            let evictable = if anon {
-                demote_to.is_some() && p.refcount == mapped && can_unmap
+            // MADV_FREE'd: dropped unless written again (mm/madvise.rs).
+            let lazyfree = anon && p.flags & pg::SWAPBACKED == 0;
+            // Anonymous folios leave by demotion, or to swap.
+            let evictable = if lazyfree {
+                p.refcount == mapped && can_unmap
+            } else if anon {
+                (demote_to.is_some() || self.can_swap()) && p.refcount == mapped && can_unmap
             } else {
                 // A dirty folio that is mapped is written back by pageout
                 // once unmapped; an unmapped dirty one waits (no flusher
@@ -196,7 +251,13 @@ impl Kernel {
                 demote.push(pfn);
                 continue;
             }
-            let (n, t1) = self.evict_isolated_file(t, cpu, tid, pfn, &mut victims);
+            let (n, t1) = if lazyfree {
+                self.evict_isolated_lazyfree(t, cpu, tid, pfn, &mut victims)
+            } else if anon {
+                self.evict_isolated_anon(t, cpu, tid, pfn, &mut victims)
+            } else {
+                self.evict_isolated_file(t, cpu, tid, pfn, &mut victims)
+            };
             t = t1;
             freed += n;
         }
@@ -268,14 +329,78 @@ impl Kernel {
         (self.drop_isolated_cache_folio(pfn), t)
     }
 
-    /// pageout for a folio try_to_unmap found dirty: first every TLB that
-    /// may still write it through a cached dirty entry is flushed
-    /// (try_to_unmap_flush_dirty, LUF'd CPUs included), then its contents
-    /// go to the IO, which starts at the returned time. The IO is taken as
-    /// done at once (the folio is clean and freed in this pass; Linux keeps
-    /// it under writeback and frees it on a later one): what matters here
-    /// is that nothing writes the folio after the IO has read it.
-    fn pageout(&mut self, t: Ns, cpu: u32, tid: u32, pfn: Pfn) -> Ns {
+    /// Swap out an isolated anonymous folio (add_to_swap, try_to_unmap,
+    /// pageout): a slot per page, every PTE made a swap entry naming it,
+    /// the TLBs that may still write the folio flushed, the pages written
+    /// (the write waited for: `swap_write_4k_ns` each, the folio freed in
+    /// this pass; the kernel frees it once the write completes). A large
+    /// folio goes out whole, as 6.12 swaps out a large folio with a slot
+    /// per page. The folio joins `victims` (LUF'd if every PTE was
+    /// read-only); if a slot runs out it goes back to its list. Returns
+    /// the pages swapped out.
+    fn evict_isolated_anon(&mut self, t: Ns, cpu: u32, tid: u32, pfn: Pfn, victims: &mut [Vec<Pfn>; 2]) -> (u64, Ns) {
+        let nr = 1u64 << self.mem_map.get(pfn).order;
+        let mut slots = Vec::with_capacity(nr as usize);
+        for _ in 0..nr {
+            match self.swap.get_swap_page() {
+                Some(s) => slots.push(s),
+                None => {
+                    for &s in &slots {
+                        self.swap.put_unused(s);
+                    }
+                    self.folio_putback_lru(pfn);
+                    return (0, t);
+                }
+            }
+        }
+        let (unmapped, luf, t) = self.try_to_unmap_swap(t, cpu, tid, pfn, true, &slots);
+        // Pages no PTE mapped need no slot.
+        for &s in &slots {
+            self.swap.put_unused(s);
+        }
+        self.stat.v[Stat::SwapUsed as usize] = self.swap.inuse as i64;
+        if !unmapped {
+            // A PTE kept it (its slot could count no more): the swap
+            // entries set elsewhere stand for copies the device now holds,
+            // so the folio is written out all the same and stays here.
+            self.check.report(format!("anon folio {pfn}: still mapped after its unmap for swap"));
+            self.folio_putback_lru(pfn);
+            return (0, t);
+        }
+        let t = self.pageout_flush(t, cpu, tid, pfn) + nr * self.c.swap_write_4k;
+        self.stat.add(Stat::Pswpout, nr as i64);
+        let p = self.mem_map.get_mut(pfn);
+        p.flags &= !(pg::ISOLATED | pg::DIRTY);
+        self.stat.add(Stat::NrIsolatedAnon, -(nr as i64));
+        // The isolation's reference is the last: release_folios frees it.
+        victims[luf as usize].push(pfn);
+        (nr, t)
+    }
+
+    /// Drop an isolated lazily freed folio (MADV_FREE): unmapped without a
+    /// swap entry, nothing written. try_to_unmap stops at a PTE written
+    /// since the madvise, or at a folio someone dirtied without a PTE (a
+    /// get_user_pages writer), and makes the folio swap-backed again: it
+    /// goes back to its (now anon) list. Returns the pages dropped.
+    fn evict_isolated_lazyfree(&mut self, t: Ns, cpu: u32, tid: u32, pfn: Pfn, victims: &mut [Vec<Pfn>; 2]) -> (u64, Ns) {
+        let nr = 1u64 << self.mem_map.get(pfn).order;
+        let (unmapped, luf, t) = self.try_to_unmap(t, cpu, tid, pfn, true);
+        if !unmapped || self.mem_map.get(pfn).flags & pg::SWAPBACKED != 0 {
+            self.folio_putback_lru(pfn);
+            return (0, t);
+        }
+        self.mem_map.get_mut(pfn).flags &= !pg::ISOLATED;
+        self.stat.add(Stat::NrIsolatedAnon, -(nr as i64));
+        self.stat.add(Stat::Pglazyfreed, nr as i64);
+        victims[luf as usize].push(pfn);
+        (nr, t)
+    }
+
+    /// The part of pageout that comes before any write: every TLB that may
+    /// still write the folio through a cached dirty entry is flushed
+    /// (try_to_unmap_flush_dirty, LUF'd CPUs included), and the checker
+    /// sees that nothing can write it after the IO reads it.
+    fn pageout_flush(&mut self, t: Ns, cpu: u32, tid: u32, pfn: Pfn) -> Ns {
         let t = if self.knobs.mutant == crate::kernel::knobs::Mutant::ReclaimSkipDirtyFlush {
             t
         } else {
@@ -284,6 +409,18 @@ impl Kernel {
         if self.check.enabled {
             self.check_pageout(t, pfn);
         }
+        t
+    }
+
+    /// pageout for a folio try_to_unmap found dirty: first every TLB that
+    /// may still write it through a cached dirty entry is flushed
+    /// (try_to_unmap_flush_dirty, LUF'd CPUs included), then its contents
+    /// go to the IO, which starts at the returned time. The IO is taken as
+    /// done at once (the folio is clean and freed in this pass; Linux keeps
+    /// it under writeback and frees it on a later one): what matters here
+    /// is that nothing writes the folio after the IO has read it.
+    fn pageout(&mut self, t: Ns, cpu: u32, tid: u32, pfn: Pfn) -> Ns {
+        let t = self.pageout_flush(t, cpu, tid, pfn);
         self.mem_map.get_mut(pfn).flags &= !pg::DIRTY;
         self.stat.inc(Stat::Pgpageout);
         t + self.c.pageout

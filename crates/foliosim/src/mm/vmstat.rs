@@ -38,6 +38,7 @@ stats! {
     SplitQueueLen = "foliosim_split_queue_len" : "folios on the deferred-split queues (split_queue_len summed over nodes)",
     NrIsolatedFile = "nr_isolated_file" : "file pages isolated from the LRU (promotion lists, reclaim, migration)",
     NrIsolatedAnon = "nr_isolated_anon" : "anonymous pages isolated from the LRU (migration)",
+    SwapUsed = "foliosim_swap_used_pages" : "swap slots in use (SwapTotal - SwapFree in /proc/meminfo)",
     // events
     Pgfault = "pgfault" : "page faults of any kind",
     Pgmajfault = "pgmajfault" : "faults that needed I/O",
@@ -52,6 +53,10 @@ stats! {
     PgstealKswapd = "pgsteal_kswapd" : "pages reclaimed by kswapd",
     Pgreuse = "pgreuse" : "write faults that reused the page in place (wp_page_reuse)",
     Pgpgin = "pgpgin" : "KiB read from the disk-like file system",
+    Pswpin = "pswpin" : "pages read back from swap",
+    Pswpout = "pswpout" : "pages written out to swap",
+    Pglazyfree = "pglazyfree" : "anonymous pages MADV_FREE marked lazily freed",
+    Pglazyfreed = "pglazyfreed" : "lazily freed pages reclaim dropped without writing them",
     AllocstallNormal = "allocstall_normal" : "allocations that entered direct reclaim",
     Oom = "oom_kill" : "allocations that failed outright (no reclaimable memory)",
     NrTlbRemoteFlush = "nr_tlb_remote_flush" : "shootdown rounds sent to other CPUs",

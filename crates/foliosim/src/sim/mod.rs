@@ -13,6 +13,7 @@
 //! on a contended line would otherwise be processed before an earlier
 //! arrival from another task's step (`horizon`).
 
+pub mod bw;
 pub mod lock;
 pub mod rng;
 pub mod sched;

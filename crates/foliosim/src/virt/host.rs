@@ -36,58 +36,11 @@
 //! kernel); a guest frame number is relative to its own guest.
 
 use crate::hw::profile::Profile;
+use crate::mm::mmu_notifier::Bitmap;
 use crate::mm::vmstat::{Stat, VmStat};
 use crate::mm::Pfn;
 use crate::sim::{ns, Ns};
 use std::sync::Arc;
-
-/// One bit per guest frame.
-#[derive(Clone, Debug, Default)]
-pub struct Bitmap {
-    w: Vec<u64>,
-}
-
-impl Bitmap {
-    pub fn new(n: u64, set: bool) -> Self {
-        let words = n.div_ceil(64) as usize;
-        let mut b = Bitmap { w: vec![if set { !0 } else { 0 }; words] };
-        if set && !n.is_multiple_of(64) {
-            b.w[words - 1] = (1u64 << (n % 64)) - 1;
-        }
-        b
-    }
-    #[inline]
-    pub fn get(&self, i: u64) -> bool {
-        self.w[(i >> 6) as usize] >> (i & 63) & 1 != 0
-    }
-    #[inline]
-    pub fn set(&mut self, i: u64) {
-        self.w[(i >> 6) as usize] |= 1 << (i & 63);
-    }
-    #[inline]
-    pub fn clear(&mut self, i: u64) {
-        self.w[(i >> 6) as usize] &= !(1 << (i & 63));
-    }
-    /// Bits set in [start, start + n).
-    pub fn count_range(&self, start: u64, n: u64) -> u64 {
-        let mut c = 0;
-        let mut i = start;
-        let end = start + n;
-        while i < end {
-            if i & 63 == 0 && end - i >= 64 {
-                c += self.w[(i >> 6) as usize].count_ones() as u64;
-                i += 64;
-            } else {
-                c += self.get(i) as u64;
-                i += 1;
-            }
-        }
-        c
-    }
-    pub fn count(&self) -> u64 {
-        self.w.iter().map(|w| w.count_ones() as u64).sum()
-    }
-}
 
 /// The host costs, in integer ns (from the profile's `[host]` table; host
 /// zeroing streams at the guest node's zero bandwidth: the same DRAM).
@@ -206,10 +159,10 @@ impl Host {
             cur: 0,
             base: 0,
             end: nr_frames,
-            backed: Bitmap::new(nr_frames, prealloc),
-            lazy: Bitmap::new(nr_frames, false),
-            swapped: Bitmap::new(nr_frames, false),
-            referenced: Bitmap::new(nr_frames, false),
+            backed: if prealloc { Bitmap::filled(nr_frames) } else { Bitmap::new(nr_frames) },
+            lazy: Bitmap::new(nr_frames),
+            swapped: Bitmap::new(nr_frames),
+            referenced: Bitmap::new(nr_frames),
             rss: if prealloc { nr_frames } else { 0 },
             nr_lazy: 0,
             nr_swapped: 0,
@@ -240,10 +193,10 @@ impl Host {
             cur: 0,
             base: 0,
             end: parts[0].nr_frames,
-            backed: Bitmap::new(base, false),
-            lazy: Bitmap::new(base, false),
-            swapped: Bitmap::new(base, false),
-            referenced: Bitmap::new(base, false),
+            backed: Bitmap::new(base),
+            lazy: Bitmap::new(base),
+            swapped: Bitmap::new(base),
+            referenced: Bitmap::new(base),
             rss: parts.iter().map(|p| p.rss).sum(),
             nr_lazy: parts.iter().map(|p| p.nr_lazy).sum(),
             nr_swapped: parts.iter().map(|p| p.nr_swapped).sum(),
@@ -308,7 +261,7 @@ impl Host {
     /// write to it costs the host nothing.
     pub fn range_ready(&self, pfn: Pfn, n: u64) -> bool {
         let s = self.base + pfn as u64;
-        self.backed.count_range(s, n) == n && (self.nr_lazy == 0 || self.lazy.count_range(s, n) == 0)
+        self.backed.count_range(s, s + n) == n && (self.nr_lazy == 0 || self.lazy.count_range(s, s + n) == 0)
     }
 
     /// Whether the host keeps the guest's contents of `pfn`: backed and
@@ -323,7 +276,7 @@ impl Host {
     /// must look like.
     pub fn range_given_back(&self, pfn: Pfn, n: u64) -> bool {
         let s = self.base + pfn as u64;
-        self.backed.count_range(s, n) == self.lazy.count_range(s, n)
+        self.backed.count_range(s, s + n) == self.lazy.count_range(s, s + n)
     }
 
     /// Publish the current guest's gauges (host memory free is the host's).
@@ -367,8 +320,8 @@ impl Host {
             let hp = f & !(HPAGE_PAGES - 1);
             if self.thp
                 && hp + HPAGE_PAGES <= self.end
-                && self.backed.count_range(hp, HPAGE_PAGES) == 0
-                && self.swapped.count_range(hp, HPAGE_PAGES) == 0
+                && self.backed.count_range(hp, hp + HPAGE_PAGES) == 0
+                && self.swapped.count_range(hp, hp + HPAGE_PAGES) == 0
             {
                 t += self.make_room(HPAGE_PAGES, stat);
                 for g in hp..hp + HPAGE_PAGES {
@@ -551,9 +504,9 @@ impl Host {
         }
         for (g, sp) in self.guests.iter().enumerate() {
             let (b, l, w) = (
-                self.backed.count_range(sp.base, sp.nr_frames),
-                self.lazy.count_range(sp.base, sp.nr_frames),
-                self.swapped.count_range(sp.base, sp.nr_frames),
+                self.backed.count_range(sp.base, sp.base + sp.nr_frames),
+                self.lazy.count_range(sp.base, sp.base + sp.nr_frames),
+                self.swapped.count_range(sp.base, sp.base + sp.nr_frames),
             );
             if (b, l, w) != (sp.rss, sp.nr_lazy, sp.nr_swapped) {
                 return Err(format!(

@@ -10,6 +10,7 @@
 
 pub mod guests;
 pub mod host;
+pub mod kvm;
 pub mod virtio_balloon;
 
 pub use host::{Host, HostCosts};

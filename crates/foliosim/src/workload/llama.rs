@@ -12,9 +12,12 @@
 //! thread fetches the hot text (one instruction fetch per code page), loads
 //! the chunk (`loads_per_page` loads per 4 KiB page) and stores then loads
 //! `state_pages` pages of its slice of the KV area (cycling through it),
-//! then computes `page_compute_ns` per page of the chunk (the
-//! matrix-vector work on the weights, which bounds how fast llama.cpp
-//! streams them).
+//! then reads the chunk's bytes from memory (`Op::Stream`: token generation
+//! is bound by the memory bandwidth, every weight read once per token; each
+//! byte stands for `stream_scale` bytes, as the model is scaled down), each
+//! page from the node holding it at one CPU's bandwidth, shared with every
+//! thread streaming from that node; `page_compute_ns` per page adds user
+//! time.
 //! Threads of one process meet at a barrier after each token (llama.cpp's
 //! threads sync after every graph; only the per-token one is modelled),
 //! polling every `barrier_poll_us` of user time (ggml threads spin).
@@ -86,6 +89,8 @@ pub struct Llama {
     state_pages: u64,
     /// User time per weight page streamed.
     page_compute: Ns,
+    /// Bytes each byte of weights read from memory stands for (0: none read).
+    stream_scale: u64,
     fs: FsKind,
     pin: bool,
     barrier_poll: Ns,
@@ -136,6 +141,10 @@ impl Llama {
         if page_compute > 1_000_000_000 {
             return Err(format!("page_compute_ns: must be at most 1000000000, got {page_compute}"));
         }
+        let stream_scale = p.u64("stream_scale", 1)?;
+        if stream_scale > 1 << 20 {
+            return Err(format!("stream_scale: must be at most 1048576, got {stream_scale}"));
+        }
         let fs = read_fs(p, "fs", "disk")?;
         let pin = p.bool("pin", true)?;
         let poll = p.u64("barrier_poll_us", 20)?;
@@ -155,6 +164,7 @@ impl Llama {
             kv,
             state_pages,
             page_compute,
+            stream_scale,
             fs,
             pin,
             barrier_poll: poll * 1000,
@@ -201,7 +211,12 @@ impl Llama {
             ParamSpec {
                 name: "page_compute_ns",
                 default: "0".into(),
-                help: "user time per 4 KiB weight page streamed (the matrix-vector work that bounds the streaming rate), ns",
+                help: "user time per 4 KiB weight page besides reading it from memory, ns",
+            },
+            ParamSpec {
+                name: "stream_scale",
+                default: "1".into(),
+                help: "each byte of weights read from memory stands for this many (the memory scale-down of the model; 0: none read)",
             },
             ParamSpec {
                 name: "fs",
@@ -262,9 +277,14 @@ impl Llama {
                 s.phase = Phase::Run(sub + 1);
                 Op::AccessRange { addr, stride: PAGE, count: n, kind }
             }
-            // The work on the chunk's weights.
-            4 if self.page_compute > 0 => {
+            // The chunk's weights read from memory, then any other work on them.
+            4 if self.stream_scale > 0 => {
+                let (first, _) = self.slice(s.layer, s.idx);
                 s.phase = Phase::Run(5);
+                Op::Stream { addr: pr.model + (first + s.page) * PAGE, stride: PAGE, count: s.chunk_pages, bytes: PAGE * self.stream_scale }
+            }
+            4 | 5 if self.page_compute > 0 => {
+                s.phase = Phase::Run(6);
                 Op::Compute { ns: s.chunk_pages * self.page_compute }
             }
             // Chunk done: advance.

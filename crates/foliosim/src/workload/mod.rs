@@ -18,6 +18,7 @@ pub mod memhog_then;
 pub mod params;
 pub mod registry;
 pub mod sparse_touch;
+pub mod syscost;
 pub mod trace;
 pub mod trace_format;
 pub mod trace_perf;
@@ -128,13 +129,19 @@ pub enum Op {
     Open {
         file: FileId,
     },
+    /// read(fd, buf, len). `buf`: the user buffer the data is copied to
+    /// (its pages not yet mapped writable fault in during the copy, as
+    /// copy_to_user takes them); 0 when the workload models none.
     Read {
         fd: Fd,
         len: u64,
+        buf: u64,
     },
+    /// write(fd, buf, len): `buf` as for Read (copy_from_user reads it).
     Write {
         fd: Fd,
         len: u64,
+        buf: u64,
     },
     Lseek {
         fd: Fd,
@@ -153,6 +160,17 @@ pub enum Op {
     /// Pure user-mode computation.
     Compute {
         ns: Ns,
+    },
+    /// A user loop whose speed is its memory's: `count` reads of `bytes`
+    /// bytes each, at `addr`, `addr + stride`, ... (mapped by accesses
+    /// before it). Each moves its bytes from the node holding its page at
+    /// one CPU's read bandwidth, through that node's bandwidth, which every
+    /// CPU streaming from it shares (docs/machine-model.md).
+    Stream {
+        addr: u64,
+        stride: u64,
+        count: u64,
+        bytes: u64,
     },
     /// execve() of an ELF binary in file `file`: the task's mm is replaced
     /// by a fresh one holding the binary's PT_LOAD segments as its program
@@ -182,6 +200,16 @@ pub enum Op {
     SysTime {
         ns: Ns,
     },
+}
+
+/// What `Workload::access_run` announces: `count` accesses of `kind`
+/// from `addr`, `stride` bytes apart, one op each.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AccessRun {
+    pub addr: u64,
+    pub stride: u64,
+    pub count: u64,
+    pub kind: Access,
 }
 
 /// Result of the previous operation, as the syscall would return it.
@@ -243,6 +271,12 @@ pub trait SetupEnv {
         let _ = task;
         Ok(())
     }
+    /// Where a testcase's static 4 KiB buffer lies in that process image
+    /// (read1's read() buffer, in the binary's data and bss); 0 without an
+    /// image.
+    fn image_buffer(&self) -> u64 {
+        0
+    }
 }
 
 /// Description of a workload parameter, for `foliosim list`.
@@ -259,6 +293,23 @@ pub trait Workload: Send {
     /// The next operation of `task`. Add to `ops` whatever this workload
     /// counts as an operation (will-it-scale's per-task counter).
     fn next_op(&mut self, task: TaskId, last: Ret, ops: &mut u64) -> Op;
+    /// The accesses `task`'s next calls of `next_op` return, one op each,
+    /// as long as each returned `Ret::Val(0)`: a user loop the workload
+    /// runs op by op (will-it-scale's touch of its region). The driver
+    /// runs them without asking `next_op` (a run of steps,
+    /// docs/fault-path-speed.md) and then calls `access_run_done`. None:
+    /// the next op is something else, or the workload does not say.
+    fn access_run(&self, _task: TaskId) -> Option<AccessRun> {
+        None
+    }
+    /// `n` accesses of the run `access_run` announced were made (every one
+    /// but the last returned `Ret::Val(0)`): advance as `n` calls of
+    /// `next_op` would have, `ops` included.
+    fn access_run_done(&mut self, task: TaskId, n: u64, ops: &mut u64) {
+        for _ in 0..n {
+            self.next_op(task, Ret::Val(0), ops);
+        }
+    }
     /// A fork created `child` from `parent`.
     fn on_fork(&mut self, _parent: TaskId, _child: TaskId) {}
     /// Whole iterations of `task`'s loop completed so far: what a reader

@@ -578,7 +578,8 @@ impl TraceReplay {
             Record::Read { file, off, len } | Record::Write { file, off, len } => {
                 if let Some(&fd) = fds.get(file as usize).filter(|&&fd| fd >= 0) {
                     q.push_back((Op::Lseek { fd, off }, After::Nothing));
-                    let op = if matches!(r, Record::Read { .. }) { Op::Read { fd, len } } else { Op::Write { fd, len } };
+                    // The recorded faults already hold the buffer's pages.
+                    let op = if matches!(r, Record::Read { .. }) { Op::Read { fd, len, buf: 0 } } else { Op::Write { fd, len, buf: 0 } };
                     q.push_back((op, After::Nothing));
                 }
             }

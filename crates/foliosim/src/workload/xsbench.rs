@@ -28,8 +28,12 @@
 //! every nuclide of the material (321 for the fuel, 4 to 27 for the
 //! others: 55.7 on average), the two adjacent points of its grid around the
 //! energy (one load: they share a page but one time in 85), stores to its
-//! stack, then computes for `compute_ns` (user time standing for the
-//! arithmetic and the cache-resident reads not modelled as loads).
+//! stack, then reads from memory what those probes miss on (`Op::Stream`):
+//! a cache line per probe of the search, the row's entries, two lines per
+//! nuclide, each from the node holding its page at one CPU's bandwidth,
+//! shared with every thread (XSBench's lookups are bound by memory, not by
+//! their arithmetic; with `stream_scale` each byte stands for that many, as
+//! the tables are scaled down). `compute_ns` adds user time per lookup.
 //!
 //! Every access rate is the program's: per lookup, one row of the 355-wide
 //! index grid and ~56 nuclide-grid points. With `gridpoints` scaled down
@@ -61,6 +65,8 @@ const POINT: u64 = 48;
 /// Bytes of one unionized energy (a double) and of one index (an int).
 const ENERGY: u64 = 8;
 const INDEX: u64 = 4;
+/// A cache line: what a probe of the search misses on.
+const LINE: u64 = 64;
 /// XSBench -g default: grid points per nuclide in H-M large.
 const GRIDPOINTS_LARGE: u64 = 11303;
 
@@ -153,6 +159,8 @@ pub struct XsBench {
     poll: Ns,
     /// User work per lookup besides the modelled accesses.
     compute: Ns,
+    /// Bytes each byte a lookup reads from memory stands for (0: none read).
+    stream_scale: u64,
     mats: Vec<Material>,
     code_file: FileId,
     ready: bool,
@@ -188,6 +196,10 @@ impl XsBench {
         if compute > 1_000_000_000 {
             return Err(format!("compute_ns: must be at most 1000000000 (1 s), got {compute}"));
         }
+        let stream_scale = p.u64("stream_scale", 1)?;
+        if stream_scale > 1 << 20 {
+            return Err(format!("stream_scale: must be at most 1048576, got {stream_scale}"));
+        }
         let pin = p.bool("pin", true)?;
         let poll = p.u64("poll_us", 20)?;
         if poll == 0 || poll > 1_000_000 {
@@ -204,6 +216,7 @@ impl XsBench {
             pin,
             poll: poll * 1000,
             compute,
+            stream_scale,
             mats: materials(large),
             code_file: 0,
             ready: false,
@@ -246,7 +259,12 @@ impl XsBench {
             ParamSpec {
                 name: "compute_ns",
                 default: "0".into(),
-                help: "user work per lookup besides the modelled accesses (arithmetic, cache-resident reads), ns",
+                help: "user work per lookup besides the modelled accesses and the memory they read, ns",
+            },
+            ParamSpec {
+                name: "stream_scale",
+                default: "1".into(),
+                help: "each byte a lookup reads from memory stands for this many (the memory scale-down of the tables; 0: none read)",
             },
             ParamSpec { name: "pin", default: "true".into(), help: "pin thread i to CPU i % nr_cpus (false: the scheduler places them)" },
             ParamSpec {
@@ -279,19 +297,33 @@ impl XsBench {
         if self.compute > 0 {
             plan.push(Op::Compute { ns: self.compute });
         }
+        // After the probes, what they read from memory (the plan is a stack:
+        // pushed first, run last): two lines per nuclide, the row, a line
+        // per level of the search.
+        let j = ((e * self.gridpoints as f64) as u64).min(self.gridpoints - 2);
+        let idx = ((e * n_union as f64) as u64).min(n_union - 2);
+        if self.stream_scale > 0 {
+            let k = self.stream_scale;
+            for &(first, count) in &mat.runs {
+                let addr = self.base[0] + (first as u64 * self.gridpoints + j) * POINT;
+                plan.push(Op::Stream { addr, stride: self.gridpoints * POINT, count: count as u64, bytes: 2 * LINE * k });
+            }
+            let row = self.base[2] + idx * self.isotopes * INDEX + mat.first as u64 * INDEX;
+            plan.push(Op::Stream { addr: row, stride: 0, count: 1, bytes: (mat.last - mat.first + 1) as u64 * INDEX * k });
+            let levels = 64 - (n_union - 1).leading_zeros() as u64;
+            plan.push(Op::Stream { addr: self.base[1] + idx * ENERGY, stride: 0, count: 1, bytes: levels * LINE * k });
+        }
         let pages = self.stack / PAGE;
         plan.push(Op::Access { addr: self.stack_base + s.idx as u64 * self.stack + (s.stack_cursor % pages) * PAGE, kind: Access::Store });
         s.stack_cursor += 1;
         // calculate_micro_xs for each nuclide of the material: the grid
         // point below e and the one above it, in that nuclide's grid.
-        let j = ((e * self.gridpoints as f64) as u64).min(self.gridpoints - 2);
         for &(first, count) in mat.runs.iter().rev() {
             let addr = self.base[0] + (first as u64 * self.gridpoints + j) * POINT;
             plan.push(Op::AccessRange { addr, stride: self.gridpoints * POINT, count: count as u64, kind: Access::Load });
         }
         // The index grid's row for the unionized energy found: the pages of
         // the material's entries in it.
-        let idx = ((e * n_union as f64) as u64).min(n_union - 2);
         let row = self.base[2] + idx * self.isotopes * INDEX;
         let (lo, hi) = ((row + mat.first as u64 * INDEX) & !(PAGE - 1), (row + mat.last as u64 * INDEX) & !(PAGE - 1));
         plan.push(Op::AccessRange { addr: lo, stride: PAGE, count: (hi - lo) / PAGE + 1, kind: Access::Load });

@@ -99,6 +99,20 @@ impl H {
         (a as u64, t)
     }
 
+    /// An anonymous private read-write mapping of PAGES pages in `tid`'s
+    /// mm from `at`, every page written when `write`. Returns its base and
+    /// the time.
+    pub fn anon(&mut self, tid: u32, at: Ns, write: bool) -> (u64, Ns) {
+        let op =
+            Op::Mmap { addr: 0, len: PAGES << 12, prot: prot::READ | prot::WRITE, flags: map::PRIVATE | map::ANONYMOUS, fd: -1, off: 0 };
+        let (a, t) = self.val(tid, at, op);
+        let base = a as u64;
+        if !write {
+            return (base, t);
+        }
+        (base, self.run(tid, t, Op::AccessRange { addr: base, stride: 4096, count: PAGES, kind: Access::Store }).1)
+    }
+
     pub fn read_all(&mut self, tid: u32, at: Ns, base: u64) -> Ns {
         self.run(tid, at, Op::AccessRange { addr: base, stride: 4096, count: PAGES, kind: Access::Load }).1
     }
