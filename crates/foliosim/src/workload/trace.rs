@@ -944,6 +944,9 @@ mod tests {
         ]);
         let fd = log[0].ret.val() as Fd;
         let ops: Vec<Op> = log[2..6].iter().map(|s| s.op).collect();
-        assert_eq!(ops, [Op::Lseek { fd, off: 8192 }, Op::Read { fd, len: 100 }, Op::Lseek { fd, off: 0 }, Op::Write { fd, len: 4096 }]);
+        assert_eq!(
+            ops,
+            [Op::Lseek { fd, off: 8192 }, Op::Read { fd, len: 100, buf: 0 }, Op::Lseek { fd, off: 0 }, Op::Write { fd, len: 4096, buf: 0 }]
+        );
     }
 }
