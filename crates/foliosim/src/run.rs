@@ -4,9 +4,7 @@
 use crate::check;
 use crate::config::Config;
 use crate::kernel::knobs::Mutant;
-use crate::kernel::task::Task;
 use crate::kernel::Kernel;
-use crate::mm::fs::Inode;
 use crate::mm::vmstat::{Stat, ENTRY_NAMES, NR_STATS, STAT_NAMES};
 use crate::sim::{Ns, NSEC_PER_SEC};
 use crate::types::{Error, Progress};
@@ -37,8 +35,7 @@ impl SetupEnv for Env<'_> {
         self.k.mem_bytes()
     }
     fn create_file(&mut self, fs: FsKind, size: u64, populate: bool) -> Result<FileId, String> {
-        let id = self.k.inodes.len() as u32;
-        self.k.inodes.push(Inode::new(id, fs, size));
+        let id = self.k.new_inode(fs, size);
         if populate {
             self.k.populate_file(id)?;
         }
@@ -49,8 +46,7 @@ impl SetupEnv for Env<'_> {
         if nid as usize >= self.k.nodes.len() {
             return Err(format!("populate_node: no node {nid} (the machine has {})", self.k.nodes.len()));
         }
-        let id = self.k.inodes.len() as u32;
-        self.k.inodes.push(Inode::new(id, fs, size));
+        let id = self.k.new_inode(fs, size);
         if populate {
             self.k.populate_file_on(id, nid)?;
             if hot {
@@ -75,7 +71,7 @@ impl SetupEnv for Env<'_> {
         let pinned = cpu.is_some();
         let cpu = self.pick_cpu(cpu)?;
         let mm = self.k.tasks.get(of as usize).ok_or_else(|| format!("spawn_thread: no task {of}"))?.mm;
-        self.k.mms[mm as usize].users += 1;
+        self.k.mms[mm as usize].mmget();
         Ok(self.add_task(mm, cpu, pinned))
     }
     fn seed(&self) -> u64 {
@@ -133,11 +129,8 @@ impl Env<'_> {
         }
     }
     fn add_task(&mut self, mm: u32, cpu: u32, pinned: bool) -> TaskId {
-        let id = self.k.tasks.len() as u32;
-        let mut t = Task::new(id, mm, cpu, 0);
-        t.pinned = pinned;
-        self.k.tasks.push(t);
-        self.k.mms[mm as usize].cpumask_set(cpu);
+        let id = self.k.new_task(mm, cpu);
+        self.k.tasks[id as usize].pinned = pinned;
         id
     }
 }
@@ -320,7 +313,7 @@ impl Driver {
             k.touch_process_image(tid, &crate::mm::exec::GLIBC_2_36_X86_64)?;
         }
         for m in k.mms.iter_mut() {
-            m.base_rss = m.rss_anon + m.rss_file;
+            m.base_rss = m.rss();
         }
         let mut q = Queue { heap: BinaryHeap::new(), seq: 0 };
         for i in 0..k.tasks.len() {

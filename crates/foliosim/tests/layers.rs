@@ -591,3 +591,21 @@ fn use_trees_expand() {
     assert!(!code.contains("crate::x") && !code.contains("crate::z") && !code.contains("crate::w") && code.contains("crate::v::u"));
     assert_eq!(drop_test_items("a #[cfg(test)] mod tests { use crate::run; { } } b"), "a  b");
 }
+
+/// The kernel's state is the crate's: `struct Kernel` and `struct Mm`
+/// (mm_struct) have no `pub` field, so that what is outside the crate
+/// (tests, benches, the binding) reads them through methods and cannot
+/// come to depend on their layout. A field marked `pub` fails here.
+#[test]
+fn kernel_and_mm_fields_are_not_public() {
+    for (file, name) in [("kernel/mod.rs", "Kernel"), ("mm/vma.rs", "Mm")] {
+        let text = std::fs::read_to_string(src_dir().join(file)).expect("read source");
+        let code = strip(&text);
+        let head = format!("pub struct {name} {{");
+        let start = code.find(&head).unwrap_or_else(|| panic!("{file} defines struct {name}"));
+        let body = &code[start + head.len()..start + code[start..].find("\n}").expect("the struct ends")];
+        let public: Vec<&str> = body.lines().map(str::trim).filter(|l| l.starts_with("pub ") && l.contains(':')).collect();
+        assert!(body.lines().count() > 10, "{file}: struct {name}'s body read");
+        assert!(public.is_empty(), "{file}: struct {name} has public fields (pub(crate) at most, methods for the rest): {public:?}");
+    }
+}

@@ -140,7 +140,7 @@ impl Kernel {
             (tk.mm, tk.clock)
         };
         let t = t0 + self.c.syscall;
-        self.mms[mm as usize].users += 1;
+        self.mms[mm as usize].mmget();
         let child = self.new_child_task(tid, mm, t);
         if vfork {
             self.tasks[child as usize].parent = Some(tid);

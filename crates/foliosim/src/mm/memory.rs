@@ -354,7 +354,7 @@ impl Kernel {
         } else {
             m.rss_file += 1;
         }
-        m.hiwater_rss = m.hiwater_rss.max(m.rss_anon + m.rss_file);
+        m.hiwater_rss = m.hiwater_rss.max(m.rss());
     }
 
     /// Account the removal of a mapping (folio_remove_rmap_pte).

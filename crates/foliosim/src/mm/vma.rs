@@ -236,71 +236,71 @@ pub struct WriteCycle {
 }
 
 pub struct Mm {
-    pub id: u32,
-    pub vmas: VmaTree,
-    pub pt: PageTable,
-    pub mmap_lock: RwSem,
-    pub brk_start: u64,
-    pub brk: u64,
+    pub(crate) id: u32,
+    pub(crate) vmas: VmaTree,
+    pub(crate) pt: PageTable,
+    pub(crate) mmap_lock: RwSem,
+    pub(crate) brk_start: u64,
+    pub(crate) brk: u64,
     /// mm->mmap_base: the top of the mmap area (arch_pick_mmap_layout at
     /// exec, copied by fork).
-    pub mmap_base: u64,
+    pub(crate) mmap_base: u64,
     /// mm_cpumask: CPUs that may hold TLB entries of this mm (x86 does not clear bits eagerly).
-    pub cpumask: Vec<u64>,
+    pub(crate) cpumask: Vec<u64>,
     /// Threads using this mm.
-    pub users: u32,
-    pub rss_anon: i64,
-    pub rss_file: i64,
+    pub(crate) users: u32,
+    pub(crate) rss_anon: i64,
+    pub(crate) rss_file: i64,
     /// Swap PTEs of this mm (MM_SWAPENTS, VmSwap).
-    pub swap_ents: i64,
+    pub(crate) swap_ents: i64,
     /// A secondary MMU subscribed to this mm's notifiers (KVM's EPT of a
     /// VMM's guest RAM: mm/mmu_notifier.rs).
-    pub notifier: Option<Box<super::mmu_notifier::SecondaryMmu>>,
+    pub(crate) notifier: Option<Box<super::mmu_notifier::SecondaryMmu>>,
     /// Peak of rss_anon + rss_file in pages (Linux's mm->hiwater_rss, VmHWM).
-    pub hiwater_rss: i64,
+    pub(crate) hiwater_rss: i64,
     /// rss_anon + rss_file when the run started (after the workload's
     /// setup: a process image's resident pages), in pages.
-    pub base_rss: i64,
+    pub(crate) base_rss: i64,
     /// The fd table (shared by the threads of a process, copied by fork).
-    pub fds: Vec<Option<OpenFile>>,
-    pub alive: bool,
+    pub(crate) fds: Vec<Option<OpenFile>>,
+    pub(crate) alive: bool,
     /// mm_lock_seq: counts mmap write cycles; the current (or last) cycle's number.
-    pub mm_lock_seq: u64,
+    pub(crate) mm_lock_seq: u64,
     /// Recent write cycles, oldest first: when each held mmap_lock and
     /// what it marked and unmapped. Faults use it to place themselves
     /// against writers whose atomic steps already ran (mmap_lock.rs,
     /// spf.rs).
-    pub cycle_log: std::collections::VecDeque<WriteCycle>,
+    pub(crate) cycle_log: std::collections::VecDeque<WriteCycle>,
     /// vm_sequence bumps made outside write cycles (MADV_DONTNEED's zap).
-    pub seq_bumps_read_side: u64,
+    pub(crate) seq_bumps_read_side: u64,
     /// Source of vm_sequence values.
-    pub next_seq: u32,
+    next_seq: u32,
     /// mm->tlb_flush_pending: write-protect flushes begun, not finished.
-    pub tlb_flush_pending: u32,
+    pub(crate) tlb_flush_pending: u32,
     /// mm->tlb_flush_batched: batched unmaps set pending / seen flushed.
-    pub tlb_flush_batched_pending: u32,
-    pub tlb_flush_batched_flushed: u32,
+    pub(crate) tlb_flush_batched_pending: u32,
+    pub(crate) tlb_flush_batched_flushed: u32,
     /// The vm_area_struct and vma_lock slab caches and the cache lines of
     /// their objects and of this mm_struct. Per mm: object addresses come
     /// from a region of this mm's own, so two processes' VMAs never share a
     /// line (SLUB's caches are global; the workloads where lines matter run
     /// one multi-threaded process).
-    pub vma_cache: KmemCache,
-    pub vma_lock_cache: KmemCache,
-    pub lines: LineStore,
+    vma_cache: KmemCache,
+    vma_lock_cache: KmemCache,
+    pub(crate) lines: LineStore,
     /// x86 tlb_gen: bumped by every batched unmap of this mm.
-    pub tlb_gen: u64,
+    pub(crate) tlb_gen: u64,
     /// Per CPU: the tlb_gen its TLB is up to date with (lazily sized).
-    pub cpu_tlb_gen: Vec<u64>,
+    pub(crate) cpu_tlb_gen: Vec<u64>,
     /// NUMA balancing: when task_numa_work may next scan this mm
     /// (mm->numa_next_scan; 0 = never scanned yet), where the scan resumes
     /// (mm->numa_scan_offset) and how many full passes were made (numa_scan_seq).
-    pub numa_next_scan: Ns,
-    pub numa_scan_offset: u64,
-    pub numa_scan_seq: u32,
+    pub(crate) numa_next_scan: Ns,
+    pub(crate) numa_scan_offset: u64,
+    pub(crate) numa_scan_seq: u32,
     /// Tasks asleep on mmap_lock behind its queued writer, in arrival
     /// order; woken when that writer releases or downgrades.
-    pub lock_waiters: Vec<u32>,
+    pub(crate) lock_waiters: Vec<u32>,
     /// Host-side hint for `vma_lookup`: the start (the tree key) of the
     /// VMA found last. Needs no invalidation: a hit is checked against the
     /// tree (the VMA at that key must contain the address, and VMAs never
@@ -368,6 +368,46 @@ impl Mm {
             last_vma: std::cell::Cell::new(u64::MAX),
             fault_vma: None,
         }
+    }
+
+    /// mmget: one more user (a thread, a VMM) of this mm.
+    pub fn mmget(&mut self) {
+        self.users += 1;
+    }
+
+    /// mmu_notifier_register: `s` subscribes to this mm's notifiers.
+    pub fn mmu_notifier_register(&mut self, s: super::mmu_notifier::SecondaryMmu) {
+        self.notifier = Some(Box::new(s));
+    }
+
+    // What the crate's integration tests read of an mm (the fields are
+    // the crate's).
+    pub fn vmas(&self) -> &VmaTree {
+        &self.vmas
+    }
+    pub fn pt(&self) -> &PageTable {
+        &self.pt
+    }
+    pub fn pt_mut(&mut self) -> &mut PageTable {
+        &mut self.pt
+    }
+    pub fn mmap_lock(&self) -> &RwSem {
+        &self.mmap_lock
+    }
+    /// mm->start_brk and mm->brk.
+    pub fn brk(&self) -> (u64, u64) {
+        (self.brk_start, self.brk)
+    }
+    /// Resident pages, anonymous and file (get_mm_rss).
+    pub fn rss(&self) -> i64 {
+        self.rss_anon + self.rss_file
+    }
+    /// Not torn down yet (exit_mmap has not run).
+    pub fn alive(&self) -> bool {
+        self.alive
+    }
+    pub fn notifier(&self) -> Option<&super::mmu_notifier::SecondaryMmu> {
+        self.notifier.as_deref()
     }
 
     /// Record that the current write cycle unmapped [start, end).
