@@ -525,7 +525,7 @@ impl Kernel {
         let mut t = t;
         let around = self.knobs.fault_around_bytes;
         if around > 4096 {
-            t = self.do_fault_around(t, cpu, mm, vma, addr, around);
+            t = self.do_fault_around(t, vmf, around);
             if !self.mms[mm as usize].pt.pte(addr).is_none() {
                 return (Fault::Done, t);
             }
@@ -544,7 +544,8 @@ impl Kernel {
 
     /// filemap_map_pages over the aligned window around `addr`: maps cached,
     /// uptodate pages into empty PTEs of the same table, without I/O.
-    fn do_fault_around(&mut self, t: Ns, cpu: u32, mm: u32, vma: &Vma, addr: u64, bytes: u64) -> Ns {
+    fn do_fault_around(&mut self, t: Ns, vmf: &VmFault, bytes: u64) -> Ns {
+        let (cpu, mm, vma, addr) = (vmf.cpu, vmf.mm, vmf.vma, vmf.address);
         let nr = bytes / 4096;
         let start = (addr & !(bytes - 1)).max(vma.start).max(addr & !((1 << PMD_SHIFT) - 1));
         let end = ((addr & !(bytes - 1)) + nr * 4096).min(vma.end).min((addr | ((1 << PMD_SHIFT) - 1)) + 1);
