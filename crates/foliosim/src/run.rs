@@ -34,17 +34,17 @@ impl SetupEnv for Env<'_> {
     fn mem_bytes(&self) -> u64 {
         self.k.mem_bytes()
     }
-    fn create_file(&mut self, fs: FsKind, size: u64, populate: bool) -> Result<FileId, String> {
+    fn create_file(&mut self, fs: FsKind, size: u64, populate: bool) -> Result<FileId, Error> {
         let id = self.k.new_inode(fs, size);
         if populate {
             self.k.populate_file(id)?;
         }
         Ok(id)
     }
-    fn create_file_on(&mut self, fs: FsKind, size: u64, populate: bool, node: Option<u32>, hot: bool) -> Result<FileId, String> {
+    fn create_file_on(&mut self, fs: FsKind, size: u64, populate: bool, node: Option<u32>, hot: bool) -> Result<FileId, Error> {
         let nid = node.unwrap_or(self.k.cpus[0].node);
         if nid as usize >= self.k.nodes.len() {
-            return Err(format!("populate_node: no node {nid} (the machine has {})", self.k.nodes.len()));
+            return Err(Error::Workload(format!("populate_node: no node {nid} (the machine has {})", self.k.nodes.len())));
         }
         let id = self.k.new_inode(fs, size);
         if populate {
@@ -55,7 +55,7 @@ impl SetupEnv for Env<'_> {
         }
         Ok(id)
     }
-    fn spawn_process(&mut self, cpu: Option<u32>) -> Result<TaskId, String> {
+    fn spawn_process(&mut self, cpu: Option<u32>) -> Result<TaskId, Error> {
         let pinned = cpu.is_some();
         let cpu = self.pick_cpu(cpu)?;
         let mm = self.k.new_mm();
@@ -67,17 +67,17 @@ impl SetupEnv for Env<'_> {
         self.k.mms[mm as usize].mmap_base = base;
         Ok(self.add_task(mm, cpu, pinned))
     }
-    fn spawn_thread(&mut self, of: TaskId, cpu: Option<u32>) -> Result<TaskId, String> {
+    fn spawn_thread(&mut self, of: TaskId, cpu: Option<u32>) -> Result<TaskId, Error> {
         let pinned = cpu.is_some();
         let cpu = self.pick_cpu(cpu)?;
-        let mm = self.k.tasks.get(of as usize).ok_or_else(|| format!("spawn_thread: no task {of}"))?.mm;
+        let mm = self.k.tasks.get(of as usize).ok_or_else(|| Error::Internal(format!("spawn_thread: no task {of}")))?.mm;
         self.k.mms[mm as usize].mmget();
         Ok(self.add_task(mm, cpu, pinned))
     }
     fn seed(&self) -> u64 {
         self.seed
     }
-    fn start_gate(&mut self, tasks: &[TaskId]) -> Result<(), String> {
+    fn start_gate(&mut self, tasks: &[TaskId]) -> Result<(), Error> {
         // pipe_write wakes the pollers, non-exclusive waiters, in wait-queue
         // order, and add_wait_queue puts each new waiter at the head: the
         // last task to poll is woken first. Each try_to_wake_up, one after
@@ -89,13 +89,13 @@ impl SetupEnv for Env<'_> {
         let waker = 0;
         let mut t = 0;
         for &id in tasks.iter().rev() {
-            let task = k.tasks.get_mut(id as usize).ok_or_else(|| format!("start_gate: no task {id}"))?;
+            let task = k.tasks.get_mut(id as usize).ok_or_else(|| Error::Internal(format!("start_gate: no task {id}")))?;
             t += k.lc.transfer(task.cpu, waker) + k.c.ipi_send;
             task.clock = t + k.c.context_switch;
         }
         Ok(())
     }
-    fn map_process_image(&mut self, task: TaskId) -> Result<(), String> {
+    fn map_process_image(&mut self, task: TaskId) -> Result<(), Error> {
         let img = &crate::mm::exec::GLIBC_2_36_X86_64;
         let file = match self.image_file {
             Some(f) => f,
@@ -108,7 +108,7 @@ impl SetupEnv for Env<'_> {
                 f
             }
         };
-        let mm = self.k.tasks.get(task as usize).ok_or_else(|| format!("map_process_image: no task {task}"))?.mm;
+        let mm = self.k.tasks.get(task as usize).ok_or_else(|| Error::Internal(format!("map_process_image: no task {task}")))?.mm;
         self.k.map_process_image(mm, file, img)?;
         self.imaged.push(task);
         Ok(())
@@ -116,11 +116,11 @@ impl SetupEnv for Env<'_> {
 }
 
 impl Env<'_> {
-    fn pick_cpu(&mut self, cpu: Option<u32>) -> Result<u32, String> {
+    fn pick_cpu(&mut self, cpu: Option<u32>) -> Result<u32, Error> {
         let n = self.k.nr_cpus();
         match cpu {
             Some(c) if c < n => Ok(c),
-            Some(c) => Err(format!("cpu {c} does not exist (the machine has {n})")),
+            Some(c) => Err(Error::Workload(format!("cpu {c} does not exist (the machine has {n})"))),
             None => {
                 let c = self.k.topo.placement(self.next_cpu % n);
                 self.next_cpu += 1;
@@ -289,7 +289,7 @@ impl Driver {
         boot_hook(&mut k);
         let imaged = {
             let mut env = Env { k: &mut k, seed, next_cpu: 0, image_file: None, imaged: Vec::new(), launcher_mmap_base: None };
-            wl.setup(&mut env).map_err(Error::Workload)?;
+            wl.setup(&mut env)?;
             env.imaged
         };
         if k.tasks.is_empty() {

@@ -2,6 +2,7 @@
 
 use foliosim::config;
 use foliosim::run::{self, Outcome};
+use foliosim::types::Error;
 use foliosim::workload::{map, prot, Access, Op, Ret, SetupEnv, TaskId, Workload};
 use serde_json::Value;
 
@@ -122,7 +123,7 @@ impl Workload for SharedRegion {
     fn name(&self) -> &str {
         "shared_region"
     }
-    fn setup(&mut self, env: &mut dyn SetupEnv) -> Result<(), String> {
+    fn setup(&mut self, env: &mut dyn SetupEnv) -> Result<(), Error> {
         let a = env.spawn_process(Some(0))?;
         let b = env.spawn_thread(a, Some(1))?;
         self.tasks = vec![a, b];
@@ -215,7 +216,7 @@ impl Workload for ForkCow {
     fn name(&self) -> &str {
         "fork_cow"
     }
-    fn setup(&mut self, env: &mut dyn SetupEnv) -> Result<(), String> {
+    fn setup(&mut self, env: &mut dyn SetupEnv) -> Result<(), Error> {
         self.parent = env.spawn_process(Some(0))?;
         Ok(())
     }
@@ -289,5 +290,21 @@ fn the_checker_does_not_change_the_run() {
             assert!(differ.is_empty() && a == b, "{w}/{mode}: {differ:?} differ with the checker off");
             assert!(stat_of(&a, "pgfree") > 0, "{w}/{mode}: nothing was freed");
         }
+    }
+}
+
+/// A setup error keeps its type through the workload's setup: a populated
+/// page cache the machine cannot hold (127 MiB of 128, which the config's
+/// estimate lets through: the kernel's own pages and the watermarks are
+/// not in it) is out of memory (a bigger machine fixes it), not a workload
+/// that cannot run.
+#[test]
+fn a_page_cache_the_machine_cannot_hold_is_out_of_memory() {
+    let text = "seed = 1\n[machine]\nprofile = \"generic-x86\"\nnode_mem_mib = [64, 64]\n[workload]\nname = \"file_reader\"\nfs = \"tmpfs\"\nfile_mib = 127\npopulate = true\n[run]\nduration_s = 0.01\n";
+    let cfg = foliosim::config::from_toml(text, "oom.toml").unwrap();
+    match foliosim::run::simulate(&cfg, &mut |_| true) {
+        Err(foliosim::types::Error::OutOfMemory(m)) => assert!(m.contains("page cache"), "{m}"),
+        Err(e) => panic!("not OutOfMemory: {e:?}"),
+        Ok(_) => panic!("a 127 MiB page cache fitted in 128 MiB with the kernel"),
     }
 }

@@ -5,6 +5,7 @@
 use foliosim::config;
 use foliosim::mm::mmzone::Lru;
 use foliosim::run::{self, Outcome};
+use foliosim::types::Error;
 use foliosim::workload::{FsKind, Op, Ret, SetupEnv, TaskId, Workload};
 
 const MIB: u64 = 1 << 20;
@@ -43,7 +44,7 @@ impl Workload for Phases {
     fn name(&self) -> &str {
         "kswapd-phases"
     }
-    fn setup(&mut self, env: &mut dyn SetupEnv) -> Result<(), String> {
+    fn setup(&mut self, env: &mut dyn SetupEnv) -> Result<(), Error> {
         self.files.push(env.create_file(FsKind::Disk, self.dirty_mib * MIB, false)?);
         if self.disk_mib > 0 {
             self.files.push(env.create_file(FsKind::Disk, self.disk_mib * MIB, false)?);

@@ -5,6 +5,7 @@
 use foliosim::config;
 use foliosim::kernel::Kernel;
 use foliosim::run::{self, Outcome};
+use foliosim::types::Error;
 use foliosim::workload::{map, prot, Access, Advice, Op, Ret, SetupEnv, TaskId, Workload};
 
 fn cfg(toml: &str) -> config::Config {
@@ -45,7 +46,7 @@ impl Workload for Script {
     fn name(&self) -> &str {
         "script"
     }
-    fn setup(&mut self, env: &mut dyn SetupEnv) -> Result<(), String> {
+    fn setup(&mut self, env: &mut dyn SetupEnv) -> Result<(), Error> {
         self.parent = env.spawn_process(Some(0))?;
         Ok(())
     }
@@ -469,7 +470,7 @@ impl Workload for SharedRegion {
     fn name(&self) -> &str {
         "shared_region"
     }
-    fn setup(&mut self, env: &mut dyn SetupEnv) -> Result<(), String> {
+    fn setup(&mut self, env: &mut dyn SetupEnv) -> Result<(), Error> {
         let a = env.spawn_process(Some(0))?;
         let b = env.spawn_thread(a, Some(1))?;
         self.tasks = vec![a, b];

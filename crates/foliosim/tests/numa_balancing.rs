@@ -13,6 +13,7 @@
 use foliosim::config;
 use foliosim::mm::pgtable::Pte;
 use foliosim::run::{self, Outcome};
+use foliosim::types::Error;
 use foliosim::workload::{map, prot, Access, FsKind, Op, Ret, SetupEnv, TaskId, Workload};
 
 const FILLER: u64 = 0x10_0000_0000;
@@ -79,7 +80,7 @@ impl Workload for Tiered {
     fn name(&self) -> &str {
         "numa_tiered"
     }
-    fn setup(&mut self, env: &mut dyn SetupEnv) -> Result<(), String> {
+    fn setup(&mut self, env: &mut dyn SetupEnv) -> Result<(), Error> {
         self.file = env.create_file_on(FsKind::Disk, self.p.file_mib * MIB, true, Some(1), false)?;
         env.spawn_process(Some(0))?;
         Ok(())
@@ -372,7 +373,7 @@ impl Workload for Interplay {
     fn name(&self) -> &str {
         "numa_interplay"
     }
-    fn setup(&mut self, env: &mut dyn SetupEnv) -> Result<(), String> {
+    fn setup(&mut self, env: &mut dyn SetupEnv) -> Result<(), Error> {
         self.file = env.create_file_on(FsKind::Disk, 8 * MIB, true, Some(1), false)?;
         env.spawn_process(Some(0))?;
         Ok(())
@@ -467,7 +468,7 @@ impl Workload for TwoThreads {
     fn name(&self) -> &str {
         "numa_two_threads"
     }
-    fn setup(&mut self, env: &mut dyn SetupEnv) -> Result<(), String> {
+    fn setup(&mut self, env: &mut dyn SetupEnv) -> Result<(), Error> {
         self.main.file = env.create_file_on(FsKind::Disk, self.main.p.file_mib * MIB, true, Some(1), false)?;
         self.main_tid = env.spawn_process(Some(0))?;
         env.spawn_thread(self.main_tid, Some(1))?;

@@ -6,6 +6,7 @@ use foliosim::mm::exec::{EXEC_STACK, STACK_TOP};
 use foliosim::mm::mem_map::pg;
 use foliosim::mm::vmstat::Stat;
 use foliosim::run::{self, Outcome};
+use foliosim::types::Error;
 use foliosim::workload::{errno, map, prot, Access, FsKind, Op, Ret, SetupEnv, TaskId, Workload};
 use std::sync::{Arc, Mutex};
 
@@ -28,7 +29,7 @@ impl Workload for Progs {
     fn name(&self) -> &str {
         "progs"
     }
-    fn setup(&mut self, env: &mut dyn SetupEnv) -> Result<(), String> {
+    fn setup(&mut self, env: &mut dyn SetupEnv) -> Result<(), Error> {
         // File 0: the binary (page cache populated); file 1: an empty output.
         env.create_file(FsKind::Tmpfs, TEXT + DATA, true)?;
         env.create_file(FsKind::Tmpfs, 0, false)?;

@@ -4,6 +4,7 @@
 
 use foliosim::config;
 use foliosim::run::{self, Outcome};
+use foliosim::types::Error;
 use foliosim::workload::{map, prot, Access, Op, Ret, SetupEnv, TaskId, Workload};
 
 fn cfg(toml: &str) -> config::Config {
@@ -46,7 +47,7 @@ impl Workload for Races {
     fn name(&self) -> &str {
         "fault_races"
     }
-    fn setup(&mut self, env: &mut dyn SetupEnv) -> Result<(), String> {
+    fn setup(&mut self, env: &mut dyn SetupEnv) -> Result<(), Error> {
         let a = env.spawn_process(Some(0))?;
         self.tasks = vec![a];
         for c in 1..4 {

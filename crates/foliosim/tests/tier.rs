@@ -3,6 +3,7 @@
 
 use foliosim::config;
 use foliosim::run::{self, Outcome};
+use foliosim::types::Error;
 use foliosim::workload::{FsKind, Op, Ret, SetupEnv, TaskId, Workload};
 
 fn sim(toml: &str) -> Outcome {
@@ -221,7 +222,7 @@ impl Workload for DirtyThenRead {
     fn name(&self) -> &str {
         "dirty_then_read"
     }
-    fn setup(&mut self, env: &mut dyn SetupEnv) -> Result<(), String> {
+    fn setup(&mut self, env: &mut dyn SetupEnv) -> Result<(), Error> {
         self.file = env.create_file_on(FsKind::Disk, 1 << 20, true, Some(1), true)?;
         env.spawn_process(Some(0))?;
         Ok(())

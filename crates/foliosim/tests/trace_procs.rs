@@ -7,6 +7,7 @@
 use foliosim::config;
 use foliosim::mm::vmstat::Stat;
 use foliosim::run::{self, Outcome};
+use foliosim::types::Error;
 use foliosim::workload::trace::TraceReplay;
 use foliosim::workload::trace_format::{Record, K_IFETCH, K_LOAD, K_STORE, WAIT_NOHANG};
 use foliosim::workload::{Op, Ret, SetupEnv, TaskId, Workload};
@@ -35,7 +36,7 @@ impl Workload for Logged {
     fn name(&self) -> &str {
         "logged-trace"
     }
-    fn setup(&mut self, env: &mut dyn SetupEnv) -> Result<(), String> {
+    fn setup(&mut self, env: &mut dyn SetupEnv) -> Result<(), Error> {
         self.inner.setup(env)
     }
     fn on_fork(&mut self, parent: TaskId, child: TaskId) {
