@@ -313,7 +313,7 @@ impl Driver {
             k.touch_process_image(tid, &crate::mm::exec::GLIBC_2_36_X86_64)?;
         }
         for m in k.mms.iter_mut() {
-            m.base_rss = m.rss();
+            m.set_base_rss();
         }
         let mut q = Queue { heap: BinaryHeap::new(), seq: 0 };
         for i in 0..k.tasks.len() {
@@ -810,11 +810,11 @@ pub fn result_json(cfg: &Config, o: &Outcome) -> Value {
             "mem_map_bytes": k.mem_map.footprint_bytes(),
             "nr_free_pages": k.stat.get(Stat::NrFreePages),
             // VmHWM: the largest peak RSS of any mm, and each mm's (KiB).
-            "peak_rss_kib": k.mms.iter().map(|m| m.hiwater_rss.max(0) as u64 * 4).max().unwrap_or(0),
-            "peak_rss_kib_by_mm": k.mms.iter().map(|m| m.hiwater_rss.max(0) as u64 * 4).collect::<Vec<_>>(),
+            "peak_rss_kib": k.mms.iter().map(|m| m.hiwater_rss().max(0) as u64 * 4).max().unwrap_or(0),
+            "peak_rss_kib_by_mm": k.mms.iter().map(|m| m.hiwater_rss().max(0) as u64 * 4).collect::<Vec<_>>(),
             // RSS when the run started (a process image's pages), the
             // largest of any mm: the harness's baseline.
-            "base_rss_kib": k.mms.iter().map(|m| m.base_rss.max(0) as u64 * 4).max().unwrap_or(0),
+            "base_rss_kib": k.mms.iter().map(|m| m.base_rss().max(0) as u64 * 4).max().unwrap_or(0),
             // What the CPUs moved through each node's shared bandwidth and
             // through the socket links (sim/bw.rs), and the time transfers
             // waited for them beyond what one CPU alone takes.

@@ -9,7 +9,7 @@ use super::mm_types_task::VmFault;
 use super::mmu_gather::MmuGather;
 use super::page_alloc::MigrateType;
 use super::pgtable::{pte_index, Pte, PteTable, PGDIR_SHIFT, PMD_SHIFT, PUD_SHIFT};
-use super::vma::{vm, Vma};
+use super::vma::{vm, MmCounter, Vma};
 use super::vmstat::Stat;
 use super::Pfn;
 use crate::kernel::knobs::{LufMutant, Mutant};
@@ -349,12 +349,8 @@ impl Kernel {
             self.stat.inc(if anon { Stat::NrAnonPages } else { Stat::NrMapped });
         }
         let m = &mut self.mms[mm as usize];
-        if anon {
-            m.rss_anon += 1;
-        } else {
-            m.rss_file += 1;
-        }
-        m.hiwater_rss = m.hiwater_rss.max(m.rss());
+        m.add_mm_counter(if anon { MmCounter::AnonPages } else { MmCounter::FilePages }, 1);
+        m.update_hiwater_rss();
     }
 
     /// Account the removal of a mapping (folio_remove_rmap_pte).
@@ -366,14 +362,12 @@ impl Kernel {
         let p = self.mem_map.get_mut(pfn);
         p.mapcount -= 1;
         let (last, anon) = (p.mapcount == 0, p.flags & pg::ANON != 0);
-        let m = &mut self.mms[mm as usize];
+        self.mms[mm as usize].add_mm_counter(if anon { MmCounter::AnonPages } else { MmCounter::FilePages }, -1);
         if anon {
-            m.rss_anon -= 1;
             if last {
                 self.stat.add(Stat::NrAnonPages, -1);
             }
         } else {
-            m.rss_file -= 1;
             if last {
                 self.stat.add(Stat::NrMapped, -1);
             }
@@ -493,7 +487,7 @@ impl Kernel {
     /// swap_free, and the mm's and the device's counts.
     pub(crate) fn swap_entry_free(&mut self, mm: u32, slot: u32) {
         self.swap.swap_free(slot);
-        self.mms[mm as usize].swap_ents -= 1;
+        self.mms[mm as usize].add_mm_counter(MmCounter::SwapEnts, -1);
         self.stat.v[Stat::SwapUsed as usize] = self.swap.inuse as i64;
     }
 
@@ -875,7 +869,7 @@ impl Kernel {
             let hold = self.c.pte_clear * entries + self.c.rmap * runs + self.c.rmap_page * large;
             t = tbl.ptl.lock_for(t, cpu, hold, &lc);
             if swapped > 0 {
-                self.mms[mm as usize].swap_ents -= swapped as i64;
+                self.mms[mm as usize].add_mm_counter(MmCounter::SwapEnts, -(swapped as i64));
                 self.stat.v[Stat::SwapUsed as usize] = self.swap.inuse as i64;
             }
             // The rmap and the freeing, in PTE order (tlb.pages keeps it).

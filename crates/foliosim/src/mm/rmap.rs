@@ -18,6 +18,7 @@
 
 use super::mem_map::pg;
 use super::pgtable::{pte_index, Pte};
+use super::vma::MmCounter;
 use super::Pfn;
 use crate::kernel::knobs::{LufMutant, Mutant};
 use crate::kernel::Kernel;
@@ -241,7 +242,7 @@ impl Kernel {
                     if !self.swap.swap_duplicate(slot) {
                         continue; // the page stays mapped here: the unmap fails
                     }
-                    self.mms[mp.mm as usize].swap_ents += 1;
+                    self.mms[mp.mm as usize].add_mm_counter(MmCounter::SwapEnts, 1);
                     Pte::swp_entry(slot)
                 }
             };

@@ -235,6 +235,15 @@ pub struct WriteCycle {
     pub marked: Vec<(u64, u64)>,
 }
 
+/// The per-mm counters of mm->rss_stat (include/linux/mm_types_task.h:
+/// MM_FILEPAGES, MM_ANONPAGES, MM_SWAPENTS).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MmCounter {
+    FilePages,
+    AnonPages,
+    SwapEnts,
+}
+
 pub struct Mm {
     pub(crate) id: u32,
     pub(crate) vmas: VmaTree,
@@ -249,18 +258,18 @@ pub struct Mm {
     pub(crate) cpumask: Vec<u64>,
     /// Threads using this mm.
     pub(crate) users: u32,
-    pub(crate) rss_anon: i64,
-    pub(crate) rss_file: i64,
+    rss_anon: i64,
+    rss_file: i64,
     /// Swap PTEs of this mm (MM_SWAPENTS, VmSwap).
-    pub(crate) swap_ents: i64,
+    swap_ents: i64,
     /// A secondary MMU subscribed to this mm's notifiers (KVM's EPT of a
     /// VMM's guest RAM: mm/mmu_notifier.rs).
     pub(crate) notifier: Option<Box<super::mmu_notifier::SecondaryMmu>>,
     /// Peak of rss_anon + rss_file in pages (Linux's mm->hiwater_rss, VmHWM).
-    pub(crate) hiwater_rss: i64,
+    hiwater_rss: i64,
     /// rss_anon + rss_file when the run started (after the workload's
     /// setup: a process image's resident pages), in pages.
-    pub(crate) base_rss: i64,
+    base_rss: i64,
     /// The fd table (shared by the threads of a process, copied by fork).
     pub(crate) fds: Vec<Option<OpenFile>>,
     pub(crate) alive: bool,
@@ -398,9 +407,44 @@ impl Mm {
     pub fn brk(&self) -> (u64, u64) {
         (self.brk_start, self.brk)
     }
+    /// add_mm_counter: `n` more (or fewer) pages of kind `c`.
+    #[inline(always)]
+    pub fn add_mm_counter(&mut self, c: MmCounter, n: i64) {
+        match c {
+            MmCounter::FilePages => self.rss_file += n,
+            MmCounter::AnonPages => self.rss_anon += n,
+            MmCounter::SwapEnts => self.swap_ents += n,
+        }
+    }
+    /// get_mm_counter.
+    pub fn get_mm_counter(&self, c: MmCounter) -> i64 {
+        match c {
+            MmCounter::FilePages => self.rss_file,
+            MmCounter::AnonPages => self.rss_anon,
+            MmCounter::SwapEnts => self.swap_ents,
+        }
+    }
     /// Resident pages, anonymous and file (get_mm_rss).
+    #[inline(always)]
     pub fn rss(&self) -> i64 {
         self.rss_anon + self.rss_file
+    }
+    /// update_hiwater_rss: the peak RSS (VmHWM) is at least today's.
+    #[inline(always)]
+    pub fn update_hiwater_rss(&mut self) {
+        self.hiwater_rss = self.hiwater_rss.max(self.rss());
+    }
+    /// The peak RSS in pages (mm->hiwater_rss).
+    pub fn hiwater_rss(&self) -> i64 {
+        self.hiwater_rss
+    }
+    /// The RSS when the run started (after the workload's setup), in pages.
+    pub fn base_rss(&self) -> i64 {
+        self.base_rss
+    }
+    /// The run starts now: what is resident is its base.
+    pub fn set_base_rss(&mut self) {
+        self.base_rss = self.rss();
     }
     /// Not torn down yet (exit_mmap has not run).
     pub fn alive(&self) -> bool {

@@ -20,6 +20,7 @@ use crate::kernel::knobs::{Knobs, ThpEnabled};
 use crate::kernel::Kernel;
 use crate::mm::gup::Gup;
 use crate::mm::mmu_notifier::{SecondaryMmu, BLOCK_PAGES};
+use crate::mm::vma::MmCounter;
 use crate::mm::Pfn;
 use crate::sim::{ns, Ns};
 use crate::types::Error;
@@ -100,7 +101,7 @@ impl KvmHost {
 
     /// Host pages guest `g`'s VMM maps (its RSS).
     pub fn rss(&self, g: usize) -> u64 {
-        self.k.mms[self.vms[g].mm as usize].rss_anon.max(0) as u64
+        self.k.mms[self.vms[g].mm as usize].get_mm_counter(MmCounter::AnonPages).max(0) as u64
     }
 
     /// Guest `g` touches its frames [pfn, pfn + n) at `t` (a write: the
