@@ -791,7 +791,7 @@ impl Kernel {
             let m = &self.mms[mm as usize];
             let skip_empty = self.knobs.mutant == Mutant::Luf(crate::kernel::knobs::LufMutant::ZapSkipsEmptyTable)
                 && m.pt.table(va).is_some_and(|tb| tb.nr_present == 0);
-            if m.tlb_flush_batched_pending != m.tlb_flush_batched_flushed && m.pt.table(va).is_some() && !skip_empty {
+            if m.tlb_batched_pending() && m.pt.table(va).is_some() && !skip_empty {
                 t = self.flush_tlb_batched_pending(t, cpu, mm);
             }
             let Some(tbl) = self.mms[mm as usize].pt.table_mut(va) else {

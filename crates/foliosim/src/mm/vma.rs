@@ -285,10 +285,10 @@ pub struct Mm {
     /// Source of vm_sequence values.
     next_seq: u32,
     /// mm->tlb_flush_pending: write-protect flushes begun, not finished.
-    pub(crate) tlb_flush_pending: u32,
+    tlb_flush_pending: u32,
     /// mm->tlb_flush_batched: batched unmaps set pending / seen flushed.
-    pub(crate) tlb_flush_batched_pending: u32,
-    pub(crate) tlb_flush_batched_flushed: u32,
+    tlb_flush_batched_pending: u32,
+    tlb_flush_batched_flushed: u32,
     /// The vm_area_struct and vma_lock slab caches and the cache lines of
     /// their objects and of this mm_struct. Per mm: object addresses come
     /// from a region of this mm's own, so two processes' VMAs never share a
@@ -407,6 +407,36 @@ impl Mm {
     pub fn brk(&self) -> (u64, u64) {
         (self.brk_start, self.brk)
     }
+    /// inc_tlb_flush_pending: a change of PTEs whose TLB flush comes later
+    /// has begun.
+    pub fn inc_tlb_flush_pending(&mut self) {
+        self.tlb_flush_pending += 1;
+    }
+    /// dec_tlb_flush_pending: that flush is done.
+    pub fn dec_tlb_flush_pending(&mut self) {
+        self.tlb_flush_pending -= 1;
+    }
+    /// mm_tlb_flush_pending: CPUs may hold entries the PTEs no longer say.
+    pub fn mm_tlb_flush_pending(&self) -> bool {
+        self.tlb_flush_pending > 0
+    }
+    /// set_tlb_ubc_flush_pending's mark: reclaim unmapped a page of this mm
+    /// and batched its flush.
+    pub fn set_tlb_batched_pending(&mut self) {
+        self.tlb_flush_batched_pending += 1;
+    }
+    /// Batched unmaps since the last flush_tlb_batched_pending.
+    pub fn tlb_batched_pending(&self) -> bool {
+        self.tlb_flush_batched_pending != self.tlb_flush_batched_flushed
+    }
+    /// flush_tlb_batched_pending's mark: every batched unmap so far is
+    /// flushed (the caller flushes). Returns whether any was pending.
+    pub fn take_tlb_batched_pending(&mut self) -> bool {
+        let was = self.tlb_batched_pending();
+        self.tlb_flush_batched_flushed = self.tlb_flush_batched_pending;
+        was
+    }
+
     /// add_mm_counter: `n` more (or fewer) pages of kind `c`.
     #[inline(always)]
     pub fn add_mm_counter(&mut self, c: MmCounter, n: i64) {
