@@ -25,7 +25,7 @@ LINT_STAMP := $(VENV)/.lint-stamp
 
 RAY_STAMP := $(VENV)/.ray-stamp
 
-.PHONY: demo test venv develop cargo-test pytest bench clean browser ray docs-tables validation fuzz validate golden lint toolchain reproductions check-reproductions docs-validation validation-public record-test-traces bench-record validate-programs
+.PHONY: demo test venv develop cargo-test pytest bench clean browser ray docs-tables validation fuzz validate golden lint toolchain reproductions check-reproductions docs-validation validation-public record-test-traces bench-record validate-programs programs traces
 
 demo: develop
 	$(VENV)/bin/foliosim run configs/default.toml
@@ -163,6 +163,23 @@ record-test-traces: develop validation
 	$(VENV)/bin/foliosim record --mode valgrind -o fuzz/seeds/true-valgrind.fstrace -- true
 	cp $(TRACES)/threads.fstrace fuzz/seeds/threads.fstrace
 	$(MAKE) -s -C tests/data/tinyproj clean
+
+# The real programs the published experiments replay (python/foliosim/
+# programs.py, docs/experiments.md "Recorded programs"): `make programs`
+# builds ebizzy and XSBench from their public sources, never committed
+# here (EBIZZY_SRC, XSBENCH_SRC: a checkout or bare git directory of the
+# Linux Test Project's and of ANL-CESAR/XSBench's repositories), into
+# $FOLIOSIM_CACHE (default results/cache). `make traces` records the
+# traces that are missing (root, perf; TRACES=NAME... for some, again):
+# ebizzy's into experiments/traces/ (committed), the Linux kernel build's
+# (Debian's linux-source-6.12, installed when missing) into the cache under
+# the hash of its inputs; TRACES_SMALL=1 records the committed excerpts.
+programs: develop
+	$(VPY) -m foliosim.programs build
+
+traces: develop validation
+	@test -f /usr/src/linux-source-6.12.tar.xz || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq linux-source-6.12 >/dev/null
+	$(VPY) -m foliosim.programs record $(if $(TRACES_SMALL),--small) $(TRACES)
 
 # The trace reader fuzzer. cargo-fuzz (libFuzzer) when it is installed and
 # builds on this toolchain (stable + RUSTC_BOOTSTRAP=1), for FUZZ_SECONDS;

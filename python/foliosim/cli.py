@@ -638,6 +638,10 @@ def format_reproduction(rep: dict[str, Any]) -> str:
 def cmd_reproduce(args: argparse.Namespace) -> int:
     from . import reproduce as _repro
 
+    if args.small_traces:
+        from .programs import ENV_MODE
+
+        os.environ[ENV_MODE] = "small"
     known = _repro.find()
     if args.name == "all":
         names = list(known)
@@ -929,6 +933,8 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--jobs", "-j", type=int, metavar="N", help="runs at a time, each in its own process "
                     "(default 2); the rows do not depend on it")
     rp.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
+    rp.add_argument("--small-traces", action="store_true", help="replay the committed excerpts of recordings too large "
+                    "to commit (what CI runs) instead of the recordings `make traces` makes; the result says so")
     rp.set_defaults(func=cmd_reproduce)
 
     sw = sub.add_parser("sweep", help="run a grid of configs (local process pool, or Ray with --ray)")

@@ -14,6 +14,11 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 
+# The experiments that replay a recording too large to commit (a kernel
+# build) replay its committed excerpt here, as in CI, which cannot record
+# one (foliosim.programs; test_programs.py checks both modes).
+os.environ.setdefault("FOLIOSIM_TRACES", "small")
+
 TINY = """\
 seed = 7
 

@@ -14,7 +14,7 @@ use foliosim::virt::kvm::{GuestShape, KvmHost};
 use foliosim::workload::{Access, Op};
 
 fn st(o: &foliosim::run::Outcome, s: Stat) -> i64 {
-    o.kernel.stat.get(s)
+    o.kernel.stat().get(s)
 }
 
 /// Two 512 MiB guests on a host with 704 MiB and 1 GiB of swap: guest 0
@@ -40,7 +40,7 @@ fn two_guests_on(reporting: bool, extra_knobs: &str, host_knobs: &str) -> Guests
 
 fn host_vmstat(o: &GuestsOutcome, s: Stat) -> i64 {
     match &o.host {
-        foliosim::virt::Host::Kvm(h) => h.as_any().downcast_ref::<KvmHost>().unwrap().k.stat.get(s),
+        foliosim::virt::Host::Kvm(h) => h.as_any().downcast_ref::<KvmHost>().unwrap().k.stat().get(s),
         _ => panic!("a host kernel"),
     }
 }
@@ -51,10 +51,10 @@ fn memory_one_guest_reports_serves_another_without_host_swap() {
     let off = two_guests(false, "");
     for o in [&on, &off] {
         for g in &o.guests {
-            assert!(g.kernel.check.violations.is_empty(), "{:?}", g.kernel.check.violations);
-            assert!(g.kernel.check.audits >= 1);
+            assert!(g.kernel.check().violations.is_empty(), "{:?}", g.kernel.check().violations);
+            assert!(g.kernel.check().audits >= 1);
         }
-        assert_eq!(o.guests[1].kernel.tasks.iter().map(|t| t.ops).sum::<u64>(), 448 * 256, "guest 1's memhog finished");
+        assert_eq!(o.guests[1].kernel.tasks().iter().map(|t| t.ops).sum::<u64>(), 448 * 256, "guest 1's memhog finished");
     }
     // Without reporting the host kernel's reclaim swaps guest 0's cold
     // memory out to make room for guest 1's.
@@ -84,12 +84,12 @@ fn host_drops_a_mapped_frame(knobs: &str) -> H {
     let discard = foliosim::policy::host_discard(&hc.knobs).unwrap();
     // The guest's profile is the harness's, generic-x86, as the host's.
     let host = KvmHost::boot(hc.profile.clone(), hc.knobs, 1, &[shape], discard, &hc.profile, false, true).unwrap();
-    h.k.host = Some(foliosim::virt::Host::Kvm(Box::new(host)));
+    *h.k.host_mut() = Some(foliosim::virt::Host::Kvm(Box::new(host)));
     let p = h.process(0);
     let (base, t) = h.anon(p, 0, true);
-    let mm = h.k.tasks[p as usize].mm as usize;
-    let pfn = h.k.mms[mm].pt.pte(base).pfn();
-    let Some(foliosim::virt::Host::Kvm(kvm)) = h.k.host.as_mut() else { unreachable!() };
+    let mm = h.k.tasks()[p as usize].mm as usize;
+    let pfn = h.k.mms()[mm].pt().pte(base).pfn();
+    let Some(foliosim::virt::Host::Kvm(kvm)) = h.k.host_mut().as_mut() else { unreachable!() };
     let kvm = kvm.as_any_mut().downcast_mut::<KvmHost>().unwrap();
     let mut stat = foliosim::mm::vmstat::VmStat::default();
     let t = t + kvm.discard_range(pfn, 1, t, &mut stat);
@@ -126,7 +126,7 @@ fn host_thp_backs_a_guest_with_2m_pages() {
     let c = config::from_toml(toml, "<test>").unwrap_or_else(|e| panic!("{e}"));
     let o = simulate_guests(&c, &mut |_| true).unwrap();
     let g = &o.guests[0];
-    assert!(g.kernel.check.violations.is_empty(), "{:?}", g.kernel.check.violations);
+    assert!(g.kernel.check().violations.is_empty(), "{:?}", g.kernel.check().violations);
     assert!(st(g, Stat::HostThpFaults) >= 32, "{}", st(g, Stat::HostThpFaults));
     // The guest's counters are its run's; the host's count the blocks
     // backed at set-up too.
@@ -172,7 +172,7 @@ fn thp_guest(host_thp: &str) -> GuestsOutcome {
 fn a_guest_thp_over_4k_host_pages_fills_4k_tlb_entries() {
     let (small, large) = (thp_guest("never"), thp_guest("always"));
     for o in [&small, &large] {
-        assert!(o.guests[0].kernel.check.violations.is_empty(), "{:?}", o.guests[0].kernel.check.violations);
+        assert!(o.guests[0].kernel.check().violations.is_empty(), "{:?}", o.guests[0].kernel.check().violations);
         assert!(st(&o.guests[0], Stat::ThpFaultAlloc) >= 32, "the guest maps its memhog with THPs");
     }
     assert_eq!(st(&small.guests[0], Stat::TlbFillPmd), 0, "the host maps 4 KiB: so do the guest's TLB entries");
@@ -197,11 +197,11 @@ fn a_guest_tlb_miss_pays_the_host_walk() {
             let shape = GuestShape { nr_frames: h.k.mem_bytes() >> 12, nr_vcpus: h.k.nr_cpus() };
             let discard = foliosim::policy::host_discard(&hc.knobs).unwrap();
             let kvm = KvmHost::boot(hc.profile.clone(), hc.knobs, 1, &[shape], discard, &hc.profile, false, true).unwrap();
-            h.k.host = Some(foliosim::virt::Host::Kvm(Box::new(kvm)));
+            *h.k.host_mut() = Some(foliosim::virt::Host::Kvm(Box::new(kvm)));
         }
         let p = h.process(0);
         let (base, t) = h.anon(p, 0, true);
-        h.k.cpus[0].tlb.flush_all();
+        h.k.cpu_mut(0).tlb.flush_all();
         let t1 = h.run(p, t, Op::AccessRange { addr: base, stride: 4096, count: common::PAGES, kind: Access::Load }).1;
         assert!(h.violations().is_empty(), "{:?}", h.violations());
         t1 - t
@@ -217,8 +217,8 @@ fn a_guest_tlb_miss_pays_the_host_walk() {
 #[test]
 fn the_hosts_audit_runs_with_the_guests() {
     let o = two_guests_on(false, "", "\"debug.mutant\" = \"mmu_notifier_skip_unmap\"");
-    let v: Vec<&String> = o.guests.iter().flat_map(|g| &g.kernel.check.violations).collect();
+    let v: Vec<&String> = o.guests.iter().flat_map(|g| &g.kernel.check().violations).collect();
     assert!(v.iter().any(|m| m.starts_with("host: ")), "{v:?}");
     let clean = two_guests(false, "");
-    assert!(clean.guests.iter().all(|g| g.kernel.check.violations.is_empty()));
+    assert!(clean.guests.iter().all(|g| g.kernel.check().violations.is_empty()));
 }

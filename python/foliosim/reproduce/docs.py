@@ -28,6 +28,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from .. import programs as _programs
 from ..result import write_text_atomic
 from . import find, load_all, run_experiments
 
@@ -36,7 +37,7 @@ __all__ = ["check", "inputs_hash", "main", "rehash", "render", "repo_root", "wri
 # Experiments a test reruns (`make test`): the cheap ones, a minute or two
 # of host time together; the others are checked by their inputs' hash and by
 # `make check-reproductions`.
-CHEAP = ("core-pf1-scaling", "spf-kernbench", "spf-vs-per-vma", "mthp-tlb-reach")
+CHEAP = ("core-pf1-scaling", "spf-vs-per-vma", "mthp-tlb-reach")
 
 MECHANISM_TITLES = {
     "core": "The simulator core",
@@ -75,7 +76,17 @@ def inputs_hash(exp_file: Path, root: Path | None = None) -> str:
         h.update(b"\0")
         h.update(_content(p, root))
         h.update(b"\0")
+    for t in _traces(exp_file.read_text(encoding="utf-8")):
+        h.update(_programs.identity(t).encode())
+        h.update(b"\0")
     return h.hexdigest()
+
+
+def _traces(text: str) -> list[str]:
+    """The recordings an experiment names (`path = "@NAME"`, or a template
+    such as "@ebizzy-t{threads}": every trace whose name it begins)."""
+    refs = re.findall(r'"@([A-Za-z0-9_.-]+)', text)
+    return sorted(n for n in _programs.TRACES if any(n.startswith(r) for r in refs))
 
 
 def _content(p: Path, root: Path) -> bytes:

@@ -14,6 +14,7 @@ import json
 import math
 import os
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from .. import _core
@@ -305,6 +306,8 @@ def evaluate_experiment(exp: Experiment, results: Mapping[str, dict[str, Any]], 
                 notes.append(_render(n.text, e, exp, f"notes[{n.index}]", partial))
             except _Missing:
                 continue
+    if exp.traces:
+        notes.append(_trace_note(exp.traces))
     series = [s for spec in exp.series for s in _series(exp, spec, env, partial)]
     row_reads: list[list[str]] = [r.pop("_reads", []) for r in rows]
     if exp.sensitivity and not partial and _SENSITIVITY_ON:
@@ -332,6 +335,25 @@ def evaluate_experiment(exp: Experiment, results: Mapping[str, dict[str, Any]], 
     out["sources"] = exp.sources
     out["interrupted"] = bool(partial)
     return out
+
+
+def _trace_note(traces: Mapping[str, tuple[str, bool]]) -> str:
+    """Which recordings the runs replayed (`workload.path = "@NAME"`)."""
+    from ..programs import TRACES
+
+    full: list[str] = []
+    small: list[str] = []
+    for name, (path, is_small) in sorted(traces.items()):
+        p = Path(path)
+        size = p.stat().st_size / 2**20 if p.exists() else 0.0
+        (small if is_small else full).append(f"@{name}: {TRACES[name].what} ({p.name}, {size:.2f} MiB)")
+    out = []
+    if full:
+        out.append("Recordings replayed (perf, `make traces`): " + "; ".join(full) + ".")
+    if small:
+        out.append("Replayed the committed excerpts, not the recordings (a check that the experiment runs, not its "
+                   "result; `make traces` records them): " + "; ".join(small) + ".")
+    return " ".join(out)
 
 
 # ----------------------------------------------------------- sensitivity --

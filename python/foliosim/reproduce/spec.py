@@ -75,6 +75,7 @@ from typing import Any
 
 from .. import _core
 from .. import config as _config
+from .. import programs as _programs
 from ..sweep import point_id
 from .expr import Expr, ExprError, Template, TemplateError, evaluate
 
@@ -157,6 +158,9 @@ class Experiment:
     # every factor (runner.sensitivity).
     sensitivity: list[str] = field(default_factory=list)
     factors: list[float] = field(default_factory=lambda: [0.5, 2.0])
+    # The recordings its runs replay (`workload.path = "@NAME"`): name ->
+    # the file, and whether it is the committed excerpt of a larger one.
+    traces: dict[str, tuple[str, bool]] = field(default_factory=dict)
 
     def err(self, key: str, reason: str) -> ExperimentError:
         return ExperimentError(str(self.path), key, reason, line_of(self.text, key))
@@ -321,6 +325,23 @@ SERIES_KEYS = {"for", "when", "name", "x", "y", "xlabel", "ylabel"}
 TOP_KEYS = {"title", "window", "sources", "published", "config", "runs", "sweeps", "let", "rows", "series", "notes", "sensitivity"}
 
 
+def _resolve_trace(exp: Experiment, cfg: dict[str, Any], where: str) -> None:
+    """`workload.path = "@NAME"`: the recording of a real program
+    (foliosim.programs), committed or recorded by `make traces`."""
+    wl = cfg.get("workload")
+    if not isinstance(wl, dict):
+        return
+    ref = wl.get("path")
+    if not (isinstance(ref, str) and ref.startswith("@")):
+        return
+    try:
+        p = _programs.resolve(ref)
+    except _programs.TraceMissing as e:
+        raise exp.err("workload.path", f"{where}: {e}") from None
+    wl["path"] = str(p)
+    exp.traces[ref[1:]] = (str(p), p.name.endswith(".small.fstrace"))
+
+
 def load(path: str | Path) -> Experiment:
     """Read, check and expand one experiment file (every config validated)."""
     p = Path(path)
@@ -385,6 +406,7 @@ def load(path: str | Path) -> Experiment:
         names.add(r.name)
         cfg = json.loads(json.dumps(base))
         _merge(cfg, r.config)
+        _resolve_trace(exp, cfg, where)
         r.config = cfg
         try:
             r.cfg_json = _core.load_json(_config._dumps(cfg, str(p)), f"{p} [{where}]")

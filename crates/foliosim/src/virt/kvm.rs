@@ -19,11 +19,11 @@
 use super::discard::{Advice, DiscardCtx, DiscardPolicy};
 use crate::hw::profile::Profile;
 use crate::kernel::knobs::{Knobs, ThpEnabled};
-use crate::kernel::task::Task;
 use crate::kernel::Kernel;
 use crate::mm::gup::Gup;
 use crate::mm::mem_map::pg;
 use crate::mm::mmu_notifier::{SecondaryMmu, BLOCK_PAGES};
+use crate::mm::vma::MmCounter;
 use crate::mm::vmstat::{Stat, VmStat};
 use crate::mm::Pfn;
 use crate::sim::{ns, Ns};
@@ -102,12 +102,12 @@ impl KvmHost {
                 .map(|_| {
                     let cpu = pinned % nr_cpus;
                     pinned += 1;
-                    spawn(&mut k, mm, cpu)
+                    k.new_task(mm, cpu)
                 })
                 .collect();
-            let cpu0 = k.tasks[vcpus[0] as usize].cpu;
-            let vmm = spawn(&mut k, mm, cpu0);
-            k.mms[mm as usize].users += 1;
+            let cpu0 = k.tasks()[vcpus[0] as usize].cpu;
+            let vmm = k.new_task(mm, cpu0);
+            k.mms[mm as usize].mmget();
             // 2 MiB more than the RAM, so that the RAM starts on a PMD
             // boundary as QEMU aligns it (qemu_ram_mmap).
             let len = (s.nr_frames << 12) + (BLOCK_PAGES << 12);
@@ -123,7 +123,7 @@ impl KvmHost {
             // (KVM_REQUEST_WAIT): a kick per vCPU, then the slowest exit.
             let nv = vcpus.len() as Ns;
             let flush_cost = k.c.ipi_send * nv + vm_exit;
-            k.mms[mm as usize].notifier = Some(Box::new(SecondaryMmu::new(base, s.nr_frames, flush_cost)));
+            k.mms[mm as usize].mmu_notifier_register(SecondaryMmu::new(base, s.nr_frames, flush_cost));
             vms.push(Vm { mm, vcpus, vmm, base, nr_frames: s.nr_frames });
         }
         let mut h = KvmHost { k, vms, discard, cur: 0, ept_violation, vq_roundtrip, vm_exit, walk_level, failed: None };
@@ -157,11 +157,11 @@ impl KvmHost {
 
     /// Host pages guest `g`'s VMM maps (its RSS).
     pub fn rss(&self, g: usize) -> u64 {
-        self.k.mms[self.vms[g].mm as usize].rss_anon.max(0) as u64
+        self.k.mms[self.vms[g].mm as usize].get_mm_counter(MmCounter::AnonPages).max(0) as u64
     }
     /// Guest `g`'s pages on the host's swap device.
     pub fn swapped(&self, g: usize) -> u64 {
-        self.k.mms[self.vms[g].mm as usize].swap_ents.max(0) as u64
+        self.k.mms[self.vms[g].mm as usize].get_mm_counter(MmCounter::SwapEnts).max(0) as u64
     }
     pub fn nr_guests(&self) -> usize {
         self.vms.len()
@@ -427,13 +427,6 @@ impl super::HostKernel for KvmHost {
 }
 
 /// A host task of `mm` on `cpu`.
-fn spawn(k: &mut Kernel, mm: u32, cpu: u32) -> u32 {
-    let id = k.tasks.len() as u32;
-    k.tasks.push(Task::new(id, mm, cpu, 0));
-    k.mms[mm as usize].cpumask_set(cpu);
-    id
-}
-
 /// Run `op` as host task `tid` from `at` to its end (every step of it).
 /// Returns its result and the task's clock after.
 fn run(k: &mut Kernel, tid: u32, at: Ns, op: Op) -> (Ret, Ns) {
