@@ -59,7 +59,7 @@ pub fn resolve_paths_json(text: &str, origin: &str, dir: &str) -> Result<String,
 ///  "checker": {"enabled": bool, "audits": i, "violations": [str]}}
 pub fn run_json(config_json: &str, progress: &mut dyn FnMut(&Progress) -> bool) -> Result<String, Error> {
     let cfg = crate::config::from_json(config_json, "(config)")?;
-    if cfg.guests > 1 {
+    if cfg.guests > 1 || cfg.host.is_some() {
         let out = crate::virt::guests::simulate_guests(&cfg, progress)?;
         return Ok(crate::virt::guests::result_json(&cfg, &out).to_string());
     }

@@ -57,9 +57,22 @@ pub struct Config {
     /// `machine.guest_stagger_ms`: guest g boots g times this late (VMs
     /// started one after another).
     pub guest_stagger_ms: f64,
+    /// `[host]`: the guests run on a host kernel (virt/kvm.rs) booted
+    /// from this; None: the bitmap host of the `host.*` knobs, if any.
+    #[serde(skip)]
+    pub host: Option<HostCfg>,
     /// The normalised config, as JSON (defaults filled in).
     #[serde(skip)]
     pub normalized: serde_json::Value,
+}
+
+/// `[host]` as parsed: the host machine and its kernel's knobs.
+#[derive(Clone, Debug)]
+pub struct HostCfg {
+    pub profile_name: String,
+    pub profile: Profile,
+    pub knob_values: BTreeMap<String, KnobValue>,
+    pub knobs: Knobs,
 }
 
 /// A default in `CONFIG_KEYS`.
@@ -98,6 +111,10 @@ pub const CONFIG_KEYS: &[ConfigKey] = &[
     ConfigKey { table: "machine", key: "costs", default: None, range: None, help: "numbers of the profile replaced, a table: `{ cacheline_cross_socket_ns = 270.0 }` ([cost] keys bare; `host.`, `tlb.`, `cpu.` or `nodes.` (every node) before others)" },
     ConfigKey { table: "machine", key: "guests", default: Some(Int(1)), range: Some((1.0, MAX_GUESTS as f64)), help: "the machine is this many identical VM guests on one host (1: a single kernel)" },
     ConfigKey { table: "machine", key: "guest_stagger_ms", default: Some(Num(0.0)), range: Some((0.0, 3.6e6)), help: "guest g boots g times this many milliseconds late (needs guests >= 2)" },
+    ConfigKey { table: "host", key: "profile", default: None, range: None, help: "with a [host] table the guests run on a host kernel (docs/mechanisms/cloud-host.md) booted from this profile (default: the guests' machine.profile); its kernel's knobs are [host.knobs]" },
+    ConfigKey { table: "host", key: "nr_cpus", default: None, range: Some((1.0, 4096.0)), help: "the host's logical CPUs, in place of its profile's" },
+    ConfigKey { table: "host", key: "node_mem_mib", default: None, range: Some((64.0, (64u64 << 20) as f64)), help: "MiB of each host memory node (default: the profile's, the first node grown to hold every guest's RAM if it does not)" },
+    ConfigKey { table: "host", key: "costs", default: None, range: None, help: "numbers of the host profile replaced, as machine.costs" },
     ConfigKey { table: "run", key: "warmup_s", default: Some(Num(1.0)), range: Some((0.0, 3600.0)), help: "simulated seconds before counting starts (at least one full iteration of the workload)" },
     ConfigKey { table: "run", key: "duration_s", default: Some(Num(5.0)), range: Some((1e-6, 36000.0)), help: "simulated seconds counted after the warm-up (the run ends then, or when every task has exited)" },
     ConfigKey { table: "run", key: "check", default: Some(Bool(false)), range: None, help: "the invariant checker (slower; `foliosim run --check`)" },
@@ -457,9 +474,10 @@ fn from_table(mut root: toml::Table, ctx: &Ctx) -> Result<Config, ConfigError> {
     let run = run_from(&mut root, ctx)?;
     let (kn, knob_values) = knobs_from(&mut root, ctx, machine.prof.total_mem_mib() << 10)?;
     let (name, raw) = workload_from(&mut root, ctx, &machine.prof, kn.swap_size_mib)?;
+    let (host, host_json) = host_from(&mut root, ctx, &machine, &kn)?;
     let Machine { profile_name, prof, tlb_overrides, guests, guest_stagger_ms, costs } = machine;
     if let Some(k) = root.keys().next() {
-        return Err(ctx.err("", k, "unknown key (expected seed, machine, workload, run, knobs)"));
+        return Err(ctx.err("", k, "unknown key (expected seed, machine, host, workload, run, knobs)"));
     }
     if guests > 1 && kn.host_prealloc && kn.host_mem_mib > 0 && kn.host_mem_mib < guests as u64 * prof.total_mem_mib() {
         return Err(ctx.err(
@@ -473,17 +491,22 @@ fn from_table(mut root: toml::Table, ctx: &Ctx) -> Result<Config, ConfigError> {
             ),
         ));
     }
-    // Normalised form: everything explicit.
-    let mut knobs_json = serde_json::Map::new();
-    for spec in crate::policy::knobs().iter().filter(|s| crate::policy::selected(s, |sel| knob_values.get(sel).cloned())) {
-        let v = match knob_values.get(spec.key) {
-            Some(KnobValue::Int(i)) => serde_json::Value::from(*i),
-            Some(KnobValue::Bool(b)) => serde_json::Value::from(*b),
-            Some(KnobValue::Str(s)) => serde_json::Value::from(s.clone()),
-            None => serde_json::to_value(&spec.default).unwrap(),
-        };
-        knobs_json.insert(spec.key.to_string(), v);
+    if let Some(h) = &host {
+        let need = guests as u64 * (prof.total_mem_mib() + 2);
+        if kn.host_prealloc && h.profile.total_mem_mib() < need {
+            return Err(ctx.err(
+                "host",
+                "node_mem_mib",
+                format!(
+                    "{guests} preallocated guests of {} MiB need {need} MiB of host memory but the host has {}",
+                    prof.total_mem_mib(),
+                    h.profile.total_mem_mib()
+                ),
+            ));
+        }
     }
+    // Normalised form: everything explicit.
+    let knobs_json = knobs_json(&knob_values);
     let mut wl_json = serde_json::Map::new();
     wl_json.insert("name".into(), name.clone().into());
     for (k, v) in &raw {
@@ -505,13 +528,16 @@ fn from_table(mut root: toml::Table, ctx: &Ctx) -> Result<Config, ConfigError> {
         machine_json.insert("guests".into(), guests.into());
         machine_json.insert("guest_stagger_ms".into(), guest_stagger_ms.into());
     }
-    let normalized = serde_json::json!({
+    let mut normalized = serde_json::json!({
         "seed": seed,
         "machine": machine_json,
         "workload": wl_json,
         "run": serde_json::to_value(&run).unwrap(),
         "knobs": knobs_json,
     });
+    if let Some(h) = host_json {
+        normalized["host"] = h;
+    }
     Ok(Config {
         seed,
         profile_name,
@@ -523,8 +549,83 @@ fn from_table(mut root: toml::Table, ctx: &Ctx) -> Result<Config, ConfigError> {
         knobs: kn,
         guests,
         guest_stagger_ms,
+        host,
         normalized,
     })
+}
+
+/// Every knob of the policies selected, as set or at its default.
+fn knobs_json(knob_values: &BTreeMap<String, KnobValue>) -> serde_json::Map<String, serde_json::Value> {
+    let mut out = serde_json::Map::new();
+    for spec in crate::policy::knobs().iter().filter(|s| crate::policy::selected(s, |sel| knob_values.get(sel).cloned())) {
+        let v = match knob_values.get(spec.key) {
+            Some(KnobValue::Int(i)) => serde_json::Value::from(*i),
+            Some(KnobValue::Bool(b)) => serde_json::Value::from(*b),
+            Some(KnobValue::Str(s)) => serde_json::Value::from(s.clone()),
+            None => serde_json::to_value(&spec.default).unwrap(),
+        };
+        out.insert(spec.key.to_string(), v);
+    }
+    out
+}
+
+/// `[host]` (and `[host.knobs]`): the host kernel under the guests, and
+/// its normalised form. Its memory defaults to enough for every guest's
+/// RAM (2 MiB more each, for the alignment of the VMM's mapping) and
+/// 64 MiB of the host's own.
+fn host_from(
+    root: &mut toml::Table,
+    ctx: &Ctx,
+    guest: &Machine,
+    guest_knobs: &Knobs,
+) -> Result<(Option<HostCfg>, Option<serde_json::Value>), ConfigError> {
+    let Some(v) = root.remove("host") else { return Ok((None, None)) };
+    let mut t = match v {
+        toml::Value::Table(t) => t,
+        v => return Err(ctx.err("", "host", format!("expected a table, got {}", v.type_str()))),
+    };
+    for (k, why) in [
+        ("host.mem_mib", "the host's memory is [host] node_mem_mib"),
+        ("host.thp", "the host kernel's THP is its own knob: [host.knobs] \"kernel/mm/transparent_hugepage/enabled\""),
+    ] {
+        let set = match k {
+            "host.mem_mib" => guest_knobs.host_mem_mib > 0,
+            _ => guest_knobs.host_thp,
+        };
+        if set {
+            return Err(ctx.err("knobs", k, format!("is the bitmap host's knob; with a [host] table {why}")));
+        }
+    }
+    let kt = match t.remove("knobs") {
+        None => toml::Table::new(),
+        Some(toml::Value::Table(k)) => k,
+        Some(v) => return Err(ctx.err("host", "knobs", format!("expected a table of host kernel knobs, got {}", v.type_str()))),
+    };
+    let sized = t.contains_key("node_mem_mib");
+    let mut m = machine_table(t, ctx, "host", Some(&guest.profile_name))?;
+    let need_mib = guest.guests as u64 * (guest.prof.total_mem_mib() + 2) + 64;
+    if !sized && m.prof.total_mem_mib() < need_mib {
+        let others: u64 = m.prof.nodes.iter().skip(1).map(|n| n.mem_mib).sum();
+        m.prof.nodes[0].mem_mib = need_mib.saturating_sub(others).max(m.prof.nodes[0].mem_mib);
+    }
+    let (knobs, knob_values) = knobs_table(kt, ctx, "host.knobs", m.prof.total_mem_mib() << 10)?;
+    let mut j = serde_json::Map::new();
+    let pname = if profile_is_path(&m.profile_name) {
+        resolve_path(ctx.dir, &m.profile_name).display().to_string()
+    } else {
+        m.profile_name.clone()
+    };
+    j.insert("profile".into(), pname.into());
+    j.insert("nr_cpus".into(), m.prof.cpu.nr_cpus.into());
+    j.insert("node_mem_mib".into(), m.prof.nodes.iter().map(|n| n.mem_mib).collect::<Vec<_>>().into());
+    for (k, v) in m.tlb_overrides {
+        j.insert(k.into(), v);
+    }
+    if let Some(c) = m.costs {
+        j.insert("costs".into(), toml_to_json(&toml::Value::Table(c)));
+    }
+    j.insert("knobs".into(), knobs_json(&knob_values).into());
+    Ok((Some(HostCfg { profile_name: m.profile_name, profile: m.prof, knob_values, knobs }), Some(j.into())))
 }
 
 /// The top-level `seed`.
@@ -554,18 +655,24 @@ struct Machine {
 /// `[machine]`: the profile (built in or a file), and the numbers the
 /// table replaces in it.
 fn machine_from(root: &mut toml::Table, ctx: &Ctx) -> Result<Machine, ConfigError> {
-    let mut m = take_table(ctx, root, "machine")?;
+    let m = take_table(ctx, root, "machine")?;
+    machine_table(m, ctx, "machine", None)
+}
+
+/// A machine table: `[machine]`, or `[host]` (`tn`), whose profile
+/// defaults to `default_profile` (the guests'). Only `[machine]` has guests.
+fn machine_table(mut m: toml::Table, ctx: &Ctx, tn: &str, default_profile: Option<&str>) -> Result<Machine, ConfigError> {
     let profile_name = match m.remove("profile") {
-        None => match spec("machine", "profile").default {
-            Some(Str(p)) => p.to_string(),
+        None => match (default_profile, spec("machine", "profile").default) {
+            (Some(p), _) | (None, Some(Str(p))) => p.to_string(),
             _ => unreachable!("machine.profile has a default"),
         },
         Some(toml::Value::String(s)) => s,
-        Some(v) => return Err(ctx.err("machine", "profile", format!("expected a profile name or path, got {}", v.type_str()))),
+        Some(v) => return Err(ctx.err(tn, "profile", format!("expected a profile name or path, got {}", v.type_str()))),
     };
     let mut prof = load_profile(&profile_name, ctx.dir).map_err(|(f, line, key, reason)| {
         if f.is_empty() {
-            ctx.err("machine", "profile", reason)
+            ctx.err(tn, "profile", reason)
         } else {
             ConfigError { file: f, line, key, reason }
         }
@@ -574,7 +681,7 @@ fn machine_from(root: &mut toml::Table, ctx: &Ctx) -> Result<Machine, ConfigErro
         let r = int_range("machine", "nr_cpus");
         match v {
             toml::Value::Integer(n) if r.contains(&n) => prof.cpu.nr_cpus = n as u32,
-            v => return Err(ctx.err("machine", "nr_cpus", format!("expected an integer {}..={}, got {v}", r.start(), r.end()))),
+            v => return Err(ctx.err(tn, "nr_cpus", format!("expected an integer {}..={}, got {v}", r.start(), r.end()))),
         }
         if prof.cpu.nr_cpus % prof.cpu.sockets != 0 {
             prof.cpu.sockets = 1;
@@ -586,11 +693,11 @@ fn machine_from(root: &mut toml::Table, ctx: &Ctx) -> Result<Machine, ConfigErro
     if let Some(v) = m.remove("node_mem_mib") {
         let arr = match v {
             toml::Value::Array(a) => a,
-            v => return Err(ctx.err("machine", "node_mem_mib", format!("expected an array of MiB per node, got {}", v.type_str()))),
+            v => return Err(ctx.err(tn, "node_mem_mib", format!("expected an array of MiB per node, got {}", v.type_str()))),
         };
         if arr.len() != prof.nodes.len() {
             return Err(ctx.err(
-                "machine",
+                tn,
                 "node_mem_mib",
                 format!("the profile has {} nodes but {} sizes were given", prof.nodes.len(), arr.len()),
             ));
@@ -599,13 +706,7 @@ fn machine_from(root: &mut toml::Table, ctx: &Ctx) -> Result<Machine, ConfigErro
         for (i, x) in arr.iter().enumerate() {
             match x {
                 toml::Value::Integer(n) if r.contains(n) => prof.nodes[i].mem_mib = *n as u64,
-                v => {
-                    return Err(ctx.err(
-                        "machine",
-                        "node_mem_mib",
-                        format!("element {i}: expected MiB {}..={}, got {v}", r.start(), r.end()),
-                    ))
-                }
+                v => return Err(ctx.err(tn, "node_mem_mib", format!("element {i}: expected MiB {}..={}, got {v}", r.start(), r.end()))),
             }
         }
     }
@@ -617,7 +718,7 @@ fn machine_from(root: &mut toml::Table, ctx: &Ctx) -> Result<Machine, ConfigErro
                 prof.tlb.contpte = b;
                 tlb_overrides.push(("tlb_contpte", b.into()));
             }
-            v => return Err(ctx.err("machine", "tlb_contpte", format!("expected a boolean, got {}", v.type_str()))),
+            v => return Err(ctx.err(tn, "tlb_contpte", format!("expected a boolean, got {}", v.type_str()))),
         }
     }
     if let Some(v) = m.remove("tlb_coalesce_order") {
@@ -626,36 +727,34 @@ fn machine_from(root: &mut toml::Table, ctx: &Ctx) -> Result<Machine, ConfigErro
                 prof.tlb.coalesce_order = n as u32;
                 tlb_overrides.push(("tlb_coalesce_order", n.into()));
             }
-            v => return Err(ctx.err("machine", "tlb_coalesce_order", format!("expected 0 (none) or 2 (HPA), got {v}"))),
+            v => return Err(ctx.err(tn, "tlb_coalesce_order", format!("expected 0 (none) or 2 (HPA), got {v}"))),
         }
     }
     let r = int_range("machine", "guests");
-    let guests = match m.remove("guests") {
+    let guests = match if tn == "machine" { m.remove("guests") } else { None } {
         None => *r.start() as u32,
         Some(toml::Value::Integer(n)) if r.contains(&n) => n as u32,
-        Some(v) => {
-            return Err(ctx.err("machine", "guests", format!("expected an integer 1..={} (VM guests sharing one host), got {v}", r.end())))
-        }
+        Some(v) => return Err(ctx.err(tn, "guests", format!("expected an integer 1..={} (VM guests sharing one host), got {v}", r.end()))),
     };
-    let guest_stagger_ms = get_f64(ctx, &mut m, "machine", "guest_stagger_ms")?;
+    let guest_stagger_ms = if tn == "machine" { get_f64(ctx, &mut m, "machine", "guest_stagger_ms")? } else { 0.0 };
     if guest_stagger_ms > 0.0 && guests < 2 {
-        return Err(ctx.err("machine", "guest_stagger_ms", "staggers the boot of several guests: needs machine.guests >= 2"));
+        return Err(ctx.err(tn, "guest_stagger_ms", "staggers the boot of several guests: needs machine.guests >= 2"));
     }
     let costs = match m.remove("costs") {
         None => None,
         Some(toml::Value::Table(t)) => {
             prof = prof.with_numbers(&t).map_err(|(k, reason)| ConfigError {
                 file: ctx.file.to_string(),
-                line: find_line(ctx.text, "machine", "costs").or_else(|| find_line(ctx.text, "machine.costs", &k)),
-                key: format!("machine.costs.{k}"),
+                line: find_line(ctx.text, tn, "costs").or_else(|| find_line(ctx.text, &format!("{tn}.costs"), &k)),
+                key: format!("{tn}.costs.{k}"),
                 reason,
             })?;
             Some(t)
         }
-        Some(v) => return Err(ctx.err("machine", "costs", format!("expected a table of profile keys and numbers, got {}", v.type_str()))),
+        Some(v) => return Err(ctx.err(tn, "costs", format!("expected a table of profile keys and numbers, got {}", v.type_str()))),
     };
-    no_leftovers(ctx, &m, "machine")?;
-    prof.validate().map_err(|(k, r)| ctx.err("machine", "", format!("{k}: {r}")))?;
+    no_leftovers(ctx, &m, tn)?;
+    prof.validate().map_err(|(k, r)| ctx.err(tn, "", format!("{k}: {r}")))?;
     Ok(Machine { profile_name, prof, tlb_overrides, guests, guest_stagger_ms, costs })
 }
 
@@ -680,20 +779,28 @@ fn run_from(root: &mut toml::Table, ctx: &Ctx) -> Result<RunCfg, ConfigError> {
 /// policies they belong to) and the knobs they make.
 fn knobs_from(root: &mut toml::Table, ctx: &Ctx, mem_kib: u64) -> Result<(Knobs, BTreeMap<String, KnobValue>), ConfigError> {
     let kt = take_table(ctx, root, "knobs")?;
+    knobs_table(kt, ctx, "knobs", mem_kib)
+}
+
+/// A knobs table, `[knobs]` or `[host.knobs]` (`tn`), of a kernel with
+/// `mem_kib` of memory.
+fn knobs_table(kt: toml::Table, ctx: &Ctx, tn: &str, mem_kib: u64) -> Result<(Knobs, BTreeMap<String, KnobValue>), ConfigError> {
     let mut knob_values = BTreeMap::new();
     let mut kn = Knobs::default();
     for (k, v) in kt {
         if let toml::Value::Table(sub) = &v {
             if let Some(full) = dotted_knob(&k, sub) {
                 return Err(ctx.err(
-                    "knobs",
+                    tn,
                     &k,
-                    format!("the knob \"{full}\" has dots in its name: quote it, knobs.\"{full}\" = VALUE (with --set: 'knobs.\"{full}\"=VALUE')"),
+                    format!(
+                        "the knob \"{full}\" has dots in its name: quote it, {tn}.\"{full}\" = VALUE (with --set: '{tn}.\"{full}\"=VALUE')"
+                    ),
                 ));
             }
         }
-        let spec = crate::policy::find(&k).ok_or_else(|| ctx.err("knobs", &k, "unknown knob (see `foliosim list`)"))?;
-        let val = knobs::validate(spec, &v).map_err(|reason| ctx.err("knobs", &k, reason))?;
+        let spec = crate::policy::find(&k).ok_or_else(|| ctx.err(tn, &k, "unknown knob (see `foliosim list`)"))?;
+        let val = knobs::validate(spec, &v).map_err(|reason| ctx.err(tn, &k, reason))?;
         kn.set(spec, &val);
         knob_values.insert(k, val);
     }
@@ -704,13 +811,13 @@ fn knobs_from(root: &mut toml::Table, ctx: &Ctx, mem_kib: u64) -> Result<(Knobs,
         kn.set(crate::policy::find("anon_folio.mode").expect("anon_folio.mode is a knob"), &v);
         knob_values.insert("anon_folio.mode".into(), v);
     }
-    kn.check(&|k| knob_values.contains_key(k), mem_kib).map_err(|(k, reason)| ctx.err("knobs", k, reason))?;
+    kn.check(&|k| knob_values.contains_key(k), mem_kib).map_err(|(k, reason)| ctx.err(tn, k, reason))?;
     // A policy's own knob needs that policy selected.
     for k in knob_values.keys() {
         let spec = crate::policy::find(k).expect("validated above");
         if !crate::policy::selected(spec, |sel| knob_values.get(sel).cloned()) {
             let (sel, name) = spec.owner.expect("only a policy's knob can be unselected");
-            return Err(ctx.err("knobs", k, format!("belongs to the policy \"{name}\": it needs {sel} = \"{name}\"")));
+            return Err(ctx.err(tn, k, format!("belongs to the policy \"{name}\": it needs {sel} = \"{name}\"")));
         }
     }
     Ok((kn, knob_values))
@@ -879,6 +986,7 @@ mod tests {
                 (Some(Bool(b)), _) => toml::Value::Boolean(b),
                 (Some(Str(s)), _) => toml::Value::String(s.into()),
                 (None, "node_mem_mib") => toml::Value::Array(vec![toml::Value::Integer(1024); 2]),
+                (None, "profile") => toml::Value::String("generic-x86".into()),
                 (None, "tlb_contpte") => toml::Value::Boolean(true),
                 (None, "costs") => toml::Value::Table("trap_ns = 250.0".parse().unwrap()),
                 (None, "probes" | "probes_record") => toml::Value::Array(vec![toml::Value::String("tlb:tlb_flush".into())]),

@@ -5,7 +5,8 @@
 //! notifier.
 
 use foliosim::config;
-use foliosim::virt::kvm::KvmHost;
+use foliosim::mm::vmstat::VmStat;
+use foliosim::virt::kvm::{GuestShape, KvmHost};
 
 /// 16 MiB of guest RAM: 4096 frames.
 const FRAMES: u64 = 4096;
@@ -17,7 +18,8 @@ fn host(knobs: &str) -> KvmHost {
     );
     let c = config::from_toml(&text, "kvm-host-test").unwrap_or_else(|e| panic!("{e}"));
     let discard = foliosim::policy::host_discard(&c.knobs).unwrap();
-    KvmHost::boot(c.profile, c.knobs, 1, &[FRAMES], discard).unwrap()
+    let shape = GuestShape { nr_frames: FRAMES, nr_vcpus: 1 };
+    KvmHost::boot(c.profile.clone(), c.knobs, 1, &[shape], discard, &c.profile, false, true).unwrap()
 }
 
 fn pgfault(h: &KvmHost) -> i64 {
@@ -33,12 +35,12 @@ fn audit(h: &mut KvmHost) -> Vec<String> {
 #[test]
 fn a_first_touch_is_a_host_fault_and_a_4k_ept_entry() {
     let mut h = host("");
-    let t = h.touch(0, 5, 1, 1000).unwrap();
+    let t = h.touch(0, 5, 1, 1000, &mut VmStat::default()).unwrap();
     assert!(t > 1000, "the vCPU waited for the host");
     assert!(h.ept_present(0, 5) && !h.ept_large(0, 5) && !h.ept_present(0, 6));
     assert_eq!((h.rss(0), pgfault(&h)), (1, 1), "one host page, one host fault");
     // Mapped now: no exit, no host work.
-    assert_eq!(h.touch(0, 5, 1, t).unwrap(), t);
+    assert_eq!(h.touch(0, 5, 1, t, &mut VmStat::default()).unwrap(), t);
     assert_eq!(pgfault(&h), 1);
     assert!(audit(&mut h).is_empty());
 }
@@ -46,40 +48,40 @@ fn a_first_touch_is_a_host_fault_and_a_4k_ept_entry() {
 #[test]
 fn host_thp_backs_the_block_and_the_ept_maps_it_with_one_entry() {
     let mut h = host("\"kernel/mm/transparent_hugepage/enabled\" = \"always\"");
-    let t = h.touch(0, 5, 1, 0).unwrap();
+    let t = h.touch(0, 5, 1, 0, &mut VmStat::default()).unwrap();
     assert_eq!(h.rss(0), 512, "the host's THP policy chose a 2 MiB folio");
     assert!(h.ept_large(0, 5) && h.ept_present(0, 0) && h.ept_present(0, 511) && !h.ept_present(0, 512));
     // The rest of the block is mapped: no exit.
-    assert_eq!(h.touch(0, 0, 512, t).unwrap(), t);
+    assert_eq!(h.touch(0, 0, 512, t, &mut VmStat::default()).unwrap(), t);
     assert!(audit(&mut h).is_empty());
 }
 
 #[test]
 fn a_dontneed_report_frees_the_host_pages_and_zaps_the_ept() {
     let mut h = host("\"host.discard\" = \"dontneed\"");
-    let t = h.touch(0, 0, 512, 0).unwrap();
+    let t = h.touch(0, 0, 512, 0, &mut VmStat::default()).unwrap();
     assert_eq!(h.rss(0), 512);
-    let t = h.discard_range(0, 0, 256, t);
+    let t = t + h.discard_range(0, 256, t, &mut VmStat::default());
     assert_eq!(h.rss(0), 256, "MADV_DONTNEED freed the reported half");
     assert!(!h.ept_present(0, 0) && !h.ept_present(0, 255) && h.ept_present(0, 256));
     assert!(audit(&mut h).is_empty());
     // The guest uses the frame again: a new host fault.
     let faults = pgfault(&h);
-    h.touch(0, 0, 1, t).unwrap();
+    h.touch(0, 0, 1, t, &mut VmStat::default()).unwrap();
     assert_eq!((h.rss(0), pgfault(&h)), (257, faults + 1));
 }
 
 #[test]
 fn a_free_report_keeps_the_pages_until_host_reclaim_and_a_rewrite_keeps_its_page() {
     let mut h = host("\"host.discard\" = \"free\"");
-    let t = h.touch(0, 0, 512, 0).unwrap();
-    let t = h.discard_range(0, 0, 512, t);
+    let t = h.touch(0, 0, 512, 0, &mut VmStat::default()).unwrap();
+    let t = t + h.discard_range(0, 512, t, &mut VmStat::default());
     assert_eq!(h.rss(0), 512, "MADV_FREE leaves the pages mapped");
     assert!(!h.ept_present(0, 7), "but the EPT entries are gone");
     // The guest writes frame 7 again: the host PTE is still there, so no
     // host fault, only the EPT refault; KVM marks the page dirty.
     let faults = pgfault(&h);
-    let t = h.touch(0, 7, 1, t).unwrap();
+    let t = h.touch(0, 7, 1, t, &mut VmStat::default()).unwrap();
     assert_eq!(pgfault(&h), faults);
     assert!(h.ept_present(0, 7));
     // Host reclaim takes the clean lazily freed pages, not the written one.
@@ -98,9 +100,9 @@ fn a_free_report_keeps_the_pages_until_host_reclaim_and_a_rewrite_keeps_its_page
 #[test]
 fn a_host_reclaim_that_ignores_the_guest_write_loses_it() {
     let mut h = host("\"host.discard\" = \"free\"\n\"debug.mutant\" = \"lazyfree_discard_redirtied\"");
-    let t = h.touch(0, 0, 512, 0).unwrap();
-    let t = h.discard_range(0, 0, 512, t);
-    let t = h.touch(0, 7, 1, t).unwrap();
+    let t = h.touch(0, 0, 512, 0, &mut VmStat::default()).unwrap();
+    let t = t + h.discard_range(0, 512, t, &mut VmStat::default());
+    let t = h.touch(0, 7, 1, t, &mut VmStat::default()).unwrap();
     let vmm = h.vms[0].vmm;
     let cpu = h.k.tasks()[vmm as usize].cpu;
     let t = h.k.lru_add_drain_cpu(t, cpu);

@@ -77,6 +77,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "check/checker.rs",
             "virt/mod.rs",
             "virt/host.rs",
+            "virt/discard.rs",
             "virt/virtio_balloon.rs",
         ],
     ),

@@ -178,7 +178,7 @@ fn example_promotion_policy_promotes_only_order0_folios() {
 #[test]
 fn example_discard_policy_frees_lazily_below_its_threshold() {
     use foliosim::policy;
-    use foliosim::virt::host::{Advice, DiscardCtx};
+    use foliosim::virt::discard::{Advice, DiscardCtx};
     let p = policy::HOST_DISCARD.policies.iter().find(|p| p.name == "pressure").unwrap();
     let pressure = (p.build)(&Knobs::default());
     let ctx = |rss, limit| DiscardCtx { pfn: 0, nr_pages: 512, thp: false, rss, nr_lazy: 0, limit };

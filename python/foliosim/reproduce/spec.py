@@ -81,7 +81,7 @@ from .expr import Expr, ExprError, Template, TemplateError, evaluate
 
 __all__ = ["EntrySpec", "Experiment", "ExperimentError", "NoteSpec", "RowSpec", "RunSpec", "SeriesSpec", "load"]
 
-CONFIG_KEYS = ("seed", "machine", "workload", "run", "knobs")
+CONFIG_KEYS = ("seed", "machine", "host", "workload", "run", "knobs")
 RESERVED = {"runs", "pub", "row", "rows", "config", "experiment", *CONFIG_KEYS}
 _IDENT = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 

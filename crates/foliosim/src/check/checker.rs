@@ -10,7 +10,7 @@ use crate::mm::page_alloc::PageAlloc;
 use crate::mm::vma::Mm;
 use crate::mm::Pfn;
 use crate::sim::Ns;
-use crate::virt::host::Host;
+use crate::virt::Host;
 use crate::workload::Access;
 use rustc_hash::FxHashMap;
 

@@ -52,6 +52,10 @@ pub struct HostSpec {
     /// virtqueue round trip of one report: kick exit, VMM handling,
     /// used-ring update, interrupt injection and wake-up of the waiter.
     pub vq_roundtrip_ns: f64,
+    /// A VM exit and re-entry with no work between: what a vCPU pays for
+    /// the kick IPI of a remote TLB flush (kvm_flush_remote_tlbs), the
+    /// flush itself served on entry.
+    pub vm_exit_ns: f64,
     /// Host swap-out of one 4 KiB page (direct reclaim waits on it).
     pub swapout_4k_ns: f64,
     /// Host swap-in of one 4 KiB page (refault from the swap device).

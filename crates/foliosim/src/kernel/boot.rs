@@ -178,7 +178,7 @@ impl Kernel {
     /// The machine as a VM guest: a host under its memory (when a host
     /// knob or page reporting asks for one) and the virtio-balloon device
     /// with free page reporting.
-    fn boot_virt(&mut self, nr_frames: u64, discard: std::sync::Arc<dyn crate::virt::host::DiscardPolicy>) {
+    fn boot_virt(&mut self, nr_frames: u64, discard: std::sync::Arc<dyn crate::virt::discard::DiscardPolicy>) {
         let kn = &self.knobs;
         // A discard policy other than the default asks for a host too.
         let discard_set =
@@ -189,7 +189,7 @@ impl Kernel {
             let limit = (kn.host_mem_mib > 0).then_some(kn.host_mem_mib << (20 - 12));
             let h = Host::new(nr_frames, HostCosts::from_profile(&self.prof), discard, kn.host_thp, limit, kn.host_prealloc);
             h.sync_gauges(&mut self.stat);
-            self.host = Some(h);
+            self.host = Some(crate::virt::Host::Bitmap(Box::new(h)));
         }
         if self.knobs.page_reporting {
             self.page_reporting_register(0);

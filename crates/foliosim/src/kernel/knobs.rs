@@ -176,6 +176,10 @@ pub enum Mutant {
     /// the mmu notifier: a secondary MMU (KVM's EPT) keeps translating to
     /// a page the mm no longer maps there (mm/mmu_notifier.rs).
     MmuNotifierSkipUnmap,
+    /// A guest does not apply the remote TLB flush the host's dropping of
+    /// SPTEs owes it (kvm_flush_remote_tlbs, virt/kvm.rs): its TLBs keep
+    /// translations of frames the host no longer backs.
+    KvmSkipRemoteFlush,
 }
 
 /// Broken variants of lazy unmap flush, each one a defect of the v10 text
@@ -261,6 +265,7 @@ pub const MUTANTS: &[(&str, Mutant)] = &[
     ("swap_zap_keeps_slot", Mutant::SwapZapKeepsSlot),
     ("lazyfree_discard_redirtied", Mutant::LazyfreeDiscardRedirtied),
     ("mmu_notifier_skip_unmap", Mutant::MmuNotifierSkipUnmap),
+    ("kvm_skip_remote_flush", Mutant::KvmSkipRemoteFlush),
     ("spf_skip_seq_check", Mutant::SpfSkipSeqCheck),
     ("promo_skip_task_work", Mutant::PromoSkipTaskWork),
     ("promo_ignore_watermark", Mutant::PromoIgnoreWatermark),

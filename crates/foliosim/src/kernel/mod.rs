@@ -234,6 +234,11 @@ impl Kernel {
     pub fn host(&self) -> Option<&crate::virt::Host> {
         self.host.as_ref()
     }
+    /// The hypervisor this kernel runs under: set by the guests' driver,
+    /// and by tests that put a guest on a host they built.
+    pub fn host_mut(&mut self) -> &mut Option<crate::virt::Host> {
+        &mut self.host
+    }
     pub fn prdev(&self) -> Option<&crate::mm::page_reporting::PageReportingDev> {
         self.prdev.as_ref()
     }

@@ -74,9 +74,11 @@ impl Kernel {
         self.stat.inc(Stat::PageReportingCalls);
         self.stat.add(Stat::PageReportingReportedPages, sg.iter().map(|&(_, o)| 1i64 << o).sum());
         let wait = match self.host.as_mut() {
-            Some(h) => crate::virt::virtio_balloon::free_page_report(h, &sg, &mut self.stat),
+            Some(h) => crate::virt::virtio_balloon::free_page_report(h, &sg, now, &mut self.stat),
             None => 0,
         };
+        // The VMM's madvise dropped the SPTEs of what it discarded.
+        self.kvm_remote_flush();
         now + wait
     }
 }

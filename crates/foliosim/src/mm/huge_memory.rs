@@ -650,7 +650,14 @@ impl Kernel {
         let pfn = pte.pfn();
         let vpn = va >> 12;
         let order = self.mem_map.get(pfn).order as u32;
-        if pte.0 & Pte::HUGE != 0 && order == PMD_ORDER && (vpn & 511) == (pfn as u64 & 511) {
+        // In a guest on a host kernel the entry is no larger than the
+        // host's mapping of the frame: a guest THP over 4 KiB host pages
+        // fills 4 KiB entries.
+        if pte.0 & Pte::HUGE != 0
+            && order == PMD_ORDER
+            && (vpn & 511) == (pfn as u64 & 511)
+            && !self.host.as_ref().is_some_and(|h| h.maps_4k(pfn))
+        {
             self.stat.inc(Stat::TlbFillPmd);
             return size::PMD;
         }

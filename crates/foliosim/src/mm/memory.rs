@@ -72,7 +72,7 @@ impl Kernel {
         t += self.prep_new_folio_on(cpu, pfn, order, nid);
         self.check.on_alloc(&self.mem_map, &self.pa, pfn, order);
         if self.host.is_some() {
-            t += self.guest_alloc_touch(pfn, order);
+            t += self.guest_alloc_touch(t, cpu, pfn, order);
         }
         t
     }
@@ -81,9 +81,10 @@ impl Kernel {
     /// (EPT violation and host fault for each frame it had discarded or
     /// swapped out). Returns the time the vCPU spends in the host.
     #[inline(never)]
-    fn guest_alloc_touch(&mut self, pfn: Pfn, order: u32) -> Ns {
+    fn guest_alloc_touch(&mut self, t: Ns, cpu: u32, pfn: Pfn, order: u32) -> Ns {
         let Some(h) = self.host.as_mut() else { return 0 };
-        let t = if self.knobs.mutant == Mutant::FprSkipHostFault { 0 } else { h.touch(pfn, 1 << order, &mut self.stat) };
+        let t = if self.knobs.mutant == Mutant::FprSkipHostFault { 0 } else { h.touch(cpu, pfn, 1 << order, t, &mut self.stat) };
+        self.kvm_remote_flush();
         if self.check.enabled {
             self.check.on_guest_handout(&self.pa, pfn, order);
         }

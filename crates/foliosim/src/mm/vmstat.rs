@@ -105,6 +105,7 @@ stats! {
     HostLazyfreeReclaimed = "foliosim_host_lazyfree_reclaimed" : "MADV_FREE'd pages the host dropped under its memory limit",
     HostPswpout = "foliosim_host_pswpout" : "guest pages swapped out by the host under its memory limit",
     HostPswpin = "foliosim_host_pswpin" : "guest pages swapped back in by the host (refaults)",
+    KvmRemoteTlbFlush = "foliosim_kvm_remote_tlb_flush" : "KVM remote TLB flushes of this guest's vCPUs (kvm_flush_remote_tlbs after the host dropped SPTEs: each vCPU flushes all and pays a VM exit)",
     // large anonymous folios (docs/mechanisms/large-anon-folios.md)
     ThpFaultAlloc = "thp_fault_alloc" : "PMD-size THPs allocated on a fault",
     ThpFaultFallback = "thp_fault_fallback" : "PMD-size THP faults that fell back to smaller pages",

@@ -4,7 +4,7 @@
 
 use super::Policy;
 use crate::kernel::knobs::Knobs;
-use crate::virt::host::{Advice, DiscardCtx, DiscardPolicy};
+use crate::virt::discard::{Advice, DiscardCtx, DiscardPolicy};
 use std::sync::Arc;
 
 pub const POLICY: Policy<Arc<dyn DiscardPolicy>> = Policy {

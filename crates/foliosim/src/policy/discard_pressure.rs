@@ -8,7 +8,7 @@
 
 use super::Policy;
 use crate::kernel::knobs::{KnobSpec, Knobs};
-use crate::virt::host::{Advice, DiscardCtx, DiscardPolicy};
+use crate::virt::discard::{Advice, DiscardCtx, DiscardPolicy};
 use std::sync::Arc;
 
 const FREE_BELOW_PCT: KnobSpec = KnobSpec::int_param(

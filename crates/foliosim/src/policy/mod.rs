@@ -16,7 +16,7 @@ use crate::mm::fault_lock::FaultLockPolicy;
 use crate::mm::huge_mm::AnonOrderPolicy;
 use crate::mm::memory_tiers::PromotionPolicy;
 use crate::types::{ConfigError, Error};
-use crate::virt::host::DiscardPolicy;
+use crate::virt::discard::DiscardPolicy;
 use std::sync::{Arc, OnceLock};
 
 /// One policy: its name (the selector's value), a line of help, the knobs

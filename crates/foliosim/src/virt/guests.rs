@@ -1,7 +1,9 @@
-//! Several VM guests on one host (`machine.guests = N`): N guest kernels
-//! in one simulated time line over one shared `Host` with one memory limit
-//! and one reclaim clock, so memory one guest reports is memory the others
-//! can fault in, and a guest's fault can swap out another guest's cold page.
+//! Several VM guests on one host (`machine.guests = N`, or any run with a
+//! `[host]` table): N guest kernels in one simulated time line over one
+//! shared `Host` (a host kernel, virt/kvm.rs, or the bitmap host with one
+//! memory limit and one reclaim clock), so memory one guest reports is
+//! memory the others can fault in, and a guest's fault can swap out
+//! another guest's cold page.
 //!
 //! Each guest is an ordinary single-kernel run (`run::Driver`, the same
 //! code as a single-guest run). This driver always advances the guest whose
@@ -17,7 +19,9 @@ use crate::run::{self, Driver, Outcome, Stepped};
 use crate::sim::{Ns, NSEC_PER_SEC};
 use crate::types::Error;
 use crate::types::Progress;
-use crate::virt::host::{Host, HostCosts};
+use crate::virt::host::{self, HostCosts};
+use crate::virt::kvm::{GuestShape, KvmHost};
+use crate::virt::Host;
 use serde_json::{json, Value};
 use std::time::Instant;
 
@@ -38,16 +42,51 @@ pub struct GuestsOutcome {
 /// Lend the host to guest `g` for its steps.
 fn lend(host: Host, g: usize, d: &mut Driver) {
     let mut host = host;
-    host.set_guest(g);
-    // Other guests' faults may have reclaimed this guest's pages meanwhile.
+    match &mut host {
+        Host::Bitmap(h) => h.set_guest(g),
+        Host::Kvm(h) => kvm_of(h).cur = g,
+    }
+    // Other guests' faults may have reclaimed this guest's pages meanwhile,
+    // and dropped SPTEs its vCPUs must flush before they run.
     host.sync_gauges(&mut d.k.stat);
     d.k.host = Some(host);
+    d.k.kvm_remote_flush();
 }
 
 fn sample(host: &Host, t: &mut Vec<f64>, rss: &mut Vec<Vec<u64>>, swap: &mut Vec<u64>, at: Ns) {
     t.push(at as f64 / NSEC_PER_SEC as f64);
     rss.push((0..host.nr_guests()).map(|g| host.guest_pages(g).0).collect());
-    swap.push(host.nr_swapped());
+    swap.push((0..host.nr_guests()).map(|g| host.guest_pages(g).1).sum());
+}
+
+/// The host kernel lent as a `HostKernel`.
+fn kvm_of(h: &mut Box<dyn crate::virt::HostKernel>) -> &mut KvmHost {
+    h.as_any_mut().downcast_mut::<KvmHost>().expect("virt/kvm.rs is the host kernel")
+}
+
+/// The host kernel's full audit (its checks of every SPTE against the
+/// VMM's PTEs among them), if the host runs its checker: the first new
+/// finding.
+fn audit_host(h: &mut KvmHost) -> Result<(), String> {
+    if !h.k.check.enabled {
+        return Ok(());
+    }
+    let before = h.k.check.violations.len();
+    crate::check::audit(&mut h.k);
+    match h.k.check.violations.get(before) {
+        Some(v) => Err(format!("host: {v}")),
+        None => Ok(()),
+    }
+}
+
+/// The host of a run with a `[host]` table: its kernel, with every guest's
+/// VMM, the discard policy and -mem-prealloc as the guests' knobs say.
+fn boot_kvm(cfg: &Config, ds: &[Driver]) -> Result<KvmHost, Error> {
+    let hc = cfg.host.as_ref().expect("a [host] table");
+    let shapes: Vec<GuestShape> = ds.iter().map(|d| GuestShape { nr_frames: d.k.mem_bytes() >> 12, nr_vcpus: d.k.nr_cpus() }).collect();
+    let g0 = &ds[0].k;
+    let discard = crate::policy::host_discard(&g0.knobs)?;
+    KvmHost::boot(hc.profile.clone(), hc.knobs.clone(), cfg.seed, &shapes, discard, &g0.prof, g0.knobs.host_prealloc, cfg.run.check)
 }
 
 /// Run `cfg.guests` guests of `cfg` on one host with `host.mem_mib` of
@@ -65,20 +104,40 @@ pub fn simulate_guests(cfg: &Config, progress: &mut dyn FnMut(&Progress) -> bool
         // default one: nothing discarded, 4 KiB backing on first touch.
         let nr_frames = d.k.mem_bytes() >> 12;
         let part = match d.k.host.take() {
-            Some(h) => h,
-            None => Host::new(nr_frames, HostCosts::from_profile(&d.k.prof), crate::policy::host_discard(&d.k.knobs)?, false, None, false),
+            Some(Host::Bitmap(h)) => Some(*h),
+            _ if cfg.host.is_some() => None,
+            _ => Some(host::Host::new(
+                nr_frames,
+                HostCosts::from_profile(&d.k.prof),
+                crate::policy::host_discard(&d.k.knobs)?,
+                false,
+                None,
+                false,
+            )),
         };
-        parts.push(part);
+        parts.extend(part);
         ds.push(d);
     }
-    let limit = (cfg.knobs.host_mem_mib > 0).then_some(cfg.knobs.host_mem_mib << (20 - 12));
-    let mut host = Host::shared(parts, limit);
+    let mut host = if cfg.host.is_some() {
+        let mut kvm = boot_kvm(cfg, &ds)?;
+        // What each guest's boot and set-up wrote (its kernel's pages, the
+        // process images) the host backs before the run, untimed.
+        for (g, d) in ds.iter().enumerate() {
+            kvm.cur = g;
+            kvm.back_allocated(&d.k)?;
+        }
+        Host::Kvm(Box::new(kvm))
+    } else {
+        let limit = (cfg.knobs.host_mem_mib > 0).then_some(cfg.knobs.host_mem_mib << (20 - 12));
+        Host::Bitmap(Box::new(host::Host::shared(parts, limit)))
+    };
     let end = ds[0].end;
     let sample_every = ((cfg.run.sample_ms * 1e6) as Ns).max(1);
     let (mut st, mut srss, mut sswap) = (Vec::new(), Vec::new(), Vec::new());
     sample(&host, &mut st, &mut srss, &mut sswap, 0);
     let mut next_sample = sample_every;
     let mut over = vec![false; n];
+    let mut audits_seen = vec![0u64; n];
     let mut interrupted = false;
     let mut last_progress = Instant::now();
     loop {
@@ -111,6 +170,22 @@ pub fn simulate_guests(cfg: &Config, progress: &mut dyn FnMut(&Progress) -> bool
         lend(host, g, d);
         let r = d.run_one(horizon);
         host = d.k.host.take().expect("the guest hands the host back");
+        if let Host::Kvm(h) = &mut host {
+            let h = kvm_of(h);
+            if let Some(e) = h.failed.take() {
+                return Err(Error::OutOfMemory(e));
+            }
+            // The checker runs over the host and its guests together: when
+            // a guest's audit ran, so does the host kernel's (each SPTE
+            // against the VMM's PTEs, the host's LUF and rmap rules), its
+            // findings the guest's.
+            if d.k.check.audits != audits_seen[g] {
+                audits_seen[g] = d.k.check.audits;
+                if let Err(e) = audit_host(h) {
+                    d.k.check.report(e);
+                }
+            }
+        }
         match r {
             Stepped::Over => over[g] = true,
             Stepped::Skipped => {}
@@ -173,16 +248,29 @@ pub fn result_json(cfg: &Config, o: &GuestsOutcome) -> Value {
         .collect();
     v["guests"] = per.into();
     let h = &o.host;
+    let n = h.nr_guests();
+    let by_guest: Vec<(u64, u64)> = (0..n).map(|g| h.guest_pages(g)).collect();
     v["host"] = json!({
-        "guests": h.nr_guests(),
-        "mem_limit_pages": h.limit,
-        "rss_pages": h.rss(),
-        "swap_pages": h.nr_swapped(),
-        "lazyfree_pages": h.nr_lazy(),
-        "rss_pages_by_guest": (0..h.nr_guests()).map(|g| h.guest_pages(g).0).collect::<Vec<_>>(),
-        "swap_pages_by_guest": (0..h.nr_guests()).map(|g| h.guest_pages(g).2).collect::<Vec<_>>(),
+        "guests": n,
+        "rss_pages": by_guest.iter().map(|p| p.0).sum::<u64>(),
+        "swap_pages": by_guest.iter().map(|p| p.1).sum::<u64>(),
+        "rss_pages_by_guest": by_guest.iter().map(|p| p.0).collect::<Vec<_>>(),
+        "swap_pages_by_guest": by_guest.iter().map(|p| p.1).collect::<Vec<_>>(),
         "timeseries": {"t_s": o.samples_t, "rss_pages_by_guest": o.samples_rss, "swap_pages": o.samples_swap},
     });
+    match h {
+        Host::Bitmap(b) => {
+            v["host"]["mem_limit_pages"] = json!(b.limit);
+            v["host"]["lazyfree_pages"] = json!(b.nr_lazy());
+        }
+        Host::Kvm(k) => {
+            let k = k.as_any().downcast_ref::<KvmHost>().expect("virt/kvm.rs is the host kernel");
+            v["host"]["mem_pages"] = json!(k.mem_pages());
+            v["host"]["vmstat"] = k.k.stat.iter().map(|(name, v)| (name.to_string(), json!(v))).collect::<serde_json::Map<_, _>>().into();
+            v["host"]["remote_tlb_flushes_by_guest"] =
+                json!((0..n).map(|g| k.k.mms[k.vms[g].mm as usize].notifier.as_ref().map_or(0, |e| e.nr_flushes)).collect::<Vec<_>>());
+        }
+    }
     v["host_time_s"] = o.host_s.into();
     v
 }

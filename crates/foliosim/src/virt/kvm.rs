@@ -9,34 +9,46 @@
 //! maps the whole block with one PMD-sized folio). A reported range is the
 //! VMM's `madvise` on the host (QEMU's ram_block_discard_range), with the
 //! advice the discard policy chooses; the host's own zap or MADV_FREE calls
-//! the notifier, which drops the SPTEs.
+//! the notifier, which drops the SPTEs and owes the guest a remote flush
+//! (kvm_flush_remote_tlbs), which the guest kernel applies to its vCPUs
+//! before their next TLB use (`Kernel::kvm_remote_flush`).
 //!
-//! Not yet wired under a guest kernel: `virt/host.rs` (the bitmap host)
-//! still serves every run; this is the host a guest will be switched to.
+//! One host serves every guest of a run (virt/guests.rs lends it to the
+//! guest whose vCPU runs: `cur`); guest frame numbers are the guest's own.
 
-use super::host::{Advice, DiscardCtx, DiscardPolicy};
+use super::discard::{Advice, DiscardCtx, DiscardPolicy};
 use crate::hw::profile::Profile;
 use crate::kernel::knobs::{Knobs, ThpEnabled};
 use crate::kernel::Kernel;
 use crate::mm::gup::Gup;
+use crate::mm::mem_map::pg;
 use crate::mm::mmu_notifier::{SecondaryMmu, BLOCK_PAGES};
 use crate::mm::vma::MmCounter;
+use crate::mm::vmstat::{Stat, VmStat};
 use crate::mm::Pfn;
 use crate::sim::{ns, Ns};
 use crate::types::Error;
 use crate::workload::{map, prot, Advice as MAdvice, Op, Ret};
 use std::sync::Arc;
 
-/// One guest on the host: its VMM process (mm), the vCPU thread that takes
-/// its EPT violations and the main thread that serves its reports.
+/// One guest on the host: its VMM process (mm), one host thread per vCPU
+/// (which takes that vCPU's EPT violations) and the main thread that
+/// serves its reports.
 #[derive(Clone, Debug)]
 pub struct Vm {
     pub mm: u32,
-    pub vcpu: u32,
+    pub vcpus: Vec<u32>,
     pub vmm: u32,
     /// The guest RAM's mapping in the VMM: [base, base + nr_frames * 4 KiB).
     pub base: u64,
     pub nr_frames: u64,
+}
+
+/// What a guest is, for the host that boots it.
+#[derive(Clone, Copy, Debug)]
+pub struct GuestShape {
+    pub nr_frames: u64,
+    pub nr_vcpus: u32,
 }
 
 /// A host kernel and the guests on it.
@@ -44,43 +56,87 @@ pub struct KvmHost {
     pub k: Box<Kernel>,
     pub vms: Vec<Vm>,
     discard: Arc<dyn DiscardPolicy>,
+    /// The guest whose vCPUs call in (virt/guests.rs sets it).
+    pub cur: usize,
     /// The exit, KVM's TDP fault and the entry ([host] ept_violation_ns).
     ept_violation: Ns,
     /// The virtqueue round trip of a report ([host] vq_roundtrip_ns).
     pub vq_roundtrip: Ns,
+    /// What a vCPU pays for a remote flush: the kick IPI's VM exit and
+    /// the entry that services KVM_REQ_TLB_FLUSH ([host] vm_exit_ns).
+    pub vm_exit: Ns,
+    /// The host part of a guest's two-dimensional walk per host level
+    /// (the host profile's walk_ns / 4).
+    walk_level: Ns,
+    /// Why the host could not back a guest frame (the run stops with it).
+    pub failed: Option<String>,
 }
 
 impl KvmHost {
     /// Boot the host kernel from `prof` and `knobs` and start one VMM per
-    /// guest, guest `g` with `frames[g]` 4 KiB frames of RAM. The EPT
-    /// violation and report costs are the host profile's.
-    pub fn boot(prof: Profile, knobs: Knobs, seed: u64, frames: &[u64], discard: Arc<dyn DiscardPolicy>) -> Result<KvmHost, Error> {
-        let ept_violation = ns(prof.host.ept_violation_ns);
-        let vq_roundtrip = ns(prof.host.vq_roundtrip_ns);
-        let mut k = Box::new(Kernel::boot(prof, knobs, true, seed)?);
+    /// guest. The costs of the exits and the virtqueue are `guest_prof`'s
+    /// [host] table (what the guest sees of its hypervisor); `prealloc`
+    /// backs and maps every guest frame at boot (QEMU -mem-prealloc, or
+    /// the state after the guest touched all its RAM).
+    pub fn boot(
+        prof: Profile,
+        knobs: Knobs,
+        seed: u64,
+        guests: &[GuestShape],
+        discard: Arc<dyn DiscardPolicy>,
+        guest_prof: &Profile,
+        prealloc: bool,
+        check: bool,
+    ) -> Result<KvmHost, Error> {
+        let hs = &guest_prof.host;
+        let (ept_violation, vq_roundtrip, vm_exit) = (ns(hs.ept_violation_ns), ns(hs.vq_roundtrip_ns), ns(hs.vm_exit_ns));
+        let walk_level = ns(prof.tlb.walk_ns / 4.0);
+        let mut k = Box::new(Kernel::boot(prof, knobs, check, seed)?);
         let nr_cpus = k.nr_cpus();
-        let mut vms = Vec::with_capacity(frames.len());
-        for (g, &nr_frames) in frames.iter().enumerate() {
+        let mut vms = Vec::with_capacity(guests.len());
+        let mut pinned = 0u32;
+        for (g, s) in guests.iter().enumerate() {
             let mm = k.new_mm();
-            let cpu = g as u32 % nr_cpus;
-            let vcpu = k.new_task(mm, cpu);
-            let vmm = k.new_task(mm, cpu);
+            // vCPU c of guest g on host CPU (g * vcpus + c) mod host CPUs.
+            let vcpus: Vec<u32> = (0..s.nr_vcpus.max(1))
+                .map(|_| {
+                    let cpu = pinned % nr_cpus;
+                    pinned += 1;
+                    k.new_task(mm, cpu)
+                })
+                .collect();
+            let cpu0 = k.tasks()[vcpus[0] as usize].cpu;
+            let vmm = k.new_task(mm, cpu0);
             k.mms[mm as usize].mmget();
             // 2 MiB more than the RAM, so that the RAM starts on a PMD
             // boundary as QEMU aligns it (qemu_ram_mmap).
-            let len = (nr_frames << 12) + (BLOCK_PAGES << 12);
+            let len = (s.nr_frames << 12) + (BLOCK_PAGES << 12);
             let op = Op::Mmap { addr: 0, len, prot: prot::READ | prot::WRITE, flags: map::PRIVATE | map::ANONYMOUS, fd: -1, off: 0 };
             let (Ret::Val(a), _) = run(&mut k, vmm, 0, op) else {
                 return Err(Error::OutOfMemory(format!("host: no room to map guest {g}'s RAM")));
             };
             let base = (a as u64).next_multiple_of(BLOCK_PAGES << 12);
-            // The remote flush an invalidation owes (kvm_flush_remote_tlbs)
-            // is the guest's to pay, on its vCPUs, once guests run on this
-            // host; the host side's callback costs nothing here yet.
-            k.mms[mm as usize].mmu_notifier_register(SecondaryMmu::new(base, nr_frames, 0));
-            vms.push(Vm { mm, vcpu, vmm, base, nr_frames });
+            // QEMU advises huge pages on all guest RAM (ram_block_add:
+            // QEMU_MADV_HUGEPAGE): the host's THP `madvise` mode backs it.
+            run(&mut k, vmm, 0, Op::Madvise { addr: base, len: s.nr_frames << 12, advice: MAdvice::HugePage });
+            // kvm_flush_remote_tlbs waits for every vCPU's acknowledgement
+            // (KVM_REQUEST_WAIT): a kick per vCPU, then the slowest exit.
+            let nv = vcpus.len() as Ns;
+            let flush_cost = k.c.ipi_send * nv + vm_exit;
+            k.mms[mm as usize].mmu_notifier_register(SecondaryMmu::new(base, s.nr_frames, flush_cost));
+            vms.push(Vm { mm, vcpus, vmm, base, nr_frames: s.nr_frames });
         }
-        Ok(KvmHost { k, vms, discard, ept_violation, vq_roundtrip })
+        let mut h = KvmHost { k, vms, discard, cur: 0, ept_violation, vq_roundtrip, vm_exit, walk_level, failed: None };
+        if prealloc {
+            let mut st = VmStat::default();
+            for g in 0..h.vms.len() {
+                h.cur = g;
+                let n = h.vms[g].nr_frames;
+                h.touch(0, 0, n, 0, &mut st)?;
+            }
+            h.cur = 0;
+        }
+        Ok(h)
     }
 
     fn ept(&self, g: usize) -> &SecondaryMmu {
@@ -103,35 +159,111 @@ impl KvmHost {
     pub fn rss(&self, g: usize) -> u64 {
         self.k.mms[self.vms[g].mm as usize].get_mm_counter(MmCounter::AnonPages).max(0) as u64
     }
+    /// Guest `g`'s pages on the host's swap device.
+    pub fn swapped(&self, g: usize) -> u64 {
+        self.k.mms[self.vms[g].mm as usize].get_mm_counter(MmCounter::SwapEnts).max(0) as u64
+    }
+    pub fn nr_guests(&self) -> usize {
+        self.vms.len()
+    }
+    /// The host's memory, in pages.
+    pub fn mem_pages(&self) -> u64 {
+        self.k.nodes.iter().map(|n| n.nr_pages).sum()
+    }
 
-    /// Guest `g` touches its frames [pfn, pfn + n) at `t` (a write: the
-    /// clearing or copy after an allocation). Each frame without an SPTE is
-    /// an EPT violation: the host page through get_user_page on the vCPU's
-    /// host task, then the SPTE at the host's mapping size. Returns when
-    /// the vCPU is back in the guest.
-    pub fn touch(&mut self, g: usize, pfn: Pfn, n: u64, t: Ns) -> Result<Ns, Error> {
+    /// The host PTE behind guest `g`'s frame `f`.
+    fn host_pte(&self, g: usize, f: u64) -> crate::hw::mmu::Pte {
+        let vm = &self.vms[g];
+        self.k.mms[vm.mm as usize].pt.pte(vm.base + (f << 12))
+    }
+
+    /// Whether the host keeps the contents of the current guest's frame
+    /// `pfn`: a present host page that is not lazily freed, or a swap entry.
+    pub fn holds(&self, pfn: Pfn) -> bool {
+        let pte = self.host_pte(self.cur, pfn as u64);
+        pte.is_swap() || pte.present() && !self.lazily_freed(pte)
+    }
+
+    /// Whether the page a present host PTE maps is lazily freed (MADV_FREE
+    /// took PG_swapbacked and the guest has not written it since).
+    fn lazily_freed(&self, pte: crate::hw::mmu::Pte) -> bool {
+        if pte.special() {
+            return false;
+        }
+        let head = self.k.mem_map.folio_head(pte.pfn());
+        self.k.mem_map.get(head).flags & (pg::SWAPBACKED | pg::DIRTY) == 0 && !pte.dirty()
+    }
+
+    /// Whether every frame of the current guest's [pfn, pfn + n) has an
+    /// SPTE: a guest access to it costs the host nothing.
+    pub fn range_ready(&self, pfn: Pfn, n: u64) -> bool {
+        let s = pfn as u64;
+        self.ept(self.cur).present.count_range(s, s + n) == n
+    }
+
+    /// Whether the host holds no contents of [pfn, pfn + n) it would have
+    /// to keep (nothing mapped, or only lazily freed pages): what a
+    /// reported block must look like.
+    pub fn range_given_back(&self, pfn: Pfn, n: u64) -> bool {
+        (pfn as u64..pfn as u64 + n).all(|f| {
+            let pte = self.host_pte(self.cur, f);
+            pte.is_none() || pte.present() && self.lazily_freed(pte)
+        })
+    }
+
+    /// The current guest's vCPU `cpu` touches its frames [pfn, pfn + n)
+    /// at `t` (a write: the clearing or copy after an allocation). Each
+    /// frame without an SPTE is an EPT violation: the host page through
+    /// get_user_page on the vCPU's host thread, then the SPTE at the
+    /// host's mapping size. Counts what the host did in `stat` (the
+    /// guest's `foliosim_host_*` counters). Returns when the vCPU is back
+    /// in the guest.
+    pub fn touch(&mut self, cpu: u32, pfn: Pfn, n: u64, t: Ns, stat: &mut VmStat) -> Result<Ns, Error> {
+        let g = self.cur;
         let mut t = t;
         let mut f = pfn as u64;
         let end = f + n;
+        let mut faulted = false;
         while f < end {
             if self.ept(g).present.get(f) {
                 f += 1;
                 continue;
             }
+            faulted = true;
             t += self.ept_violation;
-            t = self.ept_fault(g, f, t)?;
+            t = self.ept_fault(g, cpu, f, t, stat)?;
             f += 1;
+        }
+        if faulted {
+            stat.inc(Stat::HostFaultAllocs);
+            self.sync_gauges(stat);
         }
         Ok(t)
     }
 
-    /// kvm_tdp_page_fault for guest `g`'s frame `f` at `t`.
-    fn ept_fault(&mut self, g: usize, f: u64, t: Ns) -> Result<Ns, Error> {
-        let Vm { vcpu, base, nr_frames, .. } = self.vms[g];
-        let cpu = self.k.tasks[vcpu as usize].cpu;
-        self.k.cpus[cpu as usize].curr = vcpu;
+    /// Back every frame the current guest's kernel `guest` has allocated
+    /// (what it wrote before it ran on this host), at time 0.
+    pub fn back_allocated(&mut self, guest: &Kernel) -> Result<(), Error> {
+        let mut st = VmStat::default();
+        for f in 0..self.vms[self.cur].nr_frames {
+            if guest.mem_map.get(f as Pfn).flags & pg::ALLOCATED != 0 && !self.ept(self.cur).present.get(f) {
+                self.touch(0, f as Pfn, 1, 0, &mut st)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// kvm_tdp_page_fault for guest `g`'s frame `f`, taken on vCPU `cpu`, at `t`.
+    fn ept_fault(&mut self, g: usize, cpu: u32, f: u64, t: Ns, stat: &mut VmStat) -> Result<Ns, Error> {
+        let vm = &self.vms[g];
+        let (vcpu, base, nr_frames) = (vm.vcpus[cpu as usize % vm.vcpus.len()], vm.base, vm.nr_frames);
+        let hcpu = self.k.tasks[vcpu as usize].cpu;
+        self.k.cpus[hcpu as usize].curr = vcpu;
         let t = t.max(self.k.tasks[vcpu as usize].clock);
         self.k.tasks[vcpu as usize].clock = t;
+        let before = self.host_pte(g, f);
+        let reuse = before.present() && self.lazily_freed(before);
+        let s0 = [Stat::Pgfault, Stat::Pswpin, Stat::Pswpout, Stat::Pglazyfreed, Stat::ThpFaultAlloc].map(|s| self.k.stat.get(s));
         let (page, t) = self.k.get_user_page(vcpu, base + (f << 12), true, t);
         if self.k.tasks[vcpu as usize].fault_unlock.is_some() {
             self.k.fault_unlock_finish(vcpu);
@@ -143,11 +275,33 @@ impl KvmHost {
         // the page dirty (kvm_release_faultin_page), so a lazily freed one
         // is not dropped under the guest.
         self.k.unpin_user_page_dirty(pte);
+        let head = self.k.mem_map.folio_head(pte.pfn());
+        let order = self.k.mem_map.get(head).order;
+        let d = [Stat::Pgfault, Stat::Pswpin, Stat::Pswpout, Stat::Pglazyfreed, Stat::ThpFaultAlloc]
+            .map(|s| self.k.stat.get(s))
+            .iter()
+            .zip(s0)
+            .map(|(a, b)| a - b)
+            .collect::<Vec<_>>();
+        if d[1] > 0 {
+            stat.add(Stat::HostPswpin, d[1]);
+        } else if d[0] > 0 {
+            stat.inc(Stat::HostFaults);
+            stat.add(Stat::HostZeroedPages, 1 << order);
+            if d[4] > 0 {
+                stat.inc(Stat::HostThpFaults);
+            }
+        } else if reuse {
+            stat.inc(Stat::HostLazyfreeReuse);
+        }
+        // Host reclaim the fault ran is charged to the guest whose fault
+        // made the host reclaim, whichever guest's page went.
+        stat.add(Stat::HostPswpout, d[2]);
+        stat.add(Stat::HostLazyfreeReclaimed, d[3]);
         // host_pfn_mapping_level: a 2 MiB SPTE when the host maps the whole
         // aligned block with one PMD-sized folio.
-        let head = self.k.mem_map.folio_head(pte.pfn());
         let block = f / BLOCK_PAGES;
-        let whole = self.k.mem_map.get(head).order as u64 >= 9 && (block + 1) * BLOCK_PAGES <= nr_frames;
+        let whole = order >= 9 && (block + 1) * BLOCK_PAGES <= nr_frames;
         let ept = self.ept_mut(g);
         if whole {
             for i in block * BLOCK_PAGES..(block + 1) * BLOCK_PAGES {
@@ -162,23 +316,113 @@ impl KvmHost {
         Ok(t)
     }
 
-    /// Guest `g` reported [pfn, pfn + n) at `t`: the VMM's main thread
-    /// drops it with one madvise, the advice the discard policy chooses.
-    /// Returns when the madvise is done.
-    pub fn discard_range(&mut self, g: usize, pfn: Pfn, n: u64, t: Ns) -> Ns {
+    /// The host part of the current guest's two-dimensional walk that ends
+    /// at frame `pfn`: the host walk of the final guest-physical address
+    /// (the upper levels' entries in the paging-structure caches), four
+    /// levels over a 4 KiB host mapping, three over a 2 MiB one. The walk
+    /// sets the EPT's accessed bit.
+    pub fn walk(&mut self, pfn: Pfn) -> Ns {
+        let g = self.cur;
+        let large = self.ept_large(g, pfn);
+        let ept = self.ept_mut(g);
+        let f = pfn as u64;
+        ept.accessed.set(if large { f & !(BLOCK_PAGES - 1) } else { f });
+        self.walk_level * if large { 3 } else { 4 }
+    }
+
+    /// The current guest reported [pfn, pfn + n) at `t`: the VMM's main
+    /// thread drops it with one madvise, the advice the discard policy
+    /// chooses. Returns the host time it took.
+    pub fn discard_range(&mut self, pfn: Pfn, n: u64, t: Ns, stat: &mut VmStat) -> Ns {
+        let g = self.cur;
         let Vm { vmm, base, .. } = self.vms[g];
         let rss: u64 = (0..self.vms.len()).map(|i| self.rss(i)).sum();
         let thp = self.k.knobs.anon_folio.thp_enabled != ThpEnabled::Never;
-        // The host's memory is the limit; the host kernel keeps no gauge
-        // of its lazily freed folios (LazyFree) yet, so none are counted.
-        let limit = Some(self.k.nodes.iter().map(|n| n.nr_pages).sum());
+        // The host kernel keeps no gauge of its lazily freed folios
+        // (LazyFree), so the policy sees none.
+        let limit = Some(self.mem_pages());
         let ctx = DiscardCtx { pfn, nr_pages: n, thp, rss, nr_lazy: 0, limit };
-        let advice = match self.discard.advice(&ctx) {
+        let advice = self.discard.advice(&ctx);
+        let present = (pfn as u64..pfn as u64 + n)
+            .filter(|&f| {
+                let pte = self.host_pte(g, f);
+                pte.present() && (advice == Advice::DontNeed || !self.lazily_freed(pte))
+            })
+            .count() as i64;
+        stat.add(Stat::HostDiscardedPages, present);
+        let advice = match advice {
             Advice::DontNeed => MAdvice::DontNeed,
             Advice::Free => MAdvice::Free,
         };
         let op = Op::Madvise { addr: base + ((pfn as u64) << 12), len: n << 12, advice };
-        run(&mut self.k, vmm, t, op).1
+        let end = run(&mut self.k, vmm, t, op).1;
+        self.sync_gauges(stat);
+        end.saturating_sub(t)
+    }
+
+    /// The flush the current guest owes its vCPUs for SPTEs the host
+    /// dropped (kvm_flush_remote_tlbs), if any: taken, for the guest kernel
+    /// to apply.
+    pub fn take_flush(&mut self) -> bool {
+        let g = self.cur;
+        self.ept_mut(g).take_flush().is_some()
+    }
+
+    /// Publish the current guest's gauges.
+    pub fn sync_gauges(&self, stat: &mut VmStat) {
+        let g = self.cur;
+        stat.v[Stat::HostRss as usize] = self.rss(g) as i64;
+        stat.v[Stat::HostLazyfree as usize] = 0;
+        stat.v[Stat::HostSwap as usize] = self.swapped(g) as i64;
+        stat.v[Stat::HostMemFree as usize] = self.k.stat.get(Stat::NrFreePages);
+    }
+}
+
+impl super::HostKernel for KvmHost {
+    fn touch(&mut self, cpu: u32, pfn: Pfn, n: u64, t: Ns, stat: &mut VmStat) -> Result<Ns, String> {
+        KvmHost::touch(self, cpu, pfn, n, t, stat).map_err(|e| e.to_string())
+    }
+    fn range_ready(&self, pfn: Pfn, n: u64) -> bool {
+        KvmHost::range_ready(self, pfn, n)
+    }
+    fn holds(&self, pfn: Pfn) -> bool {
+        KvmHost::holds(self, pfn)
+    }
+    fn range_given_back(&self, pfn: Pfn, n: u64) -> bool {
+        KvmHost::range_given_back(self, pfn, n)
+    }
+    fn walk(&mut self, pfn: Pfn) -> Ns {
+        KvmHost::walk(self, pfn)
+    }
+    fn maps_4k(&self, pfn: Pfn) -> bool {
+        !self.ept_large(self.cur, pfn)
+    }
+    fn sync_gauges(&self, stat: &mut VmStat) {
+        KvmHost::sync_gauges(self, stat)
+    }
+    fn vq_roundtrip(&self) -> Ns {
+        self.vq_roundtrip
+    }
+    fn discard_range(&mut self, pfn: Pfn, n: u64, t: Ns, stat: &mut VmStat) -> Ns {
+        KvmHost::discard_range(self, pfn, n, t, stat)
+    }
+    fn take_flush(&mut self) -> Option<Ns> {
+        KvmHost::take_flush(self).then_some(self.vm_exit)
+    }
+    fn nr_guests(&self) -> usize {
+        self.vms.len()
+    }
+    fn guest_pages(&self, g: usize) -> (u64, u64) {
+        (self.rss(g), self.swapped(g))
+    }
+    fn fail(&mut self, why: String) {
+        self.failed.get_or_insert(why);
+    }
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+    fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
+        self
     }
 }
 

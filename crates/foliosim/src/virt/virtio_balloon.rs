@@ -18,7 +18,7 @@
 //! poisoning), which the checker relies on: a reported block is always
 //! given back on the host.
 
-use super::host::Host;
+use super::Host;
 use crate::mm::vmstat::VmStat;
 use crate::mm::Pfn;
 use crate::sim::Ns;
@@ -30,10 +30,10 @@ pub const VIRTIO_BALLOON_F_REPORTING: u32 = 5;
 /// scatterlist order. Returns how long the guest waits for the buffer to
 /// come back: the virtqueue round trip plus the host's discard work (the
 /// VMM handles the request before returning it).
-pub fn free_page_report(host: &mut Host, sg: &[(Pfn, u32)], stat: &mut VmStat) -> Ns {
-    let mut t = host.c.vq_roundtrip;
+pub fn free_page_report(host: &mut Host, sg: &[(Pfn, u32)], now: Ns, stat: &mut VmStat) -> Ns {
+    let mut t = host.vq_roundtrip();
     for &(pfn, order) in sg {
-        t += host.discard_range(pfn, 1 << order, stat);
+        t += host.discard_range(pfn, 1 << order, now + t, stat);
     }
     t
 }

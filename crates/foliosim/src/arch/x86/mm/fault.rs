@@ -107,7 +107,10 @@ impl Kernel {
                     self.check.bump_data(id);
                 }
                 if let Some(h) = self.host.as_mut() {
-                    let c = h.access(pte.pfn(), &mut self.stat);
+                    let now = self.tasks[tid as usize].clock;
+                    let c = h.walk(cpu, pte.pfn(), now, &mut self.stat);
+                    self.kvm_remote_flush();
+                    let Some(h) = self.host.as_ref() else { unreachable!() };
                     // The zero page is kernel image memory, never handed out.
                     if self.check.enabled && !pte.special() {
                         self.check.on_guest_use(h, pte.pfn(), 1, "accessed");

@@ -170,6 +170,23 @@ impl Kernel {
         c.landing = keep;
     }
 
+    /// The guest side of kvm_flush_remote_tlbs, if the host dropped SPTEs
+    /// of this guest since the last call: every vCPU drops all its
+    /// translations (the whole EPT context's) before its next TLB use and
+    /// pays the kick's VM exit. Cheap when nothing is owed.
+    #[inline]
+    pub fn kvm_remote_flush(&mut self) {
+        let Some(exit) = self.host.as_mut().and_then(|h| h.take_flush()) else { return };
+        self.stat.inc(Stat::KvmRemoteTlbFlush);
+        if self.knobs.mutant == Mutant::KvmSkipRemoteFlush {
+            return;
+        }
+        for c in &mut self.cpus {
+            c.tlb.flush_all();
+            c.irq_debt += exit;
+        }
+    }
+
     /// flush_tlb_page (ptep_clear_flush).
     pub fn flush_tlb_page(&mut self, t: Ns, cpu: u32, mm: u32, va: u64) -> Ns {
         self.flush_tlb_mm_range(t, cpu, mm, va, va + 4096, false)

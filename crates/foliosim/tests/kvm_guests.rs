@@ -1,0 +1,224 @@
+//! Guests on a host kernel (a `[host]` table, virt/kvm.rs): one host for
+//! every guest of a run, its own knobs, swap and THP; the guests' reports
+//! are the VMM's madvise on it, and what the host drops the guests' TLBs
+//! forget (the remote flush).
+
+mod common;
+
+use common::H;
+use foliosim::config;
+use foliosim::mm::vmstat::Stat;
+use foliosim::sim::Ns;
+use foliosim::virt::guests::{simulate_guests, GuestsOutcome};
+use foliosim::virt::kvm::{GuestShape, KvmHost};
+use foliosim::workload::{Access, Op};
+
+fn st(o: &foliosim::run::Outcome, s: Stat) -> i64 {
+    o.kernel.stat().get(s)
+}
+
+/// Two 512 MiB guests on a host with 704 MiB and 1 GiB of swap: guest 0
+/// runs memhog 448 MiB once and idles; guest 1 boots 40 s later and does
+/// the same.
+fn two_guests(reporting: bool, extra_knobs: &str) -> GuestsOutcome {
+    two_guests_on(reporting, extra_knobs, "")
+}
+
+/// As `two_guests`, with `host_knobs` (TOML lines) in [host.knobs].
+fn two_guests_on(reporting: bool, extra_knobs: &str, host_knobs: &str) -> GuestsOutcome {
+    let toml = format!(
+        "[machine]\nprofile = \"e5-2630v3-guest-32g\"\nnode_mem_mib = [512]\nguests = 2\nguest_stagger_ms = 40000\n\
+         [host]\nnode_mem_mib = [704]\n[host.knobs]\n\"swap.size_mib\" = 1024\n{host_knobs}\n\
+         [workload]\nname = \"memhog\"\nsize_mib = 448\nprocess_image = \"none\"\n\
+         [knobs]\n\"page_reporting.enabled\" = {reporting}\n{extra_knobs}\n\
+         [run]\nwarmup_s = 0.0\nduration_s = 45.0\nsample_ms = 500.0\ncheck = true\naudit_interval_ms = 2000.0\n"
+    );
+    let c = config::from_toml(&toml, "<test>").unwrap_or_else(|e| panic!("{e}"));
+    assert!(c.host.is_some());
+    simulate_guests(&c, &mut |_| true).unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn host_vmstat(o: &GuestsOutcome, s: Stat) -> i64 {
+    match &o.host {
+        foliosim::virt::Host::Kvm(h) => h.as_any().downcast_ref::<KvmHost>().unwrap().k.stat().get(s),
+        _ => panic!("a host kernel"),
+    }
+}
+
+#[test]
+fn memory_one_guest_reports_serves_another_without_host_swap() {
+    let on = two_guests(true, "");
+    let off = two_guests(false, "");
+    for o in [&on, &off] {
+        for g in &o.guests {
+            assert!(g.kernel.check().violations.is_empty(), "{:?}", g.kernel.check().violations);
+            assert!(g.kernel.check().audits >= 1);
+        }
+        assert_eq!(o.guests[1].kernel.tasks().iter().map(|t| t.ops).sum::<u64>(), 448 * 256, "guest 1's memhog finished");
+    }
+    // Without reporting the host kernel's reclaim swaps guest 0's cold
+    // memory out to make room for guest 1's.
+    assert!(host_vmstat(&off, Stat::Pswpout) > 64 * 256, "the host swapped: {}", host_vmstat(&off, Stat::Pswpout));
+    assert!(off.host.guest_pages(0).1 > 64 * 256, "guest 0's pages went to swap: {:?}", off.host.guest_pages(0));
+    let charged: i64 = off.guests.iter().map(|g| st(g, Stat::HostPswpout)).sum();
+    assert_eq!(charged, host_vmstat(&off, Stat::Pswpout), "every host swap-out is charged to the guest whose fault caused it");
+    // With it guest 0 gave its memory back with madvise, and guest 1 ran in it.
+    assert_eq!(host_vmstat(&on, Stat::Pswpout), 0);
+    assert!(on.host.guest_pages(0).0 < 64 * 256, "guest 0 gave its memory back: {:?}", on.host.guest_pages(0));
+    assert!(st(&on.guests[0], Stat::HostDiscardedPages) > 300 * 256);
+    // The host's swap-outs and discards dropped SPTEs of guest 0, whose
+    // vCPUs flushed their TLBs for it.
+    assert!(st(&off.guests[0], Stat::KvmRemoteTlbFlush) > 0);
+    assert!(st(&on.guests[0], Stat::KvmRemoteTlbFlush) > 0);
+}
+
+/// A guest kernel (the tests' harness) on a host kernel: a process writes
+/// a mapping, the host drops one of its frames (the VMM's MADV_DONTNEED,
+/// as a host-side zap of memory the guest still maps would), the remote
+/// flush is applied as the multi-guest driver applies it when it lends the
+/// host, and the process reads the page again. Returns the harness.
+fn host_drops_a_mapped_frame(knobs: &str) -> H {
+    let mut h = H::boot(knobs, 1);
+    let hc = config::from_toml("[workload]\nname = \"mmap1\"\n", "<host>").unwrap();
+    let shape = GuestShape { nr_frames: h.k.mem_bytes() >> 12, nr_vcpus: h.k.nr_cpus() };
+    let discard = foliosim::policy::host_discard(&hc.knobs).unwrap();
+    // The guest's profile is the harness's, generic-x86, as the host's.
+    let host = KvmHost::boot(hc.profile.clone(), hc.knobs, 1, &[shape], discard, &hc.profile, false, true).unwrap();
+    *h.k.host_mut() = Some(foliosim::virt::Host::Kvm(Box::new(host)));
+    let p = h.process(0);
+    let (base, t) = h.anon(p, 0, true);
+    let mm = h.k.tasks()[p as usize].mm as usize;
+    let pfn = h.k.mms()[mm].pt().pte(base).pfn();
+    let Some(foliosim::virt::Host::Kvm(kvm)) = h.k.host_mut().as_mut() else { unreachable!() };
+    let kvm = kvm.as_any_mut().downcast_mut::<KvmHost>().unwrap();
+    let mut stat = foliosim::mm::vmstat::VmStat::default();
+    let t = t + kvm.discard_range(pfn, 1, t, &mut stat);
+    assert!(!kvm.ept_present(0, pfn));
+    h.k.kvm_remote_flush();
+    let faults = h.stat("foliosim_host_faults");
+    h.run(p, t, Op::AccessRange { addr: base, stride: 4096, count: 1, kind: Access::Load });
+    if !knobs.contains("mutant") {
+        assert_eq!(h.stat("foliosim_host_faults"), faults + 1, "the re-read missed the TLB and took an EPT violation");
+    }
+    h
+}
+
+#[test]
+fn a_frame_the_host_dropped_is_refaulted_after_the_remote_flush() {
+    let h = host_drops_a_mapped_frame("");
+    assert!(h.violations().is_empty(), "{:?}", h.violations());
+    assert_eq!(h.stat("foliosim_kvm_remote_tlb_flush"), 1);
+}
+
+#[test]
+fn a_guest_that_skips_the_remote_flush_uses_frames_the_host_took() {
+    let h = host_drops_a_mapped_frame("\"debug.mutant\" = \"kvm_skip_remote_flush\"");
+    let v = h.violations();
+    assert!(v.iter().any(|m| m.contains("host has no page behind them")), "{v:?}");
+}
+
+#[test]
+fn host_thp_backs_a_guest_with_2m_pages() {
+    let toml = "[machine]\nprofile = \"e5-2630v3-guest-32g\"\nnode_mem_mib = [512]\n\
+         [host]\n[host.knobs]\n\"kernel/mm/transparent_hugepage/enabled\" = \"always\"\n\
+         [workload]\nname = \"memhog\"\nsize_mib = 64\nprocess_image = \"none\"\n\
+         [run]\nwarmup_s = 0.0\nduration_s = 2.0\ncheck = true\n";
+    let c = config::from_toml(toml, "<test>").unwrap_or_else(|e| panic!("{e}"));
+    let o = simulate_guests(&c, &mut |_| true).unwrap();
+    let g = &o.guests[0];
+    assert!(g.kernel.check().violations.is_empty(), "{:?}", g.kernel.check().violations);
+    assert!(st(g, Stat::HostThpFaults) >= 32, "{}", st(g, Stat::HostThpFaults));
+    // The guest's counters are its run's; the host's count the blocks
+    // backed at set-up too.
+    assert!(host_vmstat(&o, Stat::ThpFaultAlloc) >= st(g, Stat::HostThpFaults));
+}
+
+#[test]
+fn bad_host_tables_are_one_line_errors() {
+    let base = "HOST\n[machine]\nprofile = \"e5-2630v3-guest-32g\"\nnode_mem_mib = [512]\n[workload]\nname = \"memhog\"\nsize_mib = 64\n[knobs]\nKNOBS\n";
+    let e = |h: &str, k: &str| config::from_toml(&base.replace("HOST", h).replace("KNOBS", k), "h.toml").unwrap_err().to_string();
+    let m = e("[host]\nnode_mem_mib = [1, 2]", "");
+    assert!(m.starts_with("h.toml:") && m.contains("host.node_mem_mib") && !m.contains('\n'), "{m}");
+    let m = e("[host]\nbogus = 1", "");
+    assert!(m.contains("host.bogus") && m.contains("unknown key"), "{m}");
+    let m = e("[host]\n[host.knobs]\n\"no.such\" = 1", "");
+    assert!(m.contains("host.knobs.no.such") && m.contains("unknown knob"), "{m}");
+    let m = e("[host]\nprofile = \"nope\"", "");
+    assert!(m.contains("host.profile"), "{m}");
+    let m = e("[host]", "\"host.mem_mib\" = 512");
+    assert!(m.contains("knobs.host.mem_mib") && m.contains("node_mem_mib"), "{m}");
+    let m = e("[host]\nnode_mem_mib = [256]", "\"host.prealloc\" = true");
+    assert!(m.contains("host.node_mem_mib") && m.contains("514 MiB"), "{m}");
+    let m = e("host = 3", "");
+    assert!(m.contains("host") && m.contains("expected a table"), "{m}");
+    assert!(config::from_toml(&base.replace("HOST", "[host]").replace("KNOBS", ""), "h.toml").is_ok());
+}
+
+/// A guest with THP `always` over a host whose THP is `host_thp`: the
+/// result of its memhog of 64 MiB.
+fn thp_guest(host_thp: &str) -> GuestsOutcome {
+    let toml = format!(
+        "[machine]\nprofile = \"e5-2630v3-guest-32g\"\nnode_mem_mib = [512]\n\
+         [host]\n[host.knobs]\n\"kernel/mm/transparent_hugepage/enabled\" = \"{host_thp}\"\n\
+         [workload]\nname = \"memhog\"\nsize_mib = 64\npasses = 4\nprocess_image = \"none\"\n\
+         [knobs]\n\"kernel/mm/transparent_hugepage/enabled\" = \"always\"\n\
+         [run]\nwarmup_s = 0.0\nduration_s = 2.0\ncheck = true\n"
+    );
+    let c = config::from_toml(&toml, "<test>").unwrap_or_else(|e| panic!("{e}"));
+    simulate_guests(&c, &mut |_| true).unwrap()
+}
+
+#[test]
+fn a_guest_thp_over_4k_host_pages_fills_4k_tlb_entries() {
+    let (small, large) = (thp_guest("never"), thp_guest("always"));
+    for o in [&small, &large] {
+        assert!(o.guests[0].kernel.check().violations.is_empty(), "{:?}", o.guests[0].kernel.check().violations);
+        assert!(st(&o.guests[0], Stat::ThpFaultAlloc) >= 32, "the guest maps its memhog with THPs");
+    }
+    assert_eq!(st(&small.guests[0], Stat::TlbFillPmd), 0, "the host maps 4 KiB: so do the guest's TLB entries");
+    assert!(st(&large.guests[0], Stat::TlbFillPmd) > 0, "host THPs: 2 MiB entries");
+    assert!(
+        st(&small.guests[0], Stat::DtlbStoreMisses) > 4 * st(&large.guests[0], Stat::DtlbStoreMisses),
+        "4 KiB entries miss more: {} against {}",
+        st(&small.guests[0], Stat::DtlbStoreMisses),
+        st(&large.guests[0], Stat::DtlbStoreMisses)
+    );
+}
+
+/// Every guest TLB miss pays the host's walk of the final guest-physical
+/// address: four host levels over 4 KiB host pages, at a quarter of the
+/// host profile's walk each.
+#[test]
+fn a_guest_tlb_miss_pays_the_host_walk() {
+    let read = |host: bool| -> Ns {
+        let mut h = H::boot("", 1);
+        if host {
+            let hc = config::from_toml("[workload]\nname = \"mmap1\"\n", "<host>").unwrap();
+            let shape = GuestShape { nr_frames: h.k.mem_bytes() >> 12, nr_vcpus: h.k.nr_cpus() };
+            let discard = foliosim::policy::host_discard(&hc.knobs).unwrap();
+            let kvm = KvmHost::boot(hc.profile.clone(), hc.knobs, 1, &[shape], discard, &hc.profile, false, true).unwrap();
+            *h.k.host_mut() = Some(foliosim::virt::Host::Kvm(Box::new(kvm)));
+        }
+        let p = h.process(0);
+        let (base, t) = h.anon(p, 0, true);
+        h.k.cpu_mut(0).tlb.flush_all();
+        let t1 = h.run(p, t, Op::AccessRange { addr: base, stride: 4096, count: common::PAGES, kind: Access::Load }).1;
+        assert!(h.violations().is_empty(), "{:?}", h.violations());
+        t1 - t
+    };
+    let walk_ns = config::from_toml("[workload]\nname = \"mmap1\"\n", "<host>").unwrap().profile.tlb.walk_ns;
+    let level = foliosim::sim::ns(walk_ns / 4.0);
+    assert_eq!(read(true) - read(false), common::PAGES * 4 * level);
+}
+
+/// The host's audit runs with the guests': an mmu notifier the host's
+/// swap-out skips leaves an SPTE over a page the VMM no longer maps
+/// there, which the host's audit finds and the guest's result reports.
+#[test]
+fn the_hosts_audit_runs_with_the_guests() {
+    let o = two_guests_on(false, "", "\"debug.mutant\" = \"mmu_notifier_skip_unmap\"");
+    let v: Vec<&String> = o.guests.iter().flat_map(|g| &g.kernel.check().violations).collect();
+    assert!(v.iter().any(|m| m.starts_with("host: ")), "{v:?}");
+    let clean = two_guests(false, "");
+    assert!(clean.guests.iter().all(|g| g.kernel.check().violations.is_empty()));
+}
