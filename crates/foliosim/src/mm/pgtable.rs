@@ -30,6 +30,13 @@ pub struct PteTable {
 /// PTL, the re-walk), so the last table found is remembered: a repeat is
 /// one compare instead of a hash probe. Tables live in a slab; the map
 /// gives a key's slab index.
+///
+/// Threads of one mm faulting in their own regions (page_fault1 with 64
+/// threads) replace `last` at every step; before the hash probe, a lookup
+/// that misses `last` tries a small table of slab indices by key hash
+/// (`hints`), whose entry holds if `keys` has that key at that index. A
+/// hint is never wrong, only stale (a remove moved or dropped its table),
+/// so nothing resets it.
 pub struct PteTables {
     index: FxHashMap<u64, u32>,
     slab: Vec<Box<PteTable>>,
@@ -38,6 +45,19 @@ pub struct PteTables {
     /// (key, slab index) of the last lookup that found a table; key
     /// `NO_KEY` when unset. Reset by every insert and remove.
     last: Cell<(u64, u32)>,
+    /// Slab index of a table whose key hashes to each entry (`hint_of`).
+    hints: [Cell<u32>; HINTS],
+}
+
+/// Entries of `PteTables::hints`: 64 tasks' tables, one per task, rarely
+/// share one.
+const HINTS: usize = 256;
+
+/// The `hints` entry of key `k` (Fibonacci hashing: keys of neighbouring
+/// regions spread over the table).
+#[inline(always)]
+fn hint_of(k: u64) -> usize {
+    (k.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - HINTS.trailing_zeros())) as usize
 }
 
 /// Not a PMD index of any user address (va >> 21 < 2^43).
@@ -45,7 +65,13 @@ const NO_KEY: u64 = u64::MAX;
 
 impl Default for PteTables {
     fn default() -> PteTables {
-        PteTables { index: FxHashMap::default(), slab: Vec::new(), keys: Vec::new(), last: Cell::new((NO_KEY, 0)) }
+        PteTables {
+            index: FxHashMap::default(),
+            slab: Vec::new(),
+            keys: Vec::new(),
+            last: Cell::new((NO_KEY, 0)),
+            hints: std::array::from_fn(|_| Cell::new(u32::MAX)),
+        }
     }
 }
 
@@ -58,25 +84,34 @@ impl PteTables {
         if lk == k {
             return Some(li as usize);
         }
-        let i = *self.index.get(&k)?;
-        self.last.set((k, i));
-        Some(i as usize)
+        self.slot_cold(k)
     }
 
-    /// `get_mut` for the hardware walk of a user access: the repeat of the
-    /// last table is the inlined path, the hash probe stays out of line (a
-    /// caller otherwise sets the probe up before knowing it needs it).
+    /// `get_mut` for the hardware walk of a user access (`slot`'s own
+    /// shape, kept apart for the walk's callers).
     #[inline(always)]
     pub fn get_mut_walk(&mut self, k: u64) -> Option<&mut PteTable> {
-        let (lk, li) = self.last.get();
-        let i = if lk == k { li as usize } else { self.slot_cold(k)? };
+        let i = self.slot(k)?;
         Some(&mut self.slab[i])
     }
 
+    /// A lookup that missed `last`: the hint, else the hash probe. Out of
+    /// line: a caller otherwise sets the probe up before knowing it needs
+    /// it.
     #[inline(never)]
     #[cold]
     fn slot_cold(&self, k: u64) -> Option<usize> {
-        self.slot(k)
+        let hint = &self.hints[hint_of(k)];
+        let i = match hint.get() {
+            h if self.keys.get(h as usize) == Some(&k) => h,
+            _ => {
+                let i = *self.index.get(&k)?;
+                hint.set(i);
+                i
+            }
+        };
+        self.last.set((k, i));
+        Some(i as usize)
     }
 
     #[inline]
