@@ -119,6 +119,24 @@ fn memhog_then_runs_the_test_after_memhog() {
     assert!(st(&o, Stat::FaultCow) > 0, "page_fault2 copies");
 }
 
+/// As many test tasks as vCPUs, each pair of vCPUs one core's SMT threads:
+/// the waiting tasks sleep through memhog and the settle time (they do not
+/// spin, which would stretch every sibling's time and leave the waiters'
+/// own count of time behind the clock), so every one starts the test.
+#[test]
+fn memhog_then_waiters_sleep_and_all_start_on_a_full_smt_guest() {
+    let o = sim("[machine]\nprofile = \"e5-2630v3-guest-32g\"\nnode_mem_mib = [1024]\n[workload]\nname = \"memhog_then\"\nhog_mib = 16\nsettle_ms = 300\ntest = \"page_fault1\"\ntasks = 16\nsize_mib = 4\n[run]\nwarmup_s = 0.0\nduration_s = 0.5\n");
+    assert_eq!(o.kernel.nr_cpus(), 16);
+    let settle = 300_000_000;
+    for t in &o.kernel.tasks[1..] {
+        assert!(t.ops > 0, "test task {} never started", t.id);
+        // Asleep for the settle time: little user time, about 3 ms of
+        // nanosleep calls (one a poll_ms), the rest of the clock asleep.
+        assert!(t.user_ns < settle / 2, "task {} spent {} ns of user time waiting", t.id, t.user_ns);
+        assert!(t.entry_ns[foliosim::mm::vmstat::Entry::Nanosleep as usize] > 0);
+    }
+}
+
 /// Two 512 MiB guests on one host with 640 MiB for both: guest 0 runs
 /// memhog 448 MiB once and idles; guest 1 boots 40 s later and does the
 /// same. Without reporting guest 0 keeps its 448 MiB on the host and guest

@@ -146,6 +146,7 @@ impl Kernel {
                 Some(self.do_execve(tid, file, crate::mm::exec::ElfLayout { vaddr, text, data, bss }))
             }
             Op::Wait => self.do_wait4(tid),
+            Op::Nanosleep { ns } => Some(self.do_nanosleep(tid, ns)),
             Op::Exit => {
                 // exit_task_work: pending promotion work runs (or puts back) first.
                 self.tasks[tid as usize].exited = true;

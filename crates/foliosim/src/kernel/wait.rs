@@ -1,8 +1,10 @@
 //! wait4 (kernel/exit.c do_wait): a parent reaps its exited children,
 //! sleeping until one exits. make -jN keeps N children alive this way.
+//! And nanosleep: a task sleeping on a timer.
 
 use super::Kernel;
 use crate::mm::vmstat::{Entry, Stat};
+use crate::sim::Ns;
 use crate::workload::{errno, Op, Ret};
 
 impl Kernel {
@@ -37,6 +39,20 @@ impl Kernel {
         }
         tk.charge_sys(Entry::Wait4, t0, t);
         r
+    }
+
+    /// nanosleep (kernel/time/hrtimer.c hrtimer_nanosleep): the call's
+    /// entry and exit are charged now; the task sleeps on a timer `ns`
+    /// after them, its CPU free meanwhile (the driver wakes it then).
+    pub fn do_nanosleep(&mut self, tid: u32, ns: Ns) -> Ret {
+        let t0 = self.tasks[tid as usize].clock;
+        let t = t0 + self.c.syscall;
+        let tk = &mut self.tasks[tid as usize];
+        tk.charge_sys(Entry::Nanosleep, t0, t);
+        tk.sleeping = true;
+        tk.timer = true;
+        self.wakeups.push((t + ns, tid));
+        Ret::Val(0)
     }
 
     /// do_notify_parent: a task that exited wakes its parent if it waits.

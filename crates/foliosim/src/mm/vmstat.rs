@@ -272,6 +272,7 @@ pub enum Entry {
     Irq,
     Execve,
     Wait4,
+    Nanosleep,
     /// System calls the model does not run, charged the time a replayed
     /// trace recorded for them (Op::SysTime).
     Other,
@@ -296,6 +297,7 @@ pub const ENTRY_NAMES: [&str; NR_ENTRIES] = [
     "irq",
     "execve",
     "wait4",
+    "nanosleep",
     "other",
 ];
 

@@ -344,7 +344,7 @@ pub mod testutil {
                     Some(_) => Ret::Val(0),
                     None => Ret::Err(errno::EBADF),
                 },
-                Op::Compute { .. } => Ret::Val(0),
+                Op::Compute { .. } | Op::Nanosleep { .. } => Ret::Val(0),
                 Op::Exit => Ret::Val(0),
                 other => panic!("unexpected op {other:?}"),
             }

@@ -7,8 +7,8 @@
 //! Errors: any `Ret::Err` (failed mmap, fault on the range) makes the task
 //! `Exit`.
 //!
-//! `sleep_ms` is issued as `Op::Compute`: the CPU stays busy rather than
-//! idle (there is no sleep op).
+//! `sleep_ms` is a sleep (`Op::Nanosleep`): the CPU is idle meanwhile, as
+//! between the runs of memhog the free-page-reporting letter describes.
 
 use super::common::{pte_table_bytes, read_size, TaskCfg, TaskMap, MIB, PAGE};
 use super::params::Params;
@@ -75,7 +75,7 @@ impl Memhog {
             ParamSpec { name: "size_mib", default: "1024".into(), help: "anonymous memory each task maps and touches, MiB" },
             ParamSpec { name: "passes", default: "1".into(), help: "times every page is written per cycle" },
             ParamSpec { name: "cycles", default: "1".into(), help: "map/touch/unmap cycles per task (0 = forever)" },
-            ParamSpec { name: "sleep_ms", default: "0".into(), help: "pause between cycles, ms (modelled as user computation)" },
+            ParamSpec { name: "sleep_ms", default: "0".into(), help: "pause between cycles, ms (a sleep: the CPU idles)" },
         ]);
         v
     }
@@ -148,7 +148,7 @@ impl Workload for Memhog {
                     Op::Exit
                 } else if self.sleep > 0 {
                     st.phase = Phase::Sleeping;
-                    Op::Compute { ns: self.sleep }
+                    Op::Nanosleep { ns: self.sleep }
                 } else {
                     self.mmap(&mut st)
                 }
@@ -233,11 +233,11 @@ mod tests {
             let ops: Vec<_> = log.iter().map(|s| s.op).collect();
             assert_eq!(ops.iter().filter(|o| matches!(o, Op::Mmap { .. })).count(), 3);
             assert_eq!(ops.iter().filter(|o| matches!(o, Op::Munmap { .. })).count(), 3);
-            let sleeps: Vec<_> = ops.iter().filter(|o| matches!(o, Op::Compute { .. })).collect();
-            assert_eq!(sleeps, vec![&Op::Compute { ns: 5_000_000 }; 2]);
+            let sleeps: Vec<_> = ops.iter().filter(|o| matches!(o, Op::Nanosleep { .. })).collect();
+            assert_eq!(sleeps, vec![&Op::Nanosleep { ns: 5_000_000 }; 2]);
             // Sleep comes right after an munmap.
             for w in ops.windows(2) {
-                if matches!(w[1], Op::Compute { .. }) {
+                if matches!(w[1], Op::Nanosleep { .. }) {
                     assert!(matches!(w[0], Op::Munmap { .. }));
                 }
             }

@@ -4,11 +4,12 @@
 //! a will-it-scale testcase (`test`, default page_fault1) starts with
 //! `tasks` tasks and runs to the end of the simulation.
 //!
-//! The test's tasks exist from the start but wait: each issues
-//! `Op::Compute` of `poll_ms` until memhog has exited and the settle time
-//! has passed (there is no sleep op). memhog runs on the last CPU, so with
-//! fewer tasks than CPUs nobody shares its CPU; with as many, the last
-//! test task's polling takes time slices from it.
+//! The test's tasks exist from the start but wait: each sleeps
+//! (`Op::Nanosleep`) `poll_ms` at a time until memhog has exited and the
+//! settle time has passed. Sleeping, not spinning: a spinning waiter would
+//! keep its CPU and its SMT sibling busy through the settle time, which the
+//! idle guest of the cover letter does not (the reporting worker runs on
+//! an idle machine). memhog runs on the last CPU.
 //!
 //! ops = memhog's pages touched + the test's operations; use the time
 //! series (or warm-up past the memhog phase) to separate them.
@@ -93,7 +94,7 @@ impl Workload for MemhogThen {
             let ready = self.hog_done_at.is_some_and(|d| w.1 >= d + self.settle);
             if !ready {
                 w.1 += self.poll;
-                return Op::Compute { ns: self.poll };
+                return Op::Nanosleep { ns: self.poll };
             }
             w.2 = true;
             return self.test.next_op(task, Ret::Start, ops);
@@ -195,7 +196,7 @@ fn specs() -> Vec<ParamSpec> {
             help: "the will-it-scale testcase that follows: page_fault1 or page_fault2",
         },
         ParamSpec { name: "settle_ms", default: "0".into(), help: "idle time between memhog's exit and the test's start, ms" },
-        ParamSpec { name: "poll_ms", default: "10".into(), help: "granularity at which the waiting test tasks notice memhog's exit, ms" },
+        ParamSpec { name: "poll_ms", default: "10".into(), help: "how long a waiting test task sleeps between looks at whether memhog has exited, ms" },
     ];
     v.extend(Test::PageFault2.specs_pub());
     v

@@ -188,6 +188,11 @@ pub enum Op {
     /// caller's mm; the caller gets its task id, the thread starts with
     /// Ret::Val(0).
     Clone,
+    /// nanosleep(): the task leaves its CPU and is runnable again `ns`
+    /// after the call (a timer), as a harness waiting between phases does.
+    Nanosleep {
+        ns: Ns,
+    },
     /// `ns` of system time in calls the model does not run (a replayed
     /// trace's recorded time), charged to the `other` entry.
     SysTime {

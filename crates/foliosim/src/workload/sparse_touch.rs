@@ -5,8 +5,8 @@
 //! `cycles` times (0 = forever). With 4 KiB folios each touch costs one
 //! page; with 64 KiB folios it costs sixteen. ops = touches.
 //!
-//! Errors: any `Ret::Err` makes the task `Exit`. `hold_ms` is issued as
-//! `Op::Compute` (there is no sleep op).
+//! Errors: any `Ret::Err` makes the task `Exit`. `hold_ms` is a sleep
+//! (`Op::Nanosleep`): the memory is held by an idle process.
 
 use super::common::{pte_table_bytes, read_size, TaskCfg, TaskMap, KIB, MIB, PAGE};
 use super::params::Params;
@@ -128,7 +128,7 @@ impl Workload for SparseTouch {
                 st.next = 0;
                 if self.touches() == 0 {
                     st.phase = Phase::Holding;
-                    Op::Compute { ns: self.hold.max(1) }
+                    Op::Nanosleep { ns: self.hold.max(1) }
                 } else {
                     self.touch(&mut st)
                 }
@@ -141,7 +141,7 @@ impl Workload for SparseTouch {
                 } else {
                     st.iters += 1;
                     st.phase = Phase::Holding;
-                    Op::Compute { ns: self.hold.max(1) }
+                    Op::Nanosleep { ns: self.hold.max(1) }
                 }
             }
             Phase::Holding => {
