@@ -196,7 +196,11 @@ fn specs() -> Vec<ParamSpec> {
             help: "the will-it-scale testcase that follows: page_fault1 or page_fault2",
         },
         ParamSpec { name: "settle_ms", default: "0".into(), help: "idle time between memhog's exit and the test's start, ms" },
-        ParamSpec { name: "poll_ms", default: "10".into(), help: "how long a waiting test task sleeps between looks at whether memhog has exited, ms" },
+        ParamSpec {
+            name: "poll_ms",
+            default: "10".into(),
+            help: "how long a waiting test task sleeps between looks at whether memhog has exited, ms",
+        },
     ];
     v.extend(Test::PageFault2.specs_pub());
     v
