@@ -1,5 +1,6 @@
-/* What the stand-alone probes (calibrate, faultcost, membw) measure with:
- * the same clock and the same page clear, so their figures compare. */
+/* What the stand-alone probes (calibrate, faultcost, membw, syscost)
+ * measure with: the same clock and the same page clear, so their figures
+ * compare. */
 #ifndef FOLIOSIM_PROBE_H
 #define FOLIOSIM_PROBE_H
 #include <string.h>

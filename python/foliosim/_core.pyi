@@ -28,6 +28,7 @@ __all__ = [
     "catalog_json",
     "load_json",
     "load_toml",
+    "process_image_json",
     "profile_explain_json",
     "resolve_paths",
     "run_json",
@@ -116,6 +117,11 @@ def run_json(config_json: str, progress: _ProgressCallback | None = None, cancel
 
 def catalog_json() -> str:
     """Workloads, profiles (with their TOML), knobs, counters and tracepoints as JSON."""
+
+def process_image_json() -> str:
+    """The model's will-it-scale process image as JSON: its mapped pieces
+    ({"start", "len", "kind", "write", "resident": [[first, end], ...],
+    "what"}), in the order of their addresses' groups."""
 
 def profile_explain_json(name: str, base_dir: str = "") -> str:
     """Each value of a machine profile (a built-in name or a path relative to

@@ -8,10 +8,17 @@ what they mapped; a sequential re-touch; the mprotect scan). Each case runs
 in every round, the rounds interleaved (a slow spell of a shared machine
 hits every case alike), and every figure used is the median over the rounds,
 with its min-max spread. Fixed and per-page costs are fitted by least
-squares, each fit printed with its residual. The rest (syscall, mmap and
-munmap calls, bandwidths, the random page walk, the cache-resident clear)
-comes from validation/calibrate.c. What cannot be measured is copied from
-generic-x86 and says so in its comment; every measured value says how.
+squares, each fit printed with its residual. Every other kernel entry the
+workloads make (mmap and munmap with their page-table teardown, brk,
+mprotect with its splits and merges, MADV_DONTNEED, read and write of a
+cached file, fork and exit) is timed by validation/syscost.c in the same
+rounds and each of its terms fitted on the model (syscost.py). The rest
+(the null syscall, bandwidths, the random page walk, the cache-resident
+clear and copy) comes from validation/calibrate.c. The process image every
+will-it-scale task starts with is measured by validation/image_layout.c
+and set against the model's, piece by piece (procimage.py). What cannot be measured
+is copied from generic-x86 and says so in its comment; every measured value
+says how.
 
 The profile's terms are those the model charges (docs/DEVELOPING.md, "The
 time model"), so the derivation below follows what the model adds up for
@@ -31,6 +38,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from . import procimage, syscost
 from ._host import (
     THP,
     HostError,
@@ -117,9 +125,15 @@ def run_faultcost(binary: Path, case: str, mib: int, passes: int, tmpdir: str) -
     return json.loads(r.stdout)
 
 
-def measure_series(rounds: int, passes: int = 3, quiet: bool = True, tmpdir: str | None = None) -> dict[str, list[dict[str, Any]]]:
-    """Every case of `plan` in every round, rounds interleaved. Needs the
-    THP knobs (root): a host without them is measured at 4 KiB only."""
+def measure_series(rounds: int, passes: int = 3, quiet: bool = True, tmpdir: str | None = None,
+                   syscalls: dict[str, list[dict[str, Any]]] | None = None,
+                   image: list[dict[str, Any]] | None = None) -> dict[str, list[dict[str, Any]]]:
+    """Every case of `plan` in every round, rounds interleaved, and with
+    `syscalls` every case of validation/syscost.c too (into it, at 4 KiB
+    folios, in the same rounds); with `image`, the process image once
+    (into it, at 4 KiB folios: the image's pages are faulted in folios of
+    whatever size the knobs allow). Needs the THP knobs (root): a host
+    without them is measured at 4 KiB only."""
     binary = build_validation() / "faultcost"
     tmpdir = tmpdir or ("/dev/shm" if tmp_fs_kind("/dev/shm") == "tmpfs" else "/tmp")
     can_knob = knobs_available() is None
@@ -136,6 +150,15 @@ def measure_series(rounds: int, passes: int = 3, quiet: bool = True, tmpdir: str
                     if changed:
                         raise HostError(f"THP knobs changed by another process during calibration: {changed[0]}; rerun when it is done")
                     series.setdefault(key(size, case, mib), []).append(rec)
+                if size == 4 and image is not None and not image:
+                    _say("foliosim calibrate: the process image (validation/image_layout.c)", quiet)
+                    image.extend(procimage.measure())
+                if size == 4 and syscalls is not None:
+                    syscost.measure_round(syscalls, passes, tmpdir,
+                                          lambda what, r=rnd: _say(f"foliosim calibrate: round {r + 1}/{rounds}: system calls, {what}", quiet))
+                    changed = knobs_changed(want)
+                    if changed:
+                        raise HostError(f"THP knobs changed by another process during calibration: {changed[0]}; rerun when it is done")
     return series
 
 
@@ -204,6 +227,14 @@ class Derivation:
         # through the buddy lists, the page-table pages, the LRU batches),
         # model minus host; found by running it (fit_on_model).
         self.model_over = model_over
+        # validation/syscost.c's series, and the model against them once
+        # the system calls' terms are fitted (calibrate()).
+        self.syscalls: dict[str, list[dict[str, Any]]] = {}
+        self.sys_rows: list[dict[str, Any]] = []
+        # validation/image_layout.c's mappings, and the model's image
+        # against them (procimage.compare).
+        self.image_host: list[dict[str, Any]] = []
+        self.image: dict[str, Any] | None = None
         self.g = generic_profile()
         self.vals: dict[str, tuple[float, str]] = {}
         self.fits: list[str] = []
@@ -269,6 +300,9 @@ class Derivation:
             self.fits.append(f"cold fit without the warm share ({100 * f_cold:.1f}% of a {COLD_MIB} MiB region): {fc:.0f} + {sc:.1f} ns x pages")
         self.put("zero_warm_bw_gbps", 4096 / clear_w, "validation/calibrate.c: rep stosb (clear_page_erms' instruction) of 4 KiB pages "
                  f"over a 1 MiB working set, {clear_w:.1f} ns per page")
+        if m.get("copy_warm_ns"):
+            self.put("copy_warm_bw_gbps", 4096 / m["copy_warm_ns"], "validation/calibrate.c: rep movsb (copy_user_generic's instruction) "
+                     f"of the 4 KiB pages of a 512 KiB working set into a 4 KiB buffer, {m['copy_warm_ns']:.1f} ns per page")
         # PMD THP faults: per page a clear and a tail preparation, nothing per
         # PTE. Warm, they give the tail; cold, the cold clear.
         if have_pmd and fc is not None and fw is not None:
@@ -471,7 +505,7 @@ def _tag(how: str) -> str:
     program that measured it, or generic-x86's value."""
     if how.startswith("[generic-x86]"):
         return _copied(how[len("[generic-x86]"):].strip() or "not measured here")
-    for prog in ("validation/faultcost.c", "validation/calibrate.c"):
+    for prog in ("validation/syscost.c", "validation/faultcost.c", "validation/calibrate.c"):
         if prog in how:
             return f"[measured: {prog}] {how}"
     return f"[assumed] {how}"
@@ -704,19 +738,26 @@ def measurements_path(out: Path) -> Path:
 def calibrate(out: Path, rounds: int, name: str, quiet: bool = True,
               saved: dict[str, Any] | None = None) -> tuple[Derivation, list[dict[str, Any]]]:
     """Measure (or take `saved`, an earlier --json document), derive, write
-    the profile to `out`, fit the per-folio terms on the model, verify."""
+    the profile to `out`, fit the per-folio terms and then the system
+    calls' on the model, verify (the syscalls' verification in `d.sys_rows`)."""
+    image: list[dict[str, Any]] = []
     if saved is not None:
         micro, series, rounds = saved["micro"], saved["series"], saved["rounds"]
+        syscalls = saved.get("syscalls") or {}
+        image = saved.get("image") or []
     else:
         _say("foliosim calibrate: measuring this host (a few minutes) ...", quiet)
         micro = measure_micro()
-        series = measure_series(rounds, quiet=quiet)
+        syscalls = {}
+        series = measure_series(rounds, quiet=quiet, syscalls=syscalls, image=image)
         # Minutes of measuring: keep them before deriving, which may fail
         # (a host whose series do not fit); `--from` derives from this file.
         raw = measurements_path(out)
-        write_text_atomic(raw, json.dumps({"rounds": rounds, "micro": micro, "series": series}) + "\n")
+        write_text_atomic(raw, json.dumps({"rounds": rounds, "micro": micro, "series": series, "syscalls": syscalls,
+                                           "image": image}) + "\n")
         print(f"foliosim calibrate: measurements written to {raw} (re-derive with --from {raw})", file=sys.stderr)
     d = Derivation(micro, series, rounds)
+    d.syscalls = syscalls
     # The file must load as a profile: check through the core.
     from . import _core
     cfg = json.dumps({"machine": {"profile": str(out.resolve())}, "workload": {"name": "mmap1"}})
@@ -726,7 +767,19 @@ def calibrate(out: Path, rounds: int, name: str, quiet: bool = True,
     except Exception as e:
         raise HostError(f"{out}: the written profile does not load: {e}") from e
     d = fit_4k_on_model(d, out, name)
-    return d, fit_on_model(d, out, name)
+    d.syscalls = syscalls
+    rows = fit_on_model(d, out, name)
+    if syscalls:
+        vals, lines = syscost.fit_all(str(out.resolve()), syscalls, {}, rounds,
+                                      lambda what: _say(f"foliosim calibrate: {what}", quiet))
+        d.vals.update(vals)
+        d.fits += lines
+        write_text_atomic(out, make_profile(d, name=name))
+        d.sys_rows = syscost.verify(str(out.resolve()), syscalls)
+    d.image_host = image
+    if image:
+        d.image = procimage.compare(image, procimage.model_image())
+    return d, rows
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
@@ -748,9 +801,16 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         print(f"foliosim calibrate: fit: {line}", file=sys.stderr)
     for line in format_verify(rows):
         print(f"foliosim calibrate: {line}", file=sys.stderr)
+    if d.sys_rows:
+        for line in syscost.format_verify(d.sys_rows):
+            print(f"foliosim calibrate: {line}", file=sys.stderr)
+    if d.image:
+        for line in procimage.format_compare(d.image):
+            print(f"foliosim calibrate: {line}", file=sys.stderr)
     print(f"foliosim calibrate: wrote {out}", file=sys.stderr if args.json else sys.stdout)  # --json: stdout is the JSON
     if args.json:
-        sys.stdout.write(json.dumps({"profile": str(out), "rounds": d.rounds, "micro": d.m, "series": d.s, "fits": d.fits,
-                                     "values": {k: {"value": v, "how": h} for k, (v, h) in d.vals.items()},
-                                     "verify": rows}) + "\n")
+        sys.stdout.write(json.dumps({"profile": str(out), "rounds": d.rounds, "micro": d.m, "series": d.s, "syscalls": d.syscalls,
+                                     "image": d.image_host, "fits": d.fits, "values": {k: {"value": v, "how": h} for k, (v, h) in d.vals.items()},
+                                     "verify": rows, "verify_syscalls": d.sys_rows,
+                                     "verify_image": d.image}) + "\n")
     return 0

@@ -12,15 +12,16 @@ from foliosim import validation_doc
 from foliosim._host import HostError
 
 
-def row(setting: str, workload: str, real_ratio: list[float], pred_ratio: float, mode: str = "processes") -> dict:
+def row(setting: str, workload: str, real_ratio: list[float], pred_ratio: float, mode: str = "processes",
+        pred_ops: float = 1e6) -> dict:
     med = sorted(real_ratio)[len(real_ratio) // 2]
     r = {"setting": setting, "workload": workload, "mode": mode, "tasks": 1 if mode == "processes" else 2,
-         "mechanism": "m", "role": v.role_of(setting, workload, mode), "repeats": len(real_ratio),
+         "mechanism": "m", "role": v.role_of(setting, workload, mode), "baseline": v.is_baseline(setting), "repeats": len(real_ratio),
          "real": {"faults_per_op": 1.0, "rss": 1000.0, "ops_per_s": 1e6, "ops_ratio": med},
          "real_range": {"faults_per_op": [1.0, 1.0], "rss": [1000.0, 1000.0], "ops_per_s": [1e6, 1e6],
                         "ops_ratio": [min(real_ratio), max(real_ratio)]},
          "noisy": ["ops_ratio"] if v.spread(real_ratio) > v.TARGETS["ops_ratio"] else [],
-         "predicted": {"faults_per_op": 1.0, "rss": 1000.0, "ops_per_s": 1e6, "ops_ratio": pred_ratio}, "note": "n"}
+         "predicted": {"faults_per_op": 1.0, "rss": 1000.0, "ops_per_s": pred_ops, "ops_ratio": pred_ratio}, "note": "n"}
     r["rel_error"] = {m: v.rel_err(r["predicted"][m], r["real"][m], m) for m in v.METRICS}
     return r
 
@@ -35,13 +36,24 @@ def report() -> dict:
 
 
 def test_roles_follow_what_calibration_measured():
-    assert v.role_of("4K", "page_fault1", "processes") == "baseline"
-    assert v.role_of("16K", "page_fault1", "processes") == "fit"
-    assert v.role_of("2M", "page_fault1", "processes") == "fit"
+    # calibrate measures page_fault1's faults and munmap at 4K, 16K and 2M.
+    for setting in ("4K", "16K", "2M"):
+        assert v.role_of(setting, "page_fault1", "processes") == "fit"
     assert v.role_of("32K", "page_fault1", "processes") == "held-out"
     assert v.role_of("64K", "page_fault1", "processes") == "held-out"
     assert v.role_of("16K", "page_fault1", "threads") == "held-out"
     assert v.role_of("2M", "sparse_touch", "processes") == "held-out"
+    # The other 4K rows are held out (calibrate times the system calls in
+    # its own program, not in the workloads), and every 4K row is the
+    # baseline of the ratios.
+    for w in ("mmap1", "read1", "malloc1", "tlb_flush2", "page_fault2"):
+        assert v.role_of("4K", w, "processes") == "held-out"
+    assert v.is_baseline("4K") and not v.is_baseline("64K")
+    # Controls: a large-folio setting cannot change what these do.
+    for w in ("page_fault2", "page_fault3", "malloc1", "mmap1", "read1"):
+        assert v.role_of("64K", w, "processes") == "control", w
+    assert v.role_of("2M", "mmap1", "threads") == "control"
+    assert v.role_of("64K", "tlb_flush2", "processes") == "held-out"
 
 
 def test_the_headline_is_the_held_out_rows_without_the_noisy_ones():
@@ -51,11 +63,15 @@ def test_the_headline_is_the_held_out_rows_without_the_noisy_ones():
     # row (+100%, real spread 67%) is counted apart, the fit row not at all.
     assert h["rows"] == 2
     assert abs(h["max"] - 0.10) < 1e-9 and abs(h["mean"] - 0.07) < 1e-9
+    # The 4K row is a fit row (page_fault1) and the ratios' baseline: in the
+    # fit's absolute figures, in no ratio figure.
     assert rep["fit"]["ops_ratio"]["rows"] == 1 and rep["fit"]["ops_ratio"]["max"] < 1e-9
+    assert rep["fit"]["ops_per_s"]["rows"] == 2
     assert rep["noisy_rows"]["ops_ratio"] == 1
     lines = "\n".join(v.headline_lines(rep))
     assert "ops_ratio      max error   10.0%  mean    7.0% over 2 held-out rows" in lines, lines
-    assert "MISSED" not in lines.splitlines()[0]  # 10% <= 15% and 7.0% <= 7%
+    assert "ops_per_s      max error    0.0%  mean    0.0% over 3 held-out rows" in lines, lines
+    assert "MISSED" not in lines  # 10% <= 15% and 7.0% <= 7%
     assert "noisy rows" in lines
     # The noisy row's prediction (3.0) lies above every repeat (1.0-2.0).
     assert rep["noisy_outside"]["ops_ratio"] == ["64K tlb_flush2 processes"]
@@ -73,7 +89,46 @@ def test_a_held_out_miss_fails_the_headline():
     rep = report()
     rep["rows"][3] = row("64K", "sparse_touch", [0.25, 0.26, 0.255], 0.33)  # +29%
     rep.update(v.summarise(rep["rows"]))
-    assert "MISSED" in v.headline_lines(rep)[0]
+    assert "MISSED" in next(x for x in v.headline_lines(rep) if x.startswith("ops_ratio"))
+
+
+def test_absolute_ops_per_second_are_judged_and_4k_rows_count_in_them():
+    rows = [row("4K", "page_fault1", [1, 1, 1], 1.0),
+            row("4K", "read1", [1, 1, 1], 1.0, pred_ops=2.6e6),       # held out, absolute +160% (the old x0.38)
+            row("64K", "page_fault1", [4.0, 4.1, 4.05], 4.1, pred_ops=1.1e6)]  # held out, +10%
+    rep = {"rows": rows, **v.summarise(rows)}
+    h = rep["headline"]["ops_per_s"]
+    assert h["rows"] == 2 and abs(h["max"] - 1.6) < 1e-9
+    assert rep["headline"]["ops_ratio"]["rows"] == 1, "read1 at 4K has no ratio to judge"
+    lines = v.headline_lines(rep)
+    assert "MISSED" in next(x for x in lines if x.startswith("ops_per_s")) and "MISSED" not in next(x for x in lines if x.startswith("ops_ratio"))
+    # The table shows the absolute figures and the 4K rows as the baseline.
+    table = v.format_table(rep)
+    assert "ops/s real" in table.splitlines()[0] and "1 (baseline)" in table
+
+
+def test_controls_are_reported_apart_from_the_headline():
+    rows = [row("4K", "page_fault1", [1, 1, 1], 1.0),
+            row("64K", "page_fault1", [4.0, 4.1, 4.05], 4.05),
+            row("64K", "mmap1", [0.8, 0.81, 0.82], 1.0, pred_ops=1.3e6)]  # a control 23% off: noise of the host
+    rep = {"rows": rows, **v.summarise(rows)}
+    assert rows[2]["role"] == "control"
+    assert rep["headline"]["ops_ratio"]["rows"] == 1 and rep["headline"]["ops_ratio"]["max"] < 1e-9
+    assert rep["headline"]["ops_per_s"]["rows"] == 1
+    assert rep["control"]["ops_ratio"]["rows"] == 1 and rep["control"]["ops_ratio"]["max"] > 0.2
+    lines = "\n".join(v.headline_lines(rep))
+    assert "(controls)" in lines and "MISSED" not in lines
+
+
+def test_a_threads_row_says_what_bounds_it():
+    def raw(waits: dict) -> dict:
+        return {"per_task": [{"user_ns": 1000, "sys_ns": 9000}, {"user_ns": 1000, "sys_ns": 9000}], "locks": waits}
+    b = v.bound_of(raw({"mmap_lock_wait_ns": 8000, "mm_lines_wait_ns": 100}))
+    assert b["by"] == "mmap_lock" and abs(b["shares"]["mmap_lock"] - 0.4) < 1e-12
+    text = v.bound_text(b)
+    assert text.startswith("bound by mmap_lock") and "mmap_lock 40.0%" in text and "shared cache lines 0.5%" in text, text
+    own = v.bound_text(v.bound_of(raw({"mmap_lock_wait_ns": 200})))
+    assert own.startswith("bound by each thread's own work") and "mmap_lock 1.0%" in own, own
 
 
 def test_real_cells_show_the_median_and_the_range():
@@ -88,7 +143,7 @@ def test_validation_doc_is_generated_from_the_report(tmp_path):
     assert validation_doc.main([str(src), str(out)]) == 0
     text = out.read_text()
     assert "## Headline" in text and "## Held-out rows" in text and "## Rows calibration fitted on" in text
-    assert "10.0%" in text and "over 2 held-out rows" in text
+    assert "10.0%" in text and "over 2 held-out rows" in text and "ops_per_s" in text
     held = text.split("## Held-out rows")[1].split("##")[0]
     assert "sparse_touch" in held and "| fit |" not in held
     bad = tmp_path / "bad.json"

@@ -147,7 +147,8 @@ def test_validate_threads_rows_and_their_notes():
     # A threads row whose real peak RSS is below the lockstep prediction says
     # why and by how much; an ops-ratio miss names the threads run.
     row = {"setting": "64K", "workload": "page_fault2", "mode": "threads", "tasks": 2, "mechanism": v.THREAD_MECH["page_fault2"],
-           "real": {"faults_per_op": 1.0, "rss": 209560.0, "ops_ratio": 0.8}, "predicted": {"faults_per_op": 1.0, "rss": 262144.0, "ops_ratio": 1.0}}
+           "real": {"faults_per_op": 1.0, "rss": 209560.0, "ops_per_s": 1e6, "ops_ratio": 0.8},
+           "predicted": {"faults_per_op": 1.0, "rss": 262144.0, "ops_per_s": 1.05e6, "ops_ratio": 1.0}}
     row["rel_error"] = {m: v.rel_err(row["predicted"][m], row["real"][m], m) for m in v.METRICS}
     note = "; ".join(v._mech_note(row))
     assert "rss off by +25.1%" in note and "lockstep" in note, note

@@ -313,6 +313,13 @@ fn catalog_json(py: Python<'_>) -> PyResult<String> {
     py.detach(|| guarded(api::catalog_json)).map_err(panic_error)
 }
 
+/// The model's will-it-scale process image (its mapped pieces and their
+/// resident pages), as JSON.
+#[pyfunction]
+fn process_image_json(py: Python<'_>) -> PyResult<String> {
+    py.detach(|| guarded(api::process_image_json)).map_err(panic_error)
+}
+
 /// How each value of a machine profile (a built-in name or a path relative
 /// to `base_dir`) was obtained, as JSON (docs/profiles.md).
 #[pyfunction]
@@ -449,6 +456,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(_panic_for_tests, m)?)?;
     m.add_function(wrap_pyfunction!(run_json, m)?)?;
     m.add_function(wrap_pyfunction!(catalog_json, m)?)?;
+    m.add_function(wrap_pyfunction!(process_image_json, m)?)?;
     m.add_function(wrap_pyfunction!(profile_explain_json, m)?)?;
     m.add_function(wrap_pyfunction!(bench_json, m)?)?;
     m.add_function(wrap_pyfunction!(bench_instructions_json, m)?)?;

@@ -79,6 +79,13 @@ pub fn catalog_json() -> String {
     crate::catalog::catalog().to_string()
 }
 
+/// The process image a will-it-scale task of validation/ starts its loop
+/// with in the model (mm/exec.rs GLIBC_2_36_X86_64): every mapped piece,
+/// its start, length, kind and resident pages, as JSON.
+pub fn process_image_json() -> String {
+    crate::mm::exec::GLIBC_2_36_X86_64.to_json().to_string()
+}
+
 /// How each value of a machine profile was obtained (`foliosim list
 /// profiles NAME --explain`, docs/profiles.md): the profile by built-in
 /// name or path (relative to `dir`), as JSON

@@ -99,6 +99,9 @@ impl SetupEnv for Env<'_> {
         }
         Ok(())
     }
+    fn image_buffer(&self) -> u64 {
+        crate::mm::exec::GLIBC_2_36_X86_64.testcase_buf
+    }
     fn map_process_image(&mut self, task: TaskId) -> Result<(), String> {
         let img = &crate::mm::exec::GLIBC_2_36_X86_64;
         let file = match self.image_file {

@@ -50,14 +50,14 @@ impl Workload for Phases {
         }
         self.task = env.spawn_process(Some(1))?;
         let mut s = vec![Op::Open { file: self.files[0] }];
-        s.extend((0..self.dirty_mib * MIB / CHUNK).map(|_| Op::Write { fd: -1, len: CHUNK }));
+        s.extend((0..self.dirty_mib * MIB / CHUNK).map(|_| Op::Write { fd: -1, len: CHUNK, buf: 0 }));
         s.extend((0..self.idle_s).map(|_| Op::Compute { ns: 1_000_000_000 }));
         if self.disk_mib > 0 {
             s.push(Op::Ftruncate { fd: -1, len: TRUNC_MIB * MIB });
             s.push(Op::Open { file: self.files[1] });
             for _ in 0..self.passes {
                 s.push(Op::Lseek { fd: -1, off: 0 });
-                s.extend((0..self.disk_mib * MIB / CHUNK).map(|_| Op::Read { fd: -1, len: CHUNK }));
+                s.extend((0..self.disk_mib * MIB / CHUNK).map(|_| Op::Read { fd: -1, len: CHUNK, buf: 0 }));
             }
         }
         self.script = s;
@@ -69,8 +69,8 @@ impl Workload for Phases {
         }
         self.i += 1;
         match self.script.get(self.i - 1) {
-            Some(Op::Read { len, .. }) => Op::Read { fd: self.fd, len: *len },
-            Some(Op::Write { len, .. }) => Op::Write { fd: self.fd, len: *len },
+            Some(Op::Read { len, .. }) => Op::Read { fd: self.fd, len: *len, buf: 0 },
+            Some(Op::Write { len, .. }) => Op::Write { fd: self.fd, len: *len, buf: 0 },
             Some(Op::Lseek { off, .. }) => Op::Lseek { fd: self.fd, off: *off },
             Some(Op::Ftruncate { len, .. }) => Op::Ftruncate { fd: self.fd, len: *len },
             Some(op) => *op,

@@ -411,7 +411,7 @@ fn scenario_file_write(knobs: &str, seed: u64) -> H {
     let (mut h, a, base, t, ds) = readers_then_reclaim(knobs, seed, &[8]);
     let w = ds[0];
     let (fd, t) = h.val(w, t + 100, Op::Open { file: 0 });
-    let (_, t) = h.val(w, t, Op::Write { fd: fd as i32, len: PAGES << 12 });
+    let (_, t) = h.val(w, t, Op::Write { fd: fd as i32, len: PAGES << 12, buf: 0 });
     for &tid in &a {
         let r = h.rand(1000);
         h.read_all(tid, t + r, base);

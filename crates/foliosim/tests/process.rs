@@ -201,9 +201,9 @@ fn wait_sleeps_until_the_child_exits() {
 fn write_creates_dirty_page_cache() {
     let prog = vec![
         Op::Open { file: 1 },
-        Op::Write { fd: 3, len: 40 << 10 },
+        Op::Write { fd: 3, len: 40 << 10, buf: 0 },
         Op::Lseek { fd: 3, off: 0 },
-        Op::Write { fd: 3, len: 4096 },
+        Op::Write { fd: 3, len: 4096, buf: 0 },
         Op::Close { fd: 3 },
         Op::Compute { ns: 1_000_000_000 },
     ];

@@ -19,10 +19,12 @@ fn stat(o: &Outcome, name: &str) -> i64 {
 /// rate-limit value in pages: 1024 pages (4 MiB) per read call, so a pass
 /// of 4 calls promotes 4096 of the 16384 pages.
 /// No process image in these configs: the tests count the file's pages
-/// exactly, and the image's file would add its own.
+/// exactly, and the image's file would add its own. The last-level cache
+/// is scaled down with the memory (8 MiB, not 105): the file stands for one
+/// larger than the caches, whose passes read from the tiers, not from cache.
 fn tiered(cycles: u32, knobs: &str) -> String {
     format!(
-        "[machine]\nprofile = \"cxl-1tb\"\nnr_cpus = 2\nnode_mem_mib = [1024, 512]\n[workload]\nname = \"file_reader\"\nprocess_image = \"none\"\nfs = \"disk\"\nfile_mib = 64\npopulate = true\npopulate_node = 1\nchunk_kib = 16384\ncycles = {cycles}\n[run]\nwarmup_s = 0.0\nduration_s = 10.0\nsample_ms = 100.0\ncheck = true\naudit_interval_ms = 5.0\nprobes_record = [\"syscalls:sys_exit_read\"]\n[knobs]\n{knobs}\n"
+        "[machine]\nprofile = \"cxl-1tb\"\nnr_cpus = 2\nnode_mem_mib = [1024, 512]\ncosts = {{ \"cpu.llc_kib\" = 8192 }}\n[workload]\nname = \"file_reader\"\nprocess_image = \"none\"\nfs = \"disk\"\nfile_mib = 64\npopulate = true\npopulate_node = 1\nchunk_kib = 16384\ncycles = {cycles}\n[run]\nwarmup_s = 0.0\nduration_s = 10.0\nsample_ms = 100.0\ncheck = true\naudit_interval_ms = 5.0\nprobes_record = [\"syscalls:sys_exit_read\"]\n[knobs]\n{knobs}\n"
     )
 }
 
@@ -233,10 +235,10 @@ impl Workload for DirtyThenRead {
             1 => Op::Open { file: self.file },
             2 => {
                 self.fd = last.val() as i32;
-                Op::Write { fd: self.fd, len: 4096 }
+                Op::Write { fd: self.fd, len: 4096, buf: 0 }
             }
             3 | 5 => Op::Lseek { fd: self.fd, off: 0 },
-            4 | 6 => Op::Read { fd: self.fd, len: 1 << 20 },
+            4 | 6 => Op::Read { fd: self.fd, len: 1 << 20, buf: 0 },
             _ => Op::Exit,
         }
     }

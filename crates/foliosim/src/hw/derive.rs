@@ -62,7 +62,7 @@ pub fn class(table: &str, key: &str) -> Option<Class> {
         ("nodes", "read_bw_gbps" | "zero_bw_gbps" | "copy_bw_gbps") => CoreBw,
         ("tlb", "stlb_hit_ns" | "walk_ns" | "walk_cached_ns") => Software,
         ("tlb", _) => Fact,
-        ("cost", "zero_warm_bw_gbps") => CacheBw,
+        ("cost", "zero_warm_bw_gbps" | "copy_warm_bw_gbps") => CacheBw,
         ("cost", "alloc_cold_ns") => MemMiss,
         ("cost", "lru_batch" | "spin_limit_ns" | "pagecache_read_stream") => Kernel,
         (

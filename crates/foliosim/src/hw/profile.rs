@@ -226,6 +226,12 @@ pub struct CostSpec {
     /// cpu.l2_kib, cpu.llc_kib, hw/cache.rs; a cold page clears at the
     /// node's zero_bw_gbps), GB/s.
     pub zero_warm_bw_gbps: f64,
+    /// Bandwidth of copying a page-cache page whose lines are in the
+    /// caches to or from a user buffer (copy_page_to_iter of read(),
+    /// copy_page_from_iter of write(): a file this socket copied lately,
+    /// while it fits, hw/cache.rs; a cold one copies at the node's
+    /// bandwidth), GB/s.
+    pub copy_warm_bw_gbps: f64,
     /// Per folio allocated cold (not a recent free that the caches still
     /// hold, hw/cache.rs): the misses beyond the
     /// clear's (charged at zero_bw_gbps), on the head's struct page, the
@@ -258,16 +264,31 @@ pub struct CostSpec {
     // --- VMA / syscalls
     pub mmap_ns: f64,
     pub munmap_ns: f64,
+    /// Per anon_vma an unmap frees with its last VMA (free_pgtables ->
+    /// unlink_anon_vmas -> put_anon_vma: the chain unlinked under the
+    /// anon_vma's lock, the anon_vma freed).
+    pub unlink_anon_vma_ns: f64,
     pub vma_split_ns: f64,
     pub vma_merge_ns: f64,
     pub mprotect_ns: f64,
     pub madvise_ns: f64,
     pub brk_ns: f64,
     pub fork_base_ns: f64,
+    /// Per present PTE fork copies (copy_present_pte: the PTE copied, the
+    /// parent's write-protected, the folio's reference and rmap dup).
+    pub copy_pte_ns: f64,
     pub exit_base_ns: f64,
     // --- page cache and files
     pub pagecache_lookup_ns: f64,
     pub pagecache_insert_ns: f64,
+    /// Per folio read() copies out of the page cache, beyond the copy:
+    /// filemap_read's batch lookup (filemap_get_read_batch),
+    /// folio_mark_accessed and the loop around copy_folio_to_iter.
+    pub pagecache_read_ns: f64,
+    /// Per folio write() copies into the page cache, beyond the copy:
+    /// generic_perform_write's write_begin (the folio looked up and
+    /// locked) and write_end (marked dirty, unlocked).
+    pub pagecache_write_ns: f64,
     /// Shared-file write fault on a disk file system (page_mkwrite, block reservation).
     pub page_mkwrite_ns: f64,
     /// Reading a page that is not cached from the disk-like file system, ns.
@@ -594,8 +615,10 @@ impl Profile {
                 return Err((format!("tlb.{k}_entries"), format!("{e} entries / {w} ways must give a power-of-two number of sets")));
             }
         }
-        if !(self.cost.zero_warm_bw_gbps > 0.0 && self.cost.zero_warm_bw_gbps.is_finite()) {
-            return Err(("cost.zero_warm_bw_gbps".into(), "must be a positive number".into()));
+        for (k, v) in [("cost.zero_warm_bw_gbps", self.cost.zero_warm_bw_gbps), ("cost.copy_warm_bw_gbps", self.cost.copy_warm_bw_gbps)] {
+            if !(v > 0.0 && v.is_finite()) {
+                return Err((k.into(), "must be a positive number".into()));
+            }
         }
         if self.cost.lru_batch == 0 {
             return Err(("cost.lru_batch".into(), "must be at least 1".into()));

@@ -123,8 +123,14 @@ impl Kernel {
                     (Ret::Val(off as i64), t)
                 }
             })),
-            Op::Read { fd, len } => Some(self.sys(tid, Entry::Read, |k, t, cpu, mm| k.file_rw(t, cpu, mm, fd, len, false))),
-            Op::Write { fd, len } => Some(self.sys(tid, Entry::Write, |k, t, cpu, mm| k.file_rw(t, cpu, mm, fd, len, true))),
+            Op::Read { fd, len, buf } => Some(self.sys(tid, Entry::Read, |k, t, cpu, mm| {
+                let (r, t) = k.file_rw(t, cpu, mm, fd, len, false);
+                k.user_copy(tid, t, r, buf, Access::Store)
+            })),
+            Op::Write { fd, len, buf } => Some(self.sys(tid, Entry::Write, |k, t, cpu, mm| {
+                let (r, t) = k.file_rw(t, cpu, mm, fd, len, true);
+                k.user_copy(tid, t, r, buf, Access::Load)
+            })),
             Op::Ftruncate { fd, len } => Some(self.sys(tid, Entry::Ftruncate, |k, t, cpu, mm| {
                 let Some(f) = k.mms[mm as usize].fd(fd).copied() else { return (Ret::Err(errno::EBADF), t) };
                 let ino = f.inode;
@@ -157,6 +163,42 @@ impl Kernel {
                 Some(Ret::Val(0))
             }
         }
+    }
+
+    /// The user buffer of a read() (`kind` Store: copy_to_user writes it)
+    /// or write() (Load) that moved `r` bytes at `buf`: its pages not yet
+    /// mapped for that access fault in as the copy reaches them (a
+    /// kernel-mode fault: counted as a fault, its time the call's, as a
+    /// profiler attributes it). The copy itself is the call's already.
+    fn user_copy(&mut self, tid: u32, t: Ns, r: Ret, buf: u64, kind: Access) -> (Ret, Ns) {
+        let Ret::Val(n) = r else { return (r, t) };
+        if buf == 0 || n <= 0 {
+            return (r, t);
+        }
+        let mm = self.tasks[tid as usize].mm as usize;
+        let mut t = t;
+        for va in (buf & !4095..buf + n as u64).step_by(4096) {
+            let pte = self.mms[mm].pt.pte(va);
+            if pte.present() && (kind == Access::Load || pte.write()) {
+                continue;
+            }
+            let (sys0, fault0) = {
+                let tk = &self.tasks[tid as usize];
+                (tk.sys_ns, tk.entry_ns[Entry::Fault as usize])
+            };
+            self.tasks[tid as usize].clock = t;
+            self.fault_kernel_mode = true;
+            let f = self.user_access(tid, va, kind);
+            self.fault_kernel_mode = false;
+            let tk = &mut self.tasks[tid as usize];
+            t = tk.clock;
+            tk.sys_ns = sys0;
+            tk.entry_ns[Entry::Fault as usize] = fault0;
+            if f.is_err() {
+                return (Ret::Err(errno::EFAULT), t);
+            }
+        }
+        (r, t)
     }
 
     /// Run a system call body between syscall entry and exit, charging its

@@ -13,6 +13,7 @@ use crate::kernel::Kernel;
 use crate::sim::Ns;
 use crate::types::Error;
 use crate::workload::{errno, Access, FileId, Ret};
+use std::ops::Range;
 
 /// Top of the user stack with ASLR off (arm64 and x86-64: STACK_TOP = TASK_SIZE).
 pub const STACK_TOP: u64 = TASK_SIZE;
@@ -186,14 +187,40 @@ pub struct ImageSeg {
     pub len: u64,
     pub kind: SegKind,
     pub write: bool,
-    /// Bytes of it resident when the testcase's loop starts (its first
-    /// pages; the stack's top ones).
-    pub resident: u64,
+    /// Its pages resident when the testcase's loop starts, as ranges of
+    /// page indices from its start (where they are decides what later
+    /// faults find: read1's buffer spills into a bss page nothing touched).
+    pub resident: &'static [Range<u32>],
     pub what: &'static str,
 }
 
-const fn seg(len: u64, kind: SegKind, write: bool, resident: u64, what: &'static str) -> ImageSeg {
+/// Every page of a piece `len` bytes long.
+// A piece's resident pages are a list of page ranges, one range or several.
+#[allow(clippy::single_range_in_vec_init)]
+const fn all(len: u64) -> &'static [Range<u32>] {
+    match len >> 12 {
+        1 => &[0..1],
+        2 => &[0..2],
+        3 => &[0..3],
+        4 => &[0..4],
+        5 => &[0..5],
+        0xa => &[0..0xa],
+        0x26 => &[0..0x26],
+        0x53 => &[0..0x53],
+        0x156 => &[0..0x156],
+        _ => panic!("add the length to all()"),
+    }
+}
+
+const fn seg(len: u64, kind: SegKind, write: bool, resident: &'static [Range<u32>], what: &'static str) -> ImageSeg {
     ImageSeg { len, kind, write, resident, what }
+}
+
+impl ImageSeg {
+    /// Bytes of it resident.
+    pub fn resident_bytes(&self) -> u64 {
+        self.resident.iter().map(|r| (r.end - r.start) as u64 * 4096).sum()
+    }
 }
 
 /// A process's address space when its benchmark loop starts.
@@ -209,54 +236,66 @@ pub struct ProcessImage {
     pub stack_top: u64,
     /// Top-down from the mmap base: the mmap area.
     pub mmap_area: &'static [ImageSeg],
+    /// Where a testcase's static 4 KiB buffer lies (in the binary's data
+    /// and bss): the user buffer of read1's read() calls.
+    pub testcase_buf: u64,
 }
 
 use SegKind::{Anon, File, Hole, Special};
 
 /// A will-it-scale task of validation/ (a harness binary, forked, set up,
 /// parked before its loop), dynamically linked against glibc 2.36 (Debian
-/// 12) on x86-64 with ASLR off: /proc/self/smaps of
+/// 12) on x86-64 with ASLR off: /proc/self/smaps and /proc/self/pagemap of
 /// validation/bin/image_layout under `setarch -R` on the development host
-/// (Linux 6.18), which prints it as its loop starts (the dump itself may
-/// touch a stack or heap page more). Resident: the harness reads every page
-/// of the file mappings; the anonymous pages are what exec, ld.so, libc's
-/// start-up and the harness wrote. The RELRO pages ld.so wrote before
+/// (Linux 6.18), which prints every mapping and its resident pages as its
+/// loop starts (the dump itself may touch a stack or heap page more).
+/// Resident: the harness reads every page of the file mappings; the
+/// anonymous pages are what exec, ld.so, libc's start-up and the harness
+/// wrote (the bss page of the harness's globals, the first heap pages and
+/// the one glibc's first malloc chunk reached, the stack's top pages and
+/// those of main()'s deeper frames). The RELRO pages ld.so wrote before
 /// making them read-only count as mapped file pages here (the same RSS;
 /// their copy-on-write is not modelled).
+#[allow(clippy::single_range_in_vec_init)]
 pub const GLIBC_2_36_X86_64: ProcessImage = ProcessImage {
     // ELF_ET_DYN_BASE (2/3 of TASK_SIZE, page aligned) with ASLR off.
     binary_base: 0x5555_5555_4000,
     low: &[
-        seg(0x2000, File, false, 0x2000, "binary: ELF headers, .rodata of the first PT_LOAD"),
-        seg(0x3000, File, false, 0x3000, "binary: .text"),
-        seg(0x1000, File, false, 0x1000, "binary: .rodata, .eh_frame"),
-        seg(0x1000, File, false, 0x1000, "binary: RELRO"),
-        seg(0x1000, File, true, 0x1000, "binary: .data"),
-        seg(0x19000, Anon, true, 0x1000, "binary: .bss (the harness's arrays)"),
-        seg(0x21000, Anon, true, 0x3000, "[heap]: the 132 KiB glibc's first malloc takes by brk"),
+        seg(0x2000, File, false, all(0x2000), "binary: ELF headers, .rodata of the first PT_LOAD"),
+        seg(0x3000, File, false, all(0x3000), "binary: .text"),
+        seg(0x1000, File, false, all(0x1000), "binary: .rodata, .eh_frame"),
+        seg(0x1000, File, false, all(0x1000), "binary: RELRO"),
+        seg(0x1000, File, true, all(0x1000), "binary: .data"),
+        seg(0x19000, Anon, true, &[24..25], "binary: .bss (the harness's arrays; its globals in the last page)"),
+        seg(0x21000, Anon, true, &[0..2, 8..9], "[heap]: the 132 KiB glibc's first malloc takes by brk"),
     ],
     // 132 KiB: exec's stack grown by the first touches of main().
-    stack: seg(0x21000, Anon, true, 0x6000, "[stack]"),
+    stack: seg(0x21000, Anon, true, &[16..19, 24..25, 31..33], "[stack]"),
     // STACK_TOP with ASLR off: one page below 2^47.
     stack_top: 0x7fff_ffff_f000,
     mmap_area: &[
-        seg(0x2000, File, true, 0x2000, "ld-linux-x86-64.so.2: .data, .bss"),
-        seg(0x2000, File, false, 0x2000, "ld-linux-x86-64.so.2: RELRO"),
-        seg(0xa000, File, false, 0xa000, "ld-linux-x86-64.so.2: .rodata"),
-        seg(0x26000, File, false, 0x26000, "ld-linux-x86-64.so.2: .text"),
-        seg(0x1000, File, false, 0x1000, "ld-linux-x86-64.so.2: ELF headers"),
-        seg(0x8000, Special, false, 0, "[vvar], [vvar_vclock], [vdso]"),
-        seg(0x2000, Anon, true, 0x1000, "ld.so's first anonymous allocation"),
-        seg(0x1000, File, true, 0x1000, "the harness's shared counter page (MAP_SHARED, before fork)"),
-        seg(0x8000, Hole, false, 0, "a hole ld.so leaves (a temporary mapping, unmapped)"),
-        seg(0xd000, Anon, true, 0x5000, "libc.so.6: .bss"),
-        seg(0x2000, File, true, 0x2000, "libc.so.6: .data"),
-        seg(0x4000, File, false, 0x4000, "libc.so.6: RELRO"),
-        seg(0x53000, File, false, 0x53000, "libc.so.6: .rodata"),
-        seg(0x156000, File, false, 0x156000, "libc.so.6: .text"),
-        seg(0x26000, File, false, 0x26000, "libc.so.6: ELF headers, .rodata"),
-        seg(0x3000, Anon, true, 0x2000, "the static TLS block and DTV ld.so allocates"),
+        seg(0x2000, File, true, all(0x2000), "ld-linux-x86-64.so.2: .data, .bss"),
+        seg(0x2000, File, false, all(0x2000), "ld-linux-x86-64.so.2: RELRO"),
+        seg(0xa000, File, false, all(0xa000), "ld-linux-x86-64.so.2: .rodata"),
+        seg(0x26000, File, false, all(0x26000), "ld-linux-x86-64.so.2: .text"),
+        seg(0x1000, File, false, all(0x1000), "ld-linux-x86-64.so.2: ELF headers"),
+        seg(0x8000, Special, false, &[], "[vvar], [vvar_vclock], [vdso]"),
+        seg(0x2000, Anon, true, &[0..1], "ld.so's first anonymous allocation"),
+        seg(0x1000, File, true, all(0x1000), "the harness's shared counter page (MAP_SHARED, before fork)"),
+        seg(0x8000, Hole, false, &[], "a hole ld.so leaves (a temporary mapping, unmapped)"),
+        seg(0xd000, Anon, true, &[0..1, 4..7, 12..13], "libc.so.6: .bss"),
+        seg(0x2000, File, true, all(0x2000), "libc.so.6: .data"),
+        seg(0x4000, File, false, all(0x4000), "libc.so.6: RELRO"),
+        seg(0x53000, File, false, all(0x53000), "libc.so.6: .rodata"),
+        seg(0x156000, File, false, all(0x156000), "libc.so.6: .text"),
+        seg(0x26000, File, false, all(0x26000), "libc.so.6: ELF headers, .rodata"),
+        seg(0x3000, Anon, true, &[0..2], "the static TLS block and DTV ld.so allocates"),
     ],
+    // read1's `static char buf[4096]` (validation/read1.c): `nm
+    // validation/bin/read1` puts it 0x200 into the page of .data, so that
+    // it spills into the first page of the bss, which nothing touched
+    // before the loop: the first read() faults it in.
+    testcase_buf: 0x5555_5555_b200,
 };
 
 impl ProcessImage {
@@ -269,7 +308,7 @@ impl ProcessImage {
 
     /// Every mapped piece with its start address, the mmap area's pieces
     /// below `mmap_base`.
-    fn all(&self, mmap_base: u64) -> impl Iterator<Item = (u64, &ImageSeg)> + '_ {
+    pub fn all(&self, mmap_base: u64) -> impl Iterator<Item = (u64, &ImageSeg)> + '_ {
         let low = self.low.iter().scan(self.binary_base, |a, s| {
             let at = *a;
             *a += s.len;
@@ -281,6 +320,27 @@ impl ProcessImage {
             Some((*top, s))
         });
         low.chain(stack).chain(high).filter(|(_, s)| s.kind != Hole)
+    }
+
+    /// Every mapped piece as JSON, for `foliosim calibrate` to set against
+    /// validation/image_layout.c on a host, with ASLR off (the mmap area
+    /// below MMAP_BASE) as it runs there: [{"start", "len", "kind",
+    /// "write", "resident": [[first, end), ...], "what"}].
+    pub fn to_json(&self) -> serde_json::Value {
+        let pieces: Vec<serde_json::Value> = self
+            .all(super::vma::MMAP_BASE)
+            .map(|(start, s)| {
+                serde_json::json!({
+                    "start": start,
+                    "len": s.len,
+                    "kind": format!("{:?}", s.kind).to_lowercase(),
+                    "write": s.write,
+                    "resident": s.resident.iter().map(|r| [r.start, r.end]).collect::<Vec<_>>(),
+                    "what": s.what,
+                })
+            })
+            .collect();
+        serde_json::Value::Array(pieces)
     }
 }
 
@@ -299,8 +359,12 @@ impl Kernel {
         let heap = img.low.last().map(|s| last_low - s.len);
         for (start, s) in img.all(base) {
             let end = start + s.len;
-            if s.len == 0 || !s.len.is_multiple_of(4096) || start < super::vma::MMAP_MIN_ADDR || s.resident > s.len {
-                return Err(format!("process image: {}: bad length {:#x} or resident {:#x}", s.what, s.len, s.resident));
+            if s.len == 0
+                || !s.len.is_multiple_of(4096)
+                || start < super::vma::MMAP_MIN_ADDR
+                || s.resident.iter().any(|r| r.end as u64 * 4096 > s.len)
+            {
+                return Err(format!("process image: {}: bad length {:#x} or resident pages {:?}", s.what, s.len, s.resident));
             }
             if !self.mms[mm as usize].range_free(start, end) {
                 return Err(format!("process image: {} at {start:#x} overlaps a mapping", s.what));
@@ -344,12 +408,10 @@ impl Kernel {
     /// RSS, page tables and page cache hold them. It takes the task's
     /// simulated time, before its first op.
     pub fn touch_process_image(&mut self, tid: u32, img: &ProcessImage) -> Result<(), Error> {
-        let stack_start = img.stack_top - img.stack.len;
         let base = self.mms[self.tasks[tid as usize].mm as usize].mmap_base;
         for (start, s) in img.all(base) {
-            let (lo, hi) = if start == stack_start { (img.stack_top - s.resident, img.stack_top) } else { (start, start + s.resident) };
             let kind = if s.write { Access::Store } else { Access::Load };
-            for a in (lo..hi).step_by(4096) {
+            for a in s.resident.iter().flat_map(|r| r.clone()).map(|i| start + i as u64 * 4096) {
                 if let Ret::Err(e) = self.user_access(tid, a, kind) {
                     let what = format!("process image: {}: touching {a:#x} failed (errno {e})", s.what);
                     return Err(if e == errno::ENOMEM { Error::OutOfMemory(what) } else { Error::Internal(what) });

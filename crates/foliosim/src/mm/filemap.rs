@@ -60,7 +60,13 @@ impl Kernel {
     /// filemap_get_folio allocating a missing folio on `nid` first (the
     /// task's memory policy: local node, or an mbind'ed one).
     pub fn filemap_get_folio_nid(&mut self, t: Ns, cpu: u32, ino: u32, index: u64, nid: u32) -> Option<(CacheHit, Ns)> {
-        let t = t + self.c.pc_lookup;
+        self.filemap_find_or_fill(t + self.c.pc_lookup, cpu, ino, index, nid)
+    }
+
+    /// The folio at `index`, read in (or cleared) if missing, without the
+    /// lookup's charge: read() and write() charge theirs per folio copied
+    /// (pagecache_read_ns, pagecache_write_ns).
+    fn filemap_find_or_fill(&mut self, t: Ns, cpu: u32, ino: u32, index: u64, nid: u32) -> Option<(CacheHit, Ns)> {
         if let Some(&pfn) = self.inodes[ino as usize].pages.get(&index) {
             return Some((CacheHit::Hit(pfn), t));
         }
@@ -146,8 +152,9 @@ impl Kernel {
         let mut idx = pos >> 12;
         // The previous page copied, for the prefetch-stream model.
         let mut prev: Pfn = Pfn::MAX;
+        let local = self.cpus[cpu as usize].node;
         while idx << 12 < end {
-            let (hit, t1) = self.filemap_get_folio(t, cpu, ino, idx)?;
+            let (hit, t1) = self.filemap_find_or_fill(t + self.c.pc_read, cpu, ino, idx, local)?;
             let pfn = match hit {
                 CacheHit::Hit(p) | CacheHit::Filled(p) => p,
             };
@@ -157,7 +164,12 @@ impl Kernel {
             t = self.folio_mark_accessed(t, cpu, pfn);
             let chunk = ((idx + 1) << 12).min(end) - (idx << 12).max(pos);
             let nid = self.mem_map.get(pfn).nid as usize;
-            if self.c.read_stream {
+            if self.llc.on_copy(cpu, pfn) {
+                // Copied lately on this socket: from its caches, no memory
+                // traffic.
+                t += self.c.copy_warm_4k * chunk / 4096;
+                prev = pfn;
+            } else if self.c.read_stream {
                 // copy_to_user streams at the node's read bandwidth (into a
                 // buffer the caches hold) while the source pages ascend
                 // physically; a jump restarts the hardware prefetcher: one
@@ -181,15 +193,20 @@ impl Kernel {
         let end = pos + len;
         let mut t = t;
         let mut idx = pos >> 12;
+        let local = self.cpus[cpu as usize].node;
         while idx << 12 < end {
-            let (hit, t1) = self.filemap_get_folio(t, cpu, ino, idx)?;
+            let (hit, t1) = self.filemap_find_or_fill(t + self.c.pc_write, cpu, ino, idx, local)?;
             let pfn = match hit {
                 CacheHit::Hit(p) | CacheHit::Filled(p) => p,
             };
             t = t1;
             let nid = self.mem_map.get(pfn).nid as usize;
             let chunk = ((idx + 1) << 12).min(end) - (idx << 12).max(pos);
-            t = self.mem_traffic(t, cpu, nid, chunk, self.nodes[nid].copy_4k * chunk / 4096);
+            if self.llc.on_copy(cpu, pfn) {
+                t += self.c.copy_warm_4k * chunk / 4096;
+            } else {
+                t = self.mem_traffic(t, cpu, nid, chunk, self.nodes[nid].copy_4k * chunk / 4096);
+            }
             // write_end dirties the folio; the access mark sees it dirty
             // (so page-cache promotion refuses a folio being written).
             self.folio_mark_dirty(pfn);

@@ -75,7 +75,7 @@ impl Kernel {
                     let tbl = self.mms[cmm as usize].pt.table_mut(va).unwrap();
                     tbl.ptes[pte_index(va)] = pte;
                     tbl.nr_present += 1;
-                    t += self.c.pte_set + self.c.rmap;
+                    t += self.c.copy_pte;
                     if pte.special() {
                         self.stat.inc(Stat::NrZeroPageMapped);
                     } else {
@@ -252,6 +252,7 @@ impl Kernel {
         for v in &vmas {
             t = self.zap_page_range(t, cpu, mm, v.start, v.end, &mut tlb);
         }
+        t += self.unlink_vmas(mm, &vmas);
         self.free_pgtables(mm, 0, super::vma::TASK_SIZE, &mut tlb);
         t = self.tlb_finish_mmu(t, cpu, tlb);
         let m = &mut self.mms[mm as usize];

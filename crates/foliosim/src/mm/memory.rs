@@ -380,6 +380,26 @@ impl Kernel {
         }
     }
 
+    /// free_pgtables' unlinking of VMAs going away (`gone`, already out of
+    /// mm's tree) from their anon_vma (unlink_anon_vmas); a file's i_mmap
+    /// is not kept (the rmap walk visits every live mm's VMAs), so
+    /// unlink_file_vma has nothing to undo. An anon_vma is freed with the last
+    /// VMA that uses it, and that (put_anon_vma, with the chain's lock and
+    /// tree work) is what an unmap pays for it: a split-off part, whose
+    /// anon_vma the part left keeps, or a VMA never faulted anonymously,
+    /// frees none. The time.
+    pub(crate) fn unlink_vmas(&mut self, mm: u32, gone: &[Vma]) -> Ns {
+        let mut freed: Vec<u32> = gone.iter().map(|v| v.anon_vma).filter(|&a| a != 0).collect();
+        if freed.is_empty() {
+            return 0;
+        }
+        freed.sort_unstable();
+        freed.dedup();
+        let left = &self.mms[mm as usize].vmas;
+        freed.retain(|&a| !left.values().any(|v| v.anon_vma == a));
+        freed.len() as Ns * self.c.unlink_anon_vma
+    }
+
     pub(crate) fn anon_vma_prepare(&mut self, mm: u32, vma: &Vma) -> u32 {
         if vma.anon_vma != 0 {
             return vma.anon_vma;

@@ -133,6 +133,7 @@ impl Kernel {
         for v in gone {
             t = self.zap_page_range(t, cpu, mm, v.start, v.end, &mut tlb);
         }
+        t += self.unlink_vmas(mm, gone);
         if let (Some(f), Some(l)) = (gone.first(), gone.last()) {
             self.free_pgtables(mm, f.start, l.end, &mut tlb);
         }

@@ -103,9 +103,12 @@ impl Kernel {
                 t = self.flush_tlb_mm_range(t, cpu, mm, addr, end, false);
             }
         }
+        // vma_modify_flags: the changed VMA merges with its neighbours
+        // when their flags match again (mprotect back to what they have).
         for k in keys {
             let merged = self.mms[mm as usize].merge_around(k);
             self.stat.add(Stat::VmaMerge, merged as i64);
+            t += self.c.vma_merge * merged as Ns;
         }
         let t = self.mmap_write_unlock(t, cpu, mm);
         (Ret::Val(0), t)

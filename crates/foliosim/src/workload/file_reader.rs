@@ -120,7 +120,7 @@ impl FileReader {
     #[inline]
     fn read(&self, st: &mut TaskState) -> Op {
         st.phase = Phase::Reading;
-        Op::Read { fd: st.fd, len: self.chunk }
+        Op::Read { fd: st.fd, len: self.chunk, buf: 0 }
     }
 }
 
@@ -242,9 +242,9 @@ mod tests {
             let fd = log[0].ret.val() as Fd;
             // Pass: 16 reads of 64 KiB + the EOF read; lseek; pass; exit.
             let mut want = vec![Op::Open { file: 7 }];
-            want.extend(vec![Op::Read { fd, len: 64 * KIB }; 17]);
+            want.extend(vec![Op::Read { fd, len: 64 * KIB, buf: 0 }; 17]);
             want.push(Op::Lseek { fd, off: 0 });
-            want.extend(vec![Op::Read { fd, len: 64 * KIB }; 17]);
+            want.extend(vec![Op::Read { fd, len: 64 * KIB, buf: 0 }; 17]);
             want.push(Op::Exit);
             assert_eq!(ops, want);
             assert_eq!(log[17].ret, Ret::Val(0));

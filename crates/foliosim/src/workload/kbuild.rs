@@ -250,7 +250,7 @@ impl Kbuild {
                 40 => Op::Open { file: self.srcs[j.rng.below(SRC_FILES as u64) as usize] },
                 41 => {
                     j.fd = last.val() as Fd;
-                    Op::Read { fd: j.fd, len: SRC }
+                    Op::Read { fd: j.fd, len: SRC, buf: 0 }
                 }
                 42 => {
                     j.headers_left = self.headers;
@@ -266,7 +266,7 @@ impl Kbuild {
                 }
                 44 => {
                     j.fd = last.val() as Fd;
-                    Op::Read { fd: j.fd, len: HEADER }
+                    Op::Read { fd: j.fd, len: HEADER, buf: 0 }
                 }
                 45 => {
                     j.pc = 43;
@@ -277,7 +277,7 @@ impl Kbuild {
                 51 => Op::Open { file: self.objs[j.slot * self.jobs as usize + j.nr as usize] },
                 52 => {
                     j.fd = last.val() as Fd;
-                    Op::Write { fd: j.fd, len: OBJ }
+                    Op::Write { fd: j.fd, len: OBJ, buf: 0 }
                 }
                 53 => Op::Close { fd: j.fd },
                 _ => Op::Exit,

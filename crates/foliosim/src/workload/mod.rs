@@ -18,6 +18,7 @@ pub mod memhog_then;
 pub mod params;
 pub mod registry;
 pub mod sparse_touch;
+pub mod syscost;
 pub mod trace;
 pub mod trace_format;
 pub mod trace_perf;
@@ -128,13 +129,19 @@ pub enum Op {
     Open {
         file: FileId,
     },
+    /// read(fd, buf, len). `buf`: the user buffer the data is copied to
+    /// (its pages not yet mapped writable fault in during the copy, as
+    /// copy_to_user takes them); 0 when the workload models none.
     Read {
         fd: Fd,
         len: u64,
+        buf: u64,
     },
+    /// write(fd, buf, len): `buf` as for Read (copy_from_user reads it).
     Write {
         fd: Fd,
         len: u64,
+        buf: u64,
     },
     Lseek {
         fd: Fd,
@@ -268,6 +275,12 @@ pub trait SetupEnv {
     fn map_process_image(&mut self, task: TaskId) -> Result<(), String> {
         let _ = task;
         Ok(())
+    }
+    /// Where a testcase's static 4 KiB buffer lies in that process image
+    /// (read1's read() buffer, in the binary's data and bss); 0 without an
+    /// image.
+    fn image_buffer(&self) -> u64 {
+        0
     }
 }
 

@@ -2,7 +2,7 @@
 //! apart from mod.rs (the trait and the operations every generator names)
 //! so that the generators import mod.rs and this file imports them, one way.
 
-use super::{ebizzy, file_reader, kbuild, llama, memhog, memhog_then, sparse_touch, trace, will_it_scale, xsbench, WorkloadInfo};
+use super::{ebizzy, file_reader, kbuild, llama, memhog, memhog_then, sparse_touch, syscost, trace, will_it_scale, xsbench, WorkloadInfo};
 
 /// Every workload foliosim knows, by name.
 pub fn registry() -> Vec<WorkloadInfo> {
@@ -18,6 +18,7 @@ fn registered() -> Vec<WorkloadInfo> {
     v.push(memhog_then::info());
     v.push(file_reader::info());
     v.push(sparse_touch::info());
+    v.push(syscost::info());
     v.push(trace::info());
     v.push(kbuild::info());
     v.extend(ebizzy::infos());

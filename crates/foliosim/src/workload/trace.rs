@@ -578,7 +578,8 @@ impl TraceReplay {
             Record::Read { file, off, len } | Record::Write { file, off, len } => {
                 if let Some(&fd) = fds.get(file as usize).filter(|&&fd| fd >= 0) {
                     q.push_back((Op::Lseek { fd, off }, After::Nothing));
-                    let op = if matches!(r, Record::Read { .. }) { Op::Read { fd, len } } else { Op::Write { fd, len } };
+                    // The recorded faults already hold the buffer's pages.
+                    let op = if matches!(r, Record::Read { .. }) { Op::Read { fd, len, buf: 0 } } else { Op::Write { fd, len, buf: 0 } };
                     q.push_back((op, After::Nothing));
                 }
             }
@@ -943,6 +944,9 @@ mod tests {
         ]);
         let fd = log[0].ret.val() as Fd;
         let ops: Vec<Op> = log[2..6].iter().map(|s| s.op).collect();
-        assert_eq!(ops, [Op::Lseek { fd, off: 8192 }, Op::Read { fd, len: 100 }, Op::Lseek { fd, off: 0 }, Op::Write { fd, len: 4096 }]);
+        assert_eq!(
+            ops,
+            [Op::Lseek { fd, off: 8192 }, Op::Read { fd, len: 100, buf: 0 }, Op::Lseek { fd, off: 0 }, Op::Write { fd, len: 4096, buf: 0 }]
+        );
     }
 }

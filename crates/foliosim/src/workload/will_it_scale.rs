@@ -25,9 +25,12 @@
 //! region is not 64 KiB aligned, a 128 MiB one is PMD aligned) and its RSS
 //! starts from the harness's baseline.
 //!
+//! The read tests copy into the testcase's static buffer, which lies in the
+//! binary's data and bss (`SetupEnv::image_buffer`): the first read()
+//! faults in the bss page nothing touched before, as on Linux.
+//!
 //! Not modelled: the loads and stores to the harness's counter page (each
-//! `(*iterations)++`), read1's buffer in the bss (read() carries no user
-//! buffer, so copy_to_user's first fault on it is missing), read1's 1 MiB stack buffer and
+//! `(*iterations)++`), read1's 1 MiB stack buffer and
 //! its initial write(2) calls (the file is created populated instead, and the
 //! EOF offset is set with an initial `lseek`), mkstemp/unlink (files are made
 //! in `setup`; the O_RDONLY of read2's open is not expressible).
@@ -263,6 +266,9 @@ pub struct WillItScale {
     map_flags: u32,
     tasks: TaskMap,
     st: Vec<TaskState>,
+    /// The read tests' buffer: the testcase's static one in the process
+    /// image (0 without an image).
+    buf: u64,
 }
 
 const NO_FILE: FileId = FileId::MAX;
@@ -288,6 +294,7 @@ impl WillItScale {
             map_flags: test.map_flags(),
             tasks: TaskMap::default(),
             st: Vec::new(),
+            buf: 0,
         })
     }
 
@@ -306,9 +313,9 @@ impl WillItScale {
     }
 
     #[inline]
-    fn read(st: &mut TaskState) -> Op {
+    fn read(&self, st: &mut TaskState) -> Op {
         st.phase = Phase::Reading;
-        Op::Read { fd: st.fd, len: READ_LEN }
+        Op::Read { fd: st.fd, len: READ_LEN, buf: self.buf }
     }
 
     #[inline]
@@ -367,11 +374,11 @@ impl WillItScale {
                         st.phase = Phase::SeekEof;
                         Op::Lseek { fd: st.fd, off: self.size }
                     }
-                    Test::Read2 => Self::read(&mut st),
+                    Test::Read2 => self.read(&mut st),
                     _ => self.mmap(&mut st),
                 }
             }
-            Phase::SeekEof => Self::read(&mut st),
+            Phase::SeekEof => self.read(&mut st),
             Phase::Mapping => {
                 st.base = last.val() as u64;
                 self.begin_region(&mut st)
@@ -426,12 +433,12 @@ impl WillItScale {
                 } else {
                     *ops += 1;
                     st.off += 1;
-                    Self::read(&mut st)
+                    self.read(&mut st)
                 }
             }
             Phase::Rewinding => {
                 *ops += 1;
-                Self::read(&mut st)
+                self.read(&mut st)
             }
             Phase::Done => Op::Exit,
         };
@@ -456,6 +463,7 @@ impl Workload for WillItScale {
         // read2's testcase_prepare: one shared file, made before the tasks.
         let shared = if self.test == Test::Read2 { env.create_file(self.tmp_fs, self.size, true)? } else { NO_FILE };
         let ids = self.cfg.spawn(env)?;
+        self.buf = if self.cfg.image { env.image_buffer() } else { 0 };
         // main.c: every task polls the pipe the parent writes once all exist.
         env.start_gate(&ids)?;
         self.tasks = TaskMap::new(&ids)?;
@@ -760,13 +768,13 @@ mod tests {
         let fd = s.ret.val() as Fd;
         assert_eq!(k.step(&mut *w, t).op, Op::Lseek { fd, off: MIB });
         let s = k.step(&mut *w, t);
-        assert_eq!((s.op, s.ret), (Op::Read { fd, len: 4096 }, Ret::Val(0)), "first read is at EOF");
+        assert_eq!((s.op, s.ret), (Op::Read { fd, len: 4096, buf: 0 }, Ret::Val(0)), "first read is at EOF");
         let s = k.step(&mut *w, t);
         assert_eq!((s.op, s.ops), (Op::Lseek { fd, off: 0 }, 0));
         assert_eq!(k.ops[&t], 0);
         // The first read is counted once the lseek returns.
         let s = k.step(&mut *w, t);
-        assert_eq!((s.op, s.ops, s.ret), (Op::Read { fd, len: 4096 }, 1, Ret::Val(4096)));
+        assert_eq!((s.op, s.ops, s.ret), (Op::Read { fd, len: 4096, buf: 0 }, 1, Ret::Val(4096)));
         // One full pass: 256 data reads + the EOF read = 257 ops.
         let before = k.ops[&t];
         k.run(&mut *w, &[t], 256 + 2);
