@@ -371,11 +371,6 @@ impl Driver {
     /// running steps while its clock stays before every other queued entry
     /// and before `horizon` (the next event of other kernels sharing the
     /// simulated time line; `Ns::MAX` when there are none).
-    // Always inlined, with `step`: the compiler's own choice flips with
-    // the size of what they inline (the TLB model's fill), and either call
-    // out of the driver's loop cost 100-120 instructions per fault with 64
-    // threads (2.7 steps per fault).
-    #[inline(always)]
     pub(crate) fn run_one(&mut self, horizon: Ns) -> Stepped {
         let Some(Reverse((t, seq, tid))) = self.q.heap.pop() else { return Stepped::Over };
         let k = &mut self.k;
@@ -562,9 +557,7 @@ struct RunBound {
 /// One step of task `tid`: the rest of a pending operation, or the
 /// workload's next one; with `run`, then the accesses that follow it as
 /// further steps (`access_run`). Returns when a kernel thread's step
-/// ended, and the steps run. Always inlined (its one caller is the
-/// driver's loop: see `Driver::run_one`).
-#[inline(always)]
+/// ended, and the steps run.
 fn step(k: &mut Kernel, wl: &mut dyn Workload, tid: u32, q: &mut Queue, run: Option<RunBound>) -> (Option<Ns>, u64) {
     let tk = &mut k.tasks[tid as usize];
     if tk.kthread.is_some() {

@@ -236,26 +236,28 @@ fn entry_hash(e: &TlbEntry) -> u32 {
     key_hash(e.asid, e.vpn >> e.size, e.size as u32)
 }
 
-/// One set-associative structure with LRU replacement: a slot's filter
-/// hash, LRU stamp and entry in three parallel arrays, a set being `ways`
-/// consecutive indices of each. The probe scans the dense hash array and
-/// reads an entry only on a filter match; a fill's victim scan reads the
-/// set's stamps alone (a 16-way set's in two cache lines, not the eight
-/// its stamps and entries together took: with 64 CPUs' STLBs, that scan
-/// was most of the fault's misses in the last-level cache).
+/// Everything of a slot but its filter hash: the probe scans the dense
+/// hash array and touches a slot only on a filter match.
+#[derive(Clone, Copy, Debug)]
+struct Slot {
+    /// LRU stamp: the slot's way in the bits under the structure's
+    /// `way_mask`, and above them 0 for an empty slot, else the clock at
+    /// the last fill or hit. Stamps of a set are then distinct, an empty
+    /// way's below every valid one, so the set's least stamp is "first
+    /// empty way, else least recently used" and names that way itself.
+    stamp: u64,
+    ent: TlbEntry,
+}
+
+/// One set-associative structure with LRU replacement: a filter-hash array
+/// and a slot array, a set being `ways` consecutive indices of each.
 #[derive(Clone, Debug)]
 struct Assoc {
     ways: usize,
     set_mask: usize,
     /// 0 = empty slot.
     hash: Vec<u32>,
-    /// LRU stamp: the slot's way in the bits under the structure's
-    /// `way_mask`, and above them 0 for an empty slot, else the clock at
-    /// the last fill or hit. Stamps of a set are then distinct, an empty
-    /// way's below every valid one, so the set's least stamp is "first
-    /// empty way, else least recently used" and names that way itself.
-    stamp: Vec<u64>,
-    ent: Vec<TlbEntry>,
+    slot: Vec<Slot>,
     /// Advances by `way_mask + 1`, keeping a stamp's way bits free.
     clock: u64,
     /// Low stamp bits that hold the way: `ways` rounded up to a power of
@@ -284,8 +286,7 @@ impl Assoc {
             ways: ways as usize,
             set_mask: sets - 1,
             hash: vec![0; n],
-            stamp: (0..n).map(|i| (i % ways as usize) as u64).collect(),
-            ent: vec![EMPTY; n],
+            slot: (0..n).map(|i| Slot { stamp: (i % ways as usize) as u64, ent: EMPTY }).collect(),
             clock: 0,
             way_mask: (ways as u64).next_power_of_two() - 1,
             size_mask: 0,
@@ -325,15 +326,13 @@ impl Assoc {
     #[inline(always)]
     fn touch<const W: usize>(&mut self, i: usize, tag: u64) {
         let stamp = self.tick::<W>() | (i - self.set_base::<W>(tag)) as u64;
-        debug_assert!(i < self.stamp.len());
-        // SAFETY: see below.
-        unsafe { *self.stamp.get_unchecked_mut(i) = stamp };
+        self.slot_at_mut(i).stamp = stamp;
     }
 
     // The lookups and fills below index a set without bounds checks: on
     // the TLB-hit path the checks (an overflow test and a length test per
     // slice, one per slot read) were about a tenth of the instructions
-    // (callgrind). Soundness: `hash`, `stamp` and `ent` have `(set_mask + 1)
+    // (callgrind). Soundness: `hash` and `slot` both have `(set_mask + 1)
     // * ways` elements from construction on (nothing resizes them), a
     // set's `base` always comes from `set_base`, so `base + ways` is at
     // most that length, and a way index is below `ways`. tests/tlb_model.rs
@@ -348,33 +347,28 @@ impl Assoc {
         unsafe { self.hash.get_unchecked(base..base + W) }
     }
 
-    /// The entry of slot `i` = `base + way` of a set.
+    /// Slot `i` = `base + way` of a set.
     #[inline(always)]
-    fn ent_at(&self, i: usize) -> &TlbEntry {
-        debug_assert!(i < self.ent.len());
+    fn slot_at(&self, i: usize) -> &Slot {
+        debug_assert!(i < self.slot.len());
         // SAFETY: see above.
-        unsafe { self.ent.get_unchecked(i) }
+        unsafe { self.slot.get_unchecked(i) }
     }
 
-    /// The hashes, stamps and entries of the set at `base` (`ways` =
-    /// `self.ways`), for a fill; the other fields stay free to borrow.
     #[inline(always)]
-    fn set_mut<'a>(
-        hash: &'a mut [u32],
-        stamp: &'a mut [u64],
-        ent: &'a mut [TlbEntry],
-        base: usize,
-        ways: usize,
-    ) -> (&'a mut [u32], &'a mut [u64], &'a mut [TlbEntry]) {
-        debug_assert!(base.is_multiple_of(ways) && base + ways <= hash.len() && hash.len() == stamp.len() && hash.len() == ent.len());
+    fn slot_at_mut(&mut self, i: usize) -> &mut Slot {
+        debug_assert!(i < self.slot.len());
         // SAFETY: see above.
-        unsafe {
-            (
-                hash.get_unchecked_mut(base..base + ways),
-                stamp.get_unchecked_mut(base..base + ways),
-                ent.get_unchecked_mut(base..base + ways),
-            )
-        }
+        unsafe { self.slot.get_unchecked_mut(i) }
+    }
+
+    /// The hashes and slots of the set at `base` (`ways` = `self.ways`),
+    /// for a fill; the other fields stay free to borrow.
+    #[inline(always)]
+    fn set_mut<'a>(hash: &'a mut [u32], slot: &'a mut [Slot], base: usize, ways: usize) -> (&'a mut [u32], &'a mut [Slot]) {
+        debug_assert!(base.is_multiple_of(ways) && base + ways <= hash.len() && hash.len() == slot.len());
+        // SAFETY: see above.
+        unsafe { (hash.get_unchecked_mut(base..base + ways), slot.get_unchecked_mut(base..base + ways)) }
     }
 
     /// Slot of the entry with exactly this key (`h` its hash), if present.
@@ -401,7 +395,7 @@ impl Assoc {
     fn find_in<const W: usize>(&self, base: usize, h: u32, asid: u32, tag: u64, s: u32) -> Option<usize> {
         let ways = if W == 0 { self.ways } else { W };
         let verify = |i: usize| {
-            let e = self.ent_at(base + i);
+            let e = &self.slot_at(base + i).ent;
             e.asid == asid && e.size as u32 == s && e.vpn >> s == tag
         };
         if W == 0 {
@@ -427,21 +421,11 @@ impl Assoc {
 
     /// Way of the set `set` to fill, the first empty way, else the least
     /// recently used one: the way in the set's least stamp (see
-    /// `Assoc::stamp`), a compare and conditional move per way.
+    /// `Slot::stamp`), a compare and conditional move per way.
     #[inline(always)]
-    fn victim<const W: usize>(stamps: &[u64], way_mask: u64) -> usize {
-        if W == 0 {
-            return (stamps.iter().min().unwrap() & way_mask) as usize;
-        }
-        // A fixed-length array: the compiler unrolls the scan into a chain
-        // of compares and conditional moves (over a slice of `u64` it kept a
-        // counted loop, three times the instructions of that chain).
-        let set: &[u64; W] = stamps[..W].try_into().unwrap();
-        let mut m = set[0];
-        for &x in &set[1..] {
-            m = if x < m { x } else { m };
-        }
-        (m & way_mask) as usize
+    fn victim<const W: usize>(set: &[Slot], way_mask: u64) -> usize {
+        let n = if W == 0 { set.len() } else { W };
+        (set[..n].iter().map(|sl| sl.stamp).min().unwrap() & way_mask) as usize
     }
 
     #[inline(always)]
@@ -481,15 +465,16 @@ impl Assoc {
     #[inline(always)]
     fn probe_entry<const W: usize>(&mut self, asid: u32, vpn: u64, h0: u32) -> Option<TlbEntry> {
         let i = self.probe::<W>(asid, vpn, h0)?;
-        Some(*self.ent_at(i))
+        Some(self.slot_at(i).ent)
     }
 
     #[inline]
     fn drop_slot(&mut self, i: usize) {
         debug_assert!(self.hash[i] != 0);
         self.hash[i] = 0;
-        self.stamp[i] &= self.way_mask;
-        let s = std::mem::replace(&mut self.ent[i].size, NO_SIZE);
+        let sl = &mut self.slot[i];
+        sl.stamp &= self.way_mask;
+        let s = std::mem::replace(&mut sl.ent.size, NO_SIZE);
         self.uncount(s as u32);
     }
 
@@ -535,21 +520,21 @@ impl Assoc {
         let ways = if W == 0 { self.ways } else { W };
         let way_mask = self.way_mask::<W>();
         let now = self.tick::<W>();
-        let (hs, stamps, ents) = Self::set_mut(&mut self.hash, &mut self.stamp, &mut self.ent, base, ways);
+        let (hs, set) = Self::set_mut(&mut self.hash, &mut self.slot, base, ways);
         let w = match existing {
             Some(i) => i - base,
-            None if W != 0 => Self::victim::<W>(stamps, way_mask),
+            None if W != 0 => Self::victim::<W>(set, way_mask),
             None => match ways {
-                4 => Self::victim::<4>(stamps, way_mask),
-                8 => Self::victim::<8>(stamps, way_mask),
-                16 => Self::victim::<16>(stamps, way_mask),
-                _ => Self::victim::<0>(stamps, way_mask),
+                4 => Self::victim::<4>(set, way_mask),
+                8 => Self::victim::<8>(set, way_mask),
+                16 => Self::victim::<16>(set, way_mask),
+                _ => Self::victim::<0>(set, way_mask),
             },
         };
-        let old_size = ents[w].size;
+        let sl = &mut set[w];
+        let old_size = sl.ent.size;
         hs[w] = h;
-        stamps[w] = now | w as u64;
-        ents[w] = *e;
+        *sl = Slot { stamp: now | w as u64, ent: *e };
         if old_size as u32 != s {
             if old_size != NO_SIZE {
                 self.uncount(old_size as u32);
@@ -587,7 +572,7 @@ impl Assoc {
         } else {
             for i in 0..self.hash.len() {
                 if self.hash[i] != 0 {
-                    let e = &self.ent[i];
+                    let e = &self.slot[i].ent;
                     if e.asid == asid && e.vpn <= last && e.vpn + (1u64 << e.size) > first {
                         self.drop_slot(i);
                         dropped += 1;
@@ -604,7 +589,7 @@ impl Assoc {
         }
         let mut dropped = 0;
         for i in 0..self.hash.len() {
-            if self.hash[i] != 0 && self.ent[i].asid == asid {
+            if self.hash[i] != 0 && self.slot[i].ent.asid == asid {
                 self.drop_slot(i);
                 dropped += 1;
             }
@@ -617,9 +602,9 @@ impl Assoc {
     fn retag(&mut self, from: u32, to: u32) -> u32 {
         let mut n = 0;
         for i in 0..self.hash.len() {
-            if self.hash[i] != 0 && self.ent[i].asid == from {
-                self.ent[i].asid = to;
-                self.hash[i] = entry_hash(&self.ent[i]);
+            if self.hash[i] != 0 && self.slot[i].ent.asid == from {
+                self.slot[i].ent.asid = to;
+                self.hash[i] = entry_hash(&self.slot[i].ent);
                 n += 1;
             }
         }
@@ -630,11 +615,9 @@ impl Assoc {
         let n = self.nr_valid;
         if n != 0 {
             self.hash.fill(0);
-            for st in &mut self.stamp {
-                *st &= self.way_mask;
-            }
-            for e in &mut self.ent {
-                e.size = NO_SIZE;
+            for sl in &mut self.slot {
+                sl.stamp &= self.way_mask;
+                sl.ent.size = NO_SIZE;
             }
             self.size_count = [0; size::MAX as usize + 1];
             self.size_mask = 0;
@@ -649,7 +632,7 @@ impl Assoc {
         }
         for i in 0..self.hash.len() {
             if self.hash[i] != 0 {
-                f(&self.ent[i]);
+                f(&self.slot[i].ent);
             }
         }
     }
@@ -660,7 +643,7 @@ impl Assoc {
             let s = mask.trailing_zeros();
             mask &= mask - 1;
             if let Some(i) = self.find(asid, vpn >> s, s) {
-                f(&self.ent[i]);
+                f(&self.slot[i].ent);
             }
         }
     }
@@ -806,12 +789,12 @@ impl Tlb {
             self.stats.stlb_hits[k] += 1;
             // The L1 probe just missed every size at this vpn, so no L1
             // entry has e's key: skip the search for an old copy.
-            let e = self.stlb.ent_at(i);
+            let e = &self.stlb.slot_at(i).ent;
             let h = if e.size == 0 { h0 } else { entry_hash(e) };
             Self::l1_fill::<L1W>(&mut self.l1i, &mut self.l1d, &mut self.l1d_2m, kind, e, h, true);
             // Read back after the copy: the caller's uses load only the
             // fields they need.
-            return TlbLookup::StlbHit(*self.stlb.ent_at(i));
+            return TlbLookup::StlbHit(self.stlb.slot_at(i).ent);
         }
         self.stats.walks[k] += 1;
         TlbLookup::Miss
