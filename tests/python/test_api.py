@@ -171,3 +171,14 @@ def test_a_run_stopped_in_its_warm_up_is_cancelled_and_one_stopped_later_is_part
         foliosim.run(cfg, progress=lambda sim_s, total_s: False)
     cfg = dict(TINY_DICT, run={"warmup_s": 0.0, "duration_s": 1000.0})
     assert foliosim.run(cfg, progress=lambda sim_s, total_s: False).interrupted
+
+
+def test_a_workload_that_does_not_fit_is_out_of_memory_not_a_workload_error():
+    # A populated page cache the machine cannot hold (127 MiB of 128: the
+    # config's estimate lets it through): the same workload on a bigger
+    # machine runs, so the type says "out of memory" (exit code 2).
+    cfg = dict(TINY_DICT, machine={"profile": "generic-x86", "node_mem_mib": [64, 64]},
+               workload={"name": "file_reader", "fs": "tmpfs", "file_mib": 127, "populate": True})
+    with pytest.raises(foliosim.OutOfMemoryError, match="page cache") as e:
+        foliosim.run(cfg)
+    assert not isinstance(e.value, foliosim.WorkloadError) and e.value.exit_code == 2

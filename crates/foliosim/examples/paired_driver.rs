@@ -30,7 +30,7 @@ fn main() {
         std::process::exit(1);
     });
     let host_s = t0.elapsed().as_secs_f64();
-    let st = &out.kernel.stat;
+    let st = out.kernel.stat();
     let n = match events.as_str() {
         "faults" => st.get(Stat::Pgfault),
         "tlb_hits" => st.get(Stat::TlbAccesses) - st.get(Stat::DtlbLoadMisses) - st.get(Stat::DtlbStoreMisses) - st.get(Stat::ItlbMisses),

@@ -4,9 +4,7 @@
 use crate::check;
 use crate::config::Config;
 use crate::kernel::knobs::Mutant;
-use crate::kernel::task::Task;
 use crate::kernel::Kernel;
-use crate::mm::fs::Inode;
 use crate::mm::vmstat::{Stat, ENTRY_NAMES, NR_STATS, STAT_NAMES};
 use crate::sim::{Ns, NSEC_PER_SEC};
 use crate::types::{Error, Progress};
@@ -36,21 +34,19 @@ impl SetupEnv for Env<'_> {
     fn mem_bytes(&self) -> u64 {
         self.k.mem_bytes()
     }
-    fn create_file(&mut self, fs: FsKind, size: u64, populate: bool) -> Result<FileId, String> {
-        let id = self.k.inodes.len() as u32;
-        self.k.inodes.push(Inode::new(id, fs, size));
+    fn create_file(&mut self, fs: FsKind, size: u64, populate: bool) -> Result<FileId, Error> {
+        let id = self.k.new_inode(fs, size);
         if populate {
             self.k.populate_file(id)?;
         }
         Ok(id)
     }
-    fn create_file_on(&mut self, fs: FsKind, size: u64, populate: bool, node: Option<u32>, hot: bool) -> Result<FileId, String> {
+    fn create_file_on(&mut self, fs: FsKind, size: u64, populate: bool, node: Option<u32>, hot: bool) -> Result<FileId, Error> {
         let nid = node.unwrap_or(self.k.cpus[0].node);
         if nid as usize >= self.k.nodes.len() {
-            return Err(format!("populate_node: no node {nid} (the machine has {})", self.k.nodes.len()));
+            return Err(Error::Workload(format!("populate_node: no node {nid} (the machine has {})", self.k.nodes.len())));
         }
-        let id = self.k.inodes.len() as u32;
-        self.k.inodes.push(Inode::new(id, fs, size));
+        let id = self.k.new_inode(fs, size);
         if populate {
             self.k.populate_file_on(id, nid)?;
             if hot {
@@ -59,7 +55,7 @@ impl SetupEnv for Env<'_> {
         }
         Ok(id)
     }
-    fn spawn_process(&mut self, cpu: Option<u32>) -> Result<TaskId, String> {
+    fn spawn_process(&mut self, cpu: Option<u32>) -> Result<TaskId, Error> {
         let pinned = cpu.is_some();
         let cpu = self.pick_cpu(cpu)?;
         let mm = self.k.new_mm();
@@ -71,17 +67,17 @@ impl SetupEnv for Env<'_> {
         self.k.mms[mm as usize].mmap_base = base;
         Ok(self.add_task(mm, cpu, pinned))
     }
-    fn spawn_thread(&mut self, of: TaskId, cpu: Option<u32>) -> Result<TaskId, String> {
+    fn spawn_thread(&mut self, of: TaskId, cpu: Option<u32>) -> Result<TaskId, Error> {
         let pinned = cpu.is_some();
         let cpu = self.pick_cpu(cpu)?;
-        let mm = self.k.tasks.get(of as usize).ok_or_else(|| format!("spawn_thread: no task {of}"))?.mm;
-        self.k.mms[mm as usize].users += 1;
+        let mm = self.k.tasks.get(of as usize).ok_or_else(|| Error::Internal(format!("spawn_thread: no task {of}")))?.mm;
+        self.k.mms[mm as usize].mmget();
         Ok(self.add_task(mm, cpu, pinned))
     }
     fn seed(&self) -> u64 {
         self.seed
     }
-    fn start_gate(&mut self, tasks: &[TaskId]) -> Result<(), String> {
+    fn start_gate(&mut self, tasks: &[TaskId]) -> Result<(), Error> {
         // pipe_write wakes the pollers, non-exclusive waiters, in wait-queue
         // order, and add_wait_queue puts each new waiter at the head: the
         // last task to poll is woken first. Each try_to_wake_up, one after
@@ -93,7 +89,7 @@ impl SetupEnv for Env<'_> {
         let waker = 0;
         let mut t = 0;
         for &id in tasks.iter().rev() {
-            let task = k.tasks.get_mut(id as usize).ok_or_else(|| format!("start_gate: no task {id}"))?;
+            let task = k.tasks.get_mut(id as usize).ok_or_else(|| Error::Internal(format!("start_gate: no task {id}")))?;
             t += k.lc.transfer(task.cpu, waker) + k.c.ipi_send;
             task.clock = t + k.c.context_switch;
         }
@@ -102,7 +98,7 @@ impl SetupEnv for Env<'_> {
     fn image_buffer(&self) -> u64 {
         crate::mm::exec::GLIBC_2_36_X86_64.testcase_buf
     }
-    fn map_process_image(&mut self, task: TaskId) -> Result<(), String> {
+    fn map_process_image(&mut self, task: TaskId) -> Result<(), Error> {
         let img = &crate::mm::exec::GLIBC_2_36_X86_64;
         let file = match self.image_file {
             Some(f) => f,
@@ -115,7 +111,7 @@ impl SetupEnv for Env<'_> {
                 f
             }
         };
-        let mm = self.k.tasks.get(task as usize).ok_or_else(|| format!("map_process_image: no task {task}"))?.mm;
+        let mm = self.k.tasks.get(task as usize).ok_or_else(|| Error::Internal(format!("map_process_image: no task {task}")))?.mm;
         self.k.map_process_image(mm, file, img)?;
         self.imaged.push(task);
         Ok(())
@@ -123,11 +119,11 @@ impl SetupEnv for Env<'_> {
 }
 
 impl Env<'_> {
-    fn pick_cpu(&mut self, cpu: Option<u32>) -> Result<u32, String> {
+    fn pick_cpu(&mut self, cpu: Option<u32>) -> Result<u32, Error> {
         let n = self.k.nr_cpus();
         match cpu {
             Some(c) if c < n => Ok(c),
-            Some(c) => Err(format!("cpu {c} does not exist (the machine has {n})")),
+            Some(c) => Err(Error::Workload(format!("cpu {c} does not exist (the machine has {n})"))),
             None => {
                 let c = self.k.topo.placement(self.next_cpu % n);
                 self.next_cpu += 1;
@@ -136,11 +132,8 @@ impl Env<'_> {
         }
     }
     fn add_task(&mut self, mm: u32, cpu: u32, pinned: bool) -> TaskId {
-        let id = self.k.tasks.len() as u32;
-        let mut t = Task::new(id, mm, cpu, 0);
-        t.pinned = pinned;
-        self.k.tasks.push(t);
-        self.k.mms[mm as usize].cpumask_set(cpu);
+        let id = self.k.new_task(mm, cpu);
+        self.k.tasks[id as usize].pinned = pinned;
         id
     }
 }
@@ -299,7 +292,7 @@ impl Driver {
         boot_hook(&mut k);
         let imaged = {
             let mut env = Env { k: &mut k, seed, next_cpu: 0, image_file: None, imaged: Vec::new(), launcher_mmap_base: None };
-            wl.setup(&mut env).map_err(Error::Workload)?;
+            wl.setup(&mut env)?;
             env.imaged
         };
         if k.tasks.is_empty() {
@@ -323,7 +316,7 @@ impl Driver {
             k.touch_process_image(tid, &crate::mm::exec::GLIBC_2_36_X86_64)?;
         }
         for m in k.mms.iter_mut() {
-            m.base_rss = m.rss_anon + m.rss_file;
+            m.set_base_rss();
         }
         let mut q = Queue { heap: BinaryHeap::new(), seq: 0 };
         for i in 0..k.tasks.len() {
@@ -820,11 +813,11 @@ pub fn result_json(cfg: &Config, o: &Outcome) -> Value {
             "mem_map_bytes": k.mem_map.footprint_bytes(),
             "nr_free_pages": k.stat.get(Stat::NrFreePages),
             // VmHWM: the largest peak RSS of any mm, and each mm's (KiB).
-            "peak_rss_kib": k.mms.iter().map(|m| m.hiwater_rss.max(0) as u64 * 4).max().unwrap_or(0),
-            "peak_rss_kib_by_mm": k.mms.iter().map(|m| m.hiwater_rss.max(0) as u64 * 4).collect::<Vec<_>>(),
+            "peak_rss_kib": k.mms.iter().map(|m| m.hiwater_rss().max(0) as u64 * 4).max().unwrap_or(0),
+            "peak_rss_kib_by_mm": k.mms.iter().map(|m| m.hiwater_rss().max(0) as u64 * 4).collect::<Vec<_>>(),
             // RSS when the run started (a process image's pages), the
             // largest of any mm: the harness's baseline.
-            "base_rss_kib": k.mms.iter().map(|m| m.base_rss.max(0) as u64 * 4).max().unwrap_or(0),
+            "base_rss_kib": k.mms.iter().map(|m| m.base_rss().max(0) as u64 * 4).max().unwrap_or(0),
             // What the CPUs moved through each node's shared bandwidth and
             // through the socket links (sim/bw.rs), and the time transfers
             // waited for them beyond what one CPU alone takes.

@@ -2,6 +2,7 @@
 
 use foliosim::config;
 use foliosim::run::{self, Outcome};
+use foliosim::types::Error;
 use foliosim::workload::{map, prot, Access, Op, Ret, SetupEnv, TaskId, Workload};
 use serde_json::Value;
 
@@ -20,7 +21,7 @@ fn json_of(toml: &str) -> Value {
 }
 
 fn stat(o: &Outcome, name: &str) -> i64 {
-    o.kernel.stat.get(foliosim::mm::vmstat::Stat::from_name(name).unwrap())
+    o.kernel.stat().get(foliosim::mm::vmstat::Stat::from_name(name).unwrap())
 }
 
 fn small(workload: &str, mode: &str, tasks: u32, extra: &str) -> String {
@@ -47,9 +48,9 @@ fn every_will_it_scale_test_runs_clean_in_both_modes() {
         for mode in ["processes", "threads"] {
             let size = if matches!(w, "tlb_flush2" | "read1" | "read2") { "" } else { "size_mib = 4" };
             let o = sim(&small(w, mode, 3, size));
-            assert!(o.kernel.check.violations.is_empty(), "{w}/{mode}: {:?}", o.kernel.check.violations);
-            assert!(o.kernel.check.audits > 2, "{w}/{mode}: checker did not audit");
-            let ops: u64 = o.kernel.tasks.iter().map(|t| t.ops).sum();
+            assert!(o.kernel.check().violations.is_empty(), "{w}/{mode}: {:?}", o.kernel.check().violations);
+            assert!(o.kernel.check().audits > 2, "{w}/{mode}: checker did not audit");
+            let ops: u64 = o.kernel.tasks().iter().map(|t| t.ops).sum();
             assert!(ops > 0, "{w}/{mode}: no operations completed");
         }
     }
@@ -60,7 +61,7 @@ fn page_fault1_faults_once_per_page_and_frees_everything() {
     // No process image: its start-up faults (file pages among them) and
     // pages would enter the counts.
     let o = sim(&small("page_fault1", "processes", 1, "size_mib = 4\nprocess_image = \"none\""));
-    let ops = o.kernel.tasks[0].ops as i64;
+    let ops = o.kernel.tasks()[0].ops as i64;
     let faults = stat(&o, "pgfault");
     // One anonymous write fault per page touched (4 KiB pages only).
     assert!((faults - ops).abs() <= 1, "faults {faults} vs ops {ops}");
@@ -122,7 +123,7 @@ impl Workload for SharedRegion {
     fn name(&self) -> &str {
         "shared_region"
     }
-    fn setup(&mut self, env: &mut dyn SetupEnv) -> Result<(), String> {
+    fn setup(&mut self, env: &mut dyn SetupEnv) -> Result<(), Error> {
         let a = env.spawn_process(Some(0))?;
         let b = env.spawn_thread(a, Some(1))?;
         self.tasks = vec![a, b];
@@ -163,18 +164,18 @@ fn shared_region(mutant: &str) -> Outcome {
 #[test]
 fn checker_passes_correct_shootdowns() {
     let o = shared_region("none");
-    assert!(o.kernel.check.violations.is_empty(), "{:?}", o.kernel.check.violations);
+    assert!(o.kernel.check().violations.is_empty(), "{:?}", o.kernel.check().violations);
     assert!(stat(&o, "nr_tlb_remote_flush") > 0, "the munmaps should have shot down CPU 1");
-    assert!(o.kernel.check.tlb_checks > 0);
+    assert!(o.kernel.check().tlb_checks > 0);
 }
 
 #[test]
 fn checker_catches_a_skipped_shootdown() {
     let o = shared_region("skip_shootdown");
     assert!(
-        o.kernel.check.violations.iter().any(|v| v.contains("stale")),
+        o.kernel.check().violations.iter().any(|v| v.contains("stale")),
         "skipping the munmap shootdown must be caught: {:?}",
-        o.kernel.check.violations
+        o.kernel.check().violations
     );
 }
 
@@ -182,7 +183,7 @@ fn checker_catches_a_skipped_shootdown() {
 fn checker_catches_a_leaked_mapcount() {
     let t = small("page_fault1", "processes", 1, "size_mib = 4").replace("[run]", "[knobs]\n\"debug.mutant\" = \"leak_mapcount\"\n[run]");
     let o = sim(&t);
-    assert!(o.kernel.check.violations.iter().any(|v| v.contains("mapcount")), "{:?}", o.kernel.check.violations);
+    assert!(o.kernel.check().violations.iter().any(|v| v.contains("mapcount")), "{:?}", o.kernel.check().violations);
 }
 
 #[test]
@@ -192,9 +193,9 @@ fn checker_catches_broken_buddy_accounting() {
             small("page_fault1", "processes", 2, "size_mib = 4").replace("[run]", &format!("[knobs]\n\"debug.mutant\" = \"{m}\"\n[run]"));
         let o = sim(&t);
         assert!(
-            o.kernel.check.violations.iter().any(|v| v.contains("page allocator") || v.contains("nr_free")),
+            o.kernel.check().violations.iter().any(|v| v.contains("page allocator") || v.contains("nr_free")),
             "{m} must be caught: {:?}",
-            o.kernel.check.violations
+            o.kernel.check().violations
         );
     }
 }
@@ -215,7 +216,7 @@ impl Workload for ForkCow {
     fn name(&self) -> &str {
         "fork_cow"
     }
-    fn setup(&mut self, env: &mut dyn SetupEnv) -> Result<(), String> {
+    fn setup(&mut self, env: &mut dyn SetupEnv) -> Result<(), Error> {
         self.parent = env.spawn_process(Some(0))?;
         Ok(())
     }
@@ -258,7 +259,7 @@ impl Workload for ForkCow {
 fn fork_copy_on_write_then_reuse() {
     let c = cfg("[machine]\nnode_mem_mib = [512, 512]\n[workload]\nname = \"mmap1\"\n[run]\nwarmup_s = 0.0\nduration_s = 0.05\ncheck = true\naudit_interval_ms = 0.5\n");
     let o = run::simulate_with(&c, Box::new(ForkCow { parent: 0, child: None, addr: 0, ps: 0, cs: 0 }), &mut |_| true).unwrap();
-    assert!(o.kernel.check.violations.is_empty(), "{:?}", o.kernel.check.violations);
+    assert!(o.kernel.check().violations.is_empty(), "{:?}", o.kernel.check().violations);
     assert_eq!(stat(&o, "foliosim_fault_anon"), PAGES as i64, "parent's first touches");
     assert_eq!(stat(&o, "foliosim_fault_cow"), PAGES as i64, "child's writes copy");
     assert_eq!(stat(&o, "pgreuse"), PAGES as i64, "parent reuses after the child exits");
@@ -289,5 +290,21 @@ fn the_checker_does_not_change_the_run() {
             assert!(differ.is_empty() && a == b, "{w}/{mode}: {differ:?} differ with the checker off");
             assert!(stat_of(&a, "pgfree") > 0, "{w}/{mode}: nothing was freed");
         }
+    }
+}
+
+/// A setup error keeps its type through the workload's setup: a populated
+/// page cache the machine cannot hold (127 MiB of 128, which the config's
+/// estimate lets through: the kernel's own pages and the watermarks are
+/// not in it) is out of memory (a bigger machine fixes it), not a workload
+/// that cannot run.
+#[test]
+fn a_page_cache_the_machine_cannot_hold_is_out_of_memory() {
+    let text = "seed = 1\n[machine]\nprofile = \"generic-x86\"\nnode_mem_mib = [64, 64]\n[workload]\nname = \"file_reader\"\nfs = \"tmpfs\"\nfile_mib = 127\npopulate = true\n[run]\nduration_s = 0.01\n";
+    let cfg = foliosim::config::from_toml(text, "oom.toml").unwrap();
+    match foliosim::run::simulate(&cfg, &mut |_| true) {
+        Err(foliosim::types::Error::OutOfMemory(m)) => assert!(m.contains("page cache"), "{m}"),
+        Err(e) => panic!("not OutOfMemory: {e:?}"),
+        Ok(_) => panic!("a 127 MiB page cache fitted in 128 MiB with the kernel"),
     }
 }

@@ -29,7 +29,7 @@ fn boot(knobs: &str, tweak: &dyn Fn(&mut Profile)) -> H {
 }
 
 fn entry(h: &H, tid: u32, e: Entry) -> Ns {
-    h.k.tasks[tid as usize].entry_ns[e as usize]
+    h.k.tasks()[tid as usize].entry_ns[e as usize]
 }
 
 fn mmap(h: &mut H, tid: u32, len: u64) -> u64 {
@@ -59,7 +59,7 @@ fn fault_and_unmap(knobs: &str, tweak: &dyn Fn(&mut Profile)) -> (Ns, Ns) {
     let a = mmap(&mut h, t, 4 * MIB);
     let f = fault(&mut h, t, a + 4096);
     let u = munmap(&mut h, t, a, 4 * MIB);
-    assert!(h.k.check.violations.is_empty(), "{:?}", h.k.check.violations);
+    assert!(h.k.check().violations.is_empty(), "{:?}", h.k.check().violations);
     (f, u)
 }
 
@@ -118,9 +118,9 @@ fn an_order_4_free_takes_the_zone_lock_and_smaller_orders_do_not() {
         let t = h.process(0);
         let a = mmap(&mut h, t, 4 * MIB);
         fault(&mut h, t, a);
-        let before = h.k.pa.zone_lock_stats(0).acquisitions;
+        let before = h.k.pa().zone_lock_stats(0).acquisitions;
         munmap(&mut h, t, a, 4 * MIB);
-        let after = h.k.pa.zone_lock_stats(0).acquisitions;
+        let after = h.k.pa().zone_lock_stats(0).acquisitions;
         assert_eq!(after > before, locks, "{knobs}: zone lock taken {} times by the free", after - before);
     }
 }
@@ -155,7 +155,7 @@ fn a_page_clears_at_the_warm_bandwidth_only_while_this_cpus_cache_holds_it() {
         h.val(t0, 0, Op::Madvise { addr: a, len: n * 4096, advice: foliosim::workload::Advice::DontNeed });
         let (tid, at) = if second == 0 { (t0, a) } else { (t1, b) };
         let f = (0..n).map(|i| fault(&mut h, tid, at + i * 4096)).collect();
-        assert!(h.k.check.violations.is_empty(), "{:?}", h.k.check.violations);
+        assert!(h.k.check().violations.is_empty(), "{:?}", h.k.check().violations);
         f
     }
     let clear = |gbps: f64| (4096.0 / gbps).round() as i64;
@@ -200,12 +200,12 @@ fn a_walk_into_the_last_walked_table_is_cheaper() {
         }
         // Re-touch the populated pages: every access misses the TLB
         // (flushed), none faults.
-        h.k.cpus[0].tlb.flush_all();
-        let u0 = h.k.tasks[t as usize].user_ns;
+        h.k.cpu_mut(0).tlb.flush_all();
+        let u0 = h.k.tasks()[t as usize].user_ns;
         for i in 0..8 {
             h.run(t, 0, Op::Access { addr: a + i * stride, kind: Access::Store });
         }
-        h.k.tasks[t as usize].user_ns - u0
+        h.k.tasks()[t as usize].user_ns - u0
     };
     // Consecutive pages share one PTE table: one walk that is not cached
     // (the table of the last fault's re-walk is the same: all cached).
@@ -263,7 +263,7 @@ const GLIBC: &foliosim::mm::exec::ProcessImage = &foliosim::mm::exec::GLIBC_2_36
 fn imaged(knobs: &str) -> (H, u32) {
     let mut h = boot(knobs, &|_| {});
     let t = h.process(0);
-    let mm = h.k.tasks[t as usize].mm;
+    let mm = h.k.tasks()[t as usize].mm;
     let f = h.file(GLIBC.file_bytes() >> 12);
     h.k.map_process_image(mm, f, GLIBC).unwrap();
     (h, t)
@@ -345,7 +345,7 @@ fn a_process_image_puts_the_mapping_where_linux_does() {
     let (mut h, t) = imaged(MTHP_64K);
     let a = mmap(&mut h, t, MIB);
     assert_eq!(a, 0x7fff_f7cd_2000);
-    let faults = |h: &H| h.k.stat.get(foliosim::mm::vmstat::Stat::Pgfault);
+    let faults = |h: &H| h.k.stat().get(foliosim::mm::vmstat::Stat::Pgfault);
     let f0 = faults(&h);
     for i in 0..256 {
         h.run(t, 0, Op::Access { addr: a + i * 4096, kind: Access::Store });
@@ -370,9 +370,9 @@ fn a_will_it_scale_process_starts_with_its_image_resident() {
     assert_eq!(out["memory"]["base_rss_kib"], 0);
 
     let (mut h, t) = imaged(UPSTREAM);
-    let mm = h.k.tasks[t as usize].mm as usize;
+    let mm = h.k.tasks()[t as usize].mm as usize;
     h.k.touch_process_image(t, GLIBC).unwrap();
-    let m = &h.k.mms[mm];
+    let m = &h.k.mms()[mm];
     let vma = |a: u64| m.vma_lookup(a).map(|v| (v.start, v.end, v.flags, v.is_anon()));
     use foliosim::mm::vma::vm;
     assert_eq!(vma(0x5555_5555_4000).map(|v| v.0), Some(0x5555_5555_4000), "binary");
@@ -381,7 +381,7 @@ fn a_will_it_scale_process_starts_with_its_image_resident() {
         Some((0x5555_5557_5000, 0x5555_5559_6000, vm::READ | vm::WRITE | vm::MAYWRITE | vm::BRK, true)),
         "heap"
     );
-    assert_eq!((m.brk_start, m.brk), (0x5555_5557_5000, 0x5555_5559_6000));
+    assert_eq!(m.brk(), (0x5555_5557_5000, 0x5555_5559_6000));
     assert_eq!(
         vma(0x7fff_ffff_e000),
         Some((0x7fff_fffd_e000, 0x7fff_ffff_f000, vm::READ | vm::WRITE | vm::MAYWRITE | vm::GROWSDOWN, true)),
@@ -389,5 +389,5 @@ fn a_will_it_scale_process_starts_with_its_image_resident() {
     );
     assert_eq!(vma(0x7fff_f7dd_5000).map(|v| (v.0, v.3)), Some((0x7fff_f7dd_5000, false)), "libc's first segment");
     assert!(vma(0x7fff_f7fb_7000).is_none(), "ld.so's hole");
-    assert_eq!((m.rss_anon + m.rss_file) * 4, 2196);
+    assert_eq!(m.rss() * 4, 2196);
 }

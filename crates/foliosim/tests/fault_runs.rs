@@ -141,7 +141,7 @@ fn page_fault1_runs_its_faults_as_runs() {
     let toml = "[workload]\nname = \"page_fault1\"\ntasks = 1\nsize_mib = 4\n[run]\nwarmup_s = 0.0\nduration_s = 0.01\n";
     let cfg = foliosim::config::from_toml(toml, "pf1").unwrap();
     let o = foliosim::run::simulate(&cfg, &mut |_| true).unwrap();
-    let faults = o.kernel.stat.get(foliosim::mm::vmstat::Stat::Pgfault) as u64;
+    let faults = o.kernel.stat().get(foliosim::mm::vmstat::Stat::Pgfault) as u64;
     assert!(o.run_steps > faults / 2, "{} of {faults} faults' steps ran in runs", o.run_steps);
 }
 

@@ -14,7 +14,7 @@ fn sim(toml: &str) -> Outcome {
 }
 
 fn st(o: &Outcome, s: Stat) -> i64 {
-    o.kernel.stat.get(s)
+    o.kernel.stat().get(s)
 }
 
 /// A 512 MiB guest running memhog `mib` twice, `sleep_ms` apart.
@@ -27,8 +27,8 @@ fn guest(knobs: &str, mib: u64, sleep_ms: u64, dur: f64) -> String {
 #[test]
 fn reported_memory_leaves_the_host_and_refaults_zeroed() {
     let on = sim(&guest("\"page_reporting.enabled\" = true", 256, 6000, 7.0));
-    assert!(on.kernel.check.violations.is_empty(), "{:?}", on.kernel.check.violations);
-    assert!(on.kernel.check.audits > 2);
+    assert!(on.kernel.check().violations.is_empty(), "{:?}", on.kernel.check().violations);
+    assert!(on.kernel.check().audits > 2);
     assert!(st(&on, Stat::PageReportingPasses) >= 2);
     let reported = st(&on, Stat::PageReportingReportedPages);
     assert!(reported > 0 && reported % 512 == 0, "whole order >= 9 blocks are reported: {reported}");
@@ -36,7 +36,7 @@ fn reported_memory_leaves_the_host_and_refaults_zeroed() {
     assert!(st(&on, Stat::HostFaults) > 0, "no host refault");
     assert_eq!(st(&on, Stat::HostFaults), st(&on, Stat::HostZeroedPages), "DONTNEED refaults zero 4 KiB each");
     let off = sim(&guest("", 256, 6000, 7.0));
-    assert!(off.kernel.check.violations.is_empty());
+    assert!(off.kernel.check().violations.is_empty());
     assert_eq!(st(&off, Stat::HostFaults), 0);
     assert_eq!(st(&off, Stat::HostRss), 512 * 256, "without reporting the host keeps everything");
     assert!(st(&on, Stat::HostRss) < st(&off, Stat::HostRss) - 64 * 256, "reporting gave memory back: {}", st(&on, Stat::HostRss));
@@ -45,7 +45,7 @@ fn reported_memory_leaves_the_host_and_refaults_zeroed() {
 #[test]
 fn madv_free_refaults_without_zeroing() {
     let o = sim(&guest("\"page_reporting.enabled\" = true\n\"host.discard\" = \"free\"", 256, 6000, 7.0));
-    assert!(o.kernel.check.violations.is_empty(), "{:?}", o.kernel.check.violations);
+    assert!(o.kernel.check().violations.is_empty(), "{:?}", o.kernel.check().violations);
     assert!(st(&o, Stat::HostLazyfreeReuse) > 0);
     assert_eq!(st(&o, Stat::HostZeroedPages), 0, "MADV_FREE pages come back without host zeroing");
     assert_eq!(st(&o, Stat::HostRss), 512 * 256, "MADV_FREE alone does not shrink RSS");
@@ -54,7 +54,7 @@ fn madv_free_refaults_without_zeroing() {
 #[test]
 fn checker_catches_reported_flag_kept_on_allocation() {
     let o = sim(&guest("\"page_reporting.enabled\" = true\n\"debug.mutant\" = \"fpr_keep_reported_on_alloc\"", 256, 6000, 7.0));
-    let v = &o.kernel.check.violations;
+    let v = &o.kernel.check().violations;
     assert!(v.iter().any(|m| m.contains("PG_reported")), "mutant not caught: {v:?}");
 }
 
@@ -66,15 +66,15 @@ fn idle_guest_reports_a_sixteenth_per_list_per_pass_until_done() {
         format!("[machine]\nprofile = \"e5-2630v3-guest-32g\"\nnode_mem_mib = [4096]\n[workload]\nname = \"memhog\"\nsize_mib = 1\n[knobs]\n\"host.prealloc\" = true\n\"page_reporting.enabled\" = true\n[run]\nwarmup_s = 0.0\nduration_s = {dur}\ncheck = true\naudit_interval_ms = 500.0\n")
     };
     let one = sim(&t(3.0));
-    assert!(one.kernel.check.violations.is_empty(), "{:?}", one.kernel.check.violations);
+    assert!(one.kernel.check().violations.is_empty(), "{:?}", one.kernel.check().violations);
     assert_eq!(st(&one, Stat::PageReportingPasses), 1, "the first pass starts 2 s after registration");
     assert_eq!(st(&one, Stat::PageReportingBudgetExhausted), 1, "the order-10 list ran out of budget");
     let calls = st(&one, Stat::PageReportingCalls);
     assert!((3..=4).contains(&calls), "budget + 1 full calls (+ leftover): {calls}");
     assert!(st(&one, Stat::PageReportingReportedPages) <= 4 * 32 * 1024);
     let all = sim(&t(30.0));
-    assert!(all.kernel.check.violations.is_empty());
-    let free = all.kernel.pa.nr_free() as i64;
+    assert!(all.kernel.check().violations.is_empty());
+    let free = all.kernel.pa().nr_free() as i64;
     let flagged = st(&all, Stat::NrReportedPages);
     assert!(flagged > free * 9 / 10, "idle guest not fully reported: {flagged} of {free}");
     assert!(st(&all, Stat::PageReportingPasses) < 14, "the worker goes idle once done");
@@ -85,8 +85,8 @@ fn disabled_reporting_leaves_the_allocator_untouched() {
     let base = "[machine]\nprofile = \"e5-2630v3-guest-32g\"\nnode_mem_mib = [512]\n[workload]\nname = \"page_fault1\"\nsize_mib = 4\n[run]\nwarmup_s = 0.0\nduration_s = 0.05\n";
     let a = sim(base);
     let b = sim(&base.replace("[run]", "[knobs]\n\"page_reporting.enabled\" = false\n\"page_reporting.page_reporting_order\" = 9\n\"page_reporting.reported_putback\" = \"v17_head_rules\"\n[run]"));
-    assert_eq!(a.kernel.stat.v, b.kernel.stat.v);
-    assert_eq!(a.kernel.pa.free_extents(), b.kernel.pa.free_extents());
+    assert_eq!(a.kernel.stat().v, b.kernel.stat().v);
+    assert_eq!(a.kernel.pa().free_extents(), b.kernel.pa().free_extents());
 }
 
 #[test]
@@ -97,7 +97,7 @@ fn host_limit_swaps_and_reporting_avoids_it() {
     let off = sim(&guest(k, 256, 6000, 8.0).replace("\"host.prealloc\" = true\n", ""));
     let on = sim(&guest(&format!("{k}\n\"page_reporting.enabled\" = true"), 256, 6000, 8.0).replace("\"host.prealloc\" = true\n", ""));
     for o in [&off, &on] {
-        assert!(o.kernel.check.violations.is_empty(), "{:?}", o.kernel.check.violations);
+        assert!(o.kernel.check().violations.is_empty(), "{:?}", o.kernel.check().violations);
         assert!(st(o, Stat::HostRss) <= 320 * 256);
     }
     assert!(st(&off, Stat::HostPswpout) > 0, "the limit forced no swap");
@@ -112,8 +112,8 @@ fn host_limit_swaps_and_reporting_avoids_it() {
 #[test]
 fn memhog_then_runs_the_test_after_memhog() {
     let o = sim("[machine]\nprofile = \"e5-2630v3-guest-32g\"\nnode_mem_mib = [512]\n[workload]\nname = \"memhog_then\"\nhog_mib = 64\nsettle_ms = 20\ntest = \"page_fault2\"\ntasks = 2\nsize_mib = 4\n[run]\nwarmup_s = 0.0\nduration_s = 0.2\ncheck = true\naudit_interval_ms = 20.0\n");
-    assert!(o.kernel.check.violations.is_empty(), "{:?}", o.kernel.check.violations);
-    let ops: Vec<u64> = o.kernel.tasks.iter().map(|t| t.ops).collect();
+    assert!(o.kernel.check().violations.is_empty(), "{:?}", o.kernel.check().violations);
+    let ops: Vec<u64> = o.kernel.tasks().iter().map(|t| t.ops).collect();
     assert_eq!(ops[0], 64 * 256, "memhog touched its pages once");
     assert!(ops[1] > 0 && ops[2] > 0, "both test tasks ran: {ops:?}");
     assert!(st(&o, Stat::FaultCow) > 0, "page_fault2 copies");
@@ -128,7 +128,7 @@ fn memhog_then_waiters_sleep_and_all_start_on_a_full_smt_guest() {
     let o = sim("[machine]\nprofile = \"e5-2630v3-guest-32g\"\nnode_mem_mib = [1024]\n[workload]\nname = \"memhog_then\"\nhog_mib = 16\nsettle_ms = 300\ntest = \"page_fault1\"\ntasks = 16\nsize_mib = 4\n[run]\nwarmup_s = 0.0\nduration_s = 0.5\n");
     assert_eq!(o.kernel.nr_cpus(), 16);
     let settle = 300_000_000;
-    for t in &o.kernel.tasks[1..] {
+    for t in &o.kernel.tasks()[1..] {
         assert!(t.ops > 0, "test task {} never started", t.id);
         // Asleep for the settle time: little user time, about 3 ms of
         // nanosleep calls (one a poll_ms), the rest of the clock asleep.
@@ -159,12 +159,12 @@ fn memory_one_guest_reports_serves_another_without_host_swap() {
     let off = two_guests(false);
     for o in [&on, &off] {
         for g in &o.guests {
-            assert!(g.kernel.check.violations.is_empty(), "{:?}", g.kernel.check.violations);
-            assert!(g.kernel.check.audits >= 1);
+            assert!(g.kernel.check().violations.is_empty(), "{:?}", g.kernel.check().violations);
+            assert!(g.kernel.check().audits >= 1);
         }
         o.host.check().unwrap();
         assert!(o.host.rss() <= 640 * 256);
-        assert_eq!(o.guests[1].kernel.tasks.iter().map(|t| t.ops).sum::<u64>(), 448 * 256, "guest 1's memhog finished");
+        assert_eq!(o.guests[1].kernel.tasks().iter().map(|t| t.ops).sum::<u64>(), 448 * 256, "guest 1's memhog finished");
     }
     let pswpout = |o: &foliosim::virt::guests::GuestsOutcome| o.guests.iter().map(|g| st(g, Stat::HostPswpout)).sum::<i64>();
     assert!(pswpout(&off) > 64 * 256, "without reporting the host had to swap: {}", pswpout(&off));
@@ -191,9 +191,9 @@ fn one_guest_through_the_multi_guest_driver_is_the_single_run() {
         st(&single, Stat::HostPswpout) > 0 && st(&single, Stat::PageReportingReportedPages) > 0,
         "the run exercises host reclaim and reporting"
     );
-    assert_eq!(single.kernel.stat.v, m.kernel.stat.v);
+    assert_eq!(single.kernel.stat().v, m.kernel.stat().v);
     assert_eq!(single.samples_stat, m.samples_stat);
-    assert_eq!(single.kernel.pa.free_extents(), m.kernel.pa.free_extents());
+    assert_eq!(single.kernel.pa().free_extents(), m.kernel.pa().free_extents());
 }
 
 #[test]
@@ -220,7 +220,7 @@ fn a_task_sharing_the_workers_cpu_is_not_held_up_by_its_timed_sleep() {
     let o = sim("[machine]\nprofile = \"e5-2630v3-guest-32g\"\nnode_mem_mib = [4096]\nnr_cpus = 2\n[workload]\nname = \"page_fault1\"\ntasks = 2\nsize_mib = 16\n[knobs]\n\"host.prealloc\" = true\n\"page_reporting.enabled\" = true\n[run]\nwarmup_s = 0.0\nduration_s = 7.0\n");
     assert!(st(&o, Stat::PageReportingPasses) >= 2, "the worker ran passes");
     let worker_cpu = 1;
-    let ops = |cpu: u32| o.kernel.tasks.iter().filter(|t| t.kthread.is_none() && t.cpu == cpu).map(|t| t.ops).sum::<u64>() as f64;
+    let ops = |cpu: u32| o.kernel.tasks().iter().filter(|t| t.kthread.is_none() && t.cpu == cpu).map(|t| t.ops).sum::<u64>() as f64;
     assert!(ops(worker_cpu) > 0.95 * ops(0), "task on the worker's CPU lost time: {} vs {}", ops(worker_cpu), ops(0));
 }
 
@@ -239,8 +239,8 @@ fn large_folio_guest(knobs: &str) -> (Outcome, Outcome) {
 /// 4 KiB pages do (same blocks reported, same memory re-used), the
 /// checker's use and audit rules hold, and host RSS covers the memhog.
 fn assert_large_folios_refault(large: &Outcome, small: &Outcome, what: &str) {
-    assert!(large.kernel.check.violations.is_empty(), "{what}: {:?}", large.kernel.check.violations);
-    assert!(large.kernel.check.audits > 2);
+    assert!(large.kernel.check().violations.is_empty(), "{what}: {:?}", large.kernel.check().violations);
+    assert!(large.kernel.check().audits > 2);
     let (fl, fs) = (st(large, Stat::HostFaults), st(small, Stat::HostFaults));
     assert!(st(large, Stat::PageReportingReportedPages) > 0);
     assert!(fs > 0 && fl > 0, "{what}: no host fault for reported memory the second cycle took ({fl} against {fs} with 4 KiB folios)");
@@ -273,7 +273,7 @@ fn mthp_folios_fault_reported_memory_back_in() {
 #[test]
 fn thp_memhog_on_an_unbacked_guest_is_backed_by_the_host() {
     let o = sim("seed = 13\n[machine]\nprofile = \"e5-2630v3-guest-32g\"\nnode_mem_mib = [1024]\n[workload]\nname = \"memhog\"\nsize_mib = 256\n[knobs]\n\"page_reporting.enabled\" = true\n\"kernel/mm/transparent_hugepage/enabled\" = \"always\"\n[run]\nwarmup_s = 0.0\nduration_s = 0.6\ncheck = true\naudit_interval_ms = 20.0\n");
-    assert!(o.kernel.check.violations.is_empty(), "{:?}", o.kernel.check.violations);
+    assert!(o.kernel.check().violations.is_empty(), "{:?}", o.kernel.check().violations);
     assert_eq!(st(&o, Stat::ThpFaultAlloc), 128);
     let faults = st(&o, Stat::HostFaults);
     assert!(faults >= 256 * 256, "the memhog's 65536 frames were faulted in on the host: {faults}");
@@ -284,7 +284,7 @@ fn thp_memhog_on_an_unbacked_guest_is_backed_by_the_host() {
 #[test]
 fn checker_catches_a_guest_page_used_without_host_backing() {
     let o = sim(&guest("\"page_reporting.enabled\" = true\n\"debug.mutant\" = \"fpr_skip_host_fault\"", 256, 6000, 7.0));
-    let v = &o.kernel.check.violations;
+    let v = &o.kernel.check().violations;
     assert!(v.iter().any(|m| m.contains("while the host has no page behind them")), "mutant not caught: {v:?}");
     // Large folios too, on the THP path.
     let o = sim(&guest(
@@ -293,7 +293,7 @@ fn checker_catches_a_guest_page_used_without_host_backing() {
         6000,
         7.0,
     ));
-    let v = &o.kernel.check.violations;
+    let v = &o.kernel.check().violations;
     assert!(v.iter().any(|m| m.contains("cleared while the host has no page")), "THP path not caught: {v:?}");
 }
 
@@ -307,8 +307,8 @@ fn migration_targets_fault_the_host_back_in() {
     let a = h.allocator(0);
     let t = h.alloc_write(a, 0, 64);
     let (base, _) = h.arena[&a];
-    let mm = h.k.tasks[a as usize].mm as usize;
-    let frames = |h: &H| -> Vec<foliosim::mm::Pfn> { (0..64).map(|i| h.k.mms[mm].pt.pte(base + i * 4096).pfn()).collect() };
+    let mm = h.k.tasks()[a as usize].mm as usize;
+    let frames = |h: &H| -> Vec<foliosim::mm::Pfn> { (0..64).map(|i| h.k.mms()[mm].pt().pte(base + i * 4096).pfn()).collect() };
     let src = frames(&h);
     assert!(src.iter().all(|&p| h.k.pfn_to_nid(p) == 0));
     let faults = h.stat("foliosim_host_faults");
@@ -316,7 +316,7 @@ fn migration_targets_fault_the_host_back_in() {
     assert_eq!(moved, 64);
     let dst = frames(&h);
     assert!(dst.iter().all(|&p| h.k.pfn_to_nid(p) == 1));
-    let host = h.k.host.as_ref().expect("a guest");
+    let host = h.k.host().expect("a guest");
     let unbacked: Vec<_> = dst.iter().filter(|&&p| !host.holds(p)).collect();
     assert!(unbacked.is_empty(), "migration targets the host does not back: {unbacked:?}");
     assert!(h.stat("foliosim_host_faults") - faults >= 64, "no host fault for the targets");

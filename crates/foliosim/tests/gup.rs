@@ -23,12 +23,12 @@ fn mapped() -> (H, u32, u64, u64) {
 fn a_missing_page_is_faulted_in_once_and_then_walked() {
     let (mut h, p, base, t) = mapped();
     let faults = h.stat("pgfault");
-    let sys = h.k.tasks[p as usize].sys_ns;
+    let sys = h.k.tasks()[p as usize].sys_ns;
     let (g, t1) = h.k.get_user_page(p, base + 4096, true, t);
     let Gup::Page(pte) = g else { panic!("{g:?}") };
     assert!(pte.present() && pte.write());
     assert_eq!(h.stat("pgfault"), faults + 1, "the slow path took one fault");
-    assert!(t1 > t && h.k.tasks[p as usize].sys_ns > sys, "the task paid for it");
+    assert!(t1 > t && h.k.tasks()[p as usize].sys_ns > sys, "the task paid for it");
     // Present and writable now: the walk alone, no time, no fault.
     let (g2, t2) = h.k.get_user_page(p, base + 4096, true, t1);
     assert_eq!((g2, t2), (Gup::Page(pte), t1));
@@ -56,8 +56,8 @@ fn a_write_through_it_keeps_a_lazily_freed_page_from_reclaim() {
     h.k.unpin_user_page_dirty(pte);
     let c = h.process(3);
     h.reclaim(c, t + 1000, PAGES);
-    let mm = h.k.tasks[p as usize].mm as usize;
-    assert!(h.k.mms[mm].pt.pte(base + (5 << 12)).present(), "the page written through gup is kept");
-    assert!(h.k.mms[mm].pt.pte(base + (6 << 12)).is_none(), "a clean one is dropped");
+    let mm = h.k.tasks()[p as usize].mm as usize;
+    assert!(h.k.mms()[mm].pt().pte(base + (5 << 12)).present(), "the page written through gup is kept");
+    assert!(h.k.mms()[mm].pt().pte(base + (6 << 12)).is_none(), "a clean one is dropped");
     assert_eq!(h.stat("pglazyfreed"), PAGES as i64 - 1);
 }

@@ -5,6 +5,7 @@
 use foliosim::config;
 use foliosim::mm::mmzone::Lru;
 use foliosim::run::{self, Outcome};
+use foliosim::types::Error;
 use foliosim::workload::{FsKind, Op, Ret, SetupEnv, TaskId, Workload};
 
 const MIB: u64 = 1 << 20;
@@ -43,7 +44,7 @@ impl Workload for Phases {
     fn name(&self) -> &str {
         "kswapd-phases"
     }
-    fn setup(&mut self, env: &mut dyn SetupEnv) -> Result<(), String> {
+    fn setup(&mut self, env: &mut dyn SetupEnv) -> Result<(), Error> {
         self.files.push(env.create_file(FsKind::Disk, self.dirty_mib * MIB, false)?);
         if self.disk_mib > 0 {
             self.files.push(env.create_file(FsKind::Disk, self.disk_mib * MIB, false)?);
@@ -87,18 +88,18 @@ fn sim(w: Box<Phases>, duration_s: f64) -> Outcome {
     );
     let c = config::from_toml(&toml, "<test>").unwrap_or_else(|e| panic!("{e}"));
     let o = run::simulate_with(&c, w, &mut |_| true).unwrap();
-    assert!(o.kernel.check.violations.is_empty(), "{:?}", o.kernel.check.violations);
+    assert!(o.kernel.check().violations.is_empty(), "{:?}", o.kernel.check().violations);
     o
 }
 
 fn stat(o: &Outcome, name: &str) -> i64 {
-    o.kernel.stat.get(foliosim::mm::vmstat::Stat::from_name(name).unwrap())
+    o.kernel.stat().get(foliosim::mm::vmstat::Stat::from_name(name).unwrap())
 }
 
 /// kswapd0's system time.
 fn kswapd_sys_ns(o: &Outcome) -> u64 {
-    let tid = o.kernel.tier.kswapd(0).expect("kswapd runs");
-    o.kernel.tasks[tid as usize].sys_ns
+    let tid = o.kernel.tier().kswapd(0).expect("kswapd runs");
+    o.kernel.tasks()[tid as usize].sys_ns
 }
 
 /// 63 MiB of dirty page cache on a 64 MiB node: below kswapd's target
@@ -109,11 +110,11 @@ fn kswapd_gives_up_on_a_node_it_cannot_reclaim() {
     let short = sim(Phases::new(63, 1, 0, 0), 2.0);
     let long = sim(Phases::new(63, 20, 0, 0), 21.0);
     let k = &long.kernel;
-    assert!(k.pa.zone_free_pages(0) < k.kswapd_target(0), "the node stays below kswapd's target");
-    assert_eq!(k.nodes[0].kswapd_failures, 16, "MAX_RECLAIM_RETRIES failed runs");
+    assert!(k.pa().zone_free_pages(0) < k.kswapd_target(0), "the node stays below kswapd's target");
+    assert_eq!(k.nodes()[0].kswapd_failures, 16, "MAX_RECLAIM_RETRIES failed runs");
     let lru = [Lru::InactiveAnon, Lru::ActiveAnon, Lru::InactiveFile, Lru::ActiveFile, Lru::Unevictable]
         .iter()
-        .map(|&l| k.nodes[0].lruvec.list(l).pages())
+        .map(|&l| k.nodes()[0].lruvec.list(l).pages())
         .sum::<u64>();
     let scanned = stat(&long, "pgscan_kswapd") as u64;
     assert!(scanned >= 16 * lru / 2, "each failed run scans about the LRU once: {scanned} for {lru} pages");
@@ -135,10 +136,10 @@ fn kswapd_resumes_when_reclaim_makes_progress() {
     let o = sim(Phases::new(63, 2, 56, 3), 6.0);
     assert!(stat(&o, "pgsteal_direct") > 0, "direct reclaim made progress");
     assert!(stat(&o, "pgsteal_kswapd") > 0, "kswapd did not come back");
-    assert!(o.kernel.nodes[0].kswapd_failures < 16);
+    assert!(o.kernel.nodes()[0].kswapd_failures < 16);
     // Before the disk reads the node was hopeless, as in the test above.
     let before = sim(Phases::new(63, 2, 0, 0), 2.0);
-    assert_eq!(before.kernel.nodes[0].kswapd_failures, 16);
+    assert_eq!(before.kernel.nodes()[0].kswapd_failures, 16);
     assert_eq!(stat(&before, "pgsteal_kswapd"), 0);
 }
 

@@ -21,13 +21,13 @@ fn host(knobs: &str) -> KvmHost {
 }
 
 fn pgfault(h: &KvmHost) -> i64 {
-    h.k.stat.get(foliosim::mm::vmstat::Stat::Pgfault)
+    h.k.stat().get(foliosim::mm::vmstat::Stat::Pgfault)
 }
 
 /// The host kernel's full audit (the EPT's entries against the VMM's PTEs among it).
 fn audit(h: &mut KvmHost) -> Vec<String> {
     foliosim::check::audit(&mut h.k);
-    h.k.check.violations.clone()
+    h.k.check().violations.clone()
 }
 
 #[test]
@@ -84,13 +84,13 @@ fn a_free_report_keeps_the_pages_until_host_reclaim_and_a_rewrite_keeps_its_page
     assert!(h.ept_present(0, 7));
     // Host reclaim takes the clean lazily freed pages, not the written one.
     let vmm = h.vms[0].vmm;
-    let cpu = h.k.tasks[vmm as usize].cpu;
+    let cpu = h.k.tasks()[vmm as usize].cpu;
     let t = h.k.lru_add_drain_cpu(t, cpu);
     h.k.try_to_free_pages(t, cpu, 1024);
-    assert!(h.k.stat.get(foliosim::mm::vmstat::Stat::Pglazyfreed) > 0);
+    assert!(h.k.stat().get(foliosim::mm::vmstat::Stat::Pglazyfreed) > 0);
     let base = h.vms[0].base;
     let mm = h.vms[0].mm as usize;
-    assert!(h.k.mms[mm].pt.pte(base + (7 << 12)).present(), "the frame the guest wrote is kept");
+    assert!(h.k.mms()[mm].pt().pte(base + (7 << 12)).present(), "the frame the guest wrote is kept");
     assert!(h.ept_present(0, 7));
     assert!(audit(&mut h).is_empty());
 }
@@ -102,9 +102,9 @@ fn a_host_reclaim_that_ignores_the_guest_write_loses_it() {
     let t = h.discard_range(0, 0, 512, t);
     let t = h.touch(0, 7, 1, t).unwrap();
     let vmm = h.vms[0].vmm;
-    let cpu = h.k.tasks[vmm as usize].cpu;
+    let cpu = h.k.tasks()[vmm as usize].cpu;
     let t = h.k.lru_add_drain_cpu(t, cpu);
     h.k.try_to_free_pages(t, cpu, 1024);
     let (base, mm) = (h.vms[0].base, h.vms[0].mm as usize);
-    assert!(!h.k.mms[mm].pt.pte(base + (7 << 12)).present(), "the mutant drops the page the guest wrote");
+    assert!(!h.k.mms()[mm].pt().pte(base + (7 << 12)).present(), "the mutant drops the page the guest wrote");
 }

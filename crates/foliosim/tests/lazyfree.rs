@@ -16,8 +16,8 @@ fn free_write_reclaim(knobs: &str, again: u64) -> (H, u64) {
     let (base, t) = h.anon(p, 0, true);
     let (_, t) = h.val(p, t, Op::Madvise { addr: base, len, advice: Advice::Free });
     assert_eq!(h.stat("pglazyfree"), PAGES as i64, "every page marked lazily freed");
-    let mm = h.k.tasks[p as usize].mm;
-    assert!(!h.k.mms[mm as usize].pt.pte(base).dirty(), "the PTEs are clean after MADV_FREE");
+    let mm = h.k.tasks()[p as usize].mm;
+    assert!(!h.k.mms()[mm as usize].pt().pte(base).dirty(), "the PTEs are clean after MADV_FREE");
     let (_, t) = h.run(p, t, Op::Access { addr: base + (again << 12), kind: Access::Store });
     let c = h.process(3);
     h.reclaim(c, t + 1000, PAGES);
@@ -25,7 +25,7 @@ fn free_write_reclaim(knobs: &str, again: u64) -> (H, u64) {
 }
 
 fn pte(h: &H, va: u64) -> Pte {
-    h.k.mms[h.k.tasks[0].mm as usize].pt.pte(va)
+    h.k.mms()[h.k.tasks()[0].mm as usize].pt().pte(va)
 }
 
 #[test]

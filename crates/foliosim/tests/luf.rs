@@ -31,7 +31,7 @@ fn scenario_basic(knobs: &str, seed: u64) -> H {
 fn scenario_drain(knobs: &str, seed: u64) -> H {
     let cpu = 4 + (seed % 4) as u32;
     let (mut h, a, base, t, ds) = readers_then_reclaim(knobs, seed, &[cpu]);
-    let t = h.k.pa.drain_pages(t, 3);
+    let t = h.k.pa_mut().drain_pages(t, 3);
     let d = ds[0];
     let r = h.rand(2000);
     let t = h.alloc_write(d, t + r, 4 * PAGES);
@@ -65,7 +65,7 @@ fn scenario_drain_large(knobs: &str, seed: u64) -> H {
     }
     let (freed, t) = h.reclaim(c, t + 1000, PAGES);
     assert!(freed >= PAGES, "reclaim freed {freed}");
-    let t = h.k.pa.drain_pages(t, 3);
+    let t = h.k.pa_mut().drain_pages(t, 3);
     let r = h.rand(2000);
     let t = h.alloc_write(d, t + r, 4 * PAGES);
     for &tid in &[a0, a1, a2] {
@@ -114,17 +114,17 @@ fn scenario_merge(knobs: &str, seed: u64) -> H {
             t = h.run(tid, t, Op::Access { addr: b2 + (i << 12), kind: Access::Load }).1;
         }
     }
-    let mm = h.k.tasks[a0 as usize].mm;
+    let mm = h.k.tasks()[a0 as usize].mm;
     age(&mut h, mm, b1);
     age(&mut h, mm, b2);
     for cpu in 0..h.k.nr_cpus() {
         t = h.k.lru_add_drain_cpu(t, cpu);
     }
-    let p1: Vec<u32> = (0..PAGES).map(|i| *h.k.inodes[f1 as usize].pages.get(&i).unwrap()).collect();
-    let p2: Vec<u32> = (0..PAGES).map(|i| *h.k.inodes[f2 as usize].pages.get(&i).unwrap()).collect();
-    h.k.cpus[3].curr = c;
+    let p1: Vec<u32> = (0..PAGES).map(|i| *h.k.inodes()[f1 as usize].pages.get(&i).unwrap()).collect();
+    let p2: Vec<u32> = (0..PAGES).map(|i| *h.k.inodes()[f2 as usize].pages.get(&i).unwrap()).collect();
+    h.k.cpu_mut(3).curr = c;
     let (_, _, t, _) = h.k.shrink_folio_list(t + 100, 3, 0, &p1);
-    let t = h.k.pa.drain_pages(t, 3);
+    let t = h.k.pa_mut().drain_pages(t, 3);
     let t = h.k.luf_flush(t, 3, c, foliosim::mm::luf::ForcedBy::MemoryFailure);
     // That full flush dropped every entry of A: read file 2 again.
     let mut t = t + 10_000;
@@ -133,7 +133,7 @@ fn scenario_merge(knobs: &str, seed: u64) -> H {
     }
     age(&mut h, mm, b2);
     let (_, _, t, _) = h.k.shrink_folio_list(t + 100, 3, 0, &p2);
-    let t = h.k.pa.drain_pages(t, 3);
+    let t = h.k.pa_mut().drain_pages(t, 3);
     let r = h.rand(1000);
     let t = h.alloc_write(d, t + r, 8 * PAGES);
     for &tid in &[a0, a1] {
@@ -170,12 +170,12 @@ fn scenario_race(knobs: &str, seed: u64, variant: u32) -> H {
         // Split race: everything in buddy.
         4 => {
             let (_, t) = h.reclaim(c, t + 100, PAGES);
-            h.k.pa.drain_pages(t, 3)
+            h.k.pa_mut().drain_pages(t, 3)
         }
         // pcp refill: in buddy, then a refill by CPU 5 pulls them onto its list.
         5 => {
             let (_, t) = h.reclaim(c, t + 100, PAGES);
-            h.k.pa.drain_pages(t, 3)
+            h.k.pa_mut().drain_pages(t, 3)
         }
         // Two reclaimers, same epoch, frames on two pcp lists.
         _ => {
@@ -229,13 +229,13 @@ fn scenario_race(knobs: &str, seed: u64, variant: u32) -> H {
 /// Clean a file's folios and PTEs (as writeback would), keeping the
 /// PTEs writable: reclaim may then take them, through the ordinary batch.
 fn writeback(h: &mut H, ino: u32, mm: u32, base: u64) {
-    let pfns: Vec<u32> = h.k.inodes[ino as usize].pages.values().copied().collect();
+    let pfns: Vec<u32> = h.k.inodes()[ino as usize].pages.values().copied().collect();
     for pfn in pfns {
-        h.k.mem_map.get_mut(pfn).flags &= !foliosim::mm::mem_map::pg::DIRTY;
+        h.k.mem_map_mut().get_mut(pfn).flags &= !foliosim::mm::mem_map::pg::DIRTY;
     }
     for i in 0..PAGES {
         let va = base + (i << 12);
-        if let Some(tbl) = h.k.mms[mm as usize].pt.table_mut(va) {
+        if let Some(tbl) = h.k.mm_mut(mm).pt_mut().table_mut(va) {
             let s = &mut tbl.ptes[((va >> 12) & 511) as usize];
             *s = s.without(foliosim::mm::pgtable::Pte::DIRTY);
         }
@@ -246,7 +246,7 @@ fn writeback(h: &mut H, ino: u32, mm: u32, base: u64) {
 fn age(h: &mut H, mm: u32, base: u64) {
     for i in 0..PAGES {
         let va = base + (i << 12);
-        if let Some(tbl) = h.k.mms[mm as usize].pt.table_mut(va) {
+        if let Some(tbl) = h.k.mm_mut(mm).pt_mut().table_mut(va) {
             let s = &mut tbl.ptes[((va >> 12) & 511) as usize];
             *s = s.without(foliosim::mm::pgtable::Pte::YOUNG);
         }
@@ -272,7 +272,7 @@ fn scenario_ordinary_flush(knobs: &str, seed: u64) -> H {
     for &tid in &[a0, a1] {
         t = h.run(tid, t, Op::AccessRange { addr: ba, stride: 4096, count: PAGES, kind: Access::Store }).1;
     }
-    let (mm_a, mm_b) = (h.k.tasks[a0 as usize].mm, h.k.tasks[b0 as usize].mm);
+    let (mm_a, mm_b) = (h.k.tasks()[a0 as usize].mm, h.k.tasks()[b0 as usize].mm);
     writeback(&mut h, fa, mm_a, ba);
     for &tid in &[b0, b1] {
         t = h.read_all(tid, t, bb);
@@ -282,14 +282,14 @@ fn scenario_ordinary_flush(knobs: &str, seed: u64) -> H {
     for cpu in 0..h.k.nr_cpus() {
         t = h.k.lru_add_drain_cpu(t, cpu);
     }
-    let pa: Vec<u32> = (0..32).map(|i| *h.k.inodes[fa as usize].pages.get(&i).unwrap()).collect();
-    let pb: Vec<u32> = (0..32).map(|i| *h.k.inodes[fb as usize].pages.get(&i).unwrap()).collect();
+    let pa: Vec<u32> = (0..32).map(|i| *h.k.inodes()[fa as usize].pages.get(&i).unwrap()).collect();
+    let pb: Vec<u32> = (0..32).map(|i| *h.k.inodes()[fb as usize].pages.get(&i).unwrap()).collect();
     // C shrinks A's folios (ordinary flush); C2 B's, a little later.
     let t0 = t + 100;
-    h.k.cpus[3].curr = c;
+    h.k.cpu_mut(3).curr = c;
     let (_, _, t1, _) = h.k.shrink_folio_list(t0, 3, 0, &pa);
     let d = h.rand(300) + 1;
-    h.k.cpus[4].curr = c2;
+    h.k.cpu_mut(4).curr = c2;
     let (_, _, t2, _) = h.k.shrink_folio_list(t0 + d, 4, 0, &pb);
     let t3 = h.alloc_write(d1, t1.max(t2) + 10, 4 * PAGES);
     for &tid in &[b0, b1] {
@@ -339,7 +339,7 @@ fn scenario_wp_pending(knobs: &str, seed: u64) -> H {
         // Writable, dirty entries on both CPUs.
         t = h.run(tid, t, Op::AccessRange { addr: p, stride: 4096, count: PAGES, kind: Access::Store }).1;
     }
-    let mm = h.k.tasks[a0 as usize].mm;
+    let mm = h.k.tasks()[a0 as usize].mm;
     h.k.wp_range_deferred(mm, p, p + (PAGES << 12));
     writeback(&mut h, f, mm, p);
     let (_, t) = h.reclaim(c, t + 100, PAGES);
@@ -358,7 +358,7 @@ fn scenario_init_on_free(knobs: &str, seed: u64) -> H {
 fn scenario_wrap(knobs: &str, seed: u64) -> H {
     let mut h = H::boot(knobs, seed);
     let d = h.allocator(3);
-    h.k.luf = foliosim::mm::luf::Luf::at_generation(0x7fff);
+    *h.k.luf_mut() = foliosim::mm::luf::Luf::at_generation(0x7fff);
     let f = h.file(PAGES);
     let a0 = h.process(0);
     let a1 = h.thread(a0, 1);
@@ -384,21 +384,22 @@ fn scenario_reporting(knobs: &str, seed: u64) -> H {
         seed,
         &[],
     );
-    let worker = h.k.prdev.as_ref().expect("reporting device").tid();
-    let t = h.k.pa.drain_pages(t, 3);
-    let c = h.k.tasks[a[0] as usize].cpu;
+    let worker = h.k.prdev().expect("reporting device").tid();
+    let t = h.k.pa_mut().drain_pages(t, 3);
+    let c = h.k.tasks()[a[0] as usize].cpu;
     let _ = c;
     // A free reached the reporting order: the request, then the worker runs.
-    if h.k.pa.take_page_reporting_notify() {
-        h.k.tasks[worker as usize].clock = t;
+    if h.k.pa_mut().take_page_reporting_notify() {
+        h.k.task_mut(worker).clock = t;
     }
     let r = h.rand(1000);
-    h.k.tasks[worker as usize].clock = h.k.tasks[worker as usize].clock.max(t + r);
+    let w = h.k.task_mut(worker);
+    w.clock = w.clock.max(t + r);
     for _ in 0..8 {
-        h.k.cpus[h.k.tasks[worker as usize].cpu as usize].curr = worker;
+        h.k.cpu_mut(h.k.tasks()[worker as usize].cpu).curr = worker;
         h.k.kthread_step(worker);
     }
-    let t = h.k.tasks[worker as usize].clock;
+    let t = h.k.tasks()[worker as usize].clock;
     for &tid in &a {
         h.read_all(tid, t + 10, base);
     }
@@ -630,7 +631,7 @@ fn m14_signed_compare_is_caught() {
 fn scenarios_are_deterministic() {
     let a = scenario_race(LUF, 3, 8);
     let b = scenario_race(LUF, 3, 8);
-    let sa: Vec<_> = a.k.stat.iter().collect();
-    let sb: Vec<_> = b.k.stat.iter().collect();
+    let sa: Vec<_> = a.k.stat().iter().collect();
+    let sb: Vec<_> = b.k.stat().iter().collect();
     assert_eq!(sa, sb);
 }

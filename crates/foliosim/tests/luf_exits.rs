@@ -31,7 +31,7 @@ fn readers(knobs: &str, seed: u64) -> (H, Vec<u32>, u64, u32, Vec<Pfn>, Ns) {
 }
 
 fn file_frames(h: &H, ino: u32) -> Vec<Pfn> {
-    (0..PAGES).filter_map(|i| h.k.inodes[ino as usize].pages.get(&i).copied()).collect()
+    (0..PAGES).filter_map(|i| h.k.inodes()[ino as usize].pages.get(&i).copied()).collect()
 }
 
 /// `readers`, then process C on CPU 3 reclaims F (LUF defers the flush:
@@ -42,7 +42,7 @@ fn readers_reclaimed(knobs: &str, seed: u64) -> (H, Vec<u32>, u64, Vec<Pfn>, u32
     let c = h.process(3);
     let (freed, t) = h.reclaim(c, t + 1000, PAGES);
     assert!(freed >= PAGES, "reclaim freed {freed}");
-    let t = h.k.pa.drain_pages(t, 3);
+    let t = h.k.pa_mut().drain_pages(t, 3);
     (h, a, base, frames, c, t)
 }
 
@@ -71,7 +71,7 @@ fn scenario_compaction_free(knobs: &str, seed: u64) -> H {
     let c = h.process(3);
     let (freed, t) = h.reclaim(c, t + 1000, PAGES);
     assert!(freed >= PAGES, "reclaim freed {freed}");
-    let t = h.k.pa.drain_pages(t, 3);
+    let t = h.k.pa_mut().drain_pages(t, 3);
     // Reclaim took the oldest: mostly F, perhaps a few of G. What is left
     // of G is moved; the reclaimed frames are the free targets.
     let gframes = file_frames(&h, g);
@@ -79,9 +79,9 @@ fn scenario_compaction_free(knobs: &str, seed: u64) -> H {
     left.extend(&gframes);
     let frames: Vec<Pfn> = frames.into_iter().filter(|p| !left.contains(p)).collect();
     // The free scanner starts at the free block holding F's first frame.
-    let (f0, _) = h.k.pa.free_block_containing(span(&frames).0).expect("F's frame is in buddy");
+    let (f0, _) = h.k.pa().free_block_containing(span(&frames).0).expect("F's frame is in buddy");
     let (g0, g1) = span(&gframes);
-    h.k.cpus[3].curr = c;
+    h.k.cpu_mut(3).curr = c;
     let r = h.rand(1000);
     let res = h.k.compact_zone_range(t + r, 3, 0, (g0, g1), (f0, f0 + 1024), None);
     assert!(res.migrated > 0, "compaction moved G into F's frames");
@@ -101,7 +101,7 @@ fn scenario_compaction_capture(knobs: &str, seed: u64) -> H {
     let (f0, f1) = span(&frames);
     let free = (8192, 8192 + 2 * PAGES as Pfn);
     assert_eq!(h.k.pfn_to_nid(free.0), 0);
-    h.k.cpus[3].curr = c;
+    h.k.cpu_mut(3).curr = c;
     let r = h.rand(1000);
     let res = h.k.compact_zone_range(t + r, 3, 0, (f0, f1), free, Some(1));
     assert!(res.migrated > 0);
@@ -122,7 +122,7 @@ fn aligned_range(frames: &[Pfn]) -> (Pfn, Pfn) {
 fn scenario_range(knobs: &str, seed: u64, take: impl FnOnce(&mut foliosim::kernel::Kernel, Ns, Pfn, Pfn) -> Ns) -> H {
     let (mut h, a, base, frames, c, t) = readers_reclaimed(knobs, seed);
     let (s, e) = aligned_range(&frames);
-    h.k.cpus[3].curr = c;
+    h.k.cpu_mut(3).curr = c;
     let r = h.rand(1000);
     let t = take(&mut h.k, t + r, s, e);
     reread(&mut h, &a, base, t);
@@ -143,7 +143,7 @@ fn scenario_offline(knobs: &str, seed: u64) -> H {
 /// whose flush is still pending.
 fn scenario_hwpoison_free(knobs: &str, seed: u64) -> H {
     let (mut h, a, base, frames, c, t) = readers_reclaimed(knobs, seed);
-    h.k.cpus[3].curr = c;
+    h.k.cpu_mut(3).curr = c;
     let mut t = t + h.rand(1000);
     for i in 0..4 {
         let pfn = frames[(seed as usize * 7 + i * 13) % frames.len()];
@@ -172,7 +172,7 @@ fn scenario_migrate_reuse(knobs: &str, seed: u64) -> H {
         let r = h.rand(500);
         t = h.read_all(tid, t + r, base);
     }
-    h.k.cpus[3].curr = c;
+    h.k.cpu_mut(3).curr = c;
     let src = file_frames(&h, f);
     let (moved, t) = h.k.move_pages_to_node(t + 100, 3, &src, 1);
     assert_eq!(moved, PAGES, "first migration");
@@ -181,11 +181,11 @@ fn scenario_migrate_reuse(knobs: &str, seed: u64) -> H {
     let t = h.read_all(a2, t + r, base);
     let mid = file_frames(&h, f);
     assert!(mid.iter().all(|&p| h.k.pfn_to_nid(p) == 1));
-    h.k.cpus[3].curr = c;
+    h.k.cpu_mut(3).curr = c;
     let r = h.rand(500);
     let (moved, t) = h.k.move_pages_to_node(t + r, 3, &mid, 0);
     assert_eq!(moved, PAGES, "second migration, before the first was flushed");
-    let t = h.k.pa.drain_pages(t, 3);
+    let t = h.k.pa_mut().drain_pages(t, 3);
     let (r0, r1) = (h.rand(1000), h.rand(1000));
     let t0 = h.alloc_write(d0, t + r0, 4 * PAGES);
     let t1 = h.alloc_write(d1, t + r1, 4 * PAGES);
@@ -201,14 +201,14 @@ fn scenario_migrate_reuse(knobs: &str, seed: u64) -> H {
 fn scenario_memory_failure(knobs: &str, seed: u64) -> H {
     let (mut h, a, base, f, frames, t) = readers(knobs, seed);
     let c = h.process(3);
-    h.k.cpus[3].curr = c;
+    h.k.cpu_mut(3).curr = c;
     let mut t = t + h.rand(1000);
     for i in 0..4 {
         let pfn = frames[(seed as usize * 5 + i * 11) % frames.len()];
         t = h.k.soft_offline_page(t, 3, pfn).expect("soft offline migrates the folio");
     }
     let deferred = h.stat("foliosim_luf_deferred");
-    let victim = *h.k.inodes[f as usize].pages.get(&(PAGES - 1 - seed % 8)).unwrap();
+    let victim = *h.k.inodes()[f as usize].pages.get(&(PAGES - 1 - seed % 8)).unwrap();
     t = h.k.memory_failure(t + 100, 3, victim).expect("a clean mapped page-cache folio is handled");
     assert_eq!(h.stat("foliosim_luf_deferred"), deferred, "memory_failure unmaps without TTU_BATCH_FLUSH");
     reread(&mut h, &a, base, t + 100);
@@ -221,10 +221,10 @@ fn scenario_memory_failure(knobs: &str, seed: u64) -> H {
 /// happens there any more, so only munmap's zap can have flushed.
 fn scenario_munmap_freed_table(knobs: &str, seed: u64) -> H {
     let (mut h, a, base, _, _, t) = readers_reclaimed(knobs, seed);
-    let mm = h.k.tasks[a[0] as usize].mm;
+    let mm = h.k.tasks()[a[0] as usize].mm;
     let g = h.file(PAGES);
     let (_, t) = h.val(a[0], t + 100, Op::Munmap { addr: base, len: PAGES << 12 });
-    assert!(h.k.mms[mm as usize].pt.table(base).is_none(), "free_pgtables freed the PTE table");
+    assert!(h.k.mms()[mm as usize].pt().table(base).is_none(), "free_pgtables freed the PTE table");
     let (fd, t) = h.val(a[0], t, Op::Open { file: g });
     let (_, t) =
         h.val(a[0], t, Op::Mmap { addr: base, len: PAGES << 12, prot: prot::READ, flags: map::SHARED | map::FIXED, fd: fd as i32, off: 0 });
@@ -250,7 +250,7 @@ fn luf_as_specified_passes_every_exit() {
     for seed in 1..=SEEDS {
         for (name, h) in exits(LUF, seed) {
             assert!(h.violations().is_empty(), "seed {seed}, scenario {name}: {:?}", h.violations());
-            assert_eq!(h.k.pa.check(), Ok(()), "seed {seed}, scenario {name}");
+            assert_eq!(h.k.pa().check(), Ok(()), "seed {seed}, scenario {name}");
         }
     }
 }
@@ -261,7 +261,7 @@ fn baseline_passes_every_exit() {
         for (name, h) in exits("", seed) {
             assert!(h.violations().is_empty(), "seed {seed}, scenario {name}: {:?}", h.violations());
             assert_eq!(h.stat("foliosim_luf_deferred"), 0);
-            assert_eq!(h.k.pa.check(), Ok(()), "seed {seed}, scenario {name}");
+            assert_eq!(h.k.pa().check(), Ok(()), "seed {seed}, scenario {name}");
         }
     }
 }
@@ -335,7 +335,7 @@ fn unbatched_migration_sends_a_shootdown_per_page() {
         for &tid in &[a0, a1] {
             t = h.read_all(tid, t, base);
         }
-        h.k.cpus[3].curr = c;
+        h.k.cpu_mut(3).curr = c;
         let src = file_frames(&h, f);
         let before = h.stat("nr_tlb_remote_flush");
         let (moved, _) = h.k.move_pages_to_node(t + 100, 3, &src, 1);

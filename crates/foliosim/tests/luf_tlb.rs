@@ -59,7 +59,7 @@ fn asid_slots_are_recycled_and_flushed() {
     // (the reclaimer and allocator CPUs run at most two mms).
     assert_eq!(h.stat("foliosim_asid_reuse"), 1);
     let x = 1usize;
-    let st = &h.k.cpus[x].tlbstate;
+    let st = &h.k.cpus()[x].tlbstate;
     assert_eq!(st.next_asid, 2, "slots 1..5, 0, then 1 again");
 }
 
@@ -116,7 +116,7 @@ fn scenario_dirty_writeback(knobs: &str, seed: u64, variant: u32) -> H {
         let r = h.rand(500);
         t = h.run(tid, t + r, Op::AccessRange { addr: p, stride: 4096, count: PAGES, kind: Access::Store }).1;
     }
-    let mm = h.k.tasks[a0 as usize].mm;
+    let mm = h.k.tasks()[a0 as usize].mm;
     match variant {
         1 => {
             t = h.val(a0, t + 10, Op::Mprotect { addr: p, len: PAGES << 12, prot: prot::READ }).1;
@@ -232,7 +232,7 @@ fn remote_invalidation_is_a_hole_in_v10_v11_and_the_hook_closes_it() {
 fn per_cpu_shootdowns_add_up() {
     for knobs in [BASE, LUF11] {
         let h = scenario_dirty_writeback(knobs, 3, 0);
-        let probes = h.k.trace.to_json();
+        let probes = h.k.trace().to_json();
         let per: Vec<u64> = probes["tlb:tlb_flush"]["by_reason"]["TLB_REMOTE_SHOOTDOWN"]["per_cpu"]
             .as_array()
             .expect("tlb:tlb_flush counted")

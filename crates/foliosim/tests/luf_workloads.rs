@@ -14,12 +14,12 @@ fn sim(toml: &str) -> Outcome {
 }
 
 fn stat(o: &Outcome, s: Stat) -> i64 {
-    o.kernel.stat.get(s)
+    o.kernel.stat().get(s)
 }
 
 /// TLB lookups of one kind over all CPUs.
 fn lookups(o: &Outcome, kind: Access) -> u64 {
-    o.kernel.cpus.iter().map(|c| c.tlb.stats.lookups[kind as usize]).sum()
+    o.kernel.cpus().iter().map(|c| c.tlb.stats.lookups[kind as usize]).sum()
 }
 
 const TIERING: &str = "\"kernel.numa_balancing\" = 2\n\"kernel/mm/numa/demotion_enabled\" = true\n";
@@ -44,8 +44,8 @@ fn llama_is_deterministic_and_reclaims_with_ifetch_and_stores() {
     let cfg = llama(4, 2, TIERING, false);
     let a = sim(&cfg);
     let b = sim(&cfg);
-    assert_eq!(a.kernel.stat.v, b.kernel.stat.v, "same seed, same counters");
-    let ops = |o: &Outcome| o.kernel.tasks.iter().map(|t| t.ops).collect::<Vec<_>>();
+    assert_eq!(a.kernel.stat().v, b.kernel.stat().v, "same seed, same counters");
+    let ops = |o: &Outcome| o.kernel.tasks().iter().map(|t| t.ops).collect::<Vec<_>>();
     assert_eq!(ops(&a), ops(&b));
     // The working set (420 MiB) is 1.5 x memory: page cache is reclaimed
     // and, with demotion on, demoted to the CXL node.
@@ -68,7 +68,7 @@ fn llama_is_deterministic_and_reclaims_with_ifetch_and_stores() {
 fn llama_streams_all_tokens_while_memory_is_overcommitted() {
     let o = sim(&llama(4, 2, TIERING, true));
     let want = 3 * 2 * (140 << 20) / 4096;
-    let done: u64 = o.kernel.tasks.iter().map(|t| t.ops).sum();
+    let done: u64 = o.kernel.tasks().iter().map(|t| t.ops).sum();
     assert_eq!(done, want);
     assert_eq!(stat(&o, Stat::Oom), 0);
     assert!(stat(&o, Stat::NrTlbRemoteFlush) > 0, "reclaiming mapped folios of live multi-threaded mms shoots down TLBs");
@@ -85,8 +85,8 @@ fn xsbench_is_deterministic_initialises_and_looks_up() {
     let cfg = xsbench(TIERING, true);
     let a = sim(&cfg);
     let b = sim(&cfg);
-    assert_eq!(a.kernel.stat.v, b.kernel.stat.v, "same seed, same counters");
-    let users: Vec<_> = a.kernel.tasks.iter().filter(|t| t.kthread.is_none()).collect();
+    assert_eq!(a.kernel.stat().v, b.kernel.stat().v, "same seed, same counters");
+    let users: Vec<_> = a.kernel.tasks().iter().filter(|t| t.kthread.is_none()).collect();
     assert_eq!(users.len(), 6);
     assert!(users.iter().all(|t| t.exited), "3000 lookups finish well within 10 s");
     assert_eq!(users.iter().map(|t| t.ops).sum::<u64>(), 3000);
@@ -98,5 +98,5 @@ fn xsbench_is_deterministic_initialises_and_looks_up() {
     assert!(stat(&a, Stat::DtlbLoadMisses) > 0);
     // A different seed gives different lookups.
     let c = sim(&cfg.replace("seed = 3", "seed = 4"));
-    assert_ne!(a.kernel.stat.v, c.kernel.stat.v);
+    assert_ne!(a.kernel.stat().v, c.kernel.stat().v);
 }

@@ -11,7 +11,7 @@ use serde_json::Value;
 fn result(toml: &str) -> Value {
     let c = config::from_toml(toml, "<test>").unwrap_or_else(|e| panic!("{e}"));
     let o = run::simulate(&c, &mut |_| true).unwrap();
-    assert!(o.kernel.check.violations.is_empty(), "{:?}", o.kernel.check.violations);
+    assert!(o.kernel.check().violations.is_empty(), "{:?}", o.kernel.check().violations);
     run::result_json(&c, &o)
 }
 

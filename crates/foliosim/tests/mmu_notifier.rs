@@ -22,19 +22,19 @@ fn subscribed(knobs: &str, accessed: bool) -> (H, u32, u64) {
             s.accessed.set(i);
         }
     }
-    let mm = h.k.tasks[p as usize].mm;
-    h.k.mms[mm as usize].notifier = Some(Box::new(s));
+    let mm = h.k.tasks()[p as usize].mm;
+    h.k.mm_mut(mm).mmu_notifier_register(s);
     (h, p, base)
 }
 
 fn secondary(h: &H, p: u32) -> &SecondaryMmu {
-    h.k.mms[h.k.tasks[p as usize].mm as usize].notifier.as_deref().unwrap()
+    h.k.mms()[h.k.tasks()[p as usize].mm as usize].notifier().unwrap()
 }
 
 #[test]
 fn a_zap_drops_the_range_and_owes_one_flush() {
     let (mut h, p, base) = subscribed("", false);
-    let t = h.k.tasks[p as usize].clock;
+    let t = h.k.tasks()[p as usize].clock;
     let (_, t1) = h.val(p, t + 10, Op::Madvise { addr: base + (8 << 12), len: 8 << 12, advice: Advice::DontNeed });
     let s = secondary(&h, p);
     assert_eq!(s.present.count(), PAGES - 8);
@@ -48,7 +48,7 @@ fn a_zap_drops_the_range_and_owes_one_flush() {
 fn swap_out_drops_the_translations_of_what_it_swaps() {
     let (mut h, p, _) = subscribed("\"swap.size_mib\" = 64", false);
     let c = h.process(3);
-    let t = h.k.tasks[p as usize].clock;
+    let t = h.k.tasks()[p as usize].clock;
     h.reclaim(c, t + 1000, PAGES);
     let out = h.stat("pswpout") as u64;
     assert!(out > 0);
@@ -60,16 +60,16 @@ fn swap_out_drops_the_translations_of_what_it_swaps() {
 /// the aging found).
 fn one_reclaim_round(accessed: bool) -> (i64, i64, u64) {
     let (mut h, p, _) = subscribed("\"swap.size_mib\" = 64", accessed);
-    let mm = h.k.tasks[p as usize].mm as usize;
-    let keys: Vec<u64> = h.k.mms[mm].pt.pte_tables.keys().copied().collect();
+    let mm = h.k.tasks()[p as usize].mm as usize;
+    let keys: Vec<u64> = h.k.mms()[mm].pt().pte_tables.keys().copied().collect();
     for k in keys {
-        for pte in h.k.mms[mm].pt.pte_tables.get_mut(&k).unwrap().ptes.iter_mut() {
+        for pte in h.k.mm_mut(mm as u32).pt_mut().pte_tables.get_mut(&k).unwrap().ptes.iter_mut() {
             *pte = pte.without(Pte::YOUNG);
         }
     }
     let c = h.process(3);
-    let t = h.k.tasks[p as usize].clock;
-    h.k.cpus[3].curr = c;
+    let t = h.k.tasks()[p as usize].clock;
+    h.k.cpu_mut(3).curr = c;
     h.k.lru_add_drain_cpu(t, 0);
     h.k.try_to_free_pages(t + 1000, 3, 8);
     (h.stat("pswpout"), h.stat("pgscan_direct"), secondary(&h, p).nr_young)
@@ -90,7 +90,7 @@ fn aging_reads_the_secondary_accessed_bits() {
 fn swap_out_then_audit(knobs: &str) -> Vec<String> {
     let (mut h, p, _) = subscribed(&format!("\"swap.size_mib\" = 64\n{knobs}"), false);
     let c = h.process(3);
-    let t = h.k.tasks[p as usize].clock;
+    let t = h.k.tasks()[p as usize].clock;
     h.reclaim(c, t + 1000, PAGES);
     assert!(h.stat("pswpout") > 0);
     foliosim::check::audit(&mut h.k);

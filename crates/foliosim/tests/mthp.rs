@@ -5,6 +5,7 @@
 use foliosim::config;
 use foliosim::kernel::Kernel;
 use foliosim::run::{self, Outcome};
+use foliosim::types::Error;
 use foliosim::workload::{map, prot, Access, Advice, Op, Ret, SetupEnv, TaskId, Workload};
 
 fn cfg(toml: &str) -> config::Config {
@@ -12,7 +13,7 @@ fn cfg(toml: &str) -> config::Config {
 }
 
 fn stat(o: &Outcome, name: &str) -> i64 {
-    o.kernel.stat.get(foliosim::mm::vmstat::Stat::from_name(name).unwrap())
+    o.kernel.stat().get(foliosim::mm::vmstat::Stat::from_name(name).unwrap())
 }
 
 fn base_cfg(knobs: &str, profile: &str) -> config::Config {
@@ -45,7 +46,7 @@ impl Workload for Script {
     fn name(&self) -> &str {
         "script"
     }
-    fn setup(&mut self, env: &mut dyn SetupEnv) -> Result<(), String> {
+    fn setup(&mut self, env: &mut dyn SetupEnv) -> Result<(), Error> {
         self.parent = env.spawn_process(Some(0))?;
         Ok(())
     }
@@ -99,7 +100,7 @@ fn run_script(c: &config::Config, steps: Vec<Step>, child: Vec<Step>) -> Outcome
 }
 
 fn present(k: &Kernel, va: u64) -> bool {
-    k.mms[0].pt.pte(va).present()
+    k.mms()[0].pt().pte(va).present()
 }
 
 const RFC: &str = "\"anon_folio.mode\" = \"rfc-v2\"";
@@ -110,21 +111,21 @@ fn order_choice_follows_the_worked_examples() {
     let c = base_cfg(RFC, "generic-x86");
     // [0x10000, 0x30000), fault 0x12000 -> order 4 over 0x10000..0x20000.
     let o = run_script(&c, vec![mmap_fixed(0x10000, 0x20000), store_at(0x12000)], vec![]);
-    assert!(o.kernel.check.violations.is_empty(), "{:?}", o.kernel.check.violations);
-    assert_eq!(o.kernel.mthp.path_a[4], 1);
+    assert!(o.kernel.check().violations.is_empty(), "{:?}", o.kernel.check().violations);
+    assert_eq!(o.kernel.mthp().path_a[4], 1);
     assert!(present(&o.kernel, 0x10000) && present(&o.kernel, 0x1f000) && !present(&o.kernel, 0x20000));
     // [0x11000, 0x30000), fault 0x12000 -> every block starts below vm_start: order 0.
     let o = run_script(&c, vec![mmap_fixed(0x11000, 0x1f000), store_at(0x12000)], vec![]);
-    assert_eq!(o.kernel.mthp.path_a[0], 1);
-    assert_eq!(o.kernel.mthp.path_a[2..].iter().sum::<u64>(), 0);
+    assert_eq!(o.kernel.mthp().path_a[0], 1);
+    assert_eq!(o.kernel.mthp().path_a[2..].iter().sum::<u64>(), 0);
     // fault 0x14000 -> order 2 (0x14000..0x18000).
     let o = run_script(&c, vec![mmap_fixed(0x11000, 0x1f000), store_at(0x14000)], vec![]);
-    assert_eq!(o.kernel.mthp.path_a[2], 1);
+    assert_eq!(o.kernel.mthp().path_a[2], 1);
     assert!(present(&o.kernel, 0x17000) && !present(&o.kernel, 0x18000) && !present(&o.kernel, 0x13000));
     // A zero-page PTE at 0x1a000 blocks order 4; order 3 (0x10000..0x18000) is accepted.
     let o = run_script(&c, vec![mmap_fixed(0x10000, 0x20000), load_at(0x1a000), store_at(0x12000)], vec![]);
-    assert!(o.kernel.check.violations.is_empty(), "{:?}", o.kernel.check.violations);
-    assert_eq!(o.kernel.mthp.path_a[3], 1);
+    assert!(o.kernel.check().violations.is_empty(), "{:?}", o.kernel.check().violations);
+    assert_eq!(o.kernel.mthp().path_a[3], 1);
     assert!(present(&o.kernel, 0x17000) && !present(&o.kernel, 0x18000));
 }
 
@@ -133,7 +134,7 @@ fn baseline_and_default_upstream_allocate_order_zero_only() {
     for knobs in ["", "\"anon_folio.mode\" = \"upstream\""] {
         let c = base_cfg(knobs, "generic-x86");
         let o = run_script(&c, vec![mmap_fixed(0x10000, 0x20000), store_at(0x12000)], vec![]);
-        assert_eq!(o.kernel.mthp.path_a[0], 1, "{knobs}");
+        assert_eq!(o.kernel.mthp().path_a[0], 1, "{knobs}");
         assert!(!present(&o.kernel, 0x13000), "{knobs}");
     }
 }
@@ -144,8 +145,8 @@ fn baseline_and_default_upstream_allocate_order_zero_only() {
 fn zero_page_write_is_large_under_rfc_only() {
     let steps = || vec![mmap_fixed(0x10000, 0x20000), load_at(0x12000), store_at(0x12000)];
     let o = run_script(&base_cfg(RFC, "generic-x86"), steps(), vec![]);
-    assert!(o.kernel.check.violations.is_empty(), "{:?}", o.kernel.check.violations);
-    assert_eq!(o.kernel.mthp.path_b[4], 1);
+    assert!(o.kernel.check().violations.is_empty(), "{:?}", o.kernel.check().violations);
+    assert_eq!(o.kernel.mthp().path_b[4], 1);
     assert_eq!(stat(&o, "foliosim_zero_page_ptes"), 0);
     let o = run_script(
         &base_cfg(
@@ -155,9 +156,9 @@ fn zero_page_write_is_large_under_rfc_only() {
         steps(),
         vec![],
     );
-    assert!(o.kernel.check.violations.is_empty(), "{:?}", o.kernel.check.violations);
-    assert_eq!(o.kernel.mthp.path_b[0], 1);
-    assert_eq!(o.kernel.mthp.path_b[4], 0);
+    assert!(o.kernel.check().violations.is_empty(), "{:?}", o.kernel.check().violations);
+    assert_eq!(o.kernel.mthp().path_b[0], 1);
+    assert_eq!(o.kernel.mthp().path_b[4], 0);
 }
 
 /// Upstream per-size controls: always / madvise / inherit, and PMD THP
@@ -172,24 +173,24 @@ fn upstream_per_size_controls() {
         steps(),
         vec![],
     );
-    assert_eq!(o.kernel.mthp.path_a[3], 1);
-    assert_eq!(o.kernel.mthp.anon_fault_alloc[3], 1);
+    assert_eq!(o.kernel.mthp().path_a[3], 1);
+    assert_eq!(o.kernel.mthp().anon_fault_alloc[3], 1);
     // 64 kB madvise without MADV_HUGEPAGE: order 0.
     let o = run_script(
         &base_cfg(&format!("{up}\"kernel/mm/transparent_hugepage/hugepages-64kB/enabled\" = \"madvise\""), "generic-x86"),
         steps(),
         vec![],
     );
-    assert_eq!(o.kernel.mthp.path_a[0], 1);
+    assert_eq!(o.kernel.mthp().path_a[0], 1);
     // 64 kB inherit + top-level always: order 4... but 2048 kB inherits too, so PMD first.
     let o = run_script(
         &base_cfg(&format!("{up}\"kernel/mm/transparent_hugepage/enabled\" = \"always\"\n\"kernel/mm/transparent_hugepage/hugepages-64kB/enabled\" = \"inherit\""), "generic-x86"),
         vec![mmap_fixed(0x200000, 0x400000), store_at(0x212000), load_at(0x3ff000), load_at(0x200000)],
         vec![],
     );
-    assert!(o.kernel.check.violations.is_empty(), "{:?}", o.kernel.check.violations);
+    assert!(o.kernel.check().violations.is_empty(), "{:?}", o.kernel.check().violations);
     assert_eq!(stat(&o, "thp_fault_alloc"), 1);
-    assert_eq!(o.kernel.mthp.anon_fault_alloc[9], 1);
+    assert_eq!(o.kernel.mthp().anon_fault_alloc[9], 1);
     assert!(present(&o.kernel, 0x200000) && present(&o.kernel, 0x3ff000));
     assert!(stat(&o, "foliosim_tlb_fill_pmd") >= 1, "a walk over a PMD-mapped THP fills a 2 MiB entry");
     // ... and with the PMD size off, 64 kB.
@@ -199,7 +200,7 @@ fn upstream_per_size_controls() {
         vec![],
     );
     assert_eq!(stat(&o, "thp_fault_alloc"), 0);
-    assert_eq!(o.kernel.mthp.path_a[4], 1);
+    assert_eq!(o.kernel.mthp().path_a[4], 1);
 }
 
 /// Zap: a partial unmap queues the folio for deferred split; a whole unmap
@@ -209,21 +210,21 @@ fn partial_unmap_queues_for_deferred_split() {
     let dontneed = |off: u64| -> Step { Box::new(move |b| Op::Madvise { addr: b + off, len: 4096, advice: Advice::DontNeed }) };
     let c = base_cfg(RFC, "generic-x86");
     let o = run_script(&c, vec![mmap_any(1 << 20), store_rel(0), dontneed(0x1000)], vec![]);
-    assert!(o.kernel.check.violations.is_empty(), "{:?}", o.kernel.check.violations);
+    assert!(o.kernel.check().violations.is_empty(), "{:?}", o.kernel.check().violations);
     assert_eq!(stat(&o, "thp_deferred_split_page"), 1);
     assert_eq!(stat(&o, "foliosim_split_queue_len"), 1);
-    assert_eq!(o.kernel.mthp.split_deferred[4], 1);
+    assert_eq!(o.kernel.mthp().split_deferred[4], 1);
     // Whole unmap of a fully mapped folio: freed, never queued.
     let munmap: Step = Box::new(|b| Op::Munmap { addr: b, len: 1 << 20 });
     let o = run_script(&c, vec![mmap_any(1 << 20), store_rel(0), munmap], vec![]);
-    assert!(o.kernel.check.violations.is_empty(), "{:?}", o.kernel.check.violations);
+    assert!(o.kernel.check().violations.is_empty(), "{:?}", o.kernel.check().violations);
     assert_eq!(stat(&o, "thp_deferred_split_page"), 0);
     assert_eq!(stat(&o, "foliosim_nr_anon_large_pages"), 0);
     // Without batch zap (6.3 one-page rmap), the first page queues it; the free unqueues.
     let c = base_cfg(&format!("{RFC}\n\"anon_folio.batch_zap\" = false"), "generic-x86");
     let munmap: Step = Box::new(|b| Op::Munmap { addr: b, len: 1 << 20 });
     let o = run_script(&c, vec![mmap_any(1 << 20), store_rel(0), munmap], vec![]);
-    assert!(o.kernel.check.violations.is_empty(), "{:?}", o.kernel.check.violations);
+    assert!(o.kernel.check().violations.is_empty(), "{:?}", o.kernel.check().violations);
     assert_eq!(stat(&o, "thp_deferred_split_page"), 1);
     assert_eq!(stat(&o, "foliosim_split_queue_len"), 0);
 }
@@ -239,15 +240,15 @@ fn range_reuse_after_the_child_exits() {
     }
     let child: Vec<Step> = vec![store_rel(0x1000)];
     let o = run_script(&base_cfg(RFC, "generic-x86"), parent, child);
-    assert!(o.kernel.check.violations.is_empty(), "{:?}", o.kernel.check.violations);
+    assert!(o.kernel.check().violations.is_empty(), "{:?}", o.kernel.check().violations);
     // The child's write copied one page (in the child only); after its exit
     // the folio's 16 references are the parent's 16 PTEs, so the parent's
     // write at 0x3000 reuses the whole run 0..0x10000 in one fault.
     assert_eq!(stat(&o, "foliosim_fault_cow"), 1);
-    assert_eq!(o.kernel.mthp.path_c[4], 1, "the child's CoW copies the whole maybe-shared 64 KiB block (path C)");
+    assert_eq!(o.kernel.mthp().path_c[4], 1, "the child's CoW copies the whole maybe-shared 64 KiB block (path C)");
     let reuse = stat(&o, "pgreuse");
     assert_eq!(reuse, 16, "the parent reuses all 16 pages in one fault, got {reuse}");
-    assert_eq!(o.kernel.mthp.path_d_pages[4], 1);
+    assert_eq!(o.kernel.mthp().path_d_pages[4], 1);
     // Upstream: reuse page by page (each exclusive-less page copies or reuses alone).
     // 2 MiB: a PMD multiple, which 6.12 aligns, so the first 64 KiB block is whole.
     let mut parent: Vec<Step> = vec![mmap_any(2 << 20), store_rel(0), Box::new(|_| Op::Fork), Box::new(|_| Op::Compute { ns: 5_000_000 })];
@@ -262,7 +263,7 @@ fn range_reuse_after_the_child_exits() {
         parent,
         vec![store_rel(0x1000)],
     );
-    assert!(o.kernel.check.violations.is_empty(), "{:?}", o.kernel.check.violations);
+    assert!(o.kernel.check().violations.is_empty(), "{:?}", o.kernel.check().violations);
     assert!(stat(&o, "foliosim_fault_cow") >= 15, "6.12 copies a non-exclusive large folio page by page");
 }
 
@@ -272,13 +273,13 @@ fn cow_copy_large_can_be_switched_off() {
     let parent: Vec<Step> = vec![mmap_any(1 << 20), store_rel(0), Box::new(|_| Op::Fork), Box::new(|_| Op::Compute { ns: 5_000_000 })];
     let child: Vec<Step> = vec![store_rel(0x1000), store_rel(0x2000)];
     let o = run_script(&base_cfg(&format!("{RFC}\n\"anon_folio.cow_copy_large\" = false"), "generic-x86"), parent, child);
-    assert!(o.kernel.check.violations.is_empty(), "{:?}", o.kernel.check.violations);
-    assert_eq!(o.kernel.mthp.path_c[4], 0);
+    assert!(o.kernel.check().violations.is_empty(), "{:?}", o.kernel.check().violations);
+    assert_eq!(o.kernel.mthp().path_c[4], 0);
     assert_eq!(stat(&o, "foliosim_fault_cow"), 2);
     let parent: Vec<Step> = vec![mmap_any(1 << 20), store_rel(0), Box::new(|_| Op::Fork), Box::new(|_| Op::Compute { ns: 5_000_000 })];
     let child: Vec<Step> = vec![store_rel(0x1000), store_rel(0x2000)];
     let o = run_script(&base_cfg(RFC, "generic-x86"), parent, child);
-    assert!(o.kernel.check.violations.is_empty(), "{:?}", o.kernel.check.violations);
+    assert!(o.kernel.check().violations.is_empty(), "{:?}", o.kernel.check().violations);
     assert_eq!(stat(&o, "foliosim_fault_cow"), 1, "one large copy serves both child writes");
 }
 
@@ -286,7 +287,7 @@ fn cow_copy_large_can_be_switched_off() {
 fn rfc_v2_aligns_unhinted_mmaps_to_64k() {
     let steps = vec![mmap_any(0x3000), mmap_any(0x5000), store_rel(0)];
     let o = run_script(&base_cfg(RFC, "generic-x86"), steps, vec![]);
-    for v in o.kernel.mms[0].vmas.values() {
+    for v in o.kernel.mms()[0].vmas().values() {
         assert_eq!(v.start % 0x10000, 0, "VMA at {:#x} is not 64 KiB aligned", v.start);
     }
 }
@@ -312,8 +313,8 @@ fn will_it_scale_runs_clean_with_large_folios() {
     ] {
         for w in ["page_fault1", "page_fault2", "malloc1", "mmap1", "tlb_flush2", "tlb_flush3"] {
             let o = will_it_scale(w, &knobs, "generic-x86");
-            assert!(o.kernel.check.violations.is_empty(), "{w} / {knobs}: {:?}", o.kernel.check.violations);
-            assert!(o.kernel.tasks.iter().map(|t| t.ops).sum::<u64>() > 0, "{w}: no ops");
+            assert!(o.kernel.check().violations.is_empty(), "{w} / {knobs}: {:?}", o.kernel.check().violations);
+            assert!(o.kernel.tasks().iter().map(|t| t.ops).sum::<u64>() > 0, "{w}: no ops");
         }
     }
 }
@@ -324,11 +325,11 @@ fn page_fault1_maps_16_pages_per_fault_and_runs_faster() {
     // clear cold pages, as page_fault1's 128 MiB does.
     let base = will_it_scale_with("page_fault1", "", "generic-x86", "size_mib = 64");
     let rfc = will_it_scale_with("page_fault1", RFC, "generic-x86", "size_mib = 64");
-    assert!(rfc.kernel.check.violations.is_empty(), "{:?}", rfc.kernel.check.violations);
+    assert!(rfc.kernel.check().violations.is_empty(), "{:?}", rfc.kernel.check().violations);
     let pages = stat(&rfc, "foliosim_fault_anon_pages") as f64;
     let faults = stat(&rfc, "foliosim_fault_anon") as f64;
     assert!(pages / faults > 15.0, "pages per fault {}", pages / faults);
-    let ops = |o: &Outcome| o.kernel.tasks.iter().map(|t| t.ops).sum::<u64>() as f64;
+    let ops = |o: &Outcome| o.kernel.tasks().iter().map(|t| t.ops).sum::<u64>() as f64;
     let r = ops(&rfc) / ops(&base);
     assert!(r > 2.0 && r < 16.0, "order-4 speedup {r}");
 }
@@ -350,7 +351,7 @@ fn tlb_coalescing_fills_large_entries() {
     };
     let base = reread("", "");
     let big = reread(RFC, "");
-    assert!(big.kernel.check.violations.is_empty(), "{:?}", big.kernel.check.violations);
+    assert!(big.kernel.check().violations.is_empty(), "{:?}", big.kernel.check().violations);
     assert!(stat(&big, "foliosim_tlb_fill_contpte") > 0);
     assert_eq!(stat(&base, "foliosim_tlb_fill_contpte"), 0);
     let misses = |o: &Outcome| stat(o, "foliosim_dtlb_load_misses") + stat(o, "foliosim_dtlb_store_misses");
@@ -359,7 +360,7 @@ fn tlb_coalescing_fills_large_entries() {
 
 fn mutant(name: &str, steps: Vec<Step>, child: Vec<Step>) -> Vec<String> {
     let c = base_cfg(&format!("{RFC}\n\"debug.mutant\" = \"{name}\""), "generic-x86");
-    run_script(&c, steps, child).kernel.check.violations
+    run_script(&c, steps, child).kernel.check().violations.clone()
 }
 
 #[test]
@@ -441,14 +442,14 @@ fn kbuild_runs_clean_and_mixes_orders() {
     let (base, _) = kbuild("", 4, 3, true);
     let (rfc, _) = kbuild(RFC, 4, 3, true);
     for o in [&base, &rfc] {
-        assert!(o.kernel.check.violations.is_empty(), "{:?}", o.kernel.check.violations);
-        assert!(o.kernel.tasks.iter().take(4).all(|t| t.exited && t.ops == 3), "every slot ran its jobs");
+        assert!(o.kernel.check().violations.is_empty(), "{:?}", o.kernel.check().violations);
+        assert!(o.kernel.tasks().iter().take(4).all(|t| t.exited && t.ops == 3), "every slot ran its jobs");
     }
-    let m = &rfc.kernel.mthp;
+    let m = &rfc.kernel.mthp();
     assert!(m.path_a[4] > 0 && m.path_a[0] + m.path_a[2] + m.path_a[3] > 0, "path A orders {:?}", m.path_a);
     assert_eq!(m.path_a[1] + m.path_b[1] + m.path_c[1], 0, "never order 1");
     assert!(m.path_b[2..].iter().sum::<u64>() > 0, "bss read-then-write gives large zero-page writes: {:?}", m.path_b);
-    let sys = |o: &Outcome| o.kernel.tasks.iter().map(|t| t.sys_ns).sum::<u64>();
+    let sys = |o: &Outcome| o.kernel.tasks().iter().map(|t| t.sys_ns).sum::<u64>();
     assert!(sys(&rfc) < sys(&base), "sys {} vs {}", sys(&rfc), sys(&base));
 }
 
@@ -469,7 +470,7 @@ impl Workload for SharedRegion {
     fn name(&self) -> &str {
         "shared_region"
     }
-    fn setup(&mut self, env: &mut dyn SetupEnv) -> Result<(), String> {
+    fn setup(&mut self, env: &mut dyn SetupEnv) -> Result<(), Error> {
         let a = env.spawn_process(Some(0))?;
         let b = env.spawn_thread(a, Some(1))?;
         self.tasks = vec![a, b];
@@ -514,14 +515,14 @@ fn shared_region(mutant: &str) -> Outcome {
 #[test]
 fn checker_sees_stale_contpte_entries() {
     let o = shared_region("none");
-    assert!(o.kernel.check.violations.is_empty(), "{:?}", o.kernel.check.violations);
+    assert!(o.kernel.check().violations.is_empty(), "{:?}", o.kernel.check().violations);
     assert!(stat(&o, "foliosim_tlb_fill_contpte") > 0, "thread 1 should fill 64 KiB entries");
     assert!(stat(&o, "nr_tlb_remote_flush") > 0);
     let o = shared_region("skip_shootdown");
     assert!(
-        o.kernel.check.violations.iter().any(|v| v.contains("stale")),
+        o.kernel.check().violations.iter().any(|v| v.contains("stale")),
         "a skipped shootdown of contpte entries must be caught: {:?}",
-        o.kernel.check.violations
+        o.kernel.check().violations
     );
 }
 
@@ -535,7 +536,7 @@ fn deferred_split_shrinker_frees_unmapped_pages() {
         steps.push(Box::new(move |b| Op::Madvise { addr: b + blk * 0x10000, len: 0x8000, advice: Advice::DontNeed }));
     }
     let mut o = run_script(&base_cfg(RFC, "generic-x86"), steps, vec![]);
-    assert!(o.kernel.check.violations.is_empty(), "{:?}", o.kernel.check.violations);
+    assert!(o.kernel.check().violations.is_empty(), "{:?}", o.kernel.check().violations);
     assert_eq!(stat(&o, "foliosim_split_queue_len"), 16);
     assert_eq!(stat(&o, "foliosim_nr_anon_large_pages"), 256, "the unmapped halves are still allocated");
     let free0 = stat(&o, "nr_free_pages");
@@ -547,7 +548,7 @@ fn deferred_split_shrinker_frees_unmapped_pages() {
     assert_eq!(stat(&o, "foliosim_nr_anon_large_pages"), 0);
     assert_eq!(stat(&o, "nr_anon_pages"), 128);
     foliosim::check::audit(&mut o.kernel);
-    assert!(o.kernel.check.violations.is_empty(), "{:?}", o.kernel.check.violations);
+    assert!(o.kernel.check().violations.is_empty(), "{:?}", o.kernel.check().violations);
 }
 
 #[test]
@@ -572,21 +573,24 @@ fn large_allocation_failures_fall_back_order_by_order() {
     let mut fragment = |k: &mut Kernel| {
         let mut held = Vec::new();
         for mt in [MigrateType::Movable, MigrateType::Unmovable, MigrateType::Reclaimable] {
-            for nid in k.pa.nids() {
-                while let Some(a) = k.pa.alloc_pages(0, 0, 0, nid, mt, &mut k.stat) {
+            for nid in k.pa().nids() {
+                let (pa, stat) = k.pa_stat_mut();
+                while let Some(a) = pa.alloc_pages(0, 0, 0, nid, mt, stat) {
                     held.push(a.pfn);
                 }
             }
         }
         for pfn in held.into_iter().filter(|p| p % 4 == 0) {
-            k.pa.free_pages(0, 0, pfn, 0, &mut k.stat);
+            let (pa, stat) = k.pa_stat_mut();
+            pa.free_pages(0, 0, pfn, 0, stat);
         }
         // The watermark reserve the first sweep left: every block above
         // order 0 goes too (now that free memory is above the marks).
         for order in (1..=10).rev() {
             for mt in [MigrateType::Movable, MigrateType::Unmovable, MigrateType::Reclaimable] {
-                for nid in k.pa.nids() {
-                    while k.pa.alloc_pages(0, 0, order, nid, mt, &mut k.stat).is_some() {}
+                for nid in k.pa().nids() {
+                    let (pa, stat) = k.pa_stat_mut();
+                    while pa.alloc_pages(0, 0, order, nid, mt, stat).is_some() {}
                 }
             }
         }
@@ -598,14 +602,14 @@ fn large_allocation_failures_fall_back_order_by_order() {
     };
     let steps = || vec![mmap_fixed(0x10000, 0x20000), store_at(0x12000)];
     let o = run::simulate_hooked(&no_check(RFC), Script::new(steps(), vec![]), &mut fragment, &mut |_| true).unwrap();
-    let m = &o.kernel.mthp;
+    let m = &o.kernel.mthp();
     assert_eq!((m.anon_fault_fallback[4], m.anon_fault_fallback[3], m.anon_fault_fallback[2]), (1, 1, 1));
     assert_eq!(m.path_a[0], 1, "the fault ended at order 0");
     assert_eq!(stat(&o, "foliosim_mthp_fault_fallback"), 3);
     assert!(present(&o.kernel, 0x12000) && !present(&o.kernel, 0x13000));
     let up = "\"anon_folio.mode\" = \"upstream\"\n\"kernel/mm/transparent_hugepage/hugepages-64kB/enabled\" = \"always\"";
     let o = run::simulate_hooked(&no_check(up), Script::new(steps(), vec![]), &mut fragment, &mut |_| true).unwrap();
-    let m = &o.kernel.mthp;
+    let m = &o.kernel.mthp();
     assert_eq!((m.anon_fault_fallback[4], m.anon_fault_fallback[3], m.anon_fault_fallback[2]), (1, 0, 0), "only the enabled size is tried");
     assert_eq!(m.path_a[0], 1);
 }

@@ -13,6 +13,7 @@
 use foliosim::config;
 use foliosim::mm::pgtable::Pte;
 use foliosim::run::{self, Outcome};
+use foliosim::types::Error;
 use foliosim::workload::{map, prot, Access, FsKind, Op, Ret, SetupEnv, TaskId, Workload};
 
 const FILLER: u64 = 0x10_0000_0000;
@@ -79,7 +80,7 @@ impl Workload for Tiered {
     fn name(&self) -> &str {
         "numa_tiered"
     }
-    fn setup(&mut self, env: &mut dyn SetupEnv) -> Result<(), String> {
+    fn setup(&mut self, env: &mut dyn SetupEnv) -> Result<(), Error> {
         self.file = env.create_file_on(FsKind::Disk, self.p.file_mib * MIB, true, Some(1), false)?;
         env.spawn_process(Some(0))?;
         Ok(())
@@ -156,24 +157,24 @@ fn sim(p: Params, duration_s: f64, knobs: &str) -> Outcome {
 }
 
 fn stat(o: &Outcome, name: &str) -> i64 {
-    o.kernel.stat.get(foliosim::mm::vmstat::Stat::from_name(name).unwrap())
+    o.kernel.stat().get(foliosim::mm::vmstat::Stat::from_name(name).unwrap())
 }
 
 const TIERING: &str = "\"kernel.numa_balancing\" = 2\n";
 
 /// The process's mm (the one user task's).
 fn user_mm(o: &Outcome) -> u32 {
-    o.kernel.tasks.iter().find(|t| t.kthread.is_none()).unwrap().mm
+    o.kernel.tasks().iter().find(|t| t.kthread.is_none()).unwrap().mm
 }
 
 /// (PTE, node of the mapped page) for each page of [addr, addr + mib).
 fn region(o: &Outcome, addr: u64, mib: u64) -> Vec<(Pte, u8)> {
     let k = &o.kernel;
-    let m = &k.mms[user_mm(o) as usize];
+    let m = &k.mms()[user_mm(o) as usize];
     (0..mib * MIB / 4096)
         .map(|i| {
-            let pte = m.pt.pte(addr + i * 4096);
-            (pte, if pte.present() { k.mem_map.get(pte.pfn()).nid } else { u8::MAX })
+            let pte = m.pt().pte(addr + i * 4096);
+            (pte, if pte.present() { k.mem_map().get(pte.pfn()).nid } else { u8::MAX })
         })
         .collect()
 }
@@ -183,8 +184,8 @@ fn on_node(r: &[(Pte, u8)], nid: u8) -> usize {
 }
 
 fn no_violations(o: &Outcome) {
-    assert!(o.kernel.check.violations.is_empty(), "{:?}", o.kernel.check.violations);
-    assert!(o.kernel.check.audits > 0);
+    assert!(o.kernel.check().violations.is_empty(), "{:?}", o.kernel.check().violations);
+    assert!(o.kernel.check().audits > 0);
 }
 
 #[test]
@@ -307,7 +308,7 @@ fn a_promoting_task_scans_ever_slower_up_to_scan_period_max() {
     let knobs = |max: u32| {
         format!("{TIERING}\"kernel.numa_balancing_scan_delay_ms\" = 100\n\"kernel.numa_balancing_scan_period_min_ms\" = 100\n\"kernel.numa_balancing_scan_period_max_ms\" = {max}\n")
     };
-    let user = |o: &Outcome| o.kernel.tasks.iter().find(|t| t.kthread.is_none()).unwrap().numa;
+    let user = |o: &Outcome| o.kernel.tasks().iter().find(|t| t.kthread.is_none()).unwrap().numa;
     let o = sim(Params::default(), 3.0, &knobs(60_000));
     no_violations(&o);
     assert!(stat(&o, "pgpromote_success") > 0);
@@ -372,7 +373,7 @@ impl Workload for Interplay {
     fn name(&self) -> &str {
         "numa_interplay"
     }
-    fn setup(&mut self, env: &mut dyn SetupEnv) -> Result<(), String> {
+    fn setup(&mut self, env: &mut dyn SetupEnv) -> Result<(), Error> {
         self.file = env.create_file_on(FsKind::Disk, 8 * MIB, true, Some(1), false)?;
         env.spawn_process(Some(0))?;
         Ok(())
@@ -442,9 +443,9 @@ fn hinting_ptes_survive_mprotect_fork_cow_munmap_and_exit() {
         stat(&o, "pgpromote_success"),
         stat(&o, "foliosim_fault_cow"),
         stat(&o, "pgreuse"),
-        o.kernel.tasks.iter().filter(|t| t.kthread.is_none()).count()
+        o.kernel.tasks().iter().filter(|t| t.kthread.is_none()).count()
     );
-    assert!(o.kernel.tasks.iter().filter(|t| t.kthread.is_none()).count() == 2, "the fork happened");
+    assert!(o.kernel.tasks().iter().filter(|t| t.kthread.is_none()).count() == 2, "the fork happened");
     assert!(stat(&o, "numa_pte_updates") >= 4096);
     assert!(stat(&o, "pgpromote_success") > 0);
     assert!(stat(&o, "foliosim_fault_cow") > 0);
@@ -467,7 +468,7 @@ impl Workload for TwoThreads {
     fn name(&self) -> &str {
         "numa_two_threads"
     }
-    fn setup(&mut self, env: &mut dyn SetupEnv) -> Result<(), String> {
+    fn setup(&mut self, env: &mut dyn SetupEnv) -> Result<(), Error> {
         self.main.file = env.create_file_on(FsKind::Disk, self.main.p.file_mib * MIB, true, Some(1), false)?;
         self.main_tid = env.spawn_process(Some(0))?;
         env.spawn_thread(self.main_tid, Some(1))?;
@@ -508,7 +509,7 @@ fn threads_of_the_mm_share_the_scan_and_the_checker_catches_a_missing_flush() {
     // Without the shootdown of change_prot_numa's flush the other CPU keeps
     // reaching pages through translations of hinting PTEs.
     let m = two_threads("\"debug.mutant\" = \"skip_shootdown\"\n");
-    let v = &m.kernel.check.violations;
+    let v = &m.kernel.check().violations;
     assert!(v.iter().any(|s| s.contains("PROT_NONE hinting PTE")), "{v:?}");
 }
 
@@ -525,8 +526,8 @@ fn reader(buffer: bool, knobs: &str) -> Outcome {
 
 #[test]
 fn scanning_a_top_tier_buffer_changes_nothing_but_costs_the_reader_time() {
-    let sys = |o: &Outcome| o.kernel.tasks.iter().filter(|t| t.kthread.is_none()).map(|t| t.sys_ns).sum::<u64>();
-    let pages = |o: &Outcome| o.kernel.tasks.iter().map(|t| t.ops).sum::<u64>();
+    let sys = |o: &Outcome| o.kernel.tasks().iter().filter(|t| t.kthread.is_none()).map(|t| t.sys_ns).sum::<u64>();
+    let pages = |o: &Outcome| o.kernel.tasks().iter().map(|t| t.ops).sum::<u64>();
     let base = reader(true, "");
     let tiering = reader(true, TIERING);
     let no_buffer = reader(false, TIERING);

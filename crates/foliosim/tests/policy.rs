@@ -5,7 +5,8 @@
 //! promotion policy takes order-0 folios only, its example discard policy
 //! frees lazily below its threshold, the tutorial shows those examples as
 //! they are, and each fault-locking policy chooses its way from the fault
-//! context it sees.
+//! context it sees; no file but the registry lists the policies, and the
+//! tutorial's run without Python and its "which faults reach it" hold.
 
 use foliosim::kernel::knobs::{KnobDefault, Knobs};
 use serde_json::Value;
@@ -327,4 +328,95 @@ fn the_policy_catalog_is_the_registry() {
     assert!(own.contains(&"anon_folio.max_order") && own.contains(&"anon_folio.batch_zap") && own.len() == 7, "{own:?}");
     assert!(foliosim::kernel::knobs::table().iter().all(|s| !own.contains(&s.key)), "rfc-v2's knobs are its own");
     assert!(own.iter().all(|k| policy::find(k).unwrap().owner == Some(("anon_folio.mode", "rfc-v2"))));
+}
+
+/// No file but the registry lists a kind's policies by hand (a list that
+/// goes stale when a policy is added, as the selector help texts once
+/// missed three): no line of the engine (outside policy/), the binding or
+/// the Python package names two policies of one kind, and no docs page
+/// enumerates a selector's values (`"a" / "b"`); they point to `foliosim
+/// list policies SELECTOR`, which reads the registry.
+#[test]
+fn no_file_but_the_registry_lists_the_policies() {
+    use foliosim::policy;
+    let kinds: [(&str, Vec<&str>); 4] = [
+        ("anon_folio.mode", policy::ANON_ORDER.policies.iter().map(|p| p.name).collect()),
+        ("fault_locking", policy::FAULT_LOCK.policies.iter().map(|p| p.name).collect()),
+        ("promotion_list_order", policy::PROMOTION.policies.iter().map(|p| p.name).collect()),
+        ("host.discard", policy::HOST_DISCARD.policies.iter().map(|p| p.name).collect()),
+    ];
+    fn files(dir: &std::path::Path, ext: &str, out: &mut Vec<PathBuf>) {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                files(&p, ext, out);
+            } else if p.extension().is_some_and(|x| x == ext) {
+                out.push(p);
+            }
+        }
+    }
+    let mut code = Vec::new();
+    files(&repo().join("crates/foliosim/src"), "rs", &mut code);
+    files(&repo().join("crates/foliosim-py/src"), "rs", &mut code);
+    files(&repo().join("python/foliosim"), "py", &mut code);
+    code.retain(|p| !p.starts_with(repo().join("crates/foliosim/src/policy")));
+    let mut docs = Vec::new();
+    files(&repo().join("docs"), "md", &mut docs);
+    assert!(code.len() > 50 && docs.len() > 10, "the scan found the sources");
+    let mut found = Vec::new();
+    for (path, is_doc) in code.iter().map(|p| (p, false)).chain(docs.iter().map(|p| (p, true))) {
+        let text = std::fs::read_to_string(path).unwrap();
+        for (i, line) in text.lines().enumerate() {
+            for (selector, names) in &kinds {
+                let named: Vec<&&str> = if is_doc {
+                    names.iter().filter(|n| names.iter().any(|m| line.contains(&format!("\"{n}\" / \"{m}\"")))).collect()
+                } else {
+                    names.iter().filter(|n| line.contains(&format!("\"{n}\"")) || line.contains(&format!("'{n}'"))).collect()
+                };
+                if named.len() >= if is_doc { 1 } else { 2 } {
+                    found.push(format!("{}:{}: {selector}: {named:?}", path.display(), i + 1));
+                }
+            }
+        }
+    }
+    assert!(found.is_empty(), "policies listed by hand (name the registry instead: `foliosim list policies`):\n{}", found.join("\n"));
+}
+
+/// The tutorial's Rust-only run path ("Without Python", section 9) is code
+/// that runs: its lines are this test's, from the repository's root.
+#[test]
+fn the_tutorials_run_without_python_runs() -> Result<(), Box<dyn std::error::Error>> {
+    let tutorial = std::fs::read_to_string(repo().join("docs/tutorial.md"))?;
+    let lines = [
+        r#"let path = "configs/policy-only-order.toml";"#,
+        "let cfg = foliosim::config::from_toml(&std::fs::read_to_string(path)?, path)?;",
+        "let out = foliosim::run::simulate(&cfg, &mut |_| true)?; // the progress callback: true = go on",
+        "let result = foliosim::run::result_json(&cfg, &out); // the JSON `foliosim run` writes",
+    ];
+    assert!(lines.iter().all(|l| tutorial.contains(&format!("   {l}\n"))), "docs/tutorial.md shows these lines");
+    let path = "configs/policy-only-order.toml";
+    let text = std::fs::read_to_string(repo().join(path))?;
+    let cfg = foliosim::config::from_toml(&text, path)?;
+    let out = foliosim::run::simulate(&cfg, &mut |_| true)?; // the progress callback: true = go on
+    let result = foliosim::run::result_json(&cfg, &out); // the JSON `foliosim run` writes
+    assert!(result["mthp"]["per_size"]["hugepages-64kB"]["anon_fault_alloc"].as_u64().unwrap() > 0, "{}", result["mthp"]["per_size"]);
+    Ok(())
+}
+
+/// The tutorial's "Which faults reach it": a process image's anonymous VMAs
+/// (.bss, heap, stack, TLS; `process_image = "glibc"`) fault through the
+/// order policy like the workload's own region. rfc-v2 maps 64 KiB folios
+/// in the benchmark's region; only with the image do its smaller
+/// mappings ask it too, and get the smaller orders their size leaves.
+#[test]
+fn a_process_images_anonymous_vmas_reach_the_order_policy() {
+    let text = std::fs::read_to_string(repo().join("configs/policy-only-order.toml")).unwrap();
+    let text = text.replace("\"anon_folio.mode\" = \"only-order\"\n\"anon_folio.only_order\" = 4\n", "\"anon_folio.mode\" = \"rfc-v2\"\n");
+    let sizes = |image: &str| {
+        let t = text.replace("[workload]\n", &format!("[workload]\nprocess_image = \"{image}\"\n"));
+        allocs(&run(&t, "<test>")).into_iter().filter(|(_, n)| *n > 0).map(|(k, _)| k).collect::<Vec<_>>()
+    };
+    assert_eq!(sizes("none"), vec!["hugepages-64kB".to_string()]);
+    let with = sizes("glibc");
+    assert!(with.contains(&"hugepages-64kB".to_string()) && with.len() > 1, "{with:?}");
 }

@@ -6,6 +6,7 @@ use foliosim::mm::exec::{EXEC_STACK, STACK_TOP};
 use foliosim::mm::mem_map::pg;
 use foliosim::mm::vmstat::Stat;
 use foliosim::run::{self, Outcome};
+use foliosim::types::Error;
 use foliosim::workload::{errno, map, prot, Access, FsKind, Op, Ret, SetupEnv, TaskId, Workload};
 use std::sync::{Arc, Mutex};
 
@@ -28,7 +29,7 @@ impl Workload for Progs {
     fn name(&self) -> &str {
         "progs"
     }
-    fn setup(&mut self, env: &mut dyn SetupEnv) -> Result<(), String> {
+    fn setup(&mut self, env: &mut dyn SetupEnv) -> Result<(), Error> {
         // File 0: the binary (page cache populated); file 1: an empty output.
         env.create_file(FsKind::Tmpfs, TEXT + DATA, true)?;
         env.create_file(FsKind::Tmpfs, 0, false)?;
@@ -69,7 +70,7 @@ fn run_progs(progs: Vec<Vec<Op>>, child: Vec<Op>, duration_s: f64, knobs: &str) 
     let log = Arc::new(Mutex::new(Vec::new()));
     let w = Box::new(Progs { progs, child, ids: Vec::new(), pc: Vec::new(), log: log.clone() });
     let o = run::simulate_with(&c, w, &mut |_| true).unwrap();
-    assert!(o.kernel.check.violations.is_empty(), "{:?}", o.kernel.check.violations);
+    assert!(o.kernel.check().violations.is_empty(), "{:?}", o.kernel.check().violations);
     let l = log.lock().unwrap().clone();
     (o, l)
 }
@@ -101,34 +102,34 @@ fn exec_maps_the_binary_from_the_shared_page_cache() {
     let sp = log.iter().filter(|(_, op, _)| matches!(op, Op::Exec { .. })).map(|e| e.2).collect::<Vec<_>>();
     assert_eq!(sp, vec![Ret::Val(STACK_TOP as i64); 2], "exec returns the stack top");
     let binary_pages = (TEXT + DATA) / 4096;
-    assert_eq!(k.stat.get(Stat::NrFilePages) as u64, binary_pages, "text faults found the cache: nothing new was read in");
+    assert_eq!(k.stat().get(Stat::NrFilePages) as u64, binary_pages, "text faults found the cache: nothing new was read in");
     for idx in [0u64, 63] {
-        let pfn = *k.inodes[0].pages.get(&idx).unwrap();
-        assert_eq!(k.mem_map.get(pfn).mapcount, 2, "text page {idx} is mapped by both processes");
+        let pfn = *k.inodes()[0].pages.get(&idx).unwrap();
+        assert_eq!(k.mem_map().get(pfn).mapcount, 2, "text page {idx} is mapped by both processes");
     }
-    assert!(k.stat.get(Stat::FaultAroundPages) > 0, "fault-around mapped neighbours");
-    assert!(k.stat.get(Stat::FaultFileRead) <= 2 * 64 / 8, "64 text pages took {} read faults", k.stat.get(Stat::FaultFileRead));
+    assert!(k.stat().get(Stat::FaultAroundPages) > 0, "fault-around mapped neighbours");
+    assert!(k.stat().get(Stat::FaultFileRead) <= 2 * 64 / 8, "64 text pages took {} read faults", k.stat().get(Stat::FaultFileRead));
     // The data page: each process has its own copy; the cached page is unmapped.
-    assert_eq!(k.stat.get(Stat::FaultCow), 2);
-    let data_pfn = *k.inodes[0].pages.get(&(TEXT / 4096)).unwrap();
-    assert_eq!(k.mem_map.get(data_pfn).mapcount, 0);
+    assert_eq!(k.stat().get(Stat::FaultCow), 2);
+    let data_pfn = *k.inodes()[0].pages.get(&(TEXT / 4096)).unwrap();
+    assert_eq!(k.mem_map().get(data_pfn).mapcount, 0);
     for t in [0usize, 1] {
-        let mm = &k.mms[k.tasks[t].mm as usize];
-        assert!(k.tasks[t].mm >= 2, "a fresh mm");
+        let mm = &k.mms()[k.tasks()[t].mm as usize];
+        assert!(k.tasks()[t].mm >= 2, "a fresh mm");
         let text = mm.vma_lookup(BASE).unwrap();
         assert_eq!((text.start, text.end, text.file, text.pgoff), (BASE, BASE + TEXT, 1, 0));
         let data = mm.vma_lookup(BASE + TEXT).unwrap();
         assert_eq!((data.end, data.file, data.pgoff), (BASE + TEXT + DATA, 1, TEXT / 4096));
         let bss = mm.vma_lookup(BASE + TEXT + DATA).unwrap();
         assert_eq!((bss.end, bss.file), (BASE + TEXT + DATA + BSS, 0));
-        assert_eq!(mm.brk_start, BASE + TEXT + DATA + BSS, "the heap starts after bss");
+        assert_eq!(mm.brk().0, BASE + TEXT + DATA + BSS, "the heap starts after bss");
         let stack = mm.vma_lookup(STACK_TOP - 8).unwrap();
         assert_eq!(stack.start, STACK_TOP - EXEC_STACK);
-        assert!(mm.pt.pte(STACK_TOP - 4096).present(), "copy_strings wrote the argument page");
-        assert!(!k.mms[t].alive, "the spawned mm {t} was torn down by exec");
+        assert!(mm.pt().pte(STACK_TOP - 4096).present(), "copy_strings wrote the argument page");
+        assert!(!k.mms()[t].alive(), "the spawned mm {t} was torn down by exec");
     }
-    assert_eq!(k.stat.get(Stat::Exec), 2);
-    let file_vmas = k.mms.iter().filter(|m| m.alive).flat_map(|m| m.vmas.values()).filter(|v| v.file == 1).count();
+    assert_eq!(k.stat().get(Stat::Exec), 2);
+    let file_vmas = k.mms().iter().filter(|m| m.alive()).flat_map(|m| m.vmas().values()).filter(|v| v.file == 1).count();
     assert_eq!(file_vmas, 4, "text and data VMAs of two processes map the binary");
 }
 
@@ -160,20 +161,20 @@ fn wait_reaps_the_child_after_exec_and_exit() {
     let child_id = 1u32;
     let waits: Vec<Ret> = log.iter().filter(|e| e.0 == 0 && e.1 == Op::Wait).map(|e| e.2).collect();
     assert_eq!(waits, vec![Ret::Val(child_id as i64), Ret::Err(errno::ECHILD)]);
-    let c = &k.tasks[child_id as usize];
+    let c = &k.tasks()[child_id as usize];
     assert!(c.exited && c.parent.is_none(), "reaped");
-    assert!(k.tasks[0].children.is_empty());
+    assert!(k.tasks()[0].children.is_empty());
     assert!(c.clock >= 2_000_000, "the child computed 2 ms");
     // The parent slept through the child's 2 ms: its kernel time is its
     // own mmap, faults, fork and two wait4 entries, far below 2 ms.
-    let p = &k.tasks[0];
+    let p = &k.tasks()[0];
     assert!(p.sys_ns < 1_000_000, "parent sys {} ns", p.sys_ns);
     assert!(p.entry_ns[foliosim::mm::vmstat::Entry::Wait4 as usize] > 0);
-    assert_eq!(k.stat.get(Stat::WaitReaped), 1);
+    assert_eq!(k.stat().get(Stat::WaitReaped), 1);
     // The parent's pages: mapcount back to 1 after the child's exec.
-    let pfn = k.mms[0].pt.pte(0x1000_0000).pfn();
-    assert_eq!(k.mem_map.get(pfn).mapcount, 1);
-    assert!(!k.mms[1].alive, "the child's fork copy went at exec");
+    let pfn = k.mms()[0].pt().pte(0x1000_0000).pfn();
+    assert_eq!(k.mem_map().get(pfn).mapcount, 1);
+    assert!(!k.mms()[1].alive(), "the child's fork copy went at exec");
     // execve carries the argument-page fault; the child's fault entry holds none of it.
     let ce = &c.entry_ns;
     assert!(ce[foliosim::mm::vmstat::Entry::Execve as usize] > 0);
@@ -189,7 +190,7 @@ fn wait_sleeps_until_the_child_exits() {
     let child = vec![Op::Compute { ns: 3_000_000 }, Op::Exit];
     let (o, log) = run_progs(vec![parent], child, 0.01, "");
     assert!(log.iter().any(|e| e.0 == 0 && e.1 == Op::Wait && e.2 == Ret::Val(1)));
-    let (p, c) = (&o.kernel.tasks[0], &o.kernel.tasks[1]);
+    let (p, c) = (&o.kernel.tasks()[0], &o.kernel.tasks()[1]);
     assert!(p.exited && c.exited);
     assert!(p.clock >= c.clock, "parent exited at {} before its child's exit at {}", p.clock, c.clock);
     assert!(p.sys_ns + p.user_ns < 1_000_000, "no CPU time while asleep: sys {} user {}", p.sys_ns, p.user_ns);
@@ -211,12 +212,12 @@ fn write_creates_dirty_page_cache() {
     let k = &o.kernel;
     let w: Vec<Ret> = log.iter().filter(|e| matches!(e.1, Op::Write { .. })).map(|e| e.2).collect();
     assert_eq!(w, vec![Ret::Val(40 << 10), Ret::Val(4096)]);
-    assert_eq!(k.stat.get(Stat::NrDirty), 10);
-    assert_eq!(k.stat.get(Stat::NrFilePages) as u64, (TEXT + DATA) / 4096 + 10);
-    assert_eq!(k.inodes[1].size, 40 << 10);
+    assert_eq!(k.stat().get(Stat::NrDirty), 10);
+    assert_eq!(k.stat().get(Stat::NrFilePages) as u64, (TEXT + DATA) / 4096 + 10);
+    assert_eq!(k.inodes()[1].size, 40 << 10);
     for idx in 0..10u64 {
-        let pfn = *k.inodes[1].pages.get(&idx).unwrap();
-        assert!(k.mem_map.get(pfn).flags & pg::DIRTY != 0, "page {idx} dirty");
+        let pfn = *k.inodes()[1].pages.get(&idx).unwrap();
+        assert!(k.mem_map().get(pfn).flags & pg::DIRTY != 0, "page {idx} dirty");
     }
 }
 
@@ -231,18 +232,18 @@ fn kbuild_execs_waits_and_writes_objects() {
     .unwrap();
     let o = run::simulate(&c, &mut |_| true).unwrap();
     let k = &o.kernel;
-    assert!(k.check.violations.is_empty(), "{:?}", k.check.violations);
-    assert_eq!(k.stat.get(Stat::Exec), 12);
-    assert_eq!(k.stat.get(Stat::WaitReaped), 12);
-    assert!(k.tasks.iter().take(4).all(|t| t.exited && t.ops == 3 && t.children.is_empty()));
+    assert!(k.check().violations.is_empty(), "{:?}", k.check().violations);
+    assert_eq!(k.stat().get(Stat::Exec), 12);
+    assert_eq!(k.stat().get(Stat::WaitReaped), 12);
+    assert!(k.tasks().iter().take(4).all(|t| t.exited && t.ops == 3 && t.children.is_empty()));
     // 12 objects of 128 KiB, dirty and kept.
-    assert_eq!(k.stat.get(Stat::NrDirty), 12 * 32);
+    assert_eq!(k.stat().get(Stat::NrDirty), 12 * 32);
     // Text fetches hit the populated binary: no text page was read in again.
     let before = (16u64 << 20) / 4096 + (512 << 10) / 4096;
-    assert_eq!(k.inodes[0].pages.len() as u64, before);
-    assert!(k.stat.get(Stat::FaultAroundPages) > 0);
-    assert!(k.stat.get(Stat::FaultCow) >= 12 * 128, "each job relocates its 128 data pages");
-    assert!(k.mms.iter().all(|m| !m.alive), "every mm was torn down");
+    assert_eq!(k.inodes()[0].pages.len() as u64, before);
+    assert!(k.stat().get(Stat::FaultAroundPages) > 0);
+    assert!(k.stat().get(Stat::FaultCow) >= 12 * 128, "each job relocates its 128 data pages");
+    assert!(k.mms().iter().all(|m| !m.alive()), "every mm was torn down");
 }
 
 /// A file mapping split in three by mprotect, copied by fork and unmapped
@@ -269,7 +270,7 @@ fn a_split_file_mapping_unmaps_whole_in_parent_and_child() {
     let munmaps = log.iter().filter(|(_, op, r)| matches!(op, Op::Munmap { .. }) && *r == Ret::Val(0)).count();
     assert_eq!(munmaps, 2, "parent and child unmapped the three pieces: {log:?}");
     for idx in 0..16u64 {
-        let pfn = *k.inodes[0].pages.get(&idx).unwrap();
-        assert_eq!(k.mem_map.get(pfn).mapcount, 0, "page {idx} is mapped by nobody");
+        let pfn = *k.inodes()[0].pages.get(&idx).unwrap();
+        assert_eq!(k.mem_map().get(pfn).mapcount, 0, "page {idx} is mapped by nobody");
     }
 }

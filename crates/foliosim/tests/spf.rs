@@ -4,6 +4,7 @@
 
 use foliosim::config;
 use foliosim::run::{self, Outcome};
+use foliosim::types::Error;
 use foliosim::workload::{map, prot, Access, Op, Ret, SetupEnv, TaskId, Workload};
 
 fn cfg(toml: &str) -> config::Config {
@@ -11,7 +12,7 @@ fn cfg(toml: &str) -> config::Config {
 }
 
 fn stat(o: &Outcome, name: &str) -> i64 {
-    o.kernel.stat.get(foliosim::mm::vmstat::Stat::from_name(name).unwrap())
+    o.kernel.stat().get(foliosim::mm::vmstat::Stat::from_name(name).unwrap())
 }
 
 const SLOT_PAGES: u64 = 16;
@@ -46,7 +47,7 @@ impl Workload for Races {
     fn name(&self) -> &str {
         "fault_races"
     }
-    fn setup(&mut self, env: &mut dyn SetupEnv) -> Result<(), String> {
+    fn setup(&mut self, env: &mut dyn SetupEnv) -> Result<(), Error> {
         let a = env.spawn_process(Some(0))?;
         self.tasks = vec![a];
         for c in 1..4 {
@@ -116,9 +117,9 @@ fn all_policies_pass_randomized_races_with_the_checker_on() {
         let (mut faults, mut spf_ok, mut spf_changed, mut vl_ok, mut vl_abort, mut queued) = (0, 0, 0, 0, 0, 0);
         for seed in 0..12 {
             let o = races(policy, "none", seed);
-            queued += o.kernel.mms.iter().map(|m| m.mmap_lock.write_queued).sum::<u64>();
-            assert!(o.kernel.check.violations.is_empty(), "{policy} seed {seed}: {:?}", o.kernel.check.violations);
-            assert!(o.kernel.check.audits > 5, "{policy} seed {seed}: not audited");
+            queued += o.kernel.mms().iter().map(|m| m.mmap_lock().write_queued).sum::<u64>();
+            assert!(o.kernel.check().violations.is_empty(), "{policy} seed {seed}: {:?}", o.kernel.check().violations);
+            assert!(o.kernel.check().audits > 5, "{policy} seed {seed}: not audited");
             faults += stat(&o, "pgfault");
             spf_ok += stat(&o, "speculative_pgfault");
             spf_changed += stat(&o, "spf_vma_changed");
@@ -141,7 +142,7 @@ fn all_policies_pass_randomized_races_with_the_checker_on() {
                 .iter()
                 .map(|n| stat(&o, n))
                 .sum();
-                let pending = o.kernel.tasks.iter().filter(|t| t.fault_cont.is_some()).count() as i64;
+                let pending = o.kernel.tasks().iter().filter(|t| t.fault_cont.is_some()).count() as i64;
                 assert_eq!(attempts, stat(&o, "foliosim_perf_spf") + aborts + pending, "seed {seed}: attempts = spf + aborts (I13)");
             }
         }
@@ -167,11 +168,11 @@ fn checker_catches_spf_skipping_the_final_sequence_check() {
     let mut caught = 0;
     for seed in 0..12 {
         let o = races("spf", "spf_skip_seq_check", seed);
-        if o.kernel.check.violations.iter().any(|v| v.contains("I1") || v.contains("outside any VMA") || v.contains("read-only VMA")) {
+        if o.kernel.check().violations.iter().any(|v| v.contains("I1") || v.contains("outside any VMA") || v.contains("read-only VMA")) {
             caught += 1;
         }
         if seed == 0 {
-            eprintln!("mutant seed 0: {:?}", &o.kernel.check.violations[..o.kernel.check.violations.len().min(6)]);
+            eprintln!("mutant seed 0: {:?}", &o.kernel.check().violations[..o.kernel.check().violations.len().min(6)]);
         }
     }
     assert!(caught > 0, "skipping the sequence check must be caught on some seed");
@@ -182,7 +183,7 @@ fn policy_run(workload: &str, params: &str, policy: &str, cpus: u32, dur: f64, k
         "[machine]\nprofile = \"generic-x86\"\nnode_mem_mib = [1024, 1024]\nnr_cpus = {cpus}\n[workload]\nname = \"{workload}\"\n{params}\n[run]\nwarmup_s = 0.0\nduration_s = {dur}\ncheck = true\naudit_interval_ms = 5.0\n[knobs]\nfault_locking = \"{policy}\"\n{knobs}"
     ));
     let o = run::simulate(&c, &mut |_| true).unwrap();
-    let ops: u64 = o.kernel.tasks.iter().map(|t| t.ops).sum();
+    let ops: u64 = o.kernel.tasks().iter().map(|t| t.ops).sum();
     (o, ops as f64 / dur)
 }
 
@@ -193,7 +194,7 @@ fn ebizzy_spf_and_per_vma_beat_mmap_lock_with_many_threads() {
     let mut r = Vec::new();
     for policy in ["mmap_lock", "per_vma", "spf"] {
         let (o, rate) = policy_run("ebizzy", "threads = 24", policy, 24, 0.01, "\"mmap_lock.rwsem_semantics\" = \"5.1\"\n");
-        assert!(o.kernel.check.violations.is_empty(), "{policy}: {:?}", o.kernel.check.violations);
+        assert!(o.kernel.check().violations.is_empty(), "{policy}: {:?}", o.kernel.check().violations);
         eprintln!(
             "ebizzy {policy}: {rate:.0} records/s faults {} spf {} changed {} notsup {} vl_ok {} vl_abort {}",
             stat(&o, "pgfault"),
@@ -220,7 +221,7 @@ fn speed_page_fault2_160_threads() {
         ));
         let t = std::time::Instant::now();
         let o = run::simulate(&c, &mut |_| true).unwrap();
-        let ops: u64 = o.kernel.tasks.iter().map(|t| t.ops).sum();
+        let ops: u64 = o.kernel.tasks().iter().map(|t| t.ops).sum();
         eprintln!("{policy}: {dur} s simulated in {:.1} s host, {:.0} ops/s", t.elapsed().as_secs_f64(), ops as f64 / dur);
     }
 }
@@ -236,7 +237,7 @@ fn fault_trace_records_events_on_request() {
     assert!(tr.iter().any(|e| e[3] == "foliosim_spf_attempt"));
     // Off by default: no key.
     let (o, _) = policy_run("ebizzy", "threads = 2", "spf", 4, 0.001, "");
-    assert!(o.kernel.fault_trace.is_empty());
+    assert!(o.kernel.fault_trace().is_empty());
 }
 
 /// Sixteen threads faulting on one mm saturate mmap_lock's count line (and,
@@ -255,10 +256,10 @@ fn a_contended_mmap_lock_line_is_served_first_come_first_served() {
             0.002,
             "\"mmap_lock.rwsem_semantics\" = \"5.1\"\n",
         );
-        assert!(o.kernel.check.violations.is_empty(), "{policy}: {:?}", o.kernel.check.violations);
+        assert!(o.kernel.check().violations.is_empty(), "{policy}: {:?}", o.kernel.check().violations);
         let faults = stat(&o, "pgfault") as u64;
-        let line = &o.kernel.mms[0].mmap_lock.line;
-        let fault_ns: u64 = o.kernel.tasks.iter().map(|t| t.entry_ns[foliosim::mm::vmstat::Entry::Fault as usize]).sum();
+        let line = &o.kernel.mms()[0].mmap_lock().line;
+        let fault_ns: u64 = o.kernel.tasks().iter().map(|t| t.entry_ns[foliosim::mm::vmstat::Entry::Fault as usize]).sum();
         eprintln!(
             "{policy}: {faults} faults, {:.2} transfers and {:.0} ns waited on the line per fault, late {} ns in all",
             line.bounces as f64 / faults as f64,

@@ -21,17 +21,17 @@ fn memhog(size_mib: u64, passes: u64, knobs: &str) -> (Outcome, f64) {
 fn memory_beyond_ram_goes_to_swap_and_comes_back() {
     let (o, swap_read_ns) = memhog(320, 2, "\"swap.size_mib\" = 512");
     let k = &o.kernel;
-    assert!(k.check.violations.is_empty(), "{:?}", &k.check.violations[..k.check.violations.len().min(5)]);
-    let (out, inn) = (k.stat.get(Stat::Pswpout), k.stat.get(Stat::Pswpin));
+    assert!(k.check().violations.is_empty(), "{:?}", &k.check().violations[..k.check().violations.len().min(5)]);
+    let (out, inn) = (k.stat().get(Stat::Pswpout), k.stat().get(Stat::Pswpin));
     assert!(out > 64 << 8, "more than the 64 MiB beyond RAM went out: {out} pages");
     assert!(inn > 0, "the second pass reads pages back: {inn}");
-    assert_eq!(k.stat.get(Stat::Pgmajfault), inn, "every swap-in is a major fault");
-    assert_eq!(k.stat.get(Stat::Oom), 0);
+    assert_eq!(k.stat().get(Stat::Pgmajfault), inn, "every swap-in is a major fault");
+    assert_eq!(k.stat().get(Stat::Oom), 0);
     // memhog unmapped its range at the end: the zap freed every slot.
-    assert_eq!(k.swap.inuse, 0);
-    assert_eq!(k.stat.get(Stat::SwapUsed), 0);
+    assert_eq!(k.swap().inuse, 0);
+    assert_eq!(k.stat().get(Stat::SwapUsed), 0);
     // The task waited for the device: the reads alone take this long.
-    let sys: u64 = k.tasks.iter().map(|t| t.sys_ns).sum();
+    let sys: u64 = k.tasks().iter().map(|t| t.sys_ns).sum();
     assert!(sys as f64 >= inn as f64 * swap_read_ns);
 }
 
@@ -39,14 +39,14 @@ fn memory_beyond_ram_goes_to_swap_and_comes_back() {
 fn without_a_device_anonymous_memory_stays() {
     let (o, _) = memhog(192, 1, "");
     let k = &o.kernel;
-    assert_eq!(k.stat.get(Stat::Pswpout), 0);
-    assert_eq!(k.swap.nr_slots, 0);
-    assert!(k.check.violations.is_empty());
+    assert_eq!(k.stat().get(Stat::Pswpout), 0);
+    assert_eq!(k.swap().nr_slots, 0);
+    assert!(k.check().violations.is_empty());
 }
 
 #[test]
 fn a_zap_that_keeps_the_slot_is_caught() {
     let (o, _) = memhog(320, 1, "\"swap.size_mib\" = 512\n\"debug.mutant\" = \"swap_zap_keeps_slot\"");
-    let v = &o.kernel.check.violations;
+    let v = &o.kernel.check().violations;
     assert!(v.iter().any(|m| m.contains("swap slot") && m.contains("0 swap PTEs name it")), "{:?}", &v[..v.len().min(5)]);
 }

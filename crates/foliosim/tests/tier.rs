@@ -3,6 +3,7 @@
 
 use foliosim::config;
 use foliosim::run::{self, Outcome};
+use foliosim::types::Error;
 use foliosim::workload::{FsKind, Op, Ret, SetupEnv, TaskId, Workload};
 
 fn sim(toml: &str) -> Outcome {
@@ -11,7 +12,7 @@ fn sim(toml: &str) -> Outcome {
 }
 
 fn stat(o: &Outcome, name: &str) -> i64 {
-    o.kernel.stat.get(foliosim::mm::vmstat::Stat::from_name(name).unwrap())
+    o.kernel.stat().get(foliosim::mm::vmstat::Stat::from_name(name).unwrap())
 }
 
 /// cxl-1tb shrunk to 1 GiB DRAM + 512 MiB CXL and 2 CPUs; a 64 MiB file
@@ -33,7 +34,7 @@ const ON: &str = "\"kernel.numa_balancing\" = 2\n\"kernel/mm/numa/pagecache_prom
 /// Seconds of each pass over the file: the reader's read() calls that
 /// returned 0 (tracepoint syscalls:sys_exit_read, recorded by `tiered`).
 fn cycle_times(o: &Outcome) -> Vec<f64> {
-    let probes = o.kernel.trace.to_json();
+    let probes = o.kernel.trace().to_json();
     let events = probes["syscalls:sys_exit_read"]["events"].as_array().expect("sys_exit_read recorded").clone();
     let mut prev = 0u64;
     events
@@ -50,23 +51,23 @@ fn cycle_times(o: &Outcome) -> Vec<f64> {
 
 fn cxl_pages(o: &Outcome) -> usize {
     let k = &o.kernel;
-    k.inodes[0].pages.values().filter(|&&p| k.mem_map.get(p).nid == 1).count()
+    k.inodes()[0].pages.values().filter(|&&p| k.mem_map().get(p).nid == 1).count()
 }
 
 #[test]
 fn tiers_put_the_cpu_less_cxl_node_below_dram() {
     let o = sim(&tiered(1, ""));
     let k = &o.kernel;
-    assert!(k.tier.node_is_toptier(0));
-    assert!(!k.tier.node_is_toptier(1));
-    assert_eq!(k.tier.tiers.tier_of(0), 4, "DRAM is memory_tier4");
-    assert!(k.tier.tiers.tier_of(1) > 4);
-    assert_eq!(k.tier.tiers.demotion_target[0], Some(1));
-    assert_eq!(k.tier.tiers.demotion_target[1], None);
+    assert!(k.tier().node_is_toptier(0));
+    assert!(!k.tier().node_is_toptier(1));
+    assert_eq!(k.tier().tiers.tier_of(0), 4, "DRAM is memory_tier4");
+    assert!(k.tier().tiers.tier_of(1) > 4);
+    assert_eq!(k.tier().tiers.demotion_target[0], Some(1));
+    assert_eq!(k.tier().tiers.demotion_target[1], None);
     // The file was placed on the CXL node and nothing moved with the knobs off.
     assert_eq!(cxl_pages(&o), 16384);
     assert_eq!(stat(&o, "pgpromote_success"), 0);
-    assert!(o.kernel.check.violations.is_empty(), "{:?}", o.kernel.check.violations);
+    assert!(o.kernel.check().violations.is_empty(), "{:?}", o.kernel.check().violations);
 }
 
 #[test]
@@ -75,7 +76,7 @@ fn promotion_is_capped_per_read_call_and_converges() {
     // machine), then each pass promotes 4 x 1024 pages: 4 more passes.
     let o = sim(&tiered(9, ON));
     let k = &o.kernel;
-    assert!(k.check.violations.is_empty(), "{:?}", k.check.violations);
+    assert!(k.check().violations.is_empty(), "{:?}", k.check().violations);
     assert_eq!(stat(&o, "pgpromote_success"), 16384);
     assert_eq!(stat(&o, "numa_pages_migrated"), 16384);
     assert_eq!(stat(&o, "nr_isolated_file"), 0);
@@ -118,12 +119,12 @@ fn off_means_off() {
 fn head_insertion_lays_promoted_pages_out_backwards_and_reads_slower() {
     let tail = sim(&tiered(9, ON));
     let head = sim(&tiered(9, &format!("{ON}\"promotion_list_order\" = \"head\"\n")));
-    assert!(head.kernel.check.violations.is_empty(), "{:?}", head.kernel.check.violations);
+    assert!(head.kernel.check().violations.is_empty(), "{:?}", head.kernel.check().violations);
     assert_eq!(stat(&head, "pgpromote_success"), 16384);
     // Physical order of file pages 1..: ascending with tail insertion,
     // descending inside each batch with head insertion.
     let order = |o: &Outcome| {
-        let p = &o.kernel.inodes[0].pages;
+        let p = &o.kernel.inodes()[0].pages;
         (1..16384u64).filter(|&i| p[&i] == p[&(i - 1)] + 1).count()
     };
     assert!(order(&tail) > 16000, "tail: {}", order(&tail));
@@ -135,7 +136,7 @@ fn head_insertion_lays_promoted_pages_out_backwards_and_reads_slower() {
 #[test]
 fn checker_catches_promotion_leaking_isolated_folios() {
     let o = sim(&tiered(5, &format!("{ON}\"debug.mutant\" = \"promo_skip_task_work\"\n")));
-    let v = &o.kernel.check.violations;
+    let v = &o.kernel.check().violations;
     assert!(v.iter().any(|s| s.contains("promotion list")), "{v:?}");
 }
 
@@ -145,13 +146,13 @@ fn no_promotion_into_a_node_below_its_watermark() {
     // isolation is refused (kswapd is woken) rather than overfilling it.
     let t = tiered(9, ON).replace("node_mem_mib = [1024, 512]", "node_mem_mib = [64, 512]");
     let o = sim(&t);
-    assert!(o.kernel.check.violations.is_empty(), "{:?}", o.kernel.check.violations);
-    let (_, _, high) = o.kernel.pa.zone_watermarks(0);
+    assert!(o.kernel.check().violations.is_empty(), "{:?}", o.kernel.check().violations);
+    let (_, _, high) = o.kernel.pa().zone_watermarks(0);
     assert!(stat(&o, "pgpromote_success") < 16384);
-    assert!(o.kernel.pa.zone_free_pages(0) + 1 >= high || stat(&o, "pgsteal_kswapd") > 0);
+    assert!(o.kernel.pa().zone_free_pages(0) + 1 >= high || stat(&o, "pgsteal_kswapd") > 0);
     // The mutant that skips the check is caught.
     let m = sim(&format!("{t}\"debug.mutant\" = \"promo_ignore_watermark\"\n"));
-    assert!(m.kernel.check.violations.iter().any(|s| s.contains("below its high watermark")), "{:?}", m.kernel.check.violations);
+    assert!(m.kernel.check().violations.iter().any(|s| s.contains("below its high watermark")), "{:?}", m.kernel.check().violations);
 }
 
 #[test]
@@ -159,7 +160,7 @@ fn a_hot_cache_reaches_the_hook_on_the_first_pass() {
     // populate_hot: folios referenced + active (as after earlier passes).
     let t = tiered(5, ON).replace("populate_node = 1\n", "populate_node = 1\npopulate_hot = true\n");
     let o = sim(&t);
-    assert!(o.kernel.check.violations.is_empty(), "{:?}", o.kernel.check.violations);
+    assert!(o.kernel.check().violations.is_empty(), "{:?}", o.kernel.check().violations);
     let ct = cycle_times(&o);
     assert_eq!(stat(&o, "pgpromote_success"), 16384);
     // Passes 1-4 promote a quarter each; pass 5 reads from DRAM only.
@@ -173,17 +174,17 @@ fn kswapd_demotes_to_cxl_when_enabled_and_drops_otherwise() {
     // leaves DRAM below its low watermark: kswapd reclaims DRAM.
     let base = "[machine]\nprofile = \"cxl-1tb\"\nnr_cpus = 2\nnode_mem_mib = [256, 512]\n[workload]\nname = \"file_reader\"\nprocess_image = \"none\"\nfs = \"disk\"\nfile_mib = 320\npopulate = true\nchunk_kib = 4096\ncycles = 1\n[run]\nwarmup_s = 0.0\nduration_s = 5.0\ncheck = true\naudit_interval_ms = 5.0\n[knobs]\n";
     let on = sim(&format!("{base}\"kernel/mm/numa/demotion_enabled\" = true\n"));
-    assert!(on.kernel.check.violations.is_empty(), "{:?}", on.kernel.check.violations);
+    assert!(on.kernel.check().violations.is_empty(), "{:?}", on.kernel.check().violations);
     assert!(stat(&on, "pgdemote_kswapd") > 0);
     assert!(stat(&on, "pgsteal_kswapd") >= stat(&on, "pgdemote_kswapd"));
     assert!(stat(&on, "pgscan_kswapd") >= stat(&on, "pgsteal_kswapd"));
     // Demoted, not dropped: the whole file is still cached.
     assert_eq!(stat(&on, "nr_file_pages"), 320 * 256);
-    let (_, low, _) = on.kernel.pa.zone_watermarks(0);
-    assert!(on.kernel.pa.zone_free_pages(0) >= low);
+    let (_, low, _) = on.kernel.pa().zone_watermarks(0);
+    assert!(on.kernel.pa().zone_free_pages(0) >= low);
     // Without demotion kswapd only runs in tiering mode; there it drops.
     let off = sim(&format!("{base}\"kernel.numa_balancing\" = 2\n"));
-    assert!(off.kernel.check.violations.is_empty(), "{:?}", off.kernel.check.violations);
+    assert!(off.kernel.check().violations.is_empty(), "{:?}", off.kernel.check().violations);
     assert_eq!(stat(&off, "pgdemote_kswapd"), 0);
     assert!(stat(&off, "pgsteal_kswapd") > 0);
 }
@@ -194,7 +195,7 @@ fn direct_reclaim_demotes_before_dropping() {
     // the cache fills both nodes and allocations enter direct reclaim.
     let base = "[machine]\nprofile = \"cxl-1tb\"\nnr_cpus = 2\nnode_mem_mib = [128, 128]\n[workload]\nname = \"file_reader\"\nfs = \"disk\"\nfile_mib = 400\nchunk_kib = 1024\ncycles = 1\n[run]\nwarmup_s = 0.0\nduration_s = 5.0\ncheck = true\naudit_interval_ms = 5.0\n[knobs]\n";
     let on = sim(&format!("{base}\"kernel/mm/numa/demotion_enabled\" = true\n"));
-    assert!(on.kernel.check.violations.is_empty(), "{:?}", on.kernel.check.violations);
+    assert!(on.kernel.check().violations.is_empty(), "{:?}", on.kernel.check().violations);
     eprintln!(
         "direct: steal {} demote {} kswapd demote {} fail {}",
         stat(&on, "pgsteal_direct"),
@@ -205,7 +206,7 @@ fn direct_reclaim_demotes_before_dropping() {
     assert!(stat(&on, "pgdemote_direct") + stat(&on, "pgdemote_kswapd") > 0);
     assert_eq!(stat(&on, "nr_isolated_file"), 0);
     let off = sim(base);
-    assert!(off.kernel.check.violations.is_empty(), "{:?}", off.kernel.check.violations);
+    assert!(off.kernel.check().violations.is_empty(), "{:?}", off.kernel.check().violations);
     assert_eq!(stat(&off, "pgdemote_direct"), 0);
     assert!(stat(&off, "pgsteal_direct") > 0);
 }
@@ -223,7 +224,7 @@ impl Workload for DirtyThenRead {
     fn name(&self) -> &str {
         "dirty_then_read"
     }
-    fn setup(&mut self, env: &mut dyn SetupEnv) -> Result<(), String> {
+    fn setup(&mut self, env: &mut dyn SetupEnv) -> Result<(), Error> {
         self.file = env.create_file_on(FsKind::Disk, 1 << 20, true, Some(1), true)?;
         env.spawn_process(Some(0))?;
         Ok(())
@@ -250,10 +251,10 @@ fn dirty_folios_are_never_isolated_for_promotion() {
     let c = config::from_toml(&toml, "<test>").unwrap();
     let o = run::simulate_with(&c, Box::new(DirtyThenRead { file: 0, step: 0, fd: -1 }), &mut |_| true).unwrap();
     let k = &o.kernel;
-    assert!(k.check.violations.is_empty(), "{:?}", k.check.violations);
-    let pages = &k.inodes[0].pages;
-    assert_eq!(k.mem_map.get(pages[&0]).nid, 1, "the dirty folio stayed on CXL");
-    assert!((1..256u64).all(|i| k.mem_map.get(pages[&i]).nid == 0), "clean folios were promoted");
+    assert!(k.check().violations.is_empty(), "{:?}", k.check().violations);
+    let pages = &k.inodes()[0].pages;
+    assert_eq!(k.mem_map().get(pages[&0]).nid, 1, "the dirty folio stayed on CXL");
+    assert!((1..256u64).all(|i| k.mem_map().get(pages[&i]).nid == 0), "clean folios were promoted");
     assert_eq!(stat(&o, "pgpromote_success"), 255);
     assert_eq!(stat(&o, "nr_isolated_file"), 0);
 }
@@ -267,7 +268,7 @@ fn small_reads_promote_the_whole_file_in_one_pass() {
         .replace("chunk_kib = 16384", "chunk_kib = 64")
         .replace("populate_node = 1\n", "populate_node = 1\npopulate_hot = true\n");
     let o = sim(&small);
-    assert!(o.kernel.check.violations.is_empty(), "{:?}", o.kernel.check.violations);
+    assert!(o.kernel.check().violations.is_empty(), "{:?}", o.kernel.check().violations);
     assert_eq!(stat(&o, "pgpromote_success"), 16384);
     let ct = cycle_times(&o);
     assert!(ct[0] > ct[1] * 2.0, "{ct:?}");

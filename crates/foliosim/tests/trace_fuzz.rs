@@ -158,15 +158,15 @@ fn replay(t: Trace) {
         fn mem_bytes(&self) -> u64 {
             1 << 30
         }
-        fn create_file(&mut self, _: foliosim::workload::FsKind, _: u64, _: bool) -> Result<u32, String> {
+        fn create_file(&mut self, _: foliosim::workload::FsKind, _: u64, _: bool) -> Result<u32, foliosim::types::Error> {
             self.0 += 1;
             Ok(self.0)
         }
-        fn spawn_process(&mut self, _: Option<u32>) -> Result<u32, String> {
+        fn spawn_process(&mut self, _: Option<u32>) -> Result<u32, foliosim::types::Error> {
             Ok(5)
         }
-        fn spawn_thread(&mut self, _: u32, _: Option<u32>) -> Result<u32, String> {
-            Err("no threads".into())
+        fn spawn_thread(&mut self, _: u32, _: Option<u32>) -> Result<u32, foliosim::types::Error> {
+            Err(foliosim::types::Error::Workload("no threads".into()))
         }
         fn seed(&self) -> u64 {
             1

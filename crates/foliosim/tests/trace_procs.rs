@@ -7,6 +7,7 @@
 use foliosim::config;
 use foliosim::mm::vmstat::Stat;
 use foliosim::run::{self, Outcome};
+use foliosim::types::Error;
 use foliosim::workload::trace::TraceReplay;
 use foliosim::workload::trace_format::{Record, K_IFETCH, K_LOAD, K_STORE, WAIT_NOHANG};
 use foliosim::workload::{Op, Ret, SetupEnv, TaskId, Workload};
@@ -35,7 +36,7 @@ impl Workload for Logged {
     fn name(&self) -> &str {
         "logged-trace"
     }
-    fn setup(&mut self, env: &mut dyn SetupEnv) -> Result<(), String> {
+    fn setup(&mut self, env: &mut dyn SetupEnv) -> Result<(), Error> {
         self.inner.setup(env)
     }
     fn on_fork(&mut self, parent: TaskId, child: TaskId) {
@@ -118,7 +119,7 @@ fn replay_on(inner: TraceReplay, cpus: u32) -> (Outcome, Vec<(TaskId, Op, Ret)>)
     let log: Log = Arc::new(Mutex::new(Vec::new()));
     let w = Box::new(Logged { inner, prev: Default::default(), log: log.clone() });
     let o = run::simulate_with(&config(cpus), w, &mut |_| true).unwrap();
-    assert!(o.kernel.check.violations.is_empty(), "{:?}", o.kernel.check.violations);
+    assert!(o.kernel.check().violations.is_empty(), "{:?}", o.kernel.check().violations);
     let l = log.lock().unwrap().clone();
     (o, l)
 }
@@ -132,7 +133,7 @@ fn replay(rs: Vec<Record>) -> (Outcome, Vec<(TaskId, Op, Ret)>, u64) {
 
 /// When the last task ended, in simulated ns.
 fn finished(o: &Outcome) -> u64 {
-    let users: Vec<_> = o.kernel.tasks.iter().filter(|t| t.kthread.is_none()).collect();
+    let users: Vec<_> = o.kernel.tasks().iter().filter(|t| t.kthread.is_none()).collect();
     assert!(users.iter().all(|t| t.exited), "every task exited");
     users.iter().map(|t| t.clock).max().unwrap()
 }
@@ -142,21 +143,21 @@ fn a_process_tree_replays_as_processes_sharing_the_page_cache() {
     let (o, log, procs) = replay(tree());
     let k = &o.kernel;
     assert_eq!(procs, 3);
-    assert_eq!(k.stat.get(Stat::Fork), 2, "two forks");
-    assert_eq!(k.stat.get(Stat::Exec), 3, "the driver and both children exec'd the binary");
-    assert_eq!(k.stat.get(Stat::WaitReaped), 2);
-    assert_eq!(k.tasks.len(), 3, "one task per recorded process");
+    assert_eq!(k.stat().get(Stat::Fork), 2, "two forks");
+    assert_eq!(k.stat().get(Stat::Exec), 3, "the driver and both children exec'd the binary");
+    assert_eq!(k.stat().get(Stat::WaitReaped), 2);
+    assert_eq!(k.tasks().len(), 3, "one task per recorded process");
     // Page cache: the two files' pages, counted once; every fetch from the
     // binary or the library was a file fault (no anonymous zero-fill).
-    assert_eq!(k.stat.get(Stat::NrFilePages) as u64, EXE_PAGES + LIB_PAGES);
+    assert_eq!(k.stat().get(Stat::NrFilePages) as u64, EXE_PAGES + LIB_PAGES);
     // One read fault per process and file mapping it fetched from (the
     // driver and child 11: binary and library; child 12: library), the
     // rest mapped by fault-around; none mapped the zero page.
-    assert_eq!(k.stat.get(Stat::FaultFileRead), 5);
-    assert!(k.stat.get(Stat::FaultAroundPages) > 0);
-    assert_eq!(k.stat.get(Stat::FaultZeroPage), 0);
+    assert_eq!(k.stat().get(Stat::FaultFileRead), 5);
+    assert!(k.stat().get(Stat::FaultAroundPages) > 0);
+    assert_eq!(k.stat().get(Stat::FaultZeroPage), 0);
     // The driver's store to its data segment: a CoW of the file page.
-    assert_eq!(k.stat.get(Stat::FaultCow), 1, "one data-page CoW");
+    assert_eq!(k.stat().get(Stat::FaultCow), 1, "one data-page CoW");
     // Order: fork 11, its exit, the wait reaping it, then fork 12, its exit, the second wait.
     let root = log[0].0;
     let forks: Vec<(usize, i64)> =
@@ -183,7 +184,7 @@ fn a_process_tree_replays_as_processes_sharing_the_page_cache() {
     assert!(exits.last().unwrap().1 == root, "the driver exits last");
     // Child 12's heap: a run of four stores, one anonymous fault each
     // (besides bss and the kernel's argument pages).
-    assert!(k.stat.get(Stat::FaultAnon) >= 5, "{}", k.stat.get(Stat::FaultAnon));
+    assert!(k.stat().get(Stat::FaultAnon) >= 5, "{}", k.stat().get(Stat::FaultAnon));
 }
 
 /// A process with two threads: they share its address space (one mm, its
@@ -210,12 +211,12 @@ fn threads_share_their_process_address_space() {
     }
     let (o, _, _) = replay(v);
     let k = &o.kernel;
-    let users: Vec<_> = k.tasks.iter().filter(|t| t.kthread.is_none()).collect();
+    let users: Vec<_> = k.tasks().iter().filter(|t| t.kthread.is_none()).collect();
     assert_eq!(users.len(), 3);
     assert!(users.iter().all(|t| t.mm == users[0].mm), "one mm for the three");
     assert_ne!(users[1].cpu, users[2].cpu, "the threads run on both CPUs");
-    assert_eq!(k.stat.get(Stat::FaultAnon), 64, "each page of the shared heap faults once");
-    assert_eq!(k.stat.get(Stat::Fork), 0, "a thread is no fork");
+    assert_eq!(k.stat().get(Stat::FaultAnon), 64, "each page of the shared heap faults once");
+    assert_eq!(k.stat().get(Stat::Fork), 0, "a thread is no fork");
 }
 
 /// vfork: the child runs in the parent's mm (no copy, no CoW) and the
@@ -242,14 +243,14 @@ fn a_vfork_child_borrows_the_mm_and_its_parent_waits_for_its_exec() {
     ];
     let (o, log, _) = replay(v);
     let k = &o.kernel;
-    assert_eq!(k.stat.get(Stat::FaultCow), 0, "nothing was copied: the parent's store after the vfork does not fault");
+    assert_eq!(k.stat().get(Stat::FaultCow), 0, "nothing was copied: the parent's store after the vfork does not fault");
     let root = log[0].0;
     let vfork = log.iter().position(|e| e.0 == root && e.1 == Op::Vfork).unwrap();
     let child = log[vfork].2.val() as TaskId;
     let exec = log.iter().position(|e| e.0 == child && matches!(e.1, Op::Exec { .. })).unwrap();
     let next = log.iter().skip(vfork + 1).position(|e| e.0 == root).unwrap() + vfork + 1;
     assert!(next > exec, "the parent's next op comes after the child's exec");
-    assert!(k.tasks[root as usize].clock >= 50_000, "the parent slept through the child's 50 us before its exec");
+    assert!(k.tasks()[root as usize].clock >= 50_000, "the parent slept through the child's 50 us before its exec");
 }
 
 /// Recorded CPU time is replayed as compute on the simulated CPUs: four
@@ -269,9 +270,9 @@ fn compute_runs_in_parallel_on_the_simulated_cpus() {
     }
     let t = |cpus| {
         let (o, _) = replay_on(TraceReplay::from_records("t".into(), &v).unwrap(), cpus);
-        let user: u64 = o.kernel.tasks.iter().map(|t| t.user_ns).sum();
+        let user: u64 = o.kernel.tasks().iter().map(|t| t.user_ns).sum();
         assert_eq!(user, 4_000_000, "the recorded user time, all of it");
-        let other: u64 = o.kernel.tasks.iter().map(|t| t.entry_ns[foliosim::mm::vmstat::Entry::Other as usize]).sum();
+        let other: u64 = o.kernel.tasks().iter().map(|t| t.entry_ns[foliosim::mm::vmstat::Entry::Other as usize]).sum();
         assert_eq!(other, 80_000, "the recorded time of calls the model does not run");
         finished(&o)
     };
@@ -369,11 +370,11 @@ fn a_recorded_make_replays_as_make_j_nproc_on_each_machine() {
         .unwrap();
         let log: Log = Arc::new(Mutex::new(Vec::new()));
         let o = run::simulate_with(&c, Box::new(Logged { inner: r, prev: Default::default(), log: log.clone() }), &mut |_| true).unwrap();
-        assert!(o.kernel.check.violations.is_empty(), "{:?}", o.kernel.check.violations);
+        assert!(o.kernel.check().violations.is_empty(), "{:?}", o.kernel.check().violations);
         let reaped = log.lock().unwrap().iter().filter(|e| e.1 == Op::Wait && e.2.val() > 0).count() as u64;
         assert_eq!(reaped, JOBS + 1, "every child is reaped once");
         let mut edges: Vec<(u64, i32)> = Vec::new();
-        for t in o.kernel.tasks.iter().filter(|t| t.kthread.is_none() && t.user_ns == CC_NS) {
+        for t in o.kernel.tasks().iter().filter(|t| t.kthread.is_none() && t.user_ns == CC_NS) {
             edges.extend([(t.clock - CC_NS, 1), (t.clock, -1)]);
         }
         assert_eq!(edges.len() as u64, 2 * JOBS, "every compile computed its recorded time");

@@ -67,7 +67,7 @@ impl Checker {
         let pte = mm.pt.pte(va);
         let pfn = e.pfn_of(va);
         let current = pte.present() && pte.pfn() == pfn;
-        if current && pte.0 & crate::mm::pgtable::Pte::PROTNONE != 0 && mm.tlb_flush_pending == 0 {
+        if current && pte.0 & crate::mm::pgtable::Pte::PROTNONE != 0 && !mm.mm_tlb_flush_pending() {
             // change_prot_numa flushes before it returns: no CPU may still
             // reach a page through a translation of a hinting PTE.
             self.report(format!("cpu {cpu} mm {} va {va:#x}: {kind:?} through a TLB entry for a PROT_NONE hinting PTE (missing flush after change_prot_numa)", mm.id));

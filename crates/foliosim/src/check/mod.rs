@@ -8,6 +8,7 @@
 use crate::kernel::Kernel;
 use crate::mm::mem_map::pg;
 use crate::mm::pgtable::PMD_SHIFT;
+use crate::mm::vma::MmCounter;
 use crate::mm::vmstat::Stat;
 use crate::mm::Pfn;
 use rustc_hash::FxHashMap;
@@ -179,8 +180,9 @@ fn audit_page_tables(k: &Kernel, found: &mut Vec<String>) -> (FxHashMap<Pfn, i32
                 found.push(format!("mm {} table {key:#x}: nr_present {} but {present} PTEs present or swapped", mm.id, tbl.nr_present));
             }
         }
-        if swap_ents != mm.swap_ents {
-            found.push(format!("mm {}: MM_SWAPENTS {} but {swap_ents} swap PTEs", mm.id, mm.swap_ents));
+        let counted = mm.get_mm_counter(MmCounter::SwapEnts);
+        if swap_ents != counted {
+            found.push(format!("mm {}: MM_SWAPENTS {counted} but {swap_ents} swap PTEs", mm.id));
         }
     }
     let mut inuse = 0;

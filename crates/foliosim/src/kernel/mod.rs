@@ -94,26 +94,26 @@ pub struct Kernel {
     pub(crate) lc: LineCost,
     pub(crate) sc: SleepCost,
     pub(crate) knobs: Knobs,
-    pub cpus: Vec<Cpu>,
+    pub(crate) cpus: Vec<Cpu>,
     /// What each socket's caches hold of the pages freed on it (hw/cache.rs).
-    pub llc: crate::hw::cache::Llc,
+    pub(crate) llc: crate::hw::cache::Llc,
     /// Sockets, cores and SMT siblings (hw/topology.rs).
-    pub topo: crate::hw::topology::Topology,
-    pub nodes: Vec<Node>,
-    pub pa: PageAlloc,
-    pub mem_map: MemMap,
-    pub mms: Vec<Mm>,
-    pub tasks: Vec<Task>,
-    pub inodes: Vec<Inode>,
-    pub stat: VmStat,
-    pub check: Checker,
+    pub(crate) topo: crate::hw::topology::Topology,
+    pub(crate) nodes: Vec<Node>,
+    pub(crate) pa: PageAlloc,
+    pub(crate) mem_map: MemMap,
+    pub(crate) mms: Vec<Mm>,
+    pub(crate) tasks: Vec<Task>,
+    pub(crate) inodes: Vec<Inode>,
+    pub(crate) stat: VmStat,
+    pub(crate) check: Checker,
     pub(crate) zero_pfn: Pfn,
     pub(crate) next_anon_vma: u32,
     /// A fault being taken on the kernel's behalf (MAP_POPULATE), not from
     /// a user-mode trap: the fast fault-locking paths are not tried.
     pub(crate) fault_kernel_mode: bool,
     /// Fault-locking events recorded with `debug.fault_trace` > 0.
-    pub fault_trace: Vec<crate::mm::fault_lock::FaultTraceEvent>,
+    pub(crate) fault_trace: Vec<crate::mm::fault_lock::FaultTraceEvent>,
     /// (time, cpu, address) of the fault being handled, for the trace.
     pub(crate) fault_trace_ctx: (Ns, u32, u64),
     /// Tasks made runnable by the kernel during a step, for the driver's run queue.
@@ -126,9 +126,9 @@ pub struct Kernel {
     pub(crate) scratch_dead: Vec<Pfn>,
     /// The hypervisor backing this machine's memory, when it is modelled
     /// as a VM guest (virt/).
-    pub host: Option<crate::virt::Host>,
+    pub(crate) host: Option<crate::virt::Host>,
     /// The registered free-page-reporting device (mm/page_reporting.rs).
-    pub prdev: Option<crate::mm::page_reporting::PageReportingDev>,
+    pub(crate) prdev: Option<crate::mm::page_reporting::PageReportingDev>,
     /// Large anonymous folios: the order policy, the deferred-split queues
     /// (one per node: no memcg) and the per-size stats.
     pub(crate) anon_policy: Box<dyn crate::mm::huge_mm::AnonOrderPolicy>,
@@ -142,19 +142,104 @@ pub struct Kernel {
     /// The page-cache promotion policy (`promotion_list_order`, mm/memory_tiers.rs).
     pub(crate) promotion: Box<dyn crate::mm::memory_tiers::PromotionPolicy>,
     pub(crate) split_queues: Vec<crate::mm::huge_mm::SplitQueue>,
-    pub mthp: crate::mm::huge_mm::MthpStats,
+    pub(crate) mthp: crate::mm::huge_mm::MthpStats,
     /// Memory tiers, promotion lists, kswapd threads (mm/memory_tiers.rs).
-    pub tier: crate::mm::memory_tiers::TierState,
+    pub(crate) tier: crate::mm::memory_tiers::TierState,
     /// Lazy unmap flush pending sets and luf_lock (mm/luf.rs).
-    pub luf: crate::mm::luf::Luf,
+    pub(crate) luf: crate::mm::luf::Luf,
     /// The swap device (`swap.size_mib`; no slots without one).
-    pub swap: crate::mm::swapfile::SwapInfo,
+    pub(crate) swap: crate::mm::swapfile::SwapInfo,
     /// The code running now has IRQs disabled (an atomic allocation).
     pub(crate) irqs_off: bool,
     /// Tracepoints (`[run] probes`), all off unless the config asks.
-    pub trace: trace::Tracing,
+    pub(crate) trace: trace::Tracing,
     /// The random stream of ASLR's mmap bases (arch/x86/mm/mmap.rs).
-    pub aslr: crate::sim::rng::Rng,
+    pub(crate) aslr: crate::sim::rng::Rng,
+}
+
+/// What the crate's integration tests (tests/*.rs) and benchmarks read of
+/// a kernel, and the few things they set up by hand (a task placed on a
+/// CPU, a check switched on, a mutant installed): the fields themselves
+/// are the crate's. Nothing outside the crate is an interface to them.
+impl Kernel {
+    pub fn tasks(&self) -> &[Task] {
+        &self.tasks
+    }
+    pub fn task_mut(&mut self, tid: u32) -> &mut Task {
+        &mut self.tasks[tid as usize]
+    }
+    pub fn mms(&self) -> &[Mm] {
+        &self.mms
+    }
+    pub fn mm_mut(&mut self, id: u32) -> &mut Mm {
+        &mut self.mms[id as usize]
+    }
+    pub fn cpus(&self) -> &[Cpu] {
+        &self.cpus
+    }
+    pub fn cpu_mut(&mut self, cpu: u32) -> &mut Cpu {
+        &mut self.cpus[cpu as usize]
+    }
+    pub fn nodes(&self) -> &[Node] {
+        &self.nodes
+    }
+    pub fn inodes(&self) -> &[Inode] {
+        &self.inodes
+    }
+    pub fn inode_mut(&mut self, ino: u32) -> &mut Inode {
+        &mut self.inodes[ino as usize]
+    }
+    pub fn pa(&self) -> &PageAlloc {
+        &self.pa
+    }
+    pub fn pa_mut(&mut self) -> &mut PageAlloc {
+        &mut self.pa
+    }
+    /// The allocator and the counters its calls update (PageAlloc's
+    /// methods take them as an argument).
+    pub fn pa_stat_mut(&mut self) -> (&mut PageAlloc, &mut VmStat) {
+        (&mut self.pa, &mut self.stat)
+    }
+    pub fn mem_map(&self) -> &MemMap {
+        &self.mem_map
+    }
+    pub fn mem_map_mut(&mut self) -> &mut MemMap {
+        &mut self.mem_map
+    }
+    pub fn stat(&self) -> &VmStat {
+        &self.stat
+    }
+    pub fn check(&self) -> &Checker {
+        &self.check
+    }
+    pub fn mthp(&self) -> &crate::mm::huge_mm::MthpStats {
+        &self.mthp
+    }
+    pub fn tier(&self) -> &crate::mm::memory_tiers::TierState {
+        &self.tier
+    }
+    pub fn luf_mut(&mut self) -> &mut crate::mm::luf::Luf {
+        &mut self.luf
+    }
+    pub fn swap(&self) -> &crate::mm::swapfile::SwapInfo {
+        &self.swap
+    }
+    pub fn trace(&self) -> &trace::Tracing {
+        &self.trace
+    }
+    /// Switch the tracepoints on (`[run] probes` does it for a run).
+    pub fn set_tracing(&mut self, t: trace::Tracing) {
+        self.trace = t;
+    }
+    pub fn host(&self) -> Option<&crate::virt::Host> {
+        self.host.as_ref()
+    }
+    pub fn prdev(&self) -> Option<&crate::mm::page_reporting::PageReportingDev> {
+        self.prdev.as_ref()
+    }
+    pub fn fault_trace(&self) -> &[crate::mm::fault_lock::FaultTraceEvent] {
+        &self.fault_trace
+    }
 }
 
 impl Kernel {
@@ -213,6 +298,21 @@ impl Kernel {
         let id = self.mms.len() as u32;
         self.mms.push(Mm::new(id, self.nr_cpus()));
         self.mms[id as usize].mmap_lock.rwsem_51 = self.knobs.rwsem_51;
+        id
+    }
+
+    /// A new task of `mm`, placed on `cpu`; its id.
+    pub fn new_task(&mut self, mm: u32, cpu: u32) -> u32 {
+        let id = self.tasks.len() as u32;
+        self.tasks.push(Task::new(id, mm, cpu, 0));
+        self.mms[mm as usize].cpumask_set(cpu);
+        id
+    }
+
+    /// A new file of `size` bytes on `fs`, no page of it cached; its inode number.
+    pub fn new_inode(&mut self, fs: crate::workload::FsKind, size: u64) -> u32 {
+        let id = self.inodes.len() as u32;
+        self.inodes.push(Inode::new(id, fs, size));
         id
     }
 }

@@ -351,7 +351,7 @@ impl Kernel {
     /// program's anonymous mapping next to it (the real ones do not either:
     /// in a forked child their anon_vma chain is not singular). The heap is
     /// the brk VMA and the stack grows down.
-    pub fn map_process_image(&mut self, mm: u32, file: crate::workload::FileId, img: &ProcessImage) -> Result<(), String> {
+    pub fn map_process_image(&mut self, mm: u32, file: crate::workload::FileId, img: &ProcessImage) -> Result<(), Error> {
         let ino = file + 1;
         let base = self.mms[mm as usize].mmap_base;
         let mut off = 0;
@@ -364,10 +364,13 @@ impl Kernel {
                 || start < super::vma::MMAP_MIN_ADDR
                 || s.resident.iter().any(|r| r.end as u64 * 4096 > s.len)
             {
-                return Err(format!("process image: {}: bad length {:#x} or resident pages {:?}", s.what, s.len, s.resident));
+                return Err(Error::Internal(format!(
+                    "process image: {}: bad length {:#x} or resident pages {:?}",
+                    s.what, s.len, s.resident
+                )));
             }
             if !self.mms[mm as usize].range_free(start, end) {
-                return Err(format!("process image: {} at {start:#x} overlaps a mapping", s.what));
+                return Err(Error::Workload(format!("process image: {} at {start:#x} overlaps a mapping", s.what)));
             }
             let in_mmap_area = start >= last_low && start < img.stack_top - img.stack.len;
             let anon = s.kind == Anon && !in_mmap_area;

@@ -7,6 +7,7 @@ use super::vmstat::Stat;
 use super::Pfn;
 use crate::kernel::Kernel;
 use crate::sim::Ns;
+use crate::types::Error;
 use crate::workload::{errno, FsKind, Ret};
 
 /// MAX_RW_COUNT = INT_MAX & PAGE_MASK: the most one read() or write() moves.
@@ -233,14 +234,14 @@ impl Kernel {
 
     /// Populate a file's cache at setup time, as if written with zeroes
     /// long before the measurement (no simulated time is charged).
-    pub fn populate_file(&mut self, ino: u32) -> Result<(), String> {
+    pub fn populate_file(&mut self, ino: u32) -> Result<(), Error> {
         let nid = self.cpus[0].node;
         self.populate_file_on(ino, nid)
     }
 
     /// populate_file with the folios allocated on node `nid` first (as
     /// after mbind to that node), falling back along its zonelist.
-    pub fn populate_file_on(&mut self, ino: u32, nid: u32) -> Result<(), String> {
+    pub fn populate_file_on(&mut self, ino: u32, nid: u32) -> Result<(), Error> {
         let pages = self.inodes[ino as usize].size.div_ceil(4096);
         self.inodes[ino as usize].data_pages = pages;
         // The cache was there before the run (written, or read by an
@@ -248,7 +249,7 @@ impl Kernel {
         let (majflt, pgpgin) = (self.stat.get(Stat::Pgmajfault), self.stat.get(Stat::Pgpgin));
         for idx in 0..pages {
             if self.filemap_get_folio_nid(0, 0, ino, idx, nid).is_none() {
-                return Err("the machine has no memory for the file's page cache".into());
+                return Err(Error::OutOfMemory("the machine has no memory for the file's page cache".into()));
             }
         }
         self.stat.add(Stat::Pgmajfault, majflt - self.stat.get(Stat::Pgmajfault));

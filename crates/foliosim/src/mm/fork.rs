@@ -4,7 +4,7 @@
 use super::mem_map::pg;
 use super::mmu_gather::MmuGather;
 use super::pgtable::{pte_index, Pte};
-use super::vma::Mm;
+use super::vma::{Mm, MmCounter};
 use super::vmstat::{Entry, Stat};
 use crate::kernel::task::Task;
 use crate::kernel::Kernel;
@@ -87,9 +87,9 @@ impl Kernel {
                         p.mapcount += 1;
                         if p.flags & pg::ANON != 0 {
                             p.flags &= !pg::ANON_EXCLUSIVE;
-                            self.mms[cmm as usize].rss_anon += 1;
+                            self.mms[cmm as usize].add_mm_counter(MmCounter::AnonPages, 1);
                         } else {
-                            self.mms[cmm as usize].rss_file += 1;
+                            self.mms[cmm as usize].add_mm_counter(MmCounter::FilePages, 1);
                         }
                     }
                 } else if pte.is_swap() {
@@ -107,7 +107,7 @@ impl Kernel {
                     let tbl = self.mms[cmm as usize].pt.table_mut(va).unwrap();
                     tbl.ptes[pte_index(va)] = pte;
                     tbl.nr_present += 1;
-                    self.mms[cmm as usize].swap_ents += 1;
+                    self.mms[cmm as usize].add_mm_counter(MmCounter::SwapEnts, 1);
                     t += self.c.pte_set;
                 }
                 va += 4096;
@@ -140,7 +140,7 @@ impl Kernel {
             (tk.mm, tk.clock)
         };
         let t = t0 + self.c.syscall;
-        self.mms[mm as usize].users += 1;
+        self.mms[mm as usize].mmget();
         let child = self.new_child_task(tid, mm, t);
         if vfork {
             self.tasks[child as usize].parent = Some(tid);

@@ -9,7 +9,7 @@ use super::mm_types_task::VmFault;
 use super::mmu_gather::MmuGather;
 use super::page_alloc::MigrateType;
 use super::pgtable::{pte_index, Pte, PteTable, PGDIR_SHIFT, PMD_SHIFT, PUD_SHIFT};
-use super::vma::{vm, Vma};
+use super::vma::{vm, MmCounter, Vma};
 use super::vmstat::Stat;
 use super::Pfn;
 use crate::kernel::knobs::{LufMutant, Mutant};
@@ -349,12 +349,8 @@ impl Kernel {
             self.stat.inc(if anon { Stat::NrAnonPages } else { Stat::NrMapped });
         }
         let m = &mut self.mms[mm as usize];
-        if anon {
-            m.rss_anon += 1;
-        } else {
-            m.rss_file += 1;
-        }
-        m.hiwater_rss = m.hiwater_rss.max(m.rss_anon + m.rss_file);
+        m.add_mm_counter(if anon { MmCounter::AnonPages } else { MmCounter::FilePages }, 1);
+        m.update_hiwater_rss();
     }
 
     /// Account the removal of a mapping (folio_remove_rmap_pte).
@@ -366,14 +362,12 @@ impl Kernel {
         let p = self.mem_map.get_mut(pfn);
         p.mapcount -= 1;
         let (last, anon) = (p.mapcount == 0, p.flags & pg::ANON != 0);
-        let m = &mut self.mms[mm as usize];
+        self.mms[mm as usize].add_mm_counter(if anon { MmCounter::AnonPages } else { MmCounter::FilePages }, -1);
         if anon {
-            m.rss_anon -= 1;
             if last {
                 self.stat.add(Stat::NrAnonPages, -1);
             }
         } else {
-            m.rss_file -= 1;
             if last {
                 self.stat.add(Stat::NrMapped, -1);
             }
@@ -513,7 +507,7 @@ impl Kernel {
     /// swap_free, and the mm's and the device's counts.
     pub(crate) fn swap_entry_free(&mut self, mm: u32, slot: u32) {
         self.swap.swap_free(slot);
-        self.mms[mm as usize].swap_ents -= 1;
+        self.mms[mm as usize].add_mm_counter(MmCounter::SwapEnts, -1);
         self.stat.v[Stat::SwapUsed as usize] = self.swap.inuse as i64;
     }
 
@@ -545,7 +539,7 @@ impl Kernel {
         let mut t = t;
         let around = self.knobs.fault_around_bytes;
         if around > 4096 {
-            t = self.do_fault_around(t, cpu, mm, vma, addr, around);
+            t = self.do_fault_around(t, vmf, around);
             if !self.mms[mm as usize].pt.pte(addr).is_none() {
                 return (Fault::Done, t);
             }
@@ -564,7 +558,8 @@ impl Kernel {
 
     /// filemap_map_pages over the aligned window around `addr`: maps cached,
     /// uptodate pages into empty PTEs of the same table, without I/O.
-    fn do_fault_around(&mut self, t: Ns, cpu: u32, mm: u32, vma: &Vma, addr: u64, bytes: u64) -> Ns {
+    fn do_fault_around(&mut self, t: Ns, vmf: &VmFault, bytes: u64) -> Ns {
+        let (cpu, mm, vma, addr) = (vmf.cpu, vmf.mm, vmf.vma, vmf.address);
         let nr = bytes / 4096;
         let start = (addr & !(bytes - 1)).max(vma.start).max(addr & !((1 << PMD_SHIFT) - 1));
         let end = ((addr & !(bytes - 1)) + nr * 4096).min(vma.end).min((addr | ((1 << PMD_SHIFT) - 1)) + 1);
@@ -816,7 +811,7 @@ impl Kernel {
             let m = &self.mms[mm as usize];
             let skip_empty = self.knobs.mutant == Mutant::Luf(crate::kernel::knobs::LufMutant::ZapSkipsEmptyTable)
                 && m.pt.table(va).is_some_and(|tb| tb.nr_present == 0);
-            if m.tlb_flush_batched_pending != m.tlb_flush_batched_flushed && m.pt.table(va).is_some() && !skip_empty {
+            if m.tlb_batched_pending() && m.pt.table(va).is_some() && !skip_empty {
                 t = self.flush_tlb_batched_pending(t, cpu, mm);
             }
             let Some(tbl) = self.mms[mm as usize].pt.table_mut(va) else {
@@ -894,7 +889,7 @@ impl Kernel {
             let hold = self.c.pte_clear * entries + self.c.rmap * runs + self.c.rmap_page * large;
             t = tbl.ptl.lock_for(t, cpu, hold, &lc);
             if swapped > 0 {
-                self.mms[mm as usize].swap_ents -= swapped as i64;
+                self.mms[mm as usize].add_mm_counter(MmCounter::SwapEnts, -(swapped as i64));
                 self.stat.v[Stat::SwapUsed as usize] = self.swap.inuse as i64;
             }
             // The rmap and the freeing, in PTE order (tlb.pages keeps it).

@@ -153,7 +153,7 @@ impl Kernel {
     fn task_nr_scan_windows(&self, mm: u32) -> u64 {
         let m = &self.mms[mm as usize];
         let scan_pages = self.knobs.numa_scan_size_mb << (20 - 12);
-        let rss = (m.rss_anon + m.rss_file).max(0) as u64;
+        let rss = m.rss().max(0) as u64;
         rss.max(1).div_ceil(scan_pages)
     }
 

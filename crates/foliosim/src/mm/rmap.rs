@@ -18,6 +18,7 @@
 
 use super::mem_map::pg;
 use super::pgtable::{pte_index, Pte};
+use super::vma::MmCounter;
 use super::Pfn;
 use crate::kernel::knobs::{LufMutant, Mutant};
 use crate::kernel::Kernel;
@@ -94,7 +95,7 @@ impl Kernel {
     /// pte_accessible: a PROT_NONE hinting PTE cannot be in any TLB unless
     /// a flush of that mm is still pending.
     fn pte_accessible(&self, mm: u32, pte: Pte) -> bool {
-        pte.present() && (pte.0 & Pte::PROTNONE == 0 || self.mms[mm as usize].tlb_flush_pending > 0)
+        pte.present() && (pte.0 & Pte::PROTNONE == 0 || self.mms[mm as usize].mm_tlb_flush_pending())
     }
 
     /// arch_tlbbatch_should_defer (x86): batch only if another CPU may
@@ -124,7 +125,7 @@ impl Kernel {
         }
         let nr_cpus = self.cpus.len();
         let m = &mut self.mms[mm as usize];
-        m.tlb_flush_batched_pending += 1;
+        m.set_tlb_batched_pending();
         // inc_mm_tlb_gen: every CPU of the mm now owes it a full flush.
         m.tlb_gen += 1;
         if m.cpu_tlb_gen.len() < nr_cpus {
@@ -230,7 +231,7 @@ impl Kernel {
                 self.mem_map.get_mut(head).flags |= pg::SWAPBACKED;
                 break;
             }
-            wp_pending |= self.mms[mp.mm as usize].tlb_flush_pending > 0;
+            wp_pending |= self.mms[mp.mm as usize].mm_tlb_flush_pending();
             // make_readable/writable_migration_entry: a PROT_NONE hinting
             // PTE has no write bit, so the page comes back read-only.
             let replace = match with {
@@ -241,7 +242,7 @@ impl Kernel {
                     if !self.swap.swap_duplicate(slot) {
                         continue; // the page stays mapped here: the unmap fails
                     }
-                    self.mms[mp.mm as usize].swap_ents += 1;
+                    self.mms[mp.mm as usize].add_mm_counter(MmCounter::SwapEnts, 1);
                     Pte::swp_entry(slot)
                 }
             };
@@ -304,7 +305,7 @@ impl Kernel {
     /// entries, and mm->tlb_flush_pending says so until
     /// `wp_range_flush` runs.
     pub fn wp_range_deferred(&mut self, mm: u32, start: u64, end: u64) {
-        self.mms[mm as usize].tlb_flush_pending += 1;
+        self.mms[mm as usize].inc_tlb_flush_pending();
         let mut va = start;
         while va < end {
             if let Some(tbl) = self.mms[mm as usize].pt.table_mut(va) {
@@ -320,7 +321,7 @@ impl Kernel {
     /// The deferred flush of `wp_range_deferred`.
     pub fn wp_range_flush(&mut self, t: Ns, cpu: u32, mm: u32, start: u64, end: u64) -> Ns {
         let t = self.flush_tlb_mm_range(t, cpu, mm, start, end, false);
-        self.mms[mm as usize].tlb_flush_pending -= 1;
+        self.mms[mm as usize].dec_tlb_flush_pending();
         t
     }
 
@@ -364,11 +365,9 @@ impl Kernel {
     /// flush_tlb_batched_pending: reclaim batched unmaps in this mm since
     /// the last check, so a zap or mprotect flushes the whole mm first.
     pub fn flush_tlb_batched_pending(&mut self, t: Ns, cpu: u32, mm: u32) -> Ns {
-        let m = &mut self.mms[mm as usize];
-        if m.tlb_flush_batched_pending == m.tlb_flush_batched_flushed {
+        if !self.mms[mm as usize].take_tlb_batched_pending() {
             return t;
         }
-        m.tlb_flush_batched_flushed = m.tlb_flush_batched_pending;
         self.flush_tlb_mm_range(t, cpu, mm, 0, u64::MAX, false)
     }
 

@@ -235,72 +235,81 @@ pub struct WriteCycle {
     pub marked: Vec<(u64, u64)>,
 }
 
+/// The per-mm counters of mm->rss_stat (include/linux/mm_types_task.h:
+/// MM_FILEPAGES, MM_ANONPAGES, MM_SWAPENTS).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MmCounter {
+    FilePages,
+    AnonPages,
+    SwapEnts,
+}
+
 pub struct Mm {
-    pub id: u32,
-    pub vmas: VmaTree,
-    pub pt: PageTable,
-    pub mmap_lock: RwSem,
-    pub brk_start: u64,
-    pub brk: u64,
+    pub(crate) id: u32,
+    pub(crate) vmas: VmaTree,
+    pub(crate) pt: PageTable,
+    pub(crate) mmap_lock: RwSem,
+    pub(crate) brk_start: u64,
+    pub(crate) brk: u64,
     /// mm->mmap_base: the top of the mmap area (arch_pick_mmap_layout at
     /// exec, copied by fork).
-    pub mmap_base: u64,
+    pub(crate) mmap_base: u64,
     /// mm_cpumask: CPUs that may hold TLB entries of this mm (x86 does not clear bits eagerly).
-    pub cpumask: Vec<u64>,
+    pub(crate) cpumask: Vec<u64>,
     /// Threads using this mm.
-    pub users: u32,
-    pub rss_anon: i64,
-    pub rss_file: i64,
+    pub(crate) users: u32,
+    rss_anon: i64,
+    rss_file: i64,
     /// Swap PTEs of this mm (MM_SWAPENTS, VmSwap).
-    pub swap_ents: i64,
+    swap_ents: i64,
     /// A secondary MMU subscribed to this mm's notifiers (KVM's EPT of a
     /// VMM's guest RAM: mm/mmu_notifier.rs).
-    pub notifier: Option<Box<super::mmu_notifier::SecondaryMmu>>,
+    pub(crate) notifier: Option<Box<super::mmu_notifier::SecondaryMmu>>,
     /// Peak of rss_anon + rss_file in pages (Linux's mm->hiwater_rss, VmHWM).
-    pub hiwater_rss: i64,
+    hiwater_rss: i64,
     /// rss_anon + rss_file when the run started (after the workload's
     /// setup: a process image's resident pages), in pages.
-    pub base_rss: i64,
+    base_rss: i64,
     /// The fd table (shared by the threads of a process, copied by fork).
-    pub fds: Vec<Option<OpenFile>>,
-    pub alive: bool,
+    pub(crate) fds: Vec<Option<OpenFile>>,
+    pub(crate) alive: bool,
     /// mm_lock_seq: counts mmap write cycles; the current (or last) cycle's number.
-    pub mm_lock_seq: u64,
+    pub(crate) mm_lock_seq: u64,
     /// Recent write cycles, oldest first: when each held mmap_lock and
     /// what it marked and unmapped. Faults use it to place themselves
     /// against writers whose atomic steps already ran (mmap_lock.rs,
     /// spf.rs).
-    pub cycle_log: std::collections::VecDeque<WriteCycle>,
+    pub(crate) cycle_log: std::collections::VecDeque<WriteCycle>,
     /// vm_sequence bumps made outside write cycles (MADV_DONTNEED's zap).
-    pub seq_bumps_read_side: u64,
+    pub(crate) seq_bumps_read_side: u64,
     /// Source of vm_sequence values.
-    pub next_seq: u32,
+    next_seq: u32,
     /// mm->tlb_flush_pending: write-protect flushes begun, not finished.
-    pub tlb_flush_pending: u32,
+    tlb_flush_pending: u32,
     /// mm->tlb_flush_batched: batched unmaps set pending / seen flushed.
-    pub tlb_flush_batched_pending: u32,
-    pub tlb_flush_batched_flushed: u32,
+    tlb_flush_batched_pending: u32,
+    tlb_flush_batched_flushed: u32,
     /// The vm_area_struct and vma_lock slab caches and the cache lines of
     /// their objects and of this mm_struct. Per mm: object addresses come
     /// from a region of this mm's own, so two processes' VMAs never share a
     /// line (SLUB's caches are global; the workloads where lines matter run
     /// one multi-threaded process).
-    pub vma_cache: KmemCache,
-    pub vma_lock_cache: KmemCache,
-    pub lines: LineStore,
+    vma_cache: KmemCache,
+    vma_lock_cache: KmemCache,
+    pub(crate) lines: LineStore,
     /// x86 tlb_gen: bumped by every batched unmap of this mm.
-    pub tlb_gen: u64,
+    pub(crate) tlb_gen: u64,
     /// Per CPU: the tlb_gen its TLB is up to date with (lazily sized).
-    pub cpu_tlb_gen: Vec<u64>,
+    pub(crate) cpu_tlb_gen: Vec<u64>,
     /// NUMA balancing: when task_numa_work may next scan this mm
     /// (mm->numa_next_scan; 0 = never scanned yet), where the scan resumes
     /// (mm->numa_scan_offset) and how many full passes were made (numa_scan_seq).
-    pub numa_next_scan: Ns,
-    pub numa_scan_offset: u64,
-    pub numa_scan_seq: u32,
+    pub(crate) numa_next_scan: Ns,
+    pub(crate) numa_scan_offset: u64,
+    pub(crate) numa_scan_seq: u32,
     /// Tasks asleep on mmap_lock behind its queued writer, in arrival
     /// order; woken when that writer releases or downgrades.
-    pub lock_waiters: Vec<u32>,
+    pub(crate) lock_waiters: Vec<u32>,
     /// Host-side hint for `vma_lookup`: the start (the tree key) of the
     /// VMA found last. Needs no invalidation: a hit is checked against the
     /// tree (the VMA at that key must contain the address, and VMAs never
@@ -368,6 +377,111 @@ impl Mm {
             last_vma: std::cell::Cell::new(u64::MAX),
             fault_vma: None,
         }
+    }
+
+    /// mmget: one more user (a thread, a VMM) of this mm.
+    pub fn mmget(&mut self) {
+        self.users += 1;
+    }
+
+    /// mmu_notifier_register: `s` subscribes to this mm's notifiers.
+    pub fn mmu_notifier_register(&mut self, s: super::mmu_notifier::SecondaryMmu) {
+        self.notifier = Some(Box::new(s));
+    }
+
+    // What the crate's integration tests read of an mm (the fields are
+    // the crate's).
+    pub fn vmas(&self) -> &VmaTree {
+        &self.vmas
+    }
+    pub fn pt(&self) -> &PageTable {
+        &self.pt
+    }
+    pub fn pt_mut(&mut self) -> &mut PageTable {
+        &mut self.pt
+    }
+    pub fn mmap_lock(&self) -> &RwSem {
+        &self.mmap_lock
+    }
+    /// mm->start_brk and mm->brk.
+    pub fn brk(&self) -> (u64, u64) {
+        (self.brk_start, self.brk)
+    }
+    /// inc_tlb_flush_pending: a change of PTEs whose TLB flush comes later
+    /// has begun.
+    pub fn inc_tlb_flush_pending(&mut self) {
+        self.tlb_flush_pending += 1;
+    }
+    /// dec_tlb_flush_pending: that flush is done.
+    pub fn dec_tlb_flush_pending(&mut self) {
+        self.tlb_flush_pending -= 1;
+    }
+    /// mm_tlb_flush_pending: CPUs may hold entries the PTEs no longer say.
+    pub fn mm_tlb_flush_pending(&self) -> bool {
+        self.tlb_flush_pending > 0
+    }
+    /// set_tlb_ubc_flush_pending's mark: reclaim unmapped a page of this mm
+    /// and batched its flush.
+    pub fn set_tlb_batched_pending(&mut self) {
+        self.tlb_flush_batched_pending += 1;
+    }
+    /// Batched unmaps since the last flush_tlb_batched_pending.
+    pub fn tlb_batched_pending(&self) -> bool {
+        self.tlb_flush_batched_pending != self.tlb_flush_batched_flushed
+    }
+    /// flush_tlb_batched_pending's mark: every batched unmap so far is
+    /// flushed (the caller flushes). Returns whether any was pending.
+    pub fn take_tlb_batched_pending(&mut self) -> bool {
+        let was = self.tlb_batched_pending();
+        self.tlb_flush_batched_flushed = self.tlb_flush_batched_pending;
+        was
+    }
+
+    /// add_mm_counter: `n` more (or fewer) pages of kind `c`.
+    #[inline(always)]
+    pub fn add_mm_counter(&mut self, c: MmCounter, n: i64) {
+        match c {
+            MmCounter::FilePages => self.rss_file += n,
+            MmCounter::AnonPages => self.rss_anon += n,
+            MmCounter::SwapEnts => self.swap_ents += n,
+        }
+    }
+    /// get_mm_counter.
+    pub fn get_mm_counter(&self, c: MmCounter) -> i64 {
+        match c {
+            MmCounter::FilePages => self.rss_file,
+            MmCounter::AnonPages => self.rss_anon,
+            MmCounter::SwapEnts => self.swap_ents,
+        }
+    }
+    /// Resident pages, anonymous and file (get_mm_rss).
+    #[inline(always)]
+    pub fn rss(&self) -> i64 {
+        self.rss_anon + self.rss_file
+    }
+    /// update_hiwater_rss: the peak RSS (VmHWM) is at least today's.
+    #[inline(always)]
+    pub fn update_hiwater_rss(&mut self) {
+        self.hiwater_rss = self.hiwater_rss.max(self.rss());
+    }
+    /// The peak RSS in pages (mm->hiwater_rss).
+    pub fn hiwater_rss(&self) -> i64 {
+        self.hiwater_rss
+    }
+    /// The RSS when the run started (after the workload's setup), in pages.
+    pub fn base_rss(&self) -> i64 {
+        self.base_rss
+    }
+    /// The run starts now: what is resident is its base.
+    pub fn set_base_rss(&mut self) {
+        self.base_rss = self.rss();
+    }
+    /// Not torn down yet (exit_mmap has not run).
+    pub fn alive(&self) -> bool {
+        self.alive
+    }
+    pub fn notifier(&self) -> Option<&super::mmu_notifier::SecondaryMmu> {
+        self.notifier.as_deref()
     }
 
     /// Record that the current write cycle unmapped [start, end).

@@ -17,10 +17,10 @@
 use super::host::{Advice, DiscardCtx, DiscardPolicy};
 use crate::hw::profile::Profile;
 use crate::kernel::knobs::{Knobs, ThpEnabled};
-use crate::kernel::task::Task;
 use crate::kernel::Kernel;
 use crate::mm::gup::Gup;
 use crate::mm::mmu_notifier::{SecondaryMmu, BLOCK_PAGES};
+use crate::mm::vma::MmCounter;
 use crate::mm::Pfn;
 use crate::sim::{ns, Ns};
 use crate::types::Error;
@@ -63,9 +63,9 @@ impl KvmHost {
         for (g, &nr_frames) in frames.iter().enumerate() {
             let mm = k.new_mm();
             let cpu = g as u32 % nr_cpus;
-            let vcpu = spawn(&mut k, mm, cpu);
-            let vmm = spawn(&mut k, mm, cpu);
-            k.mms[mm as usize].users += 1;
+            let vcpu = k.new_task(mm, cpu);
+            let vmm = k.new_task(mm, cpu);
+            k.mms[mm as usize].mmget();
             // 2 MiB more than the RAM, so that the RAM starts on a PMD
             // boundary as QEMU aligns it (qemu_ram_mmap).
             let len = (nr_frames << 12) + (BLOCK_PAGES << 12);
@@ -77,7 +77,7 @@ impl KvmHost {
             // The remote flush an invalidation owes (kvm_flush_remote_tlbs)
             // is the guest's to pay, on its vCPUs, once guests run on this
             // host; the host side's callback costs nothing here yet.
-            k.mms[mm as usize].notifier = Some(Box::new(SecondaryMmu::new(base, nr_frames, 0)));
+            k.mms[mm as usize].mmu_notifier_register(SecondaryMmu::new(base, nr_frames, 0));
             vms.push(Vm { mm, vcpu, vmm, base, nr_frames });
         }
         Ok(KvmHost { k, vms, discard, ept_violation, vq_roundtrip })
@@ -101,7 +101,7 @@ impl KvmHost {
 
     /// Host pages guest `g`'s VMM maps (its RSS).
     pub fn rss(&self, g: usize) -> u64 {
-        self.k.mms[self.vms[g].mm as usize].rss_anon.max(0) as u64
+        self.k.mms[self.vms[g].mm as usize].get_mm_counter(MmCounter::AnonPages).max(0) as u64
     }
 
     /// Guest `g` touches its frames [pfn, pfn + n) at `t` (a write: the
@@ -183,13 +183,6 @@ impl KvmHost {
 }
 
 /// A host task of `mm` on `cpu`.
-fn spawn(k: &mut Kernel, mm: u32, cpu: u32) -> u32 {
-    let id = k.tasks.len() as u32;
-    k.tasks.push(Task::new(id, mm, cpu, 0));
-    k.mms[mm as usize].cpumask_set(cpu);
-    id
-}
-
 /// Run `op` as host task `tid` from `at` to its end (every step of it).
 /// Returns its result and the task's clock after.
 fn run(k: &mut Kernel, tid: u32, at: Ns, op: Op) -> (Ret, Ns) {

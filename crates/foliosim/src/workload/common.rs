@@ -4,6 +4,7 @@
 
 use super::params::Params;
 use super::{FsKind, ParamSpec, SetupEnv, TaskId};
+use crate::types::Error;
 
 pub const PAGE: u64 = 4096;
 pub const KIB: u64 = 1024;
@@ -71,10 +72,10 @@ impl TaskCfg {
 
     /// Create the tasks: processes, or one process and `tasks - 1` threads of
     /// it. Returns their ids in creation order (task index i = position i).
-    pub fn spawn(&self, env: &mut dyn SetupEnv) -> Result<Vec<TaskId>, String> {
+    pub fn spawn(&self, env: &mut dyn SetupEnv) -> Result<Vec<TaskId>, Error> {
         let nr_cpus = env.nr_cpus();
         if nr_cpus == 0 {
-            return Err("the machine has no CPUs".into());
+            return Err(Error::Workload("the machine has no CPUs".into()));
         }
         let mut ids = Vec::with_capacity(self.tasks as usize);
         for i in 0..self.tasks {
@@ -122,15 +123,15 @@ pub struct TaskMap {
 impl TaskMap {
     const NONE: u32 = u32::MAX;
 
-    pub fn new(ids: &[TaskId]) -> Result<TaskMap, String> {
+    pub fn new(ids: &[TaskId]) -> Result<TaskMap, Error> {
         let max = ids.iter().copied().max().unwrap_or(0) as usize;
         if max >= (1 << 24) {
-            return Err(format!("task id {max} is too large for a dense task map"));
+            return Err(Error::Internal(format!("task id {max} is too large for a dense task map")));
         }
         let mut slot = vec![Self::NONE; max + 1];
         for (i, &id) in ids.iter().enumerate() {
             if slot[id as usize] != Self::NONE {
-                return Err(format!("task id {id} handed out twice"));
+                return Err(Error::Internal(format!("task id {id} handed out twice")));
             }
             slot[id as usize] = i as u32;
         }
@@ -190,18 +191,18 @@ pub mod testutil {
         fn mem_bytes(&self) -> u64 {
             1 << 34
         }
-        fn create_file(&mut self, fs: FsKind, size: u64, populate: bool) -> Result<FileId, String> {
+        fn create_file(&mut self, fs: FsKind, size: u64, populate: bool) -> Result<FileId, Error> {
             self.files.push((fs, size, populate));
             // File ids start at 7 so workloads must keep them.
             Ok(7 + self.files.len() as FileId - 1)
         }
-        fn spawn_process(&mut self, cpu: Option<u32>) -> Result<TaskId, String> {
+        fn spawn_process(&mut self, cpu: Option<u32>) -> Result<TaskId, Error> {
             let id = self.next_id;
             self.next_id += 3; // non-contiguous ids
             self.tasks.push((id, Spawn::Process { cpu }));
             Ok(id)
         }
-        fn spawn_thread(&mut self, of: TaskId, cpu: Option<u32>) -> Result<TaskId, String> {
+        fn spawn_thread(&mut self, of: TaskId, cpu: Option<u32>) -> Result<TaskId, Error> {
             let id = self.next_id;
             self.next_id += 3;
             self.tasks.push((id, Spawn::Thread { of, cpu }));

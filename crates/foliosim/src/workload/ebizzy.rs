@@ -12,6 +12,7 @@
 use super::common::{pte_table_bytes, Mode, TaskCfg, TaskMap, PAGE};
 use super::params::Params;
 use super::{map, prot, Access, Advice, Op, ParamSpec, Ret, SetupEnv, TaskId, Workload, WorkloadInfo};
+use crate::types::Error;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Phase {
@@ -62,7 +63,7 @@ impl Workload for Ebizzy {
     fn name(&self) -> &str {
         "ebizzy"
     }
-    fn setup(&mut self, env: &mut dyn SetupEnv) -> Result<(), String> {
+    fn setup(&mut self, env: &mut dyn SetupEnv) -> Result<(), Error> {
         let cfg = TaskCfg { mode: Mode::Threads, tasks: self.tasks_n, pin: true, image: false };
         let ids = cfg.spawn(env)?;
         self.tasks = TaskMap::new(&ids)?;
@@ -145,7 +146,7 @@ impl Workload for SpfMixed {
     fn name(&self) -> &str {
         "spf_mixed"
     }
-    fn setup(&mut self, env: &mut dyn SetupEnv) -> Result<(), String> {
+    fn setup(&mut self, env: &mut dyn SetupEnv) -> Result<(), Error> {
         let cfg = TaskCfg { mode: Mode::Threads, tasks: self.faulters + self.mappers, pin: true, image: false };
         let ids = cfg.spawn(env)?;
         self.tasks = TaskMap::new(&ids)?;

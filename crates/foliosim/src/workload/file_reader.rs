@@ -15,6 +15,7 @@
 use super::common::{read_fs, read_size, TaskCfg, TaskMap, KIB, MIB, PAGE};
 use super::params::Params;
 use super::{map, prot, Fd, FileId, FsKind, Op, ParamSpec, Ret, SetupEnv, TaskId, Workload, WorkloadInfo};
+use crate::types::Error;
 
 const MAX_FILE_MIB: u64 = 1 << 24;
 const MAX_CHUNK_KIB: u64 = 1 << 22;
@@ -129,7 +130,7 @@ impl Workload for FileReader {
         "file_reader"
     }
 
-    fn setup(&mut self, env: &mut dyn SetupEnv) -> Result<(), String> {
+    fn setup(&mut self, env: &mut dyn SetupEnv) -> Result<(), Error> {
         self.file = env.create_file_on(self.fs, self.size, self.populate, self.populate_node, self.populate_hot)?;
         let ids = self.cfg.spawn(env)?;
         self.tasks = TaskMap::new(&ids)?;

@@ -32,6 +32,7 @@ use super::params::Params;
 use super::{map, prot, Access, Fd, FileId, FsKind, Op, ParamSpec, Ret, SetupEnv, TaskId, Workload, WorkloadInfo};
 use crate::sim::rng::Rng;
 use crate::sim::Ns;
+use crate::types::Error;
 use std::collections::BTreeMap;
 
 /// The compiler binary's program headers (a cc1-like image: large text,
@@ -291,7 +292,7 @@ impl Workload for Kbuild {
         "kbuild"
     }
 
-    fn setup(&mut self, env: &mut dyn SetupEnv) -> Result<(), String> {
+    fn setup(&mut self, env: &mut dyn SetupEnv) -> Result<(), Error> {
         self.seed = env.seed();
         self.cc1 = env.create_file(self.fs, TEXT + DATA, true)?;
         self.srcs = (0..SRC_FILES).map(|_| env.create_file(self.fs, SRC, true)).collect::<Result<_, _>>()?;

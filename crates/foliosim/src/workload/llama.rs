@@ -34,6 +34,7 @@ use super::common::{pte_table_bytes, read_fs, read_size, KIB, MIB, PAGE};
 use super::params::Params;
 use super::{map, prot, Access, Fd, FileId, FsKind, Op, ParamSpec, Ret, SetupEnv, TaskId, Workload, WorkloadInfo};
 use crate::sim::Ns;
+use crate::types::Error;
 
 const MAX_MODEL_MIB: u64 = 1 << 24;
 const MAX_TASKS: u64 = 2048;
@@ -317,10 +318,10 @@ impl Workload for Llama {
         "llama"
     }
 
-    fn setup(&mut self, env: &mut dyn SetupEnv) -> Result<(), String> {
+    fn setup(&mut self, env: &mut dyn SetupEnv) -> Result<(), Error> {
         let nr_cpus = env.nr_cpus();
         if nr_cpus == 0 {
-            return Err("the machine has no CPUs".into());
+            return Err(Error::Workload("the machine has no CPUs".into()));
         }
         self.code_file = env.create_file(FsKind::Tmpfs, self.code, true)?;
         self.model_files = (0..self.procs).map(|_| env.create_file(self.fs, self.model, false)).collect::<Result<_, _>>()?;

@@ -14,6 +14,7 @@ use super::common::{pte_table_bytes, read_size, TaskCfg, TaskMap, MIB, PAGE};
 use super::params::Params;
 use super::{map, prot, Access, Op, ParamSpec, Ret, SetupEnv, TaskId, Workload, WorkloadInfo};
 use crate::sim::{Ns, NSEC_PER_MSEC};
+use crate::types::Error;
 
 /// Pages per `AccessRange` (2 MiB).
 const CHUNK_PAGES: u64 = 512;
@@ -105,7 +106,7 @@ impl Workload for Memhog {
         "memhog"
     }
 
-    fn setup(&mut self, env: &mut dyn SetupEnv) -> Result<(), String> {
+    fn setup(&mut self, env: &mut dyn SetupEnv) -> Result<(), Error> {
         let ids = self.cfg.spawn(env)?;
         self.tasks = TaskMap::new(&ids)?;
         self.st = vec![TaskState { phase: Phase::Start, base: 0, page: 0, inflight: 0, pass: 0, cycle: 0, iters: 0 }; ids.len()];

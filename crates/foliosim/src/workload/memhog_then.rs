@@ -19,6 +19,7 @@ use super::params::Params;
 use super::will_it_scale::{Test, WillItScale, ALL};
 use super::{Op, ParamSpec, RawParams, Ret, SetupEnv, TaskId, Workload, WorkloadInfo};
 use crate::sim::{Ns, NSEC_PER_MSEC};
+use crate::types::Error;
 
 pub struct MemhogThen {
     hog: Memhog,
@@ -66,12 +67,12 @@ impl Workload for MemhogThen {
         "memhog_then"
     }
 
-    fn setup(&mut self, env: &mut dyn SetupEnv) -> Result<(), String> {
+    fn setup(&mut self, env: &mut dyn SetupEnv) -> Result<(), Error> {
         let last = env.nr_cpus() - 1;
         // memhog's own setup pins to CPU 0; run it on the last CPU instead.
         let mut pinned = PinLast { inner: env, cpu: last, ids: Vec::new() };
         self.hog.setup(&mut pinned)?;
-        self.hog_task = *pinned.ids.first().ok_or("memhog created no task")?;
+        self.hog_task = *pinned.ids.first().ok_or_else(|| Error::Workload("memhog created no task".into()))?;
         let mut rec = Record { inner: env, ids: Vec::new() };
         self.test.setup(&mut rec)?;
         self.waited = rec.ids.iter().map(|&t| (t, 0, false)).collect();
@@ -129,15 +130,15 @@ impl SetupEnv for PinLast<'_> {
     fn mem_bytes(&self) -> u64 {
         self.inner.mem_bytes()
     }
-    fn create_file(&mut self, fs: super::FsKind, size: u64, populate: bool) -> Result<super::FileId, String> {
+    fn create_file(&mut self, fs: super::FsKind, size: u64, populate: bool) -> Result<super::FileId, Error> {
         self.inner.create_file(fs, size, populate)
     }
-    fn spawn_process(&mut self, _cpu: Option<u32>) -> Result<TaskId, String> {
+    fn spawn_process(&mut self, _cpu: Option<u32>) -> Result<TaskId, Error> {
         let t = self.inner.spawn_process(Some(self.cpu))?;
         self.ids.push(t);
         Ok(t)
     }
-    fn spawn_thread(&mut self, of: TaskId, _cpu: Option<u32>) -> Result<TaskId, String> {
+    fn spawn_thread(&mut self, of: TaskId, _cpu: Option<u32>) -> Result<TaskId, Error> {
         let t = self.inner.spawn_thread(of, Some(self.cpu))?;
         self.ids.push(t);
         Ok(t)
@@ -160,15 +161,15 @@ impl SetupEnv for Record<'_> {
     fn mem_bytes(&self) -> u64 {
         self.inner.mem_bytes()
     }
-    fn create_file(&mut self, fs: super::FsKind, size: u64, populate: bool) -> Result<super::FileId, String> {
+    fn create_file(&mut self, fs: super::FsKind, size: u64, populate: bool) -> Result<super::FileId, Error> {
         self.inner.create_file(fs, size, populate)
     }
-    fn spawn_process(&mut self, cpu: Option<u32>) -> Result<TaskId, String> {
+    fn spawn_process(&mut self, cpu: Option<u32>) -> Result<TaskId, Error> {
         let t = self.inner.spawn_process(cpu)?;
         self.ids.push(t);
         Ok(t)
     }
-    fn spawn_thread(&mut self, of: TaskId, cpu: Option<u32>) -> Result<TaskId, String> {
+    fn spawn_thread(&mut self, of: TaskId, cpu: Option<u32>) -> Result<TaskId, Error> {
         let t = self.inner.spawn_thread(of, cpu)?;
         self.ids.push(t);
         Ok(t)

@@ -6,6 +6,7 @@
 //! Trace replay is one more implementation of the same trait.
 
 use crate::sim::Ns;
+use crate::types::Error;
 pub use params::RawParams;
 
 pub mod common;
@@ -245,34 +246,34 @@ pub trait SetupEnv {
     fn mem_bytes(&self) -> u64;
     /// Create a file; if `populate`, its page cache is filled as if written
     /// with zeroes (no simulated time). Returns its id for `Op::Open`.
-    fn create_file(&mut self, fs: FsKind, size: u64, populate: bool) -> Result<FileId, String>;
+    fn create_file(&mut self, fs: FsKind, size: u64, populate: bool) -> Result<FileId, Error>;
     /// create_file with the populated cache placed on node `node` first
     /// (as a reader bound there with mbind would leave it); `hot`: the
     /// folios start referenced and active, as after several earlier reads.
-    fn create_file_on(&mut self, fs: FsKind, size: u64, populate: bool, node: Option<u32>, hot: bool) -> Result<FileId, String> {
+    fn create_file_on(&mut self, fs: FsKind, size: u64, populate: bool, node: Option<u32>, hot: bool) -> Result<FileId, Error> {
         match node {
             None if !hot => self.create_file(fs, size, populate),
-            _ => Err("this environment cannot place a file on a node".into()),
+            _ => Err(Error::Workload("this environment cannot place a file on a node".into())),
         }
     }
     /// A new process (own mm) on `cpu` (None: let the scheduler place it).
-    fn spawn_process(&mut self, cpu: Option<u32>) -> Result<TaskId, String>;
+    fn spawn_process(&mut self, cpu: Option<u32>) -> Result<TaskId, Error>;
     /// A new thread sharing `of`'s mm.
-    fn spawn_thread(&mut self, of: TaskId, cpu: Option<u32>) -> Result<TaskId, String>;
+    fn spawn_thread(&mut self, of: TaskId, cpu: Option<u32>) -> Result<TaskId, Error>;
     /// Seed for the workload's own random stream.
     fn seed(&self) -> u64;
     /// A start gate (will-it-scale's): `tasks`, in the order they were
     /// created, each block in poll() on one pipe until the parent writes
     /// it; that one wake-up releases them one after another. Without it
     /// (the default here) every task starts at time 0.
-    fn start_gate(&mut self, tasks: &[TaskId]) -> Result<(), String> {
+    fn start_gate(&mut self, tasks: &[TaskId]) -> Result<(), Error> {
         let _ = tasks;
         Ok(())
     }
     /// Give task `task`'s mm the mappings a dynamically linked program has
     /// when its loop starts, with their resident pages touched (mm/exec.rs
     /// GLIBC_2_36_X86_64).
-    fn map_process_image(&mut self, task: TaskId) -> Result<(), String> {
+    fn map_process_image(&mut self, task: TaskId) -> Result<(), Error> {
         let _ = task;
         Ok(())
     }
@@ -294,7 +295,7 @@ pub struct ParamSpec {
 
 pub trait Workload: Send {
     fn name(&self) -> &str;
-    fn setup(&mut self, env: &mut dyn SetupEnv) -> Result<(), String>;
+    fn setup(&mut self, env: &mut dyn SetupEnv) -> Result<(), Error>;
     /// The next operation of `task`. Add to `ops` whatever this workload
     /// counts as an operation (will-it-scale's per-task counter).
     fn next_op(&mut self, task: TaskId, last: Ret, ops: &mut u64) -> Op;

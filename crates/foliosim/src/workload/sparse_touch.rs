@@ -12,6 +12,7 @@ use super::common::{pte_table_bytes, read_size, TaskCfg, TaskMap, KIB, MIB, PAGE
 use super::params::Params;
 use super::{map, prot, Access, Op, ParamSpec, Ret, SetupEnv, TaskId, Workload, WorkloadInfo};
 use crate::sim::{Ns, NSEC_PER_MSEC};
+use crate::types::Error;
 
 /// Touches per `AccessRange`.
 const CHUNK: u64 = 512;
@@ -108,7 +109,7 @@ impl Workload for SparseTouch {
         "sparse_touch"
     }
 
-    fn setup(&mut self, env: &mut dyn SetupEnv) -> Result<(), String> {
+    fn setup(&mut self, env: &mut dyn SetupEnv) -> Result<(), Error> {
         let ids = self.cfg.spawn(env)?;
         self.tasks = TaskMap::new(&ids)?;
         self.st = vec![TaskState { phase: Phase::Start, base: 0, next: 0, inflight: 0, cycle: 0, iters: 0 }; ids.len()];

@@ -31,6 +31,7 @@
 use super::common::{TaskCfg, TaskMap, KIB, MIB, PAGE};
 use super::params::Params;
 use super::{map, prot, Access, Advice, Fd, FileId, FsKind, Op, ParamSpec, Ret, SetupEnv, TaskId, Workload, WorkloadInfo};
+use crate::types::Error;
 
 /// Where the regions go: validation/syscost.c's AREA.
 const AREA: u64 = 0x2000_0000_0000;
@@ -370,7 +371,7 @@ impl Workload for Syscost {
         "syscost"
     }
 
-    fn setup(&mut self, env: &mut dyn SetupEnv) -> Result<(), String> {
+    fn setup(&mut self, env: &mut dyn SetupEnv) -> Result<(), Error> {
         let ids = self.cfg.spawn(env)?;
         self.parent = ids[0];
         self.tasks = TaskMap::new(&ids)?;

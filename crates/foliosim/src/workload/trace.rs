@@ -39,6 +39,7 @@
 use super::params::Params;
 use super::trace_format::{self as tf, Record, Trace, WAIT_NOHANG};
 use super::{map, prot, Access, Advice, Fd, FileId, FsKind, Op, ParamSpec, Ret, SetupEnv, TaskId, Workload, WorkloadInfo};
+use crate::types::Error;
 use std::collections::{BTreeMap, VecDeque};
 
 const PAGE: u64 = 4096;
@@ -653,7 +654,7 @@ impl Workload for TraceReplay {
         "trace"
     }
 
-    fn setup(&mut self, env: &mut dyn SetupEnv) -> Result<(), String> {
+    fn setup(&mut self, env: &mut dyn SetupEnv) -> Result<(), Error> {
         self.file_ids.clear();
         for (size, _, flags) in &self.trace.files {
             // Files the program found are read from a warm page cache, as

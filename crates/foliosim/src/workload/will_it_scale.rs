@@ -38,6 +38,7 @@
 use super::common::{pte_table_bytes, read_fs, read_size, TaskCfg, TaskMap, KIB, MIB, PAGE};
 use super::params::Params;
 use super::{map, prot, Access, AccessRun, Advice, Fd, FileId, FsKind, Op, ParamSpec, Ret, SetupEnv, TaskId, Workload, WorkloadInfo};
+use crate::types::Error;
 
 /// The eleven testcases.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -459,7 +460,7 @@ impl Workload for WillItScale {
         self.test.name()
     }
 
-    fn setup(&mut self, env: &mut dyn SetupEnv) -> Result<(), String> {
+    fn setup(&mut self, env: &mut dyn SetupEnv) -> Result<(), Error> {
         // read2's testcase_prepare: one shared file, made before the tasks.
         let shared = if self.test == Test::Read2 { env.create_file(self.tmp_fs, self.size, true)? } else { NO_FILE };
         let ids = self.cfg.spawn(env)?;

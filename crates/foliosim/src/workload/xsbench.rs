@@ -57,6 +57,7 @@ use super::params::Params;
 use super::{map, prot, Access, Fd, FileId, FsKind, Op, ParamSpec, Ret, SetupEnv, TaskId, Workload, WorkloadInfo};
 use crate::sim::rng::Rng;
 use crate::sim::Ns;
+use crate::types::Error;
 
 /// Tables are initialised in steps of this many bytes (one op each).
 const INIT_STEP: u64 = MIB;
@@ -388,10 +389,10 @@ impl Workload for XsBench {
         "xsbench"
     }
 
-    fn setup(&mut self, env: &mut dyn SetupEnv) -> Result<(), String> {
+    fn setup(&mut self, env: &mut dyn SetupEnv) -> Result<(), Error> {
         let nr_cpus = env.nr_cpus();
         if nr_cpus == 0 {
-            return Err("the machine has no CPUs".into());
+            return Err(Error::Workload("the machine has no CPUs".into()));
         }
         self.code_file = env.create_file(FsKind::Tmpfs, self.code, true)?;
         let seed = env.seed();

@@ -4,9 +4,7 @@
 #![allow(dead_code)]
 
 use foliosim::config;
-use foliosim::kernel::task::Task;
 use foliosim::kernel::Kernel;
-use foliosim::mm::fs::Inode;
 use foliosim::sim::Ns;
 use foliosim::workload::{map, prot, Access, FsKind, Op, Ret};
 
@@ -28,7 +26,7 @@ impl H {
         let c = config::from_toml(&text, "luf-test").unwrap();
         let mut k = Kernel::boot(c.profile, c.knobs, true, seed).unwrap();
         // Shootdowns per CPU, for the tests that count them.
-        k.trace = foliosim::kernel::trace::Tracing::new(&["tlb:tlb_flush".into()], &[], k.nr_cpus());
+        k.set_tracing(foliosim::kernel::trace::Tracing::new(&["tlb:tlb_flush".into()], &[], k.nr_cpus()));
         H { k, rng: seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1, arena: Default::default() }
     }
 
@@ -46,43 +44,39 @@ impl H {
     }
 
     pub fn thread(&mut self, of: u32, cpu: u32) -> u32 {
-        let mm = self.k.tasks[of as usize].mm;
-        self.k.mms[mm as usize].users += 1;
+        let mm = self.k.tasks()[of as usize].mm;
+        self.k.mm_mut(mm).mmget();
         self.task(mm, cpu)
     }
 
     pub fn task(&mut self, mm: u32, cpu: u32) -> u32 {
-        let id = self.k.tasks.len() as u32;
-        self.k.tasks.push(Task::new(id, mm, cpu, 0));
-        self.k.mms[mm as usize].cpumask_set(cpu);
-        id
+        self.k.new_task(mm, cpu)
     }
 
     pub fn file(&mut self, pages: u64) -> u32 {
-        let id = self.k.inodes.len() as u32;
-        self.k.inodes.push(Inode::new(id, FsKind::Disk, pages << 12));
-        self.k.inodes[id as usize].data_pages = pages;
+        let id = self.k.new_inode(FsKind::Disk, pages << 12);
+        self.k.inode_mut(id).data_pages = pages;
         id
     }
 
     /// Run `op` as task `tid`, starting no earlier than `at`. Returns the
     /// result and the time the task is done.
     pub fn run(&mut self, tid: u32, at: Ns, op: Op) -> (Ret, Ns) {
-        let cpu = self.k.tasks[tid as usize].cpu;
-        let tk = &mut self.k.tasks[tid as usize];
+        let cpu = self.k.tasks()[tid as usize].cpu;
+        let tk = self.k.task_mut(tid);
         tk.clock = tk.clock.max(at);
-        self.k.cpus[cpu as usize].curr = tid;
+        self.k.cpu_mut(cpu).curr = tid;
         let mut r = self.k.exec(tid, op);
         while r.is_none() {
-            let op = self.k.tasks[tid as usize].pending.take().expect("a pending op");
+            let op = self.k.task_mut(tid).pending.take().expect("a pending op");
             r = self.k.exec(tid, op);
         }
         // A fault's lock released in the task's next step: release it now,
         // at its time, before the caller moves the clock.
-        if self.k.tasks[tid as usize].fault_unlock.is_some() {
+        if self.k.tasks()[tid as usize].fault_unlock.is_some() {
             self.k.fault_unlock_finish(tid);
         }
-        (r.unwrap(), self.k.tasks[tid as usize].clock)
+        (r.unwrap(), self.k.tasks()[tid as usize].clock)
     }
 
     pub fn val(&mut self, tid: u32, at: Ns, op: Op) -> (i64, Ns) {
@@ -119,8 +113,8 @@ impl H {
 
     /// Direct reclaim by `tid` until `want` pages are freed.
     pub fn reclaim(&mut self, tid: u32, at: Ns, want: u64) -> (u64, Ns) {
-        let cpu = self.k.tasks[tid as usize].cpu;
-        self.k.cpus[cpu as usize].curr = tid;
+        let cpu = self.k.tasks()[tid as usize].cpu;
+        self.k.cpu_mut(cpu).curr = tid;
         let mut t = at;
         for c in 0..self.k.nr_cpus() {
             t = self.k.lru_add_drain_cpu(t, c);
@@ -168,11 +162,11 @@ impl H {
     }
 
     pub fn stat(&self, name: &str) -> i64 {
-        foliosim::mm::vmstat::Stat::from_name(name).map_or(0, |s| self.k.stat.get(s))
+        foliosim::mm::vmstat::Stat::from_name(name).map_or(0, |s| self.k.stat().get(s))
     }
 
     pub fn violations(&self) -> Vec<String> {
-        self.k.check.violations.clone()
+        self.k.check().violations.clone()
     }
 }
 
