@@ -30,6 +30,13 @@ pub struct PteTable {
 /// PTL, the re-walk), so the last table found is remembered: a repeat is
 /// one compare instead of a hash probe. Tables live in a slab; the map
 /// gives a key's slab index.
+///
+/// Threads of one mm faulting in their own regions (page_fault1 with 64
+/// threads) replace `last` at every step; before the hash probe, a lookup
+/// that misses `last` tries a small table of slab indices by key hash
+/// (`hints`), whose entry holds if `keys` has that key at that index. A
+/// hint is never wrong, only stale (a remove moved or dropped its table),
+/// so nothing resets it.
 pub struct PteTables {
     index: FxHashMap<u64, u32>,
     slab: Vec<Box<PteTable>>,
@@ -38,6 +45,19 @@ pub struct PteTables {
     /// (key, slab index) of the last lookup that found a table; key
     /// `NO_KEY` when unset. Reset by every insert and remove.
     last: Cell<(u64, u32)>,
+    /// Slab index of a table whose key hashes to each entry (`hint_of`).
+    hints: [Cell<u32>; HINTS],
+}
+
+/// Entries of `PteTables::hints`: 64 tasks' tables, one per task, rarely
+/// share one.
+const HINTS: usize = 256;
+
+/// The `hints` entry of key `k` (Fibonacci hashing: keys of neighbouring
+/// regions spread over the table).
+#[inline(always)]
+fn hint_of(k: u64) -> usize {
+    (k.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - HINTS.trailing_zeros())) as usize
 }
 
 /// Not a PMD index of any user address (va >> 21 < 2^43).
@@ -45,7 +65,13 @@ const NO_KEY: u64 = u64::MAX;
 
 impl Default for PteTables {
     fn default() -> PteTables {
-        PteTables { index: FxHashMap::default(), slab: Vec::new(), keys: Vec::new(), last: Cell::new((NO_KEY, 0)) }
+        PteTables {
+            index: FxHashMap::default(),
+            slab: Vec::new(),
+            keys: Vec::new(),
+            last: Cell::new((NO_KEY, 0)),
+            hints: std::array::from_fn(|_| Cell::new(u32::MAX)),
+        }
     }
 }
 
@@ -58,25 +84,26 @@ impl PteTables {
         if lk == k {
             return Some(li as usize);
         }
-        let i = *self.index.get(&k)?;
-        self.last.set((k, i));
-        Some(i as usize)
+        self.slot_cold(k)
     }
 
-    /// `get_mut` for the hardware walk of a user access: the repeat of the
-    /// last table is the inlined path, the hash probe stays out of line (a
-    /// caller otherwise sets the probe up before knowing it needs it).
-    #[inline(always)]
-    pub fn get_mut_walk(&mut self, k: u64) -> Option<&mut PteTable> {
-        let (lk, li) = self.last.get();
-        let i = if lk == k { li as usize } else { self.slot_cold(k)? };
-        Some(&mut self.slab[i])
-    }
-
+    /// A lookup that missed `last`: the hint, else the hash probe. Out of
+    /// line: a caller otherwise sets the probe up before knowing it needs
+    /// it.
     #[inline(never)]
     #[cold]
     fn slot_cold(&self, k: u64) -> Option<usize> {
-        self.slot(k)
+        let hint = &self.hints[hint_of(k)];
+        let i = match hint.get() {
+            h if self.keys.get(h as usize) == Some(&k) => h,
+            _ => {
+                let i = *self.index.get(&k)?;
+                hint.set(i);
+                i
+            }
+        };
+        self.last.set((k, i));
+        Some(i as usize)
     }
 
     #[inline]
@@ -178,7 +205,7 @@ impl PageTable {
     /// the hardware walk's read and its accessed/dirty update.
     #[inline(always)]
     pub fn pte_slot_mut(&mut self, va: u64) -> Option<&mut Pte> {
-        self.pte_tables.get_mut_walk(va >> PMD_SHIFT).map(|t| &mut t.ptes[pte_index(va)])
+        self.pte_tables.get_mut(&(va >> PMD_SHIFT)).map(|t| &mut t.ptes[pte_index(va)])
     }
 
     #[inline]
@@ -207,5 +234,42 @@ impl PageTable {
             !self.pmd_tables.contains_key(&(va >> PUD_SHIFT)),
             !self.pte_tables.contains_key(&(va >> PMD_SHIFT)),
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table(pfn: Pfn) -> Box<PteTable> {
+        Box::new(PteTable { ptes: [Pte::NONE; 512], nr_present: 0, pfn, ptl: Default::default() })
+    }
+
+    #[test]
+    fn lookups_find_their_own_table_after_removes_move_others() {
+        // Keys that share hint entries, looked up in turns (as 64 threads'
+        // walks are), with removes in between that move slab entries (the
+        // hints then name a moved or a gone table): every lookup must find
+        // the table inserted at its key, and nothing at a removed key.
+        let mut t = PteTables::default();
+        let keys: Vec<u64> = (0..600u64).map(|i| 0x7f00_0000 + i * 37).collect();
+        for &k in &keys {
+            t.insert(k, table(k as Pfn));
+        }
+        let mut gone = std::collections::HashSet::new();
+        for round in 0..6u64 {
+            for (n, &k) in keys.iter().enumerate() {
+                if (n as u64 + round).is_multiple_of(7) && gone.insert(k) {
+                    assert_eq!(t.remove(&k).map(|b| b.pfn), Some(k as Pfn));
+                }
+                for &j in [k, keys[(n * 13 + round as usize) % keys.len()]].iter() {
+                    match t.get(&j) {
+                        Some(b) => assert!(!gone.contains(&j) && b.pfn == j as Pfn, "key {j:#x} found table {}", b.pfn),
+                        None => assert!(gone.contains(&j), "key {j:#x} lost"),
+                    }
+                }
+            }
+        }
+        assert_eq!(t.len(), keys.len() - gone.len());
     }
 }
