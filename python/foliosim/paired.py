@@ -39,6 +39,16 @@ from typing import Any
 
 DRIVER = "paired_driver"
 DRIVER_SRC = Path("crates/foliosim/examples") / f"{DRIVER}.rs"
+KERNEL_SRC = Path("crates/foliosim/src/kernel/mod.rs")
+
+
+def driver_for_ref(driver: str, kernel_src: str) -> str:
+    """The driver as the ref's crate compiles it: before #32 made the
+    Kernel's fields private (2026-11-29), its counters were the public field
+    `stat`, not the method `stat()`."""
+    if "pub stat: VmStat" in kernel_src:
+        return driver.replace("out.kernel.stat()", "&out.kernel.stat")
+    return driver
 
 
 class PairedError(Exception):
@@ -245,9 +255,10 @@ def build_ref(root: Path, sha: str, progress: Callable[[str], None] | None = Non
         raise PairedError(f"{driver}: missing (the driver both builds run)")
     dest = src / DRIVER_SRC
     dest.parent.mkdir(parents=True, exist_ok=True)
+    text = driver_for_ref(driver.read_text(), (src / KERNEL_SRC).read_text() if (src / KERNEL_SRC).exists() else "")
     # Only when it differs: a new mtime would have cargo link it again.
-    if not dest.exists() or dest.read_bytes() != driver.read_bytes():
-        shutil.copyfile(driver, dest)
+    if not dest.exists() or dest.read_text() != text:
+        dest.write_text(text)
     if progress:
         progress(f"building {sha[:12]} (log: {base / 'build.log'})")
     return _cargo_build(src, base / "target", _toolchain(root), base / "build.log")

@@ -122,3 +122,11 @@ def test_cli_bad_ref_is_one_line(tmp_path):
     one_line_error(run_cli("bench", "--paired", "no-such-ref-xyz", "--quiet", cwd=root), "no-such-ref-xyz", "no such commit")
     one_line_error(run_cli("bench", "--paired", "HEAD", "--workloads", "pf1_bogus", "--quiet", cwd=root), "pf1_bogus", "unknown")
     one_line_error(run_cli("bench", "--paired", "HEAD", "--pairs", "0", "--quiet", cwd=root), "--pairs 0")
+
+
+def test_the_driver_reads_a_pre_accessor_refs_counters_as_a_field():
+    driver = (Path(__file__).resolve().parents[2] / P.DRIVER_SRC).read_text()
+    assert "out.kernel.stat()" in driver
+    old = P.driver_for_ref(driver, "pub struct Kernel {\n    pub stat: VmStat,\n")
+    assert "&out.kernel.stat;" in old and "stat()" not in old
+    assert P.driver_for_ref(driver, "pub struct Kernel {\n    pub(crate) stat: VmStat,\n") == driver
