@@ -335,8 +335,7 @@ fn nanosleep_goes_through_the_system_call_path_and_its_tracepoints() {
         "run": {"warmup_s": 0.0, "duration_s": 0.1,
                 "probes_record": ["syscalls:sys_enter_nanosleep", "syscalls:sys_exit_nanosleep"]},
     });
-    let out: serde_json::Value =
-        serde_json::from_str(&foliosim::api::run_json(&cfg.to_string(), &mut |_| true).unwrap()).unwrap();
+    let out: serde_json::Value = serde_json::from_str(&foliosim::api::run_json(&cfg.to_string(), &mut |_| true).unwrap()).unwrap();
     let n = |w: &str| out["probes"][format!("syscalls:sys_{w}_nanosleep")]["events"].as_array().map_or(0, |v| v.len());
     assert!(n("enter") > 0, "no sys_enter_nanosleep: {}", out["probes"]);
     assert_eq!(n("enter"), n("exit"));
