@@ -217,14 +217,24 @@ def fit_line(xs: list[float], ys: list[float]) -> tuple[float, float, float]:
     return a, b, rms
 
 
+def warm_share(k_mib: float, r_mib: float) -> float:
+    """The share of a region of R MiB, written in order, freed, and
+    written again, that the model finds still in caches of K MiB: a frame
+    is warm while what the CPU brought in since its last write fits
+    (hw/cache.rs), and the region is reused last-written first, so the
+    k-th page reused has 2k pages brought in since its write (the k
+    written after it, the k reused before it): min(1, K / 2R)."""
+    return min(1.0, k_mib / (2 * r_mib))
+
+
 def fit_warm_cache(regions_mib: list[float], per_page: list[float], warm: float) -> tuple[float, float, float]:
-    """The model's warm fraction after a free of R MiB reused last-freed
-    first is min(1, K/R): per page p(R) = warm + (cold - warm) * max(0, 1 - K/R).
-    Least squares over K (a 1/8 MiB grid) and cold: (K MiB, cold, rms)."""
+    """Per page p(R) = warm + (cold - warm) * (1 - warm_share(K, R)) over
+    the regions R: least squares over K (a 1/8 MiB grid) and cold:
+    (K MiB, cold, rms)."""
     best: tuple[float, float, float] | None = None
-    for i in range(1, 8 * 256 + 1):
+    for i in range(1, 8 * 512 + 1):
         k = i / 8
-        xs = [max(0.0, 1 - k / r) for r in regions_mib]
+        xs = [1 - warm_share(k, r) for r in regions_mib]
         sxx = sum(x * x for x in xs)
         if sxx == 0:
             continue
@@ -295,15 +305,16 @@ class Derivation:
             k_mib, cold_pp, rms = fit_warm_cache([float(r) for r in regions], pp, pp[0])
             self.fits.append(f"warm cache: PMD THP faults per 4 KiB page over {'/'.join(map(str, regions))} MiB regions "
                              f"= {' / '.join(f'{x:.0f}' for x in pp)} ns; fit warm {pp[0]:.0f} + (cold {cold_pp:.0f} - warm) * "
-                             f"max(0, 1 - K/R): K = {k_mib:g} MiB, residual {rms:.1f} ns rms")
+                             f"max(0, 1 - K/2R): K = {k_mib:g} MiB, residual {rms:.1f} ns rms")
             l2_kib = float(m.get("l2_kib") or self.g["cpu"]["l2_kib"])
             self.put("cpu.llc_kib", max(k_mib * 1024 - l2_kib, 0.0),
                      f"{src}: what one CPU finds still in cache, less its {l2_kib:.0f} KiB L2: PMD THP write faults over {'/'.join(map(str, regions))} MiB regions reused last-freed first, per page "
-                     f"{' / '.join(f'{x:.0f}' for x in pp)} ns, least squares of warm + (cold - warm) * max(0, 1 - K/R): "
+                     f"{' / '.join(f'{x:.0f}' for x in pp)} ns, least squares of warm + (cold - warm) * max(0, 1 - K/2R) "
+                     "(reused last-written first, the k-th page reused has 2k pages brought in since its write): "
                      f"K = {k_mib:g} MiB (residual {rms:.1f} ns rms)")
         else:
             k_mib = (self.g["cpu"]["l2_kib"] + self.g["cpu"]["llc_kib"]) / 1024
-        f_cold = min(1.0, k_mib / COLD_MIB)
+        f_cold = warm_share(k_mib, COLD_MIB)
         # The 4 KiB faults and the zero-page read fault.
         a_c_meas, a_w = med(s, key(4, "anon", COLD_MIB)), med(s, key(4, "anon", WARM_MIB))
         a_c = (a_c_meas - f_cold * a_w) / (1 - f_cold)

@@ -29,7 +29,7 @@ def rec(ns_per_page: float, faults_per_page: float = 1.0, unmap: float = 30.0) -
 
 
 def synthetic(rounds: int = 3) -> tuple[dict, dict]:
-    f = K_MIB / cal.COLD_MIB  # the warm share of a cold region, as the model has it
+    f = K_MIB / (2 * cal.COLD_MIB)  # the warm share of a cold region, as the model has it (last-written first)
     cold_pte = CLEAR_C + TAIL + PTE_SET + RMAP_PAGE
     warm_pte = CLEAR_W + TAIL + PTE_SET + RMAP_PAGE
     s: dict[str, list[dict]] = {}
@@ -55,7 +55,7 @@ def synthetic(rounds: int = 3) -> tuple[dict, dict]:
     n = 512
     pmd_w, pmd_c = FIXED + (CLEAR_W + TAIL) * n, FIXED + COLD + (CLEAR_C + TAIL) * n
     for r in cal.SWEEP_MIB:
-        warm = min(1.0, K_MIB / r)
+        warm = min(1.0, K_MIB / (2 * r))
         per = (warm * pmd_w + (1 - warm) * pmd_c) / n
         put(cal.PMD_KIB, "anon", r, rec(per, 1 / n, (Z0 + FREE_TAIL * n) / n))
     put(cal.PMD_KIB, "retouch", cal.COLD_MIB, rec(12.0))
@@ -75,10 +75,15 @@ def test_fit_line_recovers_a_line_and_reports_the_residual():
 
 
 def test_fit_warm_cache_recovers_the_cache_size():
+    # Caches of 24 MiB: a region reused last-written first is warm for its
+    # first 12 MiB (each page reused has twice as much brought in since its
+    # write as was reused before it).
     regions = [2.0, 8.0, 16.0, 32.0, 64.0, 128.0]
     per = [80 + 260 * max(0.0, 1 - 12 / r) for r in regions]
     k, cold, rms = cal.fit_warm_cache(regions, per, per[0])
-    assert (k, cold, rms) == pytest.approx((12, 340, 0), abs=1e-6)
+    assert (k, cold, rms) == pytest.approx((24, 340, 0), abs=1e-6)
+    assert cal.warm_share(24, 128) == pytest.approx(12 / 128)
+    assert cal.warm_share(24, 8) == 1.0
 
 
 def test_derivation_recovers_every_term_of_a_synthetic_host():

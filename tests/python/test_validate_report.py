@@ -129,6 +129,21 @@ def test_a_threads_row_says_what_bounds_it():
     assert text.startswith("bound by mmap_lock") and "mmap_lock 40.0%" in text and "shared cache lines 0.5%" in text, text
     own = v.bound_text(v.bound_of(raw({"mmap_lock_wait_ns": 200})))
     assert own.startswith("bound by each thread's own work") and "mmap_lock 1.0%" in own, own
+    # Beside the model's account, the host's: what its threads did against
+    # one process at the same setting, and how often they slept.
+    row = {"setting": "4K", "workload": "page_fault1", "tasks": 2,
+           "real": {"ops_per_s": 1.0e6}, "predicted": {"ops_per_s": 8.0e5}}
+    proc = {"real": {"ops_per_s": 5.0e5}, "predicted": {"ops_per_s": 5.0e5}}
+    sc = v.threads_scaling(row, proc)
+    assert sc == {"tasks": 2, "real": 2.0, "pred": 1.6}
+    assert v.threads_scaling(row, None) is None
+    text = v.bound_text(b, sc, 6.8e-5)
+    assert "on the host the 2 threads did 2.00x one process's ops/s (100% of 2x), in the model 1.60x" in text, text
+    assert "slept 6.8e-05 times per op" in text, text
+    # A miss of a threads row is split into what one process misses and
+    # what the threads cost each other.
+    miss = v.threads_miss({**row, "scaling": sc, "process_error": 0.0})
+    assert "one process at this setting is off by +0.0%" in miss and "what the threads cost each other by -20.0%" in miss, miss
 
 
 def test_real_cells_show_the_median_and_the_range():
@@ -177,10 +192,12 @@ def test_real_reuses_an_earlier_reports_repeats_and_reruns_only_the_model(tmp_pa
     sims = []
     monkeypatch.setattr(v, "measure_reals", lambda *a, **k: (_ for _ in ()).throw(AssertionError("measured the host")))
 
-    def fake_sim(name, params, knobs, profile, duration, mode="processes", tasks=1):
-        sims.append((name, knobs.get("kernel/mm/transparent_hugepage/hugepages-64kB/enabled")))
+    def fake_sim(name, params, knobs, profile, duration, mode="processes", tasks=1, seed=1):
+        sims.append((name, knobs.get("kernel/mm/transparent_hugepage/hugepages-64kB/enabled"), seed))
         fast = 4.0 if knobs.get("kernel/mm/transparent_hugepage/hugepages-64kB/enabled") == "always" else 1.0
-        return {"ops": 100, "ops_per_s": 1e6 * fast, "faults_per_op": 1 / 16 if fast > 1 else 1.0, "rss_kib": 131072, "sim_s": 0.3}
+        # Seed 1 an unlucky draw (as an aligned ASLR placement would be).
+        odd = 2.0 if seed == 1 and fast > 1 else 1.0
+        return {"ops": 100, "ops_per_s": 1e6 * fast * odd, "faults_per_op": (1 / 16 if fast > 1 else 1.0) / odd, "rss_kib": 131072, "sim_s": 0.3}
     monkeypatch.setattr(v, "run_sim", fake_sim)
     rep = v.validate("/new/host.toml", quick=False, progress=False, settings=["4K", "64K"], threads=2, real_from=str(src))
     row = next(r for r in rep["rows"] if r["setting"] == "64K" and r["workload"] == "page_fault1")
@@ -190,7 +207,12 @@ def test_real_reuses_an_earlier_reports_repeats_and_reruns_only_the_model(tmp_pa
     assert row["real"]["rss"] == 131072.0 and row["repeats"] == 3
     assert abs(row["predicted"]["ops_ratio"] - 4.0) < 1e-12 and abs(row["rel_error"]["ops_ratio"] - 0.5 / 3.5) < 1e-12
     assert rep["threads"] == 0 and rep["quick"] and not any(r["mode"] == "threads" for r in rep["rows"])
-    assert ("page_fault1", "always") in sims and rep["profile"] == "/new/host.toml"
+    assert ("page_fault1", "always", 1) in sims and rep["profile"] == "/new/host.toml"
+    # As many model seeds as real repeats, the prediction their median
+    # (seed 1's outlier ignored, as the real median ignores an outlying
+    # repeat), the seeds' range kept.
+    assert sorted(s for n, k, s in sims if k == "always") == [1, 2, 3]
+    assert row["predicted"]["faults_per_op"] == 1 / 16 and row["predicted_range"]["ops_per_s"] == [4e6, 8e6]
     # Rows the report did not measure are skipped, not invented.
     assert all(r["predicted"] is None and "not measured in" in r["note"] for r in rep["rows"] if r["workload"] != "page_fault1")
     # The report says the real figures are reused, and from when.
@@ -232,7 +254,7 @@ def test_the_model_locks_faults_as_the_measured_kernel_does(tmp_path, monkeypatc
         src.write_text(json.dumps(rep))
         seen: set[str | None] = set()
 
-        def fake_sim(name, params, knobs, profile, duration, mode="processes", tasks=1, seen=seen):
+        def fake_sim(name, params, knobs, profile, duration, mode="processes", tasks=1, seed=1, seen=seen):
             seen.add(knobs.get("fault_locking"))
             return {"ops": 100, "ops_per_s": 1e6, "faults_per_op": 1.0, "rss_kib": 131072, "sim_s": 0.3}
         monkeypatch.setattr(v, "run_sim", fake_sim)

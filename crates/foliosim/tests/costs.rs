@@ -125,16 +125,22 @@ fn an_order_4_free_takes_the_zone_lock_and_smaller_orders_do_not() {
     }
 }
 
-/// A page freed by this CPU and reused before the CPU allocated more than
-/// its caches hold (cpu.l2_kib + cpu.llc_kib) since clears at the cache bandwidth; a page fresh from
-/// the allocator, one another CPU freed, and one reused after the cache
-/// turned over, at the node's; and each of those cold folios pays
-/// alloc_cold_ns once, a warm one not.
+/// A page reused while what this CPU brought into its caches since its
+/// last write (its clear) fits in them (cpu.l2_kib + cpu.llc_kib) clears at
+/// the cache bandwidth; a page fresh from the allocator, one another CPU
+/// wrote, and one reused after the cache turned over, at the node's; and
+/// each of those cold folios pays alloc_cold_ns once, a warm one not. What
+/// counts is the write, not the free: pages freed in the order they were
+/// written come back last-written first, and the k-th page reused has 2k
+/// pages brought in since its write (the k written after it, the k reused
+/// before it), so half the cache's worth is warm; a page written long
+/// before its free is cold however soon it is reused.
 #[test]
 fn a_page_clears_at_the_warm_bandwidth_only_while_this_cpus_cache_holds_it() {
-    // The times of the refaults of `n` pages faulted and zapped on CPU 0,
-    // refaulted on CPU `second`, with a 64-page cache.
-    fn refaults(warm_bw: f64, cold: f64, second: u32, n: u64) -> Vec<Ns> {
+    // The times of the refaults of `n` pages faulted on CPU 0, then
+    // `between` more pages elsewhere, then the `n` zapped, refaulted on
+    // CPU `second`, with a 64-page cache.
+    fn refaults(warm_bw: f64, cold: f64, second: u32, n: u64, between: u64) -> Vec<Ns> {
         let mut h = boot(UPSTREAM, &|p| {
             p.cost.zero_warm_bw_gbps = warm_bw;
             p.cpu.l2_kib = 0;
@@ -145,10 +151,15 @@ fn a_page_clears_at_the_warm_bandwidth_only_while_this_cpus_cache_holds_it() {
         let t1 = h.process(1);
         let a = mmap(&mut h, t0, 4 * MIB);
         let b = mmap(&mut h, t1, 4 * MIB);
-        // Page tables of both first, so the refaults allocate data pages only.
+        let c = mmap(&mut h, t0, 4 * MIB);
+        // Page tables of all first, so the refaults allocate data pages only.
         fault(&mut h, t1, b + 2 * MIB);
+        fault(&mut h, t0, c);
         for i in 0..n {
             fault(&mut h, t0, a + i * 4096);
+        }
+        for i in 0..between {
+            fault(&mut h, t0, c + (i + 1) * 4096);
         }
         // MADV_DONTNEED frees them on CPU 0 (to its per-CPU list, which
         // hands them back last-freed first).
@@ -159,22 +170,27 @@ fn a_page_clears_at_the_warm_bandwidth_only_while_this_cpus_cache_holds_it() {
         f
     }
     let clear = |gbps: f64| (4096.0 / gbps).round() as i64;
-    // Reused on the same CPU: the first 64 (the cache) at the warm
-    // bandwidth, exactly; the rest as if cold.
-    let (slow, fast) = (refaults(10.0, 0.0, 0, 100), refaults(40.0, 0.0, 0, 100));
-    let d: Vec<i64> = slow.iter().zip(&fast).map(|(s, f)| *s as i64 - *f as i64).collect();
-    assert!(d[..64].iter().all(|&x| x == clear(10.0) - clear(40.0)), "{d:?}");
-    assert!(d[64..].iter().all(|&x| x == 0), "{d:?}");
+    let diff = |a: &[Ns], b: &[Ns]| -> Vec<i64> { a.iter().zip(b).map(|(x, y)| *x as i64 - *y as i64).collect() };
+    // Reused on the same CPU: the first 32 (half the cache: each has
+    // twice that brought in since its write) at the warm bandwidth,
+    // exactly; the rest as if cold.
+    let d = diff(&refaults(10.0, 0.0, 0, 100, 0), &refaults(40.0, 0.0, 0, 100, 0));
+    assert!(d[..32].iter().all(|&x| x == clear(10.0) - clear(40.0)), "{d:?}");
+    assert!(d[32..].iter().all(|&x| x == 0), "{d:?}");
+    // Written, then a cache's worth written elsewhere, then freed: cold
+    // from the first reuse on, though freed just before it.
+    assert_eq!(refaults(10.0, 0.0, 0, 16, 64), refaults(40.0, 0.0, 0, 16, 64));
+    // 48 pages between: the k-th reuse has 48 + 2k + 1 since its write,
+    // so the 8 last written of the 16 are warm.
+    let d = diff(&refaults(10.0, 0.0, 0, 16, 48), &refaults(40.0, 0.0, 0, 16, 48));
+    assert_eq!(d.iter().filter(|&&x| x != 0).count(), 8, "{d:?}");
     // Reused on another CPU: all cold.
-    assert_eq!(refaults(10.0, 0.0, 1, 100), refaults(40.0, 0.0, 1, 100));
-    // The metadata misses: none for the 64 warm refaults, one charge for
+    assert_eq!(refaults(10.0, 0.0, 1, 100, 0), refaults(40.0, 0.0, 1, 100, 0));
+    // The metadata misses: none for the 32 warm refaults, one charge for
     // each cold one, on this CPU after the cache turned over and on another.
-    let more = |second: u32| -> Vec<i64> {
-        let (a, b) = (refaults(40.0, 0.0, second, 100), refaults(40.0, 100.0, second, 100));
-        b.iter().zip(&a).map(|(x, y)| *x as i64 - *y as i64).collect()
-    };
+    let more = |second: u32| -> Vec<i64> { diff(&refaults(40.0, 100.0, second, 100, 0), &refaults(40.0, 0.0, second, 100, 0)) };
     let d = more(0);
-    assert!(d[..64].iter().all(|&x| x == 0) && d[64..].iter().all(|&x| x == 100), "{d:?}");
+    assert!(d[..32].iter().all(|&x| x == 0) && d[32..].iter().all(|&x| x == 100), "{d:?}");
     // (The first refault on CPU 1 also allocates the PTE table of b's
     // first 2 MiB: a cold page too.)
     let d1 = more(1);

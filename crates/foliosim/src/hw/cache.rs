@@ -8,24 +8,31 @@
 //! The caches of a socket's CPUs are shared: its last-level cache
 //! (cpu.llc_kib) holds what any of them wrote, and each core's L2
 //! (cpu.l2_kib) what that core wrote. The bookkeeping is a counter per
-//! socket and a stamp per free frame, no scans: every socket counts the
-//! pages its CPUs allocate (`Llc::clocks`: each is about to be written
-//! through the caches, by a clear, a copy or a fill); a folio freed on a
-//! CPU carries (that CPU, its socket's clock) in its frames while free
-//! (`FreeStamp`, kept in the frames' LRU links, which a free frame does
-//! not use). A folio allocated on the socket that freed it is warm while
-//! what the socket's CPUs allocated since fits in its last-level cache
-//! (plus the L2, on the CPU that freed it): one CPU alone keeps the whole
-//! LLC, many CPUs allocating at once each keep their share of it. The page
-//! allocator hands out the most recently freed pages first (the per-CPU
-//! lists are LIFO, frees go to the head of the buddy lists), so after a
-//! large free the first pages of reuse are warm and the rest cold, as on
-//! the machine.
+//! socket and a stamp per frame, no scans: every socket counts the pages
+//! its CPUs allocate (`Llc::clocks`: each is about to be written through
+//! the caches, by a clear, a copy or a fill); a frame carries (the CPU,
+//! its socket's clock) of the last time a CPU brought its lines in
+//! (`CacheStamp`, `Page::cached`: its clear or copy when allocated, a
+//! read() or write() copying it), and keeps it while free. A freed folio
+//! allocated again on that socket is warm while what the socket's CPUs
+//! allocated since that last touch fits in its last-level cache (plus the
+//! L2, on the CPU that touched it): one CPU alone keeps the whole LLC,
+//! many CPUs allocating at once each keep their share of it. The time of
+//! the free does not count: a page written long before its munmap left
+//! the caches long before, whenever it is freed. The page allocator hands
+//! out the most recently freed pages first (the per-CPU lists are LIFO,
+//! frees go to the head of the buddy lists); a region freed in the order
+//! it was written is reused last-written first, and the k-th page reused
+//! has 2k pages brought in since its write (the k written after it, the k
+//! reused before it): of a region larger than the caches, the first half
+//! of the caches' worth of reuse is warm and the rest cold, as on the
+//! machine.
 //!
-//! A page-cache page's LRU links are in use, so a socket keeps the pages
-//! its CPUs copied (read(), write()) in a table instead: (CPU + 1, the
-//! socket's clock after the copy), pruned to about twice what the caches
-//! hold. A copy from DRAM brings the page's lines in and advances the
+//! Whether a copy of a page-cache page (read(), write()) finds it cached
+//! is a question for each socket, whose caches may each hold it: a socket
+//! keeps the pages its CPUs copied in a table: (CPU + 1, the socket's
+//! clock after the copy), pruned to about twice what the caches hold; the
+//! frame's own stamp takes the copy too, for its reuse once freed. A copy from DRAM brings the page's lines in and advances the
 //! clock like an allocation; a page copied again while what the socket
 //! brought in since fits (as for a reused folio) copies from the caches,
 //! so a file read over and over stays warm while it fits.
@@ -33,9 +40,9 @@
 use crate::types::Pfn;
 use rustc_hash::FxHashMap;
 
-/// (CPU + 1, its socket's `Llc` clock when it freed the frame); CPU 0
-/// means no stamp (never freed, or freed by a path that does not stamp).
-pub type FreeStamp = (u32, u32);
+/// (CPU + 1, its socket's `Llc` clock) when that CPU last brought a
+/// frame's lines into its caches; CPU 0 means never.
+pub type CacheStamp = (u32, u32);
 
 /// What one CPU's caches hold of its last allocation and its last walk.
 #[derive(Clone, Debug)]
@@ -77,7 +84,7 @@ pub struct Llc {
     clocks: Vec<u32>,
     /// Per socket, the page-cache pages its CPUs copied: PFN -> (CPU + 1,
     /// the socket's clock after the copy).
-    copied: Vec<FxHashMap<Pfn, FreeStamp>>,
+    copied: Vec<FxHashMap<Pfn, CacheStamp>>,
     cpus_per_socket: u32,
     /// A core's L2 and a socket's last-level cache, in pages.
     l2_pages: u32,
@@ -101,19 +108,20 @@ impl Llc {
         ((cpu / self.cpus_per_socket) as usize).min(self.clocks.len() - 1)
     }
 
-    /// The stamp a frame freed now on CPU `cpu` carries.
+    /// The stamp of lines CPU `cpu` brings into its caches now (a frame's
+    /// `Page::cached` after its allocation or a copy).
     #[inline(always)]
-    pub fn free_stamp(&self, cpu: u32) -> FreeStamp {
+    pub fn stamp(&self, cpu: u32) -> CacheStamp {
         (cpu + 1, self.clocks[self.socket(cpu)])
     }
 
-    /// A folio of `pages` pages whose frames carry `stamp` is allocated on
-    /// CPU `cpu`: advance its socket's clock and say whether the folio is
-    /// warm (freed on this socket, and what the socket allocated since,
-    /// itself included, fits in the last-level cache, plus the L2 when
-    /// this CPU freed it).
+    /// A folio of `pages` pages whose frames carry `stamp` (their last
+    /// touch) is allocated on CPU `cpu`: advance its socket's clock and say
+    /// whether the folio is warm (last touched on this socket, and what the
+    /// socket allocated since, itself included, fits in the last-level
+    /// cache, plus the L2 when this CPU touched it).
     #[inline(always)]
-    pub fn on_alloc(&mut self, cpu: u32, stamp: FreeStamp, pages: u32) -> bool {
+    pub fn on_alloc(&mut self, cpu: u32, stamp: CacheStamp, pages: u32) -> bool {
         let s = self.socket(cpu);
         self.clocks[s] = self.clocks[s].wrapping_add(pages);
         if stamp.0 == 0 || self.socket(stamp.0 - 1) != s {
@@ -122,10 +130,19 @@ impl Llc {
         self.clocks[s].wrapping_sub(stamp.1) <= self.room(cpu, stamp)
     }
 
-    /// What may be brought in since a page stamped `stamp` left it still
+    /// CPU `cpu` writes `pages` pages other than by an allocation's clear or
+    /// copy (init_on_free's zeroing): advance its socket's clock; returns
+    /// their stamp.
+    pub fn on_write(&mut self, cpu: u32, pages: u32) -> CacheStamp {
+        let s = self.socket(cpu);
+        self.clocks[s] = self.clocks[s].wrapping_add(pages);
+        self.stamp(cpu)
+    }
+
+    /// What may be brought in since a page stamped `stamp` leaves it still
     /// cached for CPU `cpu`: the LLC, plus the L2 on the CPU that stamped it.
     #[inline(always)]
-    fn room(&self, cpu: u32, stamp: FreeStamp) -> u32 {
+    fn room(&self, cpu: u32, stamp: CacheStamp) -> u32 {
         self.llc_pages + if stamp.0 == cpu + 1 { self.l2_pages } else { 0 }
     }
 
@@ -166,27 +183,27 @@ mod tests {
         // 2 sockets of 2 CPUs; an L2 of 2 pages, an LLC of 4.
         let mut c = Llc::new(2, 2, 8, 16);
         c.on_alloc(0, (0, 0), 10);
-        let stamp = c.free_stamp(0);
+        let stamp = c.stamp(0);
         // On the CPU that freed it: L2 + LLC, itself included: 6 pages fit.
         assert!(c.on_alloc(0, stamp, 1));
         assert!(c.on_alloc(0, stamp, 5));
         assert!(!c.on_alloc(0, stamp, 1), "seven pages since the free: out of the caches");
         // Another CPU of the socket finds it in the LLC alone (4 pages).
-        let stamp = c.free_stamp(0);
+        let stamp = c.stamp(0);
         assert!(c.on_alloc(1, stamp, 4));
         assert!(!c.on_alloc(1, stamp, 1));
         // What the socket's other CPU allocates counts against the shared LLC.
-        let stamp = c.free_stamp(0);
+        let stamp = c.stamp(0);
         c.on_alloc(1, (0, 0), 5);
         assert!(!c.on_alloc(0, stamp, 2), "the other CPU's 5 pages pushed it out");
         // The other socket's allocations do not; its CPUs find it cold.
-        let stamp = c.free_stamp(0);
+        let stamp = c.stamp(0);
         c.on_alloc(2, (0, 0), 100);
         assert!(!c.on_alloc(3, stamp, 1), "another socket's page is cold");
         assert!(c.on_alloc(0, stamp, 1), "the other socket's allocations left it in place");
         // An unstamped page, and a folio larger than the caches, are cold.
         assert!(!c.on_alloc(0, (0, 0), 1));
-        let s = c.free_stamp(0);
+        let s = c.stamp(0);
         assert!(!c.on_alloc(0, s, 8));
     }
 

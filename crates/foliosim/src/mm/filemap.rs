@@ -147,6 +147,16 @@ impl Kernel {
         t
     }
 
+    /// CPU `cpu` copies page-cache page `pfn` (to or from user memory):
+    /// whether it is still in the socket's caches (hw/cache.rs `on_copy`);
+    /// the copy is the frame's last touch.
+    #[inline]
+    fn copy_page_cache(&mut self, cpu: u32, pfn: Pfn) -> bool {
+        let warm = self.llc.on_copy(cpu, pfn);
+        self.mem_map.get_mut(pfn).cached = self.llc.stamp(cpu);
+        warm
+    }
+
     /// read(): copy `len` bytes at the file position through the page cache
     /// (filemap_read). Returns (bytes read, done time), None on OOM.
     pub fn filemap_read(&mut self, t: Ns, cpu: u32, ino: u32, pos: u64, len: u64) -> Option<(u64, Ns)> {
@@ -171,7 +181,7 @@ impl Kernel {
             t = self.folio_mark_accessed(t, cpu, pfn);
             let chunk = ((idx + 1) << 12).min(end) - (idx << 12).max(pos);
             let nid = self.mem_map.get(pfn).nid as usize;
-            if self.llc.on_copy(cpu, pfn) {
+            if self.copy_page_cache(cpu, pfn) {
                 // Copied lately on this socket: from its caches, no memory
                 // traffic.
                 t += self.c.copy_warm_4k * chunk / 4096;
@@ -210,7 +220,7 @@ impl Kernel {
             t = t1;
             let nid = self.mem_map.get(pfn).nid as usize;
             let chunk = ((idx + 1) << 12).min(end) - (idx << 12).max(pos);
-            if self.llc.on_copy(cpu, pfn) {
+            if self.copy_page_cache(cpu, pfn) {
                 t += self.c.copy_warm_4k * chunk / 4096;
             } else {
                 t = self.mem_traffic(t, cpu, nid, chunk, self.nodes[nid].copy_4k * chunk / 4096);

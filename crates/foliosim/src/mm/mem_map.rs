@@ -4,9 +4,10 @@
 //! section's array is materialised the first time a frame in it leaves the
 //! buddy allocator; free memory is described by buddy blocks alone, so an
 //! idle 1 TiB machine costs almost nothing. A materialised frame costs
-//! `size_of::<Page>()` = 40 bytes.
+//! `size_of::<Page>()` = 48 bytes.
 
 use super::Pfn;
+use crate::hw::cache::CacheStamp;
 
 pub const SECTION_SHIFT: u32 = 15; // 128 MiB of 4 KiB frames
 
@@ -71,6 +72,11 @@ pub struct Page {
     /// Allocation epoch, bumped every time the frame leaves the allocator
     /// (checker ground truth for "no access to a reallocated frame").
     pub alloc_epoch: u32,
+    /// When a CPU last brought the frame's lines into its caches (its clear
+    /// or copy when allocated, a read() or write() copying it), kept while
+    /// the frame is free: whether it is still cached when allocated again
+    /// (hw/cache.rs). (0, 0): never.
+    pub cached: CacheStamp,
 }
 
 impl Page {
@@ -129,6 +135,7 @@ impl MemMap {
             nid: 0,
             private: 0,
             alloc_epoch: 0,
+            cached: (0, 0),
         };
         match &self.sections[(pfn >> SECTION_SHIFT) as usize] {
             Some(s) => &s[(pfn & ((1 << SECTION_SHIFT) - 1)) as usize],
@@ -189,7 +196,7 @@ mod tests {
     use super::*;
     #[test]
     fn page_is_compact_and_sections_are_lazy() {
-        assert!(std::mem::size_of::<Page>() <= 40, "struct Page grew: {}", std::mem::size_of::<Page>());
+        assert!(std::mem::size_of::<Page>() <= 48, "struct Page grew: {}", std::mem::size_of::<Page>());
         let mut m = MemMap::new(1 << 28); // 1 TiB
         assert_eq!(m.footprint_bytes(), 0);
         m.get_mut(12345).refcount = 1;

@@ -12,6 +12,7 @@ use super::pgtable::{pte_index, Pte, PteTable, PGDIR_SHIFT, PMD_SHIFT, PUD_SHIFT
 use super::vma::{vm, MmCounter, Vma};
 use super::vmstat::Stat;
 use super::Pfn;
+use crate::hw::cache::CacheStamp;
 use crate::kernel::knobs::{LufMutant, Mutant};
 use crate::kernel::Kernel;
 use crate::sim::Ns;
@@ -134,16 +135,16 @@ impl Kernel {
 
     /// prep_new_page on `cpu`, the allocating CPU: `prep_new_folio`, and
     /// whether the folio is still in this CPU's caches (hw/cache.rs: the
-    /// stamp its frames carry since their free decides how fast it
-    /// clears). Returns the time of the tail pages' preparation and, for a
-    /// cold folio, of the misses on its metadata (alloc_cold_ns).
+    /// stamp of their last touch its frames carry decides how fast it
+    /// clears). Its clear or copy, which follows, touches every frame now.
+    /// Returns the time of the tail pages' preparation and, for a cold
+    /// folio, of the misses on its metadata (alloc_cold_ns).
     #[inline(always)]
     pub(crate) fn prep_new_folio_on(&mut self, cpu: u32, pfn: Pfn, order: u32, nid: u32) -> Ns {
-        let p = self.mem_map.get(pfn);
-        let stamp = (p.lru_prev, p.lru_next);
+        let stamp = self.mem_map.get(pfn).cached;
         let warm = self.llc.on_alloc(cpu, stamp, 1 << order);
         self.cpus[cpu as usize].cache.alloc_warm = warm;
-        self.prep_new_folio(pfn, order, nid);
+        self.prep_new_folio(pfn, order, nid, self.llc.stamp(cpu));
         self.c.prep_tail * ((1 << order) - 1) + if warm { 0 } else { self.c.alloc_cold }
     }
 
@@ -190,8 +191,9 @@ impl Kernel {
     }
 
     /// prep_new_page: per-page state of a fresh folio (HEAD/TAIL, order on
-    /// every page, the allocation's reference on the head).
-    pub(crate) fn prep_new_folio(&mut self, pfn: Pfn, order: u32, nid: u32) {
+    /// every page, the allocation's reference on the head), and `cached`,
+    /// the stamp of the clear or copy about to fill it.
+    pub(crate) fn prep_new_folio(&mut self, pfn: Pfn, order: u32, nid: u32, cached: CacheStamp) {
         for i in 0..(1u32 << order) {
             let p = self.mem_map.get_mut(pfn + i);
             p.flags = pg::ALLOCATED | if i == 0 { pg::HEAD } else { pg::TAIL };
@@ -205,6 +207,7 @@ impl Kernel {
             p.lru_prev = 0;
             p.lru_next = 0;
             p.alloc_epoch = p.alloc_epoch.wrapping_add(1);
+            p.cached = cached;
         }
     }
 

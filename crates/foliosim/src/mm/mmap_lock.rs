@@ -13,7 +13,10 @@
 //! holders are gone, so faults that run meanwhile without mmap_lock
 //! (per-VMA locks, SPF) see the address space as it still is, and any
 //! request for mmap_lock meanwhile sleeps behind the writer (rwsem FIFO)
-//! until its release wakes the queue's head (`mmap_lock_wake_waiters`).
+//! until its release wakes the queue's head (`mmap_lock_wake_waiters`),
+//! but for one that finds the lock free while the writer is still on its
+//! way back from sleep: that one takes it (rwsem lock stealing,
+//! `RwSem::steals`).
 //! What a fault running later in simulated time must still see is *when*
 //! each cycle held the lock and what it marked: `Mm::cycle_log`. A VMA
 //! range marked in a cycle is write-locked for any fault inside that
@@ -91,7 +94,9 @@ impl Kernel {
     /// re-entered) only when the holders have gone, so that faults running
     /// meanwhile see the address space as it still is. Any call finding a
     /// queued writer sleeps behind it until the release wakes it (rwsem
-    /// FIFO: nobody overtakes a waiting writer). Returns true when the task
+    /// FIFO: nobody overtakes a waiting writer), unless the lock is free
+    /// and the writer not yet running (`RwSem::steals`: then the call takes
+    /// the lock and the writer, woken, waits for it). Returns true when the task
     /// sleeps (the caller keeps the operation pending). `entry`: the call,
     /// `write`: whether it takes the lock for write.
     pub(crate) fn mmap_lock_gate(&mut self, tid: u32, entry: Entry, write: bool) -> bool {
@@ -110,15 +115,16 @@ impl Kernel {
             self.tasks[tid as usize].charge_sys(entry, t_step, now);
         }
         let sem = &mut self.mms[mm as usize].mmap_lock;
-        if sem.queued_writer.is_some() && !granted {
+        let t_req = now + self.c.syscall / 2;
+        if sem.queued_writer.is_some() && !granted && !sem.steals(t_req, write) {
             return self.mmap_lock_sleep(tid, mm, LockWait::Syscall { t_step: now, write });
         }
-        let t_req = now + self.c.syscall / 2;
         let free_at = sem.holders_until();
         if write && sem.writer_sleeps(t_req, &self.sc) {
             // rwsem_down_write_slowpath: no (more) optimistic spinning on
             // the readers holding it: queue, sleep until the hand-over.
             sem.queued_writer = Some(tid);
+            sem.queued_wake = free_at + self.sc.sleep_wake;
             sem.write_queued += 1;
             let tk = &mut self.tasks[tid as usize];
             tk.lock_wait = Some(LockWait::Syscall { t_step: now, write });
@@ -186,6 +192,9 @@ impl Kernel {
             // time it went to sleep (the release can be stamped before it:
             // each task keeps its own clock).
             let run_at = self.tasks[w as usize].clock.max(at);
+            if m.mmap_lock.queued_writer == Some(w) {
+                m.mmap_lock.queued_wake = run_at;
+            }
             self.tasks[w as usize].clock = run_at;
             self.wakeups.push((run_at, w));
         }

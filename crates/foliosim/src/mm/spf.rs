@@ -536,6 +536,42 @@ mod tests {
     }
 
     #[test]
+    fn a_writer_finding_the_lock_free_before_the_queued_writer_wakes_takes_it() {
+        // Task 1's munmap sleeps behind a long read hold; task 2 asks for
+        // the lock for write just after the readers left, while task 1 is
+        // still on its way back from sleep: it takes the lock (rwsem lock
+        // stealing), and task 1, woken, runs after its section. Asked while
+        // the readers still hold it, task 2 queues behind task 1.
+        for (after_release, steals) in [(true, true), (false, false)] {
+            let (mut k, a) = setup("per_vma");
+            k.tasks.push(Task::new(2, 0, 2, 0));
+            k.mms[0].users = 3;
+            let t = k.tasks[0].clock;
+            hold_read(&mut k, t, 20_000);
+            k.tasks[1].clock = t + 10;
+            assert_eq!(k.exec(1, Op::Munmap { addr: a, len: 16 << 12 }), None, "the munmap sleeps in the wait queue");
+            let free_at = k.mms[0].mmap_lock.holders_until();
+            assert!(k.mms[0].mmap_lock.queued_wake > free_at + 100, "the sleeper runs again after a wake-up latency");
+            k.tasks[2].clock = if after_release { free_at + 100 } else { free_at - 5_000 };
+            let r = k.exec(2, Op::Mprotect { addr: a + (8 << 12), len: 4096, prot: prot::READ });
+            if !steals {
+                assert_eq!(r, None, "the lock is still held: task 2 queues behind the sleeping writer");
+                assert_eq!(k.mms[0].lock_waiters, vec![2]);
+                continue;
+            }
+            assert_eq!(r, Some(Ret::Val(0)), "the lock is free and its queued writer asleep: task 2 takes it");
+            let stolen = k.mms[0].cycle_log.back().unwrap().clone();
+            assert!(stolen.start < k.mms[0].mmap_lock.queued_wake);
+            assert_eq!(k.mms[0].mmap_lock.queued_writer, Some(1), "task 1 still heads the queue");
+            assert_eq!(wake(&mut k, 1), Some(Ret::Val(0)));
+            let munmap = k.mms[0].cycle_log.back().unwrap().clone();
+            assert!(munmap.start >= stolen.end, "the woken writer waits for the section taken ahead of it");
+            assert!(k.mms[0].vma_lookup(a).is_none());
+            assert!(k.check.violations.is_empty(), "{:?}", k.check.violations);
+        }
+    }
+
+    #[test]
     fn a_fault_inside_a_writers_section_sees_the_count_odd_and_aborts() {
         let (mut k, a) = setup("spf");
         // The writer splits the fault's VMA: the half holding a + 4096 is

@@ -4,7 +4,6 @@ use super::mem_map::pg;
 use super::mmzone::{folio_lru_list, LruRun, NR_LRU_LISTS};
 use super::vmstat::Stat;
 use super::Pfn;
-use crate::hw::cache::FreeStamp;
 use crate::kernel::Kernel;
 use crate::sim::Ns;
 
@@ -21,16 +20,14 @@ fn lru_take(p: &mut crate::mm::mem_map::Page) -> (u32, usize, u8, u32, u32) {
     r
 }
 
-/// What freeing a frame clears besides its mapcount (free_folio_reset),
-/// and the stamp it carries while free (hw/cache.rs), in the LRU links a
-/// free frame does not use.
+/// What freeing a frame clears besides its mapcount (free_folio_reset).
+/// Its cache stamp stays (hw/cache.rs): the free touches none of its lines.
 #[inline(always)]
-fn clear_freed_page(p: &mut crate::mm::mem_map::Page, stamp: FreeStamp) {
+fn clear_freed_page(p: &mut crate::mm::mem_map::Page) {
     p.flags = 0;
     p.mapping = 0;
     p.index = 0;
     p.private = 0;
-    (p.lru_prev, p.lru_next) = stamp;
 }
 
 impl Kernel {
@@ -228,7 +225,6 @@ impl Kernel {
         // says whether every dead folio so far got it. (init_on_free
         // zeroes each frame: the per-folio path below.)
         let eager = !self.knobs.init_on_free;
-        let stamp = self.llc.free_stamp(cpu);
         let mut reset = true;
         let mut acc = [0; NR_LRU_LISTS];
         // The dead folios leave their lists as stretches (`LruRun`).
@@ -255,7 +251,7 @@ impl Kernel {
                     None
                 };
                 if eager && pg.order == 0 && pg.mapcount == 0 {
-                    clear_freed_page(pg, stamp);
+                    clear_freed_page(pg);
                 } else {
                     reset = false;
                 }
@@ -284,7 +280,7 @@ impl Kernel {
             // allocator call.
             if !reset {
                 for &p in &dead {
-                    self.free_folio_reset(p, 0, stamp);
+                    self.free_folio_reset(p, 0);
                 }
             }
             // The checker sees each frame as free_folio_ugen shows it to
@@ -306,10 +302,9 @@ impl Kernel {
         t
     }
 
-    /// The frames of a freed folio lose their mapping state and carry
-    /// `stamp` while free.
+    /// The frames of a freed folio lose their mapping state.
     #[inline(always)]
-    fn free_folio_reset(&mut self, pfn: Pfn, order: u32, stamp: FreeStamp) {
+    fn free_folio_reset(&mut self, pfn: Pfn, order: u32) {
         for i in 0..(1u32 << order) {
             let p = self.mem_map.get_mut(pfn + i);
             if p.mapcount != 0 {
@@ -317,7 +312,7 @@ impl Kernel {
                 self.check.report(format!("frame {}: freed while its mapcount is {m}", pfn + i));
             }
             p.mapcount = 0;
-            clear_freed_page(p, stamp);
+            clear_freed_page(p);
         }
     }
 
@@ -331,8 +326,7 @@ impl Kernel {
         let order = self.mem_map.get(pfn).order as u32;
         // Large folios leave the deferred-split queue first (free_transhuge_page).
         let t = if order >= 2 { self.free_large_folio(t, cpu, pfn) } else { t };
-        let stamp = self.llc.free_stamp(cpu);
-        self.free_folio_reset(pfn, order, stamp);
+        self.free_folio_reset(pfn, order);
         // free_pages_prepare checks and resets every tail page.
         let t = t + self.c.free_folio + self.c.free_tail * ((1 << order) - 1);
         self.check.on_free(pfn, order);
@@ -354,6 +348,11 @@ impl Kernel {
             self.check_content_change(t, pfn, order, "init_on_free");
             let nid = self.mem_map.get(pfn).nid as usize;
             t = self.mem_traffic(t, cpu, nid, 4096 << order, self.nodes[nid].zero_4k << order);
+            // The zeroing brings its lines in: its last touch.
+            let stamp = self.llc.on_write(cpu, 1 << order);
+            for i in 0..(1u32 << order) {
+                self.mem_map.get_mut(pfn + i).cached = stamp;
+            }
         }
         self.check_free_flushed(t, pfn, order, ugen);
         self.pa.free_pages_ugen(t, cpu, pfn, order, ugen, &mut self.stat)

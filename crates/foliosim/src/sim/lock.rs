@@ -485,8 +485,13 @@ pub struct RwSem {
     /// A writer asleep in the wait queue, not yet holding: the task whose
     /// locked section has not run. Every other request waits behind it
     /// (FIFO: no reader overtakes a waiting writer), which the caller must
-    /// model by sleeping until the writer releases (`Kernel::mmap_lock_gate`).
+    /// model by sleeping until the writer releases (`Kernel::mmap_lock_gate`),
+    /// but for one that finds the lock free before the sleeper runs again
+    /// (`steals`).
     pub queued_writer: Option<u32>,
+    /// When the queued writer runs again (its wake-up): until then a
+    /// request that finds the lock free takes it past the sleeper (`steals`).
+    pub queued_wake: Ns,
     /// Writers that had to sleep in the wait queue (their section moved to
     /// the time they acquired).
     pub write_queued: u64,
@@ -520,6 +525,25 @@ impl RwSem {
     pub fn writer_sleeps(&self, t: Ns, sc: &SleepCost) -> bool {
         let readers_from = t.max(self.writer_until);
         self.readers_until > readers_from && (self.rwsem_51 || self.readers_until > readers_from + sc.spin_limit)
+    }
+
+    /// Whether a request at `t` takes the lock ahead of the queued writer,
+    /// which sleeps until `queued_wake`: the lock is free at `t` and the
+    /// sleeper, not yet running, cannot have set RWSEM_FLAG_HANDOFF (it
+    /// sets it only when, awake, it fails to acquire after
+    /// RWSEM_WAIT_TIMEOUT). kernel/locking/rwsem.c: a writer takes a free
+    /// lock whatever the queue (rwsem_try_write_lock_unqueued while it
+    /// spins, and rwsem_try_write_lock, which lets a waiter other than the
+    /// first acquire unless the first set the handoff bit); a reader by
+    /// optimistic lock stealing in rwsem_down_read_slowpath (5.11+, commit
+    /// 1a728dff855a; never in the 5.1 rwsem, where a reader queues behind
+    /// any waiter). Stealing is what keeps a writer that slept behind a
+    /// long read hold from becoming a convoy: the task that held the lock
+    /// for read and comes back for write at once does not wait a whole
+    /// section of the sleeper's.
+    #[inline]
+    pub fn steals(&self, t: Ns, write: bool) -> bool {
+        self.queued_writer.is_some() && t < self.queued_wake && self.holders_until() <= t && (write || !self.rwsem_51)
     }
 
     /// Account a sleep in the wait queue from `from` until the waiter ran

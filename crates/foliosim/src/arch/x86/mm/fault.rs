@@ -351,7 +351,8 @@ impl Kernel {
     /// The `lock_mmap` label of do_user_addr_fault: the classic fault under
     /// mmap_lock for read from `t`, through the return to user mode.
     /// Behind a queued writer it sleeps at its down_read instead
-    /// (Fault::Pending) and resumes in `fault_continue`; a fault taken for
+    /// (Fault::Pending) and resumes in `fault_continue`, unless it finds
+    /// the lock free before that writer runs again (`RwSem::steals`); a fault taken for
     /// the kernel (MAP_POPULATE, inside a call that holds or just held the
     /// lock) never finds one. A down_read that would arrive after another
     /// task's step begins (`sim::horizon`) is made from the task's next
@@ -362,7 +363,8 @@ impl Kernel {
     #[inline(always)]
     pub(crate) fn lock_mmap(&mut self, pf: &PageFault, t: Ns) -> Fault {
         if pf.user() {
-            if self.mms[pf.mm as usize].mmap_lock.queued_writer.is_some() {
+            let sem = &self.mms[pf.mm as usize].mmap_lock;
+            if sem.queued_writer.is_some() && !sem.steals(t, false) {
                 self.tasks[pf.tid as usize].clock = t;
                 let w = LockWait::Fault { addr: pf.addr, kind: pf.kind, t0: pf.t0, t_req: t };
                 self.mmap_lock_sleep(pf.tid, pf.mm, w);
