@@ -102,8 +102,11 @@ $(RAY_STAMP): $(STAMP)
 	else echo "make: pip install ray failed: the Ray test will skip"; fi
 
 # docs/reproductions.{json,md}: every experiment rerun (experiments/*/*.toml,
-# two processes, about ten minutes). `make test` checks them cheaply (hashes
-# of the inputs, the cheap experiments rerun); check-reproductions reruns all.
+# FOLIOSIM_JOBS simulations at a time, default one per CPU; the replays of the
+# recorded kernel build hold about 3.3 GB each; progress on stderr). `make
+# test` checks them cheaply (hashes of the inputs, the cheap experiments
+# rerun); check-reproductions reruns all; `python -m foliosim.reproduce.docs
+# stale` lists the experiments whose inputs changed.
 reproductions: develop
 	$(VPY) -m foliosim.reproduce.docs write
 

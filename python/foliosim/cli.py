@@ -673,7 +673,11 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     label = args.name if args.name != "all" else f"{len(names)} experiments"
     try:
         with ProgressBar(label, enabled=_show_progress(args), unit="runs") as bar:
-            for rep in _repro.run_experiments(exps, jobs=args.jobs or 2, progress=bar):
+            def status(st: Any) -> None:
+                bar.detail = ", ".join(f"{run} at {sim:.1f} of {end:.0f} sim s" for run, sim, end in st.running)
+                bar(st.done, st.total)
+
+            for rep in _repro.run_experiments(exps, jobs=args.jobs, status=status):
                 reports.append(rep)
                 if not args.json:
                     print(format_reproduction(rep))
@@ -930,8 +934,8 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--report", metavar="DIR", type=_path, help="also write DIR/report.html (one self-contained page: "
                     "tables, plots, configs, profile, version, seed), a DIR/NAME.png plot per experiment and "
                     "its configs as DIR/NAME/LABEL.toml")
-    rp.add_argument("--jobs", "-j", type=int, metavar="N", help="runs at a time, each in its own process "
-                    "(default 2); the rows do not depend on it")
+    rp.add_argument("--jobs", "-j", type=int, metavar="N", help="runs at a time, each in its own process, "
+                    "sensitivity variants included (default: $FOLIOSIM_JOBS, else the CPUs); the rows do not depend on it")
     rp.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     rp.add_argument("--small-traces", action="store_true", help="replay the committed excerpts of recordings too large "
                     "to commit (what CI runs) instead of the recordings `make traces` makes; the result says so")

@@ -11,10 +11,11 @@ import sys
 import time
 from typing import TextIO
 
-__all__ = ["ProgressBar"]
+__all__ = ["ProgressBar", "fmt_s"]
 
 
-def _fmt_s(s: float) -> str:
+def fmt_s(s: float) -> str:
+    """Host seconds as `42s`, `3m05s` or `1h02m`."""
     if s != s or s < 0:  # NaN
         return "?"
     if s < 60:
@@ -39,6 +40,8 @@ class ProgressBar:
         self.delay_s = delay_s
         self.start = time.monotonic()
         self.shown = False
+        # Appended to the line: what is running now (`reproduce`'s runs).
+        self.detail = ""
         self._last = 0.0
 
     def __call__(self, sim_s: float, sim_total_s: float) -> bool:
@@ -53,7 +56,9 @@ class ProgressBar:
         eta = elapsed * (1 - frac) / frac if frac > 0 else float("nan")
         prec = 2 if self.unit == "sim s" else 0
         width = shutil.get_terminal_size((80, 24)).columns
-        tail = f" {frac * 100:3.0f}% {sim_s:.{prec}f}/{sim_total_s:.{prec}f} {self.unit}  {_fmt_s(elapsed)} elapsed, eta {_fmt_s(eta)}"
+        tail = f" {frac * 100:3.0f}% {sim_s:.{prec}f}/{sim_total_s:.{prec}f} {self.unit}  {fmt_s(elapsed)} elapsed, eta {fmt_s(eta)}"
+        if self.detail:
+            tail += f"; {self.detail}"
         head = f"{self.label} " if self.label else ""
         bar_w = max(10, min(40, width - len(head) - len(tail) - 3))
         filled = round(frac * bar_w)

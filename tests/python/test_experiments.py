@@ -428,3 +428,67 @@ def test_arithmetic_on_a_published_figure_is_not_published():
     assert "published" not in rows["anon memory, order 0"].fields
     assert "published" not in rows["anon memory, order 4"].fields
     assert "published" in rows["memory multiplier"].fields
+
+
+# -------------------------------------------------------- runs at a time --
+def test_sensitivity_variants_go_first_in_the_same_pool(monkeypatch):
+    # One pool serves an experiment's runs and the variants its rules ask
+    # for (so `jobs` caps both), the variants before the runs still queued;
+    # the status line hears each run's simulated time against its end.
+    from foliosim.reproduce import runner
+
+    ran: list[str] = []
+
+    def fake_run(cfg, progress=None, cancel=None):
+        ran.append(cfg)
+        if progress is not None:
+            progress(1.5, 4.0)
+        return json.dumps({"cfg": cfg})
+
+    monkeypatch.setattr(runner._core, "run_json", fake_run)
+    seen: list[runner.Status] = []
+    pool = runner._Pool(1, status=seen.append)
+    pool.every_s = 0.0
+    a, b = pool.add([("a", "A", "exp a"), ("b", "B", "exp b")])
+    assert pool.next({a}) == (a, json.dumps({"cfg": "A"}), None)
+    assert pool.run([("s", "S", "exp s (cost x2)")]) == [("s", json.dumps({"cfg": "S"}), None)]
+    assert pool.next({b})[0] == b
+    assert ran == ["A", "S", "B"]
+    assert (1, 3, [("exp s (cost x2)", 1.5, 4.0)]) in [st[:3] for st in seen]
+    assert seen[-1][:3] == (3, 3, [])
+    assert runner.Status(4, 9, [("x r", 1.25, 600.0)], 65).text() == "4/9 runs, 1m05s; now x r at 1.2 of 600 sim s"
+
+
+def test_an_experiment_and_its_sensitivity_share_one_pool(tmp_path, monkeypatch):
+    from foliosim.reproduce import runner
+
+    (tmp_path / "demo").mkdir()
+    p = tmp_path / "demo" / "pf1-tasks.toml"
+    p.write_text(TINY.read_text() + '\n[sensitivity]\ncosts = ["fault_base_ns"]\n')
+    pools: list[runner._Pool] = []
+    real_init = runner._Pool.__init__
+
+    def init(self, *a, **k):
+        real_init(self, *a, **k)
+        pools.append(self)
+
+    monkeypatch.setattr(runner._Pool, "__init__", init)
+    (two,) = list(R.run_experiments([R.load(p)], jobs=2))
+    assert len(pools) == 1 and pools[0].jobs == 2
+    assert pools[0].done == len(pools[0].labels) > 2  # the variants ran in it
+    (one,) = list(R.run_experiments([R.load(p)], jobs=1))
+    assert json.dumps(one, sort_keys=True) == json.dumps(two, sort_keys=True)
+
+
+def test_runs_at_a_time_default_to_the_cpus_or_foliosim_jobs(monkeypatch):
+    from foliosim.reproduce import runner
+    from foliosim.reproduce.docs import main
+
+    monkeypatch.delenv("FOLIOSIM_JOBS", raising=False)
+    assert runner.default_jobs() == (os.cpu_count() or 1)
+    monkeypatch.setenv("FOLIOSIM_JOBS", "3")
+    assert runner.default_jobs() == 3
+    monkeypatch.setenv("FOLIOSIM_JOBS", "two")
+    with pytest.raises(R.ExperimentError, match="FOLIOSIM_JOBS"):
+        runner.default_jobs()
+    assert main(["-j", "0", "write"]) == 2

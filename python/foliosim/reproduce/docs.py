@@ -4,9 +4,13 @@ rows, generated from the experiments and checked against the code.
     python -m foliosim.reproduce.docs write   # `make reproductions`: run all, write both
     python -m foliosim.reproduce.docs write NAME...  # rerun only these (the others' inputs unchanged)
     python -m foliosim.reproduce.docs check   # `make check-reproductions`: run all, compare
+    python -m foliosim.reproduce.docs stale   # the experiments whose inputs changed (no run)
     python -m foliosim.reproduce.docs render  # rewrite the Markdown from the JSON only
     python -m foliosim.reproduce.docs rehash  # new input hashes, rows kept: only after an
                                               # output-neutral change (golden files identical)
+
+`-j N` (or $FOLIOSIM_JOBS) runs N simulations at a time, sensitivity
+variants included; the default is the host's CPUs.
 
 The JSON keeps, per experiment, its rows, notes and sources and the hash of
 everything its rows depend on (`inputs_sha256`: the experiment file, the
@@ -22,17 +26,21 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import shutil
 import sys
+import time
 import tomllib
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from .. import programs as _programs
+from ..progress import fmt_s
 from ..result import write_text_atomic
 from . import find, load_all, run_experiments
+from .runner import Status
 
-__all__ = ["check", "inputs_hash", "main", "rehash", "render", "repo_root", "write"]
+__all__ = ["check", "inputs_hash", "main", "rehash", "render", "repo_root", "stale", "write"]
 
 # Experiments a test reruns (`make test`): the cheap ones, a minute or two
 # of host time together; the others are checked by their inputs' hash and by
@@ -235,36 +243,76 @@ def _sensitivity_table(e: dict[str, Any]) -> list[str]:
 
 
 # ----------------------------------------------------------------- actions --
-def _run_all(progress: bool, names: Sequence[str] | None = None) -> list[dict[str, Any]]:
+class _StatusLine:
+    """`make reproductions`' progress on stderr: on a terminal one line
+    rewritten every second; in a log a line when a run finishes (at most
+    one every 10 s) and every 30 s while none does."""
+
+    def __init__(self, label: str, stream: TextIO | None = None):
+        self.label = label
+        self.stream = stream if stream is not None else sys.stderr
+        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.last = -1.0
+        self.done = 0
+        self.shown = False
+
+    def __call__(self, st: Status) -> None:
+        now = time.monotonic()
+        if not self.tty and not (now - self.last >= 30 or (st.done != self.done and now - self.last >= 10)):
+            return
+        self.last, self.done = now, st.done
+        line = f"{self.label}: {st.text()}"
+        if self.tty:
+            width = shutil.get_terminal_size((120, 24)).columns
+            self.stream.write("\r" + line[: width - 1] + "\x1b[K")
+            self.shown = True
+        else:
+            self.stream.write(line + "\n")
+        self.stream.flush()
+
+    def close(self, st: Status | None) -> None:
+        if self.shown:
+            self.stream.write("\n")
+        if st is not None:
+            self.stream.write(f"{self.label}: {st.done} runs in {fmt_s(st.elapsed_s)}\n")
+        self.stream.flush()
+
+
+def _run_all(progress: bool, names: Sequence[str] | None = None, jobs: int | None = None) -> list[dict[str, Any]]:
     exps = load_all(names)
     total = len(exps)
+    line = _StatusLine("make reproductions") if progress else None
+    last: list[Status] = []
 
-    def bar(done: float, n: float) -> None:
-        if progress:
-            print(f"\rmake reproductions: {done:.0f}/{n:.0f} runs", end="", file=sys.stderr, flush=True)
+    def status(st: Status) -> None:
+        last[:] = [st]
+        if line is not None:
+            line(st)
 
-    reps = list(run_experiments(exps, progress=bar))
-    if progress:
-        print(file=sys.stderr)
+    try:
+        reps = list(run_experiments(exps, jobs=jobs, status=status))
+    finally:
+        if line is not None:
+            line.close(last[0] if last else None)
     if len(reps) != total or any(r.get("interrupted") for r in reps):
         raise SystemExit("foliosim: interrupted: nothing written")
     return reps
 
 
-def write(root: Path | None = None, progress: bool = True, names: Sequence[str] = ()) -> None:
+def write(root: Path | None = None, progress: bool = True, names: Sequence[str] = (), jobs: int | None = None) -> None:
     """Run every experiment (or only `names`, keeping the others' committed
     rows, which must still come from the same inputs) and write both files."""
     root = root or repo_root()
     if names:
         old = json.loads((root / "docs" / "reproductions.json").read_text(encoding="utf-8"))["experiments"]
-        fresh = {r["name"]: _keep(r, root) for r in _run_all(progress, names)}
+        fresh = {r["name"]: _keep(r, root) for r in _run_all(progress, names, jobs)}
         stale = [e["name"] for e in old if e["name"] not in fresh and e["inputs_sha256"] != inputs_hash(root / e["file"], root)]
         if stale:
             raise SystemExit(f"foliosim: {', '.join(stale)}: inputs changed too; run `make reproductions` (all)")
         kept = [fresh.pop(e["name"], e) for e in old]
         data = {"generated_by": "make reproductions", "experiments": kept + list(fresh.values())}
     else:
-        data = {"generated_by": "make reproductions", "experiments": [_keep(r, root) for r in _run_all(progress)]}
+        data = {"generated_by": "make reproductions", "experiments": [_keep(r, root) for r in _run_all(progress, jobs=jobs)]}
     write_text_atomic(root / "docs" / "reproductions.json", json.dumps(data, indent=1, ensure_ascii=False) + "\n")
     write_text_atomic(root / "docs" / "reproductions.md", render(data))
 
@@ -300,12 +348,20 @@ def compare_rows(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     return out
 
 
-def check(root: Path | None = None, progress: bool = True) -> list[str]:
+def stale(root: Path | None = None) -> list[str]:
+    """The experiments whose inputs changed since their rows were made (no
+    run: their hashes only)."""
+    root = root or repo_root()
+    data = json.loads((root / "docs" / "reproductions.json").read_text(encoding="utf-8"))
+    return [e["name"] for e in data["experiments"] if e["inputs_sha256"] != inputs_hash(root / e["file"], root)]
+
+
+def check(root: Path | None = None, progress: bool = True, jobs: int | None = None) -> list[str]:
     root = root or repo_root()
     data = json.loads((root / "docs" / "reproductions.json").read_text(encoding="utf-8"))
     committed = {e["name"]: e for e in data["experiments"]}
     problems: list[str] = []
-    for rep in _run_all(progress):
+    for rep in _run_all(progress, jobs=jobs):
         new = _keep(rep, root)
         old = committed.get(new["name"])
         if old is None:
@@ -321,10 +377,20 @@ def check(root: Path | None = None, progress: bool = True) -> list[str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
+    jobs = None
+    for flag in ("-j", "--jobs"):
+        if flag in args:
+            i = args.index(flag)
+            value = args[i + 1] if i + 1 < len(args) else ""
+            if not value.isdigit() or int(value) < 1:
+                print(f"foliosim: {flag} {value}: expected a whole number of runs at a time, at least 1", file=sys.stderr)
+                return 2
+            jobs = int(value)
+            del args[i:i + 2]
     what = args[0] if args else ""
     root = repo_root()
     if what == "write":
-        write(root, names=args[1:])
+        write(root, names=args[1:], jobs=jobs)
         print("wrote docs/reproductions.json and docs/reproductions.md")
         return 0
     if what == "render":
@@ -335,13 +401,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         moved = rehash(root)
         print(f"rehashed {len(moved)} experiments (rows kept): {', '.join(moved) or 'none'}")
         return 0
+    if what == "stale":
+        names = stale(root)
+        print(" ".join(names) if names else "reproductions: every experiment's inputs unchanged")
+        return 1 if names else 0
     if what == "check":
-        problems = check(root)
+        problems = check(root, jobs=jobs)
         for p in problems:
             print(f"foliosim: {p}", file=sys.stderr)
         print("reproductions: up to date" if not problems else f"reproductions: {len(problems)} differences (run `make reproductions`)")
         return 1 if problems else 0
-    print("usage: python -m foliosim.reproduce.docs write|check|render|rehash", file=sys.stderr)
+    print("usage: python -m foliosim.reproduce.docs [-j N] write [NAME...]|check|stale|render|rehash", file=sys.stderr)
     return 2
 
 

@@ -269,21 +269,23 @@ def evaluate(expr: Expr | str, env: Mapping[str, Any], on_name: Callable[[str], 
         raise ExprError(f"{e.source!r}: {type(err).__name__}: {err}") from None
 
 
-def _key(obj: Any, key: Any, shown: str) -> Any:
+def _key(obj: Any, key: Any, node: ast.AST) -> Any:
+    # `node` is unparsed for the message only: a rule reads keys once per
+    # task or sample, and unparsing costs more than the read.
     if isinstance(obj, Mapping):
         if key not in obj:
             keys = ", ".join(sorted(map(str, obj)))[:200]
-            raise ExprError(f"{shown}: no key {key!r} (has: {keys})")
+            raise ExprError(f"{ast.unparse(node)}: no key {key!r} (has: {keys})")
         return obj[key]
     if isinstance(obj, (list, tuple, str)):
         if isinstance(key, slice):
             return obj[key]
         if not isinstance(key, int) or isinstance(key, bool):
-            raise ExprError(f"{shown}: a list is indexed by an integer, not {key!r}")
+            raise ExprError(f"{ast.unparse(node)}: a list is indexed by an integer, not {key!r}")
         if not -len(obj) <= key < len(obj):
-            raise ExprError(f"{shown}: index {key} out of range (length {len(obj)})")
+            raise ExprError(f"{ast.unparse(node)}: index {key} out of range (length {len(obj)})")
         return obj[key]
-    raise ExprError(f"{shown}: cannot index a {type(obj).__name__}")
+    raise ExprError(f"{ast.unparse(node)}: cannot index a {type(obj).__name__}")
 
 
 def _eval(node: ast.AST, s: _Scope) -> Any:
@@ -292,7 +294,7 @@ def _eval(node: ast.AST, s: _Scope) -> Any:
     if isinstance(node, ast.Name):
         return s.lookup(node.id)
     if isinstance(node, ast.Attribute):
-        return _key(_eval(node.value, s), node.attr, ast.unparse(node))
+        return _key(_eval(node.value, s), node.attr, node)
     if isinstance(node, ast.Subscript):
         obj = _eval(node.value, s)
         if isinstance(node.slice, ast.Slice):
@@ -300,7 +302,7 @@ def _eval(node: ast.AST, s: _Scope) -> Any:
             idx: Any = slice(*(None if p is None else _eval(p, s) for p in (sl.lower, sl.upper, sl.step)))
         else:
             idx = _eval(node.slice, s)
-        return _key(obj, idx, ast.unparse(node))
+        return _key(obj, idx, node)
     if isinstance(node, ast.BinOp):
         a, b = _eval(node.left, s), _eval(node.right, s)
         op = type(node.op)

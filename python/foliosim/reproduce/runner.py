@@ -13,15 +13,18 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
+import queue
+import time
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from .. import _core
 from .expr import Expr, ExprError, Template, evaluate
 from .spec import Experiment, ExperimentError, RowSpec, SeriesSpec, variant
 
-__all__ = ["evaluate_experiment", "run_experiments"]
+__all__ = ["Status", "default_jobs", "evaluate_experiment", "run_experiments"]
 
 Progress = Callable[[float, float], Any]
 
@@ -359,7 +362,6 @@ def _trace_note(traces: Mapping[str, tuple[str, bool]]) -> str:
 # ----------------------------------------------------------- sensitivity --
 # Off while the variants' own rows are evaluated (no variants of variants).
 _SENSITIVITY_ON = True
-_JOBS = 2
 
 
 def _sensitivity(exp: Experiment, results: Mapping[str, dict[str, Any]], rows: list[dict[str, Any]],
@@ -373,8 +375,13 @@ def _sensitivity(exp: Experiment, results: Mapping[str, dict[str, Any]], rows: l
         return
     names = sorted({n for i in shown for n in reads[i] if n in exp.runs})
     todo = [(c, f, variant(exp, exp.runs[n], c, f)) for c in exp.sensitivity for f in exp.factors for n in names]
-    got = {rid: json.loads(raw) for rid, raw, err in _results(list({v.id: (v.id, v.cfg_json) for _, _, v in todo}.values()), _JOBS)
-           if raw is not None and err is None}
+    items = {v.id: (v.id, v.cfg_json, f"{exp.name} {v.name} ({c} x{f:g})") for c, f, v in todo}
+    pool = _POOL if _POOL is not None else _Pool(default_jobs())
+    try:
+        got = {rid: json.loads(raw) for rid, raw, err in pool.run(list(items.values())) if raw is not None and err is None}
+    finally:
+        if pool is not _POOL:
+            pool.close()
     for i in shown:
         rows[i]["sensitivity"] = []
     _SENSITIVITY_ON = False
@@ -394,12 +401,77 @@ def _sensitivity(exp: Experiment, results: Mapping[str, dict[str, Any]], rows: l
 
 
 # ------------------------------------------------------------------ runs --
-def _run_one(item: tuple[str, str]) -> tuple[str, str | None, str | None]:
-    rid, cfg_json = item
+class Status(NamedTuple):
+    """Where a batch of runs is, for a progress line: runs finished and
+    known (a sensitivity variant counts once its experiment asks for it),
+    each run in progress as (label, simulated s, the run's end in simulated
+    s), host seconds since the first run started."""
+
+    done: int
+    total: int
+    running: list[tuple[str, float, float]]
+    elapsed_s: float
+
+    def text(self) -> str:
+        """`12/154 runs, 3m05s; now mthp-memory kbuild_baseline at 8.2 of 600 sim s, ...`"""
+        from ..progress import fmt_s
+
+        now = ", ".join(f"{label} at {sim:.1f} of {end:.0f} sim s" for label, sim, end in self.running)
+        return f"{self.done}/{self.total} runs, {fmt_s(self.elapsed_s)}" + (f"; now {now}" if now else "")
+
+
+StatusFn = Callable[[Status], Any]
+
+# A worker's slot in the pool's shared array: the run it is on (-1: none),
+# that run's simulated time and its end, as its progress callback reports.
+_SLOTS: Any = None
+_SLOT = -1
+
+
+def default_jobs() -> int:
+    """Runs at a time: $FOLIOSIM_JOBS, else the host's CPUs. Each run is a
+    process of its own (a replayed build holds a few GiB), so a shared
+    host caps it (`FOLIOSIM_JOBS=2 make reproductions`)."""
+    env = os.environ.get("FOLIOSIM_JOBS", "").strip()
+    if env:
+        if not env.isdigit() or int(env) < 1:
+            raise ExperimentError("FOLIOSIM_JOBS", env, "expected a whole number of runs at a time, at least 1")
+        return int(env)
+    return os.cpu_count() or 1
+
+
+def _init_worker(slots: Any, claimed: Any) -> None:
+    global _SLOTS, _SLOT
+    _ignore_sigint()
+    with claimed.get_lock():
+        _SLOT = claimed.value
+        claimed.value += 1
+    _SLOTS = slots
+
+
+def _run_one(item: tuple[int, str]) -> tuple[int, str | None, str | None]:
+    seq, cfg_json = item
+    slots, base = _SLOTS, 3 * _SLOT
+    report = None
+    if slots is not None and 0 <= base < len(slots):
+        slots[base], slots[base + 1], slots[base + 2] = seq, 0.0, 0.0
+
+        def report(sim_s: float, end_s: float) -> bool:
+            slots[base + 1], slots[base + 2] = sim_s, end_s
+            if _TICK is not None:
+                _TICK()
+            return True
     try:
-        return rid, _core.run_json(cfg_json, None), None
+        return seq, _core.run_json(cfg_json, report), None
     except Exception as e:
-        return rid, None, " ".join(str(getattr(e, "reason", None) or e).split()) or type(e).__name__
+        return seq, None, " ".join(str(getattr(e, "reason", None) or e).split()) or type(e).__name__
+    finally:
+        if report is not None:
+            slots[base] = -1.0
+
+
+# In a run made in this process (one job), the pool's status line.
+_TICK: Callable[[], None] | None = None
 
 
 def _ignore_sigint() -> None:
@@ -408,31 +480,153 @@ def _ignore_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
+class _Pool:
+    """At most `jobs` runs at a time, each in a process of its own (one job:
+    in this process), shared by the experiments' runs and the sensitivity
+    variants their rules ask for, which go before the runs still waiting
+    (the rules wait for them). `status` hears where the runs are about once
+    a second and when one finishes."""
+
+    def __init__(self, jobs: int, status: StatusFn | None = None):
+        self.jobs = max(1, jobs)
+        self.status = status
+        self.labels: list[str] = []
+        self.pending: deque[tuple[int, str]] = deque()
+        self.finished: dict[int, tuple[str | None, str | None]] = {}
+        self.inflight = 0
+        self.done = 0
+        self.results: queue.SimpleQueue[tuple[int, str | None, str | None]] = queue.SimpleQueue()
+        self.pool: Any = None
+        self.slots: Any = [-1.0, 0.0, 0.0] if self.jobs == 1 else None
+        self.start = time.monotonic()
+        self.shown = 0.0
+        self.every_s = 1.0
+
+    def add(self, items: Sequence[tuple[str, str, str]], first: bool = False) -> list[int]:
+        """Queue runs (id, config JSON, label); their sequence numbers."""
+        seqs = list(range(len(self.labels), len(self.labels) + len(items)))
+        self.labels += [label for _, _, label in items]
+        entries = [(n, cfg) for n, (_, cfg, _) in zip(seqs, items, strict=True)]
+        if first:
+            self.pending.extendleft(reversed(entries))
+        else:
+            self.pending.extend(entries)
+        return seqs
+
+    def run(self, items: Sequence[tuple[str, str, str]]) -> list[tuple[str, str | None, str | None]]:
+        """Run `items` before anything queued and return (id, result, error)
+        for each, in order."""
+        seqs = self.add(items, first=True)
+        out: dict[int, tuple[str | None, str | None]] = {}
+        want = set(seqs)
+        while want:
+            n, raw, err = self.next(want)
+            want.discard(n)
+            out[n] = (raw, err)
+        return [(rid, *out[n]) for n, (rid, _, _) in zip(seqs, items, strict=True)]
+
+    def next(self, among: set[int]) -> tuple[int, str | None, str | None]:
+        """The next run of `among` to finish (the others that finish
+        meanwhile are kept for a later call)."""
+        while True:
+            for n in among:
+                if n in self.finished:
+                    return (n, *self.finished.pop(n))
+            self._fill()
+            if self.inflight == 0:
+                raise RuntimeError("foliosim: internal: waiting for runs that were never queued")
+            try:
+                n, raw, err = self.results.get(timeout=1.0)
+            except queue.Empty:
+                self._tick()
+                continue
+            self.inflight -= 1
+            self.done += 1
+            self.finished[n] = (raw, err)
+            self._tick(force=True)
+
+    def _fill(self) -> None:
+        global _SLOTS, _SLOT, _TICK
+        if self.jobs == 1:
+            if self.pending and self.inflight == 0:
+                _SLOTS, _SLOT, _TICK = self.slots, 0, self._tick
+                try:
+                    self.results.put(_run_one(self.pending.popleft()))
+                finally:
+                    _SLOTS, _SLOT, _TICK = None, -1, None
+                self.inflight += 1
+            return
+        while self.pending and self.inflight < self.jobs:
+            if self.pool is None:
+                import multiprocessing as mp
+
+                ctx = mp.get_context("spawn")
+                self.slots = ctx.Array("d", [-1.0, 0.0, 0.0] * self.jobs, lock=False)
+                claimed = ctx.Value("i", 0)
+                self.pool = ctx.Pool(processes=self.jobs, initializer=_init_worker, initargs=(self.slots, claimed))
+            item = self.pending.popleft()
+            self.pool.apply_async(_run_one, (item,), callback=self.results.put,
+                                  error_callback=lambda e, n=item[0]: self.results.put((n, None, str(e) or type(e).__name__)))
+            self.inflight += 1
+
+    def _tick(self, force: bool = False) -> None:
+        if self.status is None:
+            return
+        now = time.monotonic()
+        if not force and now - self.shown < self.every_s:
+            return
+        self.shown = now
+        running = []
+        slots = self.slots
+        if slots is not None:
+            for base in range(0, len(slots), 3):
+                n = int(slots[base])
+                if 0 <= n < len(self.labels):
+                    running.append((self.labels[n], float(slots[base + 1]), float(slots[base + 2])))
+        self.status(Status(self.done, len(self.labels), running, now - self.start))
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.terminate()
+            self.pool.join()
+            self.pool = None
+
+
+# The pool of the run_experiments in progress (its experiments' sensitivity
+# variants go to it).
+_POOL: _Pool | None = None
+
+
 def _profiles() -> dict[str, Any]:
     return {p.get("name"): p for p in json.loads(_core.catalog_json()).get("profiles", [])}
 
 
-def run_experiments(exps: Sequence[Experiment], *, jobs: int = 2, progress: Progress | None = None) -> Iterator[dict[str, Any]]:
+def run_experiments(exps: Sequence[Experiment], *, jobs: int | None = None, progress: Progress | None = None,
+                    status: StatusFn | None = None) -> Iterator[dict[str, Any]]:
     """Run `exps` and yield each one's result, in order, as soon as its runs
-    and those of the experiments before it are done. Ctrl-C stops the runs:
-    the experiment being waited for comes out with ``interrupted`` and the
-    rows its finished runs give, and nothing after it. A run that fails is
-    an ExperimentError naming the experiment and the run."""
-    global _JOBS
-    _JOBS = jobs
+    and those of the experiments before it are done. At most `jobs` runs at
+    a time (default_jobs()), sensitivity variants included; `progress(done,
+    total)` hears each finished run, `status` where the runs are (Status)
+    about once a second. Ctrl-C stops the runs: the experiment being waited
+    for comes out with ``interrupted`` and the rows its finished runs give,
+    and nothing after it. A run that fails is an ExperimentError naming the
+    experiment and the run."""
+    global _POOL
     profiles = _profiles()
-    order: list[tuple[str, str]] = []
+    order: list[tuple[str, str, str]] = []
     users: dict[str, int] = {}
     owner: dict[str, tuple[Experiment, str]] = {}
     for exp in exps:
         for r in exp.runs.values():
             if r.id not in users:
-                order.append((r.id, r.cfg_json))
+                order.append((r.id, r.cfg_json, f"{exp.name} {r.name}"))
                 owner[r.id] = (exp, r.name)
             users[r.id] = users.get(r.id, 0) + 1
     results: dict[str, dict[str, Any]] = {}
-    total = len(order)
-    done = 0
+    pool = _Pool(jobs if jobs is not None else default_jobs(), status)
+    seqs = pool.add(order)
+    rid_of = {n: rid for n, (rid, _, _) in zip(seqs, order, strict=True)}
+    waiting = set(seqs)
     next_exp = 0
 
     def ready(exp: Experiment) -> bool:
@@ -445,19 +639,19 @@ def run_experiments(exps: Sequence[Experiment], *, jobs: int = 2, progress: Prog
                 results.pop(r.id, None)
 
     def take(rid: str, raw: str | None, err: str | None) -> None:
-        nonlocal done
         if err is not None or raw is None:
             exp, name = owner[rid]
             raise ExperimentError(str(exp.path), f"runs.{name}", f"the run failed: {err}")
         results[rid] = json.loads(raw)
-        done += 1
         if progress is not None:
-            progress(float(done), float(total))
+            progress(float(len(seqs) - len(waiting)), float(len(seqs)))
 
-    it = _results(order, jobs)
+    outer, _POOL = _POOL, pool
     try:
-        for rid, raw, err in it:
-            take(rid, raw, err)
+        while waiting:
+            n, raw, err = pool.next(waiting)
+            waiting.discard(n)
+            take(rid_of[n], raw, err)
             while next_exp < len(exps) and ready(exps[next_exp]):
                 exp = exps[next_exp]
                 out = evaluate_experiment(exp, results, profiles=profiles)
@@ -471,28 +665,25 @@ def run_experiments(exps: Sequence[Experiment], *, jobs: int = 2, progress: Prog
             next_exp += 1
             yield out
     except KeyboardInterrupt:
-        it.close()
+        pool.close()
         if next_exp < len(exps):
             yield evaluate_experiment(exps[next_exp], results, interrupted=True, profiles=profiles)
     finally:
-        it.close()
-
-
-def _results(order: list[tuple[str, str]], jobs: int) -> Generator[tuple[str, str | None, str | None], None, None]:
-    if not order:
-        return
-    jobs = max(1, min(jobs, len(order)))
-    if jobs == 1:
-        for item in order:
-            yield _run_one(item)
-        return
-    import multiprocessing as mp
-
-    ctx = mp.get_context("spawn")
-    pool = ctx.Pool(processes=jobs, initializer=_ignore_sigint)
-    try:
-        yield from pool.imap_unordered(_run_one, order, chunksize=1)
+        _POOL = outer
         pool.close()
+
+
+def _results(order: list[tuple[str, str]], jobs: int) -> Iterator[tuple[str, str | None, str | None]]:
+    """(id, result JSON, error) of each run of `order` (id, config JSON) as
+    it finishes, at most `jobs` at a time."""
+    pool = _Pool(jobs)
+    try:
+        seqs = pool.add([(rid, cfg, rid) for rid, cfg in order])
+        rid_of = {n: rid for n, (rid, _) in zip(seqs, order, strict=True)}
+        waiting = set(seqs)
+        while waiting:
+            n, raw, err = pool.next(waiting)
+            waiting.discard(n)
+            yield rid_of[n], raw, err
     finally:
-        pool.terminate()
-        pool.join()
+        pool.close()
