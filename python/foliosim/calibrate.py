@@ -97,7 +97,37 @@ def measure_micro() -> dict[str, Any]:
         r = subprocess.run([str(binary)], stdin=subprocess.DEVNULL, capture_output=True, text=True)
     if r.returncode != 0:
         raise HostError(f"calibrate benchmark failed: {(r.stderr.strip().splitlines() or ['exit ' + str(r.returncode)])[-1]}")
-    return json.loads(r.stdout)
+    micro: dict[str, Any] = json.loads(r.stdout)
+    micro.update(measure_membw())
+    return micro
+
+
+def measure_membw(rounds: int = 5, mib: int = 256) -> dict[str, Any]:
+    """validation/bin/membw: one CPU clearing `mib` MiB, then every CPU of
+    the host at once (rep stosb, medians of interleaved rounds): what the
+    node's memory sustains when they all ask (its shared bandwidth)."""
+    r = subprocess.run([str(build_validation() / "membw"), "-r", str(rounds), "-m", str(mib)], stdin=subprocess.DEVNULL,
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        raise HostError(f"membw failed: {(r.stderr.strip().splitlines() or ['exit ' + str(r.returncode)])[-1]}")
+    clear = {row["threads"]: row["gbps_per_thread"] for row in json.loads(r.stdout)["stream"] if row["kind"] == "clear"}
+    n = max(clear)
+    return {"membw_threads": n, "membw_clear_1_gbps": clear[1], "membw_clear_n_gbps": clear[n], "membw_rounds": rounds}
+
+
+def shared_bw(m: dict[str, Any]) -> tuple[float, str] | None:
+    """The node's shared bandwidth from membw: the CPUs' sum when all of
+    them clearing at once got less each than one alone (the node
+    saturated; 10% is beyond membw's round-to-round spread on a quiet
+    host), else None (it did not saturate: what it sustains is more than
+    this host's CPUs can ask for)."""
+    if "membw_threads" not in m or m["membw_threads"] < 2:
+        return None
+    n, one, each = m["membw_threads"], m["membw_clear_1_gbps"], m["membw_clear_n_gbps"]
+    if each >= 0.9 * one:
+        return None
+    return n * each, (f"validation/membw.c, median of {m['membw_rounds']} interleaved rounds: {n} CPUs clearing 256 MiB each "
+                      f"at once, {each:.1f} GB/s each against {one:.1f} alone: their sum")
 
 
 def plan(sizes_kib: list[int]) -> list[tuple[int, list[tuple[str, int]]]]:
@@ -505,7 +535,7 @@ def _tag(how: str) -> str:
     program that measured it, or generic-x86's value."""
     if how.startswith("[generic-x86]"):
         return _copied(how[len("[generic-x86]"):].strip() or "not measured here")
-    for prog in ("validation/syscost.c", "validation/faultcost.c", "validation/calibrate.c"):
+    for prog in ("validation/syscost.c", "validation/faultcost.c", "validation/calibrate.c", "validation/membw.c"):
         if prog in how:
             return f"[measured: {prog}] {how}"
     return f"[assumed] {how}"
@@ -576,7 +606,12 @@ def make_profile(d: Derivation, name: str = "host") -> str:
         L.append("zero_call_ns = 0.0    # [assumed] clear_page (rep stosb) per 4 KiB page: the per-page overheads are prep_tail_ns, no per-call warm-up")
         cb, chow = vals["node.copy_bw_gbps"]
         L.append(f"copy_bw_gbps = {_f(cb)}    # {_tag(chow)}")
+        sb = shared_bw(m)
+        if sb is not None:
+            L.append(f"shared_bw_gbps = {_f(sb[0])}    # {_tag(sb[1])}")
         written_node = {"kind", "mem_mib", "has_cpus", "latency_ns", "read_bw_gbps", "zero_bw_gbps", "zero_call_ns", "copy_bw_gbps"}
+        if sb is not None:
+            written_node.add("shared_bw_gbps")
         for k, v in g["nodes"][0].items():
             if k not in written_node:
                 L.append(f"{k} = {_value(v)}    # {_copied()}")
@@ -784,6 +819,7 @@ def calibrate(out: Path, rounds: int, name: str, quiet: bool = True,
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
     out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
     quiet = getattr(args, "quiet", False) or not sys.stderr.isatty()
     rounds = args.rounds
     if rounds < 1 or rounds > 100:

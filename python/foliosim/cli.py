@@ -1041,7 +1041,9 @@ def _validate(args: argparse.Namespace) -> int:
 
 def _add_host_commands(sub: Any) -> None:
     c = sub.add_parser("calibrate", help="measure this host and write a machine profile")
-    c.add_argument("--out", default="host.toml", metavar="FILE", type=_path, help="profile to write (default host.toml)")
+    c.add_argument("--out", default="results/calibrate/host.toml", metavar="FILE", type=_path,
+                   help="profile to write (default results/calibrate/host.toml, where validate, record --validate and "
+                        "bench --record look for it)")
     c.add_argument("--name", help="profile name (default: the file's stem)")
     c.add_argument("--json", action="store_true", help="print the measurements, fits and derived values as one JSON document")
     c.add_argument("--rounds", type=int, default=5, metavar="N",

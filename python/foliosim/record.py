@@ -327,8 +327,11 @@ def _record_perf(perf: str, cmd: list[str], tmp_out: Path, timeout: float | None
     events = [a for e in PERF_EVENTS for a in ("-e", e)]
     with tempfile.TemporaryDirectory(prefix="foliosim-record-") as td, fault_around_one_page() as fab:
         status = Path(td) / "status.json"
-        argv_perf = [perf, "record", "-q", "--no-buildid", "--no-buildid-cache", *events, "--switch-events", "--data",
-                     "-m", perf_mmap_size(os.cpu_count() or 1), "-o", "-", "--"]
+        # --no-bpf-event: perf otherwise writes a record for every BPF
+        # program loaded in the kernel before it starts the command (0.9 s
+        # of a recording's start here), which the converter has no use for.
+        argv_perf = [perf, "record", "-q", "--no-buildid", "--no-buildid-cache", "--no-bpf-event", *events, "--switch-events",
+                     "--data", "-m", perf_mmap_size(os.cpu_count() or 1), "-o", "-", "--"]
         around = "off (fault_around_bytes = 4096)" if fab == 4096 else \
             "on: the pages it mapped were recovered from the tracepoint filemap:mm_filemap_map_pages"
         if fab != 4096 and not quiet:

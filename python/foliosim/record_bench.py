@@ -18,7 +18,7 @@ the trace replays (simulated faults per host second). The programs:
   pseudo-random words (about 3:1 compressible);
 - a python3 program: a dict of 2 M entries (small: 100 k) built, sorted
   and written as JSON;
-- an sqlite3 workload: 400 k rows (small: 20 k) inserted in one transaction
+- an sqlite3 workload: 4 M rows (small: 20 k) inserted in one transaction
   into a file database, indexed and aggregated.
 
 `--scale small` checks the tooling in a minute or two: its kernel build is
@@ -144,7 +144,7 @@ def programs(cache: Path, scale: str, only: list[str] | None = None) -> list[Pro
         out.append(Program("python3", [_python3(), str(prog), str(n), str(cache / "py-out.json")], cache,
                            what=f"python3: a dict of {n:,} entries built, sorted, written as JSON"))
     if "sqlite3" in want:
-        rows = 20_000 if small else 400_000
+        rows = 20_000 if small else 4_000_000
         script = cache / "bench.sql"
         script.write_text(_sqlite_script(rows))
         db = cache / "bench.db"
@@ -221,7 +221,8 @@ def measure(progs: list[Program], repeats: int, out: Path, profile: str, quiet: 
             "trace_bytes": trace.stat().st_size, "faults": info.get("accesses"), "records": info.get("records"),
             "processes": info.get("processes"), "threads": info.get("threads"),
             "lost_events": (info.get("summary") or {}).get("converter", {}).get("lost_events"),
-            "replay": replay,
+            "replay": replay, "measured": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            "loadavg_1m_at_end": os.getloadavg()[0],
         })
     return {"rows": rows, "target_ratio": TARGET_RATIO, "host": _host_facts(), "date": time.strftime("%Y-%m-%d")}
 
@@ -255,6 +256,10 @@ def render(rep: dict[str, Any]) -> str:
             f"{r['ratio']:.2f}x [{min(runs):.2f}-{max(runs):.2f}] | {f'{inside:.2f}' if inside else '—'} | "
             f"{r['trace_bytes'] / 1e6:.2f} MB | {(r['faults'] or 0):,} | {f'{speed:,.0f}' if speed else '—'} |")
     profile = rep["rows"][0]["replay"]["profile"] if rep["rows"] else "?"
+    if rep.get("merged"):
+        lines += ["", "Rows measured in separate runs (`--only`): " + "; ".join(
+            f"{r['program']} {r.get('measured', rep['date'])}, load {r.get('loadavg_1m_at_end', h['loadavg_1m_at_end']):.1f}"
+            for r in rep["rows"]) + "."]
     lines += ["", "`recorded` is the whole `foliosim record -- CMD`: Python's start, perf's, the command under perf "
               "(`under perf`: from its fork to its exit, as the recorder's wrapper timed it), the end of the conversion and the "
               f"check of the trace. The replay ran on the profile `{profile}`."]
@@ -279,11 +284,31 @@ def cmd_record_bench(args: argparse.Namespace) -> int:
     progs = programs(cache, args.scale, args.only.split(",") if args.only else None)
     rep = measure(progs, args.repeats, out.resolve(), profile, quiet=args.quiet)
     rep["scale"] = args.scale
+    if args.only:
+        rep = _merged(out / "record-bench.json", rep)
     write_text_atomic(out / "record-bench.json", json.dumps(rep, indent=1) + "\n")
     write_text_atomic(out / "record-bench.md", render(rep) + "\n")
     print(render(rep))
     print(f"\nwrote {out / 'record-bench.json'} and {out / 'record-bench.md'}", file=sys.stderr)
     return 0
+
+
+def _merged(earlier: Path, rep: dict[str, Any]) -> dict[str, Any]:
+    """`--only` measures some programs again: the other rows of an earlier
+    report of the same scale on the same host are kept, in its order, each
+    with the time it was measured."""
+    try:
+        old = json.loads(earlier.read_text())
+    except (OSError, ValueError):
+        return rep
+    if old.get("scale") != rep["scale"] or old.get("host", {}).get("cpu") != rep["host"]["cpu"]:
+        return rep
+    new = {r["program"]: r for r in rep["rows"]}
+    rows = [new.pop(r["program"], r) for r in old.get("rows", [])] + list(new.values())
+    for r in rows:
+        r.setdefault("measured", old.get("date", "?"))
+        r.setdefault("loadavg_1m_at_end", old.get("host", {}).get("loadavg_1m_at_end", 0.0))
+    return {**rep, "rows": rows, "merged": True}
 
 
 def main(argv: list[str] | None = None) -> int:

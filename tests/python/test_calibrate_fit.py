@@ -254,3 +254,24 @@ def test_adopt_fits_a_profile_on_its_own_other_terms(monkeypatch, tmp_path):
     assert "mmap_ns = 1700.0    # [measured: validation/syscost.c] on a host" in text
     assert "munmap_ns = 1400.0    # [measured: validation/syscost.c] on a host" in text
     assert all(abs(r["model"] - r["host"]) < 1 for r in rows), rows
+
+
+def test_a_saturated_node_gives_the_shared_bandwidth_and_an_unsaturated_one_does_not(tmp_path):
+    """#30: the node's shared bandwidth is measured (membw: every CPU
+    clearing at once) where the host's CPUs saturate it, never assumed."""
+    micro, series = synthetic()
+    micro.update({"membw_threads": 2, "membw_clear_1_gbps": 24.4, "membw_clear_n_gbps": 15.8, "membw_rounds": 5})
+    d = cal.Derivation(micro, series, 3)
+    d.vals["alloc_anon_folio_ns"] = (200.0, "test")
+    d.vals["free_large_folio_ns"] = (100.0, "test")
+    p = tmp_path / "host.toml"
+    p.write_text(cal.make_profile(d, "host"))
+    line = next(ln for ln in p.read_text().splitlines() if ln.startswith("shared_bw_gbps "))
+    assert line.startswith("shared_bw_gbps = 31.6 ") and "[measured: validation/membw.c]" in line, line
+    _core.load_json(json.dumps({"machine": {"profile": str(p)}, "workload": {"name": "mmap1"}}), "<test>")
+    # Two CPUs that each keep 95% of one's rate did not saturate it.
+    micro["membw_clear_n_gbps"] = 0.95 * 24.4
+    d = cal.Derivation(micro, series, 3)
+    d.vals.update({"alloc_anon_folio_ns": (200.0, "test"), "free_large_folio_ns": (100.0, "test")})
+    line = next(ln for ln in cal.make_profile(d, "host").splitlines() if ln.startswith("shared_bw_gbps "))
+    assert "[measured" not in line, line
