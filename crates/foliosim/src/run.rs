@@ -481,7 +481,7 @@ struct TaskRun<'a> {
 /// kernel's threads under its guests too (`KthreadQueue`).
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-fn run_task(k: &mut Kernel, wl: &mut dyn Workload, q: &mut Queue, tid: u32, t: Ns, horizon: Ns, stop: Ns, r: &mut TaskRun) -> Stepped {
+fn run_task(k: &mut Kernel, wl: &mut dyn Workload, q: &mut Queue, tid: u32, t: Ns, mut horizon: Ns, stop: Ns, r: &mut TaskRun) -> Stepped {
     let cpu = k.tasks[tid as usize].cpu as usize;
     if k.cpus[cpu].curr == u32::MAX {
         k.cpus[cpu].curr = tid;
@@ -515,7 +515,11 @@ fn run_task(k: &mut Kernel, wl: &mut dyn Workload, q: &mut Queue, tid: u32, t: N
         *r.steps += ran;
         *r.run_steps += ran - 1;
         // (Most steps wake nobody: skip the take-and-drop of the buffer.)
-        let host_woke = !k.wakeups.is_empty() && take_wakeups(k, q);
+        // A thread the host woke runs before this guest's next step: the
+        // run ends after this one.
+        if !k.wakeups.is_empty() && take_wakeups(k, q) {
+            horizon = 0;
+        }
         let tk = &k.tasks[tid as usize];
         let c = if tk.exited || tk.sleeping {
             k.cpus[cpu].busy_until = ended.unwrap_or(tk.clock);
@@ -546,8 +550,7 @@ fn run_task(k: &mut Kernel, wl: &mut dyn Workload, q: &mut Queue, tid: u32, t: N
             k.cpus[cpu].slice_end = c + SCHED_SLICE;
         }
         earliest = q.heap.peek().map_or(Ns::MAX, |Reverse((t, _, _))| *t).min(horizon);
-        // (A thread the host woke runs before this guest's next step.)
-        if c < earliest && c < stop && *r.steps & 0xfff != 0 && !host_woke {
+        if c < earliest && c < stop && *r.steps & 0xfff != 0 {
             continue;
         }
         enqueue(k, q, c, tid);

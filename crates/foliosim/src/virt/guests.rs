@@ -288,6 +288,17 @@ pub fn result_json(cfg: &Config, o: &GuestsOutcome) -> Value {
             let k = k.as_any().downcast_ref::<KvmHost>().expect("virt/kvm.rs is the host kernel");
             v["host"]["mem_pages"] = json!(k.mem_pages());
             v["host"]["vmstat"] = k.k.stat.iter().map(|(name, v)| (name.to_string(), json!(v))).collect::<serde_json::Map<_, _>>().into();
+            // The host's CPU time: in the vCPUs' exits (EPT violations),
+            // the VMMs' main threads (reports), its own threads (kswapd).
+            let sys = |f: &dyn Fn(&crate::kernel::task::Task) -> bool| {
+                k.k.tasks().iter().filter(|t| f(t)).map(|t| t.sys_ns).sum::<Ns>() as f64 / NSEC_PER_SEC as f64
+            };
+            let secs = |ns: Ns| ns as f64 / NSEC_PER_SEC as f64;
+            v["host"]["time_s"] = json!({
+                "ept_violations_by_guest": k.vms.iter().map(|vm| secs(vm.exit_ns)).collect::<Vec<_>>(),
+                "reports_by_guest": k.vms.iter().map(|vm| secs(vm.report_ns)).collect::<Vec<_>>(),
+                "kthreads": sys(&|t| t.kthread.is_some()),
+            });
             v["host"]["remote_tlb_flushes_by_guest"] =
                 json!((0..n).map(|g| k.k.mms[k.vms[g].mm as usize].notifier.as_ref().map_or(0, |e| e.nr_flushes)).collect::<Vec<_>>());
         }

@@ -47,6 +47,10 @@ pub struct Vm {
     /// holds, what the host swapped out of this guest (`pswpout`).
     pub swapins: u64,
     pub swap_dropped: u64,
+    /// Time the guest's vCPUs spent in the host for EPT violations, and
+    /// its VMM's main thread discarding reported ranges.
+    pub exit_ns: Ns,
+    pub report_ns: Ns,
 }
 
 /// What a guest is, for the host that boots it.
@@ -129,7 +133,7 @@ impl KvmHost {
             let nv = vcpus.len() as Ns;
             let flush_cost = k.c.ipi_send * nv + vm_exit;
             k.mms[mm as usize].mmu_notifier_register(SecondaryMmu::new(base, s.nr_frames, flush_cost));
-            vms.push(Vm { mm, vcpus, vmm, base, nr_frames: s.nr_frames, swapins: 0, swap_dropped: 0 });
+            vms.push(Vm { mm, vcpus, vmm, base, nr_frames: s.nr_frames, swapins: 0, swap_dropped: 0, exit_ns: 0, report_ns: 0 });
         }
         let mut h = KvmHost { k, vms, discard, cur: 0, ept_violation, vq_roundtrip, vm_exit, walk_level, failed: None };
         if prealloc {
@@ -230,6 +234,7 @@ impl KvmHost {
     /// in the guest.
     pub fn touch(&mut self, cpu: u32, pfn: Pfn, n: u64, t: Ns, stat: &mut VmStat) -> Result<Ns, Error> {
         let g = self.cur;
+        let t0 = t;
         let mut t = t;
         let mut f = pfn as u64;
         let end = f + n;
@@ -248,6 +253,7 @@ impl KvmHost {
             stat.inc(Stat::HostFaultAllocs);
             self.sync_gauges(stat);
         }
+        self.vms[g].exit_ns += t - t0;
         Ok(t)
     }
 
@@ -376,6 +382,7 @@ impl KvmHost {
         let op = Op::Madvise { addr: base + ((pfn as u64) << 12), len: n << 12, advice };
         let end = run(&mut self.k, vmm, t, op).1;
         self.sync_gauges(stat);
+        self.vms[g].report_ns += end.saturating_sub(t);
         end.saturating_sub(t)
     }
 

@@ -178,6 +178,15 @@ impl Kernel {
     /// thread of its own (kswapd), so that the driver lets it run.
     #[inline]
     pub fn kvm_remote_flush(&mut self) {
+        if self.host.is_some() {
+            self.kvm_remote_flush_owed();
+        }
+    }
+
+    /// `kvm_remote_flush` under a host: out of line, so that the guest's
+    /// paths that call it carry only the test.
+    #[inline(never)]
+    fn kvm_remote_flush_owed(&mut self) {
         let Some(h) = self.host.as_mut() else { return };
         if h.woke() && self.wakeups.last().is_none_or(|w| w.1 != crate::kernel::HOST_WOKE) {
             self.wakeups.push((0, crate::kernel::HOST_WOKE));
