@@ -20,12 +20,6 @@
 #include "probe.h"
 #define MiB (1024UL * 1024)
 
-static int cmpd(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return x < y ? -1 : x > y;
-}
-
 static double median(double *v, int n)
 {
 	qsort(v, (size_t)n, sizeof(double), cmpd);

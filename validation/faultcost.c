@@ -54,29 +54,6 @@ static long minflt(void)
 	return ru.ru_minflt;
 }
 
-static void die(const char *what)
-{
-	fprintf(stderr, "faultcost: %s: %s\n", what, strerror(errno));
-	exit(1);
-}
-
-static int cmpd(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return x < y ? -1 : x > y;
-}
-
-struct stat3 {
-	double med, min, max;
-};
-
-static struct stat3 summarise(double *v, int n)
-{
-	qsort(v, (size_t)n, sizeof(double), cmpd);
-	struct stat3 s = {v[n / 2], v[0], v[n - 1]};
-	return s;
-}
-
 static char *map_anon(size_t len, int nohuge)
 {
 	char *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);

@@ -124,12 +124,6 @@ static void run(int t, enum kind kind, size_t len, size_t total, double *per)
 	pthread_barrier_destroy(&bar);
 }
 
-static int cmpd(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return x < y ? -1 : x > y;
-}
-
 static void stats(double *v, int n, double *med, double *lo, double *hi)
 {
 	qsort(v, (size_t)n, sizeof(double), cmpd);

@@ -3,6 +3,9 @@
  * compare. */
 #ifndef FOLIOSIM_PROBE_H
 #define FOLIOSIM_PROBE_H
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -28,5 +31,32 @@ static inline void clear4k(void *p)
 #else
 	memset(p, 0, PG);
 #endif
+}
+
+/* A failed call ends the probe with one line naming it (the caller turns
+ * a nonzero exit into its own error). Probes define _GNU_SOURCE for
+ * program_invocation_short_name. */
+static inline void die(const char *what)
+{
+	fprintf(stderr, "%s: %s: %s\n", program_invocation_short_name, what, strerror(errno));
+	exit(1);
+}
+
+static inline int cmpd(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
+/* The median and the range of n timings (sorts them). */
+struct stat3 {
+	double med, min, max;
+};
+
+static inline struct stat3 summarise(double *v, int n)
+{
+	qsort(v, (size_t)n, sizeof(double), cmpd);
+	struct stat3 s = {v[n / 2], v[0], v[n - 1]};
+	return s;
 }
 #endif

@@ -68,29 +68,6 @@
 /* madvise's range, in pages (at most tlb_single_page_flush_ceiling). */
 #define MADVISE_RANGE 32
 
-static void die(const char *what)
-{
-	fprintf(stderr, "syscost: %s: %s\n", what, strerror(errno));
-	exit(1);
-}
-
-static int cmpd(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return x < y ? -1 : x > y;
-}
-
-struct stat3 {
-	double med, min, max;
-};
-
-static struct stat3 summarise(double *v, int n)
-{
-	qsort(v, (size_t)n, sizeof(double), cmpd);
-	struct stat3 s = {v[n / 2], v[0], v[n - 1]};
-	return s;
-}
-
 /* What one clock read adds to a timed stretch: the mean time between
  * consecutive reads over many (on a VM this is a system call that may
  * take as long as the calls timed, hence the batches below). */

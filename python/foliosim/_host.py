@@ -4,6 +4,7 @@ record): locating and building validation/, the THP knobs under
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -11,6 +12,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
+from typing import Any
 
 # calibrate's and validate's outputs are staged and renamed as a run's are
 # (and what a killed writer left is removed by the next write).
@@ -200,3 +202,16 @@ def fill_marked(path: Path, mark: str, end_mark: str, text: str) -> None:
     head, rest = page.split(mark, 1)
     _, tail = rest.split(end_mark, 1)
     write_text_atomic(path, f"{head}{mark}\n{text}\n{end_mark}{tail}")
+
+
+def bench_cache(arg: str | None) -> Path:
+    """Where `bench --record` and `validate --programs` unpack sources and
+    make their inputs: --cache, else $FOLIOSIM_CACHE, else results/cache."""
+    return Path(arg or os.environ.get("FOLIOSIM_CACHE", "results/cache")).resolve()
+
+
+def write_report(out: Path, stem: str, rep: dict[str, Any], text: str) -> None:
+    """OUT/STEM.json (every figure) and OUT/STEM.md (its table), each
+    written whole or not at all."""
+    write_text_atomic(out / f"{stem}.json", json.dumps(rep, indent=1) + "\n")
+    write_text_atomic(out / f"{stem}.md", text + "\n")

@@ -381,10 +381,7 @@ def _record_perf(perf: str, cmd: list[str], tmp_out: Path, timeout: float | None
             raise HostError(f"{' '.join(cmd)} {what} while recording; no trace written{_quote(tail)}")
         if rc != 0:
             raise HostError(f"perf {_status(rc)} while recording; no trace written{_quote(tail)}")
-        if "error" in result:
-            e = result["error"]
-            raise HostError(f"recording failed: {' '.join(str(e).split())}") from e
-        stats: dict[str, Any] = result["stats"]
+        stats = _converted(result)
         if stats.get("lost_events"):
             print(f"foliosim: warning: perf lost {stats['lost_events']:,} of {stats['perf_records']:,} events (its buffers "
                   "overflowed while it or the converter waited for a CPU): the trace misses them; record on a quieter host",
@@ -432,6 +429,11 @@ def _record_valgrind(vg: str, cmd: list[str], tmp_out: Path, timeout: float | No
             th.join()
     if rc != 0:
         raise HostError(f"{' '.join(cmd)} {_status(rc)} while recording; no trace written{_quote(tail)}")
+    return _converted(result)
+
+
+def _converted(result: dict[str, Any]) -> dict[str, Any]:
+    """The converter thread's statistics, or its error as one line."""
     if "error" in result:
         e = result["error"]
         raise HostError(f"recording failed: {' '.join(str(e).split())}") from e

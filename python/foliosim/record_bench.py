@@ -43,7 +43,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ._host import HostError, fill_marked, write_text_atomic
+from ._host import HostError, bench_cache, fill_marked, write_report
 
 KERNEL_TAR = Path("/usr/src/linux-source-6.12.tar.xz")
 TARGET_RATIO = 1.5
@@ -279,15 +279,14 @@ def cmd_record_bench(args: argparse.Namespace) -> int:
     perf_ready()
     out = Path(args.out or "results/bench-record")
     out.mkdir(parents=True, exist_ok=True)
-    cache = Path(args.cache or os.environ.get("FOLIOSIM_CACHE", "results/cache")).resolve()
+    cache = bench_cache(args.cache)
     profile = ensure_profile(None, measure=False) if Path("results/calibrate/host.toml").is_file() else "generic-x86"
     progs = programs(cache, args.scale, args.only.split(",") if args.only else None)
     rep = measure(progs, args.repeats, out.resolve(), profile, quiet=args.quiet)
     rep["scale"] = args.scale
     if args.only:
         rep = _merged(out / "record-bench.json", rep)
-    write_text_atomic(out / "record-bench.json", json.dumps(rep, indent=1) + "\n")
-    write_text_atomic(out / "record-bench.md", render(rep) + "\n")
+    write_report(out, "record-bench", rep, render(rep))
     print(render(rep))
     print(f"\nwrote {out / 'record-bench.json'} and {out / 'record-bench.md'}", file=sys.stderr)
     return 0

@@ -50,7 +50,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ._host import HostError, fill_marked, write_text_atomic
+from ._host import HostError, bench_cache, fill_marked, write_report
 from .record_bench import Program
 
 #: The settings compared: label, anonymous folio sizes in KiB.
@@ -412,12 +412,11 @@ def cmd_programs(args: argparse.Namespace) -> int:
     profile = ensure_profile(args.profile)
     out = Path(args.out or "results/validate-programs").resolve()
     out.mkdir(parents=True, exist_ok=True)
-    cache = Path(args.cache or os.environ.get("FOLIOSIM_CACHE", "results/cache")).resolve()
+    cache = bench_cache(args.cache)
     progs = programs(cache, args.scale, only)
     rep = validate_programs(progs, settings, repeats, profile, out, quiet=args.quiet)
     rep["scale"] = args.scale
-    write_text_atomic(out / "programs.json", json.dumps(rep, indent=1) + "\n")
-    write_text_atomic(out / "programs.md", render(rep) + "\n")
+    write_report(out, "programs", rep, render(rep))
     if args.json:
         sys.stdout.write(json.dumps(rep) + "\n")
     else:

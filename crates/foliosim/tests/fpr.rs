@@ -323,3 +323,20 @@ fn migration_targets_fault_the_host_back_in() {
     h.run(a, t, foliosim::workload::Op::AccessRange { addr: base, stride: 4096, count: 64, kind: foliosim::workload::Access::Load });
     assert!(h.violations().is_empty(), "{:?}", h.violations());
 }
+
+/// nanosleep is a system call like any other (`Kernel::sys`): its
+/// syscalls:sys_enter/exit tracepoints fire once per call, in pairs.
+#[test]
+fn nanosleep_goes_through_the_system_call_path_and_its_tracepoints() {
+    let cfg = serde_json::json!({
+        "seed": 1,
+        "machine": {"profile": "e5-2630v3-guest-32g", "node_mem_mib": [1024]},
+        "workload": {"name": "memhog_then", "hog_mib": 16, "settle_ms": 50, "test": "page_fault1", "tasks": 2, "size_mib": 4},
+        "run": {"warmup_s": 0.0, "duration_s": 0.1,
+                "probes_record": ["syscalls:sys_enter_nanosleep", "syscalls:sys_exit_nanosleep"]},
+    });
+    let out: serde_json::Value = serde_json::from_str(&foliosim::api::run_json(&cfg.to_string(), &mut |_| true).unwrap()).unwrap();
+    let n = |w: &str| out["probes"][format!("syscalls:sys_{w}_nanosleep")]["events"].as_array().map_or(0, |v| v.len());
+    assert!(n("enter") > 0, "no sys_enter_nanosleep: {}", out["probes"]);
+    assert_eq!(n("enter"), n("exit"));
+}

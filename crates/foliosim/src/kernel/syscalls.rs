@@ -152,7 +152,11 @@ impl Kernel {
                 Some(self.do_execve(tid, file, crate::mm::exec::ElfLayout { vaddr, text, data, bss }))
             }
             Op::Wait => self.do_wait4(tid),
-            Op::Nanosleep { ns } => Some(self.do_nanosleep(tid, ns)),
+            Op::Nanosleep { ns } => {
+                let r = self.sys(tid, Entry::Nanosleep, |_, t, _, _| (Ret::Val(0), t));
+                self.hrtimer_nanosleep(tid, ns);
+                Some(r)
+            }
             Op::Exit => {
                 // exit_task_work: pending promotion work runs (or puts back) first.
                 self.tasks[tid as usize].exited = true;

@@ -56,7 +56,7 @@ const TLB_FLUSH_REASONS: [&str; 5] =
     ["TLB_FLUSH_ON_TASK_SWITCH", "TLB_REMOTE_SHOOTDOWN", "TLB_LOCAL_SHOOTDOWN", "TLB_LOCAL_MM_SHOOTDOWN", "TLB_REMOTE_SEND_IPI"];
 
 /// The system calls that fire `syscalls:*` (those run through `sys()`).
-const SYSCALLS: [Entry; 12] = [
+const SYSCALLS: [Entry; 13] = [
     Entry::Mmap,
     Entry::Munmap,
     Entry::Mprotect,
@@ -69,6 +69,7 @@ const SYSCALLS: [Entry; 12] = [
     Entry::Close,
     Entry::Lseek,
     Entry::Ftruncate,
+    Entry::Nanosleep,
 ];
 
 const NR_TP: usize = 1 + 2 * NR_ENTRIES;

@@ -41,18 +41,17 @@ impl Kernel {
         r
     }
 
-    /// nanosleep (kernel/time/hrtimer.c hrtimer_nanosleep): the call's
-    /// entry and exit are charged now; the task sleeps on a timer `ns`
-    /// after them, its CPU free meanwhile (the driver wakes it then).
-    pub fn do_nanosleep(&mut self, tid: u32, ns: Ns) -> Ret {
-        let t0 = self.tasks[tid as usize].clock;
-        let t = t0 + self.c.syscall;
+    /// nanosleep (kernel/time/hrtimer.c hrtimer_nanosleep): the task
+    /// sleeps on a timer `ns` from now, its CPU free meanwhile (the driver
+    /// wakes it then). The call's entry and exit, with their tracepoints
+    /// and the task work on return, are `Kernel::sys`'s like any call's:
+    /// they are charged before the sleep, the way a profiler that counts
+    /// a sleeping task's CPU time sees them.
+    pub(crate) fn hrtimer_nanosleep(&mut self, tid: u32, ns: Ns) {
         let tk = &mut self.tasks[tid as usize];
-        tk.charge_sys(Entry::Nanosleep, t0, t);
         tk.sleeping = true;
         tk.timer = true;
-        self.wakeups.push((t + ns, tid));
-        Ret::Val(0)
+        self.wakeups.push((tk.clock + ns, tid));
     }
 
     /// do_notify_parent: a task that exited wakes its parent if it waits.
