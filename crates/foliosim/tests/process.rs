@@ -33,6 +33,8 @@ impl Workload for Progs {
         // File 0: the binary (page cache populated); file 1: an empty output.
         env.create_file(FsKind::Tmpfs, TEXT + DATA, true)?;
         env.create_file(FsKind::Tmpfs, 0, false)?;
+        // File 2: an empty file on a disk.
+        env.create_file(FsKind::Disk, 0, false)?;
         for i in 0..self.progs.len() {
             let id = env.spawn_process(Some(i as u32))?;
             self.ids.push(id);
@@ -219,6 +221,29 @@ fn write_creates_dirty_page_cache() {
         let pfn = *k.inodes()[1].pages.get(&idx).unwrap();
         assert!(k.mem_map().get(pfn).flags & pg::DIRTY != 0, "page {idx} dirty");
     }
+}
+
+/// write() of a whole page that is not in the page cache reads nothing
+/// from disk (write_begin reads only the blocks a write covers in part);
+/// a partial write of one does.
+#[test]
+fn a_whole_page_write_reads_nothing_a_partial_one_reads_the_page() {
+    let prog = vec![
+        Op::Open { file: 2 },
+        // Pages 0..20 now lie below the end of the file, none cached.
+        Op::Lseek { fd: 3, off: 80 << 10 },
+        Op::Write { fd: 3, len: 4096, buf: 0 },
+        Op::Lseek { fd: 3, off: 0 },
+        Op::Write { fd: 3, len: 8192, buf: 0 },
+        Op::Lseek { fd: 3, off: (8 << 10) + 100 },
+        Op::Write { fd: 3, len: 100, buf: 0 },
+        Op::Close { fd: 3 },
+        Op::Compute { ns: 1_000_000_000 },
+    ];
+    let (o, _) = run_progs(vec![prog], vec![], 0.01, "");
+    let k = &o.kernel;
+    assert_eq!(k.stat().get(Stat::Pgmajfault), 1, "only the partial write read its page");
+    assert_eq!(k.stat().get(Stat::NrDirty), 4);
 }
 
 /// The kbuild workload end to end: every job is exec'd, reaped and leaves

@@ -61,13 +61,17 @@ impl Kernel {
     /// filemap_get_folio allocating a missing folio on `nid` first (the
     /// task's memory policy: local node, or an mbind'ed one).
     pub fn filemap_get_folio_nid(&mut self, t: Ns, cpu: u32, ino: u32, index: u64, nid: u32) -> Option<(CacheHit, Ns)> {
-        self.filemap_find_or_fill(t + self.c.pc_lookup, cpu, ino, index, nid)
+        self.filemap_find_or_fill(t + self.c.pc_lookup, cpu, ino, index, nid, false)
     }
 
     /// The folio at `index`, read in (or cleared) if missing, without the
     /// lookup's charge: read() and write() charge theirs per folio copied
-    /// (pagecache_read_ns, pagecache_write_ns).
-    fn filemap_find_or_fill(&mut self, t: Ns, cpu: u32, ino: u32, index: u64, nid: u32) -> Option<(CacheHit, Ns)> {
+    /// (pagecache_read_ns, pagecache_write_ns). `overwrite`: a write() is
+    /// about to fill the whole folio, so a missing one is neither read
+    /// from disk nor cleared (write_begin reads only the blocks a write
+    /// covers in part, as block_write_begin does; shmem_write_begin leaves
+    /// a new folio for the copy, and write_end zeroes what it missed).
+    fn filemap_find_or_fill(&mut self, t: Ns, cpu: u32, ino: u32, index: u64, nid: u32, overwrite: bool) -> Option<(CacheHit, Ns)> {
         if let Some(&pfn) = self.inodes[ino as usize].pages.get(&index) {
             return Some((CacheHit::Hit(pfn), t));
         }
@@ -75,7 +79,9 @@ impl Kernel {
         let fs = self.inodes[ino as usize].fs;
         let on_disk = index < self.inodes[ino as usize].data_pages;
         let pnid = self.mem_map.get(pfn).nid as usize;
-        if fs == FsKind::Disk && on_disk {
+        if overwrite {
+            // Nothing to read or clear: the copy that follows fills it.
+        } else if fs == FsKind::Disk && on_disk {
             t += self.c.disk_read;
             self.stat.inc(Stat::Pgmajfault);
             self.stat.add(Stat::Pgpgin, 4);
@@ -155,7 +161,7 @@ impl Kernel {
         let mut prev: Pfn = Pfn::MAX;
         let local = self.cpus[cpu as usize].node;
         while idx << 12 < end {
-            let (hit, t1) = self.filemap_find_or_fill(t + self.c.pc_read, cpu, ino, idx, local)?;
+            let (hit, t1) = self.filemap_find_or_fill(t + self.c.pc_read, cpu, ino, idx, local, false)?;
             let pfn = match hit {
                 CacheHit::Hit(p) | CacheHit::Filled(p) => p,
             };
@@ -196,7 +202,8 @@ impl Kernel {
         let mut idx = pos >> 12;
         let local = self.cpus[cpu as usize].node;
         while idx << 12 < end {
-            let (hit, t1) = self.filemap_find_or_fill(t + self.c.pc_write, cpu, ino, idx, local)?;
+            let whole = idx << 12 >= pos && (idx + 1) << 12 <= end;
+            let (hit, t1) = self.filemap_find_or_fill(t + self.c.pc_write, cpu, ino, idx, local, whole)?;
             let pfn = match hit {
                 CacheHit::Hit(p) | CacheHit::Filled(p) => p,
             };

@@ -4,7 +4,7 @@
 //! wp_page_copy, wp_page_shared) — and zap_pte_range.
 
 pub(crate) use super::luf::LufExit;
-use super::mem_map::pg;
+use super::mem_map::{pg, Page};
 use super::mm_types_task::VmFault;
 use super::mmu_gather::MmuGather;
 use super::page_alloc::MigrateType;
@@ -357,22 +357,29 @@ impl Kernel {
     /// Account the removal of a mapping (folio_remove_rmap_pte).
     #[inline]
     pub(crate) fn page_remove_rmap(&mut self, mm: u32, pfn: Pfn) {
-        if self.knobs.mutant == Mutant::LeakMapcount {
-            return;
+        let mut d = RmapDelta::default();
+        self.page_remove_rmap_delta(pfn, &mut d);
+        self.rmap_delta_apply(mm, &d);
+    }
+
+    /// `page_remove_rmap`'s mapcount drop, its counter changes summed in
+    /// `d` for `rmap_delta_apply` (a zap's pages add them once per table).
+    #[inline(always)]
+    fn page_remove_rmap_delta(&mut self, pfn: Pfn, d: &mut RmapDelta) {
+        if self.knobs.mutant != Mutant::LeakMapcount {
+            d.remove(self.mem_map.get_mut(pfn));
         }
-        let p = self.mem_map.get_mut(pfn);
-        p.mapcount -= 1;
-        let (last, anon) = (p.mapcount == 0, p.flags & pg::ANON != 0);
-        self.mms[mm as usize].add_mm_counter(if anon { MmCounter::AnonPages } else { MmCounter::FilePages }, -1);
-        if anon {
-            if last {
-                self.stat.add(Stat::NrAnonPages, -1);
-            }
-        } else {
-            if last {
-                self.stat.add(Stat::NrMapped, -1);
-            }
-        }
+    }
+
+    /// The counters of the mappings `page_remove_rmap_delta` removed: the
+    /// mm's rss, NR_ANON_MAPPED and NR_FILE_MAPPED.
+    #[inline(always)]
+    fn rmap_delta_apply(&mut self, mm: u32, d: &RmapDelta) {
+        let m = &mut self.mms[mm as usize];
+        m.add_mm_counter(MmCounter::AnonPages, -d.anon);
+        m.add_mm_counter(MmCounter::FilePages, -d.file);
+        self.stat.add(Stat::NrAnonPages, -d.anon_unmapped);
+        self.stat.add(Stat::NrMapped, -d.file_unmapped);
     }
 
     /// free_pgtables' unlinking of VMAs going away (`gone`, already out of
@@ -838,6 +845,19 @@ impl Kernel {
             let (mut huge, mut large) = (0u64, 0u64);
             // Swap entries cleared (free_swap_and_cache), counted below.
             let mut swapped = 0u16;
+            // Present PTEs cleared, and the first and last one's address.
+            let (mut nr, mut lo, mut hi) = (0u16, 0u64, 0u64);
+            // The rmap and the freeing, in PTE order (tlb.pages keeps it):
+            // the table's leading order-0 pages, and zero-page PTEs, are
+            // done as their PTEs are cleared (each page's work is its own,
+            // and it takes no time: the PTL's hold below counts it); from
+            // the first PTE that needs more (a large folio, a dirty file
+            // page), every PTE goes to `cleared` for the loop after the
+            // lock. The counters of order-0 and order-1 folios' unmaps are
+            // added after the table (nothing below reads them).
+            let mut delta = RmapDelta::default();
+            let leak = self.knobs.mutant == Mutant::LeakMapcount;
+            let mut zero_unmapped = 0;
             let mut a = va;
             while a < stop {
                 let slot = &mut tbl.ptes[pte_index(a)];
@@ -849,21 +869,38 @@ impl Kernel {
                     swapped += 1;
                 } else if slot.present() {
                     let pte = *slot;
-                    cleared.push((a, pte));
                     *slot = Pte::NONE;
+                    if nr == 0 {
+                        lo = a;
+                    }
+                    (nr, hi) = (nr + 1, a);
                     if pte.special() {
                         last = None;
                         runs += 1;
+                        if cleared.is_empty() {
+                            zero_unmapped += 1;
+                        } else {
+                            cleared.push((a, pte));
+                        }
                     } else {
                         // The run goes on if this is the next page of the
                         // same folio (mem_map's orders do not change in
                         // this loop).
                         let pfn = pte.pfn();
-                        let o = self.mem_map.get(pfn).order as u32;
+                        let p = self.mem_map.get_mut(pfn);
+                        let o = p.order as u32;
                         if pte.0 & Pte::HUGE != 0 {
                             huge += 1;
                         } else if o != 0 {
                             large += 1;
+                        }
+                        if cleared.is_empty() && o == 0 && !(pte.dirty() && p.flags & pg::ANON == 0) {
+                            if !leak {
+                                delta.remove(p);
+                            }
+                            tlb.pages.push(pfn); // one reference per PTE
+                        } else {
+                            cleared.push((a, pte));
                         }
                         // An order-0 page heads its own folio, which l
                         // (below it) is not in: its head is read alone.
@@ -877,23 +914,23 @@ impl Kernel {
                 }
                 a += 4096;
             }
-            tbl.nr_present -= cleared.len() as u16 + swapped;
+            tbl.nr_present -= nr + swapped;
             // The gathered range is a min/max over the cleared addresses,
             // which ascend: the first and the last set it.
-            if let (Some(&(lo, _)), Some(&(hi, _))) = (cleared.first(), cleared.last()) {
+            if nr > 0 {
                 tlb.add_range(lo);
                 tlb.add_range(hi);
             }
             // zap_huge_pmd clears one entry per PMD; folio_remove_rmap_ptes
             // drops every page's mapcount of a PTE-mapped large folio.
-            let entries = cleared.len() as u64 - huge + huge.div_ceil(512);
+            let entries = nr as u64 - huge + huge.div_ceil(512);
             let hold = self.c.pte_clear * entries + self.c.rmap * runs + self.c.rmap_page * large;
             t = tbl.ptl.lock_for(t, cpu, hold, &lc);
             if swapped > 0 {
                 self.mms[mm as usize].add_mm_counter(MmCounter::SwapEnts, -(swapped as i64));
                 self.stat.v[Stat::SwapUsed as usize] = self.swap.inuse as i64;
             }
-            // The rmap and the freeing, in PTE order (tlb.pages keeps it).
+            self.stat.add(Stat::NrZeroPageMapped, -zero_unmapped);
             let mut i = 0;
             while i < cleared.len() {
                 let (a, pte) = cleared[i];
@@ -929,7 +966,7 @@ impl Kernel {
                     // What folio_remove_rmap_ptes does for a folio that can
                     // never be deferred-split, batched or not.
                     for j in 0..n as Pfn {
-                        self.page_remove_rmap(mm, pfn + j);
+                        self.page_remove_rmap_delta(pfn + j, &mut delta);
                     }
                 } else if batch {
                     t = self.folio_remove_rmap_ptes(t, cpu, mm, pfn, n as u32, true);
@@ -943,6 +980,7 @@ impl Kernel {
                 }
                 i += n;
             }
+            self.rmap_delta_apply(mm, &delta);
             tlb.scratch = cleared;
             va = stop;
         }
@@ -985,6 +1023,34 @@ impl Kernel {
                     tlb.tables.push(pfn);
                 }
             }
+        }
+    }
+}
+
+/// Counter changes of unmapped pages (`Kernel::page_remove_rmap_delta`),
+/// added together once.
+#[derive(Default)]
+struct RmapDelta {
+    anon: i64,
+    file: i64,
+    /// Pages whose last mapping went, anonymous and file.
+    anon_unmapped: i64,
+    file_unmapped: i64,
+}
+
+impl RmapDelta {
+    /// A mapping of frame `p` goes: its mapcount drops, and the counters
+    /// it moves are summed here.
+    #[inline(always)]
+    fn remove(&mut self, p: &mut Page) {
+        p.mapcount -= 1;
+        let last = (p.mapcount == 0) as i64;
+        if p.flags & pg::ANON != 0 {
+            self.anon += 1;
+            self.anon_unmapped += last;
+        } else {
+            self.file += 1;
+            self.file_unmapped += last;
         }
     }
 }

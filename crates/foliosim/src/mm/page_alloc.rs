@@ -795,7 +795,7 @@ fn free_to_zone(
     debug_assert!((pfn as u64 + (1 << order)) <= z.end_pfn);
     let mt = z.pageblock_mt(pfn);
     if pcp_allowed_order(order) && mt != MigrateType::Isolate {
-        let pindex = free_to_pcp_list(z, pcp, pfn, order, mt, ugen);
+        let pindex = free_to_pcp_list(z, pcp, &[pfn], order, mt, ugen);
         return pcp_free_high(z, pcp, pl, p, now + p.free_pcp_ns, cpu, pindex);
     }
     debug_assert!(!z.is_free(pfn), "double free of pfn {pfn:#x}");
@@ -805,24 +805,36 @@ fn free_to_zone(
     z.lock.lock_for(now, cpu, (z.ops - ops0) * p.buddy_op_ns, &p.line)
 }
 
-/// A free of `pfn` (of pageblock type `mt`, not isolated) to the head of
-/// its pcp list, before the test against high; returns the list's index.
+/// The frees of the blocks `pfns` of `order` (of pageblock type `mt`, not
+/// isolated), one after another, to the head of their pcp list, before
+/// the test against high (the caller knows that none but the last can
+/// reach it); returns the list's index. The counts move by the run's
+/// total, as they would page by page.
 #[inline(always)]
-fn free_to_pcp_list(z: &mut Zone, pcp: &mut PerCpuPages, pfn: Pfn, order: u32, mt: MigrateType, ugen: u16) -> usize {
-    debug_assert!(!z.is_free(pfn), "double free of pfn {pfn:#x}");
-    z.allocated_pages -= 1 << order;
+fn free_to_pcp_list(z: &mut Zone, pcp: &mut PerCpuPages, pfns: &[Pfn], order: u32, mt: MigrateType, ugen: u16) -> usize {
+    let n = pfns.len() as u64;
+    let pages = n << order;
+    z.allocated_pages -= pages as i64;
     // Highatomic pages sit on the movable pcp lists, as in the kernel.
     let pmt = if mt.is_mergeable() { mt } else { MigrateType::Movable };
-    pcp.alloc_factor >>= 1;
+    // Halved once a free.
+    pcp.alloc_factor = pcp.alloc_factor.checked_shr(n as u32).unwrap_or(0);
     let pindex = order_to_pindex(pmt as usize, order);
-    pcp.lists[pindex].push_front(PcpEntry { pfn, ugen });
-    pcp.count += 1 << order;
-    z.pcp_pages += 1 << order;
-    if z.track_pcp {
-        z.pcp_index.insert(pfn, order as u8);
+    let list = &mut pcp.lists[pindex];
+    for &pfn in pfns {
+        debug_assert!(!z.is_free(pfn), "double free of pfn {pfn:#x}");
+        list.push_front(PcpEntry { pfn, ugen });
+        if z.track_pcp {
+            z.pcp_index.insert(pfn, order as u8);
+        }
     }
-    if pcp.free_count < (z.batch as u64) << PCP_BATCH_SCALE_MAX {
-        pcp.free_count += 1 << order;
+    pcp.count += pages;
+    z.pcp_pages += pages;
+    // Grows by each free that finds it under its cap.
+    let cap = (z.batch as u64) << PCP_BATCH_SCALE_MAX;
+    if pcp.free_count < cap {
+        let grows = n.min((cap - pcp.free_count).div_ceil(1 << order));
+        pcp.free_count += grows << order;
     }
     pindex
 }
@@ -866,7 +878,9 @@ fn free_order0_run(
     let (mut pb, mut mt) = (usize::MAX, MigrateType::Movable);
     // pcp high while the shortcut holds; 0: take the general path.
     let mut high = 0;
-    for &pfn in pfns {
+    let mut i = 0;
+    while i < pfns.len() {
+        let pfn = pfns[i];
         let pbi = z.pb_index(pfn);
         if pbi != pb {
             pb = pbi;
@@ -876,11 +890,20 @@ fn free_order0_run(
             t = free_to_zone(z, pcp, pl, p, t, cpu, pfn, 0, ugen);
             pb = usize::MAX;
             high = if z.below_high { 0 } else { pcp_high(pcp, z.high, z.high_max) as u64 };
+            i += 1;
             continue;
         }
-        // free_to_zone's pcp path, with high known.
-        let pindex = free_to_pcp_list(z, pcp, pfn, 0, mt, ugen);
-        t += p.free_pcp_ns;
+        // free_to_zone's pcp path, with high known, for the pages of this
+        // pageblock that follow, as many as keep the count under high
+        // and the one that reaches it (at least this page).
+        let room = high.saturating_sub(pcp.count).clamp(1, (pfns.len() - i) as u64) as usize;
+        let mut n = 1;
+        while n < room && z.pb_index(pfns[i + n]) == pb {
+            n += 1;
+        }
+        let pindex = free_to_pcp_list(z, pcp, &pfns[i..i + n], 0, mt, ugen);
+        t += p.free_pcp_ns * n as Ns;
+        i += n;
         if pcp.count >= high {
             t = pcp_free_high(z, pcp, pl, p, t, cpu, pindex);
             pb = usize::MAX;

@@ -1,7 +1,7 @@
 //! LRU lists and the per-CPU LRU-add batch (mm/swap.c), folio release.
 
 use super::mem_map::pg;
-use super::mmzone::{folio_lru_list, NR_LRU_LISTS};
+use super::mmzone::{folio_lru_list, LruRun, NR_LRU_LISTS};
 use super::vmstat::Stat;
 use super::Pfn;
 use crate::hw::cache::FreeStamp;
@@ -103,6 +103,16 @@ impl Kernel {
         let lru = folio_lru_list(flags);
         self.nodes[nid].lruvec.unlink(&mut self.mem_map, lru, prev, next, order);
         acc[lru] -= 1 << order;
+    }
+
+    /// Take the stretch `run` (if any) out of its list; its pages are
+    /// counted in `acc` for `lru_stat_add`.
+    #[inline(always)]
+    fn lru_run_end(&mut self, run: &LruRun, acc: &mut [i64; NR_LRU_LISTS]) {
+        if run.folios > 0 {
+            self.nodes[run.nid].lruvec.unlink_run(&mut self.mem_map, run);
+            acc[run.lru] -= run.pages as i64;
+        }
     }
 
     /// folio_add_lru: queue a new folio on this CPU's batch (taking a
@@ -221,6 +231,8 @@ impl Kernel {
         let stamp = self.llc.free_stamp(cpu);
         let mut reset = true;
         let mut acc = [0; NR_LRU_LISTS];
+        // The dead folios leave their lists as stretches (`LruRun`).
+        let mut run = LruRun::default();
         for &p in folios {
             let pg = self.mem_map.get_mut(p);
             pg.refcount -= 1;
@@ -248,11 +260,15 @@ impl Kernel {
                     reset = false;
                 }
                 if let Some((flags, fnid, order, prev, next)) = lru {
-                    self.lruvec_unlink(flags, fnid, order, prev, next, &mut acc);
+                    if !run.extend(p, prev, next, 1 << order) {
+                        self.lru_run_end(&run, &mut acc);
+                        run = LruRun { nid: fnid, lru: folio_lru_list(flags), prev, next, folios: 1, pages: 1 << order };
+                    }
                 }
                 dead.push(p);
             }
         }
+        self.lru_run_end(&run, &mut acc);
         self.lru_stat_add(&acc);
         if dead.is_empty() {
             self.scratch_dead = dead;

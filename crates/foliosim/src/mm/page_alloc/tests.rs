@@ -917,3 +917,52 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    /// A batch of order-0 frees in one call (`free_pages_bulk_ugen`, whose
+    /// pages go to the pcp list a pageblock's run at a time) leaves the
+    /// allocator as the same frees one by one: the same end time, pcp
+    /// lists and counts, free lists, zone->lock statistics and counters.
+    #[test]
+    fn bulk_free_is_one_by_one_frees(seed in any::<u64>(), n in 1usize..3000, shuffled in any::<bool>()) {
+        let mut rng = Rng::new(seed);
+        let (mut bulk, mut st_bulk) = one_zone(0, 1 << 14, 1);
+        let (mut single, mut st_single) = one_zone(0, 1 << 14, 1);
+        let mut pfns = Vec::new();
+        for i in 0..n as u64 {
+            let a = bulk.alloc_pages(i, 0, 0, 0, MigrateType::Movable, &mut st_bulk);
+            let b = single.alloc_pages(i, 0, 0, 0, MigrateType::Movable, &mut st_single);
+            prop_assert_eq!(a.map(|a| a.pfn), b.map(|b| b.pfn));
+            if let Some(a) = a {
+                pfns.push(a.pfn);
+            }
+        }
+        if shuffled {
+            for i in (1..pfns.len()).rev() {
+                pfns.swap(i, rng.below(i as u64 + 1) as usize);
+            }
+        }
+        let ugen = rng.below(3) as u16;
+        let t_bulk = bulk.free_pages_bulk_ugen(5000, 0, &pfns, ugen, &mut st_bulk);
+        let mut t_single = 5000;
+        for &p in &pfns {
+            t_single = single.free_pages_ugen(t_single, 0, p, 0, ugen, &mut st_single);
+        }
+        prop_assert_eq!(t_bulk, t_single);
+        let (pb, ps) = (&bulk.pcp[0], &single.pcp[0]);
+        prop_assert_eq!((pb.count, pb.free_count, pb.alloc_factor, pb.high), (ps.count, ps.free_count, ps.alloc_factor, ps.high));
+        for (lb, ls) in pb.lists.iter().zip(&ps.lists) {
+            prop_assert_eq!(lb, ls);
+        }
+        prop_assert_eq!(bulk.zones[0].ops, single.zones[0].ops);
+        prop_assert_eq!(bulk.zone_lock_stats(0), single.zone_lock_stats(0));
+        prop_assert_eq!((bulk.zones[0].allocated_pages, bulk.zones[0].pcp_pages), (single.zones[0].allocated_pages, single.zones[0].pcp_pages));
+        for order in 0..NR_PAGE_ORDERS as u32 {
+            for m in MigrateType::ALL {
+                let blocks = |pa: &PageAlloc| pa.free_list(0, order, m).map(|(p, b)| (p, b.order, b.ugen, b.reported)).collect::<Vec<_>>();
+                prop_assert_eq!(blocks(&bulk), blocks(&single), "order {} {:?}", order, m);
+            }
+        }
+        prop_assert_eq!(st_bulk, st_single);
+    }
+}
