@@ -4,7 +4,7 @@
 use crate::check;
 use crate::config::Config;
 use crate::kernel::knobs::Mutant;
-use crate::kernel::Kernel;
+use crate::kernel::{Kernel, HOST_WOKE};
 use crate::mm::vmstat::{Stat, ENTRY_NAMES, NR_STATS, STAT_NAMES};
 use crate::sim::{Ns, NSEC_PER_SEC};
 use crate::types::{Error, Progress};
@@ -325,9 +325,7 @@ impl Driver {
                 enqueue(&mut k, &mut q, t, i as u32);
             }
         }
-        for (t, tid) in std::mem::take(&mut k.wakeups) {
-            enqueue(&mut k, &mut q, t, tid);
-        }
+        take_wakeups(&mut k, &mut q);
         let out_stat = vec![k.stat.v];
         let ops_at_warmup = if warmup_ns == 0 { Some(vec![0; k.tasks.len()]) } else { None };
         let iterations_at_warmup = if warmup_ns == 0 { (0..k.tasks.len() as u32).map(|t| wl.iterations(t)).collect() } else { Vec::new() };
@@ -365,20 +363,11 @@ impl Driver {
     /// and before `horizon` (the next event of other kernels sharing the
     /// simulated time line; `Ns::MAX` when there are none).
     pub(crate) fn run_one(&mut self, horizon: Ns) -> Stepped {
-        let Some(Reverse((t, seq, tid))) = self.q.heap.pop() else { return Stepped::Over };
+        let (t, tid) = match pop(&mut self.k, &mut self.q, self.end) {
+            Ok(e) => e,
+            Err(s) => return s,
+        };
         let k = &mut self.k;
-        let q = &mut self.q;
-        if seq != k.tasks[tid as usize].qseq {
-            return Stepped::Skipped; // superseded by a later wake-up
-        }
-        if t >= self.end {
-            return Stepped::Over;
-        }
-        if k.tasks[tid as usize].sleeping {
-            // Its timer fired (or it was woken): runnable again.
-            k.tasks[tid as usize].sleeping = false;
-            k.tasks[tid as usize].timer = false;
-        }
         self.now = t;
         // Everything before a boundary has run: record it.
         if self.ops_at_warmup.is_none() && t >= self.warmup_ns {
@@ -395,25 +384,6 @@ impl Driver {
             check::audit(k);
             self.next_audit = t + self.audit_every;
         }
-        let cpu = k.tasks[tid as usize].cpu as usize;
-        if k.cpus[cpu].curr == u32::MAX {
-            k.cpus[cpu].curr = tid;
-            k.cpus[cpu].slice_end = t + SCHED_SLICE;
-        } else if k.cpus[cpu].curr != tid {
-            if k.tasks[tid as usize].kthread.is_some() {
-                // A woken kernel thread preempts at the current task's next
-                // step boundary (wakeup preemption).
-                k.cpus[cpu].rq.push_front(tid);
-                k.cpus[cpu].slice_end = 0;
-                k.tasks[tid as usize].qseq = 0;
-            } else {
-                // The CPU is busy: wait in its run queue for the current task's slice to end.
-                k.cpus[cpu].rq.push_back(tid);
-                k.tasks[tid as usize].qseq = 0;
-            }
-            return Stepped::Skipped;
-        }
-        k.tasks[tid as usize].clock = t;
         // What ends the run of steps besides the queue: the next sample,
         // the end, the next audit (next_audit only moves when the checker
         // is on), the warm-up boundary not yet recorded (then every step
@@ -423,62 +393,8 @@ impl Driver {
         } else {
             self.next_sample.min(self.end).min(if k.check.enabled { self.next_audit } else { Ns::MAX })
         };
-        // Run steps of this task while it is still the earliest.
-        let mut earliest = q.heap.peek().map_or(Ns::MAX, |Reverse((t, _, _))| *t).min(horizon);
-        loop {
-            let start = k.tasks[tid as usize].clock;
-            crate::sim::set_frontier(start, earliest);
-            k.charge_irq(tid, cpu as u32);
-            // The steps after this one that this loop would run next, if
-            // they are accesses, run as one (`access_run`): as many as
-            // remain before the next progress check.
-            let bound = RunBound { until: earliest.min(stop), earliest, steps: (0x1000 - ((self.steps + 1) & 0xfff)) & 0xfff };
-            let (ended, ran) = step(k, self.wl.as_mut(), tid, q, self.fault_runs.then_some(bound));
-            self.steps += ran;
-            self.run_steps += ran - 1;
-            // (Most steps wake nobody: skip the take-and-drop of the buffer.)
-            if !k.wakeups.is_empty() {
-                for (t, w) in std::mem::take(&mut k.wakeups) {
-                    enqueue(k, q, t, w);
-                }
-            }
-            let tk = &k.tasks[tid as usize];
-            let c = if tk.exited || tk.sleeping {
-                k.cpus[cpu].busy_until = ended.unwrap_or(tk.clock);
-                tk.clock
-            } else {
-                let c = k.smt_share(cpu as u32, start, tk.clock);
-                k.tasks[tid as usize].clock = c;
-                c
-            };
-            let tk = &k.tasks[tid as usize];
-            if tk.exited || tk.sleeping {
-                // (A sleeping kernel thread's wake-up entry is already queued.)
-                // The CPU is free from the end of the step, not from a
-                // timed sleep's wake-up time (the clock has moved there).
-                k.cpus[cpu].curr = u32::MAX;
-                switch_to_next(k, cpu, ended.unwrap_or(c), q);
-                break;
-            }
-            if c >= k.cpus[cpu].slice_end && !k.cpus[cpu].rq.is_empty() {
-                // Time slice over and others wait: go to the back of the queue.
-                k.cpus[cpu].rq.push_back(tid);
-                k.tasks[tid as usize].qseq = 0;
-                k.cpus[cpu].curr = u32::MAX;
-                switch_to_next(k, cpu, c, q);
-                break;
-            }
-            if c >= k.cpus[cpu].slice_end {
-                k.cpus[cpu].slice_end = c + SCHED_SLICE;
-            }
-            earliest = q.heap.peek().map_or(Ns::MAX, |Reverse((t, _, _))| *t).min(horizon);
-            if c < earliest && c < stop && self.steps & 0xfff != 0 {
-                continue;
-            }
-            enqueue(k, q, c, tid);
-            break;
-        }
-        Stepped::Ran
+        let mut run = TaskRun { steps: &mut self.steps, run_steps: &mut self.run_steps, fault_runs: self.fault_runs };
+        run_task(k, self.wl.as_mut(), &mut self.q, tid, t, horizon, stop, &mut run)
     }
 
     /// Take the samples up to the end of the run, audit, and hand over.
@@ -511,6 +427,197 @@ impl Driver {
             measured_ns: self.measured_ns,
             run_steps: self.run_steps,
         }
+    }
+}
+
+/// Pop the earliest run-queue entry: its time and task, made runnable
+/// (a sleeper's timer fired, or it was woken); or what the driver does
+/// instead (the queue is empty or past `end`, the entry was stale).
+#[inline(always)]
+fn pop(k: &mut Kernel, q: &mut Queue, end: Ns) -> Result<(Ns, u32), Stepped> {
+    let Some(Reverse((t, seq, tid))) = q.heap.pop() else { return Err(Stepped::Over) };
+    if seq != k.tasks[tid as usize].qseq {
+        return Err(Stepped::Skipped); // superseded by a later wake-up
+    }
+    if t >= end {
+        return Err(Stepped::Over);
+    }
+    let tk = &mut k.tasks[tid as usize];
+    if tk.sleeping {
+        tk.sleeping = false;
+        tk.timer = false;
+    }
+    Ok((t, tid))
+}
+
+/// Queue what the step woke: its tasks, and whether the host kernel under
+/// this guest woke a thread of its own (`HOST_WOKE`).
+#[inline]
+fn take_wakeups(k: &mut Kernel, q: &mut Queue) -> bool {
+    let mut host = false;
+    for (t, w) in std::mem::take(&mut k.wakeups) {
+        if w == HOST_WOKE {
+            host = true;
+        } else {
+            enqueue(k, q, t, w);
+        }
+    }
+    host
+}
+
+/// The step counters a run of a task's steps adds to, and whether it may
+/// run accesses as runs of steps (`[run] fault_runs`).
+struct TaskRun<'a> {
+    steps: &'a mut u64,
+    run_steps: &'a mut u64,
+    fault_runs: bool,
+}
+
+/// Run task `tid`, popped at `t`, on its CPU (or queue it there behind the
+/// CPU's current task): its steps while its clock stays before every other
+/// queued entry, `horizon` (the next event of other kernels sharing the
+/// time line) and `stop` (what ends the run besides: the next sample,
+/// audit or the end). Every kernel's tasks run through here, a host
+/// kernel's threads under its guests too (`KthreadQueue`).
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn run_task(k: &mut Kernel, wl: &mut dyn Workload, q: &mut Queue, tid: u32, t: Ns, mut horizon: Ns, stop: Ns, r: &mut TaskRun) -> Stepped {
+    let cpu = k.tasks[tid as usize].cpu as usize;
+    if k.cpus[cpu].curr == u32::MAX {
+        k.cpus[cpu].curr = tid;
+        k.cpus[cpu].slice_end = t + SCHED_SLICE;
+    } else if k.cpus[cpu].curr != tid {
+        if k.tasks[tid as usize].kthread.is_some() {
+            // A woken kernel thread preempts at the current task's next
+            // step boundary (wakeup preemption).
+            k.cpus[cpu].rq.push_front(tid);
+            k.cpus[cpu].slice_end = 0;
+            k.tasks[tid as usize].qseq = 0;
+        } else {
+            // The CPU is busy: wait in its run queue for the current task's slice to end.
+            k.cpus[cpu].rq.push_back(tid);
+            k.tasks[tid as usize].qseq = 0;
+        }
+        return Stepped::Skipped;
+    }
+    k.tasks[tid as usize].clock = t;
+    // Run steps of this task while it is still the earliest.
+    let mut earliest = q.heap.peek().map_or(Ns::MAX, |Reverse((t, _, _))| *t).min(horizon);
+    loop {
+        let start = k.tasks[tid as usize].clock;
+        crate::sim::set_frontier(start, earliest);
+        k.charge_irq(tid, cpu as u32);
+        // The steps after this one that this loop would run next, if
+        // they are accesses, run as one (`access_run`): as many as
+        // remain before the next progress check.
+        let bound = RunBound { until: earliest.min(stop), earliest, steps: (0x1000 - ((*r.steps + 1) & 0xfff)) & 0xfff };
+        let (ended, ran) = step(k, wl, tid, q, r.fault_runs.then_some(bound));
+        *r.steps += ran;
+        *r.run_steps += ran - 1;
+        // (Most steps wake nobody: skip the take-and-drop of the buffer.)
+        // A thread the host woke runs before this guest's next step: the
+        // run ends after this one.
+        if !k.wakeups.is_empty() && take_wakeups(k, q) {
+            horizon = 0;
+        }
+        let tk = &k.tasks[tid as usize];
+        let c = if tk.exited || tk.sleeping {
+            k.cpus[cpu].busy_until = ended.unwrap_or(tk.clock);
+            tk.clock
+        } else {
+            let c = k.smt_share(cpu as u32, start, tk.clock);
+            k.tasks[tid as usize].clock = c;
+            c
+        };
+        let tk = &k.tasks[tid as usize];
+        if tk.exited || tk.sleeping {
+            // (A sleeping kernel thread's wake-up entry is already queued.)
+            // The CPU is free from the end of the step, not from a
+            // timed sleep's wake-up time (the clock has moved there).
+            k.cpus[cpu].curr = u32::MAX;
+            switch_to_next(k, cpu, ended.unwrap_or(c), q);
+            break;
+        }
+        if c >= k.cpus[cpu].slice_end && !k.cpus[cpu].rq.is_empty() {
+            // Time slice over and others wait: go to the back of the queue.
+            k.cpus[cpu].rq.push_back(tid);
+            k.tasks[tid as usize].qseq = 0;
+            k.cpus[cpu].curr = u32::MAX;
+            switch_to_next(k, cpu, c, q);
+            break;
+        }
+        if c >= k.cpus[cpu].slice_end {
+            k.cpus[cpu].slice_end = c + SCHED_SLICE;
+        }
+        earliest = q.heap.peek().map_or(Ns::MAX, |Reverse((t, _, _))| *t).min(horizon);
+        if c < earliest && c < stop && *r.steps & 0xfff != 0 {
+            continue;
+        }
+        enqueue(k, q, c, tid);
+        break;
+    }
+    Stepped::Ran
+}
+
+/// The run queue of a kernel without a workload: a host kernel's own
+/// threads (kswapd) under its guests, which the multi-guest driver
+/// (virt/guests.rs) runs in the guests' time line, each step through the
+/// same dispatch as any kernel's tasks (`run_task`). The host's other
+/// tasks (the VMMs' vCPU and main threads) run only inside guest steps,
+/// as the exits that call them: their wake-ups are not this queue's.
+pub(crate) struct KthreadQueue {
+    q: Queue,
+    steps: u64,
+    run_steps: u64,
+}
+
+/// What a kernel without a workload runs: no task asks it for an op.
+struct NoWorkload;
+
+impl Workload for NoWorkload {
+    fn name(&self) -> &str {
+        "none"
+    }
+    fn setup(&mut self, _: &mut dyn SetupEnv) -> Result<(), Error> {
+        Ok(())
+    }
+    fn next_op(&mut self, _: TaskId, _: Ret, _: &mut u64) -> Op {
+        Op::Exit
+    }
+}
+
+impl KthreadQueue {
+    pub(crate) fn new() -> KthreadQueue {
+        KthreadQueue { q: Queue { heap: BinaryHeap::new(), seq: 0 }, steps: 0, run_steps: 0 }
+    }
+
+    /// Take `k`'s wake-ups of its kernel threads into the queue (the
+    /// others' are dropped: see above).
+    pub(crate) fn take_wakeups(&mut self, k: &mut Kernel) {
+        for (t, w) in std::mem::take(&mut k.wakeups) {
+            if w != HOST_WOKE && k.tasks[w as usize].kthread.is_some() {
+                enqueue(k, &mut self.q, t, w);
+            }
+        }
+    }
+
+    /// Time of the earliest entry (as `Driver::next_time`).
+    pub(crate) fn next_time(&self) -> Option<Ns> {
+        self.q.heap.peek().map(|Reverse((t, _, _))| *t)
+    }
+
+    /// Run the earliest entry's kernel thread on `k`, before `horizon`
+    /// (the guests' next event) and `end`.
+    pub(crate) fn run_one(&mut self, k: &mut Kernel, horizon: Ns, end: Ns) -> Stepped {
+        let (t, tid) = match pop(k, &mut self.q, end) {
+            Ok(e) if k.tasks[e.1 as usize].kthread.is_some() => e,
+            Ok(_) => return Stepped::Skipped,
+            Err(s) => return s,
+        };
+        let mut run = TaskRun { steps: &mut self.steps, run_steps: &mut self.run_steps, fault_runs: false };
+        let r = run_task(k, &mut NoWorkload, &mut self.q, tid, t, horizon, end, &mut run);
+        self.take_wakeups(k);
+        r
     }
 }
 

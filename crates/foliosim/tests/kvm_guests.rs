@@ -11,6 +11,7 @@ use foliosim::mm::vmstat::Stat;
 use foliosim::sim::Ns;
 use foliosim::virt::guests::{simulate_guests, GuestsOutcome};
 use foliosim::virt::kvm::{GuestShape, KvmHost};
+use foliosim::virt::Host;
 use foliosim::workload::{Access, Op};
 
 fn st(o: &foliosim::run::Outcome, s: Stat) -> i64 {
@@ -61,7 +62,8 @@ fn memory_one_guest_reports_serves_another_without_host_swap() {
     assert!(host_vmstat(&off, Stat::Pswpout) > 64 * 256, "the host swapped: {}", host_vmstat(&off, Stat::Pswpout));
     assert!(off.host.guest_pages(0).1 > 64 * 256, "guest 0's pages went to swap: {:?}", off.host.guest_pages(0));
     let charged: i64 = off.guests.iter().map(|g| st(g, Stat::HostPswpout)).sum();
-    assert_eq!(charged, host_vmstat(&off, Stat::Pswpout), "every host swap-out is charged to the guest whose fault caused it");
+    assert_eq!(charged, host_vmstat(&off, Stat::Pswpout), "every host swap-out is charged to the guest whose page went out");
+    assert!(st(&off.guests[0], Stat::HostPswpout) > 64 * 256, "guest 0's pages went out while guest 1 ran");
     // With it guest 0 gave its memory back with madvise, and guest 1 ran in it.
     assert_eq!(host_vmstat(&on, Stat::Pswpout), 0);
     assert!(on.host.guest_pages(0).0 < 64 * 256, "guest 0 gave its memory back: {:?}", on.host.guest_pages(0));
@@ -221,4 +223,24 @@ fn the_hosts_audit_runs_with_the_guests() {
     assert!(v.iter().any(|m| m.starts_with("host: ")), "{v:?}");
     let clean = two_guests(false, "");
     assert!(clean.guests.iter().all(|g| g.kernel.check().violations.is_empty()));
+}
+
+/// The host kernel's own threads run in the guests' time line: woken by
+/// the vCPUs' faults when the host falls below its low watermark, the
+/// host's kswapd ages the guests' pages (the EPT's accessed bits cleared
+/// through clear_young) and swaps the cold ones out in the background,
+/// its time its own task's and not a vCPU's.
+#[test]
+fn host_kswapd_reclaims_in_the_background() {
+    let off = two_guests(false, "");
+    let Host::Kvm(h) = &off.host else { panic!("a host kernel") };
+    let kvm = h.as_any().downcast_ref::<KvmHost>().unwrap();
+    let kswapd: Vec<_> = kvm.k.tasks().iter().filter(|t| t.kthread.is_some()).collect();
+    assert!(!kswapd.is_empty(), "the host has a kswapd (it has swap)");
+    assert!(kswapd.iter().map(|t| t.sys_ns).sum::<Ns>() > 0, "kswapd ran");
+    let (by_kswapd, direct) = (host_vmstat(&off, Stat::PgstealKswapd), host_vmstat(&off, Stat::PgstealDirect));
+    assert!(by_kswapd > 64 * 256, "kswapd reclaimed guest memory: {by_kswapd} pages");
+    assert!(by_kswapd > direct, "most host reclaim is kswapd's: {by_kswapd} against {direct} by the vCPUs' faults");
+    let young: u64 = kvm.vms.iter().map(|vm| kvm.k.mms()[vm.mm as usize].notifier().map_or(0, |e| e.nr_young)).sum();
+    assert!(young > 0, "the host's aging read the EPT's accessed bits");
 }

@@ -31,6 +31,10 @@ use costs::Costs;
 use knobs::Knobs;
 use task::Task;
 
+/// In `Kernel::wakeups`: not a task, but the host kernel under this guest
+/// woke a thread of its own.
+pub(crate) const HOST_WOKE: u32 = u32::MAX;
+
 /// One simulated CPU.
 pub struct Cpu {
     pub tlb: Tlb,
@@ -116,7 +120,10 @@ pub struct Kernel {
     pub(crate) fault_trace: Vec<crate::mm::fault_lock::FaultTraceEvent>,
     /// (time, cpu, address) of the fault being handled, for the trace.
     pub(crate) fault_trace_ctx: (Ns, u32, u64),
-    /// Tasks made runnable by the kernel during a step, for the driver's run queue.
+    /// Tasks made runnable by the kernel during a step, for the driver's
+    /// run queue; `HOST_WOKE` in place of a task: the host kernel under
+    /// this guest woke one of its own threads (the driver ends the step's
+    /// run so that the host's thread runs in time, virt/guests.rs).
     pub(crate) wakeups: Vec<(Ns, u32)>,
     /// Tasks not known to have exited, and how many of `tasks` were looked
     /// at: fork balancing counts the runnable ones per CPU (mm/fork.rs).

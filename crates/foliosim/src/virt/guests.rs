@@ -131,6 +131,15 @@ pub fn simulate_guests(cfg: &Config, progress: &mut dyn FnMut(&Progress) -> bool
         let limit = (cfg.knobs.host_mem_mib > 0).then_some(cfg.knobs.host_mem_mib << (20 - 12));
         Host::Bitmap(Box::new(host::Host::shared(parts, limit)))
     };
+    // The host kernel's own threads (kswapd) run in the guests' time line.
+    let mut host_rq = match &mut host {
+        Host::Kvm(h) => {
+            let mut rq = run::KthreadQueue::new();
+            rq.take_wakeups(&mut kvm_of(h).k);
+            Some(rq)
+        }
+        Host::Bitmap(_) => None,
+    };
     let end = ds[0].end;
     let sample_every = ((cfg.run.sample_ms * 1e6) as Ns).max(1);
     let (mut st, mut srss, mut sswap) = (Vec::new(), Vec::new(), Vec::new());
@@ -162,10 +171,19 @@ pub fn simulate_guests(cfg: &Config, progress: &mut dyn FnMut(&Progress) -> bool
             }
         }
         let Some((t, g)) = best else { break };
+        // A host thread due no later than the earliest guest runs first,
+        // up to that guest's next event.
+        let host_t = host_rq.as_ref().and_then(|q| q.next_time()).filter(|&h| h <= t);
+        let t = host_t.unwrap_or(t);
         while t >= next_sample && next_sample <= end {
             sample(&host, &mut st, &mut srss, &mut sswap, next_sample);
             next_sample += sample_every;
         }
+        if let (Some(_), Some(rq), Host::Kvm(h)) = (host_t, host_rq.as_mut(), &mut host) {
+            rq.run_one(&mut kvm_of(h).k, best.map_or(Ns::MAX, |b| b.0), end);
+            continue;
+        }
+        let horizon = horizon.min(host_rq.as_ref().and_then(|q| q.next_time()).unwrap_or(Ns::MAX));
         let d = &mut ds[g];
         lend(host, g, d);
         let r = d.run_one(horizon);
@@ -174,6 +192,9 @@ pub fn simulate_guests(cfg: &Config, progress: &mut dyn FnMut(&Progress) -> bool
             let h = kvm_of(h);
             if let Some(e) = h.failed.take() {
                 return Err(Error::OutOfMemory(e));
+            }
+            if let Some(rq) = host_rq.as_mut() {
+                rq.take_wakeups(&mut h.k);
             }
             // The checker runs over the host and its guests together: when
             // a guest's audit ran, so does the host kernel's (each SPTE
@@ -267,6 +288,17 @@ pub fn result_json(cfg: &Config, o: &GuestsOutcome) -> Value {
             let k = k.as_any().downcast_ref::<KvmHost>().expect("virt/kvm.rs is the host kernel");
             v["host"]["mem_pages"] = json!(k.mem_pages());
             v["host"]["vmstat"] = k.k.stat.iter().map(|(name, v)| (name.to_string(), json!(v))).collect::<serde_json::Map<_, _>>().into();
+            // The host's CPU time: in the vCPUs' exits (EPT violations),
+            // the VMMs' main threads (reports), its own threads (kswapd).
+            let sys = |f: &dyn Fn(&crate::kernel::task::Task) -> bool| {
+                k.k.tasks().iter().filter(|t| f(t)).map(|t| t.sys_ns).sum::<Ns>() as f64 / NSEC_PER_SEC as f64
+            };
+            let secs = |ns: Ns| ns as f64 / NSEC_PER_SEC as f64;
+            v["host"]["time_s"] = json!({
+                "ept_violations_by_guest": k.vms.iter().map(|vm| secs(vm.exit_ns)).collect::<Vec<_>>(),
+                "reports_by_guest": k.vms.iter().map(|vm| secs(vm.report_ns)).collect::<Vec<_>>(),
+                "kthreads": sys(&|t| t.kthread.is_some()),
+            });
             v["host"]["remote_tlb_flushes_by_guest"] =
                 json!((0..n).map(|g| k.k.mms[k.vms[g].mm as usize].notifier.as_ref().map_or(0, |e| e.nr_flushes)).collect::<Vec<_>>());
         }

@@ -42,6 +42,15 @@ pub struct Vm {
     /// The guest RAM's mapping in the VMM: [base, base + nr_frames * 4 KiB).
     pub base: u64,
     pub nr_frames: u64,
+    /// Pages of this guest read back from the host's swap, and swap
+    /// entries of it its reports dropped: with the swap entries the VMM
+    /// holds, what the host swapped out of this guest (`pswpout`).
+    pub swapins: u64,
+    pub swap_dropped: u64,
+    /// Time the guest's vCPUs spent in the host for EPT violations, and
+    /// its VMM's main thread discarding reported ranges.
+    pub exit_ns: Ns,
+    pub report_ns: Ns,
 }
 
 /// What a guest is, for the host that boots it.
@@ -124,7 +133,7 @@ impl KvmHost {
             let nv = vcpus.len() as Ns;
             let flush_cost = k.c.ipi_send * nv + vm_exit;
             k.mms[mm as usize].mmu_notifier_register(SecondaryMmu::new(base, s.nr_frames, flush_cost));
-            vms.push(Vm { mm, vcpus, vmm, base, nr_frames: s.nr_frames });
+            vms.push(Vm { mm, vcpus, vmm, base, nr_frames: s.nr_frames, swapins: 0, swap_dropped: 0, exit_ns: 0, report_ns: 0 });
         }
         let mut h = KvmHost { k, vms, discard, cur: 0, ept_violation, vq_roundtrip, vm_exit, walk_level, failed: None };
         if prealloc {
@@ -162,6 +171,11 @@ impl KvmHost {
     /// Guest `g`'s pages on the host's swap device.
     pub fn swapped(&self, g: usize) -> u64 {
         self.k.mms[self.vms[g].mm as usize].get_mm_counter(MmCounter::SwapEnts).max(0) as u64
+    }
+    /// Pages of guest `g` the host swapped out, by whichever reclaim
+    /// (kswapd's, or a fault's of any guest).
+    pub fn pswpout(&self, g: usize) -> u64 {
+        self.swapped(g) + self.vms[g].swapins + self.vms[g].swap_dropped
     }
     pub fn nr_guests(&self) -> usize {
         self.vms.len()
@@ -220,6 +234,7 @@ impl KvmHost {
     /// in the guest.
     pub fn touch(&mut self, cpu: u32, pfn: Pfn, n: u64, t: Ns, stat: &mut VmStat) -> Result<Ns, Error> {
         let g = self.cur;
+        let t0 = t;
         let mut t = t;
         let mut f = pfn as u64;
         let end = f + n;
@@ -238,6 +253,7 @@ impl KvmHost {
             stat.inc(Stat::HostFaultAllocs);
             self.sync_gauges(stat);
         }
+        self.vms[g].exit_ns += t - t0;
         Ok(t)
     }
 
@@ -258,16 +274,19 @@ impl KvmHost {
         let vm = &self.vms[g];
         let (vcpu, base, nr_frames) = (vm.vcpus[cpu as usize % vm.vcpus.len()], vm.base, vm.nr_frames);
         let hcpu = self.k.tasks[vcpu as usize].cpu;
-        self.k.cpus[hcpu as usize].curr = vcpu;
+        // The vCPU thread is in the host for this exit only: what the host
+        // CPU ran before (idle, to the host's run queue) it runs after.
+        let prev = std::mem::replace(&mut self.k.cpus[hcpu as usize].curr, vcpu);
         let t = t.max(self.k.tasks[vcpu as usize].clock);
         self.k.tasks[vcpu as usize].clock = t;
         let before = self.host_pte(g, f);
         let reuse = before.present() && self.lazily_freed(before);
-        let s0 = [Stat::Pgfault, Stat::Pswpin, Stat::Pswpout, Stat::Pglazyfreed, Stat::ThpFaultAlloc].map(|s| self.k.stat.get(s));
+        let s0 = [Stat::Pgfault, Stat::Pswpin, Stat::Pglazyfreed, Stat::ThpFaultAlloc].map(|s| self.k.stat.get(s));
         let (page, t) = self.k.get_user_page(vcpu, base + (f << 12), true, t);
         if self.k.tasks[vcpu as usize].fault_unlock.is_some() {
             self.k.fault_unlock_finish(vcpu);
         }
+        self.k.cpus[hcpu as usize].curr = prev;
         let Gup::Page(pte) = page else {
             return Err(Error::OutOfMemory(format!("host: guest {g}'s frame {f} has no host page ({page:?})")));
         };
@@ -277,7 +296,7 @@ impl KvmHost {
         self.k.unpin_user_page_dirty(pte);
         let head = self.k.mem_map.folio_head(pte.pfn());
         let order = self.k.mem_map.get(head).order;
-        let d = [Stat::Pgfault, Stat::Pswpin, Stat::Pswpout, Stat::Pglazyfreed, Stat::ThpFaultAlloc]
+        let d = [Stat::Pgfault, Stat::Pswpin, Stat::Pglazyfreed, Stat::ThpFaultAlloc]
             .map(|s| self.k.stat.get(s))
             .iter()
             .zip(s0)
@@ -285,19 +304,22 @@ impl KvmHost {
             .collect::<Vec<_>>();
         if d[1] > 0 {
             stat.add(Stat::HostPswpin, d[1]);
+            self.vms[g].swapins += d[1] as u64;
         } else if d[0] > 0 {
             stat.inc(Stat::HostFaults);
             stat.add(Stat::HostZeroedPages, 1 << order);
-            if d[4] > 0 {
+            if d[3] > 0 {
                 stat.inc(Stat::HostThpFaults);
             }
         } else if reuse {
             stat.inc(Stat::HostLazyfreeReuse);
         }
-        // Host reclaim the fault ran is charged to the guest whose fault
-        // made the host reclaim, whichever guest's page went.
-        stat.add(Stat::HostPswpout, d[2]);
-        stat.add(Stat::HostLazyfreeReclaimed, d[3]);
+        // Lazily freed pages the host dropped in this fault's direct
+        // reclaim are charged to the guest whose fault made the host
+        // reclaim (kswapd's are the host's alone); swap-outs go to the
+        // guest whose page went out, as a memcg's pgsteal does
+        // (`pswpout`, published by `sync_gauges`).
+        stat.add(Stat::HostLazyfreeReclaimed, d[2]);
         // host_pfn_mapping_level: a 2 MiB SPTE when the host maps the whole
         // aligned block with one PMD-sized folio.
         let block = f / BLOCK_PAGES;
@@ -350,6 +372,9 @@ impl KvmHost {
             })
             .count() as i64;
         stat.add(Stat::HostDiscardedPages, present);
+        // madvise frees the swap entries of the range too (zap_pte_range,
+        // madvise_free_pte_range: free_swap_and_cache).
+        self.vms[g].swap_dropped += (pfn as u64..pfn as u64 + n).filter(|&f| self.host_pte(g, f).is_swap()).count() as u64;
         let advice = match advice {
             Advice::DontNeed => MAdvice::DontNeed,
             Advice::Free => MAdvice::Free,
@@ -357,6 +382,7 @@ impl KvmHost {
         let op = Op::Madvise { addr: base + ((pfn as u64) << 12), len: n << 12, advice };
         let end = run(&mut self.k, vmm, t, op).1;
         self.sync_gauges(stat);
+        self.vms[g].report_ns += end.saturating_sub(t);
         end.saturating_sub(t)
     }
 
@@ -368,12 +394,19 @@ impl KvmHost {
         self.ept_mut(g).take_flush().is_some()
     }
 
+    /// Whether the host kernel woke one of its kernel threads (kswapd)
+    /// that its run queue has not taken yet (virt/guests.rs takes them).
+    pub fn woke(&self) -> bool {
+        self.k.wakeups.iter().any(|&(_, tid)| self.k.tasks[tid as usize].kthread.is_some())
+    }
+
     /// Publish the current guest's gauges.
     pub fn sync_gauges(&self, stat: &mut VmStat) {
         let g = self.cur;
         stat.v[Stat::HostRss as usize] = self.rss(g) as i64;
         stat.v[Stat::HostLazyfree as usize] = 0;
         stat.v[Stat::HostSwap as usize] = self.swapped(g) as i64;
+        stat.v[Stat::HostPswpout as usize] = self.pswpout(g) as i64;
         stat.v[Stat::HostMemFree as usize] = self.k.stat.get(Stat::NrFreePages);
     }
 }
@@ -409,6 +442,9 @@ impl super::HostKernel for KvmHost {
     fn take_flush(&mut self) -> Option<Ns> {
         KvmHost::take_flush(self).then_some(self.vm_exit)
     }
+    fn woke(&self) -> bool {
+        KvmHost::woke(self)
+    }
     fn nr_guests(&self) -> usize {
         self.vms.len()
     }
@@ -426,14 +462,14 @@ impl super::HostKernel for KvmHost {
     }
 }
 
-/// A host task of `mm` on `cpu`.
-/// Run `op` as host task `tid` from `at` to its end (every step of it).
-/// Returns its result and the task's clock after.
+/// Run `op` as host task `tid` from `at` to its end (every step of it),
+/// the CPU given back after to what it ran before. Returns its result and
+/// the task's clock after.
 fn run(k: &mut Kernel, tid: u32, at: Ns, op: Op) -> (Ret, Ns) {
     let cpu = k.tasks[tid as usize].cpu;
     let tk = &mut k.tasks[tid as usize];
     tk.clock = tk.clock.max(at);
-    k.cpus[cpu as usize].curr = tid;
+    let prev = std::mem::replace(&mut k.cpus[cpu as usize].curr, tid);
     let mut r = k.exec(tid, op);
     while r.is_none() {
         let op = k.tasks[tid as usize].pending.take().expect("a pending op");
@@ -442,5 +478,6 @@ fn run(k: &mut Kernel, tid: u32, at: Ns, op: Op) -> (Ret, Ns) {
     if k.tasks[tid as usize].fault_unlock.is_some() {
         k.fault_unlock_finish(tid);
     }
+    k.cpus[cpu as usize].curr = prev;
     (r.expect("the op finished"), k.tasks[tid as usize].clock)
 }

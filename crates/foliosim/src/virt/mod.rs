@@ -42,6 +42,9 @@ pub trait HostKernel {
     /// A remote flush owed to the guest's vCPUs, taken, and what each
     /// vCPU pays for it.
     fn take_flush(&mut self) -> Option<Ns>;
+    /// Whether the host kernel woke one of its threads (kswapd) that its
+    /// run queue has not taken yet.
+    fn woke(&self) -> bool;
     fn nr_guests(&self) -> usize;
     /// Guest `g`'s pages on the host: (RSS, swapped out).
     fn guest_pages(&self, g: usize) -> (u64, u64);
@@ -199,6 +202,16 @@ impl Host {
         match self {
             Host::Bitmap(h) => h.discard_range(pfn, n, stat),
             Host::Kvm(h) => h.discard_range(pfn, n, t, stat),
+        }
+    }
+
+    /// Whether the host woke a thread of its own that has not run yet
+    /// (the bitmap host has none).
+    #[inline]
+    pub fn woke(&self) -> bool {
+        match self {
+            Host::Bitmap(_) => false,
+            Host::Kvm(h) => h.woke(),
         }
     }
 

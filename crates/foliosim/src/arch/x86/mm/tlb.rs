@@ -173,10 +173,25 @@ impl Kernel {
     /// The guest side of kvm_flush_remote_tlbs, if the host dropped SPTEs
     /// of this guest since the last call: every vCPU drops all its
     /// translations (the whole EPT context's) before its next TLB use and
-    /// pays the kick's VM exit. Cheap when nothing is owed.
+    /// pays the kick's VM exit. Cheap when nothing is owed. Called after
+    /// every call into the host, it also passes on that the host woke a
+    /// thread of its own (kswapd), so that the driver lets it run.
     #[inline]
     pub fn kvm_remote_flush(&mut self) {
-        let Some(exit) = self.host.as_mut().and_then(|h| h.take_flush()) else { return };
+        if self.host.is_some() {
+            self.kvm_remote_flush_owed();
+        }
+    }
+
+    /// `kvm_remote_flush` under a host: out of line, so that the guest's
+    /// paths that call it carry only the test.
+    #[inline(never)]
+    fn kvm_remote_flush_owed(&mut self) {
+        let Some(h) = self.host.as_mut() else { return };
+        if h.woke() && self.wakeups.last().is_none_or(|w| w.1 != crate::kernel::HOST_WOKE) {
+            self.wakeups.push((0, crate::kernel::HOST_WOKE));
+        }
+        let Some(exit) = h.take_flush() else { return };
         self.stat.inc(Stat::KvmRemoteTlbFlush);
         if self.knobs.mutant == Mutant::KvmSkipRemoteFlush {
             return;
