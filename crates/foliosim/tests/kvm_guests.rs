@@ -74,6 +74,17 @@ fn memory_one_guest_reports_serves_another_without_host_swap() {
     assert!(st(&on.guests[0], Stat::KvmRemoteTlbFlush) > 0);
 }
 
+/// Put the harness's kernel on a host kernel of its own (a default host
+/// config) as its one guest. The guest's profile is the harness's,
+/// generic-x86, as the host's.
+fn on_a_host_kernel(h: &mut H) {
+    let hc = config::from_toml("[workload]\nname = \"mmap1\"\n", "<host>").unwrap();
+    let shape = GuestShape { nr_frames: h.k.mem_bytes() >> 12, nr_vcpus: h.k.nr_cpus() };
+    let discard = foliosim::policy::host_discard(&hc.knobs).unwrap();
+    let host = KvmHost::boot(hc.profile.clone(), hc.knobs, 1, &[shape], discard, &hc.profile, false, true).unwrap();
+    *h.k.host_mut() = Some(foliosim::virt::Host::Kvm(Box::new(host)));
+}
+
 /// A guest kernel (the tests' harness) on a host kernel: a process writes
 /// a mapping, the host drops one of its frames (the VMM's MADV_DONTNEED,
 /// as a host-side zap of memory the guest still maps would), the remote
@@ -81,12 +92,7 @@ fn memory_one_guest_reports_serves_another_without_host_swap() {
 /// host, and the process reads the page again. Returns the harness.
 fn host_drops_a_mapped_frame(knobs: &str) -> H {
     let mut h = H::boot(knobs, 1);
-    let hc = config::from_toml("[workload]\nname = \"mmap1\"\n", "<host>").unwrap();
-    let shape = GuestShape { nr_frames: h.k.mem_bytes() >> 12, nr_vcpus: h.k.nr_cpus() };
-    let discard = foliosim::policy::host_discard(&hc.knobs).unwrap();
-    // The guest's profile is the harness's, generic-x86, as the host's.
-    let host = KvmHost::boot(hc.profile.clone(), hc.knobs, 1, &[shape], discard, &hc.profile, false, true).unwrap();
-    *h.k.host_mut() = Some(foliosim::virt::Host::Kvm(Box::new(host)));
+    on_a_host_kernel(&mut h);
     let p = h.process(0);
     let (base, t) = h.anon(p, 0, true);
     let mm = h.k.tasks()[p as usize].mm as usize;
@@ -195,11 +201,7 @@ fn a_guest_tlb_miss_pays_the_host_walk() {
     let read = |host: bool| -> Ns {
         let mut h = H::boot("", 1);
         if host {
-            let hc = config::from_toml("[workload]\nname = \"mmap1\"\n", "<host>").unwrap();
-            let shape = GuestShape { nr_frames: h.k.mem_bytes() >> 12, nr_vcpus: h.k.nr_cpus() };
-            let discard = foliosim::policy::host_discard(&hc.knobs).unwrap();
-            let kvm = KvmHost::boot(hc.profile.clone(), hc.knobs, 1, &[shape], discard, &hc.profile, false, true).unwrap();
-            *h.k.host_mut() = Some(foliosim::virt::Host::Kvm(Box::new(kvm)));
+            on_a_host_kernel(&mut h);
         }
         let p = h.process(0);
         let (base, t) = h.anon(p, 0, true);
