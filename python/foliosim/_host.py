@@ -215,3 +215,9 @@ def write_report(out: Path, stem: str, rep: dict[str, Any], text: str) -> None:
     written whole or not at all."""
     write_text_atomic(out / f"{stem}.json", json.dumps(rep, indent=1) + "\n")
     write_text_atomic(out / f"{stem}.md", text + "\n")
+
+
+def why_failed(r: subprocess.CompletedProcess[str]) -> str:
+    """A failed probe in one line: the last line of its stderr, else its
+    exit status."""
+    return (r.stderr.strip().splitlines() or [f"exit {r.returncode}"])[-1]

@@ -50,6 +50,7 @@ from ._host import (
     read_knob,
     thp_settings,
     tmp_fs_kind,
+    why_failed,
     write_text_atomic,
 )
 from .tomlout import _value
@@ -96,7 +97,7 @@ def measure_micro() -> dict[str, Any]:
     with thp_settings(want):
         r = subprocess.run([str(binary)], stdin=subprocess.DEVNULL, capture_output=True, text=True)
     if r.returncode != 0:
-        raise HostError(f"calibrate benchmark failed: {(r.stderr.strip().splitlines() or ['exit ' + str(r.returncode)])[-1]}")
+        raise HostError(f"calibrate benchmark failed: {why_failed(r)}")
     micro: dict[str, Any] = json.loads(r.stdout)
     micro.update(measure_membw())
     return micro
@@ -109,10 +110,11 @@ def measure_membw(rounds: int = 5, mib: int = 256) -> dict[str, Any]:
     r = subprocess.run([str(build_validation() / "membw"), "-r", str(rounds), "-m", str(mib)], stdin=subprocess.DEVNULL,
                        capture_output=True, text=True)
     if r.returncode != 0:
-        raise HostError(f"membw failed: {(r.stderr.strip().splitlines() or ['exit ' + str(r.returncode)])[-1]}")
+        raise HostError(f"membw failed: {why_failed(r)}")
     clear = {row["threads"]: row["gbps_per_thread"] for row in json.loads(r.stdout)["stream"] if row["kind"] == "clear"}
     n = max(clear)
-    return {"membw_threads": n, "membw_clear_1_gbps": clear[1], "membw_clear_n_gbps": clear[n], "membw_rounds": rounds}
+    return {"membw_threads": n, "membw_clear_1_gbps": clear[1], "membw_clear_n_gbps": clear[n], "membw_rounds": rounds,
+            "membw_mib": mib}
 
 
 def shared_bw(m: dict[str, Any]) -> tuple[float, str] | None:
@@ -126,7 +128,7 @@ def shared_bw(m: dict[str, Any]) -> tuple[float, str] | None:
     n, one, each = m["membw_threads"], m["membw_clear_1_gbps"], m["membw_clear_n_gbps"]
     if each >= 0.9 * one:
         return None
-    return n * each, (f"validation/membw.c, median of {m['membw_rounds']} interleaved rounds: {n} CPUs clearing 256 MiB each "
+    return n * each, (f"validation/membw.c, median of {m['membw_rounds']} interleaved rounds: {n} CPUs clearing {m.get('membw_mib', 256)} MiB each "
                       f"at once, {each:.1f} GB/s each against {one:.1f} alone: their sum")
 
 
@@ -151,7 +153,7 @@ def run_faultcost(binary: Path, case: str, mib: int, passes: int, tmpdir: str) -
     r = subprocess.run([str(binary), case, "-m", str(mib), "-p", str(passes), "-d", tmpdir],
                        stdin=subprocess.DEVNULL, capture_output=True, text=True)
     if r.returncode != 0:
-        raise HostError(f"faultcost {case} failed: {(r.stderr.strip().splitlines() or ['exit ' + str(r.returncode)])[-1]}")
+        raise HostError(f"faultcost {case} failed: {why_failed(r)}")
     return json.loads(r.stdout)
 
 
@@ -617,11 +619,10 @@ def make_profile(d: Derivation, name: str = "host") -> str:
         L.append("zero_call_ns = 0.0    # [assumed] clear_page (rep stosb) per 4 KiB page: the per-page overheads are prep_tail_ns, no per-call warm-up")
         cb, chow = vals["node.copy_bw_gbps"]
         L.append(f"copy_bw_gbps = {_f(cb)}    # {_tag(chow)}")
+        written_node = {"kind", "mem_mib", "has_cpus", "latency_ns", "read_bw_gbps", "zero_bw_gbps", "zero_call_ns", "copy_bw_gbps"}
         sb = shared_bw(m)
         if sb is not None:
             L.append(f"shared_bw_gbps = {_f(sb[0])}    # {_tag(sb[1])}")
-        written_node = {"kind", "mem_mib", "has_cpus", "latency_ns", "read_bw_gbps", "zero_bw_gbps", "zero_call_ns", "copy_bw_gbps"}
-        if sb is not None:
             written_node.add("shared_bw_gbps")
         for k, v in g["nodes"][0].items():
             if k not in written_node:

@@ -22,7 +22,7 @@ import subprocess
 from dataclasses import dataclass
 from typing import Any
 
-from ._host import HostError, build_validation
+from ._host import HostError, build_validation, why_failed
 
 # image_layout's lines (stderr): "LO-HI PERMS SIZE kB rss R kB anon A kB NAME[ pages 0-3,25]".
 LINE = re.compile(r"^([0-9a-f]+)-([0-9a-f]+) (\S+)\s+\d+ kB rss\s+(\d+) kB anon\s+(\d+) kB ?(.*?)(?: pages (\S+))?$")
@@ -71,7 +71,7 @@ def measure() -> list[dict[str, Any]]:
     except (OSError, subprocess.TimeoutExpired) as e:
         raise HostError(f"image_layout: {e}") from e
     if r.returncode != 0:
-        raise HostError(f"image_layout failed: {(r.stderr.strip().splitlines() or ['exit ' + str(r.returncode)])[-1]}")
+        raise HostError(f"image_layout failed: {why_failed(r)}")
     maps = parse(r.stderr)
     if not maps:
         raise HostError("image_layout printed no mapping")

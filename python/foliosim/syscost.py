@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ._host import HostError, build_validation
+from ._host import HostError, build_validation, why_failed
 
 # (case, sizes, extra arguments). Sizes avoid the will-it-scale cases that
 # validate checks (mmap1's 128 MiB, read1's one page of a 1 MiB file) so
@@ -62,7 +62,7 @@ def run_case(binary: Path, case: str, x: int, extra: list[str], passes: int, tmp
     r = subprocess.run([str(binary), case, "-x", str(x), "-p", str(passes), "-d", tmpdir, *extra],
                        stdin=subprocess.DEVNULL, capture_output=True, text=True)
     if r.returncode != 0:
-        raise HostError(f"syscost {case} -x {x} failed: {(r.stderr.strip().splitlines() or ['exit ' + str(r.returncode)])[-1]}")
+        raise HostError(f"syscost {case} -x {x} failed: {why_failed(r)}")
     return json.loads(r.stdout)
 
 

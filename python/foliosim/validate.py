@@ -31,6 +31,7 @@ from ._host import (
     mthp_sizes_kib,
     thp_settings,
     tmp_fs_kind,
+    why_failed,
     write_text_atomic,
 )
 
@@ -146,7 +147,7 @@ def run_real(bindir: Path, name: str, seconds: float, warmup: float, tmpdir: str
         cmd.append("-T")
     r = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True)
     if r.returncode != 0:
-        raise HostError(f"{name} failed on the real kernel: {(r.stderr.strip().splitlines() or ['exit ' + str(r.returncode)])[-1]}")
+        raise HostError(f"{name} failed on the real kernel: {why_failed(r)}")
     out = json.loads(r.stdout)
     if out.get("mode") != mode or out.get("tasks") != tasks:
         raise HostError(f"{name}: the harness ran mode {out.get('mode')!r} x{out.get('tasks')}, asked {mode!r} x{tasks} (stale validation/bin?)")
