@@ -17,9 +17,12 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#define PROBE_CALLS 1000
 
 static long long ns(struct timeval tv)
 {
@@ -38,6 +41,8 @@ int main(int argc, char **argv)
 		fprintf(stderr, "recordwrap: prctl(PR_SET_THP_DISABLE): %s\n", strerror(errno));
 		return 2;
 	}
+	for (int i = 0; i < PROBE_CALLS; i++)
+		syscall(SYS_getppid);
 	struct timespec t0, t1;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	pid_t p = fork();

@@ -132,7 +132,8 @@ def perf_ready() -> str:
                         "(sudo foliosim record ...)") from None
     except OSError as e:
         if not os.path.isdir(TRACEFS / "events"):
-            raise HostError(f"{TRACEFS} is not mounted: mount it (mount -t tracefs nodev {TRACEFS}) to record with perf") from None
+            raise HostError(f"{TRACEFS} is not mounted: as root, mount it (mount -t tracefs nodev {TRACEFS}) "
+                            "for perf to read the kernel's tracepoints") from None
         raise HostError(f"this kernel has no tracepoint exceptions:page_fault_user ({e.strerror}): it cannot be recorded with perf; "
                         "use --mode valgrind") from None
     if os.geteuid() != 0 and not _has_cap(38):

@@ -24,6 +24,7 @@ pub mod trace;
 pub mod trace_format;
 pub mod trace_perf;
 pub mod trace_procs;
+mod trace_ranges;
 pub mod trace_record;
 pub mod will_it_scale;
 pub mod xsbench;

@@ -35,6 +35,7 @@
 //! records start at its first exec.
 
 use super::trace_format::{Record, TraceWriter, FILE_CREATED, K_IFETCH, K_LOAD, K_STORE, WAIT_NOHANG};
+use super::trace_ranges::KnownRanges;
 use std::collections::{BTreeMap, BinaryHeap, HashMap};
 use std::io::{BufReader, Read, Write};
 
@@ -475,6 +476,7 @@ mod nr {
     pub const EXIT: u64 = 60;
     pub const WAIT4: u64 = 61;
     pub const FCNTL: u64 = 72;
+    pub const GETPPID: u64 = 110;
     pub const EXIT_GROUP: u64 = 231;
     pub const WAITID: u64 = 247;
     pub const OPENAT: u64 = 257;
@@ -503,6 +505,10 @@ struct Sys {
     file: Option<(Option<u32>, u64, u64, bool)>,
     /// It created a process (fork: the model runs it, not its recorded time).
     forked: bool,
+    /// Tracepoint events the call fired between its entry and its exit
+    /// (kernel faults, page-cache events, a new task): each one's cost is
+    /// in its recorded time.
+    events: u64,
 }
 
 /// A pending run of faults.
@@ -538,42 +544,12 @@ type FileVma = (u64, u64, (u32, u64));
 
 #[derive(Clone, Default)]
 struct Space {
-    /// Known recorded ranges: start -> end.
-    known: BTreeMap<u64, u64>,
-    brk: Option<(u64, u64)>,
+    known: KnownRanges,
     /// File VMAs as the MMAP2 records describe them, by start.
     vmas: BTreeMap<u64, FileVma>,
 }
 
 impl Space {
-    fn covered(&self, a: u64) -> bool {
-        if let Some((b, e)) = self.brk {
-            if a >= b && a < e.next_multiple_of(PAGE) {
-                return true;
-            }
-        }
-        matches!(self.known.range(..=a).next_back(), Some((_, &e)) if a < e)
-    }
-
-    fn forget(&mut self, a: u64, len: u64) {
-        let end = a.saturating_add(len.next_multiple_of(PAGE));
-        let hit: Vec<(u64, u64)> = self.known.range(..end).filter(|(_, &e)| e > a).map(|(&s, &e)| (s, e)).collect();
-        for (s, e) in hit {
-            self.known.remove(&s);
-            if s < a {
-                self.known.insert(s, a);
-            }
-            if e > end {
-                self.known.insert(end, e);
-            }
-        }
-    }
-
-    fn know(&mut self, a: u64, len: u64) {
-        self.forget(a, len);
-        self.known.insert(a, a.saturating_add(len.next_multiple_of(PAGE)));
-    }
-
     /// A file VMA [a, a+len) at file offset `off` (an MMAP2 record); an
     /// anonymous one (file None) only removes what it replaces.
     fn vma(&mut self, a: u64, len: u64, off: u64, file: Option<(u32, u64)>) {
@@ -633,8 +609,15 @@ pub struct PerfStats {
     pub around_pages: u64,
     pub fault_records: u64,
     pub syscalls: u64,
-    /// CPU time in system calls, every one (replayed or not).
+    /// CPU time in system calls, every one (replayed or not), as recorded.
     pub syscall_ns: u64,
+    /// The recording's cost of one traced event inside a call: the median
+    /// recorded time of the wrapper's getppid() calls (`probe_calls` of
+    /// them), whose own work is a few loads (0: no probe, no correction).
+    pub tracepoint_ns: u64,
+    pub probe_calls: u64,
+    /// What that cost took out of the calls the model does not run.
+    pub tracepoint_removed_ns: u64,
     pub user_ns: u64,
     pub sys_ns: u64,
     pub records: u64,
@@ -653,6 +636,8 @@ struct Conv<W: Write> {
     /// The wrapper's tid, and the recorded command's.
     wrapper: Option<u32>,
     root: Option<u32>,
+    /// The recorded times of the wrapper's probe calls (getppid).
+    probe: Vec<u64>,
 }
 
 fn is_err(ret: i64) -> bool {
@@ -753,8 +738,8 @@ impl<W: Write> Conv<W> {
         self.task(tid).last_fault = addr;
         let t = self.tasks.get(&tid);
         let space = t.map_or(0, |t| t.space);
-        if !self.spaces[space].covered(page << 12) {
-            self.spaces[space].know(page << 12, PAGE);
+        if !self.spaces[space].known.covered(page << 12) {
+            self.spaces[space].known.know(page << 12, PAGE);
             let t = self.task(tid);
             match t.regions.last_mut() {
                 Some(r) if r.0 == (page + 1) << 12 => r.0 = page << 12,
@@ -814,6 +799,9 @@ impl<W: Write> Conv<W> {
 
     fn sys_exit(&mut self, tid: u32, id: u64, ret: i64) -> Result<(), String> {
         let Some(s) = self.task(tid).sysc.take() else { return Ok(()) };
+        if s.id == nr::GETPPID && s.id == id && Some(tid) == self.wrapper && self.root.is_none() {
+            self.probe.push(s.ns);
+        }
         if s.id != id || self.task(tid).skip {
             return Ok(());
         }
@@ -821,9 +809,29 @@ impl<W: Write> Conv<W> {
         self.st.syscall_ns += s.ns;
         let modeled = self.syscall(tid, &s, ret)?;
         if !modeled {
-            self.task(tid).sys += s.ns;
+            let ns = self.without_tracepoints(&s);
+            self.task(tid).sys += ns;
         }
         Ok(())
+    }
+
+    /// A call's recorded time less what tracing it cost: the call's own
+    /// entry and exit events, and every event it fired in between, each
+    /// at the probe's cost (docs/validation.md, "What recording costs a
+    /// system call"). The time between a call's two events holds the rest
+    /// of the entry event's work after its timestamp and the exit event's
+    /// work before its own: about one event's whole cost, as the probe's
+    /// getppid() shows, whose own work is a few loads.
+    fn without_tracepoints(&mut self, s: &Sys) -> u64 {
+        if self.st.tracepoint_ns == 0 && !self.probe.is_empty() {
+            self.probe.sort_unstable();
+            self.st.tracepoint_ns = self.probe[self.probe.len() / 2];
+            self.st.probe_calls = self.probe.len() as u64;
+            self.probe = Vec::new();
+        }
+        let cost = self.st.tracepoint_ns.saturating_mul(1 + s.events).min(s.ns);
+        self.st.tracepoint_removed_ns += cost;
+        s.ns - cost
     }
 
     /// Records for a finished system call; true if the model runs it (its
@@ -886,27 +894,23 @@ impl<W: Write> Conv<W> {
                     }),
                     _ => None,
                 };
-                self.spaces[space].know(ret, a[1]);
+                self.spaces[space].known.know(ret, a[1]);
                 Record::Mmap { addr: a[0], len: a[1], prot: a[2] as u32, flags: a[3] as u32, file, off: a[5], ret }
             }
             nr::MUNMAP => {
-                self.spaces[space].forget(a[0], a[1]);
+                self.spaces[space].known.forget(a[0], a[1]);
                 self.spaces[space].vma(a[0], a[1], 0, None);
                 Record::Munmap { addr: a[0], len: a[1] }
             }
             nr::MPROTECT | nr::PKEY_MPROTECT => Record::Mprotect { addr: a[0], len: a[1], prot: a[2] as u32 },
             nr::MADVISE => Record::Madvise { addr: a[0], len: a[1], advice: a[2] as u32 },
             nr::BRK => {
-                let sp = &mut self.spaces[space];
-                sp.brk = Some(match sp.brk {
-                    None => (ret, ret),
-                    Some((b, _)) => (b, ret.max(b)),
-                });
+                self.spaces[space].known.brk(ret);
                 Record::Brk { addr: a[0], ret }
             }
             nr::MREMAP => {
-                self.spaces[space].forget(a[0], a[1]);
-                self.spaces[space].know(ret, a[2]);
+                self.spaces[space].known.forget(a[0], a[1]);
+                self.spaces[space].known.know(ret, a[2]);
                 Record::Mremap { addr: a[0], old_len: a[1], new_len: a[2], flags: a[3] as u32, ret }
             }
             nr::READ
@@ -1034,7 +1038,7 @@ impl<W: Write> Conv<W> {
         let file = self.file_index(main, Some(&path), false);
         self.touch_file(file, (text + data).max(data_off + data));
         self.put(tid, Record::Exec { file, vaddr, text, data, data_off, bss })?;
-        self.spaces[space].know(vaddr, text + data + bss);
+        self.spaces[space].known.know(vaddr, text + data + bss);
         for m in &image {
             if m.file == Some(main) || (m.file.is_none() && m.addr == end && bss > 0) {
                 continue;
@@ -1053,7 +1057,7 @@ impl<W: Write> Conv<W> {
                     self.put(tid, Record::Region { addr: m.addr, len: m.len })?;
                 }
             }
-            self.spaces[space].know(m.addr, m.len);
+            self.spaces[space].known.know(m.addr, m.len);
         }
         Ok(())
     }
@@ -1107,6 +1111,14 @@ impl<W: Write> Conv<W> {
             t.run_start = Some(e.time);
         }
         self.tick(tid, e.time);
+        if matches!(
+            e.ev,
+            Ev::Fault { kernel: true, .. } | Ev::FilePages { .. } | Ev::MapPages { .. } | Ev::NewTask { .. } | Ev::Exec { .. }
+        ) {
+            if let Some(s) = &mut self.task(tid).sysc {
+                s.events += 1;
+            }
+        }
         match e.ev {
             Ev::Switch { .. } => self.task(tid).run_start = None,
             Ev::Fault { addr, err, kernel } => self.fault(tid, addr, err, kernel)?,
@@ -1182,6 +1194,7 @@ pub fn convert<R: Read, W: Write>(
         file_ids: HashMap::new(),
         wrapper: None,
         root: None,
+        probe: Vec::new(),
     };
     let mut s = PerfStream::new(input)?;
     while let Some(e) = s.next(fm)? {
@@ -1426,9 +1439,19 @@ pub(crate) mod tests {
     /// The wrapper (tid 10) forks the command (11), which execs /bin/prog
     /// and touches memory.
     fn wrapped() -> Perf {
+        wrapped_with_probe(&[])
+    }
+
+    /// `wrapped`, the wrapper first making getppid() calls that take
+    /// `probe` ns each (recordwrap's probe of the tracepoints' cost).
+    fn wrapped_with_probe(probe: &[u64]) -> Perf {
         let mut p = Perf::new();
-        p.switch(10, 1_000, false)
-            .fault(10, 1_100, 0x5555_0000_0000, 6) // the wrapper's own: dropped
+        p.switch(10, 100, false);
+        for (i, &ns) in probe.iter().enumerate() {
+            let t = 120 + 280 * i as u64;
+            p.enter(10, t, nr::GETPPID, &[0; 6]).exit(10, t + ns.min(250), nr::GETPPID, 9);
+        }
+        p.fault(10, 1_100, 0x5555_0000_0000, 6) // the wrapper's own: dropped
             .enter(10, 1_200, nr::CLONE3, &[0; 6])
             .newtask(10, 1_300, 11, 0x0121_1100 & !CLONE_VM) // fork
             .exit(10, 1_400, nr::CLONE3, 11)
@@ -1596,6 +1619,37 @@ pub(crate) mod tests {
         // 9.3 us of system time, 5.3 us of it in calls (the exec's 300 ns,
         // getuid's 5 us): 4 us over the 2 faults.
         assert_eq!(s["fault_kernel_ns"], 2000.0);
+    }
+
+    #[test]
+    fn the_tracepoints_cost_is_taken_out_of_the_calls_kept() {
+        // The probe's calls take 90, 100 and 250 ns (one hit by an
+        // interrupt): the median, 100 ns, is one event's cost.
+        let mut p = wrapped_with_probe(&[90, 100, 250]);
+        p.enter(11, 10_000, 102, &[0; 6]).exit(11, 13_000, 102, 0); // getuid: 3000 - 100
+                                                                    // A read of an unknown fd, two page-cache events inside: 6000 - 3 x 100.
+        p.enter(11, 20_000, nr::READ, &[9, 0, 8192, 0, 0, 0]).pages(11, 20_100, DEV, 77, 0, 1).add_page(11, 20_200, DEV, 77, 1).exit(
+            11,
+            26_000,
+            nr::READ,
+            0,
+        );
+        p.enter(11, 30_000, 102, &[0; 6]).exit(11, 30_050, 102, 0); // shorter than its cost: 0
+                                                                    // The model's own call (munmap): its recorded time is not kept anyway.
+        p.enter(11, 40_000, nr::MUNMAP, &[0x40_0000, 4096]).exit(11, 45_000, nr::MUNMAP, 0);
+        p.task_exit(11, 50_000).round();
+        let (t, st) = convert_stream(&p.b, serde_json::json!({})).unwrap();
+        let sys: u64 = t.task(11).unwrap().cursor().map(|r| if let Record::Time { sys_ns, .. } = r { sys_ns } else { 0 }).sum();
+        assert_eq!((st.tracepoint_ns, st.probe_calls), (100, 3));
+        assert_eq!(sys, 2_900 + 5_700);
+        assert_eq!(st.tracepoint_removed_ns, 100 + 300 + 50);
+        assert_eq!(st.syscall_ns, 3_000 + 6_000 + 50 + 5_000 + 300, "as recorded (with the exec's)");
+        // Without the probe (an older wrapper): nothing is taken out.
+        let mut p = wrapped();
+        p.enter(11, 10_000, 102, &[0; 6]).exit(11, 13_000, 102, 0).task_exit(11, 50_000).round();
+        let (t, st) = convert_stream(&p.b, serde_json::json!({})).unwrap();
+        let sys: u64 = t.task(11).unwrap().cursor().map(|r| if let Record::Time { sys_ns, .. } = r { sys_ns } else { 0 }).sum();
+        assert_eq!((sys, st.tracepoint_ns, st.tracepoint_removed_ns), (3_000, 0, 0));
     }
 
     #[test]

@@ -319,37 +319,28 @@ pub fn from_valgrind_socket(
     meta_json: &str,
     root: u64,
 ) -> Result<RecordStats, String> {
-    use std::sync::atomic::Ordering;
     use std::sync::Mutex;
     listener.set_nonblocking(true).map_err(|e| format!("valgrind's log socket: {e}"))?;
     let done: Mutex<Vec<Result<Instance, String>>> = Mutex::new(Vec::new());
     std::thread::scope(|s| {
         let mut seq = 0;
-        loop {
-            match listener.accept() {
-                Ok((stream, _)) => {
-                    seq += 1;
-                    let (n, done) = (seq, &done);
-                    s.spawn(move || {
-                        let r = stream
-                            .set_nonblocking(false)
-                            .map_err(|e| format!("valgrind's log socket: {e}"))
-                            .and_then(|_| convert_instance(BufReader::with_capacity(1 << 20, stream), n, None));
-                        done.lock().unwrap_or_else(|e| e.into_inner()).push(r);
-                    });
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    // Stopped, and the backlog drained: the threads finish what they read.
-                    if stop.load(Ordering::Acquire) {
-                        break;
-                    }
-                    std::thread::sleep(std::time::Duration::from_millis(5));
-                }
-                Err(e) => {
-                    done.lock().unwrap_or_else(|e| e.into_inner()).push(Err(format!("valgrind's log socket: {e}")));
-                    break;
-                }
-            }
+        let r = accept_until_stopped(
+            || listener.accept(),
+            stop,
+            |(stream, _)| {
+                seq += 1;
+                let (n, done) = (seq, &done);
+                s.spawn(move || {
+                    let r = stream
+                        .set_nonblocking(false)
+                        .map_err(|e| format!("valgrind's log socket: {e}"))
+                        .and_then(|_| convert_instance(BufReader::with_capacity(1 << 20, stream), n, None));
+                    done.lock().unwrap_or_else(|e| e.into_inner()).push(r);
+                });
+            },
+        );
+        if let Err(e) = r {
+            done.lock().unwrap_or_else(|e| e.into_inner()).push(Err(format!("valgrind's log socket: {e}")));
         }
     });
     let mut instances = Vec::new();
@@ -357,6 +348,34 @@ pub fn from_valgrind_socket(
         instances.push(r?);
     }
     assemble(instances, out_path, meta_json, root)
+}
+
+/// Accept connections (`accept` is non-blocking) and hand each to `on`
+/// until `stop` is set and the backlog is empty. `stop` is read before the
+/// accept that ends the loop: it is set once valgrind has exited, so every
+/// instance's connection was made before it, and an accept begun after it
+/// was seen finds them all. (Read after a WouldBlock instead, as it was, a
+/// connection made and a `stop` set between the two, on a loaded host, was
+/// never accepted: the trace lost that process's records, and a replay its
+/// exec and its parent's reap.)
+pub fn accept_until_stopped<T>(
+    mut accept: impl FnMut() -> std::io::Result<T>,
+    stop: &std::sync::atomic::AtomicBool,
+    mut on: impl FnMut(T),
+) -> std::io::Result<()> {
+    loop {
+        let stopping = stop.load(std::sync::atomic::Ordering::Acquire);
+        match accept() {
+            Ok(c) => on(c),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                if stopping {
+                    return Ok(());
+                }
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 /// `from_valgrind_socket`, statistics as JSON.
@@ -530,6 +549,34 @@ mod tests {
         let stop = std::sync::atomic::AtomicBool::new(true);
         let e = from_valgrind_socket(l, &stop, &d.join("x"), "{}", 10).err().unwrap();
         assert!(e.contains("no log for the recorded command"), "{e}");
+    }
+
+    /// The connection that arrives, with `stop`, while the loop is between
+    /// an accept that found nothing and its next look at `stop` is accepted.
+    #[test]
+    fn a_connection_made_just_before_the_stop_is_not_lost() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let stop = AtomicBool::new(false);
+        let mut backlog: Vec<u32> = Vec::new();
+        let mut calls = 0;
+        let mut got = Vec::new();
+        let accept = || {
+            calls += 1;
+            if let Some(c) = backlog.pop() {
+                return Ok(c);
+            }
+            if calls == 1 {
+                // Nothing yet; meanwhile the child connects and valgrind exits.
+                backlog.push(11);
+                stop.store(true, Ordering::Release);
+            }
+            Err(std::io::Error::from(std::io::ErrorKind::WouldBlock))
+        };
+        accept_until_stopped(accept, &stop, |c| got.push(c)).unwrap();
+        assert_eq!(got, [11]);
+        // An error other than WouldBlock ends the loop with it.
+        let e = accept_until_stopped(|| Err::<u32, _>(std::io::Error::other("boom")), &stop, |_| ()).unwrap_err();
+        assert_eq!(e.to_string(), "boom");
     }
 
     #[test]

@@ -19,7 +19,8 @@
 //! the core's "created child N" line and a wait4 its result.
 
 use super::trace_format::{Record, TraceWriter, K_IFETCH, K_LOAD, K_STORE};
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use super::trace_ranges::KnownRanges;
+use std::collections::{BTreeSet, HashMap};
 use std::io::{BufRead, Write};
 
 /// Size of a file named in the log, where the recorder can stat it.
@@ -49,9 +50,7 @@ pub(super) struct Conv<W: Write> {
     tid: u64,
     st: RecordStats,
     run: Option<(u8, u64, u64)>,
-    /// Known recorded ranges: start -> end.
-    known: BTreeMap<u64, u64>,
-    brk: Option<(u64, u64)>,
+    known: KnownRanges,
     implicit: BTreeSet<u64>,
     files: Files,
     fd_path: HashMap<i64, String>,
@@ -94,33 +93,8 @@ impl<W: Write> Conv<W> {
         Ok(())
     }
 
-    fn covered(&self, page: u64) -> bool {
-        let a = page << 12;
-        if let Some((b, e)) = self.brk {
-            if a >= b && a < e.div_ceil(4096) * 4096 {
-                return true;
-            }
-        }
-        matches!(self.known.range(..=a).next_back(), Some((_, &e)) if a < e)
-    }
-
-    fn forget(&mut self, a: u64, len: u64) {
-        let end = a.saturating_add(len.div_ceil(4096) * 4096);
-        let hit: Vec<(u64, u64)> = self.known.range(..end).filter(|(_, &e)| e > a).map(|(&s, &e)| (s, e)).collect();
-        for (s, e) in hit {
-            self.known.remove(&s);
-            if s < a {
-                self.known.insert(s, a);
-            }
-            if e > end {
-                self.known.insert(end, e);
-            }
-        }
-    }
-
     pub(super) fn know(&mut self, a: u64, len: u64) {
-        self.forget(a, len);
-        self.known.insert(a, a.saturating_add(len.div_ceil(4096) * 4096));
+        self.known.know(a, len);
     }
 
     fn access(&mut self, kind: u8, addr: u64, size: u64) -> Result<(), String> {
@@ -128,7 +102,7 @@ impl<W: Write> Conv<W> {
         let last = addr.saturating_add(size.max(1) - 1) >> 12;
         for page in first..=last.min(first + 1) {
             self.st.accesses += 1;
-            if !self.covered(page) {
+            if !self.known.covered(page << 12) {
                 self.implicit.insert(page);
             }
             match &mut self.run {
@@ -198,25 +172,22 @@ impl<W: Write> Conv<W> {
                 } else {
                     None
                 };
-                self.know(ret, len);
+                self.known.know(ret, len);
                 self.put(Record::Mmap { addr, len, prot, flags, file, off, ret })
             }
             11 => {
-                self.forget(a(0), a(1));
+                self.known.forget(a(0), a(1));
                 self.put(Record::Munmap { addr: a(0), len: a(1) })
             }
             10 => self.put(Record::Mprotect { addr: a(0), len: a(1), prot: a(2) as u32 }),
             28 => self.put(Record::Madvise { addr: a(0), len: a(1), advice: a(2) as u32 }),
             12 => {
-                match self.brk {
-                    None => self.brk = Some((ret, ret)),
-                    Some((b, _)) => self.brk = Some((b, ret.max(b))),
-                }
+                self.known.brk(ret);
                 self.put(Record::Brk { addr: a(0), ret })
             }
             25 => {
-                self.forget(a(0), a(1));
-                self.know(ret, a(2));
+                self.known.forget(a(0), a(1));
+                self.known.know(ret, a(2));
                 self.put(Record::Mremap { addr: a(0), old_len: a(1), new_len: a(2), flags: a(3) as u32, ret })
             }
             _ => Ok(()),
@@ -356,8 +327,7 @@ pub(super) fn convert<R: BufRead, W: Write>(
         tid,
         st: RecordStats::default(),
         run: None,
-        known: BTreeMap::new(),
-        brk: None,
+        known: KnownRanges::default(),
         implicit: BTreeSet::new(),
         files,
         fd_path: HashMap::new(),
