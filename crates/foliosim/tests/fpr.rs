@@ -173,10 +173,10 @@ fn memory_one_guest_reports_serves_another_without_host_swap() {
     // reporting, back to the host by reporting.
     assert!(off.host.guest_pages(0).1 > 64 * 256, "guest 0's cold pages were swapped out: {:?}", off.host.guest_pages(0));
     assert!(on.host.guest_pages(0).0 < 64 * 256, "guest 0 gave its memory back: {:?}", on.host.guest_pages(0));
-    let peak1 = on.samples_rss.iter().map(|r| r[1]).max().unwrap();
+    let peak1 = on.samples.rss.iter().map(|r| r[1]).max().unwrap();
     assert!(peak1 >= 400 * 256, "guest 1 held its memhog on the host: {peak1}");
     // Guest 1 booted 40 s late: nothing of it ran before.
-    let first = on.samples_t.iter().zip(&on.samples_rss).find(|(_, r)| r[1] > 0).map(|(t, _)| *t).unwrap();
+    let first = on.samples.t.iter().zip(&on.samples.rss).find(|(_, r)| r[1] > 0).map(|(t, _)| *t).unwrap();
     assert!(first >= 40.0, "guest 1 touched memory at {first} s");
 }
 

@@ -246,3 +246,56 @@ fn host_kswapd_reclaims_in_the_background() {
     let young: u64 = kvm.vms.iter().map(|vm| kvm.k.mms()[vm.mm as usize].notifier().map_or(0, |e| e.nr_young)).sum();
     assert!(young > 0, "the host's aging read the EPT's accessed bits");
 }
+
+/// The host's LazyFree of each guest (smaps' count over its VMM's RAM),
+/// and who pays for the lazily freed pages the host drops: with MADV_FREE
+/// discards, what guest 0 reported stays on the host as lazily freed
+/// pages until guest 1's memhog takes the host below its watermarks; the
+/// host's kswapd drops them in the background, charged to no guest, and
+/// a vCPU fault's direct reclaim to the guest whose fault it was.
+#[test]
+fn host_lazyfree_per_guest_and_kswapd_drops_charged_to_no_guest() {
+    let o = two_guests(true, "\"host.discard\" = \"free\"");
+    for g in &o.guests {
+        assert!(g.kernel.check().violations.is_empty(), "{:?}", g.kernel.check().violations);
+    }
+    let Host::Kvm(h) = &o.host else { panic!("a host kernel") };
+    let kvm = h.as_any().downcast_ref::<KvmHost>().unwrap();
+    let lazy0: Vec<u64> = o.samples.lazyfree.iter().map(|l| l[0]).collect();
+    let peak = *lazy0.iter().max().unwrap();
+    assert!(peak > 300 * 256, "guest 0's reports left its memory lazily freed on the host: {peak} pages");
+    // The last sample is the walk at the end, and the guest's gauge shows it.
+    let now = kvm.lazyfree(0);
+    assert_eq!(*lazy0.last().unwrap(), now);
+    assert_eq!(st(&o.guests[0], Stat::HostLazyfree), now as i64);
+    let dropped = host_vmstat(&o, Stat::Pglazyfreed);
+    assert!(
+        now + 64 * 256 < peak && dropped > 64 * 256,
+        "the host dropped guest 0's lazily freed pages: {peak} -> {now}, {dropped} dropped"
+    );
+    let charged: i64 = o.guests.iter().map(|g| st(g, Stat::HostLazyfreeReclaimed)).sum();
+    assert!(charged < dropped, "kswapd's drops are charged to no guest: {charged} of {dropped} charged");
+    assert!(host_vmstat(&o, Stat::PgstealKswapd) >= dropped - charged);
+}
+
+/// QEMU's -mem-prealloc backs a guest's RAM before the guest boots: the
+/// host's faults for it are none of the guest's time and leave no lock or
+/// line of the host busy when the guest starts (`KvmHost::epoch`). Here
+/// they would take the host longer than the guest takes to its first
+/// report, whose madvise would wait for them.
+#[test]
+fn prealloc_is_done_before_the_guest_starts() {
+    let toml = "[machine]\nprofile = \"e5-2630v3-guest-32g\"\nnode_mem_mib = [4096]\n[host]\n\
+         [workload]\nname = \"memhog\"\nsize_mib = 64\nprocess_image = \"none\"\n\
+         [knobs]\n\"host.prealloc\" = true\n\"page_reporting.enabled\" = true\n\
+         [run]\nwarmup_s = 0.0\nduration_s = 4.0\n";
+    let c = config::from_toml(toml, "<test>").unwrap_or_else(|e| panic!("{e}"));
+    let o = simulate_guests(&c, &mut |_| true).unwrap();
+    let Host::Kvm(h) = &o.host else { panic!("a host kernel") };
+    let kvm = h.as_any().downcast_ref::<KvmHost>().unwrap();
+    let calls = st(&o.guests[0], Stat::PageReportingCalls);
+    assert!(calls > 0, "the guest reported");
+    let per_call = kvm.vms[0].report_ns / calls as Ns;
+    assert!(per_call < 30_000_000, "a report's madvise took {per_call} ns on the host");
+    assert!(kvm.epoch > 0, "the host's prealloc took its time");
+}

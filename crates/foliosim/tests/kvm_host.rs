@@ -5,20 +5,26 @@
 //! notifier.
 
 use foliosim::config;
-use foliosim::mm::vmstat::VmStat;
-use foliosim::virt::kvm::{GuestShape, KvmHost};
+use foliosim::mm::vmstat::{Stat, VmStat};
+use foliosim::virt::kvm::{run, GuestShape, KvmHost};
+use foliosim::workload::{prot, Access, Op};
 
 /// 16 MiB of guest RAM: 4096 frames.
 const FRAMES: u64 = 4096;
 
 /// A host of two nodes (256 and 64 MiB) with `knobs` (TOML lines) and one guest.
 fn host(knobs: &str) -> KvmHost {
+    host_vcpus(knobs, 1)
+}
+
+/// `host`, the guest having `nr_vcpus` vCPUs (vCPU c on host CPU c).
+fn host_vcpus(knobs: &str, nr_vcpus: u32) -> KvmHost {
     let text = format!(
         "[machine]\nprofile = \"generic-x86\"\nnr_cpus = 4\nnode_mem_mib = [256, 64]\n[workload]\nname = \"mmap1\"\n[run]\ncheck = true\n[knobs]\n{knobs}\n"
     );
     let c = config::from_toml(&text, "kvm-host-test").unwrap_or_else(|e| panic!("{e}"));
     let discard = foliosim::policy::host_discard(&c.knobs).unwrap();
-    let shape = GuestShape { nr_frames: FRAMES, nr_vcpus: 1 };
+    let shape = GuestShape { nr_frames: FRAMES, nr_vcpus };
     KvmHost::boot(c.profile.clone(), c.knobs, 1, &[shape], discard, &c.profile, false, true).unwrap()
 }
 
@@ -109,4 +115,47 @@ fn a_host_reclaim_that_ignores_the_guest_write_loses_it() {
     h.k.try_to_free_pages(t, cpu, 1024);
     let (base, mm) = (h.vms[0].base, h.vms[0].mm as usize);
     assert!(!h.k.mms()[mm].pt().pte(base + (7 << 12)).present(), "the mutant drops the page the guest wrote");
+}
+
+/// LUF across the host's migrations of guest memory: the VMM
+/// write-protects the first 64 frames of the guest's RAM and reads them
+/// through its own TLB on host CPU 0 (what QEMU's background snapshot
+/// does: userfaultfd write-protection, then a copy of every page), the
+/// host migrates those pages to its other node on CPU 1, where LUF defers
+/// the shootdown of the read-only mappings, and vCPU 1's EPT violations
+/// on CPU 1 take the frames the migration freed there: the allocator must
+/// flush CPU 0's entries before it hands them out (the host's checker,
+/// check/luf.rs, holds it).
+fn migrate_read_only_guest_ram(knobs: &str) -> KvmHost {
+    const N: u64 = 64;
+    let mut h = host_vcpus(&format!("\"luf.enabled\" = true\n{knobs}"), 2);
+    let t = h.touch(0, 0, N, 0, &mut VmStat::default()).unwrap();
+    let (vmm, base, mm) = (h.vms[0].vmm, h.vms[0].base, h.vms[0].mm as usize);
+    let (_, t) = run(&mut h.k, vmm, t, Op::Mprotect { addr: base, len: N << 12, prot: prot::READ });
+    let (_, t) = run(&mut h.k, vmm, t, Op::AccessRange { addr: base, stride: 4096, count: N, kind: Access::Load });
+    let pfns: Vec<_> = (0..N).map(|f| h.k.mms()[mm].pt().pte(base + (f << 12)).pfn()).collect();
+    let cpu = h.k.tasks()[h.vms[0].vcpus[1] as usize].cpu;
+    assert_ne!(cpu, h.k.tasks()[vmm as usize].cpu);
+    let (moved, t) = h.k.move_pages_to_node(t, cpu, &pfns, 1);
+    assert_eq!(moved, N, "the host migrated the guest's pages");
+    assert!(h.k.stat().get(Stat::LufDeferred) > 0, "LUF deferred the flush of the read-only mappings");
+    assert!((0..N as u32).all(|f| !h.ept_present(0, f)), "the migration zapped the SPTEs");
+    let pending = h.k.stat().get(Stat::LufAllocPending);
+    h.touch(1, N as u32, N, t, &mut VmStat::default()).unwrap();
+    assert!(h.k.stat().get(Stat::LufAllocPending) > pending, "vCPU 1's host faults met the pages the migration freed");
+    h
+}
+
+#[test]
+fn luf_flushes_before_a_host_migration_s_frames_back_a_guest() {
+    let mut h = migrate_read_only_guest_ram("");
+    assert!(h.k.stat().get(Stat::LufFlush) > 0, "the allocator flushed the deferred entries");
+    assert!(audit(&mut h).is_empty(), "{:?}", h.k.check().violations);
+}
+
+#[test]
+fn a_host_allocator_that_skips_luf_s_flush_is_caught() {
+    let h = migrate_read_only_guest_ram("\"debug.mutant\" = \"luf_skip_alloc_flush\"");
+    let v = &h.k.check().violations;
+    assert!(v.iter().any(|m| m.starts_with("I4")), "{v:?}");
 }

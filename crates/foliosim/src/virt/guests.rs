@@ -15,6 +15,7 @@
 //! a single guest keeps owning its host as before.
 
 use crate::config::Config;
+use crate::mm::vmstat::Stat;
 use crate::run::{self, Driver, Outcome, Stepped};
 use crate::sim::{Ns, NSEC_PER_SEC};
 use crate::types::Error;
@@ -31,10 +32,8 @@ pub struct GuestsOutcome {
     pub guests: Vec<Outcome>,
     pub host: Host,
     /// Host-wide samples every `run.sample_ms`: time, RSS of each guest,
-    /// pages swapped out (all guests).
-    pub samples_t: Vec<f64>,
-    pub samples_rss: Vec<Vec<u64>>,
-    pub samples_swap: Vec<u64>,
+    /// pages swapped out (all guests), each guest's LazyFree.
+    pub samples: Samples,
     pub interrupted: bool,
     pub host_s: f64,
 }
@@ -53,10 +52,35 @@ fn lend(host: Host, g: usize, d: &mut Driver) {
     d.k.kvm_remote_flush();
 }
 
-fn sample(host: &Host, t: &mut Vec<f64>, rss: &mut Vec<Vec<u64>>, swap: &mut Vec<u64>, at: Ns) {
-    t.push(at as f64 / NSEC_PER_SEC as f64);
-    rss.push((0..host.nr_guests()).map(|g| host.guest_pages(g).0).collect());
-    swap.push((0..host.nr_guests()).map(|g| host.guest_pages(g).1).sum());
+/// The host's samples of a multi-guest run.
+#[derive(Default)]
+pub struct Samples {
+    pub t: Vec<f64>,
+    pub rss: Vec<Vec<u64>>,
+    pub swap: Vec<u64>,
+    pub lazyfree: Vec<Vec<u64>>,
+}
+
+/// Sample the host at `at`. Each guest's LazyFree, a walk of its VMM's
+/// page tables under a host kernel (`KvmHost::lazyfree`), is taken here
+/// and published in the guest's gauge too.
+fn sample(host: &Host, ds: &mut [Driver], s: &mut Samples, at: Ns) {
+    s.t.push(at as f64 / NSEC_PER_SEC as f64);
+    s.rss.push((0..host.nr_guests()).map(|g| host.guest_pages(g).0).collect());
+    s.swap.push((0..host.nr_guests()).map(|g| host.guest_pages(g).1).sum());
+    let lazy: Vec<u64> = match host {
+        Host::Bitmap(b) => (0..b.nr_guests()).map(|g| b.guest_pages(g).1).collect(),
+        Host::Kvm(h) => {
+            let k = h.as_any().downcast_ref::<KvmHost>().expect("virt/kvm.rs is the host kernel");
+            (0..k.nr_guests()).map(|g| k.lazyfree(g)).collect()
+        }
+    };
+    if let Host::Kvm(_) = host {
+        for (d, &l) in ds.iter_mut().zip(&lazy) {
+            d.k.stat.v[Stat::HostLazyfree as usize] = l as i64;
+        }
+    }
+    s.lazyfree.push(lazy);
 }
 
 /// The host kernel lent as a `HostKernel`.
@@ -131,7 +155,12 @@ pub fn simulate_guests(cfg: &Config, progress: &mut dyn FnMut(&Progress) -> bool
         let limit = (cfg.knobs.host_mem_mib > 0).then_some(cfg.knobs.host_mem_mib << (20 - 12));
         Host::Bitmap(Box::new(host::Host::shared(parts, limit)))
     };
-    // The host kernel's own threads (kswapd) run in the guests' time line.
+    // The host kernel's own threads (kswapd) run in the guests' time line,
+    // the host's time `epoch` ahead of the guests' (virt/kvm.rs).
+    let epoch = match &mut host {
+        Host::Kvm(h) => kvm_of(h).epoch,
+        Host::Bitmap(_) => 0,
+    };
     let mut host_rq = match &mut host {
         Host::Kvm(h) => {
             let mut rq = run::KthreadQueue::new();
@@ -142,8 +171,8 @@ pub fn simulate_guests(cfg: &Config, progress: &mut dyn FnMut(&Progress) -> bool
     };
     let end = ds[0].end;
     let sample_every = ((cfg.run.sample_ms * 1e6) as Ns).max(1);
-    let (mut st, mut srss, mut sswap) = (Vec::new(), Vec::new(), Vec::new());
-    sample(&host, &mut st, &mut srss, &mut sswap, 0);
+    let mut samples = Samples::default();
+    sample(&host, &mut ds, &mut samples, 0);
     let mut next_sample = sample_every;
     let mut over = vec![false; n];
     let mut audits_seen = vec![0u64; n];
@@ -173,17 +202,18 @@ pub fn simulate_guests(cfg: &Config, progress: &mut dyn FnMut(&Progress) -> bool
         let Some((t, g)) = best else { break };
         // A host thread due no later than the earliest guest runs first,
         // up to that guest's next event.
-        let host_t = host_rq.as_ref().and_then(|q| q.next_time()).filter(|&h| h <= t);
+        let host_next = host_rq.as_ref().and_then(|q| q.next_time()).map(|h| h.saturating_sub(epoch));
+        let host_t = host_next.filter(|&h| h <= t);
         let t = host_t.unwrap_or(t);
         while t >= next_sample && next_sample <= end {
-            sample(&host, &mut st, &mut srss, &mut sswap, next_sample);
+            sample(&host, &mut ds, &mut samples, next_sample);
             next_sample += sample_every;
         }
         if let (Some(_), Some(rq), Host::Kvm(h)) = (host_t, host_rq.as_mut(), &mut host) {
-            rq.run_one(&mut kvm_of(h).k, best.map_or(Ns::MAX, |b| b.0), end);
+            rq.run_one(&mut kvm_of(h).k, best.map_or(Ns::MAX, |b| b.0.saturating_add(epoch)), end + epoch);
             continue;
         }
-        let horizon = horizon.min(host_rq.as_ref().and_then(|q| q.next_time()).unwrap_or(Ns::MAX));
+        let horizon = horizon.min(host_next.unwrap_or(Ns::MAX));
         let d = &mut ds[g];
         lend(host, g, d);
         let r = d.run_one(horizon);
@@ -226,7 +256,7 @@ pub fn simulate_guests(cfg: &Config, progress: &mut dyn FnMut(&Progress) -> bool
         return Err(Error::Cancelled);
     }
     while !interrupted && next_sample <= end {
-        sample(&host, &mut st, &mut srss, &mut sswap, next_sample);
+        sample(&host, &mut ds, &mut samples, next_sample);
         next_sample += sample_every;
     }
     let mut guests = Vec::with_capacity(n);
@@ -237,15 +267,7 @@ pub fn simulate_guests(cfg: &Config, progress: &mut dyn FnMut(&Progress) -> bool
         guests.push(o);
     }
     progress(&Progress { sim_s: end as f64 / 1e9, sim_total_s: end as f64 / 1e9 });
-    Ok(GuestsOutcome {
-        guests,
-        host,
-        samples_t: st,
-        samples_rss: srss,
-        samples_swap: sswap,
-        interrupted,
-        host_s: host0.elapsed().as_secs_f64(),
-    })
+    Ok(GuestsOutcome { guests, host, samples, interrupted, host_s: host0.elapsed().as_secs_f64() })
 }
 
 /// The result object of a multi-guest run: guest 0's result (as a single
@@ -277,7 +299,9 @@ pub fn result_json(cfg: &Config, o: &GuestsOutcome) -> Value {
         "swap_pages": by_guest.iter().map(|p| p.1).sum::<u64>(),
         "rss_pages_by_guest": by_guest.iter().map(|p| p.0).collect::<Vec<_>>(),
         "swap_pages_by_guest": by_guest.iter().map(|p| p.1).collect::<Vec<_>>(),
-        "timeseries": {"t_s": o.samples_t, "rss_pages_by_guest": o.samples_rss, "swap_pages": o.samples_swap},
+        "lazyfree_pages_by_guest": o.samples.lazyfree.last().cloned().unwrap_or_default(),
+        "timeseries": {"t_s": o.samples.t, "rss_pages_by_guest": o.samples.rss, "swap_pages": o.samples.swap,
+                       "lazyfree_pages_by_guest": o.samples.lazyfree},
     });
     match h {
         Host::Bitmap(b) => {
@@ -287,6 +311,14 @@ pub fn result_json(cfg: &Config, o: &GuestsOutcome) -> Value {
         Host::Kvm(k) => {
             let k = k.as_any().downcast_ref::<KvmHost>().expect("virt/kvm.rs is the host kernel");
             v["host"]["mem_pages"] = json!(k.mem_pages());
+            // Each node's watermarks (min, low, high), in pages: where
+            // kswapd wakes and where it stops, where a fault reclaims.
+            let wm: Vec<(u64, u64, u64)> = (0..k.k.nodes.len() as u32).map(|n| k.k.pa().zone_watermarks(n)).collect();
+            v["host"]["watermark_pages"] = json!({
+                "min": wm.iter().map(|w| w.0).collect::<Vec<_>>(),
+                "low": wm.iter().map(|w| w.1).collect::<Vec<_>>(),
+                "high": wm.iter().map(|w| w.2).collect::<Vec<_>>(),
+            });
             v["host"]["vmstat"] = k.k.stat.iter().map(|(name, v)| (name.to_string(), json!(v))).collect::<serde_json::Map<_, _>>().into();
             // The host's CPU time: in the vCPUs' exits (EPT violations),
             // the VMMs' main threads (reports), its own threads (kswapd).

@@ -79,6 +79,10 @@ pub struct KvmHost {
     walk_level: Ns,
     /// Why the host could not back a guest frame (the run stops with it).
     pub failed: Option<String>,
+    /// The host's time at the guests' time 0: what -mem-prealloc did
+    /// before the guests booted took the host's clocks and lines that far
+    /// (0 without it). A guest's time t is the host's `epoch + t`.
+    pub epoch: Ns,
 }
 
 impl KvmHost {
@@ -135,15 +139,19 @@ impl KvmHost {
             k.mms[mm as usize].mmu_notifier_register(SecondaryMmu::new(base, s.nr_frames, flush_cost));
             vms.push(Vm { mm, vcpus, vmm, base, nr_frames: s.nr_frames, swapins: 0, swap_dropped: 0, exit_ns: 0, report_ns: 0 });
         }
-        let mut h = KvmHost { k, vms, discard, cur: 0, ept_violation, vq_roundtrip, vm_exit, walk_level, failed: None };
+        let mut h = KvmHost { k, vms, discard, cur: 0, ept_violation, vq_roundtrip, vm_exit, walk_level, failed: None, epoch: 0 };
         if prealloc {
             let mut st = VmStat::default();
             for g in 0..h.vms.len() {
                 h.cur = g;
                 let n = h.vms[g].nr_frames;
                 h.touch(0, 0, n, 0, &mut st)?;
+                h.vms[g].exit_ns = 0;
             }
             h.cur = 0;
+            // The guests start when the host is done: its faults' time is
+            // not the guests', and no lock or line is still busy with them.
+            h.epoch = h.k.tasks.iter().map(|t| t.clock).max().unwrap_or(0);
         }
         Ok(h)
     }
@@ -208,6 +216,35 @@ impl KvmHost {
         self.k.mem_map.get(head).flags & (pg::SWAPBACKED | pg::DIRTY) == 0 && !pte.dirty()
     }
 
+    /// Guest `g`'s lazily freed pages on the host, as the host kernel's
+    /// MADV_FREE accounting shows them per process: smaps' `LazyFree` of
+    /// the VMM's RAM (smaps_account: an anonymous folio without
+    /// PG_swapbacked, neither it nor its PTE dirty). Like smaps, a walk
+    /// of the page tables, made when the driver samples; frames with an
+    /// SPTE are passed over, since MADV_FREE zapped the SPTEs of what it
+    /// freed and the guest's next use dirtied the page through the EPT.
+    pub fn lazyfree(&self, g: usize) -> u64 {
+        let vm = &self.vms[g];
+        let (pt, ept) = (&self.k.mms[vm.mm as usize].pt, self.ept(g));
+        let mut n = 0;
+        let mut f = 0;
+        while f < vm.nr_frames {
+            // The RAM starts on a PMD boundary: a block is one PTE table.
+            let end = (f + BLOCK_PAGES).min(vm.nr_frames);
+            if ept.present.count_range(f, end) < end - f {
+                if let Some(tbl) = pt.table(vm.base + (f << 12)) {
+                    let lazy = |i: &u64| {
+                        let pte = tbl.ptes[(i - f) as usize];
+                        !ept.present.get(*i) && pte.present() && self.lazily_freed(pte)
+                    };
+                    n += (f..end).filter(lazy).count() as u64;
+                }
+            }
+            f = end;
+        }
+        n
+    }
+
     /// Whether every frame of the current guest's [pfn, pfn + n) has an
     /// SPTE: a guest access to it costs the host nothing.
     pub fn range_ready(&self, pfn: Pfn, n: u64) -> bool {
@@ -234,8 +271,8 @@ impl KvmHost {
     /// in the guest.
     pub fn touch(&mut self, cpu: u32, pfn: Pfn, n: u64, t: Ns, stat: &mut VmStat) -> Result<Ns, Error> {
         let g = self.cur;
-        let t0 = t;
-        let mut t = t;
+        let t0 = t + self.epoch;
+        let mut t = t0;
         let mut f = pfn as u64;
         let end = f + n;
         let mut faulted = false;
@@ -254,7 +291,7 @@ impl KvmHost {
             self.sync_gauges(stat);
         }
         self.vms[g].exit_ns += t - t0;
-        Ok(t)
+        Ok(t - self.epoch)
     }
 
     /// Back every frame the current guest's kernel `guest` has allocated
@@ -360,8 +397,9 @@ impl KvmHost {
         let Vm { vmm, base, .. } = self.vms[g];
         let rss: u64 = (0..self.vms.len()).map(|i| self.rss(i)).sum();
         let thp = self.k.knobs.anon_folio.thp_enabled != ThpEnabled::Never;
-        // The host kernel keeps no gauge of its lazily freed folios
-        // (LazyFree), so the policy sees none.
+        // The host kernel keeps no running count of its lazily freed
+        // folios (smaps' LazyFree is a walk, `lazyfree`, made when the
+        // driver samples), so the policy sees none.
         let limit = Some(self.mem_pages());
         let ctx = DiscardCtx { pfn, nr_pages: n, thp, rss, nr_lazy: 0, limit };
         let advice = self.discard.advice(&ctx);
@@ -380,6 +418,7 @@ impl KvmHost {
             Advice::Free => MAdvice::Free,
         };
         let op = Op::Madvise { addr: base + ((pfn as u64) << 12), len: n << 12, advice };
+        let t = t + self.epoch;
         let end = run(&mut self.k, vmm, t, op).1;
         self.sync_gauges(stat);
         self.vms[g].report_ns += end.saturating_sub(t);
@@ -400,11 +439,11 @@ impl KvmHost {
         self.k.wakeups.iter().any(|&(_, tid)| self.k.tasks[tid as usize].kthread.is_some())
     }
 
-    /// Publish the current guest's gauges.
+    /// Publish the current guest's gauges (but LazyFree, a walk the
+    /// driver makes when it samples: `lazyfree`).
     pub fn sync_gauges(&self, stat: &mut VmStat) {
         let g = self.cur;
         stat.v[Stat::HostRss as usize] = self.rss(g) as i64;
-        stat.v[Stat::HostLazyfree as usize] = 0;
         stat.v[Stat::HostSwap as usize] = self.swapped(g) as i64;
         stat.v[Stat::HostPswpout as usize] = self.pswpout(g) as i64;
         stat.v[Stat::HostMemFree as usize] = self.k.stat.get(Stat::NrFreePages);
@@ -464,8 +503,9 @@ impl super::HostKernel for KvmHost {
 
 /// Run `op` as host task `tid` from `at` to its end (every step of it),
 /// the CPU given back after to what it ran before. Returns its result and
-/// the task's clock after.
-fn run(k: &mut Kernel, tid: u32, at: Ns, op: Op) -> (Ret, Ns) {
+/// the task's clock after. (What a VMM does on the host: its mmap and
+/// madvise here, a test's mprotect or reads.)
+pub fn run(k: &mut Kernel, tid: u32, at: Ns, op: Op) -> (Ret, Ns) {
     let cpu = k.tasks[tid as usize].cpu;
     let tk = &mut k.tasks[tid as usize];
     tk.clock = tk.clock.max(at);
