@@ -203,6 +203,25 @@ quote = "stdev 1.31%"
 """
 
 
+def test_a_note_reads_the_loaded_profile_and_its_host(tmp_path):
+    # cxl-1tb is derived: its node 0 read bandwidth is the rule's, not a
+    # number of its file, and the host's is generic-x86's with its source.
+    from foliosim import _core
+
+    def values(name):
+        return {v["path"]: (v["value"], v["kind"]) for v in json.loads(_core.profile_explain_json(name))["values"]}
+
+    derived, host = values("cxl-1tb"), values("generic-x86")
+    key = "nodes[0].read_bw_gbps"
+    exp = R.load(_write(tmp_path, BASE.replace("[config]", '[config]\nmachine.profile = "cxl-1tb"')
+                        + '[[rows]]\nlabel = "x"\nmetric = "m"\nsimulated = "1"\n[[notes]]\n'
+                        + f"text = \"{{profile.value['{key}']:.6f}} {{profile.source['{key}']}} "
+                        + f"{{profile.host.value['{key}']:.6f}} {{profile.host.source['{key}']}} {{profile.host_name}}\"\n"))
+    (note,) = R.evaluate_experiment(exp, {exp.runs["a"].id: {"summary": {}}})["notes"]
+    assert derived[key][1] == "derived" and derived[key][0] != host[key][0]
+    assert note == f"{derived[key][0]:.6f} derived {host[key][0]:.6f} {host[key][1]} generic-x86"
+
+
 def test_a_row_noise_band_is_read_from_the_source(tmp_path):
     exp = R.load(_write(tmp_path, NOISY + '[[rows]]\nlabel = "x"\nmetric = "m"\nunit = "%"\npublished = "pub.p"\n'
                         'noise = "pub.sd"\nsimulated = "1.41"\n'))

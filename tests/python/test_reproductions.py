@@ -51,6 +51,33 @@ def test_inputs_hash_reads_a_profiles_values_not_its_comments(tmp_path):
     assert D.inputs_hash(exp, tmp_path) != before
 
 
+def test_write_of_some_refuses_other_stale_rows_before_running(tmp_path, monkeypatch):
+    # The check comes first: a long run is never thrown away by it.
+    (tmp_path / "docs").mkdir()
+    exp = tmp_path / "exp.toml"
+    exp.write_text('title = "x"\n')
+    rows = {"experiments": [{"name": "other", "file": "exp.toml", "inputs_sha256": "stale"}]}
+    (tmp_path / "docs" / "reproductions.json").write_text(json.dumps(rows))
+
+    def run_all(*_args, **_kw):
+        raise AssertionError("ran before checking the other experiments' inputs")
+
+    monkeypatch.setattr(D, "_run_all", run_all)
+    with pytest.raises(SystemExit, match="other: inputs changed too"):
+        D.write(tmp_path, progress=False, names=["mine"])
+
+
+def test_an_experiment_that_cannot_run_is_one_line_and_exit_2(monkeypatch, capsys):
+    # e.g. a recorded trace missing on this machine: no traceback.
+    def write(*_args, **_kw):
+        raise R.ExperimentError("exp.toml", "workload.path", "@trace is not recorded here", 3)
+
+    monkeypatch.setattr(D, "write", write)
+    assert D.main(["write"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("foliosim: ") and "workload.path" in err[0] and "not recorded" in err[0]
+
+
 def test_every_row_far_from_its_published_figure_says_why(committed):
     # A reader who sees "off" or "opposite" beside a row finds the reason in
     # the row itself, not only somewhere in the notes under the table.

@@ -39,6 +39,7 @@ from ..progress import fmt_s
 from ..result import write_text_atomic
 from . import find, load_all, run_experiments
 from .runner import Status
+from .spec import ExperimentError
 
 __all__ = ["check", "inputs_hash", "main", "rehash", "render", "repo_root", "stale", "write"]
 
@@ -305,10 +306,12 @@ def write(root: Path | None = None, progress: bool = True, names: Sequence[str] 
     root = root or repo_root()
     if names:
         old = json.loads((root / "docs" / "reproductions.json").read_text(encoding="utf-8"))["experiments"]
-        fresh = {r["name"]: _keep(r, root) for r in _run_all(progress, names, jobs)}
-        stale = [e["name"] for e in old if e["name"] not in fresh and e["inputs_sha256"] != inputs_hash(root / e["file"], root)]
+        # Before anything runs: a finished run is never lost to this check.
+        stale = [e["name"] for e in old if e["name"] not in names and e["inputs_sha256"] != inputs_hash(root / e["file"], root)]
         if stale:
-            raise SystemExit(f"foliosim: {', '.join(stale)}: inputs changed too; run `make reproductions` (all)")
+            raise SystemExit(f"foliosim: {', '.join(stale)}: inputs changed too; run `make reproductions` (all), "
+                             "or `rehash` first if the change moved no output")
+        fresh = {r["name"]: _keep(r, root) for r in _run_all(progress, names, jobs)}
         kept = [fresh.pop(e["name"], e) for e in old]
         data = {"generated_by": "make reproductions", "experiments": kept + list(fresh.values())}
     else:
@@ -376,6 +379,16 @@ def check(root: Path | None = None, progress: bool = True, jobs: int | None = No
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except ExperimentError as e:
+        # A bad or unrunnable experiment (e.g. a trace not recorded here):
+        # one line naming the file and key, as `foliosim reproduce` does.
+        print(f"foliosim: {e}", file=sys.stderr)
+        return 2
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     jobs = None
     for flag in ("-j", "--jobs"):

@@ -250,6 +250,26 @@ def _series(exp: Experiment, spec: SeriesSpec, env: dict[str, Any], partial: boo
         yield s
 
 
+def _profile_values(name: str) -> dict[str, Any]:
+    """`profile` in the rules: the experiment's machine profile as loaded (a
+    derived one completed by the rule of docs/profiles.md), so that a note
+    can name a cost and where it comes from without typing it: `value` and
+    `source` (measured, public, derived, assumed) by path, as `foliosim list
+    profiles NAME --explain` prints them (`nodes[0].read_bw_gbps`), and the
+    same of its `host` (empty unless the profile is derived)."""
+    def load(n: str) -> dict[str, Any]:
+        j = json.loads(_core.profile_explain_json(n))
+        return {"name": j["name"], "host_name": j.get("host"),
+                "value": {v["path"]: v["value"] for v in j["values"]},
+                "source": {v["path"]: v["kind"] for v in j["values"]}}
+    try:
+        out = load(name)
+        out["host"] = load(out["host_name"]) if out["host_name"] else {}
+    except (_core.ConfigError, OSError):
+        return {}
+    return out
+
+
 def _profile(name: str, profiles: Mapping[str, Any]) -> dict[str, Any]:
     text = (profiles.get(name) or {}).get("toml")
     if text is None and os.path.isfile(name):
@@ -279,6 +299,7 @@ def evaluate_experiment(exp: Experiment, results: Mapping[str, dict[str, Any]], 
     for s, names in exp.sweeps.items():
         env[s] = [runs[n] for n in names if n in runs]
     env["pub"] = _Published(exp.published)
+    env["profile"] = _profile_values(exp.profile)
     _READS = reads = _Reads()
     try:
         for name, rule in exp.lets:
