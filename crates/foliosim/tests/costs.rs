@@ -407,3 +407,58 @@ fn a_will_it_scale_process_starts_with_its_image_resident() {
     assert!(vma(0x7fff_f7fb_7000).is_none(), "ld.so's hole");
     assert_eq!(m.rss() * 4, 2196);
 }
+
+/// A fault pays `fault_after_syscall_ns` when the CPU's last kernel entry
+/// was a system call (the mmap before the first store, tlb_flush2's
+/// madvise before its load), never when it was another fault.
+#[test]
+fn a_fault_right_after_a_system_call_pays_for_its_cold_path() {
+    let run = |v: f64| {
+        let mut h = boot(UPSTREAM, &|p| p.cost.fault_after_syscall_ns = v);
+        let t = h.process(0);
+        let a = mmap(&mut h, t, 4 * MIB);
+        let first = fault(&mut h, t, a);
+        let second = fault(&mut h, t, a + 4096);
+        h.val(t, 0, Op::Madvise { addr: a, len: 4096, advice: foliosim::workload::Advice::DontNeed });
+        let f0 = entry(&h, t, Entry::Fault);
+        h.run(t, 0, Op::Access { addr: a, kind: Access::Load });
+        let after_madvise = entry(&h, t, Entry::Fault) - f0;
+        assert!(h.k.check().violations.is_empty(), "{:?}", h.k.check().violations);
+        [first, second, after_madvise]
+    };
+    let (base, more) = (run(0.0), run(500.0));
+    let added: Vec<i64> = base.iter().zip(&more).map(|(b, m)| *m as i64 - *b as i64).collect();
+    assert_eq!(added, [500, 0, 500], "after mmap, after a fault, after madvise");
+}
+
+/// Fault-around (filemap_map_pages) walks the page cache once: the
+/// window's first folio costs a lookup, each next one a step of the walk
+/// (priced as read()'s per-folio batch step), never a whole lookup each.
+#[test]
+fn fault_around_looks_up_the_page_cache_once_per_window() {
+    let run = |lookup: f64, step: f64| {
+        let mut h = boot(UPSTREAM, &|p| {
+            p.cost.pagecache_lookup_ns = lookup;
+            p.cost.pagecache_read_ns = step;
+        });
+        let t = h.process(0);
+        // tmpfs: its pages are uptodate from their first fault (a disk
+        // file's wait for their read to complete).
+        let ino = h.k.new_inode(foliosim::workload::FsKind::Tmpfs, common::PAGES << 12);
+        let (a, at) = h.map_file(t, 0, ino, prot::READ);
+        let at = h.read_all(t, at, a);
+        let (_, at) = h.val(t, at, Op::Munmap { addr: a, len: common::PAGES << 12 });
+        let (a, at) = h.map_file(t, at, ino, prot::READ);
+        // The first 64 KiB-aligned window wholly inside the mapping.
+        let w = (a + 0xffff) & !0xffff;
+        let (f0, n0) = (entry(&h, t, Entry::Fault), h.k.stat().get(foliosim::mm::vmstat::Stat::FaultAroundPages));
+        h.run(t, at, Op::Access { addr: w, kind: Access::Load });
+        let f = entry(&h, t, Entry::Fault) - f0;
+        assert_eq!(h.k.stat().get(foliosim::mm::vmstat::Stat::FaultAroundPages) - n0, 15, "the fault mapped its 64 KiB window");
+        assert!(h.k.check().violations.is_empty(), "{:?}", h.k.check().violations);
+        f as i64
+    };
+    let base = run(0.0, 0.0);
+    assert_eq!(run(1000.0, 0.0) - base, 1000, "one lookup for the 16-page window");
+    assert_eq!(run(0.0, 1000.0) - base, 15_000, "a walk step for each of the 15 other folios");
+}

@@ -52,6 +52,9 @@ pub struct CpuCache {
     /// The PTE table (mm, va >> PMD_SHIFT) of this CPU's last page walk,
     /// u64::MAX for none.
     pub last_walk: u64,
+    /// A system call ran here since the last page fault: the fault path's
+    /// code and branch state are no longer warm (`fault_after_syscall_ns`).
+    pub syscall_since_fault: bool,
 }
 
 impl Default for CpuCache {
@@ -62,7 +65,7 @@ impl Default for CpuCache {
 
 impl CpuCache {
     pub fn new() -> CpuCache {
-        CpuCache { alloc_warm: false, last_walk: u64::MAX }
+        CpuCache { alloc_warm: false, last_walk: u64::MAX, syscall_since_fault: false }
     }
 
     /// A page walk into the PTE table `table` (mm and va >> PMD_SHIFT,

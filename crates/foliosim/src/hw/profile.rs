@@ -185,6 +185,13 @@ pub struct CostSpec {
     // --- entry/exit
     pub trap_ns: f64,
     pub syscall_ns: f64,
+    /// What a page fault costs beyond `trap_ns` and the rest when the
+    /// CPU's last kernel entry was a system call rather than a fault: the
+    /// fault costs are measured on faults taken back to back, whose entry
+    /// and handler find their code and branch state warm; a fault right
+    /// after a system call (tlb_flush2's load after its madvise, malloc1's
+    /// header store after its mmap) does not.
+    pub fault_after_syscall_ns: f64,
     /// A user-mode memory access that hits the TLB (loop overhead included).
     pub user_access_ns: f64,
     // --- fault path (software part, excluding alloc, zeroing, PTE, rmap, LRU)

@@ -7,6 +7,8 @@ use crate::sim::{ns, Ns};
 pub struct Costs {
     pub trap: Ns,
     pub syscall: Ns,
+    /// A user fault on a CPU whose last kernel entry was a system call.
+    pub fault_after_syscall: Ns,
     pub user_access: Ns,
     pub fault_base: Ns,
     pub vma_lookup: Ns,
@@ -101,6 +103,7 @@ impl Costs {
         Costs {
             trap: ns(c.trap_ns),
             syscall: ns(c.syscall_ns),
+            fault_after_syscall: ns(c.fault_after_syscall_ns),
             user_access: ns(c.user_access_ns),
             fault_base: ns(c.fault_base_ns),
             vma_lookup: ns(c.vma_lookup_ns),

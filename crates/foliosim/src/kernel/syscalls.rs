@@ -61,6 +61,19 @@ impl Kernel {
             }
         }
         self.resume_user_mode_work(tid);
+        // Every op but user work is a system call: the next fault on this
+        // CPU finds its path cold (fault_after_syscall_ns).
+        let syscall = !matches!(op, Op::AccessRange { .. } | Op::Compute { .. } | Op::Stream { .. });
+        let r = self.exec_op(tid, op);
+        if syscall && r.is_some() {
+            self.cpus[self.tasks[tid as usize].cpu as usize].cache.syscall_since_fault = true;
+        }
+        r
+    }
+
+    /// The body of `exec_other`: one op, to its end or to a later step.
+    #[inline(always)]
+    fn exec_op(&mut self, tid: u32, op: Op) -> Option<Ret> {
         match op {
             Op::Access { .. } => unreachable!("exec runs accesses itself"),
             Op::AccessRange { addr, stride, count, kind } => self.access_range(tid, addr, stride, count, kind),
@@ -78,9 +91,12 @@ impl Kernel {
                 let home = self.cpus[cpu as usize].node as usize;
                 let mut t = t0;
                 for i in 0..count {
-                    // The node of the page read (the CPU's own if it is gone).
+                    // The node of the page read (the CPU's own if it is gone),
+                    // from the node's PFN range: the struct page, a cache
+                    // miss for every page of a large table, says the same.
                     let pte = self.mms[mm as usize].pt.pte(addr + i * stride);
-                    let nid = if pte.present() { self.mem_map.get(pte.pfn()).nid as usize } else { home };
+                    let nid = if pte.present() { self.pfn_to_nid(pte.pfn()) as usize } else { home };
+                    debug_assert!(!pte.present() || nid == self.mem_map.get(pte.pfn()).nid as usize);
                     t = self.mem_traffic(t, cpu, nid, bytes, self.nodes[nid].stream_4k * bytes / 4096);
                 }
                 let tk = &mut self.tasks[tid as usize];

@@ -592,8 +592,14 @@ impl Kernel {
         if mapped.is_empty() {
             return t + self.c.pc_lookup;
         }
+        // One lookup finds the window's first folio (xas_find); each next
+        // one is a step of the same walk, priced as read()'s batch walk
+        // per folio (pagecache_read_ns: filemap_get_read_batch's step and
+        // reference, the nearest measured analogue of next_uptodate_folio);
+        // every page mapped sets its PTE and rmap.
         let lc = self.lc;
-        let hold = (self.c.pc_lookup + self.c.pte_set + self.c.rmap) * mapped.len() as Ns;
+        let n = mapped.len() as Ns;
+        let hold = self.c.pc_lookup + self.c.pc_read * (n - 1) + (self.c.pte_set + self.c.rmap) * n;
         let tbl = self.mms[mm as usize].pt.table_mut(addr).unwrap();
         let (s, _) = tbl.ptl.lock_span(t, cpu, hold, &lc);
         let x = exec_bit(vma);

@@ -119,12 +119,16 @@ impl Kernel {
                     tk.clock += c;
                     tk.user_ns += c;
                 }
-                let epoch = self.mem_map.get(pte.pfn()).alloc_epoch;
+                // The entry's epoch is the checker's alone (its stale-entry
+                // test): without the checker the frame's struct page, a
+                // cache miss on a walk into a large table, is not read.
+                let checked = self.check.enabled;
+                let epoch = if checked { self.mem_map.get(pte.pfn()).alloc_epoch } else { 0 };
                 // Large entries: PMD THP, contpte, HPA; the mm decides the
                 // size (mm/huge_memory.rs).
                 if pte.0 & Pte::HUGE != 0 || self.prof.tlb.contpte || self.prof.tlb.coalesce_order != 0 {
                     let sz = self.tlb_fill_size(mm, va, pte);
-                    let epoch = if sz > 0 { self.mem_map.get(pte.pfn() & !((1u32 << sz) - 1)).alloc_epoch } else { epoch };
+                    let epoch = if sz > 0 && checked { self.mem_map.get(pte.pfn() & !((1u32 << sz) - 1)).alloc_epoch } else { epoch };
                     mmu::tlb_fill(&mut self.cpus[cpu as usize].tlb, kind, mm, va, pte, sz, epoch, missed);
                 } else {
                     // The common 4 KiB fill on its own path: a constant size.
@@ -305,7 +309,11 @@ impl Kernel {
     pub fn exc_page_fault(&mut self, tid: u32, addr: u64, kind: Access) -> Fault {
         let pf = self.page_fault(tid, addr, kind, self.tasks[tid as usize].clock);
         self.stat.inc(Stat::Pgfault);
-        let t = pf.t0 + self.c.trap / 2;
+        let mut t = pf.t0 + self.c.trap / 2;
+        let cache = &mut self.cpus[pf.cpu as usize].cache;
+        if std::mem::take(&mut cache.syscall_since_fault) && pf.user() {
+            t += self.c.fault_after_syscall;
+        }
         if t > crate::sim::horizon() && pf.user() {
             return self.fault_redo_later(&pf, t, FaultRedo::Entry);
         }
