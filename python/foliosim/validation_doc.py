@@ -105,12 +105,69 @@ def render(rep: dict[str, Any], source: str, programs_block: str = "") -> str:
     L.append("")
     L.append(PROGRAMS_HEADING)
     L.append("")
+    L.append(PROGRAMS_METHOD)
+    L.append("")
     L.append(programs_block or programs_section(""))
     L.append("")
     return "\n".join(L)
 
 
 PROGRAMS_HEADING = "## Real programs: faults, peak RSS and system time"
+
+#: How the real side of the table is measured, and why (no figures: those
+#: are in the generated block, formatted from the report).
+PROGRAMS_METHOD = """\
+**The real sys time.** rusage's utime and stime are not measured: the
+kernel (CONFIG_TICK_CPU_ACCOUNTING, this host's) adds up each task's exact
+CPU time (sum_exec_runtime) and splits it between user and system in the
+ratio of the scheduler ticks that found the task in either mode
+(cputime_adjust), so a program that spends few ticks in the kernel gets a
+sys time that moves between quiet runs by more than the target. Three
+finer sources were weighed. This host has no PMU (`perf stat -e cycles:k`
+is not supported): no cycle count in kernel mode. /proc/PID/schedstat
+gives the exact sum, not the split. perf's software clock (`perf record -e
+cpu-clock:u -e cpu-clock:k -c PERIOD`, an hrtimer each task arms on its
+own CPU time) samples the mode far more often than the tick, but on this
+host (a virtual machine, where every timer interrupt is an exit to the
+hypervisor) each sample costs the program tens of microseconds, in user
+and in kernel time alike: sampled often enough to resolve the rows
+here, xz's user and kernel times both grew far beyond their spread
+between native runs, so what it measures is no longer the program. So the table keeps rusage's figure and gives it
+enough repeats to be judged: every figure is the median of interleaved
+repeats with its interquartile range, and where that range is wider than
+the figure's target the row says so (noisy) instead of giving a verdict
+on it. The programs are sized so that most rows have a few hundred
+milliseconds of sys time; xz, whose kernel time is some tens of ticks
+whatever its input (its heap is its dictionary's), is the row that stays
+noisy.
+
+**Free page reporting moves the real sys time.** This host is a guest
+whose virtio-balloon reports free memory to the hypervisor
+(VIRTIO_BALLOON_F_REPORTING; mechanisms/free-page-reporting.md), which
+discards it: blocks of pageblock order (2 MiB) and larger that stay free
+for a couple of seconds are reported, and the first touch of each of
+their pages afterwards faults in the hypervisor too, inside the guest's
+clear_page. A 2 MiB THP is always taken from such a block, 4 KiB pages
+mostly from the per-CPU lists and small free blocks that are not; the
+model's costs come from calibrate's loops, which reuse memory they just
+freed. So a program's sys time depends on how long the host sat idle
+before it (sort under 2M pays the most), and the replay, which does not
+model the reporting host under this guest, sits at the warm end.
+
+**What recording costs a system call.** A trace's system time for the calls
+the model does not run (the replay's `other`) is their recorded time
+between perf's raw_syscalls:sys_enter and sys_exit events, which holds part
+of those events' own cost and the whole cost of every event the call fires
+inside (page-cache events, kernel faults). Before it forks the command,
+the recording's wrapper (validation/recordwrap.c) makes PROBE_CALLS
+getppid() calls, whose own work is a few loads: the median of their
+recorded times is one event's cost under that recording's load, and the
+converter takes out that cost once for the call and once for each event
+inside it (floored at zero). validation/tpcost.c checks the rule: it times
+getppid() and a one-byte pread() of a cached page natively and recorded,
+and the line under the table compares their extra times with what the
+converter took out.
+"""
 
 
 def programs_section(old: str) -> str:
