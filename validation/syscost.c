@@ -12,6 +12,9 @@
  *              each ("prep_ns": per fault, each allocating its PTE table),
  *              then its munmap ("ns"): the zap of X pages and free_pgtables'
  *              teardown of the X PTE tables
+ *   munmap-empty  the munmap case's region of X PMD entries, nothing written
+ *              ("ns"): no page to zap, no PTE table to free; the zap and
+ *              free_pgtables' walks step over X empty PMD entries each
  *   brk        brk(2) raising the break by X pages ("ns"), then lowering it
  *              back ("undo_ns"); nothing is touched (the break stays a page
  *              above its start, so that the heap VMA is extended and split,
@@ -206,7 +209,7 @@ static int munmap_batch(size_t stride)
 	return n < 1 ? 1 : n > BATCH ? BATCH : (int)n;
 }
 
-static struct result pass_munmap(const struct opts *o, double clk)
+static struct result pass_munmap(const struct opts *o, double clk, int write)
 {
 	struct result r = {0, 0, 0, 0};
 	size_t len = o->x * PMD, stride = stride_for(len);
@@ -218,14 +221,15 @@ static struct result pass_munmap(const struct opts *o, double clk)
 			madvise((void *)p[b], len, MADV_NOHUGEPAGE); /* 4 KiB pages whatever the THP knobs say */
 		}
 		double t0 = now();
-		for (int b = 0; b < batch; b++)
+		for (int b = 0; b < batch && write; b++)
 			for (size_t a = 0; a < len; a += PMD)
 				p[b][a] = 1;
 		double t1 = now();
 		for (int b = 0; b < batch; b++)
 			munmap((void *)p[b], len);
 		double t2 = now();
-		r.prep_ns += (t1 - t0 - clk) / (double)o->x;
+		if (write)
+			r.prep_ns += (t1 - t0 - clk) / (double)o->x;
 		r.ns += t2 - t1 - clk;
 		r.n += (unsigned long)batch;
 	}
@@ -381,7 +385,7 @@ int main(int argc, char **argv)
 	struct opts o = {"/dev/shm", 1, 0, 4096};
 	int passes = 5, c;
 	if (argc < 2) {
-		fprintf(stderr, "usage: syscost mmap|munmap|brk|mprotect|mprotect-split|madvise|read|write|fork "
+		fprintf(stderr, "usage: syscost mmap|munmap|munmap-empty|brk|mprotect|mprotect-split|madvise|read|write|fork "
 				"[-x X] [-n CALLS] [-p PASSES] [-d DIR] [-f FILE_KIB]\n");
 		return 2;
 	}
@@ -397,15 +401,15 @@ int main(int argc, char **argv)
 		default: return 2;
 		}
 	}
-	enum { MMAP, MUNMAP, BRK, MPROTECT, MPROTECT_SPLIT, MADVISE, READ, WRITE, FORK, NCASES } k;
-	static const char *names[NCASES] = {"mmap", "munmap", "brk", "mprotect", "mprotect-split", "madvise", "read", "write", "fork"};
+	enum { MMAP, MUNMAP, MUNMAP_EMPTY, BRK, MPROTECT, MPROTECT_SPLIT, MADVISE, READ, WRITE, FORK, NCASES } k;
+	static const char *names[NCASES] = {"mmap", "munmap", "munmap-empty", "brk", "mprotect", "mprotect-split", "madvise", "read", "write", "fork"};
 	for (k = 0; k < NCASES && strcmp(kase, names[k]); k++)
 		;
 	if (k == NCASES) {
 		fprintf(stderr, "syscost: unknown case '%s'\n", kase);
 		return 2;
 	}
-	unsigned long xmax = k == MMAP ? 1UL << 16 : k == MUNMAP ? 4096 : k == MADVISE ? MADVISE_RANGE : k == READ || k == WRITE ? 4096 : 1UL << 20;
+	unsigned long xmax = k == MMAP ? 1UL << 16 : k == MUNMAP ? 4096 : k == MUNMAP_EMPTY ? 511 : k == MADVISE ? MADVISE_RANGE : k == READ || k == WRITE ? 4096 : 1UL << 20;
 	if ((o.x < 1 && k != MADVISE) || o.x > xmax || passes < 1 || passes > MAX_PASSES ||
 	    ((k == READ || k == WRITE) && (o.file_kib < 4 || o.file_kib % 4 || o.x * 4 > o.file_kib))) {
 		fprintf(stderr, "syscost: -x must be 1..%lu (madvise: 0..%d), -p 1..%d, -f a multiple of 4 KiB holding -x pages\n", xmax,
@@ -413,13 +417,13 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	if (o.calls == 0) /* about the same time per pass whatever the case */
-		o.calls = k == MUNMAP ? 4096 / o.x + 16 : k == FORK ? 200 : k == MMAP ? 2000 : 20000;
+		o.calls = k == MUNMAP || k == MUNMAP_EMPTY ? 4096 / o.x + 16 : k == FORK ? 200 : k == MMAP ? 2000 : 20000;
 	if (k == READ || k == WRITE) {
 		rw_fd = cached_file(o.dir, o.file_kib * 1024);
 		rw_buf = map_anon(o.x * PG);
 		memset(rw_buf, 1, o.x * PG);
 	}
-	if (k == MUNMAP) {
+	if (k == MUNMAP || k == MUNMAP_EMPTY) {
 		/* The anchor: a page written at the area's start keeps its upper
 		 * page tables (see munmap_batch). */
 		volatile char *anchor = map_at(AREA, PG, 0, 0);
@@ -435,7 +439,8 @@ int main(int argc, char **argv)
 		struct result r;
 		switch (k) {
 		case MMAP: r = pass_mmap(&o, clk); break;
-		case MUNMAP: r = pass_munmap(&o, clk); break;
+		case MUNMAP: r = pass_munmap(&o, clk, 1); break;
+		case MUNMAP_EMPTY: r = pass_munmap(&o, clk, 0); break;
 		case BRK: r = pass_brk(&o, clk); break;
 		case MPROTECT: r = pass_mprotect(&o, clk, 0); break;
 		case MPROTECT_SPLIT: r = pass_mprotect(&o, clk, 1); break;

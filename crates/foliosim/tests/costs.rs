@@ -462,3 +462,30 @@ fn fault_around_looks_up_the_page_cache_once_per_window() {
     assert_eq!(run(1000.0, 0.0) - base, 1000, "one lookup for the 16-page window");
     assert_eq!(run(0.0, 1000.0) - base, 15_000, "a walk step for each of the 15 other folios");
 }
+
+/// A VMA's first anonymous fault makes its anon_vma (anon_vma_prepare_ns,
+/// once, whatever the folio size); its next faults find it there.
+#[test]
+fn the_first_anonymous_fault_in_a_vma_makes_its_anon_vma_once() {
+    let prep = |p: &mut Profile, v: f64| p.cost.anon_vma_prepare_ns = v;
+    for knobs in [UPSTREAM, MTHP_64K, THP_2M] {
+        assert_eq!(added(knobs, prep, 1000.0).0, 1000, "{knobs}");
+    }
+    let second = |v: f64| {
+        let mut h = boot(UPSTREAM, &|p| p.cost.anon_vma_prepare_ns = v);
+        let t = h.process(0);
+        let a = mmap(&mut h, t, 4 * MIB);
+        fault(&mut h, t, a);
+        fault(&mut h, t, a + 3 * MIB)
+    };
+    assert_eq!(second(1000.0), second(0.0), "the second fault, in another PTE table of the same VMA");
+}
+
+/// munmap's walks (the zap's and free_pgtables') each step over every
+/// empty PMD entry of the region: a 4 MiB region with one page written
+/// has one PMD entry without a PTE table.
+#[test]
+fn munmap_steps_over_each_empty_pmd_entry_in_both_walks() {
+    let none = |p: &mut Profile, v: f64| p.cost.pgtable_none_ns = v;
+    assert_eq!(added(UPSTREAM, none, 1000.0), (0, 2000));
+}

@@ -54,6 +54,19 @@ fn munmap_frees_one_pte_table_per_2_mib_written() {
 }
 
 #[test]
+fn munmap_walks_each_empty_pmd_entry_twice() {
+    // 8 PMD entries with no PTE table under the anchor's PMD table: the
+    // zap's walk and free_pgtables' each step over all 8.
+    assert_eq!(added("munmap-empty", 8, "pgtable_none_ns", "munmap", 3), vec![16_000; 3]);
+    assert_eq!(added("munmap-empty", 8, "pgtable_free_ns", "munmap", 3), vec![0; 3]);
+    // Every entry of the munmap case's region has its PTE table: none empty.
+    assert_eq!(added("munmap", 4, "pgtable_none_ns", "munmap", 3), vec![0; 3]);
+    // No PUD table where the mmap case maps (nothing else in its 512 GiB):
+    // one empty PGD entry, each walk.
+    assert_eq!(added("mmap", 8, "pgtable_none_ns", "munmap", 3), vec![2_000; 3]);
+}
+
+#[test]
 fn an_untouched_region_has_no_anon_vma_to_unlink() {
     assert_eq!(added("mmap", 8, "unlink_anon_vma_ns", "munmap", 5), vec![0; 5]);
 }

@@ -272,6 +272,18 @@ pub struct CostSpec {
     // --- page tables
     pub pgtable_alloc_ns: f64,
     pub pgtable_free_ns: f64,
+    /// Per empty page-table entry an unmap's walks step over: a PMD entry
+    /// with no PTE table below it (in a PMD table that exists), a PUD entry
+    /// with no PMD table, a PGD entry with no PUD table. unmap_page_range
+    /// and free_pgtables (free_pgd_range) each walk every entry of a VMA's
+    /// range: a 128 MiB region with one page written has 63 empty PMD
+    /// entries, walked twice.
+    pub pgtable_none_ns: f64,
+    // --- VMA / syscalls (cont.)
+    /// A VMA's first anonymous fault makes its anon_vma
+    /// (__anon_vma_prepare: anon_vma and anon_vma_chain allocated, linked
+    /// under the anon_vma's lock and page_table_lock).
+    pub anon_vma_prepare_ns: f64,
     // --- VMA / syscalls
     pub mmap_ns: f64,
     pub munmap_ns: f64,

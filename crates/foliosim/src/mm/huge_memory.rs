@@ -216,7 +216,8 @@ impl Kernel {
         // The faulting sub-page is cleared last (folio_zero_user): no extra cost.
         let t = self.clear_folio(t + self.c.alloc_anon_folio, cpu, pnid, order) + self.c.memcg;
         self.check_guest_write(pfn, order, "cleared");
-        let av = self.anon_vma_prepare(mm, vma);
+        let (av, prep) = self.anon_vma_prepare(mm, vma);
+        let t = t + prep;
         // set_ptes is one batch of n PTEs, and folio_add_new_anon_rmap sets
         // every page's mapcount and AnonExclusive; a PMD mapping is one
         // entry and one rmap call, with no per-page work.
@@ -368,7 +369,8 @@ impl Kernel {
                 return None;
             }
             // folio_move_anon_rmap_range: all references are R's PTEs.
-            let av = self.anon_vma_prepare(mm, vma);
+            let (av, prep) = self.anon_vma_prepare(mm, vma);
+            t += prep;
             self.mem_map.get_mut(head).mapping = av;
             for i in 0..r as Pfn {
                 let p = self.mem_map.get_mut(first + i);
@@ -527,7 +529,8 @@ impl Kernel {
         let snid = self.mem_map.get(old).nid as usize;
         let t = self.copy_pages(t1, cpu, snid, nid as usize, n, self.nodes[snid].copy_4k * n) + self.c.memcg;
         self.check_guest_write(pfn, k, "copied into");
-        let av = self.anon_vma_prepare(mm, vma);
+        let (av, prep) = self.anon_vma_prepare(mm, vma);
+        let t = t + prep;
         // Re-check under the PTL; a lost race falls back to the one-page copy.
         if !block_ok(self, k) {
             self.stat.inc(Stat::MthpRaceRetry);

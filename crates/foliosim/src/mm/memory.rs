@@ -405,16 +405,21 @@ impl Kernel {
         freed.len() as Ns * self.c.unlink_anon_vma
     }
 
-    pub(crate) fn anon_vma_prepare(&mut self, mm: u32, vma: &Vma) -> u32 {
+    /// The VMA's anon_vma, made on its first anonymous fault
+    /// (vmf_anon_prepare -> __anon_vma_prepare: the anon_vma and its chain
+    /// allocated and linked under the anon_vma's lock and the mm's
+    /// page_table_lock): its id, and the time of making it (0 if it was
+    /// there).
+    pub(crate) fn anon_vma_prepare(&mut self, mm: u32, vma: &Vma) -> (u32, Ns) {
         if vma.anon_vma != 0 {
-            return vma.anon_vma;
+            return (vma.anon_vma, 0);
         }
         let id = self.next_anon_vma;
         self.next_anon_vma += 1;
         if let Some(v) = self.mms[mm as usize].vmas.get_mut(&vma.start) {
             v.anon_vma = id;
         }
-        id
+        (id, self.c.anon_vma_prepare)
     }
 
     /// A fresh anonymous folio for `addr`, zeroed, charged, rmap'd as new.
@@ -424,7 +429,8 @@ impl Kernel {
         let (cpu, mm, vma, addr) = (vmf.cpu, vmf.mm, vmf.vma, vmf.address);
         let nid = self.cpus[cpu as usize].node;
         let (pfn, t) = self.alloc_folio(t, cpu, 0, nid, MigrateType::Movable)?;
-        let av = self.anon_vma_prepare(mm, vma);
+        let (av, prep) = self.anon_vma_prepare(mm, vma);
+        let t = t + prep;
         // One frame lookup for the page's node and its anon state.
         let p = self.mem_map.get_mut(pfn);
         let pnid = p.nid as usize;
@@ -817,6 +823,7 @@ impl Kernel {
     /// rss, and queue the pages on the gather for freeing after the flush.
     pub fn zap_page_range(&mut self, t: Ns, cpu: u32, mm: u32, start: u64, end: u64, tlb: &mut MmuGather) -> Ns {
         let mut t = t + self.mms[mm as usize].mmu_notifier_invalidate(start, end, t);
+        t += self.c.pgtable_none * self.mms[mm as usize].pt.none_entries(start, end);
         let mut va = start;
         let lc = self.lc;
         while va < end {
@@ -994,6 +1001,15 @@ impl Kernel {
             va = stop;
         }
         t
+    }
+
+    /// What free_pgtables' walk of these ranges (free_pgd_range, VMA by
+    /// VMA, before it frees anything) takes to step over their empty
+    /// entries. Charged apart from `free_pgtables`, which frees by a wider
+    /// range at exit (every table of the mm) than the walk covers.
+    pub fn free_pgtables_walk(&self, mm: u32, vmas: &[Vma]) -> Ns {
+        let pt = &self.mms[mm as usize].pt;
+        self.c.pgtable_none * vmas.iter().map(|v| pt.none_entries(v.start, v.end)).sum::<u64>()
     }
 
     /// free_pgtables: free PTE tables in [start, end) that no VMA uses any

@@ -223,6 +223,27 @@ impl PageTable {
         1 + self.pud_tables.len() as u64 + self.pmd_tables.len() as u64 + self.pte_tables.len() as u64
     }
 
+    /// The entries a top-down walk of [start, end) finds empty and steps
+    /// over, as unmap_page_range and free_pgd_range do: a PGD entry with no
+    /// PUD table (512 GiB at once), a PUD entry with no PMD table (1 GiB),
+    /// a PMD entry with no PTE table (2 MiB).
+    pub fn none_entries(&self, start: u64, end: u64) -> u64 {
+        let mut n = 0;
+        let mut va = start;
+        while va < end {
+            let (shift, none) = if !self.pud_tables.contains_key(&(va >> PGDIR_SHIFT)) {
+                (PGDIR_SHIFT, true)
+            } else if !self.pmd_tables.contains_key(&(va >> PUD_SHIFT)) {
+                (PUD_SHIFT, true)
+            } else {
+                (PMD_SHIFT, !self.pte_tables.contains_key(&(va >> PMD_SHIFT)))
+            };
+            n += none as u64;
+            va = ((va >> shift) + 1) << shift;
+        }
+        n
+    }
+
     /// Levels missing for `va`: (need_pud, need_pmd, need_pte).
     #[inline]
     pub fn missing(&self, va: u64) -> (bool, bool, bool) {

@@ -10,6 +10,8 @@
 //! - `mmap`: mmap of an untouched `x`-MiB anonymous region, then munmap.
 //! - `munmap`: a region of `x` PTE tables, one page written in each, then
 //!   its munmap (the zap and free_pgtables' teardown).
+//! - `munmap-empty`: the munmap case's region of `x` PMD entries, nothing
+//!   written: its munmap's walks step over `x` empty PMD entries.
 //! - `brk`: raise the break by `x` pages, then lower it back.
 //! - `mprotect`: PROT_READ of a whole `x`-page VMA, then back to RW.
 //! - `mprotect-split`: the same on the middle `x` pages of a `3x`-page VMA
@@ -43,6 +45,7 @@ const MADVISE_RANGE: u64 = 32;
 enum Case {
     Mmap,
     Munmap,
+    MunmapEmpty,
     Brk,
     Mprotect,
     MprotectSplit,
@@ -52,9 +55,10 @@ enum Case {
     Fork,
 }
 
-const CASES: [(&str, Case); 9] = [
+const CASES: [(&str, Case); 10] = [
     ("mmap", Case::Mmap),
     ("munmap", Case::Munmap),
+    ("munmap-empty", Case::MunmapEmpty),
     ("brk", Case::Brk),
     ("mprotect", Case::Mprotect),
     ("mprotect-split", Case::MprotectSplit),
@@ -120,6 +124,8 @@ impl Syscost {
         let max = match case {
             Case::Mmap => 1 << 16,
             Case::Munmap => 4096,
+            // The region stays in the 1 GiB whose PMD table the anchor keeps.
+            Case::MunmapEmpty => 511,
             Case::Madvise => MADVISE_RANGE,
             Case::Read | Case::Write => file_kib / 4,
             _ => 1 << 20,
@@ -156,12 +162,12 @@ impl Syscost {
             ParamSpec {
                 name: "case",
                 default: "mmap".into(),
-                help: "the case of validation/syscost.c: mmap, munmap, brk, mprotect, mprotect-split, madvise, read, write or fork",
+                help: "the case of validation/syscost.c: mmap, munmap, munmap-empty, brk, mprotect, mprotect-split, madvise, read, write or fork",
             },
             ParamSpec {
                 name: "x",
                 default: "1".into(),
-                help: "the case's size: MiB (mmap), PTE tables (munmap), pages (the others; madvise: pages written of its 32)",
+                help: "the case's size: MiB (mmap), PTE tables (munmap), PMD entries (munmap-empty), pages (the others; madvise: pages written of its 32)",
             },
             ParamSpec { name: "file_kib", default: "4096".into(), help: "read, write: the populated tmpfs file's size, KiB" },
             ParamSpec { name: "calls", default: "0".into(), help: "repetitions before the process exits (0: until the run ends)" },
@@ -173,7 +179,7 @@ impl Syscost {
     fn region(&self) -> u64 {
         match self.case {
             Case::Mmap => self.x * MIB,
-            Case::Munmap => self.x * PMD,
+            Case::Munmap | Case::MunmapEmpty => self.x * PMD,
             Case::Mprotect => self.x * PAGE,
             Case::MprotectSplit => 3 * self.x * PAGE,
             Case::Madvise => MADVISE_RANGE * PAGE,
@@ -185,7 +191,7 @@ impl Syscost {
     /// Where the case's region starts: the area's start, but for munmap's
     /// (past the anchor page at the area's start, in the next PTE table).
     fn base(&self) -> u64 {
-        if self.case == Case::Munmap {
+        if matches!(self.case, Case::Munmap | Case::MunmapEmpty) {
             AREA + PMD
         } else {
             AREA
@@ -211,7 +217,7 @@ impl Syscost {
                 self.step = Step::Call;
                 self.map_fixed(self.base(), self.region())
             }
-            Case::Munmap => {
+            Case::Munmap | Case::MunmapEmpty => {
                 self.step = Step::Mapped;
                 self.map_fixed(self.base(), self.region())
             }
@@ -241,6 +247,7 @@ impl Syscost {
         self.step = Step::Touch;
         let (stride, count) = match self.case {
             Case::Munmap => (PMD, self.x),
+            Case::MunmapEmpty => (PMD, 0),
             _ => (PAGE, self.x),
         };
         if count == 0 {
@@ -253,7 +260,7 @@ impl Syscost {
     fn call(&mut self) -> Op {
         self.step = Step::Call;
         match self.case {
-            Case::Munmap => {
+            Case::Munmap | Case::MunmapEmpty => {
                 self.step = Step::Undo;
                 Op::Munmap { addr: self.base(), len: self.region() }
             }
@@ -291,7 +298,7 @@ impl Syscost {
                     let len = self.region() + if matches!(self.case, Case::Mprotect | Case::MprotectSplit) { 2 * PAGE } else { 0 };
                     self.map_fixed(self.base(), len)
                 }
-                Case::Munmap => {
+                Case::Munmap | Case::MunmapEmpty => {
                     self.step = Step::Anchor;
                     self.map_fixed(AREA, PAGE)
                 }
