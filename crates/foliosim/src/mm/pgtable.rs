@@ -266,6 +266,28 @@ mod tests {
         Box::new(PteTable { ptes: [Pte::NONE; 512], nr_present: 0, pfn, ptl: Default::default() })
     }
 
+    /// The unmap walks step over one empty entry per level they find
+    /// none at: a whole 512 GiB without a PUD table, a whole 1 GiB
+    /// without a PMD table, a 2 MiB without a PTE table.
+    #[test]
+    fn none_entries_counts_one_entry_per_empty_slot_at_the_level_it_is_empty() {
+        const GIB: u64 = 1 << 30;
+        let mut pt = PageTable::default();
+        let base = 0x7f00_0000_0000u64; // 512 GiB aligned: PGD slot 254
+        assert_eq!(pt.none_entries(base, base + 4 * GIB), 1, "no PUD table: one PGD entry");
+        pt.pud_tables.insert(base >> PGDIR_SHIFT, (1, 1));
+        assert_eq!(pt.none_entries(base, base + 4 * GIB), 4, "four PUD entries, no PMD table under any");
+        pt.pmd_tables.insert(base >> PUD_SHIFT, (2, 1));
+        pt.pte_tables.insert(base >> PMD_SHIFT, table(3));
+        // 1 GiB of PMD entries (512, one of them with its PTE table) and
+        // three empty PUD entries.
+        assert_eq!(pt.none_entries(base, base + 4 * GIB), 511 + 3);
+        // A range inside one 2 MiB: one entry, empty or not.
+        assert_eq!(pt.none_entries(base + 4096, base + 8192), 0);
+        assert_eq!(pt.none_entries(base + (2 << 20), base + (2 << 20) + 4096), 1);
+        assert_eq!(pt.none_entries(base, base), 0, "an empty range walks nothing");
+    }
+
     #[test]
     fn lookups_find_their_own_table_after_removes_move_others() {
         // Keys that share hint entries, looked up in turns (as 64 threads'
