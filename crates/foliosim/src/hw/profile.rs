@@ -279,12 +279,11 @@ pub struct CostSpec {
     /// range: a 128 MiB region with one page written has 63 empty PMD
     /// entries, walked twice.
     pub pgtable_none_ns: f64,
-    // --- VMA / syscalls (cont.)
+    // --- VMA / syscalls
     /// A VMA's first anonymous fault makes its anon_vma
     /// (__anon_vma_prepare: anon_vma and anon_vma_chain allocated, linked
     /// under the anon_vma's lock and page_table_lock).
     pub anon_vma_prepare_ns: f64,
-    // --- VMA / syscalls
     pub mmap_ns: f64,
     pub munmap_ns: f64,
     /// Per anon_vma an unmap frees with its last VMA (free_pgtables ->

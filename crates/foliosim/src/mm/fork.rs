@@ -253,7 +253,7 @@ impl Kernel {
             t = self.zap_page_range(t, cpu, mm, v.start, v.end, &mut tlb);
         }
         t += self.unlink_vmas(mm, &vmas);
-        t += self.free_pgtables_walk(mm, &vmas);
+        t += self.free_pgtables_walk(&tlb);
         self.free_pgtables(mm, 0, super::vma::TASK_SIZE, &mut tlb);
         t = self.tlb_finish_mmu(t, cpu, tlb);
         let m = &mut self.mms[mm as usize];

@@ -823,7 +823,9 @@ impl Kernel {
     /// rss, and queue the pages on the gather for freeing after the flush.
     pub fn zap_page_range(&mut self, t: Ns, cpu: u32, mm: u32, start: u64, end: u64, tlb: &mut MmuGather) -> Ns {
         let mut t = t + self.mms[mm as usize].mmu_notifier_invalidate(start, end, t);
-        t += self.c.pgtable_none * self.mms[mm as usize].pt.none_entries(start, end);
+        let none = self.mms[mm as usize].pt.none_entries(start, end);
+        tlb.none_entries += none;
+        t += self.c.pgtable_none * none;
         let mut va = start;
         let lc = self.lc;
         while va < end {
@@ -1003,13 +1005,13 @@ impl Kernel {
         t
     }
 
-    /// What free_pgtables' walk of these ranges (free_pgd_range, VMA by
-    /// VMA, before it frees anything) takes to step over their empty
-    /// entries. Charged apart from `free_pgtables`, which frees by a wider
-    /// range at exit (every table of the mm) than the walk covers.
-    pub fn free_pgtables_walk(&self, mm: u32, vmas: &[Vma]) -> Ns {
-        let pt = &self.mms[mm as usize].pt;
-        self.c.pgtable_none * vmas.iter().map(|v| pt.none_entries(v.start, v.end)).sum::<u64>()
+    /// What free_pgtables' walk (free_pgd_range, VMA by VMA, before it
+    /// frees anything) takes to step over the empty entries of the VMAs
+    /// `tlb` zapped: the same entries the zap's walk counted. Charged
+    /// apart from `free_pgtables`, which frees by a wider range at exit
+    /// (every table of the mm) than the walk covers.
+    pub fn free_pgtables_walk(&self, tlb: &MmuGather) -> Ns {
+        self.c.pgtable_none * tlb.none_entries
     }
 
     /// free_pgtables: free PTE tables in [start, end) that no VMA uses any

@@ -134,7 +134,7 @@ impl Kernel {
             t = self.zap_page_range(t, cpu, mm, v.start, v.end, &mut tlb);
         }
         t += self.unlink_vmas(mm, gone);
-        t += self.free_pgtables_walk(mm, gone);
+        t += self.free_pgtables_walk(&tlb);
         if let (Some(f), Some(l)) = (gone.first(), gone.last()) {
             self.free_pgtables(mm, f.start, l.end, &mut tlb);
         }

@@ -22,11 +22,15 @@ pub struct MmuGather {
     pub fullmm: bool,
     /// Reused buffer of PTEs cleared in one table.
     pub scratch: Vec<(u64, super::pgtable::Pte)>,
+    /// Empty page-table entries the zap's walk stepped over
+    /// (`PageTable::none_entries` of each range zapped): free_pgtables
+    /// walks the same VMAs' ranges again and steps over the same ones.
+    pub none_entries: u64,
 }
 
 impl MmuGather {
     pub fn new(mm: u32, fullmm: bool) -> Self {
-        MmuGather { mm, start: u64::MAX, end: 0, pages: Vec::new(), tables: Vec::new(), fullmm, scratch: Vec::new() }
+        MmuGather { mm, start: u64::MAX, end: 0, pages: Vec::new(), tables: Vec::new(), fullmm, scratch: Vec::new(), none_entries: 0 }
     }
 
     #[inline]
