@@ -180,7 +180,7 @@ def test_fitting_the_4k_split_on_the_model_lands_its_4k_faults_on_the_host(tmp_p
 
 # ---------------------------------------------------------- system calls --
 SYS_TRUTH = {"mmap_ns": 1700.0, "munmap_ns": 1400.0, "pgtable_none_ns": 9.0, "pgtable_alloc_ns": 700.0, "anon_vma_prepare_ns": 400.0, "pgtable_free_ns": 210.0,
-             "unlink_anon_vma_ns": 1150.0, "madvise_ns": 350.0,
+             "unlink_anon_vma_ns": 1150.0, "madvise_ns": 350.0, "folios_put_batch_ns": 420.0,
              "file_op_ns": 260.0, "pagecache_read_ns": 150.0, "pagecache_write_ns": 210.0,
              "fork_base_ns": 30000.0, "copy_pte_ns": 75.0, "exit_base_ns": 24000.0}
 
@@ -189,7 +189,7 @@ def sys_host(monkeypatch, truth: dict) -> dict:
     """A host whose system calls take what the model charges with `truth`
     (validation/syscost.c's cases, three rounds alike), on a smaller plan."""
     from foliosim import syscost
-    monkeypatch.setattr(syscost, "PLAN", [("mmap", [1, 8], []), ("munmap", [1, 4], []), ("munmap-empty", [1, 32], []), ("madvise", [0, 8, 32], []),
+    monkeypatch.setattr(syscost, "PLAN", [("mmap", [1, 8], []), ("munmap", [1, 4], []), ("munmap-empty", [1, 32], []), ("madvise", [0, 1, 8, 32], []),
                                           ("read", [2, 8], []), ("write", [1, 8], []), ("fork", [1, 64], [])])
     monkeypatch.setattr(syscost, "FITS", [f for f in syscost.FITS if set(f.terms) & set(truth)])
     series = {}
@@ -212,7 +212,10 @@ def test_every_system_call_term_is_recovered_from_a_host_made_of_the_model(monke
     # the image's text faults charge it too, and the fit then recovers it to
     # 0.21% (149.69 for 150); where that part stops being linear in the
     # term is not traced yet.
-    tol = {**dict.fromkeys(fork_terms, 5e-2), "pagecache_read_ns": 3e-3}
+    # anon_vma_prepare_ns, once per region of the munmap case whose frees
+    # pay folios_put_batch_ns since that term came: recovered to 0.21%
+    # (400.84 for 400); where it stops being linear is not traced yet.
+    tol = {**dict.fromkeys(fork_terms, 5e-2), "pagecache_read_ns": 3e-3, "anon_vma_prepare_ns": 3e-3}
     assert {k: v for k, (v, _) in vals.items()} == {k: pytest.approx(v, rel=tol.get(k, 2e-3))
                                                      for k, v in SYS_TRUTH.items()}
     # Two and three terms fitted together (the call and its per-page work);

@@ -489,3 +489,22 @@ fn munmap_steps_over_each_empty_pmd_entry_in_both_walks() {
     let none = |p: &mut Profile, v: f64| p.cost.pgtable_none_ns = v;
     assert_eq!(added(UPSTREAM, none, 1000.0), (0, 2000));
 }
+
+/// folios_put_refs frees the mmu_gather's folios in batches of up to 31
+/// and pays its once-per-batch work (the memcg uncharge batch, the pcp
+/// round) for each batch that frees a folio: none for an untouched
+/// region, one for 1-31 folios, two for 32-62.
+#[test]
+fn each_batch_of_folios_freed_pays_the_batch_work_once() {
+    let unmap_after = |written: u64, v: f64| {
+        let mut h = boot(UPSTREAM, &|p| p.cost.folios_put_batch_ns = v);
+        let t = h.process(0);
+        let a = mmap(&mut h, t, 4 * MIB);
+        for i in 0..written {
+            fault(&mut h, t, a + i * 4096);
+        }
+        munmap(&mut h, t, a, 4 * MIB) as i64
+    };
+    let added = |written: u64| unmap_after(written, 1000.0) - unmap_after(written, 0.0);
+    assert_eq!([added(0), added(1), added(31), added(32), added(62)], [0, 1000, 1000, 2000, 2000]);
+}

@@ -267,6 +267,13 @@ pub struct CostSpec {
     /// atomic, the memcg uncharge, free_pages_prepare's head-page checks).
     /// The list operation is free_pcp_ns or buddy_op_ns apart.
     pub free_folio_ns: f64,
+    /// Per batch of up to 31 folios that folios_put_refs frees (the
+    /// mmu_gather's release, free_pages_and_swap_cache): the work done
+    /// once for the batch whatever its size, mem_cgroup_uncharge_folios'
+    /// uncharge_batch (the page counters, the events) and
+    /// free_unref_folios' pcp lock round. A one-page MADV_DONTNEED pays it
+    /// whole; a 128 MiB munmap spreads it over 31 pages.
+    pub folios_put_batch_ns: f64,
     /// Per block taken from or given to the buddy lists under zone->lock.
     pub buddy_op_ns: f64,
     // --- page tables

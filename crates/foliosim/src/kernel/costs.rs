@@ -35,6 +35,7 @@ pub struct Costs {
     pub free_pcp: Ns,
     /// Per folio freed, any order (free_folio_ns).
     pub free_folio: Ns,
+    pub folios_put_batch: Ns,
     pub buddy_op: Ns,
     pub pgtable_alloc: Ns,
     pub pgtable_free: Ns,
@@ -128,6 +129,7 @@ impl Costs {
             alloc_pcp: ns(c.alloc_pcp_ns),
             free_pcp: ns(c.free_pcp_ns),
             free_folio: ns(c.free_folio_ns),
+            folios_put_batch: ns(c.folios_put_batch_ns),
             buddy_op: ns(c.buddy_op_ns),
             pgtable_alloc: ns(c.pgtable_alloc_ns),
             pgtable_free: ns(c.pgtable_free_ns),

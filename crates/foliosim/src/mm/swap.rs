@@ -273,6 +273,8 @@ impl Kernel {
         if on_lru > 0 {
             t = self.lru_lock_folios(t, cpu, nid, on_lru);
         }
+        // mem_cgroup_uncharge_folios and free_unref_folios, once per batch.
+        t += self.c.folios_put_batch;
         if all_small && eager {
             // free_folio_ugen of order-0 folios with init_on_free off: the
             // per-frame reset touches only mem_map and the allocator never
