@@ -350,13 +350,15 @@ def test_record_failing_child_tree_leaves_no_trace(tmp_path):
 
 
 @needs_valgrind
-# Known flaky (2 of 8 runs on 2026-11-29): the trace then lacks sh's reaping
-# wait4 (66 system-call records against 67). Suspected: dash reaps with a
-# WNOHANG wait4 whose completion valgrind does not print when the SIGCHLD
-# handler ran meanwhile, and the converter records a WNOHANG wait only from
-# its completion (trace_record.rs). Not strict: a pass is reported (XPASS)
-# and the assertions still run; fix the converter, then drop this mark.
-@pytest.mark.xfail(strict=False, reason="valgrind may not print the completion of sh's WNOHANG wait4 (see the comment)")
+# Known flaky (2 of 8 runs on 2026-11-29; 0 of 22 later the same day, 12
+# under valgrind alone and 10 through `foliosim record`, all beside a full
+# `make reproductions`): the failing replay reaped no child, and its trace
+# had 66 mm system calls against 67 (RecordStats.syscalls counts mmap,
+# munmap, mprotect, madvise, brk and mremap, not wait4), so more than the
+# reap went missing. In every log kept, dash's blocking wait4 (recorded at
+# its call) is there. Not strict: a pass is reported (XPASS) and the
+# assertions still run; a failure prints the trace's statistics.
+@pytest.mark.xfail(strict=False, reason="the recorded sh -c tree sometimes replays without its reap (see the comment)")
 def test_record_a_process_tree_and_replay_it(tmp_path):
     """sh forks cat: two processes, cat's image and ld.so as files shared
     with sh's (one page cache), cat's records replayed in a forked child."""
@@ -368,7 +370,7 @@ def test_record_a_process_tree_and_replay_it(tmp_path):
     from foliosim import _core  # noqa: F401
     res = foliosim.run(replay_cfg(out) | {"run": {"warmup_s": 0.0, "duration_s": 60.0}})
     vm = res.raw["vmstat"]
-    assert vm["foliosim_fork"] == 1 and vm["foliosim_exec"] == 2 and vm["foliosim_wait_reaped"] == 1, vm
+    assert vm["foliosim_fork"] == 1 and vm["foliosim_exec"] == 2 and vm["foliosim_wait_reaped"] == 1, (vm, info)
     # Text and ld.so are file mappings: read faults with fault-around.
     assert vm["foliosim_fault_file_read"] > 10 and vm["foliosim_fault_around_pages"] > 0, vm
 
