@@ -508,3 +508,24 @@ fn each_batch_of_folios_freed_pays_the_batch_work_once() {
     let added = |written: u64| unmap_after(written, 1000.0) - unmap_after(written, 0.0);
     assert_eq!([added(0), added(1), added(31), added(32), added(62)], [0, 1000, 1000, 2000, 2000]);
 }
+
+/// mremap moving a region steps over its empty entries three times:
+/// move_page_tables' walk, then the old range's unmap (the zap's walk and
+/// free_pgtables'). The 4 MiB region with one page written has one PMD
+/// entry without a PTE table; a one-page mapping above it keeps the
+/// region from growing in place.
+#[test]
+fn mremap_steps_over_each_empty_pmd_entry_in_its_three_walks() {
+    let moved = |v: f64| {
+        let mut h = boot(UPSTREAM, &|p| p.cost.pgtable_none_ns = v);
+        let t = h.process(0);
+        let a = mmap(&mut h, t, 4 * MIB);
+        fault(&mut h, t, a);
+        h.val(t, 0, Op::Mmap { addr: a + 4 * MIB, len: 4096, prot: prot::READ, flags: map::PRIVATE | map::ANONYMOUS | map::FIXED, fd: -1, off: 0 });
+        let m0 = entry(&h, t, Entry::Mremap);
+        let (new, _) = h.val(t, 0, Op::Mremap { addr: a, old_len: 4 * MIB, new_len: 8 * MIB, may_move: true });
+        assert_ne!(new as u64, a, "the region moved");
+        (entry(&h, t, Entry::Mremap) - m0) as i64
+    };
+    assert_eq!(moved(1000.0) - moved(0.0), 3000);
+}

@@ -84,6 +84,10 @@ impl Kernel {
             t += self.c.pte_set;
         }
         t = self.flush_tlb_mm_range(t, cpu, mm, addr, addr + old_len, false);
+        // Three walks of the old range step over its empty entries, as an
+        // munmap's two do: move_page_tables', then the old range's unmap
+        // (unmap_vmas' and free_pgtables').
+        t += self.c.pgtable_none * 3 * self.mms[mm as usize].pt.none_entries(addr, addr + old_len);
         let mut tlb = MmuGather::new(mm, false);
         self.free_pgtables(mm, addr, addr + old_len, &mut tlb);
         t = self.tlb_finish_mmu(t, cpu, tlb);
