@@ -27,6 +27,11 @@
  *              three back into one ("undo_ns")
  *   madvise    MADV_DONTNEED of a 32-page range whose first X pages (0..32)
  *              were written ("ns"; X = 0: nothing to zap or flush)
+ *   madvise-mthp  MADV_DONTNEED of the first X pages (1..3) of a 16 KiB
+ *              region written once (one 16 KiB folio when the mTHP knobs
+ *              allow it, as calibrate sets them for this case): the folio
+ *              stays mapped in part, nothing is freed ("ns"); then the
+ *              region's munmap (not timed)
  *   read       pread(2) of X pages from a tmpfs file of -f KiB (default
  *              4096) whose pages are all in the page cache, going through
  *              the file in order ("ns" per call); the destination is one
@@ -70,6 +75,8 @@
 #define MAX_PASSES 1000
 /* madvise's range, in pages (at most tlb_single_page_flush_ceiling). */
 #define MADVISE_RANGE 32
+/* madvise-mthp's region, in pages: one 16 KiB folio. */
+#define MTHP_PAGES 4
 
 /* What one clock read adds to a timed stretch: the mean time between
  * consecutive reads over many (on a VM this is a system call that may
@@ -324,6 +331,33 @@ static struct result pass_madvise(const struct opts *o, double clk)
 	return r;
 }
 
+/* madvise-mthp: BATCH fresh 16 KiB regions, each written once (a 16 KiB
+ * folio where the knobs allow it), then X pages of each zapped. */
+static struct result pass_madvise_mthp(const struct opts *o, double clk)
+{
+	struct result r = {0, 0, 0, 0};
+	size_t len = MTHP_PAGES * PG, stride = stride_for(len);
+	volatile char *p[BATCH];
+	for (unsigned long i = 0; i < o->calls; i += BATCH) {
+		for (int b = 0; b < BATCH; b++) {
+			p[b] = map_at(AREA, len, b, stride);
+			p[b][0] = 1;
+		}
+		int e = 0;
+		double t0 = now();
+		for (int b = 0; b < BATCH; b++)
+			e |= madvise((void *)p[b], o->x * PG, MADV_DONTNEED);
+		double t1 = now();
+		if (e)
+			die("madvise");
+		r.ns += t1 - t0 - clk;
+		r.n += BATCH;
+		for (int b = 0; b < BATCH; b++)
+			munmap((void *)p[b], len);
+	}
+	return r;
+}
+
 static int rw_fd = -1;
 static char *rw_buf;
 
@@ -385,7 +419,7 @@ int main(int argc, char **argv)
 	struct opts o = {"/dev/shm", 1, 0, 4096};
 	int passes = 5, c;
 	if (argc < 2) {
-		fprintf(stderr, "usage: syscost mmap|munmap|munmap-empty|brk|mprotect|mprotect-split|madvise|read|write|fork "
+		fprintf(stderr, "usage: syscost mmap|munmap|munmap-empty|brk|mprotect|mprotect-split|madvise|madvise-mthp|read|write|fork "
 				"[-x X] [-n CALLS] [-p PASSES] [-d DIR] [-f FILE_KIB]\n");
 		return 2;
 	}
@@ -401,15 +435,16 @@ int main(int argc, char **argv)
 		default: return 2;
 		}
 	}
-	enum { MMAP, MUNMAP, MUNMAP_EMPTY, BRK, MPROTECT, MPROTECT_SPLIT, MADVISE, READ, WRITE, FORK, NCASES } k;
-	static const char *names[NCASES] = {"mmap", "munmap", "munmap-empty", "brk", "mprotect", "mprotect-split", "madvise", "read", "write", "fork"};
+	enum { MMAP, MUNMAP, MUNMAP_EMPTY, BRK, MPROTECT, MPROTECT_SPLIT, MADVISE, MADVISE_MTHP, READ, WRITE, FORK, NCASES } k;
+	static const char *names[NCASES] = {"mmap", "munmap", "munmap-empty", "brk", "mprotect", "mprotect-split", "madvise", "madvise-mthp",
+					    "read", "write", "fork"};
 	for (k = 0; k < NCASES && strcmp(kase, names[k]); k++)
 		;
 	if (k == NCASES) {
 		fprintf(stderr, "syscost: unknown case '%s'\n", kase);
 		return 2;
 	}
-	unsigned long xmax = k == MMAP ? 1UL << 16 : k == MUNMAP ? 4096 : k == MUNMAP_EMPTY ? 511 : k == MADVISE ? MADVISE_RANGE : k == READ || k == WRITE ? 4096 : 1UL << 20;
+	unsigned long xmax = k == MMAP ? 1UL << 16 : k == MUNMAP ? 4096 : k == MUNMAP_EMPTY ? 511 : k == MADVISE ? MADVISE_RANGE : k == MADVISE_MTHP ? MTHP_PAGES - 1 : k == READ || k == WRITE ? 4096 : 1UL << 20;
 	if ((o.x < 1 && k != MADVISE) || o.x > xmax || passes < 1 || passes > MAX_PASSES ||
 	    ((k == READ || k == WRITE) && (o.file_kib < 4 || o.file_kib % 4 || o.x * 4 > o.file_kib))) {
 		fprintf(stderr, "syscost: -x must be 1..%lu (madvise: 0..%d), -p 1..%d, -f a multiple of 4 KiB holding -x pages\n", xmax,
@@ -445,6 +480,7 @@ int main(int argc, char **argv)
 		case MPROTECT: r = pass_mprotect(&o, clk, 0); break;
 		case MPROTECT_SPLIT: r = pass_mprotect(&o, clk, 1); break;
 		case MADVISE: r = pass_madvise(&o, clk); break;
+		case MADVISE_MTHP: r = pass_madvise_mthp(&o, clk); break;
 		case READ: r = pass_rw(&o, clk, 0); break;
 		case WRITE: r = pass_rw(&o, clk, 1); break;
 		default: r = pass_fork(&o, clk); break;

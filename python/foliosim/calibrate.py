@@ -185,9 +185,10 @@ def measure_series(rounds: int, passes: int = 3, quiet: bool = True, tmpdir: str
                 if size == 4 and image is not None and not image:
                     _say("foliosim calibrate: the process image (validation/image_layout.c)", quiet)
                     image.extend(procimage.measure())
-                if size == 4 and syscalls is not None:
+                if syscalls is not None and (size == 4 or size in syscost.CASE_KIB.values()):
                     syscost.measure_round(syscalls, passes, tmpdir,
-                                          lambda what, r=rnd: _say(f"foliosim calibrate: round {r + 1}/{rounds}: system calls, {what}", quiet))
+                                          lambda what, r=rnd: _say(f"foliosim calibrate: round {r + 1}/{rounds}: system calls, {what}", quiet),
+                                          kib=size)
                     changed = knobs_changed(want)
                     if changed:
                         raise HostError(f"THP knobs changed by another process during calibration: {changed[0]}; rerun when it is done")

@@ -44,11 +44,16 @@ PLAN: list[tuple[str, list[int], list[str]]] = [
     # x = 1 of a 32-page range, not tlb_flush2's one-page range between
     # faults: the one batch folios_put_refs frees, apart from its pages.
     ("madvise", [0, 1, 2, 8, 32], []),
+    # Under 16 KiB mTHP (CASE_KIB): part of a folio zapped, nothing freed.
+    ("madvise-mthp", [1, 3], []),
     ("read", [2, 4, 8, 16], ["-f", "4096"]),
     ("write", [1, 2, 4, 8, 16], ["-f", "4096"]),
     ("fork", [1, 64, 512, 2048], []),
 ]
 FIELDS = ("ns", "undo_ns", "prep_ns")
+# The folio size (KiB) a case runs under, where not 4: calibrate measures
+# it with that size's mTHP knobs set, the model runs it with the same.
+CASE_KIB = {"madvise-mthp": 16}
 # The file size of the read and write cases, KiB: within this host's
 # caches (cpu.l2_kib + cpu.llc_kib), as a file read over and over is.
 FILE_KIB = 4096
@@ -70,10 +75,13 @@ def run_case(binary: Path, case: str, x: int, extra: list[str], passes: int, tmp
     return json.loads(r.stdout)
 
 
-def measure_round(series: dict[str, list[dict[str, Any]]], passes: int, tmpdir: str, say: Any = None) -> None:
-    """One round of every case at every size, appended to `series`."""
+def measure_round(series: dict[str, list[dict[str, Any]]], passes: int, tmpdir: str, say: Any = None, kib: int = 4) -> None:
+    """One round of every case at every size, appended to `series`: the
+    cases of folio size `kib` (CASE_KIB), run under its knobs."""
     binary = build_validation() / "syscost"
     for case, sizes, extra in PLAN:
+        if CASE_KIB.get(case, 4) != kib:
+            continue
         for x in sizes:
             if say:
                 say(f"{case} -x {x}")
@@ -94,7 +102,7 @@ def host_spread(series: dict[str, list[dict[str, Any]]], case: str, x: int, fiel
 # call's time), and whether the undoing is the same entry as the call.
 ENTRIES = {"mmap": ("mmap", "munmap"), "munmap": ("munmap", None), "munmap-empty": ("munmap", None), "brk": ("brk", "brk"),
            "mprotect": ("mprotect", "mprotect"), "mprotect-split": ("mprotect", "mprotect"),
-           "madvise": ("madvise", None), "read": ("read", None), "write": ("write", None)}
+           "madvise": ("madvise", None), "madvise-mthp": ("madvise", None), "read": ("read", None), "write": ("write", None)}
 # Calls the workload makes on the call's entry before its repetitions:
 # brk's query and first raise, the two guard pages' mprotect.
 SETUP_CALLS = {"brk": 2, "mprotect": 2, "mprotect-split": 2}
@@ -114,7 +122,8 @@ def sim_case(profile: str, case: str, x: int, costs: dict[str, float] | None = N
     params: dict[str, Any] = {"name": "syscost", "case": case, "x": x}
     if case in ("read", "write"):
         params["file_kib"] = FILE_KIB
-    cfg = {"seed": 1, "machine": machine, "workload": params, "knobs": knobs or sim_knobs([]),
+    kib = CASE_KIB.get(case, 4)
+    cfg = {"seed": 1, "machine": machine, "workload": params, "knobs": knobs or sim_knobs([] if kib == 4 else [kib]),
            "run": {"warmup_s": 0.0, "duration_s": SIM_S.get(case, SIM_S_DEFAULT), "probes_record": probes}}
     raw = _run(cfg).raw
     main = raw["per_task"][0]
@@ -194,9 +203,12 @@ FITS: list[Fit] = [
     # With folios_put_batch_ns: x = 0 frees nothing, x = 1-31 one batch,
     # x = 32 two (on the development host the first page freed costs
     # about 450 ns more than the second).
-    Fit(("madvise_ns", "folios_put_batch_ns"), (("madvise", "ns"),),
-        "MADV_DONTNEED of 32 pages, 0-32 of them written (the call; per batch of up to 31 folios freed: folios_put_refs' "
-        "uncharge and pcp round; the zap's per-page terms are the fault cases')"),
+    # madvise-mthp frees nothing: what a zap costs once it gathered a page
+    # (tlb_gather_ns) apart from what freeing costs per batch.
+    Fit(("madvise_ns", "folios_put_batch_ns", "tlb_gather_ns"), (("madvise", "ns"), ("madvise-mthp", "ns")),
+        "MADV_DONTNEED of 32 pages, 0-32 of them written, and of 1-3 pages of a 16 KiB folio (the call; per zap that gathered "
+        "a page: tlb_finish_mmu's flush and release pass; per batch of up to 31 folios freed: folios_put_refs' uncharge and "
+        "pcp round; the zap's per-page terms are the fault cases')"),
     Fit(("pgtable_alloc_ns", "anon_vma_prepare_ns"), (("munmap", "prep_ns"),),
         "a write fault that allocates its PTE table (pte_alloc_one; per fault), the first in its region its anon_vma "
         "(__anon_vma_prepare; once per region)"),
@@ -265,13 +277,25 @@ def fit_all(profile: str, series: dict[str, list[dict[str, Any]]], fitted: dict[
         counts = [[(runs[k][(c, x)][fld] - m) / PROBE for (c, fld, x), m in zip(pts, m0, strict=True)] for k in keys[1:]]
         h = [host(series, c, x, fld) for c, fld, x in pts]
         a = [[counts[j][i] for j in range(len(f.terms))] for i in range(len(pts))]
+        w = [1 / hh ** 2 for hh in h]
+        y = [hh - m for hh, m in zip(h, m0, strict=True)]
+        low: list[int] = []
         try:
             # Relative errors weigh alike: a fixed cost is not lost in the
             # per-page work of the largest sizes.
-            v = _solve(a, [hh - m for hh, m in zip(h, m0, strict=True)], [1 / hh ** 2 for hh in h])
+            v = _solve(a, y, w)
+            # A term the fit drives below the floor is held there and the
+            # others fitted again without it (no time below 0 is a cost).
+            low = [j for j, x in enumerate(v) if x < FLOOR]
+            if low and len(low) < len(v):
+                free = [j for j in range(len(v)) if j not in low]
+                y2 = [yy - sum(row[j] * FLOOR for j in low) for yy, row in zip(y, a, strict=True)]
+                v2 = _solve([[row[j] for j in free] for row in a], y2, w)
+                v = [FLOOR if j in low else v2[free.index(j)] for j in range(len(v))]
         except ValueError:
             lines.append(f"{f.what}: the model charges {', '.join(f.terms)} alike in every case; left as they were")
             continue
+        held = {f.terms[j] for j in low}
         resid = [hh - m - sum(c * x for c, x in zip(row, v, strict=True)) for hh, m, row in zip(h, m0, a, strict=True)]
         rms = (sum(r * r for r in resid) / len(resid)) ** 0.5
         rel = (sum((r / hh) ** 2 for r, hh in zip(resid, h, strict=True)) / len(resid)) ** 0.5
@@ -281,7 +305,9 @@ def fit_all(profile: str, series: dict[str, list[dict[str, Any]]], fitted: dict[
         for t, x in zip(f.terms, v, strict=True):
             how = (f"{src}: {f.what}; least squares on the model (host minus model with the term at 0, over the count the model "
                    f"charges it per call; relative) over {len(pts)} cases, residual {rms:.0f} ns rms ({100 * rel:.1f}%)")
-            if x < FLOOR:
+            if t in held:
+                how += "; the fit drives it below 0: held at 0, the other terms fitted again without it"
+            elif x < FLOOR:
                 how += f"; the fit gives {x:.1f}, below 0: 0 used"
                 x = FLOOR
             vals[t] = (x, how)

@@ -180,7 +180,7 @@ def test_fitting_the_4k_split_on_the_model_lands_its_4k_faults_on_the_host(tmp_p
 
 # ---------------------------------------------------------- system calls --
 SYS_TRUTH = {"mmap_ns": 1700.0, "munmap_ns": 1400.0, "pgtable_none_ns": 9.0, "pgtable_alloc_ns": 700.0, "anon_vma_prepare_ns": 400.0, "pgtable_free_ns": 210.0,
-             "unlink_anon_vma_ns": 1150.0, "madvise_ns": 350.0, "folios_put_batch_ns": 420.0,
+             "unlink_anon_vma_ns": 1150.0, "madvise_ns": 350.0, "folios_put_batch_ns": 420.0, "tlb_gather_ns": 280.0,
              "file_op_ns": 260.0, "pagecache_read_ns": 150.0, "pagecache_write_ns": 210.0,
              "fork_base_ns": 30000.0, "copy_pte_ns": 75.0, "exit_base_ns": 24000.0}
 
@@ -189,7 +189,7 @@ def sys_host(monkeypatch, truth: dict) -> dict:
     """A host whose system calls take what the model charges with `truth`
     (validation/syscost.c's cases, three rounds alike), on a smaller plan."""
     from foliosim import syscost
-    monkeypatch.setattr(syscost, "PLAN", [("mmap", [1, 8], []), ("munmap", [1, 4], []), ("munmap-empty", [1, 32], []), ("madvise", [0, 1, 8, 32], []),
+    monkeypatch.setattr(syscost, "PLAN", [("mmap", [1, 8], []), ("munmap", [1, 4], []), ("munmap-empty", [1, 32], []), ("madvise", [0, 1, 8, 32], []), ("madvise-mthp", [1, 3], []),
                                           ("read", [2, 8], []), ("write", [1, 8], []), ("fork", [1, 64], [])])
     monkeypatch.setattr(syscost, "FITS", [f for f in syscost.FITS if set(f.terms) & set(truth)])
     series = {}
@@ -299,3 +299,18 @@ def test_a_fault_after_a_system_call_is_its_pair_less_the_call_and_the_fault_alo
     v, how = cal.Derivation(micro, series, 3).vals["fault_after_syscall_ns"]
     assert v == pytest.approx(820.0 - 100.0 - 600.0)
     assert "getppid" in how
+
+
+def test_a_term_the_fit_drives_below_zero_is_held_there_and_the_others_refitted(monkeypatch):
+    from foliosim import syscost
+    series = sys_host(monkeypatch, SYS_TRUTH)
+    for x in (8, 32):  # many pages freed, cheaper than the model says: the batch term goes negative
+        for r in series[syscost.key("madvise", x)]:
+            r["ns"] -= 700.0 * x / 8
+    vals, _ = syscost.fit_all("generic-x86", series, {}, 3)
+    v, how = vals["folios_put_batch_ns"]
+    assert v == 0.0 and "held at 0" in how, (v, how)
+    # The call's and the gather's terms come from the fit without it: no
+    # longer the truth, but no term is left below 0.
+    assert vals["tlb_gather_ns"][0] > 0.0 and vals["madvise_ns"][0] > 0.0, vals
+    assert "held at 0" not in vals["tlb_gather_ns"][1]

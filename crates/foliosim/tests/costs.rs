@@ -521,11 +521,46 @@ fn mremap_steps_over_each_empty_pmd_entry_in_its_three_walks() {
         let t = h.process(0);
         let a = mmap(&mut h, t, 4 * MIB);
         fault(&mut h, t, a);
-        h.val(t, 0, Op::Mmap { addr: a + 4 * MIB, len: 4096, prot: prot::READ, flags: map::PRIVATE | map::ANONYMOUS | map::FIXED, fd: -1, off: 0 });
+        h.val(
+            t,
+            0,
+            Op::Mmap { addr: a + 4 * MIB, len: 4096, prot: prot::READ, flags: map::PRIVATE | map::ANONYMOUS | map::FIXED, fd: -1, off: 0 },
+        );
         let m0 = entry(&h, t, Entry::Mremap);
         let (new, _) = h.val(t, 0, Op::Mremap { addr: a, old_len: 4 * MIB, new_len: 8 * MIB, may_move: true });
         assert_ne!(new as u64, a, "the region moved");
         (entry(&h, t, Entry::Mremap) - m0) as i64
     };
     assert_eq!(moved(1000.0) - moved(0.0), 3000);
+}
+
+/// A zap pays tlb_finish_mmu's once-per-zap work when it gathered a page,
+/// whether or not it frees one: an munmap of an untouched region none,
+/// of 1 or 40 written pages once; MADV_DONTNEED of one page of a 64 KiB
+/// folio (which stays, in part) once.
+#[test]
+fn a_zap_that_gathered_a_page_pays_the_gather_work_once() {
+    let unmap_after = |written: u64, v: f64| {
+        let mut h = boot(UPSTREAM, &|p| p.cost.tlb_gather_ns = v);
+        let t = h.process(0);
+        let a = mmap(&mut h, t, 4 * MIB);
+        for i in 0..written {
+            fault(&mut h, t, a + i * 4096);
+        }
+        munmap(&mut h, t, a, 4 * MIB) as i64
+    };
+    let added = |written: u64| unmap_after(written, 1000.0) - unmap_after(written, 0.0);
+    assert_eq!([added(0), added(1), added(40)], [0, 1000, 1000]);
+    let dontneed = |v: f64| {
+        let mut h = boot(MTHP_64K, &|p| p.cost.tlb_gather_ns = v);
+        let t = h.process(0);
+        let a = mmap(&mut h, t, 4 * MIB);
+        fault(&mut h, t, a);
+        let m0 = entry(&h, t, Entry::Madvise);
+        let freed = h.k.stat().get(foliosim::mm::vmstat::Stat::Pgfree);
+        h.val(t, 0, Op::Madvise { addr: a, len: 4096, advice: foliosim::workload::Advice::DontNeed });
+        assert_eq!(h.k.stat().get(foliosim::mm::vmstat::Stat::Pgfree), freed, "the folio stays");
+        (entry(&h, t, Entry::Madvise) - m0) as i64
+    };
+    assert_eq!(dontneed(1000.0) - dontneed(0.0), 1000);
 }

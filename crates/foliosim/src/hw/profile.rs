@@ -274,6 +274,12 @@ pub struct CostSpec {
     /// free_unref_folios' pcp lock round. A one-page MADV_DONTNEED pays it
     /// whole; a 128 MiB munmap spreads it over 31 pages.
     pub folios_put_batch_ns: f64,
+    /// Per zap (munmap, MADV_DONTNEED, ...) that gathered a page, whatever
+    /// it frees: tlb_finish_mmu's work done once, the flush_tlb_mm_range
+    /// call around the per-page flushes (tlb_flush_one_ns) and
+    /// free_pages_and_swap_cache's pass (its lru_add_drain, the batch
+    /// walk). A zap of part of a large folio pays it and frees nothing.
+    pub tlb_gather_ns: f64,
     /// Per block taken from or given to the buddy lists under zone->lock.
     pub buddy_op_ns: f64,
     // --- page tables

@@ -36,6 +36,7 @@ pub struct Costs {
     /// Per folio freed, any order (free_folio_ns).
     pub free_folio: Ns,
     pub folios_put_batch: Ns,
+    pub tlb_gather: Ns,
     pub buddy_op: Ns,
     pub pgtable_alloc: Ns,
     pub pgtable_free: Ns,
@@ -130,6 +131,7 @@ impl Costs {
             free_pcp: ns(c.free_pcp_ns),
             free_folio: ns(c.free_folio_ns),
             folios_put_batch: ns(c.folios_put_batch_ns),
+            tlb_gather: ns(c.tlb_gather_ns),
             buddy_op: ns(c.buddy_op_ns),
             pgtable_alloc: ns(c.pgtable_alloc_ns),
             pgtable_free: ns(c.pgtable_free_ns),

@@ -104,6 +104,9 @@ impl Kernel {
             t = self.flush_tlb_mm_range(t, cpu, tlb.mm, tlb.start, tlb.end, !tlb.tables.is_empty());
         }
         let pages = std::mem::take(&mut tlb.pages);
+        if !pages.is_empty() {
+            t += self.c.tlb_gather;
+        }
         for chunk in pages.chunks(31) {
             // release_pages works in folio_batch-sized chunks (PAGEVEC/31).
             t = self.release_folios(t, cpu, chunk);

@@ -18,6 +18,9 @@
 //!   (two splits, then the merge of the three).
 //! - `madvise`: MADV_DONTNEED of a 32-page range whose first `x` pages were
 //!   written (`x` <= 32).
+//! - `madvise-mthp`: a 16 KiB region mapped and written once (one 16 KiB
+//!   folio where the knobs allow it), MADV_DONTNEED of its first `x` pages
+//!   (1-3: the folio stays, nothing is freed), then its munmap.
 //! - `read`, `write`: `x` pages per call from / into a populated tmpfs file
 //!   of `file_kib`, in file order (pread/pwrite: an lseek, then the call).
 //! - `fork`: write `x` pages of a private mapping, fork; the child exits at
@@ -40,6 +43,8 @@ const AREA: u64 = 0x2000_0000_0000;
 const PMD: u64 = 2 * MIB;
 /// madvise's range, in pages.
 const MADVISE_RANGE: u64 = 32;
+/// madvise-mthp's region: one 16 KiB folio where the knobs allow it.
+const MTHP_PAGES: u64 = 4;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Case {
@@ -50,12 +55,13 @@ enum Case {
     Mprotect,
     MprotectSplit,
     Madvise,
+    MadviseMthp,
     Read,
     Write,
     Fork,
 }
 
-const CASES: [(&str, Case); 10] = [
+const CASES: [(&str, Case); 11] = [
     ("mmap", Case::Mmap),
     ("munmap", Case::Munmap),
     ("munmap-empty", Case::MunmapEmpty),
@@ -63,6 +69,7 @@ const CASES: [(&str, Case); 10] = [
     ("mprotect", Case::Mprotect),
     ("mprotect-split", Case::MprotectSplit),
     ("madvise", Case::Madvise),
+    ("madvise-mthp", Case::MadviseMthp),
     ("read", Case::Read),
     ("write", Case::Write),
     ("fork", Case::Fork),
@@ -127,6 +134,7 @@ impl Syscost {
             // The region stays in the 1 GiB whose PMD table the anchor keeps.
             Case::MunmapEmpty => 511,
             Case::Madvise => MADVISE_RANGE,
+            Case::MadviseMthp => MTHP_PAGES - 1,
             Case::Read | Case::Write => file_kib / 4,
             _ => 1 << 20,
         };
@@ -162,12 +170,12 @@ impl Syscost {
             ParamSpec {
                 name: "case",
                 default: "mmap".into(),
-                help: "the case of validation/syscost.c: mmap, munmap, munmap-empty, brk, mprotect, mprotect-split, madvise, read, write or fork",
+                help: "the case of validation/syscost.c: mmap, munmap, munmap-empty, brk, mprotect, mprotect-split, madvise, madvise-mthp, read, write or fork",
             },
             ParamSpec {
                 name: "x",
                 default: "1".into(),
-                help: "the case's size: MiB (mmap), PTE tables (munmap), PMD entries (munmap-empty), pages (the others; madvise: pages written of its 32)",
+                help: "the case's size: MiB (mmap), PTE tables (munmap), PMD entries (munmap-empty), pages (the others; madvise: pages written of its 32; madvise-mthp: pages zapped of a 16 KiB folio, 1-3)",
             },
             ParamSpec { name: "file_kib", default: "4096".into(), help: "read, write: the populated tmpfs file's size, KiB" },
             ParamSpec { name: "calls", default: "0".into(), help: "repetitions before the process exits (0: until the run ends)" },
@@ -183,6 +191,7 @@ impl Syscost {
             Case::Mprotect => self.x * PAGE,
             Case::MprotectSplit => 3 * self.x * PAGE,
             Case::Madvise => MADVISE_RANGE * PAGE,
+            Case::MadviseMthp => MTHP_PAGES * PAGE,
             Case::Fork => self.x * PAGE,
             _ => 0,
         }
@@ -217,7 +226,7 @@ impl Syscost {
                 self.step = Step::Call;
                 self.map_fixed(self.base(), self.region())
             }
-            Case::Munmap | Case::MunmapEmpty => {
+            Case::Munmap | Case::MunmapEmpty | Case::MadviseMthp => {
                 self.step = Step::Mapped;
                 self.map_fixed(self.base(), self.region())
             }
@@ -248,6 +257,8 @@ impl Syscost {
         let (stride, count) = match self.case {
             Case::Munmap => (PMD, self.x),
             Case::MunmapEmpty => (PMD, 0),
+            // One store: the fault maps the whole 16 KiB folio.
+            Case::MadviseMthp => (PAGE, 1),
             _ => (PAGE, self.x),
         };
         if count == 0 {
@@ -268,6 +279,8 @@ impl Syscost {
                 self.step = Step::Undo;
                 Op::Madvise { addr: self.base(), len: self.region(), advice: Advice::DontNeed }
             }
+            // Part of the folio: nothing is freed; its munmap follows.
+            Case::MadviseMthp => Op::Madvise { addr: self.base(), len: self.x * PAGE, advice: Advice::DontNeed },
             Case::Fork => Op::Fork,
             Case::Read => {
                 self.step = Step::Undo;
@@ -343,7 +356,7 @@ impl Syscost {
             Step::Call => {
                 self.step = Step::Undo;
                 match self.case {
-                    Case::Mmap => Op::Munmap { addr: self.base(), len: self.region() },
+                    Case::Mmap | Case::MadviseMthp => Op::Munmap { addr: self.base(), len: self.region() },
                     Case::Brk => Op::Brk { addr: self.brk },
                     Case::Mprotect | Case::MprotectSplit => {
                         let (addr, len) = self.mprotect_range();
