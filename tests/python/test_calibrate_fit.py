@@ -314,3 +314,17 @@ def test_a_term_the_fit_drives_below_zero_is_held_there_and_the_others_refitted(
     # longer the truth, but no term is left below 0.
     assert vals["tlb_gather_ns"][0] > 0.0 and vals["madvise_ns"][0] > 0.0, vals
     assert "held at 0" not in vals["tlb_gather_ns"][1]
+
+
+def test_verify_divides_munmap_time_by_the_pages_the_munmaps_took_down(monkeypatch):
+    # A run that ends inside its third 2 MiB region: its faults count as
+    # ops, but only two regions were unmapped.
+    import foliosim
+    pages = 2 * 256
+
+    raw = {"vmstat": {"pgfault": 2.5 * pages, "foliosim_munmap": 2}, "summary": {"ops_total": 2.5 * pages},
+           "time_ns": {"fault": 1000.0 * 2.5 * pages, "munmap": 300.0 * 2 * pages}}
+    monkeypatch.setattr(foliosim, "run", lambda cfg: type("Result", (), {"raw": raw})())
+    series = {"4K:anon:2": [{"ns_per_page": 1000.0, "faults_per_page": 1.0, "unmap_ns_per_page": 300.0}]}
+    rows = cal.verify("generic-x86", series, sizes=(4,))
+    assert rows[0]["unmap_ns_per_page"][0] == pytest.approx(300.0) and rows[0]["fault_ns"][0] == pytest.approx(1000.0), rows
