@@ -42,7 +42,7 @@ PLAN: list[tuple[str, list[int], list[str]]] = [
     ("mprotect", [1, 16, 256], []),
     ("mprotect-split", [1, 16, 256], []),
     # x = 1 of a 32-page range, not tlb_flush2's one-page range between
-    # faults: the one batch folios_put_refs frees, apart from its pages.
+    # faults: a zap's fixed work apart from its pages.
     ("madvise", [0, 1, 2, 8, 32], []),
     # Under 16 KiB mTHP (CASE_KIB): part of a folio zapped, nothing freed.
     ("madvise-mthp", [1, 3], []),
@@ -200,11 +200,12 @@ FITS: list[Fit] = [
     # zap terms left (29 ns on this host's profile, 191 on generic-x86's,
     # below 0 in another round) and every shootdown with it: what the
     # zap terms leave shows in this fit's residual instead.
-    # With folios_put_batch_ns: x = 0 frees nothing, x = 1-31 one batch,
-    # x = 32 two (on the development host the first page freed costs
-    # about 450 ns more than the second).
-    # madvise-mthp frees nothing: what a zap costs once it gathered a page
-    # (tlb_gather_ns) apart from what freeing costs per batch.
+    # madvise x = 0 gathers and frees nothing; x = 1-31 is one gather and
+    # one free batch, x = 32 one gather and two batches; madvise-mthp
+    # gathers and frees nothing. Together they tell what a zap costs once
+    # it gathered a page (tlb_gather_ns) from what freeing costs per batch
+    # (folios_put_batch_ns): on the development host a partial zap of a
+    # 16 KiB folio costs what a one-page zap that frees does.
     Fit(("madvise_ns", "folios_put_batch_ns", "tlb_gather_ns"), (("madvise", "ns"), ("madvise-mthp", "ns")),
         "MADV_DONTNEED of 32 pages, 0-32 of them written, and of 1-3 pages of a 16 KiB folio (the call; per zap that gathered "
         "a page: tlb_finish_mmu's flush and release pass; per batch of up to 31 folios freed: folios_put_refs' uncharge and "
