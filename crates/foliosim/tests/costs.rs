@@ -496,8 +496,16 @@ fn munmap_steps_over_each_empty_pmd_entry_in_both_walks() {
 /// region, one for 1-31 folios, two for 32-62.
 #[test]
 fn each_batch_of_folios_freed_pays_the_batch_work_once() {
-    let unmap_after = |written: u64, v: f64| {
-        let mut h = boot(UPSTREAM, &|p| p.cost.folios_put_batch_ns = v);
+    let batch = |p: &mut Profile, v: f64| p.cost.folios_put_batch_ns = v;
+    let added = |written: u64| unmap_added(batch, written);
+    assert_eq!([added(0), added(1), added(31), added(32), added(62)], [0, 1000, 1000, 2000, 2000]);
+}
+
+/// The munmap time of a fresh 4 MiB region whose first `written` pages
+/// were written, added by raising one term from 0 to 1000 ns.
+fn unmap_added(tweak: fn(&mut Profile, f64), written: u64) -> i64 {
+    let unmap_after = |v: f64| {
+        let mut h = boot(UPSTREAM, &|p| tweak(p, v));
         let t = h.process(0);
         let a = mmap(&mut h, t, 4 * MIB);
         for i in 0..written {
@@ -505,8 +513,7 @@ fn each_batch_of_folios_freed_pays_the_batch_work_once() {
         }
         munmap(&mut h, t, a, 4 * MIB) as i64
     };
-    let added = |written: u64| unmap_after(written, 1000.0) - unmap_after(written, 0.0);
-    assert_eq!([added(0), added(1), added(31), added(32), added(62)], [0, 1000, 1000, 2000, 2000]);
+    unmap_after(1000.0) - unmap_after(0.0)
 }
 
 /// mremap moving a region steps over its empty entries three times:
@@ -540,16 +547,8 @@ fn mremap_steps_over_each_empty_pmd_entry_in_its_three_walks() {
 /// folio (which stays, in part) once.
 #[test]
 fn a_zap_that_gathered_a_page_pays_the_gather_work_once() {
-    let unmap_after = |written: u64, v: f64| {
-        let mut h = boot(UPSTREAM, &|p| p.cost.tlb_gather_ns = v);
-        let t = h.process(0);
-        let a = mmap(&mut h, t, 4 * MIB);
-        for i in 0..written {
-            fault(&mut h, t, a + i * 4096);
-        }
-        munmap(&mut h, t, a, 4 * MIB) as i64
-    };
-    let added = |written: u64| unmap_after(written, 1000.0) - unmap_after(written, 0.0);
+    let gather = |p: &mut Profile, v: f64| p.cost.tlb_gather_ns = v;
+    let added = |written: u64| unmap_added(gather, written);
     assert_eq!([added(0), added(1), added(40)], [0, 1000, 1000]);
     let dontneed = |v: f64| {
         let mut h = boot(MTHP_64K, &|p| p.cost.tlb_gather_ns = v);
