@@ -486,6 +486,18 @@ class Derivation:
             self.put("fault_after_syscall_ns", fs - syscall - fr,
                      f"validation/calibrate.c: zero-page read faults each right after a getppid() ({fs:.0f} ns per pair) minus syscall_ns "
                      f"and the same faults back to back ({fr:.0f} ns)")
+        if "read_fault_after_free_ns" in m:
+            # Faults each timed alone right after a madvise(MADV_DONTNEED) of
+            # a page elsewhere: one just written (zapped, freed, flushed)
+            # against one never touched (nothing to do).
+            r0, r1 = m["read_fault_after_madvise_ns"], m["read_fault_after_free_ns"]
+            w0, w1 = m["write_fault_after_madvise_ns"], m["write_fault_after_free_ns"]
+            self.put("fault_after_free_ns", r1 - r0,
+                     f"validation/calibrate.c: a zero-page read fault right after a madvise(MADV_DONTNEED) that freed a page elsewhere ({r1:.0f} ns) "
+                     f"minus one right after a madvise of an empty page ({r0:.0f} ns)", floor=0.0)
+            self.put("alloc_after_free_ns", (w1 - w0) - (r1 - r0),
+                     f"validation/calibrate.c: the same pair of anonymous write faults ({w1:.0f} and {w0:.0f} ns) differ by "
+                     f"{w1 - w0:.0f} ns, the read faults' {r1 - r0:.0f} ns of it taken off", floor=0.0)
         self.put("mmap_ns", m["mmap_ns"] - syscall, f"validation/calibrate.c: mmap of 128 MiB anonymous ({m['mmap_ns']:.0f} ns) minus syscall_ns", floor=10.0)
         self.put("munmap_ns", m["munmap_ns"] - syscall, f"validation/calibrate.c: munmap of an untouched 128 MiB mapping ({m['munmap_ns']:.0f} ns) minus syscall_ns", floor=10.0)
         dn1 = med(s, key(4, "anon-dontneed", COLD_MIB), "unmap_ns_per_page")

@@ -301,6 +301,21 @@ def test_a_fault_after_a_system_call_is_its_pair_less_the_call_and_the_fault_alo
     assert "getppid" in how
 
 
+def test_the_fault_and_allocation_after_a_free_are_the_pairs_differences(tmp_path):
+    micro, series = synthetic()
+    # Without the pairs measured (an older measurements file), generic-x86's values stay.
+    assert "fault_after_free_ns" not in cal.Derivation(micro, series, 3).vals
+    micro.update({"read_fault_after_madvise_ns": 620.0, "read_fault_after_free_ns": 740.0,
+                  "write_fault_after_madvise_ns": 1260.0, "write_fault_after_free_ns": 1440.0})
+    vals = cal.Derivation(micro, series, 3).vals
+    assert vals["fault_after_free_ns"][0] == pytest.approx(120.0)
+    assert vals["alloc_after_free_ns"][0] == pytest.approx(180.0 - 120.0)
+    # A free that leaves the next fault faster than an empty madvise does is held at 0.
+    micro["read_fault_after_free_ns"] = 600.0
+    v, how = cal.Derivation(micro, series, 3).vals["fault_after_free_ns"]
+    assert v == 0.0 and "below the floor" in how
+
+
 def test_a_term_the_fit_drives_below_zero_is_held_there_and_the_others_refitted(monkeypatch):
     from foliosim import syscost
     series = sys_host(monkeypatch, SYS_TRUTH)

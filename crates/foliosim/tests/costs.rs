@@ -431,6 +431,45 @@ fn a_fault_right_after_a_system_call_pays_for_its_cold_path() {
     assert_eq!(added, [500, 0, 500], "after mmap, after a fault, after madvise");
 }
 
+/// A folio freed on a CPU leaves its next fault `fault_after_free_ns` to
+/// pay (tlb_flush2's load after the madvise that freed the page it wrote)
+/// and its next folio allocation `alloc_after_free_ns` (the store after
+/// that load), each once; a madvise that frees nothing leaves both alone.
+#[test]
+fn the_fault_and_the_allocation_after_a_free_pay_once_for_what_it_displaced() {
+    let run = |f: f64, a: f64| {
+        let mut h = boot(UPSTREAM, &|p| {
+            p.cost.fault_after_free_ns = f;
+            p.cost.alloc_after_free_ns = a;
+        });
+        let t = h.process(0);
+        let m = mmap(&mut h, t, 4 * MIB);
+        let load = |h: &mut H, addr: u64| {
+            let f0 = entry(h, t, Entry::Fault);
+            h.run(t, 0, Op::Access { addr, kind: Access::Load });
+            entry(h, t, Entry::Fault) - f0
+        };
+        let dontneed = |h: &mut H, addr: u64| h.val(t, 0, Op::Madvise { addr, len: 4096, advice: foliosim::workload::Advice::DontNeed });
+        let first = fault(&mut h, t, m);
+        let second = fault(&mut h, t, m + 4096);
+        dontneed(&mut h, m);
+        let load_after_free = load(&mut h, m);
+        let store_after_it = fault(&mut h, t, m + 2 * 4096);
+        let next_store = fault(&mut h, t, m + 3 * 4096);
+        dontneed(&mut h, m + 4 * 4096);
+        let load_after_empty = load(&mut h, m + 4 * 4096);
+        assert!(h.k.check().violations.is_empty(), "{:?}", h.k.check().violations);
+        [first, second, load_after_free, store_after_it, next_store, load_after_empty]
+    };
+    let (base, more) = (run(0.0, 0.0), run(300.0, 700.0));
+    let added: Vec<i64> = base.iter().zip(&more).map(|(b, m)| *m as i64 - *b as i64).collect();
+    assert_eq!(
+        added,
+        [0, 0, 300, 700, 0, 0],
+        "stores, the load after the free, the store after it, the next, the load after an empty madvise"
+    );
+}
+
 /// Fault-around (filemap_map_pages) walks the page cache once: the
 /// window's first folio costs a lookup, each next one a step of the walk
 /// (priced as read()'s per-folio batch step), never a whole lookup each.

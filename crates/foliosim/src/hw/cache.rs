@@ -55,6 +55,11 @@ pub struct CpuCache {
     /// A system call ran here since the last page fault: the fault path's
     /// code and branch state are no longer warm (`fault_after_syscall_ns`).
     pub syscall_since_fault: bool,
+    /// A folio was freed here since the last page fault
+    /// (`fault_after_free_ns`) and since the last folio allocation
+    /// (`alloc_after_free_ns`).
+    pub freed_since_fault: bool,
+    pub freed_since_alloc: bool,
 }
 
 impl Default for CpuCache {
@@ -65,7 +70,7 @@ impl Default for CpuCache {
 
 impl CpuCache {
     pub fn new() -> CpuCache {
-        CpuCache { alloc_warm: false, last_walk: u64::MAX, syscall_since_fault: false }
+        CpuCache { alloc_warm: false, last_walk: u64::MAX, syscall_since_fault: false, freed_since_fault: false, freed_since_alloc: false }
     }
 
     /// A page walk into the PTE table `table` (mm and va >> PMD_SHIFT,

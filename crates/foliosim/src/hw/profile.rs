@@ -192,6 +192,17 @@ pub struct CostSpec {
     /// after a system call (tlb_flush2's load after its madvise, malloc1's
     /// header store after its mmap) does not.
     pub fault_after_syscall_ns: f64,
+    /// What a user fault costs beyond that when a folio was freed on its
+    /// CPU since the CPU's last fault: the free path (memcg uncharge, the
+    /// pcp list, the zap's TLB flush before it) displaces the fault path's
+    /// lines. tlb_flush2's load after its madvise, malloc1's store after
+    /// the munmap and mmap before it.
+    pub fault_after_free_ns: f64,
+    /// What the first folio allocation on a CPU after a free there costs
+    /// beyond the fault's `fault_after_free_ns`: the allocation path's own
+    /// lines, which a fault that allocates nothing (the zero page's) does
+    /// not bring back.
+    pub alloc_after_free_ns: f64,
     /// A user-mode memory access that hits the TLB (loop overhead included).
     pub user_access_ns: f64,
     // --- fault path (software part, excluding alloc, zeroing, PTE, rmap, LRU)

@@ -9,6 +9,10 @@ pub struct Costs {
     pub syscall: Ns,
     /// A user fault on a CPU whose last kernel entry was a system call.
     pub fault_after_syscall: Ns,
+    /// A user fault on a CPU that freed a folio since its last fault.
+    pub fault_after_free: Ns,
+    /// The first folio allocation on a CPU after it freed one.
+    pub alloc_after_free: Ns,
     pub user_access: Ns,
     pub fault_base: Ns,
     pub vma_lookup: Ns,
@@ -108,6 +112,8 @@ impl Costs {
             trap: ns(c.trap_ns),
             syscall: ns(c.syscall_ns),
             fault_after_syscall: ns(c.fault_after_syscall_ns),
+            fault_after_free: ns(c.fault_after_free_ns),
+            alloc_after_free: ns(c.alloc_after_free_ns),
             user_access: ns(c.user_access_ns),
             fault_base: ns(c.fault_base_ns),
             vma_lookup: ns(c.vma_lookup_ns),

@@ -143,9 +143,11 @@ impl Kernel {
     pub(crate) fn prep_new_folio_on(&mut self, cpu: u32, pfn: Pfn, order: u32, nid: u32) -> Ns {
         let stamp = self.mem_map.get(pfn).cached;
         let warm = self.llc.on_alloc(cpu, stamp, 1 << order);
-        self.cpus[cpu as usize].cache.alloc_warm = warm;
+        let cache = &mut self.cpus[cpu as usize].cache;
+        cache.alloc_warm = warm;
+        let after_free = if std::mem::take(&mut cache.freed_since_alloc) { self.c.alloc_after_free } else { 0 };
         self.prep_new_folio(pfn, order, nid, self.llc.stamp(cpu));
-        self.c.prep_tail * ((1 << order) - 1) + if warm { 0 } else { self.c.alloc_cold }
+        self.c.prep_tail * ((1 << order) - 1) + if warm { 0 } else { self.c.alloc_cold } + after_free
     }
 
     /// Clearing a 2^order-page folio just allocated on `cpu` on node `nid`

@@ -275,6 +275,7 @@ impl Kernel {
         }
         // mem_cgroup_uncharge_folios and free_unref_folios, once per batch.
         t += self.c.folios_put_batch;
+        self.note_free(cpu);
         if all_small && eager {
             // free_folio_ugen of order-0 folios with init_on_free off: the
             // per-frame reset touches only mem_map and the allocator never
@@ -323,8 +324,19 @@ impl Kernel {
         self.free_folio_ugen(t, cpu, pfn, 0)
     }
 
+    /// The free path ran on `cpu`: its next fault and its next allocation
+    /// find their lines displaced (fault_after_free_ns, alloc_after_free_ns).
+    #[inline(always)]
+    fn note_free(&mut self, cpu: u32) {
+        if let Some(c) = self.cpus.get_mut(cpu as usize) {
+            c.cache.freed_since_fault = true;
+            c.cache.freed_since_alloc = true;
+        }
+    }
+
     /// `free_folio` carrying LUF generation `ugen` into pcp/buddy.
     pub fn free_folio_ugen(&mut self, t: Ns, cpu: u32, pfn: Pfn, ugen: u16) -> Ns {
+        self.note_free(cpu);
         let order = self.mem_map.get(pfn).order as u32;
         // Large folios leave the deferred-split queue first (free_transhuge_page).
         let t = if order >= 2 { self.free_large_folio(t, cpu, pfn) } else { t };

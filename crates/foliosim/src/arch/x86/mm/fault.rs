@@ -314,6 +314,9 @@ impl Kernel {
         if std::mem::take(&mut cache.syscall_since_fault) && pf.user() {
             t += self.c.fault_after_syscall;
         }
+        if std::mem::take(&mut cache.freed_since_fault) && pf.user() {
+            t += self.c.fault_after_free;
+        }
         if t > crate::sim::horizon() && pf.user() {
             return self.fault_redo_later(&pf, t, FaultRedo::Entry);
         }
