@@ -763,6 +763,33 @@ def fit_4k_on_model(d: Derivation, out: Path, name: str) -> Derivation:
     return Derivation(d.m, d.s, d.rounds, model_over=(over_f, over_u))
 
 
+def fit_file_zap_on_model(d: Derivation, out: Path, name: str) -> None:
+    """zap_file_pte_ns: what the host's munmap of a written MAP_SHARED tmpfs
+    mapping (faultcost's shmem-shared case) takes per page beyond everything
+    else the model charges that munmap, run as page_fault3 over the same
+    region with the term at 0. Writes the profile."""
+    from . import run as _run
+    k = key(4, "shmem-shared", COLD_MIB)
+    if not d.s.get(k) or med(d.s, k, "unmap_ns_per_page") <= 0:
+        return  # an older measurements file: generic-x86's value stays
+    d.vals["zap_file_pte_ns"] = (0.0, "fitting")
+    write_text_atomic(out, make_profile(d, name=name))
+    cfg = {"seed": 1, "machine": {"profile": str(out.resolve())}, "workload": {"name": "page_fault3", "size_mib": COLD_MIB},
+           "run": {"warmup_s": 0.05, "duration_s": 0.1}}
+    raw = _run(cfg).raw
+    unmapped = raw["vmstat"].get("foliosim_munmap", 0) * COLD_MIB * 256
+    if not unmapped:
+        raise HostError(f"calibrate: the model's page_fault3 over {COLD_MIB} MiB unmapped nothing in 0.1 s: cannot fit zap_file_pte_ns")
+    model = raw.get("time_ns", {}).get("munmap", 0) / unmapped
+    host = med(d.s, k, "unmap_ns_per_page")
+    d.put("zap_file_pte_ns", host - model,
+          f"validation/faultcost.c, median of {d.rounds} interleaved rounds: munmap of {COLD_MIB} MiB of a MAP_SHARED tmpfs file whose every "
+          f"page was written, {host:.1f} ns per page ({d.sp(k, 'unmap_ns_per_page')}), minus what the model charges the same munmap "
+          f"(page_fault3) with this term at 0, {model:.1f} ns", floor=0.0)
+    d.fits.append(f"page-cache PTE zap beyond the rest of the model: {host - model:.0f} ns per page (host {host:.1f}, model {model:.1f})")
+    write_text_atomic(out, make_profile(d, name=name))
+
+
 def fit_on_model(d: Derivation, out: Path, name: str) -> list[dict[str, Any]]:
     """The two per-folio terms of large folios, alloc_anon_folio_ns and
     free_large_folio_ns, are what the host's large-folio fault and munmap
@@ -840,6 +867,7 @@ def calibrate(out: Path, rounds: int, name: str, quiet: bool = True,
     d = fit_4k_on_model(d, out, name)
     d.syscalls = syscalls
     rows = fit_on_model(d, out, name)
+    fit_file_zap_on_model(d, out, name)
     if syscalls:
         vals, lines = syscost.fit_all(str(out.resolve()), syscalls, {}, rounds,
                                       lambda what: _say(f"foliosim calibrate: {what}", quiet))

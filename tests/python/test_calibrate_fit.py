@@ -301,6 +301,23 @@ def test_a_fault_after_a_system_call_is_its_pair_less_the_call_and_the_fault_alo
     assert "getppid" in how
 
 
+def test_the_page_cache_zap_term_lands_the_models_shared_file_munmap_on_the_host(tmp_path):
+    from foliosim import run
+    micro, series = synthetic()
+    for r in series[cal.key(4, "shmem-shared", cal.COLD_MIB)]:
+        r["unmap_ns_per_page"] = 300.0
+    d = cal.Derivation(micro, series, 3)
+    d.vals.update({"alloc_anon_folio_ns": (0.0, "test"), "free_large_folio_ns": (0.0, "test")})
+    out = tmp_path / "host.toml"
+    cal.fit_file_zap_on_model(d, out, "host")
+    v, how = d.vals["zap_file_pte_ns"]
+    assert v > 0 and "page_fault3" in how
+    raw = run({"machine": {"profile": str(out)}, "workload": {"name": "page_fault3", "size_mib": cal.COLD_MIB},
+               "run": {"warmup_s": 0.05, "duration_s": 0.1}}).raw
+    per_page = raw["time_ns"]["munmap"] / (raw["vmstat"]["foliosim_munmap"] * cal.COLD_MIB * 256)
+    assert per_page == pytest.approx(300.0, abs=2.0)
+
+
 def test_the_fault_and_allocation_after_a_free_are_the_pairs_differences(tmp_path):
     micro, series = synthetic()
     # Without the pairs measured (an older measurements file), generic-x86's values stay.

@@ -502,6 +502,31 @@ fn fault_around_looks_up_the_page_cache_once_per_window() {
     assert_eq!(run(0.0, 1000.0) - base, 15_000, "a walk step for each of the 15 other folios");
 }
 
+/// munmap of a shared file mapping pays `zap_file_pte_ns` once per
+/// page-cache PTE it clears (zap_present_folio_ptes' folio_mark_dirty and
+/// folio_mark_accessed), and never for an anonymous page.
+#[test]
+fn a_zap_pays_the_page_cache_folio_work_once_per_file_pte() {
+    let unmap = |v: f64, file: bool| {
+        let mut h = boot(UPSTREAM, &|p| p.cost.zap_file_pte_ns = v);
+        let t = h.process(0);
+        let (a, at) = if file {
+            let ino = h.k.new_inode(foliosim::workload::FsKind::Tmpfs, common::PAGES << 12);
+            let (a, at) = h.map_file(t, 0, ino, prot::READ | prot::WRITE);
+            let (_, at) = h.run(t, at, Op::AccessRange { addr: a, stride: 4096, count: common::PAGES, kind: Access::Store });
+            (a, at)
+        } else {
+            h.anon(t, 0, true)
+        };
+        let u0 = entry(&h, t, Entry::Munmap);
+        h.val(t, at, Op::Munmap { addr: a, len: common::PAGES << 12 });
+        assert!(h.k.check().violations.is_empty(), "{:?}", h.k.check().violations);
+        (entry(&h, t, Entry::Munmap) - u0) as i64
+    };
+    assert_eq!(unmap(1000.0, true) - unmap(0.0, true), 1000 * common::PAGES as i64, "each written tmpfs page");
+    assert_eq!(unmap(1000.0, false), unmap(0.0, false), "anonymous pages");
+}
+
 /// A VMA's first anonymous fault makes its anon_vma (anon_vma_prepare_ns,
 /// once, whatever the folio size); its next faults find it there.
 #[test]

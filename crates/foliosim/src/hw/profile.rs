@@ -217,6 +217,10 @@ pub struct CostSpec {
     /// ptep_get_and_clear in zap_pte_range, per PTE (one per PMD for a
     /// PMD-mapped THP, zap_huge_pmd).
     pub pte_clear_ns: f64,
+    /// zap_present_folio_ptes' work for a page-cache folio, per PTE, beyond
+    /// the clear and the rmap: folio_mark_dirty of a dirty PTE's folio,
+    /// folio_mark_accessed of a young one's, the mapped-file statistics.
+    pub zap_file_pte_ns: f64,
     /// Per rmap call (one per folio, or per batch of its PTEs when the zap
     /// batches them): the mapcount atomics, rss and NR_ANON accounting.
     pub rmap_ns: f64,

@@ -860,9 +860,10 @@ impl Kernel {
             let mut runs = 0u64;
             // The page of the previous PTE, unless that was special.
             let mut last: Option<Pfn> = None;
-            // PTEs of a PMD-mapped THP (one entry to clear per PMD) and of
-            // PTE-mapped large folios (per-page rmap work).
-            let (mut huge, mut large) = (0u64, 0u64);
+            // PTEs of a PMD-mapped THP (one entry to clear per PMD), of
+            // PTE-mapped large folios (per-page rmap work) and of page-cache
+            // folios (zap_file_pte_ns).
+            let (mut huge, mut large, mut file) = (0u64, 0u64, 0u64);
             // Swap entries cleared (free_swap_and_cache), counted below.
             let mut swapped = 0u16;
             // Present PTEs cleared, and the first and last one's address.
@@ -914,6 +915,9 @@ impl Kernel {
                         } else if o != 0 {
                             large += 1;
                         }
+                        if p.flags & pg::ANON == 0 {
+                            file += 1;
+                        }
                         if cleared.is_empty() && o == 0 && !(pte.dirty() && p.flags & pg::ANON == 0) {
                             if !leak {
                                 delta.remove(p);
@@ -944,7 +948,7 @@ impl Kernel {
             // zap_huge_pmd clears one entry per PMD; folio_remove_rmap_ptes
             // drops every page's mapcount of a PTE-mapped large folio.
             let entries = nr as u64 - huge + huge.div_ceil(512);
-            let hold = self.c.pte_clear * entries + self.c.rmap * runs + self.c.rmap_page * large;
+            let hold = self.c.pte_clear * entries + self.c.rmap * runs + self.c.rmap_page * large + self.c.zap_file_pte * file;
             t = tbl.ptl.lock_for(t, cpu, hold, &lc);
             if swapped > 0 {
                 self.mms[mm as usize].add_mm_counter(MmCounter::SwapEnts, -(swapped as i64));
