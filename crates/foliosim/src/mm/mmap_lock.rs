@@ -12,11 +12,13 @@
 //! becomes the mm's queued writer, and its call re-enters when the
 //! holders are gone, so faults that run meanwhile without mmap_lock
 //! (per-VMA locks, SPF) see the address space as it still is, and any
-//! request for mmap_lock meanwhile sleeps behind the writer (rwsem FIFO)
-//! until its release wakes the queue's head (`mmap_lock_wake_waiters`),
+//! read request for mmap_lock meanwhile sleeps behind the writer (rwsem
+//! FIFO) until its release wakes the queue's head (`mmap_lock_wake_waiters`),
 //! but for one that finds the lock free while the writer is still on its
 //! way back from sleep: that one takes it (rwsem lock stealing,
-//! `RwSem::steals`).
+//! `RwSem::steals`). A write request spins past the sleeper, as
+//! rwsem_down_write_slowpath's optimistic spin does, until the sleeper's
+//! handoff timeout (`RwSem::writer_spins_past_queue`).
 //! What a fault running later in simulated time must still see is *when*
 //! each cycle held the lock and what it marked: `Mm::cycle_log`. A VMA
 //! range marked in a cycle is write-locked for any fault inside that
@@ -92,11 +94,13 @@ impl Kernel {
     /// the lock held beyond a short spin queues and sleeps: it becomes the
     /// mm's queued writer and runs its locked section (the whole call,
     /// re-entered) only when the holders have gone, so that faults running
-    /// meanwhile see the address space as it still is. Any call finding a
+    /// meanwhile see the address space as it still is. A reader finding a
     /// queued writer sleeps behind it until the release wakes it (rwsem
-    /// FIFO: nobody overtakes a waiting writer), unless the lock is free
+    /// FIFO: no reader overtakes a waiting writer), unless the lock is free
     /// and the writer not yet running (`RwSem::steals`: then the call takes
-    /// the lock and the writer, woken, waits for it). Returns true when the task
+    /// the lock and the writer, woken, waits for it); a writer spins for the
+    /// lock past the sleeper until the sleeper holds the handoff bit
+    /// (`RwSem::writer_spins_past_queue`). Returns true when the task
     /// sleeps (the caller keeps the operation pending). `entry`: the call,
     /// `write`: whether it takes the lock for write.
     pub(crate) fn mmap_lock_gate(&mut self, tid: u32, entry: Entry, write: bool) -> bool {
@@ -116,7 +120,8 @@ impl Kernel {
         }
         let sem = &mut self.mms[mm as usize].mmap_lock;
         let t_req = now + self.c.syscall / 2;
-        if sem.queued_writer.is_some() && !granted && !sem.steals(t_req, write) {
+        let spins = write && sem.writer_spins_past_queue(t_req, &self.sc);
+        if sem.queued_writer.is_some() && !granted && !sem.steals(t_req, write) && !spins {
             return self.mmap_lock_sleep(tid, mm, LockWait::Syscall { t_step: now, write });
         }
         let free_at = sem.holders_until();
@@ -125,6 +130,7 @@ impl Kernel {
             // the readers holding it: queue, sleep until the hand-over.
             sem.queued_writer = Some(tid);
             sem.queued_wake = free_at + self.sc.sleep_wake;
+            sem.queued_since = now;
             sem.write_queued += 1;
             let tk = &mut self.tasks[tid as usize];
             tk.lock_wait = Some(LockWait::Syscall { t_step: now, write });
@@ -194,6 +200,10 @@ impl Kernel {
             let run_at = self.tasks[w as usize].clock.max(at);
             if m.mmap_lock.queued_writer == Some(w) {
                 m.mmap_lock.queued_wake = run_at;
+                // Its wait (and so its handoff timeout) began when it slept.
+                if let Some(LockWait::Syscall { t_step, .. }) = self.tasks[w as usize].lock_wait {
+                    m.mmap_lock.queued_since = t_step;
+                }
             }
             self.tasks[w as usize].clock = run_at;
             self.wakeups.push((run_at, w));

@@ -540,33 +540,66 @@ mod tests {
         // Task 1's munmap sleeps behind a long read hold; task 2 asks for
         // the lock for write just after the readers left, while task 1 is
         // still on its way back from sleep: it takes the lock (rwsem lock
-        // stealing), and task 1, woken, runs after its section. Asked while
-        // the readers still hold it, task 2 queues behind task 1.
-        for (after_release, steals) in [(true, true), (false, false)] {
-            let (mut k, a) = setup("per_vma");
-            k.tasks.push(Task::new(2, 0, 2, 0));
-            k.mms[0].users = 3;
-            let t = k.tasks[0].clock;
-            hold_read(&mut k, t, 20_000);
-            k.tasks[1].clock = t + 10;
-            assert_eq!(k.exec(1, Op::Munmap { addr: a, len: 16 << 12 }), None, "the munmap sleeps in the wait queue");
+        // stealing), and task 1, woken, runs after its section.
+        let (mut k, a) = queued_writer_behind_readers();
+        let free_at = k.mms[0].mmap_lock.holders_until();
+        assert!(k.mms[0].mmap_lock.queued_wake > free_at + 100, "the sleeper runs again after a wake-up latency");
+        k.tasks[2].clock = free_at + 100;
+        let r = k.exec(2, Op::Mprotect { addr: a + (8 << 12), len: 4096, prot: prot::READ });
+        assert_eq!(r, Some(Ret::Val(0)), "the lock is free and its queued writer asleep: task 2 takes it");
+        let stolen = k.mms[0].cycle_log.back().unwrap().clone();
+        assert!(stolen.start < k.mms[0].mmap_lock.queued_wake);
+        assert_eq!(k.mms[0].mmap_lock.queued_writer, Some(1), "task 1 still heads the queue");
+        assert_eq!(wake(&mut k, 1), Some(Ret::Val(0)));
+        let munmap = k.mms[0].cycle_log.back().unwrap().clone();
+        assert!(munmap.start >= stolen.end, "the woken writer waits for the section taken ahead of it");
+        assert!(k.mms[0].vma_lookup(a).is_none());
+        assert!(k.check.violations.is_empty(), "{:?}", k.check.violations);
+    }
+
+    /// Task 1's munmap asleep in the wait queue behind a 20 us read hold
+    /// (longer than a writer spins on readers), task 2 a third user.
+    fn queued_writer_behind_readers() -> (Kernel, u64) {
+        let (mut k, a) = setup("per_vma");
+        k.tasks.push(Task::new(2, 0, 2, 0));
+        k.mms[0].users = 3;
+        // Late enough that a wait can have begun RWSEM_WAIT_TIMEOUT before.
+        let t = k.tasks[0].clock + 2 * crate::sim::lock::RWSEM_WAIT_TIMEOUT;
+        hold_read(&mut k, t, 20_000);
+        k.tasks[1].clock = t + 10;
+        assert_eq!(k.exec(1, Op::Munmap { addr: a, len: 16 << 12 }), None, "the munmap sleeps in the wait queue");
+        assert_eq!(k.mms[0].mmap_lock.queued_writer, Some(1));
+        (k, a)
+    }
+
+    #[test]
+    fn a_writer_spins_past_a_sleeping_writer_until_its_handoff() {
+        // rwsem_down_write_slowpath spins before it queues, whoever sleeps
+        // in the queue: task 2, asking while the readers have less left
+        // than a writer spins on them, takes the lock when they leave,
+        // ahead of the sleeper. Asked while they have more left, it
+        // sleeps behind task 1; and once task 1 has waited
+        // RWSEM_WAIT_TIMEOUT (its handoff bit), task 2 queues behind it
+        // however short the wait.
+        let spin = boot_with("").sc.spin_limit;
+        for (before_free, handoff, spins) in [(spin / 2, false, true), (spin + 5_000, false, false), (spin / 2, true, false)] {
+            let (mut k, a) = queued_writer_behind_readers();
             let free_at = k.mms[0].mmap_lock.holders_until();
-            assert!(k.mms[0].mmap_lock.queued_wake > free_at + 100, "the sleeper runs again after a wake-up latency");
-            k.tasks[2].clock = if after_release { free_at + 100 } else { free_at - 5_000 };
+            if handoff {
+                k.mms[0].mmap_lock.queued_since = free_at - crate::sim::lock::RWSEM_WAIT_TIMEOUT - before_free;
+            }
+            k.tasks[2].clock = free_at - before_free;
             let r = k.exec(2, Op::Mprotect { addr: a + (8 << 12), len: 4096, prot: prot::READ });
-            if !steals {
-                assert_eq!(r, None, "the lock is still held: task 2 queues behind the sleeping writer");
+            if !spins {
+                assert_eq!(r, None, "task 2 queues behind the sleeping writer ({before_free} ns before the release, handoff {handoff})");
                 assert_eq!(k.mms[0].lock_waiters, vec![2]);
                 continue;
             }
-            assert_eq!(r, Some(Ret::Val(0)), "the lock is free and its queued writer asleep: task 2 takes it");
-            let stolen = k.mms[0].cycle_log.back().unwrap().clone();
-            assert!(stolen.start < k.mms[0].mmap_lock.queued_wake);
-            assert_eq!(k.mms[0].mmap_lock.queued_writer, Some(1), "task 1 still heads the queue");
+            assert_eq!(r, Some(Ret::Val(0)), "task 2 spins on the readers and takes the lock past the sleeper");
+            let spun = k.mms[0].cycle_log.back().unwrap().clone();
+            assert!(spun.start >= free_at && spun.start < k.mms[0].mmap_lock.queued_wake);
             assert_eq!(wake(&mut k, 1), Some(Ret::Val(0)));
-            let munmap = k.mms[0].cycle_log.back().unwrap().clone();
-            assert!(munmap.start >= stolen.end, "the woken writer waits for the section taken ahead of it");
-            assert!(k.mms[0].vma_lookup(a).is_none());
+            assert!(k.mms[0].cycle_log.back().unwrap().start >= spun.end, "the sleeper runs after the spinner's section");
             assert!(k.check.violations.is_empty(), "{:?}", k.check.violations);
         }
     }

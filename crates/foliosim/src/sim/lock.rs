@@ -492,6 +492,9 @@ pub struct RwSem {
     /// When the queued writer runs again (its wake-up): until then a
     /// request that finds the lock free takes it past the sleeper (`steals`).
     pub queued_wake: Ns,
+    /// When the queued writer first went to sleep in the wait queue: from
+    /// RWSEM_WAIT_TIMEOUT later it holds the handoff bit (`handoff`).
+    pub queued_since: Ns,
     /// Writers that had to sleep in the wait queue (their section moved to
     /// the time they acquired).
     pub write_queued: u64,
@@ -499,6 +502,12 @@ pub struct RwSem {
     /// section allocates or writes is placed and charged on that CPU.
     pub writer_cpu: u32,
 }
+
+/// How long a writer waits in an rwsem's queue before, woken and failing
+/// to acquire, it sets RWSEM_FLAG_HANDOFF (kernel/locking/rwsem.c,
+/// rwsem_try_write_lock: `waiter->timeout`, RWSEM_WAIT_TIMEOUT =
+/// DIV_ROUND_UP(HZ, 250) jiffies: 4 ms at HZ 250 and at HZ 1000).
+pub const RWSEM_WAIT_TIMEOUT: Ns = 4_000_000;
 
 /// Costs of sleeping on a semaphore.
 #[derive(Clone, Copy, Debug)]
@@ -544,6 +553,22 @@ impl RwSem {
     #[inline]
     pub fn steals(&self, t: Ns, write: bool) -> bool {
         self.queued_writer.is_some() && t < self.queued_wake && self.holders_until() <= t && (write || !self.rwsem_51)
+    }
+
+    /// Whether a writer requesting at `t` spins for the lock past the
+    /// writer asleep in the queue instead of queueing behind it:
+    /// rwsem_down_write_slowpath spins first (rwsem_optimistic_spin, the
+    /// OSQ queue of spinners, and rwsem_try_write_lock_unqueued), whoever
+    /// sleeps in the wait queue, and gives up only on a reader-owned lock
+    /// held too long (`writer_sleeps`) or once the sleeper holds the
+    /// handoff bit (5.3+: RWSEM_WAIT_TIMEOUT after it queued; the 5.1
+    /// rwsem had no handoff). Without this every writer queued behind one
+    /// that slept, and the queue never drained into spinners again.
+    #[inline]
+    pub fn writer_spins_past_queue(&self, t: Ns, sc: &SleepCost) -> bool {
+        self.queued_writer.is_some()
+            && !self.writer_sleeps(t, sc)
+            && (self.rwsem_51 || t < self.queued_since.saturating_add(RWSEM_WAIT_TIMEOUT))
     }
 
     /// Account a sleep in the wait queue from `from` until the waiter ran
