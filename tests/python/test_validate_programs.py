@@ -118,6 +118,27 @@ def test_the_table_is_formatted_from_the_report():
         {"4K": [real(10, 100, 0.0)]}, {"4K": pred(10, 100, 1.0)})}]})
 
 
+def test_a_reporting_host_gets_its_first_touch_cost_under_the_table_and_its_thp_misses_point_at_it():
+    fpr = {"page_reporting_order": 9, "mib": 512, "wait_s": 5, "rounds": 3,
+           "thp_at_once_ns_per_4k": [183.4, 175.4, 186.3], "thp_after_idle_ns_per_4k": [6693.0, 6248.3, 6928.0],
+           "small_at_once_ns_per_4k": [1209.8, 1189.6, 1255.6], "small_after_idle_ns_per_4k": [1208.4, 1200.2, 1236.1]}
+    # 2M: real sys three times the replay's, a miss; 64K misses too, but not under THPs.
+    prog = {**report()["programs"][0], "rows": vp.compare(
+        {"4K": [real(1000, 4000, 10.0)] * 3, "64K": [real(100, 4000, 30.0)] * 3, "2M": [real(10, 4000, 30.0)] * 3},
+        {"4K": pred(1000, 4000, 10.0), "64K": pred(100, 4000, 10.0), "2M": pred(10, 4000, 10.0)})}
+    t = vp.render({**report(), "programs": [prog], "reporting_cost": fpr})
+    assert ("free page reporting (page_reporting_order 9) costs a first touch (validation/bin/fprcost, 512 MiB written into a "
+            "fresh mapping, median of 3 rounds [range], CPU time per 4 KiB): 2 MiB THPs 183 ns [175-186] right after a free of "
+            "the same size, 6,693 ns [6,248-6,928] after 5 s idle") in t
+    assert "4 KiB pages 1,210 ns [1,190-1,256] and 1,208 ns [1,200-1,236]" in t
+    row = {x.split("|")[2].strip(): x for x in t.splitlines() if x.startswith("| gzip |")}
+    assert "THPs taken from blocks the host's free page reporting discarded" in row["2M"]
+    assert "free page reporting" not in row["64K"] and "misses sys" in row["64K"]
+    # A host that does not report: no line, no pointer.
+    t = vp.render({**report(), "programs": [prog]})
+    assert "fprcost" not in t and "discarded" not in t
+
+
 def test_the_page_gets_the_table_between_its_markers_and_validation_doc_keeps_it(tmp_path):
     src = tmp_path / "programs.json"
     src.write_text(json.dumps(report()))
