@@ -314,16 +314,21 @@ static inline double wall_ns(void)
 	return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
 }
 
-/* Faults over a fresh 4 KiB-page region, each right after a
- * madvise(MADV_DONTNEED) of one page of another region: with `freed`, a page
- * just written there, which the madvise zaps, frees and flushes from the TLB;
- * without, a page never touched, which the madvise finds empty. Each fault is
- * timed alone (the median of its region's), since a loop's total would also
- * count what the fault changes in the calls around it. Their difference is
- * what a free on this CPU leaves the next fault to pay: fault_after_free_ns
- * from the read faults, and alloc_after_free_ns from what a write fault,
- * which allocates, pays beyond that. */
-static double fault_after_madvise_ns(int write, int freed)
+/* What comes right before each timed fault. */
+enum prefix { BACK_TO_BACK, AFTER_GETPPID, AFTER_EMPTY_MADVISE, AFTER_FREEING_MADVISE };
+
+/* Faults over a fresh 4 KiB-page region, each timed alone (the median of
+ * its region's; a loop's total would also count what the fault changes in
+ * the calls around it), right after `prefix`: nothing (faults back to
+ * back), a getppid(), or a madvise(MADV_DONTNEED) of one page of another
+ * region: a page never touched, which the madvise finds empty, or a page
+ * just written there, which it zaps, frees and flushes from the TLB.
+ * Differences between them are what the call before a fault leaves it to
+ * pay: fault_after_syscall_ns (read faults after a getppid against back to
+ * back), fault_after_free_ns (read faults after the freeing madvise
+ * against the empty one) and alloc_after_free_ns (what a write fault,
+ * which allocates, pays beyond that). */
+static double fault_after_ns(int write, enum prefix prefix)
 {
 	enum { N = 4096 };
 	static double d[N];
@@ -332,11 +337,19 @@ static double fault_after_madvise_ns(int write, int freed)
 	for (int r = 0; r < REPS; r++) {
 		volatile char *p = map_region(N * PG, MADV_NOHUGEPAGE, 0);
 		for (size_t i = 0; i < N; i++) {
-			if (freed) {
+			switch (prefix) {
+			case BACK_TO_BACK:
+				break;
+			case AFTER_GETPPID:
+				syscall(SYS_getppid);
+				break;
+			case AFTER_EMPTY_MADVISE:
+				madvise(q + 8 * PG, PG, MADV_DONTNEED);
+				break;
+			case AFTER_FREEING_MADVISE:
 				q[0] = 1;
 				madvise(q, PG, MADV_DONTNEED);
-			} else {
-				madvise(q + 8 * PG, PG, MADV_DONTNEED);
+				break;
 			}
 			double t = wall_ns();
 			if (write)
@@ -401,17 +414,19 @@ int main(void)
 	char model[128];
 	cpu_model(model, sizeof(model));
 	mmap_munmap_ns(&mm, &mu);
-	double rf0 = fault_after_madvise_ns(0, 0), rf1 = fault_after_madvise_ns(0, 1);
-	double wf0 = fault_after_madvise_ns(1, 0), wf1 = fault_after_madvise_ns(1, 1);
+	double r0 = fault_after_ns(0, BACK_TO_BACK), rs = fault_after_ns(0, AFTER_GETPPID);
+	double rf0 = fault_after_ns(0, AFTER_EMPTY_MADVISE), rf1 = fault_after_ns(0, AFTER_FREEING_MADVISE);
+	double wf0 = fault_after_ns(1, AFTER_EMPTY_MADVISE), wf1 = fault_after_ns(1, AFTER_FREEING_MADVISE);
 	printf("{\"reps\":%d,\"syscall_ns\":%.2f,\"anon_write_fault_ns\":%.2f,\"zero_page_read_fault_ns\":%.2f,\"zero_fault_after_syscall_ns\":%.2f,"
 	       "\"zero_bw_gbps\":%.3f,\"copy_bw_gbps\":%.3f,\"read_bw_gbps\":%.3f,"
 	       "\"latency_4k_ns\":%.2f,\"latency_2m_ns\":%.2f,\"huge_fraction\":%.3f,"
 	       "\"dontneed_per_page_ns\":%.2f,\"dontneed_one_page_call_ns\":%.2f,"
 	       "\"mmap_ns\":%.2f,\"munmap_ns\":%.2f,\"clear_warm_ns\":%.2f,\"copy_warm_ns\":%.2f,"
+	       "\"read_fault_alone_ns\":%.2f,\"read_fault_alone_after_getppid_ns\":%.2f,"
 	       "\"read_fault_after_madvise_ns\":%.2f,\"read_fault_after_free_ns\":%.2f,"
 	       "\"write_fault_after_madvise_ns\":%.2f,\"write_fault_after_free_ns\":%.2f,"
 	       "\"clock_ghz\":%.3f,\"l2_kib\":%ld,\"l3_kib\":%ld,\"cpu_model\":\"%s\"}\n",
-	       REPS, sc, fw, fr, fs, zb, cb, rb, l4, lat2m, huge_frac, dn, d1, mm, mu, cw, cpw, rf0, rf1, wf0, wf1, ghz, l2 > 0 ? l2 / 1024 : 0,
+	       REPS, sc, fw, fr, fs, zb, cb, rb, l4, lat2m, huge_frac, dn, d1, mm, mu, cw, cpw, r0, rs, rf0, rf1, wf0, wf1, ghz, l2 > 0 ? l2 / 1024 : 0,
 	       l3 > 0 ? l3 / 1024 : 0, model);
 	return 0;
 }

@@ -299,6 +299,10 @@ def test_a_fault_after_a_system_call_is_its_pair_less_the_call_and_the_fault_alo
     v, how = cal.Derivation(micro, series, 3).vals["fault_after_syscall_ns"]
     assert v == pytest.approx(820.0 - 100.0 - 600.0)
     assert "getppid" in how
+    # Each fault timed alone, where measured, is used instead.
+    micro.update({"read_fault_alone_ns": 610.0, "read_fault_alone_after_getppid_ns": 650.0})
+    v, how = cal.Derivation(micro, series, 3).vals["fault_after_syscall_ns"]
+    assert v == pytest.approx(40.0) and "timed alone" in how
 
 
 def test_the_page_cache_zap_term_lands_the_models_shared_file_munmap_on_the_host(tmp_path):
