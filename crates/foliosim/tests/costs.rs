@@ -295,7 +295,12 @@ fn rule(r: &str) -> String {
 fn each_alignment_rule_aligns_the_lengths_its_kernel_aligns() {
     let lands = |r: &str, len: u64| mmap(&mut imaged(&rule(r)).0, 0, len);
     let pmd = |a: u64| a.is_multiple_of(2 * MIB);
-    for (r, aligned) in [("none", [false, false, false]), ("len_ge_pmd", [false, true, true]), ("len_pmd_aligned", [false, false, true])] {
+    for (r, aligned) in [
+        ("none", [false, false, false]),
+        ("len_ge_pmd_bottom", [false, true, true]),
+        ("len_ge_pmd", [false, true, true]),
+        ("len_pmd_aligned", [false, false, true]),
+    ] {
         let got = [pmd(lands(r, MIB)), pmd(lands(r, 2 * MIB + 4096)), pmd(lands(r, 4 * MIB))];
         assert_eq!(got, aligned, "{r}: 1 MiB, 2 MiB + 4 KiB, 4 MiB");
     }
@@ -321,6 +326,27 @@ fn each_alignment_rule_puts_2_mib_plus_4_kib_where_its_kernel_does() {
     assert_eq!(at("none", 2 * MIB), 0x7fff_f7df_f000);
     assert_eq!(at("len_ge_pmd", 2 * MIB), 0x7fff_f7c0_0000);
     assert_eq!(at("len_pmd_aligned", 2 * MIB), 0x7fff_f7c0_0000);
+}
+
+/// Top-down, two 4 MiB mappings in a row: since 96204e15310c (6.8) the
+/// second lands right below the first and they merge into one VMA;
+/// before it (6.7, and 6.1-rc's f35b5d7d676e) the PMD of padding stays
+/// between them (mm_get_unmapped_area found 6 MiB ending at the first's
+/// aligned start: its own start is aligned and is kept).
+#[test]
+fn before_the_topdown_fix_an_aligned_mapping_keeps_its_padding_above_it() {
+    let pair = |r: &str| {
+        let mut h = boot(&rule(r), &|_| {});
+        let t = h.process(0);
+        let (a, b) = (mmap(&mut h, t, 4 * MIB), mmap(&mut h, t, 4 * MIB));
+        let mm = h.k.tasks()[t as usize].mm as usize;
+        (a, b, h.k.mms()[mm].vma_lookup(a).map(|v| v.start))
+    };
+    let (a, b, start) = pair("len_ge_pmd");
+    assert_eq!((b + 4 * MIB, start), (a, Some(b)), "6.8-6.11: adjacent, one VMA");
+    let (a, b, start) = pair("len_ge_pmd_bottom");
+    assert!(a.is_multiple_of(2 * MIB) && b.is_multiple_of(2 * MIB));
+    assert_eq!((b + 6 * MIB, start), (a, Some(a)), "6.7: a 2 MiB gap, two VMAs");
 }
 
 /// thp_get_unmapped_area needs a gap of len + 2 MiB: the 2 MiB hole an

@@ -348,11 +348,18 @@ pub enum ThpAnonAlign {
     /// Up to Linux 6.6: none (an anonymous mapping goes through
     /// mm_get_unmapped_area, page-aligned).
     None,
-    /// Linux 6.7-6.11 ("mm: align larger anonymous mappings on THP
-    /// boundaries"): every anonymous mapping goes through
-    /// thp_get_unmapped_area, whose __thp_get_unmapped_area aligns a
-    /// length of at least PMD_SIZE.
+    /// Linux 6.8-6.11 ("mm: align larger anonymous mappings on THP
+    /// boundaries", efa7df3e3bb5, 6.7): every anonymous mapping goes
+    /// through thp_get_unmapped_area, whose __thp_get_unmapped_area aligns
+    /// a length of at least PMD_SIZE; top-down, an aligned find is pushed
+    /// up a PMD, next to the mapping above (96204e15310c, 6.8).
     LenGePmd,
+    /// The same rule before 96204e15310c ("mm: thp_get_unmapped_area must
+    /// honour topdown preference", 6.8): the mapping starts at the first
+    /// PMD boundary of the padded area, so an aligned find keeps the PMD of
+    /// padding above it, a gap nothing merges across. Linux 6.7, and
+    /// f35b5d7d676e in 6.1-rc (reverted for 6.1 by 0ba09b1733).
+    LenGePmdBottom,
     /// Linux 6.12 on ("mm, mmap: limit THP alignment of anonymous mappings
     /// to PMD-aligned sizes"): __get_unmapped_area calls
     /// thp_get_unmapped_area_vmflags only when IS_ALIGNED(len, PMD_SIZE).
@@ -361,12 +368,13 @@ pub enum ThpAnonAlign {
 }
 
 impl ThpAnonAlign {
-    pub const VALUES: &'static [&'static str] = &["none", "len_ge_pmd", "len_pmd_aligned"];
+    pub const VALUES: &'static [&'static str] = &["none", "len_ge_pmd_bottom", "len_ge_pmd", "len_pmd_aligned"];
 
     pub fn parse(s: &str) -> ThpAnonAlign {
         match s {
             "none" => ThpAnonAlign::None,
             "len_ge_pmd" => ThpAnonAlign::LenGePmd,
+            "len_ge_pmd_bottom" => ThpAnonAlign::LenGePmdBottom,
             _ => ThpAnonAlign::LenPmdAligned,
         }
     }
@@ -382,7 +390,7 @@ impl ThpAnonAlign {
         match self {
             ThpAnonAlign::None => false,
             // __thp_get_unmapped_area gives up below one whole PMD.
-            ThpAnonAlign::LenGePmd => len >= PMD_SIZE,
+            ThpAnonAlign::LenGePmd | ThpAnonAlign::LenGePmdBottom => len >= PMD_SIZE,
             ThpAnonAlign::LenPmdAligned => len.is_multiple_of(PMD_SIZE),
         }
     }
@@ -439,7 +447,7 @@ pub fn table() -> Vec<KnobSpec> {
         KnobSpec::int("host.mem_mib", 0, (0, 1 << 34), "host memory available to this guest, MiB (0: no limit); beyond it the host reclaims (MADV_FREE'd pages first, then swaps guest pages out)", |k, i| k.host_mem_mib = i as u64),
         KnobSpec::flag("host.prealloc", false, "all guest memory is backed at boot (QEMU -mem-prealloc, or the state after the guest touched all of it)", |k, b| k.host_prealloc = b),
         KnobSpec::selector("anon_folio.mode", "off", "the policy that chooses the order of a fresh anonymous folio and the large-folio paths (mm/huge_memory.rs); setting a per-size hugepages-<size>kB knob without this one selects upstream", |k, s| k.anon_folio.mode = s.to_string()),
-        KnobSpec::choice("anon_folio.thp_get_unmapped_area", "len_pmd_aligned", ThpAnonAlign::VALUES, "which unhinted private anonymous mmaps thp_get_unmapped_area places (padded by 2 MiB, then aligned to a PMD boundary; shared ones are shmem's): \"none\" (Linux <= 6.6), \"len_ge_pmd\" (6.7-6.11: every one of at least 2 MiB, thp_get_unmapped_area), \"len_pmd_aligned\" (6.12 on: only lengths that are multiples of 2 MiB, IS_ALIGNED(len, PMD_SIZE)); rfc-v2's own patch 16 (anon_folio.mmap_align_unhinted) comes first", |k, s| k.anon_folio.thp_anon_align = ThpAnonAlign::parse(s)),
+        KnobSpec::choice("anon_folio.thp_get_unmapped_area", "len_pmd_aligned", ThpAnonAlign::VALUES, "which unhinted private anonymous mmaps thp_get_unmapped_area places (padded by 2 MiB, then aligned to a PMD boundary; shared ones are shmem's): \"none\" (Linux <= 6.6), \"len_ge_pmd_bottom\" (6.7, and 6.1-rc's f35b5d7d676e: every one of at least 2 MiB, at the first PMD boundary of the padded area, so the padding stays above it), \"len_ge_pmd\" (6.8-6.11: the same, pushed up next to the mapping above, 96204e15310c), \"len_pmd_aligned\" (6.12 on: only lengths that are multiples of 2 MiB, IS_ALIGNED(len, PMD_SIZE)); rfc-v2's own patch 16 (anon_folio.mmap_align_unhinted) comes first", |k, s| k.anon_folio.thp_anon_align = ThpAnonAlign::parse(s)),
         KnobSpec::choice(MTHP_SIZE_KEYS[0], "never", &["always", "inherit", "madvise", "never"], "upstream mTHP: 16 KiB anonymous folios (order 2)", |k, s| k.anon_folio.per_size[0] = ThpEnabled::parse(s)),
         KnobSpec::choice(MTHP_SIZE_KEYS[1], "never", &["always", "inherit", "madvise", "never"], "upstream mTHP: 32 KiB anonymous folios (order 3)", |k, s| k.anon_folio.per_size[1] = ThpEnabled::parse(s)),
         KnobSpec::choice(MTHP_SIZE_KEYS[2], "never", &["always", "inherit", "madvise", "never"], "upstream mTHP: 64 KiB anonymous folios (order 4)", |k, s| k.anon_folio.per_size[2] = ThpEnabled::parse(s)),

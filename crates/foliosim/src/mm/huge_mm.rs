@@ -148,7 +148,7 @@ pub trait AnonOrderPolicy: Send {
 /// An unhinted private anonymous mapping under the era's THP rule.
 pub fn anon_placement(rule: ThpAnonAlign, len: u64) -> Placement {
     if rule.thp_aligned(len) {
-        Placement::ThpPadded
+        Placement::ThpPadded { bottom: rule == ThpAnonAlign::LenGePmdBottom }
     } else {
         Placement::Page
     }

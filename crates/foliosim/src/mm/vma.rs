@@ -328,8 +328,9 @@ pub enum Placement {
     /// The highest start aligned to this many bytes (vm_unmapped_area's
     /// align_mask; the RFC's patch 16).
     AlignMask(u64),
-    /// thp_get_unmapped_area: padded by a PMD, then PMD aligned.
-    ThpPadded,
+    /// thp_get_unmapped_area: padded by a PMD, then PMD aligned; `bottom`:
+    /// as before 96204e15310c (the padding stays above an aligned find).
+    ThpPadded { bottom: bool },
 }
 
 /// Outcome of inserting a new mapping.
@@ -686,16 +687,18 @@ impl Mm {
     /// thp_get_unmapped_area (mm/huge_memory.c, top-down, file offset 0):
     /// search for `len` plus a PMD of padding, and take the PMD-aligned
     /// start inside what was found: the highest one, the found start
-    /// itself pushed up by a whole PMD when it was already aligned. A gap
-    /// holding an aligned `len` but not `len + PMD` is not taken (a 2 MiB
-    /// hole left by an aligned 2 MiB mapping is not reused by the next
-    /// one). When the padded search fails, the plain search decides.
-    pub fn thp_get_unmapped_area(&self, len: u64) -> Option<u64> {
+    /// itself pushed up by a whole PMD when it was already aligned (since
+    /// 96204e15310c; with `bottom`, before it, the found start itself,
+    /// the padding left above). A gap holding an aligned `len` but not
+    /// `len + PMD` is not taken (a 2 MiB hole left by an aligned 2 MiB
+    /// mapping is not reused by the next one). When the padded search
+    /// fails, the plain search decides.
+    pub fn thp_get_unmapped_area(&self, len: u64, bottom: bool) -> Option<u64> {
         const PMD_SIZE: u64 = 2 << 20;
         match self.get_unmapped_area(len + PMD_SIZE, 4096) {
             Some(ret) => {
                 let off_sub = ret.wrapping_neg() & (PMD_SIZE - 1);
-                Some(if off_sub == 0 { ret + PMD_SIZE } else { ret + off_sub })
+                Some(if off_sub == 0 && !bottom { ret + PMD_SIZE } else { ret + off_sub })
             }
             None => self.get_unmapped_area(len, 4096),
         }
@@ -706,7 +709,7 @@ impl Mm {
         match place {
             Placement::Page => self.get_unmapped_area(len, 4096),
             Placement::AlignMask(a) => self.get_unmapped_area(len, a),
-            Placement::ThpPadded => self.thp_get_unmapped_area(len),
+            Placement::ThpPadded { bottom } => self.thp_get_unmapped_area(len, bottom),
         }
     }
 
