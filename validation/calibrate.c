@@ -56,12 +56,9 @@ static double syscall_ns(void)
 }
 
 /* First-touch faults over a fresh 4 KiB-page region: write (do_anonymous_page:
- * alloc + clear + map) or read (maps the shared zero page). With
- * after_syscall, each read fault comes right after a getppid(): a fault whose
- * CPU last entered the kernel for a system call, not for another fault;
- * minus fault_ns(0, 0) and syscall_ns() that is what the fault costs beyond
- * the same fault taken back to back (fault_after_syscall_ns). */
-static double fault_ns(int write, int after_syscall)
+ * alloc + clear + map) or read (maps the shared zero page). (What a fault
+ * right after a system call costs beyond these: fault_after_ns.) */
+static double fault_ns(int write)
 {
 	double v[REPS];
 	size_t len = 256 * MiB;
@@ -69,8 +66,6 @@ static double fault_ns(int write, int after_syscall)
 		volatile char *p = map_region(len, MADV_NOHUGEPAGE, 0);
 		double t = now();
 		for (size_t i = 0; i < len; i += PG) {
-			if (after_syscall)
-				syscall(SYS_getppid);
 			if (write)
 				p[i] = 1;
 			else
@@ -305,15 +300,6 @@ static double dontneed_ns(int single)
 	return median(v, REPS);
 }
 
-/* A clock read in user mode (the vDSO): the thread CPU clock is a system
- * call, which would itself come between the call and the fault timed. */
-static inline double wall_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
-}
-
 /* What comes right before each timed fault. */
 enum prefix { BACK_TO_BACK, AFTER_GETPPID, AFTER_EMPTY_MADVISE, AFTER_FREEING_MADVISE };
 
@@ -404,7 +390,7 @@ int main(void)
 {
 	double huge_frac = 0, mm, mu;
 	double sc = syscall_ns();
-	double fw = fault_ns(1, 0), fr = fault_ns(0, 0), fs = fault_ns(0, 1);
+	double fw = fault_ns(1), fr = fault_ns(0);
 	double zb = bw_gbps(0), cb = bw_gbps(1), rb = bw_gbps(2);
 	double l4 = chase_ns(0, NULL), lat2m = chase_ns(1, &huge_frac);
 	double dn = dontneed_ns(0), d1 = dontneed_ns(1);
@@ -417,7 +403,7 @@ int main(void)
 	double r0 = fault_after_ns(0, BACK_TO_BACK), rs = fault_after_ns(0, AFTER_GETPPID);
 	double rf0 = fault_after_ns(0, AFTER_EMPTY_MADVISE), rf1 = fault_after_ns(0, AFTER_FREEING_MADVISE);
 	double wf0 = fault_after_ns(1, AFTER_EMPTY_MADVISE), wf1 = fault_after_ns(1, AFTER_FREEING_MADVISE);
-	printf("{\"reps\":%d,\"syscall_ns\":%.2f,\"anon_write_fault_ns\":%.2f,\"zero_page_read_fault_ns\":%.2f,\"zero_fault_after_syscall_ns\":%.2f,"
+	printf("{\"reps\":%d,\"syscall_ns\":%.2f,\"anon_write_fault_ns\":%.2f,\"zero_page_read_fault_ns\":%.2f,"
 	       "\"zero_bw_gbps\":%.3f,\"copy_bw_gbps\":%.3f,\"read_bw_gbps\":%.3f,"
 	       "\"latency_4k_ns\":%.2f,\"latency_2m_ns\":%.2f,\"huge_fraction\":%.3f,"
 	       "\"dontneed_per_page_ns\":%.2f,\"dontneed_one_page_call_ns\":%.2f,"
@@ -426,7 +412,7 @@ int main(void)
 	       "\"read_fault_after_madvise_ns\":%.2f,\"read_fault_after_free_ns\":%.2f,"
 	       "\"write_fault_after_madvise_ns\":%.2f,\"write_fault_after_free_ns\":%.2f,"
 	       "\"clock_ghz\":%.3f,\"l2_kib\":%ld,\"l3_kib\":%ld,\"cpu_model\":\"%s\"}\n",
-	       REPS, sc, fw, fr, fs, zb, cb, rb, l4, lat2m, huge_frac, dn, d1, mm, mu, cw, cpw, r0, rs, rf0, rf1, wf0, wf1, ghz, l2 > 0 ? l2 / 1024 : 0,
+	       REPS, sc, fw, fr, zb, cb, rb, l4, lat2m, huge_frac, dn, d1, mm, mu, cw, cpw, r0, rs, rf0, rf1, wf0, wf1, ghz, l2 > 0 ? l2 / 1024 : 0,
 	       l3 > 0 ? l3 / 1024 : 0, model);
 	return 0;
 }

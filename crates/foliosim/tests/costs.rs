@@ -40,8 +40,13 @@ fn mmap(h: &mut H, tid: u32, len: u64) -> u64 {
 
 /// Time of the fault a store to `addr` takes.
 fn fault(h: &mut H, tid: u32, addr: u64) -> Ns {
+    access_fault(h, tid, addr, Access::Store)
+}
+
+/// Time of the fault an access of `kind` to `addr` takes.
+fn access_fault(h: &mut H, tid: u32, addr: u64, kind: Access) -> Ns {
     let f0 = entry(h, tid, Entry::Fault);
-    h.run(tid, 0, Op::Access { addr, kind: Access::Store });
+    h.run(tid, 0, Op::Access { addr, kind });
     entry(h, tid, Entry::Fault) - f0
 }
 
@@ -446,9 +451,7 @@ fn a_fault_right_after_a_system_call_pays_for_its_cold_path() {
         let first = fault(&mut h, t, a);
         let second = fault(&mut h, t, a + 4096);
         h.val(t, 0, Op::Madvise { addr: a, len: 4096, advice: foliosim::workload::Advice::DontNeed });
-        let f0 = entry(&h, t, Entry::Fault);
-        h.run(t, 0, Op::Access { addr: a, kind: Access::Load });
-        let after_madvise = entry(&h, t, Entry::Fault) - f0;
+        let after_madvise = access_fault(&mut h, t, a, Access::Load);
         assert!(h.k.check().violations.is_empty(), "{:?}", h.k.check().violations);
         [first, second, after_madvise]
     };
@@ -470,11 +473,7 @@ fn the_fault_and_the_allocation_after_a_free_pay_once_for_what_it_displaced() {
         });
         let t = h.process(0);
         let m = mmap(&mut h, t, 4 * MIB);
-        let load = |h: &mut H, addr: u64| {
-            let f0 = entry(h, t, Entry::Fault);
-            h.run(t, 0, Op::Access { addr, kind: Access::Load });
-            entry(h, t, Entry::Fault) - f0
-        };
+        let load = |h: &mut H, addr: u64| access_fault(h, t, addr, Access::Load);
         let dontneed = |h: &mut H, addr: u64| h.val(t, 0, Op::Madvise { addr, len: 4096, advice: foliosim::workload::Advice::DontNeed });
         let first = fault(&mut h, t, m);
         let second = fault(&mut h, t, m + 4096);
