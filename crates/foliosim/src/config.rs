@@ -57,6 +57,10 @@ pub struct Config {
     /// `machine.guest_stagger_ms`: guest g boots g times this late (VMs
     /// started one after another).
     pub guest_stagger_ms: f64,
+    /// `[[guest]]`: each guest's own workload (guest g runs entry g mod
+    /// their number); empty: every guest runs `workload`.
+    #[serde(skip)]
+    pub guest_workloads: Vec<(String, RawParams)>,
     /// `[host]`: the guests run on a host kernel (virt/kvm.rs) booted
     /// from this; None: the bitmap host of the `host.*` knobs, if any.
     #[serde(skip)]
@@ -475,9 +479,10 @@ fn from_table(mut root: toml::Table, ctx: &Ctx) -> Result<Config, ConfigError> {
     let (kn, knob_values) = knobs_from(&mut root, ctx, machine.prof.total_mem_mib() << 10)?;
     let (name, raw) = workload_from(&mut root, ctx, &machine.prof, kn.swap_size_mib)?;
     let (host, host_json) = host_from(&mut root, ctx, &machine, &kn)?;
+    let guest_workloads = guest_mix_from(&mut root, ctx, &machine, kn.swap_size_mib)?;
     let Machine { profile_name, prof, tlb_overrides, guests, guest_stagger_ms, costs } = machine;
     if let Some(k) = root.keys().next() {
-        return Err(ctx.err("", k, "unknown key (expected seed, machine, host, workload, run, knobs)"));
+        return Err(ctx.err("", k, "unknown key (expected seed, machine, host, guest, workload, run, knobs)"));
     }
     if guests > 1 && kn.host_prealloc && kn.host_mem_mib > 0 && kn.host_mem_mib < guests as u64 * prof.total_mem_mib() {
         return Err(ctx.err(
@@ -538,6 +543,17 @@ fn from_table(mut root: toml::Table, ctx: &Ctx) -> Result<Config, ConfigError> {
     if let Some(h) = host_json {
         normalized["host"] = h;
     }
+    if !guest_workloads.is_empty() {
+        let wl = |(name, raw): &(String, RawParams)| {
+            let mut j = serde_json::Map::new();
+            j.insert("name".into(), name.clone().into());
+            for (k, v) in raw {
+                j.insert(k.clone(), toml_to_json(v));
+            }
+            serde_json::json!({ "workload": j })
+        };
+        normalized["guest"] = guest_workloads.iter().map(wl).collect::<Vec<_>>().into();
+    }
     Ok(Config {
         seed,
         profile_name,
@@ -549,9 +565,48 @@ fn from_table(mut root: toml::Table, ctx: &Ctx) -> Result<Config, ConfigError> {
         knobs: kn,
         guests,
         guest_stagger_ms,
+        guest_workloads,
         host,
         normalized,
     })
+}
+
+/// `[[guest]]`: the guests' own workloads, one table each with a
+/// `workload` table, taken in turn (guest g runs entry g mod their
+/// number), so that a few entries make a mix over many guests. Empty: every
+/// guest runs `[workload]`.
+fn guest_mix_from(root: &mut toml::Table, ctx: &Ctx, machine: &Machine, swap_mib: u64) -> Result<Vec<(String, RawParams)>, ConfigError> {
+    let Some(v) = root.remove("guest") else { return Ok(Vec::new()) };
+    let toml::Value::Array(entries) = v else {
+        return Err(ctx.err("", "guest", format!("expected an array of tables ([[guest]]), got {}", v.type_str())));
+    };
+    if machine.guests < 2 {
+        return Err(ctx.err("", "guest", "gives several guests their own workloads: needs machine.guests >= 2"));
+    }
+    if entries.is_empty() || entries.len() > machine.guests as usize {
+        return Err(ctx.err(
+            "",
+            "guest",
+            format!("{} entries for {} guests (expected 1 to machine.guests)", entries.len(), machine.guests),
+        ));
+    }
+    let mut out = Vec::with_capacity(entries.len());
+    for (i, e) in entries.into_iter().enumerate() {
+        let table = format!("guest[{i}]");
+        let toml::Value::Table(mut t) = e else {
+            return Err(ctx.err("", &table, format!("expected a table, got {}", e.type_str())));
+        };
+        let w = match t.remove("workload") {
+            Some(toml::Value::Table(w)) => w,
+            None => return Err(ctx.err(&table, "workload", "missing: the workload this guest runs")),
+            Some(v) => return Err(ctx.err(&table, "workload", format!("expected a table, got {}", v.type_str()))),
+        };
+        if let Some(k) = t.keys().next() {
+            return Err(ctx.err(&table, k, "unknown key (expected workload)"));
+        }
+        out.push(workload_table(w, ctx, &format!("{table}.workload"), &machine.prof, swap_mib)?);
+    }
+    Ok(out)
 }
 
 /// Every knob of the policies selected, as set or at its default.
@@ -826,14 +881,20 @@ fn knobs_table(kt: toml::Table, ctx: &Ctx, tn: &str, mem_kib: u64) -> Result<(Kn
 /// `[workload]`: its name and parameters (paths made absolute), checked by
 /// building it once; it must fit in `prof`'s memory and `swap_mib` of swap.
 fn workload_from(root: &mut toml::Table, ctx: &Ctx, prof: &Profile, swap_mib: u64) -> Result<(String, RawParams), ConfigError> {
-    let mut w = take_table(ctx, root, "workload")?;
+    let w = take_table(ctx, root, "workload")?;
+    workload_table(w, ctx, "workload", prof, swap_mib)
+}
+
+/// A workload table (`[workload]`, or a `[[guest]]`'s `workload`, named
+/// `table` in errors): its name and parameters, checked by building it.
+fn workload_table(mut w: toml::Table, ctx: &Ctx, table: &str, prof: &Profile, swap_mib: u64) -> Result<(String, RawParams), ConfigError> {
     let name = match w.remove("name") {
         Some(toml::Value::String(s)) => s,
-        None => return Err(ctx.err("workload", "name", "missing: which workload to run (see `foliosim list`)")),
-        Some(v) => return Err(ctx.err("workload", "name", format!("expected a string, got {}", v.type_str()))),
+        None => return Err(ctx.err(table, "name", "missing: which workload to run (see `foliosim list`)")),
+        Some(v) => return Err(ctx.err(table, "name", format!("expected a string, got {}", v.type_str()))),
     };
     let info = workload::registry::find(&name)
-        .ok_or_else(|| ctx.err("workload", "name", format!("unknown workload \"{name}\" (see `foliosim list`)")))?;
+        .ok_or_else(|| ctx.err(table, "name", format!("unknown workload \"{name}\" (see `foliosim list`)")))?;
     let mut raw: RawParams = w.into_iter().collect();
     for (k, v) in raw.iter_mut() {
         if let (true, toml::Value::String(p)) = (workload::params::is_path(k), v) {
@@ -842,7 +903,7 @@ fn workload_from(root: &mut toml::Table, ctx: &Ctx, prof: &Profile, swap_mib: u6
     }
     let wl = (info.build)(&mut Params::new(raw.clone())).map_err(|msg| {
         let (k, reason) = msg.split_once(": ").unwrap_or(("", msg.as_str()));
-        ctx.err("workload", k, reason.to_string())
+        ctx.err(table, k, reason.to_string())
     })?;
     if let Some(need) = wl.peak_bytes() {
         // Anonymous memory beyond RAM may live on the swap device.
@@ -1055,6 +1116,30 @@ mod tests {
         assert_eq!(c.normalized["run"]["probes"], serde_json::json!(["tlb:tlb_flush"]));
         let c = from_toml(base, "p.toml").unwrap();
         assert!(c.normalized["run"].get("probes").is_none(), "a config without probes normalises as before");
+    }
+
+    #[test]
+    fn a_guest_mix_names_each_guests_workload_and_its_errors() {
+        let base = "[machine]\nguests = 3\n[workload]\nname = \"memhog\"\nsize_mib = 8\n";
+        let c = from_toml(
+            &format!("{base}[[guest]]\nworkload.name = \"page_fault1\"\n[[guest]]\nworkload.name = \"memhog\"\nworkload.size_mib = 4\n"),
+            "m.toml",
+        )
+        .unwrap();
+        assert_eq!(c.guest_workloads.iter().map(|w| w.0.as_str()).collect::<Vec<_>>(), ["page_fault1", "memhog"]);
+        assert_eq!(c.normalized["guest"][1]["workload"]["size_mib"], 4);
+        let e = |extra: &str, guests: u32| {
+            from_toml(&format!("{}{extra}", base.replace("guests = 3", &format!("guests = {guests}"))), "m.toml").unwrap_err().to_string()
+        };
+        let m = e("[[guest]]\nworkload.name = \"memhog\"\nworkload.size_mb = 3\n", 3);
+        assert!(m.contains("guest[0].workload.size_mb") && !m.contains('\n'), "{m}");
+        assert!(e("[[guest]]\nworkload.name = \"memhog\"\n", 1).contains("needs machine.guests >= 2"));
+        let four = "[[guest]]\nworkload.name = \"memhog\"\n".repeat(4);
+        assert!(e(&four, 3).contains("4 entries for 3 guests"));
+        assert!(e("[[guest]]\nknobs.x = 1\n", 3).contains("guest[0].workload: missing"));
+        assert!(e("[[guest]]\nworkload.name = \"memhog\"\nseed = 2\n", 3).contains("guest[0].seed: unknown key"));
+        let m = from_toml(&format!("guest = 3\n{base}"), "m.toml").unwrap_err().to_string();
+        assert!(m.contains("expected an array of tables"), "{m}");
     }
 
     #[test]

@@ -8,7 +8,11 @@ use crate::kernel::{Kernel, HOST_WOKE};
 use crate::mm::vmstat::{Stat, ENTRY_NAMES, NR_STATS, STAT_NAMES};
 use crate::sim::{Ns, NSEC_PER_SEC};
 use crate::types::{Error, Progress};
-use crate::workload::{self, params::Params, AccessRun, FileId, FsKind, Op, Ret, SetupEnv, TaskId, Workload};
+use crate::workload::{
+    self,
+    params::{Params, RawParams},
+    AccessRun, FileId, FsKind, Op, Ret, SetupEnv, TaskId, Workload,
+};
 use serde_json::{json, Map, Value};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -182,8 +186,25 @@ fn enqueue(k: &mut Kernel, q: &mut Queue, t: Ns, tid: u32) {
 /// The workload `cfg` names, built from its parameters (the config checked
 /// both; an error here is the workload's).
 pub fn build_workload(cfg: &Config) -> Result<Box<dyn Workload>, Error> {
-    let info = workload::registry::find(&cfg.workload).ok_or_else(|| Error::Workload(format!("unknown workload {}", cfg.workload)))?;
-    (info.build)(&mut Params::new(cfg.workload_params.clone())).map_err(Error::Workload)
+    build_named(&cfg.workload, &cfg.workload_params)
+}
+
+/// Guest `g`'s workload: its `[[guest]]` entry's (g mod their number), or
+/// `[workload]` when the config has none. Returns its name too.
+pub fn build_guest_workload(cfg: &Config, g: usize) -> Result<(String, Box<dyn Workload>), Error> {
+    let (name, raw) = match cfg.guest_workloads.len() {
+        0 => (&cfg.workload, &cfg.workload_params),
+        n => {
+            let (name, raw) = &cfg.guest_workloads[g % n];
+            (name, raw)
+        }
+    };
+    Ok((name.clone(), build_named(name, raw)?))
+}
+
+fn build_named(name: &str, raw: &RawParams) -> Result<Box<dyn Workload>, Error> {
+    let info = workload::registry::find(name).ok_or_else(|| Error::Workload(format!("unknown workload {name}")))?;
+    (info.build)(&mut Params::new(raw.clone())).map_err(Error::Workload)
 }
 
 /// Run `cfg` to completion (or until `progress` returns false: a run

@@ -299,3 +299,88 @@ fn prealloc_is_done_before_the_guest_starts() {
     assert!(per_call < 30_000_000, "a report's madvise took {per_call} ns on the host");
     assert!(kvm.epoch > 0, "the host's prealloc took its time");
 }
+
+/// One 512 MiB guest running memhog over 320 MiB on a tiered host: 192
+/// MiB of DRAM (node 0, the CPUs') and 1 GiB of CXL (node 1), demotion on,
+/// and `host_knobs` (TOML lines) in [host.knobs].
+fn tiered_guest(host_knobs: &str) -> GuestsOutcome {
+    let toml = format!(
+        "[machine]\nprofile = \"e5-2630v3-guest-32g\"\nnode_mem_mib = [512]\n\
+         [host]\nprofile = \"cxl-1tb\"\nnode_mem_mib = [192, 1024]\n[host.knobs]\n\
+         \"kernel/mm/numa/demotion_enabled\" = true\n{host_knobs}\n\
+         [workload]\nname = \"memhog\"\nsize_mib = 320\nprocess_image = \"none\"\ncycles = 20\n\
+         [run]\nwarmup_s = 0.0\nduration_s = 4.0\nsample_ms = 500.0\ncheck = true\naudit_interval_ms = 2000.0\n"
+    );
+    let c = config::from_toml(&toml, "<test>").unwrap_or_else(|e| panic!("{e}"));
+    simulate_guests(&c, &mut |_| true).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// The host's NUMA balancing scans a guest's RAM as task work on a vCPU
+/// thread: the PTEs it protects drop their SPTEs, the guest's next
+/// access to such a page is an EPT violation whose get_user_page takes the
+/// hinting fault, and a hot page on CXL is promoted to DRAM while kswapd
+/// demotes cold ones. The scan's time is the vCPU's, not the guest's.
+#[test]
+fn the_hosts_numa_balancing_promotes_guest_memory_through_the_ept() {
+    let off = tiered_guest("");
+    let on = tiered_guest("\"kernel.numa_balancing\" = 2");
+    for o in [&off, &on] {
+        assert!(o.guests[0].kernel.check().violations.is_empty(), "{:?}", o.guests[0].kernel.check().violations);
+        assert!(host_vmstat(o, Stat::PgdemoteKswapd) > 0, "the host demoted guest memory to CXL");
+    }
+    let kvm = |o: &GuestsOutcome| -> (u64, u64, Ns) {
+        let Host::Kvm(h) = &o.host else { panic!("a host kernel") };
+        let k = h.as_any().downcast_ref::<KvmHost>().unwrap();
+        (k.vms[0].hint_faults, k.vms[0].promoted, k.vms[0].numa_scan_ns)
+    };
+    assert_eq!(kvm(&off), (0, 0, 0), "no scan without NUMA balancing");
+    assert_eq!(host_vmstat(&off, Stat::PgpromoteSuccess), 0);
+    let (hints, promoted, scan_ns) = kvm(&on);
+    assert!(scan_ns > 0, "the host scanned the guest's RAM on a vCPU thread");
+    assert_eq!(hints as i64, host_vmstat(&on, Stat::NumaHintFaults), "every hinting fault came through the guest's EPT");
+    assert!(promoted > 1000 && promoted as i64 == host_vmstat(&on, Stat::PgpromoteSuccess), "{promoted} pages promoted");
+    // Hinting faults are not zero fills, and each protected page's SPTE
+    // went with a remote flush of the guest's TLBs.
+    assert_eq!(st(&on.guests[0], Stat::HostFaults), st(&off.guests[0], Stat::HostFaults));
+    assert!(st(&on.guests[0], Stat::KvmRemoteTlbFlush) > st(&off.guests[0], Stat::KvmRemoteTlbFlush));
+    // The vCPU was in the host for the scan: the guest's tasks paid it.
+    let irq = |o: &GuestsOutcome| -> Ns {
+        o.guests[0].kernel.tasks().iter().map(|t| t.entry_ns[foliosim::mm::vmstat::Entry::Irq as usize]).sum()
+    };
+    assert!(irq(&on) >= irq(&off) + scan_ns, "the guest lost the scan's {scan_ns} ns to the host");
+}
+
+/// The checker over host and guest catches an SPTE that outlives what the
+/// host's NUMA balancing did to its page: kept over a PROT_NONE hinting
+/// PTE, or over a page the host migrated between its tiers.
+#[test]
+fn the_checker_sees_an_spte_the_hosts_numa_balancing_left_stale() {
+    let v = |mutant: &str| {
+        tiered_guest(&format!("\"kernel.numa_balancing\" = 2\n\"debug.mutant\" = \"{mutant}\"")).guests[0].kernel.check().violations.clone()
+    };
+    let hint = v("numa_hint_skip_notifier");
+    assert!(hint.iter().any(|f| f.starts_with("host: ") && f.contains("(an invalidation skipped)")), "{hint:?}");
+    let migrated = v("mmu_notifier_skip_unmap");
+    assert!(migrated.iter().any(|f| f.starts_with("host: ") && f.contains("(a migration skipped the invalidation)")), "{migrated:?}");
+}
+
+/// `[[guest]]` gives guests their own workloads, taken in turn: three
+/// guests over a mix of two run memhog, page_fault1 with two tasks,
+/// memhog again, and the result names each guest's.
+#[test]
+fn each_guest_runs_its_entry_of_the_mix() {
+    let toml = "[machine]\nprofile = \"e5-2630v3-guest-32g\"\nnode_mem_mib = [512]\nguests = 3\n[host]\n\
+         [workload]\nname = \"memhog\"\nsize_mib = 8\n\
+         [[guest]]\nworkload.name = \"memhog\"\nworkload.size_mib = 64\nworkload.process_image = \"none\"\n\
+         [[guest]]\nworkload.name = \"page_fault1\"\nworkload.tasks = 2\n\
+         [run]\nwarmup_s = 0.0\nduration_s = 0.2\n";
+    let c = config::from_toml(toml, "<test>").unwrap_or_else(|e| panic!("{e}"));
+    let o = simulate_guests(&c, &mut |_| true).unwrap();
+    let users = |g: usize| o.guests[g].kernel.tasks().iter().filter(|t| t.kthread.is_none()).count();
+    assert_eq!((users(0), users(1), users(2)), (1, 2, 1));
+    assert!(st(&o.guests[0], Stat::Pgfault) >= 64 * 256, "guest 0 ran its 64 MiB memhog");
+    let v = foliosim::virt::guests::result_json(&c, &o);
+    let names: Vec<_> = v["guests"].as_array().unwrap().iter().map(|g| g["summary"]["workload"].as_str().unwrap().to_string()).collect();
+    assert_eq!(names, ["memhog", "page_fault1", "memhog"]);
+    assert_eq!(v["summary"]["workload"], "memhog");
+}

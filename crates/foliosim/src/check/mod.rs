@@ -82,6 +82,12 @@ fn audit_secondary_mmus(k: &Kernel, found: &mut Vec<String>) {
                     "mm {} va {va:#x}: the secondary MMU maps a page whose PTE is {:#x} (an invalidation skipped)",
                     mm.id, pte.0
                 ));
+            } else if let Some(old) = s.pfns.as_ref().map(|p| p[i as usize]).filter(|&p| p != pte.pfn()) {
+                found.push(format!(
+                    "mm {} va {va:#x}: the secondary MMU maps frame {old}, the PTE frame {} (a migration skipped the invalidation)",
+                    mm.id,
+                    pte.pfn()
+                ));
             }
         }
     }

@@ -176,6 +176,10 @@ pub enum Mutant {
     /// the mmu notifier: a secondary MMU (KVM's EPT) keeps translating to
     /// a page the mm no longer maps there (mm/mmu_notifier.rs).
     MmuNotifierSkipUnmap,
+    /// change_prot_numa makes PTEs PROT_NONE without calling the mmu
+    /// notifier: KVM's EPT keeps translating pages the host's NUMA
+    /// balancing protected, so the guest takes no hinting fault.
+    NumaHintSkipNotifier,
     /// A guest does not apply the remote TLB flush the host's dropping of
     /// SPTEs owes it (kvm_flush_remote_tlbs, virt/kvm.rs): its TLBs keep
     /// translations of frames the host no longer backs.
@@ -265,6 +269,7 @@ pub const MUTANTS: &[(&str, Mutant)] = &[
     ("swap_zap_keeps_slot", Mutant::SwapZapKeepsSlot),
     ("lazyfree_discard_redirtied", Mutant::LazyfreeDiscardRedirtied),
     ("mmu_notifier_skip_unmap", Mutant::MmuNotifierSkipUnmap),
+    ("numa_hint_skip_notifier", Mutant::NumaHintSkipNotifier),
     ("kvm_skip_remote_flush", Mutant::KvmSkipRemoteFlush),
     ("spf_skip_seq_check", Mutant::SpfSkipSeqCheck),
     ("promo_skip_task_work", Mutant::PromoSkipTaskWork),

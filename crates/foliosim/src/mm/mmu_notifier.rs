@@ -15,6 +15,7 @@
 //! the subscriber says at registration what an invalidation that zapped
 //! something costs the caller, and collects the flushes it owes.
 
+use super::Pfn;
 use crate::sim::Ns;
 
 /// One bit per page (or per block); the bitmap host (virt/host.rs) keeps
@@ -128,6 +129,10 @@ pub struct SecondaryMmu {
     pub nr_zapped: u64,
     /// Accessed bits found set and cleared by clear_young.
     pub nr_young: u64,
+    /// The frame each page's translation maps, kept when the checker runs
+    /// (`track`), so that an audit sees a translation that outlived a
+    /// migration of its page: the PTE then maps another frame.
+    pub pfns: Option<Vec<Pfn>>,
 }
 
 impl SecondaryMmu {
@@ -144,6 +149,22 @@ impl SecondaryMmu {
             nr_flushes: 0,
             nr_zapped: 0,
             nr_young: 0,
+            pfns: None,
+        }
+    }
+
+    /// Keep the frame of each translation (for the checker).
+    pub fn track(mut self) -> SecondaryMmu {
+        self.pfns = Some(vec![0; self.nr_pages as usize]);
+        self
+    }
+
+    /// The secondary MMU maps page `i` to host frame `pfn`.
+    #[inline]
+    pub fn map(&mut self, i: u64, pfn: Pfn) {
+        self.present.set(i);
+        if let Some(p) = self.pfns.as_mut() {
+            p[i as usize] = pfn;
         }
     }
 

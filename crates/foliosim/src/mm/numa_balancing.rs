@@ -55,6 +55,7 @@ use super::mm_types_task::VmFault;
 use super::pgtable::{pte_index, Pte, PMD_SHIFT};
 use super::vma::{vm, Vma};
 use super::vmstat::Stat;
+use crate::kernel::knobs::Mutant;
 use crate::kernel::Kernel;
 use crate::sim::Ns;
 
@@ -302,7 +303,9 @@ impl Kernel {
             }
             if !changes.is_empty() {
                 // change_pmd_range: one notifier call per PMD range it changes.
-                t += self.mms[mm as usize].mmu_notifier_invalidate(va, stop, t);
+                if self.knobs.mutant != Mutant::NumaHintSkipNotifier {
+                    t += self.mms[mm as usize].mmu_notifier_invalidate(va, stop, t);
+                }
                 let tbl = self.mms[mm as usize].pt.table_mut(va).expect("table seen above");
                 for &(a, pte) in &changes {
                     // pte_modify(PAGE_NONE): inaccessible, and the write bit goes.

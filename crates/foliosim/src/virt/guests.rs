@@ -121,7 +121,7 @@ pub fn simulate_guests(cfg: &Config, progress: &mut dyn FnMut(&Progress) -> bool
     let mut ds = Vec::with_capacity(n);
     let mut parts = Vec::with_capacity(n);
     for g in 0..n {
-        let wl = run::build_workload(cfg)?;
+        let (_, wl) = run::build_guest_workload(cfg, g)?;
         let start = (g as f64 * cfg.guest_stagger_ms * 1e6) as Ns;
         let mut d = Driver::new(cfg, cfg.seed + g as u64, start, wl, &mut |_| {})?;
         // A guest that booted without a host (no host knob set) gets the
@@ -200,17 +200,38 @@ pub fn simulate_guests(cfg: &Config, progress: &mut dyn FnMut(&Progress) -> bool
             }
         }
         let Some((t, g)) = best else { break };
-        // A host thread due no later than the earliest guest runs first,
-        // up to that guest's next event.
-        let host_next = host_rq.as_ref().and_then(|q| q.next_time()).map(|h| h.saturating_sub(epoch));
+        // A host thread, or a NUMA balancing scan of a VMM's memory, due
+        // no later than the earliest guest runs first, up to that guest's
+        // next event.
+        let kthread_next = host_rq.as_ref().and_then(|q| q.next_time()).map(|h| h.saturating_sub(epoch));
+        let scan = match &mut host {
+            Host::Kvm(h) => kvm_of(h).numa_scan_due(),
+            Host::Bitmap(_) => None,
+        };
+        let host_next = match (kthread_next, scan) {
+            (Some(k), Some((s, _))) => Some(k.min(s)),
+            (k, s) => k.or(s.map(|s| s.0)),
+        };
         let host_t = host_next.filter(|&h| h <= t);
         let t = host_t.unwrap_or(t);
         while t >= next_sample && next_sample <= end {
             sample(&host, &mut ds, &mut samples, next_sample);
             next_sample += sample_every;
         }
-        if let (Some(_), Some(rq), Host::Kvm(h)) = (host_t, host_rq.as_mut(), &mut host) {
-            rq.run_one(&mut kvm_of(h).k, best.map_or(Ns::MAX, |b| b.0.saturating_add(epoch)), end + epoch);
+        if let (Some(ht), Host::Kvm(h)) = (host_t, &mut host) {
+            match scan {
+                Some((s, sg)) if s == ht && kthread_next.is_none_or(|k| s < k) => {
+                    // The scan ran on vCPU 0's host thread: time that vCPU
+                    // did not run the guest, paid by whatever the guest
+                    // runs there next, as an interrupt's.
+                    let took = kvm_of(h).numa_scan(sg, ht);
+                    ds[sg].k.cpus[0].irq_debt += took;
+                }
+                _ => {
+                    let rq = host_rq.as_mut().expect("a host kernel has a run queue");
+                    rq.run_one(&mut kvm_of(h).k, best.map_or(Ns::MAX, |b| b.0.saturating_add(epoch)), end + epoch);
+                }
+            }
             continue;
         }
         let horizon = horizon.min(host_next.unwrap_or(Ns::MAX));
@@ -275,12 +296,18 @@ pub fn simulate_guests(cfg: &Config, progress: &mut dyn FnMut(&Progress) -> bool
 /// vmstat) and `host` (limit, RSS per guest, swap, and their time series).
 pub fn result_json(cfg: &Config, o: &GuestsOutcome) -> Value {
     let mut v = run::result_json(cfg, &o.guests[0]);
+    if let Some((name, _)) = cfg.guest_workloads.first() {
+        v["summary"]["workload"] = name.clone().into();
+    }
     let per: Vec<Value> = o
         .guests
         .iter()
         .enumerate()
         .map(|(g, go)| {
-            let r = run::result_json(cfg, go);
+            let mut r = run::result_json(cfg, go);
+            if let Some((name, _)) = cfg.guest_workloads.get(g % cfg.guest_workloads.len().max(1)) {
+                r["summary"]["workload"] = name.clone().into();
+            }
             let mut v = json!({"guest": g, "seed": cfg.seed + g as u64, "summary": r["summary"], "vmstat": r["vmstat"], "checker": r["checker"],
                    "timeseries": {"t_s": r["timeseries"]["t_s"], "ops": r["timeseries"]["ops"]}});
             if let Some(p) = r.get("probes") {
@@ -330,7 +357,12 @@ pub fn result_json(cfg: &Config, o: &GuestsOutcome) -> Value {
                 "ept_violations_by_guest": k.vms.iter().map(|vm| secs(vm.exit_ns)).collect::<Vec<_>>(),
                 "reports_by_guest": k.vms.iter().map(|vm| secs(vm.report_ns)).collect::<Vec<_>>(),
                 "kthreads": sys(&|t| t.kthread.is_some()),
+                "numa_scans_by_guest": k.vms.iter().map(|vm| secs(vm.numa_scan_ns)).collect::<Vec<_>>(),
             });
+            // The host's NUMA balancing of each guest's RAM: hinting faults
+            // its vCPUs took through the EPT, and the pages they promoted.
+            v["host"]["numa_hint_faults_by_guest"] = json!(k.vms.iter().map(|vm| vm.hint_faults).collect::<Vec<_>>());
+            v["host"]["pgpromote_success_by_guest"] = json!(k.vms.iter().map(|vm| vm.promoted).collect::<Vec<_>>());
             v["host"]["remote_tlb_flushes_by_guest"] =
                 json!((0..n).map(|g| k.k.mms[k.vms[g].mm as usize].notifier.as_ref().map_or(0, |e| e.nr_flushes)).collect::<Vec<_>>());
         }

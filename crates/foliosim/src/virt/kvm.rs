@@ -18,7 +18,7 @@
 
 use super::discard::{Advice, DiscardCtx, DiscardPolicy};
 use crate::hw::profile::Profile;
-use crate::kernel::knobs::{Knobs, ThpEnabled};
+use crate::kernel::knobs::{Knobs, ThpEnabled, NUMA_BALANCING_MEMORY_TIERING};
 use crate::kernel::Kernel;
 use crate::mm::gup::Gup;
 use crate::mm::mem_map::pg;
@@ -51,6 +51,12 @@ pub struct Vm {
     /// its VMM's main thread discarding reported ranges.
     pub exit_ns: Ns,
     pub report_ns: Ns,
+    /// Time the host's NUMA balancing scans of this guest's RAM took on
+    /// its first vCPU thread (`numa_scan`), and the hint faults its vCPUs
+    /// took through the EPT (`ept_fault`) with the pages they promoted.
+    pub numa_scan_ns: Ns,
+    pub hint_faults: u64,
+    pub promoted: u64,
 }
 
 /// What a guest is, for the host that boots it.
@@ -136,8 +142,22 @@ impl KvmHost {
             // (KVM_REQUEST_WAIT): a kick per vCPU, then the slowest exit.
             let nv = vcpus.len() as Ns;
             let flush_cost = k.c.ipi_send * nv + vm_exit;
-            k.mms[mm as usize].mmu_notifier_register(SecondaryMmu::new(base, s.nr_frames, flush_cost));
-            vms.push(Vm { mm, vcpus, vmm, base, nr_frames: s.nr_frames, swapins: 0, swap_dropped: 0, exit_ns: 0, report_ns: 0 });
+            let ept = SecondaryMmu::new(base, s.nr_frames, flush_cost);
+            k.mms[mm as usize].mmu_notifier_register(if check { ept.track() } else { ept });
+            vms.push(Vm {
+                mm,
+                vcpus,
+                vmm,
+                base,
+                nr_frames: s.nr_frames,
+                swapins: 0,
+                swap_dropped: 0,
+                exit_ns: 0,
+                report_ns: 0,
+                numa_scan_ns: 0,
+                hint_faults: 0,
+                promoted: 0,
+            });
         }
         let mut h = KvmHost { k, vms, discard, cur: 0, ept_violation, vq_roundtrip, vm_exit, walk_level, failed: None, epoch: 0 };
         if prealloc {
@@ -152,6 +172,12 @@ impl KvmHost {
             // The guests start when the host is done: its faults' time is
             // not the guests', and no lock or line is still busy with them.
             h.epoch = h.k.tasks.iter().map(|t| t.clock).max().unwrap_or(0);
+        }
+        // Each VMM's first scan is due scan_delay after its mm was made
+        // (init_numa_balancing), at the host's time 0.
+        let delay = h.k.knobs.numa_scan_delay_ms * 1_000_000;
+        for vm in &h.vms {
+            h.k.mms[vm.mm as usize].numa_next_scan = delay;
         }
         Ok(h)
     }
@@ -318,7 +344,9 @@ impl KvmHost {
         self.k.tasks[vcpu as usize].clock = t;
         let before = self.host_pte(g, f);
         let reuse = before.present() && self.lazily_freed(before);
-        let s0 = [Stat::Pgfault, Stat::Pswpin, Stat::Pglazyfreed, Stat::ThpFaultAlloc].map(|s| self.k.stat.get(s));
+        const SEEN: [Stat; 6] =
+            [Stat::Pgfault, Stat::Pswpin, Stat::Pglazyfreed, Stat::ThpFaultAlloc, Stat::NumaHintFaults, Stat::PgpromoteSuccess];
+        let s0 = SEEN.map(|s| self.k.stat.get(s));
         let (page, t) = self.k.get_user_page(vcpu, base + (f << 12), true, t);
         if self.k.tasks[vcpu as usize].fault_unlock.is_some() {
             self.k.fault_unlock_finish(vcpu);
@@ -333,13 +361,14 @@ impl KvmHost {
         self.k.unpin_user_page_dirty(pte);
         let head = self.k.mem_map.folio_head(pte.pfn());
         let order = self.k.mem_map.get(head).order;
-        let d = [Stat::Pgfault, Stat::Pswpin, Stat::Pglazyfreed, Stat::ThpFaultAlloc]
-            .map(|s| self.k.stat.get(s))
-            .iter()
-            .zip(s0)
-            .map(|(a, b)| a - b)
-            .collect::<Vec<_>>();
-        if d[1] > 0 {
+        let d = SEEN.map(|s| self.k.stat.get(s)).iter().zip(s0).map(|(a, b)| a - b).collect::<Vec<_>>();
+        if d[4] > 0 {
+            // A NUMA hinting fault on a page the host's scan protected
+            // (do_numa_page): the page is kept, or migrated to the vCPU's
+            // node, not filled.
+            self.vms[g].hint_faults += d[4] as u64;
+            self.vms[g].promoted += d[5] as u64;
+        } else if d[1] > 0 {
             stat.add(Stat::HostPswpin, d[1]);
             self.vms[g].swapins += d[1] as u64;
         } else if d[0] > 0 {
@@ -361,18 +390,60 @@ impl KvmHost {
         // aligned block with one PMD-sized folio.
         let block = f / BLOCK_PAGES;
         let whole = order >= 9 && (block + 1) * BLOCK_PAGES <= nr_frames;
+        let first = if whole { block * BLOCK_PAGES } else { f };
+        let last = if whole { first + BLOCK_PAGES } else { f + 1 };
+        // The frames, for the checker only (a lookup per page).
+        let track = self.ept(g).pfns.is_some();
+        for i in first..last {
+            let pfn = if track { self.host_pte(g, i).pfn() } else { 0 };
+            self.ept_mut(g).map(i, pfn);
+        }
         let ept = self.ept_mut(g);
+        ept.accessed.set(first);
         if whole {
-            for i in block * BLOCK_PAGES..(block + 1) * BLOCK_PAGES {
-                ept.present.set(i);
-            }
             ept.large.set(block);
-            ept.accessed.set(block * BLOCK_PAGES);
-        } else {
-            ept.present.set(f);
-            ept.accessed.set(f);
         }
         Ok(t)
+    }
+
+    /// When the host's NUMA balancing (memory tiering mode) next scans a
+    /// guest's RAM, in the guests' time, and which guest: the earliest due
+    /// VMM mm (`numa_next_scan`). None when the host does not scan.
+    pub fn numa_scan_due(&self) -> Option<(Ns, usize)> {
+        if self.k.knobs.numa_balancing & NUMA_BALANCING_MEMORY_TIERING == 0 {
+            return None;
+        }
+        let due = |g: usize| self.k.mms[self.vms[g].mm as usize].numa_next_scan.max(self.epoch) - self.epoch;
+        (0..self.vms.len()).map(|g| (due(g), g)).min()
+    }
+
+    /// task_numa_work over guest `g`'s VMM mm, on its first vCPU thread at
+    /// the guests' time `t`: task_tick_numa, on the host tick that
+    /// interrupts the vCPU once the scan is due, queues it as task work,
+    /// and it runs before the vCPU re-enters the guest
+    /// (xfer_to_guest_mode_handle_work, kernel/entry/kvm.c). Any vCPU's
+    /// tick may find the scan due; foliosim lets the first vCPU take it.
+    /// The PTEs it makes PROT_NONE drop their SPTEs through the notifier
+    /// (the guest owes its vCPUs a remote flush), so the guest's next
+    /// access to such a page is an EPT violation whose get_user_page takes
+    /// the hinting fault (do_numa_page: promotion of a hot page from a
+    /// lower tier). Returns the time the vCPU spent in the host.
+    pub fn numa_scan(&mut self, g: usize, t: Ns) -> Ns {
+        let vcpu = self.vms[g].vcpus[0];
+        let hcpu = self.k.tasks[vcpu as usize].cpu;
+        let prev = std::mem::replace(&mut self.k.cpus[hcpu as usize].curr, vcpu);
+        let t = (t + self.epoch).max(self.k.tasks[vcpu as usize].clock);
+        self.k.tasks[vcpu as usize].clock = t;
+        self.k.task_numa_work(vcpu);
+        // task_numa_work moved the mm's next scan a scan period on; a
+        // trylock of mmap_lock that failed still did (as Linux's cmpxchg
+        // on numa_next_scan comes first), so this never scans twice at t.
+        let m = &mut self.k.mms[self.vms[g].mm as usize];
+        m.numa_next_scan = m.numa_next_scan.max(t + 1);
+        self.k.cpus[hcpu as usize].curr = prev;
+        let d = self.k.tasks[vcpu as usize].clock - t;
+        self.vms[g].numa_scan_ns += d;
+        d
     }
 
     /// The host part of the current guest's two-dimensional walk that ends
