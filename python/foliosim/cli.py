@@ -128,6 +128,34 @@ def _trace_lacks(path: str) -> str:
     return f"recorded with {meta.get('mode', '?')}: {meta['lacks']}"
 
 
+_HOST_COUNTERS = ("pgfault", "pgpromote_success", "pgdemote_kswapd", "numa_hint_faults", "pswpout", "pswpin")
+
+
+def _guests_lines(raw: dict[str, Any]) -> list[str]:
+    """A run of several guests: one line a guest and the host kernel's
+    counters; the rest of the summary is guest 0's."""
+    guests = raw.get("guests") or []
+    if len(guests) < 2:
+        return []
+    lines = [f"{'guest':<6} {'workload':<14} {'ops/s':>14} {'pgfault':>12} {'host RSS MiB':>13} "
+             f"{'host faults':>12} {'remote flushes':>15}"]
+    for g in guests:
+        vm, summ = g.get("vmstat") or {}, g.get("summary") or {}
+        lines.append(f"{g.get('guest', '?')!s:<6} {summ.get('workload', '?')!s:<14} "
+                     f"{_fmt_int(round(summ.get('ops_per_s', 0))):>14} "
+                     f"{_fmt_int(vm.get('pgfault', 0)):>12} {vm.get('foliosim_host_rss_pages', 0) / 256:>13,.1f} "
+                     f"{_fmt_int(vm.get('foliosim_host_faults', 0)):>12} "
+                     f"{_fmt_int(vm.get('foliosim_kvm_remote_tlb_flush', 0)):>15}")
+    host = raw.get("host") or {}
+    hv = host.get("vmstat") or {}
+    if hv:
+        shown = ", ".join(f"{k} {_fmt_int(hv.get(k, 0))}" for k in _HOST_COUNTERS)
+        lines.append(f"host kernel: {shown}")
+    lines.append("(what follows is guest 0's)")
+    lines.append("")
+    return lines
+
+
 def format_summary(r: Result, out_dir: Path | None = None, all_rows: bool = False) -> str:
     """The human summary of a run. Rows that are zero are left out (one line
     says how many) unless `all_rows`; time shares are of user + sys."""
@@ -158,6 +186,8 @@ def format_summary(r: Result, out_dir: Path | None = None, all_rows: bool = Fals
     elif done is not None:
         lines.append(f"every task exited at {done:.6f} simulated s")
     lines.append("")
+
+    lines += _guests_lines(raw)
 
     w = 28
     order = ["ops_per_s", "ops_total", "tasks"] + [k for k in summ if k not in ("ops_per_s", "ops_total", "tasks")]

@@ -4,6 +4,7 @@ left out (and counted), `--all`, singular and plural."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from conftest import run_cli
 from foliosim.cli import format_summary
@@ -83,3 +84,28 @@ def test_singular():
     assert "1 task," in text and "1 tasks" not in text
     assert "1 audit," in text and "0 violations" in text
     assert "4 tasks" in format_summary(Result(raw_result(tasks=4)))
+
+
+def test_a_run_of_several_guests_lists_each_guest_and_the_host():
+    raw = raw_result()
+    raw["guests"] = [
+        {"guest": g, "summary": {"workload": w, "ops_per_s": 100.0 * (g + 1)},
+         "vmstat": {"pgfault": 7 + g, "foliosim_host_rss_pages": 512, "foliosim_host_faults": 3,
+                    "foliosim_kvm_remote_tlb_flush": g}}
+        for g, w in enumerate(["memhog", "page_fault1"])
+    ]
+    raw["host"] = {"vmstat": {"pgfault": 11, "pgpromote_success": 5, "pgdemote_kswapd": 6}}
+    text = format_summary(Result(raw))
+    rows = [ln.split() for ln in text.splitlines() if re.match(r"^[01] ", ln)]
+    assert rows == [["0", "memhog", "100", "7", "2.0", "3", "0"], ["1", "page_fault1", "200", "8", "2.0", "3", "1"]]
+    assert "host kernel: pgfault 11, pgpromote_success 5, pgdemote_kswapd 6, numa_hint_faults 0" in text
+    assert "guest 0's" in text
+    assert "host kernel" not in format_summary(Result(raw_result())), "a single kernel has no guest table"
+
+
+def test_the_cloud_host_example_runs_its_guests_mix(tmp_path):
+    repo = Path(__file__).resolve().parents[2]
+    proc = run_cli("run", str(repo / "configs" / "cloud-host.toml"), "--set", "run.duration_s=0.2", "--out", str(tmp_path / "c"))
+    assert proc.returncode == 0, proc.stderr
+    names = [ln.split()[1] for ln in proc.stdout.splitlines() if re.match(r"^[0-3] ", ln)]
+    assert names == ["memhog", "page_fault1", "memhog", "page_fault1"], proc.stdout

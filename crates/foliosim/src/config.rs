@@ -477,9 +477,13 @@ fn from_table(mut root: toml::Table, ctx: &Ctx) -> Result<Config, ConfigError> {
     let machine = machine_from(&mut root, ctx)?;
     let run = run_from(&mut root, ctx)?;
     let (kn, knob_values) = knobs_from(&mut root, ctx, machine.prof.total_mem_mib() << 10)?;
-    let (name, raw) = workload_from(&mut root, ctx, &machine.prof, kn.swap_size_mib)?;
-    let (host, host_json) = host_from(&mut root, ctx, &machine, &kn)?;
     let guest_workloads = guest_mix_from(&mut root, ctx, &machine, kn.swap_size_mib)?;
+    // With [[guest]] tables, [workload] may go: guest 0's stands for it.
+    let (name, raw) = match guest_workloads.first() {
+        Some(w) if !root.contains_key("workload") => w.clone(),
+        _ => workload_from(&mut root, ctx, &machine.prof, kn.swap_size_mib)?,
+    };
+    let (host, host_json) = host_from(&mut root, ctx, &machine, &kn)?;
     let Machine { profile_name, prof, tlb_overrides, guests, guest_stagger_ms, costs } = machine;
     if let Some(k) = root.keys().next() {
         return Err(ctx.err("", k, "unknown key (expected seed, machine, host, guest, workload, run, knobs)"));
@@ -512,11 +516,7 @@ fn from_table(mut root: toml::Table, ctx: &Ctx) -> Result<Config, ConfigError> {
     }
     // Normalised form: everything explicit.
     let knobs_json = knobs_json(&knob_values);
-    let mut wl_json = serde_json::Map::new();
-    wl_json.insert("name".into(), name.clone().into());
-    for (k, v) in &raw {
-        wl_json.insert(k.clone(), toml_to_json(v));
-    }
+    let wl_json = workload_json(&name, &raw);
     let mut machine_json = serde_json::Map::new();
     let profile_name =
         if profile_is_path(&profile_name) { resolve_path(ctx.dir, &profile_name).display().to_string() } else { profile_name };
@@ -544,15 +544,7 @@ fn from_table(mut root: toml::Table, ctx: &Ctx) -> Result<Config, ConfigError> {
         normalized["host"] = h;
     }
     if !guest_workloads.is_empty() {
-        let wl = |(name, raw): &(String, RawParams)| {
-            let mut j = serde_json::Map::new();
-            j.insert("name".into(), name.clone().into());
-            for (k, v) in raw {
-                j.insert(k.clone(), toml_to_json(v));
-            }
-            serde_json::json!({ "workload": j })
-        };
-        normalized["guest"] = guest_workloads.iter().map(wl).collect::<Vec<_>>().into();
+        normalized["guest"] = guest_workloads.iter().map(|(n, r)| serde_json::json!({ "workload": workload_json(n, r) })).collect();
     }
     Ok(Config {
         seed,
@@ -573,8 +565,8 @@ fn from_table(mut root: toml::Table, ctx: &Ctx) -> Result<Config, ConfigError> {
 
 /// `[[guest]]`: the guests' own workloads, one table each with a
 /// `workload` table, taken in turn (guest g runs entry g mod their
-/// number), so that a few entries make a mix over many guests. Empty: every
-/// guest runs `[workload]`.
+/// number), so that a few entries make a mix over many guests; `[workload]`
+/// is then optional. Empty: every guest runs `[workload]`.
 fn guest_mix_from(root: &mut toml::Table, ctx: &Ctx, machine: &Machine, swap_mib: u64) -> Result<Vec<(String, RawParams)>, ConfigError> {
     let Some(v) = root.remove("guest") else { return Ok(Vec::new()) };
     let toml::Value::Array(entries) = v else {
@@ -607,6 +599,16 @@ fn guest_mix_from(root: &mut toml::Table, ctx: &Ctx, machine: &Machine, swap_mib
         out.push(workload_table(w, ctx, &format!("{table}.workload"), &machine.prof, swap_mib)?);
     }
     Ok(out)
+}
+
+/// A workload's normalised form: its name and parameters.
+fn workload_json(name: &str, raw: &RawParams) -> serde_json::Map<String, serde_json::Value> {
+    let mut j = serde_json::Map::new();
+    j.insert("name".into(), name.into());
+    for (k, v) in raw {
+        j.insert(k.clone(), toml_to_json(v));
+    }
+    j
 }
 
 /// Every knob of the policies selected, as set or at its default.

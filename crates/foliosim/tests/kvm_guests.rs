@@ -370,7 +370,6 @@ fn the_checker_sees_an_spte_the_hosts_numa_balancing_left_stale() {
 #[test]
 fn each_guest_runs_its_entry_of_the_mix() {
     let toml = "[machine]\nprofile = \"e5-2630v3-guest-32g\"\nnode_mem_mib = [512]\nguests = 3\n[host]\n\
-         [workload]\nname = \"memhog\"\nsize_mib = 8\n\
          [[guest]]\nworkload.name = \"memhog\"\nworkload.size_mib = 64\nworkload.process_image = \"none\"\n\
          [[guest]]\nworkload.name = \"page_fault1\"\nworkload.tasks = 2\n\
          [run]\nwarmup_s = 0.0\nduration_s = 0.2\n";
