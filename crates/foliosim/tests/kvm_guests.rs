@@ -383,3 +383,23 @@ fn each_guest_runs_its_entry_of_the_mix() {
     assert_eq!(names, ["memhog", "page_fault1", "memhog"]);
     assert_eq!(v["summary"]["workload"], "memhog");
 }
+
+/// What a guest's boot and set-up wrote, the host backs before the guest
+/// runs, on the host's time: the guest's time 0 comes after it
+/// (`KvmHost::epoch`) and none of it is the guest's exit time. Before,
+/// the backing's faults ran on a vCPU thread's clock from time 0, so the
+/// guest's first EPT violation waited for all of them, and each backed
+/// frame added the whole backing so far to the guest's exit time.
+#[test]
+fn the_boot_backing_is_the_hosts_time_not_the_guests() {
+    let toml = "[machine]\nprofile = \"e5-2630v3-guest-32g\"\nnode_mem_mib = [512]\nnr_cpus = 2\n[host]\n\
+         [workload]\nname = \"trace\"\npath = \"../../experiments/traces/ebizzy-t1.fstrace\"\n\
+         [run]\nwarmup_s = 0.0\nduration_s = 0.5\n";
+    let c = config::from_toml(toml, "<test>").unwrap_or_else(|e| panic!("{e}"));
+    let o = simulate_guests(&c, &mut |_| true).unwrap();
+    let Host::Kvm(h) = &o.host else { panic!("a host kernel") };
+    let kvm = h.as_any().downcast_ref::<KvmHost>().unwrap();
+    assert!(kvm.epoch > 0, "the boot wrote memory the host backed first");
+    let exits = kvm.vms[0].exit_ns;
+    assert!(exits < 2 * 500_000_000, "the guest's exits took {exits} ns of a 0.5 s run on 2 vCPUs");
+}

@@ -150,6 +150,7 @@ pub fn simulate_guests(cfg: &Config, progress: &mut dyn FnMut(&Progress) -> bool
             kvm.cur = g;
             kvm.back_allocated(&d.k)?;
         }
+        kvm.start_guests();
         Host::Kvm(Box::new(kvm))
     } else {
         let limit = (cfg.knobs.host_mem_mib > 0).then_some(cfg.knobs.host_mem_mib << (20 - 12));
@@ -308,7 +309,7 @@ pub fn result_json(cfg: &Config, o: &GuestsOutcome) -> Value {
             if let Some((name, _)) = cfg.guest_workloads.get(g % cfg.guest_workloads.len().max(1)) {
                 r["summary"]["workload"] = name.clone().into();
             }
-            let mut v = json!({"guest": g, "seed": cfg.seed + g as u64, "summary": r["summary"], "vmstat": r["vmstat"], "checker": r["checker"],
+            let mut v = json!({"guest": g, "seed": cfg.seed + g as u64, "summary": r["summary"], "vmstat": r["vmstat"], "time_ns": r["time_ns"], "checker": r["checker"],
                    "timeseries": {"t_s": r["timeseries"]["t_s"], "ops": r["timeseries"]["ops"]}});
             if let Some(p) = r.get("probes") {
                 v["probes"] = p.clone();

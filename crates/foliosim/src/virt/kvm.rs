@@ -166,12 +166,9 @@ impl KvmHost {
                 h.cur = g;
                 let n = h.vms[g].nr_frames;
                 h.touch(0, 0, n, 0, &mut st)?;
-                h.vms[g].exit_ns = 0;
             }
             h.cur = 0;
-            // The guests start when the host is done: its faults' time is
-            // not the guests', and no lock or line is still busy with them.
-            h.epoch = h.k.tasks.iter().map(|t| t.clock).max().unwrap_or(0);
+            h.start_guests();
         }
         // Each VMM's first scan is due scan_delay after its mm was made
         // (init_numa_balancing), at the host's time 0.
@@ -320,8 +317,20 @@ impl KvmHost {
         Ok(t - self.epoch)
     }
 
+    /// The guests start when the host is done with what came before them
+    /// (-mem-prealloc, backing what their boot wrote): that host time is
+    /// not the guests' (their time 0 is the host's `epoch`), none of it
+    /// counts as their exits, and no lock or line is still busy with it.
+    pub fn start_guests(&mut self) {
+        for vm in &mut self.vms {
+            vm.exit_ns = 0;
+        }
+        self.epoch = self.k.tasks.iter().map(|t| t.clock).max().unwrap_or(0);
+    }
+
     /// Back every frame the current guest's kernel `guest` has allocated
-    /// (what it wrote before it ran on this host), at time 0.
+    /// (what it wrote before it ran on this host), at the host's time
+    /// (`start_guests` then starts the guests after it).
     pub fn back_allocated(&mut self, guest: &Kernel) -> Result<(), Error> {
         let mut st = VmStat::default();
         for f in 0..self.vms[self.cur].nr_frames {
