@@ -294,9 +294,15 @@ def resolve(ref: str, small: bool | None = None) -> Path:
     in small mode, its committed excerpt). Raises TraceMissing, a one-line
     error naming the make target, when it is not here."""
     name = ref[1:] if ref.startswith("@") else ref
+    # `@NAME.small`: always the committed excerpt (a study that replays a
+    # piece of the program among other work, not the whole recording).
+    excerpt = name.endswith(".small") and name.removesuffix(".small") in TRACES
+    name = name.removesuffix(".small") if excerpt else name
     t = TRACES.get(name)
     if t is None:
         raise TraceMissing(f"@{name}: no such recorded program (known: {', '.join(sorted(TRACES))})")
+    if excerpt and not t.commit:
+        small = True
     if t.commit:
         if not t.committed().exists():
             raise TraceMissing(f"@{name}: {t.committed()} is missing: `make traces TRACES={name}` records it")
@@ -314,7 +320,8 @@ def identity(ref: str) -> str:
     """What of a trace an experiment's result depends on, for its inputs'
     hash: a committed trace's bytes' hash; a cached one's recipe (its
     name, which holds the inputs' hash) and the committed excerpt's bytes."""
-    t = TRACES.get(ref.lstrip("@"))
+    name = ref.lstrip("@")
+    t = TRACES.get(name) or TRACES.get(name.removesuffix(".small"))
     if t is None:
         return f"unknown:{ref}"
     c = t.committed()

@@ -65,6 +65,22 @@ def test_small_mode_replays_the_committed_excerpt(empty_cache, monkeypatch):
     assert exp.traces == {"linux-tinyconfig": (str(P.TRACES["linux-tinyconfig"].committed()), True)}
 
 
+def test_an_experiment_may_ask_for_the_excerpt_in_a_guest_mix(empty_cache):
+    # `@NAME.small`: the committed excerpt whatever the mode, also in a
+    # [[guest]] entry's workload (the cloud study replays a piece of the build).
+    assert P.resolve("@linux-tinyconfig.small").name == "linux-tinyconfig.small.fstrace"
+    assert P.identity("@linux-tinyconfig.small") == P.identity("@linux-tinyconfig")
+    (exp,) = R.load_all(["cloud-mechanisms"])
+    paths = {g["workload"].get("path") for r in exp.runs.values() for g in r.config["guest"]}
+    assert paths == {None, str(P.TRACES["linux-tinyconfig"].committed())}
+    assert exp.traces == {"linux-tinyconfig.small": (str(P.TRACES["linux-tinyconfig"].committed()), True)}
+    with pytest.raises(P.TraceMissing, match=r"no such recorded program"):
+        P.resolve("@nope.small")
+    from foliosim.reproduce.runner import _trace_note
+    note = _trace_note(exp.traces)
+    assert note.startswith("Committed excerpts replayed as the experiment asks") and "@linux-tinyconfig.small" in note
+
+
 def test_a_recording_in_the_cache_is_found_by_its_inputs_hash(empty_cache):
     t = P.TRACES["linux-tinyconfig"]
     p = t.cached()

@@ -55,6 +55,7 @@ MECHANISM_TITLES = {
     "pagecache-promotion": "Page-cache promotion",
     "free-page-reporting": "Free page reporting",
     "lazy-unmap-flush": "Lazy unmap flush (LUF)",
+    "cloud-host": "The cloud host: all five together",
 }
 
 

@@ -367,13 +367,20 @@ def _trace_note(traces: Mapping[str, tuple[str, bool]]) -> str:
 
     full: list[str] = []
     small: list[str] = []
+    chosen: list[str] = []
     for name, (path, is_small) in sorted(traces.items()):
         p = Path(path)
         size = p.stat().st_size / 2**20 if p.exists() else 0.0
-        (small if is_small else full).append(f"@{name}: {TRACES[name].what} ({p.name}, {size:.2f} MiB)")
+        # `@NAME.small` asks for the excerpt itself (programs.resolve).
+        base = name.removesuffix(".small") if name not in TRACES else name
+        what = f"@{name}: {TRACES[base].what} ({p.name}, {size:.2f} MiB)"
+        (chosen if base != name else small if is_small else full).append(what)
     out = []
     if full:
         out.append("Recordings replayed (perf, `make traces`): " + "; ".join(full) + ".")
+    if chosen:
+        out.append("Committed excerpts replayed as the experiment asks (a few files of the recorded program, "
+                   "not the whole of it): " + "; ".join(chosen) + ".")
     if small:
         out.append("Replayed the committed excerpts, not the recordings (a check that the experiment runs, not its "
                    "result; `make traces` records them): " + "; ".join(small) + ".")

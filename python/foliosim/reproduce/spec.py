@@ -81,7 +81,7 @@ from .expr import Expr, ExprError, Template, TemplateError, evaluate
 
 __all__ = ["EntrySpec", "Experiment", "ExperimentError", "NoteSpec", "RowSpec", "RunSpec", "SeriesSpec", "load"]
 
-CONFIG_KEYS = ("seed", "machine", "host", "workload", "run", "knobs")
+CONFIG_KEYS = ("seed", "machine", "host", "guest", "workload", "run", "knobs")
 RESERVED = {"runs", "pub", "row", "rows", "config", "experiment", *CONFIG_KEYS}
 _IDENT = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 
@@ -328,18 +328,22 @@ TOP_KEYS = {"title", "window", "sources", "published", "config", "runs", "sweeps
 def _resolve_trace(exp: Experiment, cfg: dict[str, Any], where: str) -> None:
     """`workload.path = "@NAME"`: the recording of a real program
     (foliosim.programs), committed or recorded by `make traces`."""
-    wl = cfg.get("workload")
-    if not isinstance(wl, dict):
-        return
-    ref = wl.get("path")
-    if not (isinstance(ref, str) and ref.startswith("@")):
-        return
-    try:
-        p = _programs.resolve(ref)
-    except _programs.TraceMissing as e:
-        raise exp.err("workload.path", f"{where}: {e}") from None
-    wl["path"] = str(p)
-    exp.traces[ref[1:]] = (str(p), p.name.endswith(".small.fstrace"))
+    guests = cfg.get("guest")
+    tables = [("workload", cfg.get("workload"))] + [
+        (f"guest[{i}].workload", g.get("workload")) for i, g in enumerate(guests if isinstance(guests, list) else [])
+        if isinstance(g, dict)]
+    for key, wl in tables:
+        if not isinstance(wl, dict):
+            continue
+        ref = wl.get("path")
+        if not (isinstance(ref, str) and ref.startswith("@")):
+            continue
+        try:
+            p = _programs.resolve(ref)
+        except _programs.TraceMissing as e:
+            raise exp.err(f"{key}.path", f"{where}: {e}") from None
+        wl["path"] = str(p)
+        exp.traces[ref[1:]] = (str(p), p.name.endswith(".small.fstrace"))
 
 
 def load(path: str | Path) -> Experiment:
