@@ -196,7 +196,7 @@ def test_bench_reporting(monkeypatch, capsys):
                "tlb_hit_instructions": {"instructions_per_tlb_hit": 201.0, "events": [2, 1]}}
     monkeypatch.setattr(cli._core, "bench_json", lambda which: json.dumps(figures[which]))
     monkeypatch.setattr(cli._core, "bench_instructions_json", lambda which, child: json.dumps(figures[which]))
-    monkeypatch.setattr(cli, "_bench_big", lambda: ({"host_s": 1.0}, 2.5))
+    monkeypatch.setattr(cli, "_bench_big", lambda name="big_machine": ({"host_s": 1.0}, 2.5))
     monkeypatch.setattr(cli, "_bench_reproduction", lambda which: figures[which])
     assert cli.main(["bench", "--json"]) == 0
     obj = json.loads(capsys.readouterr().out)
@@ -240,21 +240,28 @@ def test_bench_count_child_runs_the_workload():
 
 
 def test_bench_big_measures_child_rss(monkeypatch):
-    """The big_machine figure is the peak RSS of a child process."""
+    """A memory benchmark's figure is the peak RSS of its own child process:
+    a child that held more before it does not count (wait4's rusage)."""
     import subprocess
 
-    real_run = subprocess.run
+    real_popen = subprocess.Popen
+    seen = []
 
-    def fake_run(cmd, **kw):
-        assert cmd[1:] == ["-m", "foliosim._bench_big"]
-        # a child that holds ~64 MiB and prints JSON, as _bench_big does
-        code = "b = bytearray(64 << 20); b[::4096] = b'x' * len(b[::4096]); print('{\"ok\": 1}')"
-        return real_run([sys.executable, "-c", code], **kw)
+    def child_holding(mib):
+        def fake_popen(cmd, **kw):
+            seen.append(cmd[1:])
+            # a child that holds `mib` MiB and prints JSON, as _bench_big does
+            code = f"b = bytearray({mib} << 20); b[::4096] = b'x' * len(b[::4096]); print('{{\"ok\": 1}}')"
+            return real_popen([sys.executable, "-c", code], **kw)
+        return fake_popen
 
-    monkeypatch.setattr(cli.subprocess, "run", fake_run)
-    data, peak_gib = cli._bench_big()
+    monkeypatch.setattr(cli.subprocess, "Popen", child_holding(256))
+    _, big = cli._bench_big()
+    monkeypatch.setattr(cli.subprocess, "Popen", child_holding(64))
+    data, small = cli._bench_big("cloud_scale")
+    assert seen == [["-m", "foliosim._bench_big", "big_machine"], ["-m", "foliosim._bench_big", "cloud_scale"]]
     assert data == {"ok": 1}
-    assert 0.05 < peak_gib < 6
+    assert 0.25 < big < 6 and 0.05 < small < big - 0.1, (big, small)
 
 
 def test_list_policies_shows_the_registry_with_each_policys_own_knobs():

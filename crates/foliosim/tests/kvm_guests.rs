@@ -403,3 +403,18 @@ fn the_boot_backing_is_the_hosts_time_not_the_guests() {
     let exits = kvm.vms[0].exit_ns;
     assert!(exits < 2 * 500_000_000, "the guest's exits took {exits} ns of a 0.5 s run on 2 vCPUs");
 }
+
+/// The scale benchmark's config (`foliosim bench --slow`, cloud_scale):
+/// a 1 TiB tiered host under 16 guests of 64 GiB with all five mechanisms
+/// on. Checked here, not run: it is a simulated minute of 16 guests.
+#[test]
+fn the_cloud_scale_benchmark_is_the_cloud_with_all_five_on() {
+    let c = config::from_toml(&foliosim::bench::cloud_scale_config(60.0), "<bench>").unwrap_or_else(|e| panic!("{e}"));
+    let h = c.host.as_ref().expect("a host kernel");
+    assert_eq!((c.guests, c.profile.total_mem_mib(), c.guest_workloads.len()), (16, 65536, 2));
+    assert!(h.profile.total_mem_mib() >= 1 << 20, "a 1 TiB host: {} MiB", h.profile.total_mem_mib());
+    assert_eq!(h.profile.nodes.len(), 2, "DRAM and CXL");
+    assert!(c.knobs.page_reporting && c.knobs.luf.enabled && h.knobs.luf.enabled, "reporting and LUF");
+    assert_eq!(h.knobs.numa_balancing, 2);
+    assert!(matches!(c.knob_values.get("fault_locking"), Some(foliosim::kernel::knobs::KnobValue::Str(s)) if s == "per_vma"));
+}
