@@ -314,7 +314,10 @@ def write(root: Path | None = None, progress: bool = True, names: Sequence[str] 
                              "or `rehash` first if the change moved no output")
         fresh = {r["name"]: _keep(r, root) for r in _run_all(progress, names, jobs)}
         kept = [fresh.pop(e["name"], e) for e in old]
-        data = {"generated_by": "make reproductions", "experiments": kept + list(fresh.values())}
+        # A new experiment goes where a whole write would put it.
+        order = {n: i for i, n in enumerate(find())}
+        exps = sorted(kept + list(fresh.values()), key=lambda e: order.get(e["name"], len(order)))
+        data = {"generated_by": "make reproductions", "experiments": exps}
     else:
         data = {"generated_by": "make reproductions", "experiments": [_keep(r, root) for r in _run_all(progress, jobs=jobs)]}
     write_text_atomic(root / "docs" / "reproductions.json", json.dumps(data, indent=1, ensure_ascii=False) + "\n")
