@@ -829,12 +829,17 @@ def _figure(data: dict[str, Any], key: str) -> float | None:
 def _bench_big(name: str = "big_machine") -> tuple[dict[str, Any], float]:
     """Runs benchmark `name` in a child process; returns its JSON and the
     child's own peak RSS (GiB, from its wait4 rusage)."""
-    proc = subprocess.Popen([sys.executable, "-m", "foliosim._bench_big", name], stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    assert proc.stdout is not None and proc.stderr is not None
-    out, err = proc.stdout.read(), proc.stderr.read()
-    _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
+    # stderr goes to a file, so that a child writing much there cannot
+    # block on a pipe nobody reads until its stdout closes.
+    with tempfile.TemporaryFile("w+") as errf:
+        proc = subprocess.Popen([sys.executable, "-m", "foliosim._bench_big", name], stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=errf, text=True)
+        assert proc.stdout is not None
+        out = proc.stdout.read()
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        errf.seek(0)
+        err = errf.read()
     # ru_maxrss: this child's largest RSS, in KiB on Linux.
     peak_gib = usage.ru_maxrss / (1024.0 * 1024.0)
     if proc.returncode != 0:

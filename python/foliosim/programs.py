@@ -289,20 +289,25 @@ def small_mode() -> bool:
     return os.environ.get(ENV_MODE, "") == "small"
 
 
+def parse_ref(ref: str) -> tuple[str, bool]:
+    """The recording `@NAME` names, and whether it asks for the committed
+    excerpt whatever the mode (`@NAME.small`: a study that replays a piece
+    of the program among other work, not the whole recording)."""
+    name = ref.removeprefix("@")
+    base = name.removesuffix(".small")
+    return (base, True) if base != name and base in TRACES else (name, False)
+
+
 def resolve(ref: str, small: bool | None = None) -> Path:
     """The trace file of `@NAME`: committed, or recorded in the cache (or,
-    in small mode, its committed excerpt). Raises TraceMissing, a one-line
-    error naming the make target, when it is not here."""
-    name = ref[1:] if ref.startswith("@") else ref
-    # `@NAME.small`: always the committed excerpt (a study that replays a
-    # piece of the program among other work, not the whole recording).
-    excerpt = name.endswith(".small") and name.removesuffix(".small") in TRACES
-    name = name.removesuffix(".small") if excerpt else name
+    in small mode or as `@NAME.small`, its committed excerpt). Raises
+    TraceMissing, a one-line error naming the make target, when it is not
+    here."""
+    name, excerpt = parse_ref(ref)
     t = TRACES.get(name)
     if t is None:
         raise TraceMissing(f"@{name}: no such recorded program (known: {', '.join(sorted(TRACES))})")
-    if excerpt and not t.commit:
-        small = True
+    small = True if excerpt else small
     if t.commit:
         if not t.committed().exists():
             raise TraceMissing(f"@{name}: {t.committed()} is missing: `make traces TRACES={name}` records it")
@@ -320,8 +325,7 @@ def identity(ref: str) -> str:
     """What of a trace an experiment's result depends on, for its inputs'
     hash: a committed trace's bytes' hash; a cached one's recipe (its
     name, which holds the inputs' hash) and the committed excerpt's bytes."""
-    name = ref.lstrip("@")
-    t = TRACES.get(name) or TRACES.get(name.removesuffix(".small"))
+    t = TRACES.get(parse_ref(ref)[0])
     if t is None:
         return f"unknown:{ref}"
     c = t.committed()

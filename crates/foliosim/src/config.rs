@@ -70,6 +70,20 @@ pub struct Config {
     pub normalized: serde_json::Value,
 }
 
+impl Config {
+    /// Guest `g`'s workload, name and parameters: its `[[guest]]` entry
+    /// (g mod their number), or `[workload]` when the config has none.
+    pub fn guest_workload(&self, g: usize) -> (&str, &RawParams) {
+        match self.guest_workloads.len() {
+            0 => (&self.workload, &self.workload_params),
+            n => {
+                let (name, raw) = &self.guest_workloads[g % n];
+                (name, raw)
+            }
+        }
+    }
+}
+
 /// `[host]` as parsed: the host machine and its kernel's knobs.
 #[derive(Clone, Debug)]
 pub struct HostCfg {

@@ -189,17 +189,10 @@ pub fn build_workload(cfg: &Config) -> Result<Box<dyn Workload>, Error> {
     build_named(&cfg.workload, &cfg.workload_params)
 }
 
-/// Guest `g`'s workload: its `[[guest]]` entry's (g mod their number), or
-/// `[workload]` when the config has none. Returns its name too.
-pub fn build_guest_workload(cfg: &Config, g: usize) -> Result<(String, Box<dyn Workload>), Error> {
-    let (name, raw) = match cfg.guest_workloads.len() {
-        0 => (&cfg.workload, &cfg.workload_params),
-        n => {
-            let (name, raw) = &cfg.guest_workloads[g % n];
-            (name, raw)
-        }
-    };
-    Ok((name.clone(), build_named(name, raw)?))
+/// Guest `g`'s workload (`Config::guest_workload`).
+pub fn build_guest_workload(cfg: &Config, g: usize) -> Result<Box<dyn Workload>, Error> {
+    let (name, raw) = cfg.guest_workload(g);
+    build_named(name, raw)
 }
 
 fn build_named(name: &str, raw: &RawParams) -> Result<Box<dyn Workload>, Error> {

@@ -363,7 +363,7 @@ def evaluate_experiment(exp: Experiment, results: Mapping[str, dict[str, Any]], 
 
 def _trace_note(traces: Mapping[str, tuple[str, bool]]) -> str:
     """Which recordings the runs replayed (`workload.path = "@NAME"`)."""
-    from ..programs import TRACES
+    from ..programs import TRACES, parse_ref
 
     full: list[str] = []
     small: list[str] = []
@@ -371,10 +371,9 @@ def _trace_note(traces: Mapping[str, tuple[str, bool]]) -> str:
     for name, (path, is_small) in sorted(traces.items()):
         p = Path(path)
         size = p.stat().st_size / 2**20 if p.exists() else 0.0
-        # `@NAME.small` asks for the excerpt itself (programs.resolve).
-        base = name.removesuffix(".small") if name not in TRACES else name
+        base, excerpt = parse_ref(name)
         what = f"@{name}: {TRACES[base].what} ({p.name}, {size:.2f} MiB)"
-        (chosen if base != name else small if is_small else full).append(what)
+        (chosen if excerpt else small if is_small else full).append(what)
     out = []
     if full:
         out.append("Recordings replayed (perf, `make traces`): " + "; ".join(full) + ".")

@@ -121,7 +121,7 @@ pub fn simulate_guests(cfg: &Config, progress: &mut dyn FnMut(&Progress) -> bool
     let mut ds = Vec::with_capacity(n);
     let mut parts = Vec::with_capacity(n);
     for g in 0..n {
-        let (_, wl) = run::build_guest_workload(cfg, g)?;
+        let wl = run::build_guest_workload(cfg, g)?;
         let start = (g as f64 * cfg.guest_stagger_ms * 1e6) as Ns;
         let mut d = Driver::new(cfg, cfg.seed + g as u64, start, wl, &mut |_| {})?;
         // A guest that booted without a host (no host knob set) gets the
@@ -297,18 +297,14 @@ pub fn simulate_guests(cfg: &Config, progress: &mut dyn FnMut(&Progress) -> bool
 /// vmstat) and `host` (limit, RSS per guest, swap, and their time series).
 pub fn result_json(cfg: &Config, o: &GuestsOutcome) -> Value {
     let mut v = run::result_json(cfg, &o.guests[0]);
-    if let Some((name, _)) = cfg.guest_workloads.first() {
-        v["summary"]["workload"] = name.clone().into();
-    }
+    v["summary"]["workload"] = cfg.guest_workload(0).0.into();
     let per: Vec<Value> = o
         .guests
         .iter()
         .enumerate()
         .map(|(g, go)| {
             let mut r = run::result_json(cfg, go);
-            if let Some((name, _)) = cfg.guest_workloads.get(g % cfg.guest_workloads.len().max(1)) {
-                r["summary"]["workload"] = name.clone().into();
-            }
+            r["summary"]["workload"] = cfg.guest_workload(g).0.into();
             let mut v = json!({"guest": g, "seed": cfg.seed + g as u64, "summary": r["summary"], "vmstat": r["vmstat"], "time_ns": r["time_ns"], "checker": r["checker"],
                    "timeseries": {"t_s": r["timeseries"]["t_s"], "ops": r["timeseries"]["ops"]}});
             if let Some(p) = r.get("probes") {

@@ -401,13 +401,13 @@ impl KvmHost {
         let whole = order >= 9 && (block + 1) * BLOCK_PAGES <= nr_frames;
         let first = if whole { block * BLOCK_PAGES } else { f };
         let last = if whole { first + BLOCK_PAGES } else { f + 1 };
-        // The frames, for the checker only (a lookup per page).
-        let track = self.ept(g).pfns.is_some();
+        let m = &mut self.k.mms[self.vms[g].mm as usize];
+        let ept = m.notifier.as_deref_mut().expect("the EPT is subscribed");
         for i in first..last {
-            let pfn = if track { self.host_pte(g, i).pfn() } else { 0 };
-            self.ept_mut(g).map(i, pfn);
+            // The frame, for the checker only (a lookup per page).
+            let pfn = if ept.pfns.is_some() { m.pt.pte(base + (i << 12)).pfn() } else { 0 };
+            ept.map(i, pfn);
         }
-        let ept = self.ept_mut(g);
         ept.accessed.set(first);
         if whole {
             ept.large.set(block);
