@@ -41,7 +41,7 @@ GENERIC = (REPO / "profiles" / "generic-x86.toml").read_text()
     ("fault_base_ns =", "fault_base_ns = nan", "cost.fault_base_ns"),
     ("zero_bw_gbps =", "zero_bw_gbps = inf", "nodes[0].zero_bw_gbps"),
     ("stlb_hit_ns =", "stlb_hit_ns = -1", "tlb.stlb_hit_ns"),
-    ("swapin_4k_ns =", "swapin_4k_ns = 1e30", "host.swapin_4k_ns"),
+    ("vq_roundtrip_ns =", "vq_roundtrip_ns = 1e30", "host.vq_roundtrip_ns"),
 ])
 def test_bad_profile_value_is_one_line_naming_file_line_and_key(tmp_path, old, new, key):
     line = next(ln for ln in GENERIC.splitlines() if ln.lstrip().startswith(old))

@@ -62,7 +62,8 @@ pub struct Config {
     #[serde(skip)]
     pub guest_workloads: Vec<(String, RawParams)>,
     /// `[host]`: the guests run on a host kernel (virt/kvm.rs) booted
-    /// from this; None: the bitmap host of the `host.*` knobs, if any.
+    /// from this (the default one when the guest needs a host and the
+    /// config has no `[host]` table); None: a single kernel, no host.
     #[serde(skip)]
     pub host: Option<HostCfg>,
     /// The normalised config, as JSON (defaults filled in).
@@ -502,18 +503,6 @@ fn from_table(mut root: toml::Table, ctx: &Ctx) -> Result<Config, ConfigError> {
     if let Some(k) = root.keys().next() {
         return Err(ctx.err("", k, "unknown key (expected seed, machine, host, guest, workload, run, knobs)"));
     }
-    if guests > 1 && kn.host_prealloc && kn.host_mem_mib > 0 && kn.host_mem_mib < guests as u64 * prof.total_mem_mib() {
-        return Err(ctx.err(
-            "knobs",
-            "host.prealloc",
-            format!(
-                "{guests} preallocated guests of {} MiB need {} MiB but host.mem_mib is {}",
-                prof.total_mem_mib(),
-                guests as u64 * prof.total_mem_mib(),
-                kn.host_mem_mib
-            ),
-        ));
-    }
     if let Some(h) = &host {
         let need = guests as u64 * (prof.total_mem_mib() + 2);
         if kn.host_prealloc && h.profile.total_mem_mib() < need {
@@ -650,23 +639,12 @@ fn host_from(
     guest: &Machine,
     guest_knobs: &Knobs,
 ) -> Result<(Option<HostCfg>, Option<serde_json::Value>), ConfigError> {
-    let Some(v) = root.remove("host") else { return Ok((None, None)) };
-    let mut t = match v {
-        toml::Value::Table(t) => t,
-        v => return Err(ctx.err("", "host", format!("expected a table, got {}", v.type_str()))),
+    let mut t = match root.remove("host") {
+        Some(toml::Value::Table(t)) => t,
+        Some(v) => return Err(ctx.err("", "host", format!("expected a table, got {}", v.type_str()))),
+        None if wants_host(guest.guests, guest_knobs) => toml::Table::new(),
+        None => return Ok((None, None)),
     };
-    for (k, why) in [
-        ("host.mem_mib", "the host's memory is [host] node_mem_mib"),
-        ("host.thp", "the host kernel's THP is its own knob: [host.knobs] \"kernel/mm/transparent_hugepage/enabled\""),
-    ] {
-        let set = match k {
-            "host.mem_mib" => guest_knobs.host_mem_mib > 0,
-            _ => guest_knobs.host_thp,
-        };
-        if set {
-            return Err(ctx.err("knobs", k, format!("is the bitmap host's knob; with a [host] table {why}")));
-        }
-    }
     let kt = match t.remove("knobs") {
         None => toml::Table::new(),
         Some(toml::Value::Table(k)) => k,
@@ -853,6 +831,25 @@ fn knobs_from(root: &mut toml::Table, ctx: &Ctx, mem_kib: u64) -> Result<(Knobs,
     knobs_table(kt, ctx, "knobs", mem_kib)
 }
 
+/// What replaces a knob of the bitmap host that the host kernel
+/// (virt/kvm.rs) replaced.
+fn removed_knob(k: &str) -> Option<&'static str> {
+    match k {
+        "host.mem_mib" => Some("the host's memory is [host] node_mem_mib"),
+        "host.thp" => Some("the host kernel's THP is its own knob, [host.knobs] \"kernel/mm/transparent_hugepage/enabled\""),
+        _ => None,
+    }
+}
+
+/// Whether a guest needs a host under it: several guests share one, page
+/// reporting reports to it, and the `host.*` knobs ask for its backing or
+/// its discard policy. Without a `[host]` table such a guest gets the
+/// default host kernel.
+fn wants_host(guests: u32, kn: &Knobs) -> bool {
+    let discard_set = crate::policy::find("host.discard").is_some_and(|s| s.default_value() != KnobValue::Str(kn.host_discard.clone()));
+    guests > 1 || kn.page_reporting || kn.host_prealloc || discard_set
+}
+
 /// A knobs table, `[knobs]` or `[host.knobs]` (`tn`), of a kernel with
 /// `mem_kib` of memory.
 fn knobs_table(kt: toml::Table, ctx: &Ctx, tn: &str, mem_kib: u64) -> Result<(Knobs, BTreeMap<String, KnobValue>), ConfigError> {
@@ -869,6 +866,9 @@ fn knobs_table(kt: toml::Table, ctx: &Ctx, tn: &str, mem_kib: u64) -> Result<(Kn
                     ),
                 ));
             }
+        }
+        if let Some(instead) = removed_knob(&k) {
+            return Err(ctx.err(tn, &k, format!("went with the bitmap host: {instead}")));
         }
         let spec = crate::policy::find(&k).ok_or_else(|| ctx.err(tn, &k, "unknown knob (see `foliosim list`)"))?;
         let val = knobs::validate(spec, &v).map_err(|reason| ctx.err(tn, &k, reason))?;
@@ -965,11 +965,11 @@ mod tests {
     /// the file, line and key.
     #[test]
     fn machine_costs_override_profile_numbers() {
-        let text = "[workload]\nname = \"page_fault1\"\n[machine]\nprofile = \"skl-2s-72\"\ncosts = { cacheline_cross_socket_ns = 270.0, \"nodes.zero_bw_gbps\" = 3.5, \"host.fault_4k_ns\" = 1 }\n";
+        let text = "[workload]\nname = \"page_fault1\"\n[machine]\nprofile = \"skl-2s-72\"\ncosts = { cacheline_cross_socket_ns = 270.0, \"nodes.zero_bw_gbps\" = 3.5, \"host.ept_violation_ns\" = 1 }\n";
         let c = from_toml(text, "c.toml").unwrap();
         assert_eq!(c.profile.cost.cacheline_cross_socket_ns, 270.0);
         assert!(c.profile.nodes.iter().all(|n| n.zero_bw_gbps == 3.5));
-        assert_eq!(c.profile.host.fault_4k_ns, 1.0);
+        assert_eq!(c.profile.host.ept_violation_ns, 1.0);
         let plain = from_toml("[workload]\nname = \"page_fault1\"\n[machine]\nprofile = \"skl-2s-72\"\n", "c.toml").unwrap();
         assert_eq!(c.profile.cost.cacheline_same_socket_ns, plain.profile.cost.cacheline_same_socket_ns);
         assert_ne!(plain.profile.cost.cacheline_cross_socket_ns, 270.0);

@@ -221,6 +221,9 @@ pub fn simulate_hooked(
     boot_hook: &mut dyn FnMut(&mut Kernel),
     progress: &mut dyn FnMut(&Progress) -> bool,
 ) -> Result<Outcome, Error> {
+    if cfg.host.is_some() {
+        return Err(Error::Internal("a run with a host goes through virt::guests::simulate_guests".into()));
+    }
     let host0 = Instant::now();
     let mut d = Driver::new(cfg, cfg.seed, 0, wl, boot_hook)?;
     let mut interrupted = false;

@@ -8,8 +8,13 @@ use foliosim::config;
 use foliosim::mm::vmstat::Stat;
 use foliosim::run::{self, Outcome};
 
+/// The run of `toml`; a guest's (page reporting or a host knob) on its
+/// host kernel, through the driver of the guests.
 fn sim(toml: &str) -> Outcome {
     let c = config::from_toml(toml, "<test>").unwrap_or_else(|e| panic!("{e}"));
+    if c.host.is_some() {
+        return foliosim::virt::guests::simulate_guests(&c, &mut |_| true).unwrap().guests.remove(0);
+    }
     run::simulate(&c, &mut |_| true).unwrap()
 }
 
@@ -91,11 +96,14 @@ fn disabled_reporting_leaves_the_allocator_untouched() {
 
 #[test]
 fn host_limit_swaps_and_reporting_avoids_it() {
-    // 512 MiB guest allowed 320 MiB of host memory, memhog 256 MiB twice
-    // with shuffling (different frames each cycle).
-    let k = "\"host.prealloc\" = false\n\"host.mem_mib\" = 320\n\"page_alloc.shuffle\" = true";
-    let off = sim(&guest(k, 256, 6000, 8.0).replace("\"host.prealloc\" = true\n", ""));
-    let on = sim(&guest(&format!("{k}\n\"page_reporting.enabled\" = true"), 256, 6000, 8.0).replace("\"host.prealloc\" = true\n", ""));
+    // A 512 MiB guest on a host with 320 MiB and swap, memhog 256 MiB
+    // twice with shuffling (different frames each cycle).
+    let k = "\"page_alloc.shuffle\" = true";
+    let host = "[host]\nnode_mem_mib = [320]\n[host.knobs]\n\"swap.size_mib\" = 1024\n[run]";
+    let off = sim(&guest(k, 256, 6000, 8.0).replace("\"host.prealloc\" = true\n", "").replace("[run]", host));
+    let on = sim(&guest(&format!("{k}\n\"page_reporting.enabled\" = true"), 256, 6000, 8.0)
+        .replace("\"host.prealloc\" = true\n", "")
+        .replace("[run]", host));
     for o in [&off, &on] {
         assert!(o.kernel.check().violations.is_empty(), "{:?}", o.kernel.check().violations);
         assert!(st(o, Stat::HostRss) <= 320 * 256);
@@ -137,65 +145,6 @@ fn memhog_then_waiters_sleep_and_all_start_on_a_full_smt_guest() {
     }
 }
 
-/// Two 512 MiB guests on one host with 640 MiB for both: guest 0 runs
-/// memhog 448 MiB once and idles; guest 1 boots 40 s later and does the
-/// same. Without reporting guest 0 keeps its 448 MiB on the host and guest
-/// 1's memhog makes the host swap; with it, guest 0 has given its memory
-/// back and guest 1 uses it with no host swap at all. No process image:
-/// its start-up pages are touched at setup, which the shared host sees
-/// before guest 1 boots (its backing is not timed).
-fn two_guests(reporting: bool) -> foliosim::virt::guests::GuestsOutcome {
-    let toml = format!(
-        "[machine]\nprofile = \"e5-2630v3-guest-32g\"\nnode_mem_mib = [512]\nguests = 2\nguest_stagger_ms = 40000\n[workload]\nname = \"memhog\"\nsize_mib = 448\nprocess_image = \"none\"\n[knobs]\n\"host.mem_mib\" = 640\n\"page_reporting.enabled\" = {reporting}\n[run]\nwarmup_s = 0.0\nduration_s = 45.0\nsample_ms = 500.0\ncheck = true\naudit_interval_ms = 2000.0\n"
-    );
-    let c = config::from_toml(&toml, "<test>").unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(c.guests, 2);
-    foliosim::virt::guests::simulate_guests(&c, &mut |_| true).unwrap()
-}
-
-#[test]
-fn memory_one_guest_reports_serves_another_without_host_swap() {
-    let on = two_guests(true);
-    let off = two_guests(false);
-    for o in [&on, &off] {
-        for g in &o.guests {
-            assert!(g.kernel.check().violations.is_empty(), "{:?}", g.kernel.check().violations);
-            assert!(g.kernel.check().audits >= 1);
-        }
-        o.host.check().unwrap();
-        assert!((0..2).map(|g| o.host.guest_pages(g).0).sum::<u64>() <= 640 * 256);
-        assert_eq!(o.guests[1].kernel.tasks().iter().map(|t| t.ops).sum::<u64>(), 448 * 256, "guest 1's memhog finished");
-    }
-    let pswpout = |o: &foliosim::virt::guests::GuestsOutcome| o.guests.iter().map(|g| st(g, Stat::HostPswpout)).sum::<i64>();
-    assert!(pswpout(&off) > 64 * 256, "without reporting the host had to swap: {}", pswpout(&off));
-    assert_eq!(pswpout(&on), 0, "guest 1 ran in memory guest 0 gave back");
-    // It is guest 0's memory that went: to the host's swap without
-    // reporting, back to the host by reporting.
-    assert!(off.host.guest_pages(0).1 > 64 * 256, "guest 0's cold pages were swapped out: {:?}", off.host.guest_pages(0));
-    assert!(on.host.guest_pages(0).0 < 64 * 256, "guest 0 gave its memory back: {:?}", on.host.guest_pages(0));
-    let peak1 = on.samples.rss.iter().map(|r| r[1]).max().unwrap();
-    assert!(peak1 >= 400 * 256, "guest 1 held its memhog on the host: {peak1}");
-    // Guest 1 booted 40 s late: nothing of it ran before.
-    let first = on.samples.t.iter().zip(&on.samples.rss).find(|(_, r)| r[1] > 0).map(|(t, _)| *t).unwrap();
-    assert!(first >= 40.0, "guest 1 touched memory at {first} s");
-}
-
-#[test]
-fn one_guest_through_the_multi_guest_driver_is_the_single_run() {
-    let toml = "[machine]\nprofile = \"e5-2630v3-guest-32g\"\nnode_mem_mib = [512]\n[workload]\nname = \"memhog\"\nsize_mib = 256\ncycles = 2\nsleep_ms = 3000\n[knobs]\n\"host.mem_mib\" = 200\n\"page_alloc.shuffle\" = true\n\"page_reporting.enabled\" = true\n[run]\nwarmup_s = 0.0\nduration_s = 6.0\nsample_ms = 250.0\n";
-    let c = config::from_toml(toml, "<test>").unwrap();
-    let single = run::simulate(&c, &mut |_| true).unwrap();
-    let multi = foliosim::virt::guests::simulate_guests(&c, &mut |_| true).unwrap();
-    let m = &multi.guests[0];
-    assert!(
-        st(&single, Stat::HostPswpout) > 0 && st(&single, Stat::PageReportingReportedPages) > 0,
-        "the run exercises host reclaim and reporting"
-    );
-    assert_eq!(single.kernel.stat().v, m.kernel.stat().v);
-    assert_eq!(single.samples_stat, m.samples_stat);
-    assert_eq!(single.kernel.pa().free_extents(), m.kernel.pa().free_extents());
-}
-
 #[test]
 fn bad_guest_configs_are_one_line_errors() {
     let base = "[machine]\nprofile = \"e5-2630v3-guest-32g\"\nnode_mem_mib = [512]\nGUESTS\n[workload]\nname = \"memhog\"\nsize_mib = 64\n[knobs]\nKNOBS\n";
@@ -206,8 +155,10 @@ fn bad_guest_configs_are_one_line_errors() {
     assert!(e("guests = 65", "").contains("1..=64"));
     assert!(e("guest_stagger_ms = 5", "").contains("needs machine.guests >= 2"));
     assert!(e("guests = 2\nguest_stagger_ms = -1", "").contains("machine.guest_stagger_ms"));
-    let m = e("guests = 4", "\"host.prealloc\" = true\n\"host.mem_mib\" = 1024");
-    assert!(m.contains("knobs.host.prealloc") && m.contains("2048 MiB"), "{m}");
+    let m = e("guests = 4", "\"host.mem_mib\" = 1024");
+    assert!(m.contains("knobs.host.mem_mib") && m.contains("[host] node_mem_mib") && !m.contains('\n'), "{m}");
+    let m = e("", "\"host.thp\" = true");
+    assert!(m.contains("knobs.host.thp") && m.contains("[host.knobs]"), "{m}");
     assert!(config::from_toml(&base.replace("GUESTS", "guests = 3").replace("KNOBS", ""), "g.toml").is_ok());
 }
 

@@ -10,8 +10,7 @@ use foliosim::config;
 use foliosim::mm::vmstat::Stat;
 use foliosim::sim::Ns;
 use foliosim::virt::guests::{simulate_guests, GuestsOutcome};
-use foliosim::virt::kvm::{GuestShape, KvmHost};
-use foliosim::virt::Host;
+use foliosim::virt::kvm::KvmHost;
 use foliosim::workload::{Access, Op};
 
 fn st(o: &foliosim::run::Outcome, s: Stat) -> i64 {
@@ -40,10 +39,7 @@ fn two_guests_on(reporting: bool, extra_knobs: &str, host_knobs: &str) -> Guests
 }
 
 fn host_vmstat(o: &GuestsOutcome, s: Stat) -> i64 {
-    match &o.host {
-        foliosim::virt::Host::Kvm(h) => h.as_any().downcast_ref::<KvmHost>().unwrap().k.stat().get(s),
-        _ => panic!("a host kernel"),
-    }
+    foliosim::virt::guests::kvm(&o.host).k.stat().get(s)
 }
 
 #[test]
@@ -78,11 +74,8 @@ fn memory_one_guest_reports_serves_another_without_host_swap() {
 /// config) as its one guest. The guest's profile is the harness's,
 /// generic-x86, as the host's.
 fn on_a_host_kernel(h: &mut H) {
-    let hc = config::from_toml("[workload]\nname = \"mmap1\"\n", "<host>").unwrap();
-    let shape = GuestShape { nr_frames: h.k.mem_bytes() >> 12, nr_vcpus: h.k.nr_cpus() };
-    let discard = foliosim::policy::host_discard(&hc.knobs).unwrap();
-    let host = KvmHost::boot(hc.profile.clone(), hc.knobs, 1, &[shape], discard, &hc.profile, false, true).unwrap();
-    *h.k.host_mut() = Some(foliosim::virt::Host::Kvm(Box::new(host)));
+    let hc = config::from_toml("[workload]\nname = \"mmap1\"\n[host]\n", "<host>").unwrap();
+    h.on_a_host_kernel(hc.host.unwrap(), &hc.profile, &hc.knobs);
 }
 
 /// A guest kernel (the tests' harness) on a host kernel: a process writes
@@ -97,8 +90,7 @@ fn host_drops_a_mapped_frame(knobs: &str) -> H {
     let (base, t) = h.anon(p, 0, true);
     let mm = h.k.tasks()[p as usize].mm as usize;
     let pfn = h.k.mms()[mm].pt().pte(base).pfn();
-    let Some(foliosim::virt::Host::Kvm(kvm)) = h.k.host_mut().as_mut() else { unreachable!() };
-    let kvm = kvm.as_any_mut().downcast_mut::<KvmHost>().unwrap();
+    let kvm = h.k.host_mut().as_mut().unwrap().0.as_any_mut().downcast_mut::<KvmHost>().unwrap();
     let mut stat = foliosim::mm::vmstat::VmStat::default();
     let t = t + kvm.discard_range(pfn, 1, t, &mut stat);
     assert!(!kvm.ept_present(0, pfn));
@@ -235,8 +227,7 @@ fn the_hosts_audit_runs_with_the_guests() {
 #[test]
 fn host_kswapd_reclaims_in_the_background() {
     let off = two_guests(false, "");
-    let Host::Kvm(h) = &off.host else { panic!("a host kernel") };
-    let kvm = h.as_any().downcast_ref::<KvmHost>().unwrap();
+    let kvm = foliosim::virt::guests::kvm(&off.host);
     let kswapd: Vec<_> = kvm.k.tasks().iter().filter(|t| t.kthread.is_some()).collect();
     assert!(!kswapd.is_empty(), "the host has a kswapd (it has swap)");
     assert!(kswapd.iter().map(|t| t.sys_ns).sum::<Ns>() > 0, "kswapd ran");
@@ -259,8 +250,7 @@ fn host_lazyfree_per_guest_and_kswapd_drops_charged_to_no_guest() {
     for g in &o.guests {
         assert!(g.kernel.check().violations.is_empty(), "{:?}", g.kernel.check().violations);
     }
-    let Host::Kvm(h) = &o.host else { panic!("a host kernel") };
-    let kvm = h.as_any().downcast_ref::<KvmHost>().unwrap();
+    let kvm = foliosim::virt::guests::kvm(&o.host);
     let lazy0: Vec<u64> = o.samples.lazyfree.iter().map(|l| l[0]).collect();
     let peak = *lazy0.iter().max().unwrap();
     assert!(peak > 300 * 256, "guest 0's reports left its memory lazily freed on the host: {peak} pages");
@@ -291,8 +281,7 @@ fn prealloc_is_done_before_the_guest_starts() {
          [run]\nwarmup_s = 0.0\nduration_s = 4.0\n";
     let c = config::from_toml(toml, "<test>").unwrap_or_else(|e| panic!("{e}"));
     let o = simulate_guests(&c, &mut |_| true).unwrap();
-    let Host::Kvm(h) = &o.host else { panic!("a host kernel") };
-    let kvm = h.as_any().downcast_ref::<KvmHost>().unwrap();
+    let kvm = foliosim::virt::guests::kvm(&o.host);
     let calls = st(&o.guests[0], Stat::PageReportingCalls);
     assert!(calls > 0, "the guest reported");
     let per_call = kvm.vms[0].report_ns / calls as Ns;
@@ -329,8 +318,7 @@ fn the_hosts_numa_balancing_promotes_guest_memory_through_the_ept() {
         assert!(host_vmstat(o, Stat::PgdemoteKswapd) > 0, "the host demoted guest memory to CXL");
     }
     let kvm = |o: &GuestsOutcome| -> (u64, u64, Ns) {
-        let Host::Kvm(h) = &o.host else { panic!("a host kernel") };
-        let k = h.as_any().downcast_ref::<KvmHost>().unwrap();
+        let k = foliosim::virt::guests::kvm(&o.host);
         (k.vms[0].hint_faults, k.vms[0].promoted, k.vms[0].numa_scan_ns)
     };
     assert_eq!(kvm(&off), (0, 0, 0), "no scan without NUMA balancing");
@@ -397,8 +385,7 @@ fn the_boot_backing_is_the_hosts_time_not_the_guests() {
          [run]\nwarmup_s = 0.0\nduration_s = 0.5\n";
     let c = config::from_toml(toml, "<test>").unwrap_or_else(|e| panic!("{e}"));
     let o = simulate_guests(&c, &mut |_| true).unwrap();
-    let Host::Kvm(h) = &o.host else { panic!("a host kernel") };
-    let kvm = h.as_any().downcast_ref::<KvmHost>().unwrap();
+    let kvm = foliosim::virt::guests::kvm(&o.host);
     assert!(kvm.epoch > 0, "the boot wrote memory the host backed first");
     let exits = kvm.vms[0].exit_ns;
     assert!(exits < 2 * 500_000_000, "the guest's exits took {exits} ns of a 0.5 s run on 2 vCPUs");

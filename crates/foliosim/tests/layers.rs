@@ -46,8 +46,8 @@ const LAYERS: &[(&str, &[&str])] = &[
     // code shares (the fault's context, the policy interfaces, a task's mm
     // state), the knobs and costs it is built with, its tracepoints, its
     // checker's records, a secondary MMU's translations (mm/mmu_notifier.rs),
-    // and the hypervisor's memory under a guest kernel (virt/host.rs, the
-    // balloon: the guest sees it as its machine).
+    // and the hypervisor's interface under a guest kernel (virt/mod.rs,
+    // the discard policy's, the balloon: the guest sees it as its machine).
     (
         "subsys",
         &[
@@ -76,7 +76,6 @@ const LAYERS: &[(&str, &[&str])] = &[
             "kernel/trace.rs",
             "check/checker.rs",
             "virt/mod.rs",
-            "virt/host.rs",
             "virt/discard.rs",
             "virt/virtio_balloon.rs",
         ],

@@ -187,7 +187,7 @@ fn example_discard_policy_frees_lazily_below_its_threshold() {
     assert_eq!(pressure.advice(&ctx(500, Some(1000))), Advice::DontNeed, "from half the limit on");
     let text = |knobs: &str| {
         format!(
-            "[machine]\nprofile = \"e5-2630v3-guest-32g\"\nnode_mem_mib = [512]\n[workload]\nname = \"memhog\"\nsize_mib = 256\ncycles = 2\nsleep_ms = 6000\n[knobs]\n\"host.prealloc\" = true\n\"host.mem_mib\" = 1024\n\"page_reporting.enabled\" = true\n{knobs}\n[run]\nwarmup_s = 0.0\nduration_s = 7.0\ncheck = true\n"
+            "[machine]\nprofile = \"e5-2630v3-guest-32g\"\nnode_mem_mib = [512]\n[workload]\nname = \"memhog\"\nsize_mib = 256\ncycles = 2\nsleep_ms = 6000\n[knobs]\n\"host.prealloc\" = true\n\"page_reporting.enabled\" = true\n{knobs}\n[host]\nnode_mem_mib = [1024]\n[run]\nwarmup_s = 0.0\nduration_s = 7.0\ncheck = true\n"
         )
     };
     let stat = |v: &Value, k: &str| v["vmstat"][k].as_i64().unwrap();

@@ -20,11 +20,6 @@ pub use checker::{Checker, Ident, StaleRec};
 
 /// Free page reporting and the host (part of `audit`).
 fn audit_page_reporting(k: &Kernel, found: &mut Vec<String>) {
-    if let Some(h) = &k.host {
-        if let Err(e) = h.check() {
-            found.push(e);
-        }
-    }
     let reported = k.pa.reported_blocks();
     let mut flagged = 0u64;
     for &(pfn, order) in &reported {

@@ -76,7 +76,6 @@ pub fn class(table: &str, key: &str) -> Option<Class> {
             | "cacheline_read_same_socket_ns"
             | "cacheline_read_cross_socket_ns",
         ) => Fact,
-        ("host", "swapout_4k_ns" | "swapin_4k_ns") => Fact,
         ("cost" | "host", k) if k.ends_with("_ns") => Software,
         _ => return None,
     })
@@ -517,7 +516,7 @@ mod tests {
             (half.cost.fault_base_ns, h.cost.fault_base_ns),
             (half.cost.trap_ns, h.cost.trap_ns),
             (half.tlb.walk_ns, h.tlb.walk_ns),
-            (half.host.fault_4k_ns, h.host.fault_4k_ns),
+            (half.host.ept_violation_ns, h.host.ept_violation_ns),
         ] {
             assert!((a - 2.0 * b).abs() < 1e-9, "{a} vs 2 x {b}");
         }

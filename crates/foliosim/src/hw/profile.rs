@@ -29,26 +29,16 @@ pub struct Profile {
     pub sources: crate::hw::provenance::Sources,
 }
 
-/// Costs of the hypervisor host seen by a guest (KVM + QEMU), ns. Host
-/// page zeroing is not here: it streams at the guest node's
-/// `zero_bw_gbps`, the same DRAM.
+/// Costs of the hypervisor seen by a guest (KVM + QEMU), ns: what the host
+/// kernel (virt/kvm.rs) does not run as its own code paths. Its faults,
+/// zaps, madvise and swap are the host kernel's, priced by the host's
+/// profile.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HostSpec {
     /// EPT-violation exit, KVM's fault handling and VM re-entry for a host
     /// page that exists (a MADV_FREE'd page still resident).
     pub ept_violation_ns: f64,
-    /// Host anonymous 4 KiB fault, software part (allocation, PTE, rmap,
-    /// memcg), on top of the EPT violation and the zeroing.
-    pub fault_4k_ns: f64,
-    /// Host THP fault, software part (order-9 allocation, PMD install).
-    pub fault_2m_ns: f64,
-    /// One madvise() call made by the VMM for a reported range.
-    pub madvise_ns: f64,
-    /// Zapping one 4 KiB host PTE and freeing its page.
-    pub zap_4k_ns: f64,
-    /// Zapping one host PMD mapping a THP and freeing it.
-    pub zap_2m_ns: f64,
     /// virtqueue round trip of one report: kick exit, VMM handling,
     /// used-ring update, interrupt injection and wake-up of the waiter.
     pub vq_roundtrip_ns: f64,
@@ -56,10 +46,6 @@ pub struct HostSpec {
     /// the kick IPI of a remote TLB flush (kvm_flush_remote_tlbs), the
     /// flush itself served on entry.
     pub vm_exit_ns: f64,
-    /// Host swap-out of one 4 KiB page (direct reclaim waits on it).
-    pub swapout_4k_ns: f64,
-    /// Host swap-in of one 4 KiB page (refault from the swap device).
-    pub swapin_4k_ns: f64,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]

@@ -108,7 +108,6 @@ impl Kernel {
         let anon_policy = crate::policy::anon_order(&knobs)?;
         let fault_lock = crate::policy::fault_lock(&knobs)?;
         let promotion = crate::policy::promotion(&knobs)?;
-        let host_discard = crate::policy::host_discard(&knobs)?;
         let knobs_swap_slots = knobs.swap_size_mib << (20 - 12);
         let mut k = Kernel {
             mem_map: MemMap::new(start),
@@ -171,26 +170,14 @@ impl Kernel {
         p.flags = pg::ZERO_PAGE | pg::ALLOCATED | pg::HEAD;
         p.refcount = 1;
         p.nid = zp.nid as u8;
-        k.boot_virt(start, host_discard);
+        k.boot_virt();
         Ok(k)
     }
 
-    /// The machine as a VM guest: a host under its memory (when a host
-    /// knob or page reporting asks for one) and the virtio-balloon device
-    /// with free page reporting.
-    fn boot_virt(&mut self, nr_frames: u64, discard: std::sync::Arc<dyn crate::virt::discard::DiscardPolicy>) {
-        let kn = &self.knobs;
-        // A discard policy other than the default asks for a host too.
-        let discard_set =
-            crate::policy::find("host.discard").is_some_and(|s| s.default_value() != knobs::KnobValue::Str(kn.host_discard.clone()));
-        let want_host = kn.page_reporting || kn.host_mem_mib > 0 || kn.host_prealloc || kn.host_thp || discard_set;
-        if want_host {
-            use crate::virt::host::{Host, HostCosts};
-            let limit = (kn.host_mem_mib > 0).then_some(kn.host_mem_mib << (20 - 12));
-            let h = Host::new(nr_frames, HostCosts::from_profile(&self.prof), discard, kn.host_thp, limit, kn.host_prealloc);
-            h.sync_gauges(&mut self.stat);
-            self.host = Some(crate::virt::Host::Bitmap(Box::new(h)));
-        }
+    /// The machine as a VM guest: the virtio-balloon device with free page
+    /// reporting. The host under it (virt/kvm.rs) is lent to the kernel
+    /// by the driver of the guests (virt/guests.rs).
+    fn boot_virt(&mut self) {
         if self.knobs.page_reporting {
             self.page_reporting_register(0);
         }

@@ -447,9 +447,7 @@ pub fn table() -> Vec<KnobSpec> {
         KnobSpec::flag("page_reporting.enabled", false, "a virtio-balloon device with VIRTIO_BALLOON_F_REPORTING registers for free page reporting (mm/page_reporting.c); off = the series applied but the feature not offered", |k, b| k.page_reporting = b),
         KnobSpec::int("page_reporting.page_reporting_order", -1, (-1, 10), "lowest buddy order reported to the host (module parameter; -1: the driver's choice, pageblock_order = 9 on x86-64)", |k, i| k.page_reporting_order = (i >= 0).then_some(i as u32)),
         KnobSpec::choice("page_reporting.reported_putback", "tail", &["tail", "v17_head_rules"], "where reported pages go back on their free list: \"tail\" (FPI_TO_TAIL, Linux 5.10+) or \"v17_head_rules\" (Linux 5.7: the ordinary head/tail rules of __free_one_page)", |k, s| k.reported_putback_tail = s == "tail"),
-        KnobSpec::selector("host.discard", "dontneed", "how the hypervisor drops a range a guest reported free (virt/host.rs)", |k, s| k.host_discard = s.to_string()),
-        KnobSpec::flag("host.thp", false, "the host backs guest memory with 2 MiB transparent huge pages where a whole aligned 2 MiB range is unbacked", |k, b| k.host_thp = b),
-        KnobSpec::int("host.mem_mib", 0, (0, 1 << 34), "host memory available to this guest, MiB (0: no limit); beyond it the host reclaims (MADV_FREE'd pages first, then swaps guest pages out)", |k, i| k.host_mem_mib = i as u64),
+        KnobSpec::selector("host.discard", "dontneed", "how the hypervisor drops a range a guest reported free (virt/discard.rs)", |k, s| k.host_discard = s.to_string()),
         KnobSpec::flag("host.prealloc", false, "all guest memory is backed at boot (QEMU -mem-prealloc, or the state after the guest touched all of it)", |k, b| k.host_prealloc = b),
         KnobSpec::selector("anon_folio.mode", "off", "the policy that chooses the order of a fresh anonymous folio and the large-folio paths (mm/huge_memory.rs); setting a per-size hugepages-<size>kB knob without this one selects upstream", |k, s| k.anon_folio.mode = s.to_string()),
         KnobSpec::choice("anon_folio.thp_get_unmapped_area", "len_pmd_aligned", ThpAnonAlign::VALUES, "which unhinted private anonymous mmaps thp_get_unmapped_area places (padded by 2 MiB, then aligned to a PMD boundary; shared ones are shmem's): \"none\" (Linux <= 6.6), \"len_ge_pmd_bottom\" (6.7, and 6.1-rc's f35b5d7d676e: every one of at least 2 MiB, at the first PMD boundary of the padded area, so the padding stays above it), \"len_ge_pmd\" (6.8-6.11: the same, pushed up next to the mapping above, 96204e15310c), \"len_pmd_aligned\" (6.12 on: only lengths that are multiples of 2 MiB, IS_ALIGNED(len, PMD_SIZE)); rfc-v2's own patch 16 (anon_folio.mmap_align_unhinted) comes first", |k, s| k.anon_folio.thp_anon_align = ThpAnonAlign::parse(s)),
@@ -521,9 +519,6 @@ pub struct Knobs {
     pub reported_putback_tail: bool,
     /// The host's discard policy's name (`host.discard`, policy/mod.rs).
     pub host_discard: String,
-    pub host_thp: bool,
-    /// host.mem_mib (0: unlimited).
-    pub host_mem_mib: u64,
     pub host_prealloc: bool,
     pub anon_folio: AnonFolioKnobs,
     /// The fault-locking policy's name (`fault_locking`, policy/mod.rs).

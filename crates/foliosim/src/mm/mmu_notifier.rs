@@ -18,8 +18,7 @@
 use super::Pfn;
 use crate::sim::Ns;
 
-/// One bit per page (or per block); the bitmap host (virt/host.rs) keeps
-/// its per-frame states in it too.
+/// One bit per page (or per block).
 #[derive(Clone, Debug, Default)]
 pub struct Bitmap {
     pub(crate) w: Vec<u64>,

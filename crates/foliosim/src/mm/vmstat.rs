@@ -33,7 +33,7 @@ stats! {
     HostRss = "foliosim_host_rss_pages" : "guest-physical 4 KiB pages backed by host memory (MADV_FREE'd ones included until reclaimed)",
     HostLazyfree = "foliosim_host_lazyfree_pages" : "backed guest pages the host holds as MADV_FREE (LazyFree)",
     HostSwap = "foliosim_host_swap_pages" : "guest pages the host has swapped out",
-    HostMemFree = "foliosim_host_memfree_pages" : "host.mem_mib minus the host RSS of every guest on the host (0 without a limit)",
+    HostMemFree = "foliosim_host_memfree_pages" : "the host kernel's free pages (its nr_free_pages)",
     NrAnonLarge = "foliosim_nr_anon_large_pages" : "pages in large (order >= 2) anonymous folios that are allocated",
     SplitQueueLen = "foliosim_split_queue_len" : "folios on the deferred-split queues (split_queue_len summed over nodes)",
     NrIsolatedFile = "nr_isolated_file" : "file pages isolated from the LRU (promotion lists, reclaim, migration)",

@@ -1,10 +1,9 @@
 //! `host.discard = "pressure"`: an example discard policy (the one
 //! docs/tutorial.md builds). The VMM marks a reported range MADV_FREE
-//! while the host holds less than `host.discard_free_below_pct` of the
-//! guest's limit, so a refault finds the old page, and drops it with
+//! while the guests hold less than `host.discard_free_below_pct` of the
+//! host's memory, so a refault finds the old page, and drops it with
 //! MADV_DONTNEED above that, where host reclaim would soon take the lazily
-//! freed pages anyway. With no limit (`host.mem_mib` = 0) it is always
-//! MADV_FREE.
+//! freed pages anyway. With no limit it is always MADV_FREE.
 
 use super::Policy;
 use crate::kernel::knobs::{KnobSpec, Knobs};
@@ -15,12 +14,12 @@ const FREE_BELOW_PCT: KnobSpec = KnobSpec::int_param(
     "host.discard_free_below_pct",
     50,
     (0, 100),
-    "with host.discard = \"pressure\": MADV_FREE while the host holds less than this percentage of host.mem_mib, MADV_DONTNEED from there",
+    "with host.discard = \"pressure\": MADV_FREE while the guests hold less than this percentage of the host's memory, MADV_DONTNEED from there",
 );
 
 pub const POLICY: Policy<Arc<dyn DiscardPolicy>> = Policy {
     name: "pressure",
-    help: "example: MADV_FREE below host.discard_free_below_pct of the host's limit, MADV_DONTNEED above",
+    help: "example: MADV_FREE below host.discard_free_below_pct of the host's memory, MADV_DONTNEED above",
     knobs: &[FREE_BELOW_PCT],
     build,
 };

@@ -62,7 +62,7 @@ registry! {
         promo_head,
         promo_order0,
     ];
-    /// The host's discard of a reported range (virt/host.rs `DiscardPolicy`).
+    /// The host's discard of a reported range (virt/discard.rs `DiscardPolicy`).
     HOST_DISCARD: Arc<dyn DiscardPolicy> = "host.discard" [
         discard_dontneed,
         discard_free,

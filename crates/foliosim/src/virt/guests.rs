@@ -1,9 +1,8 @@
-//! Several VM guests on one host (`machine.guests = N`, or any run with a
-//! `[host]` table): N guest kernels in one simulated time line over one
-//! shared `Host` (a host kernel, virt/kvm.rs, or the bitmap host with one
-//! memory limit and one reclaim clock), so memory one guest reports is
-//! memory the others can fault in, and a guest's fault can swap out
-//! another guest's cold page.
+//! VM guests on one host (any run with a host: a `[host]` table, or a
+//! guest that needs one, see config.rs): N guest kernels in one simulated
+//! time line over one shared host kernel (virt/kvm.rs), so memory one
+//! guest reports is memory the others can fault in, and a guest's fault
+//! can make the host reclaim another guest's cold page.
 //!
 //! Each guest is an ordinary single-kernel run (`run::Driver`, the same
 //! code as a single-guest run). This driver always advances the guest whose
@@ -11,8 +10,7 @@
 //! guest's steps run on only while they stay before every other guest's
 //! next event, so guests interleave exactly as tasks of one kernel do. The
 //! host is lent to the running guest's kernel (`Kernel::host`) for its
-//! steps and taken back after: the guest kernels need no shared handle, and
-//! a single guest keeps owning its host as before.
+//! steps and taken back after: the guest kernels need no shared handle.
 
 use crate::config::Config;
 use crate::mm::vmstat::Stat;
@@ -20,7 +18,6 @@ use crate::run::{self, Driver, Outcome, Stepped};
 use crate::sim::{Ns, NSEC_PER_SEC};
 use crate::types::Error;
 use crate::types::Progress;
-use crate::virt::host::{self, HostCosts};
 use crate::virt::kvm::{GuestShape, KvmHost};
 use crate::virt::Host;
 use serde_json::{json, Value};
@@ -41,10 +38,7 @@ pub struct GuestsOutcome {
 /// Lend the host to guest `g` for its steps.
 fn lend(host: Host, g: usize, d: &mut Driver) {
     let mut host = host;
-    match &mut host {
-        Host::Bitmap(h) => h.set_guest(g),
-        Host::Kvm(h) => kvm_of(h).cur = g,
-    }
+    kvm_of(&mut host).cur = g;
     // Other guests' faults may have reclaimed this guest's pages meanwhile,
     // and dropped SPTEs its vCPUs must flush before they run.
     host.sync_gauges(&mut d.k.stat);
@@ -68,24 +62,22 @@ fn sample(host: &Host, ds: &mut [Driver], s: &mut Samples, at: Ns) {
     s.t.push(at as f64 / NSEC_PER_SEC as f64);
     s.rss.push((0..host.nr_guests()).map(|g| host.guest_pages(g).0).collect());
     s.swap.push((0..host.nr_guests()).map(|g| host.guest_pages(g).1).sum());
-    let lazy: Vec<u64> = match host {
-        Host::Bitmap(b) => (0..b.nr_guests()).map(|g| b.guest_pages(g).1).collect(),
-        Host::Kvm(h) => {
-            let k = h.as_any().downcast_ref::<KvmHost>().expect("virt/kvm.rs is the host kernel");
-            (0..k.nr_guests()).map(|g| k.lazyfree(g)).collect()
-        }
-    };
-    if let Host::Kvm(_) = host {
-        for (d, &l) in ds.iter_mut().zip(&lazy) {
-            d.k.stat.v[Stat::HostLazyfree as usize] = l as i64;
-        }
+    let k = kvm(host);
+    let lazy: Vec<u64> = (0..k.nr_guests()).map(|g| k.lazyfree(g)).collect();
+    for (d, &l) in ds.iter_mut().zip(&lazy) {
+        d.k.stat.v[Stat::HostLazyfree as usize] = l as i64;
     }
     s.lazyfree.push(lazy);
 }
 
 /// The host kernel lent as a `HostKernel`.
-fn kvm_of(h: &mut Box<dyn crate::virt::HostKernel>) -> &mut KvmHost {
-    h.as_any_mut().downcast_mut::<KvmHost>().expect("virt/kvm.rs is the host kernel")
+fn kvm_of(h: &mut Host) -> &mut KvmHost {
+    h.0.as_any_mut().downcast_mut::<KvmHost>().expect("virt/kvm.rs is the host kernel")
+}
+
+/// The host kernel of a run.
+pub fn kvm(h: &Host) -> &KvmHost {
+    h.0.as_any().downcast_ref::<KvmHost>().expect("virt/kvm.rs is the host kernel")
 }
 
 /// The host kernel's full audit (its checks of every SPTE against the
@@ -103,7 +95,7 @@ fn audit_host(h: &mut KvmHost) -> Result<(), String> {
     }
 }
 
-/// The host of a run with a `[host]` table: its kernel, with every guest's
+/// The host of a run: its kernel, with every guest's
 /// VMM, the discard policy and -mem-prealloc as the guests' knobs say.
 fn boot_kvm(cfg: &Config, ds: &[Driver]) -> Result<KvmHost, Error> {
     let hc = cfg.host.as_ref().expect("a [host] table");
@@ -113,63 +105,31 @@ fn boot_kvm(cfg: &Config, ds: &[Driver]) -> Result<KvmHost, Error> {
     KvmHost::boot(hc.profile.clone(), hc.knobs.clone(), cfg.seed, &shapes, discard, &g0.prof, g0.knobs.host_prealloc, cfg.run.check)
 }
 
-/// Run `cfg.guests` guests of `cfg` on one host with `host.mem_mib` of
-/// memory for all of them (0: no limit).
+/// Run `cfg.guests` guests of `cfg` on the host kernel of its `[host]`
+/// table.
 pub fn simulate_guests(cfg: &Config, progress: &mut dyn FnMut(&Progress) -> bool) -> Result<GuestsOutcome, Error> {
     let host0 = Instant::now();
     let n = cfg.guests.max(1) as usize;
     let mut ds = Vec::with_capacity(n);
-    let mut parts = Vec::with_capacity(n);
     for g in 0..n {
         let wl = run::build_guest_workload(cfg, g)?;
         let start = (g as f64 * cfg.guest_stagger_ms * 1e6) as Ns;
-        let mut d = Driver::new(cfg, cfg.seed + g as u64, start, wl, &mut |_| {})?;
-        // A guest that booted without a host (no host knob set) gets the
-        // default one: nothing discarded, 4 KiB backing on first touch.
-        let nr_frames = d.k.mem_bytes() >> 12;
-        let part = match d.k.host.take() {
-            Some(Host::Bitmap(h)) => Some(*h),
-            _ if cfg.host.is_some() => None,
-            _ => Some(host::Host::new(
-                nr_frames,
-                HostCosts::from_profile(&d.k.prof),
-                crate::policy::host_discard(&d.k.knobs)?,
-                false,
-                None,
-                false,
-            )),
-        };
-        parts.extend(part);
-        ds.push(d);
+        ds.push(Driver::new(cfg, cfg.seed + g as u64, start, wl, &mut |_| {})?);
     }
-    let mut host = if cfg.host.is_some() {
-        let mut kvm = boot_kvm(cfg, &ds)?;
-        // What each guest's boot and set-up wrote (its kernel's pages, the
-        // process images) the host backs before the run, untimed.
-        for (g, d) in ds.iter().enumerate() {
-            kvm.cur = g;
-            kvm.back_allocated(&d.k)?;
-        }
-        kvm.start_guests();
-        Host::Kvm(Box::new(kvm))
-    } else {
-        let limit = (cfg.knobs.host_mem_mib > 0).then_some(cfg.knobs.host_mem_mib << (20 - 12));
-        Host::Bitmap(Box::new(host::Host::shared(parts, limit)))
-    };
+    let mut kvm = boot_kvm(cfg, &ds)?;
+    // What each guest's boot and set-up wrote (its kernel's pages, the
+    // process images) the host backs before the run, untimed.
+    for (g, d) in ds.iter().enumerate() {
+        kvm.cur = g;
+        kvm.back_allocated(&d.k)?;
+    }
+    kvm.start_guests();
     // The host kernel's own threads (kswapd) run in the guests' time line,
     // the host's time `epoch` ahead of the guests' (virt/kvm.rs).
-    let epoch = match &mut host {
-        Host::Kvm(h) => kvm_of(h).epoch,
-        Host::Bitmap(_) => 0,
-    };
-    let mut host_rq = match &mut host {
-        Host::Kvm(h) => {
-            let mut rq = run::KthreadQueue::new();
-            rq.take_wakeups(&mut kvm_of(h).k);
-            Some(rq)
-        }
-        Host::Bitmap(_) => None,
-    };
+    let epoch = kvm.epoch;
+    let mut host_rq = run::KthreadQueue::new();
+    host_rq.take_wakeups(&mut kvm.k);
+    let mut host = Host(Box::new(kvm));
     let end = ds[0].end;
     let sample_every = ((cfg.run.sample_ms * 1e6) as Ns).max(1);
     let mut samples = Samples::default();
@@ -204,11 +164,8 @@ pub fn simulate_guests(cfg: &Config, progress: &mut dyn FnMut(&Progress) -> bool
         // A host thread, or a NUMA balancing scan of a VMM's memory, due
         // no later than the earliest guest runs first, up to that guest's
         // next event.
-        let kthread_next = host_rq.as_ref().and_then(|q| q.next_time()).map(|h| h.saturating_sub(epoch));
-        let scan = match &mut host {
-            Host::Kvm(h) => kvm_of(h).numa_scan_due(),
-            Host::Bitmap(_) => None,
-        };
+        let kthread_next = host_rq.next_time().map(|h| h.saturating_sub(epoch));
+        let scan = kvm_of(&mut host).numa_scan_due();
         let host_next = match (kthread_next, scan) {
             (Some(k), Some((s, _))) => Some(k.min(s)),
             (k, s) => k.or(s.map(|s| s.0)),
@@ -219,7 +176,8 @@ pub fn simulate_guests(cfg: &Config, progress: &mut dyn FnMut(&Progress) -> bool
             sample(&host, &mut ds, &mut samples, next_sample);
             next_sample += sample_every;
         }
-        if let (Some(ht), Host::Kvm(h)) = (host_t, &mut host) {
+        if let Some(ht) = host_t {
+            let h = &mut host;
             match scan {
                 Some((s, sg)) if s == ht && kthread_next.is_none_or(|k| s < k) => {
                     // The scan ran on vCPU 0's host thread: time that vCPU
@@ -229,8 +187,7 @@ pub fn simulate_guests(cfg: &Config, progress: &mut dyn FnMut(&Progress) -> bool
                     ds[sg].k.cpus[0].irq_debt += took;
                 }
                 _ => {
-                    let rq = host_rq.as_mut().expect("a host kernel has a run queue");
-                    rq.run_one(&mut kvm_of(h).k, best.map_or(Ns::MAX, |b| b.0.saturating_add(epoch)), end + epoch);
+                    host_rq.run_one(&mut kvm_of(h).k, best.map_or(Ns::MAX, |b| b.0.saturating_add(epoch)), end + epoch);
                 }
             }
             continue;
@@ -240,23 +197,19 @@ pub fn simulate_guests(cfg: &Config, progress: &mut dyn FnMut(&Progress) -> bool
         lend(host, g, d);
         let r = d.run_one(horizon);
         host = d.k.host.take().expect("the guest hands the host back");
-        if let Host::Kvm(h) = &mut host {
-            let h = kvm_of(h);
-            if let Some(e) = h.failed.take() {
-                return Err(Error::OutOfMemory(e));
-            }
-            if let Some(rq) = host_rq.as_mut() {
-                rq.take_wakeups(&mut h.k);
-            }
-            // The checker runs over the host and its guests together: when
-            // a guest's audit ran, so does the host kernel's (each SPTE
-            // against the VMM's PTEs, the host's LUF and rmap rules), its
-            // findings the guest's.
-            if d.k.check.audits != audits_seen[g] {
-                audits_seen[g] = d.k.check.audits;
-                if let Err(e) = audit_host(h) {
-                    d.k.check.report(e);
-                }
+        let h = kvm_of(&mut host);
+        if let Some(e) = h.failed.take() {
+            return Err(Error::OutOfMemory(e));
+        }
+        host_rq.take_wakeups(&mut h.k);
+        // The checker runs over the host and its guests together: when a
+        // guest's audit ran, so does the host kernel's (each SPTE against
+        // the VMM's PTEs, the host's LUF and rmap rules), its findings the
+        // guest's.
+        if d.k.check.audits != audits_seen[g] {
+            audits_seen[g] = d.k.check.audits;
+            if let Err(e) = audit_host(h) {
+                d.k.check.report(e);
             }
         }
         match r {
@@ -327,43 +280,35 @@ pub fn result_json(cfg: &Config, o: &GuestsOutcome) -> Value {
         "timeseries": {"t_s": o.samples.t, "rss_pages_by_guest": o.samples.rss, "swap_pages": o.samples.swap,
                        "lazyfree_pages_by_guest": o.samples.lazyfree},
     });
-    match h {
-        Host::Bitmap(b) => {
-            v["host"]["mem_limit_pages"] = json!(b.limit);
-            v["host"]["lazyfree_pages"] = json!(b.nr_lazy());
-        }
-        Host::Kvm(k) => {
-            let k = k.as_any().downcast_ref::<KvmHost>().expect("virt/kvm.rs is the host kernel");
-            v["host"]["mem_pages"] = json!(k.mem_pages());
-            // Each node's watermarks (min, low, high), in pages: where
-            // kswapd wakes and where it stops, where a fault reclaims.
-            let wm: Vec<(u64, u64, u64)> = (0..k.k.nodes.len() as u32).map(|n| k.k.pa().zone_watermarks(n)).collect();
-            v["host"]["watermark_pages"] = json!({
-                "min": wm.iter().map(|w| w.0).collect::<Vec<_>>(),
-                "low": wm.iter().map(|w| w.1).collect::<Vec<_>>(),
-                "high": wm.iter().map(|w| w.2).collect::<Vec<_>>(),
-            });
-            v["host"]["vmstat"] = k.k.stat.iter().map(|(name, v)| (name.to_string(), json!(v))).collect::<serde_json::Map<_, _>>().into();
-            // The host's CPU time: in the vCPUs' exits (EPT violations),
-            // the VMMs' main threads (reports), its own threads (kswapd).
-            let sys = |f: &dyn Fn(&crate::kernel::task::Task) -> bool| {
-                k.k.tasks().iter().filter(|t| f(t)).map(|t| t.sys_ns).sum::<Ns>() as f64 / NSEC_PER_SEC as f64
-            };
-            let secs = |ns: Ns| ns as f64 / NSEC_PER_SEC as f64;
-            v["host"]["time_s"] = json!({
-                "ept_violations_by_guest": k.vms.iter().map(|vm| secs(vm.exit_ns)).collect::<Vec<_>>(),
-                "reports_by_guest": k.vms.iter().map(|vm| secs(vm.report_ns)).collect::<Vec<_>>(),
-                "kthreads": sys(&|t| t.kthread.is_some()),
-                "numa_scans_by_guest": k.vms.iter().map(|vm| secs(vm.numa_scan_ns)).collect::<Vec<_>>(),
-            });
-            // The host's NUMA balancing of each guest's RAM: hinting faults
-            // its vCPUs took through the EPT, and the pages they promoted.
-            v["host"]["numa_hint_faults_by_guest"] = json!(k.vms.iter().map(|vm| vm.hint_faults).collect::<Vec<_>>());
-            v["host"]["pgpromote_success_by_guest"] = json!(k.vms.iter().map(|vm| vm.promoted).collect::<Vec<_>>());
-            v["host"]["remote_tlb_flushes_by_guest"] =
-                json!((0..n).map(|g| k.k.mms[k.vms[g].mm as usize].notifier.as_ref().map_or(0, |e| e.nr_flushes)).collect::<Vec<_>>());
-        }
-    }
+    let k = kvm(h);
+    v["host"]["mem_pages"] = json!(k.mem_pages());
+    // Each node's watermarks (min, low, high), in pages: where
+    // kswapd wakes and where it stops, where a fault reclaims.
+    let wm: Vec<(u64, u64, u64)> = (0..k.k.nodes.len() as u32).map(|n| k.k.pa().zone_watermarks(n)).collect();
+    v["host"]["watermark_pages"] = json!({
+        "min": wm.iter().map(|w| w.0).collect::<Vec<_>>(),
+        "low": wm.iter().map(|w| w.1).collect::<Vec<_>>(),
+        "high": wm.iter().map(|w| w.2).collect::<Vec<_>>(),
+    });
+    v["host"]["vmstat"] = k.k.stat.iter().map(|(name, v)| (name.to_string(), json!(v))).collect::<serde_json::Map<_, _>>().into();
+    // The host's CPU time: in the vCPUs' exits (EPT violations),
+    // the VMMs' main threads (reports), its own threads (kswapd).
+    let sys = |f: &dyn Fn(&crate::kernel::task::Task) -> bool| {
+        k.k.tasks().iter().filter(|t| f(t)).map(|t| t.sys_ns).sum::<Ns>() as f64 / NSEC_PER_SEC as f64
+    };
+    let secs = |ns: Ns| ns as f64 / NSEC_PER_SEC as f64;
+    v["host"]["time_s"] = json!({
+        "ept_violations_by_guest": k.vms.iter().map(|vm| secs(vm.exit_ns)).collect::<Vec<_>>(),
+        "reports_by_guest": k.vms.iter().map(|vm| secs(vm.report_ns)).collect::<Vec<_>>(),
+        "kthreads": sys(&|t| t.kthread.is_some()),
+        "numa_scans_by_guest": k.vms.iter().map(|vm| secs(vm.numa_scan_ns)).collect::<Vec<_>>(),
+    });
+    // The host's NUMA balancing of each guest's RAM: hinting faults
+    // its vCPUs took through the EPT, and the pages they promoted.
+    v["host"]["numa_hint_faults_by_guest"] = json!(k.vms.iter().map(|vm| vm.hint_faults).collect::<Vec<_>>());
+    v["host"]["pgpromote_success_by_guest"] = json!(k.vms.iter().map(|vm| vm.promoted).collect::<Vec<_>>());
+    v["host"]["remote_tlb_flushes_by_guest"] =
+        json!((0..n).map(|g| k.k.mms[k.vms[g].mm as usize].notifier.as_ref().map_or(0, |e| e.nr_flushes)).collect::<Vec<_>>());
     v["host_time_s"] = o.host_s.into();
     v
 }

@@ -4,18 +4,14 @@
 //!
 //! The simulated kernel is the guest; what is under it is `Host`: a host
 //! kernel (kvm.rs: a foliosim kernel with one VMM process per guest, the
-//! EPT as its secondary MMU, the `[host]` table of a config), or the
-//! bitmap host (host.rs: one bit per guest frame and state, the `host.*`
-//! knobs without a `[host]` table). The guest kernel calls the host only
-//! through `Host`.
+//! EPT as its secondary MMU, the `[host]` table of a config, or the
+//! default one when a guest needs a host and has none). The guest kernel
+//! calls the host only through `Host`.
 
 pub mod discard;
 pub mod guests;
-pub mod host;
 pub mod kvm;
 pub mod virtio_balloon;
-
-pub use host::HostCosts;
 
 use crate::mm::vmstat::VmStat;
 use crate::mm::Pfn;
@@ -54,52 +50,25 @@ pub trait HostKernel {
     fn as_any_mut(&mut self) -> &mut dyn Any;
 }
 
-/// What backs a guest's memory.
-pub enum Host {
-    Bitmap(Box<host::Host>),
-    /// The host kernel, lent to the guest whose vCPU runs.
-    Kvm(Box<dyn HostKernel>),
-}
+/// What backs a guest's memory: the host kernel, lent to the guest whose
+/// vCPU runs.
+pub struct Host(pub Box<dyn HostKernel>);
 
 impl Host {
     /// The guest's vCPU `cpu` writes its frames [pfn, pfn + n) at `t` for
     /// the first time since it allocated them. Returns the time the vCPU
     /// spends in the host.
     pub fn touch(&mut self, cpu: u32, pfn: Pfn, n: u64, t: Ns, stat: &mut VmStat) -> Ns {
-        match self {
-            Host::Bitmap(h) => h.touch(pfn, n, stat),
-            Host::Kvm(h) => {
-                if h.range_ready(pfn, n) {
-                    return 0;
-                }
-                match h.touch(cpu, pfn, n, t, stat) {
-                    Ok(end) => end - t,
-                    Err(e) => {
-                        h.fail(e);
-                        0
-                    }
-                }
+        let h = &mut self.0;
+        if h.range_ready(pfn, n) {
+            return 0;
+        }
+        match h.touch(cpu, pfn, n, t, stat) {
+            Ok(end) => end - t,
+            Err(e) => {
+                h.fail(e);
+                0
             }
-        }
-    }
-
-    /// Whether a guest TLB hit may need the host (a page the bitmap host
-    /// swapped out is read back on access). Never under a host kernel: a
-    /// page it took away had its SPTE zapped and the guest's TLBs flushed.
-    #[inline]
-    pub fn any_swapped(&self) -> bool {
-        match self {
-            Host::Bitmap(h) => h.any_swapped(),
-            Host::Kvm(_) => false,
-        }
-    }
-
-    /// A guest TLB hit on frame `pfn`.
-    #[inline]
-    pub fn access(&mut self, pfn: Pfn, stat: &mut VmStat) -> Ns {
-        match self {
-            Host::Bitmap(h) => h.access(pfn, stat),
-            Host::Kvm(_) => 0,
         }
     }
 
@@ -107,121 +76,67 @@ impl Host {
     /// ended at frame `pfn`: the host half of the two-dimensional walk, and
     /// an EPT violation if the host dropped the frame's SPTE.
     pub fn walk(&mut self, cpu: u32, pfn: Pfn, t: Ns, stat: &mut VmStat) -> Ns {
-        match self {
-            Host::Bitmap(h) => h.access(pfn, stat),
-            Host::Kvm(_) => {
-                let fault = self.touch(cpu, pfn, 1, t, stat);
-                let Host::Kvm(h) = self else { unreachable!() };
-                fault + h.walk(pfn)
-            }
-        }
+        let fault = self.touch(cpu, pfn, 1, t, stat);
+        fault + self.0.walk(pfn)
     }
 
     /// Whether the host maps frame `pfn` with a 4 KiB SPTE (a guest TLB
-    /// entry for it is 4 KiB, whatever the guest's mapping). The bitmap
-    /// host has no EPT: never.
+    /// entry for it is 4 KiB, whatever the guest's mapping).
     pub fn maps_4k(&self, pfn: Pfn) -> bool {
-        match self {
-            Host::Bitmap(_) => false,
-            Host::Kvm(h) => h.maps_4k(pfn),
-        }
+        self.0.maps_4k(pfn)
     }
 
     /// Whether a guest use of [pfn, pfn + n) costs the host nothing now.
     pub fn range_ready(&self, pfn: Pfn, n: u64) -> bool {
-        match self {
-            Host::Bitmap(h) => h.range_ready(pfn, n),
-            Host::Kvm(h) => h.range_ready(pfn, n),
-        }
+        self.0.range_ready(pfn, n)
     }
 
     /// Whether the host keeps the guest's contents of `pfn`.
     pub fn holds(&self, pfn: Pfn) -> bool {
-        match self {
-            Host::Bitmap(h) => h.holds(pfn),
-            Host::Kvm(h) => h.holds(pfn),
-        }
+        self.0.holds(pfn)
     }
 
     /// Whether the host holds nothing of [pfn, pfn + n) it must keep.
     pub fn range_given_back(&self, pfn: Pfn, n: u64) -> bool {
-        match self {
-            Host::Bitmap(h) => h.range_given_back(pfn, n),
-            Host::Kvm(h) => h.range_given_back(pfn, n),
-        }
+        self.0.range_given_back(pfn, n)
     }
 
     /// Publish the guest's `foliosim_host_*` gauges.
     pub fn sync_gauges(&self, stat: &mut VmStat) {
-        match self {
-            Host::Bitmap(h) => h.sync_gauges(stat),
-            Host::Kvm(h) => h.sync_gauges(stat),
-        }
-    }
-
-    /// The host's own consistency check (the bitmap host's counters; a
-    /// host kernel is audited by its own checker when the guests' audits
-    /// run, virt/guests.rs).
-    pub fn check(&self) -> Result<(), String> {
-        match self {
-            Host::Bitmap(h) => h.check(),
-            Host::Kvm(_) => Ok(()),
-        }
+        self.0.sync_gauges(stat)
     }
 
     /// Guests on this host.
     pub fn nr_guests(&self) -> usize {
-        match self {
-            Host::Bitmap(h) => h.nr_guests(),
-            Host::Kvm(h) => h.nr_guests(),
-        }
+        self.0.nr_guests()
     }
 
     /// Guest `g`'s pages on the host: (RSS, swapped out).
     pub fn guest_pages(&self, g: usize) -> (u64, u64) {
-        match self {
-            Host::Bitmap(h) => {
-                let (rss, _, swap) = h.guest_pages(g);
-                (rss, swap)
-            }
-            Host::Kvm(h) => h.guest_pages(g),
-        }
+        self.0.guest_pages(g)
     }
 
     /// The virtqueue round trip of one report.
     pub fn vq_roundtrip(&self) -> Ns {
-        match self {
-            Host::Bitmap(h) => h.c.vq_roundtrip,
-            Host::Kvm(h) => h.vq_roundtrip(),
-        }
+        self.0.vq_roundtrip()
     }
 
     /// The VMM discards the reported range [pfn, pfn + n) at `t`. Returns
     /// the host time it takes.
     pub fn discard_range(&mut self, pfn: Pfn, n: u64, t: Ns, stat: &mut VmStat) -> Ns {
-        match self {
-            Host::Bitmap(h) => h.discard_range(pfn, n, stat),
-            Host::Kvm(h) => h.discard_range(pfn, n, t, stat),
-        }
+        self.0.discard_range(pfn, n, t, stat)
     }
 
-    /// Whether the host woke a thread of its own that has not run yet
-    /// (the bitmap host has none).
+    /// Whether the host woke a thread of its own that has not run yet.
     #[inline]
     pub fn woke(&self) -> bool {
-        match self {
-            Host::Bitmap(_) => false,
-            Host::Kvm(h) => h.woke(),
-        }
+        self.0.woke()
     }
 
     /// Whether the guest owes its vCPUs a remote TLB flush for SPTEs the
     /// host dropped (taken: the guest kernel applies it), and what each
     /// vCPU pays for it.
     pub fn take_flush(&mut self) -> Option<Ns> {
-        match self {
-            Host::Bitmap(_) => None,
-            Host::Kvm(h) => h.take_flush(),
-        }
+        self.0.take_flush()
     }
 }

@@ -24,10 +24,34 @@ impl H {
         let node0 = if knobs.contains("page_reporting.enabled") { 256 } else { 64 };
         let text = format!("seed = {seed}\n[machine]\nprofile = \"generic-x86\"\nnr_cpus = 16\nnode_mem_mib = [{node0}, 64]\n[workload]\nname = \"mmap1\"\n[run]\nduration_s = 0.01\ncheck = true\n[knobs]\n{knobs}\n");
         let c = config::from_toml(&text, "luf-test").unwrap();
+        let (host, guest_prof, guest_knobs) = (c.host.clone(), c.profile.clone(), c.knobs.clone());
         let mut k = Kernel::boot(c.profile, c.knobs, true, seed).unwrap();
         // Shootdowns per CPU, for the tests that count them.
         k.set_tracing(foliosim::kernel::trace::Tracing::new(&["tlb:tlb_flush".into()], &[], k.nr_cpus()));
-        H { k, rng: seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1, arena: Default::default() }
+        let mut h = H { k, rng: seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1, arena: Default::default() };
+        // A guest (page reporting, a host knob): on the host kernel its
+        // config says, as the multi-guest driver puts it.
+        if let Some(hc) = host {
+            h.on_a_host_kernel(hc, &guest_prof, &guest_knobs);
+        }
+        h
+    }
+
+    /// Put the harness's kernel on a host kernel booted from `hc`, as its
+    /// one guest, its boot's pages backed as the driver backs them.
+    pub fn on_a_host_kernel(
+        &mut self,
+        hc: config::HostCfg,
+        guest_prof: &foliosim::hw::profile::Profile,
+        guest_knobs: &foliosim::kernel::knobs::Knobs,
+    ) {
+        use foliosim::virt::kvm::{GuestShape, KvmHost};
+        let shape = GuestShape { nr_frames: self.k.mem_bytes() >> 12, nr_vcpus: self.k.nr_cpus() };
+        let discard = foliosim::policy::host_discard(guest_knobs).unwrap();
+        let mut host = KvmHost::boot(hc.profile, hc.knobs, 1, &[shape], discard, guest_prof, guest_knobs.host_prealloc, true).unwrap();
+        host.back_allocated(&self.k).unwrap();
+        host.start_guests();
+        *self.k.host_mut() = Some(foliosim::virt::Host(Box::new(host)));
     }
 
     /// A small xorshift: the scenario's own choices, separate from the kernel's RNG.

@@ -68,10 +68,6 @@ impl Kernel {
             TlbLookup::Miss => None,
         };
         if let Some(e) = hit {
-            if let Some(h) = self.host.as_mut() {
-                // A page the host swapped out is read back on access.
-                cost += h.access(e.pfn_of(va), &mut self.stat);
-            }
             if self.check.enabled {
                 self.check_tlb_hit(cpu, mm, va, &e, kind);
             }
@@ -214,47 +210,42 @@ impl Kernel {
         // change nothing but the clock and the counters; run them in a tight
         // loop. With the checker on, the same loop runs and the checker
         // sees each hit afterwards (nothing it reads changes during the
-        // loop). Not while the host has swapped pages out: a hit on one
-        // reads it back (the slow path's `Host::access`).
-        let mut pending_lk = None;
-        if self.host.as_ref().is_none_or(|h| !h.any_swapped()) {
-            let (mm, cpu) = (self.tasks[tid as usize].mm, self.tasks[tid as usize].cpu);
-            if self.cpus[cpu as usize].tlbstate.loaded_mm != mm {
-                self.switch_mm_irqs_off(cpu, mm);
-            }
-            if !self.cpus[cpu as usize].landing.is_empty() {
-                self.tlb_apply_landed(cpu, self.tasks[tid as usize].clock);
-            }
-            let tlb = &mut self.cpus[cpu as usize].tlb;
-            let (hits, stlb, lk) = if self.check.enabled {
-                let seen = &mut self.check.fast_hits;
-                mmu::tlb_hit_run(tlb, mm, kind, &mut a, stride, &mut n, &mut done, MAX_RANGE_STEP, &mut |va, e| seen.push((va, *e)))
-            } else {
-                mmu::tlb_hit_run(tlb, mm, kind, &mut a, stride, &mut n, &mut done, MAX_RANGE_STEP, &mut |_, _| {})
-            };
-            if self.check.enabled {
-                let mut seen = std::mem::take(&mut self.check.fast_hits);
-                for (va, e) in seen.drain(..) {
-                    if kind == Access::Store && !(e.writable() && e.dirty()) {
-                        // The CPU re-walks for such a store; only the slow
-                        // path may take it.
-                        self.check.report(format!(
-                            "cpu {cpu} mm {mm} va {va:#x}: the fast run took a store through a read-only or clean TLB entry"
-                        ));
-                    }
-                    self.check_tlb_hit(cpu, mm, va, &e, kind);
+        // loop).
+        let (mm, cpu) = (self.tasks[tid as usize].mm, self.tasks[tid as usize].cpu);
+        if self.cpus[cpu as usize].tlbstate.loaded_mm != mm {
+            self.switch_mm_irqs_off(cpu, mm);
+        }
+        if !self.cpus[cpu as usize].landing.is_empty() {
+            self.tlb_apply_landed(cpu, self.tasks[tid as usize].clock);
+        }
+        let tlb = &mut self.cpus[cpu as usize].tlb;
+        let (hits, stlb, lk) = if self.check.enabled {
+            let seen = &mut self.check.fast_hits;
+            mmu::tlb_hit_run(tlb, mm, kind, &mut a, stride, &mut n, &mut done, MAX_RANGE_STEP, &mut |va, e| seen.push((va, *e)))
+        } else {
+            mmu::tlb_hit_run(tlb, mm, kind, &mut a, stride, &mut n, &mut done, MAX_RANGE_STEP, &mut |_, _| {})
+        };
+        if self.check.enabled {
+            let mut seen = std::mem::take(&mut self.check.fast_hits);
+            for (va, e) in seen.drain(..) {
+                if kind == Access::Store && !(e.writable() && e.dirty()) {
+                    // The CPU re-walks for such a store; only the slow
+                    // path may take it.
+                    self.check
+                        .report(format!("cpu {cpu} mm {mm} va {va:#x}: the fast run took a store through a read-only or clean TLB entry"));
                 }
-                self.check.fast_hits = seen;
+                self.check_tlb_hit(cpu, mm, va, &e, kind);
             }
-            pending_lk = lk.map(|lk| (mm, cpu, lk));
-            if hits > 0 {
-                self.stat.add(Stat::TlbAccesses, hits as i64);
-                self.stat.add(Stat::StlbHits, stlb as i64);
-                let c = self.c.user_access * hits + self.c.stlb_hit * stlb;
-                let tk = &mut self.tasks[tid as usize];
-                tk.clock += c;
-                tk.user_ns += c;
-            }
+            self.check.fast_hits = seen;
+        }
+        let mut pending_lk = lk.map(|lk| (mm, cpu, lk));
+        if hits > 0 {
+            self.stat.add(Stat::TlbAccesses, hits as i64);
+            self.stat.add(Stat::StlbHits, stlb as i64);
+            let c = self.c.user_access * hits + self.c.stlb_hit * stlb;
+            let tk = &mut self.tasks[tid as usize];
+            tk.clock += c;
+            tk.user_ns += c;
         }
         // The access the fast run stopped at (its lookup made), then the
         // rest one by one, until one faults or the step's bound. The bound
