@@ -1,15 +1,22 @@
-//! Run one config file (TOML) and print the result JSON summary:
-//! `cargo run --release --example sim -- FILE.toml`. A developer
+//! Run one config file (TOML, or a normalised config as JSON) and print
+//! the result JSON summary: `cargo run --release --example sim -- FILE.toml`. A developer
 //! convenience beside the Python CLI (experiments: `foliosim reproduce`).
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let file = args.first().expect("config file");
     let text = std::fs::read_to_string(file).expect("read config");
-    let cfg = foliosim::config::from_toml(&text, file).unwrap_or_else(|e| panic!("{e}"));
+    let cfg = if file.ends_with(".json") { foliosim::config::from_json(&text, file) } else { foliosim::config::from_toml(&text, file) }
+        .unwrap_or_else(|e| panic!("{e}"));
     let t0 = std::time::Instant::now();
-    let out = foliosim::run::simulate(&cfg, &mut |_| true).expect("simulate");
-    let j = foliosim::run::result_json(&cfg, &out);
+    // A guest (page reporting, a [host] table) runs on its host kernel.
+    let j = if cfg.host.is_some() {
+        let out = foliosim::virt::guests::simulate_guests(&cfg, &mut |_| true).expect("simulate");
+        foliosim::virt::guests::result_json(&cfg, &out)
+    } else {
+        let out = foliosim::run::simulate(&cfg, &mut |_| true).expect("simulate");
+        foliosim::run::result_json(&cfg, &out)
+    };
     println!("{}", serde_json::to_string_pretty(&j["summary"]).unwrap());
     let keep = ["pgfault", "nr_free_pages", "pgalloc_normal"];
     // GREP=a,b prints the counters whose names contain one of these.
@@ -20,6 +27,14 @@ fn main() {
         }
     }
     println!("violations: {}", j["checker"]["violations"]);
+    // Under a host, the host kernel's counters GREP names too.
+    if let Some(hv) = j["host"]["vmstat"].as_object() {
+        for (k, v) in hv {
+            if extra.iter().any(|e| k.contains(e.as_str())) {
+                println!("host {k} = {v}");
+            }
+        }
+    }
     // LOCKS=1 prints the lock statistics and the time spent per entry.
     if std::env::var("LOCKS").is_ok() {
         println!("locks {}", j["locks"]);
