@@ -9,14 +9,7 @@ fn main() {
     let cfg = if file.ends_with(".json") { foliosim::config::from_json(&text, file) } else { foliosim::config::from_toml(&text, file) }
         .unwrap_or_else(|e| panic!("{e}"));
     let t0 = std::time::Instant::now();
-    // A guest (page reporting, a [host] table) runs on its host kernel.
-    let j = if cfg.host.is_some() {
-        let out = foliosim::virt::guests::simulate_guests(&cfg, &mut |_| true).expect("simulate");
-        foliosim::virt::guests::result_json(&cfg, &out)
-    } else {
-        let out = foliosim::run::simulate(&cfg, &mut |_| true).expect("simulate");
-        foliosim::run::result_json(&cfg, &out)
-    };
+    let j = foliosim::api::run_config(&cfg, &mut |_| true).expect("simulate");
     println!("{}", serde_json::to_string_pretty(&j["summary"]).unwrap());
     let keep = ["pgfault", "nr_free_pages", "pgalloc_normal"];
     // GREP=a,b prints the counters whose names contain one of these.

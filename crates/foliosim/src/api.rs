@@ -59,12 +59,19 @@ pub fn resolve_paths_json(text: &str, origin: &str, dir: &str) -> Result<String,
 ///  "checker": {"enabled": bool, "audits": i, "violations": [str]}}
 pub fn run_json(config_json: &str, progress: &mut dyn FnMut(&Progress) -> bool) -> Result<String, Error> {
     let cfg = crate::config::from_json(config_json, "(config)")?;
-    if cfg.guests > 1 || cfg.host.is_some() {
-        let out = crate::virt::guests::simulate_guests(&cfg, progress)?;
-        return Ok(crate::virt::guests::result_json(&cfg, &out).to_string());
+    Ok(run_config(&cfg, progress)?.to_string())
+}
+
+/// Run `cfg` and return its result object (see `run_json`): a single
+/// kernel, or guests on the host kernel when the config has a host
+/// (several guests always do, config.rs).
+pub fn run_config(cfg: &crate::config::Config, progress: &mut dyn FnMut(&Progress) -> bool) -> Result<serde_json::Value, Error> {
+    if cfg.host.is_some() {
+        let out = crate::virt::guests::simulate_guests(cfg, progress)?;
+        return Ok(crate::virt::guests::result_json(cfg, &out));
     }
-    let out = crate::run::simulate(&cfg, progress)?;
-    Ok(crate::run::result_json(&cfg, &out).to_string())
+    let out = crate::run::simulate(cfg, progress)?;
+    Ok(crate::run::result_json(cfg, &out))
 }
 
 /// Everything `foliosim list` shows, as JSON:

@@ -98,7 +98,7 @@ fn audit_host(h: &mut KvmHost) -> Result<(), String> {
 /// The host of a run: its kernel, with every guest's
 /// VMM, the discard policy and -mem-prealloc as the guests' knobs say.
 fn boot_kvm(cfg: &Config, ds: &[Driver]) -> Result<KvmHost, Error> {
-    let hc = cfg.host.as_ref().expect("a [host] table");
+    let hc = cfg.host.as_ref().expect("a guest's config has a host (config.rs wants_host)");
     let shapes: Vec<GuestShape> = ds.iter().map(|d| GuestShape { nr_frames: d.k.mem_bytes() >> 12, nr_vcpus: d.k.nr_cpus() }).collect();
     let g0 = &ds[0].k;
     let discard = crate::policy::host_discard(&g0.knobs)?;
@@ -177,17 +177,16 @@ pub fn simulate_guests(cfg: &Config, progress: &mut dyn FnMut(&Progress) -> bool
             next_sample += sample_every;
         }
         if let Some(ht) = host_t {
-            let h = &mut host;
             match scan {
                 Some((s, sg)) if s == ht && kthread_next.is_none_or(|k| s < k) => {
                     // The scan ran on vCPU 0's host thread: time that vCPU
                     // did not run the guest, paid by whatever the guest
                     // runs there next, as an interrupt's.
-                    let took = kvm_of(h).numa_scan(sg, ht);
+                    let took = kvm_of(&mut host).numa_scan(sg, ht);
                     ds[sg].k.cpus[0].irq_debt += took;
                 }
                 _ => {
-                    host_rq.run_one(&mut kvm_of(h).k, best.map_or(Ns::MAX, |b| b.0.saturating_add(epoch)), end + epoch);
+                    host_rq.run_one(&mut kvm_of(&mut host).k, best.map_or(Ns::MAX, |b| b.0.saturating_add(epoch)), end + epoch);
                 }
             }
             continue;
@@ -247,7 +246,8 @@ pub fn simulate_guests(cfg: &Config, progress: &mut dyn FnMut(&Progress) -> bool
 
 /// The result object of a multi-guest run: guest 0's result (as a single
 /// run's, see `run::result_json`) plus `guests` (every guest's summary and
-/// vmstat) and `host` (limit, RSS per guest, swap, and their time series).
+/// vmstat) and `host` (the host kernel's vmstat and watermarks, RSS and
+/// swap per guest, and their time series).
 pub fn result_json(cfg: &Config, o: &GuestsOutcome) -> Value {
     let mut v = run::result_json(cfg, &o.guests[0]);
     v["summary"]["workload"] = cfg.guest_workload(0).0.into();
