@@ -169,19 +169,33 @@ fn a_hot_cache_reaches_the_hook_on_the_first_pass() {
 }
 
 #[test]
+fn a_spill_onto_cxl_wakes_no_kswapd() {
+    // A 320 MiB file populated on a 256 MiB DRAM node leaves DRAM below
+    // its low watermark and spills onto CXL, which has room: the fast
+    // path's zonelist fallback, which wakes no kswapd
+    // (get_page_from_freelist; only the slow path's wake_all_kswapds does).
+    let cfg = "[machine]\nprofile = \"cxl-1tb\"\nnr_cpus = 2\nnode_mem_mib = [256, 512]\n[workload]\nname = \"file_reader\"\nprocess_image = \"none\"\nfs = \"disk\"\nfile_mib = 320\npopulate = true\nchunk_kib = 4096\ncycles = 1\n[run]\nwarmup_s = 0.0\nduration_s = 5.0\ncheck = true\naudit_interval_ms = 5.0\n[knobs]\n\"kernel/mm/numa/demotion_enabled\" = true\n";
+    let s = sim(cfg);
+    assert!(s.kernel.check().violations.is_empty(), "{:?}", s.kernel.check().violations);
+    let (_, low0, _) = s.kernel.pa().zone_watermarks(0);
+    let (_, low1, _) = s.kernel.pa().zone_watermarks(1);
+    assert!(s.kernel.pa().zone_free_pages(0) < low0);
+    assert!(s.kernel.pa().zone_free_pages(1) >= low1);
+    assert_eq!(stat(&s, "pgscan_kswapd"), 0);
+    assert_eq!(stat(&s, "nr_file_pages"), 320 * 256);
+}
+
+#[test]
 fn kswapd_demotes_to_cxl_when_enabled_and_drops_otherwise() {
-    // A 320 MiB file populated on a 256 MiB DRAM node spills onto CXL and
-    // leaves DRAM below its low watermark: kswapd reclaims DRAM.
-    let base = "[machine]\nprofile = \"cxl-1tb\"\nnr_cpus = 2\nnode_mem_mib = [256, 512]\n[workload]\nname = \"file_reader\"\nprocess_image = \"none\"\nfs = \"disk\"\nfile_mib = 320\npopulate = true\nchunk_kib = 4096\ncycles = 1\n[run]\nwarmup_s = 0.0\nduration_s = 5.0\ncheck = true\naudit_interval_ms = 5.0\n[knobs]\n";
+    // A 764 MiB file populated on 256 MiB DRAM + 512 MiB CXL takes both
+    // nodes below low: the slow path wakes both kswapds, and DRAM's
+    // demotes to CXL when demotion is on.
+    let base = "[machine]\nprofile = \"cxl-1tb\"\nnr_cpus = 2\nnode_mem_mib = [256, 512]\n[workload]\nname = \"file_reader\"\nprocess_image = \"none\"\nfs = \"disk\"\nfile_mib = 764\npopulate = true\nchunk_kib = 4096\ncycles = 1\n[run]\nwarmup_s = 0.0\nduration_s = 5.0\ncheck = true\naudit_interval_ms = 5.0\n[knobs]\n";
     let on = sim(&format!("{base}\"kernel/mm/numa/demotion_enabled\" = true\n"));
     assert!(on.kernel.check().violations.is_empty(), "{:?}", on.kernel.check().violations);
     assert!(stat(&on, "pgdemote_kswapd") > 0);
     assert!(stat(&on, "pgsteal_kswapd") >= stat(&on, "pgdemote_kswapd"));
     assert!(stat(&on, "pgscan_kswapd") >= stat(&on, "pgsteal_kswapd"));
-    // Demoted, not dropped: the whole file is still cached.
-    assert_eq!(stat(&on, "nr_file_pages"), 320 * 256);
-    let (_, low, _) = on.kernel.pa().zone_watermarks(0);
-    assert!(on.kernel.pa().zone_free_pages(0) >= low);
     // Without demotion kswapd only runs in tiering mode; there it drops.
     let off = sim(&format!("{base}\"kernel.numa_balancing\" = 2\n"));
     assert!(off.kernel.check().violations.is_empty(), "{:?}", off.kernel.check().violations);

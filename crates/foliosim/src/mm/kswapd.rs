@@ -1,6 +1,8 @@
 //! kswapd (mm/vmscan.c balance_pgdat) with demotion: one kernel thread per
-//! node, woken when a zone of the node falls below its low watermark (or
-//! by promotion finding the target unbalanced); it reclaims clean, unmapped
+//! node, woken by the allocator's slow path once every node of the
+//! zonelist is below its low watermark (or by promotion finding the target
+//! unbalanced); a node below low while the next node of the zonelist has
+//! room only spills the allocation there. It reclaims clean, unmapped
 //! page-cache folios from the tail of the inactive file list until the
 //! node is back above its high watermark (the promo watermark in
 //! memory-tiering mode). With demotion enabled a folio chosen for eviction
@@ -51,15 +53,16 @@ impl Kernel {
         }
     }
 
-    /// Wake kswapd when an allocation left a zone below its low watermark
-    /// (the check of the allocator slow path).
-    #[inline]
-    pub fn kswapd_check_low(&mut self, t: Ns, nid: u32) {
-        if self.tier.kswapd(nid).is_some() {
-            let (_, low, _) = self.pa.zone_watermarks(nid);
-            if self.pa.zone_free_pages(nid) < low {
-                self.wakeup_kswapd(t, nid);
-            }
+    /// wake_all_kswapds: an allocation for node `nid` found every node of
+    /// its zonelist below its low watermark (the allocator's slow path):
+    /// each node's kswapd wakes if the node is short of its target.
+    #[inline(never)]
+    pub fn wake_all_kswapds(&mut self, t: Ns, nid: u32) {
+        if !self.tier.has_kswapds() {
+            return;
+        }
+        for n in self.pa.zonelist(nid) {
+            self.wakeup_kswapd(t, n);
         }
     }
 

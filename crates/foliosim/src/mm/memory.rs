@@ -31,17 +31,18 @@ impl Kernel {
     #[inline(always)]
     pub fn alloc_folio(&mut self, t: Ns, cpu: u32, order: u32, nid: u32, mt: MigrateType) -> Option<(Pfn, Ns)> {
         match self.pa.alloc_pages(t, cpu, order, nid, mt, &mut self.stat) {
-            Some(a) => Some(self.alloc_folio_prep(a, cpu, order)),
+            Some(a) => Some(self.alloc_folio_prep(a, cpu, order, nid)),
             None => self.alloc_folio_slow(t, cpu, order, nid, mt),
         }
     }
 
     /// The rest of `alloc_folio` once the allocator handed out `a`.
     #[inline(always)]
-    fn alloc_folio_prep(&mut self, a: crate::mm::page_alloc::Alloc, cpu: u32, order: u32) -> (Pfn, Ns) {
+    fn alloc_folio_prep(&mut self, a: crate::mm::page_alloc::Alloc, cpu: u32, order: u32, nid: u32) -> (Pfn, Ns) {
         let t = self.post_alloc_hook(a.done, cpu, a.pfn, order, a.nid, LufExit::Alloc(a.ugen), "alloc_pages");
-        // The slow path's wakeup_kswapd, when a zone went below low.
-        self.kswapd_check_low(t, a.nid);
+        if a.slow {
+            self.wake_all_kswapds(t, nid);
+        }
         (a.pfn, t)
     }
 
@@ -111,6 +112,8 @@ impl Kernel {
         let mut t = t;
         let mut tries = 0;
         let mut rounds = 0;
+        // The slow path wakes the kswapds before it reclaims directly.
+        self.wake_all_kswapds(t, nid);
         loop {
             // should_reclaim_retry: give up after MAX_RECLAIM_RETRIES
             // rounds of reclaim that freed nothing.
@@ -128,7 +131,7 @@ impl Kernel {
                 t = self.pa.drain_all_pages(t);
             }
             if let Some(a) = self.pa.alloc_pages(t, cpu, order, nid, mt, &mut self.stat) {
-                return Some(self.alloc_folio_prep(a, cpu, order));
+                return Some(self.alloc_folio_prep(a, cpu, order, nid));
             }
         }
     }

@@ -147,6 +147,12 @@ impl TierState {
         self.kswapd.get(nid as usize).copied().flatten()
     }
 
+    /// Whether any node has a kswapd (demotion, tiering or swap is on).
+    #[inline]
+    pub fn has_kswapds(&self) -> bool {
+        self.kswapd.iter().any(Option::is_some)
+    }
+
     pub fn set_kswapd(&mut self, nid: u32, tid: u32) {
         self.kswapd[nid as usize] = Some(tid);
     }

@@ -129,6 +129,12 @@ pub struct Alloc {
     /// LUF generation the block carried while free (0 = none): whoever
     /// hands the pages out must make sure that generation is flushed.
     pub ugen: u16,
+    /// Every zone of the zonelist was below its low watermark: the block
+    /// came from the slow path, whose caller wakes the kswapds
+    /// (__alloc_pages_slowpath: wake_all_kswapds). A zone below low while
+    /// a later zone of the zonelist is not is left to the fast path's
+    /// fallback, with no kswapd woken (get_page_from_freelist).
+    pub slow: bool,
 }
 
 /// A block taken off the free lists by [`PageAlloc::isolate_free_block`].
@@ -1033,11 +1039,12 @@ impl PageAlloc {
         z.allocated_pages += 1 << order;
         stat.add(Stat::PgallocNormal, 1 << order);
         stat.add(Stat::NrFreePages, -(1 << order));
-        Some(Alloc { pfn, nid: z.nid, done, ugen })
+        Some(Alloc { pfn, nid: z.nid, done, ugen, slow: wm == Wmark::Min })
     }
 
     /// `alloc_pages` after the first zone failed its low watermark or had
-    /// nothing: the other zones, then every zone down to min.
+    /// nothing: the other zones (still the fast path), then every zone
+    /// down to min (the slow path).
     #[inline(never)]
     fn alloc_pages_slow(&mut self, now: Ns, cpu: u32, order: u32, nid: u32, mt: MigrateType, stat: &mut VmStat) -> Option<Alloc> {
         for wm in [Wmark::Low, Wmark::Min] {
