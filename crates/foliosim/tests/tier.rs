@@ -289,3 +289,20 @@ fn small_reads_promote_the_whole_file_in_one_pass() {
     let big = sim(&tiered(1, ON).replace("populate_node = 1\n", "populate_node = 1\npopulate_hot = true\n"));
     assert_eq!(stat(&big, "pgpromote_success"), 4 * 1024);
 }
+
+/// A memhog larger than DRAM and CXL together, with demotion and swap:
+/// once both nodes are below low, DRAM's kswapd demotes anonymous memory
+/// to CXL while CXL is above its min mark (alloc_demote_folio's target),
+/// the demotions that find CXL at min fail and go to swap instead
+/// (shrink_folio_list's retry without the demotion pass), and CXL's
+/// kswapd, woken by the demotions that took CXL below low, swaps too.
+#[test]
+fn demotion_fills_cxl_to_its_min_mark_and_what_fails_goes_to_swap() {
+    let cfg = "[machine]\nprofile = \"cxl-1tb\"\nnr_cpus = 2\nnode_mem_mib = [256, 512]\n[workload]\nname = \"memhog\"\nsize_mib = 900\nprocess_image = \"none\"\ncycles = 3\n[run]\nwarmup_s = 0.0\nduration_s = 3.0\ncheck = true\naudit_interval_ms = 100.0\n[knobs]\n\"kernel/mm/numa/demotion_enabled\" = true\n\"swap.size_mib\" = 1024\n";
+    let s = sim(cfg);
+    assert!(s.kernel.check().violations.is_empty(), "{:?}", s.kernel.check().violations);
+    let (demoted, failed, out) = (stat(&s, "pgdemote_kswapd"), stat(&s, "pgmigrate_fail"), stat(&s, "pswpout"));
+    assert!(demoted > 10_000, "DRAM's kswapd demoted {demoted} pages");
+    assert!(failed > 0, "no demotion found CXL at its min mark");
+    assert!(out > 0 && stat(&s, "pgsteal_kswapd") >= demoted + out / 2, "swap took what demotion could not: {out}");
+}

@@ -128,10 +128,11 @@ impl Kernel {
     pub(crate) fn anon_demotion_candidates(&mut self, nid: usize) -> Vec<Pfn> {
         let Some(dst) = self.tier.next_demotion_node(nid as u32, &self.knobs) else { return Vec::new() };
         // Demotion targets are allocated without reclaim above the min
-        // mark (alloc_migration_target): while the lower tier has no room
-        // above its high mark, scanning anon would only fail and rotate.
-        let (_, _, high) = self.pa.zone_watermarks(dst);
-        if !self.pa.zone_watermark_ok(dst, 0, high) {
+        // mark (alloc_migration_target): while the lower tier is below it
+        // and there is no swap to fall back on, scanning anon would only
+        // fail and rotate.
+        let (min, _, _) = self.pa.zone_watermarks(dst);
+        if !self.pa.zone_watermark_ok(dst, 0, min) && !self.can_swap() {
             return Vec::new();
         }
         self.anon_candidates(nid, SWAP_CLUSTER_MAX)
@@ -268,13 +269,28 @@ impl Kernel {
                 t = t1;
                 demoted = moved;
                 freed += moved;
-                // Could not demote: drop them as plain reclaim would.
+                // The targets are allocated GFP_NOWAIT on the target node
+                // (alloc_demote_folio): one that went below its low mark
+                // took the slow path, which wakes the target's kswapd.
+                let (_, low, _) = self.pa.zone_watermarks(dst);
+                if !failed.is_empty() || self.pa.zone_free_pages(dst) < low {
+                    self.wakeup_kswapd(t, dst);
+                }
+                // Could not demote: reclaim them as plain reclaim would
+                // (shrink_folio_list's retry without the demotion pass),
+                // anonymous ones to swap if there is any.
                 for pfn in failed {
-                    if self.mem_map.get(pfn).flags & pg::ANON != 0 {
+                    let flags = self.mem_map.get(pfn).flags;
+                    let (n, t1) = if flags & pg::ANON == 0 {
+                        self.evict_isolated_file(t, cpu, tid, pfn, &mut victims)
+                    } else if flags & pg::SWAPBACKED == 0 {
+                        self.evict_isolated_lazyfree(t, cpu, tid, pfn, &mut victims)
+                    } else if self.can_swap() {
+                        self.evict_isolated_anon(t, cpu, tid, pfn, &mut victims)
+                    } else {
                         self.folio_putback_lru(pfn);
                         continue;
-                    }
-                    let (n, t1) = self.evict_isolated_file(t, cpu, tid, pfn, &mut victims);
+                    };
                     t = t1;
                     freed += n;
                 }
