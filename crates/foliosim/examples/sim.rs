@@ -28,6 +28,10 @@ fn main() {
             }
         }
     }
+    // MEMORY=1 prints the memory section (per-node bandwidth among it).
+    if std::env::var("MEMORY").is_ok() {
+        println!("memory {}", j["memory"]);
+    }
     // LOCKS=1 prints the lock statistics and the time spent per entry.
     if std::env::var("LOCKS").is_ok() {
         println!("locks {}", j["locks"]);
