@@ -306,3 +306,82 @@ fn demotion_fills_cxl_to_its_min_mark_and_what_fails_goes_to_swap() {
     assert!(failed > 0, "no demotion found CXL at its min mark");
     assert!(out > 0 && stat(&s, "pgsteal_kswapd") >= demoted + out / 2, "swap took what demotion could not: {out}");
 }
+
+/// cxl-2s, a DRAM and a CXL node per socket, shrunk to 256 MiB DRAM and
+/// 512 MiB CXL a socket and one CPU each; a file populated from socket 0's
+/// CPU.
+fn two_sockets(file_mib: u32) -> String {
+    format!("[machine]\nprofile = \"cxl-2s\"\nnr_cpus = 2\nnode_mem_mib = [256, 256, 512, 512]\n[workload]\nname = \"file_reader\"\nprocess_image = \"none\"\nfs = \"disk\"\nfile_mib = {file_mib}\npopulate = true\nchunk_kib = 4096\ncycles = 1\n[run]\nwarmup_s = 0.0\nduration_s = 5.0\ncheck = true\naudit_interval_ms = 5.0\n[knobs]\n\"kernel/mm/numa/demotion_enabled\" = true\n")
+}
+
+fn file_pages_on(o: &Outcome, nid: u8) -> usize {
+    let k = &o.kernel;
+    k.inodes()[0].pages.values().filter(|&&p| k.mem_map().get(p).nid == nid).count()
+}
+
+#[test]
+fn on_two_sockets_each_dram_node_spills_to_and_demotes_to_its_own_cxl() {
+    // The profile's distances (14 to the own socket's CXL, 21 to the other
+    // socket's DRAM, 24 to its CXL): each DRAM node's zonelist and
+    // demotion target is its own socket's CXL node.
+    let s = sim(&two_sockets(320));
+    assert!(s.kernel.check().violations.is_empty(), "{:?}", s.kernel.check().violations);
+    let k = &s.kernel;
+    assert_eq!(k.pa().zonelist(0), vec![0, 2, 1, 3]);
+    assert_eq!(k.pa().zonelist(1), vec![1, 3, 0, 2]);
+    let on = foliosim::kernel::knobs::Knobs { demotion_enabled: true, ..Default::default() };
+    assert_eq!(k.tier().next_demotion_node(0, &on), Some(2));
+    assert_eq!(k.tier().next_demotion_node(1, &on), Some(3));
+    // 320 MiB on socket 0's 256 MiB DRAM: the rest goes to socket 0's CXL,
+    // none to the other socket.
+    assert!(file_pages_on(&s, 2) > 0);
+    assert_eq!(file_pages_on(&s, 1) + file_pages_on(&s, 3), 0);
+    // Beyond DRAM and CXL of socket 0: the fast path goes on along the
+    // zonelist to the other socket's DRAM, which has room, and wakes no
+    // kswapd (Linux's get_page_from_freelist): nothing is demoted yet.
+    let big = sim(&two_sockets(900));
+    assert!(big.kernel.check().violations.is_empty(), "{:?}", big.kernel.check().violations);
+    assert_eq!(stat(&big, "pgscan_kswapd"), 0);
+    assert!(file_pages_on(&big, 1) > 0);
+    assert_eq!(file_pages_on(&big, 3), 0);
+    assert_eq!(file_pages_on(&big, 0) + file_pages_on(&big, 1) + file_pages_on(&big, 2), 900 * 256);
+}
+
+mod common;
+
+#[test]
+fn a_demotion_whose_target_is_at_its_min_mark_goes_to_another_lower_node() {
+    use foliosim::workload::{map, prot};
+    // cxl-2s with socket 0's CXL node small: a file read on socket 0 fills
+    // its DRAM and then its CXL node down to their low marks, the rest
+    // going to socket 1's DRAM. Direct reclaim on socket 0 then demotes
+    // DRAM's page cache: to node 2 until it reaches its min mark, then
+    // (alloc_demote_folio without __GFP_THISNODE) to node 3, the other
+    // lower-tier node, which the read never reached.
+    let text = "[machine]\nprofile = \"cxl-2s\"\nnr_cpus = 2\nnode_mem_mib = [256, 256, 64, 512]\n[workload]\nname = \"mmap1\"\n[run]\nduration_s = 0.01\ncheck = true\n[knobs]\n\"kernel/mm/numa/demotion_enabled\" = true\n";
+    let c = config::from_toml(text, "<test>").unwrap();
+    let k = foliosim::kernel::Kernel::boot(c.profile, c.knobs, true, 1).unwrap();
+    let mut h = common::H { k, rng: 1, arena: Default::default() };
+    let tid = h.process(0);
+    let chunk: u64 = 1 << 20;
+    let (buf, t) = h.val(
+        tid,
+        0,
+        Op::Mmap { addr: 0, len: chunk, prot: prot::READ | prot::WRITE, flags: map::PRIVATE | map::ANONYMOUS, fd: -1, off: 0 },
+    );
+    let pages: u64 = 90_000;
+    let ino = h.file(pages);
+    let (fd, mut t) = h.val(tid, t, Op::Open { file: ino });
+    for _ in 0..(pages << 12).div_ceil(chunk) {
+        t = h.run(tid, t, Op::Read { fd: fd as i32, len: chunk, buf: buf as u64 }).1;
+    }
+    let on = |h: &common::H, nid: u8| h.k.inodes()[ino as usize].pages.values().filter(|&&p| h.k.mem_map().get(p).nid == nid).count();
+    assert_eq!(on(&h, 3), 0, "the read itself never reaches node 3");
+    assert!(on(&h, 1) > 0);
+    let (freed, _) = h.reclaim(tid, t, 8192);
+    assert!(freed > 0);
+    assert!(h.stat("pgdemote_direct") > 0);
+    // Thousands, not a handful: a demotion refused by node 2 lands on node 3.
+    assert!(on(&h, 3) >= 1024, "demotions beyond node 2's min mark go to node 3: {}", on(&h, 3));
+    assert!(h.violations().is_empty(), "{:?}", h.violations());
+}

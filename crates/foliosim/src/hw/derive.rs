@@ -57,7 +57,7 @@ pub fn class(table: &str, key: &str) -> Option<Class> {
         ("cpu", "page_size_kib") => Kernel,
         ("cpu", "smt_throughput_ratio") => Smt,
         ("cpu", "nr_cpus" | "sockets" | "freq_ghz" | "core" | "threads_per_core" | "l2_kib" | "llc_kib" | "interconnect_bw_gbps") => Fact,
-        ("nodes", "kind" | "mem_mib" | "has_cpus" | "latency_ns" | "zero_call_ns") => Fact,
+        ("nodes", "kind" | "mem_mib" | "has_cpus" | "latency_ns" | "zero_call_ns" | "distance") => Fact,
         ("nodes", "shared_bw_gbps") => SharedBw,
         ("nodes", "read_bw_gbps" | "zero_bw_gbps" | "copy_bw_gbps") => CoreBw,
         ("tlb", "stlb_hit_ns" | "walk_ns" | "walk_cached_ns") => Software,

@@ -129,7 +129,19 @@ pub struct NodeSpec {
     pub zero_call_ns: f64,
     /// Bandwidth of copying a page within/into this node (copy_page, copy_to_user), GB/s.
     pub copy_bw_gbps: f64,
+    /// This node's row of the firmware's distance table (ACPI SLIT, what
+    /// `numactl -H` prints as "node distances"): its distance to every
+    /// node, 10 to itself. Empty: Linux's default without a table, 10 to
+    /// itself and 20 (REMOTE_DISTANCE) to every other node. Zonelists,
+    /// demotion targets and which socket a CPU-less node hangs off follow
+    /// it (`Profile::node_distance`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub distance: Vec<u32>,
 }
+
+/// LOCAL_DISTANCE and REMOTE_DISTANCE (include/linux/topology.h).
+pub const LOCAL_DISTANCE: u32 = 10;
+pub const REMOTE_DISTANCE: u32 = 20;
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -396,6 +408,7 @@ pub const BUILTIN: &[(&str, &str)] = &[
     ("ampere-altra-160", include_str!("../../../../profiles/ampere-altra-160.toml")),
     ("e5-2630v3-guest-32g", include_str!("../../../../profiles/e5-2630v3-guest-32g.toml")),
     ("cxl-1tb", include_str!("../../../../profiles/cxl-1tb.toml")),
+    ("cxl-2s", include_str!("../../../../profiles/cxl-2s.toml")),
     ("luf-llama-tiered", include_str!("../../../../profiles/luf-llama-tiered.toml")),
     ("luf-xsbench-qemu", include_str!("../../../../profiles/luf-xsbench-qemu.toml")),
     ("skl-2s-72", include_str!("../../../../profiles/skl-2s-72.toml")),
@@ -438,6 +451,7 @@ const UNITS: &[(&str, Unit)] = &[
     ("*_batch", Unit { what: "a count", lo: 1.0, lo_ok: true, hi: (1u64 << 20) as f64 }),
     ("*_ceiling", Unit { what: "a count", lo: 0.0, lo_ok: true, hi: (1u64 << 20) as f64 }),
     ("sockets", Unit { what: "a count", lo: 1.0, lo_ok: true, hi: 4096.0 }),
+    ("distance", Unit { what: "a node distance (the SLIT's)", lo: 10.0, lo_ok: true, hi: 254.0 }),
 ];
 
 /// The unit of the profile number named `key` (its last path component).
@@ -588,6 +602,30 @@ impl Profile {
         bytes as f64 / gbps
     }
 
+    /// node_distance(a, b): the profile's table, or Linux's default
+    /// without one.
+    pub fn node_distance(&self, a: usize, b: usize) -> u32 {
+        match self.nodes[a].distance.get(b) {
+            Some(&d) => d,
+            None if a == b => LOCAL_DISTANCE,
+            None => REMOTE_DISTANCE,
+        }
+    }
+
+    /// The node with CPUs nearest to node `nid` (itself if it has CPUs):
+    /// the socket a CPU-less node hangs off. None when several are equally
+    /// near (no table): such a node is as far from every socket.
+    pub fn home_cpu_node(&self, nid: usize) -> Option<usize> {
+        if self.nodes[nid].has_cpus {
+            return Some(nid);
+        }
+        let near = |i: &usize| self.node_distance(nid, *i);
+        let cpu: Vec<usize> = (0..self.nodes.len()).filter(|&i| self.nodes[i].has_cpus).collect();
+        let best = cpu.iter().map(near).min()?;
+        let at_best: Vec<usize> = cpu.into_iter().filter(|i| near(i) == best).collect();
+        (at_best.len() == 1).then(|| at_best[0])
+    }
+
     /// Semantic checks serde cannot express. Returns (key, reason).
     pub fn validate(&self) -> Result<(), (String, String)> {
         if self.cpu.nr_cpus == 0 || self.cpu.nr_cpus > 4096 {
@@ -630,6 +668,21 @@ impl Profile {
             ] {
                 if !(v > 0.0 && v.is_finite()) {
                     return Err((format!("nodes[{i}].{k}"), "must be a positive number".into()));
+                }
+            }
+        }
+        let tables = self.nodes.iter().filter(|n| !n.distance.is_empty()).count();
+        if tables != 0 {
+            let nn = self.nodes.len();
+            for (i, n) in self.nodes.iter().enumerate() {
+                let key = format!("nodes[{i}].distance");
+                if n.distance.len() != nn {
+                    return Err((key, format!("needs one distance per node ({nn}): every node has a row or none does")));
+                }
+                for (j, &d) in n.distance.iter().enumerate() {
+                    if (i == j) != (d == LOCAL_DISTANCE) || !(LOCAL_DISTANCE..=254).contains(&d) {
+                        return Err((key, format!("entry {j} is {d}: 10 to itself, 11..=254 to other nodes (the SLIT's range)")));
+                    }
                 }
             }
         }
@@ -714,6 +767,33 @@ mod tests {
             }
         }
         assert!(checked > 200, "{checked} numbers checked");
+    }
+
+    /// cxl-2s's table: each CXL node hangs off the socket of the DRAM node
+    /// nearest to it; without a table a CPU-less node is as near to every
+    /// socket; a table missing a row or with a bad entry is refused.
+    #[test]
+    fn node_distances_place_cpu_less_nodes_and_are_checked() {
+        let cfg = "[machine]\nprofile = \"cxl-2s\"\n[workload]\nname = \"page_fault1\"\n";
+        let two = crate::config::from_toml(cfg, "<test>").unwrap().profile;
+        assert_eq!(two.validate(), Ok(()));
+        assert_eq!((0..4).map(|n| two.home_cpu_node(n)).collect::<Vec<_>>(), vec![Some(0), Some(1), Some(0), Some(1)]);
+        assert_eq!((two.node_distance(0, 3), two.node_distance(3, 3)), (24, 10));
+        let mut flat = two.clone();
+        for n in &mut flat.nodes {
+            n.distance.clear();
+        }
+        assert_eq!(flat.home_cpu_node(2), None);
+        assert_eq!((flat.node_distance(0, 3), flat.node_distance(2, 2)), (REMOTE_DISTANCE, LOCAL_DISTANCE));
+        let mut short = two.clone();
+        short.nodes[1].distance.pop();
+        assert_eq!(short.validate().unwrap_err().0, "nodes[1].distance");
+        let mut bad = two.clone();
+        bad.nodes[2].distance[2] = 12;
+        assert_eq!(bad.validate().unwrap_err().0, "nodes[2].distance");
+        let mut bad = two;
+        bad.nodes[0].distance[1] = 10;
+        assert_eq!(bad.validate().unwrap_err().0, "nodes[0].distance");
     }
 
     #[test]

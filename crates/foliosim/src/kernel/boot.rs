@@ -60,6 +60,7 @@ impl Kernel {
                 bw: crate::sim::bw::BwServer::new(n.shared_bw_gbps),
                 link: crate::sim::bw::BwServer::new(prof.cpu.interconnect_bw_gbps),
                 has_cpus: n.has_cpus,
+                home: prof.home_cpu_node(i).map(|h| h as u32),
                 kswapd_failures: 0,
                 kswapd_run: None,
             });
@@ -77,6 +78,7 @@ impl Kernel {
             merge_likely_tail: true,
             shuffle: knobs.shuffle,
             shuffle_seed: seed,
+            distance: (0..prof.nodes.len()).map(|a| (0..prof.nodes.len()).map(|b| prof.node_distance(a, b)).collect()).collect(),
         };
         let mut pa = PageAlloc::new(zones, params);
         pa.set_track_pcp(check);

@@ -84,6 +84,10 @@ pub struct Node {
     /// memory (cpu.interconnect_bw_gbps).
     pub link: crate::sim::bw::BwServer,
     pub has_cpus: bool,
+    /// The node with CPUs whose socket this node hangs off (itself for a
+    /// node with CPUs; Profile::home_cpu_node): memory traffic from another
+    /// socket's CPU crosses the link. None: as near to every socket.
+    pub home: Option<u32>,
     /// pgdat->kswapd_failures: kswapd runs (balance_pgdat) in a row that
     /// reclaimed nothing; any reclaim progress on the node resets it.
     pub kswapd_failures: u32,

@@ -177,11 +177,11 @@ impl Kernel {
     #[inline(always)]
     pub(crate) fn mem_traffic(&mut self, t: Ns, cpu: u32, nid: usize, bytes: u64, solo: Ns) -> Ns {
         let end = self.nodes[nid].bw.transfer(t, bytes, solo);
-        let home = self.cpus[cpu as usize].node as usize;
-        if home == nid || !self.nodes[nid].has_cpus {
-            return end;
+        let home = self.cpus[cpu as usize].node;
+        match self.nodes[nid].home {
+            Some(h) if h != home => end.max(self.nodes[home as usize].link.transfer(t, bytes, solo)),
+            _ => end,
         }
-        end.max(self.nodes[home].link.transfer(t, bytes, solo))
     }
 
     /// copy_page of `pages` pages from node `snid` into node `dnid` on

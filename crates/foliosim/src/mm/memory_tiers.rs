@@ -65,14 +65,21 @@ impl MemoryTiers {
         // The top tier ends with the first tier that holds a CPU node.
         let top = prof.nodes.iter().zip(&adistance).filter(|(n, _)| n.has_cpus).map(|(_, &a)| tier(a)).min().unwrap_or(tier(adistance[0]));
         let top_tier_adistance = ((top + 1) << MEMTIER_CHUNK_BITS) - 1;
-        // Demotion target: a node of the next lower tier (lowest distance
-        // above this node's tier; ties to the lowest node id).
+        // Demotion target (establish_demotion_targets): of the next lower
+        // tier that has nodes, the nodes at the best node_distance from
+        // this one are its preferred targets; the kernel picks one of them
+        // at random for each demotion, the model the lowest node id.
         let demotion_target = adistance
             .iter()
-            .map(|&a| {
-                let below: Vec<(u32, u32)> =
-                    adistance.iter().enumerate().filter(|(_, &b)| tier(b) > tier(a)).map(|(i, &b)| (tier(b), i as u32)).collect();
-                below.iter().min().map(|&(_, i)| i)
+            .enumerate()
+            .map(|(nid, &a)| {
+                let below: Vec<(u32, u32, u32)> = adistance
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, &b)| tier(b) > tier(a))
+                    .map(|(i, &b)| (tier(b), prof.node_distance(nid, i), i as u32))
+                    .collect();
+                below.iter().min().map(|&(_, _, i)| i)
             })
             .collect();
         MemoryTiers { adistance, top_tier_adistance, demotion_target }
@@ -131,6 +138,14 @@ impl TierState {
     #[inline]
     pub fn node_is_toptier(&self, nid: u32) -> bool {
         self.tiers.adistance[nid as usize] <= self.tiers.top_tier_adistance
+    }
+
+    /// node_demotion[nid].allowed: every node of a tier below `nid`'s,
+    /// where alloc_demote_folio falls back when its target is short.
+    pub fn demotion_allowed(&self, nid: u32) -> Vec<u32> {
+        let tier = |a: u32| a >> MEMTIER_CHUNK_BITS;
+        let own = tier(self.tiers.adistance[nid as usize]);
+        (0..self.tiers.adistance.len() as u32).filter(|&i| tier(self.tiers.adistance[i as usize]) > own).collect()
     }
 
     /// next_demotion_node, when demotion is enabled.

@@ -22,6 +22,9 @@ use crate::sim::Ns;
 pub enum MigrateDst {
     /// alloc_migration_target on this node only, no reclaim.
     Node(u32),
+    /// alloc_demote_folio: the target node, then (its zonelist order)
+    /// any node of `allowed`, the tiers below the source's; no reclaim.
+    Demote { target: u32, allowed: Vec<u32> },
     /// compaction_alloc: order-0 frames compaction isolated from the free
     /// lists (and already checked for a LUF generation), used from the end.
     Isolated(Vec<Pfn>),
@@ -63,6 +66,25 @@ impl Kernel {
         Ok((a.pfn, done))
     }
 
+    /// alloc_demote_folio: first on the target alone (__GFP_THISNODE), so
+    /// that a short target wakes its kswapd rather than the folio going
+    /// further down; then without __GFP_THISNODE, restricted to `allowed`,
+    /// along the target's zonelist. Neither attempt reclaims.
+    fn alloc_demote_folio(&mut self, t: Ns, cpu: u32, order: u32, target: u32, allowed: &[u32]) -> Result<(Pfn, Ns), Ns> {
+        let t = match self.alloc_migration_target(t, cpu, order, target) {
+            Ok(done) => return Ok(done),
+            Err(t) => t,
+        };
+        for nid in self.pa.zonelist(target) {
+            if nid != target && allowed.contains(&nid) {
+                if let Ok(done) = self.alloc_migration_target(t, cpu, order, nid) {
+                    return Ok(done);
+                }
+            }
+        }
+        Err(t)
+    }
+
     /// Move one isolated folio whose mappings (if any) are migration
     /// entries to `dst`: copy it, switch its page-cache entry or anon
     /// identity, point the migration entries at the copy, free the old
@@ -87,6 +109,7 @@ impl Kernel {
         let anon = flags & pg::ANON != 0;
         let (new, mut t) = match dst {
             MigrateDst::Node(nid) => self.alloc_migration_target(t, cpu, order, *nid)?,
+            MigrateDst::Demote { target, allowed } => self.alloc_demote_folio(t, cpu, order, *target, allowed)?,
             MigrateDst::Isolated(free) => self.compaction_alloc(t, cpu, order, free)?,
         };
         let dnid = self.mem_map.get(new).nid as usize;

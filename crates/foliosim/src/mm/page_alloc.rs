@@ -109,6 +109,9 @@ pub struct AllocParams {
     pub shuffle: bool,
     /// Run seed for the shuffle stream.
     pub shuffle_seed: u64,
+    /// node_distance, a row per node (the profile's table, or Linux's
+    /// default without one); empty in tests: 20 between any two nodes.
+    pub distance: Vec<Vec<u32>>,
 }
 
 pub struct ZoneSpec {
@@ -968,11 +971,7 @@ impl PageAlloc {
     pub fn zonelist(&self, nid: u32) -> Vec<u32> {
         match self.zonelists.get(nid as usize) {
             Some(l) => l.iter().map(|&i| self.zones[i].nid).collect(),
-            None => {
-                let mut l: Vec<&Zone> = self.zones.iter().collect();
-                l.sort_by_key(|z| (z.nr_local_cpus == 0, z.nid.abs_diff(nid), z.nid));
-                l.iter().map(|z| z.nid).collect()
-            }
+            None => self.zonelist_order(nid).iter().map(|&i| self.zones[i].nid).collect(),
         }
     }
 
@@ -983,7 +982,7 @@ impl PageAlloc {
 
     /// Allocate 2^order contiguous pages, naturally aligned, trying zones in
     /// zonelist order starting at `nid` (then the others by increasing node
-    /// distance, here: increasing |nid difference|, CPU-less nodes last),
+    /// distance, a node with CPUs one further: build_zonelists),
     /// honouring the `low` watermark (fast path) then `min`. Orders 0..=3 and
     /// PMD_ORDER go through the CPU's pcp list (refill with `batch` blocks
     /// under zone->lock); others take zone->lock directly. Counts

@@ -6,6 +6,7 @@
 //! between the two by `vm.swappiness`.
 
 use super::mem_map::pg;
+use super::migrate::{MigrateDst, MigrateReason};
 use super::mmzone::Lru;
 use super::vmstat::Stat;
 use super::Pfn;
@@ -265,7 +266,9 @@ impl Kernel {
         let mut demoted = 0;
         if let Some(dst) = demote_to {
             if !demote.is_empty() {
-                let (moved, failed, t1) = self.migrate_pages(t, cpu, &demote, dst);
+                let allowed = self.tier.demotion_allowed(nid as u32);
+                let mut to = MigrateDst::Demote { target: dst, allowed };
+                let (moved, failed, t1) = self.migrate_pages_to(t, cpu, &demote, &mut to, MigrateReason::Tiering);
                 t = t1;
                 demoted = moved;
                 freed += moved;

@@ -142,19 +142,31 @@ impl PageAlloc {
     }
 
     /// Zonelists for nodes 0..n (memoryless nodes included: their lists
-    /// start at the nearest node with memory).
+    /// start at the nearest node with memory), as build_zonelists_in_node_order
+    /// takes find_next_best_node's answers: the node itself, then by
+    /// node_distance, a node with CPUs counting one further
+    /// (PENALTY_FOR_NODE_WITH_CPUS: headless nodes first among equals).
+    /// Equals then go by |nid difference| and nid, where the kernel spreads
+    /// them by node_load (a round robin over the nodes it fills in).
     pub(super) fn build_zonelists(&mut self, n: usize) {
-        let zones = &self.zones;
-        self.zonelists = (0..n as u32)
-            .map(|nid| {
-                let mut l: Vec<usize> = (0..zones.len()).collect();
-                l.sort_by_key(|&i| {
-                    let z = &zones[i];
-                    (z.nid != nid, z.nr_local_cpus == 0, z.nid.abs_diff(nid), z.nid)
-                });
-                l
+        self.zonelists = (0..n as u32).map(|nid| self.zonelist_order(nid)).collect();
+    }
+
+    /// Node `nid`'s zonelist: zone indices, best first (build_zonelists).
+    pub(super) fn zonelist_order(&self, nid: u32) -> Vec<usize> {
+        let node_distance = |a: u32, b: u32| {
+            self.p.distance.get(a as usize).and_then(|r| r.get(b as usize)).copied().unwrap_or(if a == b {
+                crate::hw::profile::LOCAL_DISTANCE
+            } else {
+                crate::hw::profile::REMOTE_DISTANCE
             })
-            .collect();
+        };
+        let mut l: Vec<usize> = (0..self.zones.len()).collect();
+        l.sort_by_key(|&i| {
+            let z = &self.zones[i];
+            (z.nid != nid, node_distance(nid, z.nid) + u32::from(z.nr_local_cpus != 0), z.nid.abs_diff(nid), z.nid)
+        });
+        l
     }
 
     /// __setup_per_zone_wmarks + zone_pcp_update: vm.min_free_kbytes spread

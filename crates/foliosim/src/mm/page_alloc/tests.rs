@@ -21,6 +21,7 @@ fn params(nr_cpus: u32) -> AllocParams {
         merge_likely_tail: true,
         shuffle: false,
         shuffle_seed: 0,
+        distance: Vec::new(),
     }
 }
 
@@ -259,15 +260,21 @@ fn watermarks_spill_to_next_node_then_min_then_fail() {
 }
 
 #[test]
-fn zonelists_go_by_distance_cpuless_last() {
-    let pa = PageAlloc::new(
-        vec![zone(0, 0, 4096, &[0]), zone(1, 4096, 4096, &[1]), zone(2, 8192, 4096, &[]), zone(3, 12288, 4096, &[2])],
-        params(3),
-    );
-    assert_eq!(pa.zonelist(1), vec![1, 0, 3, 2]);
+fn zonelists_go_by_distance_headless_first_among_equals() {
+    let zones = || vec![zone(0, 0, 4096, &[0]), zone(1, 4096, 4096, &[1]), zone(2, 8192, 4096, &[]), zone(3, 12288, 4096, &[2])];
+    // No table: every other node at 20, a node with CPUs one further.
+    let pa = PageAlloc::new(zones(), params(3));
+    assert_eq!(pa.zonelist(1), vec![1, 2, 0, 3]);
     assert_eq!(pa.zonelist(2), vec![2, 1, 3, 0]);
-    assert_eq!(pa.zonelist(0), vec![0, 1, 3, 2]);
-    assert_eq!(pa.zonelist(7), vec![3, 1, 0, 2], "memoryless node: nearest first");
+    assert_eq!(pa.zonelist(0), vec![0, 2, 1, 3]);
+    assert_eq!(pa.zonelist(7), vec![2, 3, 1, 0], "memoryless node: nearest first");
+    // A two-socket table with one CXL node (2) on socket 0: from node 0 the
+    // local CXL comes before the remote DRAM, from node 1 after it.
+    let mut p = params(3);
+    p.distance = vec![vec![10, 21, 14, 21], vec![21, 10, 24, 21], vec![14, 24, 10, 24], vec![21, 21, 24, 10]];
+    let pa = PageAlloc::new(zones(), p);
+    assert_eq!(pa.zonelist(0), vec![0, 2, 1, 3]);
+    assert_eq!(pa.zonelist(1), vec![1, 0, 3, 2]);
 }
 
 #[test]
