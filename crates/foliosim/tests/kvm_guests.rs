@@ -409,3 +409,27 @@ fn the_cloud_scale_benchmark_is_the_cloud_with_all_five_on() {
     assert_eq!(h.knobs.numa_balancing, 2);
     assert!(matches!(c.knob_values.get("fault_locking"), Some(foliosim::kernel::knobs::KnobValue::Str(s)) if s == "per_vma"));
 }
+
+#[test]
+fn on_a_two_socket_host_each_guest_stays_on_one_socket_and_its_memory() {
+    // cxl-2s, 8 host CPUs (4 a socket): guest 0 on socket 0's CPUs, guest
+    // 1 on socket 1's. Guest 1 alone touches 160 MiB: its vCPUs fault its
+    // RAM in on the host, from their own socket's DRAM node.
+    let toml = "[machine]\nprofile = \"e5-2630v3-guest-32g\"\nnr_cpus = 2\nnode_mem_mib = [256]\nguests = 2\n\
+                [host]\nprofile = \"cxl-2s\"\nnr_cpus = 8\nnode_mem_mib = [512, 512, 256, 256]\n\
+                [[guest]]\nworkload = { name = \"memhog\", size_mib = 1, process_image = \"none\", cycles = 1 }\n\
+                [[guest]]\nworkload = { name = \"memhog\", size_mib = 160, process_image = \"none\", cycles = 1 }\n\
+                [run]\nwarmup_s = 0.0\nduration_s = 2.0\ncheck = true\naudit_interval_ms = 500.0\n";
+    let c = config::from_toml(toml, "<test>").unwrap_or_else(|e| panic!("{e}"));
+    let o = simulate_guests(&c, &mut |_| true).unwrap_or_else(|e| panic!("{e}"));
+    let h = foliosim::virt::guests::kvm(&o.host);
+    assert!(h.k.check().violations.is_empty(), "{:?}", h.k.check().violations);
+    let node_of =
+        |g: usize| -> Vec<u32> { h.vms[g].vcpus.iter().map(|&t| h.k.cpus()[h.k.tasks()[t as usize].cpu as usize].node).collect() };
+    assert_eq!(node_of(0), vec![0, 0]);
+    assert_eq!(node_of(1), vec![1, 1]);
+    let used = |nid: u32| 512 * 256 - h.k.pa().zone_free_pages(nid);
+    assert!(used(1) >= 160 * 256, "node 1 holds guest 1's memhog: {} pages used", used(1));
+    assert!(used(0) < 100 * 256, "node 0 does not: {} pages used", used(0));
+    assert_eq!(h.k.pa().zone_free_pages(3) + h.k.pa().zone_free_pages(2), 2 * 256 * 256, "nothing spilled to CXL");
+}

@@ -113,14 +113,28 @@ impl KvmHost {
         let mut k = Box::new(Kernel::boot(prof, knobs, check, seed)?);
         let nr_cpus = k.nr_cpus();
         let mut vms = Vec::with_capacity(guests.len());
-        let mut pinned = 0u32;
+        // A guest's vCPUs stay on one socket, as a NUMA-aware placement
+        // pins them, and the guests go round the sockets: guest g on the
+        // CPUs of the host's g-th node with CPUs (mod their number), each
+        // vCPU on that node's next CPU in turn. With one such node, vCPU c
+        // of guest g is on host CPU (g * vcpus + c) mod host CPUs.
+        let mut node_cpus: Vec<(u32, Vec<u32>)> = Vec::new();
+        for cpu in 0..nr_cpus {
+            let nid = k.cpus[cpu as usize].node;
+            match node_cpus.iter_mut().find(|(n, _)| *n == nid) {
+                Some((_, l)) => l.push(cpu),
+                None => node_cpus.push((nid, vec![cpu])),
+            }
+        }
+        let mut pinned = vec![0usize; node_cpus.len()];
         for (g, s) in guests.iter().enumerate() {
             let mm = k.new_mm();
-            // vCPU c of guest g on host CPU (g * vcpus + c) mod host CPUs.
+            let sock = g % node_cpus.len();
             let vcpus: Vec<u32> = (0..s.nr_vcpus.max(1))
                 .map(|_| {
-                    let cpu = pinned % nr_cpus;
-                    pinned += 1;
+                    let cpus = &node_cpus[sock].1;
+                    let cpu = cpus[pinned[sock] % cpus.len()];
+                    pinned[sock] += 1;
                     k.new_task(mm, cpu)
                 })
                 .collect();
