@@ -143,6 +143,16 @@ pub struct NodeSpec {
 pub const LOCAL_DISTANCE: u32 = 10;
 pub const REMOTE_DISTANCE: u32 = 20;
 
+/// node_distance(a, b) from node `a`'s row of a distance table, or
+/// Linux's default where the row has no entry (no table).
+pub fn slit_distance(row: &[u32], a: usize, b: usize) -> u32 {
+    match row.get(b) {
+        Some(&d) => d,
+        None if a == b => LOCAL_DISTANCE,
+        None => REMOTE_DISTANCE,
+    }
+}
+
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TlbSpec {
@@ -605,11 +615,7 @@ impl Profile {
     /// node_distance(a, b): the profile's table, or Linux's default
     /// without one.
     pub fn node_distance(&self, a: usize, b: usize) -> u32 {
-        match self.nodes[a].distance.get(b) {
-            Some(&d) => d,
-            None if a == b => LOCAL_DISTANCE,
-            None => REMOTE_DISTANCE,
-        }
+        slit_distance(&self.nodes[a].distance, a, b)
     }
 
     /// The node with CPUs nearest to node `nid` (itself if it has CPUs):

@@ -59,7 +59,6 @@ impl Kernel {
                 stream_4k: c.node_stream_4k[i],
                 bw: crate::sim::bw::BwServer::new(n.shared_bw_gbps),
                 link: crate::sim::bw::BwServer::new(prof.cpu.interconnect_bw_gbps),
-                has_cpus: n.has_cpus,
                 home: prof.home_cpu_node(i).map(|h| h as u32),
                 kswapd_failures: 0,
                 kswapd_run: None,

@@ -83,7 +83,6 @@ pub struct Node {
     /// For a node with CPUs: the link into its socket from the others'
     /// memory (cpu.interconnect_bw_gbps).
     pub link: crate::sim::bw::BwServer,
-    pub has_cpus: bool,
     /// The node with CPUs whose socket this node hangs off (itself for a
     /// node with CPUs; Profile::home_cpu_node): memory traffic from another
     /// socket's CPU crosses the link. None: as near to every socket.

@@ -143,9 +143,8 @@ impl TierState {
     /// node_demotion[nid].allowed: every node of a tier below `nid`'s,
     /// where alloc_demote_folio falls back when its target is short.
     pub fn demotion_allowed(&self, nid: u32) -> Vec<u32> {
-        let tier = |a: u32| a >> MEMTIER_CHUNK_BITS;
-        let own = tier(self.tiers.adistance[nid as usize]);
-        (0..self.tiers.adistance.len() as u32).filter(|&i| tier(self.tiers.adistance[i as usize]) > own).collect()
+        let own = self.tiers.tier_of(nid);
+        (0..self.tiers.adistance.len() as u32).filter(|&i| self.tiers.tier_of(i) > own).collect()
     }
 
     /// next_demotion_node, when demotion is enabled.

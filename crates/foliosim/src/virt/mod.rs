@@ -26,14 +26,23 @@ pub trait HostKernel {
     /// violations for the frames without an SPTE. Returns when the vCPU
     /// is back in the guest, or why the host could not back a frame.
     fn touch(&mut self, cpu: u32, pfn: Pfn, n: u64, t: Ns, stat: &mut VmStat) -> Result<Ns, String>;
+    /// Whether a guest use of [pfn, pfn + n) costs the host nothing now.
     fn range_ready(&self, pfn: Pfn, n: u64) -> bool;
+    /// Whether the host keeps the guest's contents of `pfn`.
     fn holds(&self, pfn: Pfn) -> bool;
+    /// Whether the host holds nothing of [pfn, pfn + n) it must keep.
     fn range_given_back(&self, pfn: Pfn, n: u64) -> bool;
     /// The host part of a two-dimensional walk ending at `pfn`.
     fn walk(&mut self, pfn: Pfn) -> Ns;
+    /// Whether the host maps frame `pfn` with a 4 KiB SPTE (a guest TLB
+    /// entry for it is 4 KiB, whatever the guest's mapping).
     fn maps_4k(&self, pfn: Pfn) -> bool;
+    /// Publish the guest's `foliosim_host_*` gauges.
     fn sync_gauges(&self, stat: &mut VmStat);
+    /// The virtqueue round trip of one report.
     fn vq_roundtrip(&self) -> Ns;
+    /// The VMM discards the reported range [pfn, pfn + n) at `t`. Returns
+    /// the host time it takes.
     fn discard_range(&mut self, pfn: Pfn, n: u64, t: Ns, stat: &mut VmStat) -> Ns;
     /// A remote flush owed to the guest's vCPUs, taken, and what each
     /// vCPU pays for it.
@@ -41,6 +50,7 @@ pub trait HostKernel {
     /// Whether the host kernel woke one of its threads (kswapd) that its
     /// run queue has not taken yet.
     fn woke(&self) -> bool;
+    /// Guests on this host.
     fn nr_guests(&self) -> usize;
     /// Guest `g`'s pages on the host: (RSS, swapped out).
     fn guest_pages(&self, g: usize) -> (u64, u64);
@@ -51,8 +61,22 @@ pub trait HostKernel {
 }
 
 /// What backs a guest's memory: the host kernel, lent to the guest whose
-/// vCPU runs.
+/// vCPU runs. Its own methods are the guest's two uses with logic of their
+/// own (a first touch, a TLB miss's walk); the rest is the trait's.
 pub struct Host(pub Box<dyn HostKernel>);
+
+impl std::ops::Deref for Host {
+    type Target = dyn HostKernel;
+    fn deref(&self) -> &(dyn HostKernel + 'static) {
+        &*self.0
+    }
+}
+
+impl std::ops::DerefMut for Host {
+    fn deref_mut(&mut self) -> &mut (dyn HostKernel + 'static) {
+        &mut *self.0
+    }
+}
 
 impl Host {
     /// The guest's vCPU `cpu` writes its frames [pfn, pfn + n) at `t` for
@@ -78,65 +102,5 @@ impl Host {
     pub fn walk(&mut self, cpu: u32, pfn: Pfn, t: Ns, stat: &mut VmStat) -> Ns {
         let fault = self.touch(cpu, pfn, 1, t, stat);
         fault + self.0.walk(pfn)
-    }
-
-    /// Whether the host maps frame `pfn` with a 4 KiB SPTE (a guest TLB
-    /// entry for it is 4 KiB, whatever the guest's mapping).
-    pub fn maps_4k(&self, pfn: Pfn) -> bool {
-        self.0.maps_4k(pfn)
-    }
-
-    /// Whether a guest use of [pfn, pfn + n) costs the host nothing now.
-    pub fn range_ready(&self, pfn: Pfn, n: u64) -> bool {
-        self.0.range_ready(pfn, n)
-    }
-
-    /// Whether the host keeps the guest's contents of `pfn`.
-    pub fn holds(&self, pfn: Pfn) -> bool {
-        self.0.holds(pfn)
-    }
-
-    /// Whether the host holds nothing of [pfn, pfn + n) it must keep.
-    pub fn range_given_back(&self, pfn: Pfn, n: u64) -> bool {
-        self.0.range_given_back(pfn, n)
-    }
-
-    /// Publish the guest's `foliosim_host_*` gauges.
-    pub fn sync_gauges(&self, stat: &mut VmStat) {
-        self.0.sync_gauges(stat)
-    }
-
-    /// Guests on this host.
-    pub fn nr_guests(&self) -> usize {
-        self.0.nr_guests()
-    }
-
-    /// Guest `g`'s pages on the host: (RSS, swapped out).
-    pub fn guest_pages(&self, g: usize) -> (u64, u64) {
-        self.0.guest_pages(g)
-    }
-
-    /// The virtqueue round trip of one report.
-    pub fn vq_roundtrip(&self) -> Ns {
-        self.0.vq_roundtrip()
-    }
-
-    /// The VMM discards the reported range [pfn, pfn + n) at `t`. Returns
-    /// the host time it takes.
-    pub fn discard_range(&mut self, pfn: Pfn, n: u64, t: Ns, stat: &mut VmStat) -> Ns {
-        self.0.discard_range(pfn, n, t, stat)
-    }
-
-    /// Whether the host woke a thread of its own that has not run yet.
-    #[inline]
-    pub fn woke(&self) -> bool {
-        self.0.woke()
-    }
-
-    /// Whether the guest owes its vCPUs a remote TLB flush for SPTEs the
-    /// host dropped (taken: the guest kernel applies it), and what each
-    /// vCPU pays for it.
-    pub fn take_flush(&mut self) -> Option<Ns> {
-        self.0.take_flush()
     }
 }

@@ -154,17 +154,12 @@ impl PageAlloc {
 
     /// Node `nid`'s zonelist: zone indices, best first (build_zonelists).
     pub(super) fn zonelist_order(&self, nid: u32) -> Vec<usize> {
-        let node_distance = |a: u32, b: u32| {
-            self.p.distance.get(a as usize).and_then(|r| r.get(b as usize)).copied().unwrap_or(if a == b {
-                crate::hw::profile::LOCAL_DISTANCE
-            } else {
-                crate::hw::profile::REMOTE_DISTANCE
-            })
-        };
+        let row = self.p.distance.get(nid as usize).map_or(&[][..], |r| &r[..]);
+        let node_distance = |b: u32| crate::hw::profile::slit_distance(row, nid as usize, b as usize);
         let mut l: Vec<usize> = (0..self.zones.len()).collect();
         l.sort_by_key(|&i| {
             let z = &self.zones[i];
-            (z.nid != nid, node_distance(nid, z.nid) + u32::from(z.nr_local_cpus != 0), z.nid.abs_diff(nid), z.nid)
+            (z.nid != nid, node_distance(z.nid) + u32::from(z.nr_local_cpus != 0), z.nid.abs_diff(nid), z.nid)
         });
         l
     }
