@@ -74,11 +74,17 @@ pub struct Config {
 impl Config {
     /// Guest `g`'s workload, name and parameters: its `[[guest]]` entry
     /// (g mod their number), or `[workload]` when the config has none.
+    /// Which entry of `guest_workloads` guest `g` runs (0 without them):
+    /// guests of one entry are clones of one template, with one disk image.
+    pub fn guest_entry(&self, g: usize) -> usize {
+        g % self.guest_workloads.len().max(1)
+    }
+
     pub fn guest_workload(&self, g: usize) -> (&str, &RawParams) {
         match self.guest_workloads.len() {
             0 => (&self.workload, &self.workload_params),
             n => {
-                let (name, raw) = &self.guest_workloads[g % n];
+                let (name, raw) = &self.guest_workloads[self.guest_entry(g) % n];
                 (name, raw)
             }
         }

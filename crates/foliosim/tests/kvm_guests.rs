@@ -236,6 +236,16 @@ fn host_kswapd_reclaims_in_the_background() {
     assert!(by_kswapd > direct, "most host reclaim is kswapd's: {by_kswapd} against {direct} by the vCPUs' faults");
     let young: u64 = kvm.vms.iter().map(|vm| kvm.k.mms()[vm.mm as usize].notifier().map_or(0, |e| e.nr_young)).sum();
     assert!(young > 0, "the host's aging read the EPT's accessed bits");
+    // The vCPUs' waits in the host's direct reclaim and swap-ins are
+    // parts of their EPT violations' time, and only direct reclaim adds
+    // to the first.
+    for g in 0..2 {
+        let (exit, reclaim, swapin) = (kvm.vms[g].exit_ns, kvm.direct_reclaim_ns(g), kvm.vms[g].swapin_ns);
+        assert!(reclaim <= exit && swapin <= exit, "guest {g}: {reclaim} and {swapin} of {exit} ns");
+        assert_eq!(swapin > 0, kvm.vms[g].swapins > 0, "guest {g}: {swapin} ns for {} swap-ins", kvm.vms[g].swapins);
+    }
+    let reclaim = kvm.direct_reclaim_ns(0) + kvm.direct_reclaim_ns(1);
+    assert_eq!(reclaim > 0, direct > 0, "direct reclaim took {reclaim} ns for {direct} pages");
 }
 
 /// The host's LazyFree of each guest (smaps' count over its VMM's RAM),
@@ -432,4 +442,68 @@ fn on_a_two_socket_host_each_guest_stays_on_one_socket_and_its_memory() {
     assert!(used(1) >= 160 * 256, "node 1 holds guest 1's memhog: {} pages used", used(1));
     assert!(used(0) < 100 * 256, "node 0 does not: {} pages used", used(0));
     assert_eq!(h.k.pa().zone_free_pages(3) + h.k.pa().zone_free_pages(2), 2 * 256 * 256, "nothing spilled to CXL");
+}
+
+/// A recorded program that reads one 256 KiB file it found, written to a
+/// trace file of its own (`name`).
+fn reader_trace(name: &str) -> std::path::PathBuf {
+    use foliosim::workload::trace_format::{Record, TraceWriter};
+    let path = std::env::temp_dir().join(format!("foliosim-{name}-{}.fstrace", std::process::id()));
+    let mut w = TraceWriter::new(std::fs::File::create(&path).unwrap()).unwrap();
+    let recs = [
+        Record::File { size: 256 << 10, path: "src.c".into(), flags: 0 },
+        Record::Root { tid: 1 },
+        Record::Task { tid: 1 },
+        Record::Read { file: 0, off: 0, len: 256 << 10 },
+        Record::Time { user_ns: 1000, sys_ns: 0 },
+        Record::Exit { code: 0 },
+    ];
+    for r in &recs {
+        w.write(r).unwrap();
+    }
+    w.finish().unwrap();
+    path
+}
+
+/// Two guests, 100 ms apart, run `workloads` (TOML `[[guest]]` entries
+/// naming `{trace}`) on one host.
+fn disk_guests(trace: &std::path::Path, workloads: &str) -> (GuestsOutcome, serde_json::Value) {
+    let toml = format!(
+        "[machine]\nprofile = \"e5-2630v3-guest-32g\"\nnode_mem_mib = [256]\nnr_cpus = 1\nguests = 2\nguest_stagger_ms = 100\n[host]\n\
+         {}\n[run]\nwarmup_s = 0.0\nduration_s = 0.3\ncheck = true\n",
+        workloads.replace("{trace}", &trace.display().to_string())
+    );
+    let c = config::from_toml(&toml, "<test>").unwrap_or_else(|e| panic!("{e}"));
+    let o = simulate_guests(&c, &mut |_| true).unwrap_or_else(|e| panic!("{e}"));
+    let v = foliosim::virt::guests::result_json(&c, &o);
+    (o, v)
+}
+
+#[test]
+fn guests_disk_reads_go_through_the_hosts_page_cache_of_their_image() {
+    let trace = reader_trace("disk-guests");
+    let cold = "[[guest]]\nworkload = { name = \"trace\", path = \"{trace}\", cache = \"cold\" }\n";
+    let list =
+        |v: &serde_json::Value, k: &str| -> Vec<u64> { v["host"][k].as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).collect() };
+    // Clones of one image: guest 0 reads the file from the device into
+    // the host's page cache, guest 1 finds it there.
+    let (o, v) = disk_guests(&trace, cold);
+    for g in &o.guests {
+        assert_eq!(st(g, Stat::Pgmajfault), 64, "each guest read its 64 pages from its disk");
+        assert!(g.kernel.check().violations.is_empty(), "{:?}", g.kernel.check().violations);
+    }
+    assert_eq!(list(&v, "blk_reads_by_guest"), [64, 64]);
+    assert_eq!(list(&v, "blk_read_misses_by_guest"), [64, 0]);
+    assert_eq!((host_vmstat(&o, Stat::Pgmajfault), host_vmstat(&o, Stat::NrFilePages)), (64, 64));
+    let time = |v: &serde_json::Value, g: usize| v["host"]["time_s"]["blk_reads_by_guest"][g].as_f64().unwrap();
+    assert!(time(&v, 1) < time(&v, 0) / 2.0, "the cached reads were quicker: {} s against {} s", time(&v, 1), time(&v, 0));
+    // Two entries of the mix are two templates, two images: no sharing.
+    let (o2, v2) = disk_guests(&trace, &cold.repeat(2));
+    assert_eq!(list(&v2, "blk_read_misses_by_guest"), [64, 64]);
+    assert_eq!(host_vmstat(&o2, Stat::NrFilePages), 128);
+    // A warm cache reads nothing.
+    let (o3, v3) = disk_guests(&trace, "[[guest]]\nworkload = { name = \"trace\", path = \"{trace}\" }\n");
+    assert_eq!(list(&v3, "blk_reads_by_guest"), [0, 0]);
+    assert_eq!(st(&o3.guests[0], Stat::Pgmajfault), 0);
+    std::fs::remove_file(trace).ok();
 }

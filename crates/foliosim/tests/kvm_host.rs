@@ -24,7 +24,7 @@ fn host_vcpus(knobs: &str, nr_vcpus: u32) -> KvmHost {
     );
     let c = config::from_toml(&text, "kvm-host-test").unwrap_or_else(|e| panic!("{e}"));
     let discard = foliosim::policy::host_discard(&c.knobs).unwrap();
-    let shape = GuestShape { nr_frames: FRAMES, nr_vcpus };
+    let shape = GuestShape { nr_frames: FRAMES, nr_vcpus, image: 0 };
     KvmHost::boot(c.profile.clone(), c.knobs, 1, &[shape], discard, &c.profile, false, true).unwrap()
 }
 
@@ -158,4 +158,78 @@ fn a_host_allocator_that_skips_luf_s_flush_is_caught() {
     let h = migrate_read_only_guest_ram("\"debug.mutant\" = \"luf_skip_alloc_flush\"");
     let v = &h.k.check().violations;
     assert!(v.iter().any(|m| m.starts_with("I4")), "{v:?}");
+}
+
+#[test]
+fn a_guest_disk_read_goes_through_the_hosts_page_cache() {
+    let mut h = host("");
+    let (img, mut st) = (h.vms[0].image, VmStat::default());
+    let c = config::from_toml("[machine]\nprofile = \"generic-x86\"\n[workload]\nname = \"mmap1\"\n", "-").unwrap();
+    let device = c.profile.cost.disk_read_ns as u64;
+    // A block no guest read: the VMM's preadv reads it from the device
+    // into the host's page cache and copies it into the guest's frame,
+    // which the host backs; the guest then maps it.
+    let t1 = h.blk_read(0, 7, 42, 1000, &mut st).unwrap();
+    assert!(t1 - 1000 > device, "the guest waited for the device: {} ns", t1 - 1000);
+    assert_eq!((h.vms[0].blk_reads, h.vms[0].blk_read_misses), (1, 1));
+    assert_eq!((h.k.stat().get(Stat::Pgmajfault), h.k.stat().get(Stat::NrFilePages)), (1, 1));
+    assert!(h.k.inodes()[img as usize].pages.get(&42).is_some(), "the block is in the host's page cache");
+    assert!(h.ept_present(0, 7) && h.rss(0) == 1, "the frame is backed and mapped");
+    // The same block into another frame: from the host's page cache.
+    let t2 = h.blk_read(0, 8, 42, t1, &mut st).unwrap();
+    assert_eq!((h.vms[0].blk_reads, h.vms[0].blk_read_misses, h.k.stat().get(Stat::Pgmajfault)), (2, 1, 1));
+    assert!(
+        (t1 - 1000).saturating_sub(t2 - t1) >= device * 9 / 10,
+        "a cached block costs no device read: {} ns against {} ns",
+        t2 - t1,
+        t1 - 1000
+    );
+    // Another block: the device again.
+    h.blk_read(0, 9, 43, t2, &mut st).unwrap();
+    assert_eq!((h.vms[0].blk_read_misses, h.k.stat().get(Stat::NrFilePages)), (2, 2));
+    assert!(audit(&mut h).is_empty(), "{:?}", h.k.check().violations);
+}
+
+/// One guest on a host of DRAM and CXL (cxl-1tb scaled: 256 MiB each) in
+/// tiering mode, page-cache promotion on or off.
+fn tiered_host(promo: bool) -> KvmHost {
+    let text = format!(
+        "[machine]\nprofile = \"cxl-1tb\"\nnode_mem_mib = [256, 256]\n[workload]\nname = \"mmap1\"\n[run]\ncheck = true\n\
+         [knobs]\n\"kernel.numa_balancing\" = 2\n\"kernel/mm/numa/pagecache_promotion_enabled\" = {promo}\n"
+    );
+    let c = config::from_toml(&text, "kvm-host-test").unwrap_or_else(|e| panic!("{e}"));
+    let discard = foliosim::policy::host_discard(&c.knobs).unwrap();
+    let shape = GuestShape { nr_frames: FRAMES, nr_vcpus: 1, image: 0 };
+    KvmHost::boot(c.profile.clone(), c.knobs, 1, &[shape], discard, &c.profile, false, true).unwrap()
+}
+
+#[test]
+fn an_image_block_guests_keep_reading_from_cxl_is_promoted_to_the_vmm_s_node() {
+    for promo in [true, false] {
+        let mut h = tiered_host(promo);
+        let img = h.vms[0].image;
+        // The block is in the host's page cache on the CXL node, where
+        // demotion leaves a cold one.
+        h.k.filemap_get_folio_nid(0, 0, img, 42, 1).unwrap();
+        h.k.lru_add_drain_cpu(0, 0);
+        let node = |h: &KvmHost| {
+            let pfn = *h.k.inodes()[img as usize].pages.get(&42).unwrap();
+            h.k.mem_map().get(pfn).nid
+        };
+        assert_eq!(node(&h), 1);
+        // Guests read it again and again (each read one more clone of the
+        // image, or one guest whose own cache dropped it).
+        let (mut t, mut st) = (1_000_000, VmStat::default());
+        for f in 0..16 {
+            t = h.blk_read(0, f, 42, t, &mut st).unwrap() + 10_000_000;
+        }
+        assert_eq!(h.vms[0].blk_read_misses, 0);
+        if promo {
+            assert_eq!(node(&h), 0, "promoted to the VMM's node");
+            assert_eq!((h.vms[0].blk_promoted, h.k.stat().get(Stat::PgpromoteSuccess)), (1, 1));
+        } else {
+            assert_eq!((node(&h), h.vms[0].blk_promoted), (1, 0), "left on CXL without page-cache promotion");
+        }
+        assert!(audit(&mut h).is_empty(), "{:?}", h.k.check().violations);
+    }
 }

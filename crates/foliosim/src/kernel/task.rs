@@ -43,6 +43,9 @@ pub struct Task {
     pub user_ns: Ns,
     pub sys_ns: Ns,
     pub entry_ns: [Ns; NR_ENTRIES],
+    /// Time in the allocator's direct reclaim (delay accounting's
+    /// freepages_delay_total; part of sys_ns).
+    pub freepages_delay_ns: Ns,
     /// Result of the previous operation, handed to the workload.
     pub last: Ret,
     /// An operation in progress across steps (e.g. the rest of an access range).
@@ -140,6 +143,7 @@ impl Task {
             clock,
             ops: 0,
             user_ns: 0,
+            freepages_delay_ns: 0,
             sys_ns: 0,
             entry_ns: [0; NR_ENTRIES],
             last: Ret::Start,

@@ -24,6 +24,19 @@ pub struct Inode {
     pub lines: Vec<CacheLine>,
 }
 
+/// Pages of a file's extent on its disk: 2^24 (64 GiB).
+pub const EXTENT_PAGES_SHIFT: u32 = 24;
+
+/// Where the filesystem keeps page `index` of inode `ino` on its disk, in
+/// 4 KiB blocks: each inode has an extent of 2^24 pages, in creation
+/// order. What matters to a host is only that two guests which made the
+/// same files in the same order (clones of one disk image running one
+/// program) read the same blocks of it, and that two files never share
+/// one.
+pub fn disk_block(ino: u32, index: u64) -> u64 {
+    ((ino as u64) << EXTENT_PAGES_SHIFT) + index.min((1 << EXTENT_PAGES_SHIFT) - 1)
+}
+
 impl Inode {
     pub fn new(id: u32, fs: FsKind, size: u64) -> Inode {
         Inode { id, fs, size, pages: Default::default(), data_pages: 0, lines: vec![CacheLine::default(); FOLIO_LINES] }

@@ -109,6 +109,20 @@ impl Kernel {
     #[cold]
     #[inline(never)]
     fn alloc_folio_slow(&mut self, t: Ns, cpu: u32, order: u32, nid: u32, mt: MigrateType) -> Option<(Pfn, Ns)> {
+        let t0 = t;
+        let r = self.alloc_folio_reclaim(t, cpu, order, nid, mt);
+        // delayacct_freepages_start/end around the reclaim, charged to
+        // the task the CPU runs.
+        let tid = self.cpus[cpu as usize].curr;
+        if tid != u32::MAX {
+            let end = r.map_or(t0, |(_, t)| t);
+            self.tasks[tid as usize].freepages_delay_ns += end.saturating_sub(t0);
+        }
+        r
+    }
+
+    /// The slow path's rounds of direct reclaim and retries.
+    fn alloc_folio_reclaim(&mut self, t: Ns, cpu: u32, order: u32, nid: u32, mt: MigrateType) -> Option<(Pfn, Ns)> {
         let mut t = t;
         let mut tries = 0;
         let mut rounds = 0;

@@ -99,7 +99,11 @@ fn audit_host(h: &mut KvmHost) -> Result<(), String> {
 /// VMM, the discard policy and -mem-prealloc as the guests' knobs say.
 fn boot_kvm(cfg: &Config, ds: &[Driver]) -> Result<KvmHost, Error> {
     let hc = cfg.host.as_ref().expect("a guest's config has a host (config.rs wants_host)");
-    let shapes: Vec<GuestShape> = ds.iter().map(|d| GuestShape { nr_frames: d.k.mem_bytes() >> 12, nr_vcpus: d.k.nr_cpus() }).collect();
+    let shapes: Vec<GuestShape> = ds
+        .iter()
+        .enumerate()
+        .map(|(g, d)| GuestShape { nr_frames: d.k.mem_bytes() >> 12, nr_vcpus: d.k.nr_cpus(), image: cfg.guest_entry(g) })
+        .collect();
     let g0 = &ds[0].k;
     let discard = crate::policy::host_discard(&g0.knobs)?;
     KvmHost::boot(hc.profile.clone(), hc.knobs.clone(), cfg.seed, &shapes, discard, &g0.prof, g0.knobs.host_prealloc, cfg.run.check)
@@ -302,7 +306,18 @@ pub fn result_json(cfg: &Config, o: &GuestsOutcome) -> Value {
         "reports_by_guest": k.vms.iter().map(|vm| secs(vm.report_ns)).collect::<Vec<_>>(),
         "kthreads": sys(&|t| t.kthread.is_some()),
         "numa_scans_by_guest": k.vms.iter().map(|vm| secs(vm.numa_scan_ns)).collect::<Vec<_>>(),
+        "blk_reads_by_guest": k.vms.iter().map(|vm| secs(vm.blk_ns)).collect::<Vec<_>>(),
+        // Of ept_violations_by_guest: the vCPUs' time in the host's
+        // direct reclaim, and in the faults that swapped a page in.
+        "direct_reclaim_by_guest": (0..n).map(|g| secs(k.direct_reclaim_ns(g))).collect::<Vec<_>>(),
+        "swapins_by_guest": k.vms.iter().map(|vm| secs(vm.swapin_ns)).collect::<Vec<_>>(),
     });
+    // The guests' disk reads the VMMs made, those the host's page cache
+    // did not hold, and the image pages page-cache promotion moved up as
+    // the reads returned.
+    v["host"]["blk_reads_by_guest"] = json!(k.vms.iter().map(|vm| vm.blk_reads).collect::<Vec<_>>());
+    v["host"]["blk_read_misses_by_guest"] = json!(k.vms.iter().map(|vm| vm.blk_read_misses).collect::<Vec<_>>());
+    v["host"]["blk_pgpromote_success_by_guest"] = json!(k.vms.iter().map(|vm| vm.blk_promoted).collect::<Vec<_>>());
     // The host's NUMA balancing of each guest's RAM: hinting faults
     // its vCPUs took through the EPT, and the pages they promoted.
     v["host"]["numa_hint_faults_by_guest"] = json!(k.vms.iter().map(|vm| vm.hint_faults).collect::<Vec<_>>());

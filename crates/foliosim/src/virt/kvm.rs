@@ -28,7 +28,7 @@ use crate::mm::vmstat::{Stat, VmStat};
 use crate::mm::Pfn;
 use crate::sim::{ns, Ns};
 use crate::types::Error;
-use crate::workload::{map, prot, Advice as MAdvice, Op, Ret};
+use crate::workload::{map, prot, Advice as MAdvice, FsKind, Op, Ret};
 use std::sync::Arc;
 
 /// One guest on the host: its VMM process (mm), one host thread per vCPU
@@ -51,12 +51,25 @@ pub struct Vm {
     /// its VMM's main thread discarding reported ranges.
     pub exit_ns: Ns,
     pub report_ns: Ns,
+    /// The part of `exit_ns` in EPT violations that swapped the page in.
+    pub swapin_ns: Ns,
     /// Time the host's NUMA balancing scans of this guest's RAM took on
     /// its first vCPU thread (`numa_scan`), and the hint faults its vCPUs
     /// took through the EPT (`ept_fault`) with the pages they promoted.
     pub numa_scan_ns: Ns,
     pub hint_faults: u64,
     pub promoted: u64,
+    /// The guest's disk image (a host inode) and the VMM's descriptor of
+    /// it; the virtio-blk reads the VMM made for the guest, those the
+    /// host's page cache did not hold (read from the device), the time
+    /// they took, and the pages page-cache promotion moved to the VMM's
+    /// node as they returned.
+    pub image: u32,
+    pub fd: i32,
+    pub blk_reads: u64,
+    pub blk_read_misses: u64,
+    pub blk_ns: Ns,
+    pub blk_promoted: u64,
 }
 
 /// What a guest is, for the host that boots it.
@@ -64,7 +77,14 @@ pub struct Vm {
 pub struct GuestShape {
     pub nr_frames: u64,
     pub nr_vcpus: u32,
+    /// Its disk image: guests with the same one (clones of one template)
+    /// share the host's page cache of it.
+    pub image: usize,
 }
+
+/// A disk image's size on the host: room for any guest's files
+/// (mm/fs.rs `disk_block`), all of it data.
+pub const IMAGE_BYTES: u64 = 1 << 56;
 
 /// A host kernel and the guests on it.
 pub struct KvmHost {
@@ -127,6 +147,15 @@ impl KvmHost {
             }
         }
         let mut pinned = vec![0usize; node_cpus.len()];
+        // The disk images, files of the host's filesystem, every block of
+        // them data (QEMU's raw images with `cache=writeback`).
+        let images: Vec<u32> = (0..guests.iter().map(|s| s.image + 1).max().unwrap_or(0))
+            .map(|_| {
+                let ino = k.new_inode(FsKind::Disk, IMAGE_BYTES);
+                k.inodes[ino as usize].data_pages = IMAGE_BYTES >> 12;
+                ino
+            })
+            .collect();
         for (g, s) in guests.iter().enumerate() {
             let mm = k.new_mm();
             let sock = g % node_cpus.len();
@@ -158,6 +187,9 @@ impl KvmHost {
             let flush_cost = k.c.ipi_send * nv + vm_exit;
             let ept = SecondaryMmu::new(base, s.nr_frames, flush_cost);
             k.mms[mm as usize].mmu_notifier_register(if check { ept.track() } else { ept });
+            let (Ret::Val(fd), _) = run(&mut k, vmm, 0, Op::Open { file: images[s.image] }) else {
+                return Err(Error::Internal(format!("host: guest {g}'s VMM cannot open its disk image")));
+            };
             vms.push(Vm {
                 mm,
                 vcpus,
@@ -168,9 +200,16 @@ impl KvmHost {
                 swap_dropped: 0,
                 exit_ns: 0,
                 report_ns: 0,
+                swapin_ns: 0,
                 numa_scan_ns: 0,
                 hint_faults: 0,
                 promoted: 0,
+                image: images[s.image],
+                fd: fd as i32,
+                blk_reads: 0,
+                blk_read_misses: 0,
+                blk_ns: 0,
+                blk_promoted: 0,
             });
         }
         let mut h = KvmHost { k, vms, discard, cur: 0, ept_violation, vq_roundtrip, vm_exit, walk_level, failed: None, epoch: 0 };
@@ -207,6 +246,12 @@ impl KvmHost {
     /// Whether it is mapped by a 2 MiB SPTE.
     pub fn ept_large(&self, g: usize, pfn: Pfn) -> bool {
         self.ept(g).large.get(pfn as u64 / BLOCK_PAGES)
+    }
+
+    /// The time guest `g`'s vCPU threads spent in the host's direct
+    /// reclaim (in their EPT violations).
+    pub fn direct_reclaim_ns(&self, g: usize) -> Ns {
+        self.vms[g].vcpus.iter().map(|&v| self.k.tasks[v as usize].freepages_delay_ns).sum()
     }
 
     /// Host pages guest `g`'s VMM maps (its RSS).
@@ -338,6 +383,10 @@ impl KvmHost {
     pub fn start_guests(&mut self) {
         for vm in &mut self.vms {
             vm.exit_ns = 0;
+            vm.swapin_ns = 0;
+        }
+        for t in self.k.tasks.iter_mut() {
+            t.freepages_delay_ns = 0;
         }
         self.epoch = self.k.tasks.iter().map(|t| t.clock).max().unwrap_or(0);
     }
@@ -370,6 +419,7 @@ impl KvmHost {
         const SEEN: [Stat; 6] =
             [Stat::Pgfault, Stat::Pswpin, Stat::Pglazyfreed, Stat::ThpFaultAlloc, Stat::NumaHintFaults, Stat::PgpromoteSuccess];
         let s0 = SEEN.map(|s| self.k.stat.get(s));
+        let t_in = t;
         let (page, t) = self.k.get_user_page(vcpu, base + (f << 12), true, t);
         if self.k.tasks[vcpu as usize].fault_unlock.is_some() {
             self.k.fault_unlock_finish(vcpu);
@@ -394,6 +444,7 @@ impl KvmHost {
         } else if d[1] > 0 {
             stat.add(Stat::HostPswpin, d[1]);
             self.vms[g].swapins += d[1] as u64;
+            self.vms[g].swapin_ns += t - t_in;
         } else if d[0] > 0 {
             stat.inc(Stat::HostFaults);
             stat.add(Stat::HostZeroedPages, 1 << order);
@@ -519,6 +570,42 @@ impl KvmHost {
         end.saturating_sub(t)
     }
 
+    /// The current guest's vCPU `cpu` reads block `block` of its disk into
+    /// its frame `pfn` at `t`. The VMM serves the virtio-blk request with
+    /// one preadv of the guest's disk image (QEMU's `cache=writeback`:
+    /// through the host's page cache, where a block another guest of the
+    /// same image read is found, and folio_mark_accessed may find it hot
+    /// on a lower tier) into the guest's RAM: a page fault in the VMM if
+    /// the host has no page there. The VMM's main thread makes it (the
+    /// thread that serves the balloon; QEMU's I/O threads are not
+    /// modelled), then the completion (the used ring and the injected
+    /// interrupt, a virtqueue round trip with the request's notify), and
+    /// the guest's first use of the data: an EPT violation when the frame
+    /// has no SPTE. Returns the guests' time when the guest has the data.
+    pub fn blk_read(&mut self, cpu: u32, pfn: Pfn, block: u64, t: Ns, stat: &mut VmStat) -> Result<Ns, Error> {
+        let g = self.cur;
+        let Vm { mm, vmm, base, image, fd, .. } = self.vms[g];
+        let cached = self.k.inodes[image as usize].pages.get(&block).is_some();
+        // preadv: the position is the call's own.
+        if let Some(f) = self.k.mms[mm as usize].fd(fd) {
+            f.pos = block << 12;
+        }
+        let t0 = t + self.epoch;
+        let promoted = self.k.stat.get(Stat::PgpromoteSuccess);
+        let (r, end) = run(&mut self.k, vmm, t0, Op::Read { fd, len: 4096, buf: base + ((pfn as u64) << 12) });
+        if r != Ret::Val(4096) {
+            return Err(Error::OutOfMemory(format!("host: guest {g}'s read of disk block {block} failed ({r:?})")));
+        }
+        let vm = &mut self.vms[g];
+        vm.blk_reads += 1;
+        vm.blk_read_misses += !cached as u64;
+        vm.blk_ns += end - t0;
+        // The promotion work the read queued ran as it returned.
+        vm.blk_promoted += (self.k.stat.get(Stat::PgpromoteSuccess) - promoted) as u64;
+        self.sync_gauges(stat);
+        self.touch(cpu, pfn, 1, end + self.vq_roundtrip - self.epoch, stat)
+    }
+
     /// The flush the current guest owes its vCPUs for SPTEs the host
     /// dropped (kvm_flush_remote_tlbs), if any: taken, for the guest kernel
     /// to apply.
@@ -571,6 +658,9 @@ impl super::HostKernel for KvmHost {
     }
     fn discard_range(&mut self, pfn: Pfn, n: u64, t: Ns, stat: &mut VmStat) -> Ns {
         KvmHost::discard_range(self, pfn, n, t, stat)
+    }
+    fn blk_read(&mut self, cpu: u32, pfn: Pfn, block: u64, t: Ns, stat: &mut VmStat) -> Result<Ns, String> {
+        KvmHost::blk_read(self, cpu, pfn, block, t, stat).map_err(|e| e.to_string())
     }
     fn take_flush(&mut self) -> Option<Ns> {
         KvmHost::take_flush(self).then_some(self.vm_exit)

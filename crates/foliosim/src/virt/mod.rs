@@ -44,6 +44,11 @@ pub trait HostKernel {
     /// The VMM discards the reported range [pfn, pfn + n) at `t`. Returns
     /// the host time it takes.
     fn discard_range(&mut self, pfn: Pfn, n: u64, t: Ns, stat: &mut VmStat) -> Ns;
+    /// A virtio-blk read of block `block` (4 KiB) of the guest's disk into
+    /// its frame `pfn`, asked by vCPU `cpu` at `t`: the VMM reads its disk
+    /// image through the host's page cache. Returns when the guest has the
+    /// data in `pfn`, or why the host could not read it.
+    fn blk_read(&mut self, cpu: u32, pfn: Pfn, block: u64, t: Ns, stat: &mut VmStat) -> Result<Ns, String>;
     /// A remote flush owed to the guest's vCPUs, taken, and what each
     /// vCPU pays for it.
     fn take_flush(&mut self) -> Option<Ns>;
@@ -92,6 +97,20 @@ impl Host {
             Err(e) => {
                 h.fail(e);
                 0
+            }
+        }
+    }
+
+    /// vCPU `cpu` reads block `block` of the guest's disk into frame `pfn`
+    /// at `t` (the trait's `blk_read`). Returns when the data is there; a
+    /// read the host could not make stops the run, as a touch's does.
+    pub fn blk_read(&mut self, cpu: u32, pfn: Pfn, block: u64, t: Ns, stat: &mut VmStat) -> Ns {
+        let h = &mut self.0;
+        match h.blk_read(cpu, pfn, block, t, stat) {
+            Ok(end) => end,
+            Err(e) => {
+                h.fail(e);
+                t
             }
         }
     }

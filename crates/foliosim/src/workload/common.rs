@@ -172,12 +172,14 @@ pub mod testutil {
         pub next_id: TaskId,
         pub tasks: Vec<(TaskId, Spawn)>,
         pub files: Vec<(FsKind, u64, bool)>,
+        /// Which of `files` were made on disk only (create_file_on_disk).
+        pub on_disk: Vec<usize>,
     }
 
     impl FakeEnv {
         /// Task ids start at 100 (not 0) so workloads must map them.
         pub fn new(nr_cpus: u32) -> Self {
-            FakeEnv { nr_cpus, next_id: 100, tasks: Vec::new(), files: Vec::new() }
+            FakeEnv { nr_cpus, next_id: 100, tasks: Vec::new(), files: Vec::new(), on_disk: Vec::new() }
         }
         pub fn ids(&self) -> Vec<TaskId> {
             self.tasks.iter().map(|t| t.0).collect()
@@ -195,6 +197,10 @@ pub mod testutil {
             self.files.push((fs, size, populate));
             // File ids start at 7 so workloads must keep them.
             Ok(7 + self.files.len() as FileId - 1)
+        }
+        fn create_file_on_disk(&mut self, fs: FsKind, size: u64) -> Result<FileId, Error> {
+            self.on_disk.push(self.files.len());
+            self.create_file(fs, size, false)
         }
         fn spawn_process(&mut self, cpu: Option<u32>) -> Result<TaskId, Error> {
             let id = self.next_id;

@@ -248,6 +248,12 @@ pub trait SetupEnv {
     /// Create a file; if `populate`, its page cache is filled as if written
     /// with zeroes (no simulated time). Returns its id for `Op::Open`.
     fn create_file(&mut self, fs: FsKind, size: u64, populate: bool) -> Result<FileId, Error>;
+    /// Create a file whose `size` bytes are on its disk and none of them
+    /// in the page cache: its first reads read them in (major faults).
+    fn create_file_on_disk(&mut self, fs: FsKind, size: u64) -> Result<FileId, Error> {
+        let _ = (fs, size);
+        Err(Error::Workload("this environment cannot make a file that is only on disk".into()))
+    }
     /// create_file with the populated cache placed on node `node` first
     /// (as a reader bound there with mbind would leave it); `hot`: the
     /// folios start referenced and active, as after several earlier reads.

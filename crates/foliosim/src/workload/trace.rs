@@ -146,6 +146,9 @@ pub struct TraceReplay {
     /// `jobs = "cpus"`: as many job slots as the simulated machine has CPUs
     /// (set at setup), as `make -j$(nproc)` gets on each machine.
     jobs_per_cpu: bool,
+    /// `cache = "cold"`: the files the program found are on disk and not
+    /// in the page cache, as on the first run after boot.
+    cold: bool,
     /// Basenames of the job servers' files.
     jobserver: Vec<String>,
     /// Tokens free in the jobserver.
@@ -175,6 +178,7 @@ impl TraceReplay {
             p.u64("jobs", 0).map_err(|_| "jobs: expected a number of job slots or \"cpus\"".to_string())?
         };
         let jobserver = p.string("jobserver")?.unwrap_or_else(|| "make".into());
+        let cold = p.choice("cache", "warm", &["warm", "cold"])? == "cold";
         p.finish()?;
         let path = path.ok_or_else(|| "path: required (the trace file written by `foliosim record`)".to_string())?;
         if jobs > 1 << 16 {
@@ -184,6 +188,7 @@ impl TraceReplay {
         let mut r = Self::from_trace(path, trace);
         r.jobs = jobs as u32;
         r.jobs_per_cpu = per_cpu;
+        r.cold = cold;
         r.jobserver = jobserver.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect();
         Ok(r)
     }
@@ -217,6 +222,7 @@ impl TraceReplay {
             trace,
             jobs: 0,
             jobs_per_cpu: false,
+            cold: false,
             jobserver: vec!["make".into()],
             tokens: 0,
             fault_ns,
@@ -658,9 +664,13 @@ impl Workload for TraceReplay {
         self.file_ids.clear();
         for (size, _, flags) in &self.trace.files {
             // Files the program found are read from a warm page cache, as
-            // on a re-run; the ones it created start empty.
-            let warm = flags & tf::FILE_CREATED == 0;
-            self.file_ids.push(env.create_file(FsKind::Disk, page_up((*size).max(PAGE)), warm)?);
+            // on a re-run, or from disk on a cold one; the ones it created
+            // start empty.
+            let found = flags & tf::FILE_CREATED == 0;
+            let size = page_up((*size).max(PAGE));
+            let id =
+                if found && self.cold { env.create_file_on_disk(FsKind::Disk, size)? } else { env.create_file(FsKind::Disk, size, found)? };
+            self.file_ids.push(id);
         }
         let task = env.spawn_process(None)?;
         self.sim.insert(task, 0);
@@ -748,6 +758,11 @@ fn params() -> Vec<ParamSpec> {
             help: "job slots of the recorded makes, as make -jN's jobserver gives them (a make recorded at -j8 replays at -jN); \"cpus\": one per simulated CPU, as make -j$(nproc); 0: every wait4 where it was recorded",
         },
         ParamSpec { name: "jobserver", default: "make".into(), help: "file names (comma-separated) of the programs `jobs` applies to" },
+        ParamSpec {
+            name: "cache",
+            default: "warm".into(),
+            help: "the page cache of the files the program found: \"warm\" (all cached, as on a re-run) or \"cold\" (on disk only, as the first run after boot: each page's first read or fault reads it in)",
+        },
     ]
 }
 
@@ -949,5 +964,24 @@ mod tests {
             ops,
             [Op::Lseek { fd, off: 8192 }, Op::Read { fd, len: 100, buf: 0 }, Op::Lseek { fd, off: 0 }, Op::Write { fd, len: 4096, buf: 0 }]
         );
+    }
+
+    #[test]
+    fn a_cold_cache_leaves_the_files_the_program_found_on_disk_only() {
+        let recs = [
+            Record::File { size: 5 * PAGE, path: "/src/a.c".into(), flags: 0 },
+            Record::File { size: PAGE, path: "/obj/a.o".into(), flags: tf::FILE_CREATED },
+            Record::Root { tid: 1 },
+            Record::Task { tid: 1 },
+            Record::Exit { code: 0 },
+        ];
+        for (cache, populated, on_disk) in [("warm", [true, false], vec![]), ("cold", [false, false], vec![0])] {
+            let mut w = TraceReplay::from_records("t".into(), &recs).unwrap();
+            w.cold = cache == "cold";
+            let mut env = super::super::common::testutil::FakeEnv::new(1);
+            w.setup(&mut env).unwrap();
+            assert_eq!(env.files.iter().map(|f| f.2).collect::<Vec<_>>(), populated, "{cache}");
+            assert_eq!(env.on_disk, on_disk, "{cache}");
+        }
     }
 }

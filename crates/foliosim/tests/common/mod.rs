@@ -46,7 +46,7 @@ impl H {
         guest_knobs: &foliosim::kernel::knobs::Knobs,
     ) {
         use foliosim::virt::kvm::{GuestShape, KvmHost};
-        let shape = GuestShape { nr_frames: self.k.mem_bytes() >> 12, nr_vcpus: self.k.nr_cpus() };
+        let shape = GuestShape { nr_frames: self.k.mem_bytes() >> 12, nr_vcpus: self.k.nr_cpus(), image: 0 };
         let discard = foliosim::policy::host_discard(guest_knobs).unwrap();
         let mut host = KvmHost::boot(hc.profile, hc.knobs, 1, &[shape], discard, guest_prof, guest_knobs.host_prealloc, true).unwrap();
         host.back_allocated(&self.k).unwrap();
