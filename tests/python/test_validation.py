@@ -200,7 +200,11 @@ def test_validate_quick_bounds_on_what_the_model_covers(host_profile):
     # (which holds the lock while it changes the knobs) has restored them.
     with _host.knob_lock():
         before = knob_snapshot()
-    r = cli("validate", "--quick", "--json", "--profile", str(host_profile), "--out", str(host_profile.parent / "val"))
+    # Three repeats, not quick's two: the page_fault3 threads row below is
+    # judged against the range of its repeats, and with two, runs whose
+    # real threads drifted out of phase in both repeats left the prediction
+    # just outside it (stop 40's CI, and again in a CI run of 19f470a).
+    r = cli("validate", "--quick", "--repeats", "3", "--json", "--profile", str(host_profile), "--out", str(host_profile.parent / "val"))
     with _host.knob_lock():
         after = knob_snapshot()
     assert after == before, "validate must restore every knob"
