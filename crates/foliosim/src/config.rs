@@ -72,21 +72,19 @@ pub struct Config {
 }
 
 impl Config {
-    /// Guest `g`'s workload, name and parameters: its `[[guest]]` entry
-    /// (g mod their number), or `[workload]` when the config has none.
-    /// Which entry of `guest_workloads` guest `g` runs (0 without them):
-    /// guests of one entry are clones of one template, with one disk image.
+    /// Which entry of `guest_workloads` guest `g` runs (g mod their
+    /// number; 0 without them): guests of one entry are clones of one
+    /// template, with one disk image.
     pub fn guest_entry(&self, g: usize) -> usize {
         g % self.guest_workloads.len().max(1)
     }
 
+    /// Guest `g`'s workload, name and parameters: its `[[guest]]` entry
+    /// (`guest_entry`), or `[workload]` when the config has none.
     pub fn guest_workload(&self, g: usize) -> (&str, &RawParams) {
-        match self.guest_workloads.len() {
-            0 => (&self.workload, &self.workload_params),
-            n => {
-                let (name, raw) = &self.guest_workloads[self.guest_entry(g) % n];
-                (name, raw)
-            }
+        match self.guest_workloads.get(self.guest_entry(g)) {
+            None => (&self.workload, &self.workload_params),
+            Some((name, raw)) => (name, raw),
         }
     }
 }

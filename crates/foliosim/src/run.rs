@@ -46,9 +46,7 @@ impl SetupEnv for Env<'_> {
         Ok(id)
     }
     fn create_file_on_disk(&mut self, fs: FsKind, size: u64) -> Result<FileId, Error> {
-        let id = self.k.new_inode(fs, size);
-        self.k.inodes[id as usize].data_pages = size.div_ceil(4096);
-        Ok(id)
+        Ok(self.k.new_inode_on_disk(fs, size))
     }
     fn create_file_on(&mut self, fs: FsKind, size: u64, populate: bool, node: Option<u32>, hot: bool) -> Result<FileId, Error> {
         let nid = node.unwrap_or(self.k.cpus[0].node);

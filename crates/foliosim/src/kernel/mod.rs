@@ -330,4 +330,12 @@ impl Kernel {
         self.inodes.push(Inode::new(id, fs, size));
         id
     }
+
+    /// `new_inode` with every page of it on disk (data, not a hole), as a
+    /// file written before boot: its first reads read it in.
+    pub fn new_inode_on_disk(&mut self, fs: crate::workload::FsKind, size: u64) -> u32 {
+        let id = self.new_inode(fs, size);
+        self.inodes[id as usize].data_pages = size.div_ceil(4096);
+        id
+    }
 }

@@ -149,13 +149,8 @@ impl KvmHost {
         let mut pinned = vec![0usize; node_cpus.len()];
         // The disk images, files of the host's filesystem, every block of
         // them data (QEMU's raw images with `cache=writeback`).
-        let images: Vec<u32> = (0..guests.iter().map(|s| s.image + 1).max().unwrap_or(0))
-            .map(|_| {
-                let ino = k.new_inode(FsKind::Disk, IMAGE_BYTES);
-                k.inodes[ino as usize].data_pages = IMAGE_BYTES >> 12;
-                ino
-            })
-            .collect();
+        let images: Vec<u32> =
+            (0..guests.iter().map(|s| s.image + 1).max().unwrap_or(0)).map(|_| k.new_inode_on_disk(FsKind::Disk, IMAGE_BYTES)).collect();
         for (g, s) in guests.iter().enumerate() {
             let mm = k.new_mm();
             let sock = g % node_cpus.len();
