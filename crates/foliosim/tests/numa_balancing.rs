@@ -542,3 +542,18 @@ fn scanning_a_top_tier_buffer_changes_nothing_but_costs_the_reader_time() {
     assert!(n >= t, "without a buffer there is nothing to walk: {n} vs {t}");
     assert!(sys(&tiering) > 0 && sys(&base) > 0);
 }
+
+/// A thread that promotes but never scans (the other thread of the mm
+/// scans) starts from init_numa_balancing's period, the scan delay, and
+/// doubles it at each pass, as the scanning thread does: its
+/// update_task_scan_period moves the mm's next scan that far on, never to
+/// the moment of its fault (from a period of 0, which made the mm's scan
+/// due at once: the reader, returning to user space, scanned too).
+#[test]
+fn a_thread_that_never_scanned_doubles_the_scan_delay() {
+    let o = two_threads("");
+    no_violations(&o);
+    let reader = o.kernel.tasks().iter().filter(|t| t.kthread.is_none()).find(|t| !t.numa.ticked).expect("the reading thread never scans");
+    let (p, delay) = (reader.numa.scan_period_ms, 1000);
+    assert!(p >= 2 * delay && (p / delay).is_power_of_two(), "{p}");
+}

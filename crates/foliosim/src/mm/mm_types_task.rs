@@ -115,8 +115,12 @@ pub struct TaskUbc {
 /// A task's NUMA-balancing state (task_struct's numa_* fields).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct TaskNuma {
-    /// p->numa_scan_period, ms; 0 until the task first scans.
+    /// p->numa_scan_period, ms; 0 until first needed, when it takes
+    /// init_numa_balancing's value (the scan delay) or, at the task's
+    /// first scan, task_scan_start.
     pub scan_period_ms: u64,
+    /// task_tick_numa has set p->node_stamp: the task has scanned.
+    pub ticked: bool,
     /// p->numa_scan_period_max, ms.
     pub scan_period_max_ms: u64,
     /// p->numa_scan_seq: the mm's pass count at the task's last placement.

@@ -91,9 +91,10 @@ impl Kernel {
         if now < m.numa_next_scan {
             return;
         }
-        if self.tasks[tid as usize].numa.scan_period_ms == 0 {
+        if !self.tasks[tid as usize].numa.ticked {
             let (start, max) = (self.task_scan_min(mm), self.task_scan_max(mm));
             let n = &mut self.tasks[tid as usize].numa;
+            n.ticked = true;
             n.scan_period_ms = start;
             n.scan_period_max_ms = max;
         }
@@ -180,6 +181,14 @@ impl Kernel {
     fn task_numa_fault(&mut self, tid: u32, t: Ns, pages: u64, local: bool) {
         let mm = self.tasks[tid as usize].mm;
         let seq = self.mms[mm as usize].numa_scan_seq;
+        // A thread that faults before it ever scanned (another thread of
+        // the mm scans) still has init_numa_balancing's period: the scan
+        // delay. Doubling from 0 would make the mm's scan due at once.
+        let delay_ms = self.knobs.numa_scan_delay_ms;
+        let n = &mut self.tasks[tid as usize].numa;
+        if n.scan_period_ms == 0 {
+            n.scan_period_ms = delay_ms;
+        }
         if self.tasks[tid as usize].numa.scan_seq != seq {
             let max = self.task_scan_max(mm);
             let n = &mut self.tasks[tid as usize].numa;
