@@ -252,6 +252,25 @@ fn a_write_after_promotion_reuses_the_exclusive_anon_page() {
     assert_eq!(stat(&rw, "foliosim_fault_cow"), stat(&ro, "foliosim_fault_cow"));
 }
 
+/// Migration keeps each page's AnonExclusive (remove_migration_pte maps
+/// a page RMAP_EXCLUSIVE from its exclusive migration entry), tail pages
+/// of a large folio as much as the head: a write after the promotion of a
+/// 64 KiB folio reuses every page of it, never copies.
+#[test]
+fn a_write_after_promotion_of_a_64k_folio_reuses_every_page() {
+    let knobs = format!("{TIERING}\"kernel/mm/transparent_hugepage/hugepages-64kB/enabled\" = \"always\"\n");
+    let p = Params { write_at_end: true, ..Params::default() };
+    let ro = sim(Params::default(), 3.5, &knobs);
+    let rw = sim(p, 3.5, &knobs);
+    no_violations(&rw);
+    assert!(stat(&rw, "foliosim_mthp_fault_alloc") > 0);
+    assert!(stat(&rw, "pgpromote_success") > 0);
+    let (a, b) = (region(&ro, DATA, 8), region(&rw, DATA, 8));
+    let reused = a.iter().zip(&b).filter(|((pa, na), (pb, _))| *na == 0 && pa.pfn() == pb.pfn() && pb.write()).count();
+    assert!(reused >= a.len() - 32, "{reused} of {}", a.len());
+    assert_eq!(stat(&rw, "foliosim_fault_cow"), stat(&ro, "foliosim_fault_cow"));
+}
+
 #[test]
 fn nothing_moves_without_tiering_mode() {
     for knobs in ["", "\"kernel.numa_balancing\" = 1\n"] {

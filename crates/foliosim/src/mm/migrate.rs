@@ -127,11 +127,14 @@ impl Kernel {
         }
         for i in 1..nr as u32 {
             let (m, ix) = (mapping, index + i as u64);
+            // AnonExclusive is each page's own: the migration entry of a
+            // tail page carries it as the head's does.
+            let excl = self.mem_map.get(src + i).flags & pg::ANON_EXCLUSIVE;
             let p = self.mem_map.get_mut(new + i);
             p.mapping = m;
             p.index = ix;
             if anon {
-                p.flags |= pg::ANON;
+                p.flags |= pg::ANON | excl;
             }
         }
         if !anon {
