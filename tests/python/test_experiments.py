@@ -145,6 +145,20 @@ def test_a_bad_config_key_is_reported_before_anything_runs(tmp_path):
     assert "runs.a" in msg and "workload" in msg, msg
 
 
+@pytest.mark.parametrize("lets, where", [
+    ('x = "y + 1"\ny = "2"\n', "let.x: unknown name 'y' (a let defined below it"),
+    ('x = "f\'{nowhere:.1f}\'"\n', "let.x: unknown name 'nowhere'"),
+])
+def test_a_let_reading_an_unknown_name_is_refused_before_anything_runs(tmp_path, lets, where):
+    p = _write(tmp_path, BASE + "[let]\n" + lets + '[[rows]]\nlabel = "x"\nmetric = "m"\nsimulated = "1"\n')
+    with pytest.raises(R.ExperimentError) as e:
+        R.load(p)
+    assert where in str(e.value), e.value
+    # Comprehension targets, runs, earlier lets and functions are known.
+    ok = 'y = "2"\nx = "sum([r.summary.ops_per_s * y for r in runs]) + max(a.summary.ops_per_s, 1)"\n'
+    R.load(_write(tmp_path, BASE + "[let]\n" + ok + '[[rows]]\nlabel = "x"\nmetric = "m"\nsimulated = "x"\n'))
+
+
 def test_a_published_value_needs_its_figure(tmp_path):
     p = _write(tmp_path, BASE + '[[rows]]\nlabel = "x"\nmetric = "m"\npublished = "42.0"\nsimulated = "1"\n')
     exp = R.load(p)

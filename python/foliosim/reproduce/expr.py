@@ -27,7 +27,7 @@ import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
-__all__ = ["FUNCTIONS", "Expr", "ExprError", "Template", "TemplateError", "check_note_text", "evaluate", "texts_of"]
+__all__ = ["FUNCTIONS", "Expr", "ExprError", "Template", "TemplateError", "check_note_text", "evaluate", "free_names", "texts_of"]
 
 MAX_SEQUENCE = 10_000_000
 MAX_EXPONENT = 64
@@ -220,6 +220,18 @@ class Expr:
 
     def __repr__(self) -> str:
         return f"Expr({self.source!r})"
+
+
+def free_names(e: Expr) -> set[str]:
+    """The names `e` reads and does not bind itself (a comprehension's
+    targets bind; bound anywhere in `e` counts as bound, so a name it
+    reports is certainly read from outside)."""
+    loads: set[str] = set()
+    stores: set[str] = set()
+    for node in ast.walk(e.tree):
+        if isinstance(node, ast.Name):
+            (stores if isinstance(node.ctx, ast.Store) else loads).add(node.id)
+    return loads - stores
 
 
 _ALLOWED = (

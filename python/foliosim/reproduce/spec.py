@@ -77,7 +77,7 @@ from .. import _core
 from .. import config as _config
 from .. import programs as _programs
 from ..sweep import point_id
-from .expr import Expr, ExprError, Template, TemplateError, evaluate
+from .expr import FUNCTIONS, Expr, ExprError, Template, TemplateError, evaluate, free_names
 
 __all__ = ["EntrySpec", "Experiment", "ExperimentError", "NoteSpec", "RowSpec", "RunSpec", "SeriesSpec", "load"]
 
@@ -467,6 +467,12 @@ def load(path: str | Path) -> Experiment:
         if not _IDENT.match(k) or k in RESERVED or k in names:
             raise exp.err(f"let.{k}", "a plain name that no run, sweep or reserved name uses")
         exp.lets.append((k, _expr(exp, v, f"let.{k}")))
+        # Lets are evaluated in order, after the runs: a name that is not
+        # known yet would end a long reproduction at its end.
+        undefined = sorted(n for n in free_names(exp.lets[-1][1]) if n not in names and n not in RESERVED and n not in FUNCTIONS and n != "profile")
+        if undefined:
+            below = " (a let defined below it: lets are evaluated in order)" if undefined[0] in lets else ""
+            raise exp.err(f"let.{k}", f"unknown name {undefined[0]!r}{below}")
         names.add(k)
     rows = doc.get("rows") or []
     if not isinstance(rows, list) or not rows:
