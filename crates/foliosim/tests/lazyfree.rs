@@ -35,6 +35,9 @@ fn clean_lazyfree_pages_go_without_io_and_a_rewritten_one_stays() {
     assert!(pte(&h, base).is_none() && pte(&h, base + (6 << 12)).is_none(), "clean pages are dropped");
     assert_eq!(h.stat("pglazyfreed"), PAGES as i64 - 1);
     assert_eq!(h.stat("pswpout") + h.stat("pgpageout"), 0, "nothing written");
+    // Lazily freed folios sit on the file LRUs (folio_is_file_lru).
+    assert_eq!(h.stat("pgsteal_file"), PAGES as i64 - 1);
+    assert_eq!(h.stat("pgsteal_anon"), 0);
     assert!(h.violations().is_empty(), "{:?}", h.violations());
 }
 

@@ -196,6 +196,9 @@ fn kswapd_demotes_to_cxl_when_enabled_and_drops_otherwise() {
     assert!(stat(&on, "pgdemote_kswapd") > 0);
     assert!(stat(&on, "pgsteal_kswapd") >= stat(&on, "pgdemote_kswapd"));
     assert!(stat(&on, "pgscan_kswapd") >= stat(&on, "pgsteal_kswapd"));
+    // Every page that left came from the file LRUs.
+    assert_eq!(stat(&on, "pgsteal_file"), stat(&on, "pgsteal_kswapd") + stat(&on, "pgsteal_direct"));
+    assert_eq!(stat(&on, "pgsteal_anon"), 0);
     // Without demotion kswapd only runs in tiering mode; there it drops.
     let off = sim(&format!("{base}\"kernel.numa_balancing\" = 2\n"));
     assert!(off.kernel.check().violations.is_empty(), "{:?}", off.kernel.check().violations);
@@ -305,6 +308,9 @@ fn demotion_fills_cxl_to_its_min_mark_and_what_fails_goes_to_swap() {
     assert!(demoted > 10_000, "DRAM's kswapd demoted {demoted} pages");
     assert!(failed > 0, "no demotion found CXL at its min mark");
     assert!(out > 0 && stat(&s, "pgsteal_kswapd") >= demoted + out / 2, "swap took what demotion could not: {out}");
+    // Demoted or swapped, every page that left came from the anon LRUs.
+    assert_eq!(stat(&s, "pgsteal_anon"), stat(&s, "pgsteal_kswapd") + stat(&s, "pgsteal_direct"));
+    assert_eq!(stat(&s, "pgsteal_file"), 0);
 }
 
 /// cxl-2s, a DRAM and a CXL node per socket, shrunk to 256 MiB DRAM and

@@ -219,12 +219,17 @@ impl Kernel {
         let mut victims: [Vec<Pfn>; 2] = Default::default();
         let mut demote = Vec::new();
         let mut taken = 0;
+        // Pages that left, by the LRU they came from (pgsteal_anon/_file).
+        let mut steal = [0u64; 2];
         for &pfn in cand {
             let p = self.mem_map.get(pfn);
             let mapped = self.folio_mapcount(pfn);
             let anon = p.flags & pg::ANON != 0;
             // MADV_FREE'd: dropped unless written again (mm/madvise.rs).
             let lazyfree = anon && p.flags & pg::SWAPBACKED == 0;
+            // The LRU it was taken from (folio_is_file_lru): lazily freed
+            // anonymous folios sit on the file lists.
+            let file_lru = usize::from(p.flags & pg::SWAPBACKED == 0);
             // Anonymous folios leave by demotion, or to swap.
             let evictable = if lazyfree {
                 p.refcount == mapped && can_unmap
@@ -262,16 +267,30 @@ impl Kernel {
             };
             t = t1;
             freed += n;
+            steal[file_lru] += n;
         }
         let mut demoted = 0;
         if let Some(dst) = demote_to {
             if !demote.is_empty() {
                 let allowed = self.tier.demotion_allowed(nid as u32);
                 let mut to = MigrateDst::Demote { target: dst, allowed };
+                // Each folio's type and size, read before the move frees it.
+                let kinds: Vec<(usize, u64)> = demote
+                    .iter()
+                    .map(|&pfn| {
+                        let p = self.mem_map.get(pfn);
+                        (usize::from(p.flags & pg::SWAPBACKED == 0), 1u64 << p.order)
+                    })
+                    .collect();
                 let (moved, failed, t1) = self.migrate_pages_to(t, cpu, &demote, &mut to, MigrateReason::Tiering);
                 t = t1;
                 demoted = moved;
                 freed += moved;
+                for (&pfn, &(kind, nr)) in demote.iter().zip(&kinds) {
+                    if !failed.contains(&pfn) {
+                        steal[kind] += nr;
+                    }
+                }
                 // The targets are allocated GFP_NOWAIT on the target node
                 // (alloc_demote_folio): one that went below its low mark
                 // took the slow path, which wakes the target's kswapd.
@@ -296,9 +315,12 @@ impl Kernel {
                     };
                     t = t1;
                     freed += n;
+                    steal[usize::from(flags & pg::SWAPBACKED == 0)] += n;
                 }
             }
         }
+        self.stat.add(Stat::PgstealAnon, steal[0] as i64);
+        self.stat.add(Stat::PgstealFile, steal[1] as i64);
         // LUF'd folios: hand their CPUs over (or give up into the ordinary
         // batch), then one flush for the rest.
         let mut g = 0;

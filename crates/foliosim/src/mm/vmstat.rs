@@ -51,6 +51,8 @@ stats! {
     PgstealDirect = "pgsteal_direct" : "pages reclaimed by direct reclaim",
     PgscanKswapd = "pgscan_kswapd" : "pages scanned by kswapd",
     PgstealKswapd = "pgsteal_kswapd" : "pages reclaimed by kswapd",
+    PgstealAnon = "pgsteal_anon" : "pages reclaimed from the anon LRUs (kswapd and direct, demoted ones included)",
+    PgstealFile = "pgsteal_file" : "pages reclaimed from the file LRUs (page cache and lazily freed anon)",
     Pgreuse = "pgreuse" : "write faults that reused the page in place (wp_page_reuse)",
     Pgpgin = "pgpgin" : "KiB read from the disk-like file system",
     Pswpin = "pswpin" : "pages read back from swap",
