@@ -14,6 +14,7 @@
 //! arrival from another task's step (`horizon`).
 
 pub mod bw;
+pub mod earliest;
 pub mod lock;
 pub mod rng;
 pub mod sched;

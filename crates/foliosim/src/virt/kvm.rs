@@ -475,15 +475,19 @@ impl KvmHost {
         Ok(t)
     }
 
-    /// When the host's NUMA balancing (memory tiering mode) next scans a
-    /// guest's RAM, in the guests' time, and which guest: the earliest due
-    /// VMM mm (`numa_next_scan`). None when the host does not scan.
-    pub fn numa_scan_due(&self) -> Option<(Ns, usize)> {
+    /// When the host's NUMA balancing (memory tiering mode) next scans
+    /// each guest's RAM (its VMM mm's `numa_next_scan`), in the guests'
+    /// time; empty when the host does not scan.
+    pub fn numa_scans_due(&self) -> Vec<Ns> {
         if self.k.knobs.numa_balancing & NUMA_BALANCING_MEMORY_TIERING == 0 {
-            return None;
+            return Vec::new();
         }
-        let due = |g: usize| self.k.mms[self.vms[g].mm as usize].numa_next_scan.max(self.epoch) - self.epoch;
-        (0..self.vms.len()).map(|g| (due(g), g)).min()
+        (0..self.vms.len()).map(|g| self.numa_scan_due_of(g)).collect()
+    }
+
+    /// When the scan of guest `g`'s VMM is due, in the guests' time.
+    pub fn numa_scan_due_of(&self, g: usize) -> Ns {
+        self.k.mms[self.vms[g].mm as usize].numa_next_scan.max(self.epoch) - self.epoch
     }
 
     /// task_numa_work over guest `g`'s VMM mm, on its first vCPU thread at
