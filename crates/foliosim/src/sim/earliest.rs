@@ -52,12 +52,16 @@ impl Earliest {
         (m.0 != Ns::MAX).then_some(m)
     }
 
-    /// The earliest time of every entry but `i` (`Ns::MAX` if none).
-    pub fn min_except(&mut self, i: usize) -> Ns {
-        let t = self.get(i);
-        self.set(i, Ns::MAX);
-        let m = self.min().map_or(Ns::MAX, |m| m.0);
-        self.set(i, t);
+    /// The earliest time of every entry but `i` (`Ns::MAX` if none): the
+    /// earliest of the sibling subtrees on the way from `i` to the root.
+    #[inline]
+    pub fn min_except(&self, i: usize) -> Ns {
+        let mut p = self.leaves + i;
+        let mut m = Ns::MAX;
+        while p > 1 {
+            m = m.min(self.t[p ^ 1].0);
+            p /= 2;
+        }
         m
     }
 }
