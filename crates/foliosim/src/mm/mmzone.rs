@@ -247,6 +247,13 @@ impl LruRun {
     }
 }
 
+/// folio_is_file_lru: whether a folio with these flags sits on the file
+/// lists (page cache, and lazily freed anonymous folios: not swap-backed).
+#[inline(always)]
+pub fn folio_is_file_lru(flags: u32) -> bool {
+    flags & pg::SWAPBACKED == 0
+}
+
 /// Which LRU list a folio belongs on, from its flags: an index of `Lru`
 /// (and of `LruVec::lists`), without branches but PG_unevictable's.
 #[inline(always)]
@@ -255,7 +262,7 @@ pub fn folio_lru_list(flags: u32) -> usize {
         return Lru::Unevictable as usize;
     }
     // InactiveAnon, ActiveAnon, InactiveFile, ActiveFile: file is bit 1.
-    (((flags & pg::SWAPBACKED == 0) as usize) << 1) | (flags & pg::ACTIVE != 0) as usize
+    ((folio_is_file_lru(flags) as usize) << 1) | (flags & pg::ACTIVE != 0) as usize
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@
 
 use super::mem_map::pg;
 use super::migrate::{MigrateDst, MigrateReason};
-use super::mmzone::Lru;
+use super::mmzone::{folio_is_file_lru, Lru};
 use super::vmstat::Stat;
 use super::Pfn;
 use crate::kernel::Kernel;
@@ -227,9 +227,7 @@ impl Kernel {
             let anon = p.flags & pg::ANON != 0;
             // MADV_FREE'd: dropped unless written again (mm/madvise.rs).
             let lazyfree = anon && p.flags & pg::SWAPBACKED == 0;
-            // The LRU it was taken from (folio_is_file_lru): lazily freed
-            // anonymous folios sit on the file lists.
-            let file_lru = usize::from(p.flags & pg::SWAPBACKED == 0);
+            let file_lru = usize::from(folio_is_file_lru(p.flags));
             // Anonymous folios leave by demotion, or to swap.
             let evictable = if lazyfree {
                 p.refcount == mapped && can_unmap
@@ -274,23 +272,16 @@ impl Kernel {
             if !demote.is_empty() {
                 let allowed = self.tier.demotion_allowed(nid as u32);
                 let mut to = MigrateDst::Demote { target: dst, allowed };
-                // Each folio's type and size, read before the move frees it.
-                let kinds: Vec<(usize, u64)> = demote
-                    .iter()
-                    .map(|&pfn| {
-                        let p = self.mem_map.get(pfn);
-                        (usize::from(p.flags & pg::SWAPBACKED == 0), 1u64 << p.order)
-                    })
-                    .collect();
+                // Counted before the move frees them; what fails to move
+                // is taken back out below.
+                for &pfn in &demote {
+                    let p = self.mem_map.get(pfn);
+                    steal[usize::from(folio_is_file_lru(p.flags))] += 1 << p.order;
+                }
                 let (moved, failed, t1) = self.migrate_pages_to(t, cpu, &demote, &mut to, MigrateReason::Tiering);
                 t = t1;
                 demoted = moved;
                 freed += moved;
-                for (&pfn, &(kind, nr)) in demote.iter().zip(&kinds) {
-                    if !failed.contains(&pfn) {
-                        steal[kind] += nr;
-                    }
-                }
                 // The targets are allocated GFP_NOWAIT on the target node
                 // (alloc_demote_folio): one that went below its low mark
                 // took the slow path, which wakes the target's kswapd.
@@ -302,7 +293,9 @@ impl Kernel {
                 // (shrink_folio_list's retry without the demotion pass),
                 // anonymous ones to swap if there is any.
                 for pfn in failed {
-                    let flags = self.mem_map.get(pfn).flags;
+                    let (flags, order) = (self.mem_map.get(pfn).flags, self.mem_map.get(pfn).order);
+                    let file_lru = usize::from(folio_is_file_lru(flags));
+                    steal[file_lru] -= 1 << order;
                     let (n, t1) = if flags & pg::ANON == 0 {
                         self.evict_isolated_file(t, cpu, tid, pfn, &mut victims)
                     } else if flags & pg::SWAPBACKED == 0 {
@@ -315,7 +308,7 @@ impl Kernel {
                     };
                     t = t1;
                     freed += n;
-                    steal[usize::from(flags & pg::SWAPBACKED == 0)] += n;
+                    steal[file_lru] += n;
                 }
             }
         }

@@ -48,7 +48,7 @@ impl Earliest {
     /// None if every entry is at `Ns::MAX`.
     #[inline]
     pub fn min(&self) -> Option<(Ns, usize)> {
-        let m = *self.t.get(1)?;
+        let m = self.t[1];
         (m.0 != Ns::MAX).then_some(m)
     }
 
