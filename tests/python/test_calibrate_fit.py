@@ -364,3 +364,22 @@ def test_verify_divides_munmap_time_by_the_pages_the_munmaps_took_down(monkeypat
     series = {"4K:anon:2": [{"ns_per_page": 1000.0, "faults_per_page": 1.0, "unmap_ns_per_page": 300.0}]}
     rows = cal.verify("generic-x86", series, sizes=(4,))
     assert rows[0]["unmap_ns_per_page"][0] == pytest.approx(300.0) and rows[0]["fault_ns"][0] == pytest.approx(1000.0), rows
+
+
+def test_an_add_chain_faster_than_any_clock_is_not_taken_for_the_clock():
+    """A core that folds add-immediate chains at rename ran calibrate.c's old
+    chain at four a cycle: a clock above MAX_CLOCK_GHZ falls back to
+    /proc/cpuinfo's, assumed, and says why."""
+    micro, series = synthetic()
+
+    def freq_line(clock: float) -> str:
+        micro["clock_ghz"] = clock
+        d = cal.Derivation(micro, series, 3)
+        d.vals.update({"alloc_anon_folio_ns": (200.0, "test"), "free_large_folio_ns": (100.0, "test")})
+        return next(ln for ln in cal.make_profile(d, "host").splitlines() if ln.startswith("freq_ghz "))
+    assert freq_line(3.781).startswith("freq_ghz = 3.781 ") and "[measured: validation/calibrate.c]" in freq_line(3.781)
+    bogus = freq_line(15.395)
+    if "cpu MHz" in bogus:  # a host whose /proc/cpuinfo gives a clock
+        assert "[assumed]" in bogus and "15.4 GHz" in bogus and "15.395" not in bogus.split("#")[0], bogus
+    else:
+        assert "15.395" not in bogus.split("#")[0], bogus
