@@ -6,6 +6,8 @@ structure with chosen values."""
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 
 import pytest
 
@@ -383,3 +385,20 @@ def test_an_add_chain_faster_than_any_clock_is_not_taken_for_the_clock():
         assert "[assumed]" in bogus and "15.4 GHz" in bogus and "15.395" not in bogus.split("#")[0], bogus
     else:
         assert "15.395" not in bogus.split("#")[0], bogus
+
+
+def test_the_read_and_write_cases_copy_from_where_copy_warm_bw_is_measured():
+    """The model charges a cached page's copy at copy_warm_bw_gbps, which
+    validation/calibrate.c measures over a working set that stays in L2;
+    the pread/pwrite cases' file must be that size, or the fitted per-folio
+    terms take in the copy from a farther cache level (a 4 MiB file put
+    three quarters of pagecache_read_ns there on a Granite Rapids host)."""
+    from foliosim import syscost
+    src = (Path(__file__).resolve().parents[2] / "validation" / "calibrate.c").read_text()
+    body = src[src.index("static double copy_warm_ns(void)"):]
+    m = re.search(r"size_t ws = (\d+) \* 1024", body[:body.index("\n}")])
+    assert m, "copy_warm_ns's working set"
+    assert int(m.group(1)) == syscost.FILE_KIB
+    for case, _, extra in syscost.PLAN:
+        if case in ("read", "write"):
+            assert extra == ["-f", str(syscost.FILE_KIB)], case
