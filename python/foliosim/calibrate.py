@@ -106,7 +106,21 @@ def measure_micro() -> dict[str, Any]:
         raise HostError(f"calibrate benchmark failed: {why_failed(r)}")
     micro: dict[str, Any] = json.loads(r.stdout)
     micro.update(measure_membw())
+    micro.update(measure_c2c())
     return micro
+
+
+def measure_c2c(rounds: int = 5) -> dict[str, Any]:
+    """validation/bin/c2c: one cache line handed between CPUs 0 and 1 by
+    compare-and-swap, the time per transfer (median of `rounds`); nothing
+    on a host with one CPU."""
+    if (os.cpu_count() or 1) < 2:
+        return {}
+    r = subprocess.run([str(build_validation() / "c2c"), str(rounds)], stdin=subprocess.DEVNULL, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise HostError(f"c2c failed: {why_failed(r)}")
+    out = json.loads(r.stdout)
+    return {"c2c_transfer_ns": out["transfer_ns"], "c2c_min_ns": out["min"], "c2c_max_ns": out["max"], "c2c_rounds": out["rounds"]}
 
 
 def measure_membw(rounds: int = 5, mib: int = 256) -> dict[str, Any]:
@@ -482,6 +496,10 @@ class Derivation:
         self.put("change_pte_scan_ns", mp - pte_set,
                  f"{src}: mprotect(PROT_READ) of {COLD_MIB} MiB of populated 4 KiB pages, {mp:.1f} ns per page ({self.sp(key(4, 'mprotect', COLD_MIB))}), "
                  "minus pte_set_ns: the NUMA scan's skip path reads the same PTEs and folios but writes none", floor=1.0)
+        if "c2c_transfer_ns" in m:
+            self.put("cacheline_same_socket_ns", m["c2c_transfer_ns"],
+                     f"validation/c2c.c: one line handed between CPUs 0 and 1 by compare-and-swap, median of {m['c2c_rounds']} rounds "
+                     f"({m['c2c_min_ns']:.0f}-{m['c2c_max_ns']:.0f} ns a transfer)")
         # From calibrate.c.
         syscall = m["syscall_ns"]
         self.put("syscall_ns", syscall, "validation/calibrate.c: getppid() loop")
@@ -582,7 +600,7 @@ def _tag(how: str) -> str:
     program that measured it, or generic-x86's value."""
     if how.startswith("[generic-x86]"):
         return _copied(how[len("[generic-x86]"):].strip() or "not measured here")
-    for prog in ("validation/syscost.c", "validation/faultcost.c", "validation/calibrate.c", "validation/membw.c"):
+    for prog in ("validation/syscost.c", "validation/faultcost.c", "validation/calibrate.c", "validation/membw.c", "validation/c2c.c"):
         if prog in how:
             return f"[measured: {prog}] {how}"
     return f"[assumed] {how}"

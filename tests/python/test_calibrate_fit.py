@@ -6,6 +6,7 @@ structure with chosen values."""
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 
@@ -402,3 +403,32 @@ def test_the_read_and_write_cases_copy_from_where_copy_warm_bw_is_measured():
     for case, _, extra in syscost.PLAN:
         if case in ("read", "write"):
             assert extra == ["-f", str(syscost.FILE_KIB)], case
+
+
+def test_the_core_to_core_transfer_is_measured_where_two_cpus_can_hand_a_line_over():
+    micro, series = synthetic()
+
+    def line_of(m: dict) -> str:
+        d = cal.Derivation(m, series, 3)
+        d.vals.update({"alloc_anon_folio_ns": (200.0, "test"), "free_large_folio_ns": (100.0, "test")})
+        return next(ln for ln in cal.make_profile(d, "host").splitlines() if ln.startswith("cacheline_same_socket_ns "))
+    # Without validation/c2c.c's figure (one CPU, or an older measurements
+    # file): generic-x86's, assumed.
+    assert "[assumed]" in line_of(micro)
+    micro.update({"c2c_transfer_ns": 109.53, "c2c_min_ns": 106.25, "c2c_max_ns": 112.32, "c2c_rounds": 5})
+    line = line_of(micro)
+    assert line.startswith("cacheline_same_socket_ns = 109.5 ") and "[measured: validation/c2c.c]" in line, line
+    assert "106-112 ns" in line
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="c2c hands a line between CPUs 0 and 1")
+def test_c2c_reports_one_transfer_and_refuses_bad_arguments():
+    import subprocess
+
+    from foliosim._host import build_validation
+    binary = build_validation() / "c2c"
+    out = json.loads(subprocess.run([str(binary), "3", "2000"], capture_output=True, text=True, check=True).stdout)
+    assert out["rounds"] == 3 and out["trips"] == 2000
+    assert 1.0 < out["min"] <= out["transfer_ns"] <= out["max"] < 1e5
+    bad = subprocess.run([str(binary), "0"], capture_output=True, text=True)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1
