@@ -25,7 +25,7 @@ LINT_STAMP := $(VENV)/.lint-stamp
 
 RAY_STAMP := $(VENV)/.ray-stamp
 
-.PHONY: demo test venv develop cargo-test pytest bench clean browser ray docs-tables validation fuzz validate golden lint toolchain reproductions check-reproductions docs-validation validation-public record-test-traces bench-record validate-programs programs traces
+.PHONY: demo test venv develop cargo-test pytest bench clean browser ray docs-tables validation fuzz validate golden lint toolchain reproductions check-reproductions docs-validation validation-public record-test-traces bench-record validate-programs validate-rule programs traces
 
 demo: develop
 	$(VENV)/bin/foliosim run configs/default.toml
@@ -205,6 +205,20 @@ validate: develop validation
 validate-programs: develop validation
 	$(VENV)/bin/foliosim validate --programs --out results/validate-programs
 	$(VPY) -m foliosim.validate_programs doc results/validate-programs/programs.json docs/validation.md
+
+# The derivation rule of docs/profiles.md checked on this host, after
+# docs-validation: a profile of this host's facts with everything else
+# derived from generic-x86, the model rerun on that report's real figures
+# (a minute; no root). RULE_CORE names this host's core (a key of
+# profiles/rule.toml): this development host is a Granite Rapids guest
+# (AMX, 2 MiB L2 and 64 KiB L1i per core, 480 MiB L3), whose Redwood Cove
+# the rule has no figure for; Golden Cove stands for it, as in
+# validation/public/profiles/lkp-gnr-6767p.toml.
+RULE_CORE ?= golden-cove
+RULE_REPORT ?= results/validate/report.json
+validate-rule: develop
+	$(VPY) -m foliosim.rule_check run --core $(RULE_CORE) --report $(RULE_REPORT) > /dev/null
+	$(VPY) -m foliosim.rule_check doc results/validate/rule/rule.json docs/validation.md
 
 bench: develop
 	$(VENV)/bin/foliosim bench

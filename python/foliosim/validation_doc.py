@@ -44,7 +44,7 @@ def _shown(path: str | None) -> str:
         return Path(path).name
 
 
-def render(rep: dict[str, Any], source: str, programs_block: str = "") -> str:
+def render(rep: dict[str, Any], source: str, programs_block: str = "", rule_block: str = "") -> str:
     host = (rep.get("host") or {}).get("before") or {}
     after = (rep.get("host") or {}).get("after") or {}
     reused = rep.get("real_reused")
@@ -109,6 +109,12 @@ def render(rep: dict[str, Any], source: str, programs_block: str = "") -> str:
     L.append("")
     L.append(programs_block or programs_section(""))
     L.append("")
+    L.append(RULE_HEADING)
+    L.append("")
+    L.append(RULE_METHOD)
+    L.append("")
+    L.append(rule_block or rule_section(""))
+    L.append("")
     return "\n".join(L)
 
 
@@ -170,14 +176,42 @@ converter took out.
 """
 
 
+RULE_HEADING = "## The derivation rule on this host"
+
+RULE_METHOD = """\
+A profile for a machine nobody here has scales the costs measured on
+generic-x86's host (`profiles/generic-x86.toml`, a Zen 4 guest) by the
+rule of [profiles.md](profiles.md): software time by the core factor
+kappa, from the two clocks and the two cores' performance per clock. On
+another machine the rule can be checked alone: `make validate-rule` gives
+a profile only this host's facts (its clock as `foliosim calibrate`
+measures it, CPUs, caches, DRAM latency, one core's read bandwidth, the
+core-to-core transfer of a line, and the core named in RULE_CORE), lets
+the rule derive the rest from generic-x86, and reruns the model on the
+real figures above. Nothing in that profile was fitted on this host, so
+every row but the controls is held out from it; the profile calibrated
+here is beside it."""
+
+
+def _kept(old: str, mark: str, end_mark: str, missing: str) -> str:
+    """A generated block of the page being rewritten, kept as it was (its
+    own make target writes it between its markers)."""
+    if mark in old and end_mark in old:
+        return mark + old.split(mark, 1)[1].split(end_mark, 1)[0] + end_mark
+    return f"{mark}\n{missing}\n{end_mark}"
+
+
 def programs_section(old: str) -> str:
-    """The real programs' table of the page being rewritten (`make
-    validate-programs` writes it between its markers), kept as it was."""
+    """The real programs' table (`make validate-programs`)."""
     from .validate_programs import END_MARK, MARK
-    if MARK in old and END_MARK in old:
-        return MARK + old.split(MARK, 1)[1].split(END_MARK, 1)[0] + END_MARK
-    return (f"{MARK}\nNot measured yet: `make validate-programs` (root, a quiet host) runs `foliosim validate --programs` "
-            f"and writes the table here.\n{END_MARK}")
+    return _kept(old, MARK, END_MARK, "Not measured yet: `make validate-programs` (root, a quiet host) runs "
+                 "`foliosim validate --programs` and writes the table here.")
+
+
+def rule_section(old: str) -> str:
+    """The derivation rule's check on this host (`make validate-rule`)."""
+    from .rule_check import END_MARK, MARK
+    return _kept(old, MARK, END_MARK, "Not checked yet: `make validate-rule` (after `make docs-validation`) writes it here.")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -193,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{src}: not a `foliosim validate --json` report ({e})", file=sys.stderr)
         return 2
     old = out.read_text() if out.is_file() else ""
-    write_text_atomic(out, render(rep, str(src), programs_section(old)))
+    write_text_atomic(out, render(rep, str(src), programs_section(old), rule_section(old)))
     return 0
 
 
