@@ -9,7 +9,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
@@ -191,6 +191,17 @@ def tmp_fs_kind(path: str) -> str:
     except OSError:
         pass
     return "tmpfs" if fstype in ("tmpfs", "shmem") else "disk"
+
+
+def tool_main(work: Callable[[], object]) -> int:
+    """The exit of a `python -m foliosim.X` tool: 0, or 2 with one line
+    for what a host, a file or a report got wrong."""
+    try:
+        work()
+    except (HostError, OSError, ValueError, KeyError) as e:
+        print(f"foliosim: error: {e}", file=sys.stderr)
+        return 2
+    return 0
 
 
 def fill_marked(path: Path, mark: str, end_mark: str, text: str) -> None:

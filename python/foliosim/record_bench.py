@@ -43,7 +43,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ._host import HostError, bench_cache, fill_marked, write_report
+from ._host import HostError, bench_cache, fill_marked, tool_main, write_report
 
 KERNEL_TAR = Path("/usr/src/linux-source-6.12.tar.xz")
 TARGET_RATIO = 1.5
@@ -317,12 +317,7 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("report")
     d.add_argument("files", nargs="+")
     a = p.parse_args(argv)
-    try:
-        fill_docs(Path(a.report), [Path(f) for f in a.files])
-    except (HostError, OSError, ValueError, KeyError) as e:
-        print(f"foliosim: error: {e}", file=sys.stderr)
-        return 2
-    return 0
+    return tool_main(lambda: fill_docs(Path(a.report), [Path(f) for f in a.files]))
 
 
 if __name__ == "__main__":

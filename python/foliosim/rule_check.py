@@ -31,12 +31,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import tomllib
 from pathlib import Path
 from typing import Any
 
-from ._host import HostError, fill_marked, write_text_atomic
+from ._host import HostError, fill_marked, tool_main, write_text_atomic
 
 MARK = "<!-- validate-rule -->"
 END_MARK = "<!-- /validate-rule -->"
@@ -225,16 +224,9 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("result")
     d.add_argument("doc")
     a = p.parse_args(argv)
-    try:
-        if a.cmd == "run":
-            res = run(Path(a.report), Path(a.calibrated), a.core, Path(a.out))
-            print(render(res))
-        else:
-            fill_doc(Path(a.result), Path(a.doc))
-    except (HostError, OSError, ValueError, KeyError) as e:
-        print(f"foliosim: error: {e}", file=sys.stderr)
-        return 2
-    return 0
+    if a.cmd == "run":
+        return tool_main(lambda: print(render(run(Path(a.report), Path(a.calibrated), a.core, Path(a.out)))))
+    return tool_main(lambda: fill_doc(Path(a.result), Path(a.doc)))
 
 
 if __name__ == "__main__":

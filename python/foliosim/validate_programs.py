@@ -60,7 +60,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ._host import HostError, bench_cache, fill_marked, write_report
+from ._host import HostError, bench_cache, fill_marked, tool_main, write_report
 from .record_bench import Program
 
 #: The settings compared: label, anonymous folio sizes in KiB.
@@ -570,12 +570,7 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("report")
     d.add_argument("doc")
     a = p.parse_args(argv)
-    try:
-        fill_doc(Path(a.report), Path(a.doc))
-    except (HostError, OSError, ValueError, KeyError) as e:
-        print(f"foliosim: error: {e}", file=sys.stderr)
-        return 2
-    return 0
+    return tool_main(lambda: fill_doc(Path(a.report), Path(a.doc)))
 
 
 if __name__ == "__main__":
