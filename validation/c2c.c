@@ -12,19 +12,11 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <time.h>
+
+#include "probe.h"
 
 static _Alignas(128) volatile uint64_t line;
 static long n_trips = 200000;
-
-static double now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec * 1e9 + ts.tv_nsec;
-}
 
 static void pin(int cpu)
 {
@@ -56,12 +48,6 @@ static void *other(void *arg)
 	return NULL;
 }
 
-static int cmp(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return (x > y) - (x < y);
-}
-
 int main(int argc, char **argv)
 {
 	int rounds = argc > 1 ? atoi(argv[1]) : 5;
@@ -80,14 +66,14 @@ int main(int argc, char **argv)
 			fprintf(stderr, "c2c: pthread_create failed\n");
 			return 1;
 		}
-		double t0 = now_ns();
+		double t0 = wall_ns();
 		play(0);
 		pthread_join(t, NULL);
 		/* The join's wake-up is one transfer's worth of noise in N. */
-		v[r] = (now_ns() - t0) / (2.0 * (double)n_trips);
+		v[r] = (wall_ns() - t0) / (2.0 * (double)n_trips);
 	}
-	qsort(v, (size_t)rounds, sizeof v[0], cmp);
+	struct stat3 st = summarise(v, rounds);
 	printf("{\"transfer_ns\":%.2f,\"min\":%.2f,\"max\":%.2f,\"rounds\":%d,\"trips\":%ld}\n",
-	       v[rounds / 2], v[0], v[rounds - 1], rounds, n_trips);
+	       st.med, st.min, st.max, rounds, n_trips);
 	return 0;
 }

@@ -1,4 +1,4 @@
-/* What the stand-alone probes (calibrate, faultcost, membw, syscost)
+/* What the stand-alone probes (calibrate, faultcost, membw, syscost, c2c)
  * measure with: the same clock and the same page clear, so their figures
  * compare. */
 #ifndef FOLIOSIM_PROBE_H

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from ._host import HostError, fill_marked, tool_main, write_text_atomic
+from .tomlout import _value
 
 MARK = "<!-- validate-rule -->"
 END_MARK = "<!-- /validate-rule -->"
@@ -47,14 +48,6 @@ CPU_FACTS = ("nr_cpus", "sockets", "freq_ghz", "threads_per_core", "l2_kib", "ll
 NODE_FACTS = ("kind", "mem_mib", "has_cpus", "latency_ns", "read_bw_gbps")
 #: Facts in [cost], given where calibrate measured them (validation/c2c.c).
 COST_FACTS = ("cacheline_same_socket_ns",)
-
-
-def _toml_value(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, str):
-        return json.dumps(v)
-    return repr(v)
 
 
 def derived_profile(calibrated: Path, core: str) -> str:
@@ -74,15 +67,15 @@ def derived_profile(calibrated: Path, core: str) -> str:
     for k in CPU_FACTS:
         if k not in cal.get("cpu", {}):
             raise HostError(f"{calibrated}: no cpu.{k}")
-        L.append(f"{k} = {_toml_value(cal['cpu'][k])}  # {tag}")
+        L.append(f"{k} = {_value(cal['cpu'][k])}  # {tag}")
     L.append(f"core = {json.dumps(core)}  # [assumed] named by the caller (python -m foliosim.rule_check run --core)")
     for node in cal.get("nodes", []):
         L += ["", "[[nodes]]"]
-        L += [f"{k} = {_toml_value(node[k])}  # {tag}" for k in NODE_FACTS if k in node]
+        L += [f"{k} = {_value(node[k])}  # {tag}" for k in NODE_FACTS if k in node]
     measured = {k for k, v in _explain(str(calibrated)).items() if v["kind"] == "measured"}
     costs = [k for k in COST_FACTS if f"cost.{k}" in measured]
     if costs:
-        L += ["", "[cost]"] + [f"{k} = {_toml_value(cal['cost'][k])}  # {tag}" for k in costs]
+        L += ["", "[cost]"] + [f"{k} = {_value(cal['cost'][k])}  # {tag}" for k in costs]
     return "\n".join(L) + "\n"
 
 
@@ -106,16 +99,13 @@ def cost_pairs(derived: str, calibrated: str) -> list[dict[str, Any]]:
     return out
 
 
-def _errors(rows: list[dict[str, Any]], metric: str) -> list[float]:
-    return [r["rel_error"][metric] for r in rows
-            if r.get("role") in ("fit", "held-out") and (r.get("rel_error") or {}).get(metric) is not None
-            and metric not in r.get("noisy", []) and not (metric == "ops_ratio" and r.get("baseline"))]
-
-
 def _summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Over every row but the controls: nothing of the derived profile was
+    fitted on this host, so the rows calibration fits are held out too."""
+    from .validate import rel_errors
     out = {}
     for m in ("ops_per_s", "ops_ratio"):
-        e = _errors(rows, m)
+        e = rel_errors(rows, m, {"fit", "held-out"})
         out[m] = {"rows": len(e), "max": max(e) if e else None, "mean": sum(e) / len(e) if e else None,
                   "within_15": sum(1 for x in e if x <= 0.15)}
     return out

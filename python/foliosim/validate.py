@@ -600,20 +600,24 @@ def outside_repeats(r: dict[str, Any]) -> list[str]:
     return [m for m in r.get("noisy", []) if pr.get(m) is not None and rng.get(m) and not rng[m][0] <= pr[m] <= rng[m][1]]
 
 
+def rel_errors(rows: list[dict[str, Any]], metric: str, roles: set[str]) -> list[float]:
+    """The relative errors in `metric` of the rows of these roles that are
+    not noisy in it (the 4K rows have no ops ratio error: 1 by definition)."""
+    return [r["rel_error"][metric] for r in rows
+            if r.get("rel_error") and r["rel_error"].get(metric) is not None and r.get("role") in roles
+            and metric not in r.get("noisy", []) and not (metric == "ops_ratio" and r.get("baseline", r.get("setting") == "4K"))]
+
+
 def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """The headline: max and mean error of the held-out rows' absolute
     ops/s and ops ratio (the 4K rows, ratio 1 by definition, count in the
     absolute only); faults/op and RSS over every row. Rows noisy in a
     metric are left out of its figures and counted apart; fit rows and
     controls are reported on their own."""
-    def errs(metric: str, roles: set[str]) -> list[float]:
-        return [r["rel_error"][metric] for r in rows
-                if r.get("rel_error") and r["rel_error"].get(metric) is not None and r.get("role") in roles
-                and metric not in r.get("noisy", []) and not (metric == "ops_ratio" and r.get("baseline", r.get("setting") == "4K"))]
     every = {"fit", "held-out", "control"}
-    groups = {g: {m: errs(m, roles) for m in METRICS}
+    groups = {g: {m: rel_errors(rows, m, roles) for m in METRICS}
               for g, roles in (("held_out", {"held-out"}), ("fit", {"fit"}), ("control", {"control"}))}
-    groups["all"] = {m: errs(m, every) for m in METRICS}
+    groups["all"] = {m: rel_errors(rows, m, every) for m in METRICS}
     out: dict[str, Any] = {}
     for g, by in groups.items():
         out[g] = {m: {"max": max(v) if v else None, "mean": sum(v) / len(v) if v else None, "rows": len(v)} for m, v in by.items()}
