@@ -7,7 +7,8 @@
 //! One process (with the will-it-scale process image) repeats the case;
 //! op = one repetition (the call and, where the case has one, its undoing):
 //!
-//! - `mmap`: mmap of an untouched `x`-MiB anonymous region, then munmap.
+//! - `mmap`: mmap of an untouched `x`-MiB anonymous region where the
+//!   kernel places it, then its munmap (pairs back to back, as mmap1).
 //! - `munmap`: a region of `x` PTE tables, one page written in each, then
 //!   its munmap (the zap and free_pgtables' teardown).
 //! - `munmap-empty`: the munmap case's region of `x` PMD entries, nothing
@@ -26,9 +27,10 @@
 //! - `fork`: write `x` pages of a private mapping, fork; the child exits at
 //!   once and the parent reaps it.
 //!
-//! The real program runs each call in batches on separate regions spaced
-//! apart (so that nothing merges); here every region is placed with
-//! MAP_FIXED at the same spacing, the batch being irrelevant to the model.
+//! The real program runs each call but mmap's in batches on separate
+//! regions spaced apart (so that nothing merges); here every such region
+//! is placed with MAP_FIXED at the same spacing, the batch being
+//! irrelevant to the model.
 //! In the munmap case a page written at the start of the area keeps the
 //! upper page tables, as in the real program: each munmap frees its PTE
 //! tables only.
@@ -224,7 +226,7 @@ impl Syscost {
         match self.case {
             Case::Mmap => {
                 self.step = Step::Call;
-                self.map_fixed(self.base(), self.region())
+                Op::Mmap { addr: 0, len: self.region(), prot: prot::READ | prot::WRITE, flags: map::PRIVATE | map::ANONYMOUS, fd: -1, off: 0 }
             }
             Case::Munmap | Case::MunmapEmpty | Case::MadviseMthp => {
                 self.step = Step::Mapped;
@@ -356,7 +358,8 @@ impl Syscost {
             Step::Call => {
                 self.step = Step::Undo;
                 match self.case {
-                    Case::Mmap | Case::MadviseMthp => Op::Munmap { addr: self.base(), len: self.region() },
+                    Case::Mmap => Op::Munmap { addr: last.val() as u64, len: self.region() },
+                    Case::MadviseMthp => Op::Munmap { addr: self.base(), len: self.region() },
                     Case::Brk => Op::Brk { addr: self.brk },
                     Case::Mprotect | Case::MprotectSplit => {
                         let (addr, len) = self.mprotect_range();
