@@ -390,17 +390,19 @@ def mm_activity(sys: Path = Path("/sys")) -> list[str]:
     return out
 
 
-def spread(v: list[float]) -> float:
+def spread(v: list[float], metric: str | None = None) -> float:
     """The spread of a row's repeats relative to their median: the
     interquartile range (the middle half; with fewer than 4 repeats, the
     whole range), so that one outlying repeat, which the median already
-    ignores, does not make a row noisy. 0 for a single value."""
+    ignores, does not make a row noisy. 0 for a single value. With
+    `metric`, relative to at least its floor, as its errors are (an RSS
+    of 0-4 KiB is not noisy)."""
     if len(v) < 2:
         return 0.0
     x = sorted(v)
     q = statistics.quantiles(x, n=4, method="inclusive") if len(x) >= 4 else [x[0], 0.0, x[-1]]
     lo, hi = q[0], q[2]
-    return (hi - lo) / max(abs(median(x)), 1e-12)
+    return (hi - lo) / max(abs(median(x)), FLOORS[metric] if metric else 1e-12)
 
 
 def measure_reals(quick: bool, progress: bool, tmpdir: str, plan: list[tuple[str, list[int]]],
@@ -474,6 +476,67 @@ def load_reals(path: str) -> tuple[dict[tuple[str, str, str], dict[str, Any]], d
     return out, source
 
 
+# What calibrate's own microbenchmark (validation/calibrate.c) measured,
+# timed again around the real runs: the figures of one sitting. A shared
+# host drifts (its memory system with its neighbours' load): on the
+# Granite Rapids guest, a 4 KiB write fault went from 1,517 to 1,283 ns in
+# two hours, and every absolute row moved with it.
+DRIFT_FIELDS = (("anon_write_fault_ns", "4 KiB write fault", "{:,.0f} ns"), ("zero_page_read_fault_ns", "zero-page read fault", "{:,.0f} ns"),
+                ("clear_warm_ns", "cached 4 KiB clear", "{:.1f} ns"), ("clock_ghz", "clock", "{:.2f} GHz"))
+# Beyond this change of any of them, the headline says to calibrate again.
+DRIFT_WARN = 0.05
+
+
+def drift_probe() -> dict[str, float]:
+    """DRIFT_FIELDS now, from validation/bin/calibrate under 4 KiB folios."""
+    with thp_settings(knobs_for([])):
+        r = subprocess.run([str(build_validation() / "calibrate")], stdin=subprocess.DEVNULL, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise HostError(f"calibrate benchmark failed: {why_failed(r)}")
+    out = json.loads(r.stdout)
+    return {k: float(out[k]) for k, _, _ in DRIFT_FIELDS if k in out}
+
+
+def calibrated_micro(profile: str) -> dict[str, float] | None:
+    """The DRIFT_FIELDS calibrate measured for `profile`, from the
+    measurements it keeps beside it (None: not a calibrated profile)."""
+    from .calibrate import measurements_path
+    try:
+        micro = json.loads(measurements_path(Path(profile)).read_text())["micro"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return {k: float(micro[k]) for k, _, _ in DRIFT_FIELDS if k in micro}
+
+
+def drift_of(calibrated: dict[str, float] | None, before: dict[str, float], after: dict[str, float]) -> dict[str, Any] | None:
+    """Each field calibrated, before and after the real runs, and the
+    largest relative change of either from the calibrated value."""
+    if not calibrated:
+        return None
+    fields = {k: {"calibrated": calibrated[k], "before": before.get(k), "after": after.get(k)}
+              for k, _, _ in DRIFT_FIELDS if k in calibrated}
+    changes = [v[w] / v["calibrated"] - 1 for v in fields.values() for w in ("before", "after") if v[w] is not None and v["calibrated"]]
+    return {"fields": fields, "max_change": max(changes, key=abs) if changes else None}
+
+
+def drift_lines(rep: dict[str, Any]) -> list[str]:
+    """The host against its calibration, one line (none without a check)."""
+    d = rep.get("drift")
+    if not d or d.get("max_change") is None:
+        return []
+    parts = []
+    for k, what, fmt in DRIFT_FIELDS:
+        v = d["fields"].get(k)
+        if not v:
+            continue
+        now = [x for x in (v["before"], v["after"]) if x is not None]
+        num, unit = fmt.split(" ")
+        parts.append(f"{what} {'/'.join(num.format(x) for x in now)} {unit} against {num.format(v['calibrated'])}")
+    big = abs(d["max_change"]) > DRIFT_WARN
+    return [f"host since calibration (before/after the real runs): {'; '.join(parts)}; largest change {100 * d['max_change']:+.1f}%"
+            + (f", beyond {100 * DRIFT_WARN:.0f}%: the absolute rows carry it (calibrate again and validate in one sitting)" if big else "")]
+
+
 def validate(profile: str, quick: bool, progress: bool, tmpdir: str | None = None,
              settings: list[str] | None = None, threads: int = DEFAULT_THREADS,
              repeats: int = DEFAULT_REPEATS, real_from: str | None = None) -> dict[str, Any]:
@@ -498,8 +561,11 @@ def validate(profile: str, quick: bool, progress: bool, tmpdir: str | None = Non
         fs = tmp_fs_kind(tmpdir)
         seconds = 0.5 if quick else 1.0
         host_before = host_info()
+        calibrated = calibrated_micro(profile)
+        probe_before = drift_probe() if calibrated else {}
         reals = measure_reals(quick, progress, tmpdir, plan, threads, repeats)
-        host = {"before": host_before, "after": host_info()}
+        host = {"before": host_before, "after": host_info(),
+                "drift": drift_of(calibrated, probe_before, drift_probe() if calibrated else {})}
     sim_s = 0.3 if quick else 0.6
     # As many model runs per row as real repeats, seeds 1..repeats: each
     # real repeat is a fresh process whose address space ASLR places anew
@@ -524,7 +590,7 @@ def validate(profile: str, quick: bool, progress: bool, tmpdir: str | None = Non
             series = reals[(label, w, mode)]["series"]
             rr = {m: (median(v) if v else None) for m, v in series.items()}
             rng = {m: ([min(v), max(v)] if v else None) for m, v in series.items()}
-            noisy = [m for m in METRICS if series.get(m) and spread(series[m]) > TARGETS[m] and not (m == "ops_ratio" and is_baseline(label))]
+            noisy = [m for m in METRICS if series.get(m) and spread(series[m], m) > TARGETS[m] and not (m == "ops_ratio" and is_baseline(label))]
             row: dict[str, Any] = {"setting": label, "workload": w, "mode": mode, "tasks": tasks, "mechanism": mech,
                                    "role": role_of(label, w, mode), "baseline": is_baseline(label),
                                    "repeats": len(series["faults_per_op"]),
@@ -567,7 +633,7 @@ def validate(profile: str, quick: bool, progress: bool, tmpdir: str | None = Non
                     row["note"] = bound_text(sim["bound"], row.get("scaling"), median(sleeps) if sleeps else None) + "; " + row["note"]
                 if noisy:
                     row["note"] += "; noisy (interquartile range of the repeats beyond the target): " + ", ".join(
-                        f"{m} {100 * spread(series[m]):.0f}%" for m in noisy)
+                        f"{m} {100 * spread(series[m], m):.0f}%" for m in noisy)
                 # Noise does not excuse a prediction that no repeat came near.
                 outside = outside_repeats(row)
                 if outside:
@@ -587,6 +653,8 @@ def validate(profile: str, quick: bool, progress: bool, tmpdir: str | None = Non
         "targets": TARGETS,
         "floors": FLOORS,
         "host": host,
+        # From the real runs reused, with --real: when they were measured.
+        "drift": host.get("drift"),
         "real_reused": reused,
         "rows": rows,
         **summarise(rows),
@@ -691,6 +759,7 @@ def headline_lines(rep: dict[str, Any]) -> list[str]:
             f"{m} max error {_fmt(ctl[m]['max'], True)}, mean {_fmt(ctl[m]['mean'], True)} over {ctl[m]['rows']} rows"
             for m in ("ops_per_s", "ops_ratio") if (ctl.get(m) or {}).get("rows"))
             + " whose setting cannot change what the workload does (not the headline)")
+    out += drift_lines(rep)
     noisy = rep.get("noisy_rows") or {}
     if any(noisy.values()):
         out.append("noisy rows (interquartile range of the repeats beyond the target, left out of the figures above): "

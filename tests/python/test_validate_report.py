@@ -172,6 +172,13 @@ def test_one_outlying_repeat_does_not_make_a_row_noisy():
     assert v.spread([1.0, 2.0]) == 1.0 / 1.5 and v.spread([4.0]) == 0.0
 
 
+def test_a_spread_around_zero_is_taken_against_the_metrics_floor():
+    # mmap1's RSS, 0 KiB in most repeats and 4 in one: 4 KiB against the
+    # 256 KiB floor, not against a median of 0.
+    rss = [0.0, 0.0, 0.0, 4.0, 4.0]
+    assert v.spread(rss, "rss") == pytest.approx(4.0 / 256) and v.spread(rss, "rss") < v.TARGETS["rss"]
+
+
 def measured_report(ratio_64k: list[float]) -> dict:
     """A measured report's real side, as `validate --json` writes it: 4K
     and 64K page_fault1 (one process, no threads rows)."""
@@ -260,3 +267,36 @@ def test_the_model_locks_faults_as_the_measured_kernel_does(tmp_path, monkeypatc
         monkeypatch.setattr(v, "run_sim", fake_sim)
         out = v.validate("/new/host.toml", quick=False, progress=False, settings=["4K", "64K"], threads=2, real_from=str(src))
         assert seen == {want} and out["fault_locking"] == want
+
+
+def test_the_drift_since_calibration_is_the_largest_change_before_or_after_the_runs():
+    cal = {"anon_write_fault_ns": 1500.0, "zero_page_read_fault_ns": 480.0, "clear_warm_ns": 72.0, "clock_ghz": 3.9}
+    before = {"anon_write_fault_ns": 1470.0, "zero_page_read_fault_ns": 480.0, "clear_warm_ns": 72.0, "clock_ghz": 3.9}
+    after = {"anon_write_fault_ns": 1275.0, "zero_page_read_fault_ns": 470.0, "clear_warm_ns": 72.0, "clock_ghz": 3.9}
+    d = v.drift_of(cal, before, after)
+    assert d["max_change"] == pytest.approx(-0.15)
+    assert d["fields"]["anon_write_fault_ns"] == {"calibrated": 1500.0, "before": 1470.0, "after": 1275.0}
+    (line,) = v.drift_lines({"drift": d})
+    assert "4 KiB write fault 1,470/1,275 ns against 1,500" in line and "-15.0%" in line and "calibrate again" in line
+    # Within the limit: the figures, no advice.
+    (line,) = v.drift_lines({"drift": v.drift_of(cal, before, before)})
+    assert "-2.0%" in line and "calibrate again" not in line
+    # A profile calibrate did not write has nothing to drift from.
+    assert v.drift_of(None, before, after) is None and v.drift_lines({"drift": None}) == []
+
+
+def test_validate_times_the_probe_around_the_real_runs_and_the_headline_says_so(tmp_path, monkeypatch):
+    prof = tmp_path / "host.toml"
+    prof.write_text("")
+    (tmp_path / "host.measurements.json").write_text(json.dumps({"micro": {"anon_write_fault_ns": 1000.0, "clock_ghz": 4.0}}))
+    calls = []
+
+    def probe():
+        calls.append(len(calls))
+        return {"anon_write_fault_ns": 1000.0 if len(calls) == 1 else 1200.0, "clock_ghz": 4.0}
+    monkeypatch.setattr(v, "drift_probe", probe)
+    monkeypatch.setattr(v, "measure_reals", lambda *a, **k: (calls.append("runs"), {})[1])
+    rep = v.validate(str(prof), quick=True, progress=False, settings=["4K"], threads=0, repeats=1)
+    assert calls == [0, "runs", 2]
+    assert rep["drift"]["max_change"] == pytest.approx(0.2)
+    assert any("+20.0%" in x and "calibrate again" in x for x in v.headline_lines(rep))
