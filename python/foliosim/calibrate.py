@@ -64,6 +64,9 @@ GENERIC = "generic-x86"
 PMD_KIB = 2048
 # Regions: "cold" is far beyond the caches, "warm" is reused within them.
 COLD_MIB, WARM_MIB = 128, 2
+# What fit_on_model sets a per-folio term to, to count how often the
+# model charges it.
+PROBE_NS = 1000.0
 # The region sweep that sizes the cache (cpu.llc_kib, with cpu.l2_kib), PMD THP.
 SWEEP_MIB = (2, 8, 16, 32, 64, COLD_MIB)
 DEFAULT_ROUNDS = 5
@@ -785,7 +788,7 @@ def fit_4k_on_model(d: Derivation, out: Path, name: str) -> Derivation:
     taken off the split (faults, both regions) and off free_folio_ns (munmap):
     both are charged once per 4 KiB fault and per page unmapped, so one
     pass lands on the host up to the model's own nonlinearity."""
-    for k in ("alloc_anon_folio_ns", "free_large_folio_ns"):
+    for k in ("alloc_anon_folio_ns", "free_large_folio_ns", "alloc_cold_large_ns"):
         d.vals.setdefault(k, (0.0, "fitting"))
     write_text_atomic(out, make_profile(d, name=name))
     rows = verify(str(out.resolve()), d.s, sizes=(4,))
@@ -824,40 +827,66 @@ def fit_file_zap_on_model(d: Derivation, out: Path, name: str) -> None:
     write_text_atomic(out, make_profile(d, name=name))
 
 
+def _weighted_fit(rows: list[dict[str, Any]], diff: Any, count: Any = None) -> float:
+    """Least squares of diff(r) = x * count(r) (count 1: a weighted mean)
+    over `rows`, each weighted per page (1 / pages^2): every size weighs
+    alike, as in the per-page fits."""
+    w = [1 / r["pages_per_fault"] ** 2 for r in rows]
+    c = [count(r) if count else 1.0 for r in rows]
+    den = sum(x * y * y for x, y in zip(w, c, strict=True))
+    return sum(x * y * diff(r) for x, y, r in zip(w, c, rows, strict=True)) / den if den else 0.0
+
+
 def fit_on_model(d: Derivation, out: Path, name: str) -> list[dict[str, Any]]:
-    """The two per-folio terms of large folios, alloc_anon_folio_ns and
-    free_large_folio_ns, are what the host's large-folio fault and munmap
-    take beyond everything else the model charges there: the model runs the
-    measured mTHP cases with both at 0 (each is charged once per folio), and
-    each is set to the mean difference, host minus model. Writes the profile
-    and returns the verification with the fitted values."""
-    for k in ("alloc_anon_folio_ns", "free_large_folio_ns"):
+    """The per-folio terms of large folios, each what the host's mTHP
+    faults or munmaps take beyond everything else the model charges there,
+    the model run on the measured cases with the term at 0:
+    alloc_anon_folio_ns (the software work of every large folio) on the
+    warm cases, where no miss is left to it; alloc_cold_large_ns (a cold
+    large folio's misses beyond alloc_cold_ns) on the cold ones, over how
+    many cold large folios the model allocates per fault there (a run with
+    the term at PROBE_NS tells); free_large_folio_ns on the cold munmaps.
+    Writes the profile and returns the verification with the fitted
+    values."""
+    for k in ("alloc_anon_folio_ns", "free_large_folio_ns", "alloc_cold_large_ns"):
         d.vals[k] = (0.0, "fitting")
     write_text_atomic(out, make_profile(d, name=name))
     rows = [r for r in verify(str(out.resolve()), d.s) if 4 < int(r["case"].split("K:")[0]) < PMD_KIB]
     src = f"validation/faultcost.c, median of {d.rounds} interleaved rounds"
     cold = [r for r in rows if r["case"].endswith(f":{COLD_MIB}")]
-    if cold:
-        # A constant per folio, fitted on time per page (weights 1/pages^2):
-        # every size weighs alike, as in the per-page fits.
-        w = [1 / r["pages_per_fault"] ** 2 for r in cold]
-        fd = [r["fault_ns"][1] - r["fault_ns"][0] for r in cold]
-        ud = [(r["unmap_ns_per_page"][1] - r["unmap_ns_per_page"][0]) * r["pages_per_fault"] for r in cold]
-        a = sum(x * y for x, y in zip(w, fd, strict=True)) / sum(w)
-        f = sum(x * y for x, y in zip(w, ud, strict=True)) / sum(w)
+    warm = [r for r in rows if r["case"].endswith(f":{WARM_MIB}")]
+    if cold and warm:
         sizes = "/".join(r["case"].split(":")[0] for r in cold)
-        d.fits.append(f"large-folio fault beyond the rest of the model: {a:.0f} ns (host minus model per fault over {sizes}, "
-                      f"{COLD_MIB} MiB: " + ", ".join(f"{x:.0f}" for x in fd) + ")")
+        host_minus_model = lambda r: r["fault_ns"][1] - r["fault_ns"][0]  # noqa: E731
+        a = _weighted_fit(warm, host_minus_model)
+        f = _weighted_fit(cold, lambda r: (r["unmap_ns_per_page"][1] - r["unmap_ns_per_page"][0]) * r["pages_per_fault"])
+        d.fits.append(f"large-folio fault beyond the rest of the model, warm: {a:.0f} ns (host minus model per fault over {sizes}, "
+                      f"{WARM_MIB} MiB: " + ", ".join(f"{host_minus_model(r):.0f}" for r in warm) + ")")
         d.fits.append(f"large-folio free beyond the rest of the model: {f:.0f} ns (host minus model munmap per folio over {sizes}, "
-                      f"{COLD_MIB} MiB: " + ", ".join(f"{x:.0f}" for x in ud) + ")")
-        how = (f"{src}: least squares on the model: host minus model time per {{}} over the {len(cold)} cold mTHP cases ({sizes}) "
-               "with this term at 0, weighted per page (charged once per large folio)")
-        d.put("alloc_anon_folio_ns", a, how.format("fault"), floor=0.0)
-        d.put("free_large_folio_ns", f, how.format("folio unmapped"), floor=0.0)
+                      f"{COLD_MIB} MiB: " + ", ".join(f"{(r['unmap_ns_per_page'][1] - r['unmap_ns_per_page'][0]) * r['pages_per_fault']:.0f}"
+                                                      for r in cold) + ")")
+        how = (f"{src}: least squares on the model: host minus model time per {{}} over the {{}} mTHP cases ({sizes}) "
+               "with this term at 0, weighted per page (charged once per {{}})")
+        d.put("alloc_anon_folio_ns", a, how.format("fault", f"{len(warm)} warm ({WARM_MIB} MiB)", "large folio"), floor=0.0)
+        d.put("free_large_folio_ns", f, how.format("folio unmapped", f"{len(cold)} cold ({COLD_MIB} MiB)", "large folio"), floor=0.0)
+        # The cold cases with alloc_anon_folio_ns in, the term at 0 and at
+        # PROBE_NS: what is left, over the cold large folios per fault.
+        write_text_atomic(out, make_profile(d, name=name))
+        at0 = {r["case"]: r for r in verify(str(out.resolve()), d.s) if r["case"] in {x["case"] for x in cold}}
+        d.vals["alloc_cold_large_ns"] = (PROBE_NS, "fitting")
+        write_text_atomic(out, make_profile(d, name=name))
+        at1 = {r["case"]: r for r in verify(str(out.resolve()), d.s) if r["case"] in at0}
+        per_fault = {k: (at1[k]["fault_ns"][0] - r["fault_ns"][0]) / PROBE_NS for k, r in at0.items() if k in at1}
+        cold0 = [r for k, r in at0.items() if k in per_fault]
+        c = _weighted_fit(cold0, host_minus_model, lambda r: per_fault[r["case"]])
+        d.fits.append(f"cold large folio beyond alloc_cold_ns: {c:.0f} ns (host minus model per fault over {sizes}, {COLD_MIB} MiB: "
+                      + ", ".join(f"{host_minus_model(r):.0f} over {per_fault[r['case']]:.2f} cold folios" for r in cold0) + ")")
+        d.put("alloc_cold_large_ns", c, how.format("fault", f"{len(cold0)} cold ({COLD_MIB} MiB)", "large folio allocated cold")
+              + f" and alloc_anon_folio_ns in, over the cold large folios per fault (a run with the term at {PROBE_NS:.0f} ns)", floor=0.0)
     else:
         gc = d.g["cost"]
-        d.put("alloc_anon_folio_ns", gc["alloc_anon_folio_ns"], "[generic-x86] no mTHP sizes on this host to fit it")
-        d.put("free_large_folio_ns", gc["free_large_folio_ns"], "[generic-x86] no mTHP sizes on this host to fit it")
+        for k in ("alloc_anon_folio_ns", "free_large_folio_ns", "alloc_cold_large_ns"):
+            d.put(k, gc[k], "[generic-x86] no mTHP sizes on this host to fit it")
     write_text_atomic(out, make_profile(d, name=name))
     return verify(str(out.resolve()), d.s)
 

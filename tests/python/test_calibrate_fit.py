@@ -181,6 +181,30 @@ def test_fitting_the_4k_split_on_the_model_lands_its_4k_faults_on_the_host(tmp_p
     assert abs(before) > 10.0 and abs(after) < 0.1 * abs(before), (before, after)
 
 
+def test_the_large_folio_terms_come_apart_warm_and_cold(tmp_path):
+    """A host made of the model with a large folio's software work A on
+    every large folio and its extra misses C on the cold ones: fit_on_model
+    finds A on the warm cases alone and C on the cold ones, over the cold
+    folios per fault (not a constant charged warm or cold)."""
+    micro, series = synthetic()
+    out = tmp_path / "host.toml"
+    three = ("alloc_anon_folio_ns", "alloc_cold_large_ns", "free_large_folio_ns")
+    truth = cal.Derivation(micro, series, 3)
+    truth.vals.update({"alloc_anon_folio_ns": (60.0, "truth"), "alloc_cold_large_ns": (300.0, "truth"), "free_large_folio_ns": (0.0, "truth")})
+    out.write_text(cal.make_profile(truth, "host"))
+    host = dict(series)
+    for r in cal.verify(str(out), series):
+        if 4 < int(r["case"].split("K:")[0]) < cal.PMD_KIB:
+            fpp = 1 / r["pages_per_fault"]
+            host[r["case"]] = [dict(x, ns_per_page=r["fault_ns"][0] * fpp, faults_per_page=fpp) for x in series[r["case"]]]
+    d = cal.Derivation(micro, host, 3)
+    d.vals.update({k: v for k, v in truth.vals.items() if k not in three})
+    cal.fit_on_model(d, out, "host")
+    assert d.vals["alloc_anon_folio_ns"][0] == pytest.approx(60.0, abs=6.0)
+    assert d.vals["alloc_cold_large_ns"][0] == pytest.approx(300.0, rel=0.05)
+    assert "warm (2 MiB)" in d.vals["alloc_anon_folio_ns"][1] and "cold (128 MiB)" in d.vals["alloc_cold_large_ns"][1]
+
+
 # ---------------------------------------------------------- system calls --
 SYS_TRUTH = {"mmap_ns": 1700.0, "munmap_ns": 1400.0, "pgtable_none_ns": 9.0, "pgtable_alloc_ns": 700.0, "anon_vma_prepare_ns": 400.0, "pgtable_free_ns": 210.0,
              "unlink_anon_vma_ns": 1150.0, "madvise_ns": 350.0, "folios_put_batch_ns": 420.0, "tlb_gather_ns": 280.0,

@@ -247,6 +247,34 @@ fn a_cold_folio_pays_its_metadata_misses_once() {
     assert_eq!(added(MTHP_64K, cold, 100.0), (f4, 0));
 }
 
+/// A cold large folio pays alloc_cold_large_ns once besides alloc_cold_ns
+/// (its fields past the head page); an order-0 page (a 4 KiB folio, a
+/// page-table page) never.
+#[test]
+fn a_cold_large_folio_pays_its_extra_misses_once() {
+    let large = |p: &mut Profile, v: f64| p.cost.alloc_cold_large_ns = v;
+    assert_eq!(added(UPSTREAM, large, 100.0), (0, 0));
+    assert_eq!(added(MTHP_64K, large, 100.0), (100, 0));
+    assert_eq!(added(THP_2M, large, 100.0), (100, 0));
+    // Zapped and faulted again at once on the same CPU: the same folio,
+    // still in its caches, pays neither (nor the clear at the node's
+    // bandwidth: a slower node changes nothing).
+    let refault = |large: f64, cold: f64, zero_bw: f64| -> Ns {
+        let mut h = boot(MTHP_64K, &|p| {
+            p.cost.alloc_cold_large_ns = large;
+            p.cost.alloc_cold_ns = cold;
+            p.nodes[0].zero_bw_gbps = zero_bw;
+        });
+        let t = h.process(0);
+        let a = mmap(&mut h, t, 4 * MIB);
+        fault(&mut h, t, a);
+        h.val(t, 0, Op::Madvise { addr: a, len: 64 * 1024, advice: foliosim::workload::Advice::DontNeed });
+        fault(&mut h, t, a)
+    };
+    let base = refault(0.0, 0.0, 10.0);
+    assert_eq!((refault(100.0, 0.0, 10.0), refault(0.0, 100.0, 10.0), refault(0.0, 0.0, 1.0)), (base, base, base));
+}
+
 #[test]
 fn a_large_folio_fault_and_free_pay_their_fixed_extra_once() {
     let alloc = |p: &mut Profile, v: f64| p.cost.alloc_anon_folio_ns = v;

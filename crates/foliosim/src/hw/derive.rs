@@ -12,7 +12,7 @@
 //!   core factor kappa = (f_host x ppc_host) / (f x ppc): clock times
 //!   performance per clock (`cpu.core`, from profiles/rule.toml);
 //! * **cache bandwidth** (a clear in cache): the host's x f / f_host;
-//! * **memory misses** (`alloc_cold_ns`): the host's x latency / the
+//! * **memory misses** (`alloc_cold_ns`, `alloc_cold_large_ns`): the host's x latency / the
 //!   host's latency (node 0 of each);
 //! * **one CPU's memory bandwidth** (`read_bw_gbps`, `zero_bw_gbps`,
 //!   `copy_bw_gbps`): the host's x s, s = read_bw / the host's read_bw
@@ -63,7 +63,7 @@ pub fn class(table: &str, key: &str) -> Option<Class> {
         ("tlb", "stlb_hit_ns" | "walk_ns" | "walk_cached_ns") => Software,
         ("tlb", _) => Fact,
         ("cost", "zero_warm_bw_gbps" | "copy_warm_bw_gbps") => CacheBw,
-        ("cost", "alloc_cold_ns") => MemMiss,
+        ("cost", "alloc_cold_ns" | "alloc_cold_large_ns") => MemMiss,
         ("cost", "lru_batch" | "spin_limit_ns" | "pagecache_read_stream") => Kernel,
         (
             "cost",

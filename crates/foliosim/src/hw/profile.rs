@@ -273,6 +273,13 @@ pub struct CostSpec {
     /// prep_new_page writes; a warm reuse hits them all. Once per folio,
     /// whatever its order.
     pub alloc_cold_ns: f64,
+    /// Per large folio allocated cold, its misses beyond alloc_cold_ns:
+    /// the folio's fields past the head page (page[1] and page[2] of
+    /// struct folio: the mapcounts, the deferred-split list) and the
+    /// buddy path of a higher order, which a cold order-0 page taken
+    /// from its pcp list does not touch. Once per cold large folio (mTHP
+    /// or PMD THP).
+    pub alloc_cold_large_ns: f64,
     pub memcg_charge_ns: f64,
     pub lru_add_ns: f64,
     /// Per folio moved while holding lru_lock (batch drain, isolation).

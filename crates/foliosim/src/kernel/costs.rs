@@ -32,6 +32,8 @@ pub struct Costs {
     pub copy_warm_4k: Ns,
     /// Per folio allocated cold (alloc_cold_ns).
     pub alloc_cold: Ns,
+    /// Per large folio allocated cold, beyond alloc_cold (alloc_cold_large_ns).
+    pub alloc_cold_large: Ns,
     pub memcg: Ns,
     pub lru_add: Ns,
     pub lru_lock_per_folio: Ns,
@@ -131,6 +133,7 @@ impl Costs {
             zero_warm_4k: ns(Profile::bw_ns(4096, c.zero_warm_bw_gbps)),
             copy_warm_4k: ns(Profile::bw_ns(4096, c.copy_warm_bw_gbps)),
             alloc_cold: ns(c.alloc_cold_ns),
+            alloc_cold_large: ns(c.alloc_cold_large_ns),
             memcg: ns(c.memcg_charge_ns),
             lru_add: ns(c.lru_add_ns),
             lru_lock_per_folio: ns(c.lru_lock_per_folio_ns),

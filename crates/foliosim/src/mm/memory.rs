@@ -155,7 +155,8 @@ impl Kernel {
     /// stamp of their last touch its frames carry decides how fast it
     /// clears). Its clear or copy, which follows, touches every frame now.
     /// Returns the time of the tail pages' preparation and, for a cold
-    /// folio, of the misses on its metadata (alloc_cold_ns).
+    /// folio, of the misses on its metadata (alloc_cold_ns, and for a large
+    /// one alloc_cold_large_ns).
     #[inline(always)]
     pub(crate) fn prep_new_folio_on(&mut self, cpu: u32, pfn: Pfn, order: u32, nid: u32) -> Ns {
         let stamp = self.mem_map.get(pfn).cached;
@@ -164,7 +165,12 @@ impl Kernel {
         cache.alloc_warm = warm;
         let after_free = if std::mem::take(&mut cache.freed_since_alloc) { self.c.alloc_after_free } else { 0 };
         self.prep_new_folio(pfn, order, nid, self.llc.stamp(cpu));
-        self.c.prep_tail * ((1 << order) - 1) + if warm { 0 } else { self.c.alloc_cold } + after_free
+        let cold = match (warm, order) {
+            (true, _) => 0,
+            (false, 0) => self.c.alloc_cold,
+            (false, _) => self.c.alloc_cold + self.c.alloc_cold_large,
+        };
+        self.c.prep_tail * ((1 << order) - 1) + cold + after_free
     }
 
     /// Clearing a 2^order-page folio just allocated on `cpu` on node `nid`
