@@ -513,9 +513,10 @@ def drift_of(calibrated: dict[str, float] | None, before: dict[str, float], afte
     largest relative change of either from the calibrated value."""
     if not calibrated:
         return None
-    fields = {k: {"calibrated": calibrated[k], "before": before.get(k), "after": after.get(k)}
-              for k, _, _ in DRIFT_FIELDS if k in calibrated}
-    changes = [v[w] / v["calibrated"] - 1 for v in fields.values() for w in ("before", "after") if v[w] is not None and v["calibrated"]]
+    fields: dict[str, dict[str, float | None]] = {k: {"calibrated": calibrated[k], "before": before.get(k), "after": after.get(k)}
+                                                  for k, _, _ in DRIFT_FIELDS if k in calibrated}
+    changes = [now / cal - 1 for v in fields.values() if (cal := v["calibrated"])
+               for now in (v["before"], v["after"]) if now is not None]
     return {"fields": fields, "max_change": max(changes, key=abs) if changes else None}
 
 

@@ -226,7 +226,14 @@ impl Syscost {
         match self.case {
             Case::Mmap => {
                 self.step = Step::Call;
-                Op::Mmap { addr: 0, len: self.region(), prot: prot::READ | prot::WRITE, flags: map::PRIVATE | map::ANONYMOUS, fd: -1, off: 0 }
+                Op::Mmap {
+                    addr: 0,
+                    len: self.region(),
+                    prot: prot::READ | prot::WRITE,
+                    flags: map::PRIVATE | map::ANONYMOUS,
+                    fd: -1,
+                    off: 0,
+                }
             }
             Case::Munmap | Case::MunmapEmpty | Case::MadviseMthp => {
                 self.step = Step::Mapped;
