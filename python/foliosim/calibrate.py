@@ -64,9 +64,6 @@ GENERIC = "generic-x86"
 PMD_KIB = 2048
 # Regions: "cold" is far beyond the caches, "warm" is reused within them.
 COLD_MIB, WARM_MIB = 128, 2
-# What fit_on_model sets a per-folio term to, to count how often the
-# model charges it.
-PROBE_NS = 1000.0
 # The region sweep that sizes the cache (cpu.llc_kib, with cpu.l2_kib), PMD THP.
 SWEEP_MIB = (2, 8, 16, 32, 64, COLD_MIB)
 DEFAULT_ROUNDS = 5
@@ -94,9 +91,10 @@ def generic_profile() -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------- measure --
-def measure_micro() -> dict[str, Any]:
+def run_benchmark() -> dict[str, Any]:
     """validation/bin/calibrate (user-space microbenchmarks); PMD THP on for
-    madvised memory during the run if we may change the knobs."""
+    madvised memory during the run if we may change the knobs. validate
+    reruns it to see how far the host drifted from its calibration."""
     binary = build_validation() / "calibrate"
     want: dict[Path, str] = {}
     if knobs_available() is None and (read_knob(THP / "enabled") == "never" or read_knob(THP / "hugepages-2048kB" / "enabled") == "never"):
@@ -107,7 +105,13 @@ def measure_micro() -> dict[str, Any]:
         r = subprocess.run([str(binary)], stdin=subprocess.DEVNULL, capture_output=True, text=True)
     if r.returncode != 0:
         raise HostError(f"calibrate benchmark failed: {why_failed(r)}")
-    micro: dict[str, Any] = json.loads(r.stdout)
+    out: dict[str, Any] = json.loads(r.stdout)
+    return out
+
+
+def measure_micro() -> dict[str, Any]:
+    """The microbenchmarks (run_benchmark), membw and c2c."""
+    micro = run_benchmark()
     micro.update(measure_membw())
     micro.update(measure_c2c())
     return micro
@@ -845,7 +849,8 @@ def fit_on_model(d: Derivation, out: Path, name: str) -> list[dict[str, Any]]:
     warm cases, where no miss is left to it; alloc_cold_large_ns (a cold
     large folio's misses beyond alloc_cold_ns) on the cold ones, over how
     many cold large folios the model allocates per fault there (a run with
-    the term at PROBE_NS tells); free_large_folio_ns on the cold munmaps.
+    the term at syscost.PROBE tells); free_large_folio_ns on the cold
+    munmaps.
     Writes the profile and returns the verification with the fitted
     values."""
     for k in ("alloc_anon_folio_ns", "free_large_folio_ns", "alloc_cold_large_ns"):
@@ -858,31 +863,35 @@ def fit_on_model(d: Derivation, out: Path, name: str) -> list[dict[str, Any]]:
     if cold and warm:
         sizes = "/".join(r["case"].split(":")[0] for r in cold)
         host_minus_model = lambda r: r["fault_ns"][1] - r["fault_ns"][0]  # noqa: E731
+        unmap_minus_model = lambda r: (r["unmap_ns_per_page"][1] - r["unmap_ns_per_page"][0]) * r["pages_per_fault"]  # noqa: E731
         a = _weighted_fit(warm, host_minus_model)
-        f = _weighted_fit(cold, lambda r: (r["unmap_ns_per_page"][1] - r["unmap_ns_per_page"][0]) * r["pages_per_fault"])
+        f = _weighted_fit(cold, unmap_minus_model)
         d.fits.append(f"large-folio fault beyond the rest of the model, warm: {a:.0f} ns (host minus model per fault over {sizes}, "
                       f"{WARM_MIB} MiB: " + ", ".join(f"{host_minus_model(r):.0f}" for r in warm) + ")")
         d.fits.append(f"large-folio free beyond the rest of the model: {f:.0f} ns (host minus model munmap per folio over {sizes}, "
-                      f"{COLD_MIB} MiB: " + ", ".join(f"{(r['unmap_ns_per_page'][1] - r['unmap_ns_per_page'][0]) * r['pages_per_fault']:.0f}"
-                                                      for r in cold) + ")")
+                      f"{COLD_MIB} MiB: " + ", ".join(f"{unmap_minus_model(r):.0f}" for r in cold) + ")")
         how = (f"{src}: least squares on the model: host minus model time per {{}} over the {{}} mTHP cases ({sizes}) "
                "with this term at 0, weighted per page (charged once per {{}})")
         d.put("alloc_anon_folio_ns", a, how.format("fault", f"{len(warm)} warm ({WARM_MIB} MiB)", "large folio"), floor=0.0)
         d.put("free_large_folio_ns", f, how.format("folio unmapped", f"{len(cold)} cold ({COLD_MIB} MiB)", "large folio"), floor=0.0)
         # The cold cases with alloc_anon_folio_ns in, the term at 0 and at
-        # PROBE_NS: what is left, over the cold large folios per fault.
-        write_text_atomic(out, make_profile(d, name=name))
-        at0 = {r["case"]: r for r in verify(str(out.resolve()), d.s) if r["case"] in {x["case"] for x in cold}}
-        d.vals["alloc_cold_large_ns"] = (PROBE_NS, "fitting")
-        write_text_atomic(out, make_profile(d, name=name))
-        at1 = {r["case"]: r for r in verify(str(out.resolve()), d.s) if r["case"] in at0}
-        per_fault = {k: (at1[k]["fault_ns"][0] - r["fault_ns"][0]) / PROBE_NS for k, r in at0.items() if k in at1}
+        # syscost.PROBE: what is left, over the cold large folios per fault.
+        mthp = tuple(int(r["case"].split("K:")[0]) for r in cold)
+        names = {r["case"] for r in cold}
+
+        def cold_rows() -> dict[str, dict[str, Any]]:
+            write_text_atomic(out, make_profile(d, name=name))
+            return {r["case"]: r for r in verify(str(out.resolve()), d.s, sizes=mthp) if r["case"] in names}
+        at0 = cold_rows()
+        d.vals["alloc_cold_large_ns"] = (syscost.PROBE, "fitting")
+        at1 = cold_rows()
+        per_fault = {k: (at1[k]["fault_ns"][0] - r["fault_ns"][0]) / syscost.PROBE for k, r in at0.items() if k in at1}
         cold0 = [r for k, r in at0.items() if k in per_fault]
         c = _weighted_fit(cold0, host_minus_model, lambda r: per_fault[r["case"]])
         d.fits.append(f"cold large folio beyond alloc_cold_ns: {c:.0f} ns (host minus model per fault over {sizes}, {COLD_MIB} MiB: "
                       + ", ".join(f"{host_minus_model(r):.0f} over {per_fault[r['case']]:.2f} cold folios" for r in cold0) + ")")
         d.put("alloc_cold_large_ns", c, how.format("fault", f"{len(cold0)} cold ({COLD_MIB} MiB)", "large folio allocated cold")
-              + f" and alloc_anon_folio_ns in, over the cold large folios per fault (a run with the term at {PROBE_NS:.0f} ns)", floor=0.0)
+              + f" and alloc_anon_folio_ns in, over the cold large folios per fault (a run with the term at {syscost.PROBE:.0f} ns)", floor=0.0)
     else:
         gc = d.g["cost"]
         for k in ("alloc_anon_folio_ns", "free_large_folio_ns", "alloc_cold_large_ns"):

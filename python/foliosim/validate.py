@@ -488,12 +488,9 @@ DRIFT_WARN = 0.05
 
 
 def drift_probe() -> dict[str, float]:
-    """DRIFT_FIELDS now, from validation/bin/calibrate under 4 KiB folios."""
-    with thp_settings(knobs_for([])):
-        r = subprocess.run([str(build_validation() / "calibrate")], stdin=subprocess.DEVNULL, capture_output=True, text=True)
-    if r.returncode != 0:
-        raise HostError(f"calibrate benchmark failed: {why_failed(r)}")
-    out = json.loads(r.stdout)
+    """DRIFT_FIELDS now, from calibrate's own run of validation/bin/calibrate."""
+    from .calibrate import run_benchmark
+    out = run_benchmark()
     return {k: float(out[k]) for k, _, _ in DRIFT_FIELDS if k in out}
 
 
@@ -521,8 +518,9 @@ def drift_of(calibrated: dict[str, float] | None, before: dict[str, float], afte
 
 
 def drift_lines(rep: dict[str, Any]) -> list[str]:
-    """The host against its calibration, one line (none without a check)."""
-    d = rep.get("drift")
+    """The host against its calibration, one line (none without a check):
+    the run's, or with --real the reused run's (both in `host`)."""
+    d = (rep.get("host") or {}).get("drift")
     if not d or d.get("max_change") is None:
         return []
     parts = []
@@ -654,8 +652,6 @@ def validate(profile: str, quick: bool, progress: bool, tmpdir: str | None = Non
         "targets": TARGETS,
         "floors": FLOORS,
         "host": host,
-        # From the real runs reused, with --real: when they were measured.
-        "drift": host.get("drift"),
         "real_reused": reused,
         "rows": rows,
         **summarise(rows),

@@ -276,13 +276,13 @@ def test_the_drift_since_calibration_is_the_largest_change_before_or_after_the_r
     d = v.drift_of(cal, before, after)
     assert d["max_change"] == pytest.approx(-0.15)
     assert d["fields"]["anon_write_fault_ns"] == {"calibrated": 1500.0, "before": 1470.0, "after": 1275.0}
-    (line,) = v.drift_lines({"drift": d})
+    (line,) = v.drift_lines({"host": {"drift": d}})
     assert "4 KiB write fault 1,470/1,275 ns against 1,500" in line and "-15.0%" in line and "calibrate again" in line
     # Within the limit: the figures, no advice.
-    (line,) = v.drift_lines({"drift": v.drift_of(cal, before, before)})
+    (line,) = v.drift_lines({"host": {"drift": v.drift_of(cal, before, before)}})
     assert "-2.0%" in line and "calibrate again" not in line
     # A profile calibrate did not write has nothing to drift from.
-    assert v.drift_of(None, before, after) is None and v.drift_lines({"drift": None}) == []
+    assert v.drift_of(None, before, after) is None and v.drift_lines({"host": {"drift": None}}) == []
 
 
 def test_validate_times_the_probe_around_the_real_runs_and_the_headline_says_so(tmp_path, monkeypatch):
@@ -298,5 +298,5 @@ def test_validate_times_the_probe_around_the_real_runs_and_the_headline_says_so(
     monkeypatch.setattr(v, "measure_reals", lambda *a, **k: (calls.append("runs"), {})[1])
     rep = v.validate(str(prof), quick=True, progress=False, settings=["4K"], threads=0, repeats=1)
     assert calls == [0, "runs", 2]
-    assert rep["drift"]["max_change"] == pytest.approx(0.2)
+    assert rep["host"]["drift"]["max_change"] == pytest.approx(0.2)
     assert any("+20.0%" in x and "calibrate again" in x for x in v.headline_lines(rep))
