@@ -157,14 +157,14 @@ validation:
 # (committed: CI does not record them), from tests/data/tinyproj: its
 # `make -j2` build and a program of four threads, recorded with perf (root);
 # and /bin/true recorded with valgrind, a seed of the other recorder.
-TRACES := tests/data/traces
+TEST_TRACES := tests/data/traces
 record-test-traces: develop validation
-	mkdir -p $(TRACES)
+	mkdir -p $(TEST_TRACES)
 	$(MAKE) -s -C tests/data/tinyproj clean threads
-	$(VENV)/bin/foliosim record -o $(TRACES)/make-j2.fstrace -- make -s -j2 -C tests/data/tinyproj tiny
-	$(VENV)/bin/foliosim record -o $(TRACES)/threads.fstrace -- tests/data/tinyproj/threads
+	$(VENV)/bin/foliosim record -o $(TEST_TRACES)/make-j2.fstrace -- make -s -j2 -C tests/data/tinyproj tiny
+	$(VENV)/bin/foliosim record -o $(TEST_TRACES)/threads.fstrace -- tests/data/tinyproj/threads
 	$(VENV)/bin/foliosim record --mode valgrind -o fuzz/seeds/true-valgrind.fstrace -- true
-	cp $(TRACES)/threads.fstrace fuzz/seeds/threads.fstrace
+	cp $(TEST_TRACES)/threads.fstrace fuzz/seeds/threads.fstrace
 	$(MAKE) -s -C tests/data/tinyproj clean
 
 # The real programs the published experiments replay (python/foliosim/
