@@ -18,7 +18,10 @@ target gets no verdict (docs/validation.md: why rusage's sys time, and not
 a sampled one). Targets: faults and peak RSS within 5%, system time within
 15%, its change within 15% of the real change or 3 points.
 validation/bin/tpcost measures what recording costs a system call beside
-them (`tracepoint_cost`).
+them (`tracepoint_cost`), validation/bin/fprcost what the host's free page
+reporting costs a first touch (`reporting_cost`), and
+validation/bin/coldentry what a kernel entry costs after a program's own
+work (`entry_cost`).
 
 None of the programs is one `foliosim calibrate` measures (its fit comes
 from page_fault1 at 16K and 2M). The programs (`--scale small` shrinks
@@ -343,18 +346,50 @@ def compare(runs: dict[str, list[dict[str, Any]]], preds: dict[str, dict[str, An
     return rows
 
 
-def verdict(row: dict[str, Any], reporting: dict[str, Any] | None = None) -> str:
+def entry_cost(table_mib: int = 256) -> dict[str, Any]:
+    """What a kernel entry (a 4 KiB write fault, brk() growing the heap by
+    132 KiB, getppid()) costs right after the program's own work, measured
+    by validation/bin/coldentry: the median per entry back to back (as
+    calibrate's loops time it), after amounts of dependent random reads of
+    a `table_mib` MiB table, after arithmetic as long as each of those
+    (the time alone: it touches no memory) and after reads streaming
+    through stretches of the table."""
+    from ._host import build_validation
+    tool = build_validation() / "coldentry"
+    r = subprocess.run([str(tool), "-m", str(table_mib)], capture_output=True, text=True, check=False)
+    if r.returncode != 0:
+        raise HostError(f"validation/bin/coldentry exited with status {r.returncode}: {r.stderr.strip()[-200:]}")
+    d: dict[str, Any] = json.loads(r.stdout)
+    return d
+
+
+def user_gap_us(prog: dict[str, Any]) -> float | None:
+    """The program's mean user time between two of its kernel entries (a
+    recorded fault or system call), from its trace's replay under 4K."""
+    pred = (prog.get("preds") or {}).get("4K") or {}
+    entries = prog.get("recorded_faults", 0) + (prog.get("converter") or {}).get("syscalls", 0)
+    if not entries or "user_s" not in pred:
+        return None
+    return float(pred["user_s"]) * 1e6 / entries
+
+
+def verdict(row: dict[str, Any], reporting: dict[str, Any] | None = None, gap_us: float | None = None) -> str:
     """'met', which metrics miss their target, and which the repeats
-    spread too wide to judge. Where the host reports free pages to its
-    hypervisor and a THP row's real sys time is above the replay's, the
-    miss points at what that reporting costs (`reporting_cost`)."""
+    spread too wide to judge. Where a row's real sys time is above the
+    replay's, the miss points at what the replay leaves out: on a host that
+    reports free pages to its hypervisor, a THP row's THPs taken from
+    discarded blocks (`reporting_cost`); otherwise entries made colder by
+    the program's own work between them (`entry_cost`, `gap_us` apart)."""
     missed = [m for m, ok in row["met"].items() if ok is False]
     wide = [m for m, ok in row["met"].items() if ok is None]
     parts = (["misses " + ", ".join(missed)] if missed else []) + (["too noisy to judge " + ", ".join(wide)] if wide else [])
-    if (reporting and "sys" in missed and row["setting"] == "2M"
-            and row["real"]["sys"]["median"] > row["pred"]["sys"]):
-        parts.append("real sys above the replay's: THPs taken from blocks the host's free page reporting discarded "
-                     "(the line under the table)")
+    if "sys" in missed and row["real"]["sys"]["median"] > row["pred"]["sys"]:
+        if reporting and row["setting"] == "2M":
+            parts.append("real sys above the replay's: THPs taken from blocks the host's free page reporting discarded "
+                         "(the line under the table)")
+        elif gap_us is not None:
+            parts.append(f"real sys above the replay's: the program's kernel entries come {gap_us:,.1f} us of its own work "
+                         "apart, colder than calibrate's back-to-back loops (the line under the table)")
     return "; ".join(parts) or "met"
 
 
@@ -401,10 +436,10 @@ def render(rep: dict[str, Any]) -> str:
                 f"| {prog['name']} | {r['setting']} | {_cell(real['faults'])}{mark['faults']} | {_g(pred['faults'])} "
                 f"| {_pct(err['faults'])} | {_cell(real['rss'])}{mark['rss']} | {_g(pred['rss'])} | {_pct(err['rss'])} "
                 f"| {_cell(real['sys'], 1e3)}{mark['sys']} | {_g(pred['sys'] * 1e3)} | {_pct(err['sys'])} | {change} | "
-                f"{verdict(r, rep.get('reporting_cost'))} |")
+                f"{verdict(r, rep.get('reporting_cost'), user_gap_us(prog) if rep.get('entry_cost') else None)} |")
     lines += ["", "The programs:", ""]
     lines += [f"- {p['name']}: {p['what']}; trace {p['trace_bytes']:,} bytes, {p['recorded_faults']:,} faults recorded"
-              + _other(p) for p in rep["programs"]]
+              + _gap(p) + _other(p) for p in rep["programs"]]
     tpc = rep.get("tracepoint_cost")
     if tpc:
         n, r = tpc["native"], tpc["recorded"]
@@ -424,11 +459,38 @@ def render(rep: dict[str, Any]) -> str:
                   f"discarded; 4 KiB pages {ns('small_at_once_ns_per_4k')} and {ns('small_after_idle_ns_per_4k')}. The replay "
                   "models a kernel on bare metal: a THP row's real sys time holds as many of the discarded blocks' host faults as "
                   "its program took THPs from them."]
+    ec = rep.get("entry_cost")
+    if ec:
+        lines += ["", *_entry_lines(ec)]
     s = summary(rep)
     lines += ["", f"{s['met']} of {s['rows']} rows meet every target"
               + (f"; missed: {'; '.join(s['missed'])}" if s["missed"] else "")
               + (f"; not judged (repeats wider than the target): {'; '.join(s['unjudged'])}" if s["unjudged"] else "") + "."]
     return "\n".join(lines)
+
+
+def _gap(p: dict[str, Any]) -> str:
+    g = user_gap_us(p)
+    return "" if g is None else f"; {g:,.1f} us of its own work between two kernel entries, on average"
+
+
+def _entry_lines(ec: dict[str, Any]) -> list[str]:
+    """The table under the programs' from validation/bin/coldentry's figures."""
+    out = [f"What a kernel entry costs after the program's own work (validation/bin/coldentry: each entry timed alone right "
+           f"after the work, the median of each line's entries; the reads are of a {ec['table_mib']} MiB table). calibrate "
+           "times each path back to back (the first line), so the replay charges every entry of a program that cost. After "
+           "work, an entry pays for what the work evicted of the kernel's code, data and page-walk entries, and, as the "
+           "arithmetic lines show (they touch no memory), for the time alone: on this host something else evicts them while "
+           "the program computes. The trace records how long the program worked between entries, not what that work "
+           "touched.", "",
+           "| work before each entry | entries | user us | 4 KiB write fault ns | brk() +132 KiB ns | getppid() ns |",
+           "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    what = {"none": lambda n: "none (back to back)", "random": lambda n: f"{n:,} dependent random reads",
+            "arithmetic": lambda n: "arithmetic, as long as the reads above", "stream": lambda n: f"{n:,} KiB read in a stream"}
+    for x in ec["rows"]:
+        out.append(f"| {what[x['work']](x['amount'])} | {x['entries']:,} | {x['user_us']:,.1f} | {x['fault_ns']:,.0f} "
+                   f"| {x['brk_ns']:,.0f} | {x['getppid_ns']:,.0f} |")
+    return out
 
 
 def _other(p: dict[str, Any]) -> str:
@@ -499,6 +561,8 @@ def validate_programs(progs: list[Program], settings: list[tuple[str, list[int]]
     tpc = tracepoint_cost(out)
     say("measuring what the host's free page reporting costs a first touch (validation/bin/fprcost, about a minute) ...")
     fpr = reporting_cost()
+    say("measuring what a kernel entry costs after a program's own work (validation/bin/coldentry) ...")
+    ec = entry_cost()
     runs: dict[str, dict[str, list[dict[str, Any]]]] = {p.name: {lab: [] for lab, _ in settings} for p in progs}
     for i in range(repeats):
         # The settings' order turns each repeat: a drift of the host's load
@@ -530,7 +594,7 @@ def validate_programs(progs: list[Program], settings: list[tuple[str, list[int]]
     except ValueError:
         shown = Path(profile).name
     import platform
-    return {"programs": out_progs, "repeats": repeats, "tracepoint_cost": tpc, "reporting_cost": fpr, "settings": [lab for lab, _ in settings], "profile": profile,
+    return {"programs": out_progs, "repeats": repeats, "tracepoint_cost": tpc, "reporting_cost": fpr, "entry_cost": ec, "settings": [lab for lab, _ in settings], "profile": profile,
             "profile_shown": shown, "targets": TARGETS, "change_points": CHANGE_POINTS, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
             "host": {"kernel": platform.release(), "cpu": _cpu_model(), "cpus": os.cpu_count(),
                      "loadavg_before": " ".join(f"{x:.2f}" for x in load0),

@@ -139,6 +139,34 @@ def test_a_reporting_host_gets_its_first_touch_cost_under_the_table_and_its_thp_
     assert "fprcost" not in t and "discarded" not in t
 
 
+def test_colder_entries_get_their_line_under_the_table_and_the_sys_misses_below_real_point_at_them():
+    ec = {"table_mib": 256, "rows": [
+        {"work": w, "amount": n, "entries": e, "user_us": u, "fault_ns": f, "brk_ns": b, "getppid_ns": g}
+        for w, n, e, u, f, b, g in (("none", 0, 2000, 0.02, 1074.0, 280.0, 95.0), ("random", 200, 2000, 51.3, 1734.0, 614.0, 399.0),
+                                    ("arithmetic", 49908, 2000, 50.9, 1384.0, 962.0, 166.0),
+                                    ("stream", 2048, 1953, 221.6, 3000.0, 2481.0, 660.0))]}
+    # 64K: real sys three times the replay's (a miss below real); 2M: the
+    # replay above real (a miss the other way, which colder entries cannot
+    # explain). 1,000 faults and 200 calls in 0.1 s of user time: 83.3 us apart.
+    prog = {**report()["programs"][0], "recorded_faults": 1000, "converter": {"syscalls": 200},
+            "preds": {"4K": pred(1000, 4000, 10.0)}, "rows": vp.compare(
+                {"4K": [real(1000, 4000, 10.0)] * 3, "64K": [real(100, 4000, 30.0)] * 3, "2M": [real(10, 4000, 5.0)] * 3},
+                {"4K": pred(1000, 4000, 10.0), "64K": pred(100, 4000, 10.0), "2M": pred(10, 4000, 10.0)})}
+    t = vp.render({**report(), "programs": [prog], "entry_cost": ec})
+    assert "the reads are of a 256 MiB table" in t
+    assert "| none (back to back) | 2,000 | 0.0 | 1,074 | 280 | 95 |" in t
+    assert "| 200 dependent random reads | 2,000 | 51.3 | 1,734 | 614 | 399 |" in t
+    assert "| arithmetic, as long as the reads above | 2,000 | 50.9 | 1,384 | 962 | 166 |" in t
+    assert "| 2,048 KiB read in a stream | 1,953 | 221.6 | 3,000 | 2,481 | 660 |" in t
+    assert "83.3 us of its own work between two kernel entries, on average" in t
+    row = {x.split("|")[2].strip(): x for x in t.splitlines() if x.startswith("| gzip |")}
+    assert "kernel entries come 83.3 us of its own work apart, colder than calibrate's" in row["64K"]
+    assert "misses sys" in row["2M"] and "colder" not in row["2M"]
+    # Without the probe's figures: no line, no pointer.
+    t = vp.render({**report(), "programs": [prog]})
+    assert "coldentry" not in t and "colder" not in t
+
+
 def test_the_page_gets_the_table_between_its_markers_and_validation_doc_keeps_it(tmp_path):
     src = tmp_path / "programs.json"
     src.write_text(json.dumps(report()))
