@@ -871,7 +871,7 @@ def fit_on_model(d: Derivation, out: Path, name: str) -> list[dict[str, Any]]:
         d.fits.append(f"large-folio free beyond the rest of the model: {f:.0f} ns (host minus model munmap per folio over {sizes}, "
                       f"{COLD_MIB} MiB: " + ", ".join(f"{unmap_minus_model(r):.0f}" for r in cold) + ")")
         how = (f"{src}: least squares on the model: host minus model time per {{}} over the {{}} mTHP cases ({sizes}) "
-               "with this term at 0, weighted per page (charged once per {{}})")
+               "with this term at 0, weighted per page (charged once per {})")
         d.put("alloc_anon_folio_ns", a, how.format("fault", f"{len(warm)} warm ({WARM_MIB} MiB)", "large folio"), floor=0.0)
         d.put("free_large_folio_ns", f, how.format("folio unmapped", f"{len(cold)} cold ({COLD_MIB} MiB)", "large folio"), floor=0.0)
         # The cold cases with alloc_anon_folio_ns in, the term at 0 and at

@@ -203,6 +203,10 @@ def test_the_large_folio_terms_come_apart_warm_and_cold(tmp_path):
     assert d.vals["alloc_anon_folio_ns"][0] == pytest.approx(60.0, abs=6.0)
     assert d.vals["alloc_cold_large_ns"][0] == pytest.approx(300.0, rel=0.05)
     assert "warm (2 MiB)" in d.vals["alloc_anon_folio_ns"][1] and "cold (128 MiB)" in d.vals["alloc_cold_large_ns"][1]
+    # Every placeholder of the notes filled: each says what it is charged on.
+    assert "charged once per large folio)" in d.vals["alloc_anon_folio_ns"][1]
+    assert "charged once per large folio allocated cold)" in d.vals["alloc_cold_large_ns"][1]
+    assert not any("{}" in d.vals[k][1] for k in ("alloc_anon_folio_ns", "free_large_folio_ns", "alloc_cold_large_ns"))
 
 
 # ---------------------------------------------------------- system calls --
