@@ -147,6 +147,30 @@ milliseconds of sys time; xz, whose kernel time is some tens of ticks
 whatever its input (its heap is its dictionary's), is the row that stays
 noisy.
 
+**A real program's kernel entries are colder than calibrate's.**
+calibrate times each kernel path in a loop of that path alone, so every
+entry finds the kernel's code, its data and the page-walk entries of both
+where the entry before it left them, and the replay charges each of a
+program's faults and calls that warm cost. A real program enters the
+kernel between stretches of its own work. validation/bin/coldentry (the
+table under the programs') times the same fault, brk() and getppid() right
+after each of several amounts of work: random reads over a table, reads
+streaming through it, and arithmetic as long as the reads, which touches
+no memory. Memory-bound work evicts what the next entry needs, and on this
+host (a virtual machine on a shared machine) time alone does too: after
+arithmetic that touched nothing the same entries cost several times more
+than back to back, and more the longer it ran. The trace records how long
+a program worked between entries (the list under the table gives the
+mean), not what that work touched, so the replay charges none of this; a
+row whose real sys time is above the replay's says how far apart its
+entries came. mawk (awk here), for one, reads its input in 4 KiB calls
+between lines of hash-table work and grows its heap with brk() after long
+stretches of it; timed inside the program (by hand, not by a committed
+probe), each read() costs more than in a loop of reads, and each brk()
+many times more than in a loop of brk() calls. A check with a known mix
+(page faults between stretches of arithmetic, by hand) found rusage's
+tick-based split no larger than the timed kernel part.
+
 **Free page reporting moves the real sys time.** This host is a guest
 whose virtio-balloon reports free memory to the hypervisor
 (VIRTIO_BALLOON_F_REPORTING; mechanisms/free-page-reporting.md), which

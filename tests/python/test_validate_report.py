@@ -144,6 +144,10 @@ def test_a_threads_row_says_what_bounds_it():
     # what the threads cost each other.
     miss = v.threads_miss({**row, "scaling": sc, "process_error": 0.0})
     assert "one process at this setting is off by +0.0%" in miss and "what the threads cost each other by -20.0%" in miss, miss
+    assert "lacks" not in miss
+    # mmap1's miss also says what the model lacks (the maple tree's nodes).
+    miss = v.threads_miss({**row, "workload": "mmap1", "scaling": sc, "process_error": 0.0})
+    assert "what the model lacks: the host's VMA tree is a maple tree" in miss and "mas_spanning_rebalance" in miss, miss
 
 
 def test_real_cells_show_the_median_and_the_range():
