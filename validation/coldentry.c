@@ -25,7 +25,6 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -81,7 +80,12 @@ static void arithmetic(long n)
 enum entry { FAULT, BRK, GETPPID, NENTRIES };
 static const char *entry_name[NENTRIES] = { "fault", "brk", "getppid" };
 
+/* One line of the output: the work before each entry, how many entries,
+ * the mean user time of that work and the median of each entry. */
 struct level {
+	const char *work;
+	long amount;
+	int entries;
 	double user_us;
 	double ns[NENTRIES];
 };
@@ -153,6 +157,16 @@ static int entries_for(long amount)
 	return (int)(n < 100 ? 100 : n > MAXN ? MAXN : n);
 }
 
+/* Line `r`: each kind of entry, `n` times after `amount` of work `wk`. */
+static void measure(struct level *r, const char *name, enum work wk, long amount, int n)
+{
+	r->work = name;
+	r->amount = amount;
+	r->entries = n;
+	for (int e = 0; e < NENTRIES; e++)
+		r->ns[e] = time_entries(e, wk, amount, n, &r->user_us);
+}
+
 int main(int argc, char **argv)
 {
 	size_t mib = 256;
@@ -184,38 +198,22 @@ int main(int argc, char **argv)
 	/* Each amount of random reads, then arithmetic as long as those reads
 	 * took (the time alone, without what they touched), then each stream. */
 	struct level rows[2 * NLEVELS + NSTREAMS];
-	const char *work[2 * NLEVELS + NSTREAMS];
-	long amount[2 * NLEVELS + NSTREAMS];
 	int nrows = 0;
 	for (int l = 0; l < NLEVELS; l++) {
-		struct level *r = &rows[nrows];
-		work[nrows] = l ? "random" : "none";
-		amount[nrows++] = reads_at[l];
-		for (int e = 0; e < NENTRIES; e++)
-			r->ns[e] = time_entries(e, RANDOM, reads_at[l], entries_for(reads_at[l]), &r->user_us);
+		struct level *r = &rows[nrows++];
+		measure(r, l ? "random" : "none", RANDOM, reads_at[l], entries_for(reads_at[l]));
 		if (!l)
 			continue;
 		long spin = (long)(r->user_us * 1e3 * per_ns);
-		struct level *c = &rows[nrows];
-		work[nrows] = "arithmetic";
-		amount[nrows++] = spin > 0 ? spin : 1;
-		for (int e = 0; e < NENTRIES; e++)
-			c->ns[e] = time_entries(e, SPIN, spin > 0 ? spin : 1, entries_for(reads_at[l]), &c->user_us);
+		measure(&rows[nrows++], "arithmetic", SPIN, spin > 0 ? spin : 1, r->entries);
 	}
-	for (int l = 0; l < NSTREAMS; l++) {
-		struct level *r = &rows[nrows];
-		work[nrows] = "stream";
-		amount[nrows++] = stream_kib_at[l];
-		for (int e = 0; e < NENTRIES; e++)
-			r->ns[e] = time_entries(e, STREAM, stream_kib_at[l], entries_for(stream_kib_at[l]), &r->user_us);
-	}
+	for (int l = 0; l < NSTREAMS; l++)
+		measure(&rows[nrows++], "stream", STREAM, stream_kib_at[l], entries_for(stream_kib_at[l]));
 
 	printf("{\"table_mib\":%zu,\"rows\":[", mib);
 	for (int i = 0; i < nrows; i++) {
-		/* A control has as many entries as the reads it matches. */
-		long per = strcmp(work[i], "arithmetic") ? amount[i] : amount[i - 1];
-		printf("%s{\"work\":\"%s\",\"amount\":%ld,\"entries\":%d,\"user_us\":%.2f", i ? "," : "", work[i], amount[i],
-		       entries_for(per), rows[i].user_us);
+		printf("%s{\"work\":\"%s\",\"amount\":%ld,\"entries\":%d,\"user_us\":%.2f", i ? "," : "", rows[i].work,
+		       rows[i].amount, rows[i].entries, rows[i].user_us);
 		for (int e = 0; e < NENTRIES; e++)
 			printf(",\"%s_ns\":%.1f", entry_name[e], rows[i].ns[e]);
 		printf("}");
