@@ -251,7 +251,7 @@ def reporting_cost(mib: int = 512, wait_s: int = 5, rounds: int = 3) -> dict[str
     `madvise` for its 2 MiB passes: CPU ns per 4 KiB written into a fresh
     mapping right after a free and after `wait_s` seconds idle, for 2 MiB
     THPs and 4 KiB pages. None on a host that does not report."""
-    from ._host import build_validation, knobs_for, thp_settings
+    from ._host import build_validation, knobs_for, thp_settings, why_failed
     if not Path("/sys/module/page_reporting/parameters/page_reporting_order").exists():
         return None
     tool = build_validation() / "fprcost"
@@ -259,7 +259,7 @@ def reporting_cost(mib: int = 512, wait_s: int = 5, rounds: int = 3) -> dict[str
         r = subprocess.run([str(tool), "-m", str(mib), "-w", str(wait_s), "-r", str(rounds)], capture_output=True, text=True,
                            check=False)
     if r.returncode != 0:
-        raise HostError(f"validation/bin/fprcost exited with status {r.returncode}: {r.stderr.strip()[-200:]}")
+        raise HostError(f"validation/bin/fprcost failed: {why_failed(r)}")
     d: dict[str, Any] = json.loads(r.stdout)
     return d if d.get("page_reporting_order", -1) >= 0 else None
 
@@ -354,11 +354,11 @@ def entry_cost(table_mib: int = 256) -> dict[str, Any]:
     a `table_mib` MiB table, after arithmetic as long as each of those
     (the time alone: it touches no memory) and after reads streaming
     through stretches of the table."""
-    from ._host import build_validation
+    from ._host import build_validation, why_failed
     tool = build_validation() / "coldentry"
     r = subprocess.run([str(tool), "-m", str(table_mib)], capture_output=True, text=True, check=False)
     if r.returncode != 0:
-        raise HostError(f"validation/bin/coldentry exited with status {r.returncode}: {r.stderr.strip()[-200:]}")
+        raise HostError(f"validation/bin/coldentry failed: {why_failed(r)}")
     d: dict[str, Any] = json.loads(r.stdout)
     return d
 
