@@ -131,6 +131,11 @@ fn replay(rs: Vec<Record>) -> (Outcome, Vec<(TaskId, Op, Ret)>, u64) {
     (o, l, procs)
 }
 
+/// How long simulated task `task` slept in all (Op::Nanosleep).
+fn slept(log: &[(TaskId, Op, Ret)], task: TaskId) -> u64 {
+    log.iter().filter(|(t, _, _)| *t == task).map(|(_, op, _)| if let Op::Nanosleep { ns } = op { *ns } else { 0 }).sum()
+}
+
 /// When the last task ended, in simulated ns.
 fn finished(o: &Outcome) -> u64 {
     let users: Vec<_> = o.kernel.tasks().iter().filter(|t| t.kthread.is_none()).collect();
@@ -217,6 +222,80 @@ fn threads_share_their_process_address_space() {
     assert_ne!(users[1].cpu, users[2].cpu, "the threads run on both CPUs");
     assert_eq!(k.stat().get(Stat::FaultAnon), 64, "each page of the shared heap faults once");
     assert_eq!(k.stat().get(Stat::Fork), 0, "a thread is no fork");
+}
+
+/// Threads replay at the model's pace, not the recording's: a thread that
+/// reaches memory before the other thread's mmap of it has replayed waits
+/// for it (and faults it), one behind the other's munmap skips it, and one
+/// whose memory nobody maps ends with the others.
+#[test]
+fn a_thread_ahead_of_the_mapping_it_touches_waits_for_it() {
+    let heap = 0x7f00_1000_0000u64;
+    let gone = 0x7f00_2000_0000u64;
+    let main = vec![
+        Record::Root { tid: 1 },
+        Record::Task { tid: 1 },
+        Record::Mmap { addr: 0, len: 8 * PAGE, prot: 3, flags: 0x22, file: None, off: 0, ret: gone },
+        Record::Clone { child: 2 },
+        Record::Munmap { addr: gone, len: 8 * PAGE },
+        // The thread runs at once; this mmap comes a millisecond later.
+        Record::Time { user_ns: 1_000_000, sys_ns: 0 },
+        Record::Mmap { addr: 0, len: 16 * PAGE, prot: 3, flags: 0x22, file: None, off: 0, ret: heap },
+        Record::Time { user_ns: 2_000_000, sys_ns: 0 },
+        Record::Exit { code: 0 },
+    ];
+    let thread = |pages: u64| {
+        vec![
+            Record::Task { tid: 2 },
+            Record::Run { kind: K_STORE, page: heap >> 12, count: pages, step: 1 },
+            Record::Time { user_ns: 100_000, sys_ns: 0 },
+            Record::Run { kind: K_STORE, page: gone >> 12, count: 8, step: 1 },
+            Record::Run { kind: K_STORE, page: 0x7f00_3000_0000 >> 12, count: 4, step: 1 },
+            Record::Exit { code: 0 },
+        ]
+    };
+    let (o, log, _) = replay([main.clone(), thread(16)].concat());
+    let k = &o.kernel;
+    assert_eq!(k.stat().get(Stat::FaultAnon), 16, "the heap's 16 pages fault once the mmap has replayed; the rest are skipped");
+    // It waits a millisecond for the mmap, then for the memory nobody maps
+    // until the main thread has ended (3 ms in).
+    assert!((3_000_000..4_000_000).contains(&slept(&log, 1)), "the thread slept {} ns", slept(&log, 1));
+    // Nobody waits on memory its own task would have to map, nor past the
+    // other tasks' end: the replay ends as the main thread does.
+    assert!(finished(&o) < 4_000_000, "{}", finished(&o));
+}
+
+/// The other way round: a main thread reaches its munmap of memory its
+/// thread has yet to touch (in the recording the thread was done with it
+/// first: the join is not in the trace). The munmap waits for the thread's
+/// accesses, which fault; a range no other thread touches again is
+/// unmapped at once.
+#[test]
+fn a_munmap_waits_for_the_threads_still_to_touch_its_range() {
+    let shared = 0x7f00_1000_0000u64;
+    let own = 0x7f00_2000_0000u64;
+    let main = vec![
+        Record::Root { tid: 1 },
+        Record::Task { tid: 1 },
+        Record::Mmap { addr: 0, len: 8 * PAGE, prot: 3, flags: 0x22, file: None, off: 0, ret: shared },
+        Record::Mmap { addr: 0, len: 4 * PAGE, prot: 3, flags: 0x22, file: None, off: 0, ret: own },
+        Record::Run { kind: K_STORE, page: own >> 12, count: 4, step: 1 },
+        Record::Clone { child: 2 },
+        Record::Munmap { addr: own, len: 4 * PAGE },
+        Record::Munmap { addr: shared, len: 8 * PAGE },
+        Record::Exit { code: 0 },
+    ];
+    let thread = vec![
+        Record::Task { tid: 2 },
+        // A millisecond of work before it touches the shared range.
+        Record::Time { user_ns: 1_000_000, sys_ns: 0 },
+        Record::Run { kind: K_STORE, page: (shared >> 12) + 7, count: 8, step: -1 },
+        Record::Exit { code: 0 },
+    ];
+    let (o, log, _) = replay([main, thread].concat());
+    let k = &o.kernel;
+    assert_eq!(k.stat().get(Stat::FaultAnon), 12, "the main thread's 4 pages and the thread's 8, none skipped");
+    assert!((1_000_000..3_000_000).contains(&slept(&log, 0)), "the munmap waited the thread's millisecond: {} ns", slept(&log, 0));
 }
 
 /// vfork: the child runs in the parent's mm (no copy, no CoW) and the

@@ -18,9 +18,20 @@
 //! memory when its process image starts. MAP_FIXED targets,
 //! munmap/mprotect/madvise ranges and accesses are translated through it; a
 //! range spanning several recorded mappings becomes one call per piece.
-//! Accesses outside every known range are skipped, and a replayed call that
-//! fails is skipped too (the recording only holds calls that succeeded), so
-//! a replay always runs to its end.
+//! The threads of a process replay at the model's pace, not the recording's,
+//! so a thread can reach memory before another thread's mmap or brk that
+//! made it has replayed: such an access (to a recorded address no known
+//! range of its space has ever held) waits, in sleeps of MAP_WAIT_NS that
+//! double up to MAP_WAIT_LONGEST_NS, while another thread of the process is
+//! still replaying (AHEAD_WAIT_MAX_NS in all at most), and is made once the
+//! range is known. The other way round, a thread can reach its munmap of memory another thread has yet
+//! to touch (a main thread whose join of its workers the trace does not
+//! hold): the munmap waits, in the same sleeps, while another thread's
+//! queued ops or its next LOOKAHEAD_RECORDS accesses and mappings hold an
+//! access to the range before that thread's own mapping of it. An access to memory the
+//! space held and unmapped since, or to memory nobody maps, is skipped, and
+//! a replayed call that fails is skipped too (the recording only holds
+//! calls that succeeded), so a replay always runs to its end.
 //!
 //! `jobs` re-runs a recorded make at another parallelism, as GNU make's
 //! jobserver does: every make of the tree (an image whose file's name is
@@ -43,6 +54,22 @@ use crate::types::Error;
 use std::collections::{BTreeMap, VecDeque};
 
 const PAGE: u64 = 4096;
+/// A thread waiting for another (module docs) sleeps MAP_WAIT_NS first,
+/// then twice as long each time up to MAP_WAIT_LONGEST_NS, and at most
+/// MAP_WAIT_MAX_NS in all for one record (an access to memory not mapped
+/// yet AHEAD_WAIT_MAX_NS: a recording can hold an access to memory no
+/// recorded call maps, which must not hold its thread back long): then its record goes ahead (an
+/// access skipped, a munmap made), so that no cycle of waits the recording
+/// did not have can stall a replay. The doubling keeps a long wait (a
+/// thread's whole work before its process frees the memory) to a few
+/// hundred looks.
+const MAP_WAIT_NS: u64 = 10_000;
+const MAP_WAIT_LONGEST_NS: u64 = 1_280_000;
+const MAP_WAIT_MAX_NS: u64 = 10_000_000_000;
+const AHEAD_WAIT_MAX_NS: u64 = 100_000_000;
+/// How many of another thread's accesses and mappings a munmap looks
+/// through for one to its range (bounded: a replay's cost stays linear).
+const LOOKAHEAD_RECORDS: usize = 65_536;
 
 fn page_up(v: u64) -> u64 {
     v.saturating_add(PAGE - 1) & !(PAGE - 1)
@@ -94,6 +121,9 @@ struct Space {
     /// Recorded brk base and current end; simulated brk base.
     brk_rec: Option<(u64, u64)>,
     brk_sim: Option<u64>,
+    /// Every recorded range this space has held (rec_start -> rec_end,
+    /// disjoint): an address outside them is one no task has mapped yet.
+    seen: BTreeMap<u64, u64>,
 }
 
 /// One recorded task as it replays.
@@ -117,6 +147,57 @@ struct RTask {
     running: u32,
     owed: u32,
     ahead: u32,
+    /// A thread (clone) of its process, or a vfork child borrowing its
+    /// parent's mm (which waits for it, so maps nothing meanwhile).
+    thread: bool,
+    vfork: bool,
+    /// Sleeps so far waiting for the memory of its next record (module docs).
+    map_waits: u32,
+    map_waited_ns: u64,
+    /// The op it is doing (returned by next_op, not yet completed): an
+    /// access of it may still be in its fault.
+    doing: Option<Op>,
+    /// Its accesses and mappings, for another thread's munmap to look
+    /// through (built when its process gets a second thread).
+    touches: Option<Vec<Touch>>,
+}
+
+/// An access or mapping record of a task: where it is in the task's
+/// records and the recorded range it touches or (un)maps. An exec or exit
+/// is a mapping of everything: a munmap looks no further.
+#[derive(Clone, Copy)]
+struct Touch {
+    pos: usize,
+    lo: u64,
+    hi: u64,
+    maps: bool,
+}
+
+/// The Touches of a task's records, in order.
+fn touches(bytes: &[u8]) -> Vec<Touch> {
+    let mut c = tf::TaskCursor::at(bytes, (0, 0));
+    let mut v = Vec::new();
+    loop {
+        let pos = c.state().0;
+        let Some(r) = c.next() else { break };
+        let mut touch = |lo: u64, hi: u64, maps: bool| v.push(Touch { pos, lo, hi, maps });
+        match r {
+            Record::Access { page, .. } => touch(page << 12, (page + 1) << 12, false),
+            Record::Run { page, count, step, .. } => {
+                let end = page.wrapping_add_signed(step.wrapping_mul(count.saturating_sub(1) as i64));
+                touch(page.min(end) << 12, (page.max(end) + 1) << 12, false);
+            }
+            Record::Mmap { ret, len, .. } => touch(ret, ret.saturating_add(page_up(len)), true),
+            Record::Munmap { addr, len } => touch(addr, addr.saturating_add(page_up(len)), true),
+            Record::Mremap { addr, old_len, new_len, ret, .. } => {
+                touch(addr, addr.saturating_add(page_up(old_len)), true);
+                touch(ret, ret.saturating_add(page_up(new_len)), true);
+            }
+            Record::Exec { .. } | Record::Exit { .. } => touch(0, u64::MAX, true),
+            _ => {}
+        }
+    }
+    v
 }
 
 impl RTask {
@@ -134,6 +215,12 @@ impl RTask {
             running: 0,
             owed: 0,
             ahead: 0,
+            thread: false,
+            vfork: false,
+            map_waits: 0,
+            map_waited_ns: 0,
+            doing: None,
+            touches: None,
         }
     }
 }
@@ -315,6 +402,79 @@ impl TraceReplay {
         }
     }
 
+    /// Whether `p` is one of several threads of a process and another of
+    /// them replays still (has not reached its exit): one that may yet map
+    /// what `p` waits for. A vfork child and its parent never wait on each
+    /// other (the parent sleeps until the child's exec or exit).
+    fn threads_replaying(&self, p: usize) -> bool {
+        let me = &self.tasks[p];
+        let space = me.space;
+        let shared = |t: &RTask| t.space == space && !t.vfork;
+        !me.vfork
+            && self.tasks.iter().any(|t| shared(t) && t.thread)
+            && self.tasks.iter().enumerate().any(|(q, t)| q != p && shared(t) && t.started && !t.done)
+    }
+
+    /// Whether another thread of `p`'s process has yet to make an access
+    /// to recorded [addr, addr+len), which `p` is about to unmap: one it is
+    /// doing (its fault may be under way) or has queued, or among its next
+    /// LOOKAHEAD_RECORDS accesses and mappings before it maps or unmaps
+    /// some of the range itself (after that its accesses are to its own
+    /// mapping), execs or exits. A thread that waits itself is not waited
+    /// for: what it waits for comes after this munmap in the recording, and
+    /// so do its accesses to the range (to a mapping made there since), and
+    /// two threads never wait on each other.
+    fn others_still_use(&self, p: usize, addr: u64, len: u64) -> bool {
+        let me = &self.tasks[p];
+        let (lo, hi) = (addr & !(PAGE - 1), page_up(addr.saturating_add(len)));
+        let sim = self.spaces[me.space].pieces(addr, len);
+        let queued = |op: &Op| {
+            let (a, end) = match *op {
+                Op::Access { addr, .. } => (addr, addr + 1),
+                Op::AccessRange { addr, stride, count, .. } => (addr, addr + stride.max(1) * count.max(1)),
+                _ => return false,
+            };
+            sim.iter().any(|&(s, l)| a < s + l && s < end)
+        };
+        let recorded = |q: &RTask| {
+            let Some(v) = q.touches.as_deref() else { return false };
+            let from = v.partition_point(|t| t.pos < q.cur.0);
+            v[from..].iter().take(LOOKAHEAD_RECORDS).find(|t| t.lo < hi && lo < t.hi).is_some_and(|t| !t.maps)
+        };
+        !me.vfork
+            && self.tasks.iter().enumerate().any(|(q, t)| {
+                q != p
+                    && t.space == me.space
+                    && !t.vfork
+                    && t.started
+                    && !t.done
+                    && t.map_waits == 0
+                    && (t.doing.iter().chain(t.queue.iter().map(|(op, _)| op)).any(queued) || recorded(t))
+            })
+    }
+
+    /// Queue task `p`'s next sleep of a wait on another thread (module
+    /// docs); false once it has waited `max_ns` for this record, so
+    /// that no cycle of waits the recording did not have stalls a replay.
+    fn map_wait(&mut self, p: usize, max_ns: u64) -> bool {
+        let t = &mut self.tasks[p];
+        if t.map_waited_ns >= max_ns {
+            return false;
+        }
+        let ns = (MAP_WAIT_NS << t.map_waits.min(16)).min(MAP_WAIT_LONGEST_NS);
+        t.map_waits += 1;
+        t.map_waited_ns += ns;
+        t.queue.push_back((Op::Nanosleep { ns }, After::Nothing));
+        true
+    }
+
+    /// Task `p`'s record goes ahead: its next wait starts afresh.
+    fn map_waited(&mut self, p: usize) {
+        let t = &mut self.tasks[p];
+        t.map_waits = 0;
+        t.map_waited_ns = 0;
+    }
+
     fn is_jobserver(&self, file: u32) -> bool {
         let Some((_, path, _)) = self.trace.files.get(file as usize) else { return false };
         let base = path.rsplit('/').next().unwrap_or(path);
@@ -325,13 +485,18 @@ impl TraceReplay {
 impl Space {
     /// Simulated address of recorded `a`, if some known range holds it.
     fn translate(&self, a: u64) -> Option<u64> {
+        self.known(a).map(|(start, _, sim)| a - start + sim)
+    }
+
+    /// The known range holding recorded `a`: (rec_start, rec_end, sim_start).
+    fn known(&self, a: u64) -> Option<(u64, u64, u64)> {
         if let (Some((b, end)), Some(s)) = (self.brk_rec, self.brk_sim) {
             if a >= b && a < page_up(end) {
-                return Some(a - b + s);
+                return Some((b, page_up(end), s));
             }
         }
         let (&start, &(end, sim)) = self.xlat.range(..=a).next_back()?;
-        (a < end).then(|| a - start + sim)
+        (a < end).then_some((start, end, sim))
     }
 
     /// The pieces of recorded [a, a+len) that are known: (sim_addr, len).
@@ -376,6 +541,46 @@ impl Space {
     fn remember(&mut self, rec: u64, len: u64, sim: u64) {
         self.forget(rec, len);
         self.xlat.insert(rec, (rec + page_up(len), sim));
+        self.mark_seen(rec, rec + page_up(len));
+    }
+
+    /// Add recorded [a, end) to the ranges this space has held.
+    fn mark_seen(&mut self, a: u64, end: u64) {
+        let (mut lo, mut hi) = (a, end);
+        let first = self.seen.range(..=a).next_back().filter(|(_, &e)| e >= a).map_or(a, |(&s, _)| s);
+        let hit: Vec<(u64, u64)> = self.seen.range(first..=end).map(|(&s, &e)| (s, e)).collect();
+        for (s, e) in hit {
+            self.seen.remove(&s);
+            lo = lo.min(s);
+            hi = hi.max(e);
+        }
+        self.seen.insert(lo, hi);
+    }
+
+    /// Whether recorded `a` lies in no range this space has ever held.
+    fn never_held(&self, a: u64) -> bool {
+        self.seen.range(..=a).next_back().is_none_or(|(_, &e)| a >= e)
+    }
+
+    /// Whether some page of `count` accesses at `page + i * step` (pages)
+    /// is in no known range and in none this space has held: memory
+    /// another task has not mapped yet. A known range is stepped over whole.
+    fn ahead_of_its_mapping(&self, page: u64, count: u64, step: i64) -> bool {
+        let mut i = 0;
+        while i < count {
+            let a = page.wrapping_add_signed(step.wrapping_mul(i as i64)) << 12;
+            match self.known(a) {
+                None if self.never_held(a) => return true,
+                // The pages of the stride still inside [s, e).
+                Some((s, e, _)) if step != 0 => {
+                    let room = if step > 0 { (e - a).div_ceil(PAGE) } else { (a - s) / PAGE + 1 };
+                    i += room.div_ceil(step.unsigned_abs()).max(1);
+                }
+                Some(_) if step == 0 => return false,
+                _ => i += 1,
+            }
+        }
+        false
     }
 
     /// `count` accesses of `kind`, one to each page `page + i * step`,
@@ -436,6 +641,29 @@ impl TraceReplay {
     /// false when the record must be met again later (a make waiting for a
     /// job token first reaps a child).
     fn expand(&mut self, p: usize, r: Record, ops: &mut u64) -> bool {
+        let accessed = match r {
+            Record::Access { page, .. } => Some((page, 1, 0)),
+            Record::Run { page, count, step, .. } => Some((page, count, step)),
+            _ => None,
+        };
+        if let Some((page, count, step)) = accessed {
+            let t = &self.tasks[p];
+            if self.spaces[t.space].ahead_of_its_mapping(page, count, step)
+                && self.threads_replaying(p)
+                && self.map_wait(p, AHEAD_WAIT_MAX_NS)
+            {
+                // Memory another thread of the process has yet to map.
+                return false;
+            }
+            self.map_waited(p);
+        }
+        if let Record::Munmap { addr, len } = r {
+            if self.others_still_use(p, addr, len) && self.map_wait(p, MAP_WAIT_MAX_NS) {
+                // Another thread has yet to touch what this would unmap.
+                return false;
+            }
+            self.map_waited(p);
+        }
         let jobs = self.jobs > 0 && self.tasks[p].make;
         match r {
             Record::Exec { file, vaddr, text, data, data_off, bss } => {
@@ -569,6 +797,7 @@ impl TraceReplay {
                 (None, _) => sp.brk_rec = Some((ret, ret)),
                 (Some((b, _)), Some(s)) if addr != 0 => {
                     sp.brk_rec = Some((b, ret.max(b)));
+                    sp.mark_seen(b, page_up(ret.max(b)));
                     q.push_back((Op::Brk { addr: addr.saturating_sub(b) + s }, After::Nothing));
                 }
                 _ => {}
@@ -612,6 +841,7 @@ impl TraceReplay {
 
     /// Apply the result of task `p`'s previous queued op.
     fn complete(&mut self, p: usize, last: Ret) {
+        self.tasks[p].doing = None;
         let pending = std::mem::replace(&mut self.tasks[p].pending, After::Nothing);
         if let After::Reaped { early } = pending {
             let t = &mut self.tasks[p];
@@ -705,6 +935,15 @@ impl Workload for TraceReplay {
         };
         self.tasks[c].space = space;
         self.tasks[c].started = true;
+        self.tasks[c].thread = matches!(kind, Created::Thread);
+        self.tasks[c].vfork = matches!(kind, Created::Vfork);
+        if kind == Created::Thread {
+            for t in [p, c] {
+                if let (Some(i), None) = (self.tasks[t].bytes, &self.tasks[t].touches) {
+                    self.tasks[t].touches = Some(touches(&self.trace.tasks[i].bytes));
+                }
+            }
+        }
         self.sim.insert(child, c);
         // Its Regions (a thread's, a vfork child's) go into the shared space
         // now; a process image's come with its exec.
@@ -729,6 +968,7 @@ impl Workload for TraceReplay {
         loop {
             if let Some((op, after)) = self.tasks[p].queue.pop_front() {
                 self.tasks[p].pending = after;
+                self.tasks[p].doing = Some(op);
                 return op;
             }
             if self.tasks[p].done {
