@@ -555,6 +555,32 @@ fn fault_around_looks_up_the_page_cache_once_per_window() {
     assert_eq!(run(0.0, 1000.0) - base, 15_000, "a walk step for each of the 15 other folios");
 }
 
+/// A VMA that starts inside a 64 KiB-aligned window gets a whole window
+/// from its start (do_fault_around's from_pte + nr_pages, Linux 6.4 on, and
+/// start_pgoff + nr_pages before it), not the rest of the aligned one.
+#[test]
+fn fault_around_maps_a_whole_window_from_the_vma_start() {
+    let mut h = boot(UPSTREAM, &|_| {});
+    let t = h.process(0);
+    let ino = h.k.new_inode(foliosim::workload::FsKind::Tmpfs, common::PAGES << 12);
+    let (a, at) = h.map_file(t, 0, ino, prot::READ);
+    let at = h.read_all(t, at, a);
+    let (_, at) = h.val(t, at, Op::Munmap { addr: a, len: common::PAGES << 12 });
+    let (a, at) = h.map_file(t, at, ino, prot::READ);
+    // Cut the mapping's head so that it starts 5 pages into a 64 KiB
+    // window whose next 16 pages stay inside one PTE table.
+    let mut w = (a + 0xffff) & !0xffff;
+    if w % (2 << 20) + 21 * 4096 > 2 << 20 {
+        w += 0x10000;
+    }
+    let start = w + 5 * 4096;
+    let (_, at) = h.val(t, at, Op::Munmap { addr: a, len: start - a });
+    let n0 = h.k.stat().get(foliosim::mm::vmstat::Stat::FaultAroundPages);
+    h.run(t, at, Op::Access { addr: start, kind: Access::Load });
+    assert_eq!(h.k.stat().get(foliosim::mm::vmstat::Stat::FaultAroundPages) - n0, 15, "16 pages from the VMA's start, not 11");
+    assert!(h.k.check().violations.is_empty(), "{:?}", h.k.check().violations);
+}
+
 /// munmap of a shared file mapping pays `zap_file_pte_ns` once per
 /// page-cache PTE it clears (zap_present_folio_ptes' folio_mark_dirty and
 /// folio_mark_accessed), and never for an anonymous page.

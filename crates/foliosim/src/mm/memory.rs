@@ -598,13 +598,17 @@ impl Kernel {
         (Fault::Done, t)
     }
 
-    /// filemap_map_pages over the aligned window around `addr`: maps cached,
-    /// uptodate pages into empty PTEs of the same table, without I/O.
+    /// filemap_map_pages over the window around `addr`: maps cached,
+    /// uptodate pages into empty PTEs of the same table, without I/O. The
+    /// window starts at the fault_around_bytes-aligned address below `addr`,
+    /// or at the VMA's or the PTE table's start if that is later, and runs
+    /// fault_around_bytes from there, to the VMA's or the table's end at
+    /// most (do_fault_around's from_pte and to_pte: a VMA that starts inside
+    /// an aligned window gets a whole window from its start).
     fn do_fault_around(&mut self, t: Ns, vmf: &VmFault, bytes: u64) -> Ns {
         let (cpu, mm, vma, addr) = (vmf.cpu, vmf.mm, vmf.vma, vmf.address);
-        let nr = bytes / 4096;
         let start = (addr & !(bytes - 1)).max(vma.start).max(addr & !((1 << PMD_SHIFT) - 1));
-        let end = ((addr & !(bytes - 1)) + nr * 4096).min(vma.end).min((addr | ((1 << PMD_SHIFT) - 1)) + 1);
+        let end = (start + bytes).min(vma.end).min((addr | ((1 << PMD_SHIFT) - 1)) + 1);
         let ino = (vma.file - 1) as usize;
         let eof = self.inodes[ino].size.div_ceil(4096);
         let mut mapped = Vec::new();
