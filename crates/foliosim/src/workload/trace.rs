@@ -24,14 +24,15 @@
 //! range of its space has ever held) waits, in sleeps of MAP_WAIT_NS that
 //! double up to MAP_WAIT_LONGEST_NS, while another thread of the process is
 //! still replaying (AHEAD_WAIT_MAX_NS in all at most), and is made once the
-//! range is known. The other way round, a thread can reach its munmap of memory another thread has yet
-//! to touch (a main thread whose join of its workers the trace does not
-//! hold): the munmap waits, in the same sleeps, while another thread's
-//! queued ops or its next LOOKAHEAD_RECORDS accesses and mappings hold an
-//! access to the range before that thread's own mapping of it. An access to memory the
-//! space held and unmapped since, or to memory nobody maps, is skipped, and
-//! a replayed call that fails is skipped too (the recording only holds
-//! calls that succeeded), so a replay always runs to its end.
+//! range is known. The other way round, a thread can reach its munmap of
+//! memory another thread has yet to touch (a main thread whose join of its
+//! workers the trace does not hold): the munmap waits, in the same sleeps,
+//! while another thread's queued ops or its next LOOKAHEAD_RECORDS accesses
+//! and mappings hold an access to the range before that thread's own
+//! mapping of it. An access to memory the space held and unmapped since, or
+//! to memory nobody maps, is skipped, and a replayed call that fails is
+//! skipped too (the recording only holds calls that succeeded), so a replay
+//! always runs to its end.
 //!
 //! `jobs` re-runs a recorded make at another parallelism, as GNU make's
 //! jobserver does: every make of the tree (an image whose file's name is
@@ -58,9 +59,9 @@ const PAGE: u64 = 4096;
 /// then twice as long each time up to MAP_WAIT_LONGEST_NS, and at most
 /// MAP_WAIT_MAX_NS in all for one record (an access to memory not mapped
 /// yet AHEAD_WAIT_MAX_NS: a recording can hold an access to memory no
-/// recorded call maps, which must not hold its thread back long): then its record goes ahead (an
-/// access skipped, a munmap made), so that no cycle of waits the recording
-/// did not have can stall a replay. The doubling keeps a long wait (a
+/// recorded call maps, which must not hold its thread back long): then its
+/// record goes ahead (an access skipped, a munmap made), so that no cycle
+/// of waits the recording did not have can stall a replay. The doubling keeps a long wait (a
 /// thread's whole work before its process frees the memory) to a few
 /// hundred looks.
 const MAP_WAIT_NS: u64 = 10_000;
@@ -151,7 +152,8 @@ struct RTask {
     /// parent's mm (which waits for it, so maps nothing meanwhile).
     thread: bool,
     vfork: bool,
-    /// Sleeps so far waiting for the memory of its next record (module docs).
+    /// Sleeps so far, and their time, waiting on another thread before its
+    /// next record (module docs).
     map_waits: u32,
     map_waited_ns: u64,
     /// The op it is doing (returned by next_op, not yet completed): an
