@@ -523,6 +523,19 @@ fn the_fault_and_the_allocation_after_a_free_pay_once_for_what_it_displaced() {
     );
 }
 
+/// A fresh read-only mapping by task `t` of a tmpfs file whose every page
+/// is cached and uptodate (read through an earlier mapping, since
+/// unmapped), none of them mapped yet: (address, time).
+fn cached_file_mapping(h: &mut H, t: u32) -> (u64, Ns) {
+    // tmpfs: its pages are uptodate from their first fault (a disk file's
+    // wait for their read to complete).
+    let ino = h.k.new_inode(foliosim::workload::FsKind::Tmpfs, common::PAGES << 12);
+    let (a, at) = h.map_file(t, 0, ino, prot::READ);
+    let at = h.read_all(t, at, a);
+    let (_, at) = h.val(t, at, Op::Munmap { addr: a, len: common::PAGES << 12 });
+    h.map_file(t, at, ino, prot::READ)
+}
+
 /// Fault-around (filemap_map_pages) walks the page cache once: the
 /// window's first folio costs a lookup, each next one a step of the walk
 /// (priced as read()'s per-folio batch step), never a whole lookup each.
@@ -534,13 +547,7 @@ fn fault_around_looks_up_the_page_cache_once_per_window() {
             p.cost.pagecache_read_ns = step;
         });
         let t = h.process(0);
-        // tmpfs: its pages are uptodate from their first fault (a disk
-        // file's wait for their read to complete).
-        let ino = h.k.new_inode(foliosim::workload::FsKind::Tmpfs, common::PAGES << 12);
-        let (a, at) = h.map_file(t, 0, ino, prot::READ);
-        let at = h.read_all(t, at, a);
-        let (_, at) = h.val(t, at, Op::Munmap { addr: a, len: common::PAGES << 12 });
-        let (a, at) = h.map_file(t, at, ino, prot::READ);
+        let (a, at) = cached_file_mapping(&mut h, t);
         // The first 64 KiB-aligned window wholly inside the mapping.
         let w = (a + 0xffff) & !0xffff;
         let (f0, n0) = (entry(&h, t, Entry::Fault), h.k.stat().get(foliosim::mm::vmstat::Stat::FaultAroundPages));
@@ -562,11 +569,7 @@ fn fault_around_looks_up_the_page_cache_once_per_window() {
 fn fault_around_maps_a_whole_window_from_the_vma_start() {
     let mut h = boot(UPSTREAM, &|_| {});
     let t = h.process(0);
-    let ino = h.k.new_inode(foliosim::workload::FsKind::Tmpfs, common::PAGES << 12);
-    let (a, at) = h.map_file(t, 0, ino, prot::READ);
-    let at = h.read_all(t, at, a);
-    let (_, at) = h.val(t, at, Op::Munmap { addr: a, len: common::PAGES << 12 });
-    let (a, at) = h.map_file(t, at, ino, prot::READ);
+    let (a, at) = cached_file_mapping(&mut h, t);
     // Cut the mapping's head so that it starts 5 pages into a 64 KiB
     // window whose next 16 pages stay inside one PTE table.
     let mut w = (a + 0xffff) & !0xffff;
