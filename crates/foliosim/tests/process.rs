@@ -78,7 +78,7 @@ fn run_progs(progs: Vec<Vec<Op>>, child: Vec<Op>, duration_s: f64, knobs: &str) 
 }
 
 fn exec() -> Op {
-    Op::Exec { file: 0, vaddr: BASE, text: TEXT, data: DATA, bss: BSS }
+    Op::Exec { file: 0, vaddr: BASE, text: TEXT, data: DATA, bss: BSS, mmap_base: 0 }
 }
 
 /// A compiler-like start: exec, fetch 256 KiB of text, write one data page

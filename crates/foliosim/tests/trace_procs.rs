@@ -477,3 +477,42 @@ fn a_recorded_make_replays_as_make_j_nproc_on_each_machine() {
     assert_eq!(rec, 2, "as recorded: -j2");
     assert!(rec_ms > 3200.0, "160 rounds of 20 ms: {rec_ms} ms");
 }
+
+/// A replayed process lives where the recorded one did: its mmap area
+/// starts at the recorded top (the interpreter's end: the ASLR draw), the
+/// kernel's own pieces of its image (the stack, the vDSO) are at their
+/// recorded addresses, the interpreter's segments go over its whole first
+/// mapping, and the program's unhinted mmaps then fall top-down where they
+/// fell, so fault-around windows and PMDs cut them as they cut the
+/// recording's.
+#[test]
+fn a_replayed_process_maps_where_the_recorded_one_did() {
+    let top = 0x7f12_3450_3000u64; // not 64 KiB- or 2 MiB-aligned
+    let interp = top - 8 * PAGE;
+    let vdso = interp - 3 * PAGE;
+    let anon = vdso - 4 * PAGE;
+    let v = vec![
+        Record::Meta { json: "{}".into() },
+        Record::File { size: EXE_PAGES * PAGE, path: "/usr/bin/cc".into(), flags: 0 },
+        Record::File { size: 8 * PAGE, path: "/lib64/ld-linux-x86-64.so.2".into(), flags: 0 },
+        Record::Root { tid: 1 },
+        Record::Task { tid: 1 },
+        exec(),
+        Record::Mmap { addr: 0, len: 8 * PAGE, prot: 1, flags: 0x2, file: Some(1), off: 0, ret: interp },
+        Record::Mmap { addr: 0, len: 5 * PAGE, prot: 5, flags: 0x2, file: Some(1), off: PAGE, ret: interp + PAGE },
+        Record::Region { addr: vdso, len: 3 * PAGE },
+        Record::Region { addr: 0x7ffd_0000_0000, len: 0x21000 },
+        Record::Mmap { addr: 0, len: 4 * PAGE, prot: 3, flags: 0x22, file: None, off: 0, ret: anon },
+        Record::Run { kind: K_STORE, page: anon >> 12, count: 4, step: 1 },
+        Record::Exit { code: 0 },
+    ];
+    let (_, log, _) = replay(v);
+    let maps: Vec<(u64, Ret)> =
+        log.iter().filter_map(|(_, op, r)| if let Op::Mmap { len, .. } = op { Some((*len, *r)) } else { None }).collect();
+    let at = |len: u64| maps.iter().filter(|m| m.0 == len).map(|m| m.1).collect::<Vec<_>>();
+    assert_eq!(at(8 * PAGE), vec![Ret::Val(interp as i64)], "the interpreter ends at the recorded mmap_base");
+    assert_eq!(at(5 * PAGE), vec![Ret::Val((interp + PAGE) as i64)], "its segment over its first mapping");
+    assert_eq!(at(3 * PAGE), vec![Ret::Val(vdso as i64)], "the vDSO where the kernel put it");
+    assert_eq!(at(0x21000), vec![Ret::Val(0x7ffd_0000_0000)], "the stack above the mmap area");
+    assert_eq!(at(4 * PAGE), vec![Ret::Val(anon as i64)], "the program's mmap where it fell");
+}

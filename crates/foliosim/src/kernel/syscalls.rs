@@ -164,8 +164,8 @@ impl Kernel {
                 tk.entry_ns[Entry::Other as usize] += ns;
                 Some(Ret::Val(0))
             }
-            Op::Exec { file, vaddr, text, data, bss } => {
-                Some(self.do_execve(tid, file, crate::mm::exec::ElfLayout { vaddr, text, data, bss }))
+            Op::Exec { file, vaddr, text, data, bss, mmap_base } => {
+                Some(self.do_execve(tid, file, crate::mm::exec::ElfLayout { vaddr, text, data, bss }, mmap_base))
             }
             Op::Wait => self.do_wait4(tid),
             Op::Nanosleep { ns } => {

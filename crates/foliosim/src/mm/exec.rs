@@ -7,7 +7,7 @@
 //! process exec'ing the same binary maps the same page-cache folios: text
 //! faults are do_read_fault with fault-around, data writes do_cow_fault.
 
-use super::vma::{vm, Vma, TASK_SIZE};
+use super::vma::{vm, Vma, DEFAULT_MAP_WINDOW, TASK_SIZE};
 use super::vmstat::{Entry, Stat};
 use crate::kernel::Kernel;
 use crate::sim::Ns;
@@ -34,7 +34,7 @@ pub struct ElfLayout {
 impl Kernel {
     /// execve of `file` by task `tid`. Returns the initial stack pointer
     /// (the top of the stack VMA).
-    pub fn do_execve(&mut self, tid: u32, file: FileId, elf: ElfLayout) -> Ret {
+    pub fn do_execve(&mut self, tid: u32, file: FileId, elf: ElfLayout, mmap_base: u64) -> Ret {
         let (old, cpu, t0) = {
             let tk = &self.tasks[tid as usize];
             (tk.mm, tk.cpu, tk.clock)
@@ -64,8 +64,11 @@ impl Kernel {
         let new = self.new_mm();
         let fds = self.mms[old as usize].fds.clone();
         self.mms[new as usize].fds = fds;
-        // setup_new_exec: arch_pick_mmap_layout.
-        self.mms[new as usize].mmap_base = self.arch_pick_mmap_base();
+        // setup_new_exec: arch_pick_mmap_layout, or the draw the caller
+        // brings (the recorded one) where it could be one: page-aligned,
+        // above the image and inside the map window.
+        let brought = mmap_base.is_multiple_of(4096) && mmap_base > elf.vaddr + text + data + bss && mmap_base <= DEFAULT_MAP_WINDOW;
+        self.mms[new as usize].mmap_base = if brought { mmap_base } else { self.arch_pick_mmap_base() };
         self.mms[old as usize].users -= 1;
         if self.mms[old as usize].users == 0 {
             t = self.exit_mmap(t, cpu, old);

@@ -48,6 +48,11 @@ impl Kernel {
                 return (Ret::Err(errno::EINVAL), t);
             }
             addr
+        } else if let Some(hint) = self.mms[mm as usize].hint_fits(addr, len) {
+            // A hint whose range is free is taken as it is, THP alignment
+            // or not (generic_get_unmapped_area_topdown's first check;
+            // __thp_get_unmapped_area returns such a hint unaligned).
+            hint
         } else {
             // Unhinted maps as the policy places them; THP alignment is for
             // private anonymous ones (a shared one is shmem's, not aligned

@@ -713,6 +713,14 @@ impl Mm {
         }
     }
 
+    /// The page-aligned hint `addr` if a mapping of `len` bytes fits there:
+    /// above mmap_min_addr, inside the map window, over no VMA.
+    pub fn hint_fits(&self, addr: u64, len: u64) -> Option<u64> {
+        let a = addr.checked_add(4095)? & !4095;
+        let fits = addr != 0 && a >= MMAP_MIN_ADDR && a.checked_add(len).is_some_and(|e| e <= DEFAULT_MAP_WINDOW);
+        (fits && self.range_free(a, a + len)).then_some(a)
+    }
+
     /// Is [start, end) free of VMAs?
     pub fn range_free(&self, start: u64, end: u64) -> bool {
         self.vmas.range(..end).next_back().is_none_or(|(_, v)| v.end <= start)

@@ -183,7 +183,7 @@ impl Kbuild {
             let pc = j.pc;
             j.pc += 1;
             return match pc {
-                0 => Op::Exec { file: self.cc1, vaddr: ELF_BASE, text: TEXT, data: DATA, bss: BSS },
+                0 => Op::Exec { file: self.cc1, vaddr: ELF_BASE, text: TEXT, data: DATA, bss: BSS, mmap_base: 0 },
                 1 => {
                     j.sp = last.val() as u64;
                     Op::AccessRange { addr: ELF_BASE, stride: PAGE, count: TEXT_RUN / PAGE, kind: Access::Ifetch }

@@ -179,12 +179,16 @@ pub enum Op {
     /// headers would give them (text r-x at `vaddr` from offset 0, data rw
     /// private from offset `text`, then `bss` anonymous), a stack, and the
     /// heap starting after bss. Returns the initial stack pointer.
+    /// `mmap_base` is the top of the new mm's mmap area where the caller
+    /// knows it (a replay: the recorded process's ASLR draw); 0: the
+    /// kernel draws it (arch_pick_mmap_layout).
     Exec {
         file: FileId,
         vaddr: u64,
         text: u64,
         data: u64,
         bss: u64,
+        mmap_base: u64,
     },
     /// wait4(-1): reap an exited child (its task id), sleeping until one
     /// exits; ECHILD when the task has no children left.

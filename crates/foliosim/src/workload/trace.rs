@@ -383,6 +383,31 @@ impl TraceReplay {
         out.into_iter().map(|(a, e)| (a, e - a)).collect()
     }
 
+    /// The top of the mmap area of the process image task `p` is about to
+    /// exec, as recorded: the end of the image's highest file mapping (the
+    /// interpreter, which load_elf_binary maps first, top-down from
+    /// mmap_base), so that the replay takes the recorded ASLR draw and the
+    /// program's mappings fall where they fell, relative to the fault-around
+    /// windows and PMDs, under the kernel's own placement. 0 (the kernel
+    /// draws) for an image with no file mapping beside the binary.
+    fn recorded_mmap_base(&self, p: usize) -> u64 {
+        let Some(i) = self.tasks[p].bytes else { return 0 };
+        let mut c = tf::TaskCursor::at(&self.trace.tasks[i].bytes, self.tasks[p].cur);
+        if let Some(Record::Exec { .. }) = c.next() {
+        } else {
+            c = tf::TaskCursor::at(&self.trace.tasks[i].bytes, self.tasks[p].cur);
+        }
+        let mut top = 0;
+        for r in c {
+            match r {
+                Record::Mmap { file: Some(_), ret, len, .. } => top = top.max(ret.saturating_add(page_up(len))),
+                Record::Mmap { .. } | Record::Region { .. } => {}
+                _ => break,
+            }
+        }
+        top
+    }
+
     /// Queue the mappings of the Regions task `p` meets before its next
     /// exec; with `brk`, first the brk(0) of a new process image.
     fn start_instance(&mut self, p: usize, brk: bool) {
@@ -392,8 +417,11 @@ impl TraceReplay {
             q.push_back((Op::Brk { addr: 0 }, After::BrkBase));
         }
         for (a, l) in regions {
+            // At the recorded address where it is free (the kernel placed
+            // the stack and the vDSO there, outside the program's own
+            // top-down mmaps), else where the kernel puts it.
             let op = Op::Mmap {
-                addr: 0,
+                addr: a,
                 len: l,
                 prot: prot::READ | prot::WRITE | prot::EXEC,
                 flags: map::PRIVATE | map::ANONYMOUS,
@@ -675,9 +703,10 @@ impl TraceReplay {
                 // offset `text`: where the ELF's offset differs, the data
                 // segment is mapped again from its own offset.
                 let make = self.is_jobserver(file);
+                let mmap_base = self.recorded_mmap_base(p);
                 let q = &mut self.tasks[p].queue;
                 q.push_back((
-                    Op::Exec { file: id, vaddr, text, data, bss },
+                    Op::Exec { file: id, vaddr, text, data, bss, mmap_base },
                     After::Exec { vaddr, len: page_up(text) + page_up(data) + page_up(bss), make },
                 ));
                 if data > 0 && data_off != text {
@@ -757,8 +786,12 @@ impl TraceReplay {
                 }
             }
             Record::Mmap { addr, len, prot: pr, flags, file, off, ret } => {
+                // A mapping recorded over memory the process held was placed
+                // there (MAP_FIXED: the kernel puts no other mapping over
+                // one), as the segments of the interpreter in an exec's
+                // image are, over its whole first mapping.
                 let fixed = flags & (map::FIXED | 0x10_0000) != 0;
-                let target = if fixed { sp.translate(addr) } else { None };
+                let target = if fixed { sp.translate(addr) } else { sp.translate(ret) };
                 let share = if flags & 0x3 == map::PRIVATE { map::PRIVATE } else { map::SHARED };
                 let mut fl = share | (flags & (map::ANONYMOUS | map::POPULATE));
                 if target.is_some() {
