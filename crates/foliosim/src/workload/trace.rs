@@ -355,16 +355,22 @@ impl TraceReplay {
         Some((r, c.state()))
     }
 
+    /// Task `p`'s records from its cursor, past the exec there if there is
+    /// one: what its (next) process image holds.
+    fn image_cursor(&self, p: usize) -> Option<tf::TaskCursor<'_>> {
+        let bytes = &self.trace.tasks[self.tasks[p].bytes?].bytes;
+        let mut c = tf::TaskCursor::at(bytes, self.tasks[p].cur);
+        if !matches!(c.next(), Some(Record::Exec { .. })) {
+            c = tf::TaskCursor::at(bytes, self.tasks[p].cur);
+        }
+        Some(c)
+    }
+
     /// The `Region`s of task `p` from its cursor up to its next exec,
     /// merged into ranges.
     fn regions_ahead(&self, p: usize) -> Vec<(u64, u64)> {
-        let Some(i) = self.tasks[p].bytes else { return Vec::new() };
+        let Some(c) = self.image_cursor(p) else { return Vec::new() };
         let mut v: Vec<(u64, u64)> = Vec::new();
-        let mut c = tf::TaskCursor::at(&self.trace.tasks[i].bytes, self.tasks[p].cur);
-        if let Some(Record::Exec { .. }) = c.next() {
-        } else {
-            c = tf::TaskCursor::at(&self.trace.tasks[i].bytes, self.tasks[p].cur);
-        }
         for r in c {
             match r {
                 Record::Exec { .. } => break,
@@ -391,12 +397,7 @@ impl TraceReplay {
     /// windows and PMDs, under the kernel's own placement. 0 (the kernel
     /// draws) for an image with no file mapping beside the binary.
     fn recorded_mmap_base(&self, p: usize) -> u64 {
-        let Some(i) = self.tasks[p].bytes else { return 0 };
-        let mut c = tf::TaskCursor::at(&self.trace.tasks[i].bytes, self.tasks[p].cur);
-        if let Some(Record::Exec { .. }) = c.next() {
-        } else {
-            c = tf::TaskCursor::at(&self.trace.tasks[i].bytes, self.tasks[p].cur);
-        }
+        let Some(c) = self.image_cursor(p) else { return 0 };
         let mut top = 0;
         for r in c {
             match r {
